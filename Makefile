@@ -1,0 +1,36 @@
+# jaxkit: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.jaxkit-stamp
+PYTEST_WORKERS ?= 2
+NAME ?=
+
+.PHONY: demo test test-slow bench venv clean
+
+# The venv is rebuilt whenever pyproject.toml or constraints.txt change.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) scripts/run_examples.py --quick --out out
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q --durations=15
+
+# pytest exits 5 when no test is marked slow: that is not a failure.
+test-slow: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow --durations=15; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no slow tests"; exit 0; fi; exit $$rc
+
+bench: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make bench NAME=<area> [ARGS=--full]"; ls scripts/bench | grep -v '^_' | sed 's/\.py$$//'; exit 2; }
+	$(PY) scripts/bench/$(NAME).py $(ARGS)
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,202 @@
+"""Uniform argument checks and messages.
+
+Static problems (shape, rank, dtype, concrete hyperparameter values, static
+options) raise at trace time: ``TypeError`` for shape/rank/dtype, ``ValueError``
+for values and unknown options, each message naming the argument in backticks,
+the requirement and what was received. Problems inside traced values go through
+:func:`error_if`, a thin wrapper of ``eqx.error_if`` whose result must be used.
+Checks on hyperparameters are skipped for tracers (they cannot be inspected at
+trace time); use :func:`error_if` when a traced bad value would silently give a
+wrong result.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _concrete(value: Any) -> np.ndarray | None:
+    """Return ``value`` as a NumPy array if it is concrete, else ``None``."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def _one(kwargs: dict[str, Any]) -> tuple[str, Any]:
+    if len(kwargs) != 1:
+        raise AssertionError("pass exactly one name=value pair")  # jaxkit bug
+    return next(iter(kwargs.items()))
+
+
+def positive(**kwargs: Any) -> None:
+    """Check ``name=value`` is > 0 when concrete (e.g. ``positive(softness=s)``)."""
+    name, value = _one(kwargs)
+    v = _concrete(value)
+    if v is not None and (v.size == 0 or not np.all(v > 0)):
+        raise ValueError(f"`{name}` must be > 0, got {name}={_show(value)}.")
+
+
+def non_negative(**kwargs: Any) -> None:
+    """Check ``name=value`` is >= 0 when concrete."""
+    name, value = _one(kwargs)
+    v = _concrete(value)
+    if v is not None and (v.size == 0 or not np.all(v >= 0)):
+        raise ValueError(f"`{name}` must be >= 0, got {name}={_show(value)}.")
+
+
+def in_interval(
+    *, low: float | int, high: float | int, closed: str = "both", **kwargs: Any
+) -> None:
+    """Check ``low <= value <= high`` (``closed`` in 'both', 'left', 'right', 'neither')."""
+    name, value = _one(kwargs)
+    v = _concrete(value)
+    if v is None:
+        return
+    lo_ok = v >= low if closed in ("both", "left") else v > low
+    hi_ok = v <= high if closed in ("both", "right") else v < high
+    if v.size == 0 or not (np.all(lo_ok) and np.all(hi_ok)):
+        lb = "[" if closed in ("both", "left") else "("
+        rb = "]" if closed in ("both", "right") else ")"
+        raise ValueError(
+            f"`{name}` must lie in {lb}{low}, {high}{rb}, got {name}={_show(value)}."
+        )
+
+
+def finite_scalar(**kwargs: Any) -> None:
+    """Check a concrete hyperparameter is a finite scalar."""
+    name, value = _one(kwargs)
+    if jnp.ndim(value) != 0:
+        raise TypeError(f"`{name}` must be a scalar, got shape {jnp.shape(value)}.")
+    v = _concrete(value)
+    if v is not None and not np.isfinite(v):
+        raise ValueError(f"`{name}` must be finite, got {name}={_show(value)}.")
+
+
+def one_of(options: Iterable[Any], **kwargs: Any) -> None:
+    """Check a static option is one of ``options``."""
+    name, value = _one(kwargs)
+    options = tuple(options)
+    if value not in options:
+        listed = ", ".join(repr(o) for o in options)
+        raise ValueError(f"`{name}` must be one of {listed}; got {value!r}.")
+
+
+def ndim(x: Any, expected: int | Sequence[int], *, name: str) -> None:
+    """Check the rank of ``x`` (an int or a collection of allowed ranks)."""
+    allowed = (expected,) if isinstance(expected, int) else tuple(expected)
+    if jnp.ndim(x) not in allowed:
+        want = allowed[0] if len(allowed) == 1 else f"one of {allowed}"
+        raise TypeError(
+            f"`{name}` must have rank {want}, got shape {jnp.shape(x)}."
+        )
+
+
+def min_ndim(x: Any, expected: int, *, name: str) -> None:
+    """Check ``x`` has at least ``expected`` dimensions."""
+    if jnp.ndim(x) < expected:
+        raise TypeError(
+            f"`{name}` must have at least {expected} dimension(s), got shape "
+            f"{jnp.shape(x)}."
+        )
+
+
+def shape(x: Any, expected: Sequence[int | None], *, name: str) -> None:
+    """Check ``x.shape`` against ``expected`` (``None`` matches any size)."""
+    got = tuple(jnp.shape(x))
+    ok = len(got) == len(expected) and all(
+        e is None or e == g for e, g in zip(expected, got, strict=True)
+    )
+    if not ok:
+        want = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
+        raise TypeError(f"`{name}` must have shape {want}, got shape {got}.")
+
+
+def same_shape(**kwargs: Any) -> None:
+    """Check every ``name=array`` has the same shape."""
+    items = list(kwargs.items())
+    (n0, a0), rest = items[0], items[1:]
+    for n, a in rest:
+        if jnp.shape(a) != jnp.shape(a0):
+            raise TypeError(
+                f"`{n}` and `{n0}` must have the same shape, got {jnp.shape(a)} and "
+                f"{jnp.shape(a0)}."
+            )
+
+
+def floating(x: Any, *, name: str) -> None:
+    """Check ``x`` has a floating dtype."""
+    dt = jnp.result_type(x)
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"`{name}` must be a floating array, got dtype {dt}.")
+
+
+def integer(x: Any, *, name: str) -> None:
+    """Check ``x`` has an integer dtype."""
+    dt = jnp.result_type(x)
+    if not jnp.issubdtype(dt, jnp.integer):
+        raise TypeError(f"`{name}` must be an integer array, got dtype {dt}.")
+
+
+def axis(ax: int, nd: int, *, name: str = "axis") -> int:
+    """Normalise a static axis against rank ``nd`` (raises ``ValueError`` if out of range)."""
+    if not isinstance(ax, int | np.integer) or isinstance(ax, bool):
+        raise TypeError(f"`{name}` must be a Python int, got {type(ax).__name__}.")
+    if not -nd <= ax < max(nd, 1):
+        raise ValueError(f"`{name}`={ax} is out of range for an array of rank {nd}.")
+    return int(ax) % max(nd, 1)
+
+
+def is_key(key: Any, *, name: str = "key") -> None:
+    """Check ``key`` is a PRNG key (typed, or a legacy uint32[2])."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return
+    if (
+        isinstance(key, jax.Array | np.ndarray)
+        and key.dtype == jnp.uint32
+        and key.shape[-1:] == (2,)
+    ):
+        return
+    raise TypeError(
+        f"`{name}` must be a PRNG key from `jax.random.key(seed)`, got "
+        f"{type(key).__name__}."
+    )
+
+
+def error_if(x: Any, pred: Any, msg: str) -> Any:
+    """Return ``x`` with a runtime check that raises ``msg`` where ``pred`` is True.
+
+    Concrete predicates raise ``ValueError`` right away; traced ones use
+    ``eqx.error_if`` (a runtime error under ``jit``). Always use the result.
+    """
+    p = _concrete(pred)
+    if p is not None and not isinstance(x, jax.core.Tracer):
+        if np.any(p):
+            raise ValueError(msg)
+        return x
+    return eqx.error_if(x, pred, msg)
+
+
+def all_finite(x: Any, *, name: str) -> Any:
+    """Return ``x`` guarded so that a NaN or inf in it raises, naming ``name``."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return error_if(
+        x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite (no NaN or inf)."
+    )
+
+
+def _show(value: Any) -> str:
+    v = _concrete(value)
+    if v is None:
+        return repr(value)
+    if v.ndim == 0:
+        return repr(v.item())
+    return f"array of shape {v.shape}"

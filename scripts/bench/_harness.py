@@ -1,0 +1,130 @@
+"""The one timing helper behind every `make bench NAME=<area>`.
+
+Protocol: compile with ``jax.jit(f).lower(*args).compile()`` (timed and reported
+separately), one warm-up call, then the median of ``repeats`` calls each ending in
+``jax.block_until_ready``. Peak memory is the compiled program's temporary +
+output bytes from XLA's memory analysis (or the process RSS high-water mark for
+non-JAX anchors). Every comparison prints one JSON line (DESIGN.md):
+
+  {"bench","case","sizes","ours_s","ours_compile_s","anchor","anchor_s","ratio",
+   "target","ok","peak_mem_mb","note"}   (+ "ours_err", "anchor_err" for accuracy)
+
+ratio = anchor_s / ours_s; ok = ratio >= target.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("EQX_ON_ERROR", "nan")  # error_if checks out of the hot path
+
+import jax  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@dataclass
+class Timing:
+    """Result of :func:`time_jax` / :func:`time_python`."""
+
+    median_s: float
+    compile_s: float | None
+    peak_mem_mb: float | None
+    output: Any = None
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    """The flags every bench script takes: ``--full``, ``--repeats``."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--full", action="store_true", help="add the largest sizes")
+    p.add_argument("--repeats", type=int, default=7, help="timed calls per case")
+    return p.parse_args()
+
+
+def time_jax(fn: Callable[..., Any], *args: Any, repeats: int = 7,
+             jit: bool = True) -> Timing:
+    """Compile ``fn`` (unless ``jit=False``), warm up, and time ``repeats`` calls."""
+    compile_s = None
+    peak = None
+    call = fn
+    if jit:
+        t0 = time.perf_counter()
+        compiled = jax.jit(fn).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        peak = _compiled_mem_mb(compiled)
+        call = compiled
+    out = jax.block_until_ready(call(*args))  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(*args))
+        times.append(time.perf_counter() - t0)
+    return Timing(statistics.median(times), compile_s, peak, out)
+
+
+def time_python(fn: Callable[[], Any], *, repeats: int = 7) -> Timing:
+    """Time a host callable (an anchor that is not a JAX function)."""
+    out = fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return Timing(statistics.median(times), None, rss, out)
+
+
+def _compiled_mem_mb(compiled: Any) -> float | None:
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001  (not every backend reports it)
+        return None
+    if m is None:
+        return None
+    total = (getattr(m, "temp_size_in_bytes", 0) + getattr(m, "output_size_in_bytes", 0)
+             + getattr(m, "argument_size_in_bytes", 0))
+    return round(total / 2**20, 3)
+
+
+def emit(*, bench: str, case: str, sizes: dict[str, Any], ours: Timing | None,
+         anchor: str, anchor_t: Timing | None, target: float | None,
+         note: str = "", **extra: Any) -> dict[str, Any]:
+    """Print and return one bench JSON line."""
+    ours_s = ours.median_s if ours else None
+    anchor_s = anchor_t.median_s if anchor_t else None
+    ratio = (anchor_s / ours_s) if (ours_s and anchor_s) else None
+    line = {
+        "bench": bench,
+        "case": case,
+        "sizes": sizes,
+        "ours_s": _r(ours_s),
+        "ours_compile_s": _r(ours.compile_s if ours else None),
+        "anchor": anchor,
+        "anchor_s": _r(anchor_s),
+        "ratio": _r(ratio),
+        "target": target,
+        "ok": (ratio is not None and target is not None and ratio >= target),
+        "peak_mem_mb": ours.peak_mem_mb if ours else None,
+        "note": note,
+    }
+    for k, v in extra.items():
+        line[k] = _r(v) if isinstance(v, float) else v
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def _r(x: float | None) -> float | None:
+    """Round to 6 significant digits; non-finite values become None (JSON has no NaN)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.6g}")

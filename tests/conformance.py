@@ -1,0 +1,236 @@
+"""The conformance suite: checks every registered public function must pass.
+
+Each area registers its cases in ``tests/<area>/cases.py`` as a module-level
+``CASES`` list of :class:`Case`; :func:`registry` collects them all. The checks
+are plain functions raising ``AssertionError`` (so the suite's own test can run
+them on deliberately broken functions and see them fail):
+
+1. jit equals eager;            2. ``eval_shape`` agrees with the real output;
+3. vmap equals a Python loop;   4. f32 and bf16 are preserved;
+5. traced once across two values of every continuous hyperparameter;
+6. ``check_grads`` in x64 in the supported modes;
+7. output sharding preserved on an 8-device mesh (leading axis on ``data``);
+8. bad inputs raise the declared error type whose message names the argument.
+"""
+
+import dataclasses
+import importlib
+import pathlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.test_util import check_grads
+
+TOL = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2,
+       jnp.dtype(jnp.float64): 1e-10}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    """A bad input: ``make(key) -> (args, kwargs)`` must raise ``error`` matching ``match``."""
+
+    what: str
+    make: Callable[[jax.Array], tuple[tuple, dict]]
+    error: type[BaseException]
+    match: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One registered function.
+
+    Attributes:
+      name: test id, e.g. ``"soft.sort/pav"``.
+      fn: ``fn(*args, **hparams, **static)``.
+      make_args: ``(key, dtype) -> args``; array args of ``dtype`` whose leading axis
+        is a batch of 8 (for the sharding check) unless ``shard_argnums=()``.
+      hparams: continuous hyperparameters, name -> two distinct values; they are
+        passed as traced arguments.
+      static: static keyword arguments (method choices, sizes).
+      grad_modes: autodiff modes that ``check_grads`` checks (``()``: none).
+      grad_order: order for ``check_grads``.
+      grad_argnums: positions of the args differentiated.
+      dtypes: floating dtypes whose preservation is checked.
+      vmap: whether to check ``vmap`` against a loop (over axis 0 of every array arg).
+      shard_argnums: array args placed sharded along axis 0 for the sharding check.
+      bad: bad inputs and their errors.
+      rtol: comparison tolerance for f32 (jit/eager, vmap/loop).
+      grad_eps, grad_atol, grad_rtol: ``check_grads`` settings.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    make_args: Callable[[jax.Array, Any], tuple]
+    hparams: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    static: dict[str, Any] = dataclasses.field(default_factory=dict)
+    grad_modes: tuple[str, ...] = ("fwd", "rev")
+    grad_order: int = 1
+    grad_argnums: tuple[int, ...] = (0,)
+    dtypes: tuple[Any, ...] = (jnp.float32, jnp.bfloat16)
+    vmap: bool = True
+    shard_argnums: tuple[int, ...] = (0,)
+    bad: tuple[Bad, ...] = ()
+    rtol: float = 1e-5
+    grad_eps: float | None = None
+    grad_atol: float | None = None
+    grad_rtol: float | None = None
+
+    def call(self, args: Sequence[Any], hp: dict[str, Any] | None = None) -> Any:
+        hp = {k: v[0] for k, v in self.hparams.items()} if hp is None else hp
+        return self.fn(*args, **hp, **self.static)
+
+
+def registry() -> list[Case]:
+    """Collect ``CASES`` from every ``tests/<area>/cases.py``."""
+    here = pathlib.Path(__file__).parent
+    cases: list[Case] = []
+    for path in sorted(here.glob("*/cases.py")):
+        mod = importlib.import_module(f"tests.{path.parent.name}.cases")
+        cases.extend(mod.CASES)
+    names = [c.name for c in cases]
+    dupes = {n for n in names if names.count(n) > 1}
+    assert not dupes, f"duplicate conformance case names: {sorted(dupes)}"
+    return cases
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _close(a: Any, b: Any, rtol: float, what: str) -> None:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(a) == jax.tree.structure(b), f"{what}: tree structures differ"
+    for x, y in zip(la, lb, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.shape == y.shape, f"{what}: shapes {x.shape} vs {y.shape}"
+        if np.issubdtype(x.dtype, np.inexact) or x.dtype.name == "bfloat16":
+            np.testing.assert_allclose(
+                x.astype(np.float64), y.astype(np.float64), rtol=rtol, atol=rtol,
+                err_msg=what)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=what)
+
+
+def check_jit(case: Case, key: jax.Array) -> None:
+    args = case.make_args(key, jnp.float32)
+    hp = {k: v[0] for k, v in case.hparams.items()}
+    eager = case.call(args, hp)
+    jitted = jax.jit(lambda a, h: case.call(a, h))(args, hp)
+    _close(jitted, eager, case.rtol, f"{case.name}: jit != eager")
+
+
+def check_eval_shape(case: Case, key: jax.Array) -> None:
+    args = case.make_args(key, jnp.float32)
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
+    shapes = jax.eval_shape(lambda *a: case.call(a), *abstract)
+    real = case.call(args)
+    got = jax.tree.map(lambda s: (s.shape, s.dtype), shapes)
+    want = jax.tree.map(lambda r: (jnp.shape(r), jnp.result_type(r)), real)
+    assert got == want, f"{case.name}: eval_shape {got} != real {want}"
+
+
+def check_vmap(case: Case, key: jax.Array) -> None:
+    if not case.vmap:
+        return
+    keys = jax.random.split(key, 3)
+    rows = [case.make_args(k, jnp.float32) for k in keys]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *rows)
+    batched = jax.vmap(lambda *a: case.call(a))(*stacked)
+    looped = jax.tree.map(lambda *xs: jnp.stack(xs), *[case.call(r) for r in rows])
+    _close(batched, looped, case.rtol, f"{case.name}: vmap != loop")
+
+
+def check_dtypes(case: Case, key: jax.Array) -> None:
+    for dt in case.dtypes:
+        args = case.make_args(key, dt)
+        out = case.call(args)
+        for leaf in jax.tree.leaves(out):
+            if jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+                assert jnp.result_type(leaf) == jnp.dtype(dt), (
+                    f"{case.name}: input {jnp.dtype(dt)} gave output {jnp.result_type(leaf)}")
+
+
+def check_traced_once(case: Case, key: jax.Array) -> None:
+    traces: list[None] = []
+
+    def f(a, h):
+        traces.append(None)
+        return case.call(a, h)
+
+    jf = jax.jit(f)
+    for i in range(2):
+        args = case.make_args(jax.random.fold_in(key, i), jnp.float32)
+        hp = {k: jnp.asarray(v[i], jnp.float32) for k, v in case.hparams.items()}
+        jax.block_until_ready(jf(args, hp))
+    assert len(traces) == 1, f"{case.name}: traced {len(traces)} times for 2 calls"
+
+
+def check_grads_x64(case: Case, key: jax.Array) -> None:
+    if not case.grad_modes:
+        return
+    with jax.enable_x64(True):
+        args = case.make_args(key, jnp.float64)
+        hp = {k: jnp.asarray(v[0], jnp.float64) for k, v in case.hparams.items()}
+        diff = tuple(args[i] for i in case.grad_argnums)
+
+        def f(*d):
+            full = list(args)
+            for i, v in zip(case.grad_argnums, d, strict=True):
+                full[i] = v
+            return case.call(full, hp)
+
+        kw = {k: v for k, v in (("eps", case.grad_eps), ("atol", case.grad_atol),
+                                ("rtol", case.grad_rtol)) if v is not None}
+        check_grads(f, diff, order=case.grad_order, modes=case.grad_modes, **kw)
+
+
+def check_sharding(case: Case, key: jax.Array, mesh: jax.sharding.Mesh) -> None:
+    if not case.shard_argnums:
+        return
+    args = list(case.make_args(key, jnp.float32))
+    n = mesh.shape["data"]
+    for i in case.shard_argnums:
+        a = jnp.asarray(args[i])
+        assert a.shape[0] % n == 0, f"{case.name}: arg {i} leading axis must divide {n}"
+        args[i] = jax.device_put(a, jax.NamedSharding(mesh, jax.P("data", *([None] * (a.ndim - 1)))))
+    batch = jnp.shape(args[case.shard_argnums[0]])[0]
+    with jax.set_mesh(mesh):
+        out = jax.jit(lambda a: case.call(a))(tuple(args))
+    for leaf in jax.tree.leaves(out):
+        if jnp.ndim(leaf) >= 1 and leaf.shape[0] == batch:
+            spec = leaf.sharding.spec
+            assert len(spec) >= 1 and spec[0] in ("data", ("data",)), (
+                f"{case.name}: output of shape {leaf.shape} has sharding spec {spec}, "
+                "expected its leading axis on 'data'")
+
+
+def check_bad_inputs(case: Case, key: jax.Array) -> None:
+    for bad in case.bad:
+        args, kwargs = bad.make(key)
+        kw = {**{k: v[0] for k, v in case.hparams.items()}, **case.static, **kwargs}
+        try:
+            jax.block_until_ready(case.fn(*args, **kw))
+        except bad.error as e:
+            if bad.match is not None:
+                assert bad.match in str(e), (
+                    f"{case.name}: bad input '{bad.what}' raised {type(e).__name__} "
+                    f"without naming `{bad.match}`: {e}")
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(
+                f"{case.name}: bad input '{bad.what}' raised {type(e).__name__}, expected "
+                f"{bad.error.__name__}: {e}") from e
+        else:
+            raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
+
+
+CHECKS = {
+    "jit": check_jit,
+    "eval_shape": check_eval_shape,
+    "vmap": check_vmap,
+    "dtypes": check_dtypes,
+    "traced_once": check_traced_once,
+    "grads": check_grads_x64,
+    "bad_inputs": check_bad_inputs,
+}

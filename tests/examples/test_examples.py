@@ -1,0 +1,25 @@
+"""Run every example's main() in quick mode and assert its own `ok` (slow)."""
+
+import importlib.util
+import pathlib
+
+import jax
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example(path, tmp_path):
+    spec = importlib.util.spec_from_file_location(f"examples.{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # Examples are user programs: they run under jax's default (standard) promotion,
+    # as `make demo` does; the library itself is tested under strict promotion.
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        res = mod.main(quick=True, seed=0, out_dir=str(tmp_path))
+    for field in ("method", "metric", "value", "baseline", "ok"):
+        assert field in res, f"{path.stem}: result lacks {field!r}"
+    assert res["ok"] is True, res

@@ -1,0 +1,125 @@
+"""The conformance suite must catch broken functions: each check fails on a function
+broken in exactly the way it guards against, and passes on a correct one."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import _validate
+from tests import conformance
+from tests.conformance import Bad, Case
+
+
+def good(x, *, scale):
+    """A correct function: softplus(scale * x) along rows, with validation."""
+    x = jnp.asarray(x)
+    _validate.floating(x, name="x")
+    _validate.positive(scale=scale)
+    return jax.nn.softplus(scale * x)
+
+
+def make(k, dt):
+    return (jax.random.normal(k, (8, 5), dt),)
+
+
+BAD = (
+    Bad("integer x", lambda k: ((jnp.ones((8, 5), jnp.int32),), {}), TypeError),
+    Bad("scale <= 0", lambda k: ((jnp.ones((8, 5)),), {"scale": 0.0}), ValueError, "`scale`"),
+)
+GOOD = Case("selftest.good", good, make, hparams={"scale": (0.5, 2.0)}, bad=BAD)
+
+
+def retraces(x, *, scale):  # branches in Python on a hyperparameter: retraces per value
+    return jax.nn.softplus(float(scale) * jnp.asarray(x))
+
+
+def upcasts(x, *, scale):  # silently returns f32 for bf16 input
+    return jax.nn.softplus(scale * jnp.asarray(x).astype(jnp.float32))
+
+
+def wrong_grad(x, *, scale):  # custom derivative off by a factor of 2
+    @jax.custom_jvp
+    def f(x):
+        return jax.nn.softplus(scale * x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), 2.0 * scale * jax.nn.sigmoid(scale * x) * t
+
+    return f(jnp.asarray(x))
+
+
+def unchecked(x, *, scale):  # no validation: bad inputs pass silently
+    return jax.nn.softplus(scale * jnp.asarray(x, jnp.float32))
+
+
+def replicates(x, *, scale):  # creates its output from a shape: loses sharding
+    x = jnp.asarray(x)
+    return jnp.zeros(x.shape, x.dtype) + jax.nn.softplus(scale * x).sum() / x.size
+
+
+def jit_differs(x, *, scale):  # uses a Python-side global counter: eager != jit
+    jit_differs.calls += 1
+    return jnp.asarray(x) * scale * jit_differs.calls
+
+
+jit_differs.calls = 0
+
+
+def test_good_function_passes_every_check(key, mesh8):
+    for check in conformance.CHECKS.values():
+        check(GOOD, key)
+    conformance.check_sharding(GOOD, key, mesh8)
+
+
+@pytest.mark.parametrize(
+    "fn, check",
+    [
+        (retraces, "traced_once"),
+        (upcasts, "dtypes"),
+        (wrong_grad, "grads"),
+        (unchecked, "bad_inputs"),
+        (jit_differs, "jit"),
+    ],
+)
+def test_suite_catches_broken_function(fn, check, key):
+    broken = Case("selftest.broken", fn, make, hparams={"scale": (0.5, 2.0)}, bad=BAD)
+    with pytest.raises((AssertionError, jax.errors.ConcretizationTypeError)):
+        conformance.CHECKS[check](broken, key)
+
+
+def test_vmap_check_catches_wrong_batching_rule(key):
+    # a kernel-style op whose custom batching rule is wrong (reverses the batch)
+    @jax.custom_batching.custom_vmap
+    def op(x):
+        return jax.nn.softplus(x)
+
+    @op.def_vmap
+    def op_vmap(axis_size, in_batched, x):
+        return jax.nn.softplus(x)[::-1], in_batched[0]
+
+    broken = Case("selftest.bad_vmap_rule", lambda x, *, scale: op(scale * x), make,
+                  hparams={"scale": (0.5, 2.0)})
+    with pytest.raises(AssertionError):
+        conformance.check_vmap(broken, key)
+
+
+def test_sharding_check_catches_replication(key, mesh8):
+    broken = Case("selftest.replicates", replicates, make, hparams={"scale": (0.5, 2.0)})
+    with pytest.raises(AssertionError):
+        conformance.check_sharding(broken, key, mesh8)
+
+
+def test_eval_shape_check_catches_value_dependent_shape(key):
+    broken = Case("selftest.nonzero", lambda x, *, scale: jnp.nonzero(x > scale)[0], make,
+                  hparams={"scale": (0.5, 2.0)}, grad_modes=())
+    with pytest.raises((AssertionError, jax.errors.ConcretizationTypeError)):
+        conformance.check_eval_shape(broken, key)
+
+
+def test_registry_has_no_duplicates():
+    names = [c.name for c in conformance.registry()]
+    assert len(names) == len(set(names))
+    np.testing.assert_equal(sorted(names), sorted(set(names)))
