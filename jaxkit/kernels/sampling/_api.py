@@ -66,14 +66,19 @@ _kernel_with_vjp.defvjp(_fwd, _bwd)
 # ----------------------------------------------------------------- argument handling
 
 
-def _per_row(value, batch: tuple[int, ...], *, name: str, dtype) -> Array:
-    """Broadcast a scalar or per-row hyperparameter to ``batch`` and flatten it."""
+def _per_row(value, like: Array, *, name: str, dtype) -> Array:
+    """Broadcast a scalar or per-row hyperparameter to the rows of ``like`` (flat).
+
+    ``like`` is ``logits[..., 0]``; building on it with ``zeros_like`` keeps the
+    batch sharding, so per-row values line up with sharded rows.
+    """
+    batch = like.shape
     a = jnp.asarray(value)
     if a.ndim > len(batch) or a.shape != batch[len(batch) - a.ndim:]:
         raise TypeError(
             f"`{name}` must be a scalar or have the batch shape {batch} (or a trailing "
             f"part of it), got shape {a.shape}.")
-    return jnp.broadcast_to(a.astype(dtype), batch).reshape(-1)
+    return (jnp.zeros_like(like, dtype=dtype) + a.astype(dtype)).reshape(-1)
 
 
 def _check_top_k(top_k, vocab: int) -> None:
@@ -181,17 +186,19 @@ def sample_tokens(
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     _check_top_k(top_k, vocab)
     cd = ref.compute_dtype(logits.dtype)
-    t = _per_row(temperature, batch, name="temperature", dtype=cd)
-    p = _per_row(top_p, batch, name="top_p", dtype=cd)
-    mp = _per_row(min_p, batch, name="min_p", dtype=cd)
-    k = _per_row(vocab if top_k is None else top_k, batch, name="top_k", dtype=jnp.int32)
+    like = logits[..., 0]
+    t = _per_row(temperature, like, name="temperature", dtype=cd)
+    p = _per_row(top_p, like, name="top_p", dtype=cd)
+    mp = _per_row(min_p, like, name="min_p", dtype=cd)
+    k = _per_row(vocab if top_k is None else top_k, like, name="top_k", dtype=jnp.int32)
 
-    bad_logits = jnp.isnan(logits) | (logits == jnp.inf)
-    logits = _validate.error_if(logits, jnp.any(bad_logits),
-                                "`logits` must not contain NaN or +inf.")
-    logits = _validate.error_if(
-        logits, jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
-        "`logits` has a row that is entirely -inf (nothing to sample).")
+    # Value checks. The logits checks guard the small per-row `t` (which every path
+    # consumes), not the (R, V) logits: under a mesh, eqx.error_if's result is
+    # computed on one device, and replicating R numbers is cheap, R * V is not.
+    t = _validate.error_if(t, jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
+                           "`logits` must not contain NaN or +inf.")
+    t = _validate.error_if(t, jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
+                           "`logits` has a row that is entirely -inf (nothing to sample).")
     t = _validate.error_if(t, jnp.any(t < 0), "`temperature` must be >= 0.")
     p = _validate.error_if(p, jnp.any((p <= 0) | (p > 1)), "`top_p` must lie in (0, 1].")
     mp = _validate.error_if(mp, jnp.any((mp < 0) | (mp > 1)), "`min_p` must lie in [0, 1].")
@@ -257,9 +264,10 @@ def filtered_probabilities(
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     _check_top_k(top_k, vocab)
     cd = ref.compute_dtype(logits.dtype)
-    t = _per_row(temperature, batch, name="temperature", dtype=cd)
-    p = _per_row(top_p, batch, name="top_p", dtype=cd)
-    mp = _per_row(min_p, batch, name="min_p", dtype=cd)
-    k = _per_row(vocab if top_k is None else top_k, batch, name="top_k", dtype=jnp.int32)
+    like = logits[..., 0]
+    t = _per_row(temperature, like, name="temperature", dtype=cd)
+    p = _per_row(top_p, like, name="top_p", dtype=cd)
+    mp = _per_row(min_p, like, name="min_p", dtype=cd)
+    k = _per_row(vocab if top_k is None else top_k, like, name="top_k", dtype=jnp.int32)
     probs = ref.filtered_probabilities_reference(logits.reshape(-1, vocab), t, k, p, mp)
     return probs.astype(logits.dtype).reshape(logits.shape)

@@ -50,7 +50,7 @@ def _bisect(cond, lo, hi, n_iter):
 def _argmax_lowest(z: jax.Array) -> jax.Array:
     """Row arg-max with ties to the lowest index (as ``jnp.argmax``)."""
     mx = jnp.max(z, axis=-1, keepdims=True)
-    cols = jax.lax.broadcasted_iota(jnp.int32, z.shape, 1)
+    cols = ref.column_index(z)
     big = jnp.full_like(cols, z.shape[-1])
     return jnp.min(jnp.where(z == mx, cols, big), axis=-1)
 
@@ -66,7 +66,7 @@ def _kernel(x_ref, g_ref, t_ref, k_ref, p_ref, mp_ref, tok_ref, prob_ref, ent_re
     m = jnp.max(s, axis=-1, keepdims=True)
     e = jnp.exp(s - m)
     key = orderable(s)
-    lo0 = jnp.full(t.shape, np.iinfo(it).min, it)
+    lo0 = jnp.full_like(t, np.iinfo(it).min, dtype=it)
     hi0 = orderable(m)[:, 0] + 1
 
     # top-k: largest K with #{key >= K} >= k, i.e. the key of the k-th largest value.
@@ -121,6 +121,12 @@ def sample_rows_pallas(logits, noise, temperature, top_k, top_p, min_p, *,
                        stats="sampled", block_r=None, interpret=False):
     """Pallas twin of :func:`sample_rows_reference` (same arguments, same outputs)."""
     r, v = logits.shape
+    mesh = jax.typeof(logits).sharding.mesh
+    if any(a != jax.sharding.AxisType.Manual for a in mesh.axis_types):
+        raise NotImplementedError(
+            "The Pallas sampler is a per-device program; under a mesh with "
+            f"{mesh.axis_types} axes call `sample_tokens` inside `jax.shard_map` "
+            "(rows are independent), or use implementation='xla'.")
     vp = pl.next_power_of_2(v)
     if block_r is None:
         block_r = max(1, min(pl.next_power_of_2(r), MAX_BLOCK_ELEMENTS // vp, 16))

@@ -31,6 +31,12 @@ def compute_dtype(dtype: jnp.dtype) -> jnp.dtype:
         jnp.float32)
 
 
+def column_index(s: Array) -> Array:
+    """int32 column index of a 2-D array, with the sharding of ``s`` (explicit meshes)."""
+    return jax.lax.broadcasted_iota(jnp.int32, s.shape, 1,
+                                    out_sharding=jax.typeof(s).sharding)
+
+
 def tempered(logits: Float[Array, "R V"], temperature: Float[Array, " R"]) -> Array:
     """``s = logits / T`` in the compute dtype (``T == 0`` rows use ``T = 1``)."""
     cd = compute_dtype(logits.dtype)
@@ -88,7 +94,7 @@ def row_stats(
     d = jnp.where(keep, s - m, zero)
     e = jnp.where(keep, jnp.exp(d), zero)
     z = jnp.sum(e, axis=-1)
-    cols = jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    cols = column_index(s)
     e_tok = jnp.sum(jnp.where(cols == token[:, None], e, zero), axis=-1)
     prob = e_tok / z
     ent = jnp.log(z) - jnp.sum(e * d, axis=-1) / z
