@@ -81,6 +81,22 @@ def _per_row(value, like: Array, *, name: str, dtype) -> Array:
     return (jnp.zeros_like(like, dtype=dtype) + a.astype(dtype)).reshape(-1)
 
 
+def _guard(x: Array, pred: Array, msg: str) -> Array:
+    """``_validate.error_if`` that also works inside ``jax.shard_map``.
+
+    There the predicate varies across devices and ``eqx.error_if``'s ``cond``
+    rejects varying operands, so reduce the predicate over the manual axes and
+    guard an invariant zero that is then added to ``x``.
+    """
+    mat = getattr(jax.typeof(pred), "manual_axis_type", None)
+    vma = tuple(sorted(getattr(mat, "varying", ()) or ()))
+    if not vma:
+        return _validate.error_if(x, pred, msg)
+    bad = jax.lax.pmax(pred.astype(jnp.int32), vma) > 0
+    zero = _validate.error_if(jnp.zeros((), x.dtype), bad, msg)
+    return x + zero
+
+
 def _check_top_k(top_k, vocab: int) -> None:
     if top_k is None:
         return
@@ -195,15 +211,14 @@ def sample_tokens(
     # Value checks. The logits checks guard the small per-row `t` (which every path
     # consumes), not the (R, V) logits: under a mesh, eqx.error_if's result is
     # computed on one device, and replicating R numbers is cheap, R * V is not.
-    t = _validate.error_if(t, jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
-                           "`logits` must not contain NaN or +inf.")
-    t = _validate.error_if(t, jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
-                           "`logits` has a row that is entirely -inf (nothing to sample).")
-    t = _validate.error_if(t, jnp.any(t < 0), "`temperature` must be >= 0.")
-    p = _validate.error_if(p, jnp.any((p <= 0) | (p > 1)), "`top_p` must lie in (0, 1].")
-    mp = _validate.error_if(mp, jnp.any((mp < 0) | (mp > 1)), "`min_p` must lie in [0, 1].")
-    k = _validate.error_if(k, jnp.any((k < 1) | (k > vocab)),
-                           f"`top_k` must lie in [1, {vocab}].")
+    t = _guard(t, jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
+               "`logits` must not contain NaN or +inf.")
+    t = _guard(t, jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
+               "`logits` has a row that is entirely -inf (nothing to sample).")
+    t = _guard(t, jnp.any(t < 0), "`temperature` must be >= 0.")
+    p = _guard(p, jnp.any((p <= 0) | (p > 1)), "`top_p` must lie in (0, 1].")
+    mp = _guard(mp, jnp.any((mp < 0) | (mp > 1)), "`min_p` must lie in [0, 1].")
+    k = _guard(k, jnp.any((k < 1) | (k > vocab)), f"`top_k` must lie in [1, {vocab}].")
 
     noise = jax.random.gumbel(key, logits.shape, cd,
                               out_sharding=jax.typeof(logits).sharding)

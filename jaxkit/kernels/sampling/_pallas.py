@@ -144,13 +144,15 @@ def sample_rows_pallas(logits, noise, temperature, top_k, top_p, min_p, *,
     k = _pad_to(top_k.astype(jnp.int32), rp, 0, 1)
     p = _pad_to(top_p.astype(cd), rp, 0, 1)
     mp = _pad_to(min_p.astype(cd), rp, 0, 0)
+    # inside jax.shard_map the outputs vary over the same manual axes as the logits
+    mat = getattr(jax.typeof(x), "manual_axis_type", None)
     row = pl.BlockSpec((block_r, vp), lambda i: (i, 0))
     vec = pl.BlockSpec((block_r,), lambda i: (i,))
     tok, prob, ent = pl.pallas_call(
         functools.partial(_kernel, stats=stats),
-        out_shape=(jax.ShapeDtypeStruct((rp,), jnp.int32),
-                   jax.ShapeDtypeStruct((rp,), cd),
-                   jax.ShapeDtypeStruct((rp,), cd)),
+        out_shape=(jax.ShapeDtypeStruct((rp,), jnp.int32, manual_axis_type=mat),
+                   jax.ShapeDtypeStruct((rp,), cd, manual_axis_type=mat),
+                   jax.ShapeDtypeStruct((rp,), cd, manual_axis_type=mat)),
         grid=(rp // block_r,),
         in_specs=[row, row, vec, vec, vec, vec],
         out_specs=(vec, vec, vec),
