@@ -180,8 +180,8 @@ def test_bf16_documented_difference_from_categorical(key):
     # noise in bf16. Ours equals categorical on the f32 upcast, token for token.
     kx, ks = jax.random.split(key)
     x = (3.0 * jax.random.normal(kx, (64, 40))).astype(jnp.bfloat16)
-    got = sampling.sample_tokens(x, key=ks)
-    want = jax.random.categorical(ks, x.astype(jnp.float32))
+    got = jax.jit(lambda x: sampling.sample_tokens(x, key=ks))(x)
+    want = jax.jit(lambda x: jax.random.categorical(ks, x.astype(jnp.float32)))(x)
     np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want))
     assert got.probability.dtype == jnp.bfloat16 and got.token.dtype == jnp.int32
 
@@ -284,6 +284,10 @@ def test_masked_vocabulary_never_sampled(impl, key):
     assert np.all(np.isfinite(np.asarray(out.entropy)))
 
 
+_filtered = jax.jit(lambda x, t, k, p, mp: sampling.filtered_probabilities(
+    x, temperature=t, top_k=k, top_p=p, min_p=mp))
+
+
 @hp.settings(max_examples=25)
 @hp.given(seed=st.integers(0, 2**16), t=st.floats(0.05, 3.0), k=st.integers(1, 12),
           p=st.floats(0.05, 1.0), mp=st.floats(0.0, 0.5))
@@ -291,8 +295,8 @@ def test_token_in_support_and_stats_consistent(seed, t, k, p, mp):
     x = np.random.default_rng(seed).standard_normal((4, 12)).astype(np.float32) * 2
     out = _draw(jnp.asarray(x), jax.random.key(seed), jnp.float32(t), jnp.int32(k),
                 jnp.float32(p), jnp.float32(mp))
-    q = np.asarray(sampling.filtered_probabilities(x, temperature=t, top_k=k, top_p=p,
-                                                   min_p=mp))
+    q = np.asarray(_filtered(x, jnp.float32(t), jnp.int32(k), jnp.float32(p),
+                             jnp.float32(mp)))
     tok = np.asarray(out.token)
     qt = q[np.arange(4), tok]
     assert np.all(qt > 0)
@@ -311,7 +315,7 @@ def test_grads_pallas_equal_reference(key):
             o = sampling.sample_tokens(x, key=ks, temperature=t, top_p=0.9,
                                        implementation=impl)
             return jnp.sum(o.probability) + jnp.sum(o.entropy)
-        return jax.grad(f, argnums=(0, 1))(x, jnp.float32(0.8))
+        return jax.jit(jax.grad(f, argnums=(0, 1)))(x, jnp.float32(0.8))
 
     gx_ref, gt_ref = loss("xla")
     gx, gt = loss("pallas_interpret")

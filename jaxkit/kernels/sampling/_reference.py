@@ -52,31 +52,39 @@ def kept_mask(
     top_p: Float[Array, " R"],
     min_p: Float[Array, " R"],
 ) -> Bool[Array, "R V"]:
-    """The kept set of each row, found with a full sort (no gradient flows here)."""
+    """The kept set of each row, found with a full sort (no gradient flows here).
+
+    The sort runs under ``lax.cond`` only when some row has an active top-k or
+    top-p filter (a traced test, no Python branch), so plain sampling costs no sort.
+    """
     s = jax.lax.stop_gradient(s)
     cd = s.dtype
     v = s.shape[-1]
     m = jnp.max(s, axis=-1, keepdims=True)
     e = jnp.exp(s - m)
-    desc = -jnp.sort(-s, axis=-1)  # descending, ties adjacent
     k = jnp.clip(top_k, 1, v).astype(jnp.int32)
-    tau_k = jnp.take_along_axis(desc, (k - 1)[:, None], axis=-1)
-    keep_k = s >= tau_k
-    # top-p on the top-k-renormalised distribution: keep the smallest prefix (in
-    # descending order) whose mass reaches p * Z_k, plus every tie of its last value.
-    e_desc = jnp.exp(desc - m)
-    e_desc = jnp.where(desc >= tau_k, e_desc, jnp.zeros_like(e_desc))
-    z_k = jnp.sum(jnp.where(keep_k, e, jnp.zeros_like(e)), axis=-1, keepdims=True)
-    cum = jnp.cumsum(e_desc, axis=-1)
     p = top_p.astype(cd)[:, None]
-    first = jnp.argmax(cum >= p * z_k, axis=-1)  # cum[-1] == Z_k >= p Z_k up to rounding
-    reached = jnp.any(cum >= p * z_k, axis=-1)
-    first = jnp.where(reached, first, jnp.sum(keep_k, axis=-1) - 1)
-    tau_p = jnp.take_along_axis(desc, first[:, None], axis=-1)
-    tau_p = jnp.where(p >= 1, jnp.full_like(tau_p, -jnp.inf), tau_p)
-    keep_p = s >= tau_p
-    keep_m = e >= min_p.astype(cd)[:, None]
-    return keep_k & keep_p & keep_m
+
+    def sorted_thresholds():
+        desc = -jnp.sort(-s, axis=-1)  # descending, ties adjacent
+        tau_k = jnp.take_along_axis(desc, (k - 1)[:, None], axis=-1)
+        keep_k = s >= tau_k
+        # top-p on the top-k-renormalised distribution: keep the smallest prefix (in
+        # descending order) whose mass reaches p * Z_k, plus every tie of its last value.
+        e_desc = jnp.exp(desc - m)
+        e_desc = jnp.where(desc >= tau_k, e_desc, jnp.zeros_like(e_desc))
+        z_k = jnp.sum(jnp.where(keep_k, e, jnp.zeros_like(e)), axis=-1, keepdims=True)
+        cum = jnp.cumsum(e_desc, axis=-1)
+        first = jnp.argmax(cum >= p * z_k, axis=-1)
+        reached = jnp.any(cum >= p * z_k, axis=-1)  # fails only by rounding when p ~ 1
+        first = jnp.where(reached, first, jnp.sum(keep_k, axis=-1) - 1)
+        tau_p = jnp.take_along_axis(desc, first[:, None], axis=-1)
+        tau_p = jnp.where(p >= 1, jnp.full_like(tau_p, -jnp.inf), tau_p)
+        return keep_k & (s >= tau_p)
+
+    active = jnp.any(k < v) | jnp.any(p < 1)
+    keep_kp = jax.lax.cond(active, sorted_thresholds, lambda: jnp.ones_like(s, dtype=bool))
+    return keep_kp & (e >= min_p.astype(cd)[:, None])
 
 
 def row_stats(
