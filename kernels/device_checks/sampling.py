@@ -3,7 +3,7 @@
 Importable (``rows(interpret=...)`` returns dicts) and runnable:
 
   python kernels/device_checks/sampling.py             # on a GPU: compiled Pallas
-  python kernels/device_checks/sampling.py --interpret # anywhere: interpret mode, tiny shapes
+  python kernels/device_checks/sampling.py --interpret # interpret mode, tiny shapes
 
 Prints rows ``kernel | case | max_abs_err | ours_ms | ref_ms | speedup``; ``case``
 carries the token agreement (Pallas and reference draw from the same noise, so it
@@ -49,9 +49,13 @@ def rows(*, interpret: bool = False) -> list[dict]:
         shapes = [(8, 64, jnp.float32), (8, 100, jnp.bfloat16)]
         repeats = 2
     else:
-        shapes = [(256, 4096, jnp.bfloat16), (64, 32000, jnp.bfloat16),
-                  (256, 32000, jnp.bfloat16), (4096, 32000, jnp.bfloat16),
-                  (64, 152064, jnp.bfloat16)]
+        shapes = [
+            (256, 4096, jnp.bfloat16),
+            (64, 32000, jnp.bfloat16),
+            (256, 32000, jnp.bfloat16),
+            (4096, 32000, jnp.bfloat16),
+            (64, 152064, jnp.bfloat16),
+        ]
         repeats = 20
     out = []
     for r, v, dt in shapes:
@@ -60,24 +64,50 @@ def rows(*, interpret: bool = False) -> list[dict]:
         name = f"{r}x{v} {jnp.dtype(dt).name} T,k,p,min_p"
 
         def make(impl_):
-            return jax.jit(lambda a, k: tuple(sampling.sample_tokens(
-                a, key=k, implementation=impl_, **FILTERS)))
+            return jax.jit(
+                lambda a, k: tuple(
+                    sampling.sample_tokens(a, key=k, implementation=impl_, **FILTERS)
+                )
+            )
 
         try:
             ours_f, ref_f = make(impl), make("xla")
             got, want = ours_f(x, key), ref_f(x, key)
             agree = float(np.mean(np.asarray(got[0]) == np.asarray(want[0])))
-            err = max(float(jnp.max(jnp.abs(got[i].astype(jnp.float32)
-                                            - want[i].astype(jnp.float32)))) for i in (1, 2))
+            err = max(
+                float(
+                    jnp.max(
+                        jnp.abs(
+                            got[i].astype(jnp.float32) - want[i].astype(jnp.float32)
+                        )
+                    )
+                )
+                for i in (1, 2)
+            )
             ours_ms = _time_ms(ours_f, x, key, repeats=repeats)
             ref_ms = _time_ms(ref_f, x, key, repeats=repeats)
-            out.append(dict(kernel=KERNEL, case=f"{name} tokens_equal={agree:.4f}",
-                            max_abs_err=err, ours_ms=ours_ms, ref_ms=ref_ms,
-                            speedup=ref_ms / ours_ms))
+            out.append(
+                dict(
+                    kernel=KERNEL,
+                    case=f"{name} tokens_equal={agree:.4f}",
+                    max_abs_err=err,
+                    ours_ms=ours_ms,
+                    ref_ms=ref_ms,
+                    speedup=ref_ms / ours_ms,
+                )
+            )
         except Exception as e:  # noqa: BLE001  (report, keep going)
             msg = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            out.append(dict(kernel=KERNEL, case=f"{name} FAILED {msg}", max_abs_err=None,
-                            ours_ms=None, ref_ms=None, speedup=None))
+            out.append(
+                dict(
+                    kernel=KERNEL,
+                    case=f"{name} FAILED {msg}",
+                    max_abs_err=None,
+                    ours_ms=None,
+                    ref_ms=None,
+                    speedup=None,
+                )
+            )
     return out
 
 
@@ -86,8 +116,11 @@ def _fmt(v):
 
 
 def main() -> None:
+    """Print the table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--interpret", action="store_true", help="interpret mode, tiny shapes")
+    p.add_argument(
+        "--interpret", action="store_true", help="interpret mode, tiny shapes"
+    )
     args = p.parse_args()
     cols = ("kernel", "case", "max_abs_err", "ours_ms", "ref_ms", "speedup")
     print(" | ".join(cols))

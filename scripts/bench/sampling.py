@@ -33,8 +33,11 @@ def unfused_jnp(x, key, *, temperature=T, top_k=K, top_p=P, min_p=MIN_P):
         cum = jnp.cumsum(jax.nn.softmax(srt, axis=-1), axis=-1)
         remove_sorted = cum <= 1 - top_p
         remove_sorted = remove_sorted.at[..., -1].set(False)
-        remove = jnp.zeros_like(remove_sorted).at[
-            jnp.arange(s.shape[0])[:, None], order].set(remove_sorted)
+        remove = (
+            jnp.zeros_like(remove_sorted)
+            .at[jnp.arange(s.shape[0])[:, None], order]
+            .set(remove_sorted)
+        )
         s = jnp.where(remove, -jnp.inf, s)
     if min_p > 0:
         probs = jax.nn.softmax(s, axis=-1)
@@ -58,22 +61,40 @@ def main() -> None:
     key = jax.random.key(0)
     for r, v in sizes:
         x = 3.0 * jax.random.normal(jax.random.key(1), (r, v), jnp.float32)
-        for case, kw in (("filtered", dict(temperature=T, top_k=K, top_p=P, min_p=MIN_P)),
-                         ("plain", dict(temperature=1.0, top_k=None, top_p=1.0, min_p=0.0))):
-            ours_t = H.time_jax(lambda a, k, kw=kw: ours(a, k, **kw), x, key,
-                                repeats=args.repeats)
-            anc_t = H.time_jax(lambda a, k, kw=kw: unfused_jnp(a, k, **kw), x, key,
-                               repeats=args.repeats)
+        for case, kw in (
+            ("filtered", dict(temperature=T, top_k=K, top_p=P, min_p=MIN_P)),
+            ("plain", dict(temperature=1.0, top_k=None, top_p=1.0, min_p=0.0)),
+        ):
+            ours_t = H.time_jax(
+                lambda a, k, kw=kw: ours(a, k, **kw), x, key, repeats=args.repeats
+            )
+            anc_t = H.time_jax(
+                lambda a, k, kw=kw: unfused_jnp(a, k, **kw),
+                x,
+                key,
+                repeats=args.repeats,
+            )
             (t1, p1, e1), (t2, p2, e2) = ours_t.output, anc_t.output
             same = np.asarray(t1) == np.asarray(t2)
             # compare probability/entropy on rows where both drew the same token
-            err = float(np.max(np.abs(np.asarray(p1) - np.asarray(p2))[same], initial=0.0))
+            err = float(
+                np.max(np.abs(np.asarray(p1) - np.asarray(p2))[same], initial=0.0)
+            )
             ent_err = float(np.max(np.abs(np.asarray(e1) - np.asarray(e2))))
-            H.emit(bench="sampling", case=case, sizes={"rows": r, "vocab": v},
-                   ours=ours_t, anchor="unfused_jnp", anchor_t=anc_t, target=1.0,
-                   note="CPU, f32 logits; XLA path of sample_tokens (Pallas needs a GPU)",
-                   ours_err=err, anchor_err=0.0, entropy_abs_diff=ent_err,
-                   token_agreement=float(same.mean()))
+            H.emit(
+                bench="sampling",
+                case=case,
+                sizes={"rows": r, "vocab": v},
+                ours=ours_t,
+                anchor="unfused_jnp",
+                anchor_t=anc_t,
+                target=1.0,
+                note="CPU, f32 logits; XLA path of sample_tokens (Pallas needs a GPU)",
+                ours_err=err,
+                anchor_err=0.0,
+                entropy_abs_diff=ent_err,
+                token_agreement=float(same.mean()),
+            )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,11 @@ from jax.test_util import check_grads
 from scipy import stats as sps
 
 from jaxkit.kernels import sampling
-from jaxkit.kernels.sampling import _pallas
+from jaxkit.kernels.sampling import _hash, _pallas
 
-IMPLS = ["xla", "pallas_interpret"] + (["pallas"] if jax.default_backend() != "cpu" else [])
+IMPLS = ["xla", "pallas_interpret"] + (
+    ["pallas"] if jax.default_backend() != "cpu" else []
+)
 
 
 # ----------------------------------------------------------------- NumPy oracle
@@ -81,9 +83,18 @@ _SAMPLERS = {}
 
 def sampler(impl="xla", stats="sampled"):
     if (impl, stats) not in _SAMPLERS:
-        _SAMPLERS[impl, stats] = jax.jit(lambda x, key, t, k, p, mp: sampling.sample_tokens(
-            x, key=key, temperature=t, top_k=k, top_p=p, min_p=mp, stats=stats,
-            implementation=impl))
+        _SAMPLERS[impl, stats] = jax.jit(
+            lambda x, key, t, k, p, mp: sampling.sample_tokens(
+                x,
+                key=key,
+                temperature=t,
+                top_k=k,
+                top_p=p,
+                min_p=mp,
+                stats=stats,
+                implementation=impl,
+            )
+        )
     return _SAMPLERS[impl, stats]
 
 
@@ -93,8 +104,14 @@ def run(x, key, impl="xla", stats="sampled", **cfg):
     full = dict(temperature=1.0, top_k=None, top_p=1.0, min_p=0.0) | cfg
     k = v if full["top_k"] is None else full["top_k"]
     f32 = lambda a: jnp.full((r,), a, jnp.float32)  # noqa: E731
-    return sampler(impl, stats)(x, key, f32(full["temperature"]), jnp.full((r,), k, jnp.int32),
-                                f32(full["top_p"]), f32(full["min_p"]))
+    return sampler(impl, stats)(
+        x,
+        key,
+        f32(full["temperature"]),
+        jnp.full((r,), k, jnp.int32),
+        f32(full["top_p"]),
+        f32(full["min_p"]),
+    )
 
 
 _draw = sampler()
@@ -146,10 +163,18 @@ def test_chi_square_has_power(row):
 def test_probability_and_entropy_exact(impl, stats, key):
     kx, ks = jax.random.split(key)
     x = 2.0 * jax.random.normal(kx, (8, 24), jnp.float32)
-    cfgs = [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.6), dict(min_p=0.1),
-            dict(temperature=0.0), dict(temperature=1.3, top_k=9, top_p=0.8, min_p=0.02)]
+    cfgs = [
+        dict(),
+        dict(temperature=0.7, top_k=5),
+        dict(top_p=0.6),
+        dict(min_p=0.1),
+        dict(temperature=0.0),
+        dict(temperature=1.3, top_k=9, top_p=0.8, min_p=0.02),
+    ]
     if impl != "xla":
-        cfgs = cfgs[-2:]  # interpret mode is slow; the kernel == reference test covers more
+        cfgs = cfgs[
+            -2:
+        ]  # interpret mode is slow; the kernel == reference test covers more
     for cfg in cfgs:
         out = run(x, ks, impl, stats, **cfg)
         for r in range(x.shape[0]):
@@ -160,10 +185,20 @@ def test_probability_and_entropy_exact(impl, stats, key):
                 q_stat = q
             tok = int(out.token[r])
             assert q[tok] > 0, (cfg, "token outside the kept set")
-            np.testing.assert_allclose(float(out.probability[r]), q_stat[tok], rtol=2e-5,
-                                       atol=1e-7, err_msg=str(cfg))
-            np.testing.assert_allclose(float(out.entropy[r]), np_entropy(q_stat),
-                                       rtol=2e-5, atol=2e-6, err_msg=str(cfg))
+            np.testing.assert_allclose(
+                float(out.probability[r]),
+                q_stat[tok],
+                rtol=2e-5,
+                atol=1e-7,
+                err_msg=str(cfg),
+            )
+            np.testing.assert_allclose(
+                float(out.entropy[r]),
+                np_entropy(q_stat),
+                rtol=2e-5,
+                atol=2e-6,
+                err_msg=str(cfg),
+            )
 
 
 def test_plain_equals_jax_random_categorical(key):
@@ -186,8 +221,9 @@ def test_bf16_documented_difference_from_categorical(key):
     assert got.probability.dtype == jnp.bfloat16 and got.token.dtype == jnp.int32
 
 
-@pytest.mark.parametrize(("dtype", "block_r"), [(jnp.float32, 2), (jnp.float32, 8),
-                                               (jnp.bfloat16, 4)])
+@pytest.mark.parametrize(
+    ("dtype", "block_r"), [(jnp.float32, 2), (jnp.float32, 8), (jnp.bfloat16, 4)]
+)
 def test_pallas_interpret_equals_reference(dtype, block_r, key):
     kx, ks = jax.random.split(key)
     r, v = 8, 40  # vocab padded to 64 inside the kernel; 1 or 4 row blocks
@@ -199,17 +235,47 @@ def test_pallas_interpret_equals_reference(dtype, block_r, key):
     mp = jnp.asarray(rng.uniform(0.0, 0.2, r).astype(np.float32))
     args = (x, jax.random.gumbel(ks, (r, v), jnp.float32), t, k, p, mp)
     want = sampling.sample_rows_reference(*args)
-    got = _pallas.sample_rows_pallas(*args, block_r=block_r, interpret=True)
-    np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))
-    np.testing.assert_allclose(got.probability, want.probability, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got.entropy, want.entropy, rtol=1e-5, atol=1e-5)
+    # noise in-kernel from the key (threefry hash, flat index row * V + col), and,
+    # for one block size, noise read from HBM (the path for f64 / non-threefry keys)
+    noises = [jax.random.key_data(ks)] + ([args[1]] if block_r == 2 else [])
+    for noise in noises:
+        got = _pallas.sample_rows_pallas(
+            x, noise, *args[2:], block_r=block_r, interpret=True
+        )
+        np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))
+        np.testing.assert_allclose(
+            got.probability, want.probability, rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(got.entropy, want.entropy, rtol=1e-5, atol=1e-5)
     if dtype != jnp.bfloat16:
         return
     # and through the public API (per-row hyperparameters)
-    api = sampling.sample_tokens(x, key=ks, temperature=t, top_k=k, top_p=p, min_p=mp,
-                                 implementation="pallas_interpret")
+    api = sampling.sample_tokens(
+        x,
+        key=ks,
+        temperature=t,
+        top_k=k,
+        top_p=p,
+        min_p=mp,
+        implementation="pallas_interpret",
+    )
     np.testing.assert_array_equal(np.asarray(api.token), np.asarray(want.token))
     assert api.probability.dtype == dtype
+
+
+def test_counter_hash_is_jax_random_gumbel_bit_for_bit(key):
+    shape = (6, 50)
+    idx = jnp.arange(300, dtype=jnp.uint32).reshape(shape)
+    kd = jax.random.key_data(key)
+    got = jax.jit(_hash.gumbel_f32)(kd[0], kd[1], idx)
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(jax.random.gumbel(key, shape, jnp.float32))
+    )
+    # the flat layout: noise over (*batch, V) equals noise over (R, V)
+    np.testing.assert_array_equal(
+        np.asarray(jax.random.gumbel(key, (2, 3, 50))).reshape(shape),
+        np.asarray(jax.random.gumbel(key, shape)),
+    )
 
 
 def test_greedy_under_jit_without_retrace(key):
@@ -248,8 +314,9 @@ def test_limits(impl, key):
     for a, b in zip(plain, full, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     if impl == "xla":  # equal to categorical (the kernel equals the reference)
-        np.testing.assert_array_equal(np.asarray(plain.token),
-                                      np.asarray(jax.random.categorical(ks, x)))
+        np.testing.assert_array_equal(
+            np.asarray(plain.token), np.asarray(jax.random.categorical(ks, x))
+        )
     shifted = run(x + 3.0, ks, impl, top_p=0.8)
     base = run(x, ks, impl, top_p=0.8)
     np.testing.assert_array_equal(np.asarray(shifted.token), np.asarray(base.token))
@@ -284,19 +351,34 @@ def test_masked_vocabulary_never_sampled(impl, key):
     assert np.all(np.isfinite(np.asarray(out.entropy)))
 
 
-_filtered = jax.jit(lambda x, t, k, p, mp: sampling.filtered_probabilities(
-    x, temperature=t, top_k=k, top_p=p, min_p=mp))
+_filtered = jax.jit(
+    lambda x, t, k, p, mp: sampling.filtered_probabilities(
+        x, temperature=t, top_k=k, top_p=p, min_p=mp
+    )
+)
 
 
 @hp.settings(max_examples=25)
-@hp.given(seed=st.integers(0, 2**16), t=st.floats(0.05, 3.0), k=st.integers(1, 12),
-          p=st.floats(0.05, 1.0), mp=st.floats(0.0, 0.5))
+@hp.given(
+    seed=st.integers(0, 2**16),
+    t=st.floats(0.05, 3.0),
+    k=st.integers(1, 12),
+    p=st.floats(0.05, 1.0),
+    mp=st.floats(0.0, 0.5),
+)
 def test_token_in_support_and_stats_consistent(seed, t, k, p, mp):
     x = np.random.default_rng(seed).standard_normal((4, 12)).astype(np.float32) * 2
-    out = _draw(jnp.asarray(x), jax.random.key(seed), jnp.float32(t), jnp.int32(k),
-                jnp.float32(p), jnp.float32(mp))
-    q = np.asarray(_filtered(x, jnp.float32(t), jnp.int32(k), jnp.float32(p),
-                             jnp.float32(mp)))
+    out = _draw(
+        jnp.asarray(x),
+        jax.random.key(seed),
+        jnp.float32(t),
+        jnp.int32(k),
+        jnp.float32(p),
+        jnp.float32(mp),
+    )
+    q = np.asarray(
+        _filtered(x, jnp.float32(t), jnp.int32(k), jnp.float32(p), jnp.float32(mp))
+    )
     tok = np.asarray(out.token)
     qt = q[np.arange(4), tok]
     assert np.all(qt > 0)
@@ -312,9 +394,11 @@ def test_grads_pallas_equal_reference(key):
 
     def loss(impl):
         def f(x, t):
-            o = sampling.sample_tokens(x, key=ks, temperature=t, top_p=0.9,
-                                       implementation=impl)
+            o = sampling.sample_tokens(
+                x, key=ks, temperature=t, top_p=0.9, implementation=impl
+            )
             return jnp.sum(o.probability) + jnp.sum(o.entropy)
+
         return jax.jit(jax.grad(f, argnums=(0, 1)))(x, jnp.float32(0.8))
 
     gx_ref, gt_ref = loss("xla")
@@ -330,8 +414,14 @@ def test_check_grads_reference_x64_logits_stats(key):
         x = jax.random.normal(key, (3, 8), jnp.float64)
 
         def f(x):
-            o = sampling.sample_tokens(x, key=jax.random.key(5), temperature=0.9, top_k=6,
-                                       stats="logits", implementation="xla")
+            o = sampling.sample_tokens(
+                x,
+                key=jax.random.key(5),
+                temperature=0.9,
+                top_k=6,
+                stats="logits",
+                implementation="xla",
+            )
             return o.probability, o.entropy
 
         check_grads(jax.jit(f), (x,), order=1, modes=("fwd", "rev"))
@@ -345,9 +435,14 @@ def test_errors_name_the_argument(key):
     k = jax.random.key(1)
     with pytest.raises(TypeError, match="logits"):
         sampling.sample_tokens(jnp.ones((4, 10), jnp.int32), key=k)
-    for kw, name in [(dict(top_p=0.0), "top_p"), (dict(top_p=1.2), "top_p"),
-                     (dict(temperature=-1.0), "temperature"), (dict(top_k=11), "top_k"),
-                     (dict(top_k=0), "top_k"), (dict(min_p=-0.1), "min_p")]:
+    for kw, name in [
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.2), "top_p"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_k=11), "top_k"),
+        (dict(top_k=0), "top_k"),
+        (dict(min_p=-0.1), "min_p"),
+    ]:
         with pytest.raises(ValueError, match=name):
             sampling.sample_tokens(x, key=k, **kw)
     with pytest.raises(ValueError, match="logits"):
@@ -361,7 +456,9 @@ def test_errors_name_the_argument(key):
 def test_traced_bad_values_raise_at_runtime(key):
     x = jax.random.normal(key, (4, 10), jnp.float32)
     k = jax.random.key(1)
-    f = jax.jit(lambda x, t, p: sampling.sample_tokens(x, key=k, temperature=t, top_p=p))
+    f = jax.jit(
+        lambda x, t, p: sampling.sample_tokens(x, key=k, temperature=t, top_p=p)
+    )
     jax.block_until_ready(f(x, 1.0, 0.9))
     with pytest.raises(Exception, match="temperature"):
         jax.block_until_ready(f(x, -1.0, 0.9))
@@ -375,21 +472,34 @@ def test_pallas_inside_shard_map(key, mesh8):
     x = jax.random.normal(key, (8, 16), jnp.float32)
 
     def local(x, k):
-        k = jax.random.fold_in(k, jax.lax.axis_index("data"))  # distinct noise per shard
-        return tuple(sampling.sample_tokens(x, key=k, top_p=0.9,
-                                            implementation="pallas_interpret"))
+        k = jax.random.fold_in(
+            k, jax.lax.axis_index("data")
+        )  # distinct noise per shard
+        return tuple(
+            sampling.sample_tokens(
+                x, key=k, top_p=0.9, implementation="pallas_interpret"
+            )
+        )
 
     # check_vma=False: pallas_call's interpret mode mixes varying and invariant
     # values (jax's own advice for kernels inside shard_map)
-    f = jax.shard_map(local, mesh=mesh8, in_specs=(jax.P("data", None), jax.P()),
-                      out_specs=jax.P("data"), check_vma=False)
+    f = jax.shard_map(
+        local,
+        mesh=mesh8,
+        in_specs=(jax.P("data", None), jax.P()),
+        out_specs=jax.P("data"),
+        check_vma=False,
+    )
     with jax.set_mesh(mesh8):
         xs = jax.device_put(x, jax.NamedSharding(mesh8, jax.P("data", None)))
         tok, prob, _ = jax.jit(f)(xs, jax.random.key(2))
         assert tok.sharding.spec[0] == "data"
         with pytest.raises(NotImplementedError, match="shard_map"):
-            jax.jit(lambda a: sampling.sample_tokens(
-                a, key=jax.random.key(2), implementation="pallas_interpret"))(xs)
+            jax.jit(
+                lambda a: sampling.sample_tokens(
+                    a, key=jax.random.key(2), implementation="pallas_interpret"
+                )
+            )(xs)
     q = sampling.filtered_probabilities(x, top_p=0.9)
     np.testing.assert_allclose(prob, q[np.arange(8), np.asarray(tok)], rtol=1e-5)
 
@@ -397,8 +507,12 @@ def test_pallas_inside_shard_map(key, mesh8):
         k = jax.random.fold_in(k, jax.lax.axis_index("data"))
         return tuple(sampling.sample_tokens(x, key=k, top_p=0.9, implementation="xla"))
 
-    g = jax.shard_map(local_xla, mesh=mesh8, in_specs=(jax.P("data", None), jax.P()),
-                      out_specs=jax.P("data"))
+    g = jax.shard_map(
+        local_xla,
+        mesh=mesh8,
+        in_specs=(jax.P("data", None), jax.P()),
+        out_specs=jax.P("data"),
+    )
     with jax.set_mesh(mesh8):
         tok2, _, _ = jax.jit(g)(xs, jax.random.key(2))
     np.testing.assert_array_equal(np.asarray(tok2), np.asarray(tok))

@@ -7,7 +7,9 @@ confidence signals that diffusion decoders use for remasking. A jnp reference
 """
 
 from jaxkit.kernels.sampling._api import SampleOutput as SampleOutput
-from jaxkit.kernels.sampling._api import filtered_probabilities as filtered_probabilities
+from jaxkit.kernels.sampling._api import (
+    filtered_probabilities as filtered_probabilities,
+)
 from jaxkit.kernels.sampling._api import sample_tokens as sample_tokens
 from jaxkit.kernels.sampling._reference import (
     sample_rows_reference as sample_rows_reference,

@@ -36,12 +36,20 @@ class SampleOutput(NamedTuple):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
 def _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret):
-    return _pallas.sample_rows_pallas(x, noise, t, k, p, mp, stats=stats,
-                                      interpret=interpret)
+    return _pallas.sample_rows_pallas(
+        x, noise, t, k, p, mp, stats=stats, interpret=interpret
+    )
 
 
 def _fwd(x, noise, t, k, p, mp, stats, interpret):
-    return _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret), (x, noise, t, k, p, mp)
+    return _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret), (
+        x,
+        noise,
+        t,
+        k,
+        p,
+        mp,
+    )
 
 
 def _bwd(stats, interpret, res, g):
@@ -50,6 +58,9 @@ def _bwd(stats, interpret, res, g):
     # probability and the entropy; the token, the thresholds and the noise have none.
     del interpret
     x, noise, t, k, p, mp = res
+    if noise.ndim == 1:  # key data: the kernel made the noise itself, bit-identical to
+        key = jax.random.wrap_key_data(noise, impl="threefry2x32")
+        noise = jax.random.gumbel(key, x.shape, jnp.float32)
 
     def f(x, t):
         out = ref.sample_rows_reference(x, noise, t, k, p, mp, stats=stats)
@@ -74,10 +85,11 @@ def _per_row(value, like: Array, *, name: str, dtype) -> Array:
     """
     batch = like.shape
     a = jnp.asarray(value)
-    if a.ndim > len(batch) or a.shape != batch[len(batch) - a.ndim:]:
+    if a.ndim > len(batch) or a.shape != batch[len(batch) - a.ndim :]:
         raise TypeError(
             f"`{name}` must be a scalar or have the batch shape {batch} (or a trailing "
-            f"part of it), got shape {a.shape}.")
+            f"part of it), got shape {a.shape}."
+        )
     return (jnp.zeros_like(like, dtype=dtype) + a.astype(dtype)).reshape(-1)
 
 
@@ -107,7 +119,8 @@ def _check_top_k(top_k, vocab: int) -> None:
     if a is not None and (np.any(a < 1) or np.any(a > vocab)):
         raise ValueError(
             f"`top_k` must lie in [1, vocab size {vocab}] (None disables it), got "
-            f"top_k={a.tolist()}.")
+            f"top_k={a.tolist()}."
+        )
 
 
 def sample_tokens(
@@ -195,8 +208,9 @@ def sample_tokens(
     *batch, vocab = logits.shape
     batch = tuple(batch)
     if vocab == 0:
-        raise TypeError("`logits` must have a non-empty vocabulary axis, got shape "
-                        f"{logits.shape}.")
+        raise TypeError(
+            f"`logits` must have a non-empty vocabulary axis, got shape {logits.shape}."
+        )
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
@@ -211,28 +225,51 @@ def sample_tokens(
     # Value checks. The logits checks guard the small per-row `t` (which every path
     # consumes), not the (R, V) logits: under a mesh, eqx.error_if's result is
     # computed on one device, and replicating R numbers is cheap, R * V is not.
-    t = _guard(t, jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
-               "`logits` must not contain NaN or +inf.")
-    t = _guard(t, jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
-               "`logits` has a row that is entirely -inf (nothing to sample).")
+    t = _guard(
+        t,
+        jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
+        "`logits` must not contain NaN or +inf.",
+    )
+    t = _guard(
+        t,
+        jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
+        "`logits` has a row that is entirely -inf (nothing to sample).",
+    )
     t = _guard(t, jnp.any(t < 0), "`temperature` must be >= 0.")
     p = _guard(p, jnp.any((p <= 0) | (p > 1)), "`top_p` must lie in (0, 1].")
     mp = _guard(mp, jnp.any((mp < 0) | (mp > 1)), "`min_p` must lie in [0, 1].")
     k = _guard(k, jnp.any((k < 1) | (k > vocab)), f"`top_k` must lie in [1, {vocab}].")
 
-    noise = jax.random.gumbel(key, logits.shape, cd,
-                              out_sharding=jax.typeof(logits).sharding)
     x2 = logits.reshape(-1, vocab)
-    g2 = noise.reshape(-1, vocab)
+
+    def noise():  # flat (R, V) noise equals gumbel over logits.shape (partitionable)
+        g = jax.random.gumbel(
+            key, logits.shape, cd, out_sharding=jax.typeof(logits).sharding
+        )
+        return g.reshape(-1, vocab)
+
+    def kernel(interpret):
+        # threefry keys: the kernel hashes its own noise (reads only the logits)
+        g = (
+            jax.random.key_data(key)
+            if _pallas.hash_noise_supported(key, logits.dtype, logits.size)
+            else noise()
+        )
+        return _kernel_with_vjp(x2, g, t, k, p, mp, stats, interpret)
+
     rows = _dispatch.dispatch(
         implementation,
-        reference=lambda: ref.sample_rows_reference(x2, g2, t, k, p, mp, stats=stats),
-        kernel=lambda interpret: _kernel_with_vjp(x2, g2, t, k, p, mp, stats, interpret),
+        reference=lambda: ref.sample_rows_reference(
+            x2, noise(), t, k, p, mp, stats=stats
+        ),
+        kernel=kernel,
     )
     dt = logits.dtype
-    return SampleOutput(rows.token.reshape(batch),
-                        rows.probability.astype(dt).reshape(batch),
-                        rows.entropy.astype(dt).reshape(batch))
+    return SampleOutput(
+        rows.token.reshape(batch),
+        rows.probability.astype(dt).reshape(batch),
+        rows.entropy.astype(dt).reshape(batch),
+    )
 
 
 def filtered_probabilities(

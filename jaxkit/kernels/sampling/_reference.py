@@ -27,14 +27,18 @@ class RowStats(NamedTuple):
 
 def compute_dtype(dtype: jnp.dtype) -> jnp.dtype:
     """f64 for f64 inputs, f32 otherwise (bf16/f16 accumulate in f32)."""
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(
-        jnp.float32)
+    return (
+        jnp.dtype(jnp.float64)
+        if jnp.dtype(dtype) == jnp.float64
+        else jnp.dtype(jnp.float32)
+    )
 
 
 def column_index(s: Array) -> Array:
-    """int32 column index of a 2-D array, with the sharding of ``s`` (explicit meshes)."""
-    return jax.lax.broadcasted_iota(jnp.int32, s.shape, 1,
-                                    out_sharding=jax.typeof(s).sharding)
+    """int32 column index of a 2-D array, with the sharding of ``s``."""
+    return jax.lax.broadcasted_iota(
+        jnp.int32, s.shape, 1, out_sharding=jax.typeof(s).sharding
+    )
 
 
 def tempered(logits: Float[Array, "R V"], temperature: Float[Array, " R"]) -> Array:
@@ -44,6 +48,30 @@ def tempered(logits: Float[Array, "R V"], temperature: Float[Array, " R"]) -> Ar
     safe_t = jnp.where(t > 0, t, jnp.ones_like(t))
     s = logits.astype(cd) / safe_t[:, None]
     return jnp.where(s == 0, jnp.zeros_like(s), s)  # -0.0 -> +0.0 (one key per value)
+
+
+def _sorted_thresholds(s, m, e, k, p):
+    """Top-k then top-p kept set from a descending sort of each row."""
+    desc = -jnp.sort(-s, axis=-1)  # descending, ties adjacent
+    tau_k = jnp.take_along_axis(desc, (k - 1)[:, None], axis=-1)
+    keep_k = s >= tau_k
+    # top-p on the top-k-renormalised distribution: keep the smallest prefix (in
+    # descending order) whose mass reaches p * Z_k, plus all ties of its last value.
+    e_desc = jnp.exp(desc - m)
+    e_desc = jnp.where(desc >= tau_k, e_desc, jnp.zeros_like(e_desc))
+    z_k = jnp.sum(jnp.where(keep_k, e, jnp.zeros_like(e)), axis=-1, keepdims=True)
+    cum = jnp.cumsum(e_desc, axis=-1)
+    first = jnp.argmax(cum >= p * z_k, axis=-1)
+    reached = jnp.any(cum >= p * z_k, axis=-1)  # fails only by rounding when p ~ 1
+    first = jnp.where(reached, first, jnp.sum(keep_k, axis=-1) - 1)
+    tau_p = jnp.take_along_axis(desc, first[:, None], axis=-1)
+    tau_p = jnp.where(p >= 1, jnp.full_like(tau_p, -jnp.inf), tau_p)
+    return keep_k & (s >= tau_p)
+
+
+def _all_kept(s, m, e, k, p):
+    del m, e, k, p
+    return jnp.ones_like(s, dtype=bool)
 
 
 def kept_mask(
@@ -65,25 +93,9 @@ def kept_mask(
     k = jnp.clip(top_k, 1, v).astype(jnp.int32)
     p = top_p.astype(cd)[:, None]
 
-    def sorted_thresholds():
-        desc = -jnp.sort(-s, axis=-1)  # descending, ties adjacent
-        tau_k = jnp.take_along_axis(desc, (k - 1)[:, None], axis=-1)
-        keep_k = s >= tau_k
-        # top-p on the top-k-renormalised distribution: keep the smallest prefix (in
-        # descending order) whose mass reaches p * Z_k, plus every tie of its last value.
-        e_desc = jnp.exp(desc - m)
-        e_desc = jnp.where(desc >= tau_k, e_desc, jnp.zeros_like(e_desc))
-        z_k = jnp.sum(jnp.where(keep_k, e, jnp.zeros_like(e)), axis=-1, keepdims=True)
-        cum = jnp.cumsum(e_desc, axis=-1)
-        first = jnp.argmax(cum >= p * z_k, axis=-1)
-        reached = jnp.any(cum >= p * z_k, axis=-1)  # fails only by rounding when p ~ 1
-        first = jnp.where(reached, first, jnp.sum(keep_k, axis=-1) - 1)
-        tau_p = jnp.take_along_axis(desc, first[:, None], axis=-1)
-        tau_p = jnp.where(p >= 1, jnp.full_like(tau_p, -jnp.inf), tau_p)
-        return keep_k & (s >= tau_p)
-
     active = jnp.any(k < v) | jnp.any(p < 1)
-    keep_kp = jax.lax.cond(active, sorted_thresholds, lambda: jnp.ones_like(s, dtype=bool))
+    # module-level branches (not closures), so eager calls hit jax's trace cache
+    keep_kp = jax.lax.cond(active, _sorted_thresholds, _all_kept, s, m, e, k, p)
     return keep_kp & (e >= min_p.astype(cd)[:, None])
 
 
