@@ -168,7 +168,12 @@ def sample_tokens(
         ``"logits"``: they describe ``softmax(logits)`` (no temperature, no
         filter), the confidence used by low-confidence remasking.
       implementation: ``"auto"`` (Pallas on GPU/TPU, else jnp), ``"xla"``,
-        ``"pallas"`` or ``"pallas_interpret"``.
+        ``"pallas"`` or ``"pallas_interpret"``. The kernel holds whole rows
+        (padded vocab <= 65536) and is a per-device program: beyond that size, or
+        under an explicit mesh, ``"auto"`` uses the jnp path. To run it sharded,
+        call this inside ``jax.shard_map`` (``check_vma=False``) with
+        ``key = jax.random.fold_in(key, jax.lax.axis_index(axis))`` so shards
+        draw independent noise.
 
     Returns:
       A :class:`SampleOutput` ``(token, probability, entropy)`` of batch shape.
