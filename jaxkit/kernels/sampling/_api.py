@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, Integer, Real
 from jaxkit import _validate
 from jaxkit._typing import Implementation, KeyArray
 from jaxkit.kernels import _dispatch
-from jaxkit.kernels.sampling import _pallas
+from jaxkit.kernels.sampling import _fused, _pallas
 from jaxkit.kernels.sampling import _reference as ref
 
 Stats = Literal["sampled", "logits"]
@@ -63,7 +63,7 @@ def _bwd(stats, interpret, res, g):
         noise = jax.random.gumbel(key, x.shape, jnp.float32)
 
     def f(x, t):
-        out = ref.sample_rows_reference(x, noise, t, k, p, mp, stats=stats)
+        out = _fused.sample_block(x, noise, t, k, p, mp, stats=stats, vocab=x.shape[-1])
         return out.probability, out.entropy
 
     _, vjp = jax.vjp(f, x, t)
@@ -264,8 +264,8 @@ def sample_tokens(
 
     rows = _dispatch.dispatch(
         implementation,
-        reference=lambda: ref.sample_rows_reference(
-            x2, noise(), t, k, p, mp, stats=stats
+        reference=lambda: _fused.sample_block(
+            x2, noise(), t, k, p, mp, stats=stats, vocab=vocab
         ),
         kernel=kernel,
     )

@@ -18,44 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from jaxkit.kernels.sampling import _hash
+from jaxkit.kernels.sampling import _fused, _hash
 from jaxkit.kernels.sampling import _reference as ref
 
 MAX_BLOCK_ELEMENTS = 1 << 16
 """Largest ``block_r * padded_vocab`` per program (else NotImplementedError)."""
-
-
-def _int_dtype(cd: jnp.dtype) -> jnp.dtype:
-    return jnp.dtype(jnp.int64) if cd == jnp.float64 else jnp.dtype(jnp.int32)
-
-
-def orderable(s: jax.Array) -> jax.Array:
-    """Map floats to signed ints with the same order (canonicalise ``-0.0`` first)."""
-    it = _int_dtype(s.dtype)
-    b = jax.lax.bitcast_convert_type(s, it)
-    flip = np.array(np.iinfo(it).max, dtype=it)
-    return jnp.where(b < 0, b ^ flip, b)
-
-
-def _bisect(cond, lo, hi, n_iter):
-    """Largest K in [lo, hi) with cond(K), given cond(lo) and not cond(hi)."""
-
-    def body(_, carry):
-        lo, hi = carry
-        mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2), no overflow
-        ok = cond(mid)
-        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
-
-    lo, _ = jax.lax.fori_loop(0, n_iter, body, (lo, hi))
-    return lo
-
-
-def _argmax_lowest(z: jax.Array) -> jax.Array:
-    """Row arg-max with ties to the lowest index (as ``jnp.argmax``)."""
-    mx = jnp.max(z, axis=-1, keepdims=True)
-    cols = ref.column_index(z)
-    big = jnp.full_like(cols, z.shape[-1])
-    return jnp.min(jnp.where(z == mx, cols, big), axis=-1)
 
 
 def _kernel(
@@ -74,60 +41,20 @@ def _kernel(
     vocab,
 ):
     x = x_ref[...]
-    cd = ref.compute_dtype(x.dtype)
-    it = _int_dtype(cd)
-    nbits = np.iinfo(it).bits
-    t = t_ref[...].astype(cd)
-    s = ref.tempered(x, t)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    e = jnp.exp(s - m)
-    key = orderable(s)
-    lo0 = jnp.full_like(t, np.iinfo(it).min, dtype=it)
-    hi0 = orderable(m)[:, 0] + 1
-
-    # top-k: largest K with #{key >= K} >= k, i.e. the key of the k-th largest value.
-    k = k_ref[...].astype(it)
-    one, zero_i = jnp.ones_like(key), jnp.zeros_like(key)
-
-    def enough(kk):
-        return jnp.sum(jnp.where(key >= kk[:, None], one, zero_i), axis=-1) >= k
-
-    tau_k = _bisect(enough, lo0, hi0, nbits)
-    keep_k = key >= tau_k[:, None]
-
-    # top-p on the top-k-renormalised mass: largest K with mass{key >= K} >= p * Z_k.
-    zero = jnp.zeros_like(e)
-    ek = jnp.where(keep_k, e, zero)
-    target = p_ref[...].astype(cd) * jnp.sum(ek, axis=-1)
-
-    def heavy(kk):
-        return jnp.sum(jnp.where(key >= kk[:, None], ek, zero), axis=-1) >= target
-
-    tau_p = _bisect(heavy, lo0, hi0, nbits)
-    tau_p = jnp.where(p_ref[...].astype(cd) >= 1, lo0, tau_p)
-    keep = keep_k & (key >= tau_p[:, None]) & (e >= mp_ref[...].astype(cd)[:, None])
-
     if hash_noise:  # g_ref holds the threefry key words; noise of flat element r*V + c
         rows = (
-            jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
-            + pl.program_id(0) * s.shape[0]
+            jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
+            + pl.program_id(0) * x.shape[0]
         )
-        flat = rows.astype(jnp.uint32) * np.uint32(vocab) + ref.column_index(s).astype(
+        flat = rows.astype(jnp.uint32) * np.uint32(vocab) + ref.column_index(x).astype(
             jnp.uint32
         )
-        g = _hash.gumbel_f32(g_ref[0], g_ref[1], flat).astype(cd)
+        g = _hash.gumbel_f32(g_ref[0], g_ref[1], flat)
     else:
-        g = g_ref[...].astype(cd)
-    sampled = _argmax_lowest(jnp.where(keep, s + g, jnp.full_like(s, -jnp.inf)))
-    greedy = _argmax_lowest(s)
-    tok = jnp.where(t > 0, sampled, greedy).astype(jnp.int32)
-    if stats == "logits":
-        xc = x.astype(cd)
-        prob, ent = ref.row_stats(xc, xc > -jnp.inf, tok)
-    else:
-        prob, ent = ref.row_stats(s, keep, tok)
-        prob = jnp.where(t > 0, prob, jnp.ones_like(prob))
-        ent = jnp.where(t > 0, ent, jnp.zeros_like(ent))
+        g = g_ref[...]
+    tok, prob, ent = _fused.sample_block(
+        x, g, t_ref[...], k_ref[...], p_ref[...], mp_ref[...], stats=stats, vocab=vocab
+    )
     tok_ref[...] = tok
     prob_ref[...] = prob.astype(prob_ref.dtype)
     ent_ref[...] = ent.astype(ent_ref.dtype)
