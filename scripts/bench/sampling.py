@@ -4,7 +4,8 @@ The anchor is what decoders usually write: softmax, `lax.top_k` for top-k, an
 argsort + cumsum + scatter-back for top-p (the Hugging Face warper), a min-p mask,
 `jax.random.categorical`, then a separate log-softmax for the token probability and
 the entropy. Ours (`sample_tokens`, `implementation="xla"`, the path "auto" takes on
-CPU) sorts once, turns every filter into one threshold, draws by Gumbel-max over the
+CPU) sorts nothing: it finds the top-k and top-p thresholds by exact bisection over
+the float bit patterns (32 counting passes each), draws by Gumbel-max over the
 kept set and computes probability and entropy in the same pass. Both are jitted;
 the same logits and key. Accuracy: ours_err is the largest |probability - anchor's|
 and the token agreement is reported (both are exact samplers of the same filtered

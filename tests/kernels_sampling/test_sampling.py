@@ -284,7 +284,7 @@ def test_xla_path_equals_sort_reference(key):
     k = (1 + (u[1] * v).astype(jnp.int32)).at[4:8].set(v)
     p = (0.2 + 0.8 * u[2]).at[8:12].set(1.0)
     mp = (0.2 * u[3]).at[12:16].set(0.0)
-    for stats in ("sampled", "logits"):
+    for stats in ("sampled",):  # "logits" stats: test_probability_and_entropy_exact
         got = sampler("xla", stats)(x, ks, t, k, p, mp)
         want = jax.jit(
             lambda x, g, st=stats: sampling.sample_rows_reference(

@@ -158,7 +158,7 @@ def sample_tokens(
       temperature: >= 0; a scalar or one value per row (traced, no recompile).
       top_k: Keep the ``top_k`` most likely tokens (1 <= top_k <= vocab), or
         ``None`` for no top-k. A Python int, a traced int scalar or one per row:
-        the threshold is found by sorting (reference) or bisection (kernel), so
+        the threshold is found by an exact bisection (sorting in the spec), so
         a traced ``top_k`` never recompiles.
       top_p: Nucleus mass in (0, 1]; 1 disables it. Scalar or per row, traced.
       min_p: In [0, 1]; 0 disables it. Scalar or per row, traced.

@@ -7,7 +7,8 @@ min-p (relative to the most likely token, so it commutes with the others). Each
 filter is a threshold on the tempered logits ``s``; ties at a threshold are all
 kept, so the kept set is ``{i : s_i >= tau}`` and always contains the arg-max.
 The reference finds the top-k and top-p thresholds by a full sort (obviously
-correct); the kernel finds the same values by a bisection over the bit patterns.
+correct); ``_fused`` (run by the kernel and by ``implementation="xla"``) finds the
+same values by a bisection over the bit patterns, and tests check they agree.
 """
 
 from typing import NamedTuple
