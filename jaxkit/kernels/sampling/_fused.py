@@ -1,0 +1,103 @@
+"""Sort-free fused sampler on a block of whole rows (shared by the kernel and XLA).
+
+The top-k and top-p thresholds are found exactly by bisection over the
+order-preserving integer image of the float bit patterns (32 counting passes for
+f32, 64 for f64), skipped (zero passes) when no row of the block uses the filter.
+Only elementwise ops, row reductions and a loop: the Pallas kernel runs
+:func:`sample_block` on its block and ``implementation="xla"`` runs it on the whole
+``(R, V)`` array. The sort-based ``_reference.sample_rows_reference`` is the spec;
+tests check both agree token for token.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit.kernels.sampling import _reference as ref
+
+
+def _int_dtype(cd: jnp.dtype) -> jnp.dtype:
+    return jnp.dtype(jnp.int64) if cd == jnp.float64 else jnp.dtype(jnp.int32)
+
+
+def orderable(s: jax.Array) -> jax.Array:
+    """Map floats to signed ints with the same order (canonicalise ``-0.0`` first)."""
+    it = _int_dtype(s.dtype)
+    b = jax.lax.bitcast_convert_type(s, it)
+    flip = np.array(np.iinfo(it).max, dtype=it)
+    return jnp.where(b < 0, b ^ flip, b)
+
+
+def _bisect(cond, lo, hi, n_iter):
+    """Largest K in [lo, hi) with cond(K), given cond(lo) and not cond(hi)."""
+
+    def body(_, carry):
+        lo, hi = carry
+        mid = (lo >> 1) + (hi >> 1) + (lo & hi & 1)  # floor((lo + hi) / 2), no overflow
+        ok = cond(mid)
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, n_iter, body, (lo, hi))
+    return lo
+
+
+def _argmax_lowest(z: jax.Array) -> jax.Array:
+    """Row arg-max with ties to the lowest index (as ``jnp.argmax``)."""
+    mx = jnp.max(z, axis=-1, keepdims=True)
+    cols = ref.column_index(z)
+    big = jnp.full_like(cols, z.shape[-1])
+    return jnp.min(jnp.where(z == mx, cols, big), axis=-1)
+
+
+def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int) -> ref.RowStats:
+    """Sample every row of ``x`` (``vocab`` real columns; extra columns are -inf)."""
+    cd = ref.compute_dtype(x.dtype)
+    it = _int_dtype(cd)
+    nbits = np.iinfo(it).bits
+    t = t.astype(cd)
+    p = p.astype(cd)
+    s = ref.tempered(x, t)  # differentiable: the statistics below use it
+    sg = jax.lax.stop_gradient(s)  # the selection has no derivative
+    m = jnp.max(sg, axis=-1, keepdims=True)
+    e = jnp.exp(sg - m)
+    key = orderable(sg)
+    lo0 = jnp.full_like(t, np.iinfo(it).min, dtype=it)
+    hi0 = orderable(m)[:, 0] + 1
+
+    # top-k: largest K with #{key >= K} >= k, i.e. the key of the k-th largest value.
+    k = k.astype(it)
+    one, zero_i = jnp.ones_like(key), jnp.zeros_like(key)
+
+    def enough(kk):
+        return jnp.sum(jnp.where(key >= kk[:, None], one, zero_i), axis=-1) >= k
+
+    n_k = jnp.where(jnp.any(k < vocab), nbits, 0)  # no row filters: zero passes
+    tau_k = _bisect(enough, lo0, hi0, n_k)
+    keep_k = key >= tau_k[:, None]
+
+    # top-p on the top-k-renormalised mass: largest K with mass{key >= K} >= p * Z_k.
+    zero = jnp.zeros_like(e)
+    ek = jnp.where(keep_k, e, zero)
+    target = p * jnp.sum(ek, axis=-1)
+
+    def heavy(kk):
+        return jnp.sum(jnp.where(key >= kk[:, None], ek, zero), axis=-1) >= target
+
+    n_p = jnp.where(jnp.any(p < 1), nbits, 0)
+    tau_p = _bisect(heavy, lo0, hi0, n_p)
+    tau_p = jnp.where(p >= 1, lo0, tau_p)
+    keep = keep_k & (key >= tau_p[:, None]) & (e >= mp.astype(cd)[:, None])
+
+    sampled = _argmax_lowest(
+        jnp.where(keep, sg + g.astype(cd), jnp.full_like(sg, -jnp.inf))
+    )
+    greedy = _argmax_lowest(sg)
+    tok = jnp.where(t > 0, sampled, greedy).astype(jnp.int32)
+    if stats == "logits":
+        xc = x.astype(cd)
+        prob, ent = ref.row_stats(xc, xc > -jnp.inf, tok)
+    else:
+        prob, ent = ref.row_stats(s, keep, tok)
+        prob = jnp.where(t > 0, prob, jnp.ones_like(prob))
+        ent = jnp.where(t > 0, ent, jnp.zeros_like(ent))
+    return ref.RowStats(tok, prob, ent)
