@@ -16,3 +16,6 @@ from jaxkit.nn._transformer import init_params as init_params
 from jaxkit.nn._transformer import prefill as prefill
 from jaxkit.nn._transformer import run_layers as run_layers
 from jaxkit.nn._transformer import unembed as unembed
+from jaxkit.nn._layers import MLP as MLP
+from jaxkit.nn._layers import SmallCNN as SmallCNN
+from jaxkit.nn._layers import UNet as UNet

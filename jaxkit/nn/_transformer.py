@@ -50,6 +50,18 @@ def _acc(dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
+def _take_rows(table: Array, idx: Array) -> Array:
+    """``table[idx]`` (clipped), with the output sharded like ``idx`` under an explicit mesh."""
+    sh = getattr(jax.typeof(idx), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+    if not explicit:
+        return jnp.take(table, idx, axis=0, mode="clip")
+    spec = jax.sharding.PartitionSpec(*sh.spec, *([None] * (table.ndim - 1)))
+    return table.at[idx].get(out_sharding=spec, mode="clip")
+
+
 def _check_cfg(cfg) -> None:
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
@@ -206,7 +218,7 @@ def embed(params: PyTree, cfg: TransformerConfig,
     tokens = jnp.asarray(tokens)
     _validate.integer(tokens, name="tokens")
     _validate.ndim(tokens, 2, name="tokens")
-    return jnp.take(params["embed"], tokens, axis=0, mode="clip")
+    return _take_rows(params["embed"], tokens)
 
 
 def unembed(params: PyTree, cfg: TransformerConfig,
