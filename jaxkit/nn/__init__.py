@@ -19,3 +19,5 @@ from jaxkit.nn._transformer import unembed as unembed
 from jaxkit.nn._layers import MLP as MLP
 from jaxkit.nn._layers import SmallCNN as SmallCNN
 from jaxkit.nn._layers import UNet as UNet
+from jaxkit.nn._sharding import cache_specs as cache_specs
+from jaxkit.nn._sharding import param_specs as param_specs
