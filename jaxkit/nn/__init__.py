@@ -21,3 +21,9 @@ from jaxkit.nn._layers import SmallCNN as SmallCNN
 from jaxkit.nn._layers import UNet as UNet
 from jaxkit.nn._sharding import cache_specs as cache_specs
 from jaxkit.nn._sharding import param_specs as param_specs
+from jaxkit.nn._tiny import Fixture as Fixture
+from jaxkit.nn._tiny import TinyTask as TinyTask
+from jaxkit.nn._tiny import load_fixture as load_fixture
+from jaxkit.nn._tiny import tiny_task as tiny_task
+from jaxkit.nn._tiny import tiny_task_accuracy as tiny_task_accuracy
+from jaxkit.nn._tiny import tiny_task_vocab as tiny_task_vocab
