@@ -24,7 +24,7 @@ def test_layers_jit_vmap_grad(key):
     assert y.shape == (5, 3)
     g = jax.grad(lambda m: jnp.sum(jax.vmap(m)(x) ** 2))(cnn)
     assert jax.tree.structure(g) == jax.tree.structure(cnn)
-    unet = nn.UNet(2, 1, channels=(4, 8, 8), key=key)
+    unet = nn.UNet(2, 1, channels=(4, 8), key=key)
     out = jax.jit(jax.vmap(unet))(x, jnp.linspace(0, 1, 5))
     assert out.shape == (5, 1, 8, 8) and np.all(np.isfinite(out))
 
@@ -52,6 +52,6 @@ def test_layer_errors(key):
     with pytest.raises(TypeError, match="`x`"):
         nn.MLP(2, 2, key=key)(jnp.ones(3))
     with pytest.raises(TypeError, match="`x`"):
-        nn.SmallCNN(1, 2, key=key)(jnp.ones((2, 8, 8)))
+        nn.SmallCNN(1, 2, channels=(2,), key=key)(jnp.ones((2, 8, 8)))
     with pytest.raises(TypeError, match="divisible"):
-        nn.UNet(1, 1, channels=(4, 8), key=key)(jnp.ones((1, 5, 5)))
+        nn.UNet(1, 1, channels=(2, 2), key=key)(jnp.ones((1, 5, 5)))

@@ -54,14 +54,15 @@ def test_fully_masked_row_is_finite(key):
 
 def test_cached_greedy_decode_equals_full_recompute():
     p = _params()
-    b, p_len, n_new = 3, 7, 6
+    b, p_len, n_new = 3, 7, 5
     prompts = jax.random.randint(jax.random.key(1), (b, p_len), 0, CFG.vocab_size)
     lengths = jnp.array([3, 7, 5], jnp.int32)
     max_len = p_len + n_new
 
     # cached path
     step = jax.jit(lambda tok, c: nn.decode_step(p, CFG, tok, c))
-    logits, cache = nn.prefill(p, CFG, prompts, lengths, max_len=max_len)
+    logits, cache = jax.jit(lambda t, n: nn.prefill(p, CFG, t, n, max_len=max_len))(
+        prompts, lengths)
     cached_logits, cached_toks = [], []
     for _ in range(n_new):
         tok = jnp.argmax(logits, -1).astype(jnp.int32)
@@ -87,24 +88,26 @@ def test_chunk_on_cache_then_commit_k_rows():
     b, t0, w, cap = 3, 6, 4, 16
     toks = jax.random.randint(jax.random.key(5), (b, cap), 0, CFG.vocab_size)
     lengths = jnp.array([2, 6, 4], jnp.int32)
-    _, cache = nn.prefill(p, CFG, toks[:, :t0], lengths, max_len=cap)
+    pre = jax.jit(lambda t, n: nn.prefill(p, CFG, t, n, max_len=cap)[1])
+    fwd = jax.jit(lambda t, c: nn.apply(p, CFG, t, cache=c))
+    cache = pre(toks[:, :t0], lengths)
     rows = jnp.arange(b)[:, None]
     # chunk of W tokens at logical positions length + arange(W)
     idx = lengths[:, None] + jnp.arange(w)[None]
     chunk = toks[rows, idx]
-    out = nn.apply(p, CFG, chunk, cache=cache)
+    out = fwd(chunk, cache)
     np.testing.assert_array_equal(out.cache.length, lengths)  # not advanced
-    ref = nn.apply(p, CFG, toks).logits  # toks are the "true" continuation everywhere
+    ref = jax.jit(lambda t: nn.apply(p, CFG, t).logits)(toks)  # toks are the "true" continuation everywhere
     np.testing.assert_allclose(out.logits, ref[rows, idx], atol=1e-5, rtol=1e-5)
     # commit a different number of rows per sequence, then continue with another chunk
     k = jnp.array([1, 3, 0], jnp.int32)
     cache2 = nn.commit(out.cache, k)
     np.testing.assert_array_equal(cache2.length, lengths + k)
     idx2 = cache2.length[:, None] + jnp.arange(w)[None]
-    out2 = nn.apply(p, CFG, toks[rows, idx2], cache=cache2)
+    out2 = fwd(toks[rows, idx2], cache2)
     np.testing.assert_allclose(out2.logits, ref[rows, idx2], atol=1e-5, rtol=1e-5)
     # committed K/V equal a fresh causal prefill of the same prefix
-    _, fresh = nn.prefill(p, CFG, toks, jnp.full((b,), cap, jnp.int32), max_len=cap)
+    fresh = pre(toks, jnp.full((b,), cap, jnp.int32))
     for r in range(b):
         n = int(cache2.length[r])
         np.testing.assert_allclose(cache2.k[:, r, :n], fresh.k[:, r, :n], atol=1e-5)
@@ -138,10 +141,12 @@ def test_out_of_range_cache_writes_are_dropped():
     p = _params(seed=9)
     cap = 8
     toks = jax.random.randint(jax.random.key(6), (2, cap), 0, CFG.vocab_size)
-    _, cache = nn.prefill(p, CFG, toks, jnp.array([6, 2], jnp.int32), max_len=cap)
+    fwd = jax.jit(lambda t, c: nn.apply(p, CFG, t, cache=c))
+    cache = nn.init_cache(CFG, batch=2, max_len=cap)
+    cache = nn.commit(fwd(toks, cache).cache, jnp.array([6, 2], jnp.int32))
     before_k = np.asarray(cache.k)
     chunk = jax.random.randint(jax.random.key(7), (2, 4), 0, CFG.vocab_size)
-    out = nn.apply(p, CFG, chunk, cache=cache)
+    out = fwd(chunk, cache)
     k = np.asarray(out.cache.k)
     # row 0: slots 6, 7 written; slots 8, 9 dropped; slots 0..5 untouched
     np.testing.assert_array_equal(k[:, 0, :6], before_k[:, 0, :6])
@@ -150,8 +155,8 @@ def test_out_of_range_cache_writes_are_dropped():
     np.testing.assert_array_equal(k[:, 1, :2], before_k[:, 1, :2])
     np.testing.assert_array_equal(k[:, 1, 6:], before_k[:, 1, 6:])
     # the written rows are the chunk's K at logical positions 6, 7 (row 0)
-    ref = nn.apply(p, CFG, jnp.concatenate([toks[:1, :6], chunk[:1, :2]], 1),
-                   cache=nn.init_cache(CFG, batch=1, max_len=cap)).cache
+    seq = jnp.concatenate([toks[:, :6], chunk[:, :2]], 1)
+    ref = fwd(seq, nn.init_cache(CFG, batch=2, max_len=cap)).cache
     np.testing.assert_allclose(k[:, 0, 6:8], ref.k[:, 0, 6:8], atol=1e-5)
     assert np.all(np.isfinite(np.asarray(out.logits)))
     np.testing.assert_array_equal(nn.commit(out.cache, 4).length, [8, 6])
