@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
+from jaxkit.nn._init import normal_pieces
 
 _ACTIVATIONS = {
     "relu": jax.nn.relu,
@@ -48,10 +49,6 @@ def _conv(x: Array, w: Array, b: Array, *, stride: int = 1) -> Array:
         dimension_numbers=("NCHW", "OIHW", "NCHW"),
         preferred_element_type=_acc(x.dtype))[0].astype(x.dtype)
     return y + b[:, None, None].astype(x.dtype)
-
-
-def _init_w(key, shape, fan_in, dtype):
-    return (jax.random.normal(key, shape, jnp.float32) / math.sqrt(fan_in)).astype(dtype)
 
 
 def _check_act(name: str, value: str | None, allow_none: bool = False) -> None:
@@ -98,9 +95,8 @@ class MLP(eqx.Module):
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
         for h in sizes:
             _validate.positive(hidden=h)
-        keys = jax.random.split(key, len(sizes) - 1)
-        self.weights = tuple(_init_w(k, (a, b), a, dtype)
-                             for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True))
+        self.weights = tuple(normal_pieces(
+            key, [((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)], dtype))
         self.biases = (tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None)
         self.activation = activation
         self.final_activation = final_activation
@@ -156,17 +152,14 @@ class SmallCNN(eqx.Module):
         _validate.is_key(key)
         if len(channels) == 0:
             raise ValueError("`channels` must name at least one convolution.")
-        keys = jax.random.split(key, len(channels) + 1)
-        convs = []
-        c_in = int(in_channels)
-        for k, c in zip(keys[:-1], channels, strict=True):
-            fan = c_in * kernel_size * kernel_size
-            convs.append((_init_w(k, (int(c), c_in, kernel_size, kernel_size), fan, dtype),
-                          jnp.zeros((int(c),), dtype)))
+        specs, c_in = [], int(in_channels)
+        for c in channels:
+            specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size ** 2))
             c_in = int(c)
-        self.convs = tuple(convs)
-        self.head = (_init_w(keys[-1], (c_in, int(out_size)), c_in, dtype),
-                     jnp.zeros((int(out_size),), dtype))
+        specs.append(((c_in, int(out_size)), c_in))
+        ws = normal_pieces(key, specs, dtype)
+        self.convs = tuple((w, jnp.zeros((w.shape[0],), dtype)) for w in ws[:-1])
+        self.head = (ws[-1], jnp.zeros((int(out_size),), dtype))
         self.activation = activation
 
     def __call__(self, x: Float[ArrayLike, "C H W"]) -> Float[Array, " out"]:
@@ -239,30 +232,35 @@ class UNet(eqx.Module):
         if time_dim % 2:
             raise ValueError(f"`time_dim` must be even, got time_dim={time_dim}.")
         chans = [int(c) for c in channels]
-        keys = iter(jax.random.split(key, 4 * len(chans) + 2 * len(chans) + 2))
-
-        def conv(c_out, c_in):
-            return (_init_w(next(keys), (c_out, c_in, 3, 3), 9 * c_in, dtype),
-                    jnp.zeros((c_out,), dtype))
-
-        down, c_in = [], int(in_channels)
-        for c in chans:
-            w1, b1 = conv(c, c_in)
-            w2, b2 = conv(c, c)
-            down.append((w1, b1, w2, b2))
+        specs, c_in = [], int(in_channels)
+        for c in chans:  # down: two convs per level
+            specs += [((c, c_in, 3, 3), 9 * c_in), ((c, c, 3, 3), 9 * c)]
             c_in = c
-        up = []
-        for lvl in range(len(chans) - 2, -1, -1):
+        for lvl in range(len(chans) - 2, -1, -1):  # up: two convs per level
             c = chans[lvl]
-            w1, b1 = conv(c, chans[lvl + 1] + c)
-            w2, b2 = conv(c, c)
+            specs += [((c, chans[lvl + 1] + c, 3, 3), 9 * (chans[lvl + 1] + c)),
+                      ((c, c, 3, 3), 9 * c)]
+        specs.append(((int(out_channels), chans[0], 1, 1), chans[0]))
+        specs += [((time_dim, c), time_dim) for c in chans]
+        ws = iter(normal_pieces(key, specs, dtype))
+
+        def conv():
+            w = next(ws)
+            return w, jnp.zeros((w.shape[0],), dtype)
+
+        down = []
+        for _ in chans:
+            w1, b1 = conv()
+            w2, b2 = conv()
+            down.append((w1, b1, w2, b2))
+        up = []
+        for _ in range(len(chans) - 1):
+            w1, b1 = conv()
+            w2, b2 = conv()
             up.append((w1, b1, w2, b2))
         self.down, self.up = tuple(down), tuple(up)
-        self.out = (_init_w(next(keys), (int(out_channels), chans[0], 1, 1), chans[0], dtype),
-                    jnp.zeros((int(out_channels),), dtype))
-        self.time_proj = tuple(
-            (_init_w(next(keys), (time_dim, c), time_dim, dtype), jnp.zeros((c,), dtype))
-            for c in chans)
+        self.out = conv()
+        self.time_proj = tuple((next(ws), jnp.zeros((c,), dtype)) for c in chans)
         self.activation = activation
         self.time_dim = int(time_dim)
 

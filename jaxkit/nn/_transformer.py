@@ -24,6 +24,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 from jaxkit import _validate
 from jaxkit.nn._cache import KVCache, commit, init_cache
 from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._init import normal_pieces
 
 
 class LMOutput(NamedTuple):
@@ -156,21 +157,15 @@ def init_params(cfg: TransformerConfig, *, key: jax.Array, dtype=jnp.float32) ->
         raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
     L, D, H, Hkv, Dh, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
                               cfg.head_dim, cfg.mlp_dim, cfg.vocab_size)
-    ks = iter(jax.random.split(key, 10))
-
-    def w(shape, fan_in):
-        return (jax.random.normal(next(ks), shape, jnp.float32) / math.sqrt(fan_in)).astype(dtype)
-
+    wq, wk, wv, wo, wg, wu, wd, emb, head = normal_pieces(key, [
+        ((L, D, H * Dh), D), ((L, D, Hkv * Dh), D), ((L, D, Hkv * Dh), D),
+        ((L, H * Dh, D), H * Dh), ((L, D, F), D), ((L, D, F), D), ((L, F, D), F),
+        ((V, D), 1.0), ((D, V) if not cfg.tie_embeddings else (0,), D)], dtype)
     layers = {
         "attn_norm": jnp.ones((L, D), dtype),
-        "wq": w((L, D, H * Dh), D),
-        "wk": w((L, D, Hkv * Dh), D),
-        "wv": w((L, D, Hkv * Dh), D),
-        "wo": w((L, H * Dh, D), H * Dh),
+        "wq": wq, "wk": wk, "wv": wv, "wo": wo,
         "mlp_norm": jnp.ones((L, D), dtype),
-        "w_gate": w((L, D, F), D),
-        "w_up": w((L, D, F), D),
-        "w_down": w((L, F, D), F),
+        "w_gate": wg, "w_up": wu, "w_down": wd,
     }
     if cfg.qkv_bias:
         layers["bq"] = jnp.zeros((L, H * Dh), dtype)
@@ -179,9 +174,9 @@ def init_params(cfg: TransformerConfig, *, key: jax.Array, dtype=jnp.float32) ->
     if cfg.qk_norm:
         layers["q_norm"] = jnp.ones((L, Dh), dtype)
         layers["k_norm"] = jnp.ones((L, Dh), dtype)
-    params = {"embed": w((V, D), 1.0), "layers": layers, "final_norm": jnp.ones((D,), dtype)}
+    params = {"embed": emb, "layers": layers, "final_norm": jnp.ones((D,), dtype)}
     if not cfg.tie_embeddings:
-        params["lm_head"] = w((D, V), D)
+        params["lm_head"] = head
     return params
 
 

@@ -77,5 +77,5 @@ def test_loaded_model_matches_hf_formulas(tmp_path):
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3])
     want = hf_forward(tensors, hf, ids)
     q = io.load_safetensors(tmp_path, io.config_from_hf(hf))
-    got = nn.apply(q, cfg, jnp.asarray(ids)[None]).logits[0]
+    got = jax.jit(lambda q, t: nn.apply(q, cfg, t).logits[0])(q, jnp.asarray(ids)[None])
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-4, rtol=2e-4)

@@ -22,7 +22,7 @@ def test_layers_jit_vmap_grad(key):
     x = jax.random.normal(key, (5, 2, 8, 8))
     y = jax.jit(jax.vmap(cnn))(x)
     assert y.shape == (5, 3)
-    g = jax.grad(lambda m: jnp.sum(jax.vmap(m)(x) ** 2))(cnn)
+    g = jax.jit(jax.grad(lambda m: jnp.sum(jax.vmap(m)(x) ** 2)))(cnn)
     assert jax.tree.structure(g) == jax.tree.structure(cnn)
     unet = nn.UNet(2, 1, channels=(4, 8), key=key)
     out = jax.jit(jax.vmap(unet))(x, jnp.linspace(0, 1, 5))

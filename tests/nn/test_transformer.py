@@ -167,17 +167,23 @@ def test_run_layers_split_and_collect(key):
     cfg = CFG
     toks = jax.random.randint(key, (2, 5), 0, cfg.vocab_size)
     pos = jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32), (2, 5))
-    full = nn.apply(p, cfg, toks, collect=(0, 1))
-    h0 = nn.embed(p, cfg, toks)
-    h1, _, hid = nn.run_layers(p, cfg, h0, pos, start=0, stop=1, collect=(0,))
+
+    @jax.jit
+    def run(p, toks):
+        full = nn.apply(p, cfg, toks, collect=(0, 1))
+        h0 = nn.embed(p, cfg, toks)
+        h1, _, hid = nn.run_layers(p, cfg, h0, pos, start=0, stop=1, collect=(0,))
+        h2, _, _ = nn.run_layers(p, cfg, h1, pos, start=1)
+        cache = nn.init_cache(cfg, batch=2, max_len=8)
+        _, c1, _ = nn.run_layers(p, cfg, h0, pos, start=0, stop=1, cache=cache)
+        return full, h1, hid, h2, nn.unembed(p, cfg, h2), c1
+
+    full, h1, hid, h2, logits, c1 = run(p, toks)
     np.testing.assert_allclose(hid[0], h1)
     np.testing.assert_allclose(full.hidden[0], h1, atol=1e-6)
-    h2, _, _ = nn.run_layers(p, cfg, h1, pos, start=1)
     np.testing.assert_allclose(full.hidden[1], h2, atol=1e-6)
-    np.testing.assert_allclose(nn.unembed(p, cfg, h2), full.logits, atol=1e-5)
+    np.testing.assert_allclose(logits, full.logits, atol=1e-5)
     # split forward on a cache writes only the layers that ran
-    cache = nn.init_cache(cfg, batch=2, max_len=8)
-    _, c1, _ = nn.run_layers(p, cfg, h0, pos, start=0, stop=1, cache=cache)
     assert np.any(np.asarray(c1.k[0]) != 0) and np.all(np.asarray(c1.k[1]) == 0)
 
 
