@@ -342,6 +342,13 @@ def run_layers(
       ``(h, cache, hidden)``: hidden states after block ``stop-1``, the cache with
       the new rows written (or None), and ``{l: output of block l}``.
     """
+    return _run_layers(params, cfg, h, positions, start=start, stop=stop, cache=cache,
+                       attn_mask=attn_mask, collect=collect)
+
+
+def _run_layers(params, cfg, h, positions, *, start=0, stop=None, cache=None,
+                attn_mask=None, collect=(), emit_kv=False):
+    """:func:`run_layers`; with ``emit_kv`` (no cache) returns the stacked new K/V."""
     _check_cfg(cfg)
     _check_params(params, cfg)
     stop = cfg.n_layers if stop is None else stop
@@ -394,9 +401,12 @@ def run_layers(
         seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], layers)
         if cache is None:
             def body(carry, lp):
-                out, _ = _block(cfg, lp, carry, positions, mask, None, None)
-                return out, None
-            h, _ = jax.lax.scan(body, h, seg)
+                out, kv = _block(cfg, lp, carry, positions, mask, None, None)
+                return out, (kv if emit_kv else None)
+            h, kv = jax.lax.scan(body, h, seg)
+            if emit_kv:
+                ks.append(kv[0])
+                vs.append(kv[1])
         else:
             def body(carry, xs):
                 lp, kb, vb = xs
@@ -412,6 +422,8 @@ def run_layers(
         k_new = jnp.concatenate([cache.k[:start], *ks, cache.k[stop:]], axis=0)
         v_new = jnp.concatenate([cache.v[:start], *vs, cache.v[stop:]], axis=0)
         cache = cache._replace(k=k_new, v=v_new)
+    if emit_kv:
+        return h, (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)), hidden
     return h, cache, hidden
 
 
@@ -467,8 +479,8 @@ def apply(
         base = jnp.arange(t, dtype=jnp.int32)[None, :]
         positions = (jnp.broadcast_to(base, (b, t)) if cache is None
                      else cache.length[:, None].astype(jnp.int32) + base)
-    h, cache, hidden = run_layers(params, cfg, h, positions, cache=cache,
-                                  attn_mask=attn_mask, collect=collect)
+    h, cache, hidden = _run_layers(params, cfg, h, positions, cache=cache,
+                                   attn_mask=attn_mask, collect=collect)
     return LMOutput(logits=unembed(params, cfg, h), cache=cache, hidden=hidden)
 
 
@@ -507,11 +519,18 @@ def prefill(
     lengths = _validate.error_if(lengths, jnp.any((lengths < 1) | (lengths > t)),
                                  f"`lengths` must lie in [1, {t}].")
     _check_params(params, cfg)
+    h = embed(params, cfg, tokens)
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
+    h, (k, v), _ = _run_layers(params, cfg, h, pos, emit_kv=True)
+    logits = unembed(params, cfg, h)
     cache = init_cache(cfg, batch=b, max_len=max_len, dtype=params["embed"].dtype)
-    out = apply(params, cfg, tokens, cache=cache)
+    # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked).
+    cache = cache._replace(k=cache.k.at[:, :, :t].set(k.astype(cache.k.dtype)),
+                           v=cache.v.at[:, :, :t].set(v.astype(cache.v.dtype)),
+                           length=lengths.astype(jnp.int32))
     idx = (lengths.astype(jnp.int32) - 1)[:, None, None]
-    last = jnp.take_along_axis(out.logits, idx, axis=1)[:, 0]
-    return last, out.cache._replace(length=lengths.astype(jnp.int32))
+    last = jnp.take_along_axis(logits, idx, axis=1)[:, 0]
+    return last, cache
 
 
 def decode_step(
