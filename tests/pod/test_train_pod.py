@@ -116,19 +116,19 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
     ref_res = _last_json(ref.stdout)
 
     ck = tmp_path / "crash"
-    proc = subprocess.Popen(_cmd(*common, "--ckpt-dir", ck, "--hang-after", 8),
-                            env=_env(8), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
-    try:
-        for line in proc.stdout:
-            if line.strip().endswith("hang"):
-                break
-        else:
-            pytest.fail("the run ended before reaching its checkpoint")
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
+    with subprocess.Popen(_cmd(*common, "--ckpt-dir", ck, "--hang-after", 8),
+                          env=_env(8), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as proc:
+        try:
+            for line in proc.stdout:
+                if line.strip().endswith("hang"):  # step 8's checkpoint is on disk
+                    break
+            else:
+                pytest.fail("the run ended before reaching its checkpoint")
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
 
     res = subprocess.run(
