@@ -10,7 +10,7 @@ on several processes (hosts):
   ``(seed, step)``, so the result does not depend on the device or process count;
 * transformer weights are sharded Megatron-style on mesh axis ``model``
   (q/k/v/gate/up column-sharded, o/down row-sharded, embedding and LM head on the
-  vocabulary axis), with a spec per leaf from :func:`param_specs`;
+  vocabulary axis) by ``jaxkit.nn.param_specs``;
 * an orbax ``CheckpointManager`` saves params and optimizer state every
   ``ckpt_every`` steps, and a restarted run resumes from the latest checkpoint
   (bit-identical to an uninterrupted run: the data are a function of the step).
@@ -52,38 +52,20 @@ BATCH = 16
 SEQ = 16
 NOISE = 0.1
 
-# Which axis of each transformer weight is split over `model` (None: replicated).
-# Layer weights carry a leading stacked-layer axis, hence the offsets.
-_MODEL_AXIS = {
-    "embed": 0,          # [V, D]: vocabulary-parallel embedding
-    "lm_head": 1,        # [D, V]: vocabulary-parallel head
-    "final_norm": None,
-    "wq": 2, "wk": 2, "wv": 2,          # [L, D, H*Dh]: column parallel (heads)
-    "bq": 1, "bk": 1, "bv": 1,          # [L, H*Dh]
-    "wo": 1,                            # [L, H*Dh, D]: row parallel
-    "w_gate": 2, "w_up": 2,             # [L, D, F]: column parallel
-    "w_down": 1,                        # [L, F, D]: row parallel
-    "attn_norm": None, "mlp_norm": None, "q_norm": None, "k_norm": None,
-}
+def param_specs(cfg: nn.TransformerConfig, *, model_size: int):
+    """PartitionSpec per transformer leaf: ``jaxkit.nn.param_specs`` (Megatron-style:
+    q/k/v/gate/up split on their output axis, o/down on their input axis, embedding
+    and LM head on the vocabulary axis), with any split axis that ``model_size``
+    does not divide left replicated, so every config runs on every mesh."""
+    abstract = jax.eval_shape(lambda k: nn.init_params(cfg, key=k), jax.random.key(0))
 
+    def fit(spec, leaf):
+        parts = list(spec) + [None] * (len(leaf.shape) - len(spec))
+        return jax.P(*(None if ax is not None and (model_size == 1 or n % model_size)
+                       else ax for ax, n in zip(parts, leaf.shape, strict=True)))
 
-def param_specs(params, *, model_size: int):
-    """PartitionSpec per transformer leaf: Megatron-style split on ``model``.
-
-    A leaf whose chosen axis is not divisible by ``model_size`` (or that is not
-    listed) stays replicated, so any config works on any mesh. ``jaxkit.nn`` has
-    no ``param_specs`` of its own yet, so the example defines this one.
-    """
-
-    def spec(path, leaf):
-        name = str(getattr(path[-1], "key", path[-1]))
-        ax = _MODEL_AXIS.get(name)
-        parts = [None] * len(leaf.shape)
-        if ax is not None and model_size > 1 and leaf.shape[ax] % model_size == 0:
-            parts[ax] = "model"
-        return jax.P(*parts)
-
-    return jax.tree_util.tree_map_with_path(spec, params)
+    return jax.tree.map(fit, nn.param_specs(cfg), abstract,
+                        is_leaf=lambda x: isinstance(x, jax.P))
 
 
 def synthetic_tokens(step: int, *, seed: int, batch: int = BATCH, seq: int = SEQ,
@@ -115,15 +97,16 @@ def _global_batch(step, *, seed, batch, seq, vocab, sharding_):
     return jax.make_array_from_callback(shape, sharding_, lambda idx: host[idx])
 
 
-def _constrain(params, opt_state, mesh, opt):
+def _constrain(params, opt_state, cfg, mesh, opt):
     """Pin params to :func:`param_specs`, optimizer moments alike, scalars replicated.
 
     Fixing every output sharding makes the compiled step the same whether its
     inputs come from the previous step or from a restored checkpoint, which is
     what makes a resumed run bit-identical to an uninterrupted one.
     """
-    specs = param_specs(params, model_size=mesh.shape["model"])
-    p_sh = jax.tree.map(lambda s: jax.NamedSharding(mesh, s), specs)
+    specs = param_specs(cfg, model_size=mesh.shape["model"])
+    p_sh = jax.tree.map(lambda s: jax.NamedSharding(mesh, s), specs,
+                        is_leaf=lambda x: isinstance(x, jax.P))
     repl = jax.NamedSharding(mesh, jax.P())
     params = jax.lax.with_sharding_constraint(params, p_sh)
     if opt_state is not None:
@@ -139,8 +122,8 @@ def _constrain(params, opt_state, mesh, opt):
 @functools.partial(jax.jit, static_argnames=("cfg", "lr", "mesh"))
 def _init_state(key, *, cfg, lr, mesh):
     opt = optax.adam(lr)
-    params, _ = _constrain(nn.init_params(cfg, key=key), None, mesh, opt)
-    return _constrain(params, opt.init(params), mesh, opt)
+    params, _ = _constrain(nn.init_params(cfg, key=key), None, cfg, mesh, opt)
+    return _constrain(params, opt.init(params), cfg, mesh, opt)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "lr", "mesh"), donate_argnums=(0, 1))
@@ -148,7 +131,8 @@ def _train_step(params, opt_state, tokens, *, cfg, lr, mesh):
     opt = optax.adam(lr)
     loss, grads = jax.value_and_grad(next_token_loss)(params, cfg, tokens)
     updates, opt_state = opt.update(grads, opt_state, params)
-    params, opt_state = _constrain(optax.apply_updates(params, updates), opt_state, mesh, opt)
+    params, opt_state = _constrain(optax.apply_updates(params, updates), opt_state, cfg,
+                                   mesh, opt)
     return params, opt_state, jax.lax.with_sharding_constraint(
         loss, jax.NamedSharding(mesh, jax.P()))
 
