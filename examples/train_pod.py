@@ -1,4 +1,4 @@
-"""Pod-scale training: data parallel on ``data``, weights sharded on ``model``, orbax resume.
+"""Pod-scale training: data parallel on ``data``, weights on ``model``, orbax resume.
 
 Trains a tiny ``jaxkit.nn`` transformer on a synthetic next-token task (a noisy
 fixed permutation: token t+1 = perm[token t], replaced by a random token with
@@ -45,12 +45,20 @@ if ROOT not in sys.path:  # run as a script from anywhere
 
 from jaxkit import nn, sharding  # noqa: E402
 
-# The default model: small enough for 2 CPU cores, every sharded axis divisible by 8.
-CONFIG = nn.TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4,
-                              n_kv_heads=2, head_dim=8, mlp_dim=64)
+# The default model: small enough for 2 CPU cores; sharded axes divide by 2 and 4.
+CONFIG = nn.TransformerConfig(
+    vocab_size=64,
+    d_model=32,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    mlp_dim=64,
+)
 BATCH = 16
 SEQ = 16
 NOISE = 0.1
+
 
 def param_specs(cfg: nn.TransformerConfig, *, model_size: int):
     """PartitionSpec per transformer leaf: ``jaxkit.nn.param_specs`` (Megatron-style:
@@ -61,15 +69,26 @@ def param_specs(cfg: nn.TransformerConfig, *, model_size: int):
 
     def fit(spec, leaf):
         parts = list(spec) + [None] * (len(leaf.shape) - len(spec))
-        return jax.P(*(None if ax is not None and (model_size == 1 or n % model_size)
-                       else ax for ax, n in zip(parts, leaf.shape, strict=True)))
+        return jax.P(
+            *(
+                None if ax is not None and (model_size == 1 or n % model_size) else ax
+                for ax, n in zip(parts, leaf.shape, strict=True)
+            )
+        )
 
-    return jax.tree.map(fit, nn.param_specs(cfg), abstract,
-                        is_leaf=lambda x: isinstance(x, jax.P))
+    return jax.tree.map(
+        fit, nn.param_specs(cfg), abstract, is_leaf=lambda x: isinstance(x, jax.P)
+    )
 
 
-def synthetic_tokens(step: int, *, seed: int, batch: int = BATCH, seq: int = SEQ,
-                     vocab: int = CONFIG.vocab_size) -> np.ndarray:
+def synthetic_tokens(
+    step: int,
+    *,
+    seed: int,
+    batch: int = BATCH,
+    seq: int = SEQ,
+    vocab: int = CONFIG.vocab_size,
+) -> np.ndarray:
     """The global batch of step ``step``: ``int32[batch, seq + 1]``, a function of
     ``(seed, step)`` only (so any process can build any shard of it)."""
     perm = np.random.default_rng([seed, 2**31 - 1]).permutation(vocab)
@@ -105,13 +124,17 @@ def _constrain(params, opt_state, cfg, mesh, opt):
     what makes a resumed run bit-identical to an uninterrupted one.
     """
     specs = param_specs(cfg, model_size=mesh.shape["model"])
-    p_sh = jax.tree.map(lambda s: jax.NamedSharding(mesh, s), specs,
-                        is_leaf=lambda x: isinstance(x, jax.P))
+    p_sh = jax.tree.map(
+        lambda s: jax.NamedSharding(mesh, s),
+        specs,
+        is_leaf=lambda x: isinstance(x, jax.P),
+    )
     repl = jax.NamedSharding(mesh, jax.P())
     params = jax.lax.with_sharding_constraint(params, p_sh)
     if opt_state is not None:
         o_sh = optax.tree_utils.tree_map_params(
-            opt, lambda _, sh: sh, opt_state, p_sh, transform_non_params=lambda _: repl)
+            opt, lambda _, sh: sh, opt_state, p_sh, transform_non_params=lambda _: repl
+        )
         opt_state = jax.lax.with_sharding_constraint(opt_state, o_sh)
     return params, opt_state
 
@@ -126,15 +149,21 @@ def _init_state(key, *, cfg, lr, mesh):
     return _constrain(params, opt.init(params), cfg, mesh, opt)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "lr", "mesh"), donate_argnums=(0, 1))
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "lr", "mesh"), donate_argnums=(0, 1)
+)
 def _train_step(params, opt_state, tokens, *, cfg, lr, mesh):
     opt = optax.adam(lr)
     loss, grads = jax.value_and_grad(next_token_loss)(params, cfg, tokens)
     updates, opt_state = opt.update(grads, opt_state, params)
-    params, opt_state = _constrain(optax.apply_updates(params, updates), opt_state, cfg,
-                                   mesh, opt)
-    return params, opt_state, jax.lax.with_sharding_constraint(
-        loss, jax.NamedSharding(mesh, jax.P()))
+    params, opt_state = _constrain(
+        optax.apply_updates(params, updates), opt_state, cfg, mesh, opt
+    )
+    return (
+        params,
+        opt_state,
+        jax.lax.with_sharding_constraint(loss, jax.NamedSharding(mesh, jax.P())),
+    )
 
 
 def train(
@@ -184,13 +213,16 @@ def train(
     if ckpt_dir is not None:
         mngr = ocp.CheckpointManager(
             os.path.abspath(ckpt_dir),
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
-                                                 enable_async_checkpointing=False))
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=2, create=True, enable_async_checkpointing=False
+            ),
+        )
         latest = mngr.latest_step()
         if latest is not None:
             target = jax.tree.map(
                 lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                {"params": params, "opt_state": opt_state})
+                {"params": params, "opt_state": opt_state},
+            )
             state = mngr.restore(latest, args=ocp.args.StandardRestore(target))
             params, opt_state = state["params"], state["opt_state"]
             start = int(latest)
@@ -198,15 +230,28 @@ def train(
 
     losses = []
     for step in range(start, steps):
-        tokens = _global_batch(step, seed=seed, batch=batch, seq=seq,
-                               vocab=cfg.vocab_size, sharding_=data_sh)
-        params, opt_state, loss = _train_step(params, opt_state, tokens,
-                                              cfg=cfg, lr=lr, mesh=mesh)
+        tokens = _global_batch(
+            step,
+            seed=seed,
+            batch=batch,
+            seq=seq,
+            vocab=cfg.vocab_size,
+            sharding_=data_sh,
+        )
+        params, opt_state, loss = _train_step(
+            params, opt_state, tokens, cfg=cfg, lr=lr, mesh=mesh
+        )
         losses.append(float(loss))
         done = step + 1
-        if mngr is not None and ckpt_every and (done % ckpt_every == 0 or done == steps):
-            mngr.save(done, args=ocp.args.StandardSave(
-                {"params": params, "opt_state": opt_state}))
+        if (
+            mngr is not None
+            and ckpt_every
+            and (done % ckpt_every == 0 or done == steps)
+        ):
+            mngr.save(
+                done,
+                args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+            )
             mngr.wait_until_finished()
             log(f"ckpt {done} loss {losses[-1]:.6f}")
         if hang_after is not None and done == hang_after:
@@ -220,25 +265,45 @@ def train(
 
         params = multihost_utils.process_allgather(params, tiled=True)
     host = jax.tree.map(np.asarray, params)
-    return {"start_step": start, "losses": losses, "params": host,
-            "mesh": dict(mesh.shape)}
+    return {
+        "start_step": start,
+        "losses": losses,
+        "params": host,
+        "mesh": dict(mesh.shape),
+    }
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    out_dir: str = "out",
+    data_dir: str | None = None,
+) -> dict:
     del data_dir  # synthetic data
     n_dev = jax.device_count()
     model_parallel = 2 if n_dev % 2 == 0 and n_dev >= 2 else 1
     steps = 60 if quick else 300
     ckpt_dir = os.path.join(out_dir, "train_pod_ckpt")
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # a fresh run (the CLI resumes instead)
-    half = train(steps=steps // 2, seed=seed, model_parallel=model_parallel,
-                 ckpt_dir=ckpt_dir, ckpt_every=10)
-    rest = train(steps=steps, seed=seed, model_parallel=model_parallel,
-                 ckpt_dir=ckpt_dir, ckpt_every=10)  # a new run resumes at steps // 2
+    half = train(
+        steps=steps // 2,
+        seed=seed,
+        model_parallel=model_parallel,
+        ckpt_dir=ckpt_dir,
+        ckpt_every=10,
+    )
+    rest = train(
+        steps=steps,
+        seed=seed,
+        model_parallel=model_parallel,
+        ckpt_dir=ckpt_dir,
+        ckpt_every=10,
+    )  # a new run resumes at steps // 2
     losses = half["losses"] + rest["losses"]
     first, last = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
     floor = _noise_floor(CONFIG.vocab_size)
+    log_v = float(np.log(CONFIG.vocab_size))
 
     os.makedirs(out_dir, exist_ok=True)
     import matplotlib.pyplot as plt
@@ -254,12 +319,18 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "train_pod.png"), dpi=100)
     plt.close(fig)
-    return {"method": "pod training (dp x tp, orbax resume)",
-            "metric": "final / initial loss", "value": last / first,
-            "baseline": f"initial loss {first:.3f} (ln V = {np.log(CONFIG.vocab_size):.3f})",
-            "ok": bool(rest["start_step"] == steps // 2 and last < 0.6 * first),
-            "initial_loss": first, "final_loss": last, "noise_floor": floor,
-            "devices": n_dev, "mesh": half["mesh"]}
+    return {
+        "method": "pod training (dp x tp, orbax resume)",
+        "metric": "final / initial loss",
+        "value": last / first,
+        "baseline": f"initial loss {first:.3f} (ln V = {log_v:.3f})",
+        "ok": bool(rest["start_step"] == steps // 2 and last < 0.6 * first),
+        "initial_loss": first,
+        "final_loss": last,
+        "noise_floor": floor,
+        "devices": n_dev,
+        "mesh": half["mesh"],
+    }
 
 
 def _noise_floor(vocab: int) -> float:
@@ -275,17 +346,24 @@ def _cli() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    g = p.add_argument_group("pod run (without --steps the script runs the tour's main)")
+    g = p.add_argument_group(
+        "pod run (without --steps the script runs the tour's main)"
+    )
     g.add_argument("--steps", type=int, default=None, help="total optimizer steps")
     g.add_argument("--ckpt-dir", default=None, help="orbax directory; resumes from it")
     g.add_argument("--ckpt-every", type=int, default=10)
-    g.add_argument("--model-parallel", type=int, default=1, help="size of mesh axis model")
+    g.add_argument(
+        "--model-parallel", type=int, default=1, help="size of mesh axis model"
+    )
     g.add_argument("--batch", type=int, default=BATCH, help="global batch size")
     g.add_argument("--num-processes", type=int, default=1)
     g.add_argument("--process-id", type=int, default=0)
     g.add_argument("--coordinator", default=None, help="host:port of process 0")
-    g.add_argument("--auto-distributed", action="store_true",
-                   help="jax.distributed.initialize() with cluster auto-detection")
+    g.add_argument(
+        "--auto-distributed",
+        action="store_true",
+        help="jax.distributed.initialize() with cluster auto-detection",
+    )
     g.add_argument("--params-out", default=None, help="write final params (.npz)")
     g.add_argument("--hang-after", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -298,9 +376,11 @@ def _cli() -> None:
         else:
             if a.coordinator is None:
                 p.error("--coordinator is required with --num-processes > 1")
-            jax.distributed.initialize(coordinator_address=a.coordinator,
-                                       num_processes=a.num_processes,
-                                       process_id=a.process_id)
+            jax.distributed.initialize(
+                coordinator_address=a.coordinator,
+                num_processes=a.num_processes,
+                process_id=a.process_id,
+            )
     if a.steps is None:
         res = main(quick=a.quick, seed=a.seed, out_dir=a.out_dir, data_dir=a.data_dir)
         print(json.dumps(res, default=str))
@@ -312,17 +392,36 @@ def _cli() -> None:
         print(f"[process {pid}] {msg}", flush=True)
 
     log(json.dumps(sharding.process_info()))
-    res = train(steps=a.steps, seed=a.seed, batch=a.batch,
-                model_parallel=a.model_parallel, ckpt_dir=a.ckpt_dir,
-                ckpt_every=a.ckpt_every, hang_after=a.hang_after, log=log)
-    flat = {jax.tree_util.keystr(k): v for k, v in
-            jax.tree_util.tree_flatten_with_path(res["params"])[0]}
+    res = train(
+        steps=a.steps,
+        seed=a.seed,
+        batch=a.batch,
+        model_parallel=a.model_parallel,
+        ckpt_dir=a.ckpt_dir,
+        ckpt_every=a.ckpt_every,
+        hang_after=a.hang_after,
+        log=log,
+    )
+    flat = {
+        jax.tree_util.keystr(k): v
+        for k, v in jax.tree_util.tree_flatten_with_path(res["params"])[0]
+    }
     if a.params_out and pid == 0:
         np.savez(a.params_out, **flat)
     checksum = float(sum(np.abs(v).astype(np.float64).sum() for v in flat.values()))
-    print(json.dumps({"process_id": pid, "start_step": res["start_step"],
-                      "losses": res["losses"], "param_abs_sum": checksum,
-                      "mesh": res["mesh"], **sharding.process_info()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "process_id": pid,
+                "start_step": res["start_step"],
+                "losses": res["losses"],
+                "param_abs_sum": checksum,
+                "mesh": res["mesh"],
+                **sharding.process_info(),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -41,11 +41,15 @@ class Plan:
     static: Any
     apply: Callable[..., Any] | None
 
-    def rebuild(self, params: dict[str, Any], buffers: dict[str, Any]) -> Callable[..., Any]:
+    def rebuild(
+        self, params: dict[str, Any], buffers: dict[str, Any]
+    ) -> Callable[..., Any]:
         """Return the layer as a callable, with leaves taken from the two dicts."""
         p_it = iter(self.param_names)
         b_it = iter(self.buffer_names)
-        leaves = [params[next(p_it)] if p else buffers[next(b_it)] for p in self.is_param]
+        leaves = [
+            params[next(p_it)] if p else buffers[next(b_it)] for p in self.is_param
+        ]
         tree = jax.tree.unflatten(self.treedef, leaves)
         if self.apply is None:
             return eqx.combine(tree, self.static)

@@ -45,14 +45,22 @@ class NNXAdapter(nnx.Module):
       buffers: ``nnx.Dict`` of :class:`Buffer` for non-floating arrays.
     """
 
-    def __init__(self, layer: Any, *, key: Any = None, rngs: Any = None,
-                 batch_axis: int | None = None):
+    def __init__(
+        self,
+        layer: Any,
+        *,
+        key: Any = None,
+        rngs: Any = None,
+        batch_axis: int | None = None,
+    ):
         """See :func:`to_nnx`."""
         if rngs is not None:
             if key is not None:
                 raise ValueError("pass either `key` or `rngs`, not both.")
             if not isinstance(rngs, nnx.Rngs):
-                raise TypeError(f"`rngs` must be an nnx.Rngs, got {type(rngs).__name__}.")
+                raise TypeError(
+                    f"`rngs` must be an nnx.Rngs, got {type(rngs).__name__}."
+                )
             if _tree.is_pair(layer):
                 key = rngs.params()
         _tree.check_batch_axis(batch_axis)
@@ -78,15 +86,20 @@ class NNXAdapter(nnx.Module):
         return self._plan.call(params, buffers, args, kwargs, self._batch_axis)
 
     def unwrap(self) -> Any:
-        """The wrapped layer with the current values: an equinox module, or the
-        pair's params pytree."""
+        """The wrapped layer with the current values.
+
+        Returns:
+          An equinox module, or the pair's params pytree.
+        """
         params, buffers = self._values()
         if self._plan.apply is None:
             return self._plan.rebuild(params, buffers)
         p_it = iter(self._plan.param_names)
         b_it = iter(self._plan.buffer_names)
-        leaves = [params[next(p_it)] if p else buffers[next(b_it)]
-                  for p in self._plan.is_param]
+        leaves = [
+            params[next(p_it)] if p else buffers[next(b_it)]
+            for p in self._plan.is_param
+        ]
         return jax.tree.unflatten(self._plan.treedef, leaves)
 
 

@@ -32,8 +32,14 @@ class HaikuAdapter(hk.Module):
     names are the leaf paths (``"layers.0.weight"``) under the module's name.
     """
 
-    def __init__(self, layer: Any, *, key: Any = None, batch_axis: int | None = None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        layer: Any,
+        *,
+        key: Any = None,
+        batch_axis: int | None = None,
+        name: str | None = None,
+    ):
         """See :func:`to_haiku`."""
         super().__init__(name=name)
         _tree.check_batch_axis(batch_axis)
@@ -44,8 +50,9 @@ class HaikuAdapter(hk.Module):
         out = {}
         for n in names:
             s = self._plan.shapes[n]
-            out[n] = getter(n, s.shape, s.dtype,
-                            init=lambda *_, n=n: self._initial()[n])
+            out[n] = getter(
+                n, s.shape, s.dtype, init=lambda *_, n=n: self._initial()[n]
+            )
         return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Tests of examples/train_pod.py: device-count invariance, crash/resume, two processes."""
+"""Tests of examples/train_pod.py: device-count invariance, resume, two processes."""
 
 import importlib.util
 import json
@@ -41,7 +41,9 @@ def test_param_specs_split_on_model():
     assert specs["lm_head"] == jax.P(None, "model")
     assert specs["final_norm"] == jax.P(None)
     # an axis that does not divide stays replicated (wq has 4*8 = 32 columns)
-    assert pod.param_specs(pod.CONFIG, model_size=3)["layers"]["wq"] == jax.P(None, None, None)
+    assert pod.param_specs(pod.CONFIG, model_size=3)["layers"]["wq"] == jax.P(
+        None, None, None
+    )
     assert pod.param_specs(pod.CONFIG, model_size=1)["embed"] == jax.P(None, None)
 
 
@@ -64,22 +66,34 @@ def test_one_device_and_eight_devices_give_the_same_losses():
     assert l1.shape == (20,)
     np.testing.assert_allclose(l8, l1, rtol=0, atol=1e-5)
     assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16)
-    for a, b in zip(jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]),
-                    strict=True):
+    for a, b in zip(
+        jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]), strict=True
+    ):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
 def test_resume_in_process_continues_from_checkpoint(tmp_path):
     with _user_program():
         full = pod.train(steps=6, devices=jax.devices()[:2], model_parallel=2)
-        pod.train(steps=4, devices=jax.devices()[:2], model_parallel=2,
-                  ckpt_dir=str(tmp_path), ckpt_every=2)
-        rest = pod.train(steps=6, devices=jax.devices()[:2], model_parallel=2,
-                         ckpt_dir=str(tmp_path), ckpt_every=2)
+        pod.train(
+            steps=4,
+            devices=jax.devices()[:2],
+            model_parallel=2,
+            ckpt_dir=str(tmp_path),
+            ckpt_every=2,
+        )
+        rest = pod.train(
+            steps=6,
+            devices=jax.devices()[:2],
+            model_parallel=2,
+            ckpt_dir=str(tmp_path),
+            ckpt_every=2,
+        )
     assert rest["start_step"] == 4 and len(rest["losses"]) == 2
     np.testing.assert_array_equal(rest["losses"], full["losses"][4:])
-    for a, b in zip(jax.tree.leaves(rest["params"]), jax.tree.leaves(full["params"]),
-                    strict=True):
+    for a, b in zip(
+        jax.tree.leaves(rest["params"]), jax.tree.leaves(full["params"]), strict=True
+    ):
         np.testing.assert_array_equal(a, b)
 
 
@@ -110,14 +124,29 @@ def _npz(path):
 def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
     common = ("--steps", 12, "--ckpt-every", 4, "--model-parallel", 2)
     ref = subprocess.run(
-        _cmd(*common, "--ckpt-dir", tmp_path / "ref", "--params-out", tmp_path / "ref.npz"),
-        env=_env(8), capture_output=True, text=True, timeout=600, check=True)
+        _cmd(
+            *common,
+            "--ckpt-dir",
+            tmp_path / "ref",
+            "--params-out",
+            tmp_path / "ref.npz",
+        ),
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     ref_res = _last_json(ref.stdout)
 
     ck = tmp_path / "crash"
-    with subprocess.Popen(_cmd(*common, "--ckpt-dir", ck, "--hang-after", 8),
-                          env=_env(8), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True) as proc:
+    with subprocess.Popen(
+        _cmd(*common, "--ckpt-dir", ck, "--hang-after", 8),
+        env=_env(8),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
         try:
             for line in proc.stdout:
                 if line.strip().endswith("hang"):  # step 8's checkpoint is on disk
@@ -132,14 +161,21 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
 
     res = subprocess.run(
         _cmd(*common, "--ckpt-dir", ck, "--params-out", tmp_path / "resumed.npz"),
-        env=_env(8), capture_output=True, text=True, timeout=600, check=True)
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     resumed = _last_json(res.stdout)
     assert resumed["start_step"] == 8
     assert resumed["losses"] == ref_res["losses"][8:]
     a, b = _npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz")
     assert a.keys() == b.keys() and len(a) > 5
     for k in a:
-        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k  # bit-identical
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (
+            k
+        )  # bit-identical
 
 
 def _free_port():
@@ -151,11 +187,30 @@ def _free_port():
 @pytest.mark.slow
 def test_two_processes_train_one_model(tmp_path):
     port = _free_port()
-    args = ("--steps", 6, "--ckpt-every", 3, "--model-parallel", 2, "--ckpt-dir",
-            tmp_path / "ck", "--num-processes", 2, "--coordinator", f"127.0.0.1:{port}")
-    procs = [subprocess.Popen(_cmd(*args, "--process-id", i), env=_env(2),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    args = (
+        "--steps",
+        6,
+        "--ckpt-every",
+        3,
+        "--model-parallel",
+        2,
+        "--ckpt-dir",
+        tmp_path / "ck",
+        "--num-processes",
+        2,
+        "--coordinator",
+        f"127.0.0.1:{port}",
+    )
+    procs = [
+        subprocess.Popen(
+            _cmd(*args, "--process-id", i),
+            env=_env(2),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outs = []
     try:
         for p in procs:
