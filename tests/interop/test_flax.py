@@ -167,3 +167,13 @@ def test_errors(key):
     with pytest.raises(TypeError, match="batch_axis"):
         to_nnx(_mlp(key), batch_axis="0")
     assert isinstance(to_nnx(_mlp(key)), NNXAdapter)
+
+
+def test_missing_flax_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "flax", None)  # `import flax` now fails
+    monkeypatch.delitem(sys.modules, "jaxkit.interop.flax")
+    with pytest.raises(ImportError, match=r"pip install 'jaxkit\[flax\]'"):
+        importlib.import_module("jaxkit.interop.flax")

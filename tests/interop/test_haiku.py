@@ -150,3 +150,13 @@ def test_errors(key):
         g.init(None, jnp.ones(2))
     h = hk.transform(lambda x: type(to_haiku(_mlp(key))) is HaikuAdapter)
     assert h.apply({}, None, None)
+
+
+def test_missing_haiku_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "haiku", None)  # `import haiku` now fails
+    monkeypatch.delitem(sys.modules, "jaxkit.interop.haiku")
+    with pytest.raises(ImportError, match=r"pip install 'jaxkit\[haiku\]'"):
+        importlib.import_module("jaxkit.interop.haiku")
