@@ -1,0 +1,133 @@
+"""Pallas GPU (Triton) kernels for WBMM, on the ``(C, N, d)`` window layout.
+
+* :func:`mix_pallas`: ``Y_c = X_c @ M_c (+ X_c)``. Grid ``(C, N_p / block_n)`` with the
+  window axis innermost, so each channel's ``(d_p, d_p)`` matrix stays resident while
+  ``block_n`` windows stream through. The backward ``dX = dY @ M^T (+ dY)`` is the
+  same kernel on the transposed matrices.
+* :func:`outer_pallas`: ``dM_c = X_c^T dY_c``, the reduction over windows, split into
+  ``S`` partial sums per channel (grid ``(C, S)``; each program loops over ``steps``
+  blocks of ``block_n`` windows), summed afterwards by the caller.
+
+Both accumulate in f32 (f64 for f64 inputs). Triton needs power-of-two block
+dimensions: the caller (``_api``) pads ``d`` to ``d_p`` (a power of two >= 16) and the
+window count to ``N_p = S * steps * block_n`` with zeros, which is exact.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from jaxkit.kernels.windowed_matmul._reference import accumulation_dtype
+
+
+def _precision(dtype: jnp.dtype) -> lax.Precision:
+    # f32/f64: IEEE products (Triton would otherwise use TF32); bf16: native.
+    if jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        return lax.Precision.HIGHEST
+    return lax.Precision.DEFAULT
+
+
+def _operands(a: jax.Array, b: jax.Array, upcast: bool) -> tuple[jax.Array, jax.Array]:
+    # XLA:CPU (interpret mode) has no bf16 x bf16 -> f32 dot; upcasting there is exact
+    # because products of bf16 numbers are exact in f32.
+    if upcast and a.dtype not in (jnp.float32, jnp.float64):
+        return a.astype(jnp.float32), b.astype(jnp.float32)
+    return a, b
+
+
+def _mix_kernel(x_ref, m_ref, o_ref, *, residual: bool, upcast: bool):
+    x = x_ref[...]
+    acc_dt = accumulation_dtype(x.dtype)
+    a, b = _operands(x, m_ref[...], upcast)
+    acc = jnp.dot(a, b, preferred_element_type=acc_dt, precision=_precision(x.dtype))
+    if residual:
+        acc = acc + x.astype(acc_dt)
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("residual", "block_n", "interpret", "num_warps", "num_stages"),
+)
+def mix_pallas(
+    xw: jax.Array,
+    matrix: jax.Array,
+    *,
+    residual: bool,
+    block_n: int = 128,
+    interpret: bool = False,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> jax.Array:
+    """``(C, N_p, d_p) @ (C, d_p, d_p)`` per channel, plus ``xw`` if ``residual``."""
+    c, n_p, d_p = xw.shape
+    if n_p % block_n:
+        raise NotImplementedError(f"mix_pallas needs N_p % block_n == 0; got {n_p=}, {block_n=}.")
+    return pl.pallas_call(
+        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret)),
+        out_shape=jax.ShapeDtypeStruct((c, n_p, d_p), xw.dtype),
+        grid=(c, n_p // block_n),
+        in_specs=[
+            pl.BlockSpec((None, block_n, d_p), lambda ci, ni: (ci, ni, 0)),
+            pl.BlockSpec((None, d_p, d_p), lambda ci, ni: (ci, 0, 0)),
+        ],
+        out_specs=pl.BlockSpec((None, block_n, d_p), lambda ci, ni: (ci, ni, 0)),
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+        name="wbmm_mix",
+    )(xw, matrix.astype(xw.dtype))
+
+
+def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool):
+    d_p = x_ref.shape[-1]
+    acc_dt = o_ref.dtype
+
+    def body(i, acc):
+        rows = pl.ds(i * block_n, block_n)
+        x, g = _operands(x_ref[rows, :], g_ref[rows, :], upcast)
+        return acc + lax.dot_general(
+            x, g, (((0,), (0,)), ((), ())), preferred_element_type=acc_dt,
+            precision=_precision(x.dtype))
+
+    o_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((d_p, d_p), acc_dt))
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("steps", "block_n", "interpret", "num_warps", "num_stages"),
+)
+def outer_pallas(
+    xw: jax.Array,
+    g: jax.Array,
+    *,
+    steps: int,
+    block_n: int = 128,
+    interpret: bool = False,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> jax.Array:
+    """Partial sums ``(C, S, d_p, d_p)`` of ``X_c^T G_c`` over ``S`` chunks of windows."""
+    c, n_p, d_p = xw.shape
+    chunk = steps * block_n
+    if n_p % chunk:
+        raise NotImplementedError(
+            f"outer_pallas needs N_p % (steps * block_n) == 0; got {n_p=}, {chunk=}.")
+    acc_dt = accumulation_dtype(xw.dtype)
+    return pl.pallas_call(
+        functools.partial(_outer_kernel, block_n=block_n, steps=steps,
+                          upcast=bool(interpret)),
+        out_shape=jax.ShapeDtypeStruct((c, n_p // chunk, d_p, d_p), acc_dt),
+        grid=(c, n_p // chunk),
+        in_specs=[
+            pl.BlockSpec((None, chunk, d_p), lambda ci, si: (ci, si, 0)),
+            pl.BlockSpec((None, chunk, d_p), lambda ci, si: (ci, si, 0)),
+        ],
+        out_specs=pl.BlockSpec((None, None, d_p, d_p), lambda ci, si: (ci, si, 0, 0)),
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+        interpret=interpret,
+        name="wbmm_outer",
+    )(xw, g.astype(xw.dtype))
