@@ -194,8 +194,9 @@ def test_kernel_check_grads(impl):
 
 
 def test_kernel_many_blocks_layout(key):
-    """Many window blocks and split partial sums: N = 72 windows, block 16 -> 5 blocks,
-    padded to 6 = 3 splits x 2 steps (the dM kernel's inner loop runs twice)."""
+    """Many window blocks, split partial sums and tiled d: N = 150 windows, block 16 ->
+    10 blocks = 5 splits x 2 steps (the dM kernel's inner loop runs twice); d_p = 16
+    in 8-wide column blocks and contraction chunks."""
     from jaxkit.kernels.windowed_matmul import _api
 
     assert _api._layout(288, None) == (128, 1, 384)
@@ -205,9 +206,9 @@ def test_kernel_many_blocks_layout(key):
     t = _rand(jax.random.fold_in(key, 1), 1, 9)
     m = window_matrix(t, window=(2, 2))
 
-    def run(a, b):
+    def run(a, b):          # d = 4 pads to d_p = 16, tiled in 8 x 8 blocks
         return _api._kernel_path(a, b, window=(2, 2), residual=True, interpret=True,
-                                 block_n=16)
+                                 block_n=16, block_d=8)
 
     want = windowed_matmul_cached(x, m, window=(2, 2), implementation="xla")
     np.testing.assert_allclose(run(x, m), want, rtol=1e-5, atol=1e-5)

@@ -62,32 +62,32 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _layout(n: int, block_n: int | None) -> tuple[int, int, int]:
+def _layout(n: int, block_n: int | None, max_block: int = 128) -> tuple[int, int, int]:
     """Choose ``(block_n, steps, n_p)`` for ``n`` windows (powers of two for Triton)."""
     if block_n is None:
-        block_n = min(128, max(16, _next_pow2(n)))
+        block_n = min(max_block, max(16, _next_pow2(n)))
     nb = -(-n // block_n)
     steps = _next_pow2(-(-nb // 8) + 1) // 2 or 1  # largest power of two <= ceil(nb / 8)
     splits = -(-nb // steps)
     return block_n, steps, splits * steps * block_n
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5))
-def _mix_core(xw, m, residual, interpret, block_n, steps):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
+def _mix_core(xw, m, residual, interpret, block_n, steps, block_d):
     return _pallas_gpu.mix_pallas(xw, m, residual=residual, block_n=block_n,
-                                  interpret=interpret)
+                                  block_d=block_d, interpret=interpret)
 
 
-def _mix_core_fwd(xw, m, residual, interpret, block_n, steps):
-    return _mix_core(xw, m, residual, interpret, block_n, steps), (xw, m)
+def _mix_core_fwd(xw, m, residual, interpret, block_n, steps, block_d):
+    return _mix_core(xw, m, residual, interpret, block_n, steps, block_d), (xw, m)
 
 
-def _mix_core_bwd(residual, interpret, block_n, steps, res, g):
+def _mix_core_bwd(residual, interpret, block_n, steps, block_d, res, g):
     xw, m = res
     g = g.astype(xw.dtype)
     dxw = _pallas_gpu.mix_pallas(g, jnp.swapaxes(m, 1, 2), residual=residual,
-                                 block_n=block_n, interpret=interpret)
-    dm = _pallas_gpu.outer_pallas(xw, g, steps=steps, block_n=block_n,
+                                 block_n=block_n, block_d=block_d, interpret=interpret)
+    dm = _pallas_gpu.outer_pallas(xw, g, steps=steps, block_n=block_n, block_d=block_d,
                                   interpret=interpret).sum(axis=1)
     return dxw, dm.astype(m.dtype)
 
@@ -95,7 +95,7 @@ def _mix_core_bwd(residual, interpret, block_n, steps, res, g):
 _mix_core.defvjp(_mix_core_fwd, _mix_core_bwd)
 
 
-def _kernel_path(x, matrix, *, window, residual, interpret, block_n=None):
+def _kernel_path(x, matrix, *, window, residual, interpret, block_n=None, block_d=64):
     """Pad, re-lay out to ``(C, N_p, d_p)``, run the kernel, and undo the layout."""
     b, h, w, c = x.shape
     wh, ww = window
@@ -105,11 +105,13 @@ def _kernel_path(x, matrix, *, window, residual, interpret, block_n=None):
     nh, nw = hp // wh, wp // ww
     n = b * nh * nw
     xw = xp.reshape(b, nh, wh, nw, ww, c).transpose(5, 0, 1, 3, 2, 4).reshape(c, n, d)
-    block_n, steps, n_p = _layout(n, block_n)
     d_p = max(16, _next_pow2(d))
+    # w14 (d_p = 256): 64-window blocks keep the Triton tiles small
+    block_n, steps, n_p = _layout(n, block_n, max_block=128 if d_p <= 64 else 64)
     xw = jnp.pad(xw, ((0, 0), (0, n_p - n), (0, d_p - d)))
     m = jnp.pad(matrix.astype(x.dtype), ((0, 0), (0, d_p - d), (0, d_p - d)))
-    y = _mix_core(xw, m, residual, interpret, block_n, steps)[:, :n, :d]
+    block_d = min(block_d, d_p)
+    y = _mix_core(xw, m, residual, interpret, block_n, steps, block_d)[:, :n, :d]
     y = y.reshape(c, b, nh, nw, wh, ww).transpose(1, 2, 4, 3, 5, 0).reshape(b, hp, wp, c)
     return y[:, :h, :w, :]
 

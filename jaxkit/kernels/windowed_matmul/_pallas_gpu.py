@@ -39,19 +39,25 @@ def _operands(a: jax.Array, b: jax.Array, upcast: bool) -> tuple[jax.Array, jax.
     return a, b
 
 
-def _mix_kernel(x_ref, m_ref, o_ref, *, residual: bool, upcast: bool):
-    x = x_ref[...]
-    acc_dt = accumulation_dtype(x.dtype)
-    a, b = _operands(x, m_ref[...], upcast)
-    acc = jnp.dot(a, b, preferred_element_type=acc_dt, precision=_precision(x.dtype))
+def _mix_kernel(x_ref, m_ref, xr_ref, o_ref, *, residual: bool, upcast: bool, block_d: int):
+    # x_ref: (block_n, d_p) all source positions; m_ref: (d_p, block_q) one column block;
+    # xr_ref: (block_n, block_q) the same windows' target block (for the residual).
+    d_p = x_ref.shape[-1]
+    acc_dt = accumulation_dtype(x_ref.dtype)
+    acc = jnp.zeros((x_ref.shape[0], m_ref.shape[-1]), acc_dt)
+    for k0 in range(0, d_p, block_d):                   # static loop over K chunks
+        a, b = _operands(x_ref[:, k0:k0 + block_d], m_ref[k0:k0 + block_d, :], upcast)
+        acc = acc + jnp.dot(a, b, preferred_element_type=acc_dt,
+                            precision=_precision(x_ref.dtype))
     if residual:
-        acc = acc + x.astype(acc_dt)
+        acc = acc + xr_ref[...].astype(acc_dt)
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("residual", "block_n", "interpret", "num_warps", "num_stages"),
+    static_argnames=("residual", "block_n", "block_d", "interpret", "num_warps",
+                     "num_stages"),
 )
 def mix_pallas(
     xw: jax.Array,
@@ -59,31 +65,42 @@ def mix_pallas(
     *,
     residual: bool,
     block_n: int = 128,
+    block_d: int = 64,
     interpret: bool = False,
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> jax.Array:
-    """``(C, N_p, d_p) @ (C, d_p, d_p)`` per channel, plus ``xw`` if ``residual``."""
+    """``(C, N_p, d_p) @ (C, d_p, d_p)`` per channel, plus ``xw`` if ``residual``.
+
+    Grid ``(C, N_p / block_n, d_p / block_d)``: output column blocks of ``block_d``,
+    the contraction in chunks of ``block_d`` (so w14's ``d_p = 256`` never holds a full
+    ``256 x 256`` matrix in registers).
+    """
     c, n_p, d_p = xw.shape
-    if n_p % block_n:
-        raise NotImplementedError(f"mix_pallas needs N_p % block_n == 0; got {n_p=}, {block_n=}.")
+    block_d = min(block_d, d_p)
+    if n_p % block_n or d_p % block_d:
+        raise NotImplementedError(
+            f"mix_pallas needs N_p % block_n == 0 and d_p % block_d == 0; got {n_p=}, "
+            f"{d_p=}, {block_n=}, {block_d=}.")
     return pl.pallas_call(
-        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret)),
+        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret),
+                          block_d=block_d),
         out_shape=jax.ShapeDtypeStruct((c, n_p, d_p), xw.dtype),
-        grid=(c, n_p // block_n),
+        grid=(c, n_p // block_n, d_p // block_d),
         in_specs=[
-            pl.BlockSpec((None, block_n, d_p), lambda ci, ni: (ci, ni, 0)),
-            pl.BlockSpec((None, d_p, d_p), lambda ci, ni: (ci, 0, 0)),
+            pl.BlockSpec((None, block_n, d_p), lambda ci, ni, qi: (ci, ni, 0)),
+            pl.BlockSpec((None, d_p, block_d), lambda ci, ni, qi: (ci, 0, qi)),
+            pl.BlockSpec((None, block_n, block_d), lambda ci, ni, qi: (ci, ni, qi)),
         ],
-        out_specs=pl.BlockSpec((None, block_n, d_p), lambda ci, ni: (ci, ni, 0)),
+        out_specs=pl.BlockSpec((None, block_n, block_d), lambda ci, ni, qi: (ci, ni, qi)),
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
         name="wbmm_mix",
-    )(xw, matrix.astype(xw.dtype))
+    )(xw, matrix.astype(xw.dtype), xw)
 
 
 def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool):
-    d_p = x_ref.shape[-1]
+    # x_ref: (steps * block_n, block_d) source block; g_ref: same rows, target block.
     acc_dt = o_ref.dtype
 
     def body(i, acc):
@@ -91,14 +108,14 @@ def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool
         x, g = _operands(x_ref[rows, :], g_ref[rows, :], upcast)
         return acc + lax.dot_general(
             x, g, (((0,), (0,)), ((), ())), preferred_element_type=acc_dt,
-            precision=_precision(x.dtype))
+            precision=_precision(x_ref.dtype))
 
-    o_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((d_p, d_p), acc_dt))
+    o_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros(o_ref.shape, acc_dt))
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("steps", "block_n", "interpret", "num_warps", "num_stages"),
+    static_argnames=("steps", "block_n", "block_d", "interpret", "num_warps", "num_stages"),
 )
 def outer_pallas(
     xw: jax.Array,
@@ -106,27 +123,36 @@ def outer_pallas(
     *,
     steps: int,
     block_n: int = 128,
+    block_d: int = 64,
     interpret: bool = False,
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> jax.Array:
-    """Partial sums ``(C, S, d_p, d_p)`` of ``X_c^T G_c`` over ``S`` chunks of windows."""
+    """Partial sums ``(C, S, d_p, d_p)`` of ``X_c^T G_c`` over ``S`` chunks of windows.
+
+    Grid ``(C, S, d_p / block_d, d_p / block_d)``: each program accumulates one
+    ``(block_d, block_d)`` tile over ``steps`` blocks of ``block_n`` windows.
+    """
     c, n_p, d_p = xw.shape
     chunk = steps * block_n
-    if n_p % chunk:
+    block_d = min(block_d, d_p)
+    if n_p % chunk or d_p % block_d:
         raise NotImplementedError(
-            f"outer_pallas needs N_p % (steps * block_n) == 0; got {n_p=}, {chunk=}.")
+            f"outer_pallas needs N_p % (steps * block_n) == 0 and d_p % block_d == 0; got "
+            f"{n_p=}, {d_p=}, {chunk=}, {block_d=}.")
     acc_dt = accumulation_dtype(xw.dtype)
+    nd = d_p // block_d
     return pl.pallas_call(
         functools.partial(_outer_kernel, block_n=block_n, steps=steps,
                           upcast=bool(interpret)),
         out_shape=jax.ShapeDtypeStruct((c, n_p // chunk, d_p, d_p), acc_dt),
-        grid=(c, n_p // chunk),
+        grid=(c, n_p // chunk, nd, nd),
         in_specs=[
-            pl.BlockSpec((None, chunk, d_p), lambda ci, si: (ci, si, 0)),
-            pl.BlockSpec((None, chunk, d_p), lambda ci, si: (ci, si, 0)),
+            pl.BlockSpec((None, chunk, block_d), lambda ci, si, pi, qi: (ci, si, pi)),
+            pl.BlockSpec((None, chunk, block_d), lambda ci, si, pi, qi: (ci, si, qi)),
         ],
-        out_specs=pl.BlockSpec((None, None, d_p, d_p), lambda ci, si: (ci, si, 0, 0)),
+        out_specs=pl.BlockSpec((None, None, block_d, block_d),
+                               lambda ci, si, pi, qi: (ci, si, pi, qi)),
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
         name="wbmm_outer",
