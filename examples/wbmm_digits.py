@@ -4,13 +4,13 @@ convolutions (the same 49-pixel receptive field per mixer) on scikit-learn's dig
 The paper's claim (WBMM, ICML 2026) is training speed at equal accuracy: the windowed
 matmul replaces a large-kernel depthwise convolution, whose gradient is slow in XLA
 (jax-ml/jax#13800). Here the 8x8 digits are resized to 14x14; both networks are
-stem (3x3 conv) -> [mixer block, 3x3 depthwise block] -> head, width 24 (quick: 16,
-100 steps of 32), trained with
-AdamW for the same number of steps; mixer = WBMM window 7 (2x2 windows) or a 7x7
-``lax`` depthwise conv. We report test accuracy and the median time of a jitted
-training step, and check that the re-parameterised (folded) WBMM net gives the same
-test predictions. A full run needs ImageNet and a GPU (see the spec); this is the
-miniature.
+stem (3x3 conv) -> [mixer block, 3x3 depthwise block] -> head, width 24, trained with
+AdamW (cosine decay) for 600 steps of 64 (quick: width 16, 150 steps of 32); mixer =
+WBMM window 7 (2x2 windows) or a 7x7 ``lax`` depthwise conv. We report test accuracy
+and the median time of a jitted training step (ok: accuracy within 2 points or better,
+and a faster step), and check that the re-parameterised (folded) WBMM net gives the
+same test predictions. A full run needs ImageNet and a GPU (see the spec); this is
+the miniature.
 """
 
 import argparse
@@ -43,7 +43,8 @@ def _data(seed: int):
 def _make(mixer, key, width):
     return eqx.nn.make_with_state(WBMMNet)(
         depths=(2,), dims=(width,), patterns=((mixer, "D"),), in_channels=1, num_classes=10,
-        window=7, stem_strides=(1,), layer_scale_init=1.0, key=key)
+        window=7, stem_strides=(1,), layer_scale_init=1.0,
+        bn_momentum=0.3, key=key)   # short runs: running BN stats must track the weights
 
 
 def _train(mixer, data, *, steps, batch, width, seed):
@@ -51,7 +52,7 @@ def _train(mixer, data, *, steps, batch, width, seed):
     key = jax.random.key(seed)
     k_init, k_data = jax.random.split(key)
     model, state = _make(mixer, k_init, width)
-    opt = optax.adamw(3e-3, weight_decay=0.05)
+    opt = optax.adamw(optax.cosine_decay_schedule(3e-3, steps), weight_decay=0.05)
     opt_state = opt.init(eqx.filter(model, eqx.is_array))
 
     def loss_fn(m, s, xb, yb):
@@ -94,7 +95,7 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
          data_dir: str | None = None) -> dict:
     del data_dir  # the digits ship with scikit-learn
     data = _data(seed)
-    steps, batch, width = (100, 32, 16) if quick else (600, 64, 24)
+    steps, batch, width = (150, 32, 16) if quick else (600, 64, 24)
     res = {name: _train(mixer, data, steps=steps, batch=batch, width=width, seed=seed)
            for name, mixer in (("wbmm_w7", "W"), ("depthwise_7x7", 7))}
     w, d = res["wbmm_w7"], res["depthwise_7x7"]

@@ -250,11 +250,13 @@ class MultiKernelWBMM(eqx.Module):
     bn3: BatchNorm
 
     def __init__(self, channels: int, *, window: int | tuple[int, int] = 7,
-                 implementation: str = "auto", key: PRNGKeyArray):
+                 bn_momentum: float = 0.1, implementation: str = "auto",
+                 key: PRNGKeyArray):
         k1, k2, k3 = jax.random.split(key, 3)
         self.wbmm = WBMM(channels, window=window, implementation=implementation, key=k1)
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
-        self.bn1, self.bn2, self.bn3 = BatchNorm(channels), BatchNorm(channels), BatchNorm(channels)
+        self.bn1, self.bn2, self.bn3 = (BatchNorm(channels, momentum=bn_momentum)
+                                        for _ in range(3))
 
     def __call__(self, x: Array, state: State, *, inference: bool) -> tuple[Array, State]:
         if tuple(x.shape[1:3]) != self.wbmm.window:
@@ -346,12 +348,13 @@ class WBMMBlock(eqx.Module):
     def __init__(self, channels: int, mixer: Token | str = "W", *,
                  window: int | tuple[int, int] = 7, ffn_ratio: int = 4,
                  layer_scale_init: float = 1e-6, drop_path: float = 0.0,
-                 implementation: str = "auto", key: PRNGKeyArray):
+                 bn_momentum: float = 0.1, implementation: str = "auto",
+                 key: PRNGKeyArray):
         km, ks, k1, k2 = jax.random.split(key, 4)
         if mixer == "W":
             self.mixer = WBMM(channels, window=window, implementation=implementation, key=km)
         elif mixer == "M":
-            self.mixer = MultiKernelWBMM(channels, window=window,
+            self.mixer = MultiKernelWBMM(channels, window=window, bn_momentum=bn_momentum,
                                          implementation=implementation, key=km)
         elif mixer == "D":
             self.mixer = DepthwiseConv(channels, 3, key=km)
@@ -360,12 +363,12 @@ class WBMMBlock(eqx.Module):
         else:
             raise ValueError(f"`mixer` must be 'W', 'D', 'M' or an odd int, got {mixer!r}.")
         hidden = ffn_ratio * channels
-        self.norm = BatchNorm(channels)
+        self.norm = BatchNorm(channels, momentum=bn_momentum)
         self.se = SE(channels, key=ks)
         self.linear1 = Linear(channels, hidden, key=k1)
         self.grn = GRN(hidden)
         self.linear2 = Linear(hidden, channels, bias=False, key=k2)
-        self.bn2 = BatchNorm(channels)
+        self.bn2 = BatchNorm(channels, momentum=bn_momentum)
         self.gamma = layer_scale_init * jnp.ones((channels,)) if layer_scale_init > 0 else None
         self.drop_path = float(drop_path)
 
@@ -445,8 +448,8 @@ class WBMMNet(eqx.Module):
                  patterns: Sequence[Sequence[Token | str]], in_channels: int = 3,
                  num_classes: int = 1000, window: int | tuple[int, int] = 7,
                  stem_strides: Sequence[int] = (2, 2), layer_scale_init: float = 1e-6,
-                 drop_path_rate: float = 0.0, implementation: str = "auto",
-                 key: PRNGKeyArray):
+                 drop_path_rate: float = 0.0, bn_momentum: float = 0.1,
+                 implementation: str = "auto", key: PRNGKeyArray):
         if not (len(depths) == len(dims) == len(patterns)):
             raise ValueError("`depths`, `dims` and `patterns` must have equal lengths, got "
                              f"{len(depths)}, {len(dims)}, {len(patterns)}.")
@@ -467,7 +470,8 @@ class WBMMNet(eqx.Module):
         for i, (d, p) in enumerate(zip(depths, patterns, strict=True)):
             stages.append(tuple(
                 WBMMBlock(dims[i], tok, window=window, layer_scale_init=layer_scale_init,
-                          drop_path=next(r), implementation=implementation, key=next(keys))
+                          drop_path=next(r), bn_momentum=bn_momentum,
+                          implementation=implementation, key=next(keys))
                 for tok in p))
         self.stages = tuple(stages)
         self.norm = LayerNorm(dims[-1])
