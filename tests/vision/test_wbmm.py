@@ -77,6 +77,7 @@ def test_multikernel_requires_single_window(key):
         blk(jnp.ones((1, 6, 6, 2)), state)
 
 
+@pytest.mark.slow
 def test_network_train_step_and_fold(key):
     net, state = eqx.nn.make_with_state(WBMMNet)(
         depths=(1, 2), dims=(4, 8), patterns=("D", "WM"), in_channels=1, num_classes=3,
