@@ -240,3 +240,30 @@ def test_errors(key):
         table_from_depthwise_kernel(_rand(key, 4, 4, 2), window=3)
     with pytest.raises(TypeError):
         windowed_matmul(x, t, bias=_rand(key, 3))
+
+
+def test_kernel_inside_shard_map(key):
+    """The kernel is per-device: run it sharded over the batch with shard_map. (Interpret
+    mode's grid loop trips shard_map's vma check, hence check_vma=False here; the table
+    gradient is then summed over devices by hand.)"""
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+    x = _rand(key, 2, 4, 4, 2)
+    t = _rand(jax.random.fold_in(key, 1), 2, 9)
+
+    def local(a, b):
+        y = windowed_matmul(a, b, window=2, implementation="pallas_interpret")
+        gx, gt = jax.grad(lambda u, v: jnp.sum(windowed_matmul(
+            u, v, window=2, implementation="pallas_interpret") ** 2), argnums=(0, 1))(a, b)
+        return y, gx, jax.lax.psum(gt, "data")
+
+    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(jax.P("data"), jax.P()),
+                              out_specs=(jax.P("data"), jax.P("data"), jax.P()),
+                              check_vma=False))
+    with jax.set_mesh(mesh):
+        y, gx, gt = f(jax.device_put(x, jax.NamedSharding(mesh, jax.P("data"))), t)
+    ry = windowed_matmul(x, t, window=2, implementation="xla")
+    rx, rt = jax.grad(lambda u, v: jnp.sum(windowed_matmul(
+        u, v, window=2, implementation="xla") ** 2), argnums=(0, 1))(x, t)
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gx, rx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gt, rt, rtol=1e-5, atol=1e-4)

@@ -31,6 +31,28 @@ def _precision(dtype: jnp.dtype) -> lax.Precision:
     return lax.Precision.DEFAULT
 
 
+def _match_vma(*operands: jax.Array) -> tuple[tuple[jax.Array, ...], object]:
+    """Inside ``jax.shard_map`` (``check_vma=True``), make every operand vary over the
+    union of the operands' manual axes; return them and that manual-axis type (``None``
+    outside ``shard_map``), which the output shape must carry."""
+    axes = frozenset()
+    for o in operands:
+        axes |= getattr(getattr(jax.typeof(o), "mat", None), "varying", frozenset())
+    if not axes:
+        return operands, None
+    out = []
+    for o in operands:
+        missing = tuple(sorted(axes - jax.typeof(o).mat.varying))
+        out.append(lax.pcast(o, missing, to="varying") if missing else o)
+    return tuple(out), jax.typeof(out[0]).mat
+
+
+def _out_shape(shape, dtype, mat) -> jax.ShapeDtypeStruct:
+    if mat is None:
+        return jax.ShapeDtypeStruct(shape, dtype)
+    return jax.ShapeDtypeStruct(shape, dtype, manual_axis_type=mat)
+
+
 def _operands(a: jax.Array, b: jax.Array, upcast: bool) -> tuple[jax.Array, jax.Array]:
     # XLA:CPU (interpret mode) has no bf16 x bf16 -> f32 dot; upcasting there is exact
     # because products of bf16 numbers are exact in f32.
@@ -44,11 +66,11 @@ def _mix_kernel(x_ref, m_ref, xr_ref, o_ref, *, residual: bool, upcast: bool, bl
     # xr_ref: (block_n, block_q) the same windows' target block (for the residual).
     d_p = x_ref.shape[-1]
     acc_dt = accumulation_dtype(x_ref.dtype)
-    acc = jnp.zeros((x_ref.shape[0], m_ref.shape[-1]), acc_dt)
+    acc = None   # (started from the first product, not zeros: keeps shard_map's vma)
     for k0 in range(0, d_p, block_d):                   # static loop over K chunks
         a, b = _operands(x_ref[:, k0:k0 + block_d], m_ref[k0:k0 + block_d, :], upcast)
-        acc = acc + jnp.dot(a, b, preferred_element_type=acc_dt,
-                            precision=_precision(x_ref.dtype))
+        part = jnp.dot(a, b, preferred_element_type=acc_dt, precision=_precision(x_ref.dtype))
+        acc = part if acc is None else acc + part
     if residual:
         acc = acc + xr_ref[...].astype(acc_dt)
     o_ref[...] = acc.astype(o_ref.dtype)
@@ -82,10 +104,11 @@ def mix_pallas(
         raise NotImplementedError(
             f"mix_pallas needs N_p % block_n == 0 and d_p % block_d == 0; got {n_p=}, "
             f"{d_p=}, {block_n=}, {block_d=}.")
+    (xw, matrix), mat = _match_vma(xw, matrix.astype(xw.dtype))
     return pl.pallas_call(
         functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret),
                           block_d=block_d),
-        out_shape=jax.ShapeDtypeStruct((c, n_p, d_p), xw.dtype),
+        out_shape=_out_shape((c, n_p, d_p), xw.dtype, mat),
         grid=(c, n_p // block_n, d_p // block_d),
         in_specs=[
             pl.BlockSpec((None, block_n, d_p), lambda ci, ni, qi: (ci, ni, 0)),
@@ -96,21 +119,21 @@ def mix_pallas(
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
         name="wbmm_mix",
-    )(xw, matrix.astype(xw.dtype), xw)
+    )(xw, matrix, xw)
 
 
 def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool):
     # x_ref: (steps * block_n, block_d) source block; g_ref: same rows, target block.
     acc_dt = o_ref.dtype
 
-    def body(i, acc):
+    def product(i):
         rows = pl.ds(i * block_n, block_n)
         x, g = _operands(x_ref[rows, :], g_ref[rows, :], upcast)
-        return acc + lax.dot_general(
-            x, g, (((0,), (0,)), ((), ())), preferred_element_type=acc_dt,
-            precision=_precision(x_ref.dtype))
+        return lax.dot_general(x, g, (((0,), (0,)), ((), ())), preferred_element_type=acc_dt,
+                               precision=_precision(x_ref.dtype))
 
-    o_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros(o_ref.shape, acc_dt))
+    # started from the first product, not zeros (keeps shard_map's vma)
+    o_ref[...] = lax.fori_loop(1, steps, lambda i, acc: acc + product(i), product(0))
 
 
 @functools.partial(
@@ -142,10 +165,11 @@ def outer_pallas(
             f"{n_p=}, {d_p=}, {chunk=}, {block_d=}.")
     acc_dt = accumulation_dtype(xw.dtype)
     nd = d_p // block_d
+    (xw, g), mat = _match_vma(xw, g.astype(xw.dtype))
     return pl.pallas_call(
         functools.partial(_outer_kernel, block_n=block_n, steps=steps,
                           upcast=bool(interpret)),
-        out_shape=jax.ShapeDtypeStruct((c, n_p // chunk, d_p, d_p), acc_dt),
+        out_shape=_out_shape((c, n_p // chunk, d_p, d_p), acc_dt, mat),
         grid=(c, n_p // chunk, nd, nd),
         in_specs=[
             pl.BlockSpec((None, chunk, block_d), lambda ci, si, pi, qi: (ci, si, pi)),
@@ -156,4 +180,4 @@ def outer_pallas(
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
         name="wbmm_outer",
-    )(xw, g.astype(xw.dtype))
+    )(xw, g)
