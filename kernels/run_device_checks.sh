@@ -28,7 +28,7 @@ mkdir -p "$OUT"
 
 # module  budget_s   (the budgets sum to under 6 minutes)
 MODULES=(
-  "wbmm 200"
+  "wbmm 180"
 )
 
 STATUS=0
