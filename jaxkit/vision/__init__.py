@@ -1,0 +1,10 @@
+"""Vision methods: WBMM layers and network (FeatJND and IR detection live beside it)."""
+
+from jaxkit.vision.wbmm import VARIANTS as VARIANTS
+from jaxkit.vision.wbmm import WBMM as WBMM
+from jaxkit.vision.wbmm import BatchNorm as BatchNorm
+from jaxkit.vision.wbmm import MultiKernelWBMM as MultiKernelWBMM
+from jaxkit.vision.wbmm import WBMMBlock as WBMMBlock
+from jaxkit.vision.wbmm import WBMMNet as WBMMNet
+from jaxkit.vision.wbmm import fold_bn_into_table as fold_bn_into_table
+from jaxkit.vision.wbmm import reparameterize as reparameterize

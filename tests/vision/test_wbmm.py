@@ -1,0 +1,108 @@
+"""WBMM layers: exact re-parameterisation folds, network plumbing, errors."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit.kernels.windowed_matmul import table_from_depthwise_kernel, windowed_matmul
+from jaxkit.vision import VARIANTS, WBMM, WBMMBlock, WBMMNet, fold_bn_into_table, reparameterize
+
+
+def _randomize(module, key, scale=0.3):
+    """Perturb every float leaf (so folds are tested away from the zero/one init)."""
+    leaves, tdef = jax.tree.flatten(module)
+    keys = jax.random.split(key, len(leaves))
+    new = [leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
+           if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating) else leaf
+           for leaf, k in zip(leaves, keys, strict=True)]
+    return jax.tree.unflatten(tdef, new)
+
+
+@eqx.filter_jit
+def _run(model, x, state, inference, key=None):
+    return model(x, state, inference=inference, key=key)
+
+
+def _to64(tree):
+    return jax.tree.map(lambda v: v.astype(jnp.float64)
+                        if isinstance(v, jax.Array) and v.dtype == jnp.float32 else v, tree)
+
+
+@pytest.mark.parametrize("mixer,size,window", [("W", 6, 3), ("D", 5, 3), ("M", 4, 4), (5, 5, 3)])
+def test_block_fold_identical_outputs(mixer, size, window, key):
+    with jax.enable_x64(True):
+        blk, state = eqx.nn.make_with_state(WBMMBlock)(3, mixer, window=window,
+                                                      layer_scale_init=0.5, key=key)
+        blk, state = _to64(_randomize(blk, jax.random.fold_in(key, 1))), _to64(state)
+        x = jax.random.normal(key, (3, size, size, 3), jnp.float64)
+        for i in range(2):                                # populate the running statistics
+            _, state = _run(blk, x + i, state, False)
+        want, _ = _run(blk, x, state, True)
+        folded = reparameterize(blk, state)
+        got, _ = _run(folded, x, state, True)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+        assert folded.norm is None and folded.bn2 is None and folded.gamma is None
+        if mixer in ("W", "M"):
+            assert isinstance(folded.mixer, WBMM) and not folded.mixer.residual
+
+
+def test_fold_bn_into_table_matches_bn(key):
+    window = (3, 3)
+    x = jax.random.normal(key, (2, 6, 6, 2))
+    t = jax.random.normal(jax.random.fold_in(key, 1), (2, 25))
+    s = jnp.array([0.5, -2.0])
+    sh = jnp.array([0.1, 0.3])
+    want = windowed_matmul(x, t, window=window) * s.reshape(1, 1, 1, 2) + sh.reshape(1, 1, 1, 2)
+    t2, b2 = fold_bn_into_table(t, None, scale=s, shift=sh, window=window, residual=True)
+    got = windowed_matmul(x, t2, window=window, residual=False, bias=b2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_multikernel_fold_equals_dw_branches_single_window(key):
+    """With BN = identity, the fold is R + e_c + embed(K5) + embed(K3): check vs convs."""
+    x = jax.random.normal(key, (2, 5, 5, 2))
+    k5 = jax.random.normal(jax.random.fold_in(key, 1), (5, 5, 2))
+    t = table_from_depthwise_kernel(k5, window=5)
+    from tests.kernels.test_windowed_matmul import _dw
+
+    np.testing.assert_allclose(windowed_matmul(x, t, window=5, residual=False), _dw(x, k5),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_multikernel_requires_single_window(key):
+    blk, state = eqx.nn.make_with_state(WBMMBlock)(2, "M", window=3, key=key)
+    with pytest.raises(ValueError, match="window"):
+        blk(jnp.ones((1, 6, 6, 2)), state)
+
+
+@pytest.mark.slow
+def test_network_train_step_and_fold(key):
+    net, state = eqx.nn.make_with_state(WBMMNet)(
+        depths=(1, 2), dims=(4, 8), patterns=("D", "WM"), in_channels=1, num_classes=3,
+        window=3, stem_strides=(1,), layer_scale_init=0.1, drop_path_rate=0.1, key=key)
+    x = jax.random.normal(key, (4, 6, 6, 1))
+    labels = jnp.array([0, 1, 2, 0])
+
+    def loss(model, state, k):
+        logits, state = model(x, state, key=k)
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), labels]), state
+
+    (val, state), grads = eqx.filter_jit(eqx.filter_value_and_grad(loss, has_aux=True))(
+        net, state, jax.random.key(1))
+    assert np.isfinite(float(val))
+    assert jax.tree.structure(eqx.filter(grads, eqx.is_array)) == jax.tree.structure(
+        eqx.filter(net, eqx.is_array))
+    want, _ = _run(net, x, state, True)
+    got, _ = _run(reparameterize(net, state), x, state, True)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_variants_and_errors(key):
+    for v in VARIANTS.values():
+        assert [len(p) for p in v["patterns"]] == list(v["depths"])
+    with pytest.raises(ValueError, match="mixer"):
+        WBMMBlock(4, "X", key=key)
+    with pytest.raises(ValueError, match="patterns"):
+        WBMMNet(depths=(2,), dims=(4,), patterns=("W",), key=key)
