@@ -32,7 +32,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block", type=int, default=8)
     p.add_argument("--out", default=str(C.FIXTURE))

@@ -5,13 +5,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
-from jaxkit._typing import KeyArray, Params, RealScalarLike
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._common import DecodeStats, check_generate_args, finalize, stop_info
 from jaxkit.decoding._select import _sample
 
 
 def ar_generate(
-    params: Params,
+    params: PyTree,
     cfg: nn.TransformerConfig,
     prompt: Int[ArrayLike, "B P"],
     prompt_len: Int[ArrayLike, " B"],

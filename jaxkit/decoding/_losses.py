@@ -15,10 +15,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from jaxkit import _validate
-from jaxkit._typing import KeyArray, Params, RealScalarLike
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._reorder import topological_reorder
 
-ApplyFn = Callable[[Params, Array, Array, Array], Array]
+ApplyFn = Callable[[PyTree, Array, Array, Array], Array]
 _GAMMA_MIN = 1e-8
 
 
@@ -70,7 +70,7 @@ def dual_stream_mask(length: int, block_size: int) -> Array:
         raise ValueError(f"`length` must be a Python int >= 1, got {length!r}.")
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"`block_size` must be a Python int >= 1, got {block_size!r}.")
-    i = jnp.arange(2 * length)
+    i = jnp.arange(2 * length, dtype=jnp.int32)
     pred = i >= length
     idx = jnp.where(pred, i - length, i)
     blk = idx // block_size
@@ -139,23 +139,23 @@ def dual_stream_batch(
     tok3 = _pad_blocks(tokens.astype(jnp.int32), k, bs, 0)
     can3 = _pad_blocks(loss_mask, k, bs, False)
     pad3 = _pad_blocks(jnp.zeros_like(loss_mask), k, bs, True)
-    noise = jax.random.uniform(ku, (b, k, bs))
+    noise = jax.random.uniform(ku, (b, k, bs), jnp.float32)
     key_noise = jnp.where(can3, noise, 2.0)
     if per_block:
-        gamma = jnp.maximum(jax.random.uniform(kg, (b, k, 1)), _GAMMA_MIN)
+        gamma = jnp.maximum(jax.random.uniform(kg, (b, k, 1), jnp.float32), _GAMMA_MIN)
         count = jnp.sum(can3, axis=-1, keepdims=True).astype(jnp.float32)
-        rank = jnp.argsort(jnp.argsort(key_noise, axis=-1), axis=-1)
+        rank = jnp.argsort(jnp.argsort(key_noise, axis=-1), axis=-1).astype(jnp.int32)
     else:
-        gamma = jnp.maximum(jax.random.uniform(kg, (b, 1, 1)), _GAMMA_MIN)
+        gamma = jnp.maximum(jax.random.uniform(kg, (b, 1, 1), jnp.float32), _GAMMA_MIN)
         count = jnp.sum(can3, axis=(1, 2), keepdims=True).astype(jnp.float32)
         flat = key_noise.reshape(b, k * bs)
-        rank = jnp.argsort(jnp.argsort(flat, axis=-1), axis=-1).reshape(b, k, bs)
+        rank = jnp.argsort(jnp.argsort(flat, axis=-1), axis=-1).astype(jnp.int32).reshape(b, k, bs)
     n_mask = jnp.round(gamma * count).astype(jnp.int32)
     masked3 = can3 & (rank < n_mask)
     weight3 = jnp.where(masked3, 1.0 / (gamma + _GAMMA_MIN), 0.0).astype(jnp.float32)
     order = jnp.where(pad3, 2, masked3.astype(jnp.int32))
-    perm3 = jnp.argsort(order, axis=-1, stable=True)
-    gperm = (perm3 + (jnp.arange(k) * bs)[None, :, None]).reshape(b, k * bs)[:, :length]
+    perm3 = jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
+    gperm = (perm3 + (jnp.arange(k, dtype=jnp.int32) * bs)[None, :, None]).reshape(b, k * bs)[:, :length]
 
     def take(x3):
         return jnp.take_along_axis(x3.reshape(b, k * bs), gperm, axis=1)
@@ -174,22 +174,27 @@ def dual_stream_batch(
         ar_labels=ar_labels, ar_mask=ar_mask)
 
 
+def _acc(dtype) -> jnp.dtype:
+    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
+
+
 def _nll(logits: Array, labels: Array) -> Array:
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    logp = jax.nn.log_softmax(logits.astype(_acc(logits.dtype)), axis=-1)
     return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
 
 
 def _mlm_term(nll: Array, mask: Array, weights: Array, weighting: str) -> Array:
+    dt = nll.dtype
     if weighting == "weighted":
-        w = jnp.where(mask, weights, 0.0)
-        return jnp.sum(w * nll) / jnp.maximum(jnp.sum(w), jnp.float32(1e-12))
-    m = mask.astype(jnp.float32)
-    return jnp.sum(m * nll) / jnp.maximum(jnp.sum(m), 1.0)
+        w = jnp.where(mask, weights.astype(dt), jnp.zeros_like(nll))
+        return jnp.sum(w * nll) / jnp.maximum(jnp.sum(w), jnp.asarray(1e-12, dt))
+    m = mask.astype(dt)
+    return jnp.sum(m * nll) / jnp.maximum(jnp.sum(m), jnp.asarray(1.0, dt))
 
 
 def wedlm_loss(
     apply_fn: ApplyFn,
-    params: Params,
+    params: PyTree,
     batch: DualStreamBatch,
     *,
     ar_weight: RealScalarLike = 1.0,
@@ -230,19 +235,23 @@ def wedlm_loss(
     mem, pred = logits[:, :length], logits[:, length:]
     l_mlm = _mlm_term(_nll(pred, batch.mlm_labels), batch.mlm_mask, batch.mlm_weights,
                       weighting)
-    am = batch.ar_mask.astype(jnp.float32)
-    l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(jnp.sum(am), 1.0)
-    wa = jnp.asarray(ar_weight, jnp.float32)
+    acc = _acc(logits.dtype)
+    am = batch.ar_mask.astype(acc)
+    l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(jnp.sum(am),
+                                                                  jnp.asarray(1.0, acc))
+    wa = jnp.asarray(ar_weight, acc)
     loss = (l_mlm + wa * l_ar) / (1.0 + wa)
-    w = jnp.where(batch.mlm_mask, batch.mlm_weights, 0.0)
-    ess = jnp.sum(w) ** 2 / jnp.maximum(jnp.sum(w * w), jnp.float32(1e-12))
-    metrics = {"mlm": l_mlm, "ar": l_ar, "n_masked": jnp.sum(batch.mlm_mask), "ess": ess}
+    w = jnp.where(batch.mlm_mask, batch.mlm_weights, 0.0).astype(acc)
+    ess = jnp.sum(w) ** 2 / jnp.maximum(jnp.sum(w * w), jnp.asarray(1e-12, acc))
+    dt = logits.dtype
+    metrics = {"mlm": l_mlm.astype(dt), "ar": l_ar.astype(dt),
+               "n_masked": jnp.sum(batch.mlm_mask), "ess": ess.astype(dt)}
     return loss.astype(logits.dtype), metrics
 
 
 def reorder_mlm_loss(
     apply_fn: ApplyFn,
-    params: Params,
+    params: PyTree,
     tokens: Int[ArrayLike, "B L"],
     is_masked: Bool[ArrayLike, "B L"],
     loss_mask: Bool[ArrayLike, "B L"],
@@ -291,4 +300,5 @@ def reorder_mlm_loss(
     gamma = (jnp.sum(is_masked, axis=1).astype(jnp.float32)
              / jnp.maximum(jnp.sum(loss_mask, axis=1), 1).astype(jnp.float32))
     weights = jnp.broadcast_to((1.0 / jnp.maximum(gamma, _GAMMA_MIN))[:, None], (b, length))
+    weights = weights.astype(_acc(logits.dtype))
     return _mlm_term(_nll(logits, labels), mmask, weights, weighting).astype(logits.dtype)

@@ -91,6 +91,14 @@ def window_order(
     """
     filled, valid = jnp.asarray(filled), jnp.asarray(valid)
     _validate.same_shape(filled=filled, valid=valid)
-    rank = jnp.where(filled & valid, 0, jnp.where(valid, 1, 2))
-    perm = jnp.argsort(rank, axis=-1, stable=True).astype(jnp.int32)
-    return perm, jnp.argsort(perm, axis=-1).astype(jnp.int32)
+    # Stable three-class sort without argsort: class offsets + rank inside the class.
+    classes = [filled & valid, ~filled & valid, ~valid]
+    inv = jnp.zeros(filled.shape, jnp.int32)
+    offset = jnp.zeros(filled.shape[:-1] + (1,), jnp.int32)
+    for c in classes:
+        ci = c.astype(jnp.int32)
+        inv = inv + ci * (offset + jnp.cumsum(ci, axis=-1) - 1)
+        offset = offset + jnp.sum(ci, axis=-1, keepdims=True)
+    idx = jnp.broadcast_to(jnp.arange(filled.shape[-1], dtype=jnp.int32), filled.shape)
+    perm = jnp.put_along_axis(jnp.zeros_like(inv), inv, idx, axis=-1, inplace=False)
+    return perm, inv

@@ -73,7 +73,13 @@ def select_by_entropy(
 def _sample(logits: Array, key: KeyArray, temperature: RealScalarLike) -> Array:
     """Greedy where ``temperature == 0``, else a categorical draw at that temperature."""
     lf = logits.astype(jnp.float32)
-    greedy = jnp.argmax(lf, axis=-1).astype(jnp.int32)
     t = jnp.asarray(temperature, jnp.float32)
-    drawn = jax.random.categorical(key, lf / jnp.maximum(t, jnp.float32(1e-6)), axis=-1)
-    return jnp.where(t > 0, drawn.astype(jnp.int32), greedy)
+
+    def greedy():
+        return jnp.argmax(lf, axis=-1).astype(jnp.int32)
+
+    def drawn():
+        scaled = lf / jnp.maximum(t, jnp.float32(1e-6))
+        return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(t > 0, drawn, greedy)

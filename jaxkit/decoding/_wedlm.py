@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
-from jaxkit._typing import KeyArray, Params, RealScalarLike
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._common import DecodeStats, check_generate_args, finalize, stop_info
 from jaxkit.decoding._reorder import commit_count, window_order
 from jaxkit.decoding._select import _sample, select_by_entropy
@@ -46,7 +46,7 @@ class WeDLMState(NamedTuple):
 
 
 def wedlm_generate(
-    params: Params,
+    params: PyTree,
     cfg: nn.TransformerConfig,
     prompt: Int[ArrayLike, "B P"],
     prompt_len: Int[ArrayLike, " B"],
