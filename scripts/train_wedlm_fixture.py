@@ -30,7 +30,7 @@ NEW = 28  # continuation length: sequences of 32 tokens
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=1500)  # the committed fixture: 1500
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
