@@ -136,16 +136,17 @@ def wedlm_generate(
 def _init_state(params, cfg, prompt, prompt_len, *, mask_token_id, max_new_tokens, window,
                 max_len, pad_token_id) -> WeDLMState:
     """Prefill the prompts and open an all-mask window."""
-    b, w, n = prompt.shape[0], window, max_new_tokens
+    w, n = window, max_new_tokens
     _, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     return WeDLMState(
         cache=cache,
-        win_tok=jnp.full((b, w), mask_token_id, jnp.int32),
-        filled=jnp.zeros((b, w), bool),
-        out=jnp.full((b, n), pad_token_id, jnp.int32),
-        n_gen=jnp.zeros((b,), jnp.int32),
-        done=jnp.zeros((b,), bool),
-        row_forwards=jnp.zeros((b,), jnp.int32),
+        win_tok=zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32),
+        filled=(zb[:, None] + jnp.zeros((1, w), jnp.int32)) > 0,
+        out=zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32),
+        n_gen=zb,
+        done=zb > 0,
+        row_forwards=zb,
         n_forward=jnp.zeros((), jnp.int32),
     )
 
@@ -156,8 +157,8 @@ def _step(params, cfg, s: WeDLMState, prompt_len, key, *, mask_token_id, max_new
     b, w, n = s.win_tok.shape[0], window, max_new_tokens
     active = ~s.done
     n_lead = jnp.where(active, commit_count(s.filled), 0)
-    tok2 = jnp.concatenate([s.win_tok, jnp.full((b, w), mask_token_id, jnp.int32)], axis=1)
-    filled2 = jnp.concatenate([s.filled, jnp.zeros((b, w), bool)], axis=1)
+    tok2 = jnp.concatenate([s.win_tok, jnp.full_like(s.win_tok, mask_token_id)], axis=1)
+    filled2 = jnp.concatenate([s.filled, jnp.zeros_like(s.filled)], axis=1)
     slot2 = jnp.arange(2 * w, dtype=jnp.int32)[None, :]
     valid2 = slot2 < (w + n_lead)[:, None]
     perm, inv = window_order(filled2, valid2)

@@ -54,7 +54,9 @@ CASES = [
         hparams={"entropy_threshold": (0.4, 0.9), "pos_penalty": (0.02, 0.05)},
         grad_modes=(),
         dtypes=(jnp.float32,),  # integer outputs; parameters are closed over in f32
-        shard_argnums=(),  # TODO: explicit-sharding propagation through the decode loop
+        # nn.prefill does not yet accept batch-sharded prompts under explicit sharding
+        # (its cache buffers are created unsharded); re-enable (0, 1) once it does.
+        shard_argnums=(),
         bad=(
             Bad("prompt longer than cache", lambda key: (_gen_args(key, None), {"max_len": 2}),
                 ValueError, "prompt"),
@@ -74,7 +76,7 @@ CASES = [
         grad_modes=("rev",),
         grad_argnums=(1,),
         rtol=1e-4,
-        shard_argnums=(),  # TODO: explicit-sharding propagation (concatenations)
+        shard_argnums=(),  # same nn limitation (batch-sharded tokens through apply)
         bad=(Bad("float tokens", lambda key: ((jnp.zeros((8, 6)), _P32), {}), TypeError,
                  "tokens"),),
     ),
