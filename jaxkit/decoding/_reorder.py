@@ -1,0 +1,104 @@
+"""Topological reordering (WeDLM, Eq. 5-7) and the window bookkeeping of its decoder.
+
+Observed tokens move to the physical prefix, masked slots follow, and every token
+keeps its logical RoPE position, so an ordinary causal mask lets every mask see
+all observed tokens. All functions are per-row, stable and static-shape.
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Int
+
+from jaxkit import _validate
+
+
+
+def topological_reorder(
+    tokens: Int[ArrayLike, "*b L"],
+    positions: Int[ArrayLike, "*b L"],
+    is_masked: Bool[ArrayLike, "*b L"],
+    *,
+    mask_token_id: int,
+) -> tuple[Array, Array, Array]:
+    """Move observed tokens to the physical prefix, keeping their logical positions.
+
+    Physical input ``x~ = [x_O (ascending), [MASK] x |M|]`` with positions
+    ``p~ = [O (ascending), M (ascending)]`` (paper Eq. 5-7). Under a causal mask
+    the ``j``-th mask slot then sees every observed token and the masks before it.
+
+    Args:
+      tokens: Integer tokens in logical order, ``[..., L]``.
+      positions: Logical positions of the tokens, ``[..., L]`` (usually ``arange(L)``).
+      is_masked: Boolean, ``True`` where the token is hidden (the set M).
+      mask_token_id: Id written into the masked slots.
+
+    Returns:
+      ``(tokens_phys, positions_phys, perm)``: physical slot ``i`` holds logical
+      slot ``perm[..., i]``; masked slots hold ``mask_token_id``.
+
+    References:
+      WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
+      for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 5-7.
+    """
+    tokens, positions, is_masked = (jnp.asarray(tokens), jnp.asarray(positions),
+                                    jnp.asarray(is_masked))
+    _validate.integer(tokens, name="tokens")
+    _validate.integer(positions, name="positions")
+    _validate.min_ndim(tokens, 1, name="tokens")
+    _validate.same_shape(tokens=tokens, positions=positions, is_masked=is_masked)
+    if is_masked.dtype != jnp.bool_:
+        raise TypeError(f"`is_masked` must be a boolean array, got dtype {is_masked.dtype}.")
+    perm = jnp.argsort(is_masked.astype(jnp.int32), axis=-1, stable=True)
+    shown = jnp.where(is_masked, jnp.asarray(mask_token_id, tokens.dtype), tokens)
+    return (jnp.take_along_axis(shown, perm, axis=-1),
+            jnp.take_along_axis(positions, perm, axis=-1), perm.astype(jnp.int32))
+
+
+def commit_count(filled: Bool[ArrayLike, "*b W"]) -> Array:
+    """Length of the leading run of filled slots (``cumprod(filled).sum()``), int32.
+
+    Args:
+      filled: Boolean window occupancy in logical order, ``[..., W]``.
+
+    Returns:
+      ``int32[...]``: how many slots the next decoder step commits.
+
+    References:
+      WeDLM (ICML 2026), Algorithm 1 (commit of the leftmost filled run).
+    """
+    filled = jnp.asarray(filled)
+    if filled.dtype != jnp.bool_:
+        raise TypeError(f"`filled` must be a boolean array, got dtype {filled.dtype}.")
+    _validate.min_ndim(filled, 1, name="filled")
+    return jnp.sum(jnp.cumprod(filled.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+
+
+def window_order(
+    filled: Bool[ArrayLike, "*b W"], valid: Bool[ArrayLike, "*b W"]
+) -> tuple[Array, Array]:
+    """Physical order of a decoder window: filled slots, then open masks, then padding.
+
+    Args:
+      filled: Boolean, slot holds a decided token.
+      valid: Boolean, slot takes part in the forward (padding slots are last and
+        never seen by valid queries under the causal mask).
+
+    Returns:
+      ``(perm, inv_perm)``: physical slot ``i`` holds logical slot ``perm[..., i]``;
+      logical slot ``j`` sits at physical slot ``inv_perm[..., j]``.
+
+    References:
+      WeDLM (ICML 2026), Algorithm 1 step 1 (``perm = stable_argsort(~filled)``).
+    """
+    filled, valid = jnp.asarray(filled), jnp.asarray(valid)
+    _validate.same_shape(filled=filled, valid=valid)
+    # Stable three-class sort without argsort: class offsets + rank inside the class.
+    classes = [filled & valid, ~filled & valid, ~valid]
+    inv = jnp.zeros(filled.shape, jnp.int32)
+    offset = jnp.zeros(filled.shape[:-1] + (1,), jnp.int32)
+    for c in classes:
+        ci = c.astype(jnp.int32)
+        inv = inv + ci * (offset + jnp.cumsum(ci, axis=-1) - 1)
+        offset = offset + jnp.sum(ci, axis=-1, keepdims=True)
+    idx = jnp.broadcast_to(jnp.arange(filled.shape[-1], dtype=jnp.int32), filled.shape)
+    perm = jnp.put_along_axis(jnp.zeros_like(inv), inv, idx, axis=-1, inplace=False)
+    return perm, inv

@@ -1,0 +1,85 @@
+"""Entropy-based slot selection and the token sampler of the WeDLM decoder.
+
+The sampler is a small private reference (greedy at temperature 0, else
+categorical at the given temperature); top-k/top-p filtering is not provided.
+"""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, RealScalarLike
+
+
+def token_entropy(logits: Float[ArrayLike, "*b V"]) -> Array:
+    """Entropy in nats of ``softmax(logits)`` along the last axis, in float32."""
+    lf = jnp.asarray(logits).astype(jnp.float32)
+    logp = jax.nn.log_softmax(lf, axis=-1)
+    p = jnp.exp(logp)
+    return -jnp.sum(jnp.where(p > 0, p * logp, jnp.zeros_like(p)), axis=-1)
+
+
+def select_by_entropy(
+    logits: Float[ArrayLike, "B W V"],
+    selectable: Bool[ArrayLike, "B W"],
+    *,
+    threshold: RealScalarLike | None,
+    pos_penalty: RealScalarLike,
+) -> Array:
+    """Slots to fill this step: penalised entropy below ``threshold``, else the argmin.
+
+    ``H~_i = H_i + pos_penalty * (i - leftmost selectable slot)``; every selectable
+    slot with ``H~_i < threshold`` is filled; a row with none fills its single
+    ``argmin H~`` (progress guarantee). ``threshold=None`` fills exactly one slot
+    per row per step. Entropy is taken on the raw logits in float32 (nats).
+
+    Args:
+      logits: Window logits in logical slot order, ``[B, W, V]``.
+      selectable: Boolean, open mask slots that may be filled.
+      threshold: Entropy threshold tau in nats (traced), or ``None``.
+      pos_penalty: Distance penalty lambda per slot (traced).
+
+    Returns:
+      ``bool[B, W]``, a subset of ``selectable``; empty only for rows without
+      selectable slots.
+
+    References:
+      WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
+      for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
+      Algorithm 1 and ``wedlm/engine/sampler.py``.
+    """
+    logits, selectable = jnp.asarray(logits), jnp.asarray(selectable)
+    _validate.ndim(logits, 3, name="logits")
+    _validate.shape(selectable, logits.shape[:2], name="selectable")
+    _validate.finite_scalar(pos_penalty=pos_penalty)
+    ent = token_entropy(logits)
+    w = ent.shape[1]
+    left = jnp.argmax(selectable, axis=1).astype(jnp.int32)
+    dist = (jnp.arange(w, dtype=jnp.int32)[None, :] - left[:, None]).astype(jnp.float32)
+    score = ent + jnp.asarray(pos_penalty, jnp.float32) * dist
+    if threshold is None:
+        fill = jnp.zeros_like(selectable)
+    else:
+        _validate.finite_scalar(threshold=threshold)
+        fill = selectable & (score < jnp.asarray(threshold, jnp.float32))
+    masked_score = jnp.where(selectable, score, jnp.full_like(score, jnp.inf))
+    best = jnp.argmin(masked_score, axis=1)
+    fallback = (jnp.arange(w)[None, :] == best[:, None]) & selectable
+    none = ~jnp.any(fill, axis=1, keepdims=True)
+    return jnp.where(none, fallback, fill)
+
+
+def _sample(logits: Array, key: KeyArray, temperature: RealScalarLike) -> Array:
+    """Greedy where ``temperature == 0``, else a categorical draw at that temperature."""
+    lf = logits.astype(jnp.float32)
+    t = jnp.asarray(temperature, jnp.float32)
+
+    def greedy():
+        return jnp.argmax(lf, axis=-1).astype(jnp.int32)
+
+    def drawn():
+        scaled = lf / jnp.maximum(t, jnp.float32(1e-6))
+        return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
+
+    return jax.lax.cond(t > 0, drawn, greedy)

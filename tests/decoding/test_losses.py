@@ -1,0 +1,180 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import nn
+from jaxkit.decoding import (
+    dual_stream_batch,
+    dual_stream_mask,
+    reorder_mlm_loss,
+    topological_reorder,
+    wedlm_loss,
+)
+from tests.decoding._models import MASK, V, tiny
+
+
+def _apply_fn(cfg):
+    return jax.jit(lambda p, t, q, m: nn.apply(p, cfg, t, q, attn_mask=m).logits)
+
+
+def test_dual_stream_mask_equals_brute_force():
+    L, bs = 7, 3
+    got = np.asarray(dual_stream_mask(L, bs))
+    want = np.zeros((2 * L, 2 * L), bool)
+    for q in range(2 * L):
+        for k in range(2 * L):
+            qp, kp = q >= L, k >= L
+            qi, ki = q % L, k % L
+            if not qp and not kp:
+                want[q, k] = ki <= qi
+            elif qp and not kp:
+                want[q, k] = ki // bs < qi // bs
+            elif qp and kp:
+                want[q, k] = (ki // bs == qi // bs) and ki <= qi
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("per_block", [True, False])
+def test_dual_stream_batch_counts_and_reordering(per_block):
+    B, L, bs = 4, 10, 4  # last block is partial
+    rng = np.random.default_rng(0)
+    tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
+    lm = jnp.asarray(np.arange(L)[None, :] >= 2).repeat(B, 0)
+    bt = dual_stream_batch(tok, lm, key=jax.random.key(3), block_size=bs, mask_token_id=MASK,
+                           per_block=per_block)
+    pos = np.asarray(bt.positions[:, L:])
+    mm = np.asarray(bt.mlm_mask)
+    w = np.asarray(bt.mlm_weights)
+    for b in range(B):
+        # prediction stream is a within-block permutation, observed first (ascending)
+        assert sorted(pos[b]) == list(range(L))
+        np.testing.assert_array_equal(pos[b] // bs, np.arange(L) // bs)
+        np.testing.assert_array_equal(np.asarray(bt.mlm_labels[b]), np.asarray(tok[b])[pos[b]])
+        ids = np.asarray(bt.input_ids[b, L:])
+        np.testing.assert_array_equal(ids == MASK, mm[b])
+        for k in range(-(-L // bs)):
+            sl = slice(k * bs, min((k + 1) * bs, L))
+            blk_m, blk_p = mm[b, sl], pos[b, sl]
+            n_m = blk_m.sum()
+            assert not blk_m[:len(blk_m) - n_m].any()           # observed first
+            assert (np.diff(blk_p[:len(blk_m) - n_m]) > 0).all()  # ascending
+            assert (np.diff(blk_p[len(blk_m) - n_m:]) > 0).all()
+            assert np.all(np.asarray(lm[b])[blk_p[blk_m]])        # only maskable masked
+        # masked counts follow round(gamma * n) with gamma = 1/weight
+        if per_block:
+            for k in range(-(-L // bs)):
+                sl = slice(k * bs, min((k + 1) * bs, L))
+                if mm[b, sl].any():
+                    g = 1.0 / w[b, sl][mm[b, sl]][0]
+                    n = int(np.asarray(lm[b])[k * bs:min((k + 1) * bs, L)].sum())
+                    assert mm[b, sl].sum() == int(np.round(g * n))
+        elif mm[b].any():
+            g = 1.0 / w[b][mm[b]][0]
+            assert mm[b].sum() == int(np.round(g * int(np.asarray(lm[b]).sum())))
+    # AR labels are shifted, masked on the prompt
+    np.testing.assert_array_equal(bt.ar_labels[:, :-1], tok[:, 1:])
+    np.testing.assert_array_equal(bt.ar_mask[:, :-1], lm[:, 1:])
+    assert not bool(bt.ar_mask[:, -1].any())
+
+
+def test_dual_stream_logits_equal_per_block_forwards():
+    params, cfg = tiny(0)
+    f = _apply_fn(cfg)
+    B, L, bs = 2, 8, 4
+    rng = np.random.default_rng(1)
+    tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
+    lm = jnp.ones((B, L), bool)
+    bt = dual_stream_batch(tok, lm, key=jax.random.key(0), block_size=bs, mask_token_id=MASK)
+    logits = f(params, bt.input_ids, bt.positions,
+               jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L)))
+    causal = jnp.broadcast_to(jnp.tril(jnp.ones((L, L), bool)), (B, L, L))
+    # memory stream = ordinary causal forward
+    mem = f(params, tok, jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L)), causal)
+    np.testing.assert_allclose(logits[:, :L], mem, atol=1e-5, rtol=1e-5)
+    for k in range(L // bs):
+        # [x_{< block k} ; reordered block k], right-padded to L (causal => exact)
+        t = jnp.concatenate([tok[:, :k * bs], bt.input_ids[:, L + k * bs:L + (k + 1) * bs]], 1)
+        q = jnp.concatenate([jnp.broadcast_to(jnp.arange(k * bs, dtype=jnp.int32), (B, k * bs)),
+                             bt.positions[:, L + k * bs:L + (k + 1) * bs]], 1)
+        pad = L - t.shape[1]
+        t, q = jnp.pad(t, ((0, 0), (0, pad))), jnp.pad(q, ((0, 0), (0, pad)))
+        ref = f(params, t, q, causal)[:, k * bs:(k + 1) * bs]
+        np.testing.assert_allclose(logits[:, L + k * bs:L + (k + 1) * bs], ref,
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_wedlm_loss_equals_hand_computed():
+    params, cfg = tiny(1)
+    f = _apply_fn(cfg)
+    B, L, bs = 2, 8, 4
+    rng = np.random.default_rng(2)
+    tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
+    lm = jnp.asarray(np.arange(L)[None, :] >= 1).repeat(B, 0)
+    bt = dual_stream_batch(tok, lm, key=jax.random.key(5), block_size=bs, mask_token_id=MASK)
+    assert int(bt.mlm_mask.sum()) > 0
+    logits = np.asarray(f(params, bt.input_ids, bt.positions,
+                          jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L))), np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    mm, w = np.asarray(bt.mlm_mask), np.asarray(bt.mlm_weights, np.float64)
+    lab = np.asarray(bt.mlm_labels)
+    num = den = 0.0
+    for b in range(B):
+        for i in range(L):
+            if mm[b, i]:
+                num += w[b, i] * -logp[b, L + i, lab[b, i]]
+                den += w[b, i]
+    mlm = num / den
+    ar_terms = [-logp[b, i, int(tok[b, i + 1])] for b in range(B) for i in range(L - 1)
+                if bool(lm[b, i + 1])]
+    ar = float(np.mean(ar_terms))
+    for wa in (1.0, 0.5):
+        loss, m = wedlm_loss(f, params, bt, ar_weight=wa)
+        np.testing.assert_allclose(float(m["mlm"]), mlm, rtol=1e-5)
+        np.testing.assert_allclose(float(m["ar"]), ar, rtol=1e-5)
+        np.testing.assert_allclose(float(loss), (mlm + wa * ar) / (1 + wa), rtol=1e-5)
+    uni = np.mean([-logp[b, L + i, lab[b, i]] for b in range(B) for i in range(L) if mm[b, i]])
+    _, m = wedlm_loss(f, params, bt, weighting="uniform")
+    np.testing.assert_allclose(float(m["mlm"]), uni, rtol=1e-5)
+    g = jax.grad(lambda p: wedlm_loss(f, p, bt)[0])(params)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+
+
+def test_reorder_mlm_loss_matches_manual_reorder():
+    params, cfg = tiny(2)
+    f = _apply_fn(cfg)
+    B, L = 2, 8
+    rng = np.random.default_rng(3)
+    tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
+    lm = jnp.ones((B, L), bool)
+    m = jnp.asarray([[0, 1, 0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0, 1, 0]], bool)
+    loss = reorder_mlm_loss(f, params, tok, m, lm, mask_token_id=MASK)
+    pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    tp, pp, perm = topological_reorder(tok, pos, m, mask_token_id=MASK)
+    causal = jnp.broadcast_to(jnp.tril(jnp.ones((L, L), bool)), (B, L, L))
+    lg = np.asarray(f(params, tp, pp, causal), np.float64)
+    logp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+    num = den = 0.0
+    for b in range(B):
+        g = float(np.asarray(m[b]).sum()) / L
+        n_obs = L - int(np.asarray(m[b]).sum())
+        for j, logical in enumerate(np.flatnonzero(np.asarray(m[b]))):
+            num += (1 / g) * -logp[b, n_obs + j, int(tok[b, logical])]  # own token, no shift
+            den += 1 / g
+    np.testing.assert_allclose(float(loss), num / den, rtol=1e-5)
+
+
+def test_loss_bad_inputs():
+    tok = jnp.zeros((2, 8), jnp.int32)
+    with pytest.raises(TypeError, match="loss_mask"):
+        dual_stream_batch(tok, jnp.ones((2, 8), jnp.int32), key=jax.random.key(0),
+                          block_size=4, mask_token_id=MASK)
+    with pytest.raises(ValueError, match="`block_size`"):
+        dual_stream_batch(tok, jnp.ones((2, 8), bool), key=jax.random.key(0),
+                          block_size=0, mask_token_id=MASK)
+    params, cfg = tiny(0)
+    bt = dual_stream_batch(tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=4,
+                           mask_token_id=MASK)
+    with pytest.raises(ValueError, match="`weighting`"):
+        wedlm_loss(_apply_fn(cfg), params, bt, weighting="nope")
+    assert V > MASK

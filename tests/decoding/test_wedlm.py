@@ -1,0 +1,302 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import nn
+from jaxkit.decoding import (
+    ar_generate,
+    commit_count,
+    select_by_entropy,
+    topological_reorder,
+    token_entropy,
+    wedlm_generate,
+    window_order,
+)
+from jaxkit.decoding import _wedlm
+from tests.decoding import _reference as R
+from tests.decoding._models import MASK, V, prompts, tiny
+
+
+_STATIC = ("mask_token_id", "max_new_tokens", "window", "stop_token_ids", "max_len",
+           "pad_token_id")
+_JGEN = jax.jit(wedlm_generate, static_argnums=1, static_argnames=_STATIC)
+_JAR = jax.jit(ar_generate, static_argnums=1,
+               static_argnames=("max_new_tokens", "stop_token_ids", "max_len", "pad_token_id"))
+_JAPPLY = jax.jit(lambda p, cfg, t, q, m=None: nn.apply(p, cfg, t, q, attn_mask=m).logits,
+                  static_argnums=1)
+
+
+def _gen(params, cfg, pr, pl, **kw):
+    """wedlm_generate, jitted (one compile per static configuration across tests)."""
+    kw.setdefault("key", jax.random.key(0))
+    kw.setdefault("mask_token_id", MASK)
+    kw.setdefault("max_new_tokens", 8)
+    kw.setdefault("window", 4)
+    return _JGEN(params, cfg, pr, pl, **kw)
+
+
+# ------------------------------------------------------------------ reordering
+
+
+def test_topological_reorder_moves_observed_first():
+    tok = jnp.asarray([[5, 6, 7, 8, 9]], jnp.int32)
+    pos = jnp.arange(5, dtype=jnp.int32)[None]
+    m = jnp.asarray([[False, True, False, True, False]])
+    t, p, perm = topological_reorder(tok, pos, m, mask_token_id=MASK)
+    np.testing.assert_array_equal(t, [[5, 7, 9, MASK, MASK]])
+    np.testing.assert_array_equal(p, [[0, 2, 4, 1, 3]])
+    np.testing.assert_array_equal(perm, [[0, 2, 4, 1, 3]])
+
+
+def test_reordering_equals_permuted_mask_and_keeps_observed_logits():
+    params, cfg = tiny(1)
+    rng = np.random.default_rng(0)
+    L = 9
+    tok = jnp.asarray(rng.integers(0, MASK, (2, L)), jnp.int32)
+    m = jnp.asarray(rng.random((2, L)) < 0.4)
+    pos = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (2, L))
+    t_p, p_p, perm = topological_reorder(tok, pos, m, mask_token_id=MASK)
+    re = _JAPPLY(params, cfg, t_p, p_p)
+    # original order with attention mask P^T tril P: logical i sees j iff phys(j) <= phys(i)
+    inv = jnp.argsort(perm, axis=1)
+    amask = inv[:, None, :] <= inv[:, :, None]
+    shown = jnp.where(m, MASK, tok)
+    orig = _JAPPLY(params, cfg, shown, pos, amask)
+    back = jnp.take_along_axis(re, inv[:, :, None], axis=1)
+    np.testing.assert_allclose(back, orig, atol=1e-5, rtol=1e-5)
+    # observed tokens: same logits as a causal forward over the observed tokens alone
+    for b in range(2):
+        obs = np.flatnonzero(~np.asarray(m[b]))
+        k = len(obs)
+        t_solo = np.zeros((2, L), np.int32)
+        p_solo = np.zeros((2, L), np.int32)
+        t_solo[0, :k], p_solo[0, :k] = np.asarray(tok[b])[obs], obs  # right-padded, causal
+        solo = _JAPPLY(params, cfg, jnp.asarray(t_solo), jnp.asarray(p_solo))
+        np.testing.assert_allclose(re[b, :k], solo[0, :k], atol=1e-5, rtol=1e-5)
+    # RoPE shift invariance
+    shifted = _JAPPLY(params, cfg, t_p, p_p + 7)
+    np.testing.assert_allclose(shifted, re, atol=1e-4, rtol=1e-4)
+
+
+def test_commit_count_and_window_order():
+    f = jnp.asarray([[True, True, False, True], [False, True, True, True],
+                     [True, True, True, True]])
+    np.testing.assert_array_equal(commit_count(f), [2, 0, 4])
+    valid = jnp.asarray([[True, True, True, False]] * 3)
+    perm, inv = window_order(f, valid)
+    np.testing.assert_array_equal(perm[0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(perm[1], [1, 2, 0, 3])
+    np.testing.assert_array_equal(jnp.take_along_axis(perm, inv, 1),
+                                  jnp.broadcast_to(jnp.arange(4), (3, 4)))
+
+
+# ------------------------------------------------------------------ selection
+
+
+def test_entropy_and_selection_by_hand():
+    big = 50.0
+    onehot = jnp.full((V,), -big).at[3].set(big)
+    uniform = jnp.zeros((V,))
+    np.testing.assert_allclose(token_entropy(onehot), 0.0, atol=1e-6)
+    np.testing.assert_allclose(token_entropy(uniform), np.log(V), rtol=1e-6)
+    logits = jnp.stack([uniform, onehot, onehot, uniform])[None]
+    sel = jnp.asarray([[True, True, True, True]])
+    fill = select_by_entropy(logits, sel, threshold=0.5, pos_penalty=0.0)
+    np.testing.assert_array_equal(fill, [[False, True, True, False]])
+    # distance penalty counts from the leftmost selectable slot: slot 2 has d=2
+    fill = select_by_entropy(logits, sel, threshold=0.5, pos_penalty=0.3)
+    np.testing.assert_array_equal(fill, [[False, True, False, False]])
+    # nothing below threshold -> the single argmin
+    fill = select_by_entropy(jnp.stack([uniform] * 4)[None] + jnp.arange(4.0)[None, :, None]
+                             * 0.0, sel, threshold=0.1, pos_penalty=0.01)
+    np.testing.assert_array_equal(fill, [[True, False, False, False]])
+    # tau=None: exactly one slot
+    fill = select_by_entropy(logits, sel, threshold=None, pos_penalty=0.0)
+    assert int(fill.sum()) == 1 and bool(fill[0, 1])
+    # not selectable -> never filled; no selectable slot -> nothing
+    fill = select_by_entropy(logits, jnp.asarray([[True, False, True, False]]),
+                             threshold=0.5, pos_penalty=0.0)
+    np.testing.assert_array_equal(fill, [[False, False, True, False]])
+    fill = select_by_entropy(logits, jnp.zeros((1, 4), bool), threshold=0.5, pos_penalty=0.0)
+    assert not bool(fill.any())
+
+
+# ------------------------------------------------------------------ decoder oracles
+
+
+def test_w1_no_threshold_equals_mask_predict_greedy():
+    params, cfg = tiny(2)
+    pr, pl = prompts(0, 2, 5, [5, 3])
+    n = 8
+    toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=1,
+                          entropy_threshold=None)
+    for b in range(2):
+        want = R.mask_predict_greedy_row(params, cfg, list(np.asarray(pr[b, :pl[b]])),
+                                         mask=MASK, n_new=n)
+        np.testing.assert_array_equal(toks[b], want)
+    np.testing.assert_array_equal(lens, [n, n])
+    assert int(st.n_forward) == n  # one forward per token (last commit needs none)
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
+                                  pytest.param(2, marks=pytest.mark.slow)])
+def test_cached_equals_uncached_reference(seed):
+    rng = np.random.default_rng(seed)
+    params, cfg = tiny(10 + seed)
+    w = 4 if seed == 0 else int(rng.integers(2, 6))
+    tau = float(rng.uniform(0.3, 1.5))
+    lam = float(rng.uniform(0.0, 0.1))
+    n = 8
+    pr, pl = prompts(seed, 2, 5, [5, 3])
+    toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=w,
+                          entropy_threshold=tau, pos_penalty=lam)
+    for b in range(2):
+        want, nf = R.wedlm_reference_row(params, cfg, list(np.asarray(pr[b, :pl[b]])),
+                                         mask=MASK, n_new=n, window=w, tau=tau, lam=lam)
+        np.testing.assert_array_equal(np.asarray(toks[b, :lens[b]]), want)
+        assert int(st.row_forwards[b]) == nf
+    assert int(st.n_forward) == int(st.row_forwards.max())
+
+
+def test_some_step_fills_several_slots():
+    # guard that the reference test above exercises parallel fills
+    params, cfg = tiny(10)
+    pr, pl = prompts(0, 2, 5, [5, 3])
+    toks, lens, st = _gen(params, cfg, pr, pl, entropy_threshold=2.0, pos_penalty=0.0)
+    assert int(st.n_forward) < 8
+
+
+def test_cache_holds_exact_ar_kv():
+    params, cfg = tiny(3)
+    pr, pl = prompts(3, 2, 5, [5, 2])
+    n, w = 10, 4
+    s = _wedlm._init_state(params, cfg, pr, pl, mask_token_id=MASK, max_new_tokens=n,
+                           window=w, max_len=5 + n, pad_token_id=0)
+    step = jax.jit(lambda s, k: _wedlm._step(
+        params, cfg, s, pl, k, mask_token_id=MASK, max_new_tokens=n, window=w,
+        entropy_threshold=1.5, pos_penalty=0.02, temperature=0.0, stop_token_ids=()))
+    for i in range(4):
+        s = step(s, jax.random.key(i))
+    for b in range(2):
+        ln = int(s.cache.length[b])
+        p = int(pl[b])
+        assert ln > p
+        seq = jnp.concatenate([pr[b, :p], s.out[b, :ln - p]])[None]
+        _, fresh = nn.prefill(params, cfg, jnp.pad(seq, ((0, 0), (0, 15 - ln))),
+                              jnp.asarray([ln]), max_len=15)
+        np.testing.assert_allclose(s.cache.k[:, b, :ln], fresh.k[:, 0, :ln], atol=1e-5)
+        np.testing.assert_allclose(s.cache.v[:, b, :ln], fresh.v[:, 0, :ln], atol=1e-5)
+
+
+def test_minimal_cache_drops_out_of_range_writes():
+    params, cfg = tiny(4)
+    pr, pl = prompts(4, 2, 5, [5, 5])
+    kw = dict(entropy_threshold=0.8, pos_penalty=0.02)
+    a = _gen(params, cfg, pr, pl, max_len=13, **kw)  # window writes run past the end
+    b = _gen(params, cfg, pr, pl, max_len=40, **kw)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_all_filled_window_commits_whole_window():
+    params, cfg = tiny(5)
+    pr, pl = prompts(5, 2, 5, [5, 4])
+    toks, lens, st = _gen(params, cfg, pr, pl, entropy_threshold=100.0, pos_penalty=0.0)
+    assert int(st.n_forward) == 2  # 4 tokens per forward
+
+
+def test_stop_token_truncates_and_rows_finish_independently():
+    params, cfg = tiny(6)
+    pr, pl = prompts(6, 2, 5, [5, 4])
+    n = 8
+    full, _, _ = _gen(params, cfg, pr, pl, entropy_threshold=0.5)
+    stop = int(full[0, 2])
+    toks, lens, st = _gen(params, cfg, pr, pl, entropy_threshold=0.5,
+                          stop_token_ids=(stop,), pad_token_id=0)
+    for b in range(2):
+        row = list(np.asarray(full[b]))
+        k = row.index(stop) + 1 if stop in row else n
+        assert int(lens[b]) == k
+        np.testing.assert_array_equal(toks[b, :k], full[b, :k])
+        assert np.all(np.asarray(toks[b, k:]) == 0)
+    assert int(lens[0]) <= 3
+
+
+def test_sampled_decoding_is_keyed_and_valid():
+    params, cfg = tiny(7)
+    pr, pl = prompts(7, 2, 5, [5, 3])
+    kw = dict(entropy_threshold=0.5, temperature=1.0)
+    a = _gen(params, cfg, pr, pl, key=jax.random.key(1), **kw)[0]
+    b = _gen(params, cfg, pr, pl, key=jax.random.key(1), **kw)[0]
+    c = _gen(params, cfg, pr, pl, key=jax.random.key(2), **kw)[0]
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert int(a.min()) >= 0 and int(a.max()) < V
+    g = _gen(params, cfg, pr, pl, entropy_threshold=0.5)[0]
+    t = _gen(params, cfg, pr, pl, key=jax.random.key(3), entropy_threshold=0.5,
+             temperature=1e-4)[0]
+    np.testing.assert_array_equal(g, t)
+
+
+def test_jit_traces_once_over_tau_and_matches_eager():
+    params, cfg = tiny(8)
+    pr, pl = prompts(8, 2, 5, [5, 2])
+    count = []
+
+    @jax.jit
+    def f(tau, lam):
+        count.append(1)
+        return wedlm_generate(params, cfg, pr, pl, key=jax.random.key(0), mask_token_id=MASK,
+                              max_new_tokens=8, window=4, entropy_threshold=tau,
+                              pos_penalty=lam)
+
+    a = f(0.3, 0.02)
+    f(0.9, 0.05)
+    assert len(count) == 1
+    e = _gen(params, cfg, pr, pl, entropy_threshold=0.3, pos_penalty=0.02)
+    np.testing.assert_array_equal(a[0], e[0])
+
+
+def test_ar_generate_equals_recompute_greedy():
+    params, cfg = tiny(9)
+    pr, pl = prompts(9, 2, 5, [5, 3])
+    n = 8
+    toks, lens, st = _JAR(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
+    for b in range(2):
+        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, :pl[b]])), n_new=n)
+        np.testing.assert_array_equal(toks[b], want)
+    assert int(st.n_forward) == n - 1
+
+
+def _eager(params, cfg, pr, pl, **kw):
+    kw.setdefault("key", jax.random.key(0))
+    kw.setdefault("mask_token_id", MASK)
+    return wedlm_generate(params, cfg, pr, pl, **kw)
+
+
+def test_bad_inputs_raise_clear_errors():
+    params, cfg = tiny(0)
+    pr, pl = prompts(0, 2, 5, [5, 5])
+    with pytest.raises(ValueError, match="`prompt`"):
+        _eager(params, cfg, pr, pl, max_new_tokens=4, max_len=4)
+    with pytest.raises(ValueError, match="`window`"):
+        _eager(params, cfg, pr, pl, max_new_tokens=4, window=16, max_len=9)
+    with pytest.raises(ValueError, match="`max_len`"):
+        _eager(params, cfg, pr, pl, max_new_tokens=8, window=2, max_len=9)
+    with pytest.raises(ValueError, match="`prompt`"):
+        _eager(params, cfg, pr.at[0, 1].set(V), pl, max_new_tokens=4, window=2)
+    with pytest.raises(ValueError, match="`prompt`"):
+        _eager(params, cfg, pr.at[0, 1].set(-1), pl, max_new_tokens=4, window=2)
+    with pytest.raises(ValueError, match="`mask_token_id`"):
+        _eager(params, cfg, pr, pl, max_new_tokens=4, window=2, mask_token_id=V)
+    with pytest.raises(TypeError, match="prompt"):
+        _eager(params, cfg, pr.astype(jnp.float32), pl, max_new_tokens=4)
+    with pytest.raises(ValueError, match="`prompt`"):
+        ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=4, max_len=3)
+    with pytest.raises(ValueError, match="`prompt_len`"):
+        _eager(params, cfg, pr, pl.at[0].set(9), max_new_tokens=4, window=2)
+    # under jit the token-id check is a runtime error naming the argument
+    with pytest.raises(Exception, match="`prompt`"):
+        jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl,
+                                   entropy_threshold=0.4))
