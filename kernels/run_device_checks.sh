@@ -29,6 +29,7 @@ mkdir -p "$OUT"
 # module  budget_s   (the budgets sum to under 6 minutes)
 MODULES=(
   "wbmm 180"
+  "sampling 150"
 )
 
 STATUS=0
