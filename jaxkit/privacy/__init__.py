@@ -1,0 +1,15 @@
+"""Differentially private LoRA: PRISM, baselines, LoRA utilities, accounting, audit.
+
+PRISM (Wang & Zhang, ICML 2026, arXiv:2606.00944) clips and noises the intrinsic
+(tangent-space) update of each LoRA module, so privatization depends only on
+``Z = a b^T`` and not on the factor gauge. ``lowrank`` holds the fixed-rank
+geometry; ``audit`` an empirical canary audit.
+"""
+
+from jaxkit.privacy import lowrank as lowrank
+from jaxkit.privacy._prism import PrismAdaptiveState as PrismAdaptiveState
+from jaxkit.privacy._prism import PrivatizeState as PrivatizeState
+from jaxkit.privacy._prism import prism as prism
+from jaxkit.privacy._prism import prism_adaptive as prism_adaptive
+from jaxkit.privacy._prism import prism_privatize as prism_privatize
+from jaxkit.privacy.lowrank import LoraFactors as LoraFactors
