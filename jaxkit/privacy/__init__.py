@@ -7,6 +7,15 @@ geometry; ``audit`` an empirical canary audit.
 """
 
 from jaxkit.privacy import lowrank as lowrank
+from jaxkit.privacy._accounting import calibrate_sigma as calibrate_sigma
+from jaxkit.privacy._accounting import epsilon as epsilon
+from jaxkit.privacy._baselines import dp_aggregate as dp_aggregate
+from jaxkit.privacy._baselines import ffa_lora as ffa_lora
+from jaxkit.privacy._baselines import naive_dp_lora as naive_dp_lora
+from jaxkit.privacy._baselines import nonprivate_lora as nonprivate_lora
+from jaxkit.privacy._pergrad import PoissonBatch as PoissonBatch
+from jaxkit.privacy._pergrad import per_example_grads as per_example_grads
+from jaxkit.privacy._pergrad import poisson_batch as poisson_batch
 from jaxkit.privacy._prism import PrismAdaptiveState as PrismAdaptiveState
 from jaxkit.privacy._prism import PrivatizeState as PrivatizeState
 from jaxkit.privacy._prism import prism as prism

@@ -85,8 +85,20 @@ def cast_like(x: jax.Array, like: jax.Array) -> jax.Array:
     return x.astype(jnp.result_type(like))
 
 
-def guard_finite(norms: jax.Array) -> jax.Array:
-    """Runtime error naming ``updates`` if any per-example gradient is not finite."""
+def guard_finite(total: jax.Array) -> jax.Array:
+    """Runtime error naming ``updates`` if a (reduced) clipped sum is not finite.
+
+    Applied after the cross-device reduction (the value is then the same on every
+    device, as ``shard_map`` requires); a NaN or inf in any per-example gradient
+    makes the clipped sum non-finite.
+    """
     return _validate.error_if(
-        norms, ~jnp.all(jnp.isfinite(norms)),
+        total, ~jnp.all(jnp.isfinite(total)),
         "`updates` (per-example gradients) must be finite (no NaN or inf).")
+
+
+def norm_dtype(leaves: list[Any]) -> jnp.dtype:
+    """f64 if any leaf is f64, else f32 (dtype of per-example norms and clip factors)."""
+    if any(jnp.result_type(x) == jnp.float64 for x in leaves):
+        return jnp.dtype(jnp.float64)
+    return jnp.dtype(jnp.float32)

@@ -14,7 +14,7 @@ References:
 """
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -124,9 +124,10 @@ def prism_privatize(
         for p in jax.tree.leaves(params, is_leaf=C.is_lora):
             if C.is_lora(p):
                 check_factors(p, name="params")
-        cn = jnp.asarray(clip_norm, jnp.float32)
+        nd = C.norm_dtype(jax.tree.leaves(params))
+        cn = jnp.asarray(clip_norm).astype(nd)
         std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-        den = jnp.asarray(denom, jnp.float32)
+        den = jnp.asarray(denom).astype(nd)
         p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
         g_nodes = treedef.flatten_up_to(updates)
 
@@ -136,16 +137,14 @@ def prism_privatize(
         for p, g in zip(p_nodes, g_nodes, strict=True):
             if C.is_lora(p):
                 s, cache = _lora_norm_sq(p, g, rcond)
-                sq.append(s.astype(jnp.float32))
+                sq.append(s.astype(nd))
                 caches.append(cache)
             else:
                 g32 = g.astype(C.acc_dtype(g))
-                sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim)))
-                          .astype(jnp.float32))
+                sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim))).astype(nd))
                 caches.append(None)
         norms = jnp.sqrt(sum(sq))
-        norms = C.guard_finite(norms)
-        alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(jnp.float32).tiny))
+        alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
 
         # 2. clipped sums, reduced across devices, then noise drawn once
         step_key = jax.random.fold_in(state.key, state.count)
@@ -160,6 +159,7 @@ def prism_privatize(
                 sb = jnp.einsum("b,b...->...", al, g.b.astype(acc))
                 if axis_name is not None:
                     sa, sb = jax.lax.psum((sa, sb), axis_name)
+                sa, sb = C.guard_finite(sa), C.guard_finite(sb)
                 ns = C.n_stack(p)
                 coords = C.stackmap(tangent_coords, ns)(
                     LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache)
@@ -179,11 +179,12 @@ def prism_privatize(
                 s = jnp.einsum("b,b...->...", alpha.astype(acc), g.astype(acc))
                 if axis_name is not None:
                     s = jax.lax.psum(s, axis_name)
+                s = C.guard_finite(s)
                 z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
                 energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
                 out.append(C.cast_like((s + z) / den.astype(acc), p))
         new_state = PrivatizeState(state.count + jnp.ones_like(state.count), state.key,
-                                   energy / jnp.square(den))
+                                   energy / jnp.square(den).astype(jnp.float32))
         return treedef.unflatten(out), new_state
 
     return optax.GradientTransformation(_init_privatize(key), update)
@@ -208,7 +209,7 @@ def _precond(v, floor, cond_max, eps):
     lam, e = jnp.linalg.eigh(v)
     lmax = jnp.maximum(jnp.max(lam), 0.0)
     lam = jnp.maximum(jnp.maximum(lam, floor), lmax / cond_max)
-    return (e * (lam + eps) ** -0.5) @ e.T
+    return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
 
 
 def prism_adaptive(
@@ -219,7 +220,7 @@ def prism_adaptive(
     b2: Real[ArrayLike, ""] = 0.999,
     eps: Real[ArrayLike, ""] = 1e-8,
     floor_factor: Real[ArrayLike, ""] = 0.5,
-    floor_mode: Literal["scalar", "geometry"] = "scalar",
+    floor_mode: str = "scalar",
     cond_max: Real[ArrayLike, ""] = 1e4,
     debias: bool = False,
     horizontal: bool = True,
@@ -385,7 +386,7 @@ def prism(
     b2: Real[ArrayLike, ""] = 0.999,
     eps: Real[ArrayLike, ""] = 1e-8,
     floor_factor: Real[ArrayLike, ""] = 0.5,
-    floor_mode: Literal["scalar", "geometry"] = "scalar",
+    floor_mode: str = "scalar",
     cond_max: Real[ArrayLike, ""] = 1e4,
     debias: bool = False,
     horizontal: bool = True,

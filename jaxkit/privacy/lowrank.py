@@ -91,14 +91,6 @@ def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
     return LoraFactors(a, b)
 
 
-def _psd_pow(m: Array, rcond: float, power: float) -> Array:
-    """``m^power`` for symmetric PSD ``m`` (pseudo-inverse semantics for negative powers)."""
-    lam, e = jnp.linalg.eigh(m)
-    cut = rcond * jnp.maximum(jnp.max(lam), jnp.finfo(lam.dtype).tiny)
-    keep = lam > cut
-    safe = jnp.where(keep, lam, 1.0)
-    p = jnp.where(keep, safe**power, 0.0)
-    return (e * p) @ e.T
 
 
 def _sign_fix(u: Array) -> Array:
@@ -108,16 +100,28 @@ def _sign_fix(u: Array) -> Array:
     return jnp.where(pick < 0, -1.0, 1.0).astype(u.dtype)
 
 
+def _pinv_small(x: Array, rcond: float) -> Array:
+    """Pseudo-inverse of a small square matrix with a relative singular-value cut-off."""
+    u, s, vt = jnp.linalg.svd(x)
+    cut = rcond * jnp.maximum(s[0], jnp.finfo(s.dtype).tiny)
+    keep = s > cut
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+    return (vt.T * inv[None, :]) @ u.T
+
+
 def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     """Geometry of ``Z = a b^T`` from the factors (gauge-invariant frame).
 
-    ``u = a M^{-1/2} U_c``, ``v = b N^{-1/2} V_c`` where ``U_c S V_c^T`` is the SVD
-    of ``M^{1/2} N^{1/2}``; the signs are fixed so ``u``, ``v`` (the singular
-    vectors of ``Z``) are the same for every gauge ``(a G, b G^{-T})``.
+    Thin QR ``a = Q_a R_a``, ``b = Q_b R_b`` and the SVD ``R_a R_b^T = U_c S V_c^T``
+    give ``u = Q_a U_c``, ``v = Q_b V_c`` (the singular vectors of ``Z``), with
+    signs fixed so that ``u``, ``v`` are the same for every gauge
+    ``(a G, b G^{-T})``. QR (not the Gram matrices) keeps the frame accurate for
+    factors with condition number up to about ``1/rcond``.
 
     Args:
       f: Factors ``a: [m, r]``, ``b: [n, r]`` (unbatched).
-      rcond: Relative eigenvalue cut-off of the pseudo-inverses of ``M``, ``N``.
+      rcond: Relative singular-value cut-off of the factors' pseudo-inverses
+        (directions below it are treated as rank-deficient).
 
     Returns:
       A :class:`GramCache` in the accumulation dtype (f32, or f64 for f64 input).
@@ -128,16 +132,15 @@ def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     f = check_factors(f)
     acc = _acc(f.a.dtype)
     a, b = f.a.astype(acc), f.b.astype(acc)
-    mg, ng = a.T @ a, b.T @ b
-    m_is, n_is = _psd_pow(mg, rcond, -0.5), _psd_pow(ng, rcond, -0.5)
-    m_s, n_s = _psd_pow(mg, rcond, 0.5), _psd_pow(ng, rcond, 0.5)
-    uc, s, vct = jnp.linalg.svd(m_s @ n_s)
-    ta, tb = m_is @ uc, n_is @ vct.T
-    u, v = a @ ta, b @ tb
-    sg = _sign_fix(u)
+    qa, ra = jnp.linalg.qr(a)
+    qb, rb = jnp.linalg.qr(b)
+    uc, s, vct = jnp.linalg.svd(ra @ rb.T)
+    ra_i, rb_i = _pinv_small(ra, rcond), _pinv_small(rb, rcond)
+    ta, tb = ra_i @ uc, rb_i @ vct.T
+    u, v = qa @ uc, qb @ vct.T
+    sg = _sign_fix(u)[None, :]
     ta, tb, u, v = ta * sg, tb * sg, u * sg, v * sg
-    return GramCache(mg, ng, _psd_pow(mg, rcond, -1.0), _psd_pow(ng, rcond, -1.0),
-                     ta, tb, u, v, s)
+    return GramCache(a.T @ a, b.T @ b, ra_i @ ra_i.T, rb_i @ rb_i.T, ta, tb, u, v, s)
 
 
 def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentCoords:
@@ -299,8 +302,8 @@ def retract(
     k = jnp.block([[eye, eta * eye], [eta * eye, jnp.zeros_like(eye)]])
     uc, s, vct = jnp.linalg.svd(ru @ k @ rv.T)
     rs = jnp.sqrt(jnp.maximum(s[:r], 0.0))
-    ap = qu @ (uc[:, :r] * rs)
-    bp = qv @ (vct[:r].T * rs)
+    ap = qu @ (uc[:, :r] * rs[None, :])
+    bp = qv @ (vct[:r].T * rs[None, :])
     if align:
         q = _polar(ap.T @ a + bp.T @ b)
         ap, bp = ap @ q, bp @ q
@@ -316,7 +319,7 @@ def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraF
 def _balance_from_cache(f, cache, *, align=True):
     """Balanced factors and the gauge ``(G, G^{-T})`` with ``a_b = a G``, ``b_b = b G^{-T}``."""
     acc = cache.u.dtype
-    rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))
+    rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
     g = cache.ta * rs
     git = cache.tb * rs
     if align:
@@ -431,9 +434,9 @@ def spectral_init(
     u = q @ uh[:, :rank]
     s = s[:rank]
     v = vt[:rank].T
-    low = (u * s) @ v.T
+    low = (u * s[None, :]) @ v.T
     scale = jnp.asarray(scale).astype(acc)
-    rs = jnp.sqrt(s / scale)
+    rs = jnp.sqrt(s / scale)[None, :]
     f = LoraFactors((u * rs).astype(w.dtype), (v * rs).astype(w.dtype))
     return SpectralInit((wa - low).astype(w.dtype), f)
 
