@@ -86,8 +86,43 @@ def dp_aggregate(
     return optax.GradientTransformation(_init_privatize(key), update)
 
 
-def _adam(learning_rate, b1, b2, eps):
-    return optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
+class AdamState(NamedTuple):
+    """Adam moments with an int32 step counter."""
+
+    count: Array
+    mu: optax.Updates
+    nu: optax.Updates
+
+
+def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
+    """Adam that casts its int32 counter explicitly (safe under strict dtype promotion)."""
+
+    def init(params):
+        z = jax.tree.map(lambda p: jnp.zeros_like(p, dtype=C.acc_dtype(p)), params)
+        return AdamState(jnp.zeros([], jnp.int32), z, z)
+
+    def update(updates, state, params=None):
+        del params
+        count = state.count + jnp.ones_like(state.count)
+        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+
+        def one(g, m, v):
+            acc = m.dtype
+            t = count.astype(acc)
+            b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
+            g = g.astype(acc)
+            m = b1_ * m + (1 - b1_) * g
+            v = b2_ * v + (1 - b2_) * g * g
+            u = (m / (1 - b1_**t)) / (jnp.sqrt(v / (1 - b2_**t)) + jnp.asarray(eps, acc))
+            return -jnp.asarray(lr).astype(acc) * u, m, v
+
+        out = jax.tree.map(one, updates, state.mu, state.nu)
+        outer = jax.tree.structure(updates)
+        u, m, v = jax.tree.transpose(outer, jax.tree.structure((0, 0, 0)), out)
+        u = jax.tree.map(lambda x, g: x.astype(g.dtype), u, updates)
+        return u, AdamState(count, m, v)
+
+    return optax.GradientTransformation(init, update)
 
 
 def naive_dp_lora(
