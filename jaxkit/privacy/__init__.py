@@ -6,6 +6,7 @@ PRISM (Wang & Zhang, ICML 2026, arXiv:2606.00944) clips and noises the intrinsic
 geometry; ``audit`` an empirical canary audit.
 """
 
+from jaxkit.privacy import audit as audit
 from jaxkit.privacy import lowrank as lowrank
 from jaxkit.privacy._accounting import calibrate_sigma as calibrate_sigma
 from jaxkit.privacy._accounting import epsilon as epsilon
