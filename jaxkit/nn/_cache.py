@@ -1,0 +1,83 @@
+"""Key/value cache with per-row committed lengths.
+
+The cache is a plain ``NamedTuple`` of arrays (a pytree), so it passes through
+``jit``, ``vmap``, ``lax.scan`` and ``lax.while_loop`` unchanged in structure.
+Writes of new rows are scatters with ``mode="drop"`` (see
+:func:`jaxkit.nn.run_layers`): a row whose physical slot is past the buffer end is
+dropped, never clamped onto earlier slots.
+"""
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Int
+
+from jaxkit import _validate
+from jaxkit.nn._config import TransformerConfig
+
+
+class KVCache(NamedTuple):
+    """Per-layer stacked key/value buffers.
+
+    Attributes:
+      k: Keys, ``[n_layers, B, S, n_kv_heads, head_dim]`` (RoPE already applied).
+      v: Values, same shape as ``k``.
+      length: ``int32[B]``, the number of valid, committed slots of each row.
+    """
+
+    k: Array
+    v: Array
+    length: Array
+
+
+def init_cache(
+    cfg: TransformerConfig, *, batch: int, max_len: int, dtype=jnp.float32
+) -> KVCache:
+    """An empty cache (all lengths 0) for ``batch`` rows of ``max_len`` slots.
+
+    Args:
+      cfg: Model configuration (gives layers, kv-heads and head size).
+      batch: Number of rows B.
+      max_len: Capacity S (slots per row).
+      dtype: Floating dtype of the K/V buffers (use the model's compute dtype).
+
+    Returns:
+      A :class:`KVCache` of zeros with ``length = zeros(int32[B])``.
+    """
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    _validate.positive(batch=batch)
+    _validate.positive(max_len=max_len)
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
+    shape = (cfg.n_layers, int(batch), int(max_len), cfg.n_kv_heads, cfg.head_dim)
+    z = jnp.zeros(shape, dtype)
+    return KVCache(k=z, v=z, length=jnp.zeros((int(batch),), jnp.int32))
+
+
+def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
+    """Advance the committed length of each row by ``n``, clipped to ``[0, S]``.
+
+    ``apply``/``run_layers`` write the K/V of new rows but never advance
+    ``length``; the caller decides how many of them become valid (a WeDLM step
+    commits only a prefix of its window; an AR step commits 1).
+
+    Args:
+      cache: The cache.
+      n: ``int32[B]`` or a scalar number of rows to commit per sequence.
+
+    Returns:
+      The cache with ``length = clip(length + n, 0, max_len)``.
+    """
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    n = jnp.asarray(n)
+    _validate.integer(n, name="n")
+    _validate.ndim(n, (0, 1), name="n")
+    if n.ndim == 1 and n.shape[0] != cache.length.shape[0]:
+        raise TypeError(
+            f"`n` must be a scalar or have shape ({cache.length.shape[0]},), got "
+            f"shape {n.shape}.")
+    max_len = cache.k.shape[2]
+    length = jnp.clip(cache.length + n.astype(jnp.int32), 0, max_len)
+    return cache._replace(length=length.astype(jnp.int32))

@@ -1,0 +1,305 @@
+"""Small equinox layers for the vision and tabular methods: MLP, SmallCNN, UNet.
+
+All three are unbatched like equinox layers (use ``jax.vmap`` for batches), take
+``key=`` in ``__init__``, keep configuration in static fields (so a module is a
+pytree of arrays only) and compute in the dtype of their input: weights are cast
+to ``x.dtype`` and matmuls/convolutions accumulate in f32 (f64 for f64 inputs).
+
+References:
+  Ronneberger et al., "U-Net: Convolutional Networks for Biomedical Image
+  Segmentation", MICCAI 2015.
+"""
+
+import math
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Real
+
+from jaxkit import _validate
+
+_ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "silu": jax.nn.silu,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "identity": lambda x: x,
+}
+
+
+def _acc(dtype) -> jnp.dtype:
+    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
+
+
+def _linear(x: Array, w: Array, b: Array | None) -> Array:
+    y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=_acc(x.dtype)).astype(x.dtype)
+    if b is not None:
+        y = y + b.reshape((1,) * (y.ndim - 1) + b.shape).astype(x.dtype)
+    return y
+
+
+def _conv(x: Array, w: Array, b: Array, *, stride: int = 1) -> Array:
+    """'SAME' 2-D convolution of one image ``x [C,H,W]`` with ``w [O,C,k,k]``."""
+    y = jax.lax.conv_general_dilated(
+        x[None], w.astype(x.dtype), window_strides=(stride, stride), padding="SAME",
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        preferred_element_type=_acc(x.dtype))[0].astype(x.dtype)
+    return y + b[:, None, None].astype(x.dtype)
+
+
+def _init_w(key, shape, fan_in, dtype):
+    return (jax.random.normal(key, shape, jnp.float32) / math.sqrt(fan_in)).astype(dtype)
+
+
+def _check_act(name: str, value: str | None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    _validate.one_of(tuple(_ACTIVATIONS), **{name: value})
+
+
+class MLP(eqx.Module):
+    """A multilayer perceptron on one vector ``x [in_size] -> [out_size]``.
+
+    Example:
+      >>> mlp = MLP(4, 2, hidden=(8,), key=jax.random.key(0))
+      >>> jax.vmap(mlp)(jnp.ones((3, 4))).shape
+      (3, 2)
+    """
+
+    weights: tuple[Array, ...]
+    biases: tuple[Array, ...] | None
+    activation: str = eqx.field(static=True)
+    final_activation: str = eqx.field(static=True)
+
+    def __init__(self, in_size: int, out_size: int, *, hidden: Sequence[int] = (64,),
+                 activation: str = "relu", final_activation: str = "identity",
+                 use_bias: bool = True, key: jax.Array, dtype=jnp.float32):
+        """Build the layers.
+
+        Args:
+          in_size: Input width.
+          out_size: Output width.
+          hidden: Hidden widths (empty: a single linear map).
+          activation: Hidden activation, one of relu, gelu, silu, tanh, sigmoid,
+            identity.
+          final_activation: Activation on the output (default identity).
+          use_bias: Whether the linear maps have biases.
+          key: A typed key from ``jax.random.key``.
+          dtype: Parameter dtype.
+        """
+        _validate.positive(in_size=in_size)
+        _validate.positive(out_size=out_size)
+        _check_act("activation", activation)
+        _check_act("final_activation", final_activation)
+        _validate.is_key(key)
+        sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
+        for h in sizes:
+            _validate.positive(hidden=h)
+        keys = jax.random.split(key, len(sizes) - 1)
+        self.weights = tuple(_init_w(k, (a, b), a, dtype)
+                             for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True))
+        self.biases = (tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None)
+        self.activation = activation
+        self.final_activation = final_activation
+
+    def __call__(self, x: Float[ArrayLike, " in_size"]) -> Float[Array, " out_size"]:
+        """Apply the MLP to one input vector."""
+        x = jnp.asarray(x)
+        _validate.floating(x, name="x")
+        _validate.shape(x, (self.weights[0].shape[0],), name="x")
+        act = _ACTIVATIONS[self.activation]
+        n = len(self.weights)
+        for i, w in enumerate(self.weights):
+            x = _linear(x, w, None if self.biases is None else self.biases[i])
+            x = act(x) if i < n - 1 else _ACTIVATIONS[self.final_activation](x)
+        return x
+
+
+class SmallCNN(eqx.Module):
+    """A small convolutional classifier/regressor on one image ``[C, H, W] -> [out]``.
+
+    ``len(channels)`` 3x3 convolutions, each followed by the activation; every
+    one after the first has stride 2. Then global average pooling and a linear
+    head.
+
+    Example:
+      >>> cnn = SmallCNN(1, 10, key=jax.random.key(0))
+      >>> cnn(jnp.ones((1, 8, 8))).shape
+      (10,)
+    """
+
+    convs: tuple[tuple[Array, Array], ...]
+    head: tuple[Array, Array]
+    activation: str = eqx.field(static=True)
+
+    def __init__(self, in_channels: int, out_size: int, *,
+                 channels: Sequence[int] = (16, 32, 32), activation: str = "relu",
+                 kernel_size: int = 3, key: jax.Array, dtype=jnp.float32):
+        """Build the layers.
+
+        Args:
+          in_channels: Input channels C.
+          out_size: Output width (e.g. number of classes).
+          channels: Output channels of each convolution.
+          activation: Activation after each convolution.
+          kernel_size: Square kernel size.
+          key: A typed key from ``jax.random.key``.
+          dtype: Parameter dtype.
+        """
+        _validate.positive(in_channels=in_channels)
+        _validate.positive(out_size=out_size)
+        _validate.positive(kernel_size=kernel_size)
+        _check_act("activation", activation)
+        _validate.is_key(key)
+        if len(channels) == 0:
+            raise ValueError("`channels` must name at least one convolution.")
+        keys = jax.random.split(key, len(channels) + 1)
+        convs = []
+        c_in = int(in_channels)
+        for k, c in zip(keys[:-1], channels, strict=True):
+            fan = c_in * kernel_size * kernel_size
+            convs.append((_init_w(k, (int(c), c_in, kernel_size, kernel_size), fan, dtype),
+                          jnp.zeros((int(c),), dtype)))
+            c_in = int(c)
+        self.convs = tuple(convs)
+        self.head = (_init_w(keys[-1], (c_in, int(out_size)), c_in, dtype),
+                     jnp.zeros((int(out_size),), dtype))
+        self.activation = activation
+
+    def __call__(self, x: Float[ArrayLike, "C H W"]) -> Float[Array, " out"]:
+        """Apply the network to one image."""
+        x = jnp.asarray(x)
+        _validate.floating(x, name="x")
+        _validate.ndim(x, 3, name="x")
+        if x.shape[0] != self.convs[0][0].shape[1]:
+            raise TypeError(f"`x` must have {self.convs[0][0].shape[1]} channels, got "
+                            f"shape {x.shape}.")
+        act = _ACTIVATIONS[self.activation]
+        for i, (w, b) in enumerate(self.convs):
+            x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
+        pooled = jnp.mean(x.astype(_acc(x.dtype)), axis=(1, 2)).astype(x.dtype)
+        return _linear(pooled, *self.head)
+
+
+def _time_embedding(t: Array, dim: int, dtype) -> Array:
+    half = dim // 2
+    acc = _acc(dtype)
+    freqs = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=acc) / max(half, 1))
+    ang = t.astype(acc) * freqs
+    return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)]).astype(dtype)
+
+
+class UNet(eqx.Module):
+    """A small U-Net on one image ``[C_in, H, W] -> [C_out, H, W]``.
+
+    ``len(channels)`` resolution levels; each level has two 3x3 convolutions with
+    the activation, 2x2 average pooling going down and nearest-neighbour
+    upsampling plus a skip concatenation going up; a final 1x1 convolution. H and
+    W must be divisible by ``2 ** (len(channels) - 1)``. An optional scalar ``t``
+    (a diffusion time or noise level) enters through a sinusoidal embedding added
+    as a per-channel bias at every level.
+
+    Example:
+      >>> unet = UNet(1, 1, channels=(8, 16), key=jax.random.key(0))
+      >>> unet(jnp.ones((1, 8, 8)), t=0.5).shape
+      (1, 8, 8)
+    """
+
+    down: tuple[tuple[Array, Array, Array, Array], ...]
+    up: tuple[tuple[Array, Array, Array, Array], ...]
+    out: tuple[Array, Array]
+    time_proj: tuple[tuple[Array, Array], ...]
+    activation: str = eqx.field(static=True)
+    time_dim: int = eqx.field(static=True)
+
+    def __init__(self, in_channels: int, out_channels: int, *,
+                 channels: Sequence[int] = (16, 32, 64), activation: str = "silu",
+                 time_dim: int = 16, key: jax.Array, dtype=jnp.float32):
+        """Build the layers.
+
+        Args:
+          in_channels: Input channels.
+          out_channels: Output channels.
+          channels: Channels per resolution level (top to bottom).
+          activation: Activation after each convolution.
+          time_dim: Width of the sinusoidal embedding of ``t`` (even).
+          key: A typed key from ``jax.random.key``.
+          dtype: Parameter dtype.
+        """
+        _validate.positive(in_channels=in_channels)
+        _validate.positive(out_channels=out_channels)
+        _validate.positive(time_dim=time_dim)
+        _check_act("activation", activation)
+        _validate.is_key(key)
+        if len(channels) == 0:
+            raise ValueError("`channels` must name at least one level.")
+        if time_dim % 2:
+            raise ValueError(f"`time_dim` must be even, got time_dim={time_dim}.")
+        chans = [int(c) for c in channels]
+        keys = iter(jax.random.split(key, 4 * len(chans) + 2 * len(chans) + 2))
+
+        def conv(c_out, c_in):
+            return (_init_w(next(keys), (c_out, c_in, 3, 3), 9 * c_in, dtype),
+                    jnp.zeros((c_out,), dtype))
+
+        down, c_in = [], int(in_channels)
+        for c in chans:
+            w1, b1 = conv(c, c_in)
+            w2, b2 = conv(c, c)
+            down.append((w1, b1, w2, b2))
+            c_in = c
+        up = []
+        for lvl in range(len(chans) - 2, -1, -1):
+            c = chans[lvl]
+            w1, b1 = conv(c, chans[lvl + 1] + c)
+            w2, b2 = conv(c, c)
+            up.append((w1, b1, w2, b2))
+        self.down, self.up = tuple(down), tuple(up)
+        self.out = (_init_w(next(keys), (int(out_channels), chans[0], 1, 1), chans[0], dtype),
+                    jnp.zeros((int(out_channels),), dtype))
+        self.time_proj = tuple(
+            (_init_w(next(keys), (time_dim, c), time_dim, dtype), jnp.zeros((c,), dtype))
+            for c in chans)
+        self.activation = activation
+        self.time_dim = int(time_dim)
+
+    def __call__(self, x: Float[ArrayLike, "C H W"],
+                 t: Real[ArrayLike, ""] | None = None) -> Float[Array, "C2 H W"]:
+        """Apply the U-Net to one image (and optionally a scalar time ``t``)."""
+        x = jnp.asarray(x)
+        _validate.floating(x, name="x")
+        _validate.ndim(x, 3, name="x")
+        c_in = self.down[0][0].shape[1]
+        if x.shape[0] != c_in:
+            raise TypeError(f"`x` must have {c_in} channels, got shape {x.shape}.")
+        f = 2 ** (len(self.down) - 1)
+        if x.shape[1] % f or x.shape[2] % f:
+            raise TypeError(f"`x` spatial size must be divisible by {f}, got shape {x.shape}.")
+        act = _ACTIVATIONS[self.activation]
+        temb = None if t is None else _time_embedding(jnp.asarray(t), self.time_dim, x.dtype)
+
+        def tbias(lvl, h):
+            if temb is None:
+                return h
+            w, b = self.time_proj[lvl]
+            return h + _linear(temb, w, b)[:, None, None]
+
+        skips = []
+        h = x
+        for lvl, (w1, b1, w2, b2) in enumerate(self.down):
+            if lvl > 0:
+                c, hh, ww = h.shape
+                h = h.reshape(c, hh // 2, 2, ww // 2, 2).mean(axis=(2, 4))
+            h = act(tbias(lvl, _conv(h, w1, b1)))
+            h = act(_conv(h, w2, b2))
+            skips.append(h)
+        for i, (w1, b1, w2, b2) in enumerate(self.up):
+            lvl = len(self.down) - 2 - i
+            h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
+            h = jnp.concatenate([h, skips[lvl]], axis=0)
+            h = act(tbias(lvl, _conv(h, w1, b1)))
+            h = act(_conv(h, w2, b2))
+        return _conv(h, *self.out)

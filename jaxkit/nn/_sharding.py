@@ -1,0 +1,46 @@
+"""PartitionSpecs for tensor-parallel sharding of the transformer parameters and cache."""
+
+from jax.sharding import PartitionSpec as P
+
+from jaxkit.nn._cache import KVCache
+from jaxkit.nn._config import TransformerConfig
+
+
+def param_specs(cfg: TransformerConfig, *, model_axis: str = "model") -> dict:
+    """PartitionSpecs matching :func:`jaxkit.nn.init_params`, Megatron-style.
+
+    q/k/v projections and the SwiGLU gate/up are split on their output (heads /
+    hidden) axis, ``wo`` and ``w_down`` on their input axis, the embedding on the
+    vocabulary axis and the LM head on its output (vocabulary) axis; norms are
+    replicated. The leading stacked-layer axis is never sharded.
+
+    Args:
+      cfg: Model configuration.
+      model_axis: Mesh axis name used for tensor parallelism.
+
+    Returns:
+      A dict pytree of ``PartitionSpec`` with the structure of the parameters.
+    """
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    m = model_axis
+    col, row = P(None, None, m), P(None, m, None)
+    layers = {"attn_norm": P(), "wq": col, "wk": col, "wv": col, "wo": row,
+              "mlp_norm": P(), "w_gate": col, "w_up": col, "w_down": row}
+    if cfg.qkv_bias:
+        layers.update(bq=P(None, m), bk=P(None, m), bv=P(None, m))
+    if cfg.qk_norm:
+        layers.update(q_norm=P(), k_norm=P())
+    specs = {"embed": P(m, None), "layers": layers, "final_norm": P()}
+    if not cfg.tie_embeddings:
+        specs["lm_head"] = P(None, m)
+    return specs
+
+
+def cache_specs(cfg: TransformerConfig, *, data_axis: str = "data",
+                model_axis: str = "model") -> KVCache:
+    """PartitionSpecs for a :class:`KVCache`: batch on ``data``, kv-heads on ``model``."""
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    kv = P(None, data_axis, None, model_axis, None)
+    return KVCache(k=kv, v=kv, length=P(data_axis))

@@ -1,0 +1,57 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import nn
+
+
+def test_mlp_matches_manual(key):
+    m = nn.MLP(3, 2, hidden=(5,), activation="tanh", key=key)
+    x = jnp.array([0.1, -0.2, 0.3])
+    h = np.tanh(np.asarray(x) @ np.asarray(m.weights[0]) + np.asarray(m.biases[0]))
+    want = h @ np.asarray(m.weights[1]) + np.asarray(m.biases[1])
+    np.testing.assert_allclose(m(x), want, rtol=1e-5, atol=1e-6)
+    nb = nn.MLP(3, 2, hidden=(), use_bias=False, key=key)
+    assert nb.biases is None and len(nb.weights) == 1
+
+
+def test_layers_jit_vmap_grad(key):
+    cnn = nn.SmallCNN(2, 3, channels=(4, 8), key=key)
+    x = jax.random.normal(key, (5, 2, 8, 8))
+    y = jax.jit(jax.vmap(cnn))(x)
+    assert y.shape == (5, 3)
+    g = jax.grad(lambda m: jnp.sum(jax.vmap(m)(x) ** 2))(cnn)
+    assert jax.tree.structure(g) == jax.tree.structure(cnn)
+    unet = nn.UNet(2, 1, channels=(4, 8, 8), key=key)
+    out = jax.jit(jax.vmap(unet))(x, jnp.linspace(0, 1, 5))
+    assert out.shape == (5, 1, 8, 8) and np.all(np.isfinite(out))
+
+
+def test_cnn_translation_equivariance_of_first_conv(key):
+    # with one stride-1 conv and global pooling, a circular-free shift of a
+    # compactly supported image leaves the output unchanged
+    cnn = nn.SmallCNN(1, 4, channels=(3,), key=key)
+    img = jnp.zeros((1, 12, 12)).at[0, 3:6, 3:6].set(jax.random.normal(key, (3, 3)))
+    shifted = jnp.roll(img, (2, 3), axis=(1, 2))
+    np.testing.assert_allclose(cnn(img), cnn(shifted), rtol=1e-5, atol=1e-6)
+
+
+def test_unet_time_changes_output(key):
+    unet = nn.UNet(1, 1, channels=(4, 8), key=key)
+    ks = jax.random.split(key)
+    unet = eqx.tree_at(lambda u: u.time_proj[0][1], unet, jax.random.normal(ks[0], (4,)))
+    x = jax.random.normal(ks[1], (1, 4, 4))
+    assert not np.allclose(unet(x, t=0.1), unet(x, t=0.9))
+
+
+def test_layer_errors(key):
+    with pytest.raises(ValueError, match="activation"):
+        nn.MLP(2, 2, activation="swish!", key=key)
+    with pytest.raises(TypeError, match="`x`"):
+        nn.MLP(2, 2, key=key)(jnp.ones(3))
+    with pytest.raises(TypeError, match="`x`"):
+        nn.SmallCNN(1, 2, key=key)(jnp.ones((2, 8, 8)))
+    with pytest.raises(TypeError, match="divisible"):
+        nn.UNet(1, 1, channels=(4, 8), key=key)(jnp.ones((1, 5, 5)))
