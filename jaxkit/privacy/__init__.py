@@ -23,3 +23,8 @@ from jaxkit.privacy._prism import prism as prism
 from jaxkit.privacy._prism import prism_adaptive as prism_adaptive
 from jaxkit.privacy._prism import prism_privatize as prism_privatize
 from jaxkit.privacy.lowrank import LoraFactors as LoraFactors
+from jaxkit.privacy._lora import export_adapter as export_adapter
+from jaxkit.privacy._lora import load_adapter as load_adapter
+from jaxkit.privacy._lora import lora_init as lora_init
+from jaxkit.privacy._lora import lora_merge as lora_merge
+from jaxkit.privacy._lora import lora_unmerge as lora_unmerge
