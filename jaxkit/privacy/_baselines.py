@@ -72,7 +72,7 @@ def dp_aggregate(
         energy = jnp.zeros([], jnp.float32)
         for i, g in enumerate(leaves):
             acc = C.acc_dtype(g)
-            s = jnp.einsum("b,b...->...", alpha.astype(acc), g.astype(acc))
+            s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
             if axis_name is not None:
                 s = jax.lax.psum(s, axis_name)
             s = C.guard_finite(s)

@@ -102,3 +102,8 @@ def norm_dtype(leaves: list[Any]) -> jnp.dtype:
     if any(jnp.result_type(x) == jnp.float64 for x in leaves):
         return jnp.dtype(jnp.float64)
     return jnp.dtype(jnp.float32)
+
+
+def weighted_sum(w: jax.Array, g: jax.Array) -> jax.Array:
+    """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis)."""
+    return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)

@@ -155,8 +155,8 @@ def prism_privatize(
             if C.is_lora(p):
                 acc = cache.u.dtype
                 al = alpha.astype(acc)
-                sa = jnp.einsum("b,b...->...", al, g.a.astype(acc))
-                sb = jnp.einsum("b,b...->...", al, g.b.astype(acc))
+                sa = C.weighted_sum(al, g.a.astype(acc))
+                sb = C.weighted_sum(al, g.b.astype(acc))
                 if axis_name is not None:
                     sa, sb = jax.lax.psum((sa, sb), axis_name)
                 sa, sb = C.guard_finite(sa), C.guard_finite(sb)
@@ -176,7 +176,7 @@ def prism_privatize(
                 out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
             else:
                 acc = C.acc_dtype(g)
-                s = jnp.einsum("b,b...->...", alpha.astype(acc), g.astype(acc))
+                s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
                 if axis_name is not None:
                     s = jax.lax.psum(s, axis_name)
                 s = C.guard_finite(s)
