@@ -221,7 +221,8 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     _plot(out_dir, cs, noise, table, eps_list, gauges)
     with open(os.path.join(out_dir, "prism_digits_table.json"), "w") as fh:
         json.dump(table, fh, indent=1)
-    ok = prism_spread <= 0.01 and naive_rel < 0.25 and prism_rel < 0.1 and logged_rel < 0.05
+    ok = (prism_spread <= 0.01 and naive_spread > prism_spread and naive_rel < 0.25
+          and prism_rel < 0.1 and logged_rel < 0.05)
     prism_main = float(np.mean([r["acc"] for r in table
                                 if r["method"] == "prism" and r["gauge"] == 1.0]))
     naive_main = float(np.mean([r["acc"] for r in table

@@ -13,7 +13,7 @@ CFG = nn.TransformerConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, n_k
                            head_dim=8, mlp_dim=32)
 
 
-def test_lora_on_transformer_merge_export_and_prism_step(key, tmp_path):
+def test_lora_on_transformer_merge_export(key, tmp_path):
     params = nn.init_params(CFG, key=key)
     p2, lora = privacy.lora_init(params, targets=r"layers/(wq|wv|w_down)", rank=2, key=key)
     assert lora["layers"]["wq"].a.shape == (2, 16, 2) and lora["layers"]["wk"] is None
@@ -34,7 +34,13 @@ def test_lora_on_transformer_merge_export_and_prism_step(key, tmp_path):
     assert "base_model.model.layers.1.wq.lora_A.weight" in names
     loaded = privacy.load_adapter(str(tmp_path), like=lora)
     np.testing.assert_allclose(loaded["layers"]["wv"].b, lora["layers"]["wv"].b)
-    # per-example grads through jaxkit.nn + one PRISM step on the stacked factors
+
+
+@pytest.mark.slow
+def test_prism_step_on_transformer(key):
+    """Per-example grads through jaxkit.nn + one PRISM step on the stacked factors."""
+    params = nn.init_params(CFG, key=key)
+    _, lora = privacy.lora_init(params, targets=r"layers/(wq|wv|w_down)", rank=2, key=key)
     tokens = jax.random.randint(key, (4, 6), 0, 32)
 
     def loss(lo, tok):

@@ -140,12 +140,12 @@ def test_full_rank_is_dp_sgd_on_z(key):
         c = L.gram_cache(f)
         xs = jax.vmap(lambda k: L.tangent_dense(
             f, L.sample_tangent_noise(f, c, std=1.0, key=k)).reshape(-1))(
-                jax.random.split(key, 20000))
-        np.testing.assert_allclose(np.cov(np.asarray(xs).T), np.eye(m * n), atol=0.07)
+                jax.random.split(key, 5000))
+        np.testing.assert_allclose(np.cov(np.asarray(xs).T), np.eye(m * n), atol=0.15)
         assert float(jnp.sum(nz**2)) > 0
 
 
-@pytest.mark.parametrize("scale", [1e3, 1e8])
+@pytest.mark.parametrize("scale", [pytest.param(1e3, marks=pytest.mark.slow), 1e8])
 def test_sensitivity_bounded_by_clip(key, scale):
     """Replacing one example by an adversarial huge gradient moves the pre-noise sum by <= C."""
     with jax.enable_x64(True):
