@@ -10,7 +10,8 @@ same accuracy for every gauge.
 Set-up: an MLP 64-128-128-10 trained non-privately on half of scikit-learn's
 digits ("public"); the other half, shifted one pixel ("private"), is the
 fine-tuning task: rank-4 LoRA on both hidden layers (spectral init), Poisson
-batches (q = 64/N), C = 1, delta = 1e-5, sigma calibrated for each epsilon.
+batches (q = 64/N), C = 1, delta = 1e-5, sigma calibrated for each epsilon;
+gauges c in {0.03, 1, 30} (gauge condition number ~1e3), more in the full run.
 A full run (Gemma-class model, Math-10K) needs a GPU and local weights.
 """
 
@@ -161,7 +162,7 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     base, lora = privacy.lora_init(base0, targets=r"^w[12]$", rank=RANK,
                                    key=jax.random.fold_in(key, 2), method="spectral")
     eps_list = [3.0] if quick else [1.0, 3.0, 8.0]
-    gauges = [0.1, 1.0, 10.0]
+    gauges = [0.03, 1.0, 30.0] if quick else [0.03, 0.1, 1.0, 10.0, 30.0]
     steps = 30 if quick else 300
     n = len(train[0])
     q = 64 / n
@@ -221,7 +222,7 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     _plot(out_dir, cs, noise, table, eps_list, gauges)
     with open(os.path.join(out_dir, "prism_digits_table.json"), "w") as fh:
         json.dump(table, fh, indent=1)
-    ok = (prism_spread <= 0.01 and naive_spread > prism_spread and naive_rel < 0.25
+    ok = (prism_spread <= 0.01 and naive_spread > 0.05 and naive_rel < 0.25
           and prism_rel < 0.1 and logged_rel < 0.05)
     prism_main = float(np.mean([r["acc"] for r in table
                                 if r["method"] == "prism" and r["gauge"] == 1.0]))
