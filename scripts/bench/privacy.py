@@ -5,7 +5,12 @@ sequences, clipping, noise, optimizer, apply) for LoRA rank r in {4, 16} on the
 attention q/v and MLP down projections. Anchor: our naive DP-LoRA step
 (DP-Adam on the factors); target: PRISM <= 1.3x its time (ratio >= 0.769).
 Peak memory is XLA's compiled estimate (arguments + temporaries + outputs).
+The three compiled steps are timed interleaved (one call of each per round,
+median over rounds), so load drift on a shared machine hits all three alike.
 """
+
+import statistics
+import time
 
 import _harness as H  # noqa: I001
 
@@ -41,6 +46,24 @@ def _step(tx, loss):
     return step
 
 
+def _interleaved(fns, repeats):
+    """Compile each, warm up, then time one call of each per round; median per name."""
+    compiled, comp_s, mem = {}, {}, {}
+    for name, (fn, a) in fns.items():
+        t0 = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(*a).compile()
+        comp_s[name] = time.perf_counter() - t0
+        mem[name] = H._compiled_mem_mb(compiled[name])
+        jax.block_until_ready(compiled[name](*a))
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, (_, a) in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled[name](*a))
+            times[name].append(time.perf_counter() - t0)
+    return {n: H.Timing(statistics.median(times[n]), comp_s[n], mem[n]) for n in fns}
+
+
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     sizes = [dict(d_model=128, n_layers=2, seq=32, batch=64)]
@@ -58,10 +81,8 @@ def main() -> None:
                                                        noise_multiplier=1.0, denom=b, key=key),
                 "nonprivate_lora": privacy.nonprivate_lora(1e-3),
             }
-            t = {}
-            for name, tx in txs.items():
-                t[name] = H.time_jax(_step(tx, loss), lora, tx.init(lora), tokens,
-                                     repeats=args.repeats)
+            t = _interleaved({name: (_step(tx, loss), (lora, tx.init(lora), tokens))
+                              for name, tx in txs.items()}, args.repeats)
             sizes_d = {**sz, "rank": r, "targets": "wq,wv,w_down"}
             note = ("jaxkit.nn transformer; per-example grads by vmap through merged weights "
                     f"(same for all three); peak MB naive={t['naive_dp_lora'].peak_mem_mb}, "
@@ -72,11 +93,9 @@ def main() -> None:
                    anchor_peak_mem_mb=t["naive_dp_lora"].peak_mem_mb)
             # the private aggregation + update alone, on fixed per-example gradients
             g = jax.jit(lambda lo, tok: privacy.per_example_grads(loss, lo, tok))(lora, tokens)
-            u = {}
-            for name in ("prism", "naive_dp_lora"):
-                tx = txs[name]
-                u[name] = H.time_jax(lambda g_, s_, p_, tx=tx: tx.update(g_, s_, p_), g,
-                                     tx.init(lora), lora, repeats=args.repeats)
+            u = _interleaved({name: (lambda g_, s_, p_, tx=txs[name]: tx.update(g_, s_, p_),
+                                     (g, txs[name].init(lora), lora))
+                              for name in ("prism", "naive_dp_lora")}, 3 * args.repeats)
             H.emit(bench="privacy", case="prism_update_vs_naive_update", sizes=sizes_d,
                    ours=u["prism"], anchor="naive_dp_lora", anchor_t=u["naive_dp_lora"],
                    target=None, note="informational: clip+noise+optimizer only, given the "
