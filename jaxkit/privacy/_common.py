@@ -1,0 +1,109 @@
+"""Shared helpers of the privacy transforms: pytree walking, stacked vmaps, checks."""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import _validate
+from jaxkit.privacy.lowrank import LoraFactors, _acc
+
+
+def is_lora(x: Any) -> bool:
+    """Whether ``x`` is a LoRA module node (a :class:`LoraFactors`)."""
+    return isinstance(x, LoraFactors)
+
+
+def stackmap(fn: Callable, n: int) -> Callable:
+    """``vmap`` ``fn`` over ``n`` leading (stacked-layer) axes of every argument."""
+    for _ in range(n):
+        fn = jax.vmap(fn)
+    return fn
+
+
+def n_stack(p: LoraFactors) -> int:
+    """Number of leading stacked axes of a factor pair."""
+    return p.a.ndim - 2
+
+
+def stack_keys(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """One key per stacked slice (a scalar key when ``shape == ()``)."""
+    if not shape:
+        return key
+    return jax.random.split(key, math.prod(shape)).reshape(shape)
+
+
+def scalar_std(noise_multiplier: Any, clip_norm: Any, denom: Any) -> jax.Array:
+    """``sigma C / denom`` as f32, 0 when ``sigma == 0`` (also for ``C = inf``)."""
+    s = jnp.asarray(noise_multiplier, jnp.float32)
+    c = jnp.asarray(clip_norm, jnp.float32)
+    d = jnp.asarray(denom, jnp.float32)
+    return jnp.where(s == 0, jnp.zeros_like(s), s * c / d)
+
+
+def check_dp_hparams(*, clip_norm: Any, noise_multiplier: Any, denom: Any) -> None:
+    """Concrete-value checks shared by every DP aggregator."""
+    _validate.positive(clip_norm=clip_norm)
+    _validate.non_negative(noise_multiplier=noise_multiplier)
+    _validate.positive(denom=denom)
+
+
+def check_per_example(grads: Any, params: Any) -> int:
+    """Check ``grads`` mirrors ``params`` with one extra leading batch axis; return it."""
+    if params is None:
+        raise ValueError("`params` must be given (the current LoRA factors / parameters).")
+    pl = jax.tree.leaves(params)
+    try:
+        gl = jax.tree.leaves(jax.tree.map(lambda _, g: g, params, grads))
+    except ValueError as e:
+        raise TypeError(
+            f"`updates` (per-example gradients) must have the structure of `params`: {e}"
+        ) from None
+    if not gl:
+        raise ValueError("`params` has no array leaves.")
+    b = jnp.shape(gl[0])[0] if jnp.ndim(gl[0]) else None
+    for p, g in zip(pl, gl, strict=True):
+        if jnp.ndim(g) != jnp.ndim(p) + 1 or jnp.shape(g)[1:] != jnp.shape(p) or (
+                jnp.shape(g)[0] != b):
+            raise TypeError(
+                "`updates` must be per-example gradients: each leaf of shape "
+                f"[batch, *param.shape]; got {jnp.shape(g)} for a parameter of shape "
+                f"{jnp.shape(p)}."
+            )
+    return int(b)
+
+
+def acc_dtype(x: Any) -> jnp.dtype:
+    """Accumulation dtype for ``x`` (f32, f64 for f64)."""
+    return _acc(jnp.result_type(x))
+
+
+def cast_like(x: jax.Array, like: jax.Array) -> jax.Array:
+    """``x`` cast to the dtype of ``like``."""
+    return x.astype(jnp.result_type(like))
+
+
+def guard_finite(total: jax.Array) -> jax.Array:
+    """Runtime error naming ``updates`` if a (reduced) clipped sum is not finite.
+
+    Applied after the cross-device reduction (the value is then the same on every
+    device, as ``shard_map`` requires); a NaN or inf in any per-example gradient
+    makes the clipped sum non-finite.
+    """
+    return _validate.error_if(
+        total, ~jnp.all(jnp.isfinite(total)),
+        "`updates` (per-example gradients) must be finite (no NaN or inf).")
+
+
+def norm_dtype(leaves: list[Any]) -> jnp.dtype:
+    """f64 if any leaf is f64, else f32 (dtype of per-example norms and clip factors)."""
+    if any(jnp.result_type(x) == jnp.float64 for x in leaves):
+        return jnp.dtype(jnp.float64)
+    return jnp.dtype(jnp.float32)
+
+
+def weighted_sum(w: jax.Array, g: jax.Array) -> jax.Array:
+    """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis)."""
+    return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)

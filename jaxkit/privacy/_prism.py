@@ -1,0 +1,437 @@
+"""PRISM: gauge-invariant tangent-space DP-LoRA as optax transforms.
+
+:func:`prism_privatize` is the private aggregator (per-example tangent lifts,
+one global intrinsic-norm clip over all LoRA modules, isotropic noise on the
+tangent space drawn once after the cross-device reduction). :func:`prism_adaptive`
+is the DP-aware adaptive update (post-processing) that returns
+``retract(params, -lr U) - params``, so ``optax.apply_updates`` lands on the
+retracted factors. :func:`prism` chains the two.
+
+References:
+  S. Wang, X. Zhang, "PRISM: Gauge-Invariant Tangent-Space Differentially
+  Private LoRA", ICML 2026, arXiv:2606.00944 (algorithm re-derived from the
+  authors' code osu-srml/PRISM-DP-LoRA, ``src/prism_cli/optim/prism.py``).
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
+
+from jaxkit import _validate
+from jaxkit.privacy import _common as C
+from jaxkit.privacy.lowrank import (
+    LoraFactors,
+    TangentCoords,
+    _balance_from_cache,
+    check_factors,
+    coords_norm_sq,
+    from_coords,
+    gram_cache,
+    horizontal_lift,
+    retract,
+    sample_tangent_coords,
+    tangent_coords,
+)
+
+
+class PrivatizeState(NamedTuple):
+    """State of a DP aggregator: step counter, base key, last noise energy.
+
+    ``noise_energy`` is the squared Frobenius norm of the noise added to the
+    released quantity at the last step (on ``Z`` for LoRA modules): a function of
+    the noise only, safe to log.
+    """
+
+    count: Array
+    key: Array
+    noise_energy: Array
+
+
+def _init_privatize(key):
+    _validate.is_key(key)
+
+    def init(params):
+        del params
+        return PrivatizeState(jnp.zeros([], jnp.int32), key, jnp.zeros([], jnp.float32))
+
+    return init
+
+
+def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
+    """Per-example intrinsic norm^2 [b] (summed over stacked axes) and the caches."""
+    ns = C.n_stack(p)
+    cache = C.stackmap(lambda q: gram_cache(q, rcond=rcond), ns)(p)
+
+    def one(gi):
+        f = C.stackmap(lambda q, h, c: coords_norm_sq(tangent_coords(q, h, c)), ns)
+        out = f(p, gi, cache)
+        return jnp.sum(out)
+
+    return jax.vmap(one)(g), cache
+
+
+def prism_privatize(
+    *,
+    clip_norm: Real[ArrayLike, ""],
+    noise_multiplier: Real[ArrayLike, ""],
+    denom: Real[ArrayLike, ""],
+    key: PRNGKeyArray,
+    axis_name: str | None = None,
+    rcond: float = 1e-6,
+) -> optax.GradientTransformation:
+    """PRISM's private aggregator over a pytree of LoRA factors.
+
+    ``update(per_example_grads, state, params)``: every leaf of ``per_example_grads``
+    has a leading batch axis; LoRA modules are :class:`LoraFactors` nodes (with
+    optional stacked-layer axes), other leaves are treated as Euclidean
+    parameters. For example ``i`` the factor gradients are lifted to tangent
+    coordinates of ``T_Z``; the global intrinsic norm
+    ``s_i = sqrt(sum_l ||P_T(G_il)||^2 + sum_other ||g_i||^2)`` sets
+    ``alpha_i = min(1, C / s_i)``; the clipped sum is reduced over ``axis_name``
+    (if given, inside ``shard_map``) and then, once, isotropic Gaussian noise
+    of std ``sigma C`` on the tangent space (``(m + n) r`` normals per module) is
+    added from ``fold_in(key, step)``. The release is divided by ``denom``
+    (expected batch size) and returned in factor form
+    (``dA b^T + a dB^T`` is the privatized tangent vector). Sensitivity of the
+    sum is ``C``: the standard subsampled Gaussian accounting applies.
+
+    Args:
+      clip_norm: Clipping norm ``C`` (> 0; ``inf`` disables clipping).
+      noise_multiplier: ``sigma`` (>= 0).
+      denom: Normaliser, the expected batch size ``q N``.
+      key: Base PRNG key; step ``t`` uses ``fold_in(key, t)``.
+      axis_name: Mesh axis of the batch when run inside ``shard_map``.
+      rcond: Pseudo-inverse cut-off of the Gram matrices.
+
+    Returns:
+      An ``optax.GradientTransformation`` with state :class:`PrivatizeState`.
+
+    Raises:
+      ValueError: For ``clip_norm <= 0``, ``noise_multiplier < 0``, ``denom <= 0``.
+      TypeError: If the gradients do not mirror ``params`` plus a batch axis.
+
+    References:
+      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
+    """
+    C.check_dp_hparams(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom)
+
+    def update(updates, state, params=None):
+        C.check_per_example(updates, params)
+        for p in jax.tree.leaves(params, is_leaf=C.is_lora):
+            if C.is_lora(p):
+                check_factors(p, name="params")
+        nd = C.norm_dtype(jax.tree.leaves(params))
+        cn = jnp.asarray(clip_norm).astype(nd)
+        std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
+        den = jnp.asarray(denom).astype(nd)
+        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+        g_nodes = treedef.flatten_up_to(updates)
+
+        # 1. per-example norms, global over modules
+        sq = []
+        caches = []
+        for p, g in zip(p_nodes, g_nodes, strict=True):
+            if C.is_lora(p):
+                s, cache = _lora_norm_sq(p, g, rcond)
+                sq.append(s.astype(nd))
+                caches.append(cache)
+            else:
+                g32 = g.astype(C.acc_dtype(g))
+                sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim))).astype(nd))
+                caches.append(None)
+        norms = jnp.sqrt(sum(sq))
+        alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+
+        # 2. clipped sums, reduced across devices, then noise drawn once
+        step_key = jax.random.fold_in(state.key, state.count)
+        out = []
+        energy = jnp.zeros([], jnp.float32)
+        for i, (p, g, cache) in enumerate(zip(p_nodes, g_nodes, caches, strict=True)):
+            k = jax.random.fold_in(step_key, i)
+            if C.is_lora(p):
+                acc = cache.u.dtype
+                al = alpha.astype(acc)
+                sa = C.weighted_sum(al, g.a.astype(acc))
+                sb = C.weighted_sum(al, g.b.astype(acc))
+                if axis_name is not None:
+                    sa, sb = jax.lax.psum((sa, sb), axis_name)
+                sa, sb = C.guard_finite(sa), C.guard_finite(sb)
+                ns = C.n_stack(p)
+                coords = C.stackmap(tangent_coords, ns)(
+                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache)
+                keys = C.stack_keys(k, p.a.shape[:ns])
+                noise = C.stackmap(
+                    lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
+                        cache, keys)
+                energy = energy + jnp.sum(
+                    C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
+                rel = TangentCoords(*((x + z) / den.astype(acc)
+                                      for x, z in zip(coords, noise, strict=True)))
+                d = C.stackmap(from_coords, ns)(
+                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), rel, cache)
+                out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
+            else:
+                acc = C.acc_dtype(g)
+                s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
+                if axis_name is not None:
+                    s = jax.lax.psum(s, axis_name)
+                s = C.guard_finite(s)
+                z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
+                energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
+                out.append(C.cast_like((s + z) / den.astype(acc), p))
+        new_state = PrivatizeState(state.count + jnp.ones_like(state.count), state.key,
+                                   energy / jnp.square(den).astype(jnp.float32))
+        return treedef.unflatten(out), new_state
+
+    return optax.GradientTransformation(_init_privatize(key), update)
+
+
+class PrismAdaptiveState(NamedTuple):
+    """Moments of :func:`prism_adaptive` (LoRA: ``mu`` factor-shaped, ``nu`` r x r)."""
+
+    count: Array
+    mu: PyTree
+    nu: PyTree
+
+
+def _lr(learning_rate, count):
+    if callable(learning_rate):
+        return jnp.asarray(learning_rate(count))
+    return jnp.asarray(learning_rate)
+
+
+def _precond(v, floor, cond_max, eps):
+    v = 0.5 * (v + v.T)
+    lam, e = jnp.linalg.eigh(v)
+    lmax = jnp.maximum(jnp.max(lam), 0.0)
+    lam = jnp.maximum(jnp.maximum(lam, floor), lmax / cond_max)
+    return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
+
+
+def prism_adaptive(
+    learning_rate: Real[ArrayLike, ""] | Callable[[Array], Array],
+    *,
+    noise_std: Real[ArrayLike, ""] = 0.0,
+    b1: Real[ArrayLike, ""] = 0.9,
+    b2: Real[ArrayLike, ""] = 0.999,
+    eps: Real[ArrayLike, ""] = 1e-8,
+    floor_factor: Real[ArrayLike, ""] = 0.5,
+    floor_mode: str = "scalar",
+    cond_max: Real[ArrayLike, ""] = 1e4,
+    debias: bool = False,
+    horizontal: bool = True,
+    adaptive: bool = True,
+    weight_decay: Real[ArrayLike, ""] = 0.0,
+    rcond: float = 1e-6,
+) -> optax.GradientTransformation:
+    """PRISM's DP-aware, gauge-invariant adaptive update with retraction.
+
+    Input: the privatized tangent vectors in factor form (from
+    :func:`prism_privatize`). Per LoRA module, in the balanced gauge aligned
+    with ``params``: optional horizontal lift; first moments ``m_A, m_B`` and
+    rank-space second moments ``V_A = E[D_A^T D_A]/m``, ``V_B = E[D_B^T D_B]/n``
+    (bias-corrected; with ``debias`` minus the expected noise part
+    ``std^2 (m-r)/m N^{-1}``, ``std^2 M^{-1}``); preconditioner
+    ``(V + eps)^{-1/2}`` by ``eigh`` with eigenvalue floor (``floor_factor std^2``;
+    ``'geometry'``: the mean noise eigenvalue) and condition clamp
+    ``lambda >= lambda_max / cond_max``; then the rank-``r`` retraction of
+    ``Z - lr (U_A b^T + a U_B^T)``. The returned update is
+    ``retracted - params``. Non-LoRA leaves get Adam. With ``adaptive=False`` the
+    direction is the tangent vector itself (Riemannian SGD).
+
+    Args:
+      learning_rate: Step size or an optax schedule.
+      noise_std: ``sigma C / denom`` of the aggregator (floors, de-biasing).
+      b1, b2, eps: Moment decays and the eigenvalue offset.
+      floor_factor: Floor multiplier of ``noise_std^2``.
+      floor_mode: ``'scalar'`` or ``'geometry'``.
+      cond_max: Condition-number clamp of the preconditioner.
+      debias: Subtract the expected noise second moment.
+      horizontal: Apply the horizontal (gauge-fixing) lift first.
+      adaptive: Use the preconditioned moments (else plain Riemannian step).
+      weight_decay: Adds ``weight_decay * a`` (and ``b``) to the direction.
+      rcond: Pseudo-inverse cut-off.
+
+    Returns:
+      An ``optax.GradientTransformation`` with state :class:`PrismAdaptiveState`.
+
+    References:
+      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
+    """
+    _validate.one_of(("scalar", "geometry"), floor_mode=floor_mode)
+    _validate.non_negative(noise_std=noise_std)
+    _validate.in_interval(low=0.0, high=1.0, closed="left", b1=b1)
+    _validate.in_interval(low=0.0, high=1.0, closed="left", b2=b2)
+    _validate.positive(cond_max=cond_max)
+    _validate.non_negative(floor_factor=floor_factor)
+
+    def init(params):
+        def one(p):
+            if C.is_lora(p):
+                acc = C.acc_dtype(p.a)
+                r = p.a.shape[-1]
+                st = p.a.shape[:-2]
+                mu = LoraFactors(jnp.zeros_like(p.a, dtype=acc), jnp.zeros_like(p.b, dtype=acc))
+                nu = LoraFactors(jnp.zeros((*st, r, r), acc), jnp.zeros((*st, r, r), acc))
+                return mu, nu
+            acc = C.acc_dtype(p)
+            return jnp.zeros_like(p, dtype=acc), jnp.zeros_like(p, dtype=acc)
+
+        nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+        pairs = [one(p) for p in nodes]
+        return PrismAdaptiveState(jnp.zeros([], jnp.int32),
+                                  treedef.unflatten([q[0] for q in pairs]),
+                                  treedef.unflatten([q[1] for q in pairs]))
+
+    def _module(p, d, mu, nu, t, lr, std2):
+        cache = gram_cache(p, rcond=rcond)
+        acc = cache.u.dtype
+        pb, g, git = _balance_from_cache(p, cache)
+        pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
+        da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
+        cb = gram_cache(pb, rcond=rcond)
+        if horizontal:
+            da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
+        m, r = pb.a.shape
+        n = pb.b.shape[0]
+        if adaptive:
+            b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
+            mu_a = b1_ * mu.a + (1 - b1_) * da
+            mu_b = b1_ * mu.b + (1 - b1_) * db
+            nu_a = b2_ * nu.a + (1 - b2_) * (da.T @ da) / m
+            nu_b = b2_ * nu.b + (1 - b2_) * (db.T @ db) / n
+            c1 = 1 - b1_**t
+            c2 = 1 - b2_**t
+            va, vb = nu_a / c2, nu_b / c2
+            s2 = std2.astype(acc)
+            if debias:
+                va = va - s2 * (m - r) / m * cb.n_inv
+                vb = vb - s2 * cb.m_inv
+            ff = jnp.asarray(floor_factor, acc)
+            base = ff * s2
+            if floor_mode == "geometry":
+                fa = jnp.maximum(base, ff * s2 * (m - r) / m * jnp.trace(cb.n_inv) / r)
+                fb = jnp.maximum(base, ff * s2 * jnp.trace(cb.m_inv) / r)
+            else:
+                fa = fb = base
+            cm, ep = jnp.asarray(cond_max, acc), jnp.asarray(eps, acc)
+            ua = (mu_a / c1) @ _precond(va, fa, cm, ep)
+            ub = (mu_b / c1) @ _precond(vb, fb, cm, ep)
+            new_mu, new_nu = LoraFactors(mu_a, mu_b), LoraFactors(nu_a, nu_b)
+        else:
+            ua, ub = da, db
+            new_mu, new_nu = mu, nu
+        wd = jnp.asarray(weight_decay, acc)
+        ua, ub = ua + wd * pb.a, ub + wd * pb.b
+        new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
+        upd = LoraFactors((new.a - p.a.astype(acc)).astype(p.a.dtype),
+                          (new.b - p.b.astype(acc)).astype(p.b.dtype))
+        return upd, new_mu, new_nu
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("`params` must be given to prism_adaptive.update.")
+        count = state.count + jnp.ones_like(state.count)
+        t = count.astype(jnp.float32)
+        lr = _lr(learning_rate, state.count)
+        std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
+        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+        d_nodes = treedef.flatten_up_to(updates)
+        mu_nodes = treedef.flatten_up_to(state.mu)
+        nu_nodes = treedef.flatten_up_to(state.nu)
+        outs, mus, nus = [], [], []
+        for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
+            if C.is_lora(p):
+                acc = C.acc_dtype(p.a)
+                ns = C.n_stack(p)
+                fn = C.stackmap(
+                    lambda p_, d_, mu_, nu_: _module(p_, d_, mu_, nu_, t.astype(acc), lr,
+                                                     std2), ns)
+                u, mu2, nu2 = fn(p, d, mu, nu)
+            else:
+                acc = C.acc_dtype(p)
+                dd = d.astype(acc)
+                if adaptive:
+                    b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
+                    mu2 = b1_ * mu + (1 - b1_) * dd
+                    nu2 = b2_ * nu + (1 - b2_) * dd * dd
+                    ta = t.astype(acc)
+                    dirn = (mu2 / (1 - b1_**ta)) / (
+                        jnp.sqrt(nu2 / (1 - b2_**ta)) + jnp.asarray(eps, acc))
+                else:
+                    mu2, nu2, dirn = mu, nu, dd
+                dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
+                u = (-lr.astype(acc) * dirn).astype(p.dtype)
+            outs.append(u)
+            mus.append(mu2)
+            nus.append(nu2)
+        return treedef.unflatten(outs), PrismAdaptiveState(
+            count, treedef.unflatten(mus), treedef.unflatten(nus))
+
+    return optax.GradientTransformation(init, update)
+
+
+def prism(
+    learning_rate: Real[ArrayLike, ""] | Callable[[Array], Array],
+    *,
+    clip_norm: Real[ArrayLike, ""],
+    noise_multiplier: Real[ArrayLike, ""],
+    denom: Real[ArrayLike, ""],
+    key: PRNGKeyArray,
+    b1: Real[ArrayLike, ""] = 0.9,
+    b2: Real[ArrayLike, ""] = 0.999,
+    eps: Real[ArrayLike, ""] = 1e-8,
+    floor_factor: Real[ArrayLike, ""] = 0.5,
+    floor_mode: str = "scalar",
+    cond_max: Real[ArrayLike, ""] = 1e4,
+    debias: bool = False,
+    horizontal: bool = True,
+    adaptive: bool = True,
+    weight_decay: Real[ArrayLike, ""] = 0.0,
+    axis_name: str | None = None,
+    rcond: float = 1e-6,
+) -> optax.GradientTransformation:
+    """PRISM: ``optax.chain(prism_privatize(...), prism_adaptive(...))``.
+
+    ``update(per_example_grads, state, params)`` returns ``retracted - params``;
+    ``optax.apply_updates(params, update)`` gives the new (balanced, aligned)
+    factors. Defaults follow the authors' trainer (floor 0.5, scalar floors,
+    ``cond_max`` 1e4, horizontal lift on, de-biasing off).
+
+    Args:
+      learning_rate: Step size or schedule.
+      clip_norm, noise_multiplier, denom, key, axis_name: see :func:`prism_privatize`.
+      b1, b2, eps, floor_factor, floor_mode, cond_max, debias, horizontal, adaptive,
+        weight_decay: see :func:`prism_adaptive`.
+      rcond: Pseudo-inverse cut-off.
+
+    Returns:
+      The chained ``optax.GradientTransformation``.
+
+    Example:
+      >>> import optax
+      >>> from jaxkit.privacy import lowrank
+      >>> f = lowrank.balanced_random_init(key=jax.random.key(0), m=6, n=5, rank=2)
+      >>> tx = prism(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=4.0,
+      ...            key=jax.random.key(1))
+      >>> g = jax.tree.map(lambda x: jnp.ones((4, *x.shape)), f)
+      >>> upd, _ = tx.update(g, tx.init(f), f)
+      >>> optax.apply_updates(f, upd).a.shape
+      (6, 2)
+
+    References:
+      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
+    """
+    std = C.scalar_std(noise_multiplier, clip_norm, denom)
+    return optax.chain(
+        prism_privatize(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom,
+                        key=key, axis_name=axis_name, rcond=rcond),
+        prism_adaptive(learning_rate, noise_std=std, b1=b1, b2=b2, eps=eps,
+                       floor_factor=floor_factor, floor_mode=floor_mode, cond_max=cond_max,
+                       debias=debias, horizontal=horizontal, adaptive=adaptive,
+                       weight_decay=weight_decay, rcond=rcond),
+    )

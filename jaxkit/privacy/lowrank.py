@@ -1,0 +1,459 @@
+"""Fixed-rank (LoRA) geometry: tangent lifts, intrinsic norms, noise, retraction.
+
+A LoRA update ``Z = a @ b.T`` (``a: [m, r]``, ``b: [n, r]``) is a point of the
+manifold of rank-``r`` ``m x n`` matrices. Everything here works from the
+factors and from factor gradients ``g_a = G b``, ``g_b = G.T a`` (what autodiff
+returns), never from an ``m x n`` matrix: cost ``O((m + n) r^2 + r^3)``.
+
+The frame (:class:`GramCache`) holds gauge-invariant orthonormal bases ``u, v``
+of ``col(a)``, ``col(b)`` (the singular vectors of ``Z`` with a canonical sign),
+so tangent coordinates, intrinsic norms and sampled noise do not depend on the
+gauge ``(a G, b G^{-T})``. All functions act on one (unbatched) pair of factors;
+use ``jax.vmap`` for per-example gradients or stacked layers.
+
+References:
+  S. Wang, X. Zhang, "PRISM: Gauge-Invariant Tangent-Space Differentially
+  Private LoRA", ICML 2026, arXiv:2606.00944 (algorithm from the authors' code,
+  osu-srml/PRISM-DP-LoRA, re-derived).
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
+
+from jaxkit import _validate
+
+
+class LoraFactors(NamedTuple):
+    """LoRA factors ``Z = a @ b.T``; ``a: [*stack, m, r]`` (out), ``b: [*stack, n, r]`` (in)."""
+
+    a: Array
+    b: Array
+
+
+class GramCache(NamedTuple):
+    """Per-step geometry of ``Z = a b^T`` (all ``r x r`` except ``u``, ``v``).
+
+    Attributes:
+      m_gram, n_gram: ``a^T a`` and ``b^T b``.
+      m_inv, n_inv: their pseudo-inverses (relative cut-off ``rcond``).
+      ta, tb: ``u = a @ ta``, ``v = b @ tb``.
+      u, v: orthonormal singular bases of ``col(a)``, ``col(b)`` (``[m, r]``, ``[n, r]``).
+      s: singular values of ``Z`` (descending).
+    """
+
+    m_gram: Array
+    n_gram: Array
+    m_inv: Array
+    n_inv: Array
+    ta: Array
+    tb: Array
+    u: Array
+    v: Array
+    s: Array
+
+
+class TangentCoords(NamedTuple):
+    """Orthonormal coordinates of a tangent vector ``u core v^T + up v^T + u vp^T``."""
+
+    core: Array  # [r, r]
+    up: Array  # [m, r], columns orthogonal to col(a)
+    vp: Array  # [n, r], columns orthogonal to col(b)
+
+
+def _acc(dtype) -> jnp.dtype:
+    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
+
+
+def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
+    """Validate a factor pair (rank, shapes, dtype); return it as arrays."""
+    if not isinstance(f, tuple) or len(f) != 2:
+        raise TypeError(f"`{name}` must be a LoraFactors(a, b) pair, got {type(f).__name__}.")
+    a, b = jnp.asarray(f[0]), jnp.asarray(f[1])
+    if a.ndim < 2 or b.ndim < 2:
+        raise TypeError(f"`{name}` factors must have rank >= 2, got shapes {a.shape}, {b.shape}.")
+    if a.shape[-1] != b.shape[-1] or a.shape[:-2] != b.shape[:-2]:
+        raise TypeError(
+            f"`{name}` factors have mismatched shapes: a {a.shape} and b {b.shape} "
+            "(need a: [*stack, m, r], b: [*stack, n, r])."
+        )
+    r = a.shape[-1]
+    if r > min(a.shape[-2], b.shape[-2]):
+        raise ValueError(
+            f"`{name}` rank r={r} exceeds min(m, n)={min(a.shape[-2], b.shape[-2])}."
+        )
+    _validate.floating(a, name=f"{name}.a")
+    _validate.floating(b, name=f"{name}.b")
+    if a.dtype != b.dtype:
+        raise TypeError(f"`{name}` factors have different dtypes {a.dtype} and {b.dtype}.")
+    return LoraFactors(a, b)
+
+
+
+
+def _sign_fix(u: Array) -> Array:
+    """Signs making the largest-|.| entry of each column of ``u`` positive."""
+    idx = jnp.argmax(jnp.abs(u), axis=0)
+    pick = jnp.take_along_axis(u, idx[None, :], axis=0)[0]
+    return jnp.where(pick < 0, -1.0, 1.0).astype(u.dtype)
+
+
+def _pinv_small(x: Array, rcond: float) -> Array:
+    """Pseudo-inverse of a small square matrix with a relative singular-value cut-off."""
+    u, s, vt = jnp.linalg.svd(x)
+    cut = rcond * jnp.maximum(s[0], jnp.finfo(s.dtype).tiny)
+    keep = s > cut
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+    return (vt.T * inv[None, :]) @ u.T
+
+
+def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
+    """Geometry of ``Z = a b^T`` from the factors (gauge-invariant frame).
+
+    Thin QR ``a = Q_a R_a``, ``b = Q_b R_b`` and the SVD ``R_a R_b^T = U_c S V_c^T``
+    give ``u = Q_a U_c``, ``v = Q_b V_c`` (the singular vectors of ``Z``), with
+    signs fixed so that ``u``, ``v`` are the same for every gauge
+    ``(a G, b G^{-T})``. QR (not the Gram matrices) keeps the frame accurate for
+    factors with condition number up to about ``1/rcond``.
+
+    Args:
+      f: Factors ``a: [m, r]``, ``b: [n, r]`` (unbatched).
+      rcond: Relative singular-value cut-off of the factors' pseudo-inverses
+        (directions below it are treated as rank-deficient).
+
+    Returns:
+      A :class:`GramCache` in the accumulation dtype (f32, or f64 for f64 input).
+
+    References:
+      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944 (Sec. 3).
+    """
+    f = check_factors(f)
+    acc = _acc(f.a.dtype)
+    a, b = f.a.astype(acc), f.b.astype(acc)
+    qa, ra = jnp.linalg.qr(a)
+    qb, rb = jnp.linalg.qr(b)
+    uc, s, vct = jnp.linalg.svd(ra @ rb.T)
+    ra_i, rb_i = _pinv_small(ra, rcond), _pinv_small(rb, rcond)
+    ta, tb = ra_i @ uc, rb_i @ vct.T
+    u, v = qa @ uc, qb @ vct.T
+    sg = _sign_fix(u)[None, :]
+    ta, tb, u, v = ta * sg, tb * sg, u * sg, v * sg
+    return GramCache(a.T @ a, b.T @ b, ra_i @ ra_i.T, rb_i @ rb_i.T, ta, tb, u, v, s)
+
+
+def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentCoords:
+    """Orthonormal coordinates of ``P_T(G)`` from factor gradients ``(G b, G^T a)``.
+
+    ``core = u^T G v``, ``up = (I - uu^T) G v``, ``vp = (I - vv^T) G^T u``, using
+    ``G v = g_a tb`` and ``G^T u = g_b ta``. The Euclidean norm of the coordinates
+    equals the Frobenius norm of ``P_T(G)`` (the intrinsic norm).
+
+    Args:
+      f: Factors at which the tangent space is taken.
+      g: Gradients of a loss with respect to ``(a, b)``.
+      cache: ``gram_cache(f)``.
+
+    Returns:
+      :class:`TangentCoords` in the dtype of ``g``.
+    """
+    acc = cache.u.dtype
+    ga, gb = g.a.astype(acc), g.b.astype(acc)
+    gv, gu = ga @ cache.tb, gb @ cache.ta
+    core = cache.u.T @ gv
+    up = gv - cache.u @ core
+    vp = gu - cache.v @ core.T
+    dt = g.a.dtype
+    return TangentCoords(core.astype(dt), up.astype(dt), vp.astype(dt))
+
+
+def from_coords(f: LoraFactors, c: TangentCoords, cache: GramCache) -> LoraFactors:
+    """Factor representative ``(dA, dB)`` of a tangent vector given in coordinates.
+
+    ``dA = (up + u core / 2) tb^T``, ``dB = (vp + v core^T / 2) ta^T`` so that
+    ``dA b^T + a dB^T = u core v^T + up v^T + u vp^T``. Composed with
+    :func:`tangent_coords` this is the PRISM lift ``g_a N^{-1} - P_U g_a N^{-1}/2``.
+    """
+    acc = cache.u.dtype
+    core, up, vp = (x.astype(acc) for x in c)
+    da = (up + 0.5 * cache.u @ core) @ cache.tb.T
+    db = (vp + 0.5 * cache.v @ core.T) @ cache.ta.T
+    dt = c.up.dtype
+    return LoraFactors(da.astype(dt), db.astype(dt))
+
+
+def tangent_lift(f: LoraFactors, g: LoraFactors, cache: GramCache) -> LoraFactors:
+    """Lift factor gradients to the factor form of ``P_T(G)`` (no ``m x n`` matrix).
+
+    Returns ``(dA, dB)`` with ``dA b^T + a dB^T = P_T(G)``, where
+    ``dA = g_a N^{-1} - P_U g_a N^{-1}/2`` and ``dB = g_b M^{-1} - P_V g_b M^{-1}/2``.
+
+    Example:
+      >>> k1, k2 = jax.random.split(jax.random.key(0))
+      >>> f = LoraFactors(jax.random.normal(k1, (5, 2)), jax.random.normal(k2, (4, 2)))
+      >>> g = LoraFactors(jnp.ones((5, 2)), jnp.ones((4, 2)))
+      >>> tangent_lift(f, g, gram_cache(f)).a.shape
+      (5, 2)
+
+    References:
+      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
+    """
+    return from_coords(f, tangent_coords(f, g, cache), cache)
+
+
+def coords_norm_sq(c: TangentCoords) -> Array:
+    """Squared Euclidean norm of coordinates (= intrinsic Frobenius norm squared)."""
+    acc = _acc(c.core.dtype)
+    return sum(jnp.sum(jnp.square(x.astype(acc))) for x in c)
+
+
+def tangent_norm_sq(f: LoraFactors, d: LoraFactors) -> Array:
+    """``||dA b^T + a dB^T||_F^2`` from small matrices.
+
+    ``<dA^T dA, N> + <dB^T dB, M> + 2 tr(a^T dA b^T dB)``, cost ``O((m + n) r^2)``.
+    """
+    acc = _acc(f.a.dtype)
+    a, b, da, db = (x.astype(acc) for x in (*f, *d))
+    mg, ng = a.T @ a, b.T @ b
+    t1 = jnp.sum((da.T @ da) * ng)
+    t2 = jnp.sum((db.T @ db) * mg)
+    t3 = 2.0 * jnp.trace((a.T @ da) @ (b.T @ db))
+    return t1 + t2 + t3
+
+
+def to_dense(f: LoraFactors) -> Array:
+    """``a @ b.T`` (for tests and small sizes)."""
+    return f.a @ f.b.T
+
+
+def tangent_dense(f: LoraFactors, d: LoraFactors) -> Array:
+    """Dense tangent vector ``dA b^T + a dB^T`` (test oracle)."""
+    return d.a @ f.b.T + f.a @ d.b.T
+
+
+def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
+    """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle)."""
+    g = jnp.asarray(g)
+    qa, _ = jnp.linalg.qr(f.a)
+    qb, _ = jnp.linalg.qr(f.b)
+    pu_g = qa @ (qa.T @ g)
+    return pu_g + (g @ qb) @ qb.T - (pu_g @ qb) @ qb.T
+
+
+def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFactors:
+    """Minimum-factor-norm representative of the same tangent vector.
+
+    Solves ``M Om + Om N = dB^T b - a^T dA`` by eigendecompositions of ``M`` and
+    ``N`` and returns ``(dA + a Om, dB - b Om^T)``, which is orthogonal to the
+    vertical space ``{(a W, -b W^T)}`` and leaves ``dA b^T + a dB^T`` unchanged.
+    """
+    acc = cache.u.dtype
+    a, b, da, db = (x.astype(acc) for x in (*f, *d))
+    lm, um = jnp.linalg.eigh(cache.m_gram)
+    ln, vn = jnp.linalg.eigh(cache.n_gram)
+    rhs = db.T @ b - a.T @ da
+    den = lm[:, None] + ln[None, :]
+    tiny = jnp.finfo(acc).tiny
+    x = jnp.where(den > tiny, (um.T @ rhs @ vn) / jnp.where(den > tiny, den, 1.0), 0.0)
+    om = um @ x @ vn.T
+    dt = d.a.dtype
+    return LoraFactors((da + a @ om).astype(dt), (db - b @ om.T).astype(dt))
+
+
+def _polar(c: Array) -> Array:
+    uu, _, vt = jnp.linalg.svd(c)
+    return uu @ vt
+
+
+def retract(
+    f: LoraFactors,
+    d: LoraFactors,
+    *,
+    eta: Real[ArrayLike, ""],
+    align: bool = True,
+) -> LoraFactors:
+    """Rank-``r`` retraction of ``Z + eta (dA b^T + a dB^T)``, balanced and aligned.
+
+    Thin QR of ``[a, dA]`` and ``[b, dB]``, SVD of the ``2r x 2r`` core
+    ``R_u [[I, eta I], [eta I, 0]] R_v^T`` (no ``eta^2`` term), keep the top ``r``:
+    ``a+ = Q_u U_c sqrt(S)``, ``b+ = Q_v V_c sqrt(S)`` (so ``a+^T a+ = b+^T b+``).
+    With ``align``, rotate by the polar factor of ``a+^T a + b+^T b`` (orthogonal
+    Procrustes towards the previous factors). The result is the truncated SVD of
+    the dense ``Z + eta xi``.
+
+    Args:
+      f: Current factors.
+      d: Direction in factor form (a tangent vector representative).
+      eta: Step size (traced).
+      align: Procrustes-align the result to ``f``.
+
+    Returns:
+      New factors in the dtype of ``f.a``.
+    """
+    f = check_factors(f)
+    acc = _acc(f.a.dtype)
+    a, b, da, db = (x.astype(acc) for x in (*f, *d))
+    eta = jnp.asarray(eta).astype(acc)
+    r = a.shape[-1]
+    qu, ru = jnp.linalg.qr(jnp.concatenate([a, da], axis=1))
+    qv, rv = jnp.linalg.qr(jnp.concatenate([b, db], axis=1))
+    eye = jnp.eye(r, dtype=acc)
+    k = jnp.block([[eye, eta * eye], [eta * eye, jnp.zeros_like(eye)]])
+    uc, s, vct = jnp.linalg.svd(ru @ k @ rv.T)
+    rs = jnp.sqrt(jnp.maximum(s[:r], 0.0))
+    ap = qu @ (uc[:, :r] * rs[None, :])
+    bp = qv @ (vct[:r].T * rs[None, :])
+    if align:
+        q = _polar(ap.T @ a + bp.T @ b)
+        ap, bp = ap @ q, bp @ q
+    return LoraFactors(ap.astype(f.a.dtype), bp.astype(f.a.dtype))
+
+
+def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraFactors:
+    """Balanced representative ``(u sqrt(S), v sqrt(S))`` of ``Z``, Procrustes-aligned to ``f``."""
+    cache = gram_cache(f, rcond=rcond)
+    return _balance_from_cache(f, cache, align=align)[0]
+
+
+def _balance_from_cache(f, cache, *, align=True):
+    """Balanced factors and the gauge ``(G, G^{-T})`` with ``a_b = a G``, ``b_b = b G^{-T}``."""
+    acc = cache.u.dtype
+    rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
+    g = cache.ta * rs
+    git = cache.tb * rs
+    if align:
+        a, b = f.a.astype(acc), f.b.astype(acc)
+        ab, bb = cache.u * rs, cache.v * rs
+        q = _polar(ab.T @ a + bb.T @ b)
+        g, git = g @ q, git @ q
+    a, b = f.a.astype(acc), f.b.astype(acc)
+    return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git
+
+
+def sample_tangent_coords(
+    cache: GramCache, *, std: Real[ArrayLike, ""], key: PRNGKeyArray, dtype=None
+) -> TangentCoords:
+    """Isotropic Gaussian noise on ``T_Z`` in coordinates, from ``(m + n) r`` normals.
+
+    Draws ``U ~ N(0, I_{m x r})``, ``V ~ N(0, I_{n x r})`` and returns the
+    coordinates of ``std * [(I - P_U) U v^T + u V^T]``, which is distributed as
+    ``std * P_T(Xi)`` with ``Xi`` an iid ``m x n`` Gaussian: covariance ``std^2 P_T``,
+    energy ``std^2 r (m + n - r)``. The frame is gauge-invariant, so the same key
+    gives the same noise on ``Z`` for every gauge.
+    """
+    acc = cache.u.dtype
+    dtype = acc if dtype is None else dtype
+    ku, kv = jax.random.split(key)
+    uu = jax.random.normal(ku, cache.u.shape, acc)
+    vv = jax.random.normal(kv, cache.v.shape, acc)
+    std = jnp.asarray(std).astype(acc)
+    up = uu - cache.u @ (cache.u.T @ uu)
+    core = (cache.v.T @ vv).T
+    vp = vv - cache.v @ (cache.v.T @ vv)
+    return TangentCoords((std * core).astype(dtype), (std * up).astype(dtype),
+                         (std * vp).astype(dtype))
+
+
+def sample_tangent_noise(
+    f: LoraFactors, cache: GramCache, *, std: Real[ArrayLike, ""], key: PRNGKeyArray
+) -> LoraFactors:
+    """Factor form ``(xi_a, xi_b)`` of :func:`sample_tangent_coords` noise.
+
+    ``xi_a b^T + a xi_b^T ~ N(0, std^2 P_T)``; the energy on ``Z`` is
+    ``std^2 r (m + n - r)`` in expectation.
+    """
+    c = sample_tangent_coords(cache, std=std, key=key, dtype=f.a.dtype)
+    return from_coords(f, c, cache)
+
+
+def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
+    """First-order noise energy on ``Z`` of naive factor DP-SGD: ``tau^2 (m ||b||^2 + n ||a||^2)``."""
+    acc = _acc(f.a.dtype)
+    a, b = f.a.astype(acc), f.b.astype(acc)
+    m, n = a.shape[-2], b.shape[-2]
+    tau = jnp.asarray(tau).astype(acc)
+    return tau**2 * (m * jnp.sum(b * b) + n * jnp.sum(a * a))
+
+
+def prism_noise_energy(f: LoraFactors, *, std: Real[ArrayLike, ""]) -> Array:
+    """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)``."""
+    m, r = f.a.shape[-2:]
+    n = f.b.shape[-2]
+    return jnp.asarray(std, jnp.float32) ** 2 * float(r * (m + n - r))
+
+
+class SpectralInit(NamedTuple):
+    """Result of :func:`spectral_init`: residual base weight and factors."""
+
+    residual: Array
+    factors: LoraFactors
+
+
+def spectral_init(
+    w: Float[ArrayLike, "m n"],
+    *,
+    rank: int,
+    key: PRNGKeyArray,
+    scale: Real[ArrayLike, ""] = 1.0,
+    oversample: int = 8,
+    power_iters: int = 2,
+) -> SpectralInit:
+    """Spectral-residual (PiSSA-like) init: top-``r`` randomized SVD of ``w``.
+
+    ``w ~ U S V^T`` (top ``rank``), ``a = U sqrt(S / scale)``, ``b = V sqrt(S / scale)``,
+    residual ``w - U S V^T`` so that ``residual + scale * a b^T = w``.
+
+    Args:
+      w: Base weight in the ``Z`` orientation (``[m, n]``, out x in).
+      rank: LoRA rank ``r <= min(m, n)``.
+      key: PRNG key for the random range finder.
+      scale: LoRA scaling ``s = alpha / r``.
+      oversample: Extra columns of the range finder.
+      power_iters: Power iterations of the range finder.
+
+    Raises:
+      ValueError: If ``rank`` exceeds ``min(m, n)`` or is < 1.
+    """
+    w = jnp.asarray(w)
+    _validate.ndim(w, 2, name="w")
+    _validate.floating(w, name="w")
+    m, n = w.shape
+    if not 1 <= rank <= min(m, n):
+        raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    acc = _acc(w.dtype)
+    wa = w.astype(acc)
+    k = min(rank + oversample, min(m, n))
+    omega = jax.random.normal(key, (n, k), acc)
+    y = wa @ omega
+    q, _ = jnp.linalg.qr(y)
+    for _ in range(power_iters):
+        q, _ = jnp.linalg.qr(wa.T @ q)
+        q, _ = jnp.linalg.qr(wa @ q)
+    uh, s, vt = jnp.linalg.svd(q.T @ wa, full_matrices=False)
+    u = q @ uh[:, :rank]
+    s = s[:rank]
+    v = vt[:rank].T
+    low = (u * s[None, :]) @ v.T
+    scale = jnp.asarray(scale).astype(acc)
+    rs = jnp.sqrt(s / scale)[None, :]
+    f = LoraFactors((u * rs).astype(w.dtype), (v * rs).astype(w.dtype))
+    return SpectralInit((wa - low).astype(w.dtype), f)
+
+
+def balanced_random_init(
+    *, key: PRNGKeyArray, m: int, n: int, rank: int, scale: Real[ArrayLike, ""] = 0.02,
+    dtype=jnp.float32,
+) -> LoraFactors:
+    """Balanced random init: ``a = scale Q_out``, ``b = scale Q_in`` (random orthonormal).
+
+    Raises:
+      ValueError: If ``rank`` exceeds ``min(m, n)`` or is < 1.
+    """
+    if not 1 <= rank <= min(m, n):
+        raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    ka, kb = jax.random.split(key)
+    qa, _ = jnp.linalg.qr(jax.random.normal(ka, (m, rank), jnp.float32))
+    qb, _ = jnp.linalg.qr(jax.random.normal(kb, (n, rank), jnp.float32))
+    s = jnp.asarray(scale, jnp.float32)
+    return LoraFactors((s * qa).astype(dtype), (s * qb).astype(dtype))

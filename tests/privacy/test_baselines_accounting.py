@@ -1,0 +1,128 @@
+"""Baselines (naive DP-LoRA, FFA-LoRA, non-private), per-example grads, Poisson, accounting."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxkit import privacy
+from jaxkit.privacy import lowrank as L
+from tests.privacy._helpers import factor_grads, factors, gauge
+
+
+def _per_ex(key, b=6, m=8, n=6, r=2):
+    k1, k2 = jax.random.split(key)
+    f = factors(k1, m, n, r)
+    gs = jax.random.normal(k2, (b, m, n))
+    return f, factor_grads(f, gs), gs
+
+
+def test_naive_dp_lora_clip_and_noise_and_gauge_dependence(key):
+    f, g, gs = _per_ex(key)
+    b = gs.shape[0]
+    agg = privacy.dp_aggregate(clip_norm=0.5, noise_multiplier=0.0, denom=b, key=key)
+    d, _ = jax.jit(agg.update)(g, agg.init(f), f)
+    norms = jnp.sqrt(jnp.sum(g.a**2, (1, 2)) + jnp.sum(g.b**2, (1, 2)))
+    al = jnp.minimum(1.0, 0.5 / norms)
+    np.testing.assert_allclose(d.a, jnp.einsum("b,bij->ij", al, g.a) / b, rtol=1e-5, atol=1e-6)
+    # clipping is gauge dependent for naive, not for PRISM's intrinsic norm
+    fc = gauge(f, 10.0 * jnp.eye(2))
+    gc = factor_grads(fc, gs)
+    nc = jnp.sqrt(jnp.sum(gc.a**2, (1, 2)) + jnp.sum(gc.b**2, (1, 2)))
+    assert float(jnp.max(jnp.abs(nc / norms - 1))) > 0.5
+    # naive's first-order noise on Z follows m||b||^2 + n||a||^2 and changes with the gauge
+    tx = privacy.dp_aggregate(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
+    zero = jax.tree.map(jnp.zeros_like, g)
+
+    def energy(ff, t):
+        st = privacy.PrivatizeState(t, key, jnp.zeros([], jnp.float32))
+        dd, _ = tx.update(zero, st, ff)
+        return jnp.sum(L.tangent_dense(ff, dd) ** 2)
+
+    for c in (0.3, 3.0):
+        fc = gauge(f, c * jnp.eye(2))
+        e = jax.jit(jax.vmap(lambda t, fc=fc: energy(fc, t)))(jnp.arange(4000, dtype=jnp.int32))
+        want = float(L.naive_noise_energy(fc, tau=1.0))
+        assert abs(float(jnp.mean(e)) / want - 1) < 0.06
+
+
+def test_ffa_freezes_and_nonprivate_is_mean_adam(key):
+    f, g, gs = _per_ex(key)
+    tx = privacy.ffa_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=6.0, key=key)
+    u, _ = jax.jit(tx.update)(g, tx.init(f), f)
+    assert float(jnp.max(jnp.abs(u.b))) == 0.0 and float(jnp.max(jnp.abs(u.a))) > 0
+    tx = privacy.nonprivate_lora(0.1)
+    u, _ = tx.update(g, tx.init(f), f)
+    ref = optax.adam(0.1)
+    mean = jax.tree.map(lambda x: x.mean(0), g)
+    with jax.numpy_dtype_promotion("standard"):     # optax.adam mixes int32 and floats
+        u2, _ = ref.update(mean, ref.init(f), f)
+    np.testing.assert_allclose(u.a, u2.a, rtol=1e-5, atol=1e-7)
+    tx = privacy.naive_dp_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=6.0, key=key)
+    s = tx.init(f)
+    u, s2 = jax.jit(tx.update)(g, s, f)
+    assert jax.tree.structure(s) == jax.tree.structure(s2)
+
+
+def test_per_example_grads_microbatch_and_mask(key):
+    f, _, _ = _per_ex(key)
+    x = jax.random.normal(key, (8, 6))
+    y = jax.random.normal(jax.random.fold_in(key, 1), (8, 8))
+
+    def loss(p, ex):
+        xi, yi = ex
+        return jnp.sum((p.a @ (p.b.T @ xi) - yi) ** 2)
+
+    g = privacy.per_example_grads(loss, f, (x, y))
+    g2 = privacy.per_example_grads(loss, f, (x, y), microbatch_size=4)
+    np.testing.assert_allclose(g.a, g2.a, rtol=1e-5, atol=1e-5)
+    one = jax.grad(loss)(f, (x[3], y[3]))
+    np.testing.assert_allclose(g.a[3], one.a, rtol=1e-5, atol=1e-5)
+    mask = jnp.arange(8) < 5
+    g3 = privacy.per_example_grads(loss, f, (x, y), mask=mask)
+    assert float(jnp.max(jnp.abs(g3.a[5:]))) == 0.0
+    with pytest.raises(ValueError, match="microbatch_size"):
+        privacy.per_example_grads(loss, f, (x, y), microbatch_size=3)
+
+
+def test_poisson_batch(key):
+    pb = privacy.poisson_batch(key=key, num_examples=1000, q=0.05, max_batch_size=100)
+    size = int(pb.size)
+    assert 20 <= size <= 85 and not bool(pb.overflow)
+    assert int(jnp.sum(pb.mask)) == size
+    idx = np.asarray(pb.indices)[:size]
+    assert len(set(idx.tolist())) == size
+    with pytest.raises(ValueError, match="q"):
+        privacy.poisson_batch(key=key, num_examples=10, q=1.5, max_batch_size=4)
+
+
+def test_accounting_numbers():
+    """Spec §1.4.8 (dp-accounting 0.6.0)."""
+    q = 64 / 10000
+    assert privacy.epsilon(q=q, noise_multiplier=1.0, steps=500, delta=1e-5) == pytest.approx(
+        1.216, abs=2e-3)
+    assert privacy.calibrate_sigma(epsilon=6.0, delta=1e-5, q=q, steps=500) == pytest.approx(
+        0.573, abs=2e-3)
+    assert privacy.calibrate_sigma(epsilon=6.0, delta=1e-5, q=q, steps=300) == pytest.approx(
+        0.552, abs=2e-3)
+
+
+@pytest.mark.slow
+def test_accounting_pld():
+    q = 64 / 10000
+    assert privacy.epsilon(q=q, noise_multiplier=1.0, steps=500, delta=1e-5,
+                           accountant="pld") == pytest.approx(0.825, abs=3e-3)
+
+
+def test_accounting_errors():
+    with pytest.raises(ValueError, match="delta"):
+        privacy.epsilon(q=0.1, noise_multiplier=1.0, steps=10, delta=1.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        privacy.calibrate_sigma(epsilon=0.0, delta=1e-5, q=0.1, steps=10)
+    with pytest.raises(ValueError, match="epsilon"):
+        privacy.calibrate_sigma(epsilon=1e-4, delta=1e-5, q=1.0, steps=1000)
+    with pytest.raises(ValueError, match="accountant"):
+        privacy.epsilon(q=0.1, noise_multiplier=1.0, steps=10, delta=1e-5, accountant="x")
+    with pytest.raises(ValueError, match="steps"):
+        privacy.epsilon(q=0.1, noise_multiplier=1.0, steps=0, delta=1e-5)

@@ -1,0 +1,185 @@
+"""Oracles for jaxkit.privacy.lowrank (spec training.md §1.4: 1, 3, 4, 5, 7)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit.privacy import lowrank as L
+from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
+
+
+@pytest.mark.parametrize("m,n,r", [(12, 9, 3), (64, 48, 8), (7, 7, 7)])
+def test_lift_equals_dense_projection(key, m, n, r):
+    k1, k2 = jax.random.split(key)
+    f = factors(k1, m, n, r)
+    gd = jax.random.normal(k2, (m, n))
+    g = factor_grads(f, gd)
+    d = L.tangent_lift(f, g, L.gram_cache(f))
+    want = L.project_tangent_dense(f, gd)
+    np.testing.assert_allclose(L.tangent_dense(f, d), want, rtol=1e-5, atol=2e-5 * r)
+    # the spec's closed form of the lift
+    n_inv = jnp.linalg.inv(f.b.T @ f.b)
+    pu = f.a @ jnp.linalg.solve(f.a.T @ f.a, f.a.T)
+    with jax.enable_x64(False):
+        da = g.a @ n_inv - 0.5 * pu @ g.a @ n_inv
+    np.testing.assert_allclose(d.a, da, rtol=1e-3, atol=1e-3)
+
+
+def test_norms_coords_isometry_and_inverse(key):
+    with jax.enable_x64(True):
+        k1, k2, k3 = jax.random.split(key, 3)
+        f = factors(k1, 10, 8, 3, jnp.float64)
+        c = L.gram_cache(f)
+        gd = jax.random.normal(k2, (10, 8), jnp.float64)
+        co = L.tangent_coords(f, factor_grads(f, gd), c)
+        dense = L.project_tangent_dense(f, gd)
+        np.testing.assert_allclose(L.coords_norm_sq(co), np.sum(dense**2), rtol=1e-10)
+        d = L.from_coords(f, co, c)
+        np.testing.assert_allclose(L.tangent_norm_sq(f, d), np.sum(dense**2), rtol=1e-10)
+        # from_coords . tangent_coords = id on T_Z: coordinates of a tangent vector
+        back = L.tangent_coords(f, factor_grads(f, L.tangent_dense(f, d)), c)
+        for x, y in zip(back, co, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-10)
+        # isometry: inner products preserved
+        gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
+        co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
+        ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
+        np.testing.assert_allclose(ip, np.sum(dense * L.project_tangent_dense(f, gd2)),
+                                   rtol=1e-10)
+        # orthogonality constraints of the coordinates
+        np.testing.assert_allclose(c.u.T @ co.up, 0, atol=1e-10)
+        np.testing.assert_allclose(c.v.T @ co.vp, 0, atol=1e-10)
+
+
+def test_gauge_invariance_of_frame_lift_norm_noise(key):
+    with jax.enable_x64(True):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        f = factors(k1, 11, 9, 4, jnp.float64)
+        f2 = gauge(f, random_gl(k3, 4, cond=1e3, dtype=jnp.float64))
+        gd = jax.random.normal(k2, (11, 9), jnp.float64)
+        c, c2 = L.gram_cache(f), L.gram_cache(f2)
+        np.testing.assert_allclose(c.u, c2.u, atol=1e-8)
+        np.testing.assert_allclose(c.v, c2.v, atol=1e-8)
+        d = L.tangent_lift(f, factor_grads(f, gd), c)
+        d2 = L.tangent_lift(f2, factor_grads(f2, gd), c2)
+        np.testing.assert_allclose(L.tangent_dense(f, d), L.tangent_dense(f2, d2), atol=1e-9)
+        np.testing.assert_allclose(L.tangent_norm_sq(f, d), L.tangent_norm_sq(f2, d2),
+                                   rtol=1e-9)
+        z = L.sample_tangent_noise(f, c, std=0.7, key=k4)
+        z2 = L.sample_tangent_noise(f2, c2, std=0.7, key=k4)
+        np.testing.assert_allclose(L.tangent_dense(f, z), L.tangent_dense(f2, z2), atol=1e-8)
+        # gauge covariance of the factor form: dA' = dA G
+        hz = L.horizontal_lift(f, d, c)
+        np.testing.assert_allclose(L.tangent_dense(f, hz), L.tangent_dense(f, d), atol=1e-10)
+        np.testing.assert_allclose(f.a.T @ hz.a, hz.b.T @ f.b, atol=1e-9)
+
+
+def test_noise_energy_and_covariance(key):
+    m, n, r = 40, 30, 4
+    k1, k2, k3 = jax.random.split(key, 3)
+    f = factors(k1, m, n, r)
+    c = L.gram_cache(f)
+    std = 0.3
+    keys = jax.random.split(k2, 20000)
+    e = jax.jit(jax.vmap(lambda k: L.coords_norm_sq(L.sample_tangent_coords(c, std=std,
+                                                                              key=k))))(keys)
+    want = std**2 * r * (m + n - r)
+    assert abs(float(jnp.mean(e)) / want - 1) < 0.02
+    # dense: P_T(xi) = xi and the energy on Z of the factor-form noise
+    z = L.sample_tangent_noise(f, c, std=std, key=k3)
+    zd = L.tangent_dense(f, z)
+    np.testing.assert_allclose(L.project_tangent_dense(f, zd), zd, atol=1e-4)
+    # covariance of vec(xi) = std^2 P_T (Kronecker form) on a small size
+    ms, ns, rs = 5, 4, 2
+    fs = factors(k3, ms, ns, rs)
+    cs = L.gram_cache(fs)
+    xs = jax.jit(jax.vmap(lambda k: L.tangent_dense(
+        fs, L.sample_tangent_noise(fs, cs, std=1.0, key=k)).T.reshape(-1)))(keys)
+    cov = np.cov(np.asarray(xs, np.float64).T)
+    qa, _ = np.linalg.qr(np.asarray(fs.a, np.float64))
+    qb, _ = np.linalg.qr(np.asarray(fs.b, np.float64))
+    pu, pv = qa @ qa.T, qb @ qb.T
+    pt = np.kron(np.eye(ns), pu) + np.kron(pv, np.eye(ms)) - np.kron(pv, pu)
+    assert np.max(np.abs(cov - pt)) < 0.07
+    assert abs(np.trace(pt) - rs * (ms + ns - rs)) < 1e-9
+
+
+def test_naive_amplification_formula(key):
+    m, n, r, tau = 20, 15, 3, 0.5
+    k1, k2 = jax.random.split(key)
+    f = factors(k1, m, n, r)
+    keys = jax.random.split(k2, 4000)
+
+    def energy(ff, k):
+        ka, kb = jax.random.split(k)
+        na = tau * jax.random.normal(ka, ff.a.shape)
+        nb = tau * jax.random.normal(kb, ff.b.shape)
+        return jnp.sum((na @ ff.b.T + ff.a @ nb.T) ** 2)
+
+    for c in (0.1, 1.0, 10.0):
+        fc = gauge(f, c * jnp.eye(r))
+        mc = float(jnp.mean(jax.vmap(lambda k: energy(fc, k))(keys)))
+        want = float(L.naive_noise_energy(fc, tau=tau))
+        assert abs(mc / want - 1) < 0.05, (c, mc, want)
+    e = [float(L.naive_noise_energy(gauge(f, c * jnp.eye(r)), tau=tau)) for c in (1e-2, 1, 1e2)]
+    assert e[0] > 100 * e[1] and e[2] > 100 * e[1]       # diverges under gauge scaling
+    assert float(L.prism_noise_energy(f, std=tau)) == pytest.approx(tau**2 * r * (m + n - r))
+
+
+def test_retraction_oracles(key):
+    with jax.enable_x64(True):
+        k1, k2, k3 = jax.random.split(key, 3)
+        m, n, r = 12, 10, 3
+        f = L.balance(factors(k1, m, n, r, jnp.float64))
+        d = L.tangent_lift(f, factor_grads(f, jax.random.normal(k2, (m, n), jnp.float64)),
+                           L.gram_cache(f))
+        xi = L.tangent_dense(f, d)
+        for eta in (0.3, 1e-2):
+            out = L.retract(f, d, eta=eta)
+            np.testing.assert_allclose(L.to_dense(out), truncated(L.to_dense(f) + eta * xi, r),
+                                       atol=1e-10)
+            np.testing.assert_allclose(out.a.T @ out.a, out.b.T @ out.b, atol=1e-10)
+        # first order: ||Retr - (Z + eta xi)|| = O(eta^2)
+        errs = [float(jnp.linalg.norm(L.to_dense(L.retract(f, d, eta=e))
+                                      - (L.to_dense(f) + e * xi))) for e in (1e-2, 1e-3)]
+        assert errs[1] < errs[0] / 50
+        # Procrustes alignment minimizes the distance over O(r)
+        out = L.retract(f, d, eta=0.3)
+        best = float(jnp.sum((out.a - f.a) ** 2) + jnp.sum((out.b - f.b) ** 2))
+        for k in jax.random.split(k3, 20):
+            q, _ = jnp.linalg.qr(jax.random.normal(k, (r, r), jnp.float64))
+            other = float(jnp.sum((out.a @ q - f.a) ** 2) + jnp.sum((out.b @ q - f.b) ** 2))
+            assert best <= other + 1e-10
+
+
+def test_inits(key):
+    k1, k2 = jax.random.split(key)
+    w = jax.random.normal(k1, (16, 12))
+    si = L.spectral_init(w, rank=3, key=k2, scale=2.0)
+    np.testing.assert_allclose(si.residual + 2.0 * L.to_dense(si.factors), w, atol=1e-5)
+    np.testing.assert_allclose(2.0 * L.to_dense(si.factors), truncated(w, 3), atol=1e-3)
+    f = L.balanced_random_init(key=k2, m=16, n=12, rank=3, scale=0.02)
+    np.testing.assert_allclose(f.a.T @ f.a, 4e-4 * np.eye(3), atol=1e-7)
+    np.testing.assert_allclose(f.b.T @ f.b, 4e-4 * np.eye(3), atol=1e-7)
+
+
+def test_bad_inputs(key):
+    with pytest.raises(ValueError, match="rank"):
+        L.spectral_init(jnp.ones((4, 3)), rank=4, key=key)
+    with pytest.raises(ValueError, match="rank"):
+        L.balanced_random_init(key=key, m=4, n=3, rank=5)
+    with pytest.raises(TypeError, match="mismatched"):
+        L.gram_cache(L.LoraFactors(jnp.ones((5, 2)), jnp.ones((4, 3))))
+    with pytest.raises(ValueError, match="rank"):
+        L.gram_cache(L.LoraFactors(jnp.ones((5, 4)), jnp.ones((3, 4))))
+
+
+def test_jit_vmap_dtype(key):
+    f = factors(key, 8, 6, 2, jnp.bfloat16)
+    gs = jax.random.normal(key, (5, 8, 6), jnp.bfloat16)
+    g = factor_grads(f, gs)
+    c = L.gram_cache(f)
+    d = jax.jit(jax.vmap(L.tangent_lift, in_axes=(None, 0, None)))(f, g, c)
+    assert d.a.dtype == jnp.bfloat16 and d.a.shape == (5, 8, 2)
+    assert L.retract(f, jax.tree.map(lambda x: x[0], d), eta=0.1).a.dtype == jnp.bfloat16

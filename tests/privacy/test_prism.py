@@ -1,0 +1,274 @@
+"""Oracles for the PRISM transforms (spec training.md §1.4: 2, 3, 6, 9, sharding, resume)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxkit import privacy
+from jaxkit.privacy import lowrank as L
+from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
+
+M, N, R, B = 10, 8, 3, 8
+
+
+def _setup(key, dtype=jnp.float64, b=B, m=M, n=N, r=R):
+    k1, k2 = jax.random.split(key)
+    f = L.balance(factors(k1, m, n, r, dtype))
+    gs = jax.random.normal(k2, (b, m, n), dtype) * jnp.linspace(0.2, 3.0, b, dtype=dtype)[
+        :, None, None]
+    return f, gs
+
+
+def _tree(f):
+    """Two LoRA modules (one stacked) plus a Euclidean leaf."""
+    return {"q": f, "stack": jax.tree.map(lambda x: jnp.stack([x, 2 * x]), f),
+            "head": jnp.ones((3,), f.a.dtype)}
+
+
+def _tree_grads(f, gs):
+    g = factor_grads(f, gs)
+    g2 = factor_grads(jax.tree.map(lambda x: 2 * x, f), gs)
+    stack = jax.tree.map(lambda x, y: jnp.stack([x, y], 1), g, g2)
+    return {"q": g, "stack": stack, "head": gs[:, 0, :3]}
+
+
+def test_aggregator_gauge_invariance(key):
+    """Norms, clip factors, released update and (same key) noise on Z do not depend on G."""
+    with jax.enable_x64(True):
+        f, gs = _setup(key)
+        gg = random_gl(jax.random.fold_in(key, 1), R, cond=1e3, dtype=jnp.float64)
+        f2 = gauge(f, gg)
+        tx = privacy.prism_privatize(clip_norm=2.0, noise_multiplier=1.3, denom=B,
+                                     key=jax.random.key(7))
+        out = {}
+        upd = jax.jit(tx.update)
+        for name, ff in (("id", f), ("g", f2)):
+            p, g = _tree(ff), _tree_grads(ff, gs)
+            d, st = upd(g, tx.init(p), p)
+            out[name] = (L.tangent_dense(ff, d["q"]),
+                         jax.vmap(L.tangent_dense)(p["stack"], d["stack"]), d["head"],
+                         st.noise_energy)
+            # per-example intrinsic norms (the quantities clipped)
+            c = L.gram_cache(ff)
+            out[name] += (jax.vmap(lambda h, ff=ff, c=c: L.coords_norm_sq(
+                L.tangent_coords(ff, h, c)))(factor_grads(ff, gs)),)
+        for x, y in zip(out["id"], out["g"], strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-8, atol=1e-8)
+        # the clip factors differ between examples (so clipping really happened)
+        s = np.sqrt(np.asarray(out["id"][4]))
+        assert s.min() < 2.0 < s.max()
+
+
+def test_full_step_gauge_invariant(key):
+    """First PRISM step lands on the same Z for (A, B) and (AG, BG^{-T}); O(r) afterwards."""
+    with jax.enable_x64(True):
+        f, gs = _setup(key)
+        tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=B,
+                           key=jax.random.key(3), floor_mode="geometry", debias=True)
+        res = []
+        upd = jax.jit(tx.update)
+        for gg in (jnp.eye(R), random_gl(jax.random.fold_in(key, 2), R, 1e3, jnp.float64),
+                   jnp.linalg.qr(jax.random.normal(key, (R, R), jnp.float64))[0]):
+            p = gauge(f, gg)
+            st = tx.init(p)
+            zs = []
+            for _ in range(3):
+                u, st = upd(factor_grads(p, gs), st, p)
+                p = optax.apply_updates(p, u)
+                zs.append(L.to_dense(p))
+            res.append(zs)
+        np.testing.assert_allclose(res[1][0], res[0][0], atol=1e-9)   # GL(r), first step
+        for k in range(3):                                             # O(r), all steps
+            np.testing.assert_allclose(res[2][k], res[0][k], atol=1e-9)
+
+
+def test_noise_energy_closed_form(key):
+    """Released noise energy on Z = sigma^2 C^2 / b^2 * r(m+n-r) (within 2%), noise in T_Z."""
+    m, n, r, b = 24, 16, 4, 4
+    f, _ = _setup(key, jnp.float32, b=b, m=m, n=n, r=r)
+    zero = jax.tree.map(lambda x: jnp.zeros((b, *x.shape), x.dtype), f)
+    sigma, cn = 1.5, 0.8
+    tx = privacy.prism_privatize(clip_norm=cn, noise_multiplier=sigma, denom=b, key=key)
+
+    def one(t):
+        st = privacy.PrivatizeState(t, key, jnp.zeros([], jnp.float32))
+        d, st = tx.update(zero, st, f)
+        return jnp.sum(L.tangent_dense(f, d) ** 2), st.noise_energy
+
+    e, logged = jax.jit(jax.vmap(one))(jnp.arange(3000, dtype=jnp.int32))
+    want = sigma**2 * cn**2 / b**2 * r * (m + n - r)
+    assert abs(float(jnp.mean(e)) / want - 1) < 0.02
+    np.testing.assert_allclose(e, logged, rtol=1e-4)
+    st = privacy.PrivatizeState(jnp.int32(0), key, jnp.zeros([], jnp.float32))
+    d, _ = tx.update(zero, st, f)
+    z = L.tangent_dense(f, d)
+    np.testing.assert_allclose(L.project_tangent_dense(f, z), z, atol=1e-5)
+
+
+def test_riemannian_gd_limit(key):
+    """sigma=0, C=inf, adaptive off: PRISM = Riemannian GD (truncated SVD of Z - eta P_T(grad))."""
+    with jax.enable_x64(True):
+        f, gs = _setup(key)
+        tx = privacy.prism(0.1, clip_norm=jnp.inf, noise_multiplier=0.0, denom=B,
+                           key=key, adaptive=False)
+        u, _ = tx.update(factor_grads(f, gs), tx.init(f), f)
+        got = L.to_dense(optax.apply_updates(f, u))
+        want = truncated(L.to_dense(f) - 0.1 * L.project_tangent_dense(f, gs.mean(0)), R)
+        np.testing.assert_allclose(got, want, atol=1e-10)
+
+
+def test_full_rank_is_dp_sgd_on_z(key):
+    """r = min(m, n): P_T = I, intrinsic clip = Frobenius clip of G, release = DP-SGD on Z."""
+    with jax.enable_x64(True):
+        m, n = 6, 4
+        f, gs = _setup(key, b=5, m=m, n=n, r=n)
+        cn, sigma = 1.0, 0.7
+        tx = privacy.prism_privatize(clip_norm=cn, noise_multiplier=sigma, denom=5.0, key=key)
+        d, _ = tx.update(factor_grads(f, gs), tx.init(f), f)
+        norms = jnp.sqrt(jnp.sum(gs**2, axis=(1, 2)))
+        clipped = jnp.sum(gs * jnp.minimum(1.0, cn / norms)[:, None, None], 0) / 5.0
+        nz = L.tangent_dense(f, d) - clipped
+        # the same key with sigma=0 gives exactly the clipped mean
+        tx0 = privacy.prism_privatize(clip_norm=cn, noise_multiplier=0.0, denom=5.0, key=key)
+        d0, _ = tx0.update(factor_grads(f, gs), tx0.init(f), f)
+        np.testing.assert_allclose(L.tangent_dense(f, d0), clipped, atol=1e-10)
+        # the noise is isotropic N(0, (sigma C / b)^2 I) on all m*n entries
+        c = L.gram_cache(f)
+        xs = jax.vmap(lambda k: L.tangent_dense(
+            f, L.sample_tangent_noise(f, c, std=1.0, key=k)).reshape(-1))(
+                jax.random.split(key, 5000))
+        np.testing.assert_allclose(np.cov(np.asarray(xs).T), np.eye(m * n), atol=0.15)
+        assert float(jnp.sum(nz**2)) > 0
+
+
+@pytest.mark.parametrize("scale", [pytest.param(1e3, marks=pytest.mark.slow), 1e8])
+def test_sensitivity_bounded_by_clip(key, scale):
+    """Replacing one example by an adversarial huge gradient moves the pre-noise sum by <= C."""
+    with jax.enable_x64(True):
+        f, gs = _setup(key)
+        p, g = _tree(f), _tree_grads(f, gs)
+        cn = 0.5
+        tx = privacy.prism_privatize(clip_norm=cn, noise_multiplier=0.0, denom=1.0, key=key)
+        upd = jax.jit(tx.update)
+        d, _ = upd(g, tx.init(p), p)
+        for j, k in enumerate(jax.random.split(jax.random.fold_in(key, 9), 4)):
+            adv = _tree_grads(f, scale * jax.random.normal(k, (B, M, N), jnp.float64))
+            g2 = jax.tree.map(lambda x, y, j=j: x.at[j].set(y[j]), g, adv)
+            d2, _ = upd(g2, tx.init(p), p)
+            diff = (jnp.sum((L.tangent_dense(f, d["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
+                    + jnp.sum((jax.vmap(L.tangent_dense)(p["stack"], d["stack"])
+                               - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])) ** 2)
+                    + jnp.sum((d["head"] - d2["head"]) ** 2))
+            assert float(jnp.sqrt(diff)) <= 2 * cn * (1 + 1e-6)   # replace-one: 2C
+            # add/remove: dropping example j changes the sum by <= C
+            g3 = jax.tree.map(lambda x, j=j: x.at[j].set(0.0), g2)
+            d3, _ = upd(g3, tx.init(p), p)
+            diff = (jnp.sum((L.tangent_dense(f, d3["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
+                    + jnp.sum((jax.vmap(L.tangent_dense)(p["stack"], d3["stack"])
+                               - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])) ** 2)
+                    + jnp.sum((d3["head"] - d2["head"]) ** 2))
+            np.testing.assert_allclose(float(jnp.sqrt(diff)), cn, rtol=1e-6)
+
+
+def test_one_vs_eight_devices_same_step(key, mesh8):
+    """Noise is drawn once after the reduction: 8-device shard_map step == 1-device step."""
+    f, gs = _setup(key, jnp.float32, b=16)
+    p = _tree(f)
+    g = _tree_grads(f, gs)
+    tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0,
+                       key=jax.random.key(5))
+    txs = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0,
+                        key=jax.random.key(5), axis_name="data")
+    st = tx.init(p)
+    want, _ = jax.jit(tx.update)(g, st, p)
+    rep = jax.P()
+    gspec = jax.tree.map(lambda x: jax.P("data", *([None] * (x.ndim - 1))), g)
+    with jax.set_mesh(mesh8):
+        gsh = jax.tree.map(lambda x, s: jax.device_put(x, jax.NamedSharding(mesh8, s)), g, gspec)
+        step = jax.jit(jax.shard_map(lambda g_, s_, p_: txs.update(g_, s_, p_), mesh=mesh8,
+                                     in_specs=(gspec, rep, rep), out_specs=(rep, rep)))
+        got, _ = step(gsh, st, p)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5)
+
+
+def test_resume_redraws_same_noise(key, tmp_path):
+    """Step t's noise depends only on (key, t): a restored checkpoint gives the same steps."""
+    import orbax.checkpoint as ocp
+
+    f, gs = _setup(key, jnp.float32)
+    tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=B, key=jax.random.key(11))
+    step = jax.jit(tx.update)
+    p, st = f, tx.init(f)
+    traj = []
+    for t in range(3):
+        if t == 1:
+            ckpt = ocp.StandardCheckpointer()
+            ckpt.save(tmp_path / "c", {"p": p, "st": st})
+            ckpt.wait_until_finished()
+        u, st = step(factor_grads(p, gs), st, p)
+        p = optax.apply_updates(p, u)
+        traj.append(p)
+    restored = ocp.StandardCheckpointer().restore(tmp_path / "c", {"p": traj[0], "st": st})
+    p2, st2 = restored["p"], restored["st"]
+    assert int(st2[0].count) == 1
+    for t in (1, 2):
+        u, st2 = step(factor_grads(p2, gs), st2, p2)
+        p2 = optax.apply_updates(p2, u)
+        np.testing.assert_allclose(p2.a, traj[t].a, rtol=1e-6, atol=1e-6)
+    # and a different step index gives different noise
+    d1 = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=B, key=key)
+    z = jax.tree.map(lambda x: jnp.zeros((2, *x.shape)), f)
+    a, _ = d1.update(z, privacy.PrivatizeState(jnp.int32(0), key, jnp.float32(0)), f)
+    b, _ = d1.update(z, privacy.PrivatizeState(jnp.int32(1), key, jnp.float32(0)), f)
+    assert float(jnp.max(jnp.abs(a.a - b.a))) > 1e-3
+
+
+def test_state_types_stable_chain_and_jit(key):
+    """init/update state types equal (no retrace), chain composes, strict promotion, bf16."""
+    f, gs = _setup(key, jnp.float32)
+    p = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree(f))
+    g = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree_grads(f, gs))
+    sched = optax.linear_schedule(0.1, 0.01, 10)
+    tx = optax.chain(privacy.prism(sched, clip_norm=1.0, noise_multiplier=1.0, denom=B,
+                                   key=key), optax.identity())
+    s0 = tx.init(p)
+    traces = []
+
+    @jax.jit
+    def step(g, s, p):
+        traces.append(None)
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    p1, s1 = step(g, s0, p)
+    assert jax.tree.structure(s0) == jax.tree.structure(s1)
+    for x, y in zip(jax.tree.leaves(s0), jax.tree.leaves(s1), strict=True):
+        assert jnp.result_type(x) == jnp.result_type(y) and jnp.shape(x) == jnp.shape(y)
+    step(g, s1, p1)
+    assert len(traces) == 1
+    assert p1["q"].a.dtype == jnp.bfloat16 and p1["head"].dtype == jnp.bfloat16
+
+
+def test_bad_inputs(key):
+    f, gs = _setup(key, jnp.float32)
+    with pytest.raises(ValueError, match="clip_norm"):
+        privacy.prism_privatize(clip_norm=0.0, noise_multiplier=1.0, denom=1.0, key=key)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        privacy.prism(0.1, clip_norm=1.0, noise_multiplier=-1.0, denom=1.0, key=key)
+    with pytest.raises(ValueError, match="floor_mode"):
+        privacy.prism_adaptive(0.1, floor_mode="bogus")
+    tx = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
+    g = factor_grads(f, gs)
+    with pytest.raises(TypeError, match="updates"):
+        tx.update(jax.tree.map(lambda x: x[0], g), tx.init(f), f)       # no batch axis
+    bad = L.LoraFactors(f.a, f.b[:, :2])
+    with pytest.raises(TypeError, match="params"):
+        tx.update(L.LoraFactors(g.a, g.b[..., :2]), tx.init(bad), bad)
+    nan = g._replace(a=g.a.at[1, 0, 0].set(jnp.nan))
+    with pytest.raises(Exception, match="finite"):
+        jax.block_until_ready(jax.jit(tx.update)(nan, tx.init(f), f))
