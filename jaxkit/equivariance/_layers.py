@@ -126,7 +126,8 @@ class RECMLinear(eqx.Module):
         w = self.effective_weight(relax=relax).astype(acc)
         y = x.astype(acc) @ w.T
         if self.bias is not None:
-            y = y + _invariant_bias(self.bias, self.group).astype(acc)
+            b = _invariant_bias(self.bias, self.group).astype(acc)
+            y = y + b.reshape((1,) * (y.ndim - 1) + (-1,))
         return y.astype(x.dtype)
 
     def relaxation_level(self) -> tuple[Array, Array]:
