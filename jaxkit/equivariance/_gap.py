@@ -73,18 +73,23 @@ def linear_gap(
         ridge n I)^{-1}``).
 
     Returns:
-      :class:`LinearGap` ``(|Q(W)|_F, |Q(W)|_F / |W|_F)`` (f32; f64 for f64 input).
+      :class:`LinearGap` ``(|Q(W)|_F, |Q(W)|_F / |W|_F)`` in the dtype of ``x``
+      (accumulated in f32, f64 for f64 input).
     """
     x, t = _check_xt(x, t, group)
     _validate.non_negative(ridge=ridge)
     acc = acc_dtype(x.dtype)
     xa, ta = x.astype(acc), t.astype(acc)
     n = x.shape[0]
-    gram = xa.T @ xa + jnp.asarray(ridge, acc) * n * jnp.eye(group.d_in, dtype=acc)
-    w = jnp.linalg.solve(gram, xa.T @ ta).T  # [d_out, d_in]
+    # Sums over the sample axis (not matmuls) so a row-sharded batch all-reduces.
+    gram = jnp.sum(xa[:, :, None] * xa[:, None, :], axis=0)
+    cross = jnp.sum(xa[:, :, None] * ta[:, None, :], axis=0)
+    gram = gram + jnp.asarray(ridge, acc) * n * jnp.eye(group.d_in, dtype=acc)
+    w = jnp.linalg.solve(gram, cross).T  # [d_out, d_in]
     q = complement(w, group)
     a = jnp.sqrt(jnp.sum(q * q))
-    return LinearGap(a, a / (jnp.sqrt(jnp.sum(w * w)) + jnp.finfo(acc).tiny))
+    r = a / (jnp.sqrt(jnp.sum(w * w)) + jnp.finfo(acc).tiny)
+    return LinearGap(a.astype(x.dtype), r.astype(x.dtype))
 
 
 def mmd_gap(

@@ -60,17 +60,16 @@ def _reynolds_o3(w: Array, group: Group) -> Array:
     for sl_o, (mo, iro) in zip(group.irreps_out.slices(), group.irreps_out, strict=True):
         cols = []
         for sl_i, (mi, iri) in zip(group.irreps_in.slices(), group.irreps_in, strict=True):
+            blk = w[..., sl_o, sl_i]
             if mo == 0 or mi == 0 or not _same_irrep(iro, iri, group.parity):
-                cols.append(jnp.zeros((*batch, mo * iro.dim, mi * iri.dim), w.dtype))
+                cols.append(jnp.zeros_like(blk))  # *_like keeps the batch sharding
                 continue
             d = iro.dim
-            blk = w[..., sl_o, sl_i].reshape(*batch, mo, d, mi, d)
-            m = jnp.einsum("...uivi->...uv", blk) / d
             eye = jnp.eye(d, dtype=w.dtype)
+            m = jnp.einsum("...uivj,ij->...uv", blk.reshape(*batch, mo, d, mi, d), eye) / d
             cols.append(jnp.einsum("...uv,ij->...uivj", m, eye).reshape(
                 *batch, mo * d, mi * d))
-        rows.append(jnp.concatenate(cols, axis=-1) if cols else
-                    jnp.zeros((*batch, mo * iro.dim, 0), w.dtype))
+        rows.append(jnp.concatenate(cols, axis=-1))
     return jnp.concatenate(rows, axis=-2)
 
 

@@ -85,6 +85,8 @@ def recm_modulation(
       decay: Coupled contraction ``lambda >= 0`` (default 0.1).
       theta_max: Upper bound ``> 0`` (default 1, in units of the weight scale).
       rule: The update rule (default: the reconstructed :func:`recm_update_rule`).
+        With ``optax.inject_hyperparams`` pass ``static_args=("rule",)`` (it would
+        otherwise treat the callable as a schedule).
 
     Returns:
       An ``optax.GradientTransformation`` with :class:`RECMState`.
