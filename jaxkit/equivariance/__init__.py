@@ -39,3 +39,7 @@ from jaxkit.equivariance._transform import relaxation_levels as relaxation_level
 from jaxkit.equivariance._transform import rpp_penalty as rpp_penalty
 from jaxkit.equivariance._transform import set_theta as set_theta
 from jaxkit.equivariance._transform import theta_labels as theta_labels
+from jaxkit.equivariance._data import MD17 as MD17
+from jaxkit.equivariance._data import load_geom as load_geom
+from jaxkit.equivariance._data import load_md17 as load_md17
+from jaxkit.equivariance._data import read_geom_pickle as read_geom_pickle
