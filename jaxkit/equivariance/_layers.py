@@ -201,7 +201,7 @@ class RECMGroupConvC4(eqx.Module):
     def __init__(self, channels_in: int, channels_out: int, kernel_size: int = 3, *,
                  key: PRNGKeyArray, lifting: bool = False, theta_init: Any = 0.5,
                  use_bias: bool = True, eps: float = 1e-8, dtype: Any = jnp.float32):
-        """Initialise (He-normal ``A`` over the fan-in, ``B ~ N(0, 1)``)."""
+        """Initialise (``P(A)`` He-normal over the fan-in, ``B ~ N(0, 1)``)."""
         for nm, v in (("channels_in", channels_in), ("channels_out", channels_out)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"`{nm}` must be a positive int, got {nm}={v!r}.")
@@ -215,7 +215,9 @@ class RECMGroupConvC4(eqx.Module):
         shape = (channels_out, 4, channels_in, gi, kernel_size, kernel_size)
         ka, kb = jax.random.split(key)
         fan_in = channels_in * gi * kernel_size**2
-        self.weight_eq = np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
+        # x2: the projection averages 4 nearly independent copies (norm / 2), so P(A)
+        # starts with He variance.
+        self.weight_eq = 2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
         self.weight_free = jax.random.normal(kb, shape, dtype)
         self.theta = jnp.asarray(theta_init, dtype)
         self.bias = jnp.zeros((channels_out,), dtype) if use_bias else None
