@@ -37,9 +37,11 @@ class C4Net(eqx.Module):
 
     def __init__(self, width: int, *, key):
         k = jax.random.split(key, 4)
-        self.layers = [E.RECMGroupConvC4(1, width, 3, key=k[0], lifting=True),
-                       E.RECMGroupConvC4(width, width, 3, key=k[1]),
-                       E.RECMGroupConvC4(width, width, 3, key=k[2])]
+        self.layers = [
+            E.RECMGroupConvC4(1, width, 3, key=k[0], lifting=True),
+            E.RECMGroupConvC4(width, width, 3, key=k[1]),
+            E.RECMGroupConvC4(width, width, 3, key=k[2]),
+        ]
         self.head = eqx.nn.Linear(width, 10, key=k[3])
 
     def features(self, x):
@@ -60,9 +62,11 @@ class CNN(eqx.Module):
 
     def __init__(self, width: int, *, key):
         k = jax.random.split(key, 4)
-        self.convs = [eqx.nn.Conv2d(1, width, 3, padding=1, key=k[0]),
-                      eqx.nn.Conv2d(width, width, 3, padding=1, key=k[1]),
-                      eqx.nn.Conv2d(width, width, 3, padding=1, key=k[2])]
+        self.convs = [
+            eqx.nn.Conv2d(1, width, 3, padding=1, key=k[0]),
+            eqx.nn.Conv2d(width, width, 3, padding=1, key=k[1]),
+            eqx.nn.Conv2d(width, width, 3, padding=1, key=k[2]),
+        ]
         self.head = eqx.nn.Linear(width, 10, key=k[3])
 
     def __call__(self, x):
@@ -96,7 +100,8 @@ def _orbit(x):
 def _weighted_ce(model, xo, y, pi):
     logits = jax.vmap(jax.vmap(model))(xo)  # [4, B, 10]
     ce = optax.softmax_cross_entropy_with_integer_labels(
-        logits, jnp.broadcast_to(y, logits.shape[:2]))
+        logits, jnp.broadcast_to(y, logits.shape[:2])
+    )
     return jnp.sum(pi[:, None] * ce) / y.shape[0]
 
 
@@ -105,8 +110,13 @@ def _weighted_acc(model, xo, y, pi):
     return jnp.sum(pi[:, None] * (pred == y[None]).astype(jnp.float32)) / y.shape[0]
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    out_dir: str = "out",
+    data_dir: str | None = None,
+) -> dict:
     del data_dir  # the data ship with scikit-learn
     from sklearn.datasets import load_digits
 
@@ -131,8 +141,9 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
             m = _with_thetas(eqx.combine(p, static), mode, i, steps, train=True)
             return _weighted_ce(m, xb, yb, pi)
 
-        idx = jax.random.choice(jax.random.fold_in(key, i), n_train, (batch,),
-                                replace=False)
+        idx = jax.random.choice(
+            jax.random.fold_in(key, i), n_train, (batch,), replace=False
+        )
         upd, s = opt.update(jax.grad(loss)(p, xtr[:, idx], ytr[idx]), s, p)
         p = optax.apply_updates(p, upd)
         return (p, s), jnp.stack([m.theta for m in eqx.combine(p, static).layers])
@@ -141,13 +152,22 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     # `lax.scan` body ran ~25x slower than the same step called from Python.
     # One compile serves every run (mode and pi are traced arguments).
     step_c4 = jax.jit(c4_step)
-    evaluate = jax.jit(lambda p, mode, pi: _weighted_acc(
-        _with_thetas(eqx.combine(p, static), mode, steps, steps, train=False),
-        xte, yte, pi))
+    evaluate = jax.jit(
+        lambda p, mode, pi: _weighted_acc(
+            _with_thetas(eqx.combine(p, static), mode, steps, steps, train=False),
+            xte,
+            yte,
+            pi,
+        )
+    )
     # Quick mode skips the baselines on the symmetric setting (only RECM's theta -> 0
     # is checked there); the full run trains every model on both settings.
-    c4_runs = [(m, st) for m in MODES for st in ("uniform", "skewed")
-               if not (quick and m != "recm" and st == "uniform")]
+    c4_runs = [
+        (m, st)
+        for m in MODES
+        for st in ("uniform", "skewed")
+        if not (quick and m != "recm" and st == "uniform")
+    ]
     acc, recm_params, theta_trace = {}, {}, {}
     for m, st in c4_runs:
         mode, pi = jnp.asarray(MODES.index(m)), jnp.asarray(PIS[st], jnp.float32)
@@ -169,14 +189,17 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
         def loss(p, xb, yb):
             return _weighted_ce(eqx.combine(p, cstatic), xb, yb, pi)
 
-        idx = jax.random.choice(jax.random.fold_in(key, i), n_train, (batch,),
-                                replace=False)
+        idx = jax.random.choice(
+            jax.random.fold_in(key, i), n_train, (batch,), replace=False
+        )
         upd, s = copt.update(jax.grad(loss)(p, xtr[:, idx], ytr[idx]), s, p)
         return optax.apply_updates(p, upd), s
 
     step_cnn = jax.jit(cnn_step)
-    eval_cnn = jax.jit(lambda p, pi: _weighted_acc(eqx.combine(p, cstatic), xte, yte, pi))
-    for st in (("skewed",) if quick else ("uniform", "skewed")):
+    eval_cnn = jax.jit(
+        lambda p, pi: _weighted_acc(eqx.combine(p, cstatic), xte, yte, pi)
+    )
+    for st in ("skewed",) if quick else ("uniform", "skewed"):
         pi = jnp.asarray(PIS[st], jnp.float32)
         c = (cparams0, copt.init(cparams0))
         for i in range(steps):
@@ -188,16 +211,22 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
         r = {m: acc.get((m, setting)) for m in (*MODES, "cnn")}
         r["theta"] = [float(t) for t in theta_trace[setting][-1]]
         res[setting] = r
-        shown = " ".join(f"{m} {v:.3f}" for m, v in r.items() if m != "theta" and v is not None)
-        print(f"{setting:8s} acc: {shown} | RECM theta per layer "
-              + " ".join(f"{t:.4f}" for t in r["theta"]))
+        shown = " ".join(
+            f"{m} {v:.3f}" for m, v in r.items() if m != "theta" and v is not None
+        )
+        print(
+            f"{setting:8s} acc: {shown} | RECM theta per layer "
+            + " ".join(f"{t:.4f}" for t in r["theta"])
+        )
 
     gaps = _layer_gaps(recm_params, static, xtr, width, seed)
     u, s = res["uniform"], res["skewed"]
-    ok = bool(max(u["theta"]) < 0.05
-              and s["theta"][-1] > 0.05
-              and s["recm"] >= max(s["strict"], s["cnn"]) - 1e-9
-              and s["recm"] > s["cr"])
+    ok = bool(
+        max(u["theta"]) < 0.05
+        and s["theta"][-1] > 0.05
+        and s["recm"] >= max(s["strict"], s["cnn"]) - 1e-9
+        and s["recm"] > s["cr"]
+    )
 
     os.makedirs(out_dir, exist_ok=True)
     import matplotlib.pyplot as plt
@@ -205,8 +234,11 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for si, setting in enumerate(("uniform", "skewed")):
         for li in range(3):
-            axes[0].plot(theta_trace[setting][:, li], ls="-" if si else "--",
-                         label=f"{setting} layer {li + 1}")
+            axes[0].plot(
+                theta_trace[setting][:, li],
+                ls="-" if si else "--",
+                label=f"{setting} layer {li + 1}",
+            )
         axes[1].plot(gaps[setting], res[setting]["theta"], "o-", label=setting)
     axes[0].set_xlabel("step")
     axes[0].set_ylabel(r"$\theta_l$")
@@ -218,10 +250,16 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "recm_digits_c4.png"), dpi=100)
     plt.close(fig)
-    return {"method": "RECM (digits, C4)", "metric": "skewed-rotation test accuracy",
-            "value": s["recm"], "baseline": f"strict {s['strict']:.3f} / CNN "
-            f"{s['cnn']:.3f} / CR {s['cr']:.3f}", "ok": ok,
-            "uniform": u, "skewed": s, "mmd_gap": gaps}
+    return {
+        "method": "RECM (digits, C4)",
+        "metric": "skewed-rotation test accuracy",
+        "value": s["recm"],
+        "baseline": f"strict {s['strict']:.3f} / CNN {s['cnn']:.3f} / CR {s['cr']:.3f}",
+        "ok": ok,
+        "uniform": u,
+        "skewed": s,
+        "mmd_gap": gaps,
+    }
 
 
 def _layer_gaps(recm_params, static, xtr, width, seed):
@@ -240,13 +278,17 @@ def _layer_gaps(recm_params, static, xtr, width, seed):
         x = xtr[k, idx]  # [n, 1, 8, 8] drawn from the pi-weighted law
         m = eqx.combine(recm_params[setting], static)  # RECM run of this setting
         hs = jax.vmap(m.features)(x)
-        ins = [jnp.mean(x, axis=(2, 3))] + [jnp.mean(h, axis=(3, 4)).reshape(n, -1)
-                                            for h in hs[:-1]]
+        ins = [jnp.mean(x, axis=(2, 3))] + [
+            jnp.mean(h, axis=(3, 4)).reshape(n, -1) for h in hs[:-1]
+        ]
         outs = [jnp.mean(h, axis=(3, 4)).reshape(n, -1) for h in hs]
         gaps = []
         for li, (a, b) in enumerate(zip(ins, outs, strict=True)):
-            g = E.c4_regular(channels_in=1 if li == 0 else width, channels_out=width,
-                             trivial_in=li == 0)
+            g = E.c4_regular(
+                channels_in=1 if li == 0 else width,
+                channels_out=width,
+                trivial_in=li == 0,
+            )
             r = E.mmd_gap(a, b, g, key=jax.random.key(seed + li), n_permutations=50)
             gaps.append(float(r.mmd2))
         out[setting] = gaps
@@ -259,4 +301,8 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))
+    print(
+        json.dumps(
+            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+        )
+    )

@@ -41,7 +41,9 @@ def _features(pos, mass):
     rbf = jnp.exp(-((d[..., None] - centers) ** 2) / (2 * 0.3**2)) * off[..., None]
     scal = jnp.concatenate([mass[:, None], jnp.sum(rbf, 1)], -1)  # [n, 16]
     vec = jnp.einsum("ijb,ijc->ibc", rbf, rij)  # [n, 15, 3]
-    vec = jnp.concatenate([vec, jnp.sum(rij * off[..., None], 1)[:, None]], 1)  # [n,16,3]
+    vec = jnp.concatenate(
+        [vec, jnp.sum(rij * off[..., None], 1)[:, None]], 1
+    )  # [n,16,3]
     return jnp.concatenate([scal, vec.reshape(pos.shape[0], -1)], -1), rij, d, off
 
 
@@ -64,13 +66,20 @@ class Net(eqx.Module):
     def __call__(self, feats, *, relax=True):
         h = self.l1(e3nn.IrrepsArray(IRREPS, feats), relax=relax)
         s, v = h.array[..., :16], h.array[..., 16:].reshape(*h.shape[:-1], 16, 3)
-        v = v * jax.nn.sigmoid(s)[..., None]  # gate each vector by its scalar: equivariant
+        v = (
+            v * jax.nn.sigmoid(s)[..., None]
+        )  # gate each vector by its scalar: equivariant
         h = jnp.concatenate([jax.nn.silu(s), v.reshape(*h.shape[:-1], 48)], -1)
         return self.l2(e3nn.IrrepsArray(IRREPS, h), relax=relax).array
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    out_dir: str = "out",
+    data_dir: str | None = None,
+) -> dict:
     del data_dir  # synthetic
     key = jax.random.key(seed)
     steps, batch = (400, 16) if quick else (3000, 64)
@@ -92,8 +101,11 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
             return jnp.mean(jnp.sum((pred - tgt) ** 2, -1))
 
         def pin(p):  # the strict baseline keeps theta = 0 throughout
-            return eqx.tree_at(lambda m: (m.l1.theta, m.l2.theta), p,
-                               (p.l1.theta * relaxed, p.l2.theta * relaxed))
+            return eqx.tree_at(
+                lambda m: (m.l1.theta, m.l2.theta),
+                p,
+                (p.l1.theta * relaxed, p.l2.theta * relaxed),
+            )
 
         def step(c, i):
             p, s = c
@@ -114,13 +126,20 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     tr, mse = map(np.asarray, jax.jit(jax.vmap(run))(eps, relaxed))  # one compile
     tr, mse, mse_strict = tr[:n], mse[:n], mse[n:]
     theta = tr[:, -1]  # [n_eps, 2]
-    print(f"{'eps':>5} {'theta l1':>9} {'theta l2':>9} {'MSE RECM':>9} {'MSE strict':>10}")
+    print(
+        f"{'eps':>5} {'theta l1':>9} {'theta l2':>9} {'MSE RECM':>9} {'MSE strict':>10}"
+    )
     for i, e in enumerate(EPS):
-        print(f"{e:5.2f} {theta[i, 0]:9.4f} {theta[i, 1]:9.4f} {mse[i]:9.4f} "
-              f"{mse_strict[i]:10.4f}")
+        print(
+            f"{e:5.2f} {theta[i, 0]:9.4f} {theta[i, 1]:9.4f} {mse[i]:9.4f} "
+            f"{mse_strict[i]:10.4f}"
+        )
     total = theta.sum(1)
-    ok = bool(theta[0].max() < 1e-2 and np.all(np.diff(total) > 0)
-              and mse[-1] < mse_strict[-1])
+    ok = bool(
+        theta[0].max() < 1e-2
+        and np.all(np.diff(total) > 0)
+        and mse[-1] < mse_strict[-1]
+    )
 
     os.makedirs(out_dir, exist_ok=True)
     import matplotlib.pyplot as plt
@@ -140,9 +159,15 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "recm_e3nn_gravity.png"), dpi=100)
     plt.close(fig)
-    return {"method": "RECM (e3nn gravity)", "metric": "test MSE at eps=1 (RECM)",
-            "value": float(mse[-1]), "baseline": f"strict equivariant {mse_strict[-1]:.4f}",
-            "ok": ok, "theta": theta.tolist(), "mse_strict": mse_strict.tolist()}
+    return {
+        "method": "RECM (e3nn gravity)",
+        "metric": "test MSE at eps=1 (RECM)",
+        "value": float(mse[-1]),
+        "baseline": f"strict equivariant {mse_strict[-1]:.4f}",
+        "ok": ok,
+        "theta": theta.tolist(),
+        "mse_strict": mse_strict.tolist(),
+    }
 
 
 if __name__ == "__main__":
@@ -151,4 +176,8 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))
+    print(
+        json.dumps(
+            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+        )
+    )

@@ -25,8 +25,13 @@ EPS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 LAM = 0.1
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    out_dir: str = "out",
+    data_dir: str | None = None,
+) -> dict:
     del data_dir  # synthetic
     g = E.cyclic_rot2d(8, mult_in=4, mult_out=3)
     k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
@@ -53,8 +58,9 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
             p = optax.apply_updates(p, upd)
             return (p, s), eqx.combine(p, static).theta
 
-        (p, _), trace = jax.lax.scan(step, (params, opt.init(params)),
-                                     jnp.arange(steps))
+        (p, _), trace = jax.lax.scan(
+            step, (params, opt.init(params)), jnp.arange(steps)
+        )
         m = eqx.combine(p, static)
         xe = jax.random.normal(jax.random.key(seed + 1), (4096, g.d_in))
         gap = E.linear_gap(xe, xe @ w_true.T, g).absolute
@@ -92,11 +98,15 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "recm_gap_tracking.png"), dpi=100)
     plt.close(fig)
-    return {"method": "RECM (gap tracking)",
-            "metric": "max rel. error of theta* vs eps/(1+lambda)",
-            "value": float(rel.max()), "baseline": "closed form eps/(1+lambda)",
-            "ok": ok, "theta_at_eps0": float(theta[0]),
-            "theta": [float(t) for t in theta]}
+    return {
+        "method": "RECM (gap tracking)",
+        "metric": "max rel. error of theta* vs eps/(1+lambda)",
+        "value": float(rel.max()),
+        "baseline": "closed form eps/(1+lambda)",
+        "ok": ok,
+        "theta_at_eps0": float(theta[0]),
+        "theta": [float(t) for t in theta],
+    }
 
 
 if __name__ == "__main__":
@@ -105,4 +115,8 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))
+    print(
+        json.dumps(
+            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+        )
+    )

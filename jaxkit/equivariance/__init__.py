@@ -6,6 +6,14 @@ transform, symmetry-gap estimators and the CR / residual-pathway baselines.
 The RECM update rule and layer form are reconstructions (see each docstring).
 """
 
+from jaxkit.equivariance._data import MD17 as MD17
+from jaxkit.equivariance._data import load_geom as load_geom
+from jaxkit.equivariance._data import load_md17 as load_md17
+from jaxkit.equivariance._data import read_geom_pickle as read_geom_pickle
+from jaxkit.equivariance._gap import LinearGap as LinearGap
+from jaxkit.equivariance._gap import MMDGap as MMDGap
+from jaxkit.equivariance._gap import linear_gap as linear_gap
+from jaxkit.equivariance._gap import mmd_gap as mmd_gap
 from jaxkit.equivariance._groups import Group as Group
 from jaxkit.equivariance._groups import c4_regular as c4_regular
 from jaxkit.equivariance._groups import cyclic_rot2d as cyclic_rot2d
@@ -25,13 +33,11 @@ from jaxkit.equivariance._project import equivariance_error as equivariance_erro
 from jaxkit.equivariance._project import equivariant_basis as equivariant_basis
 from jaxkit.equivariance._project import reynolds as reynolds
 from jaxkit.equivariance._project import reynolds_mc as reynolds_mc
-from jaxkit.equivariance._gap import LinearGap as LinearGap
-from jaxkit.equivariance._gap import MMDGap as MMDGap
-from jaxkit.equivariance._gap import linear_gap as linear_gap
-from jaxkit.equivariance._gap import mmd_gap as mmd_gap
 from jaxkit.equivariance._transform import RECMState as RECMState
 from jaxkit.equivariance._transform import cr_triangle_schedule as cr_triangle_schedule
-from jaxkit.equivariance._transform import lie_derivative_penalty as lie_derivative_penalty
+from jaxkit.equivariance._transform import (
+    lie_derivative_penalty as lie_derivative_penalty,
+)
 from jaxkit.equivariance._transform import recm_modulation as recm_modulation
 from jaxkit.equivariance._transform import recm_optimizer as recm_optimizer
 from jaxkit.equivariance._transform import recm_update_rule as recm_update_rule
@@ -39,7 +45,3 @@ from jaxkit.equivariance._transform import relaxation_levels as relaxation_level
 from jaxkit.equivariance._transform import rpp_penalty as rpp_penalty
 from jaxkit.equivariance._transform import set_theta as set_theta
 from jaxkit.equivariance._transform import theta_labels as theta_labels
-from jaxkit.equivariance._data import MD17 as MD17
-from jaxkit.equivariance._data import load_geom as load_geom
-from jaxkit.equivariance._data import load_md17 as load_md17
-from jaxkit.equivariance._data import read_geom_pickle as read_geom_pickle

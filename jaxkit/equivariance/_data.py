@@ -27,8 +27,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-MD17_MOLECULES = ("aspirin", "benzene", "ethanol", "malonaldehyde", "naphthalene",
-                  "salicylic", "toluene", "uracil")
+MD17_MOLECULES = (
+    "aspirin",
+    "benzene",
+    "ethanol",
+    "malonaldehyde",
+    "naphthalene",
+    "salicylic",
+    "toluene",
+    "uracil",
+)
 
 
 class MD17(NamedTuple):
@@ -56,21 +64,28 @@ def load_md17(root: str | os.PathLike, molecule: str) -> MD17:
       ValueError: If the file lacks the keys ``R``, ``z``, ``E``, ``F``.
     """
     root = os.fspath(root)
-    candidates = [os.path.join(root, "md17", f"{molecule}.npz"),
-                  os.path.join(root, f"md17_{molecule}.npz"),
-                  os.path.join(root, "md17", f"md17_{molecule}.npz")]
+    candidates = [
+        os.path.join(root, "md17", f"{molecule}.npz"),
+        os.path.join(root, f"md17_{molecule}.npz"),
+        os.path.join(root, "md17", f"md17_{molecule}.npz"),
+    ]
     path = next((c for c in candidates if os.path.isfile(c)), None)
     if path is None:
         raise FileNotFoundError(
             f"MD17 file for `molecule`={molecule!r} not found under `root`={root!r}. "
             "Expected one of: " + ", ".join(candidates) + ". jaxkit never downloads "
-            "data: fetch the sGDML MD17 .npz files yourself and place them there.")
+            "data: fetch the sGDML MD17 .npz files yourself and place them there."
+        )
     with np.load(path, allow_pickle=False) as d:
         missing = [k for k in ("R", "z", "E", "F") if k not in d]
         if missing:
             raise ValueError(f"MD17 file {path} lacks keys {missing} (has {list(d)}).")
-        return MD17(np.asarray(d["R"]), np.asarray(d["z"]),
-                    np.asarray(d["E"]).reshape(-1), np.asarray(d["F"]))
+        return MD17(
+            np.asarray(d["R"]),
+            np.asarray(d["z"]),
+            np.asarray(d["E"]).reshape(-1),
+            np.asarray(d["F"]),
+        )
 
 
 def load_geom(root: str | os.PathLike, split: str) -> list[str]:
@@ -91,26 +106,31 @@ def load_geom(root: str | os.PathLike, split: str) -> list[str]:
     drugs = os.path.join(root, "geom", "rdkit_folder", "drugs")
     split_txt = os.path.join(root, "geom", "splits", f"{split}.txt")
     split_npy = os.path.join(root, "geom", "splits", f"{split}.npy")
-    layout = (f"expected {drugs}/*.pickle (from GEOM's rdkit_folder.tar.gz) and "
-              f"{split_txt} (one pickle name per line) or {split_npy}. jaxkit never "
-              "downloads data.")
+    layout = (
+        f"expected {drugs}/*.pickle (from GEOM's rdkit_folder.tar.gz) and "
+        f"{split_txt} (one pickle name per line) or {split_npy}. jaxkit never "
+        "downloads data."
+    )
     if not os.path.isdir(drugs):
-        raise FileNotFoundError(f"GEOM-Drugs folder not found under `root`={root!r}: "
-                                + layout)
+        raise FileNotFoundError(
+            f"GEOM-Drugs folder not found under `root`={root!r}: " + layout
+        )
     if os.path.isfile(split_txt):
         with open(split_txt) as f:
             names = [ln.strip() for ln in f if ln.strip()]
     elif os.path.isfile(split_npy):
         names = [str(n) for n in np.load(split_npy, allow_pickle=False).tolist()]
     else:
-        raise FileNotFoundError(f"GEOM split index for `split`={split!r} not found: "
-                                + layout)
+        raise FileNotFoundError(
+            f"GEOM split index for `split`={split!r} not found: " + layout
+        )
     paths = [n if os.path.isabs(n) else os.path.join(drugs, n) for n in names]
     absent = [p for p in paths if not os.path.isfile(p)]
     if absent:
         raise FileNotFoundError(
             f"{len(absent)} pickle(s) listed in split {split!r} are missing, e.g. "
-            f"{absent[0]}.")
+            f"{absent[0]}."
+        )
     return sorted(paths)
 
 

@@ -93,7 +93,10 @@ class Group:
                 f"`group` {self.name} is continuous; use `sample(key, n)` instead of "
                 "`elements()`."
             )
-        return (jnp.asarray(self.elements_in, dtype), jnp.asarray(self.elements_out, dtype))
+        return (
+            jnp.asarray(self.elements_in, dtype),
+            jnp.asarray(self.elements_out, dtype),
+        )
 
     def sample(
         self, key: PRNGKeyArray, n: int, dtype: Any = jnp.float32
@@ -139,8 +142,10 @@ class Group:
             a_out = np.kron(np.eye(self.mult_out), j)[None]
             return jnp.asarray(a_in, dtype), jnp.asarray(a_out, dtype)
         if self.kind == "o3":
-            return (jnp.asarray(self.irreps_in.generators(), dtype),
-                    jnp.asarray(self.irreps_out.generators(), dtype))
+            return (
+                jnp.asarray(self.irreps_in.generators(), dtype),
+                jnp.asarray(self.irreps_out.generators(), dtype),
+            )
         return None
 
 
@@ -154,7 +159,9 @@ def _rot_blocks(angle: Array, mult: int) -> Array:
     c, s = jnp.cos(angle), jnp.sin(angle)
     r = jnp.stack([jnp.stack([c, -s], -1), jnp.stack([s, c], -1)], -2)  # [n, 2, 2]
     eye = jnp.eye(mult, dtype=angle.dtype)
-    return jnp.einsum("uv,nij->nuivj", eye, r).reshape(angle.shape[0], 2 * mult, 2 * mult)
+    return jnp.einsum("uv,nij->nuivj", eye, r).reshape(
+        angle.shape[0], 2 * mult, 2 * mult
+    )
 
 
 def _check_mult(**kw: int) -> None:
@@ -174,7 +181,7 @@ def _check_orthogonal(mats: np.ndarray, *, name: str, tol: float = 1e-6) -> None
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     """C_n rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -192,14 +199,20 @@ def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     rin = np.stack([np.kron(np.eye(mult_in), r[k]) for k in range(n)])
     rout = np.stack([np.kron(np.eye(mult_out), r[k]) for k in range(n)])
     return Group(
-        name=f"C{n}-rot2d", kind="finite", d_in=2 * mult_in, d_out=2 * mult_out,
+        name=f"C{n}-rot2d",
+        kind="finite",
+        d_in=2 * mult_in,
+        d_out=2 * mult_out,
         signature=("cyclic_rot2d", n, mult_in, mult_out),
-        elements_in=rin, elements_out=rout, generator_index=1 if n > 1 else 0,
-        mult_in=mult_in, mult_out=mult_out,
+        elements_in=rin,
+        elements_out=rout,
+        generator_index=1 if n > 1 else 0,
+        mult_in=mult_in,
+        mult_out=mult_out,
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def so2_rot2d(*, mult_in: int = 1, mult_out: int = 1) -> Group:
     """SO(2) rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -208,8 +221,13 @@ def so2_rot2d(*, mult_in: int = 1, mult_out: int = 1) -> Group:
     """
     _check_mult(mult_in=mult_in, mult_out=mult_out)
     return Group(
-        name="SO(2)-rot2d", kind="so2", d_in=2 * mult_in, d_out=2 * mult_out,
-        signature=("so2_rot2d", mult_in, mult_out), mult_in=mult_in, mult_out=mult_out,
+        name="SO(2)-rot2d",
+        kind="so2",
+        d_in=2 * mult_in,
+        d_out=2 * mult_out,
+        signature=("so2_rot2d", mult_in, mult_out),
+        mult_in=mult_in,
+        mult_out=mult_out,
     )
 
 
@@ -217,9 +235,10 @@ def _shift(n: int, k: int) -> np.ndarray:
     return np.roll(np.eye(n), k, axis=0)  # (P x)_i = x_{i-k}
 
 
-@functools.lru_cache(maxsize=None)
-def c4_regular(*, channels_in: int = 1, channels_out: int = 1,
-               trivial_in: bool = False) -> Group:
+@functools.cache
+def c4_regular(
+    *, channels_in: int = 1, channels_out: int = 1, trivial_in: bool = False
+) -> Group:
     """C_4 acting by the regular representation (cyclic shift of a group axis of 4).
 
     Features are laid out ``[channels, 4]`` (flattened channel-major); the element
@@ -227,21 +246,31 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1,
     ``[channels_in]`` invariant scalars (a lifting layer's fibre).
     """
     _check_mult(channels_in=channels_in, channels_out=channels_out)
-    rin = np.stack([
-        np.eye(channels_in) if trivial_in else np.kron(np.eye(channels_in), _shift(4, k))
-        for k in range(4)])
+    rin = np.stack(
+        [
+            np.eye(channels_in)
+            if trivial_in
+            else np.kron(np.eye(channels_in), _shift(4, k))
+            for k in range(4)
+        ]
+    )
     rout = np.stack([np.kron(np.eye(channels_out), _shift(4, k)) for k in range(4)])
     return Group(
-        name="C4-regular", kind="finite",
-        d_in=channels_in * (1 if trivial_in else 4), d_out=4 * channels_out,
+        name="C4-regular",
+        kind="finite",
+        d_in=channels_in * (1 if trivial_in else 4),
+        d_out=4 * channels_out,
         signature=("c4_regular", channels_in, channels_out, trivial_in),
-        elements_in=rin, elements_out=rout, generator_index=1,
+        elements_in=rin,
+        elements_out=rout,
+        generator_index=1,
     )
 
 
-@functools.lru_cache(maxsize=None)
-def o3_irreps(irreps_in: str, irreps_out: str | None = None, *,
-              parity: bool = True) -> Group:
+@functools.cache
+def o3_irreps(
+    irreps_in: str, irreps_out: str | None = None, *, parity: bool = True
+) -> Group:
     """O(3) (``parity=True``) or SO(3) acting through ``e3nn-jax`` irreps.
 
     Args:
@@ -260,15 +289,20 @@ def o3_irreps(irreps_in: str, irreps_out: str | None = None, *,
     except (ValueError, AssertionError) as e:
         raise ValueError(f"`irreps_in`/`irreps_out` are not valid irreps: {e}") from e
     return Group(
-        name=f"{'O' if parity else 'SO'}(3)[{ir_in} -> {ir_out}]", kind="o3",
-        d_in=ir_in.dim, d_out=ir_out.dim,
+        name=f"{'O' if parity else 'SO'}(3)[{ir_in} -> {ir_out}]",
+        kind="o3",
+        d_in=ir_in.dim,
+        d_out=ir_out.dim,
         signature=("o3_irreps", str(ir_in), str(ir_out), parity),
-        irreps_in=ir_in, irreps_out=ir_out, parity=parity,
+        irreps_in=ir_in,
+        irreps_out=ir_out,
+        parity=parity,
     )
 
 
-def finite_group(rep_in: Any, rep_out: Any, *, name: str = "finite",
-                 generator_index: int = 1) -> Group:
+def finite_group(
+    rep_in: Any, rep_out: Any, *, name: str = "finite", generator_index: int = 1
+) -> Group:
     """A finite group given by all its elements' orthogonal matrices.
 
     Args:
@@ -291,16 +325,25 @@ def finite_group(rep_in: Any, rep_out: Any, *, name: str = "finite",
     if rin.shape[0] != rout.shape[0]:
         raise TypeError(
             f"`rep_in` and `rep_out` must list the same number of elements, got "
-            f"{rin.shape[0]} and {rout.shape[0]}.")
+            f"{rin.shape[0]} and {rout.shape[0]}."
+        )
     _check_orthogonal(rin, name="rep_in")
     _check_orthogonal(rout, name="rep_out")
     sig = ("finite", name, rin.shape, rout.shape, rin.tobytes(), rout.tobytes())
-    return Group(name=name, kind="finite", d_in=rin.shape[1], d_out=rout.shape[1],
-                 signature=sig, elements_in=rin, elements_out=rout,
-                 generator_index=generator_index)
+    return Group(
+        name=name,
+        kind="finite",
+        d_in=rin.shape[1],
+        d_out=rout.shape[1],
+        signature=sig,
+        elements_in=rin,
+        elements_out=rout,
+        generator_index=generator_index,
+    )
 
 
-def haar_sample(group: Group, n: int, *, key: PRNGKeyArray,
-                dtype: Any = jnp.float32) -> tuple[Array, Array]:
+def haar_sample(
+    group: Group, n: int, *, key: PRNGKeyArray, dtype: Any = jnp.float32
+) -> tuple[Array, Array]:
     """``n`` Haar-random elements of ``group`` as ``(rho_in, rho_out)`` matrices."""
     return group.sample(key, n, dtype)

@@ -57,9 +57,16 @@ def _invariant_bias(b: Array, group: Group) -> Array:
     elif group.kind == "so2":
         out = jnp.zeros_like(ba)
     else:
-        mask = np.concatenate([
-            np.full(mul * ir.dim, ir.l == 0 and (ir.p == 1 or not group.parity))
-            for mul, ir in group.irreps_out]) if group.d_out else np.zeros(0, bool)
+        mask = (
+            np.concatenate(
+                [
+                    np.full(mul * ir.dim, ir.l == 0 and (ir.p == 1 or not group.parity))
+                    for mul, ir in group.irreps_out
+                ]
+            )
+            if group.d_out
+            else np.zeros(0, bool)
+        )
         out = jnp.where(jnp.asarray(mask), ba, jnp.zeros_like(ba))
     return out.astype(b.dtype)
 
@@ -79,8 +86,16 @@ class RECMLinear(eqx.Module):
     group: Group = eqx.field(static=True)
     eps: float = eqx.field(static=True)
 
-    def __init__(self, group: Group, *, key: PRNGKeyArray, theta_init: Any = 0.5,
-                 use_bias: bool = False, eps: float = 1e-8, dtype: Any = jnp.float32):
+    def __init__(
+        self,
+        group: Group,
+        *,
+        key: PRNGKeyArray,
+        theta_init: Any = 0.5,
+        use_bias: bool = False,
+        eps: float = 1e-8,
+        dtype: Any = jnp.float32,
+    ):
         """Initialise.
 
         Args:
@@ -113,15 +128,17 @@ class RECMLinear(eqx.Module):
         u = normalized_complement(self.weight_free, self.group, eps=self.eps)
         return w + self.theta.astype(w.dtype) * u
 
-    def __call__(self, x: Float[ArrayLike, "*batch d_in"], *,
-                 relax: bool = True) -> Float[Array, "*batch d_out"]:
+    def __call__(
+        self, x: Float[ArrayLike, "*batch d_in"], *, relax: bool = True
+    ) -> Float[Array, "*batch d_out"]:
         """Apply the layer to ``x`` of shape ``[..., d_in]``; same dtype out."""
         x = jnp.asarray(x)
         _validate.floating(x, name="x")
         if x.ndim < 1 or x.shape[-1] != self.group.d_in:
             raise TypeError(
                 f"`x` must have trailing dimension d_in={self.group.d_in}, got shape "
-                f"{x.shape}.")
+                f"{x.shape}."
+            )
         acc = acc_dtype(x.dtype)
         w = self.effective_weight(relax=relax).astype(acc)
         y = x.astype(acc) @ w.T
@@ -134,7 +151,9 @@ class RECMLinear(eqx.Module):
         """``(theta, theta / |W_eff|_F)``: absolute and relative relaxation levels."""
         w = self.effective_weight()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(
+            jnp.sum(w.astype(acc) ** 2)
+        )
 
 
 # ------------------------------------------------------------------------ C4 convolutions
@@ -154,8 +173,9 @@ def c4_kernel_transform(kernel: Array, r: int, *, lifting: bool) -> Array:
     return jnp.rot90(k, r, axes=(-2, -1))
 
 
-def c4_conv_reynolds(kernel: Float[ArrayLike, "co 4 ci gi k k"], *,
-                     lifting: bool) -> Float[Array, "co 4 ci gi k k"]:
+def c4_conv_reynolds(
+    kernel: Float[ArrayLike, "co 4 ci gi k k"], *, lifting: bool
+) -> Float[Array, "co 4 ci gi k k"]:
     """Project a p4 (or lifting) kernel onto the C_4-equivariant kernels."""
     kernel = jnp.asarray(kernel)
     _validate.ndim(kernel, 6, name="kernel")
@@ -176,8 +196,13 @@ def c4_image_act(x: Array, r: int, *, regular: bool) -> Array:
 
 def c4_image_actions(*, regular_in: bool, regular_out: bool) -> list:
     """The four ``(act_in, act_out)`` pairs of C_4 on feature maps (for error metrics)."""
-    return [(lambda v, r=r: c4_image_act(v, r, regular=regular_in),
-             lambda v, r=r: c4_image_act(v, r, regular=regular_out)) for r in range(4)]
+    return [
+        (
+            lambda v, r=r: c4_image_act(v, r, regular=regular_in),
+            lambda v, r=r: c4_image_act(v, r, regular=regular_out),
+        )
+        for r in range(4)
+    ]
 
 
 class RECMGroupConvC4(eqx.Module):
@@ -198,9 +223,19 @@ class RECMGroupConvC4(eqx.Module):
     lifting: bool = eqx.field(static=True)
     eps: float = eqx.field(static=True)
 
-    def __init__(self, channels_in: int, channels_out: int, kernel_size: int = 3, *,
-                 key: PRNGKeyArray, lifting: bool = False, theta_init: Any = 0.5,
-                 use_bias: bool = True, eps: float = 1e-8, dtype: Any = jnp.float32):
+    def __init__(
+        self,
+        channels_in: int,
+        channels_out: int,
+        kernel_size: int = 3,
+        *,
+        key: PRNGKeyArray,
+        lifting: bool = False,
+        theta_init: Any = 0.5,
+        use_bias: bool = True,
+        eps: float = 1e-8,
+        dtype: Any = jnp.float32,
+    ):
         """Initialise (``P(A)`` He-normal over the fan-in, ``B ~ N(0, 1)``)."""
         for nm, v in (("channels_in", channels_in), ("channels_out", channels_out)):
             if not isinstance(v, int) or v < 1:
@@ -208,7 +243,8 @@ class RECMGroupConvC4(eqx.Module):
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(
                 f"`kernel_size` must be a positive odd int (exact rot90 equivariance), "
-                f"got kernel_size={kernel_size!r}.")
+                f"got kernel_size={kernel_size!r}."
+            )
         _validate.is_key(key)
         _check_theta_init(theta_init)
         gi = 1 if lifting else 4
@@ -217,7 +253,9 @@ class RECMGroupConvC4(eqx.Module):
         fan_in = channels_in * gi * kernel_size**2
         # x2: the projection averages 4 nearly independent copies (norm / 2), so P(A)
         # starts with He variance.
-        self.weight_eq = 2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
+        self.weight_eq = (
+            2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
+        )
         self.weight_free = jax.random.normal(kb, shape, dtype)
         self.theta = jnp.asarray(theta_init, dtype)
         self.bias = jnp.zeros((channels_out,), dtype) if use_bias else None
@@ -248,7 +286,11 @@ class RECMGroupConvC4(eqx.Module):
         if h != w_:
             raise TypeError(f"`x` must be square (exact C_4 symmetry), got {h}x{w_}.")
         acc = acc_dtype(x.dtype)
-        kern = self.effective_kernel(relax=relax).astype(acc).reshape(co * 4, ci * gi, k, k)
+        kern = (
+            self.effective_kernel(relax=relax)
+            .astype(acc)
+            .reshape(co * 4, ci * gi, k, k)
+        )
         inp = x.astype(acc).reshape(1, ci * gi, h, w_)
         y = jax.lax.conv_general_dilated(inp, kern, (1, 1), "SAME")[0]
         y = y.reshape(co, 4, h, w_)
@@ -260,7 +302,9 @@ class RECMGroupConvC4(eqx.Module):
         """``(theta, theta / |K_eff|_F)``."""
         w = self.effective_kernel()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(
+            jnp.sum(w.astype(acc) ** 2)
+        )
 
 
 # ------------------------------------------------------------------------------- e3nn
@@ -282,9 +326,17 @@ class RECMe3nnLinear(eqx.Module):
     group: Group = eqx.field(static=True)
     eps: float = eqx.field(static=True)
 
-    def __init__(self, irreps_in: Any, irreps_out: Any, *, key: PRNGKeyArray,
-                 theta_init: Any = 0.5, parity: bool = True, eps: float = 1e-8,
-                 dtype: Any = jnp.float32):
+    def __init__(
+        self,
+        irreps_in: Any,
+        irreps_out: Any,
+        *,
+        key: PRNGKeyArray,
+        theta_init: Any = 0.5,
+        parity: bool = True,
+        eps: float = 1e-8,
+        dtype: Any = jnp.float32,
+    ):
         """Initialise.
 
         Args:
@@ -307,11 +359,17 @@ class RECMe3nnLinear(eqx.Module):
             ir_in = e3nn.Irreps(irreps_in).regroup()
             ir_out = e3nn.Irreps(irreps_out)
         except (ValueError, AssertionError) as e:
-            raise ValueError(f"`irreps_in`/`irreps_out` are not valid irreps: {e}") from e
+            raise ValueError(
+                f"`irreps_in`/`irreps_out` are not valid irreps: {e}"
+            ) from e
         ka, kb = jax.random.split(key)
-        self.linear = e3nn.equinox.Linear(irreps_out=ir_out, irreps_in=ir_in,
-                                          force_irreps_out=True, input_dtype=dtype,
-                                          key=ka)
+        self.linear = e3nn.equinox.Linear(
+            irreps_out=ir_out,
+            irreps_in=ir_in,
+            force_irreps_out=True,
+            input_dtype=dtype,
+            key=ka,
+        )
         self.group = o3_irreps(str(ir_in), str(ir_out), parity=parity)
         self.weight_free = jax.random.normal(kb, (ir_out.dim, ir_in.dim), dtype)
         self.theta = jnp.asarray(theta_init, dtype)
@@ -338,14 +396,16 @@ class RECMe3nnLinear(eqx.Module):
             if x.irreps.regroup() != g.irreps_in:
                 raise ValueError(
                     f"`x` has irreps {x.irreps}, but the layer expects {g.irreps_in} "
-                    "(irreps mismatch).")
+                    "(irreps mismatch)."
+                )
             x = x.regroup()
         else:
             x = jnp.asarray(x)
             if x.ndim < 1 or x.shape[-1] != g.d_in:
                 raise TypeError(
                     f"`x` must have trailing dimension {g.d_in} ({g.irreps_in}), got "
-                    f"shape {x.shape}.")
+                    f"shape {x.shape}."
+                )
             x = e3nn.IrrepsArray(g.irreps_in, x)
         _validate.floating(x.array, name="x")
         if not relax:
@@ -359,7 +419,9 @@ class RECMe3nnLinear(eqx.Module):
         """``(theta, theta / |W_eff|_F)``."""
         w = self.effective_weight()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(
+            jnp.sum(w.astype(acc) ** 2)
+        )
 
 
 def _e3nn_matrix(lin: Any, weights: dict) -> Array:
@@ -369,23 +431,28 @@ def _e3nn_matrix(lin: Any, weights: dict) -> Array:
     for ins in lin.instructions:
         if ins.i_in == -1:
             continue
-        name = (f"w[{ins.i_in},{ins.i_out}] {lin.irreps_in[ins.i_in]},"
-                f"{lin.irreps_out[ins.i_out]}")
+        name = (
+            f"w[{ins.i_in},{ins.i_out}] {lin.irreps_in[ins.i_in]},"
+            f"{lin.irreps_out[ins.i_out]}"
+        )
         w = weights[name]
         dtype = w.dtype
         mul_in, ir_in = lin.irreps_in[ins.i_in]
         mul_out, ir_out = lin.irreps_out[ins.i_out]
         blk = ins.path_weight * jnp.einsum(
-            "uw,ij->uiwj", w, jnp.eye(ir_in.dim, dtype=w.dtype)).reshape(
-            mul_in * ir_in.dim, mul_out * ir_out.dim)
+            "uw,ij->uiwj", w, jnp.eye(ir_in.dim, dtype=w.dtype)
+        ).reshape(mul_in * ir_in.dim, mul_out * ir_out.dim)
         key = (ins.i_in, ins.i_out)
         blocks[key] = blk if key not in blocks else blocks[key] + blk
     rows = []
     for i, mi in enumerate(lin.irreps_in):
-        cols = [blocks.get((i, o), jnp.zeros((mi.dim, mo.dim), dtype))
-                for o, mo in enumerate(lin.irreps_out)]
-        rows.append(jnp.concatenate(cols, axis=1) if cols
-                    else jnp.zeros((mi.dim, 0), dtype))
+        cols = [
+            blocks.get((i, o), jnp.zeros((mi.dim, mo.dim), dtype))
+            for o, mo in enumerate(lin.irreps_out)
+        ]
+        rows.append(
+            jnp.concatenate(cols, axis=1) if cols else jnp.zeros((mi.dim, 0), dtype)
+        )
     if not rows:
         return jnp.zeros((0, lin.irreps_out.dim), dtype)
     return jnp.concatenate(rows, axis=0).astype(dtype)

@@ -43,8 +43,9 @@ from jaxkit.equivariance._project import acc_dtype
 Rule = Callable[[Array, Array, Array, Array, Array], Array]
 
 
-def recm_update_rule(theta: Array, grad: Array, learning_rate: Array, decay: Array,
-                     theta_max: Array) -> Array:
+def recm_update_rule(
+    theta: Array, grad: Array, learning_rate: Array, decay: Array, theta_max: Array
+) -> Array:
     """The reconstructed recurrence: ``clip(theta - eta (g + lambda theta), 0, theta_max)``.
 
     Args:
@@ -110,13 +111,20 @@ def recm_modulation(
 
     def update_fn(updates: PyTree, state: RECMState, params: PyTree | None = None):
         if params is None:
-            raise ValueError("`params` must be passed to recm_modulation's update "
-                             "(the recurrence needs the current theta).")
+            raise ValueError(
+                "`params` must be passed to recm_modulation's update "
+                "(the recurrence needs the current theta)."
+            )
 
         def one(g, th):
             dt = th.dtype
-            new = rule(th, g.astype(dt), jnp.asarray(learning_rate, dt),
-                       jnp.asarray(decay, dt), jnp.asarray(theta_max, dt))
+            new = rule(
+                th,
+                g.astype(dt),
+                jnp.asarray(learning_rate, dt),
+                jnp.asarray(decay, dt),
+                jnp.asarray(theta_max, dt),
+            )
             return (new - th).astype(dt)
 
         new_updates = jax.tree.map(one, updates, params)
@@ -134,7 +142,8 @@ def _is_theta_path(path: tuple) -> bool:
 def theta_labels(params: PyTree) -> PyTree:
     """Label every leaf ``'recm'`` if its path ends in ``theta``, else ``'main'``."""
     return jax.tree_util.tree_map_with_path(
-        lambda p, _: "recm" if _is_theta_path(p) else "main", params)
+        lambda p, _: "recm" if _is_theta_path(p) else "main", params
+    )
 
 
 def recm_optimizer(
@@ -158,9 +167,12 @@ def recm_optimizer(
       labels: Custom labelling function (default :func:`theta_labels`).
     """
     return optax.multi_transform(
-        {"recm": recm_modulation(learning_rate, decay=decay, theta_max=theta_max),
-         "main": main},
-        labels if labels is not None else theta_labels)
+        {
+            "recm": recm_modulation(learning_rate, decay=decay, theta_max=theta_max),
+            "main": main,
+        },
+        labels if labels is not None else theta_labels,
+    )
 
 
 def relaxation_levels(model: PyTree) -> dict[str, tuple[Array, Array]]:
@@ -170,7 +182,8 @@ def relaxation_levels(model: PyTree) -> dict[str, tuple[Array, Array]]:
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
     out: dict[str, tuple[Array, Array]] = {}
     leaves = jax.tree_util.tree_flatten_with_path(
-        model, is_leaf=lambda n: isinstance(n, kinds))[0]
+        model, is_leaf=lambda n: isinstance(n, kinds)
+    )[0]
     for path, node in leaves:
         if isinstance(node, kinds):
             out[jax.tree_util.keystr(path) or "."] = node.relaxation_level()
@@ -185,8 +198,9 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
 
     def fix(node: Any) -> Any:
         if isinstance(node, kinds):
-            return eqx.tree_at(lambda m: m.theta, node,
-                               jnp.asarray(value, node.theta.dtype))
+            return eqx.tree_at(
+                lambda m: m.theta, node, jnp.asarray(value, node.theta.dtype)
+            )
         return node
 
     return jax.tree.map(fix, model, is_leaf=lambda n: isinstance(n, kinds))
@@ -195,8 +209,9 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
 # ------------------------------------------------------------------------------ baselines
 
 
-def cr_triangle_schedule(step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]
-                         ) -> Float[Array, ""]:
+def cr_triangle_schedule(
+    step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]
+) -> Float[Array, ""]:
     """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total`` (clipped)."""
     s = jnp.asarray(step, jnp.float32)
     t = jnp.asarray(total, jnp.float32)
@@ -225,8 +240,10 @@ def lie_derivative_penalty(
     if gens is None:
         rin, rout = group.elements(acc)
         i = group.generator_index
-        gens = ((rin[i] - jnp.eye(group.d_in, dtype=acc))[None],
-                (rout[i] - jnp.eye(group.d_out, dtype=acc))[None])
+        gens = (
+            (rin[i] - jnp.eye(group.d_in, dtype=acc))[None],
+            (rout[i] - jnp.eye(group.d_out, dtype=acc))[None],
+        )
     a_in, a_out = gens
     ba, xa = b.astype(acc), x.astype(acc)
     bx = xa @ ba.T  # [n, d_out]
@@ -237,8 +254,12 @@ def lie_derivative_penalty(
     return (pen + jnp.sqrt(jnp.sum(bx**2) + jnp.finfo(acc).tiny)).astype(b.dtype)
 
 
-def rpp_penalty(model: PyTree, *, eq_weight: Real[ArrayLike, ""] = 1e-6,
-                free_weight: Real[ArrayLike, ""] = 1e-2) -> Float[Array, ""]:
+def rpp_penalty(
+    model: PyTree,
+    *,
+    eq_weight: Real[ArrayLike, ""] = 1e-6,
+    free_weight: Real[ArrayLike, ""] = 1e-2,
+) -> Float[Array, ""]:
     """Residual-pathway-prior penalty: ``sum_l eq_weight |P(A_l)|^2 + free_weight theta_l^2``.
 
     Gaussian priors (negative log, up to constants) on the equivariant branch and a

@@ -11,7 +11,6 @@ Case 2: the exact Schur projection against a 256-sample Monte-Carlo Reynolds ave
 
 import _harness as H  # noqa: I001
 
-import equinox as eqx
 import e3nn_jax as e3nn
 import jax
 import jax.numpy as jnp
@@ -38,11 +37,17 @@ def main() -> None:
         x = e3nn.normal(IRREPS, jax.random.key(1), (b,))
         t_ours = H.time_jax(_loss_grads, ours, x, repeats=args.repeats)
         t_anchor = H.time_jax(_loss_grads, anchor, x, repeats=args.repeats)
-        H.emit(bench="equivariance", case="recm_e3nn_linear_fwd_bwd",
-               sizes={"irreps": IRREPS, "batch": b}, ours=t_ours, anchor="e3nn",
-               anchor_t=t_anchor, target=0.625,
-               note="RECMe3nnLinear(relax=True) vs e3nn_jax.equinox.Linear; jit(grad) "
-                    "w.r.t. params and inputs; CPU")
+        H.emit(
+            bench="equivariance",
+            case="recm_e3nn_linear_fwd_bwd",
+            sizes={"irreps": IRREPS, "batch": b},
+            ours=t_ours,
+            anchor="e3nn",
+            anchor_t=t_anchor,
+            target=0.625,
+            note="RECMe3nnLinear(relax=True) vs e3nn_jax.equinox.Linear; jit(grad) "
+            "w.r.t. params and inputs; CPU",
+        )
 
     g = E.o3_irreps(IRREPS, IRREPS)
     w = jax.random.normal(key, (g.d_out, g.d_in))
@@ -51,11 +56,18 @@ def main() -> None:
     t_mc = H.time_jax(mc, w, jax.random.key(2), repeats=args.repeats)
     exact = t_exact.output
     rel = lambda a: float(jnp.linalg.norm(a - exact) / jnp.linalg.norm(exact))  # noqa: E731
-    H.emit(bench="equivariance", case="schur_projection_vs_mc_reynolds",
-           sizes={"irreps": IRREPS, "mc_samples": 256}, ours=t_exact,
-           anchor="mc_reynolds_256", anchor_t=t_mc, target=1.0,
-           note="exact closed-form Schur projection vs Monte-Carlo Haar average",
-           ours_err=0.0, anchor_err=rel(t_mc.output))
+    H.emit(
+        bench="equivariance",
+        case="schur_projection_vs_mc_reynolds",
+        sizes={"irreps": IRREPS, "mc_samples": 256},
+        ours=t_exact,
+        anchor="mc_reynolds_256",
+        anchor_t=t_mc,
+        target=1.0,
+        note="exact closed-form Schur projection vs Monte-Carlo Haar average",
+        ours_err=0.0,
+        anchor_err=rel(t_mc.output),
+    )
 
 
 if __name__ == "__main__":

@@ -36,26 +36,41 @@ CASES = [
         name="equivariance.reynolds/o3",
         fn=_reynolds,
         make_args=lambda k, dt: (jax.random.normal(k, (8, _O3.d_out, _O3.d_in), dt),),
-        bad=(Bad("wrong trailing shape", lambda k: ((jnp.zeros((8, 3, 3)),), {}),
-                 TypeError, "`w`"),),
+        bad=(
+            Bad(
+                "wrong trailing shape",
+                lambda k: ((jnp.zeros((8, 3, 3)),), {}),
+                TypeError,
+                "`w`",
+            ),
+        ),
     ),
     Case(
         name="equivariance.RECMLinear/c8",
         fn=_layer_apply,
         make_args=lambda k, dt: (jax.random.normal(k, (8, _C8.d_in), dt),),
         hparams={"theta": (0.3, 0.6)},
-        bad=(Bad("wrong d_in", lambda k: ((jnp.zeros((8, 3)),), {}), TypeError, "`x`"),),
+        bad=(
+            Bad("wrong d_in", lambda k: ((jnp.zeros((8, 3)),), {}), TypeError, "`x`"),
+        ),
     ),
     Case(
         name="equivariance.linear_gap/c8",
         fn=_gap,
         make_args=lambda k, dt: tuple(
             jax.random.normal(kk, (8, d), dt)
-            for kk, d in zip(jax.random.split(k), (_C8.d_in, _C8.d_out), strict=True)),
+            for kk, d in zip(jax.random.split(k), (_C8.d_in, _C8.d_out), strict=True)
+        ),
         hparams={"ridge": (1e-3, 1e-2)},
         grad_argnums=(0, 1),
         rtol=1e-4,
-        bad=(Bad("t rows differ", lambda k: ((jnp.zeros((8, 4)), jnp.zeros((8, 3))), {}),
-                 TypeError, "`t`"),),
+        bad=(
+            Bad(
+                "t rows differ",
+                lambda k: ((jnp.zeros((8, 4)), jnp.zeros((8, 3))), {}),
+                TypeError,
+                "`t`",
+            ),
+        ),
     ),
 ]

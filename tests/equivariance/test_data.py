@@ -12,8 +12,13 @@ def test_md17_missing_and_present(tmp_path):
     with pytest.raises(FileNotFoundError, match="never downloads"):
         E.load_md17(tmp_path, "aspirin")
     os.makedirs(tmp_path / "md17")
-    np.savez(tmp_path / "md17" / "aspirin.npz", R=np.zeros((5, 3, 3)), z=np.array([6, 1, 1]),
-             E=np.arange(5.0)[:, None], F=np.ones((5, 3, 3)))
+    np.savez(
+        tmp_path / "md17" / "aspirin.npz",
+        R=np.zeros((5, 3, 3)),
+        z=np.array([6, 1, 1]),
+        E=np.arange(5.0)[:, None],
+        F=np.ones((5, 3, 3)),
+    )
     d = E.load_md17(tmp_path, "aspirin")
     assert d.positions.shape == (5, 3, 3) and d.energies.shape == (5,)
     np.savez(tmp_path / "md17" / "benzene.npz", R=np.zeros((5, 3, 3)))

@@ -66,8 +66,9 @@ def test_modulation_contracts_with_zero_gradient():
     for _ in range(3):
         u, s = tx.update({"theta": jnp.zeros([])}, s, p)
         new = optax.apply_updates(p, u)
-        np.testing.assert_allclose(float(new["theta"]), float(p["theta"]) * (1 - eta * lam),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            float(new["theta"]), float(p["theta"]) * (1 - eta * lam), rtol=1e-6
+        )
         p = new
     assert int(s.count) == 3
     # clipping to [0, theta_max]
@@ -81,14 +82,17 @@ def test_modulation_contracts_with_zero_gradient():
 
 def test_modulation_traced_hparams_and_state_types():
     tx = optax.inject_hyperparams(E.recm_modulation, static_args=("rule",))(
-        learning_rate=0.1, decay=0.2)
+        learning_rate=0.1, decay=0.2
+    )
     p = {"theta": jnp.asarray(0.5)}
     s = tx.init(p)
     step = jax.jit(lambda g, s, p: tx.update(g, s, p))
     _, s2 = step({"theta": jnp.asarray(0.1)}, s, p)
     assert jax.tree.structure(s2) == jax.tree.structure(s)
-    assert all(a.dtype == b.dtype for a, b in
-               zip(jax.tree.leaves(s), jax.tree.leaves(s2), strict=True))
+    assert all(
+        a.dtype == b.dtype
+        for a, b in zip(jax.tree.leaves(s), jax.tree.leaves(s2), strict=True)
+    )
 
 
 def test_theta_labels_on_modules(key):
@@ -103,7 +107,9 @@ def test_theta_labels_on_modules(key):
 def test_cr_triangle_schedule():
     np.testing.assert_allclose(
         [float(E.cr_triangle_schedule(s, 100)) for s in (0, 25, 50, 75, 100)],
-        [0.0, 0.5, 1.0, 0.5, 0.0], atol=1e-7)
+        [0.0, 0.5, 1.0, 0.5, 0.0],
+        atol=1e-7,
+    )
 
 
 def test_lie_derivative_penalty_zero_iff_equivariant(key):
@@ -112,12 +118,18 @@ def test_lie_derivative_penalty_zero_iff_equivariant(key):
     w = jax.random.normal(jax.random.key(1), (4, 4))
     pe = E.lie_derivative_penalty(E.reynolds(w, so2), so2, x)
     bx = jnp.linalg.norm(x @ E.reynolds(w, so2).T)
-    np.testing.assert_allclose(float(pe), float(bx), rtol=1e-4)  # only the |Bx| term left
-    assert float(E.lie_derivative_penalty(w, so2, x)) > float(jnp.linalg.norm(x @ w.T)) + 0.1
+    np.testing.assert_allclose(
+        float(pe), float(bx), rtol=1e-4
+    )  # only the |Bx| term left
+    assert (
+        float(E.lie_derivative_penalty(w, so2, x))
+        > float(jnp.linalg.norm(x @ w.T)) + 0.1
+    )
     c4 = E.cyclic_rot2d(4, mult_in=2, mult_out=2)
     pc = E.lie_derivative_penalty(E.reynolds(w, c4), c4, x)
-    np.testing.assert_allclose(float(pc), float(jnp.linalg.norm(x @ E.reynolds(w, c4).T)),
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        float(pc), float(jnp.linalg.norm(x @ E.reynolds(w, c4).T)), rtol=1e-4
+    )
 
 
 def test_rpp_penalty(key):
@@ -161,10 +173,14 @@ def test_deep_symmetric_task_drives_theta_to_zero():
     ghid = E.cyclic_rot2d(8, mult_in=4, mult_out=4)
     gout = E.cyclic_rot2d(8, mult_in=4, mult_out=1)
     keys = jax.random.split(jax.random.key(3), 6)
-    teacher = [E.RECMLinear(gr, key=k, theta_init=0.0) for gr, k in
-               zip((gin, ghid, gout), keys[:3], strict=True)]
-    student = [E.RECMLinear(gr, key=k, theta_init=0.5) for gr, k in
-               zip((gin, ghid, gout), keys[3:], strict=True)]
+    teacher = [
+        E.RECMLinear(gr, key=k, theta_init=0.0)
+        for gr, k in zip((gin, ghid, gout), keys[:3], strict=True)
+    ]
+    student = [
+        E.RECMLinear(gr, key=k, theta_init=0.5)
+        for gr, k in zip((gin, ghid, gout), keys[3:], strict=True)
+    ]
 
     def norm_act(h):  # equivariant: scales each R^2 vector by a function of its norm
         v = h.reshape(*h.shape[:-1], -1, 2)
@@ -190,7 +206,9 @@ def test_deep_symmetric_task_drives_theta_to_zero():
         return (optax.apply_updates(p, upd), s), None
 
     with jax.numpy_dtype_promotion("standard"):
-        run = jax.jit(lambda p: jax.lax.scan(step, (p, opt.init(p)), None, length=1500)[0][0])
+        run = jax.jit(
+            lambda p: jax.lax.scan(step, (p, opt.init(p)), None, length=1500)[0][0]
+        )
         p = run(params)
     thetas = [float(m.theta) for m in eqx.combine(p, static)]
     assert max(thetas) < 1e-2, thetas
