@@ -156,7 +156,7 @@ class RECMLinear(eqx.Module):
         )
 
 
-# ------------------------------------------------------------------------ C4 convolutions
+# ---------------------------------------------------------------- C4 convolutions
 
 
 def c4_kernel_transform(kernel: Array, r: int, *, lifting: bool) -> Array:
@@ -195,7 +195,7 @@ def c4_image_act(x: Array, r: int, *, regular: bool) -> Array:
 
 
 def c4_image_actions(*, regular_in: bool, regular_out: bool) -> list:
-    """The four ``(act_in, act_out)`` pairs of C_4 on feature maps (for error metrics)."""
+    """The four ``(act_in, act_out)`` pairs of C_4 on feature maps (for metrics)."""
     return [
         (
             lambda v, r=r: c4_image_act(v, r, regular=regular_in),
@@ -263,7 +263,7 @@ class RECMGroupConvC4(eqx.Module):
         self.eps = float(eps)
 
     def effective_kernel(self, *, relax: bool = True) -> Array:
-        """The fused kernel ``P(A) + theta U(B)``, shape ``[C_out, 4, C_in, G_in, k, k]``."""
+        """The fused kernel ``P(A) + theta U(B)``, ``[C_out, 4, C_in, G_in, k, k]``."""
         w = c4_conv_reynolds(self.weight_eq, lifting=self.lifting)
         if not relax:
             return w

@@ -31,7 +31,7 @@ from jaxkit.equivariance._groups import Group
 
 
 def acc_dtype(dtype: Any) -> Any:
-    """Accumulation dtype: f64 for f64 inputs, else f32 (explicit under strict promotion)."""
+    """Accumulation dtype: f64 for f64 inputs, else f32 (strict-promotion safe)."""
     return jnp.float64 if jnp.dtype(dtype) == jnp.dtype(jnp.float64) else jnp.float32
 
 
@@ -145,7 +145,7 @@ def reynolds_mc(
     key: PRNGKeyArray,
     n_samples: int = 256,
 ) -> Float[Array, "*batch d_out d_in"]:
-    """Monte-Carlo Reynolds average over ``n_samples`` Haar samples (generic fallback)."""
+    """Monte-Carlo Reynolds average over ``n_samples`` Haar samples (fallback)."""
     w = _check_weight(w, group)
     _validate.is_key(key)
     acc = acc_dtype(w.dtype)
@@ -201,7 +201,7 @@ def _basis_cached(group: Group, tol: float) -> np.ndarray:
 
 
 def equivariant_basis(group: Group, *, tol: float = 1e-6) -> np.ndarray:
-    """Orthonormal (Frobenius) basis of the equivariant maps, ``[n_basis, d_out, d_in]``.
+    """Orthonormal (Frobenius) basis of equivariant maps, ``[n_basis, d_out, d_in]``.
 
     Host-side NumPy (float64), cached per group. Closed form for SO(2) and O(3);
     eigen-decomposition of the (exact) Reynolds operator for finite groups.

@@ -9,7 +9,7 @@ driven by the training signal ``dL/dtheta_l = <grad_W L, U(B_l)>`` (it only sees
 non-equivariant part of the loss gradient) with a *coupled* contraction toward 0, so
 the stationary point solves ``dL/dtheta + lambda theta = 0``. On a whitened linear
 task with a symmetry gap ``eps`` (the norm of the target map's non-equivariant part)
-this gives ``theta* = eps / (1 + lambda)``: exactly symmetric data drives ``theta`` to 0,
+this gives ``theta* = eps / (1 + lambda)``: exactly symmetric data drive theta to 0,
 approximate symmetry keeps just enough freedom. The rule lives in
 :func:`recm_update_rule`; pass another ``rule=`` to :func:`recm_modulation` to swap in
 the paper's exact rule without changing the API.
@@ -46,7 +46,7 @@ Rule = Callable[[Array, Array, Array, Array, Array], Array]
 def recm_update_rule(
     theta: Array, grad: Array, learning_rate: Array, decay: Array, theta_max: Array
 ) -> Array:
-    """The reconstructed recurrence: ``clip(theta - eta (g + lambda theta), 0, theta_max)``.
+    """Reconstructed recurrence: ``clip(theta - eta (g + lambda theta), 0, theta_max)``.
 
     Args:
       theta: Current level (any shape; usually 0-d).
@@ -82,7 +82,7 @@ def recm_modulation(
     ``rule(theta, grad, learning_rate, decay, theta_max)``. ``params`` are required.
 
     Args:
-      learning_rate: ``eta > 0`` (traceable; default in the spec: the main learning rate).
+      learning_rate: ``eta > 0`` (traceable; the spec's default: the main rate).
       decay: Coupled contraction ``lambda >= 0`` (default 0.1).
       theta_max: Upper bound ``> 0`` (default 1, in units of the weight scale).
       rule: The update rule (default: the reconstructed :func:`recm_update_rule`).
@@ -206,13 +206,13 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
     return jax.tree.map(fix, model, is_leaf=lambda n: isinstance(n, kinds))
 
 
-# ------------------------------------------------------------------------------ baselines
+# ---------------------------------------------------------------------- baselines
 
 
 def cr_triangle_schedule(
     step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]
 ) -> Float[Array, ""]:
-    """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total`` (clipped)."""
+    """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total``."""
     s = jnp.asarray(step, jnp.float32)
     t = jnp.asarray(total, jnp.float32)
     _validate.positive(total=total)
@@ -260,7 +260,7 @@ def rpp_penalty(
     eq_weight: Real[ArrayLike, ""] = 1e-6,
     free_weight: Real[ArrayLike, ""] = 1e-2,
 ) -> Float[Array, ""]:
-    """Residual-pathway-prior penalty: ``sum_l eq_weight |P(A_l)|^2 + free_weight theta_l^2``.
+    """Residual-pathway prior: ``sum_l eq_weight |P(A_l)|^2 + free_weight theta_l^2``.
 
     Gaussian priors (negative log, up to constants) on the equivariant branch and a
     much tighter one on the free branch, whose norm is ``theta`` in the RECM layers;
