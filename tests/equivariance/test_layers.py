@@ -1,0 +1,141 @@
+"""Oracles for the relaxed layers (spec 1.4 item 3) and their bad inputs."""
+
+import e3nn_jax as e3nn
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkit.equivariance as E
+
+
+def test_recm_linear_theta_zero_is_equivariant_branch(key):
+    g = E.cyclic_rot2d(8, mult_in=4, mult_out=3)
+    layer = E.RECMLinear(g, key=key, theta_init=0.0)
+    x = jax.random.normal(jax.random.key(1), (16, g.d_in))
+    y_relaxed = layer(x)
+    y_strict = layer(x, relax=False)
+    np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
+    assert float(E.equivariance_error(layer, x, g)) <= 1e-6
+    # theta > 0: a real non-equivariant part of norm theta
+    layer2 = E.RECMLinear(g, key=key, theta_init=0.3)
+    q = E.complement(layer2.effective_weight(), g)
+    np.testing.assert_allclose(float(jnp.linalg.norm(q)), 0.3, rtol=1e-5)
+    assert float(E.equivariance_error(layer2, x, g)) > 1e-2
+    assert float(E.equivariance_error(lambda v: layer2(v, relax=False), x, g)) <= 1e-6
+
+
+def test_recm_linear_bias_invariant_and_batching(key):
+    g = E.c4_regular(channels_in=2, channels_out=2)
+    layer = E.RECMLinear(g, key=key, use_bias=True, theta_init=0.0)
+    layer = eqx.tree_at(lambda m: m.bias, layer, jnp.arange(8.0))
+    x = jax.random.normal(key, (5, g.d_in))
+    assert float(E.equivariance_error(layer, x, g)) <= 1e-6
+    np.testing.assert_allclose(
+        jax.jit(jax.vmap(layer))(x), layer(x), rtol=1e-6, atol=1e-6
+    )
+    grads = jax.grad(lambda m: jnp.sum(m(x) ** 2))(layer)
+    assert jax.tree.structure(grads) == jax.tree.structure(layer)
+    with pytest.raises(TypeError, match="`x`"):
+        layer(jnp.ones((3, 5)))
+
+
+def test_theta_bounds_errors(key):
+    g = E.so2_rot2d()
+    with pytest.raises(ValueError, match="theta_init"):
+        E.RECMLinear(g, key=key, theta_init=-0.1)
+    with pytest.raises(ValueError, match="theta_init"):
+        E.RECMe3nnLinear("1x0e", "1x0e", key=key, theta_init=float("nan"))
+    with pytest.raises(ValueError, match="theta_max"):
+        E.recm_modulation(0.1, theta_max=0.0)
+    with pytest.raises(ValueError, match="theta"):
+        E.recm_modulation(0.1, theta_max=0.4).init({"theta": jnp.asarray(0.5)})
+
+
+@pytest.mark.parametrize("lifting", [True, False])
+def test_c4_group_conv_equivariance(lifting, key):
+    cin = 2
+    conv = E.RECMGroupConvC4(cin, 3, 3, key=key, lifting=lifting, theta_init=0.0)
+    shape = (cin, 9, 9) if lifting else (cin, 4, 9, 9)
+    x = jax.random.normal(jax.random.key(1), (2, *shape))
+    acts = E.c4_image_actions(regular_in=not lifting, regular_out=True)
+    err = jax.jit(lambda m, v: E.equivariance_error(jax.vmap(m), v, acts))
+    assert float(err(conv, x)) <= 1e-5
+    both = jax.jit(
+        lambda m, v: (jax.vmap(m)(v), jax.vmap(lambda u: m(u, relax=False))(v))
+    )
+    y_relaxed, y_strict = both(conv, x)
+    np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
+    relaxed = E.RECMGroupConvC4(cin, 3, 3, key=key, lifting=lifting, theta_init=0.5)
+    assert float(err(relaxed, x)) > 1e-2
+    k = relaxed.effective_kernel()
+    q = k - E.c4_conv_reynolds(k, lifting=lifting)
+    np.testing.assert_allclose(float(jnp.linalg.norm(q)), 0.5, rtol=1e-5)
+    pk = E.c4_conv_reynolds(k, lifting=lifting)
+    np.testing.assert_allclose(E.c4_conv_reynolds(pk, lifting=lifting), pk, atol=1e-6)
+
+
+def test_c4_conv_bad_inputs(key):
+    with pytest.raises(ValueError, match="kernel_size"):
+        E.RECMGroupConvC4(1, 1, 4, key=key)
+    conv = E.RECMGroupConvC4(1, 1, 3, key=key, lifting=True)
+    with pytest.raises(TypeError, match="`x`"):
+        conv(jnp.ones((1, 8, 7)))
+    with pytest.raises(TypeError, match="`x`"):
+        conv(jnp.ones((2, 8, 8)))
+
+
+def test_e3nn_layer_matches_e3nn_linear(key):
+    irr_in, irr_out = "4x0e+3x1o+2x2e", "3x0e+2x1o+2x2e"
+    layer = E.RECMe3nnLinear(irr_in, irr_out, key=key, theta_init=0.0)
+    x = e3nn.normal(irr_in, jax.random.key(2), (6,))
+    ref = e3nn.equinox.Linear(
+        irreps_out=irr_out,
+        irreps_in=irr_in,
+        force_irreps_out=True,
+        key=jax.random.key(3),
+    )
+    ref = eqx.tree_at(lambda m: m._weights, ref, layer.linear._weights)
+    y_ref = ref(x)
+    np.testing.assert_allclose(layer(x).array, y_ref.array, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(
+        np.asarray(layer(x, relax=False).array), np.asarray(y_ref.array)
+    )
+    assert layer(x).irreps == y_ref.irreps
+    # theta = 0 is the equivariant branch exactly; O(3) equivariance of the output
+    g = layer.group
+    err = jax.jit(
+        lambda m, v, k: E.equivariance_error(
+            lambda u: m(u).array, v, g, key=k, n_samples=8
+        )
+    )
+    assert float(err(layer, x.array, jax.random.key(4))) <= 1e-5
+    relaxed = E.RECMe3nnLinear(irr_in, irr_out, key=key, theta_init=0.4)
+    q = E.complement(relaxed.effective_weight(), g)
+    np.testing.assert_allclose(float(jnp.linalg.norm(q)), 0.4, rtol=1e-5)
+
+
+def test_e3nn_irreps_mismatch(key):
+    layer = E.RECMe3nnLinear("2x0e+1x1o", "1x1o", key=key)
+    with pytest.raises(ValueError, match="irreps mismatch"):
+        layer(e3nn.normal("2x0e+1x1e", key))
+    with pytest.raises(TypeError, match="`x`"):
+        layer(jnp.ones((4,)))
+    with pytest.raises(ValueError, match="irreps"):
+        E.RECMe3nnLinear("2xq", "1x1o", key=key)
+
+
+def test_relaxation_levels_and_set_theta(key):
+    g = E.cyclic_rot2d(4)
+    model = [
+        E.RECMLinear(g, key=key, theta_init=0.2),
+        E.RECMLinear(g, key=jax.random.key(1), theta_init=0.7),
+    ]
+    levels = E.relaxation_levels(model)
+    assert sorted(levels) == ["[0]", "[1]"]
+    np.testing.assert_allclose(
+        [float(levels[k][0]) for k in ("[0]", "[1]")], [0.2, 0.7]
+    )
+    zero = E.set_theta(model, 0.0)
+    assert all(float(m.theta) == 0.0 for m in zero)
