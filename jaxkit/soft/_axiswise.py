@@ -108,7 +108,7 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     perm = jnp.argsort(lax.stop_gradient(xs), axis=-1, stable=True)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     S = jnp.cumsum(a, axis=-1)
-    m = jnp.arange(1, n + 1, dtype=xs.dtype)
+    m = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
     Sprev = S - a
     A_sorted = (2 * m - n - 1) * a + S[..., -1:] - S - Sprev
     inv = jnp.argsort(perm, axis=-1)
@@ -135,7 +135,8 @@ def _rows(xs, rows_param, kind, softness, mode, A=None):
     if kind == "softsort":  # rows_param: anchors (..., r)
         z = -jnp.abs(rows_param[..., :, None] - xs[..., None, :])
     else:  # neuralsort, rows_param: coefficients (r,)
-        z = -(rows_param[:, None] * xs[..., None, :] + A[..., None, :])
+        c = rows_param.reshape((1,) * (xs.ndim - 1) + (-1, 1))
+        z = -(c * xs[..., None, :] + A[..., None, :])
     return proj_simplex(z, softness, mode)
 
 
@@ -344,8 +345,9 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 
         def body(acc, ch):
             c, nm, vd = ch
-            P = _rows(xs, c, "neuralsort", softness, mode, A) * vd[:, None]
-            return (acc[0] + jnp.sum(P, -2), acc[1] + jnp.einsum("...cn,c->...n", P, nm)), None
+            P = _rows(xs, c, "neuralsort", softness, mode, A)
+            return (acc[0] + jnp.einsum("...cn,c->...n", P, vd),
+                    acc[1] + jnp.einsum("...cn,c->...n", P, nm)), None
 
         zero = jnp.zeros_like(xs)
         (cs, ws), _ = lax.scan(jax.checkpoint(body), (zero, zero),
@@ -467,7 +469,7 @@ def _qparams(q, n, qm):
     p = q * (n - 1)
     if qm == "linear":
         k = jnp.floor(p).astype(jnp.int32)
-        return k, p - k, True
+        return k, p - k.astype(p.dtype), True
     if qm == "lower":
         return jnp.clip(jnp.floor(p).astype(jnp.int32), 0, n - 1), jnp.zeros_like(p), False
     if qm == "higher":
@@ -531,12 +533,15 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
         elif method == "ot":
             mu = jnp.ones((n,), xs.dtype) / n
             if two:
-                nu = jnp.stack([k / n, 1 / n + 0 * q, (kp1 - k) / n, (n - kp1 - 1) / n])
+                kf, k1f = k.astype(xs.dtype), kp1.astype(xs.dtype)
+                nu = jnp.stack([kf / n, jnp.full_like(kf, 1 / n), (k1f - kf) / n,
+                                (n - k1f - 1) / n])
                 anchors = jnp.array([0.0, 1 / 3, 2 / 3, 1.0], xs.dtype)
                 G = transport(xs, anchors, mu, nu.astype(xs.dtype), softness)
                 P = jnp.swapaxes(G[..., 1:3], -1, -2)
             else:
-                nu = jnp.stack([k / n, 1 / n + 0 * q, (n - k - 1) / n]).astype(xs.dtype)
+                kf = k.astype(xs.dtype)
+                nu = jnp.stack([kf / n, jnp.full_like(kf, 1 / n), (n - kf - 1) / n])
                 anchors = jnp.array([0.0, 0.5, 1.0], xs.dtype)
                 G = transport(xs, anchors, mu, nu, softness)
                 P = jnp.swapaxes(G[..., 1:2], -1, -2)
@@ -678,7 +683,8 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
           impl: str = "hybrid") -> tuple[Array, Array | None]:
     """Soft ``lax.top_k`` along ``axis``: (values ``(..., k, ...)``, soft index or ``None``).
 
-    ``pav`` returns the first ``k`` of the descending soft sort and no soft index.
+    ``pav`` and ``network`` return the first ``k`` of the descending soft sort and no
+    soft index (as softjax); use :func:`argtop_k` for the network's soft index rows.
     """
     method = _method(method, VALUE_METHODS)
     _check_common(mode, method, softness, network, abs_mode, impl)
@@ -689,7 +695,7 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
     if mode == "hard":
         v, idx = lax.top_k(xl, k)
         return _back(v, ax, dt), _back_index(_onehot(idx, n, xl.dtype), ax, dt)
-    if method == "pav":
+    if method in ("pav", "network"):
         xl = _guard(xl, softness)
         s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)

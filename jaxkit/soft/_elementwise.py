@@ -150,7 +150,7 @@ def round(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",  #
         return jnp.round(x)
     center = jax.lax.stop_gradient(jnp.floor(x))
     offs = jnp.arange(-neighbor_radius, neighbor_radius + 1, dtype=x.dtype)
-    m = center[..., None] + offs
+    m = center[..., None] + offs.reshape((1,) * x.ndim + (-1,))
     wl = sigmoidal(x[..., None] - (m - 0.5), softness, mode)
     wr = sigmoidal(x[..., None] - (m + 0.5), softness, mode)
     return jnp.sum(m * (wl - wr), axis=-1)

@@ -25,7 +25,7 @@ def _sparsemax(v):
     n = v.shape[-1]
     u = -jnp.sort(-v, axis=-1)
     cs = jnp.cumsum(u, axis=-1)
-    k = jnp.arange(1, n + 1, dtype=v.dtype)
+    k = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=v.dtype), v.shape)
     cond = 1.0 / k + (u - cs / k) > 0
     idx = jnp.count_nonzero(cond, axis=-1, keepdims=True)
     c_at = jnp.take_along_axis(cs, idx - 1, axis=-1)
@@ -48,7 +48,7 @@ def _entmax_theta(v, power):
     us = u - u0
     S = jnp.cumsum(us, axis=-1)
     M2 = jnp.cumsum(us**2, axis=-1)
-    k = jnp.arange(1, n + 1, dtype=v.dtype)
+    k = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=v.dtype), v.shape)
     if power == 2:
         disc = S**2 - k * (M2 - 1.0)
         th = (S - jnp.sqrt(jnp.maximum(disc, 0.0))) / k

@@ -88,6 +88,7 @@ def transport(x, anchors, mu, nu, softness, *, tol=1e-6, max_iter=5000):
     """Batched plan for cost ``(x_i - a_j)^2``; returns ``n * Gamma`` of shape ``(..., n, m)``."""
     *batch, n = x.shape
     m = anchors.shape[-1]
+    anchors = jnp.broadcast_to(anchors, (*batch, m))
     C = (x[..., :, None] - anchors[..., None, :]) ** 2
     C = C.reshape(-1, n, m)
     tiny = 1e-12
