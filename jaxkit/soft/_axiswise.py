@@ -252,7 +252,7 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
     n = xl.shape[-1]
     xs, mean, std = _squash(xl, standardize)
     if method == "pav":
-        anchors = jnp.broadcast_to(jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1), xs.shape)
+        anchors = jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1)
         z = anchors / scal(softness, xs.dtype)
         out = _pav.project_permutahedron(z, xs, reg="kl" if mode == "smooth" else "l2",
                                          impl=impl, z_order="asc")
@@ -322,7 +322,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     nums = jnp.arange(1, n + 1, dtype=xs.dtype)
     if method == "pav":
         scale = builtins.max(n - 1, 1)
-        w = jnp.broadcast_to(nums / scale, xs.shape)
+        w = nums / scale
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
         r = _pav.project_permutahedron(z, w, reg="kl" if mode == "smooth" else "l2",
                                        impl=impl, w_order="asc") * scale

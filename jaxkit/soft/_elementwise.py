@@ -20,7 +20,10 @@ SIGMOID_MODES = ("smooth", "c0", "c1", "c2", "cauchy", "reciprocal")
 
 
 def _poly(coeffs, v):
-    return jnp.polyval(jnp.asarray(coeffs, v.dtype), v)
+    y = jnp.full_like(v, coeffs[0])
+    for c in coeffs[1:]:
+        y = y * v + c
+    return y
 
 
 def _piece(v, y, above):

@@ -193,13 +193,24 @@ def project_permutahedron_row(z, w, reg: str, impl: str, z_order: str = "any",
 
 def project_permutahedron(z, w, *, reg: str = "l2", impl: str = "hybrid", z_order="any",
                           w_order="any"):
-    """Batched permutahedron projection along the last axis of ``z`` and ``w``."""
-    shape = z.shape
-    n = shape[-1]
+    """Batched permutahedron projection along the last axis.
+
+    Either ``z`` or ``w`` may be 1-D (shared by every row, e.g. constant anchors); it is
+    then broadcast inside ``vmap`` (keeps the batch sharding of the other argument).
+    """
+    z = jnp.asarray(z)
+    w = jnp.asarray(w)
+    n = z.shape[-1]
+    shape = jnp.broadcast_shapes(z.shape, w.shape)
     f = functools.partial(project_permutahedron_row, reg=reg, impl=impl, z_order=z_order,
                           w_order=w_order)
-    out = jax.vmap(f)(z.reshape(-1, n), w.reshape(-1, n))
-    return out.reshape(shape)
+    if len(shape) == 1:
+        return f(z, w)
+    za = None if z.ndim == 1 else 0
+    wa = None if w.ndim == 1 else 0
+    zz = z if za is None else z.reshape(-1, n)
+    ww = w if wa is None else w.reshape(-1, n)
+    return jax.vmap(f, in_axes=(za, wa))(zz, ww).reshape(shape)
 
 
 def isotonic(y, *, increasing: bool = False, impl: str = "hybrid"):

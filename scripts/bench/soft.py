@@ -111,7 +111,8 @@ def skip_anchor(c):
 def run_anchor(py, cells, data_path, reps):
     if not py or not os.path.exists(py):
         return {}, "softjax interpreter not given (--softjax-python / SOFTJAX_PYTHON)"
-    todo = [c for c in cells if not skip_anchor(c)]
+    todo = [{**c, "method": SJ_NAME.get(c["method"], c["method"])} for c in cells
+            if not skip_anchor(c)]
     with tempfile.TemporaryDirectory() as d:
         cp = os.path.join(d, "cells.json")
         with open(cp, "w") as f:
