@@ -365,7 +365,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     else:  # matrix-free network: rank_j = (P~^T nums)_j / (P~^T 1)_j, P~ = diag(1/rowsum) P
         _, ms, partner = NW.forward(xs, softness, mode, network, standardize)
         npad = ms.shape[-1]
-        padz = jnp.zeros((*xs.shape[:-1], npad - n), xs.dtype)
+        padz = jnp.repeat(jnp.zeros_like(xs[..., :1]), npad - n, axis=-1)
         ones = jnp.concatenate([jnp.ones_like(xs), padz], -1)
         rows = NW.apply(ones, ms, partner)[..., :n]  # row sums of P[:n, :n]
         rows = jnp.clip(rows, min=1e-10)
@@ -666,7 +666,7 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
     else:
         _, ms, partner = NW.forward(xs, softness, mode, network, standardize)
         npad = ms.shape[-1]
-        padz = jnp.zeros((*xs.shape[:-1], npad - n), xs.dtype)
+        padz = jnp.repeat(jnp.zeros_like(xs[..., :1]), npad - n, axis=-1)
         rows = NW.apply(jnp.concatenate([jnp.ones_like(xs), padz], -1), ms, partner)[..., :n]
         # descending row i = ascending row n-1-i; P^T e_r gives row r of P
         E = jnp.eye(npad, dtype=xs.dtype)[jnp.arange(n - 1, n - 1 - k, -1)]  # (k, npad)

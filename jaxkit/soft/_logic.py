@@ -53,21 +53,33 @@ def any(x: ArrayLike, axis: int | None = -1, use_geometric_mean: bool = False,  
 
 def _pair(x, y):
     x = as_float(x)
-    y = jnp.asarray(y).astype(x.dtype)
-    shape = jnp.broadcast_shapes(x.shape, y.shape)
-    return jnp.stack([jnp.broadcast_to(x, shape), jnp.broadcast_to(y, shape)], axis=-1)
+    return x, jnp.asarray(y).astype(x.dtype)
+
+
+def _tnorm2(x, y, tnorm, geo, eps=1e-10):
+    if geo or tnorm == "geometric":
+        return jnp.exp(0.5 * (jnp.log(jnp.clip(x, min=eps)) + jnp.log(jnp.clip(y, min=eps))))
+    if tnorm == "product":
+        return x * y
+    if tnorm == "godel":
+        return jnp.minimum(x, y)
+    return jnp.maximum(x + y - 1.0, 0.0)
 
 
 def logical_and(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
                 tnorm: str = "product") -> Array:
     """Soft AND (t-norm of the pair)."""
-    return all(_pair(x, y), axis=-1, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    V.one_of(TNORMS, tnorm=tnorm)
+    x, y = _pair(x, y)
+    return _tnorm2(x, y, tnorm, use_geometric_mean)
 
 
 def logical_or(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
                tnorm: str = "product") -> Array:
-    """Soft OR (t-conorm of the pair)."""
-    return any(_pair(x, y), axis=-1, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``."""
+    V.one_of(TNORMS, tnorm=tnorm)
+    x, y = _pair(x, y)
+    return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, use_geometric_mean)
 
 
 def logical_xor(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,

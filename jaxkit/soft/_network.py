@@ -84,7 +84,7 @@ def forward(x, softness, mode, kind, standardized):
         p, lo = pl
         xp = jnp.take(x, p, axis=-1)
         sig = sigmoidal(x - xp, softness, mode)
-        m = jnp.where(p == jnp.arange(npad), jnp.zeros_like(sig), jnp.where(lo, sig, 1.0 - sig))
+        m = jnp.where(p == jnp.arange(npad, dtype=p.dtype), jnp.zeros_like(sig), jnp.where(lo, sig, 1.0 - sig))
         return (1.0 - m) * x + m * xp, m
 
     if partner.shape[0] == 0:

@@ -61,8 +61,10 @@ def _rounds(z, w, reg, max_rounds):
         changed, r, _ = state
         return changed & (r < max_rounds)
 
-    start0 = jnp.ones((n,), bool)
-    _, _, start = lax.while_loop(cond, body, (jnp.array(True), jnp.array(0), start0))
+    # carries derived from the input so that, under vmap, they share its batch sharding
+    start0 = jnp.ones_like(z, dtype=bool)
+    r0 = jnp.zeros_like(z[0], dtype=jnp.int32)
+    _, _, start = lax.while_loop(cond, body, (start0[0], r0, start0))
     return start
 
 
@@ -98,10 +100,13 @@ def _stack(a, b, cnt, nb, reg):
         starts, A, B, m = lax.while_loop(mcond, mbody, (starts, A, B, m + 1))
         return i + 1, starts, A, B, m
 
-    init = (jnp.array(0), jnp.full((n,), n), jnp.zeros_like(a), jnp.zeros_like(b), jnp.array(0))
+    zi = jnp.zeros_like(a, dtype=jnp.int32)
+    init = (zi[0], zi + n, jnp.zeros_like(a), jnp.zeros_like(b), zi[0])
     _, starts, _, _, m = lax.while_loop(lambda st: st[0] < nb, fbody, init)
-    starts = jnp.where(jnp.arange(n) < m, starts, n)
-    return jnp.searchsorted(starts, jnp.arange(n), side="right") - 1
+    ar = jnp.cumsum(jnp.ones_like(zi)) - 1
+    starts = jnp.where(ar < m, starts, n)
+    mask = zi.at[starts].add(1, mode="drop")  # 1 at every final block start
+    return jnp.cumsum(mask) - 1
 
 
 def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | None = None):
@@ -114,7 +119,7 @@ def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | Non
         r = max(1, math.ceil(2 * math.log2(max(n, 2)))) if max_rounds is None else max_rounds
         start = _rounds(z, w, reg, r)
     else:
-        start = jnp.ones((n,), bool)
+        start = jnp.ones_like(z, dtype=bool)
     bid = jnp.cumsum(start) - 1
     nb = bid[-1] + 1
     if reg == "l2":

@@ -42,8 +42,9 @@ def _solve(C, mu, nu, eps, tol, max_iter):
         return i + 10, fg, err(fg)
 
     n, m = C.shape
-    fg0 = (jnp.zeros((n,), C.dtype), jnp.zeros((m,), C.dtype))
-    _, (f, g), _ = lax.while_loop(cond, body, (jnp.array(0), fg0, jnp.array(jnp.inf, C.dtype)))
+    fg0 = (jnp.zeros_like(C[:, 0]), jnp.zeros_like(C[0, :]))
+    i0 = jnp.zeros_like(C[0, 0], dtype=jnp.int32)
+    _, (f, g), _ = lax.while_loop(cond, body, (i0, fg0, jnp.full_like(C[0, 0], jnp.inf)))
     return jnp.exp((f[:, None] + g[None, :] - C) / eps)
 
 
