@@ -52,7 +52,7 @@ def _rounds(z, w, reg, max_rounds):
 
     def body(state):
         _, r, start = state
-        bid = jnp.cumsum(start) - 1
+        bid = jnp.cumsum(start, dtype=jnp.int32) - 1
         val = _block_values(z, w, bid, reg)
         viol = start & (idx > 0) & (val[jnp.maximum(bid - 1, 0)] < val[bid])
         return jnp.any(viol), r + 1, start & ~viol
@@ -114,14 +114,14 @@ def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | Non
     n = z.shape[0]
     if impl == "rounds":
         start = _rounds(z, w, reg, n if max_rounds is None else max_rounds)
-        return jnp.cumsum(start) - 1
+        return jnp.cumsum(start, dtype=jnp.int32) - 1
     if impl == "hybrid":
         r = max(1, math.ceil(2 * math.log2(max(n, 2)))) if max_rounds is None else max_rounds
         start = _rounds(z, w, reg, r)
     else:
         start = jnp.ones_like(z, dtype=bool)
-    bid = jnp.cumsum(start) - 1
-    nb = bid[-1] + 1
+    bid = jnp.cumsum(start, dtype=jnp.int32) - 1
+    nb = (bid[-1] + 1).astype(jnp.int32)
     if reg == "l2":
         a = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
         b = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
