@@ -64,8 +64,8 @@ def _rounds(z, w, reg, max_rounds):
     # carries derived from the input so that, under vmap, they share its batch sharding
     start0 = jnp.ones_like(z, dtype=bool)
     r0 = jnp.zeros_like(z[0], dtype=jnp.int32)
-    _, _, start = lax.while_loop(cond, body, (start0[0], r0, start0))
-    return start
+    changed, _, start = lax.while_loop(cond, body, (start0[0], r0, start0))
+    return start, ~changed
 
 
 def _stack(a, b, cnt, nb, reg):
@@ -113,22 +113,24 @@ def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | Non
     """Block ids (non-decreasing, starting at 0) of decreasing isotonic regression (1-D)."""
     n = z.shape[0]
     if impl == "rounds":
-        start = _rounds(z, w, reg, n if max_rounds is None else max_rounds)
+        start, _ = _rounds(z, w, reg, n if max_rounds is None else max_rounds)
         return jnp.cumsum(start, dtype=jnp.int32) - 1
     if impl == "hybrid":
         r = max(1, math.ceil(2 * math.log2(max(n, 2)))) if max_rounds is None else max_rounds
-        start = _rounds(z, w, reg, r)
+        start, done = _rounds(z, w, reg, r)
     else:
         start = jnp.ones_like(z, dtype=bool)
+        done = jnp.zeros_like(start[0])
     bid = jnp.cumsum(start, dtype=jnp.int32) - 1
-    nb = (bid[-1] + 1).astype(jnp.int32)
+    # the stack only runs when the parallel rounds did not already converge
+    nb = jnp.where(done, 0, bid[-1] + 1).astype(jnp.int32)
     if reg == "l2":
         a = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
         b = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
     else:
         a, b = _seg_lse(z, bid, n), _seg_lse(w, bid, n)
     final = _stack(a, b, None, nb, reg)
-    return final[bid]
+    return jnp.where(done, bid, final[bid])
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))

@@ -142,8 +142,11 @@ def main() -> None:
     p.add_argument("--full", action="store_true")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--softjax-python", default=os.environ.get("SOFTJAX_PYTHON"))
+    p.add_argument("--methods", default="pav,softsort,neuralsort,network,ot",
+                   help="comma-separated subset of methods")
     args = p.parse_args()
-    cells = grid(args.full)
+    keep = set(args.methods.split(","))
+    cells = [c for c in grid(args.full) if c["method"] in keep]
     rng = np.random.default_rng(0)
     data = {}
     for n in sorted({c["n"] for c in cells}):
