@@ -1,0 +1,64 @@
+"""Shared helpers of ``jaxkit.soft``: validation, dtypes, standardize-and-squash."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import _validate as V
+
+MODES = ("hard", "smooth", "c0", "c1", "c2")
+
+
+def check_mode(mode: str, allowed: tuple[str, ...] = MODES) -> None:
+    V.one_of(allowed, mode=mode)
+
+
+def check_softness(softness: Any) -> None:
+    """Concrete softness must be a positive finite scalar (tracers are checked at run time)."""
+    V.finite_scalar(softness=softness)
+    V.positive(softness=softness)
+
+
+def guard_softness(x: jax.Array, softness: Any) -> jax.Array:
+    """Attach a run-time check that a traced ``softness`` is > 0 to ``x``."""
+    check_softness(softness)
+    if isinstance(softness, jax.core.Tracer):
+        x = V.error_if(x, ~(jnp.asarray(softness) > 0), "`softness` must be > 0.")
+    return x
+
+
+def as_float(x: Any) -> jax.Array:
+    """``x`` as a floating array (integers/bools become the default float)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def compute_dtype(dtype: Any) -> Any:
+    """Accumulation dtype: f64 for f64 inputs, f32 otherwise."""
+    return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+
+
+def scal(s: Any, dtype: Any) -> jax.Array:
+    return jnp.asarray(s).astype(dtype)
+
+
+def norm_axis(axis: int | None, nd: int) -> int:
+    return V.axis(axis, nd, name="axis")
+
+
+def standardize_and_squash(x: jax.Array, axis: int = -1, eps: float = 1e-6):
+    """sigma((x - mean) / sqrt(var + eps)) along ``axis``; also returns mean and std."""
+    mean = jnp.mean(x, axis=axis, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=axis, keepdims=True)
+    std = jnp.sqrt(var + eps)
+    return jax.nn.sigmoid((x - mean) / std), mean, std
+
+
+def unsquash(y: jax.Array, mean: jax.Array, std: jax.Array, eps: float = 1e-10) -> jax.Array:
+    """Inverse of :func:`standardize_and_squash` (logit, then rescale)."""
+    safe = max(eps, 10 * float(jnp.finfo(y.dtype).eps))
+    y = jnp.clip(y, safe, 1.0 - safe)
+    return jnp.log(y / (1.0 - y)) * std + mean

@@ -1,0 +1,91 @@
+"""Fuzzy logic on soft Booleans with t-norm families.
+
+References:
+  Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
+  van Krieken et al., Analyzing differentiable fuzzy logic operators
+  <https://arxiv.org/abs/2002.06100>, 2022.
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+
+from jaxkit import _validate as V
+from jaxkit.soft._common import as_float
+
+TNORMS = ("product", "geometric", "lukasiewicz", "godel")
+
+
+def logical_not(x: ArrayLike) -> Array:
+    """Soft NOT ``1 - x``."""
+    return 1.0 - as_float(x)
+
+
+def all(x: ArrayLike, axis: int | None = -1, epsilon: float = 1e-10,  # noqa: A001
+        use_geometric_mean: bool = False, *, tnorm: str = "product") -> Array:
+    """Soft ALL along ``axis``: the t-norm of the entries.
+
+    ``tnorm``: ``"product"`` (softjax default), ``"geometric"`` (geometric mean, as
+    softjax's ``use_geometric_mean=True``), ``"lukasiewicz"`` (max(0, sum - (n-1))),
+    ``"godel"`` (min).
+
+    References:
+      van Krieken et al., Analyzing differentiable fuzzy logic operators
+      <https://arxiv.org/abs/2002.06100>, 2022.
+    """
+    V.one_of(TNORMS, tnorm=tnorm)
+    x = as_float(x)
+    if use_geometric_mean or tnorm == "geometric":
+        return jnp.exp(jnp.mean(jnp.log(jnp.clip(x, min=epsilon)), axis=axis))
+    if tnorm == "product":
+        return jnp.prod(x, axis=axis)
+    if tnorm == "godel":
+        return jnp.min(x, axis=axis, initial=1.0)
+    n = x.size if axis is None else x.shape[axis]
+    return jnp.maximum(jnp.sum(x, axis=axis) - (n - 1), 0.0).astype(x.dtype)
+
+
+def any(x: ArrayLike, axis: int | None = -1, use_geometric_mean: bool = False,  # noqa: A001
+        *, tnorm: str = "product") -> Array:
+    """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm)."""
+    return logical_not(all(logical_not(x), axis=axis, use_geometric_mean=use_geometric_mean,
+                           tnorm=tnorm))
+
+
+def _pair(x, y):
+    x = as_float(x)
+    return x, jnp.asarray(y).astype(x.dtype)
+
+
+def _tnorm2(x, y, tnorm, geo, eps=1e-10):
+    if geo or tnorm == "geometric":
+        return jnp.exp(0.5 * (jnp.log(jnp.clip(x, min=eps)) + jnp.log(jnp.clip(y, min=eps))))
+    if tnorm == "product":
+        return x * y
+    if tnorm == "godel":
+        return jnp.minimum(x, y)
+    return jnp.maximum(x + y - 1.0, 0.0)
+
+
+def logical_and(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
+                tnorm: str = "product") -> Array:
+    """Soft AND (t-norm of the pair)."""
+    V.one_of(TNORMS, tnorm=tnorm)
+    x, y = _pair(x, y)
+    return _tnorm2(x, y, tnorm, use_geometric_mean)
+
+
+def logical_or(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
+               tnorm: str = "product") -> Array:
+    """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``."""
+    V.one_of(TNORMS, tnorm=tnorm)
+    x, y = _pair(x, y)
+    return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, use_geometric_mean)
+
+
+def logical_xor(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
+                tnorm: str = "product") -> Array:
+    """Soft XOR = ``or(and(x, not y), and(not x, y))``."""
+    kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    a = logical_and(x, logical_not(y), **kw)
+    b = logical_and(logical_not(x), y, **kw)
+    return logical_or(a, b, **kw)

@@ -1,0 +1,55 @@
+"""Autograd-safe math (double-``where``): finite values and gradients at the boundary.
+
+References:
+  Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
+"""
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+
+from jaxkit.soft._common import as_float
+
+
+def sqrt(x: ArrayLike) -> Array:
+    """``sqrt(x)`` for ``x > 0``, 0 elsewhere; the gradient is 0 (not inf/NaN) at ``x <= 0``."""
+    x = as_float(x)
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
+
+
+def log(x: ArrayLike) -> Array:
+    """``log(x)`` for ``x > 0``, 0 elsewhere, with NaN-free gradients."""
+    x = as_float(x)
+    pos = x > 0
+    return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
+
+
+def div(x: ArrayLike, y: ArrayLike) -> Array:
+    """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients."""
+    x = as_float(x)
+    y = jnp.asarray(y).astype(x.dtype)
+    nz = y != 0
+    return jnp.where(nz, x / jnp.where(nz, y, 1.0), 0.0).astype(x.dtype)
+
+
+def arcsin(x: ArrayLike) -> Array:
+    """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients."""
+    x = as_float(x)
+    inside = jnp.abs(x) < 1
+    return jnp.where(inside, jnp.arcsin(jnp.where(inside, x, 0.0)),
+                     jnp.sign(x) * (jnp.pi / 2)).astype(x.dtype)
+
+
+def arccos(x: ArrayLike) -> Array:
+    """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients."""
+    x = as_float(x)
+    inside = jnp.abs(x) < 1
+    return jnp.where(inside, jnp.arccos(jnp.where(inside, x, 0.0)),
+                     jnp.where(x >= 1, 0.0, jnp.pi)).astype(x.dtype)
+
+
+def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None,
+         keepdims: bool = False) -> Array:
+    """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN)."""
+    x = as_float(x)
+    return sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))

@@ -1,0 +1,118 @@
+"""Selection with soft Booleans and soft indices (distributions over positions).
+
+References:
+  Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
+"""
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+
+from jaxkit import _validate as V
+from jaxkit.soft._common import as_float
+
+
+def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
+    """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``."""
+    x = as_float(x)
+    c = jnp.asarray(condition).astype(x.dtype)
+    y = jnp.asarray(y).astype(x.dtype)
+    return x * c + y * (1.0 - c)
+
+
+def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
+    """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
+
+    Requires ``soft_index.ndim == x.ndim + 1``.
+    """
+    x = as_float(x)
+    p = jnp.asarray(soft_index).astype(x.dtype)
+    if axis is None:
+        x = jnp.ravel(x)
+        axis = 0
+    ax = V.axis(axis, x.ndim)
+    if p.ndim != x.ndim + 1:
+        raise TypeError(f"`soft_index` must have rank x.ndim + 1 = {x.ndim + 1}, "
+                        f"got shape {p.shape}.")
+    if p.shape[-1] != x.shape[ax]:
+        raise TypeError(f"`soft_index` last axis must have size {x.shape[ax]}, got {p.shape}.")
+    xl = jnp.moveaxis(x, ax, -1)
+    pl = jnp.moveaxis(p, ax, -2)
+    out = jnp.einsum("...n,...kn->...k", xl, pl)
+    return jnp.moveaxis(out, -1, ax)
+
+
+def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
+    """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
+    x = as_float(x)
+    p = jnp.asarray(soft_index).astype(x.dtype)
+    V.ndim(p, 2, name="soft_index")
+    if axis is None:
+        x = jnp.ravel(x)
+        axis = 0
+    ax = V.axis(axis, x.ndim)
+    if p.shape[-1] != x.shape[ax]:
+        raise TypeError(f"`soft_index` last axis must have size {x.shape[ax]}, got {p.shape}.")
+    xl = jnp.moveaxis(x, ax, -1)
+    out = jnp.einsum("...n,kn->...k", xl, p)
+    return jnp.moveaxis(out, -1, ax)
+
+
+def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
+    """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``."""
+    c = as_float(choices)
+    p = jnp.asarray(soft_index).astype(c.dtype)
+    if p.ndim != c.ndim or p.shape[-1] != c.shape[0]:
+        raise TypeError(f"`soft_index` (..., [n]) and `choices` (n, ...) are incompatible: "
+                        f"{p.shape} vs {c.shape}.")
+    tgt = jnp.broadcast_shapes(c.shape[1:], p.shape[:-1])
+    cb = jnp.moveaxis(jnp.broadcast_to(c, (c.shape[0], *tgt)), 0, -1)
+    return jnp.sum(cb * p, axis=-1)
+
+
+def dynamic_index_in_dim(x: ArrayLike, soft_index: ArrayLike, axis: int = 0,
+                         keepdims: bool = True) -> Array:
+    """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
+    x = as_float(x)
+    p = jnp.asarray(soft_index).astype(x.dtype)
+    ax = V.axis(axis, x.ndim)
+    V.shape(p, (x.shape[ax],), name="soft_index")
+    y = jnp.tensordot(jnp.moveaxis(x, ax, -1), p, axes=1)
+    return jnp.expand_dims(y, ax) if keepdims else y
+
+
+def dynamic_slice_in_dim(x: ArrayLike, soft_start_index: ArrayLike, slice_size: int,
+                         axis: int = 0, *, boundary: str = "clamp") -> Array:
+    """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
+
+    ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
+    or ``"wrap"`` (softjax parity: indices taken modulo ``n``).
+    """
+    V.one_of(("clamp", "wrap"), boundary=boundary)
+    x = as_float(x)
+    p = jnp.asarray(soft_start_index).astype(x.dtype)
+    ax = V.axis(axis, x.ndim)
+    n = x.shape[ax]
+    V.shape(p, (n,), name="soft_start_index")
+    if not 0 < slice_size <= n:
+        raise ValueError(f"`slice_size` must satisfy 0 < slice_size <= {n}, got {slice_size}.")
+    i = jnp.arange(n)[:, None]
+    t = jnp.arange(slice_size)[None, :]
+    idx = (i + t) % n if boundary == "wrap" else jnp.minimum(i, n - slice_size) + t
+    xl = jnp.moveaxis(x, ax, -1)
+    g = xl[..., idx]  # (..., n, slice)
+    y = jnp.einsum("...it,i->...t", g, p)
+    return jnp.moveaxis(y, -1, ax)
+
+
+def dynamic_slice(x: ArrayLike, soft_start_indices: Sequence[ArrayLike],
+                  slice_sizes: Sequence[int], *, boundary: str = "clamp") -> Array:
+    """Soft ``lax.dynamic_slice``: separable soft slices along every axis."""
+    x = as_float(x)
+    if not len(soft_start_indices) == len(slice_sizes) == x.ndim:
+        raise TypeError(f"`soft_start_indices` and `slice_sizes` need one entry per axis "
+                        f"({x.ndim}), got {len(soft_start_indices)} and {len(slice_sizes)}.")
+    for a, (p, s) in enumerate(zip(soft_start_indices, slice_sizes, strict=True)):
+        x = dynamic_slice_in_dim(x, p, s, axis=a, boundary=boundary)
+    return x

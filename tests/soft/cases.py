@@ -1,0 +1,65 @@
+"""Conformance cases for jaxkit.soft (one per operator family)."""
+
+import jax
+import jax.numpy as jnp
+
+import jaxkit.soft as S
+from tests.conformance import Bad, Case
+
+
+def _x(key, dtype, n=6):
+    return (jax.random.normal(key, (8, n), jnp.float32).astype(dtype),)
+
+
+def _pair(key, dtype):
+    k1, k2 = jax.random.split(key)
+    return (jax.random.normal(k1, (8, 5)).astype(dtype), jax.random.normal(k2, (8, 5)).astype(dtype))
+
+
+def _bool(key, dtype):
+    return (jax.random.uniform(key, (8, 5)).astype(dtype),)
+
+
+def _bad_axis(fn, **kw):
+    return (
+        Bad("softness <= 0", lambda k: ((jnp.ones((2, 4)),), {**kw, "softness": 0.0}),
+            ValueError, "softness"),
+        Bad("axis out of range", lambda k: ((jnp.ones((2, 4)),), {**kw, "axis": 5}),
+            ValueError, "axis"),
+        Bad("NaN input", lambda k: ((jnp.full((2, 4), jnp.nan),), kw), ValueError, "x"),
+        Bad("unknown method", lambda k: ((jnp.ones((2, 4)),), {**kw, "method": "nope"}),
+            ValueError, "method"),
+    )
+
+
+SOFT = {"softness": (0.3, 0.5)}
+
+CASES = [
+    Case("soft.sort/pav", S.sort, _x, hparams=SOFT, static={"method": "pav"},
+         bad=_bad_axis(S.sort), grad_atol=1e-4, grad_rtol=1e-4),
+    Case("soft.rank/pav_l2", S.rank, _x, hparams=SOFT, static={"method": "pav", "mode": "c0"},
+         bad=_bad_axis(S.rank), grad_atol=1e-4, grad_rtol=1e-4),
+    Case("soft.argsort/neuralsort", S.argsort, _x, hparams=SOFT,
+         static={"method": "neuralsort"}, bad=_bad_axis(S.argsort), grad_atol=1e-4,
+         grad_rtol=1e-4),
+    Case("soft.top_k/softsort", lambda x, **kw: S.top_k(x, 3, **kw), _x, hparams=SOFT,
+         static={"method": "softsort"}, grad_atol=1e-4, grad_rtol=1e-4),
+    Case("soft.rank/network", S.rank, _x, hparams=SOFT,
+         static={"method": "network", "network": "odd_even"}, bad=_bad_axis(S.rank),
+         grad_atol=1e-4, grad_rtol=1e-4),
+    Case("soft.sort/ot", S.sort, _x, hparams=SOFT, static={"method": "ot"},
+         grad_modes=("rev",), grad_atol=1e-3, grad_rtol=1e-3, rtol=1e-4),
+    Case("soft.quantile/pav", lambda x, **kw: S.quantile(x, jnp.array([0.2, 0.5]), -1, **kw),
+         _x, hparams=SOFT, static={"method": "pav", "mode": "c0"}, shard_argnums=(),
+         grad_atol=1e-4, grad_rtol=1e-4),
+    Case("soft.sigmoidal", S.sigmoidal, _x, hparams=SOFT, static={"mode": "c2"},
+         bad=(Bad("softness <= 0", lambda k: ((jnp.ones(3),), {"softness": -1.0}), ValueError,
+                  "softness"),)),
+    Case("soft.greater", S.greater, _pair, hparams=SOFT, grad_argnums=(0, 1)),
+    Case("soft.logical_xor", S.logical_xor, lambda k, d: _bool(k, d) + _bool(
+        jax.random.fold_in(k, 1), d), grad_argnums=(0, 1)),
+    Case("soft.take_along_axis", S.take_along_axis,
+         lambda k, d: (_x(k, d)[0], jax.nn.softmax(jax.random.normal(k, (8, 3, 6))).astype(d)),
+         grad_argnums=(0, 1)),
+    Case("soft.sqrt", S.sqrt, lambda k, d: (jnp.abs(_x(k, d)[0]) + 0.5,)),
+]

@@ -1,0 +1,355 @@
+"""Oracles for jaxkit.soft: hard limits, closed forms, PAV derivatives, invariances, grads."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jaxkit.soft as S
+from jaxkit.soft import _network as NW
+from jaxkit.soft import _pav
+
+VALUE_METHODS = ["pav", "softsort", "neuralsort", "ot", "network"]
+INDEX_METHODS = ["softsort", "neuralsort", "ot", "network"]
+X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4, 1.5], [1.0, 0.2, -0.7, -2.0, 0.6, 0.1]])
+
+
+def hard_rank(x):
+    return (jnp.argsort(jnp.argsort(x, axis=-1), axis=-1) + 1).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------- hard limit
+
+
+@pytest.mark.parametrize("method", VALUE_METHODS)
+def test_zero_softness_limit_values(method):
+    s = 1e-4
+    # PAV in f32 has the documented logit-unsquash error floor (~2e-3 with squashing), so
+    # the exactness check runs it on raw values; OT's entropic blur decays slowest.
+    kw = dict(softness=s, method=method)
+    tol = 1e-3
+    if method == "pav":
+        kw.update(mode="c0", standardize=False, softness=1e-2)  # exact below the gap scale
+        tol = 1e-5
+    if method == "ot":
+        kw.update(softness=1e-3)
+        tol = 5e-2
+    np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=tol)
+    np.testing.assert_allclose(S.sort(X, descending=True, **kw), jnp.sort(X)[:, ::-1], atol=tol)
+    np.testing.assert_allclose(S.rank(X, **kw), hard_rank(X), atol=max(tol, 1e-3))
+    np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=tol)
+    np.testing.assert_allclose(S.min(X, axis=-1, **kw), X.min(-1), atol=tol)
+    np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=tol)
+    q = jnp.array([0.25, 0.5, 0.8])
+    np.testing.assert_allclose(S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1),
+                               atol=tol)
+    np.testing.assert_allclose(S.median(X, axis=-1, **kw), jnp.median(X, axis=-1), atol=tol)
+
+
+@pytest.mark.parametrize("method", INDEX_METHODS)
+def test_zero_softness_limit_indices(method):
+    kw = dict(softness=1e-4, method=method)
+    tol = 2e-2 if method == "ot" else 1e-3
+    np.testing.assert_allclose(S.argsort(X, **kw), jax.nn.one_hot(jnp.argsort(X), 6), atol=tol)
+    np.testing.assert_allclose(S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 6),
+                               atol=tol)
+    np.testing.assert_allclose(S.argtop_k(X, 3, **kw),
+                               jax.nn.one_hot(jax.lax.top_k(X, 3)[1], 6), atol=tol)
+
+
+def test_pav_exact_at_finite_softness():
+    x = jnp.array([8.0, 0, 5, 3, 2, 1, 6, 7, 9])
+    out = S.sort(x, softness=0.01, mode="c0", standardize=False)
+    assert np.array_equal(np.asarray(out), np.sort(np.asarray(x)))
+
+
+@pytest.mark.parametrize("mode", ["smooth", "c0", "c1", "c2"])
+def test_elementwise_hard_limit(mode):
+    x = jnp.array([-2.0, -0.5, 0.3, 1.7])
+    s = 1e-4
+    np.testing.assert_allclose(S.heaviside(x, s, mode), (x > 0).astype(x.dtype), atol=1e-6)
+    np.testing.assert_allclose(S.relu(x, s, mode), jax.nn.relu(x), atol=1e-3)
+    np.testing.assert_allclose(S.abs(x, s, mode), jnp.abs(x), atol=1e-3)
+    np.testing.assert_allclose(S.clip(x, -1.0, 1.0, s, mode), jnp.clip(x, -1, 1), atol=1e-3)
+    np.testing.assert_allclose(S.round(x + 0.1, s, mode), jnp.round(x + 0.1), atol=1e-3)
+    np.testing.assert_allclose(S.greater(x, 0.0, s, mode), (x > 0).astype(x.dtype), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- PAV
+
+
+def test_blondel_closed_forms():
+    rho = jnp.arange(1.0, 4.0)
+    x = jnp.array([5.0, 1, 2])
+    P = _pav.project_permutahedron
+    np.testing.assert_allclose(P(rho / 1.0, x), [5 / 3, 8 / 3, 11 / 3], rtol=1e-5)
+    np.testing.assert_allclose(P(rho / 0.1, x), [1, 2, 5], rtol=1e-6)
+    np.testing.assert_allclose(P(x / 2.0, rho), [3, 1.25, 1.75], rtol=1e-6)
+    np.testing.assert_allclose(P(x / 1.0, rho), [3, 1, 2], rtol=1e-6)
+    np.testing.assert_allclose(P(x / 1.0, rho, reg="kl"), [3, 1, 2], rtol=1e-5)
+    x9 = jnp.array([8.0, 0, 5, 3, 2, 1, 6, 7, 9])
+    r9 = jnp.arange(1.0, 10.0)
+    np.testing.assert_allclose(P(x9, r9), [8, 1, 5, 4, 3, 2, 6, 7, 9], rtol=1e-6)
+    np.testing.assert_allclose(P(r9, x9), np.arange(9) + 5 / 9, rtol=1e-5)
+    g = jax.grad(lambda v: P(r9, v)[0])(x9)
+    np.testing.assert_allclose(g, np.full(9, 1 / 9), rtol=1e-5)
+
+
+def _pav_np(y):
+    out = []
+    for v in y:
+        out.append([v, 1])
+        while len(out) > 1 and out[-2][0] / out[-2][1] < out[-1][0] / out[-1][1]:
+            a = out.pop()
+            out[-1][0] += a[0]
+            out[-1][1] += a[1]
+    return np.concatenate([[s / c] * c for s, c in out])
+
+
+@pytest.mark.parametrize("impl", _pav.IMPLS)
+def test_pav_impls_match_reference(impl):
+    rng = np.random.default_rng(0)
+    cases = [rng.normal(size=23), np.round(rng.normal(size=23)),  # ties
+             np.r_[np.arange(30.0), 1e3],  # adversarial: n rounds for the parallel PAV
+             np.arange(12.0)[::-1]]
+    for y in cases:
+        got = S.isotonic(jnp.asarray(y, jnp.float32), impl=impl)
+        np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-4)
+    yb = jnp.asarray(rng.normal(size=(3, 17)), jnp.float32)
+    np.testing.assert_allclose(jax.vmap(lambda r: S.isotonic(r, impl=impl))(yb),
+                               np.stack([_pav_np(r) for r in np.asarray(yb)]), rtol=1e-5,
+                               atol=1e-5)
+
+
+def _unrolled(z, w, reg):
+    """Min-max formula of decreasing isotonic regression, O(n^3), plain autodiff."""
+    n = z.shape[0]
+    rows = []
+    for i in range(n):
+        cands = []
+        for k in range(i + 1):
+            vals = []
+            for j in range(i, n):
+                if reg == "l2":
+                    vals.append(jnp.mean(z[k:j + 1] - w[k:j + 1]))
+                else:
+                    vals.append(jax.nn.logsumexp(z[k:j + 1]) - jax.nn.logsumexp(w[k:j + 1]))
+            cands.append(jnp.max(jnp.stack(vals)))
+        rows.append(jnp.min(jnp.stack(cands)))
+    return jnp.stack(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reg", ["l2", "kl"])
+def test_pav_custom_jvp_equals_unrolled_reference(reg):
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(1)
+        z = jnp.asarray(np.sort(rng.normal(size=6))[::-1] * 3)
+        w = jnp.asarray(np.sort(rng.normal(size=6))[::-1])
+        f = lambda z, w: _pav.isotonic_pair(z, w, reg, "hybrid")  # noqa: E731
+        g = lambda z, w: _unrolled(z, w, reg)  # noqa: E731
+        np.testing.assert_allclose(f(z, w), g(z, w), rtol=1e-10)
+        for argn in (0, 1):
+            np.testing.assert_allclose(jax.jacfwd(f, argn)(z, w), jax.jacfwd(g, argn)(z, w),
+                                       rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(jax.jacrev(f, argn)(z, w), jax.jacrev(g, argn)(z, w),
+                                       rtol=1e-9, atol=1e-12)
+
+
+def test_pav_jacobian_structure():
+    with jax.enable_x64(True):
+        x = jnp.array([0.3, -1.2, 2.0, 0.9, -0.4, 1.5, 0.25])
+        J = jax.jacfwd(lambda v: S.sort(v, softness=1.0, mode="c0", standardize=False))(x)
+        np.testing.assert_allclose(J.sum(1), 1.0, atol=1e-12)  # rows sum to 1
+        Jr = jax.jacrev(lambda v: S.rank(v, softness=2.0, mode="c0", standardize=False))(x)
+        np.testing.assert_allclose(Jr.sum(1), 0.0, atol=1e-12)  # shift invariance
+        np.testing.assert_allclose(Jr, Jr.T, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- invariances
+
+
+@pytest.mark.parametrize("method", ["pav", "softsort", "neuralsort", "ot"])
+def test_permutation_invariance_and_equivariance(method):
+    # (soft sorting networks are not permutation invariant at finite softness)
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.normal(size=(8,)), jnp.float32)
+    perm = jnp.asarray(rng.permutation(8))
+    kw = dict(softness=0.2, method=method)
+    np.testing.assert_allclose(S.sort(x[perm], **kw), S.sort(x, **kw), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(S.rank(x[perm], **kw), S.rank(x, **kw)[perm], rtol=1e-4,
+                               atol=1e-4)
+    if method == "pav":
+        r = S.rank(x, softness=0.2, mode="c0")
+        np.testing.assert_allclose(jnp.sum(r), 36.0, rtol=1e-5)
+        s = S.sort(x, softness=0.2)
+        assert np.all(np.diff(np.asarray(s)) >= 0)
+
+
+def test_network_matrix_free_equals_dense():
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(2, 11)), jnp.float32)
+    for kind in NW.KINDS:
+        P = S.argsort(x, softness=0.3, method="network", network=kind)
+        Pt = jnp.swapaxes(P, -1, -2)
+        Pt = Pt / Pt.sum(-1, keepdims=True)
+        dense_rank = Pt @ jnp.arange(1.0, 12.0)
+        np.testing.assert_allclose(S.rank(x, softness=0.3, method="network", network=kind),
+                                   dense_rank, rtol=1e-4)
+        Pd = S.argsort(x, softness=0.3, method="network", network=kind, descending=True)
+        np.testing.assert_allclose(S.argtop_k(x, 3, softness=0.3, method="network",
+                                              network=kind), Pd[..., :3, :], atol=1e-5)
+
+
+def test_odd_even_network_sorts():
+    for n in (2, 4, 8, 16):
+        partner, low = NW.schedule(n, "odd_even")
+        for xs in itertools.islice(itertools.permutations(range(n)), 200):
+            v = np.array(xs, float)
+            for p, lo in zip(partner, low, strict=True):
+                w = v.copy()
+                for i in range(n):
+                    j = p[i]
+                    if j != i:
+                        w[i] = min(v[i], v[j]) if lo[i] else max(v[i], v[j])
+                v = w
+            assert np.all(np.diff(v) >= 0)
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+GRAD_OPS = [
+    ("sort", lambda x, m: S.sort(x, softness=0.5, method=m)),
+    ("rank", lambda x, m: S.rank(x, softness=0.5, method=m)),
+    ("quantile", lambda x, m: S.quantile(x, 0.3, axis=-1, softness=0.5, method=m)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", VALUE_METHODS)
+@pytest.mark.parametrize("op", GRAD_OPS, ids=lambda o: o[0])
+def test_check_grads_axiswise(op, method):
+    with jax.enable_x64(True):
+        x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
+        modes = ("rev",) if method == "ot" else ("fwd", "rev")
+        check_grads(lambda v: op[1](v, method), (x,), order=1, modes=modes, atol=1e-4,
+                    rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", INDEX_METHODS)
+def test_check_grads_index(method):
+    with jax.enable_x64(True):
+        x = jnp.array([0.3, -1.2, 2.0, 0.9, -0.4])
+        modes = ("rev",) if method == "ot" else ("fwd", "rev")
+        for f in (lambda v: S.argsort(v, softness=0.5, method=method),
+                  lambda v: S.top_k(v, 2, softness=0.5, method=method)[0],
+                  lambda v: S.argmax(v, softness=0.5, method=method)):
+            check_grads(f, (x,), order=1, modes=modes, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["smooth", "c0", "c1", "c2"])
+def test_check_grads_elementwise(mode):
+    with jax.enable_x64(True):
+        x = jnp.array([-0.9, -0.21, 0.13, 0.7])
+        y = jnp.array([0.1, -0.3, 0.4, 0.2])
+        for f in (S.sigmoidal, S.sign, S.abs, S.relu, S.round, S.heaviside):
+            check_grads(lambda v, f=f: f(v, 0.3, mode), (x,), order=1, modes=("fwd", "rev"))
+        for f in (S.greater, S.less_equal, S.equal, S.not_equal, S.isclose):
+            check_grads(lambda a, b, f=f: f(a, b, 0.3, mode=mode), (x, y), order=1,
+                        modes=("fwd", "rev"))
+        check_grads(lambda v: S.clip(v, -0.5, 0.5, 0.3, mode), (x,), order=1,
+                    modes=("fwd", "rev"))
+
+
+def test_check_grads_fast():
+    with jax.enable_x64(True):
+        x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4]])
+        check_grads(lambda v: S.rank(v, softness=0.5), (x,), 1, modes=("fwd", "rev"),
+                    atol=1e-4, rtol=1e-4)
+        check_grads(lambda v: S.sort(v, softness=0.5, mode="c0"), (x,), 1,
+                    modes=("fwd", "rev"), atol=1e-4, rtol=1e-4)
+        check_grads(lambda v: S.sigmoidal(v, 0.3, "c1"), (x,), 1, modes=("fwd", "rev"))
+
+
+def test_safe_math_gradients_finite_at_boundary():
+    for f, x in ((S.sqrt, 0.0), (S.log, 0.0), (S.arcsin, 1.0), (S.arccos, -1.0),
+                 (lambda v: S.div(1.0, v), 0.0), (lambda v: S.norm(jnp.stack([v, v])), 0.0)):
+        g = jax.grad(f)(jnp.float32(x))
+        assert np.isfinite(g)
+    np.testing.assert_allclose(S.sqrt(jnp.array([4.0, -1.0])), [2.0, 0.0])
+
+
+# ----------------------------------------------------------------------------- logic / selection / st
+
+
+def test_logic_tnorms():
+    a = jnp.array([0.2, 0.9, 1.0])
+    np.testing.assert_allclose(S.all(a), 0.18, rtol=1e-6)
+    np.testing.assert_allclose(S.all(a, tnorm="godel"), 0.2)
+    np.testing.assert_allclose(S.all(a, tnorm="lukasiewicz"), 0.1, atol=1e-6)
+    np.testing.assert_allclose(S.any(a), 1.0)
+    b = jnp.array([1.0, 0.0])
+    c = jnp.array([0.0, 0.0])
+    np.testing.assert_allclose(S.logical_xor(b, c), [1.0, 0.0])
+    np.testing.assert_allclose(S.logical_and(b, c, tnorm="lukasiewicz"), [0.0, 0.0])
+
+
+def test_selection_with_one_hot_matches_hard():
+    x = jnp.arange(12.0).reshape(3, 4)
+    p = jax.nn.one_hot(jnp.array([2, 0, 3]), 4)
+    np.testing.assert_allclose(S.take(x, p, axis=1), x[:, jnp.array([2, 0, 3])])
+    np.testing.assert_allclose(S.dynamic_index_in_dim(x, jax.nn.one_hot(1, 4), axis=1),
+                               jax.lax.dynamic_index_in_dim(x, 1, axis=1))
+    for start in range(4):
+        got = S.dynamic_slice_in_dim(x, jax.nn.one_hot(start, 4), 2, axis=1)
+        np.testing.assert_allclose(got, jax.lax.dynamic_slice_in_dim(x, start, 2, axis=1))
+    got = S.dynamic_slice(x, [jax.nn.one_hot(2, 3), jax.nn.one_hot(1, 4)], [1, 2])
+    np.testing.assert_allclose(got, jax.lax.dynamic_slice(x, (2, 1), (1, 2)))
+    np.testing.assert_allclose(S.choose(jax.nn.one_hot(jnp.array([1, 0, 2, 1]), 3), x),
+                               jnp.choose(jnp.array([1, 0, 2, 1]), x))
+
+
+def test_straight_through():
+    x = jnp.array([0.3, -1.2, 2.0, 0.9])
+    np.testing.assert_array_equal(S.sort_st(x), jnp.sort(x))
+    g_st = jax.grad(lambda v: jnp.sum(S.sort_st(v) * jnp.arange(4.0)))(x)
+    g_soft = jax.grad(lambda v: jnp.sum(S.sort(v) * jnp.arange(4.0)))(x)
+    np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
+    np.testing.assert_array_equal(S.heaviside_st(x), (x > 0).astype(x.dtype))
+    f = S.grad_replace(lambda v, forward: jnp.round(v) if forward else v)
+    np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(f(v)))(x), 1.0)
+
+
+# ----------------------------------------------------------------------------- bad inputs, empty
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="softness"):
+        S.sort(X, softness=0.0)
+    with pytest.raises(ValueError, match="softness"):
+        S.sigmoidal(X, softness=-1.0)
+    with pytest.raises(ValueError, match="axis"):
+        S.rank(X, axis=3)
+    with pytest.raises(ValueError, match="method"):
+        S.sort(X, method="bogus")
+    with pytest.raises(ValueError, match="x"):
+        S.sort(X.at[0, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match="k"):
+        S.top_k(X, 7)
+    with pytest.raises(Exception, match="softness"):
+        jax.block_until_ready(jax.jit(lambda s: S.sort(X, softness=s))(-1.0))
+
+
+def test_empty_like_jnp():
+    e = jnp.zeros((2, 0))
+    assert S.sort(e).shape == jnp.sort(e).shape
+    assert S.rank(e).shape == (2, 0)
+    assert S.argsort(e).shape == (2, 0, 0)
+    with pytest.raises(ValueError):
+        S.argmax(e, axis=-1)
