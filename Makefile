@@ -6,7 +6,7 @@ STAMP := $(VENV)/.jaxkit-stamp
 PYTEST_WORKERS ?= 2
 NAME ?=
 
-.PHONY: demo test test-slow bench venv clean
+.PHONY: demo test test-slow bench venv clean softjax-venv
 
 # The venv is rebuilt whenever pyproject.toml or constraints.txt change.
 $(STAMP): pyproject.toml constraints.txt
@@ -30,7 +30,15 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	@test -n "$(NAME)" || { echo "usage: make bench NAME=<area> [ARGS=--full]"; ls scripts/bench | grep -v '^_' | sed 's/\.py$$//'; exit 2; }
-	$(PY) scripts/bench/$(NAME).py $(ARGS)
+	SOFTJAX_PYTHON=$${SOFTJAX_PYTHON:-$$(test -x .venv-softjax/bin/python && echo .venv-softjax/bin/python)} \
+	  $(PY) scripts/bench/$(NAME).py $(ARGS)
+
+# softjax (the soft bench's anchor) needs Python >= 3.12: a separate venv, used as a subprocess.
+SOFTJAX_PY ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python))
+softjax-venv:
+	@test -n "$(SOFTJAX_PY)" || { echo "softjax needs Python >= 3.12: make softjax-venv SOFTJAX_PY=/path/to/python3.12"; exit 2; }
+	test -x .venv-softjax/bin/python || $(SOFTJAX_PY) -m venv .venv-softjax
+	.venv-softjax/bin/pip install -q softjax==0.1.1
 
 clean:
 	rm -rf out .pytest_cache
