@@ -59,6 +59,8 @@ class Case:
       bad: bad inputs and their errors.
       rtol: comparison tolerance for f32 (jit/eager, vmap/loop).
       grad_eps, grad_atol, grad_rtol: ``check_grads`` settings.
+      slow_checks: names of checks (keys of :data:`CHECKS`, or ``"sharding"``) that run
+        only in ``make test-slow`` for this case (the default run keeps the rest).
     """
 
     name: str
@@ -77,6 +79,7 @@ class Case:
     grad_eps: float | None = None
     grad_atol: float | None = None
     grad_rtol: float | None = None
+    slow_checks: tuple[str, ...] = ()
 
     def call(self, args: Sequence[Any], hp: dict[str, Any] | None = None) -> Any:
         hp = {k: v[0] for k, v in self.hparams.items()} if hp is None else hp

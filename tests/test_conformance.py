@@ -5,15 +5,26 @@ import pytest
 from tests import conformance
 
 CASES = conformance.registry()
-IDS = [c.name for c in CASES]
 
 
-@pytest.mark.parametrize("check", sorted(conformance.CHECKS))
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+PAIRS = [
+    pytest.param(case, check, id=f"{case.name}-{check}",
+                 marks=[pytest.mark.slow] if check in case.slow_checks else [])
+    for case in CASES
+    for check in sorted(conformance.CHECKS)
+]
+SHARDING = [
+    pytest.param(case, id=case.name,
+                 marks=[pytest.mark.slow] if "sharding" in case.slow_checks else [])
+    for case in CASES
+]
+
+
+@pytest.mark.parametrize("case, check", PAIRS)
 def test_conformance(case, check, key):
     conformance.CHECKS[check](case, key)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", SHARDING)
 def test_sharding_preserved(case, key, mesh8):
     conformance.check_sharding(case, key, mesh8)

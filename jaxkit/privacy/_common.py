@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jaxtyping import ArrayLike
 import jax.numpy as jnp
 
 from jaxkit import _validate
@@ -104,6 +105,7 @@ def norm_dtype(leaves: list[Any]) -> jnp.dtype:
     return jnp.dtype(jnp.float32)
 
 
-def weighted_sum(w: jax.Array, g: jax.Array) -> jax.Array:
+def weighted_sum(w: ArrayLike, g: ArrayLike) -> jax.Array:
     """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis)."""
+    w, g = jnp.asarray(w), jnp.asarray(g)
     return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)

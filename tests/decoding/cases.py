@@ -1,5 +1,7 @@
 """Conformance cases for jaxkit.decoding (see tests/conformance.py)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -93,3 +95,9 @@ CASES = [
                  TypeError, "logits"),),
     ),
 ]
+
+
+# The heaviest checks of the decoder and loss (whole-model grads, vmap of the while loop,
+# bf16 of the loss) run in `make test-slow`; the default run keeps the rest.
+_SLOW = {"decoding.wedlm_generate": ("vmap",), "decoding.wedlm_loss": ("grads", "dtypes", "vmap")}
+CASES = [dataclasses.replace(c, slow_checks=_SLOW.get(c.name, ())) for c in CASES]

@@ -72,6 +72,7 @@ def test_one_device_and_eight_devices_give_the_same_losses():
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow  # resume is also covered by the SIGKILL test (slow)
 def test_resume_in_process_continues_from_checkpoint(tmp_path):
     with _user_program():
         full = pod.train(steps=6, devices=jax.devices()[:2], model_parallel=2)

@@ -48,7 +48,7 @@ def _full_release(tx, f):
     return rel
 
 
-@pytest.mark.parametrize("method", ["prism_privatize", "naive", pytest.param(
+@pytest.mark.parametrize("method", [pytest.param("prism_privatize", marks=pytest.mark.slow), "naive", pytest.param(
     "prism", marks=pytest.mark.slow), pytest.param("ffa", marks=pytest.mark.slow)])
 def test_audit_below_accounted_epsilon(key, method):
     f, base, canary = _setup(key)

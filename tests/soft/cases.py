@@ -1,5 +1,7 @@
 """Conformance cases for jaxkit.soft (one per operator family)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -63,3 +65,11 @@ CASES = [
          grad_argnums=(0, 1)),
     Case("soft.sqrt", S.sqrt, lambda k, d: (jnp.abs(_x(k, d)[0]) + 0.5,)),
 ]
+
+
+# One case per operator family runs every check by default; the other methods of a
+# family keep their cheap checks there and run grads/vmap/traced-once in `make test-slow`.
+_SLOW_EXTRA = {"soft.rank/pav_l2", "soft.quantile/pav", "soft.rank/network", "soft.sort/ot",
+               "soft.top_k/softsort", "soft.argsort/neuralsort"}
+CASES = [dataclasses.replace(c, slow_checks=("grads", "vmap", "traced_once"))
+         if c.name in _SLOW_EXTRA else c for c in CASES]

@@ -24,7 +24,8 @@ def hard_rank(x):
 # ----------------------------------------------------------------------------- hard limit
 
 
-@pytest.mark.parametrize("method", VALUE_METHODS)
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "ot" else m
+                                    for m in VALUE_METHODS])
 def test_zero_softness_limit_values(method):
     s = 1e-4
     # PAV in f32 has the documented logit-unsquash error floor (~2e-3 with squashing), so
@@ -267,6 +268,7 @@ def test_check_grads_elementwise(mode):
                     modes=("fwd", "rev"))
 
 
+@pytest.mark.slow  # the conformance grads of soft.sort/pav run by default
 def test_check_grads_fast():
     with jax.enable_x64(True):
         x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4]])

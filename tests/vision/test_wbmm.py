@@ -30,7 +30,8 @@ def _to64(tree):
                         if isinstance(v, jax.Array) and v.dtype == jnp.float32 else v, tree)
 
 
-@pytest.mark.parametrize("mixer,size,window", [("W", 6, 3), ("D", 5, 3), ("M", 4, 4), (5, 5, 3)])
+@pytest.mark.parametrize("mixer,size,window", [pytest.param("W", 6, 3, marks=pytest.mark.slow), ("D", 5, 3),
+                                                pytest.param("M", 4, 4, marks=pytest.mark.slow), (5, 5, 3)])
 def test_block_fold_identical_outputs(mixer, size, window, key):
     with jax.enable_x64(True):
         blk, state = eqx.nn.make_with_state(WBMMBlock)(3, mixer, window=window,
