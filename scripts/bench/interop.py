@@ -44,40 +44,26 @@ def run_case(batch: int, d: int, width: int, repeats: int) -> None:
     ref_val, ref_grad = anchor.output
     sz = {"batch": batch, "d": d, "width": width}
 
+    names = [f"layers.{i}.{n}" for i in range(3) for n in ("bias", "weight")]
+    ref_leaves = [getattr(ref_grad.layers[int(k.split(".")[1])], k.split(".")[2])
+                  for k in names]
+
+    def report(case, fn, tree, leaves_of, note):
+        ours = H.time_jax(fn, tree, x, repeats=repeats)
+        val, grad = ours.output
+        err = max(abs(float(val) - float(ref_val)), _max_err(leaves_of(grad), ref_leaves))
+        H.emit(bench="interop", case=case, sizes=sz, ours=ours,
+               anchor="equinox (unwrapped)", anchor_t=anchor, target=0.9, note=note,
+               ours_err=err, anchor_err=0.0)
+
     graphdef, state = nnx.split(to_nnx(mlp, batch_axis=0))
 
     def flax_fn(s, x):
         return jax.value_and_grad(lambda s: jnp.mean(nnx.merge(graphdef, s)(x) ** 2))(s)
 
-    ours = H.time_jax(flax_fn, state, x, repeats=repeats)
-    val, grad = ours.output
-    err = max(
-        abs(float(val) - float(ref_val)),
-        _max_err(
-            [
-                grad["params"][f"layers.{i}.{n}"][...]
-                for i in range(3)
-                for n in ("bias", "weight")
-            ],
-            [
-                getattr(ref_grad.layers[i], n)
-                for i in range(3)
-                for n in ("bias", "weight")
-            ],
-        ),
-    )
-    H.emit(
-        bench="interop",
-        case="to_nnx_mlp_value_and_grad",
-        sizes=sz,
-        ours=ours,
-        anchor="equinox (unwrapped)",
-        anchor_t=anchor,
-        target=0.9,
-        note="jit(value_and_grad) through nnx.merge",
-        ours_err=err,
-        anchor_err=0.0,
-    )
+    report("to_nnx_mlp_value_and_grad", flax_fn, state,
+           lambda g: [g["params"][k][...] for k in names],
+           "jit(value_and_grad) through nnx.merge")
 
     f = hk.without_apply_rng(hk.transform(lambda x: to_haiku(mlp, batch_axis=0)(x)))
     hp = f.init(None, x)
@@ -85,35 +71,9 @@ def run_case(batch: int, d: int, width: int, repeats: int) -> None:
     def haiku_fn(p, x):
         return jax.value_and_grad(lambda p: jnp.mean(f.apply(p, x) ** 2))(p)
 
-    ours = H.time_jax(haiku_fn, hp, x, repeats=repeats)
-    val, grad = ours.output
-    err = max(
-        abs(float(val) - float(ref_val)),
-        _max_err(
-            [
-                grad["haiku_adapter"][f"layers.{i}.{n}"]
-                for i in range(3)
-                for n in ("bias", "weight")
-            ],
-            [
-                getattr(ref_grad.layers[i], n)
-                for i in range(3)
-                for n in ("bias", "weight")
-            ],
-        ),
-    )
-    H.emit(
-        bench="interop",
-        case="to_haiku_mlp_value_and_grad",
-        sizes=sz,
-        ours=ours,
-        anchor="equinox (unwrapped)",
-        anchor_t=anchor,
-        target=0.9,
-        note="jit(value_and_grad) through hk.transform",
-        ours_err=err,
-        anchor_err=0.0,
-    )
+    report("to_haiku_mlp_value_and_grad", haiku_fn, hp,
+           lambda g: [g["haiku_adapter"][k] for k in names],
+           "jit(value_and_grad) through hk.transform")
 
 
 def main() -> None:
