@@ -39,26 +39,45 @@ from jaxkit.privacy.lowrank import (
 
 
 class PrivatizeState(NamedTuple):
-    """State of a DP aggregator: step counter, base key, last noise energy.
+    """State of a DP aggregator: step counter, base key, last noise energy, frame.
 
     ``noise_energy`` is the squared Frobenius norm of the noise added to the
     released quantity at the last step (on ``Z`` for LoRA modules): a function of
-    the noise only, safe to log.
+    the noise only, safe to log. ``frame`` (PRISM only; ``None`` elsewhere) holds,
+    per LoRA module, the left singular vectors ``u`` of ``Z`` used at the last
+    step: the signs of the next step's frame follow it (see
+    :func:`prism_privatize`). ``frame=None`` falls back to the stateless sign rule.
     """
 
     count: Array
     key: Array
     noise_energy: Array
+    frame: PyTree = None
 
 
-def _init_privatize(key):
+def _init_privatize(key, with_frame: bool = False):
     _validate.is_key(key)
 
     def init(params):
-        del params
-        return PrivatizeState(jnp.zeros([], jnp.int32), key, jnp.zeros([], jnp.float32))
+        frame = None
+        if with_frame:
+            frame = jax.tree.map(
+                lambda p: jnp.zeros_like(p.a, dtype=C.acc_dtype(p.a)) if C.is_lora(p) else None,
+                params, is_leaf=C.is_lora)
+        return PrivatizeState(jnp.zeros([], jnp.int32), key, jnp.zeros([], jnp.float32), frame)
 
     return init
+
+
+def _follow_signs(cache, ref):
+    """Flip frame columns so that ``u`` keeps the sign of the reference ``ref``.
+
+    Where a column's overlap with the reference is small (first step, a
+    singular-value crossing) the stateless rule of :func:`gram_cache` stays.
+    """
+    dots = jnp.sum(ref.astype(cache.u.dtype) * cache.u, axis=0)
+    sg = jnp.where(jnp.abs(dots) > 0.5, jnp.sign(dots), 1.0).astype(cache.u.dtype)[None, :]
+    return cache._replace(ta=cache.ta * sg, tb=cache.tb * sg, u=cache.u * sg, v=cache.v * sg)
 
 
 def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
@@ -110,6 +129,14 @@ def prism_privatize(
     Returns:
       An ``optax.GradientTransformation`` with state :class:`PrivatizeState`.
 
+    The noise is drawn in the frame ``(u, v)`` of ``Z``'s singular vectors,
+    which is gauge-invariant up to the sign of each column. A stateless sign
+    rule (largest entry positive) flips when two entries tie, and then two runs
+    that differ only by round-off (e.g. two gauges) draw different noise from
+    then on. So the state carries the last frame and each step keeps the signs
+    that overlap with it (decision of ours; noise distribution and privacy are
+    unchanged, since the frame depends on ``Z`` only).
+
     Raises:
       ValueError: For ``clip_norm <= 0``, ``noise_multiplier < 0``, ``denom <= 0``.
       TypeError: If the gradients do not mirror ``params`` plus a batch axis.
@@ -145,6 +172,11 @@ def prism_privatize(
                 caches.append(None)
         norms = jnp.sqrt(sum(sq))
         alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+        refs = (treedef.flatten_up_to(state.frame) if state.frame is not None
+                else [None] * len(p_nodes))
+        caches = [c if r is None or c is None
+                  else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
+                  for p, c, r in zip(p_nodes, caches, refs, strict=True)]
 
         # 2. clipped sums, reduced across devices, then noise drawn once
         step_key = jax.random.fold_in(state.key, state.count)
@@ -183,11 +215,15 @@ def prism_privatize(
                 z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
                 energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
                 out.append(C.cast_like((s + z) / den.astype(acc), p))
+        frame = None
+        if state.frame is not None:
+            frame = treedef.unflatten([c.u.astype(r.dtype) if c is not None else None
+                                       for c, r in zip(caches, refs, strict=True)])
         new_state = PrivatizeState(state.count + jnp.ones_like(state.count), state.key,
-                                   energy / jnp.square(den).astype(jnp.float32))
+                                   energy / jnp.square(den).astype(jnp.float32), frame)
         return treedef.unflatten(out), new_state
 
-    return optax.GradientTransformation(_init_privatize(key), update)
+    return optax.GradientTransformation(_init_privatize(key, with_frame=True), update)
 
 
 class PrismAdaptiveState(NamedTuple):

@@ -272,3 +272,38 @@ def test_bad_inputs(key):
     nan = g._replace(a=g.a.at[1, 0, 0].set(jnp.nan))
     with pytest.raises(Exception, match="finite"):
         jax.block_until_ready(jax.jit(tx.update)(nan, tx.init(f), f))
+
+
+def test_noise_frame_follows_previous_signs(key):
+    """Two nearly equal Z on either side of a sign-rule tie get the same noise on Z.
+
+    Column 0 of ``u`` is ~(1, -1 -/+ delta): the stateless rule (largest entry
+    positive) picks opposite signs for the two, so without the frame in the state
+    the same key gives very different noise; with the frame from a previous step
+    the noise differs only by O(delta).
+    """
+    m, n, r = 6, 5, 2
+
+    def fac(delta):
+        a = jnp.zeros((m, r), jnp.float32).at[0, 0].set(1.0).at[1, 0].set(-1.0 - delta)
+        a = a.at[2, 1].set(0.5)
+        b = jnp.eye(n, r, dtype=jnp.float32) * jnp.array([[2.0, 1.0]], jnp.float32)
+        return L.LoraFactors(a, b)
+
+    f1, f2 = fac(1e-3), fac(-1e-3)
+    zero = jax.tree.map(lambda x: jnp.zeros((1, *x.shape), x.dtype), f1)
+    tx = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
+    st0 = tx.init(f1)
+    _, st1 = tx.update(zero, st0, f1)                  # frame taken at f1
+
+    def noise_on_z(f, st):
+        d, _ = tx.update(zero, st, f)
+        return L.tangent_dense(f, d)
+
+    with_frame = jnp.max(jnp.abs(noise_on_z(f1, st1) - noise_on_z(f2, st1)))
+    stateless = jnp.max(jnp.abs(noise_on_z(f1, st1._replace(frame=None))
+                                - noise_on_z(f2, st1._replace(frame=None))))
+    scale = jnp.max(jnp.abs(noise_on_z(f1, st1)))
+    assert float(stateless) > 0.1 * float(scale)       # the tie does flip the stateless rule
+    assert float(with_frame) < 1e-2 * float(scale)
+    np.testing.assert_allclose(st1.frame, L.gram_cache(f1).u, atol=1e-6)
