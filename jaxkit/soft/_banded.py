@@ -58,7 +58,7 @@ def _sorted(xl, standardize, method):
     """Sorted squashed values ``a``, NeuralSort row sums ``A`` (sorted), perm, sorted x."""
     n = xl.shape[-1]
     xs = standardize_and_squash(xl, axis=-1)[0] if standardize else xl
-    iota = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), xs.shape)
+    iota = jnp.cumsum(jnp.ones_like(xs, dtype=jnp.int32), axis=-1) - 1  # keeps sharding
     _, perm = lax.sort((lax.stop_gradient(xs), iota), dimension=xs.ndim - 1, num_keys=1,
                        is_stable=True)
     a = jnp.take_along_axis(xs, perm, axis=-1)
