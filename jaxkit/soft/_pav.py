@@ -165,12 +165,37 @@ def _isotonic_pair_jvp(reg, impl, primals, tangents):
     return v, dv
 
 
-def _desc_perm(x):
+def stable_argsort(x, descending: bool = False):
+    """Stable argsort along the last axis (ties keep index order), gradient-free.
+
+    For float32 rows of length <= 32768 this runs two single-operand int32 sorts
+    (LSD radix over the 16-bit halves of an order-preserving integer key, each packed
+    with a position in the low bits) plus two gathers: XLA:CPU sorts a single integer
+    array 5-15x faster than a (float key, index) pair. Other dtypes and longer rows
+    use ``lax.sort`` over ``(key, iota)``. ``-0.0`` and ``0.0`` compare equal.
+    """
+    x = lax.stop_gradient(x)
     n = x.shape[-1]
-    iota = jnp.broadcast_to(jnp.arange(n), x.shape)
-    _, perm = lax.sort((-lax.stop_gradient(x), iota), dimension=x.ndim - 1, num_keys=1,
-                       is_stable=True)
-    return perm
+    ax = x.ndim - 1
+    iota = jnp.cumsum(jnp.ones_like(x, dtype=jnp.int32), axis=-1) - 1  # keeps sharding
+    b = max(1, (n - 1).bit_length())
+    if x.dtype != jnp.float32 or b > 15:
+        key = -x if descending else x
+        return lax.sort((key, iota), dimension=ax, num_keys=1, is_stable=True)[1]
+    bits = lax.bitcast_convert_type(x + 0.0, jnp.uint32)  # + 0.0 maps -0.0 to 0.0
+    ku = jnp.where((bits >> 31) == 1, ~bits, bits | jnp.uint32(0x80000000))  # monotone
+    if descending:
+        ku = ~ku
+    mask = (1 << b) - 1
+    s1 = lax.sort(((ku & jnp.uint32(0xFFFF)).astype(jnp.int32) << b) | iota, dimension=ax)
+    idx1 = s1 & mask  # stable order by the low half
+    hi = jnp.take_along_axis((ku >> 16).astype(jnp.int32), idx1, axis=-1)
+    s2 = lax.sort((hi << b) | iota, dimension=ax)  # then by the high half, stably
+    return jnp.take_along_axis(idx1, s2 & mask, axis=-1)
+
+
+def _desc_perm(x):
+    return stable_argsort(x, descending=True)
 
 
 def _inverse_perm(perm):
