@@ -106,14 +106,13 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     n = xs.shape[-1]
     if abs_mode == "soft":
         return jnp.sum(soft_abs(xs[..., :, None] - xs[..., None, :], softness, mode), axis=-2)
-    perm = jnp.argsort(lax.stop_gradient(xs), axis=-1, stable=True)
+    perm = _pav.stable_argsort(xs)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     S = jnp.cumsum(a, axis=-1)
     m = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
     Sprev = S - a
     A_sorted = (2 * m - n - 1) * a + S[..., -1:] - S - Sprev
-    inv = jnp.argsort(perm, axis=-1)
-    return jnp.take_along_axis(A_sorted, inv, axis=-1)
+    return jnp.take_along_axis(A_sorted, _pav.inverse_permutation(perm), axis=-1)
 
 
 def _map_chunks(f, rows):

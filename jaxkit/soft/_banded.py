@@ -35,6 +35,7 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
 from jaxkit.soft._common import scal, standardize_and_squash
+from jaxkit.soft._pav import inverse_permutation, stable_argsort
 
 METHODS = ("softsort", "neuralsort")
 OPS = ("sort", "rank", "top_k", "quantile")
@@ -58,9 +59,7 @@ def _sorted(xl, standardize, method):
     """Sorted squashed values ``a``, NeuralSort row sums ``A`` (sorted), perm, sorted x."""
     n = xl.shape[-1]
     xs = standardize_and_squash(xl, axis=-1)[0] if standardize else xl
-    iota = jnp.cumsum(jnp.ones_like(xs, dtype=jnp.int32), axis=-1) - 1  # keeps sharding
-    _, perm = lax.sort((lax.stop_gradient(xs), iota), dimension=xs.ndim - 1, num_keys=1,
-                       is_stable=True)
+    perm = stable_argsort(xs)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     xsorted = jnp.take_along_axis(xl, perm, axis=-1)
     A = None
@@ -138,8 +137,8 @@ def sort_last(xl, descending, softness, method, standardize, gated_grad, w):
 
 
 def _unsort(perm, v):
-    """``out[..., perm[m]] = v[..., m]`` (one sort keyed on the permutation)."""
-    return lax.sort((perm, v), dimension=v.ndim - 1, num_keys=1)[1]
+    """``out[..., perm[m]] = v[..., m]``."""
+    return jnp.take_along_axis(v, inverse_permutation(perm), axis=-1)
 
 
 def rank_last(xl, descending, softness, method, standardize, w):

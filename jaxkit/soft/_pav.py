@@ -4,7 +4,8 @@ Three partition algorithms give the same blocks: ``"sequential"`` (stack PAV in
 ``fori_loop`` + ``while_loop``, as in softjax / fast-soft-sort), ``"rounds"``
 (round-parallel: every ascending run of adjacent block values is pooled at once,
 repeated until no violator is left) and ``"hybrid"`` (the default: at most
-``ceil(2 log2 n)`` parallel rounds, then the stack PAV over the compressed blocks).
+``ceil(2 log2 n)`` parallel rounds, then the stack PAV over the compressed blocks;
+rows of length <= 128 use the rounds alone).
 Block values are recomputed from the partition with segment sums; derivatives come
 from a ``custom_jvp`` whose tangent map is linear (block means for L2, block
 softmax-weighted sums for KL), so ``jvp``, ``vjp`` and higher-order products work.
@@ -26,6 +27,7 @@ from jax.ops import segment_max, segment_sum
 
 REGS = ("l2", "kl")
 IMPLS = ("hybrid", "rounds", "sequential")
+SMALL_N = 128  # hybrid = pure rounds up to this row length
 
 
 def _seg_lse(x, bid, n):
@@ -112,6 +114,8 @@ def _stack(a, b, cnt, nb, reg):
 def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | None = None):
     """Block ids (non-decreasing, starting at 0) of decreasing isotonic regression (1-D)."""
     n = z.shape[0]
+    if impl == "hybrid" and n <= SMALL_N and max_rounds is None:
+        impl = "rounds"  # short rows: <= n cheap rounds beat the stack's loop machinery
     if impl == "rounds":
         start, _ = _rounds(z, w, reg, n if max_rounds is None else max_rounds)
         return jnp.cumsum(start, dtype=jnp.int32) - 1
@@ -192,6 +196,16 @@ def stable_argsort(x, descending: bool = False):
     hi = jnp.take_along_axis((ku >> 16).astype(jnp.int32), idx1, axis=-1)
     s2 = lax.sort((hi << b) | iota, dimension=ax)  # then by the high half, stably
     return jnp.take_along_axis(idx1, s2 & mask, axis=-1)
+
+
+def inverse_permutation(perm):
+    """Inverse of permutations along the last axis (one int32 sort when n <= 32768)."""
+    n = perm.shape[-1]
+    iota = jnp.cumsum(jnp.ones_like(perm, dtype=jnp.int32), axis=-1) - 1
+    b = max(1, (n - 1).bit_length())
+    if b > 15:
+        return lax.sort((perm, iota), dimension=perm.ndim - 1, num_keys=1)[1]
+    return lax.sort((perm.astype(jnp.int32) << b) | iota, dimension=perm.ndim - 1) & ((1 << b) - 1)
 
 
 def _desc_perm(x):
