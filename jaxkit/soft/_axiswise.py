@@ -232,6 +232,12 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     expectation of ``x`` under the soft argsort (``gated_grad=False`` stops the gradient
     through the soft index). Other arguments as in :func:`argsort`.
 
+    ``window=w`` (static int, ``method`` ``"softsort"``/``"neuralsort"``, mode
+    ``"smooth"``) truncates every soft-permutation row to the ``2w + 1`` nearest sorted
+    positions: O(n log n + n w) time and memory instead of O(n^2). The difference to
+    the dense result (``window=None``) is certified at run time by
+    :func:`banded_error_bound` (same for :func:`rank`, :func:`top_k`, :func:`quantile`).
+
     References:
       Blondel et al., Fast differentiable sorting and ranking
       <https://arxiv.org/abs/2002.08871>, 2020.
@@ -308,7 +314,8 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     ``method="pav"``: permutahedron projection of ``x / softness`` onto ``P(1..n)``;
     ``"network"``: matrix-free transposed sweeps (O(n log^2 n) memory); pairwise
     methods use fused chunked reductions. ``descending=True`` ranks the largest 1
-    (softjax's default).
+    (softjax's default). ``window=w`` selects the banded SoftSort/NeuralSort path (see
+    :func:`sort` and :func:`banded_error_bound`).
 
     References:
       Blondel et al., Fast differentiable sorting and ranking
