@@ -22,6 +22,8 @@ from jaxkit.soft._axiswise import quantile as quantile
 from jaxkit.soft._axiswise import rank as rank
 from jaxkit.soft._axiswise import sort as sort
 from jaxkit.soft._axiswise import top_k as top_k
+from jaxkit.soft._banded import banded_error_bound as banded_error_bound
+from jaxkit.soft._calibrate import calibrate as calibrate
 from jaxkit.soft._elementwise import abs as abs  # noqa: A004
 from jaxkit.soft._elementwise import clip as clip
 from jaxkit.soft._elementwise import equal as equal

@@ -28,6 +28,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
+from jaxkit.soft import _banded as BD
 from jaxkit.soft import _network as NW
 from jaxkit.soft import _pav
 from jaxkit.soft._common import (
@@ -105,14 +106,13 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     n = xs.shape[-1]
     if abs_mode == "soft":
         return jnp.sum(soft_abs(xs[..., :, None] - xs[..., None, :], softness, mode), axis=-2)
-    perm = jnp.argsort(lax.stop_gradient(xs), axis=-1, stable=True)
+    perm = _pav.stable_argsort(xs)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     S = jnp.cumsum(a, axis=-1)
     m = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
     Sprev = S - a
     A_sorted = (2 * m - n - 1) * a + S[..., -1:] - S - Sprev
-    inv = jnp.argsort(perm, axis=-1)
-    return jnp.take_along_axis(A_sorted, inv, axis=-1)
+    return jnp.take_along_axis(A_sorted, _pav.inverse_permutation(perm), axis=-1)
 
 
 def _map_chunks(f, rows):
@@ -222,7 +222,8 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
          softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
          standardize: bool = True, gated_grad: bool = True, abs_mode: str = "hard",
-         network: str = "bitonic", impl: str = "hybrid") -> Array:
+         network: str = "bitonic", impl: str = "hybrid", window: int | None = None,
+         _bound: bool = False) -> Array:
     """Soft sort along ``axis`` (ascending unless ``descending``).
 
     ``method="pav"`` (default) projects onto the permutahedron (O(n log n), monotone
@@ -230,6 +231,12 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     algorithm (``"hybrid"``, ``"rounds"``, ``"sequential"``). Index methods return the
     expectation of ``x`` under the soft argsort (``gated_grad=False`` stops the gradient
     through the soft index). Other arguments as in :func:`argsort`.
+
+    ``window=w`` (static int, ``method`` ``"softsort"``/``"neuralsort"``, mode
+    ``"smooth"``) truncates every soft-permutation row to the ``2w + 1`` nearest sorted
+    positions: O(n log n + n w) time and memory instead of O(n^2). The difference to
+    the dense result (``window=None``) is certified at run time by
+    :func:`banded_error_bound` (same for :func:`rank`, :func:`top_k`, :func:`quantile`).
 
     References:
       Blondel et al., Fast differentiable sorting and ranking
@@ -242,6 +249,10 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     if mode == "hard" or n == 0:
         return _back(jnp.sort(xl, axis=-1, descending=descending), ax, dt)
     xl = _guard(xl, softness)
+    if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
+        BD.check(window, method, mode, abs_mode)
+        out = BD.sort_last(xl, descending, softness, method, standardize, gated_grad, window)
+        return _back(out[1] if _bound else out[0], ax, dt)
     out = _sort_last(xl, descending, softness, mode, method, standardize, gated_grad,
                      abs_mode, network, impl)
     return _back(out, ax, dt)
@@ -297,13 +308,14 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
 def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
          softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
          standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-         impl: str = "hybrid") -> Array:
+         impl: str = "hybrid", window: int | None = None, _bound: bool = False) -> Array:
     """Soft 1-based ranks along ``axis`` (ascending: the smallest gets 1).
 
     ``method="pav"``: permutahedron projection of ``x / softness`` onto ``P(1..n)``;
     ``"network"``: matrix-free transposed sweeps (O(n log^2 n) memory); pairwise
     methods use fused chunked reductions. ``descending=True`` ranks the largest 1
-    (softjax's default).
+    (softjax's default). ``window=w`` selects the banded SoftSort/NeuralSort path (see
+    :func:`sort` and :func:`banded_error_bound`).
 
     References:
       Blondel et al., Fast differentiable sorting and ranking
@@ -318,6 +330,10 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         r = jnp.argsort(idx, axis=-1) + 1
         return _back(r.astype(xl.dtype), ax, dt)
     xl = _guard(xl, softness)
+    if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
+        BD.check(window, method, mode, abs_mode)
+        out = BD.rank_last(xl, descending, softness, method, standardize, window)
+        return _back(out[1] if _bound else out[0], ax, dt)
     xs, _, _ = _squash(xl, standardize)
     nums = jnp.arange(1, n + 1, dtype=xs.dtype)
     if method == "pav":
@@ -559,7 +575,7 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
              softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
              quantile_method: str = "linear", standardize: bool = True,
              gated_grad: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-             impl: str = "hybrid") -> Array:
+             impl: str = "hybrid", window: int | None = None, _bound: bool = False) -> Array:
     """Soft ``jnp.quantile`` (``q`` scalar or 1-D, prepended to the output).
 
     ``pav``/``network``: interpolate the soft-sorted values; index methods: expectation
@@ -577,13 +593,19 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
         return jax.vmap(lambda qi: quantile(
             x, qi, axis, keepdims, softness=softness, mode=mode, method=method,
             quantile_method=quantile_method, standardize=standardize, gated_grad=gated_grad,
-            abs_mode=abs_mode, network=network, impl=impl))(q)
+            abs_mode=abs_mode, network=network, impl=impl, window=window, _bound=_bound))(q)
     nd = x.ndim
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if n == 0:
         raise ValueError("`x` must be non-empty along `axis` for a quantile.")
-    if method in ("pav", "network"):
+    if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
+        BD.check(window, method, mode, abs_mode)
+        k, a, two = _qparams(q.astype(xl.dtype), n, quantile_method)
+        v, b = BD.quantile_last(_guard(xl, softness), k, jnp.minimum(k + 1, n - 1), a, two,
+                                softness, method, standardize, gated_grad, window)
+        v = b if _bound else v
+    elif method in ("pav", "network"):
         xl = _guard(xl, softness)
         s = _sort_last(xl, False, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)
@@ -680,7 +702,8 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
 def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.1,
           mode: str = "smooth", method: str = "neuralsort", standardize: bool = True,
           gated_grad: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-          impl: str = "hybrid") -> tuple[Array, Array | None]:
+          impl: str = "hybrid", window: int | None = None,
+          _bound: bool = False) -> tuple[Array, Array | None] | Array:
     """Soft ``lax.top_k`` along ``axis``: (values ``(..., k, ...)``, soft index or ``None``).
 
     ``pav`` and ``network`` return the first ``k`` of the descending soft sort and no
@@ -695,6 +718,11 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
     if mode == "hard":
         v, idx = lax.top_k(xl, k)
         return _back(v, ax, dt), _back_index(_onehot(idx, n, xl.dtype), ax, dt)
+    if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
+        BD.check(window, method, mode, abs_mode)
+        v, P, b = BD.top_k_last(_guard(xl, softness), k, softness, method, standardize,
+                                gated_grad, window)
+        return _back(b, ax, dt) if _bound else (_back(v, ax, dt), _back_index(P, ax, dt))
     if method in ("pav", "network"):
         xl = _guard(xl, softness)
         s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,

@@ -5,16 +5,29 @@ function is ``jit(value_and_grad(sum(W * op(x))))``. softjax needs Python >= 3.1
 so it runs in a subprocess on the same inputs (passed in an .npz file) with the same
 timing protocol; its interpreter comes from ``--softjax-python`` or the environment
 variable ``SOFTJAX_PYTHON``. When it is unavailable every line says
-``"anchor_s": null`` with the reason. Targets (ratio = softjax time / ours): PAV rank
->= 2 at n=10000 (--full), >= 1 on every other line; network rank at n=1000 within
-1 GB; every cell finite.
+``"anchor_s": null`` with the reason.
+
+Two temperature settings per cell (``"temp"`` in the line):
+* ``nominal``: softness 0.1 on both sides (softjax's default);
+* ``matched``: each side at the softness whose rank MAE on the same fixed
+  standard-normal probe is 0.5 (ours: :func:`jaxkit.soft.calibrate`; softjax: the same
+  bisection run in the child on the same probe), the fair comparison since nominal
+  softness means different blur per method. Only sort and rank.
+
+Methods: pav, softsort, neuralsort, network, ot (n=100), and the banded variants
+``softsort_banded`` / ``neuralsort_banded`` (``window=W``; anchor: softjax's dense
+softsort / neuralsort; the certified tail bound is reported as ``tail_bound``).
+Ours uses the original NeuralSort (exact ``|.|``), softjax its soft-abs variant.
+
+Targets (ratio = softjax time / ours): PAV rank >= 2 at n=10000 (--full), >= 1 on every
+other line; network rank at n=1000 within 1 GB (``mem_ok``); banded NeuralSort >= 10x
+softjax NeuralSort at n=10000; every cell finite (``finite``) in float32.
 """
 
 import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -25,22 +38,26 @@ import jax
 import jax.numpy as jnp
 
 import jaxkit.soft as S
+from jaxkit.soft import _calibrate
 
-SJ_NAME = {"pav": "fast_soft_sort", "network": "sorting_network"}
+SJ_NAME = {"pav": "fast_soft_sort", "network": "sorting_network",
+           "softsort_banded": "softsort", "neuralsort_banded": "neuralsort"}
 SOFTNESS = 0.1
+TARGET_RANK_ERR = 0.5
 K = 10
 Q = 0.5
+WINDOW = {"softsort_banded": 48, "neuralsort_banded": 16}
 
 CHILD = r"""
-import json, statistics, sys, time
+import json, math, statistics, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 import softjax as sj
 cells = json.loads(open(sys.argv[1]).read())
 data = np.load(sys.argv[2])
 reps = int(sys.argv[3])
-def op(name, meth, x):
-    kw = dict(softness=%(s)r, method=meth)
+def op(name, meth, x, s):
+    kw = dict(softness=s, method=meth)
     if name == "sort":
         return sj.sort(x, axis=-1, **kw)
     if name == "rank":
@@ -48,26 +65,63 @@ def op(name, meth, x):
     if name == "top_k":
         return sj.top_k(x, %(k)d, axis=-1, **kw)[0]
     return sj.quantile(x, %(q)r, axis=-1, **kw)
+CAL = {}
+def calibrate(meth, n, target=%(t)r, rtol=0.005):
+    # the bisection of jaxkit.soft.calibrate, on the same probe
+    if (meth, n) in CAL:
+        return CAL[meth, n]
+    p = jnp.asarray(data["probe%%d" %% n])
+    hard = (jnp.argsort(jnp.argsort(p, axis=-1), axis=-1) + 1).astype(p.dtype)
+    err = jax.jit(lambda s: jnp.mean(jnp.abs(op("rank", meth, p, s) - hard)))
+    f = lambda e: float(err(jnp.asarray(10.0 ** e, jnp.float32)))
+    lo = -3.0; flo = f(lo)
+    while flo > target and lo > -24:
+        lo -= 2.0; flo = f(lo)
+    hi, fhi = lo, flo
+    while fhi < target and hi < 24:
+        lo, flo = hi, fhi; hi += 1.0; fhi = f(hi)
+    s = None
+    for _ in range(60):
+        mid = 0.5 * (lo + hi); fm = f(mid)
+        if abs(fm - target) <= rtol * target or hi - lo < 1e-7:
+            s = 10.0 ** mid; break
+        if fm < target: lo = mid
+        else: hi = mid
+    CAL[meth, n] = s if s is not None else 10.0 ** (0.5 * (lo + hi))
+    return CAL[meth, n]
 for c in cells:
     x = jnp.asarray(data["x%%d" %% c["n"]]); W = jnp.asarray(data["w_%%s_%%d" %% (c["op"], c["n"])])
-    f = jax.jit(jax.value_and_grad(lambda x: jnp.sum(W * op(c["op"], c["method"], x))))
     try:
+        s = calibrate(c["method"], c["n"]) if c["temp"] == "matched" else %(s)r
+        f = jax.jit(jax.value_and_grad(lambda x: jnp.sum(W * op(c["op"], c["method"], x, s))))
+        mem = None
+        try:
+            m = f.lower(x).compile().memory_analysis()
+            mem = (m.temp_size_in_bytes + m.output_size_in_bytes + m.argument_size_in_bytes) / 2**20
+        except Exception:
+            pass
         out = jax.block_until_ready(f(x))
         if not all(bool(jnp.all(jnp.isfinite(o))) for o in out):
             raise FloatingPointError("non-finite output or gradient")
         ts = []
         for _ in range(reps):
             t0 = time.perf_counter(); jax.block_until_ready(f(x)); ts.append(time.perf_counter() - t0)
-        val = np.asarray(op(c["op"], c["method"], x))
-        print(json.dumps({"id": c["id"], "s": statistics.median(ts), "out": val.ravel()[:0].tolist()}), flush=True)
+        val = np.asarray(jax.jit(lambda x: op(c["op"], c["method"], x, s))(x))
         np.save(sys.argv[4] + "/" + c["id"] + ".npy", val)
+        print(json.dumps({"id": c["id"], "s": statistics.median(ts), "softness": s, "mem": mem}), flush=True)
     except Exception as e:
         print(json.dumps({"id": c["id"], "error": type(e).__name__ + ": " + str(e)[:160]}), flush=True)
-""" % {"s": SOFTNESS, "k": K, "q": Q}
+""" % {"s": SOFTNESS, "k": K, "q": Q, "t": TARGET_RANK_ERR}
 
 
-def ours_op(name, method, x):
-    kw = dict(softness=SOFTNESS, method=method)
+def _kw(method, softness):
+    if method.endswith("_banded"):
+        return dict(softness=softness, method=method[:-7], window=WINDOW[method])
+    return dict(softness=softness, method=method)
+
+
+def ours_op(name, method, x, softness):
+    kw = _kw(method, softness)
     if name == "sort":
         return S.sort(x, **kw)
     if name == "rank":
@@ -87,24 +141,36 @@ def hard_op(name, x):
     return jnp.quantile(x, Q, axis=-1)
 
 
+METHODS = ["pav", "softsort", "neuralsort", "network", "ot", "softsort_banded",
+           "neuralsort_banded"]
+OPS = ["sort", "rank", "top_k", "quantile"]
+
+
 def grid(full):
     cells = []
     for n in [100, 1000] + ([10000] if full else []):
-        for op in ["sort", "rank", "top_k", "quantile"]:
-            for m in ["pav", "softsort", "neuralsort", "network", "ot"]:
-                if m == "ot" and n > 100:
-                    continue
-                if n == 10000 and m not in ("pav",):
-                    continue
-                cells.append({"id": f"{op}-{m}-{n}", "op": op, "method": m, "n": n})
+        for temp in ["nominal", "matched"]:
+            for op in OPS:
+                for m in METHODS:
+                    if m == "ot" and (n > 100 or temp == "matched"):
+                        continue
+                    if temp == "matched" and op not in ("sort", "rank"):
+                        continue
+                    if n == 10000 and m not in ("pav", "neuralsort_banded"):
+                        continue
+                    if n == 10000 and m == "neuralsort_banded" and (
+                            temp != "matched" or op != "rank"):
+                        continue
+                    cells.append({"id": f"{op}-{m}-{n}-{temp}", "op": op, "method": m, "n": n,
+                                  "temp": temp})
     return cells
 
 
 def skip_anchor(c):
-    if c["method"] == "network" and c["op"] in ("rank",) and c["n"] >= 1000:
+    if c["method"] == "network" and c["op"] == "rank" and c["n"] >= 1000:
         return "softjax network rank materialises n x n P per layer (28.7 GB at n=1000)"
-    if c["method"] in ("softsort", "neuralsort") and c["n"] >= 1000 and c["op"] != "sort":
-        return None
+    if c["method"] == "ot":
+        return "softjax ot aborts in float32 fwd+bwd (lineax non-finite); needs x64"
     return None
 
 
@@ -113,10 +179,16 @@ def run_anchor(py, cells, data_path, reps):
         return {}, "softjax interpreter not given (--softjax-python / SOFTJAX_PYTHON)"
     todo = [{**c, "method": SJ_NAME.get(c["method"], c["method"])} for c in cells
             if not skip_anchor(c)]
+    # one softjax run per distinct (op, method, n, temp): banded cells share the dense anchor
+    uniq = {}
+    for c in todo:
+        uniq.setdefault(f'{c["op"]}-{c["method"]}-{c["n"]}-{c["temp"]}', {**c, "id": None})
+    for key, c in uniq.items():
+        c["id"] = key
     with tempfile.TemporaryDirectory() as d:
         cp = os.path.join(d, "cells.json")
         with open(cp, "w") as f:
-            json.dump(todo, f)
+            json.dump(list(uniq.values()), f)
         child = os.path.join(d, "child.py")
         with open(child, "w") as f:
             f.write(CHILD)
@@ -134,60 +206,92 @@ def run_anchor(py, cells, data_path, reps):
                 res[o["id"]] = o
         if r.returncode != 0 and not res:
             return {}, "softjax subprocess failed: " + r.stderr[-200:]
-    return res, ""
+    out = {}
+    for c in todo:
+        out[c["id"]] = res.get(f'{c["op"]}-{c["method"]}-{c["n"]}-{c["temp"]}')
+    return out, ""
+
+
+def target_of(c):
+    if c["method"] == "pav" and c["op"] == "rank" and c["n"] >= 10000:
+        return 2.0
+    if c["method"] == "neuralsort_banded" and c["n"] >= 10000:
+        return 10.0
+    return 1.0
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--full", action="store_true")
+    p.add_argument("--full", action="store_true", help="add n=10000 (pav, banded neuralsort)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--softjax-python", default=os.environ.get("SOFTJAX_PYTHON"))
-    p.add_argument("--methods", default="pav,softsort,neuralsort,network,ot",
+    p.add_argument("--methods", default=",".join(METHODS),
                    help="comma-separated subset of methods")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of ops")
+    p.add_argument("--n", default="", help="comma-separated subset of sizes")
+    p.add_argument("--temps", default="nominal,matched")
     args = p.parse_args()
-    keep = set(args.methods.split(","))
-    cells = [c for c in grid(args.full) if c["method"] in keep]
+    keep, ops = set(args.methods.split(",")), set(args.ops.split(","))
+    temps = set(args.temps.split(","))
+    sizes = {int(s) for s in args.n.split(",") if s}
+    cells = [c for c in grid(args.full or 10000 in sizes) if c["method"] in keep
+             and c["op"] in ops and c["temp"] in temps and (not sizes or c["n"] in sizes)]
     rng = np.random.default_rng(0)
     data = {}
     for n in sorted({c["n"] for c in cells}):
         data[f"x{n}"] = rng.standard_normal((64, n)).astype(np.float32)
-        for op in ["sort", "rank", "top_k", "quantile"]:
+        for op in OPS:
             shape = {"sort": (64, n), "rank": (64, n), "top_k": (64, K), "quantile": (64,)}[op]
             data[f"w_{op}_{n}"] = rng.standard_normal(shape).astype(np.float32)
+        data[f"probe{n}"] = _calibrate._probe(n, 0)  # the probe of jaxkit.soft.calibrate
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "inputs.npz")
         np.savez(path, **data)
         anchor, why = run_anchor(args.softjax_python, cells, path, args.repeats)
     for c in cells:
-        n, op, m = c["n"], c["op"], c["method"]
+        n, op, m, temp = c["n"], c["op"], c["method"], c["temp"]
         x = jnp.asarray(data[f"x{n}"])
         W = jnp.asarray(data[f"w_{op}_{n}"])
-        f = jax.value_and_grad(lambda x, W=W, op=op, m=m: jnp.sum(W * ours_op(op, m, x)))
+        if temp == "matched":
+            kw = {"window": WINDOW[m]} if m.endswith("_banded") else {}
+            s = S.calibrate(m.removesuffix("_banded"), n, TARGET_RANK_ERR, **kw)
+        else:
+            s = SOFTNESS
+        f = jax.value_and_grad(lambda x, W=W, op=op, m=m, s=s: jnp.sum(W * ours_op(op, m, x, s)))
         t = H.time_jax(f, x, repeats=args.repeats)
-        val = np.asarray(ours_op(op, m, x))
+        val = np.asarray(jax.jit(lambda x, op=op, m=m, s=s: ours_op(op, m, x, s))(x))
         finite = bool(np.all(np.isfinite(val)) and all(
             np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output)))
         hard = np.asarray(hard_op(op, x))
         err = float(np.mean(np.abs(val - hard)))
         a = anchor.get(c["id"])
-        at, note, aerr = None, why, None
+        at, note, aerr, asoft, amem = None, why, None, None, None
         if skip_anchor(c):
             note = skip_anchor(c)
         elif a is not None and "s" in a:
             at = H.Timing(a["s"], None, None)
             aerr = float(np.mean(np.abs(a["val"] - hard)))
+            asoft, amem = a.get("softness"), a.get("mem")
             note = ""
         elif a is not None:
             note = "softjax: " + a["error"]
-        if m == "neuralsort":
+        if m.startswith("neuralsort"):
             note = (note + "; " if note else "") + "ours: exact |.| NeuralSort (softjax: soft abs)"
-        target = 2.0 if (m == "pav" and op == "rank" and n >= 10000) else 1.0
-        extra = {}
+        extra = {"temp": temp, "softness": s, "anchor_softness": asoft,
+                 "anchor_peak_mem_mb": amem, "ours_err": err, "anchor_err": aerr,
+                 "finite": finite}
+        if m.endswith("_banded"):
+            extra["window"] = WINDOW[m]
+            b = S.banded_error_bound(op, x, *(() if op in ("sort", "rank") else
+                                              ((K,) if op == "top_k" else (Q,))),
+                                     **_kw(m, s), **({"axis": -1} if op == "quantile" else {}))
+            extra["tail_bound"] = float(jnp.max(b))
         if m == "network" and op == "rank" and n == 1000:
             extra["mem_target_mb"] = 1024
+            extra["mem_ok"] = bool(t.peak_mem_mb is not None and t.peak_mem_mb <= 1024)
         H.emit(bench="soft", case=f"{op}/{m}", sizes={"batch": 64, "n": n}, ours=t,
-               anchor="softjax", anchor_t=at, target=target, note=note, ours_err=err,
-               anchor_err=aerr, finite=finite, **extra)
+               anchor="softjax " + SJ_NAME.get(m, m), anchor_t=at, target=target_of(c),
+               note=note, **extra)
 
 
 if __name__ == "__main__":
