@@ -17,7 +17,13 @@ from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
-from jaxkit.decoding._common import DecodeStats, check_generate_args, finalize, stop_info
+from jaxkit.decoding._common import (
+    DecodeStats,
+    check_generate_args,
+    finalize,
+    stop_info,
+    write_at,
+)
 from jaxkit.decoding._reorder import commit_count, window_order
 from jaxkit.decoding._select import _sample, select_by_entropy
 
@@ -166,7 +172,7 @@ def _init_state(params, cfg, prompt, prompt_len, key, *, mask_token_id, max_new_
     i = jnp.arange(p + w, dtype=jnp.int32)[None, :, None]
     j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
     sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
-    cache = nn.init_cache(cfg, batch=b, max_len=max_len, dtype=params["embed"].dtype)
+    cache = _empty_cache(cfg, zb, max_len=max_len, dtype=params["embed"].dtype)
     res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees)
     cache = nn.commit(res.cache, prompt_len)
     state = WeDLMState(
@@ -227,9 +233,16 @@ def _fill(s: WeDLMState, logits, prompt_len, key, *, active, max_new_tokens,
     filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.
     idx = jnp.where(filled, gen_idx, n)
-    out = s.out.at[jnp.arange(b)[:, None], idx].set(tok, mode="drop")
+    out = write_at(s.out, idx, tok)
     n_gen = jnp.minimum((s.cache.length - prompt_len) + commit_count(filled), n)
     n_gen = jnp.where(active, n_gen, s.n_gen)
     has_stop, _ = stop_info(out, n_gen, stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
+
+
+def _empty_cache(cfg, zb, *, max_len, dtype) -> nn.KVCache:
+    """``nn.init_cache`` whose buffers follow the batch sharding of ``zb`` (int32[B] zeros)."""
+    shape = (cfg.n_layers, 1, max_len, cfg.n_kv_heads, cfg.head_dim)
+    z = zb.astype(dtype)[None, :, None, None, None] + jnp.zeros(shape, dtype)
+    return nn.KVCache(k=z, v=z, length=zb)

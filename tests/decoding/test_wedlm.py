@@ -310,3 +310,25 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(Exception, match="`prompt`"):
         jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl,
                                    entropy_threshold=0.4))
+
+
+def test_batch_sharded_prompts_match_unsharded(mesh8):
+    # nn.prefill, the fused WeDLM prefill and both decode loops keep the batch
+    # sharding of the prompts under an explicit mesh and give the same tokens.
+    params, cfg = tiny(11)
+    pr, pl = prompts(11, 8, 5, [5, 3, 4, 5, 2, 5, 1, 4])
+    kw = dict(key=jax.random.key(0), max_new_tokens=6)
+    want_w = _gen(params, cfg, pr, pl, max_new_tokens=6, entropy_threshold=0.8)
+    want_a = _JAR(params, cfg, pr, pl, **kw)
+    sh = jax.NamedSharding(mesh8, jax.P("data"))
+    spr = jax.device_put(pr, jax.NamedSharding(mesh8, jax.P("data", None)))
+    spl = jax.device_put(pl, sh)
+    with jax.set_mesh(mesh8):
+        got_w = _gen(params, cfg, spr, spl, max_new_tokens=6, entropy_threshold=0.8)
+        got_a = _JAR(params, cfg, spr, spl, **kw)
+        _, cache = jax.jit(lambda a, b: nn.prefill(params, cfg, a, b, max_len=12))(spr, spl)
+    for got, want in ((got_w, want_w), (got_a, want_a)):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[0].sharding.spec[0] == "data"
+    assert cache.k.sharding.spec[1] == "data"
