@@ -88,6 +88,9 @@ def write_at(out: Array, idx: Array, vals: Array) -> Array:
     Elementwise (a one-hot select instead of a scatter), so a batch-sharded ``out``
     keeps its sharding under an explicit mesh.
     """
+    if idx.shape[1] == 1:  # one write per row: a single select
+        hit = idx == jnp.arange(out.shape[1], dtype=idx.dtype)[None, :]
+        return jnp.where(hit, vals.astype(out.dtype), out)
     hit = idx[:, :, None] == jnp.arange(out.shape[1], dtype=idx.dtype)[None, None, :]
     val = jnp.sum(jnp.where(hit, vals[:, :, None], jnp.zeros_like(vals)[:, :, None]), axis=1)
     return jnp.where(jnp.any(hit, axis=1), val.astype(out.dtype), out)
