@@ -6,7 +6,13 @@ from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
-from jaxkit.decoding._common import DecodeStats, check_generate_args, finalize, stop_info
+from jaxkit.decoding._common import (
+    DecodeStats,
+    check_generate_args,
+    finalize,
+    stop_info,
+    write_at,
+)
 from jaxkit.decoding._select import _sample
 
 
@@ -57,16 +63,17 @@ def ar_generate(
                    *[("stop_token_ids", s) for s in stop_token_ids]])
     _validate.finite_scalar(temperature=temperature)
     _validate.non_negative(temperature=temperature)
-    b, n = prompt.shape[0], max_new_tokens
+    n = max_new_tokens
     stops = tuple(stop_token_ids)
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
     tok = _sample(logits, jax.random.fold_in(key, 0), temperature)
-    out = jnp.full((b, n), pad_token_id, jnp.int32).at[:, 0].set(tok)
-    n_gen = jnp.ones((b,), jnp.int32)
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+    out = write_at(zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32),
+                   zb[:, None], tok[:, None])
+    n_gen = zb + 1
     has_stop, _ = stop_info(out, n_gen, stops)
     done = has_stop | (n_gen >= n)
-    carry = (cache, tok, out, n_gen, done, jnp.zeros((b,), jnp.int32),
-             jnp.zeros((), jnp.int32))
+    carry = (cache, tok, out, n_gen, done, zb, jnp.zeros((), jnp.int32))
 
     def cond(c):
         return jnp.any(~c[4]) & (c[6] < n - 1)
@@ -77,7 +84,7 @@ def ar_generate(
         logits, cache = nn.decode_step(params, cfg, tok, cache)
         nxt = _sample(logits, jax.random.fold_in(key, i + 1), temperature)
         idx = jnp.where(active, n_gen, n)
-        out = out.at[jnp.arange(b), idx].set(nxt, mode="drop")
+        out = write_at(out, idx[:, None], nxt[:, None])
         n_gen = n_gen + active.astype(jnp.int32)
         has_stop, _ = stop_info(out, n_gen, stops)
         done = done | has_stop | (n_gen >= n)

@@ -65,8 +65,8 @@ def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):
     """(any stop inside the first n_gen tokens, index of the first one)."""
     n = out.shape[1]
     if not stop_token_ids:
-        z = jnp.zeros(out.shape[:1], bool)
-        return z, jnp.zeros(out.shape[:1], jnp.int32)
+        z = jnp.zeros_like(out[:, 0])  # *_like: keeps the batch sharding
+        return z > 0, z.astype(jnp.int32)
     is_stop = jnp.zeros(out.shape, bool)
     for s in stop_token_ids:
         is_stop = is_stop | (out == s)
@@ -80,3 +80,17 @@ def finalize(out: Array, n_gen: Array, stop_token_ids, pad_token_id: int):
     lengths = jnp.where(has, first + 1, n_gen).astype(jnp.int32)
     keep = jnp.arange(out.shape[1])[None, :] < lengths[:, None]
     return jnp.where(keep, out, jnp.full_like(out, pad_token_id)), lengths
+
+
+def write_at(out: Array, idx: Array, vals: Array) -> Array:
+    """``out[b, idx[b, k]] = vals[b, k]`` for distinct in-range ``idx`` per row; others dropped.
+
+    Elementwise (a one-hot select instead of a scatter), so a batch-sharded ``out``
+    keeps its sharding under an explicit mesh.
+    """
+    if idx.shape[1] == 1:  # one write per row: a single select
+        hit = idx == jnp.arange(out.shape[1], dtype=idx.dtype)[None, :]
+        return jnp.where(hit, vals.astype(out.dtype), out)
+    hit = idx[:, :, None] == jnp.arange(out.shape[1], dtype=idx.dtype)[None, None, :]
+    val = jnp.sum(jnp.where(hit, vals[:, :, None], jnp.zeros_like(vals)[:, :, None]), axis=1)
+    return jnp.where(jnp.any(hit, axis=1), val.astype(out.dtype), out)

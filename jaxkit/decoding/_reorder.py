@@ -99,6 +99,11 @@ def window_order(
         ci = c.astype(jnp.int32)
         inv = inv + ci * (offset + jnp.cumsum(ci, axis=-1) - 1)
         offset = offset + jnp.sum(ci, axis=-1, keepdims=True)
-    idx = jnp.broadcast_to(jnp.arange(filled.shape[-1], dtype=jnp.int32), filled.shape)
-    perm = jnp.put_along_axis(jnp.zeros_like(inv), inv, idx, axis=-1, inplace=False)
+    # perm[p] = the j with inv[j] == p: a one-hot reduction (no scatter, so a
+    # batch-sharded window keeps its sharding under an explicit mesh).
+    w = filled.shape[-1]
+    lead = (1,) * (filled.ndim - 1)
+    j = jnp.arange(w, dtype=jnp.int32).reshape(lead + (w, 1))
+    onehot = inv[..., :, None] == jnp.arange(w, dtype=jnp.int32).reshape(lead + (1, w))
+    perm = jnp.sum(jnp.where(onehot, j, jnp.zeros_like(j)), axis=-2).astype(jnp.int32)
     return perm, inv

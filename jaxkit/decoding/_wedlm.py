@@ -3,6 +3,8 @@
 One ``lax.while_loop``; each step is one forward of a reordered window on top of
 the cache (the engine's refill order: masks are appended before the forward so
 that the committed run rides along and every open slot gets a fresh prediction).
+The first window is predicted by the prefill forward itself (prompt and W masks in
+one forward), so no decode step is spent on the all-mask window.
 Entropy threshold, distance penalty and temperature are traced. Taken from the
 paper's Algorithm 1 and the released engine (Tencent/WeDLM ``wedlm/engine``).
 """
@@ -15,7 +17,13 @@ from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
-from jaxkit.decoding._common import DecodeStats, check_generate_args, finalize, stop_info
+from jaxkit.decoding._common import (
+    DecodeStats,
+    check_generate_args,
+    finalize,
+    stop_info,
+    write_at,
+)
 from jaxkit.decoding._reorder import commit_count, window_order
 from jaxkit.decoding._select import _sample, select_by_entropy
 
@@ -64,7 +72,9 @@ def wedlm_generate(
 ) -> tuple[Array, Array, DecodeStats]:
     """Generate with WeDLM streaming parallel decoding (batched, ragged prompts).
 
-    After a prefill of the right-padded prompts, each step (1) appends as many
+    One forward encodes the right-padded prompts into the cache and predicts the
+    first window of W masks (they attend to the valid prompt only); its selection
+    is applied at once. Each following step (1) appends as many
     ``[MASK]`` slots as the window's leading filled run, (2) reorders the window
     topologically (filled slots first, open masks next, padding last) and runs one
     forward of width ``2 * window`` on the cache at logical positions
@@ -93,7 +103,9 @@ def wedlm_generate(
       pad_token_id: Written after each row's end in the output.
 
     Returns:
-      ``(tokens int32[B, N], lengths int32[B], DecodeStats)``.
+      ``(tokens int32[B, N], lengths int32[B], DecodeStats)``; ``n_forward``
+      counts the forwards after the prefill (like :func:`ar_generate`, whose
+      first token also comes from the prefill): ``N - 1`` at ``window=1``.
 
     Raises:
       ValueError: prompt longer than the cache, window larger than the cache,
@@ -114,10 +126,12 @@ def wedlm_generate(
     _validate.finite_scalar(temperature=temperature)
     _validate.non_negative(temperature=temperature)
     w, n = window, max_new_tokens
-    state = _init_state(params, cfg, prompt, prompt_len, mask_token_id=mask_token_id,
-                        max_new_tokens=n, window=w, max_len=max_len,
-                        pad_token_id=pad_token_id)
     cap = n + w + 1  # each forward fills >= 1 open slot; see the spec's progress bound
+    state = _init_state(params, cfg, prompt, prompt_len, jax.random.fold_in(key, cap),
+                        mask_token_id=mask_token_id, max_new_tokens=n, window=w,
+                        max_len=max_len, pad_token_id=pad_token_id,
+                        entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
+                        temperature=temperature, stop_token_ids=tuple(stop_token_ids))
 
     def cond(s: WeDLMState):
         return jnp.any(~s.done) & (s.n_forward < cap)
@@ -133,28 +147,54 @@ def wedlm_generate(
     return tokens, lengths, DecodeStats(state.n_forward, state.row_forwards)
 
 
-def _init_state(params, cfg, prompt, prompt_len, *, mask_token_id, max_new_tokens, window,
-                max_len, pad_token_id) -> WeDLMState:
-    """Prefill the prompts and open an all-mask window."""
+def _init_state(params, cfg, prompt, prompt_len, key, *, mask_token_id, max_new_tokens,
+                window, max_len, pad_token_id, entropy_threshold, pos_penalty, temperature,
+                stop_token_ids) -> WeDLMState:
+    """Prefill the prompts and predict the first window in the same forward.
+
+    The forward is ``[prompt (P slots, right-padded) | W masks]``: prompt slots
+    attend causally (their K/V go to cache slots ``0..P-1``, exactly the prefill),
+    mask slot ``j`` sits at logical position ``prompt_len + j`` and attends to the
+    valid prompt and to the masks before it (the topological order of an all-mask
+    window). ``cache.length = prompt_len``; the first selection step is applied, so
+    a decode step is saved against a separate prefill (no model work is repeated).
+    Mask slots past the capacity are dropped (never selectable: slot ``j`` is
+    selectable only if ``j < N``, and ``P + N <= max_len``).
+    """
     w, n = window, max_new_tokens
-    _, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
+    b, p = prompt.shape
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
-    return WeDLMState(
+    slot = jnp.arange(w, dtype=jnp.int32)[None, :]
+    tokens = jnp.concatenate([prompt, zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32)],
+                             axis=1)
+    pos = jnp.concatenate([zb[:, None] + jnp.arange(p, dtype=jnp.int32)[None, :],
+                           prompt_len[:, None] + slot], axis=1)
+    i = jnp.arange(p + w, dtype=jnp.int32)[None, :, None]
+    j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
+    sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
+    cache = _empty_cache(cfg, zb, max_len=max_len, dtype=params["embed"].dtype)
+    res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees)
+    cache = nn.commit(res.cache, prompt_len)
+    state = WeDLMState(
         cache=cache,
         win_tok=zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32),
-        filled=(zb[:, None] + jnp.zeros((1, w), jnp.int32)) > 0,
+        filled=(zb[:, None] + slot) < 0,
         out=zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32),
         n_gen=zb,
         done=zb > 0,
         row_forwards=zb,
         n_forward=jnp.zeros((), jnp.int32),
     )
+    return _fill(state, res.logits[:, p:], prompt_len, key, active=zb >= 0,
+                 max_new_tokens=n, entropy_threshold=entropy_threshold,
+                 pos_penalty=pos_penalty, temperature=temperature,
+                 stop_token_ids=stop_token_ids)
 
 
 def _step(params, cfg, s: WeDLMState, prompt_len, key, *, mask_token_id, max_new_tokens,
           window, entropy_threshold, pos_penalty, temperature, stop_token_ids) -> WeDLMState:
     """One forward of the streaming decoder (engine refill order)."""
-    b, w, n = s.win_tok.shape[0], window, max_new_tokens
+    w = window
     active = ~s.done
     n_lead = jnp.where(active, commit_count(s.filled), 0)
     tok2 = jnp.concatenate([s.win_tok, jnp.full_like(s.win_tok, mask_token_id)], axis=1)
@@ -170,22 +210,39 @@ def _step(params, cfg, s: WeDLMState, prompt_len, key, *, mask_token_id, max_new
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
     phys = jnp.take_along_axis(inv, src, axis=1)
     logits = jnp.take_along_axis(res.logits, phys[:, :, None], axis=1)
-    tok = jnp.take_along_axis(tok2, src, axis=1)
-    filled = jnp.take_along_axis(filled2, src, axis=1)
-    gen_idx = (cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
-    selectable = ~filled & (gen_idx < n) & active[:, None]
+    s = s._replace(cache=cache, win_tok=jnp.take_along_axis(tok2, src, axis=1),
+                   filled=jnp.take_along_axis(filled2, src, axis=1),
+                   row_forwards=s.row_forwards + active.astype(jnp.int32),
+                   n_forward=s.n_forward + 1)
+    return _fill(s, logits, prompt_len, key, active=active, max_new_tokens=max_new_tokens,
+                 entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
+                 temperature=temperature, stop_token_ids=stop_token_ids)
+
+
+def _fill(s: WeDLMState, logits, prompt_len, key, *, active, max_new_tokens,
+          entropy_threshold, pos_penalty, temperature, stop_token_ids) -> WeDLMState:
+    """Select and fill open slots from the window logits (logical order), emit, stop."""
+    b, w = s.win_tok.shape
+    n = max_new_tokens
+    gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
+    selectable = ~s.filled & (gen_idx < n) & active[:, None]
     fill = select_by_entropy(logits, selectable, threshold=entropy_threshold,
                              pos_penalty=pos_penalty)
     new = _sample(logits, key, temperature)
-    tok = jnp.where(fill, new, tok)
-    filled = filled | fill
+    tok = jnp.where(fill, new, s.win_tok)
+    filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.
     idx = jnp.where(filled, gen_idx, n)
-    out = s.out.at[jnp.arange(b)[:, None], idx].set(tok, mode="drop")
-    n_gen = jnp.minimum((cache.length - prompt_len) + commit_count(filled), n)
+    out = write_at(s.out, idx, tok)
+    n_gen = jnp.minimum((s.cache.length - prompt_len) + commit_count(filled), n)
     n_gen = jnp.where(active, n_gen, s.n_gen)
     has_stop, _ = stop_info(out, n_gen, stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
-    return WeDLMState(cache=cache, win_tok=tok, filled=filled, out=out, n_gen=n_gen,
-                      done=done, row_forwards=s.row_forwards + active.astype(jnp.int32),
-                      n_forward=s.n_forward + 1)
+    return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
+
+
+def _empty_cache(cfg, zb, *, max_len, dtype) -> nn.KVCache:
+    """``nn.init_cache`` whose buffers follow the batch sharding of ``zb`` (int32[B] zeros)."""
+    shape = (cfg.n_layers, 1, max_len, cfg.n_kv_heads, cfg.head_dim)
+    z = zb.astype(dtype)[None, :, None, None, None] + jnp.zeros(shape, dtype)
+    return nn.KVCache(k=z, v=z, length=zb)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from jaxkit import _validate
-from jaxkit.nn._cache import KVCache, commit, init_cache
+from jaxkit.nn._cache import KVCache, commit
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._init import normal_pieces
 
@@ -61,6 +61,17 @@ def _take_rows(table: Array, idx: Array) -> Array:
         return jnp.take(table, idx, axis=0, mode="clip")
     spec = jax.sharding.PartitionSpec(*sh.spec, *([None] * (table.ndim - 1)))
     return table.at[idx].get(out_sharding=spec, mode="clip")
+
+
+def _set_rows(buf: Array, rows: Array, slots: Array, upd: Array) -> Array:
+    """``buf.at[rows, slots].set(upd, mode="drop")``, keeping ``buf``'s explicit sharding."""
+    sh = getattr(jax.typeof(buf), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+    if not explicit:
+        return buf.at[rows, slots].set(upd, mode="drop")
+    return buf.at[rows, slots].set(upd, mode="drop", out_sharding=sh.spec)
 
 
 def _check_cfg(cfg) -> None:
@@ -261,8 +272,8 @@ def _block(cfg: TransformerConfig, lp: dict, h: Array, positions: Array, mask: A
         kb, vb = kv
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
-        kb = kb.at[rows, slots].set(k.astype(kb.dtype), mode="drop")
-        vb = vb.at[rows, slots].set(v.astype(vb.dtype), mode="drop")
+        kb = _set_rows(kb, rows, slots, k.astype(kb.dtype))
+        vb = _set_rows(vb, rows, slots, v.astype(vb.dtype))
         o = attention(q, kb, vb, mask)
         new = (kb, vb)
     else:
@@ -523,11 +534,12 @@ def prefill(
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     h, (k, v), _ = _run_layers(params, cfg, h, pos, emit_kv=True)
     logits = unembed(params, cfg, h)
-    cache = init_cache(cfg, batch=b, max_len=max_len, dtype=params["embed"].dtype)
-    # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked).
-    cache = cache._replace(k=cache.k.at[:, :, :t].set(k.astype(cache.k.dtype)),
-                           v=cache.v.at[:, :, :t].set(v.astype(cache.v.dtype)),
-                           length=lengths.astype(jnp.int32))
+    # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked);
+    # zero padding keeps the batch sharding of the prompts.
+    pad = ((0, 0), (0, 0), (0, max_len - t), (0, 0), (0, 0))
+    dtype = params["embed"].dtype
+    cache = KVCache(k=jnp.pad(k.astype(dtype), pad), v=jnp.pad(v.astype(dtype), pad),
+                    length=lengths.astype(jnp.int32))
     idx = (lengths.astype(jnp.int32) - 1)[:, None, None]
     last = jnp.take_along_axis(logits, idx, axis=1)[:, 0]
     return last, cache

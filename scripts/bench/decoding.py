@@ -2,13 +2,18 @@
 
 Same model, same 20 held-out prompts, 28 new tokens. Headline regime: one request
 at a time (batch 1, ``lax.map`` over the prompts inside one jitted call), the
-latency setting of the paper's comparisons. Each line: wall-clock ratio
-(AR time / WeDLM time) at one (window, tau), tokens per forward, and exact-match
-error of both decoders; ``ok`` needs ratio >= 2 and accuracy within 1 point of AR.
+latency setting of the paper's comparisons. The AR call and the WeDLM calls of a
+task level are timed round-robin (AR, WeDLM(W, tau), ..., repeated), so that load
+from other jobs on a shared machine falls on both alike. Each line: wall-clock
+ratio (median AR time / median WeDLM time) at one (window, tau), the median of the
+per-round ratios and the min-time ratio, tokens per forward, and exact-match error
+of both decoders; ``ok`` needs ratio >= 2 and accuracy within 1 point of AR. The
+last line is the best (W, tau) of the noise-free task at that accuracy.
 ``--full`` adds more taus, the noisy task levels at every tau and batch 20.
 """
 
 import os
+import statistics
 import sys
 import time
 
@@ -24,7 +29,7 @@ sys.path.insert(0, os.path.join(H.ROOT, "examples"))
 from jaxkit.decoding import _counting as C  # noqa: E402
 from jaxkit.decoding import ar_generate, wedlm_generate  # noqa: E402
 
-NEW, N_PROMPTS, TARGET = 28, 20, 2.0
+NEW, N_PROMPTS, TARGET, LAMBDA = 28, 20, 2.0, 0.02
 
 
 def _score(seq, toks, d, level):
@@ -49,26 +54,31 @@ def _compiled(fn, *args):
     return c, time.perf_counter() - t0
 
 
-def _time(compiled, compile_s, *args, repeats):
-    t = H.time_jax(compiled, *args, repeats=repeats, jit=False)
-    t.compile_s = compile_s
-    ts = []
-    for _ in range(repeats):  # min as well: robust to other jobs on a shared machine
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        ts.append(time.perf_counter() - t0)
-    return t, min(ts)
+def _round_robin(calls: dict, repeats: int) -> dict:
+    """Warm up, then time every call once per round for ``repeats`` rounds."""
+    outs = {k: jax.block_until_ready(f(*a)) for k, (f, a) in calls.items()}
+    ts: dict = {k: [] for k in calls}
+    for _ in range(repeats):
+        for k, (f, a) in calls.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*a))
+            ts[k].append(time.perf_counter() - t0)
+    return {k: (outs[k], np.asarray(v)) for k, v in ts.items()}
 
 
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
-    args.repeats = max(args.repeats, 9)
+    args.repeats = max(args.repeats, 15)
     params, cfg, _ = C.load_fixture()
     key = jax.random.key(0)
-    windows = (8, 16)
-    taus = [0.1, 0.2, 0.4, 0.8] + ([0.05, 0.3, 0.6, 1.2] if args.full else [])
+    # W=4: on CPU a forward's cost grows with its physical width (2W slots) and the
+    # fixture's forwards per prompt is at W=4's bound (N/W) for tau >= 0.8.
+    grid = {4: [0.4, 0.8, 1.2], 8: [0.2, 0.4]}
+    if args.full:
+        grid = {4: [0.2, 0.4, 0.6, 0.8, 1.2, 1.6], 8: [0.1, 0.2, 0.4, 0.8],
+                16: [0.2, 0.4]}
     batches = (1, 20) if args.full else (1,)
-    levels = (0, 1, 2)
+    best = None
     for batch in batches:
         pr0 = jnp.zeros((N_PROMPTS, C.PROMPT_LEN), jnp.int32)
         pl = jnp.full((N_PROMPTS,), C.PROMPT_LEN, jnp.int32)
@@ -76,34 +86,54 @@ def main() -> None:
             p, cfg, a, b, key=key, max_new_tokens=NEW), batch), params, pr0, pl)
         we_c = {w: _compiled(_mapped(lambda p, a, b, t, w=w: wedlm_generate(
             p, cfg, a, b, key=key, mask_token_id=C.MASK_ID, max_new_tokens=NEW, window=w,
-            entropy_threshold=t, pos_penalty=0.02), batch), params, pr0, pl,
-            jnp.float32(0.4)) for w in windows}
-        for level in levels:
+            entropy_threshold=t, pos_penalty=LAMBDA), batch), params, pr0, pl,
+            jnp.float32(0.4)) for w in grid}
+        for level in (0, 1, 2):
             rng = np.random.default_rng(1000 + level)
             seq, d, _ = C.counting_batch(rng, N_PROMPTS, NEW, level)
             pr = jnp.asarray(seq[:, :C.PROMPT_LEN])
-            anchor, anchor_min = _time(ar_c, ar_cs, params, pr, pl, repeats=args.repeats)
-            t_ar, l_ar, s_ar = anchor.output
+            configs = [(w, tau) for w, taus in grid.items()
+                       for tau in (taus if (level == 0 or args.full) else taus[-1:])]
+            calls = {"ar": (ar_c, (params, pr, pl))}
+            for w, tau in configs:
+                calls[(w, tau)] = (we_c[w][0], (params, pr, pl, jnp.float32(tau)))
+            res = _round_robin(calls, args.repeats)
+            (t_ar, l_ar, s_ar), ts_ar = res["ar"]
             acc_ar = _score(seq, t_ar, d, level)
             tpf_ar = float(np.sum(l_ar) / np.sum(s_ar.row_forwards))
-            for w in windows:
-                for tau in (taus if (level == 0 or args.full) else [0.4]):
-                    ours, ours_min = _time(we_c[w][0], we_c[w][1], params, pr, pl,
-                                           jnp.float32(tau), repeats=args.repeats)
-                    toks, lens, st = ours.output
-                    acc = _score(seq, toks, d, level)
-                    tpf = float(np.sum(lens) / np.sum(st.row_forwards))
-                    ratio = anchor.median_s / ours.median_s
-                    H.emit(bench="decoding", case=f"wedlm_vs_ar/rho{C.LEVELS[level]:g}",
-                           sizes={"prompts": N_PROMPTS, "new": NEW, "batch": batch,
-                                  "window": w, "tau": tau, "lambda": 0.02},
-                           ours=ours, anchor="ar_kv_cache", anchor_t=anchor, target=TARGET,
-                           note=("ok needs ratio>=2 and acc >= AR acc - 0.01; err = 1 - "
-                                 + ("exact match" if level == 0 else "rule consistency")
-                                 + "; ratio_min = min-time ratio (robust to load)"),
-                           ours_err=1.0 - acc, anchor_err=1.0 - acc_ar, tpf=tpf,
-                           tpf_ar=tpf_ar, ratio_min=anchor_min / ours_min,
-                           ok=bool(ratio >= TARGET and acc >= acc_ar - 0.01))
+            anchor = H.Timing(float(np.median(ts_ar)), ar_cs, None)
+            for w, tau in configs:
+                (toks, lens, st), ts = res[(w, tau)]
+                acc = _score(seq, toks, d, level)
+                tpf = float(np.sum(lens) / np.sum(st.row_forwards))
+                ours = H.Timing(float(np.median(ts)), we_c[w][1],
+                                H._compiled_mem_mb(we_c[w][0]))
+                ratio = anchor.median_s / ours.median_s
+                ok = bool(ratio >= TARGET and acc >= acc_ar - 0.01)
+                line = H.emit(
+                    bench="decoding", case=f"wedlm_vs_ar/rho{C.LEVELS[level]:g}",
+                    sizes={"prompts": N_PROMPTS, "new": NEW, "batch": batch, "window": w,
+                           "tau": tau, "lambda": LAMBDA},
+                    ours=ours, anchor="ar_kv_cache", anchor_t=anchor, target=TARGET,
+                    note=("round-robin timing; ok needs ratio>=2 and acc >= AR acc - 0.01; "
+                          "err = 1 - " + ("exact match" if level == 0 else "rule consistency")
+                          + "; tpf = tokens per forward after the prefill; fwd_per_prompt "
+                          "counts the prefill forward too"),
+                    ours_err=1.0 - acc, anchor_err=1.0 - acc_ar, tpf=tpf, tpf_ar=tpf_ar,
+                    fwd_per_prompt=float(np.sum(st.row_forwards)) * batch / N_PROMPTS + 1,
+                    fwd_per_prompt_ar=float(np.sum(s_ar.row_forwards)) * batch / N_PROMPTS + 1,
+                    ratio_paired=float(statistics.median(ts_ar / ts)),
+                    ratio_min=float(ts_ar.min() / ts.min()),
+                    tokens_per_s=float(np.sum(lens) / ours.median_s),
+                    tokens_per_s_ar=float(np.sum(l_ar) / anchor.median_s), ok=ok)
+                if (level == 0 and batch == 1 and acc >= acc_ar - 0.01
+                        and (best is None or line["ratio"] > best["ratio"])):
+                    best = line
+    if best is not None:
+        print(H.json.dumps({**best, "case": "wedlm_vs_ar/best_rho0",
+                            "note": "best (window, tau) of the rho=0 lines at <= 1 point "
+                                    "below AR exact match (batch 1)"}), flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -56,9 +56,7 @@ CASES = [
         hparams={"entropy_threshold": (0.4, 0.9), "pos_penalty": (0.02, 0.05)},
         grad_modes=(),
         dtypes=(jnp.float32,),  # integer outputs; parameters are closed over in f32
-        # nn.prefill does not yet accept batch-sharded prompts under explicit sharding
-        # (its cache buffers are created unsharded); re-enable (0, 1) once it does.
-        shard_argnums=(),
+        shard_argnums=(0, 1),  # batch-sharded prompts: cache, window and output follow
         bad=(
             Bad("prompt longer than cache", lambda key: (_gen_args(key, None), {"max_len": 2}),
                 ValueError, "prompt"),
@@ -78,7 +76,9 @@ CASES = [
         grad_modes=("rev",),
         grad_argnums=(1,),
         rtol=1e-4,
-        shard_argnums=(),  # same nn limitation (batch-sharded tokens through apply)
+        # dual_stream_batch draws its masks unsharded (zeros/ones of shape (b, ...)),
+        # which do not mix with batch-sharded tokens under an explicit mesh.
+        shard_argnums=(),
         bad=(Bad("float tokens", lambda key: ((jnp.zeros((8, 6)), _P32), {}), TypeError,
                  "tokens"),),
     ),

@@ -136,7 +136,9 @@ def test_w1_no_threshold_equals_mask_predict_greedy():
                                          mask=MASK, n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     np.testing.assert_array_equal(lens, [n, n])
-    assert int(st.n_forward) == n  # one forward per token (last commit needs none)
+    # the prefill forward predicts the first slot, then one forward per token (the last
+    # commit needs none): N - 1 forwards after the prefill, exactly like ar_generate
+    assert int(st.n_forward) == n - 1
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
@@ -155,7 +157,7 @@ def test_cached_equals_uncached_reference(seed):
         want, nf = R.wedlm_reference_row(params, cfg, list(np.asarray(pr[b, :pl[b]])),
                                          mask=MASK, n_new=n, window=w, tau=tau, lam=lam)
         np.testing.assert_array_equal(np.asarray(toks[b, :lens[b]]), want)
-        assert int(st.row_forwards[b]) == nf
+        assert int(st.row_forwards[b]) == nf - 1  # the first window rides on the prefill
     assert int(st.n_forward) == int(st.row_forwards.max())
 
 
@@ -171,11 +173,18 @@ def test_cache_holds_exact_ar_kv():
     params, cfg = tiny(3)
     pr, pl = prompts(3, 2, 5, [5, 2])
     n, w = 10, 4
-    s = _wedlm._init_state(params, cfg, pr, pl, mask_token_id=MASK, max_new_tokens=n,
-                           window=w, max_len=5 + n, pad_token_id=0)
-    step = jax.jit(lambda s, k: _wedlm._step(
-        params, cfg, s, pl, k, mask_token_id=MASK, max_new_tokens=n, window=w,
-        entropy_threshold=1.5, pos_penalty=0.02, temperature=0.0, stop_token_ids=()))
+    kw = dict(mask_token_id=MASK, max_new_tokens=n, window=w, entropy_threshold=1.5,
+              pos_penalty=0.02, temperature=0.0, stop_token_ids=())
+    s = jax.jit(lambda k: _wedlm._init_state(params, cfg, pr, pl, k, max_len=5 + n,
+                                             pad_token_id=0, **kw))(jax.random.key(9))
+    # the fused prefill wrote exactly the prefill K/V of the prompts
+    _, pre = jax.jit(lambda: nn.prefill(params, cfg, pr, pl, max_len=5 + n))()
+    np.testing.assert_array_equal(s.cache.length, pl)
+    for b in range(2):
+        p = int(pl[b])
+        np.testing.assert_allclose(s.cache.k[:, b, :p], pre.k[:, b, :p], atol=1e-5)
+        np.testing.assert_allclose(s.cache.v[:, b, :p], pre.v[:, b, :p], atol=1e-5)
+    step = jax.jit(lambda s, k: _wedlm._step(params, cfg, s, pl, k, **kw))
     for i in range(4):
         s = step(s, jax.random.key(i))
     for b in range(2):
@@ -203,7 +212,8 @@ def test_all_filled_window_commits_whole_window():
     params, cfg = tiny(5)
     pr, pl = prompts(5, 2, 5, [5, 4])
     toks, lens, st = _gen(params, cfg, pr, pl, entropy_threshold=100.0, pos_penalty=0.0)
-    assert int(st.n_forward) == 2  # 4 tokens per forward
+    # prefill predicts all 4 slots, one forward commits them and predicts the next 4
+    assert int(st.n_forward) == 1
 
 
 def test_stop_token_truncates_and_rows_finish_independently():
@@ -300,3 +310,25 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(Exception, match="`prompt`"):
         jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl,
                                    entropy_threshold=0.4))
+
+
+def test_batch_sharded_prompts_match_unsharded(mesh8):
+    # nn.prefill, the fused WeDLM prefill and both decode loops keep the batch
+    # sharding of the prompts under an explicit mesh and give the same tokens.
+    params, cfg = tiny(11)
+    pr, pl = prompts(11, 8, 5, [5, 3, 4, 5, 2, 5, 1, 4])
+    kw = dict(key=jax.random.key(0), max_new_tokens=6)
+    want_w = _gen(params, cfg, pr, pl, max_new_tokens=6, entropy_threshold=0.8)
+    want_a = _JAR(params, cfg, pr, pl, **kw)
+    sh = jax.NamedSharding(mesh8, jax.P("data"))
+    spr = jax.device_put(pr, jax.NamedSharding(mesh8, jax.P("data", None)))
+    spl = jax.device_put(pl, sh)
+    with jax.set_mesh(mesh8):
+        got_w = _gen(params, cfg, spr, spl, max_new_tokens=6, entropy_threshold=0.8)
+        got_a = _JAR(params, cfg, spr, spl, **kw)
+        _, cache = jax.jit(lambda a, b: nn.prefill(params, cfg, a, b, max_len=12))(spr, spl)
+    for got, want in ((got_w, want_w), (got_a, want_a)):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[0].sharding.spec[0] == "data"
+    assert cache.k.sharding.spec[1] == "data"
