@@ -8,26 +8,29 @@ Each 8x8 digit appears in its four 90-degree rotations with weights ``pi``: unif
 Model (shared by every C_4 variant): relaxed p4 lifting conv -> relaxed p4 group conv
 -> relaxed p4 group conv -> max over space (features ``[C, 4]`` carrying the regular
 representation) -> relaxed linear head to 10 invariant logits (regular -> trivial).
-Every layer is ``P(A) + theta_l U(B)``; the head's free branch is the
-orientation-aware readout that an invariant classifier lacks. Compared on the same data,
-initialisation, batches, optimizer (Adam) and steps:
+Every layer is ``P(A) + theta_l U(B)``. The head's equivariant branch is the usual
+invariant readout (mean over the group axis, then linear); its free branch is the
+orientation-aware readout an invariant classifier lacks. Compared on the same split,
+initialisation, batches, optimizer (Adam, same rate) and number of steps:
 
 - ``recm``: theta_l per layer by the RECM recurrence (:func:`recm_optimizer`);
-- ``strict``: theta_l = 0 (exactly invariant classifier);
+- ``strict``: theta_l = 0 (an exactly invariant classifier);
 - ``cr``: CR (NeurIPS 2024): raw free branches ``theta(t) B_l`` with the triangle
   schedule shared by all layers, CR's Lie-derivative penalty
   ``lambda_reg (|B(g h) - g B(h)| + |B h|)`` on every layer's detached input ``h``
-  (``g`` the quarter turn), free branches switched off at evaluation;
+  (``g`` the quarter turn; the head uses :func:`lie_derivative_penalty`), free
+  branches switched off at evaluation;
 - ``cnn``: a plain CNN with the same feature widths (4C channels), max pool, linear.
 
 Training minimises the ``pi``-weighted cross-entropy over the four rotations of each
-image; accuracy is the ``pi``-weighted accuracy on a held-out test split. Several
-seeds (split, initialisation and batches) give mean and spread. Per-layer theta is
-plotted against each layer's MMD gap statistic.
+batch image; accuracy is the ``pi``-weighted accuracy on a held-out test split (497
+images x 4 rotations). Seeds change split, initialisation and batches; the full run
+reports mean and spread over 3 seeds, quick mode one seed. Per-layer theta is plotted
+against each layer's MMD gap statistic.
 
-``ok`` requires the theta claims (uniform: every theta < 0.05; skewed: head theta >
-0.05) and the accuracy claim on the skewed setting (mean over seeds): RECM >=
-max(strict, CNN) and RECM > CR.
+``ok`` requires the theta claims (uniform: every theta < 0.05; skewed: the last conv's
+and the head's theta > 0.05) and the accuracy claim on the skewed setting (means over
+seeds): RECM >= max(strict, CNN) and RECM > CR.
 """
 
 import argparse
@@ -212,7 +215,7 @@ def _batch(key, i, xtr, ytr, batch):
 
 
 def _forward(model, ws, xo):
-    """Logits ``[4, B, 10]`` of an orbit batch ``[4, B, 1, 8, 8]``; also the features."""
+    """Logits ``[4, B, 10]`` of an orbit batch ``[4, B, 1, 8, 8]``, and features."""
     x = xo.reshape(-1, *xo.shape[2:])
     hs = jax.vmap(lambda v: _features(model, ws, v))(x)
     logits = _head(model, ws, _pool(hs[-1]))
@@ -359,7 +362,7 @@ def main(
     data_dir: str | None = None,
 ) -> dict:
     del data_dir  # the data ship with scikit-learn
-    width, steps, batch, n_seeds = (6, 250, 32, 1) if quick else (8, 600, 32, 3)
+    width, steps, batch, n_seeds = (6, 200, 32, 1) if quick else (8, 600, 32, 3)
     seeds = [seed + i for i in range(n_seeds)]
     runs = [("recm", "uniform")] + [(v, "skewed") for v in (*MODES, "cnn")]
     if not quick:
@@ -386,7 +389,7 @@ def main(
     mean = {k: v[0] for k, v in summary.items()}
     theta_ok = bool(
         max(max(t) for t in thetas["uniform"]) < 0.05
-        and min(t[-1] for t in thetas["skewed"]) > 0.05
+        and min(min(t[-2:]) for t in thetas["skewed"]) > 0.05
     )
     accuracy_claim_met = bool(
         mean["recm/skewed"] >= max(mean["strict/skewed"], mean["cnn/skewed"])
