@@ -11,7 +11,7 @@ representation) -> relaxed linear head to 10 invariant logits (regular -> trivia
 Every layer is ``P(A) + theta_l U(B)``. The head's equivariant branch is the usual
 invariant readout (mean over the group axis, then linear); its free branch is the
 orientation-aware readout an invariant classifier lacks. Compared on the same split,
-initialisation, batches, optimizer (Adam, same rate) and number of steps:
+initialisation, batches, optimizer (Adam, same cosine-decayed rate) and steps:
 
 - ``recm``: theta_l per layer by the RECM recurrence (:func:`recm_optimizer`);
 - ``strict``: theta_l = 0 (an exactly invariant classifier);
@@ -34,6 +34,7 @@ seeds): RECM >= max(strict, CNN) and RECM > CR.
 """
 
 import argparse
+import functools
 import json
 import os
 
@@ -204,8 +205,15 @@ def _data(seed, n_train=1300):
             jnp.asarray(_orbit(xs[te])), jnp.asarray(ys[te]))
 
 
-_OPT = E.recm_optimizer(optax.adam(LR), learning_rate=THETA_LR, decay=LAM)
-_COPT = optax.adam(LR)
+COSINE = True  # Adam's rate decays to 0 (cosine) for every model
+
+
+@functools.cache
+def _optimizers(steps):
+    """Adam for every model (same rate and schedule); RECM's theta by the recurrence."""
+    lr = optax.cosine_decay_schedule(LR, steps) if COSINE else LR
+    recm = E.recm_optimizer(optax.adam(lr), learning_rate=THETA_LR, decay=LAM)
+    return recm, optax.adam(lr)
 
 
 def _batch(key, i, xtr, ytr, batch):
@@ -237,7 +245,7 @@ def _c4_step(model, state, i, pi, key, xtr, ytr, *, mode, steps, batch):
             out = out + CR_REG * _cr_penalty(m, x, hs)
         return out
 
-    upd, state = _OPT.update(jax.grad(loss)(params), state, params)
+    upd, state = _optimizers(steps)[0].update(jax.grad(loss)(params), state, params)
     model = eqx.combine(optax.apply_updates(params, upd), static)
     return model, state, jnp.stack([m.theta for m in (*model.layers, model.head)])
 
@@ -249,14 +257,14 @@ def _c4_eval(model, mode, pi, xte, yte):
 
 
 @eqx.filter_jit
-def _cnn_step(model, state, i, pi, key, xtr, ytr, *, batch):
+def _cnn_step(model, state, i, pi, key, xtr, ytr, *, steps, batch):
     xb, yb = _batch(key, i, xtr, ytr, batch)
     params, static = eqx.partition(model, eqx.is_inexact_array)
 
     def loss(p):
         return _weighted_ce(jax.vmap(jax.vmap(eqx.combine(p, static)))(xb), yb, pi)
 
-    upd, state = _COPT.update(jax.grad(loss)(params), state, params)
+    upd, state = _optimizers(steps)[1].update(jax.grad(loss)(params), state, params)
     return eqx.combine(optax.apply_updates(params, upd), static), state
 
 
@@ -290,15 +298,17 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
     for variant, setting in runs:
         pi = jnp.asarray(PIS[setting], jnp.float32)
         if variant == "cnn":
-            m, st = cnn0, _COPT.init(eqx.filter(cnn0, eqx.is_inexact_array))
+            m = cnn0
+            st = _optimizers(steps)[1].init(eqx.filter(m, eqx.is_inexact_array))
             for i in range(steps):
                 m, st = _cnn_step(m, st, jnp.asarray(i), pi, key, xtr, ytr,
-                                  batch=batch)
+                                  steps=steps, batch=batch)
             acc[variant, setting] = float(_cnn_eval(m, pi, xte, yte))
             continue
         mode = MODES.index(variant)
         m = cr0 if variant == "cr" else model0
-        st, trace = _OPT.init(eqx.filter(m, eqx.is_inexact_array)), []
+        st = _optimizers(steps)[0].init(eqx.filter(m, eqx.is_inexact_array))
+        trace = []
         for i in range(steps):
             m, st, th = _c4_step(m, st, jnp.asarray(i), pi, key, xtr, ytr,
                                  mode=mode, steps=steps, batch=batch)
