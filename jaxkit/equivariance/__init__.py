@@ -27,6 +27,7 @@ from jaxkit.equivariance._layers import RECMLinear as RECMLinear
 from jaxkit.equivariance._layers import c4_conv_reynolds as c4_conv_reynolds
 from jaxkit.equivariance._layers import c4_image_act as c4_image_act
 from jaxkit.equivariance._layers import c4_image_actions as c4_image_actions
+from jaxkit.equivariance._layers import c4_kernel_transform as c4_kernel_transform
 from jaxkit.equivariance._layers import normalized_complement as normalized_complement
 from jaxkit.equivariance._project import complement as complement
 from jaxkit.equivariance._project import equivariance_error as equivariance_error

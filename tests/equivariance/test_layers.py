@@ -76,6 +76,37 @@ def test_c4_group_conv_equivariance(lifting, key):
     np.testing.assert_allclose(E.c4_conv_reynolds(pk, lifting=lifting), pk, atol=1e-6)
 
 
+@pytest.mark.parametrize("lifting", [True, False])
+def test_c4_kernel_transform_intertwines(lifting, key):
+    """conv(T_r K, g_r f) = g_r conv(K, f): the identity behind CR's conv penalty."""
+    gi = 1 if lifting else 4
+    kern = jax.random.normal(key, (2, 4, 3, gi, 3, 3))
+    f = jax.random.normal(jax.random.key(1), (3, 7, 7) if lifting else (3, 4, 7, 7))
+
+    def conv(k, v):
+        y = jax.lax.conv_general_dilated(
+            v.reshape(1, 3 * gi, 7, 7), k.reshape(8, 3 * gi, 3, 3), (1, 1), "SAME"
+        )
+        return y.reshape(2, 4, 7, 7)
+
+    @jax.jit
+    def gap(k, v):  # max |conv(T_r K, g_r f) - g_r conv(K, f)| over r = 1, 2, 3
+        diffs = [
+            conv(
+                E.c4_kernel_transform(k, r, lifting=lifting),
+                E.c4_image_act(v, r, regular=not lifting),
+            )
+            - E.c4_image_act(conv(k, v), r, regular=True)
+            for r in range(1, 4)
+        ]
+        return jnp.max(jnp.abs(jnp.stack(diffs)))
+
+    assert float(gap(kern, f)) <= 1e-4
+    # not an identity map: a generic kernel changes under a quarter turn
+    turned = E.c4_kernel_transform(kern, 1, lifting=lifting)
+    assert float(jnp.abs(turned - kern).max()) > 0.1
+
+
 def test_c4_conv_bad_inputs(key):
     with pytest.raises(ValueError, match="kernel_size"):
         E.RECMGroupConvC4(1, 1, 4, key=key)
