@@ -91,3 +91,5 @@ sign_st = _st.st(sign)
 sort_st = _st.st(sort)
 top_k_st = _st.st(top_k)
 argtop_k_st = _st.st(argtop_k)
+
+from jaxkit.soft import random as random  # noqa: E402

@@ -76,3 +76,32 @@ _SLOW_EXTRA = {"soft.rank/pav_l2", "soft.quantile/pav", "soft.rank/network", "so
                "soft.top_k/softsort", "soft.argsort/neuralsort"}
 CASES = [dataclasses.replace(c, slow_checks=("grads", "vmap", "traced_once"))
          if c.name in _SLOW_EXTRA else c for c in CASES]
+
+
+# jaxkit.soft.random: the key is an argument (traced under jit/vmap), logits/p lead.
+def _rand_args(key, dtype, kind):
+    kx, ks = jax.random.split(key)
+    if kind == "logits":
+        x = jax.random.normal(kx, (8, 5), jnp.float32)
+    else:
+        x = jax.random.uniform(kx, (8, 5), jnp.float32, 0.1, 0.9)
+    return (x.astype(dtype), ks)
+
+
+_RBAD = (
+    Bad("not a key", lambda k: ((jnp.zeros((8, 5)), jnp.ones(3)), {}), TypeError, "key"),
+    Bad("softness <= 0", lambda k: ((jnp.zeros((8, 5)), jax.random.key(0)), {"softness": 0.0}),
+        ValueError, "softness"),
+)
+CASES += [
+    Case("soft.random.categorical", lambda x, k, **kw: S.random.categorical(k, x, **kw),
+         lambda k, d: _rand_args(k, d, "logits"), hparams=SOFT, grad_atol=1e-4,
+         grad_rtol=1e-4,
+         bad=(*_RBAD, Bad("NaN logits", lambda k: ((jnp.full((8, 5), jnp.nan),
+                                                    jax.random.key(0)), {}), ValueError,
+                          "logits"))),
+    Case("soft.random.bernoulli", lambda p, k, **kw: S.random.bernoulli(k, p, **kw),
+         lambda k, d: _rand_args(k, d, "p"), hparams=SOFT, grad_atol=1e-4, grad_rtol=1e-4,
+         bad=(*_RBAD, Bad("p > 1", lambda k: ((jnp.full((8, 5), 1.5), jax.random.key(0)), {}),
+                          ValueError, "p"))),
+]

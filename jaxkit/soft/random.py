@@ -1,0 +1,432 @@
+"""Soft (differentiable) counterparts of ``jax.random`` samplers.
+
+Categorical-type samplers perturb logits with Gumbel noise and replace the hard
+``argmax`` / ``top_k`` / ``argsort`` by :func:`jaxkit.soft.argmax`,
+:func:`jaxkit.soft.argtop_k` and :func:`jaxkit.soft.argsort` (Gumbel-max,
+Gumbel-top-k, Gumbel-sort); threshold-type samplers compare a uniform draw with the
+probability through :func:`jaxkit.soft.less` (``bernoulli = less(u, p)``), or, with
+``noise="logistic"``, use the binary Concrete relaxation.
+
+Modes (static): ``"hard"`` calls the ``jax.random`` sampler itself; ``"_hard"`` runs the
+hard decision on the *same noise* as the soft modes (so a straight-through pair shares
+its sample); ``"smooth"``, ``"c0"``, ``"c1"``, ``"c2"`` are the relaxations of
+:mod:`jaxkit.soft`. ``softness`` is a traced scalar. The ``*_st`` variants return the
+``"_hard"`` sample with the gradient of the requested soft mode.
+
+Non-finite logits: ``-inf`` (an impossible category) is replaced by the finite floor
+``-1e30`` (``+inf`` by ``+1e30``) before the Gumbel noise is added, so soft modes stay
+finite and such categories get (numerically) zero weight; NaN logits raise.
+
+References:
+  Gumbel, Statistical theory of extreme values, 1954; Maddison, Mnih & Teh, The
+  Concrete distribution <https://arxiv.org/abs/1611.00712>, 2017; Jang, Gu & Poole,
+  Categorical reparameterization with Gumbel-softmax <https://arxiv.org/abs/1611.01144>,
+  2017; Kool, van Hoof & Welling, Stochastic beams and where to find them (Gumbel-top-k)
+  <https://arxiv.org/abs/1903.06059>, 2019; Grover et al., NeuralSort
+  <https://arxiv.org/abs/1903.08850>, 2019; Paulus et al., SoftJAX & SoftTorch
+  <https://arxiv.org/abs/2603.08824>, 2026.
+"""
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike
+
+from jaxkit import _validate as V
+from jaxkit._typing import KeyArray, RealScalarLike
+from jaxkit.soft import _st
+from jaxkit.soft._axiswise import argmax as _argmax
+from jaxkit.soft._axiswise import argsort as _argsort
+from jaxkit.soft._axiswise import argtop_k as _argtop_k
+from jaxkit.soft._common import as_float, check_softness
+from jaxkit.soft._elementwise import less as _less
+
+RANDOM_MODES = ("hard", "_hard", "smooth", "c0", "c1", "c2")
+FLOOR = 1e30
+
+__all__ = [
+    "bernoulli",
+    "bernoulli_st",
+    "binomial",
+    "binomial_st",
+    "categorical",
+    "categorical_st",
+    "choice",
+    "choice_st",
+    "multinomial",
+    "multinomial_st",
+    "permutation",
+    "permutation_st",
+    "rademacher",
+    "rademacher_st",
+]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check(key, mode, softness, noise, noises):
+    V.is_key(key)
+    V.one_of(RANDOM_MODES, mode=mode)
+    V.one_of(noises, noise=noise)
+    check_softness(softness)
+
+
+def _static_int(n, name, low=0):
+    if isinstance(n, bool) or not isinstance(n, int) or n < low:
+        raise ValueError(f"`{name}` must be a static int >= {low}, got {name}={n!r}.")
+    return n
+
+
+def _shape(shape, name="shape"):
+    if shape is None:
+        return None
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError as e:
+        raise TypeError(f"`{name}` must be a tuple of ints, got {shape!r}.") from e
+    return shape
+
+
+def _check_broadcast(shape, batch, name):
+    if len(shape) < len(batch) or jnp.broadcast_shapes(shape[len(shape) - len(batch):],
+                                                       batch) != shape[len(shape) - len(batch):]:
+        raise ValueError(f"`shape` {shape} must be broadcast-compatible with the {name} "
+                         f"batch shape {batch}.")
+
+
+def _finite_floor(logits):
+    """Replace -inf/+inf logits by -/+1e30; NaN raises (documented in the module)."""
+    logits = V.error_if(logits, jnp.any(jnp.isnan(logits)), "`logits` must not contain NaN.")
+    floor = jnp.asarray(-FLOOR, logits.dtype)
+    return jnp.where(jnp.isneginf(logits), floor,
+                     jnp.where(jnp.isposinf(logits), -floor, logits))
+
+
+def _soft_mode(mode):
+    return "hard" if mode == "_hard" else mode
+
+
+# ----------------------------------------------------------------------------- categorical
+
+
+def categorical(key: KeyArray | ArrayLike, logits: ArrayLike, axis: int = -1,
+                shape: tuple[int, ...] | None = None, replace: bool = True, *,
+                softness: RealScalarLike = 0.1, mode: str = "smooth",
+                method: str = "softsort", noise: str = "gumbel",
+                standardize: bool = False) -> Array:
+    """Soft ``jax.random.categorical``: a relaxed one-hot sample ``(*shape, [n])``.
+
+    ``replace=True``: soft argmax of ``logits + Gumbel`` (with ``method="softsort"`` and
+    ``mode="smooth"`` this is the Gumbel-softmax / Concrete sample); ``replace=False``:
+    soft argtop-k (Gumbel-top-k) with ``k = prod(shape[:len(shape) - len(batch)])``,
+    the k draws leading as in ``jax.random.categorical``.
+
+    Args:
+      key: PRNG key (typed ``jax.random.key`` or legacy).
+      logits: unnormalised log-probabilities; ``softmax(logits, axis)`` are the
+        probabilities. ``-inf`` entries are floored at ``-1e30``.
+      axis: the category axis.
+      shape: sample shape, broadcast-compatible with ``logits.shape`` without ``axis``.
+      replace: sample with (``True``) or without replacement.
+      softness: temperature (> 0), traced.
+      mode: ``"hard"``, ``"_hard"``, ``"smooth"``, ``"c0"``, ``"c1"``, ``"c2"``.
+      method: soft argmax method (``"softsort"``, ``"neuralsort"``, ``"ot"``, ``"network"``).
+      noise: ``"gumbel"``.
+      standardize: standardize the perturbed logits before the soft argmax.
+
+    Returns:
+      Soft index with the dtype of ``logits`` (one-hot in the hard modes).
+
+    References:
+      Jang et al. 2017 <https://arxiv.org/abs/1611.01144>; Maddison et al. 2017
+      <https://arxiv.org/abs/1611.00712>; Kool et al. 2019
+      <https://arxiv.org/abs/1903.06059>.
+    """
+    _check(key, mode, softness, noise, ("gumbel",))
+    logits = as_float(logits)
+    if logits.ndim == 0:
+        raise TypeError("`logits` must have at least one dimension.")
+    ax = V.axis(axis, logits.ndim)
+    n = logits.shape[ax]
+    batch = tuple(s for i, s in enumerate(logits.shape) if i != ax)
+    shape = batch if shape is None else _shape(shape)
+    _check_broadcast(shape, batch, "logits")
+    prefix = shape[:len(shape) - len(batch)]
+    dt = logits.dtype
+    if mode == "hard":
+        idx = jax.random.categorical(key, logits, axis=ax, shape=shape, replace=replace)
+        return jax.nn.one_hot(idx, n, dtype=dt)
+    logits = _finite_floor(logits)
+    lg = jnp.moveaxis(logits, ax, -1)  # (*batch, n)
+    if replace:
+        # same noise layout as jax.random.categorical, so "_hard" == "hard"
+        neg = ax - logits.ndim
+        full = list(shape[len(shape) - len(batch):])
+        full.insert(neg % logits.ndim, n)
+        g = jax.random.gumbel(key, (*prefix, *full), dt)
+        g = jnp.moveaxis(g, len(prefix) + neg % logits.ndim, -1)
+        pert = g + jnp.broadcast_to(lg, g.shape)
+        return _argmax(pert, -1, softness=softness, mode=_soft_mode(mode), method=method,
+                       standardize=standardize)
+    k = math.prod(prefix)
+    if k > n:
+        raise ValueError(f"Number of samples without replacement (k={k}) cannot exceed the "
+                         f"number of categories ({n}); see `shape`.")
+    pert = jnp.moveaxis(logits + jax.random.gumbel(key, logits.shape, dt), ax, -1)
+    pert = jnp.broadcast_to(pert, (*shape[len(prefix):], n))
+    if k == 0:
+        return jnp.zeros((*shape, n), dt)
+    P = _argtop_k(pert, k, -1, softness=softness, mode=_soft_mode(mode), method=method,
+                  standardize=standardize)  # (*batch, k, n)
+    P = jnp.moveaxis(P, -2, 0)
+    return P.reshape(*prefix, *P.shape[1:]).astype(dt)
+
+
+def choice(key: KeyArray | ArrayLike, a: int | ArrayLike, shape: tuple[int, ...] = (),
+           replace: bool = True, p: ArrayLike | None = None, axis: int = 0, *,
+           softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "softsort",
+           noise: str = "gumbel", standardize: bool = False) -> Array:
+    """Soft ``jax.random.choice``: a soft mixture of the entries of ``a`` along ``axis``.
+
+    Draws a soft categorical index ``(*shape, [n])`` from ``log p`` (uniform without
+    ``p``) as :func:`categorical` (``replace=False``: Gumbel-top-k with
+    ``k = prod(shape)``) and contracts it with ``a``; the result has shape
+    ``a.shape[:axis] + shape + a.shape[axis + 1:]`` like ``jax.random.choice``. An int
+    ``a`` means ``arange(a)`` (soft integer values, as floats).
+
+    Returns:
+      Array of the floating dtype of ``a`` (the default float for integer ``a``).
+
+    References:
+      Jang et al. 2017 <https://arxiv.org/abs/1611.01144>; Kool et al. 2019
+      <https://arxiv.org/abs/1903.06059>.
+    """
+    _check(key, mode, softness, noise, ("gumbel",))
+    shape = _shape(shape)
+    if isinstance(a, int) and not isinstance(a, bool):
+        _static_int(a, "a", 1)
+        arr = jnp.arange(a, dtype=jnp.result_type(float))
+    else:
+        arr = as_float(a)
+        if arr.ndim == 0:
+            raise TypeError("`a` must be an int or an array with at least one dimension.")
+    ax = V.axis(axis, arr.ndim)
+    n = arr.shape[ax]
+    dt = arr.dtype
+    if p is None:
+        logits = jnp.zeros((n,), dt)
+    else:
+        p = as_float(p).astype(dt)
+        if p.shape != (n,):
+            raise TypeError(f"`p` must have shape ({n},), got {p.shape}.")
+        V.non_negative(p=p)
+        logits = jnp.log(p)
+    if mode == "hard":
+        out = jax.random.choice(key, arr, shape=shape, replace=replace, p=p, axis=ax)
+        return out.astype(dt)
+    if replace:
+        P = categorical(key, logits, shape=shape, softness=softness, mode=mode,
+                        method=method, standardize=standardize)
+    else:
+        k = math.prod(shape)
+        P = categorical(key, logits, shape=(k,), replace=False, softness=softness,
+                        mode=mode, method=method, standardize=standardize)
+        P = P.reshape(*shape, n)
+    am = jnp.moveaxis(arr, ax, 0)  # (n, *rest)
+    out = jnp.tensordot(P.astype(dt), am, axes=([-1], [0]))  # (*shape, *rest)
+    # jax.random.choice puts the sample axes where `axis` was
+    lead = len(shape)
+    return jnp.moveaxis(out, tuple(range(lead, lead + ax)), tuple(range(ax)))
+
+
+def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
+                independent: bool = False, *, softness: RealScalarLike = 0.1,
+                mode: str = "smooth", method: str = "neuralsort", noise: str = "gumbel",
+                standardize: bool = False) -> Array:
+    """Soft ``jax.random.permutation``: ``x`` mixed along ``axis`` by a soft permutation.
+
+    The soft permutation is the soft argsort (:func:`jaxkit.soft.argsort`, ``method``)
+    of i.i.d. Gumbel scores, one score vector shared by the whole array, or one per
+    1-D slice along ``axis`` with ``independent=True``. ``permutation(key, jnp.eye(n))``
+    returns the soft permutation matrix itself. An int ``x`` means ``arange(x)``.
+
+    Returns:
+      Array of ``x``'s shape and floating dtype.
+
+    References:
+      Grover et al., NeuralSort <https://arxiv.org/abs/1903.08850>, 2019.
+    """
+    _check(key, mode, softness, noise, ("gumbel",))
+    if isinstance(x, int) and not isinstance(x, bool):
+        _static_int(x, "x", 0)
+        arr = jnp.arange(x, dtype=jnp.result_type(float))
+    else:
+        arr = as_float(x)
+        if arr.ndim == 0:
+            raise TypeError("`x` must be an int or an array with at least one dimension.")
+    ax = V.axis(axis, arr.ndim)
+    n = arr.shape[ax]
+    dt = arr.dtype
+    xm = jnp.moveaxis(arr, ax, -1)  # (..., n)
+    if mode == "hard":
+        return jax.random.permutation(key, arr, axis=ax, independent=independent).astype(dt)
+    if n == 0:
+        return arr
+    sm = _soft_mode(mode)
+    if independent:
+        g = jax.random.gumbel(key, xm.shape, dt)
+        P = _argsort(g, -1, softness=softness, mode=sm, method=method, standardize=standardize)
+        out = jnp.einsum("...ij,...j->...i", P.astype(dt), xm)
+    else:
+        g = jax.random.gumbel(key, (n,), dt)
+        P = _argsort(g, -1, softness=softness, mode=sm, method=method, standardize=standardize)
+        out = jnp.einsum("ij,...j->...i", P.astype(dt), xm)
+    return jnp.moveaxis(out, -1, ax)
+
+
+def multinomial(key: KeyArray | ArrayLike, n: int, p: ArrayLike, *,
+                shape: tuple[int, ...] | None = None, dtype: Any = None,
+                softness: RealScalarLike = 0.1, mode: str = "smooth",
+                method: str = "softsort", noise: str = "gumbel",
+                standardize: bool = False) -> Array:
+    """Soft ``jax.random.multinomial``: sum of ``n`` soft categorical draws (static ``n``).
+
+    ``p`` (..., k) are the category probabilities (last axis); the result has shape
+    ``(*shape, k)`` (``shape`` defaults to ``p.shape[:-1]``) and sums to ``n`` along the
+    last axis.
+
+    References:
+      Jang et al. 2017 <https://arxiv.org/abs/1611.01144>.
+    """
+    _check(key, mode, softness, noise, ("gumbel",))
+    _static_int(n, "n", 0)
+    p = as_float(p)
+    if p.ndim == 0:
+        raise TypeError("`p` must have at least one dimension (categories last).")
+    dt = jnp.dtype(dtype) if dtype is not None else p.dtype
+    batch = p.shape[:-1]
+    shape = batch if shape is None else _shape(shape)
+    _check_broadcast(shape, batch, "p")
+    k = p.shape[-1]
+    if mode == "hard":
+        return jax.random.multinomial(key, n, p, shape=(*shape, k), dtype=dt)
+    V.non_negative(p=p)
+    if n == 0:
+        return jnp.zeros((*shape, k), dt)
+    P = categorical(key, jnp.log(p), -1, shape=(n, *shape), softness=softness, mode=mode,
+                    method=method, standardize=standardize)
+    return jnp.sum(P, axis=0).astype(dt)
+
+
+# ----------------------------------------------------------------------------- threshold family
+
+
+def bernoulli(key: KeyArray | ArrayLike, p: ArrayLike = 0.5,
+              shape: tuple[int, ...] | None = None, *, softness: RealScalarLike = 0.1,
+              mode: str = "smooth", noise: str = "uniform") -> Array:
+    """Soft ``jax.random.bernoulli``.
+
+    ``noise="uniform"``: ``less(u, p)`` with ``u ~ U(0, 1)`` (the draw
+    ``jax.random.bernoulli`` uses, so ``"_hard"`` equals ``"hard"``);
+    ``noise="logistic"``: binary Concrete ``sigmoid((logit p - logit u) / softness)``
+    (``mode="smooth"`` only for the relaxation; the hard decision is the same
+    ``u < p``), whose ``P(sample > 1/2) = p`` exactly.
+
+    Returns:
+      Samples in ``[0, 1]`` of shape ``shape`` (default ``p.shape``), dtype of ``p``
+      (the default float for a Python ``p``).
+
+    References:
+      Maddison et al., The Concrete distribution <https://arxiv.org/abs/1611.00712>, 2017.
+    """
+    _check(key, mode, softness, noise, ("uniform", "logistic"))
+    p = as_float(p)
+    if noise == "logistic" and mode not in ("hard", "_hard", "smooth"):
+        raise ValueError(f"`noise='logistic'` supports mode 'hard', '_hard' and 'smooth'; "
+                         f"got mode={mode!r}.")
+    shape = p.shape if shape is None else _shape(shape)
+    _check_broadcast(shape, p.shape, "p")
+    dt = p.dtype
+    if mode == "hard":
+        return jax.random.bernoulli(key, jnp.broadcast_to(p, shape), shape).astype(dt)
+    p = V.error_if(p, jnp.any((p < 0) | (p > 1) | jnp.isnan(p)), "`p` must lie in [0, 1].")
+    u = jax.random.uniform(key, shape, dt)
+    p = jnp.broadcast_to(p, shape)
+    if mode == "_hard":
+        return jnp.less(u, p).astype(dt)
+    if noise == "uniform":
+        return _less(u, p, softness, mode).astype(dt)
+    tiny = jnp.asarray(jnp.finfo(dt).tiny, dt)
+    pc = jnp.clip(p, tiny, 1 - jnp.finfo(dt).epsneg)
+    uc = jnp.clip(u, tiny, 1 - jnp.finfo(dt).epsneg)
+    z = (jnp.log(pc) - jnp.log1p(-pc)) - (jnp.log(uc) - jnp.log1p(-uc))
+    return jax.nn.sigmoid(z / jnp.asarray(softness).astype(dt)).astype(dt)
+
+
+def rademacher(key: KeyArray | ArrayLike, shape: tuple[int, ...] = (), dtype: Any = None, *,
+               softness: RealScalarLike = 0.1, mode: str = "smooth",
+               noise: str = "uniform") -> Array:
+    """Soft ``jax.random.rademacher``: ``2 bernoulli(1/2) - 1`` (values in [-1, 1])."""
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.result_type(float)
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"`dtype` must be floating for soft samples, got {dt}.")
+    shape = _shape(shape)
+    if mode == "hard":
+        _check(key, mode, softness, noise, ("uniform", "logistic"))
+        return jax.random.rademacher(key, shape, dt)
+    b = bernoulli(key, jnp.full(shape, 0.5, dt), softness=softness, mode=mode, noise=noise)
+    return 2 * b - 1
+
+
+def binomial(key: KeyArray | ArrayLike, n: int, p: ArrayLike,
+             shape: tuple[int, ...] | None = None, dtype: Any = None, *,
+             softness: RealScalarLike = 0.1, mode: str = "smooth",
+             noise: str = "uniform") -> Array:
+    """Soft ``jax.random.binomial``: sum of ``n`` soft Bernoulli draws (static ``n``)."""
+    _check(key, mode, softness, noise, ("uniform", "logistic"))
+    _static_int(n, "n", 0)
+    p = as_float(p)
+    dt = jnp.dtype(dtype) if dtype is not None else p.dtype
+    shape = p.shape if shape is None else _shape(shape)
+    _check_broadcast(shape, p.shape, "p")
+    if mode == "hard":
+        return jax.random.binomial(key, n, p, shape, dt)
+    if n == 0:
+        return jnp.zeros(shape, dt)
+    b = bernoulli(key, p, (n, *shape), softness=softness, mode=mode, noise=noise)
+    return jnp.sum(b, axis=0).astype(dt)
+
+
+# ----------------------------------------------------------------------------- straight-through
+
+
+def _st_random(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Straight-through sampler: the ``"_hard"`` sample, gradient of the soft ``mode``."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        mode = kwargs.pop("mode", "smooth")
+        if mode in ("hard", "_hard"):
+            return fn(*args, mode=mode, **kwargs)
+        hard = fn(*args, mode="_hard", **kwargs)
+        soft = fn(*args, mode=mode, **kwargs)
+        return _st._combine(hard, soft)
+
+    wrapped.__doc__ = (f"Straight-through :func:`{fn.__name__}`: the ``mode='_hard'`` "
+                       "sample forward, the gradient of ``mode`` (default smooth) backward.")
+    return wrapped
+
+
+categorical_st = _st_random(categorical)
+choice_st = _st_random(choice)
+permutation_st = _st_random(permutation)
+multinomial_st = _st_random(multinomial)
+bernoulli_st = _st_random(bernoulli)
+rademacher_st = _st_random(rademacher)
+binomial_st = _st_random(binomial)

@@ -1,0 +1,295 @@
+"""Statistical and analytic oracles for jaxkit.soft.random (no released anchor exists)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from scipy import stats
+
+import jaxkit.soft as S
+
+R = S.random
+KEY = jax.random.key(1234)
+P4 = jnp.array([0.1, 0.2, 0.3, 0.4])
+SOFT_MODES = ["smooth", "c0", "c1", "c2"]
+N = 20000
+
+
+def _chi2_ok(counts, p, alpha=1e-3):
+    counts = np.asarray(counts, np.float64)
+    p = np.asarray(p, np.float64)
+    exp = p / p.sum() * counts.sum()
+    return stats.chisquare(counts, exp).pvalue > alpha
+
+
+# ----------------------------------------------------------------------------- categorical
+
+
+def test_categorical_hard_frequencies_and_hard_equals_pipeline():
+    lg = jnp.log(P4)
+    for mode in ("hard", "_hard"):
+        s = R.categorical(KEY, lg, shape=(N,), mode=mode)
+        assert s.shape == (N, 4)
+        np.testing.assert_array_equal(jnp.sum(s, -1), 1.0)
+        assert _chi2_ok(jnp.sum(s, 0), P4), (mode, jnp.sum(s, 0))
+    # "_hard" runs the same Gumbel draw as jax.random.categorical
+    np.testing.assert_array_equal(R.categorical(KEY, lg, shape=(64,), mode="_hard"),
+                                  R.categorical(KEY, lg, shape=(64,), mode="hard"))
+    # with an axis and a batch
+    lg2 = jnp.log(jnp.stack([P4, P4[::-1]], 1))  # (4, 2), categories on axis 0
+    h = R.categorical(KEY, lg2, axis=0, shape=(7, 2), mode="hard")
+    hh = R.categorical(KEY, lg2, axis=0, shape=(7, 2), mode="_hard")
+    np.testing.assert_array_equal(h, hh)
+
+
+@pytest.mark.parametrize("mode", SOFT_MODES)
+def test_categorical_soft_in_simplex_and_limit(mode):
+    lg = jnp.log(P4)
+    s = R.categorical(KEY, lg, shape=(500,), mode=mode, softness=0.5)
+    assert bool(jnp.all(s >= 0))
+    np.testing.assert_allclose(jnp.sum(s, -1), 1.0, atol=1e-5)
+    hard = R.categorical(KEY, lg, shape=(500,), mode="_hard")
+    near = R.categorical(KEY, lg, shape=(500,), mode=mode, softness=1e-4)
+    # every draw converges except those with a Gumbel gap below ~softness
+    close = jnp.max(jnp.abs(near - hard), -1) < 1e-3
+    assert float(jnp.mean(close)) > 0.99
+    assert float(jnp.mean(jnp.abs(near - hard))) < 1e-3
+
+
+def test_gumbel_softmax_mean_matches_probabilities_at_high_temperature_limit():
+    # smooth softsort with standardize=False is the Gumbel-softmax: E[sample] -> p as tau -> 0
+    s = R.categorical(KEY, jnp.log(P4), shape=(N,), softness=0.02)
+    m = jnp.mean(s, 0)
+    se = np.sqrt(np.asarray(P4) * (1 - np.asarray(P4)) / N)
+    assert np.all(np.abs(np.asarray(m) - np.asarray(P4)) < 4 * se + 2e-3), m
+
+
+def test_categorical_without_replacement():
+    lg = jnp.log(P4)
+    h = R.categorical(KEY, lg, shape=(3,), replace=False, mode="hard")
+    hh = R.categorical(KEY, lg, shape=(3,), replace=False, mode="_hard")
+    np.testing.assert_array_equal(h, hh)
+    assert len(set(np.asarray(jnp.argmax(h, -1)).tolist())) == 3
+    s = R.categorical(KEY, lg, shape=(3,), replace=False, softness=1e-4)
+    np.testing.assert_allclose(s, hh, atol=1e-3)
+    # first draw of Gumbel-top-k is a categorical draw
+    keys = jax.random.split(KEY, 4000)
+    first = jax.vmap(lambda k: R.categorical(k, lg, shape=(2,), replace=False,
+                                             mode="_hard")[0])(keys)
+    assert _chi2_ok(jnp.sum(first, 0), P4)
+    with pytest.raises(ValueError, match="shape"):
+        R.categorical(KEY, lg, shape=(5,), replace=False)
+
+
+def test_nonfinite_logits_floored():
+    lg = jnp.array([0.0, -jnp.inf, 1.0, -jnp.inf])
+    for mode in ["_hard", "smooth", "c0"]:
+        s = R.categorical(KEY, lg, shape=(200,), mode=mode)
+        assert bool(jnp.all(jnp.isfinite(s)))
+        assert float(jnp.max(s[:, 1])) < 1e-6 and float(jnp.max(s[:, 3])) < 1e-6
+    g = jax.grad(lambda l: jnp.sum(R.categorical(KEY, l, shape=(5,))[:, 0]))(lg)
+    assert bool(jnp.all(jnp.isfinite(g)))
+    with pytest.raises(ValueError, match="logits"):
+        R.categorical(KEY, jnp.array([0.0, jnp.nan]))
+
+
+# ----------------------------------------------------------------------------- choice / permutation / multinomial
+
+
+def test_choice():
+    a = jnp.arange(10.0, 14.0)
+    h = R.choice(KEY, a, shape=(N,), p=P4, mode="_hard")
+    counts = [int(jnp.sum(h == v)) for v in a]
+    assert _chi2_ok(counts, P4)
+    s = R.choice(KEY, a, shape=(N,), p=P4, softness=0.3)
+    assert bool(jnp.all((s >= 10 - 1e-4) & (s <= 13 + 1e-4)))
+    # no replacement: distinct
+    h = R.choice(KEY, 6, shape=(6,), replace=False, mode="_hard")
+    np.testing.assert_array_equal(jnp.sort(h), jnp.arange(6.0))
+    # axis and shape placement like jax.random.choice
+    a2 = jnp.arange(24.0).reshape(2, 3, 4)
+    for mode in ("hard", "smooth"):
+        assert R.choice(KEY, a2, shape=(5,), axis=1, mode=mode).shape == (2, 5, 4)
+
+
+@pytest.mark.parametrize("method", ["neuralsort", "softsort", "ot"])
+def test_permutation_matrix(method):
+    n = 5
+    P = R.permutation(KEY, jnp.eye(n), method=method, softness=0.3)
+    assert bool(jnp.all(P >= -1e-7))
+    np.testing.assert_allclose(jnp.sum(P, 1), 1.0, atol=1e-5)  # rows
+    # columns: exact for OT (doubly stochastic); SoftSort/NeuralSort are row-stochastic only
+    atol = 1e-4 if method == "ot" else 0.2
+    np.testing.assert_allclose(jnp.sum(P, 0), 1.0, atol=atol)
+    hard = R.permutation(KEY, jnp.eye(n), method=method, mode="_hard")
+    np.testing.assert_array_equal(jnp.sort(jnp.argmax(hard, 1)), jnp.arange(n))
+    tol = 5e-2 if method == "ot" else 1e-3
+    np.testing.assert_allclose(R.permutation(KEY, jnp.eye(n), method=method, softness=1e-3),
+                               hard, atol=tol)
+
+
+def test_permutation_uniform_and_independent():
+    keys = jax.random.split(KEY, 6000)
+    first = jax.vmap(lambda k: R.permutation(k, 4, mode="_hard")[0])(keys)
+    counts = [int(jnp.sum(first == v)) for v in range(4)]
+    assert _chi2_ok(counts, np.full(4, 0.25))
+    x = jnp.arange(12.0).reshape(3, 4)
+    shared = R.permutation(KEY, x, axis=1, mode="_hard")
+    d = shared - shared[:1]  # same permutation for every row
+    np.testing.assert_array_equal(d, jnp.broadcast_to((x - x[:1]), x.shape))
+    ind = R.permutation(KEY, jnp.broadcast_to(jnp.arange(6.0), (40, 6)), axis=1,
+                        independent=True, mode="_hard")
+    assert len({tuple(r) for r in np.asarray(ind).tolist()}) > 20
+    np.testing.assert_array_equal(jnp.sort(ind, 1), jnp.broadcast_to(jnp.arange(6.0), (40, 6)))
+    s = R.permutation(KEY, x, axis=1, independent=True, softness=0.5)
+    np.testing.assert_allclose(jnp.sum(s, 1), jnp.sum(x, 1), rtol=0.2)
+
+
+def test_multinomial():
+    n = 7
+    for mode in ("hard", "_hard", "smooth"):
+        c = R.multinomial(KEY, n, P4, shape=(4000,), mode=mode)
+        assert c.shape == (4000, 4)
+        np.testing.assert_allclose(jnp.sum(c, -1), n, rtol=1e-5)
+        se = np.sqrt(n * np.asarray(P4) * (1 - np.asarray(P4)) / 4000)
+        tol = 5 * se + (0.02 if mode == "smooth" else 0.0)
+        assert np.all(np.abs(np.asarray(jnp.mean(c, 0)) - n * np.asarray(P4)) < tol), mode
+
+
+# ----------------------------------------------------------------------------- threshold family
+
+
+def test_bernoulli_hard_and_pipeline_agree():
+    p = jnp.array([0.0, 0.2, 0.5, 0.9, 1.0])
+    h = R.bernoulli(KEY, p, (N, 5), mode="hard")
+    hh = R.bernoulli(KEY, p, (N, 5), mode="_hard")
+    np.testing.assert_array_equal(h, hh)
+    m = jnp.mean(hh, 0)
+    se = np.sqrt(np.asarray(p) * (1 - np.asarray(p)) / N)
+    assert np.all(np.abs(np.asarray(m) - np.asarray(p)) <= 4 * se + 1e-12)
+
+
+def test_soft_bernoulli_mean_closed_form():
+    # E_u[sigmoid((p - u)/tau)] = tau (softplus(p/tau) - softplus((p - 1)/tau))
+    tau = 0.1
+    p = jnp.array([0.05, 0.3, 0.5, 0.8])
+    s = R.bernoulli(KEY, p, (N, 4), softness=tau)
+    want = tau * (jax.nn.softplus(p / tau) - jax.nn.softplus((p - 1) / tau))
+    sd = jnp.std(s, 0)
+    assert bool(jnp.all(jnp.abs(jnp.mean(s, 0) - want) < 4 * sd / np.sqrt(N)))
+    for mode in SOFT_MODES:  # every relaxation: E -> p as softness -> 0, values in [0, 1]
+        s = R.bernoulli(KEY, p, (N, 4), softness=0.01, mode=mode)
+        assert bool(jnp.all((s >= 0) & (s <= 1)))
+        np.testing.assert_allclose(jnp.mean(s, 0), p, atol=0.015)
+
+
+def test_binary_concrete():
+    p = jnp.array([0.1, 0.4, 0.75])
+    s = R.bernoulli(KEY, p, (N, 3), noise="logistic", softness=0.5)
+    frac = jnp.mean(s > 0.5, 0)
+    se = np.sqrt(np.asarray(p) * (1 - np.asarray(p)) / N)
+    assert np.all(np.abs(np.asarray(frac) - np.asarray(p)) < 4 * se)
+    np.testing.assert_array_equal(s > 0.5, R.bernoulli(KEY, p, (N, 3), mode="_hard") > 0.5)
+    with pytest.raises(ValueError, match="mode"):
+        R.bernoulli(KEY, p, noise="logistic", mode="c0")
+
+
+def test_rademacher_and_binomial():
+    r = R.rademacher(KEY, (N,), mode="_hard")
+    np.testing.assert_array_equal(r, R.rademacher(KEY, (N,), mode="hard"))
+    assert abs(float(jnp.mean(r))) < 4 / np.sqrt(N)
+    rs = R.rademacher(KEY, (N,), softness=0.2)
+    assert bool(jnp.all(jnp.abs(rs) <= 1))
+    n, p = 12, jnp.array([0.15, 0.6])
+    for mode in ("hard", "_hard", "c0"):
+        b = R.binomial(KEY, n, p, (N, 2), mode=mode, softness=0.01)
+        se = np.sqrt(n * np.asarray(p) * (1 - np.asarray(p)) / N)
+        assert np.all(np.abs(np.asarray(jnp.mean(b, 0)) - n * np.asarray(p)) < 4 * se + 0.02)
+        if mode != "c0":
+            np.testing.assert_array_equal(b, jnp.round(b))
+
+
+# ----------------------------------------------------------------------------- gradients, ST, errors
+
+
+_GRAD_FNS = {
+    "categorical": lambda k: (lambda l: R.categorical(k, l, shape=(2,), softness=0.7), "lg"),
+    "categorical_c2": lambda k: (
+        lambda l: R.categorical(k, l, shape=(2,), softness=0.7, mode="c2"), "lg"),
+    "categorical_noreplace": lambda k: (
+        lambda l: R.categorical(k, l, shape=(2,), replace=False, softness=0.7), "lg"),
+    "choice": lambda k: (lambda q: R.choice(k, jnp.arange(3.0), (2,), p=q, softness=0.7), "p3"),
+    "permutation": lambda k: (lambda x: R.permutation(k, x, softness=0.7), "x"),
+    "multinomial": lambda k: (lambda q: R.multinomial(k, 3, q, softness=0.7), "p3"),
+    "bernoulli": lambda k: (lambda q: R.bernoulli(k, q, (3, 2), softness=0.3), "p2"),
+    "bernoulli_logistic": lambda k: (
+        lambda q: R.bernoulli(k, q, (3, 2), softness=0.3, noise="logistic"), "p2"),
+    "binomial_c1": lambda k: (lambda q: R.binomial(k, 4, q, softness=0.3, mode="c1"), "p2"),
+}
+_FAST_GRADS = {"categorical", "bernoulli", "permutation"}
+
+
+@pytest.mark.parametrize("name", [n if n in _FAST_GRADS else pytest.param(
+    n, marks=pytest.mark.slow) for n in _GRAD_FNS])
+def test_check_grads_x64(name):
+    with jax.enable_x64(True):
+        inputs = {"lg": jnp.log(jnp.array([0.2, 0.3, 0.5])), "p3": jnp.array([0.2, 0.3, 0.5]),
+                  "x": jnp.array([0.5, -1.0, 2.0]), "p2": jnp.array([0.3, 0.6])}
+        f, which = _GRAD_FNS[name](jax.random.key(3))
+        x = inputs[which]
+        assert f(x).dtype == jnp.float64
+        check_grads(jax.jit(f), (x,), order=1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5)
+
+
+def test_straight_through():
+    lg = jnp.log(P4)
+    v = R.categorical_st(KEY, lg, shape=(3,), softness=0.5)
+    np.testing.assert_array_equal(v, R.categorical(KEY, lg, shape=(3,), mode="_hard"))
+    g_st = jax.grad(lambda l: jnp.sum(R.categorical_st(KEY, l, shape=(3,), softness=0.5)
+                                      * jnp.arange(4.0)[None]))(lg)
+    g_soft = jax.grad(lambda l: jnp.sum(R.categorical(KEY, l, shape=(3,), softness=0.5)
+                                        * jnp.arange(4.0)[None]))(lg)
+    np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
+    p = jnp.array([0.3, 0.7])
+    np.testing.assert_array_equal(R.bernoulli_st(KEY, p), R.bernoulli(KEY, p, mode="_hard"))
+
+
+@pytest.mark.slow
+def test_straight_through_all():
+    p = jnp.array([0.3, 0.7])
+    for f in (R.choice_st, R.permutation_st):
+        out = f(KEY, jnp.arange(4.0))
+        np.testing.assert_array_equal(out, f(KEY, jnp.arange(4.0), mode="_hard"))
+    assert R.multinomial_st(KEY, 3, P4).shape == (4,)
+    np.testing.assert_array_equal(R.binomial_st(KEY, 5, p), R.binomial(KEY, 5, p, mode="_hard"))
+    np.testing.assert_array_equal(R.rademacher_st(KEY, (3,)), R.rademacher(KEY, (3,),
+                                                                           mode="_hard"))
+
+
+def test_errors_and_tracing():
+    with pytest.raises(TypeError, match="key"):
+        R.categorical(jnp.ones(3), P4)
+    with pytest.raises(ValueError, match="mode"):
+        R.bernoulli(KEY, 0.5, mode="soft")
+    with pytest.raises(ValueError, match="noise"):
+        R.categorical(KEY, P4, noise="uniform")
+    with pytest.raises(ValueError, match="softness"):
+        R.bernoulli(KEY, 0.5, softness=0.0)
+    with pytest.raises(ValueError, match="n"):
+        R.binomial(KEY, -1, 0.5)
+    with pytest.raises(ValueError, match="p"):
+        R.bernoulli(KEY, jnp.array([1.5]))
+    with pytest.raises(ValueError, match="shape"):
+        R.bernoulli(KEY, jnp.ones(3) / 2, (4,))
+    traces = []
+
+    @jax.jit
+    def f(k, s):
+        traces.append(None)
+        return R.categorical(k, jnp.log(P4), softness=s)
+
+    a, b = f(KEY, 0.3), f(jax.random.key(5), 0.7)
+    assert len(traces) == 1 and a.shape == b.shape == (4,)
+    legacy = R.bernoulli(jax.random.PRNGKey(0), 0.5, (3,))
+    assert legacy.shape == (3,)
