@@ -312,6 +312,7 @@ def test_bad_inputs_raise_clear_errors():
                                    entropy_threshold=0.4))
 
 
+@pytest.mark.slow  # the default conformance run already checks wedlm_generate's sharding
 def test_batch_sharded_prompts_match_unsharded(mesh8):
     # nn.prefill, the fused WeDLM prefill and both decode loops keep the batch
     # sharding of the prompts under an explicit mesh and give the same tokens.
