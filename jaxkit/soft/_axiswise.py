@@ -44,7 +44,7 @@ from jaxkit.soft._elementwise import SIGMOID_MODES
 from jaxkit.soft._elementwise import abs as soft_abs
 from jaxkit.soft._select import take_along_axis
 from jaxkit.soft._simplex import proj_simplex
-from jaxkit.soft._transport import transport
+from jaxkit.soft._transport_pnorm import transport_any as transport
 
 ALIASES = {"fast_soft_sort": "pav", "sorting_network": "network"}
 INDEX_METHODS = ("softsort", "neuralsort", "ot", "network")
@@ -73,8 +73,8 @@ def _check_common(mode, method, softness, network, abs_mode, impl="hybrid"):
     if method == "pav" and mode in ("c1", "c2"):
         raise NotImplementedError("`method='pav'` supports mode 'smooth' (KL) and 'c0' (L2); "
                                   f"got mode={mode!r}.")
-    if method == "ot" and mode not in ("smooth", "hard"):
-        raise NotImplementedError(f"`method='ot'` supports mode 'smooth' only; got {mode!r}.")
+    if method == "ot" and mode not in MODES:  # smooth: Sinkhorn; c0/c1/c2: p-norm OT
+        raise NotImplementedError(f"`method='ot'` does not support mode {mode!r}.")
 
 
 def _prep(x, axis, name="x"):
@@ -213,7 +213,7 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         if descending:
             anchors = anchors[::-1]
         mu = jnp.ones((n,), xs.dtype) / n
-        P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness), -1, -2)
+        P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness, mode), -1, -2)
     else:
         P = _net_p(xs, softness, mode, network, standardize, n, descending)
     return _back_index(P, ax, dt)
@@ -375,7 +375,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         if descending:
             anchors = anchors[::-1]
         mu = jnp.ones((n,), xs.dtype) / n
-        G = transport(xs, anchors, mu, mu, softness)
+        G = transport(xs, anchors, mu, mu, softness, mode)
         G = G / jnp.clip(jnp.sum(G, -1, keepdims=True), min=1e-10)
         r = jnp.einsum("...ij,j->...i", G, nums)
     else:  # matrix-free network: rank_j = (P~^T nums)_j / (P~^T 1)_j, P~ = diag(1/rowsum) P
@@ -429,7 +429,7 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
             anchors = jnp.array([0.0, 1.0], xs.dtype)
             mu = jnp.ones((n,), xs.dtype) / n
             nu = jnp.array([(n - 1) / n, 1 / n], xs.dtype)
-            p = transport(xs, anchors, mu, nu, softness)[..., 1]
+            p = transport(xs, anchors, mu, nu, softness, mode)[..., 1]
         else:
             p = _net_p(xs, softness, mode, network, standardize, n, True)[..., 0, :]
     if keepdims:
@@ -553,13 +553,13 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
                 nu = jnp.stack([kf / n, jnp.full_like(kf, 1 / n), (k1f - kf) / n,
                                 (n - k1f - 1) / n])
                 anchors = jnp.array([0.0, 1 / 3, 2 / 3, 1.0], xs.dtype)
-                G = transport(xs, anchors, mu, nu.astype(xs.dtype), softness)
+                G = transport(xs, anchors, mu, nu.astype(xs.dtype), softness, mode)
                 P = jnp.swapaxes(G[..., 1:3], -1, -2)
             else:
                 kf = k.astype(xs.dtype)
                 nu = jnp.stack([kf / n, jnp.full_like(kf, 1 / n), (n - kf - 1) / n])
                 anchors = jnp.array([0.0, 0.5, 1.0], xs.dtype)
-                G = transport(xs, anchors, mu, nu, softness)
+                G = transport(xs, anchors, mu, nu, softness, mode)
                 P = jnp.swapaxes(G[..., 1:2], -1, -2)
                 P = jnp.concatenate([P, P], -2)
         else:
@@ -679,12 +679,12 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
         mu = jnp.ones((n,), xs.dtype) / n
         if k == n:
             anchors = (jnp.linspace(0, n, n, dtype=xs.dtype) / n)[::-1]
-            P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness), -1, -2)
+            P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness, mode), -1, -2)
         else:
             anchors = (jnp.linspace(0, k, k + 1, dtype=xs.dtype) / k)[::-1]
             nu = jnp.concatenate([jnp.ones((k,), xs.dtype) / n,
                                   jnp.full((1,), (n - k) / n, xs.dtype)])
-            P = jnp.swapaxes(transport(xs, anchors, mu, nu, softness), -1, -2)[..., :k, :]
+            P = jnp.swapaxes(transport(xs, anchors, mu, nu, softness, mode), -1, -2)[..., :k, :]
     else:
         _, ms, partner = NW.forward(xs, softness, mode, network, standardize)
         npad = ms.shape[-1]
