@@ -94,7 +94,7 @@ def test_nonfinite_logits_floored():
         R.categorical(KEY, jnp.array([0.0, jnp.nan]))
 
 
-# ----------------------------------------------------------------------------- choice / permutation / multinomial
+# ----------------------------------------------------------- choice, permutation, multinomial
 
 
 def test_choice():
@@ -210,7 +210,7 @@ def test_rademacher_and_binomial():
             np.testing.assert_array_equal(b, jnp.round(b))
 
 
-# ----------------------------------------------------------------------------- gradients, ST, errors
+# ----------------------------------------------------------- gradients, ST, errors
 
 
 _GRAD_FNS = {
