@@ -92,6 +92,8 @@ def band(a, A, rows, w, softness, method):
     m = rows[:, None] + offs[None, :]
     valid = (m >= 0) & (m < n)
     cols = jnp.clip(m, 0, n - 1)
+    if method == "neuralsort":
+        return _band_neuralsort(a, rows, w, tau, offs, valid, cols)
     s = _score(a, A, rows, cols, method, tau)
     valid = jnp.broadcast_to(valid, s.shape)
     s = jnp.where(valid, s, -jnp.inf)
@@ -110,6 +112,45 @@ def band(a, A, rows, w, softness, method):
                 sg(tau))
     se = jnp.where(jnp.broadcast_to(evalid, se.shape), se, -jnp.inf)
     e = jnp.exp(jnp.max(se, -1) - sg(lse[..., 0]))
+    cnt = (n - jnp.sum(valid, -1)).astype(a.dtype)
+    T = jnp.minimum(cnt * e, 1.0)
+    return q, cols, valid, T, e
+
+
+def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
+    """NeuralSort band from local gaps: ``s_ii - s_im = sum_j g_j (2 |j - i| + 1) / tau``.
+
+    Equal to the dense scores up to the row constant ``s_ii`` (which softmax ignores)
+    in exact arithmetic, but computed from the gaps ``g = diff(a)`` instead of the
+    O(n)-sized ``c_i a_m + A_m``, so float32 resolves neighbours at any ``n``.
+    """
+    n = a.shape[-1]
+    g = jnp.diff(a, axis=-1)  # >= 0: a is sorted
+    wt = jnp.broadcast_to((2 * jnp.arange(w + 1) + 1).astype(a.dtype), (rows.shape[0], w + 1))
+    t = jnp.arange(w + 1, dtype=jnp.int32)[None, :]
+    up = rows[:, None] + t  # gap index for offsets +1 .. +(w+1)
+    dn = rows[:, None] - 1 - t  # gap index for offsets -1 .. -(w+1)
+    gu = jnp.where(jnp.broadcast_to((up >= 0) & (up < n - 1), wt.shape), up, 0)
+    gd = jnp.where(jnp.broadcast_to((dn >= 0) & (dn < n - 1), wt.shape), dn, 0)
+    wtb = jnp.broadcast_to(wt, (*a.shape[:-1], *wt.shape))
+    Du = jnp.cumsum(g[..., gu] * wtb, axis=-1)  # drop at offsets +1 .. +(w+1)
+    Dd = jnp.cumsum(g[..., gd] * wtb, axis=-1)
+    zero = jnp.zeros_like(Du[..., :1])
+    D = jnp.concatenate([jnp.flip(Dd[..., :w], -1), zero, Du[..., :w]], -1)
+    s = -D / tau
+    valid = jnp.broadcast_to(valid, s.shape)
+    s = jnp.where(valid, s, -jnp.inf)
+    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
+    tot = jnp.sum(ex, axis=-1, keepdims=True)
+    q = ex / tot
+    lse = lax.stop_gradient(mx + jnp.log(tot))
+    sg = lax.stop_gradient
+    edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
+    evalid = jnp.broadcast_to((edges >= 0) & (edges < n), (*a.shape[:-1], rows.shape[0], 2))
+    se = -sg(jnp.stack([Dd[..., w], Du[..., w]], -1)) / sg(tau)
+    se = jnp.where(evalid, se, -jnp.inf)
+    e = jnp.exp(jnp.max(se, -1) - lse[..., 0])
     cnt = (n - jnp.sum(valid, -1)).astype(a.dtype)
     T = jnp.minimum(cnt * e, 1.0)
     return q, cols, valid, T, e
