@@ -50,6 +50,7 @@ INDEX_METHODS = ("softsort", "neuralsort", "ot", "network")
 VALUE_METHODS = ("pav", *INDEX_METHODS)
 QMETHODS = ("linear", "lower", "higher", "nearest", "midpoint")
 CHUNK = 128
+PAV_REG = {"smooth": "kl", "c0": "l2", "c1": "p3", "c2": "p4"}  # c1: p=3/2, c2: p=4/3
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -69,9 +70,6 @@ def _check_common(mode, method, softness, network, abs_mode, impl="hybrid"):
     V.one_of(("hard", "soft"), abs_mode=abs_mode)
     V.one_of(_pav.IMPLS, impl=impl)
     check_softness(softness)
-    if method == "pav" and mode in ("c1", "c2"):
-        raise NotImplementedError("`method='pav'` supports mode 'smooth' (KL) and 'c0' (L2); "
-                                  f"got mode={mode!r}.")
     if method == "ot" and mode not in ("smooth", "hard"):
         raise NotImplementedError(f"`method='ot'` supports mode 'smooth' only; got {mode!r}.")
 
@@ -254,7 +252,7 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
     if method == "pav":
         anchors = jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1)
         z = anchors / scal(softness, xs.dtype)
-        out = _pav.project_permutahedron(z, xs, reg="kl" if mode == "smooth" else "l2",
+        out = _pav.project_permutahedron(z, xs, reg=PAV_REG[mode],
                                          impl=impl, z_order="asc")
         if descending:
             out = jnp.flip(out, -1)
@@ -324,7 +322,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         scale = builtins.max(n - 1, 1)
         w = nums / scale
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
-        r = _pav.project_permutahedron(z, w, reg="kl" if mode == "smooth" else "l2",
+        r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
                                        impl=impl, w_order="asc") * scale
     elif method == "softsort":
         anchors = jnp.sort(xs, axis=-1, descending=descending)
