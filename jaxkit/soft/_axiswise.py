@@ -30,6 +30,7 @@ from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
 from jaxkit.soft import _network as NW
 from jaxkit.soft import _pav
+from jaxkit.soft import _smooth_sort as SM
 from jaxkit.soft._common import (
     MODES,
     as_float,
@@ -47,7 +48,8 @@ from jaxkit.soft._transport import transport
 
 ALIASES = {"fast_soft_sort": "pav", "sorting_network": "network"}
 INDEX_METHODS = ("softsort", "neuralsort", "ot", "network")
-VALUE_METHODS = ("pav", *INDEX_METHODS)
+VALUE_METHODS = ("pav", *INDEX_METHODS, "smooth_sort")
+DIRECT = ("pav", "network", "smooth_sort")  # value methods that sort without a soft index
 QMETHODS = ("linear", "lower", "higher", "nearest", "midpoint")
 CHUNK = 128
 PAV_REG = {"smooth": "kl", "c0": "l2", "c1": "p3", "c2": "p4"}  # c1: p=3/2, c2: p=4/3
@@ -70,6 +72,8 @@ def _check_common(mode, method, softness, network, abs_mode, impl="hybrid"):
     V.one_of(("hard", "soft"), abs_mode=abs_mode)
     V.one_of(_pav.IMPLS, impl=impl)
     check_softness(softness)
+    if method == "smooth_sort" and mode not in ("smooth", "hard"):
+        raise ValueError(f"`method='smooth_sort'` supports mode 'smooth' only; got mode={mode!r}.")
     if method == "ot" and mode not in ("smooth", "hard"):
         raise NotImplementedError(f"`method='ot'` supports mode 'smooth' only; got {mode!r}.")
 
@@ -248,6 +252,10 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, abs_mode,
                network, impl):
     n = xl.shape[-1]
+    if method == "smooth_sort":  # no standardize (as softjax): the logit would amplify errors
+        anchors = jnp.arange(n, dtype=xl.dtype) / builtins.max(n - 1, 1)
+        out = SM.project(anchors / scal(softness, xl.dtype), xl, softness)
+        return jnp.flip(out, -1) if descending else out
     xs, mean, std = _squash(xl, standardize)
     if method == "pav":
         anchors = jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1)
@@ -316,6 +324,11 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         r = jnp.argsort(idx, axis=-1) + 1
         return _back(r.astype(xl.dtype), ax, dt)
     xl = _guard(xl, softness)
+    if method == "smooth_sort":  # no standardize, as softjax
+        scale = builtins.max(n - 1, 1)
+        w = jnp.arange(1, n + 1, dtype=xl.dtype) / scale
+        z = (-xl if descending else xl) / scal(softness, xl.dtype)
+        return _back(SM.project(z, w, softness) * scale, ax, dt)
     xs, _, _ = _squash(xl, standardize)
     nums = jnp.arange(1, n + 1, dtype=xs.dtype)
     if method == "pav":
@@ -440,7 +453,7 @@ def max(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,  # noq
     xl, ax, dt = _prep(x, axis)
     if xl.shape[-1] == 0:
         raise ValueError("`x` must be non-empty along `axis` for max (as jnp.max).")
-    if method in ("pav", "network"):
+    if method in DIRECT:
         xl = _guard(xl, softness)
         v = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)[..., 0]
@@ -581,7 +594,7 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
     n = xl.shape[-1]
     if n == 0:
         raise ValueError("`x` must be non-empty along `axis` for a quantile.")
-    if method in ("pav", "network"):
+    if method in DIRECT:
         xl = _guard(xl, softness)
         s = _sort_last(xl, False, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)
@@ -693,7 +706,7 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
     if mode == "hard":
         v, idx = lax.top_k(xl, k)
         return _back(v, ax, dt), _back_index(_onehot(idx, n, xl.dtype), ax, dt)
-    if method in ("pav", "network"):
+    if method in DIRECT:
         xl = _guard(xl, softness)
         s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)

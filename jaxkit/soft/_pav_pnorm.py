@@ -126,7 +126,7 @@ def block_values(s, w, bid, reg, num_segments=None):
     b = -2.0 * ((U1 - U1H) - U1H)
     c0 = (U2 - U2H) - U2H + W
     D = jnp.maximum(b * b - 4.0 * a * c0, 0.0)
-    sD = jnp.sqrt(jnp.where(D > 0, D, 1.0)) * (D > 0)
+    sD = jnp.where(D > 0, jnp.sqrt(jnp.where(D > 0, D, 1.0)), 0.0)
     # root on the increasing branch (2 a d + b = +sqrt(D)), cancellation-free form
     d = jnp.where(b >= 0, _safe_div(-2.0 * c0, b + sD), _safe_div(-b + sD, 2.0 * a))
     return c + d
