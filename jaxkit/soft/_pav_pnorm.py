@@ -134,7 +134,7 @@ def block_values(s, w, bid, reg, num_segments=None):
 
 def range_value(s, w, lo, hi, reg):
     """Block value of the single block ``s[lo:hi]`` (O(n), used by the stack PAV)."""
-    idx = jnp.arange(s.shape[0])
+    idx = jnp.arange(s.shape[0], dtype=jnp.int32)
     bid = (idx >= lo).astype(jnp.int32) + (idx >= hi).astype(jnp.int32)
     return block_values(s, w, bid, reg, num_segments=3)[1]
 
@@ -145,7 +145,7 @@ def stack(s, w, bid0, nb, reg):
     Returns, for every element, the index of its final block.
     """
     n = s.shape[0]
-    idx = jnp.arange(n)
+    idx = jnp.arange(n, dtype=jnp.int32)
     zi = jnp.zeros_like(s, dtype=jnp.int32)
     # element range [lo, hi) of every initial block
     lo0 = jnp.full_like(zi, n).at[bid0].min(idx.astype(jnp.int32))
@@ -175,10 +175,10 @@ def stack(s, w, bid0, nb, reg):
 
     init = (zi[0], zi + n, zi, zi, jnp.zeros_like(s), zi[0])
     _, starts, _, _, _, m = lax.while_loop(lambda st: st[0] < nb, fbody, init)
-    ar = jnp.cumsum(jnp.ones_like(zi)) - 1
+    ar = jnp.cumsum(jnp.ones_like(zi), dtype=jnp.int32) - 1
     starts = jnp.where(ar < m, starts, n)
     mask = zi.at[starts].add(1, mode="drop")  # 1 at every final block start (item index)
-    final = jnp.cumsum(mask) - 1
+    final = jnp.cumsum(mask, dtype=jnp.int32) - 1
     return final[bid0]
 
 
