@@ -163,7 +163,7 @@ def test_pav_pnorm_hard_limit(mode):
     tol = 5e-4
     np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=tol)
     np.testing.assert_allclose(S.rank(X, **kw), jnp.argsort(jnp.argsort(X)).astype(X.dtype) + 1,
-                               atol=tol)
+                               rtol=tol, atol=tol)
     np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=tol)
     np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=tol)
     q = jnp.array([0.25, 0.5])
@@ -218,7 +218,9 @@ def test_jvp_vjp_consistent_f32(mode, method):
             (jtu,) = vjp(u)
             a, b = float(jnp.vdot(u, jv)), float(jnp.vdot(jtu, v))
             assert np.isfinite(a)
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+            # smooth_sort: float32 LDL^T solves of the (ill-conditioned) dual Hessian
+            tol = 1e-3 if method == "smooth_sort" else 1e-4
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 OPS = {
