@@ -233,7 +233,8 @@ OPS = {
 }
 
 
-@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("op", [o if o in ("sort", "rank") else pytest.param(o, marks=pytest.mark.slow)
+                                for o in OPS])
 @pytest.mark.parametrize("mode", ["c1", "c2"])
 def test_check_grads_pav_pnorm(op, mode):
     with jax.enable_x64(True):
@@ -242,7 +243,8 @@ def test_check_grads_pav_pnorm(op, mode):
                     modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("op", ["sort", "rank", "quantile", "max"])
+@pytest.mark.parametrize("op", ["sort", "rank", pytest.param("quantile", marks=pytest.mark.slow),
+                                pytest.param("max", marks=pytest.mark.slow)])
 def test_check_grads_smooth_sort(op):
     with jax.enable_x64(True):
         x = jnp.asarray(X, jnp.float64)
