@@ -140,7 +140,7 @@ def _newton(zs, b, bn):
 
     def cond(st):
         k, _, dec, f = st
-        return (k < MAX_NEWTON) & (dec > 4 * eps * (1.0 + jnp.abs(f)))
+        return (k < MAX_NEWTON) & (dec > eps * eps * (1.0 + jnp.abs(f)))
 
     def body(st):
         k, beta, _, f = st
