@@ -31,6 +31,7 @@ from jaxkit._typing import RealScalarLike
 from jaxkit.soft import _banded as BD
 from jaxkit.soft import _network as NW
 from jaxkit.soft import _pav
+from jaxkit.soft import _smooth_sort as SM
 from jaxkit.soft._common import (
     MODES,
     as_float,
@@ -48,9 +49,11 @@ from jaxkit.soft._transport_pnorm import transport_any as transport
 
 ALIASES = {"fast_soft_sort": "pav", "sorting_network": "network"}
 INDEX_METHODS = ("softsort", "neuralsort", "ot", "network")
-VALUE_METHODS = ("pav", *INDEX_METHODS)
+VALUE_METHODS = ("pav", *INDEX_METHODS, "smooth_sort")
+DIRECT = ("pav", "network", "smooth_sort")  # value methods that sort without a soft index
 QMETHODS = ("linear", "lower", "higher", "nearest", "midpoint")
 CHUNK = 128
+PAV_REG = {"smooth": "kl", "c0": "l2", "c1": "p3", "c2": "p4"}  # c1: p=3/2, c2: p=4/3
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -70,11 +73,8 @@ def _check_common(mode, method, softness, network, abs_mode, impl="hybrid"):
     V.one_of(("hard", "soft"), abs_mode=abs_mode)
     V.one_of(_pav.IMPLS, impl=impl)
     check_softness(softness)
-    if method == "pav" and mode in ("c1", "c2"):
-        raise NotImplementedError("`method='pav'` supports mode 'smooth' (KL) and 'c0' (L2); "
-                                  f"got mode={mode!r}.")
-    if method == "ot" and mode not in MODES:  # smooth: Sinkhorn; c0/c1/c2: p-norm OT
-        raise NotImplementedError(f"`method='ot'` does not support mode {mode!r}.")
+    if method == "smooth_sort" and mode not in ("smooth", "hard"):
+        raise ValueError(f"`method='smooth_sort'` supports mode 'smooth' only; got mode={mode!r}.")
 
 
 def _prep(x, axis, name="x"):
@@ -261,11 +261,15 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, abs_mode,
                network, impl):
     n = xl.shape[-1]
+    if method == "smooth_sort":  # no standardize (as softjax): the logit would amplify errors
+        anchors = jnp.arange(n, dtype=xl.dtype) / builtins.max(n - 1, 1)
+        out = SM.project(anchors / scal(softness, xl.dtype), xl, softness)
+        return jnp.flip(out, -1) if descending else out
     xs, mean, std = _squash(xl, standardize)
     if method == "pav":
         anchors = jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1)
         z = anchors / scal(softness, xs.dtype)
-        out = _pav.project_permutahedron(z, xs, reg="kl" if mode == "smooth" else "l2",
+        out = _pav.project_permutahedron(z, xs, reg=PAV_REG[mode],
                                          impl=impl, z_order="asc")
         if descending:
             out = jnp.flip(out, -1)
@@ -334,13 +338,18 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         BD.check(window, method, mode, abs_mode)
         out = BD.rank_last(xl, descending, softness, method, standardize, window)
         return _back(out[1] if _bound else out[0], ax, dt)
+    if method == "smooth_sort":  # no standardize, as softjax
+        scale = builtins.max(n - 1, 1)
+        w = jnp.arange(1, n + 1, dtype=xl.dtype) / scale
+        z = (-xl if descending else xl) / scal(softness, xl.dtype)
+        return _back(SM.project(z, w, softness) * scale, ax, dt)
     xs, _, _ = _squash(xl, standardize)
     nums = jnp.arange(1, n + 1, dtype=xs.dtype)
     if method == "pav":
         scale = builtins.max(n - 1, 1)
         w = nums / scale
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
-        r = _pav.project_permutahedron(z, w, reg="kl" if mode == "smooth" else "l2",
+        r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
                                        impl=impl, w_order="asc") * scale
     elif method == "softsort":
         anchors = jnp.sort(xs, axis=-1, descending=descending)
@@ -458,7 +467,7 @@ def max(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,  # noq
     xl, ax, dt = _prep(x, axis)
     if xl.shape[-1] == 0:
         raise ValueError("`x` must be non-empty along `axis` for max (as jnp.max).")
-    if method in ("pav", "network"):
+    if method in DIRECT:
         xl = _guard(xl, softness)
         v = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)[..., 0]
@@ -605,7 +614,7 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
         v, b = BD.quantile_last(_guard(xl, softness), k, jnp.minimum(k + 1, n - 1), a, two,
                                 softness, method, standardize, gated_grad, window)
         v = b if _bound else v
-    elif method in ("pav", "network"):
+    elif method in DIRECT:
         xl = _guard(xl, softness)
         s = _sort_last(xl, False, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)
@@ -723,7 +732,7 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
         v, P, b = BD.top_k_last(_guard(xl, softness), k, softness, method, standardize,
                                 gated_grad, window)
         return _back(b, ax, dt) if _bound else (_back(v, ax, dt), _back_index(P, ax, dt))
-    if method in ("pav", "network"):
+    if method in DIRECT:
         xl = _guard(xl, softness)
         s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)

@@ -25,7 +25,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.ops import segment_max, segment_sum
 
-REGS = ("l2", "kl")
+from jaxkit.soft import _pav_pnorm as PN
+
+REGS = ("l2", "kl", *PN.PREGS)
 IMPLS = ("hybrid", "rounds", "sequential")
 SMALL_N = 128  # hybrid = pure rounds up to this row length
 
@@ -40,6 +42,8 @@ def _seg_lse(x, bid, n):
 def _block_values(z, w, bid, reg):
     """Per-block optimal values (length n, padded) for a partition ``bid``."""
     n = z.shape[0]
+    if reg in PN.PREGS:
+        return PN.block_values(z, w, bid, reg)
     if reg == "l2":
         s = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
         c = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
@@ -128,6 +132,8 @@ def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | Non
     bid = jnp.cumsum(start, dtype=jnp.int32) - 1
     # the stack only runs when the parallel rounds did not already converge
     nb = jnp.where(done, 0, bid[-1] + 1).astype(jnp.int32)
+    if reg in PN.PREGS:
+        return jnp.where(done, bid, PN.stack(z, w, bid, nb, reg))
     if reg == "l2":
         a = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
         b = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
@@ -143,7 +149,7 @@ def isotonic_pair(z, w, reg: str, impl: str):
 
     l2: ``v = argmin_{v1>=...>=vn} 1/2 ||v - (z - w)||^2``;
     kl: ``v = argmin_{v1>=...>=vn} <exp(z - v), 1> + <exp(w), v>`` (block value
-    ``lse(z_B) - lse(w_B)``).
+    ``lse(z_B) - lse(w_B)``); p3/p4: p-norm block values (see ``_pav_pnorm``).
     """
     bid = partition(lax.stop_gradient(z), lax.stop_gradient(w), reg, impl)
     return _block_values(z, w, bid, reg)[bid]
@@ -161,6 +167,8 @@ def _isotonic_pair_jvp(reg, impl, primals, tangents):
         c = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
         s = segment_sum(dz - dw, bid, num_segments=n, indices_are_sorted=True)
         dv = (s / jnp.maximum(c, 1.0))[bid]
+    elif reg in PN.PREGS:
+        dv = PN.tangent(z, w, dz, dw, v, bid, reg)
     else:
         pz = jnp.exp(z - _seg_lse(z, bid, n)[bid])
         pw = jnp.exp(w - _seg_lse(w, bid, n)[bid])
@@ -219,7 +227,7 @@ def _inverse_perm(perm):
 
 def project_permutahedron_row(z, w, reg: str, impl: str, z_order: str = "any",
                               w_order: str = "any"):
-    """``argmax_{y in P(w)} <z, y> - R(y)`` for one row (R: 1/2||.||^2 or entropic).
+    """``argmax_{y in P(w)} <z, y> - R(y)`` for one row (R: 1/2||.||^2, entropic, p-norm).
 
     ``z_order``/``w_order`` = ``"asc"`` declares a row already sorted ascending (a
     constant anchor vector), which saves a sort.
@@ -234,6 +242,8 @@ def project_permutahedron_row(z, w, reg: str, impl: str, z_order: str = "any",
     zs = z[pz]
     ws = w[::-1] if w_order == "asc" else w[_desc_perm(w)]
     v = isotonic_pair(zs, ws, reg, impl)
+    if reg in PN.PREGS:
+        return PN.mirror(zs - v, reg)[inv]
     return (zs - v)[inv]
 
 

@@ -113,3 +113,16 @@ CASES += [
          grad_modes=("rev",), grad_atol=1e-4, grad_rtol=1e-4, rtol=1e-4, shard_argnums=(),
          slow_checks=("grads", "vmap", "traced_once")),
 ]
+
+# PAV p-norm modes and smooth_sort (soft_modes): cheap checks by default, the rest slow.
+CASES += [
+    Case("soft.rank/pav_c1", S.rank, _x, hparams=SOFT, static={"method": "pav", "mode": "c1"},
+         bad=_bad_axis(S.rank, mode="c1"), grad_atol=1e-4, grad_rtol=1e-4,
+         slow_checks=("grads", "vmap", "traced_once")),
+    Case("soft.sort/smooth_sort", S.sort, _x, hparams=SOFT, static={"method": "smooth_sort"},
+         bad=_bad_axis(S.sort, method="smooth_sort") + (
+             Bad("smooth_sort with mode c0", lambda k: ((jnp.ones((2, 4)),),
+                 {"method": "smooth_sort", "mode": "c0"}), ValueError, "mode"),),
+         grad_atol=1e-4, grad_rtol=1e-4, rtol=1e-4,
+         slow_checks=("grads", "vmap", "traced_once")),
+]
