@@ -56,7 +56,7 @@ CASES = [
          grad_atol=1e-4, grad_rtol=1e-4),
     Case("soft.rank/neuralsort_banded", S.rank, _x, hparams=SOFT,
          static={"method": "neuralsort", "window": 2}, bad=_bad_axis(S.rank, window=2),
-         grad_atol=1e-4, grad_rtol=1e-4),
+         grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("grads",)),
     Case("soft.sigmoidal", S.sigmoidal, _x, hparams=SOFT, static={"mode": "c2"},
          bad=(Bad("softness <= 0", lambda k: ((jnp.ones(3),), {"softness": -1.0}), ValueError,
                   "softness"),)),

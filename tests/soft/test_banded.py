@@ -21,8 +21,9 @@ def _val(op, *args, **kw):
     return out[0] if op == "top_k" else out
 
 
-@pytest.mark.parametrize("method", ["softsort", "neuralsort"])
-@pytest.mark.parametrize("op,args,kw", OPS_P)
+@pytest.mark.parametrize("method,op,args,kw", [
+    p if (m, i) in {("softsort", 0), ("neuralsort", 2)} else pytest.param(*p, marks=SLOW)
+    for i, o in enumerate(OPS) for m in ("softsort", "neuralsort") for p in [(m, *o)]])
 def test_banded_within_certified_bound(method, op, args, kw):
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(0), (3, 40), jnp.float64)
@@ -40,7 +41,7 @@ def test_banded_within_certified_bound(method, op, args, kw):
         assert hits >= 1
 
 
-@pytest.mark.parametrize("method", ["softsort", "neuralsort"])
+@pytest.mark.parametrize("method", [pytest.param("softsort", marks=SLOW), "neuralsort"])
 def test_banded_tight_when_bound_small(method):
     x = jax.random.normal(jax.random.key(1), (4, 64))
     s, w = (0.01, 12) if method == "neuralsort" else (0.002, 24)
