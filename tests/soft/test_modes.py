@@ -215,7 +215,8 @@ def test_monotone_and_sum_preserved(mode, method):
 
 
 @pytest.mark.parametrize("mode,method", [pytest.param("c1", "pav", marks=pytest.mark.slow),
-                                         ("c2", "fast_soft_sort"),
+                                         pytest.param("c2", "fast_soft_sort",
+                                                      marks=pytest.mark.slow),
                                          pytest.param("smooth", "smooth_sort",
                                                       marks=pytest.mark.slow)])
 def test_jvp_vjp_consistent_f32(mode, method):

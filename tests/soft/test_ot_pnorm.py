@@ -120,8 +120,8 @@ def test_finite_in_float32_quick():
         assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g))), mode
 
 
-@pytest.mark.parametrize("mode", ["c0", pytest.param("c1", marks=pytest.mark.slow),
-                                  pytest.param("c2", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
 def test_hard_limit_f32(mode):
     kw = dict(softness=1e-3, mode=mode, method="ot")
     np.testing.assert_allclose(S.argsort(X, **kw), jax.nn.one_hot(jnp.argsort(X), 5), atol=1e-3)
