@@ -56,7 +56,7 @@ CASES = [
          grad_atol=1e-4, grad_rtol=1e-4),
     Case("soft.rank/neuralsort_banded", S.rank, _x, hparams=SOFT,
          static={"method": "neuralsort", "window": 2}, bad=_bad_axis(S.rank, window=2),
-         grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("grads",)),
+         grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("grads", "vmap", "traced_once")),
     Case("soft.sigmoidal", S.sigmoidal, _x, hparams=SOFT, static={"mode": "c2"},
          bad=(Bad("softness <= 0", lambda k: ((jnp.ones(3),), {"softness": -1.0}), ValueError,
                   "softness"),)),
@@ -96,12 +96,13 @@ _RBAD = (
 CASES += [
     Case("soft.random.categorical", lambda x, k, **kw: S.random.categorical(k, x, **kw),
          lambda k, d: _rand_args(k, d, "logits"), hparams=SOFT, grad_atol=1e-4,
-         grad_rtol=1e-4,
+         grad_rtol=1e-4, slow_checks=("grads", "vmap", "traced_once"),
          bad=(*_RBAD, Bad("NaN logits", lambda k: ((jnp.full((8, 5), jnp.nan),
                                                     jax.random.key(0)), {}), ValueError,
                           "logits"))),
     Case("soft.random.bernoulli", lambda p, k, **kw: S.random.bernoulli(k, p, **kw),
          lambda k, d: _rand_args(k, d, "p"), hparams=SOFT, grad_atol=1e-4, grad_rtol=1e-4,
+         slow_checks=("grads", "vmap", "traced_once"),
          bad=(*_RBAD, Bad("p > 1", lambda k: ((jnp.full((8, 5), 1.5), jax.random.key(0)), {}),
                           ValueError, "p"))),
 ]

@@ -38,9 +38,8 @@ def _ours(c):
 
 # Default run: sort and rank at one setting per family; every other configuration in
 # `make test-slow` (each one compiles its own program: ~5 s apiece on 2 cores).
-_FAST = {"sort/fast_soft_sort/c1/0.1/x33", "rank/fast_soft_sort/c1/0.1/x33",
-         "sort/fast_soft_sort/c2/0.1/x33", "rank/fast_soft_sort/c2/0.1/x33",
-         "sort/smooth_sort/smooth/0.1/x7", "rank/smooth_sort/smooth/0.1/x7"}
+_FAST = {"rank/fast_soft_sort/c1/0.1/x7", "sort/fast_soft_sort/c2/0.1/x7",
+         "sort/smooth_sort/smooth/0.1/x7"}
 
 
 def _params(pred):
@@ -132,6 +131,7 @@ def _unrolled(z, w, reg):
     return jnp.stack(rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r
                                  for r in PN.PREGS])
 def test_pnorm_custom_jvp_equals_unrolled_reference(reg):
@@ -148,6 +148,7 @@ def test_pnorm_custom_jvp_equals_unrolled_reference(reg):
             np.testing.assert_allclose(jax.jacrev(f, argn)(z, w), jf, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r
                                  for r in PN.PREGS])
 def test_pnorm_impls_agree(reg):
@@ -166,6 +167,7 @@ def test_pnorm_impls_agree(reg):
 # ----------------------------------------------------------------------------- oracles
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [pytest.param("c1", marks=pytest.mark.slow), "c2"])
 def test_pav_pnorm_hard_limit(mode):
     # singleton blocks: y = phi(s - gamma) = w up to the float32 cancellation in s - gamma
@@ -194,6 +196,7 @@ def test_smooth_sort_hard_limit():
     np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=1e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,method", [pytest.param("c1", "pav", marks=pytest.mark.slow),
                                          ("c2", "pav"), ("smooth", "smooth_sort")])
 def test_monotone_and_sum_preserved(mode, method):
@@ -248,7 +251,7 @@ OPS = {
 
 
 @pytest.mark.parametrize("op,mode", [
-    pytest.param(o, m, marks=() if (o, m) in {("rank", "c1"), ("sort", "c2")} else pytest.mark.slow)
+    pytest.param(o, m, marks=() if (o, m) == ("rank", "c1") else pytest.mark.slow)
     for o in OPS for m in ("c1", "c2")])
 def test_check_grads_pav_pnorm(op, mode):
     with jax.enable_x64(True):
@@ -257,6 +260,7 @@ def test_check_grads_pav_pnorm(op, mode):
                     modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["sort", pytest.param("rank", marks=[pytest.mark.slow, pytest.mark.xfail(
     reason="open: smooth_sort rank JVP differs from finite differences by ~1e-4 on one row "
            "(solver accuracy or conditioning not yet diagnosed)", strict=False)]),
@@ -278,6 +282,7 @@ def test_check_grads_second_order_pav_pnorm(mode):
                     modes=("fwd",), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_smooth_sort_is_smooth_at_ties():
     # C-infinity: the Jacobian is continuous across a tie (PAV/SoftSort jump there)
     with jax.enable_x64(True):

@@ -43,8 +43,7 @@ def test_golden_file_is_complete():
 def _fast(name):
     # default run: one argsort per mode against softjax at tight tolerance, one rank, and
     # one at softjax's default tolerance; every configuration runs in `make test-slow`
-    return name in {"argsort/c0/n=5/desc=False/tight", "argsort/c1/n=5/desc=False/tight",
-                    "argsort/c2/n=5/desc=False/tight", "rank/c1/n=5/desc=False/tight",
+    return name in {"argsort/c1/n=5/desc=False/tight", "argsort/c2/n=5/desc=False/tight",
                     "argsort/c0/n=5/desc=False"}
 
 
@@ -69,7 +68,7 @@ def _setup(n, m, dtype, seed=0):
 
 
 @pytest.mark.parametrize("mode,dtype", [
-    (m, d) if d == jnp.float32 or m == "c0" else pytest.param(m, d, marks=pytest.mark.slow)
+    (m, d) if d == jnp.float32 and m != "c1" else pytest.param(m, d, marks=pytest.mark.slow)
     for d in (jnp.float32, jnp.float64) for m in MODES])
 def test_plan_marginals_and_primal_optimality(mode, dtype):
     n, m, lam = 6, 4, 0.2
@@ -152,7 +151,8 @@ def test_finite_in_float32_values_and_grads(mode):
             assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g)))
 
 
-@pytest.mark.parametrize("mode", ["c1", pytest.param("c0", marks=pytest.mark.slow),
+@pytest.mark.parametrize("mode", [pytest.param("c1", marks=pytest.mark.slow),
+                                  pytest.param("c0", marks=pytest.mark.slow),
                                   pytest.param("c2", marks=pytest.mark.slow)])
 def test_check_grads_x64(mode):
     with jax.enable_x64(True):

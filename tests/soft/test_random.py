@@ -58,6 +58,7 @@ def test_categorical_soft_in_simplex_and_limit(mode):
     assert float(jnp.mean(jnp.abs(near - hard))) < 1e-3
 
 
+@pytest.mark.slow
 def test_gumbel_softmax_mean_matches_probabilities_at_high_temperature_limit():
     # smooth softsort with standardize=False is the Gumbel-softmax: E[sample] -> p as tau -> 0
     s = R.categorical(KEY, jnp.log(P4), shape=(N,), softness=0.02)
@@ -114,7 +115,7 @@ def test_choice():
         assert R.choice(KEY, a2, shape=(5,), axis=1, mode=mode).shape == (2, 5, 4)
 
 
-@pytest.mark.parametrize("method", ["neuralsort", "softsort",
+@pytest.mark.parametrize("method", ["neuralsort", pytest.param("softsort", marks=pytest.mark.slow),
                                     pytest.param("ot", marks=pytest.mark.slow)])
 def test_permutation_matrix(method):
     n = 5
@@ -131,6 +132,7 @@ def test_permutation_matrix(method):
                                hard, atol=tol)
 
 
+@pytest.mark.slow
 def test_permutation_uniform_and_independent():
     keys = jax.random.split(KEY, 6000)
     first = jax.vmap(lambda k: R.permutation(k, 4, mode="_hard")[0])(keys)
@@ -148,6 +150,7 @@ def test_permutation_uniform_and_independent():
     np.testing.assert_allclose(jnp.sum(s, 1), jnp.sum(x, 1), rtol=0.2)
 
 
+@pytest.mark.slow
 def test_multinomial():
     n = 7
     for mode in ("hard", "_hard", "smooth"):
@@ -197,6 +200,7 @@ def test_binary_concrete():
         R.bernoulli(KEY, p, noise="logistic", mode="c0")
 
 
+@pytest.mark.slow
 def test_rademacher_and_binomial():
     r = R.rademacher(KEY, (N,), mode="_hard")
     np.testing.assert_array_equal(r, R.rademacher(KEY, (N,), mode="hard"))

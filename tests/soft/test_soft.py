@@ -110,7 +110,8 @@ def _pav_np(y):
     return np.concatenate([[s / c] * c for s, c in out])
 
 
-@pytest.mark.parametrize("impl", _pav.IMPLS)
+@pytest.mark.parametrize("impl", [i if i == "hybrid" else pytest.param(i, marks=pytest.mark.slow)
+                                  for i in _pav.IMPLS])
 def test_pav_impls_match_reference(impl):
     rng = np.random.default_rng(0)
     cases = [rng.normal(size=23), np.round(rng.normal(size=23)),  # ties
