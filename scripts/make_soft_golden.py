@@ -128,28 +128,36 @@ print(len(out) - 2, "outputs;", len(fails), "failures")
 """
 
 
-def main() -> None:
+def softjax_python() -> str:
+    """The softjax interpreter: first argument or ``SOFTJAX_PYTHON``."""
     py = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SOFTJAX_PYTHON")
     if not py:
         raise SystemExit("give the Python >= 3.12 interpreter with softjax==0.1.1 installed")
+    return py
+
+
+def generate(py: str, child_src: str, cfgs: list[dict], inp: dict, out: str) -> None:
+    """Run ``child_src`` under softjax's interpreter on ``cfgs``/``inp``; write ``out``."""
     with tempfile.TemporaryDirectory() as d:
         cfg_path, in_path, out_path = (os.path.join(d, f) for f in ("c.json", "i.npz", "o.npz"))
-        cfgs = configs()
         with open(cfg_path, "w") as f:
             json.dump(cfgs, f)
-        inp = inputs()
         np.savez(in_path, **inp)
         child = os.path.join(d, "child.py")
         with open(child, "w") as f:
-            f.write(CHILD)
+            f.write(child_src)
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         subprocess.run([py, child, cfg_path, in_path, out_path], check=True, env=env)
         res = dict(np.load(out_path))
     res.update({"in:" + k: v for k, v in inp.items()})
     res["configs"] = np.array(json.dumps(cfgs))
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    np.savez_compressed(OUT, **res)
-    print("wrote", OUT, os.path.getsize(OUT), "bytes")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    np.savez_compressed(out, **res)
+    print("wrote", out, os.path.getsize(out), "bytes")
+
+
+def main() -> None:
+    generate(softjax_python(), CHILD, configs(), inputs(), OUT)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,8 @@ inputs. Reuses the child program and driver of ``scripts/make_soft_golden.py``.
     python scripts/make_soft_golden_ot.py /path/to/python3.12
 """
 
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -63,27 +60,7 @@ def inputs() -> dict:
 
 
 def main() -> None:
-    py = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SOFTJAX_PYTHON")
-    if not py:
-        raise SystemExit("give the Python >= 3.12 interpreter with softjax==0.1.1 installed")
-    with tempfile.TemporaryDirectory() as d:
-        cfg_path, in_path, out_path = (os.path.join(d, f) for f in ("c.json", "i.npz", "o.npz"))
-        cfgs = configs()
-        with open(cfg_path, "w") as f:
-            json.dump(cfgs, f)
-        inp = inputs()
-        np.savez(in_path, **inp)
-        child = os.path.join(d, "child.py")
-        with open(child, "w") as f:
-            f.write(CHILD)
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-        subprocess.run([py, child, cfg_path, in_path, out_path], check=True, env=env)
-        res = dict(np.load(out_path))
-    res.update({"in:" + k: v for k, v in inp.items()})
-    res["configs"] = np.array(json.dumps(cfgs))
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    np.savez_compressed(OUT, **res)
-    print("wrote", OUT, os.path.getsize(OUT), "bytes")
+    base.generate(base.softjax_python(), CHILD, configs(), inputs(), OUT)
 
 
 if __name__ == "__main__":
