@@ -536,7 +536,9 @@ def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
     which ``mode="hard"`` (and ``"_hard"``, the same: both use this function's own noise)
     returns exactly: a linear assignment solved by ``scipy.optimize.linear_sum_assignment``
     on the host through ``jax.pure_callback`` (works under ``jit`` and ``vmap``; no
-    gradient: the output is a constant of ``log_alpha``). With ``log_alpha = 0`` the hard
+    gradient: the output is a constant of ``log_alpha``; under ``vmap`` the whole batch goes
+    to the host in one call; a sharded input is gathered, the output is replicated, and the
+    host round-trip dominates the cost on accelerators). With ``log_alpha = 0`` the hard
     sample is a uniformly random permutation. ``-inf`` entries of ``log_alpha``
     (forbidden assignments) are floored at ``-1e30``; NaN raises.
 
