@@ -304,7 +304,7 @@ def test_errors_and_tracing():
 # ----------------------------------------------------------------------------- rng_mode
 
 
-@pytest.mark.parametrize("rng_mode", ["low", "high"])
+@pytest.mark.parametrize("rng_mode", [pytest.param("low", marks=pytest.mark.slow), "high"])
 def test_rng_mode_frequencies(rng_mode):
     lg = jnp.log(P4)
     h = R.categorical(KEY, lg, shape=(N,), mode="hard", rng_mode=rng_mode)
@@ -329,10 +329,6 @@ def test_rng_mode_is_passed_through():
     assert not bool(jnp.all(lo == hi))  # different draws
     g = jax.random.gumbel(KEY, (64, 4), mode="high")
     np.testing.assert_array_equal(hi, jax.nn.one_hot(jnp.argmax(g + lg[None], -1), 4))
-    s = R.choice(KEY, 4, (8,), p=P4, rng_mode="high", mode="_hard")
-    np.testing.assert_array_equal(s, jnp.argmax(R.categorical(KEY, lg, shape=(8,),
-                                                              rng_mode="high", mode="_hard"),
-                                                -1))
     with pytest.raises(ValueError, match="rng_mode"):
         R.bernoulli(KEY, 0.5, rng_mode="highest")
     with pytest.raises(ValueError, match="rng_mode"):
@@ -355,6 +351,15 @@ def test_categorical_log_probs():
     ls = R.categorical(KEY, lg, shape=(6,), softness=1e-3, return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(ls)))
     np.testing.assert_allclose(jax.nn.logsumexp(ls, -1), 0.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_rng_mode_and_log_probs_other_samplers():
+    lg = jnp.log(P4)
+    s = R.choice(KEY, 4, (8,), p=P4, rng_mode="high", mode="_hard")
+    np.testing.assert_array_equal(s, jnp.argmax(R.categorical(KEY, lg, shape=(8,),
+                                                              rng_mode="high", mode="_hard"),
+                                                -1))
     hard = R.categorical(KEY, lg, shape=(6,), mode="hard", return_log_probs=True)
     np.testing.assert_array_equal(jnp.exp(hard), R.categorical(KEY, lg, shape=(6,),
                                                                mode="hard"))
@@ -439,13 +444,17 @@ def test_permutation_gumbel_sinkhorn_uniform_and_independent():
     assert _chi2_ok([int(jnp.sum(first == v)) for v in range(4)], np.full(4, 0.25))
 
 
-def test_gumbel_sinkhorn_st_and_errors():
+@pytest.mark.slow
+def test_gumbel_sinkhorn_st():
     v = R.gumbel_sinkhorn_st(KEY, LA[0], softness=0.5)
     np.testing.assert_array_equal(v, R.gumbel_sinkhorn(KEY, LA[0], softness=0.5, mode="_hard"))
     w = jnp.arange(25.0).reshape(5, 5)
     g_st = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn_st(KEY, la, softness=0.5) * w))(LA[0])
     g_soft = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn(KEY, la, softness=0.5) * w))(LA[0])
     np.testing.assert_allclose(g_st, g_soft, rtol=1e-5, atol=1e-6)
+
+
+def test_gumbel_sinkhorn_errors():
     with pytest.raises(TypeError, match="log_alpha"):
         R.gumbel_sinkhorn(KEY, jnp.zeros((3, 4)), softness=1.0)
     with pytest.raises(ValueError, match="mode"):
@@ -460,6 +469,14 @@ def test_gumbel_sinkhorn_st_and_errors():
     la = jnp.zeros((3, 3)).at[0, 0].set(-jnp.inf)
     assert float(R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard")[0, 0]) == 0.0
     assert float(R.gumbel_sinkhorn(KEY, la, softness=1.0)[0, 0]) < 1e-6
+
+
+@pytest.mark.slow
+def test_schedule_as_traced_softness():
+    f = R.exponential_schedule(1.0, 0.01, 100)
+    s = jax.jit(lambda t: R.gumbel_sinkhorn(KEY, LA[0], softness=f(t)))(jnp.asarray(3))
+    assert s.shape == (5, 5)
+    np.testing.assert_allclose(s, R.gumbel_sinkhorn(KEY, LA[0], softness=f(3)), rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -486,9 +503,6 @@ def test_temperature_schedules():
     steps = jnp.arange(0, 101, 10)
     vals = jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps)
     assert bool(jnp.all(jnp.diff(vals) < 0))
-    # usable as the softness of a sampler inside jit
-    s = jax.jit(lambda t: R.gumbel_sinkhorn(KEY, LA[0], softness=f(t)))(jnp.asarray(3))
-    assert s.shape == (5, 5)
     with pytest.raises(ValueError, match="end"):
         R.exponential_schedule(1.0, 0.0, 10)
     with pytest.raises(ValueError, match="steps"):
