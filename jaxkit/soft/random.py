@@ -523,7 +523,8 @@ def _sinkhorn_log(z: Array, n_iters: int) -> Array:
 
 def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
                     softness: RealScalarLike, n_iters: int = 20, noise: str = "gumbel",
-                    mode: str = "smooth", rng_mode: str | None = None) -> Array:
+                    mode: str = "smooth", rng_mode: str | None = None,
+                    return_log_probs: bool = False) -> Array:
     """Gumbel-Sinkhorn: a relaxed random permutation matrix (Mena et al. 2018).
 
     With ``G`` i.i.d. standard Gumbel noise of ``log_alpha``'s shape, ``mode="smooth"``
@@ -550,6 +551,8 @@ def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
       noise: ``"gumbel"`` or ``"none"`` (plain Sinkhorn of ``log_alpha / softness``).
       mode: ``"smooth"``, ``"hard"`` or ``"_hard"``.
       rng_mode: ``mode`` of ``jax.random.gumbel`` (``None``, ``"low"``, ``"high"``).
+      return_log_probs: static bool; return ``log P``, taken directly from the log-domain
+        iterates (finite at any softness in smooth mode; ``0``/``-inf`` in hard modes).
 
     Returns:
       Array of ``log_alpha``'s shape and floating dtype; row ``i`` spreads over the
@@ -567,6 +570,7 @@ def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
     check_softness(softness)
     _check_rng_mode(rng_mode)
     _static_int(n_iters, "n_iters", 1)
+    _check_lp(return_log_probs, None)
     la = as_float(log_alpha)
     if la.ndim < 2 or la.shape[-1] != la.shape[-2]:
         raise TypeError(f"`log_alpha` must have shape (..., n, n), got {la.shape}.")
@@ -580,10 +584,12 @@ def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
     if n == 0:
         return jnp.zeros_like(la)
     if mode in ("hard", "_hard"):
-        return jax.nn.one_hot(_assignment(z), n, dtype=dt)
+        return _finish(jax.nn.one_hot(_assignment(z), n, dtype=dt), False, return_log_probs,
+                       None)
     cdt = compute_dtype(dt)
     zc = _guard_softness(z.astype(cdt), softness) / jnp.asarray(softness).astype(cdt)
-    return jnp.exp(_sinkhorn_log(zc, n_iters)).astype(dt)
+    v = _sinkhorn_log(zc, n_iters)
+    return (v if return_log_probs else jnp.exp(v)).astype(dt)
 
 
 # ----------------------------------------------------------------------------- schedules

@@ -387,6 +387,11 @@ def test_gumbel_sinkhorn_doubly_stochastic():
     assert bool(jnp.all(P >= 0))
     np.testing.assert_allclose(jnp.sum(P, -2), 1.0, atol=1e-5)  # columns: last step
     np.testing.assert_allclose(jnp.sum(P, -1), 1.0, atol=1e-4)  # rows: Sinkhorn tolerance
+    # log P straight from the log-domain iterates: finite where exp underflows
+    L = R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01, n_iters=5, return_log_probs=True)
+    assert bool(jnp.all(jnp.isfinite(L))) and bool(jnp.any(jnp.exp(L) == 0))
+    np.testing.assert_allclose(jnp.exp(L), R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01,
+                                                             n_iters=5), atol=1e-6)
     # noise="none" is plain Sinkhorn of log_alpha / softness
     Q = R.gumbel_sinkhorn(KEY, jnp.zeros((4, 4)), softness=0.3, noise="none")
     np.testing.assert_allclose(Q, 0.25, atol=1e-6)
