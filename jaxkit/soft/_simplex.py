@@ -13,7 +13,7 @@ References:
 import jax
 import jax.numpy as jnp
 
-from jaxkit.soft._common import scal
+from jaxkit.soft._common import cumsum, scal
 
 
 def _take_last(a, idx):
@@ -24,7 +24,7 @@ def _take_last(a, idx):
 def _sparsemax(v):
     n = v.shape[-1]
     u = -jnp.sort(-v, axis=-1)
-    cs = jnp.cumsum(u, axis=-1)
+    cs = cumsum(u)
     k = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=v.dtype), v.shape)
     cond = 1.0 / k + (u - cs / k) > 0
     idx = jnp.count_nonzero(cond, axis=-1, keepdims=True)
@@ -46,15 +46,15 @@ def _entmax_theta(v, power):
     u = -jnp.sort(-v, axis=-1)
     u0 = u[..., :1]
     us = u - u0
-    S = jnp.cumsum(us, axis=-1)
-    M2 = jnp.cumsum(us**2, axis=-1)
+    S = cumsum(us)
+    M2 = cumsum(us**2)
     k = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=v.dtype), v.shape)
     if power == 2:
         disc = S**2 - k * (M2 - 1.0)
         th = (S - jnp.sqrt(jnp.maximum(disc, 0.0))) / k
     else:
         dt = v.dtype
-        M3 = jnp.cumsum(us**3, axis=-1)
+        M3 = cumsum(us**3)
         c = S / k
         mu2 = M2 - 2.0 * c * S + k * c**2
         mu3 = M3 - 3.0 * c * M2 + 3.0 * c**2 * S - k * c**3

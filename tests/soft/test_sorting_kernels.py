@@ -1,0 +1,48 @@
+"""The internal sorting primitives behind the PAV path (stable argsort, inverse, cumsum)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit.soft import _pav
+from jaxkit.soft._common import cumsum
+
+
+def _ref_argsort(x, descending):
+    x = np.asarray(x, np.float64)
+    return np.argsort(-x if descending else x, axis=-1, kind="stable")
+
+
+@pytest.mark.parametrize("rows,n", [(64, 2), (33, 3), (64, 100), (4, 100),
+                                    pytest.param(40, 512, marks=pytest.mark.slow),
+                                    pytest.param(64, 600, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
+    # (64, 100) and (40, 512) take the bitonic network, (4, 100) and (64, 600) the radix path
+    rng = np.random.default_rng(n + rows)
+    x = rng.integers(-4, 5, (rows, n)).astype(np.float32) / 2  # many ties
+    x[:, : n // 2] = rng.standard_normal((rows, n // 2)).astype(np.float32)
+    x[0, :2] = [0.0, -0.0]  # equal keys: must stay in index order
+    got = np.asarray(jax.jit(lambda v: _pav.stable_argsort(v, descending))(x))
+    np.testing.assert_array_equal(got, _ref_argsort(x, descending))
+
+
+def test_inverse_permutation_rows():
+    perm = jax.vmap(lambda k: jax.random.permutation(k, 100))(
+        jax.random.split(jax.random.key(0), 64))
+    inv = np.asarray(_pav._inverse_perm_rows(perm))
+    np.testing.assert_array_equal(np.take_along_axis(np.asarray(perm), inv, -1),
+                                  np.broadcast_to(np.arange(100), (64, 100)))
+    np.testing.assert_array_equal(inv, np.asarray(_pav.inverse_permutation(perm)))
+
+
+@pytest.mark.parametrize("n", [1, 7, 130])
+def test_cumsum_scan_matches_numpy(n):
+    x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(cumsum(jnp.asarray(x))), np.cumsum(x, -1),
+                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(cumsum(jnp.asarray(x), reverse=True)),
+                               np.cumsum(x[:, ::-1], -1)[:, ::-1], rtol=1e-5, atol=1e-4)
+    ints = (x > 0).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(cumsum(jnp.asarray(ints))), np.cumsum(ints, -1))
