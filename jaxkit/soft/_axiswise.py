@@ -38,6 +38,7 @@ from jaxkit.soft._common import (
     check_softness,
     compute_dtype,
     scal,
+    sort_values,
     standardize_and_squash,
     unsquash,
 )
@@ -253,13 +254,13 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if mode == "hard" or n == 0:
-        idx = jnp.argsort(xl, axis=-1, descending=descending, stable=True)
+        idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, descending=descending, stable=True)
         return _back_index(_finish(_onehot(idx, n, xl.dtype), False, *lp), ax, dt)
     xl = _guard(xl, softness)
     xs, _, _ = _squash(xl, standardize)
     islog = False
     if method == "softsort":
-        anchors = jnp.sort(xs, axis=-1, descending=descending)
+        anchors = sort_values(xs, descending)
         P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
                             return_log_probs)
     elif method == "neuralsort":
@@ -305,7 +306,7 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if mode == "hard" or n == 0:
-        return _back(jnp.sort(xl, axis=-1, descending=descending), ax, dt)
+        return _back(sort_values(xl, descending), ax, dt)
     xl = _guard(xl, softness)
     if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
         BD.check(window, method, mode, abs_mode)
@@ -346,7 +347,7 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
         return jnp.einsum("...kn,...n->...k", P, xl)
     # fused chunked softsort / neuralsort: never store the n x n matrix for backward
     if method == "softsort":
-        anchors = jnp.sort(xs, axis=-1, descending=descending)
+        anchors = sort_values(xs, descending)
         rows = jnp.moveaxis(anchors, -1, 0)
 
         def f(ch):
@@ -388,7 +389,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if mode == "hard" or n == 0:
-        idx = jnp.argsort(xl, axis=-1, descending=descending, stable=True)
+        idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, descending=descending, stable=True)
         r = jnp.argsort(idx, axis=-1) + 1
         return _back(r.astype(xl.dtype), ax, dt)
     xl = _guard(xl, softness)
@@ -410,7 +411,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
                                        impl=impl, w_order="asc") * scale
     elif method == "softsort":
-        anchors = jnp.sort(xs, axis=-1, descending=descending)
+        anchors = sort_values(xs, descending)
 
         def f(ch):  # ch: (c, ...) elements
             xc = jnp.moveaxis(ch, 0, -1)
@@ -635,13 +636,13 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
     kp1 = jnp.minimum(k + 1, n - 1)
     islog = False
     if mode == "hard":
-        idx = jnp.argsort(xl, axis=-1, stable=True)
+        idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, stable=True)
         P = _onehot(jnp.stack([idx[..., k], idx[..., kp1]], -1), n, xl.dtype)
     else:
         xl = _guard(xl, softness)
         xs, _, _ = _squash(xl, standardize)
         if method == "softsort":
-            srt = jnp.sort(xs, axis=-1)
+            srt = sort_values(xs)
             anchors = jnp.stack([srt[..., k], srt[..., kp1]], -1)
             P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
                                 return_log_probs)

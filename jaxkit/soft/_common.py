@@ -82,3 +82,38 @@ def iota_like(x: jax.Array, dtype: Any = jnp.int32) -> jax.Array:
     multi-operand ``lax.sort`` must be sharded like the others).
     """
     return jnp.zeros_like(x, dtype=dtype) + jax.lax.broadcasted_iota(dtype, x.shape, x.ndim - 1)
+
+
+def _sort_last(x: jax.Array, descending: bool) -> jax.Array:
+    return jnp.sort(x, axis=-1, descending=descending)
+
+
+@jax.custom_jvp
+def _sort_asc(x: jax.Array) -> jax.Array:
+    return _sort_last(x, False)
+
+
+@jax.custom_jvp
+def _sort_desc(x: jax.Array) -> jax.Array:
+    return _sort_last(x, True)
+
+
+def _sort_jvp(descending: bool, primals: tuple, tangents: tuple) -> tuple:
+    (x,), (dx,) = primals, tangents
+    idx = jnp.argsort(x, axis=-1, descending=descending, stable=True)
+    return jnp.take_along_axis(x, idx, axis=-1), jnp.take_along_axis(dx, idx, axis=-1)
+
+
+_sort_asc.defjvp(lambda p, t: _sort_jvp(False, p, t))
+_sort_desc.defjvp(lambda p, t: _sort_jvp(True, p, t))
+
+
+def sort_values(x: jax.Array, descending: bool = False) -> jax.Array:
+    """``jnp.sort`` along the last axis whose derivative is a gather by ``argsort``.
+
+    ``jnp.sort``'s own JVP sorts ``(x, iota)`` with an iota that carries no sharding,
+    so differentiating it under jit with an explicitly sharded input fails ("Arguments
+    to sort must have equal shardings"); ``argsort`` builds its iota with the input's
+    sharding. The primal (no derivative) is a plain ``jnp.sort``.
+    """
+    return _sort_desc(x) if descending else _sort_asc(x)

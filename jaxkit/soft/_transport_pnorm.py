@@ -110,7 +110,7 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
     def body(st):
         i, g, grad, H, err, F = st
         # Levenberg-regularised Newton direction on the semi-dual (ascent)
-        _, d = _schur_solve(H, jnp.zeros((n,), dt), grad, err)
+        _, d = _schur_solve(H, jnp.zeros_like(H[:, 0]), grad, err)
         slope = jnp.dot(grad, d)
 
         def ls_cond(ls):
@@ -122,9 +122,14 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
             t = 0.5 * t
             return t, _semi_dual(C, g + t * d, mu, nu, lam, power), k + 1
 
-        t0 = jnp.ones((), dt)
+        # the carries of both loops are built from traced values (``*_like``): a constant
+        # (``jnp.ones((), dt)``, a Python ``0``) has an aval on the empty mesh, and when
+        # ``vmap`` over a NamedSharding input batches this nested loop it fails with
+        # "Resource axis: data of P('data',) is not found in mesh: ()"
+        t0 = jnp.ones_like(F)
         t, Fn, _ = lax.while_loop(ls_cond, ls_body,
-                                  (t0, _semi_dual(C, g + d, mu, nu, lam, power), 0))
+                                  (t0, _semi_dual(C, g + d, mu, nu, lam, power),
+                                   jnp.zeros_like(i)))
         ok = Fn >= F  # never go downhill (f32 round-off near the optimum)
         g_new = jnp.where(ok, g + t * d, g)
         grad_n, H_n, err_n = state(g_new)
@@ -135,7 +140,8 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
     g0 = jnp.zeros((m,), dt)
     grad0, H0, err0 = state(g0)
     F0 = _semi_dual(C, g0, mu, nu, lam, power)
-    _, g, _, _, _, _ = lax.while_loop(cond, body, (0, g0, grad0, H0, err0, F0))
+    i0 = jnp.zeros_like(err0, dtype=jnp.int32)  # not a Python 0 (see the line search)
+    _, g, _, _, _, _ = lax.while_loop(cond, body, (i0, g0, grad0, H0, err0, F0))
     _, _, G, H = _parts(C, g, mu, lam, power)
     return G, H
 
