@@ -7,6 +7,13 @@ names ``fast_soft_sort`` and ``sorting_network`` are accepted as aliases. Defaul
 follow ``jax.numpy``: ``axis=-1`` for sort/argsort/rank/top_k, ``axis=None`` for
 argmax/max/quantile, ascending 1-based ranks.
 
+``sort`` and ``rank`` with ``method="softsort"`` in mode ``"smooth"`` never form the
+n x n matrix: the SoftSort kernel ``exp(-|a_k - x_j| / softness)`` over the sorted
+row splits into two decaying linear recurrences (anchors below / above), evaluated
+exactly by a prefix scan in O(n log n) time and memory (same values as the dense
+definition to round-off; see ``_laplace_sums``). ``argsort`` returns the matrix itself
+and the sparse modes need every row's threshold, so those stay O(n^2) (chunked).
+
 References:
   Blondel et al., Fast differentiable sorting and ranking
   <https://arxiv.org/abs/2002.08871>, 2020.
@@ -38,7 +45,6 @@ from jaxkit.soft._common import (
     check_softness,
     compute_dtype,
     scal,
-    sort_values,
     standardize_and_squash,
     unsquash,
 )
@@ -46,6 +52,7 @@ from jaxkit.soft._elementwise import SIGMOID_MODES
 from jaxkit.soft._elementwise import abs as soft_abs
 from jaxkit.soft._select import take_along_axis
 from jaxkit.soft._simplex import proj_simplex
+from jaxkit.soft._sorting import sort_values
 from jaxkit.soft._transport_pnorm import transport_any as transport
 
 ALIASES = {"fast_soft_sort": "pav", "sorting_network": "network"}
@@ -114,6 +121,32 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     Sprev = S - a
     A_sorted = (2 * m - n - 1) * a + S[..., -1:] - S - Sprev
     return jnp.take_along_axis(A_sorted, _pav.inverse_permutation(perm), axis=-1)
+
+
+def _laplace_sums(a, v, softness):
+    """``sum_i exp(-|a_k - a_i| / softness) v_i / sum_i exp(-|a_k - a_i| / softness)``.
+
+    For rows ``a`` sorted ascending (``(..., n)``) and values ``v`` (``(..., n)``), in
+    O(n log n) without the n x n kernel: the sum splits into the anchors below and above
+    ``a_k``, each a linear recurrence ``L_k = v_k + exp(-(a_k - a_{k-1})/softness)
+    L_{k-1}`` with decay factors in ``(0, 1]`` (so no overflow at any softness),
+    evaluated by a parallel prefix scan. This is exactly the smooth SoftSort row
+    ``softmax_i(-|a_k - a_i| / softness)`` applied to ``v``.
+    """
+    t = scal(softness, a.dtype)
+    d = jnp.exp(-(a[..., 1:] - a[..., :-1]) / t)[..., None]  # (..., n-1, 1)
+    zero = jnp.zeros_like(d[..., :1, :])
+    vals = jnp.stack([v, jnp.ones_like(v)], -1)  # numerator and denominator together
+    ax = vals.ndim - 2
+
+    def comb(x, y):
+        return x[0] * y[0], x[1] * y[0] + y[1]
+
+    lo = lax.associative_scan(comb, (jnp.concatenate([zero, d], -2), vals), axis=ax)[1]
+    rd = jnp.flip(jnp.concatenate([d, zero], -2), -2)
+    hi = jnp.flip(lax.associative_scan(comb, (rd, jnp.flip(vals, -2)), axis=ax)[1], -2)
+    tot = lo + hi - vals
+    return tot[..., 0] / tot[..., 1]
 
 
 def _map_chunks(f, rows):
@@ -345,6 +378,13 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
         if not gated_grad:
             P = lax.stop_gradient(P)
         return jnp.einsum("...kn,...n->...k", P, xl)
+    if method == "softsort" and mode == "smooth":
+        # exact O(n log n) smooth SoftSort: the kernel exp(-|a_k - x_j|/t) over sorted x
+        perm = _pav.stable_argsort(xs)
+        a = jnp.take_along_axis(xs, perm, axis=-1)
+        a = a if gated_grad else lax.stop_gradient(a)
+        out = _laplace_sums(a, jnp.take_along_axis(xl, perm, axis=-1), softness)
+        return jnp.flip(out, -1) if descending else out
     # fused chunked softsort / neuralsort: never store the n x n matrix for backward
     if method == "softsort":
         anchors = sort_values(xs, descending)
@@ -410,6 +450,14 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
         r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
                                        impl=impl, w_order="asc") * scale
+    elif method == "softsort" and mode == "smooth":
+        # exact O(n log n) smooth SoftSort ranks: x_j is itself an anchor (a = sorted xs)
+        perm = _pav.stable_argsort(xs)
+        a = jnp.take_along_axis(xs, perm, axis=-1)
+        r = _laplace_sums(a, jnp.broadcast_to(nums, a.shape), softness)
+        r = jnp.take_along_axis(r, _pav.inverse_permutation(perm), axis=-1)
+        if descending:
+            r = (n + 1) - r
     elif method == "softsort":
         anchors = sort_values(xs, descending)
 
