@@ -477,6 +477,14 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 
         def body(acc, ch):
             c, nm, vd = ch
+            if mode == "smooth":  # unnormalised exp rows, 1/Z folded into the row weights
+                sc = _row_scores(xs, c, "neuralsort", A) / scal(softness, xs.dtype)
+                e = jnp.exp(sc - lax.stop_gradient(jnp.max(sc, axis=-1, keepdims=True)))
+                iz = 1.0 / jnp.sum(e, axis=-1)  # (..., c)
+                wv = iz * jnp.broadcast_to(vd, iz.shape)
+                wn = iz * jnp.broadcast_to(nm, iz.shape)
+                return (acc[0] + jnp.einsum("...cn,...c->...n", e, wv),
+                        acc[1] + jnp.einsum("...cn,...c->...n", e, wn)), None
             P = _rows(xs, c, "neuralsort", softness, mode, A)
             return (acc[0] + jnp.einsum("...cn,c->...n", P, vd),
                     acc[1] + jnp.einsum("...cn,c->...n", P, nm)), None
