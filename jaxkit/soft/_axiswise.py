@@ -7,6 +7,13 @@ names ``fast_soft_sort`` and ``sorting_network`` are accepted as aliases. Defaul
 follow ``jax.numpy``: ``axis=-1`` for sort/argsort/rank/top_k, ``axis=None`` for
 argmax/max/quantile, ascending 1-based ranks.
 
+``sort`` and ``rank`` with ``method="softsort"`` in mode ``"smooth"`` never form the
+n x n matrix: the SoftSort kernel ``exp(-|a_k - x_j| / softness)`` over the sorted
+row splits into two decaying linear recurrences (anchors below / above), evaluated
+exactly by a prefix scan in O(n log n) time and memory (same values as the dense
+definition to round-off; see ``_laplace_sums``). ``argsort`` returns the matrix itself
+and the sparse modes need every row's threshold, so those stay O(n^2) (chunked).
+
 References:
   Blondel et al., Fast differentiable sorting and ranking
   <https://arxiv.org/abs/2002.08871>, 2020.
@@ -38,7 +45,6 @@ from jaxkit.soft._common import (
     check_softness,
     compute_dtype,
     scal,
-    sort_values,
     standardize_and_squash,
     unsquash,
 )
@@ -46,6 +52,7 @@ from jaxkit.soft._elementwise import SIGMOID_MODES
 from jaxkit.soft._elementwise import abs as soft_abs
 from jaxkit.soft._select import take_along_axis
 from jaxkit.soft._simplex import proj_simplex
+from jaxkit.soft._sorting import sort_values
 from jaxkit.soft._transport_pnorm import transport_any as transport
 
 ALIASES = {"fast_soft_sort": "pav", "sorting_network": "network"}
@@ -116,6 +123,32 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     return jnp.take_along_axis(A_sorted, _pav.inverse_permutation(perm), axis=-1)
 
 
+def _laplace_sums(a, v, softness):
+    """``sum_i exp(-|a_k - a_i| / softness) v_i / sum_i exp(-|a_k - a_i| / softness)``.
+
+    For rows ``a`` sorted ascending (``(..., n)``) and values ``v`` (``(..., n)``), in
+    O(n log n) without the n x n kernel: the sum splits into the anchors below and above
+    ``a_k``, each a linear recurrence ``L_k = v_k + exp(-(a_k - a_{k-1})/softness)
+    L_{k-1}`` with decay factors in ``(0, 1]`` (so no overflow at any softness),
+    evaluated by a parallel prefix scan. This is exactly the smooth SoftSort row
+    ``softmax_i(-|a_k - a_i| / softness)`` applied to ``v``.
+    """
+    t = scal(softness, a.dtype)
+    d = jnp.exp(-(a[..., 1:] - a[..., :-1]) / t)[..., None]  # (..., n-1, 1)
+    zero = jnp.zeros_like(d[..., :1, :])
+    vals = jnp.stack([v, jnp.ones_like(v)], -1)  # numerator and denominator together
+    ax = vals.ndim - 2
+
+    def comb(x, y):
+        return x[0] * y[0], x[1] * y[0] + y[1]
+
+    lo = lax.associative_scan(comb, (jnp.concatenate([zero, d], -2), vals), axis=ax)[1]
+    rd = jnp.flip(jnp.concatenate([d, zero], -2), -2)
+    hi = jnp.flip(lax.associative_scan(comb, (rd, jnp.flip(vals, -2)), axis=ax)[1], -2)
+    tot = lo + hi - vals
+    return tot[..., 0] / tot[..., 1]
+
+
 def _map_chunks(f, rows):
     """``f(rows_chunk) -> (..., c)``: map over chunks of the leading axis with remat."""
     n = rows.shape[0]
@@ -131,14 +164,58 @@ def _map_chunks(f, rows):
     return out[..., :n]
 
 
+def _row_scores(xs, rows_param, kind, A=None):
+    """Scores ``(..., r, [n])`` whose simplex projection gives the soft permutation rows."""
+    if kind == "softsort":  # rows_param: anchors (..., r)
+        return -jnp.abs(rows_param[..., :, None] - xs[..., None, :])
+    # neuralsort, rows_param: coefficients (r,)
+    c = rows_param.reshape((1,) * (xs.ndim - 1) + (-1, 1))
+    return -(c * xs[..., None, :] + A[..., None, :])
+
+
 def _rows(xs, rows_param, kind, softness, mode, A=None):
     """Soft permutation rows ``(..., r, [n])`` for the given per-row parameters."""
-    if kind == "softsort":  # rows_param: anchors (..., r)
-        z = -jnp.abs(rows_param[..., :, None] - xs[..., None, :])
-    else:  # neuralsort, rows_param: coefficients (r,)
-        c = rows_param.reshape((1,) * (xs.ndim - 1) + (-1, 1))
-        z = -(c * xs[..., None, :] + A[..., None, :])
-    return proj_simplex(z, softness, mode)
+    return proj_simplex(_row_scores(xs, rows_param, kind, A), softness, mode)
+
+
+# ----------------------------------------------------------------------------- log-probabilities
+
+
+def _check_lp(return_log_probs, log_prob_eps):
+    if not isinstance(return_log_probs, bool):
+        raise TypeError(f"`return_log_probs` must be a static Python bool, got "
+                        f"{return_log_probs!r}.")
+    if log_prob_eps is not None:
+        V.finite_scalar(log_prob_eps=log_prob_eps)
+        V.in_interval(low=0, high=1, closed="neither", log_prob_eps=log_prob_eps)
+
+
+def _simplex(s, softness, mode, log):
+    """``(proj_simplex(s), False)``, or ``(log_softmax(s / softness), True)`` when a
+    smooth-mode log-probability is requested (exact in log space, never ``log(0)``)."""
+    if log and mode == "smooth":
+        return jax.nn.log_softmax(s / scal(softness, s.dtype), axis=-1), True
+    return proj_simplex(s, softness, mode), False
+
+
+def _finish(v, islog, log, eps):
+    """Soft index ``v`` (``islog``: already ``log p``) -> ``p`` or ``log p`` (last axis).
+
+    Without ``eps`` the log is exact (``-inf`` where ``p == 0``); with ``eps`` p is floored
+    at ``eps`` and renormalised *before* the log, so values and gradients stay finite.
+    """
+    if not log:
+        return v
+    if eps is None:
+        return v if islog else jnp.log(jnp.maximum(v, 0))
+    e = scal(eps, v.dtype)
+    if islog:  # log(max(p, e) / sum) computed in log space
+        lv = jnp.maximum(v, jnp.log(e))
+        return lv - jax.nn.logsumexp(lv, axis=-1, keepdims=True)
+    pf = jnp.maximum(v, e)
+    return jnp.log(pf / jnp.sum(pf, axis=-1, keepdims=True))
+
+
 
 
 def _ns_coef(n, dtype, descending, idx=None):
@@ -173,7 +250,8 @@ def _net_p(xs, softness, mode, network, standardize, n, descending):
 
 def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
             softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "neuralsort",
-            standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic") -> Array:
+            standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
+            return_log_probs: bool = False, log_prob_eps: RealScalarLike | None = None) -> Array:
     """Soft argsort: a soft permutation ``(..., n, ..., [n])``; row i is the i-th smallest.
 
     Args:
@@ -187,28 +265,41 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
       abs_mode: NeuralSort row sums with the exact ``|.|`` (``"hard"``, original
         NeuralSort, O(n log n)) or softjax's soft abs (``"soft"``, parity).
       network: ``"bitonic"`` or ``"odd_even"`` for ``method="network"``.
+      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
+        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
+        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
+        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
+        score gaps where ``log(softmax)`` underflows to ``-inf``).
+      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
+        renormalise along the index axis, then take the log (finite values and
+        gradients). Ignored without ``return_log_probs``.
 
     Returns:
-      Soft index, dtype of ``x``.
+      Soft index (or its log), dtype of ``x``.
 
     References:
       Grover et al. 2019; Prillo & Eisenschlos 2020; Cuturi et al. 2019; Petersen et al. 2021.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
+    _check_lp(return_log_probs, log_prob_eps)
+    lp = (return_log_probs, log_prob_eps)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if mode == "hard" or n == 0:
         idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, descending=descending, stable=True)
-        return _back_index(_onehot(idx, n, xl.dtype), ax, dt)
+        return _back_index(_finish(_onehot(idx, n, xl.dtype), False, *lp), ax, dt)
     xl = _guard(xl, softness)
     xs, _, _ = _squash(xl, standardize)
+    islog = False
     if method == "softsort":
         anchors = sort_values(xs, descending)
-        P = _rows(xs, anchors, "softsort", softness, mode)
+        P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
+                            return_log_probs)
     elif method == "neuralsort":
         A = _neuralsort_a(xs, mode, softness, abs_mode)
-        P = _rows(xs, _ns_coef(n, xs.dtype, descending), "neuralsort", softness, mode, A)
+        P, islog = _simplex(_row_scores(xs, _ns_coef(n, xs.dtype, descending), "neuralsort",
+                                        A), softness, mode, return_log_probs)
     elif method == "ot":
         anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
         if descending:
@@ -217,7 +308,7 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness, mode), -1, -2)
     else:
         P = _net_p(xs, softness, mode, network, standardize, n, descending)
-    return _back_index(P, ax, dt)
+    return _back_index(_finish(P, islog, *lp), ax, dt)
 
 
 def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
@@ -287,6 +378,13 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
         if not gated_grad:
             P = lax.stop_gradient(P)
         return jnp.einsum("...kn,...n->...k", P, xl)
+    if method == "softsort" and mode == "smooth":
+        # exact O(n log n) smooth SoftSort: the kernel exp(-|a_k - x_j|/t) over sorted x
+        perm = _pav.stable_argsort(xs)
+        a = jnp.take_along_axis(xs, perm, axis=-1)
+        a = a if gated_grad else lax.stop_gradient(a)
+        out = _laplace_sums(a, jnp.take_along_axis(xl, perm, axis=-1), softness)
+        return jnp.flip(out, -1) if descending else out
     # fused chunked softsort / neuralsort: never store the n x n matrix for backward
     if method == "softsort":
         anchors = sort_values(xs, descending)
@@ -352,6 +450,14 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
         r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
                                        impl=impl, w_order="asc") * scale
+    elif method == "softsort" and mode == "smooth":
+        # exact O(n log n) smooth SoftSort ranks: x_j is itself an anchor (a = sorted xs)
+        perm = _pav.stable_argsort(xs)
+        a = jnp.take_along_axis(xs, perm, axis=-1)
+        r = _laplace_sums(a, jnp.broadcast_to(nums, a.shape), softness)
+        r = jnp.take_along_axis(r, _pav.inverse_permutation(perm), axis=-1)
+        if descending:
+            r = (n + 1) - r
     elif method == "softsort":
         anchors = sort_values(xs, descending)
 
@@ -409,32 +515,47 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 
 def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
            softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "softsort",
-           standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic") -> Array:
+           standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
+           return_log_probs: bool = False, log_prob_eps: RealScalarLike | None = None) -> Array:
     """Soft argmax: a distribution over positions, shape ``x.shape`` without ``axis`` + ``[n]``.
 
     ``softsort``: ``proj_simplex(x~)``; ``neuralsort``: ``proj_simplex((n-1)x~ - A)``;
     ``ot``: two anchors; ``network``: first row of the descending network.
+
+    Args:
+      x, axis, keepdims: as ``jnp.argmax`` (``axis=None`` flattens).
+      softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
+      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
+        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
+        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
+        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
+        score gaps where ``log(softmax)`` underflows to ``-inf``).
+      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
+        renormalise along the index axis, then take the log (finite values and
+        gradients). Ignored without ``return_log_probs``.
 
     References:
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
+    _check_lp(return_log_probs, log_prob_eps)
     nd = jnp.ndim(x)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if n == 0:
         raise ValueError("`x` must be non-empty along `axis` for argmax (as jnp.argmax).")
+    islog = False
     if mode == "hard":
         p = _onehot(jnp.argmax(xl, axis=-1), n, xl.dtype)
     else:
         xl = _guard(xl, softness)
         xs, _, _ = _squash(xl, standardize)
         if method == "softsort":
-            p = proj_simplex(xs, softness, mode)
+            p, islog = _simplex(xs, softness, mode, return_log_probs)
         elif method == "neuralsort":
-            p = proj_simplex((n - 1) * xs - _neuralsort_a(xs, mode, softness, abs_mode),
-                             softness, mode)
+            p, islog = _simplex((n - 1) * xs - _neuralsort_a(xs, mode, softness, abs_mode),
+                                softness, mode, return_log_probs)
         elif method == "ot":
             anchors = jnp.array([0.0, 1.0], xs.dtype)
             mu = jnp.ones((n,), xs.dtype) / n
@@ -442,6 +563,7 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
             p = transport(xs, anchors, mu, nu, softness, mode)[..., 1]
         else:
             p = _net_p(xs, softness, mode, network, standardize, n, True)[..., 0, :]
+    p = _finish(p, islog, return_log_probs, log_prob_eps)
     if keepdims:
         p = p.reshape((1,) * nd + (n,)) if axis is None else jnp.expand_dims(p, ax)
     return p.astype(dt)
@@ -449,7 +571,8 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
 
 def argmin(x: ArrayLike, axis: int | None = None, keepdims: bool = False,
            **kwargs) -> Array:
-    """Soft argmin = soft argmax of ``-x``."""
+    """Soft argmin = soft argmax of ``-x`` (same keywords, incl. ``return_log_probs`` and
+    ``log_prob_eps``)."""
     return argmax(-as_float(x), axis, keepdims, **kwargs)
 
 
@@ -520,20 +643,37 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
                 *, softness: RealScalarLike = 0.1, mode: str = "smooth",
                 method: str = "neuralsort", quantile_method: str = "linear",
                 standardize: bool = True, abs_mode: str = "hard",
-                network: str = "bitonic") -> Array:
+                network: str = "bitonic", return_log_probs: bool = False,
+                log_prob_eps: RealScalarLike | None = None) -> Array:
     """Soft index of the ``q``-quantile (``q`` scalar or 1-D, prepended to the output).
 
-    ``quantile_method`` mirrors ``jnp.quantile``'s ``method``.
+    ``quantile_method`` mirrors ``jnp.quantile``'s ``method``; the two-row methods mix the
+    soft rows ``k`` and ``k+1`` (with ``log_softmax`` rows the mix is a weighted
+    ``logsumexp``).
+
+    Args:
+      x, q, axis, keepdims, quantile_method: as ``jnp.quantile``.
+      softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
+      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
+        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
+        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
+        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
+        score gaps where ``log(softmax)`` underflows to ``-inf``).
+      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
+        renormalise along the index axis, then take the log (finite values and
+        gradients). Ignored without ``return_log_probs``.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
     V.one_of(QMETHODS, quantile_method=quantile_method)
+    _check_lp(return_log_probs, log_prob_eps)
     q = _check_q(q)
     if q.ndim == 1:
         return jax.vmap(lambda qi: argquantile(
             x, qi, axis, keepdims, softness=softness, mode=mode, method=method,
             quantile_method=quantile_method, standardize=standardize, abs_mode=abs_mode,
-            network=network))(q)
+            network=network, return_log_probs=return_log_probs,
+            log_prob_eps=log_prob_eps))(q)
     nd = jnp.ndim(x)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
@@ -542,6 +682,7 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
     q = q.astype(xl.dtype)
     k, a, two = _qparams(q, n, quantile_method)
     kp1 = jnp.minimum(k + 1, n - 1)
+    islog = False
     if mode == "hard":
         idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, stable=True)
         P = _onehot(jnp.stack([idx[..., k], idx[..., kp1]], -1), n, xl.dtype)
@@ -551,11 +692,13 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
         if method == "softsort":
             srt = sort_values(xs)
             anchors = jnp.stack([srt[..., k], srt[..., kp1]], -1)
-            P = _rows(xs, anchors, "softsort", softness, mode)
+            P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
+                                return_log_probs)
         elif method == "neuralsort":
             A = _neuralsort_a(xs, mode, softness, abs_mode)
             coef = _ns_coef(n, xs.dtype, False, jnp.stack([k + 1, k + 2]))
-            P = _rows(xs, coef, "neuralsort", softness, mode, A)
+            P, islog = _simplex(_row_scores(xs, coef, "neuralsort", A), softness, mode,
+                                return_log_probs)
         elif method == "ot":
             mu = jnp.ones((n,), xs.dtype) / n
             if two:
@@ -575,7 +718,14 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
         else:
             Pf = _net_p(xs, softness, mode, network, standardize, n, False)
             P = jnp.stack([Pf[..., k, :], Pf[..., kp1, :]], -2)
-    p = (1.0 - a) * P[..., 0, :] + a * P[..., 1, :] if two else P[..., 0, :]
+    if not two:
+        p = P[..., 0, :]
+    elif islog:  # log((1 - a) p_k + a p_{k+1}); weights 0 drop out of logsumexp
+        w = jnp.stack([1.0 - a, a]).reshape((1,) * (P.ndim - 2) + (2, 1))
+        p = jax.nn.logsumexp(P, axis=-2, b=jnp.broadcast_to(w, P.shape))
+    else:
+        p = (1.0 - a) * P[..., 0, :] + a * P[..., 1, :]
+    p = _finish(p, islog, return_log_probs, log_prob_eps)
     if keepdims:
         p = p.reshape((1,) * nd + (n,)) if axis is None else jnp.expand_dims(p, ax)
     return p.astype(dt)
@@ -641,7 +791,8 @@ def median(x: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwar
 
 def argmedian(x: ArrayLike, axis: int | None = None, keepdims: bool = False,
               **kwargs) -> Array:
-    """Soft index of the median."""
+    """Soft index of the median (keywords of :func:`argquantile`, incl.
+    ``return_log_probs`` and ``log_prob_eps``)."""
     return argquantile(x, 0.5, axis, keepdims, quantile_method="midpoint", **kwargs)
 
 
@@ -653,7 +804,8 @@ def percentile(x: ArrayLike, p: ArrayLike, axis: int | None = None, keepdims: bo
 
 def argpercentile(x: ArrayLike, p: ArrayLike, axis: int | None = None,
                   keepdims: bool = False, **kwargs) -> Array:
-    """Soft index of the ``p``-th percentile."""
+    """Soft index of the ``p``-th percentile (keywords of :func:`argquantile`, incl.
+    ``return_log_probs`` and ``log_prob_eps``)."""
     return argquantile(x, jnp.asarray(p) / 100.0, axis, keepdims, **kwargs)
 
 
@@ -662,29 +814,52 @@ def argpercentile(x: ArrayLike, p: ArrayLike, axis: int | None = None,
 
 def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.1,
              mode: str = "smooth", method: str = "neuralsort", standardize: bool = True,
-             abs_mode: str = "hard", network: str = "bitonic") -> Array:
+             abs_mode: str = "hard", network: str = "bitonic", return_log_probs: bool = False,
+             log_prob_eps: RealScalarLike | None = None) -> Array:
     """Soft indices of the ``k`` largest entries, shape ``(..., k, ..., [n])``.
 
     ``network`` computes the k rows matrix-free (k transposed sweeps).
+
+    Args:
+      x, k, axis: as ``lax.top_k`` along ``axis``.
+      softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
+      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
+        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
+        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
+        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
+        score gaps where ``log(softmax)`` underflows to ``-inf``).
+      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
+        renormalise along the index axis, then take the log (finite values and
+        gradients). Ignored without ``return_log_probs``.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
+    _check_lp(return_log_probs, log_prob_eps)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if not isinstance(k, int) or not 0 < k <= n:
         raise ValueError(f"`k` must be an int with 0 < k <= {n}, got k={k!r}.")
     if mode == "hard":
         _, idx = lax.top_k(xl, k)
-        return _back_index(_onehot(idx, n, xl.dtype), ax, dt)
+        P, islog = _onehot(idx, n, xl.dtype), False
+    else:
+        P, islog = _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode,
+                                  network, return_log_probs)
+    return _back_index(_finish(P, islog, return_log_probs, log_prob_eps), ax, dt)
+
+
+def _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode, network, log):
+    """Soft top-k rows ``(..., k, [n])`` of ``xl`` (last axis), and whether they are logs."""
+    n = xl.shape[-1]
     xl = _guard(xl, softness)
     xs, _, _ = _squash(xl, standardize)
     if method == "softsort":
         anchors, _ = lax.top_k(xs, k)
-        P = _rows(xs, anchors, "softsort", softness, mode)
-    elif method == "neuralsort":
+        return _simplex(_row_scores(xs, anchors, "softsort"), softness, mode, log)
+    if method == "neuralsort":
         A = _neuralsort_a(xs, mode, softness, abs_mode)
         coef = _ns_coef(n, xs.dtype, False, jnp.arange(n - k + 1, n + 1)[::-1])
-        P = _rows(xs, coef, "neuralsort", softness, mode, A)
+        return _simplex(_row_scores(xs, coef, "neuralsort", A), softness, mode, log)
     elif method == "ot":
         mu = jnp.ones((n,), xs.dtype) / n
         if k == n:
@@ -706,40 +881,48 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
         R = jax.vmap(lambda e: NW.apply_t(e, ms, partner), in_axes=-2, out_axes=-2)(E)
         rsel = rows[..., jnp.arange(n - 1, n - 1 - k, -1)]
         P = R[..., :n] / jnp.clip(rsel[..., None], min=1e-10)
-    return _back_index(P, ax, dt)
+    return P, False
 
 
 def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.1,
           mode: str = "smooth", method: str = "neuralsort", standardize: bool = True,
           gated_grad: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-          impl: str = "hybrid", window: int | None = None,
+          impl: str = "hybrid", window: int | None = None, return_log_probs: bool = False,
+          log_prob_eps: RealScalarLike | None = None,
           _bound: bool = False) -> tuple[Array, Array | None] | Array:
     """Soft ``lax.top_k`` along ``axis``: (values ``(..., k, ...)``, soft index or ``None``).
 
     ``pav`` and ``network`` return the first ``k`` of the descending soft sort and no
     soft index (as softjax); use :func:`argtop_k` for the network's soft index rows.
+    ``return_log_probs``/``log_prob_eps`` (see :func:`argtop_k`) apply to the returned
+    soft index only; the values are always computed from the probabilities.
     """
     method = _method(method, VALUE_METHODS)
     _check_common(mode, method, softness, network, abs_mode, impl)
+    _check_lp(return_log_probs, log_prob_eps)
+    lp = (return_log_probs, log_prob_eps)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
     if not isinstance(k, int) or not 0 < k <= n:
         raise ValueError(f"`k` must be an int with 0 < k <= {n}, got k={k!r}.")
     if mode == "hard":
         v, idx = lax.top_k(xl, k)
-        return _back(v, ax, dt), _back_index(_onehot(idx, n, xl.dtype), ax, dt)
+        return _back(v, ax, dt), _back_index(_finish(_onehot(idx, n, xl.dtype), False, *lp),
+                                             ax, dt)
     if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
         BD.check(window, method, mode, abs_mode)
         v, P, b = BD.top_k_last(_guard(xl, softness), k, softness, method, standardize,
                                 gated_grad, window)
-        return _back(b, ax, dt) if _bound else (_back(v, ax, dt), _back_index(P, ax, dt))
+        return _back(b, ax, dt) if _bound else (_back(v, ax, dt),
+                                                _back_index(_finish(P, False, *lp), ax, dt))
     if method in DIRECT:
         xl = _guard(xl, softness)
         s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
                        network, impl)
         return _back(s[..., :k], ax, dt), None
-    p = argtop_k(xl, k, -1, softness=softness, mode=mode, method=method,
-                 standardize=standardize, abs_mode=abs_mode, network=network).astype(xl.dtype)
+    raw, islog = _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode,
+                                network, return_log_probs)
+    p = jnp.exp(raw) if islog else raw  # islog: smooth log_softmax, finite everywhere
     pv = p if gated_grad else lax.stop_gradient(p)
     v = jnp.einsum("...kn,...n->...k", pv, xl)
-    return _back(v, ax, dt), _back_index(p, ax, dt)
+    return _back(v, ax, dt), _back_index(_finish(raw, islog, *lp), ax, dt)

@@ -34,8 +34,8 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
-from jaxkit.soft._common import cumsum, scal, standardize_and_squash
-from jaxkit.soft._pav import inverse_permutation, stable_argsort
+from jaxkit.soft._common import scal, standardize_and_squash
+from jaxkit.soft._sorting import cumsum, inverse_permutation, stable_argsort
 
 METHODS = ("softsort", "neuralsort")
 OPS = ("sort", "rank", "top_k", "quantile")

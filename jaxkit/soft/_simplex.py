@@ -13,7 +13,8 @@ References:
 import jax
 import jax.numpy as jnp
 
-from jaxkit.soft._common import cumsum, scal
+from jaxkit.soft._common import scal
+from jaxkit.soft._sorting import cumsum
 
 
 def _take_last(a, idx):

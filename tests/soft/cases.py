@@ -127,3 +127,20 @@ CASES += [
          grad_atol=1e-4, grad_rtol=1e-4, rtol=1e-4,
          slow_checks=("grads", "vmap", "traced_once", "sharding")),
 ]
+
+# Gumbel-Sinkhorn (jaxkit.soft.random.gumbel_sinkhorn): a batch of 8 (4, 4) score matrices.
+CASES += [
+    Case("soft.random.gumbel_sinkhorn",
+         lambda la, k, **kw: S.random.gumbel_sinkhorn(k, la, **kw),
+         lambda k, d: (jax.random.normal(jax.random.fold_in(k, 1), (8, 4, 4)).astype(d),
+                       jax.random.split(k)[0]),
+         hparams=SOFT, static={"n_iters": 8}, grad_atol=1e-4, grad_rtol=1e-4,
+         slow_checks=("grads", "vmap", "traced_once"),
+         bad=(Bad("not square", lambda k: ((jnp.zeros((8, 3, 4)), jax.random.key(0)),
+                                           {"softness": 0.5}), TypeError, "log_alpha"),
+              Bad("softness <= 0", lambda k: ((jnp.zeros((8, 4, 4)), jax.random.key(0)),
+                                              {"softness": 0.0}), ValueError, "softness"),
+              Bad("NaN log_alpha", lambda k: ((jnp.full((8, 4, 4), jnp.nan),
+                                               jax.random.key(0)), {"softness": 0.5}),
+                  ValueError, "log_alpha"))),
+]

@@ -299,3 +299,218 @@ def test_errors_and_tracing():
     assert len(traces) == 1 and a.shape == b.shape == (4,)
     legacy = R.bernoulli(jax.random.PRNGKey(0), 0.5, (3,))
     assert legacy.shape == (3,)
+
+
+# ----------------------------------------------------------------------------- rng_mode
+
+
+@pytest.mark.parametrize("rng_mode", [pytest.param("low", marks=pytest.mark.slow), "high"])
+def test_rng_mode_frequencies(rng_mode):
+    lg = jnp.log(P4)
+    h = R.categorical(KEY, lg, shape=(N,), mode="hard", rng_mode=rng_mode)
+    hh = R.categorical(KEY, lg, shape=(N,), mode="_hard", rng_mode=rng_mode)
+    np.testing.assert_array_equal(h, hh)  # the soft pipeline draws the same Gumbel noise
+    assert _chi2_ok(jnp.sum(hh, 0), P4), jnp.sum(hh, 0)
+    p = jnp.array([0.05, 0.5, 0.9])
+    b = R.bernoulli(KEY, p, (N, 3), rng_mode=rng_mode, mode="_hard")
+    np.testing.assert_array_equal(b, R.bernoulli(KEY, p, (N, 3), rng_mode=rng_mode,
+                                                 mode="hard"))
+    se = np.sqrt(np.asarray(p) * (1 - np.asarray(p)) / N)
+    assert bool(np.all(np.abs(np.asarray(jnp.mean(b, 0)) - np.asarray(p)) < 5 * se))
+    # soft samples threshold the same draw: at tiny softness they agree with the hard ones
+    s = R.bernoulli(KEY, p, (200, 3), rng_mode=rng_mode, softness=1e-6)
+    np.testing.assert_allclose(s, b[:200], atol=1e-3)
+
+
+def test_rng_mode_is_passed_through():
+    lg = jnp.log(P4)
+    lo = R.categorical(KEY, lg, shape=(64,), mode="_hard", rng_mode="low")
+    hi = R.categorical(KEY, lg, shape=(64,), mode="_hard", rng_mode="high")
+    assert not bool(jnp.all(lo == hi))  # different draws
+    g = jax.random.gumbel(KEY, (64, 4), mode="high")
+    np.testing.assert_array_equal(hi, jax.nn.one_hot(jnp.argmax(g + lg[None], -1), 4))
+    with pytest.raises(ValueError, match="rng_mode"):
+        R.bernoulli(KEY, 0.5, rng_mode="highest")
+    with pytest.raises(ValueError, match="rng_mode"):
+        R.categorical(KEY, lg, rng_mode="medium")
+
+
+def test_categorical_log_probs():
+    lg = jnp.log(P4)
+    p = R.categorical(KEY, lg, shape=(6,), softness=0.5, mode="c0")
+    lp = R.categorical(KEY, lg, shape=(6,), softness=0.5, mode="c0", return_log_probs=True)
+    pos = np.asarray(p) > 0
+    assert (~pos).any()
+    np.testing.assert_allclose(np.asarray(lp)[pos], np.log(np.asarray(p)[pos]), rtol=1e-5)
+    assert bool(jnp.all(jnp.isneginf(lp) == ~pos))
+    le = R.categorical(KEY, lg, shape=(6,), softness=0.5, mode="c0", return_log_probs=True,
+                       log_prob_eps=1e-4)
+    assert bool(jnp.all(jnp.isfinite(le)))
+    np.testing.assert_allclose(jnp.sum(jnp.exp(le), -1), 1.0, atol=1e-5)
+    # smooth softsort: the Gumbel-softmax log-weights, finite at tiny softness
+    ls = R.categorical(KEY, lg, shape=(6,), softness=1e-3, return_log_probs=True)
+    assert bool(jnp.all(jnp.isfinite(ls)))
+    np.testing.assert_allclose(jax.nn.logsumexp(ls, -1), 0.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_rng_mode_and_log_probs_other_samplers():
+    lg = jnp.log(P4)
+    s = R.choice(KEY, 4, (8,), p=P4, rng_mode="high", mode="_hard")
+    np.testing.assert_array_equal(s, jnp.argmax(R.categorical(KEY, lg, shape=(8,),
+                                                              rng_mode="high", mode="_hard"),
+                                                -1))
+    hard = R.categorical(KEY, lg, shape=(6,), mode="hard", return_log_probs=True)
+    np.testing.assert_array_equal(jnp.exp(hard), R.categorical(KEY, lg, shape=(6,),
+                                                               mode="hard"))
+    k = R.categorical(KEY, lg, shape=(2,), replace=False, return_log_probs=True, mode="c1")
+    assert k.shape == (2, 4) and bool(jnp.all(jnp.isneginf(k) | (k <= 0)))
+
+
+# ----------------------------------------------------------------------------- Gumbel-Sinkhorn
+
+LA = jax.random.normal(jax.random.key(11), (3, 5, 5))
+
+
+def _lsa(z):
+    from scipy.optimize import linear_sum_assignment
+    out = np.zeros(z.shape)
+    for b in range(z.shape[0]):
+        r, c = linear_sum_assignment(np.asarray(z[b], np.float64), maximize=True)
+        out[b, r, c] = 1.0
+    return out
+
+
+def test_gumbel_sinkhorn_doubly_stochastic():
+    P = R.gumbel_sinkhorn(KEY, LA, softness=1.0, n_iters=30)
+    assert P.shape == LA.shape and P.dtype == LA.dtype
+    assert bool(jnp.all(P >= 0))
+    np.testing.assert_allclose(jnp.sum(P, -2), 1.0, atol=1e-5)  # columns: last step
+    np.testing.assert_allclose(jnp.sum(P, -1), 1.0, atol=1e-4)  # rows: Sinkhorn tolerance
+    # log P straight from the log-domain iterates: finite where exp underflows
+    L = R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01, n_iters=5, return_log_probs=True)
+    assert bool(jnp.all(jnp.isfinite(L))) and bool(jnp.any(jnp.exp(L) == 0))
+    np.testing.assert_allclose(jnp.exp(L), R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01,
+                                                             n_iters=5), atol=1e-6)
+    # noise="none" is plain Sinkhorn of log_alpha / softness
+    Q = R.gumbel_sinkhorn(KEY, jnp.zeros((4, 4)), softness=0.3, noise="none")
+    np.testing.assert_allclose(Q, 0.25, atol=1e-6)
+
+
+def test_gumbel_sinkhorn_hard_is_exact_assignment():
+    g = jax.random.gumbel(KEY, LA.shape)
+    ref = _lsa(LA + g)
+    for mode in ("hard", "_hard"):
+        np.testing.assert_array_equal(R.gumbel_sinkhorn(KEY, LA, softness=1.0, mode=mode), ref)
+    # under jit and vmap (one host call per batch)
+    f = jax.jit(jax.vmap(lambda la: R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard",
+                                                      noise="none")))
+    np.testing.assert_array_equal(f(LA), _lsa(LA))
+    # no gradient through the hard assignment
+    gr = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard")
+                                     * LA[0]))(LA[0])
+    np.testing.assert_array_equal(gr, 0.0)
+
+
+def test_gumbel_sinkhorn_converges_to_assignment():
+    hard = np.asarray(R.gumbel_sinkhorn(KEY, LA, softness=1.0, mode="hard"))
+    errs = [float(jnp.max(jnp.abs(R.gumbel_sinkhorn(KEY, LA, softness=t, n_iters=it) - hard)))
+            for t, it in ((1.0, 30), (0.1, 100), (0.01, 400))]
+    assert errs[0] > errs[1] > errs[2], errs
+    assert errs[2] < 0.02, errs
+    # the matching read off the small-softness matrix is the exact assignment
+    Ps = R.gumbel_sinkhorn(KEY, LA, softness=0.05, n_iters=200)
+    np.testing.assert_array_equal(jnp.argmax(Ps, -1), np.argmax(hard, -1))
+
+
+def test_permutation_gumbel_sinkhorn():
+    n = 4
+    P = R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn", softness=0.3, n_iters=50)
+    np.testing.assert_allclose(jnp.sum(P, 0), 1.0, atol=1e-4)
+    np.testing.assert_allclose(jnp.sum(P, 1), 1.0, atol=1e-4)
+    hard = R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn", mode="_hard")
+    np.testing.assert_array_equal(jnp.sort(jnp.argmax(hard, 1)), jnp.arange(n))
+    np.testing.assert_allclose(R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn",
+                                             softness=0.01, n_iters=300), hard, atol=0.02)
+    with pytest.raises(ValueError, match="mode"):
+        R.permutation(KEY, 4, method="gumbel_sinkhorn", mode="c0")
+
+
+@pytest.mark.slow
+def test_permutation_gumbel_sinkhorn_uniform_and_independent():
+    x = jnp.arange(8.0).reshape(2, 4)
+    ind = R.permutation(KEY, x, axis=1, independent=True, method="gumbel_sinkhorn",
+                        mode="_hard")
+    np.testing.assert_array_equal(jnp.sort(ind, 1), x)
+    # hard samples of an all-zero log_alpha are uniform permutations
+    keys = jax.random.split(KEY, 2000)
+    first = jax.vmap(lambda k: R.permutation(k, 4, method="gumbel_sinkhorn",
+                                             mode="_hard")[0])(keys)
+    assert _chi2_ok([int(jnp.sum(first == v)) for v in range(4)], np.full(4, 0.25))
+
+
+@pytest.mark.slow
+def test_gumbel_sinkhorn_st():
+    v = R.gumbel_sinkhorn_st(KEY, LA[0], softness=0.5)
+    np.testing.assert_array_equal(v, R.gumbel_sinkhorn(KEY, LA[0], softness=0.5, mode="_hard"))
+    w = jnp.arange(25.0).reshape(5, 5)
+    g_st = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn_st(KEY, la, softness=0.5) * w))(LA[0])
+    g_soft = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn(KEY, la, softness=0.5) * w))(LA[0])
+    np.testing.assert_allclose(g_st, g_soft, rtol=1e-5, atol=1e-6)
+
+
+def test_gumbel_sinkhorn_errors():
+    with pytest.raises(TypeError, match="log_alpha"):
+        R.gumbel_sinkhorn(KEY, jnp.zeros((3, 4)), softness=1.0)
+    with pytest.raises(ValueError, match="mode"):
+        R.gumbel_sinkhorn(KEY, LA, softness=1.0, mode="c0")
+    with pytest.raises(ValueError, match="n_iters"):
+        R.gumbel_sinkhorn(KEY, LA, softness=1.0, n_iters=0)
+    with pytest.raises(ValueError, match="softness"):
+        R.gumbel_sinkhorn(KEY, LA, softness=0.0)
+    with pytest.raises(ValueError, match="log_alpha"):
+        R.gumbel_sinkhorn(KEY, jnp.full((3, 3), jnp.nan), softness=1.0)
+    # -inf (forbidden) entries are floored: never chosen, soft weight ~0
+    la = jnp.zeros((3, 3)).at[0, 0].set(-jnp.inf)
+    assert float(R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard")[0, 0]) == 0.0
+    assert float(R.gumbel_sinkhorn(KEY, la, softness=1.0)[0, 0]) < 1e-6
+
+
+@pytest.mark.slow
+def test_schedule_as_traced_softness():
+    f = R.exponential_schedule(1.0, 0.01, 100)
+    s = jax.jit(lambda t: R.gumbel_sinkhorn(KEY, LA[0], softness=f(t)))(jnp.asarray(3))
+    assert s.shape == (5, 5)
+    np.testing.assert_allclose(s, R.gumbel_sinkhorn(KEY, LA[0], softness=f(3)), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_gumbel_sinkhorn_check_grads_x64():
+    with jax.enable_x64(True):
+        la = jnp.array([[0.2, -0.5, 1.0], [0.3, 0.1, -0.2], [-1.0, 0.4, 0.0]])
+        f = jax.jit(lambda v: R.gumbel_sinkhorn(jax.random.key(3), v, softness=0.7,
+                                                n_iters=10))
+        assert f(la).dtype == jnp.float64
+        check_grads(f, (la,), order=1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def test_temperature_schedules():
+    f = R.exponential_schedule(1.0, 0.01, 100)
+    np.testing.assert_allclose([f(0), f(50), f(100), f(500), f(-3)],
+                               [1.0, 0.1, 0.01, 0.01, 1.0], rtol=1e-5)
+    np.testing.assert_allclose(jax.jit(f)(jnp.asarray(25)), 10 ** -0.5, rtol=1e-5)
+    lin = R.temperature_schedule(1.0, 0.5, 10, kind="linear")
+    np.testing.assert_allclose([lin(0), lin(5), lin(10), lin(20)], [1.0, 0.75, 0.5, 0.5],
+                               rtol=1e-6)
+    steps = jnp.arange(0, 101, 10)
+    vals = jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps)
+    assert bool(jnp.all(jnp.diff(vals) < 0))
+    with pytest.raises(ValueError, match="end"):
+        R.exponential_schedule(1.0, 0.0, 10)
+    with pytest.raises(ValueError, match="steps"):
+        R.linear_schedule(1.0, 0.1, 0)
+    with pytest.raises(ValueError, match="kind"):
+        R.temperature_schedule(1.0, 0.1, 10, kind="cosine")

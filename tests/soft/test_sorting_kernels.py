@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxkit.soft import _pav
-from jaxkit.soft._common import cumsum
+from jaxkit.soft._sorting import cumsum
 
 
 def _ref_argsort(x, descending):
@@ -37,7 +37,7 @@ def test_inverse_permutation_rows():
     np.testing.assert_array_equal(inv, np.asarray(_pav.inverse_permutation(perm)))
 
 
-@pytest.mark.parametrize("n", [1, 7, 130])
+@pytest.mark.parametrize("n", [1, 7, 33])
 def test_cumsum_scan_matches_numpy(n):
     x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(cumsum(jnp.asarray(x))), np.cumsum(x, -1),
@@ -46,3 +46,43 @@ def test_cumsum_scan_matches_numpy(n):
                                np.cumsum(x[:, ::-1], -1)[:, ::-1], rtol=1e-5, atol=1e-4)
     ints = (x > 0).astype(np.int32)
     np.testing.assert_array_equal(np.asarray(cumsum(jnp.asarray(ints))), np.cumsum(ints, -1))
+
+
+def _dense_softsort(x, softness, descending, kind):
+    """The n x n SoftSort definition (Prillo & Eisenschlos 2020) on squashed inputs."""
+    from jaxkit.soft._common import standardize_and_squash
+
+    xs, _, _ = standardize_and_squash(x)
+    anc = jnp.sort(xs, axis=-1, descending=descending)
+    if kind == "sort":
+        P = jax.nn.softmax(-jnp.abs(anc[..., :, None] - xs[..., None, :]) / softness, -1)
+        return P, jnp.einsum("...kn,...n->...k", P, x)
+    P = jax.nn.softmax(-jnp.abs(xs[..., :, None] - anc[..., None, :]) / softness, -1)
+    return P, P @ jnp.arange(1.0, x.shape[-1] + 1.0, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("softness", [pytest.param(1.0, marks=pytest.mark.slow), 0.05,
+                                      pytest.param(0.002, marks=pytest.mark.slow)])
+def test_fast_smooth_softsort_equals_dense_definition(descending, softness):
+    import jaxkit.soft as S
+
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.key(3), (3, 40), dtype=jnp.float64)
+        for kind, fn in (("sort", S.sort), ("rank", S.rank)):
+            got = fn(x, softness=softness, method="softsort", descending=descending)
+            np.testing.assert_allclose(got, _dense_softsort(x, softness, descending, kind)[1],
+                                       rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.slow
+def test_fast_softsort_ungated_gradient_is_transposed_kernel():
+    import jaxkit.soft as S
+
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.key(4), (2, 30), dtype=jnp.float64)
+        w = jax.random.normal(jax.random.key(5), (2, 30), dtype=jnp.float64)
+        g = jax.grad(lambda v: jnp.sum(w * S.sort(v, softness=0.1, method="softsort",
+                                                  gated_grad=False)))(x)
+        P, _ = _dense_softsort(x, 0.1, False, "sort")
+        np.testing.assert_allclose(g, jnp.einsum("bkn,bk->bn", P, w), rtol=1e-12, atol=1e-12)
