@@ -71,10 +71,11 @@ def _rounds(z, w, reg, max_rounds):
     # carries derived from the input so that, under vmap, they share its batch sharding
     start0 = jnp.ones_like(z, dtype=bool)
     r0 = jnp.zeros_like(z[0], dtype=jnp.int32)
-    if reg in ("l2", "kl") and max_rounds >= 1:
-        # round 1 in closed form: singleton blocks have value z - w for both l2 and kl,
-        # so the loop only runs when some row really pools (often none does)
-        v0 = z - w
+    if reg in ("l2", "kl", "p4") and max_rounds >= 1:
+        # round 1 in closed form: singleton blocks have value z - w for both l2 and kl
+        # (p4: z - cbrt(w), the same arithmetic as PN.block_values on a singleton), so
+        # the loop only runs when some row really pools (often none does)
+        v0 = z - w if reg != "p4" else z + PN.singleton_offset(w)
         viol = (idx > 0) & (jnp.concatenate([v0[:1], v0[:-1]]) < v0)
         start0 = start0 & ~viol
         changed, _, start = lax.while_loop(cond, body, (jnp.any(viol), r0 + 1, start0))

@@ -109,6 +109,11 @@ def _depressed_cubic_root(p, r):
     return jnp.where(ar > 0, -jnp.sign(r) * D, jnp.zeros_like(D))
 
 
+def singleton_offset(w):
+    """``gamma - s`` of p4 singleton blocks (``block_values`` with ``p = 0``, ``r = w``)."""
+    return _depressed_cubic_root(jnp.zeros_like(w), w)
+
+
 def block_values(s, w, bid, reg, num_segments=None):
     """Block values ``gamma_b`` (length ``num_segments``) for the partition ``bid``.
 

@@ -102,8 +102,10 @@ def main() -> None:
     p.add_argument("--full", action="store_true")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--softjax-python", default=os.environ.get("SOFTJAX_PYTHON"))
+    p.add_argument("--only", default=None,
+                   help="run only the cells whose id contains this, e.g. sort-pav-c2-1000")
     args = p.parse_args()
-    cells = grid(args.full)
+    cells = [c for c in grid(args.full) if args.only is None or args.only in c["id"]]
     rng = np.random.default_rng(0)
     data = {}
     for n in sorted({c["n"] for c in cells}):
