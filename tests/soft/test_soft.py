@@ -126,6 +126,16 @@ def test_pav_impls_match_reference(impl):
                                atol=1e-5)
 
 
+def test_pav_hybrid_stack_phase_matches_reference():
+    # rows longer than SMALL_N whose parallel rounds do not converge within 2 log2 n
+    # rounds, so the hybrid's sequential stack phase runs (and "sequential" itself)
+    n = _pav.SMALL_N + 72
+    y = np.r_[np.arange(n - 1.0), 1e4]
+    for impl in ("hybrid", "sequential"):
+        got = S.isotonic(jnp.asarray(y, jnp.float32), impl=impl)
+        np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-3)
+
+
 def _unrolled(z, w, reg):
     """Min-max formula of decreasing isotonic regression, O(n^3), plain autodiff."""
     n = z.shape[0]
