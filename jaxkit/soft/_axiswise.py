@@ -533,14 +533,7 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
     Args:
       x, axis, keepdims: as ``jnp.argmax`` (``axis=None`` flattens).
       softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
-      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
-        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
-        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
-        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
-        score gaps where ``log(softmax)`` underflows to ``-inf``).
-      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
-        renormalise along the index axis, then take the log (finite values and
-        gradients). Ignored without ``return_log_probs``.
+      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
 
     References:
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
@@ -662,14 +655,7 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
     Args:
       x, q, axis, keepdims, quantile_method: as ``jnp.quantile``.
       softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
-      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
-        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
-        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
-        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
-        score gaps where ``log(softmax)`` underflows to ``-inf``).
-      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
-        renormalise along the index axis, then take the log (finite values and
-        gradients). Ignored without ``return_log_probs``.
+      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
@@ -831,14 +817,7 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
     Args:
       x, k, axis: as ``lax.top_k`` along ``axis``.
       softness, mode, method, standardize, abs_mode, network: as in :func:`argsort`.
-      return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
-        Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
-        ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
-        ``softsort``/``neuralsort`` uses ``log_softmax`` directly (finite even for huge
-        score gaps where ``log(softmax)`` underflows to ``-inf``).
-      log_prob_eps: with ``return_log_probs``: floor ``p`` at this value in (0, 1),
-        renormalise along the index axis, then take the log (finite values and
-        gradients). Ignored without ``return_log_probs``.
+      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
     """
     method = _method(method, INDEX_METHODS)
     _check_common(mode, method, softness, network, abs_mode)
