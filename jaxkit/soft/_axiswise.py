@@ -490,9 +490,12 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
                     acc[1] + jnp.einsum("...cn,c->...n", P, nm)), None
 
         zero = jnp.zeros_like(xs)
-        (cs, ws), _ = lax.scan(jax.checkpoint(body), (zero, zero),
-                               (cpad.reshape(k, CHUNK), npad.reshape(k, CHUNK),
-                                valid.reshape(k, CHUNK)))
+        if n <= CHUNK:  # one chunk: no padded rows, no scan, no recompute in backward
+            (cs, ws), _ = body((zero, zero), (coef, nums, jnp.ones((n,), xs.dtype)))
+        else:
+            (cs, ws), _ = lax.scan(jax.checkpoint(body), (zero, zero),
+                                   (cpad.reshape(k, CHUNK), npad.reshape(k, CHUNK),
+                                    valid.reshape(k, CHUNK)))
         r = ws / jnp.clip(cs, min=1e-10)
     elif method == "ot":
         anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
