@@ -33,6 +33,7 @@ def test_monotone_in_target_and_cached():
     assert S.calibrate("neuralsort", N, 0.5) == s2  # deterministic (and cached)
 
 
+@pytest.mark.slow
 def test_sort_error_target():
     s = S.calibrate("softsort", N, 0.05, op="sort")
     x = jax.random.normal(jax.random.key(12), (96, N))
