@@ -85,18 +85,24 @@ def _bwd(tol, max_iter, res, Gbar):
 sinkhorn_plan.defvjp(_fwd, _bwd)
 
 
+def cost_and_marginals(x, anchors, mu, nu):
+    """Cost ``(x_i - a_j)^2`` with the batch axes flattened, ``(B, n, m)``, and the
+    marginals clipped at 1e-12 and renormalised (as softjax)."""
+    *batch, n = x.shape
+    m = anchors.shape[-1]
+    anchors = jnp.broadcast_to(anchors, (*batch, m))
+    C = ((x[..., :, None] - anchors[..., None, :]) ** 2).reshape(-1, n, m)
+    tiny = 1e-12
+    mu = jnp.clip(mu, tiny)
+    nu = jnp.clip(nu, tiny)
+    return C, mu / jnp.sum(mu), nu / jnp.sum(nu)
+
+
 def transport(x, anchors, mu, nu, softness, *, tol=1e-6, max_iter=5000):
     """Batched plan for cost ``(x_i - a_j)^2``; returns ``n * Gamma`` of shape ``(..., n, m)``."""
     *batch, n = x.shape
     m = anchors.shape[-1]
-    anchors = jnp.broadcast_to(anchors, (*batch, m))
-    C = (x[..., :, None] - anchors[..., None, :]) ** 2
-    C = C.reshape(-1, n, m)
-    tiny = 1e-12
-    mu = jnp.clip(mu, tiny)
-    mu = mu / jnp.sum(mu)
-    nu = jnp.clip(nu, tiny)
-    nu = nu / jnp.sum(nu)
+    C, mu, nu = cost_and_marginals(x, anchors, mu, nu)
     eps = jnp.asarray(softness).astype(x.dtype)
     G = jax.vmap(lambda c: sinkhorn_plan(c, mu, nu, eps, tol, max_iter))(C)
     return (G * n).reshape(*batch, n, m)

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxkit.soft._simplex import _entmax_theta
+from jaxkit.soft._transport import cost_and_marginals, transport
 
 POWERS = {"c0": 1, "c1": 2, "c2": 3}  # q - 1 for p = 2, 3/2, 4/3
 
@@ -181,14 +182,7 @@ def transport_pnorm(x, anchors, mu, nu, softness, mode, *, tol=None, max_iter=10
     power = POWERS[mode]
     *batch, n = x.shape
     m = anchors.shape[-1]
-    anchors = jnp.broadcast_to(anchors, (*batch, m))
-    C = (x[..., :, None] - anchors[..., None, :]) ** 2
-    C = C.reshape(-1, n, m)
-    tiny = 1e-12
-    mu = jnp.clip(mu, tiny)
-    mu = mu / jnp.sum(mu)
-    nu = jnp.clip(nu, tiny)
-    nu = nu / jnp.sum(nu)
+    C, mu, nu = cost_and_marginals(x, anchors, mu, nu)
     if tol is None:
         tol = 1e-12 if x.dtype == jnp.float64 else 1e-6
     lam = jnp.asarray(softness).astype(x.dtype)
@@ -199,6 +193,5 @@ def transport_pnorm(x, anchors, mu, nu, softness, mode, *, tol=None, max_iter=10
 def transport_any(x, anchors, mu, nu, softness, mode="smooth"):
     """Entropic Sinkhorn plan for ``mode="smooth"``, p-norm plan for ``c0``/``c1``/``c2``."""
     if mode == "smooth":
-        from jaxkit.soft._transport import transport
         return transport(x, anchors, mu, nu, softness)
     return transport_pnorm(x, anchors, mu, nu, softness, mode)

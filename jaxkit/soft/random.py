@@ -102,6 +102,17 @@ def _static_int(n, name, low=0):
     return n
 
 
+def _int_or_array(a, name, low):
+    """``jnp.arange(a)`` for a static int ``a >= low``, else ``a`` as a float array (ndim >= 1)."""
+    if isinstance(a, int) and not isinstance(a, bool):
+        _static_int(a, name, low)
+        return jnp.arange(a, dtype=jnp.result_type(float))
+    arr = as_float(a)
+    if arr.ndim == 0:
+        raise TypeError(f"`{name}` must be an int or an array with at least one dimension.")
+    return arr
+
+
 def _shape(shape, name="shape"):
     if shape is None:
         return None
@@ -257,13 +268,7 @@ def choice(key: KeyArray | ArrayLike, a: int | ArrayLike, shape: tuple[int, ...]
     _check(key, mode, softness, noise, ("gumbel",))
     _check_rng_mode(rng_mode)
     shape = _shape(shape)
-    if isinstance(a, int) and not isinstance(a, bool):
-        _static_int(a, "a", 1)
-        arr = jnp.arange(a, dtype=jnp.result_type(float))
-    else:
-        arr = as_float(a)
-        if arr.ndim == 0:
-            raise TypeError("`a` must be an int or an array with at least one dimension.")
+    arr = _int_or_array(a, "a", 1)
     ax = V.axis(axis, arr.ndim)
     n = arr.shape[ax]
     dt = arr.dtype
@@ -327,13 +332,7 @@ def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
         if mode not in GS_MODES:
             raise ValueError(f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got "
                              f"mode={mode!r}.")
-    if isinstance(x, int) and not isinstance(x, bool):
-        _static_int(x, "x", 0)
-        arr = jnp.arange(x, dtype=jnp.result_type(float))
-    else:
-        arr = as_float(x)
-        if arr.ndim == 0:
-            raise TypeError("`x` must be an int or an array with at least one dimension.")
+    arr = _int_or_array(x, "x", 0)
     ax = V.axis(axis, arr.ndim)
     n = arr.shape[ax]
     dt = arr.dtype
