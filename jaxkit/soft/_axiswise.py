@@ -39,6 +39,7 @@ from jaxkit.soft import _banded as BD
 from jaxkit.soft import _network as NW
 from jaxkit.soft import _pav
 from jaxkit.soft import _smooth_sort as SM
+from jaxkit.soft import _sorting as SO
 from jaxkit.soft._common import (
     MODES,
     as_float,
@@ -114,13 +115,13 @@ def _neuralsort_a(xs, mode, softness, abs_mode):
     n = xs.shape[-1]
     if abs_mode == "soft":
         return jnp.sum(soft_abs(xs[..., :, None] - xs[..., None, :], softness, mode), axis=-2)
-    perm = _pav.stable_argsort(xs)
+    perm = SO.stable_argsort(xs)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     S = jnp.cumsum(a, axis=-1)
     m = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
     Sprev = S - a
     A_sorted = (2 * m - n - 1) * a + S[..., -1:] - S - Sprev
-    return jnp.take_along_axis(A_sorted, _pav.inverse_permutation(perm), axis=-1)
+    return jnp.take_along_axis(A_sorted, SO.inverse_permutation(perm), axis=-1)
 
 
 def _laplace_sums(a, v, softness):
@@ -380,7 +381,7 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
         return jnp.einsum("...kn,...n->...k", P, xl)
     if method == "softsort" and mode == "smooth":
         # exact O(n log n) smooth SoftSort: the kernel exp(-|a_k - x_j|/t) over sorted x
-        perm = _pav.stable_argsort(xs)
+        perm = SO.stable_argsort(xs)
         a = jnp.take_along_axis(xs, perm, axis=-1)
         a = a if gated_grad else lax.stop_gradient(a)
         out = _laplace_sums(a, jnp.take_along_axis(xl, perm, axis=-1), softness)
@@ -452,10 +453,10 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
                                        impl=impl, w_order="asc") * scale
     elif method == "softsort" and mode == "smooth":
         # exact O(n log n) smooth SoftSort ranks: x_j is itself an anchor (a = sorted xs)
-        perm = _pav.stable_argsort(xs)
+        perm = SO.stable_argsort(xs)
         a = jnp.take_along_axis(xs, perm, axis=-1)
         r = _laplace_sums(a, jnp.broadcast_to(nums, a.shape), softness)
-        r = jnp.take_along_axis(r, _pav.inverse_permutation(perm), axis=-1)
+        r = jnp.take_along_axis(r, SO.inverse_permutation(perm), axis=-1)
         if descending:
             r = (n + 1) - r
     elif method == "softsort":

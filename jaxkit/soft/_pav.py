@@ -26,7 +26,7 @@ from jax import lax
 from jax.ops import segment_max, segment_sum
 
 from jaxkit.soft import _pav_pnorm as PN
-from jaxkit.soft._sorting import cumsum, inverse_permutation, iota_like, stable_argsort  # noqa: F401
+from jaxkit.soft._sorting import cumsum, iota_like, stable_argsort
 
 REGS = ("l2", "kl", *PN.PREGS)
 IMPLS = ("hybrid", "rounds", "sequential")

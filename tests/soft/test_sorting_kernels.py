@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxkit.soft import _pav
+from jaxkit.soft import _pav, _sorting
 from jaxkit.soft._sorting import cumsum
 
 
@@ -24,7 +24,7 @@ def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
     x = rng.integers(-4, 5, (rows, n)).astype(np.float32) / 2  # many ties
     x[:, : n // 2] = rng.standard_normal((rows, n // 2)).astype(np.float32)
     x[0, :2] = [0.0, -0.0]  # equal keys: must stay in index order
-    got = np.asarray(jax.jit(lambda v: _pav.stable_argsort(v, descending))(x))
+    got = np.asarray(jax.jit(lambda v: _sorting.stable_argsort(v, descending))(x))
     np.testing.assert_array_equal(got, _ref_argsort(x, descending))
 
 
@@ -34,7 +34,7 @@ def test_inverse_permutation_rows():
     inv = np.asarray(_pav._inverse_perm_rows(perm))
     np.testing.assert_array_equal(np.take_along_axis(np.asarray(perm), inv, -1),
                                   np.broadcast_to(np.arange(100), (64, 100)))
-    np.testing.assert_array_equal(inv, np.asarray(_pav.inverse_permutation(perm)))
+    np.testing.assert_array_equal(inv, np.asarray(_sorting.inverse_permutation(perm)))
 
 
 @pytest.mark.parametrize("n", [1, 7, 33])
