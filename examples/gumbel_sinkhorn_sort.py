@@ -27,9 +27,12 @@ R = S.random
 
 def _init(key, n, hidden=32):
     k1, k2 = jax.random.split(key)
-    return {"w1": jax.random.normal(k1, (1, hidden)), "b1": jnp.zeros((hidden,)),
-            "w2": jax.random.normal(k2, (hidden, n)) / math.sqrt(hidden),
-            "b2": jnp.zeros((n,))}
+    return {
+        "w1": jax.random.normal(k1, (1, hidden)),
+        "b1": jnp.zeros((hidden,)),
+        "w2": jax.random.normal(k2, (hidden, n)) / math.sqrt(hidden),
+        "b2": jnp.zeros((n,)),
+    }
 
 
 def _log_alpha(params, x):  # x: (B, n) -> (B, n, n), row i = scores of element i
@@ -44,8 +47,9 @@ def _hard_accuracy(params, x, key):
     return float(hit.mean()), float(hit.all(-1).mean())
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # synthetic data
     n, batch = (5, 64) if quick else (8, 128)
     steps = 300 if quick else 2000
@@ -95,12 +99,16 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.savefig(os.path.join(out_dir, "gumbel_sinkhorn_sort.png"), dpi=100)
     plt.close(fig)
     chance = 1.0 / n
-    return {"method": "Gumbel-Sinkhorn", "metric": f"held-out element accuracy (n={n})",
-            "value": acc, "baseline": f"untrained {acc0:.3f}, chance {chance:.3f}",
-            "ok": bool(acc > 0.8 and exact > 10.0 / math.factorial(n)
-                       and losses[-1] < losses[0]),
-            "exact_sequence_rate": exact, "untrained_exact_rate": exact0,
-            "final_loss": losses[-1]}
+    return {
+        "method": "Gumbel-Sinkhorn",
+        "metric": f"held-out element accuracy (n={n})",
+        "value": acc,
+        "baseline": f"untrained {acc0:.3f}, chance {chance:.3f}",
+        "ok": bool(acc > 0.8 and exact > 10.0 / math.factorial(n) and losses[-1] < losses[0]),
+        "exact_sequence_rate": exact,
+        "untrained_exact_rate": exact0,
+        "final_loss": losses[-1],
+    }
 
 
 if __name__ == "__main__":

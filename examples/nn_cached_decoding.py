@@ -23,8 +23,9 @@ from jaxkit import nn
 
 def _generate_cached(params, cfg, prompts, n_new):
     b, p = prompts.shape
-    logits, cache = nn.prefill(params, cfg, prompts, jnp.full((b,), p, jnp.int32),
-                               max_len=p + n_new)
+    logits, cache = nn.prefill(
+        params, cfg, prompts, jnp.full((b,), p, jnp.int32), max_len=p + n_new
+    )
 
     def body(carry, _):
         lg, c = carry
@@ -62,14 +63,14 @@ def _best_time(f, *args, repeats=7):
     return float(np.min(ts))
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # the model ships with jaxkit
     fx = nn.load_fixture("tiny_lm")
     params, cfg = fx.params, fx.cfg
     n_prompts, n_new, p_len = (16, 20, 3) if quick else (64, 21, 3)
-    data = nn.tiny_task("counting", key=jax.random.key(seed), batch=n_prompts,
-                        length=p_len + n_new)
+    data = nn.tiny_task("counting", key=jax.random.key(seed), batch=n_prompts, length=p_len + n_new)
     prompts = data.tokens[:, :p_len]
 
     cached = jax.jit(lambda p, t: _generate_cached(p, cfg, t, n_new))
@@ -89,8 +90,9 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     t_cache, t_plain = [], []
     for L in lengths:
         seq = jax.random.randint(jax.random.key(L), (b, L + 1), 0, cfg.vocab_size)
-        pre = jax.jit(lambda p, t, L=L: nn.prefill(p, cfg, t, jnp.full((b,), L, jnp.int32),
-                                                   max_len=L + 1)[1])
+        pre = jax.jit(
+            lambda p, t, L=L: nn.prefill(p, cfg, t, jnp.full((b,), L, jnp.int32), max_len=L + 1)[1]
+        )
         cache = pre(params, seq[:, :L])
         t_cache.append(_best_time(step, params, seq[:, L], cache))
         t_plain.append(_best_time(plain, params, seq))
@@ -111,12 +113,19 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     plt.close(fig)
 
     ok = same_tokens and logit_err < 1e-4 and acc >= 0.95 and speedup > 1.0
-    return {"method": "nn: KV-cached decoding", "metric": "counting-rule accuracy (greedy)",
-            "value": acc, "baseline": "no-cache recompute (identical tokens required)",
-            "ok": ok, "same_tokens_as_recompute": same_tokens, "max_logit_err": logit_err,
-            "speedup_at_longest": speedup, "lengths": lengths,
-            "ms_per_token_cache": [round(t * 1e3, 4) for t in t_cache],
-            "ms_per_token_no_cache": [round(t * 1e3, 4) for t in t_plain]}
+    return {
+        "method": "nn: KV-cached decoding",
+        "metric": "counting-rule accuracy (greedy)",
+        "value": acc,
+        "baseline": "no-cache recompute (identical tokens required)",
+        "ok": ok,
+        "same_tokens_as_recompute": same_tokens,
+        "max_logit_err": logit_err,
+        "speedup_at_longest": speedup,
+        "lengths": lengths,
+        "ms_per_token_cache": [round(t * 1e3, 4) for t in t_cache],
+        "ms_per_token_no_cache": [round(t * 1e3, 4) for t in t_plain],
+    }
 
 
 if __name__ == "__main__":

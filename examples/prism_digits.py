@@ -74,6 +74,7 @@ def _pretrain(key, pub, steps):
             g = jax.grad(_ce)(p, x, y)
             u, s = opt.update(g, s, p)
             return (optax.apply_updates(p, u), s), None
+
         return jax.lax.scan(body, (p, opt.init(p)), None, length=steps)[0][0]
 
     return run(p)
@@ -90,13 +91,14 @@ def _make_trainer(method, base, train, steps, q, max_b):
 
     def tx_for(sigma, key):
         if method == "prism":
-            return privacy.prism(1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom,
-                                 key=key)
+            return privacy.prism(1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom, key=key)
         if method == "naive":
-            return privacy.naive_dp_lora(1e-2, clip_norm=CLIP, noise_multiplier=sigma,
-                                         denom=denom, key=key)
-        return privacy.ffa_lora(1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom,
-                                key=key, frozen="b")
+            return privacy.naive_dp_lora(
+                1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom, key=key
+            )
+        return privacy.ffa_lora(
+            1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom, key=key, frozen="b"
+        )
 
     @jax.jit
     def run(lora, sigma, key):
@@ -105,13 +107,12 @@ def _make_trainer(method, base, train, steps, q, max_b):
 
         def body(c, t):
             lo, st = c
-            pb = privacy.poisson_batch(key=jax.random.fold_in(k_data, t), num_examples=n, q=q,
-                                       max_batch_size=max_b)
-            g = privacy.per_example_grads(loss, lo, (x[pb.indices], y[pb.indices]),
-                                          mask=pb.mask)
+            pb = privacy.poisson_batch(
+                key=jax.random.fold_in(k_data, t), num_examples=n, q=q, max_batch_size=max_b
+            )
+            g = privacy.per_example_grads(loss, lo, (x[pb.indices], y[pb.indices]), mask=pb.mask)
             u, st = tx.update(g, st, lo)
-            energy = next(s.noise_energy for s in st
-                          if isinstance(s, privacy.PrivatizeState))
+            energy = next(s.noise_energy for s in st if isinstance(s, privacy.PrivatizeState))
             return (optax.apply_updates(lo, u), st), energy
 
         (lo, _), energies = jax.lax.scan(body, (lora, tx.init(lora)), jnp.arange(steps))
@@ -121,13 +122,19 @@ def _make_trainer(method, base, train, steps, q, max_b):
 
 
 def _gauge(lora, c):
-    return jax.tree.map(lambda f: L.LoraFactors(f.a * c, f.b / c) if f is not None else None,
-                        lora, is_leaf=lambda v: v is None or isinstance(v, L.LoraFactors))
+    return jax.tree.map(
+        lambda f: L.LoraFactors(f.a * c, f.b / c) if f is not None else None,
+        lora,
+        is_leaf=lambda v: v is None or isinstance(v, L.LoraFactors),
+    )
 
 
 def _factor_list(lora):
-    return [f for f in jax.tree.leaves(lora, is_leaf=lambda v: isinstance(v, L.LoraFactors))
-            if isinstance(f, L.LoraFactors)]
+    return [
+        f
+        for f in jax.tree.leaves(lora, is_leaf=lambda v: isinstance(v, L.LoraFactors))
+        if isinstance(f, L.LoraFactors)
+    ]
 
 
 def _noise_fn(method, key, draws=200):
@@ -144,37 +151,47 @@ def _noise_fn(method, key, draws=200):
         def one(t):
             st = privacy.PrivatizeState(t, key, jnp.zeros([], jnp.float32))
             d, _ = agg.update(zero, st, lora)
-            return sum(jnp.sum(L.tangent_dense(f, df) ** 2)
-                       for f, df in zip(_factor_list(lora), _factor_list(d), strict=True))
+            return sum(
+                jnp.sum(L.tangent_dense(f, df) ** 2)
+                for f, df in zip(_factor_list(lora), _factor_list(d), strict=True)
+            )
 
         return jnp.mean(jax.vmap(one)(jnp.arange(draws, dtype=jnp.int32)))
 
     return run
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # digits ship with scikit-learn
     t0 = time.perf_counter()
     key = jax.random.key(seed)
     pub, train, test = _data(seed)
     base0 = _pretrain(jax.random.fold_in(key, 1), pub, 150 if quick else 400)
-    base, lora = privacy.lora_init(base0, targets=r"^w[12]$", rank=RANK,
-                                   key=jax.random.fold_in(key, 2), method="spectral")
+    base, lora = privacy.lora_init(
+        base0, targets=r"^w[12]$", rank=RANK, key=jax.random.fold_in(key, 2), method="spectral"
+    )
     eps_list = [3.0] if quick else [1.0, 3.0, 8.0]
     gauges = [0.03, 1.0, 30.0] if quick else [0.03, 0.1, 1.0, 10.0, 30.0]
     steps = 30 if quick else 300
     n = len(train[0])
     q = 64 / n
     xt, yt = map(jnp.asarray, test)
-    acc_fn = jax.jit(lambda lo: jnp.mean(
-        (jnp.argmax(_mlp(privacy.lora_merge(base, lo), xt), -1) == yt).astype(jnp.float32)))
+    acc_fn = jax.jit(
+        lambda lo: jnp.mean(
+            (jnp.argmax(_mlp(privacy.lora_merge(base, lo), xt), -1) == yt).astype(jnp.float32)
+        )
+    )
     acc0 = float(acc_fn(lora))
     trainers = {m: _make_trainer(m, base, train, steps, q, 128) for m in ("prism", "naive")}
     # FFA-LoRA starts from the original weights (a = 0, b random and frozen)
     trainers["ffa"] = _make_trainer("ffa", base0, train, steps, q, 128)
-    acc_ffa = jax.jit(lambda lo: jnp.mean(
-        (jnp.argmax(_mlp(privacy.lora_merge(base0, lo), xt), -1) == yt).astype(jnp.float32)))
+    acc_ffa = jax.jit(
+        lambda lo: jnp.mean(
+            (jnp.argmax(_mlp(privacy.lora_merge(base0, lo), xt), -1) == yt).astype(jnp.float32)
+        )
+    )
     ffa_init = _ffa_init(lora, jax.random.fold_in(key, 3))
     table, energy_check = [], []
     for eps in eps_list:
@@ -183,13 +200,13 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
         for method in ("prism", "naive"):
             for c in gauges:
                 lo, energies = trainers[method](_gauge(lora, c), jnp.float32(sigma), k)
-                table.append({"eps": eps, "method": method, "gauge": c,
-                              "acc": float(acc_fn(lo))})
+                table.append({"eps": eps, "method": method, "gauge": c, "acc": float(acc_fn(lo))})
                 if method == "prism" and c == 1.0:
                     std = sigma * CLIP / (q * n)
-                    closed = std**2 * sum(f.a.shape[-1] * (f.a.shape[-2] + f.b.shape[-2]
-                                                           - f.a.shape[-1])
-                                          for f in _factor_list(lora))
+                    closed = std**2 * sum(
+                        f.a.shape[-1] * (f.a.shape[-2] + f.b.shape[-2] - f.a.shape[-1])
+                        for f in _factor_list(lora)
+                    )
                     energy_check.append(float(jnp.mean(energies)) / closed)
         lo, _ = trainers["ffa"](ffa_init, jnp.float32(sigma), k)
         table.append({"eps": eps, "method": "ffa", "gauge": 1.0, "acc": float(acc_ffa(lo))})
@@ -206,10 +223,12 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
         fl = _factor_list(lc)
         noise["naive_formula"].append(sum(float(L.naive_noise_energy(f, tau=1.0)) for f in fl))
         noise["prism_formula"].append(sum(float(L.prism_noise_energy(f, std=1.0)) for f in fl))
-    naive_rel = float(np.max(np.abs(np.array(noise["naive"]) / np.array(noise["naive_formula"])
-                                    - 1)))
-    prism_rel = float(np.max(np.abs(np.array(noise["prism"]) / np.array(noise["prism_formula"])
-                                    - 1)))
+    naive_rel = float(
+        np.max(np.abs(np.array(noise["naive"]) / np.array(noise["naive_formula"]) - 1))
+    )
+    prism_rel = float(
+        np.max(np.abs(np.array(noise["prism"]) / np.array(noise["prism_formula"]) - 1))
+    )
 
     def accs(method, eps):
         return [r["acc"] for r in table if r["method"] == method and r["eps"] == eps]
@@ -222,20 +241,36 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     _plot(out_dir, cs, noise, table, eps_list, gauges)
     with open(os.path.join(out_dir, "prism_digits_table.json"), "w") as fh:
         json.dump(table, fh, indent=1)
-    ok = (prism_spread <= 0.01 and naive_spread > 0.05 and naive_rel < 0.25
-          and prism_rel < 0.1 and logged_rel < 0.05)
-    prism_main = float(np.mean([r["acc"] for r in table
-                                if r["method"] == "prism" and r["gauge"] == 1.0]))
-    naive_main = float(np.mean([r["acc"] for r in table
-                                if r["method"] == "naive" and r["gauge"] == 1.0]))
-    return {"method": "privacy: PRISM (gauge-invariant DP-LoRA)",
-            "metric": f"test acc spread over gauges c in {gauges} (PRISM)",
-            "value": prism_spread, "baseline": f"naive DP-LoRA spread {naive_spread:.3f}",
-            "ok": bool(ok), "prism_acc": prism_main, "naive_acc": naive_main,
-            "acc_before_finetune": acc0, "logged_noise_energy_rel_err": logged_rel,
-            "naive_noise_formula_rel_err": naive_rel, "prism_noise_formula_rel_err": prism_rel,
-            "epsilons": eps_list, "steps": steps, "table": table,
-            "seconds": round(time.perf_counter() - t0, 1)}
+    ok = (
+        prism_spread <= 0.01
+        and naive_spread > 0.05
+        and naive_rel < 0.25
+        and prism_rel < 0.1
+        and logged_rel < 0.05
+    )
+    prism_main = float(
+        np.mean([r["acc"] for r in table if r["method"] == "prism" and r["gauge"] == 1.0])
+    )
+    naive_main = float(
+        np.mean([r["acc"] for r in table if r["method"] == "naive" and r["gauge"] == 1.0])
+    )
+    return {
+        "method": "privacy: PRISM (gauge-invariant DP-LoRA)",
+        "metric": f"test acc spread over gauges c in {gauges} (PRISM)",
+        "value": prism_spread,
+        "baseline": f"naive DP-LoRA spread {naive_spread:.3f}",
+        "ok": bool(ok),
+        "prism_acc": prism_main,
+        "naive_acc": naive_main,
+        "acc_before_finetune": acc0,
+        "logged_noise_energy_rel_err": logged_rel,
+        "naive_noise_formula_rel_err": naive_rel,
+        "prism_noise_formula_rel_err": prism_rel,
+        "epsilons": eps_list,
+        "steps": steps,
+        "table": table,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def _ffa_init(lora, key):
@@ -273,12 +308,17 @@ def _plot(out_dir, cs, noise, table, eps_list, gauges):
     i = 0
     for method in ("prism", "naive"):
         for c in gauges:
-            v = [next(r["acc"] for r in table if r["method"] == method and r["gauge"] == c
-                      and r["eps"] == e) for e in eps_list]
+            v = [
+                next(
+                    r["acc"]
+                    for r in table
+                    if r["method"] == method and r["gauge"] == c and r["eps"] == e
+                )
+                for e in eps_list
+            ]
             ax.bar(xs + i * width, v, width, label=f"{method} c={c:g}")
             i += 1
-    v = [next(r["acc"] for r in table if r["method"] == "ffa" and r["eps"] == e)
-         for e in eps_list]
+    v = [next(r["acc"] for r in table if r["method"] == "ffa" and r["eps"] == e) for e in eps_list]
     ax.bar(xs + i * width, v, width, label="FFA-LoRA")
     ax.set_xticks(xs + 0.4 - width / 2, [f"eps={e:g}" for e in eps_list])
     ax.set_ylabel("private test accuracy")

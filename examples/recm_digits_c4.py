@@ -82,13 +82,11 @@ class C4Net(eqx.Module):
     def __init__(self, width: int, *, key, theta_init=0.5):
         k = jax.random.split(key, 4)
         self.layers = [
-            E.RECMGroupConvC4(1, width, 3, key=k[0], lifting=True,
-                              theta_init=theta_init),
+            E.RECMGroupConvC4(1, width, 3, key=k[0], lifting=True, theta_init=theta_init),
             E.RECMGroupConvC4(width, width, 3, key=k[1], theta_init=theta_init),
             E.RECMGroupConvC4(width, width, 3, key=k[2], theta_init=theta_init),
         ]
-        self.head = E.RECMLinear(_head_group(width), key=k[3], use_bias=True,
-                                 theta_init=theta_init)
+        self.head = E.RECMLinear(_head_group(width), key=k[3], use_bias=True, theta_init=theta_init)
 
 
 def _gconv(kernel, bias, x):
@@ -96,7 +94,9 @@ def _gconv(kernel, bias, x):
     co, _, ci, gi, k, _ = kernel.shape
     h = x.shape[-1]
     y = jax.lax.conv_general_dilated(
-        x.reshape(1, ci * gi, h, h), kernel.reshape(co * 4, ci * gi, k, k), (1, 1),
+        x.reshape(1, ci * gi, h, h),
+        kernel.reshape(co * 4, ci * gi, k, k),
+        (1, 1),
         "SAME",
     )[0]
     return y.reshape(co, 4, h, h) + bias[:, None, None, None]
@@ -111,8 +111,7 @@ def _weights(model, mode, theta_cr):
     out = []
     for layer in (*model.layers, model.head):
         conv = isinstance(layer, E.RECMGroupConvC4)
-        eq = (layer.effective_kernel(relax=False) if conv
-              else layer.effective_weight(relax=False))
+        eq = layer.effective_kernel(relax=False) if conv else layer.effective_weight(relax=False)
         if isinstance(mode, int):
             if mode == 0:
                 eq = layer.effective_kernel() if conv else layer.effective_weight()
@@ -211,8 +210,12 @@ def _data(seed, n_train=1300):
     xs = (xs / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     perm = np.random.default_rng(seed).permutation(len(xs))
     tr, te = perm[:n_train], perm[n_train:]
-    return (jnp.asarray(_orbit(xs[tr])), jnp.asarray(ys[tr]),
-            jnp.asarray(_orbit(xs[te])), jnp.asarray(ys[te]))
+    return (
+        jnp.asarray(_orbit(xs[tr])),
+        jnp.asarray(ys[tr]),
+        jnp.asarray(_orbit(xs[te])),
+        jnp.asarray(ys[te]),
+    )
 
 
 COSINE = True  # Adam's rate decays to 0 (cosine) for every model
@@ -227,8 +230,7 @@ def _optimizers(steps):
 
 
 def _batch(key, i, xtr, ytr, batch):
-    idx = jax.random.choice(jax.random.fold_in(key, i), ytr.shape[0], (batch,),
-                            replace=False)
+    idx = jax.random.choice(jax.random.fold_in(key, i), ytr.shape[0], (batch,), replace=False)
     return xtr[:, idx], ytr[idx]
 
 
@@ -255,9 +257,14 @@ def _c4_step(model, state, i, pi, relax, key, xtr, ytr, *, mode, steps, batch):
         m = eqx.combine(p, static)
         if mode == 0:
             m = jax.tree.map(
-                lambda n: eqx.tree_at(lambda u: u.theta, n, relax * n.theta)
-                if isinstance(n, E.RECMGroupConvC4 | E.RECMLinear) else n,
-                m, is_leaf=lambda n: isinstance(n, E.RECMGroupConvC4 | E.RECMLinear))
+                lambda n: (
+                    eqx.tree_at(lambda u: u.theta, n, relax * n.theta)
+                    if isinstance(n, E.RECMGroupConvC4 | E.RECMLinear)
+                    else n
+                ),
+                m,
+                is_leaf=lambda n: isinstance(n, E.RECMGroupConvC4 | E.RECMLinear),
+            )
         ws = _weights(m, mode, E.cr_triangle_schedule(i, steps))
         logits, x, hs = _forward(m, ws, xb)
         out = _weighted_ce(logits, yb, pi)
@@ -321,8 +328,9 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
             m = cnn0
             st = _optimizers(steps)[1].init(eqx.filter(m, eqx.is_inexact_array))
             for i in range(steps):
-                m, st = _cnn_step(m, st, jnp.asarray(i), pi, key, xtr, ytr,
-                                  steps=steps, batch=batch)
+                m, st = _cnn_step(
+                    m, st, jnp.asarray(i), pi, key, xtr, ytr, steps=steps, batch=batch
+                )
             acc[variant, setting] = float(_cnn_eval(m, pi, xte, yte))
             continue
         mode = MODES.index(variant) if variant != "strict" else 0
@@ -331,8 +339,9 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
         st = _optimizers(steps)[0].init(eqx.filter(m, eqx.is_inexact_array))
         trace = []
         for i in range(steps):
-            m, st, th = _c4_step(m, st, jnp.asarray(i), pi, relax, key, xtr, ytr,
-                                 mode=mode, steps=steps, batch=batch)
+            m, st, th = _c4_step(
+                m, st, jnp.asarray(i), pi, relax, key, xtr, ytr, mode=mode, steps=steps, batch=batch
+            )
             trace.append(th)
         ev = jnp.asarray(MODES.index(variant))  # strict: theta ignored (mode 1)
         acc[variant, setting] = float(_c4_eval(m, ev, pi, xte, yte))
@@ -346,17 +355,19 @@ def _gaps_one(model, x, onehot, key):
     """MMD statistic per layer of one trained RECM model on ``n`` images ``x``."""
     n, width = x.shape[0], model.layers[0].weight_eq.shape[0]
     hs = jax.vmap(lambda v: _features(model, _weights(model, 0, None), v))(x)
-    ins = [jnp.mean(x, axis=(2, 3))] + [
-        jnp.mean(h, axis=(3, 4)).reshape(n, -1) for h in hs[:-1]
-    ]
+    ins = [jnp.mean(x, axis=(2, 3))] + [jnp.mean(h, axis=(3, 4)).reshape(n, -1) for h in hs[:-1]]
     outs = [jnp.mean(h, axis=(3, 4)).reshape(n, -1) for h in hs]
     ins.append(_pool(hs[-1]))
     outs.append(onehot)
     gaps = []
     for li, (a, b) in enumerate(zip(ins, outs, strict=True)):
-        g = model.head.group if li == 3 else E.c4_regular(
-            channels_in=1 if li == 0 else width, channels_out=width,
-            trivial_in=li == 0)
+        g = (
+            model.head.group
+            if li == 3
+            else E.c4_regular(
+                channels_in=1 if li == 0 else width, channels_out=width, trivial_in=li == 0
+            )
+        )
         r = E.mmd_gap(a, b, g, key=jax.random.fold_in(key, li), n_permutations=1)
         gaps.append(r.mmd2)
     return jnp.stack(gaps)
@@ -375,8 +386,9 @@ def _layer_gaps(models, data, seed, n=200):
         rng = np.random.default_rng(seed + si)
         k = rng.choice(4, size=n, p=np.asarray(PIS[setting]))
         idx = rng.choice(xtr.shape[1], size=n, replace=False)
-        gaps = _gaps_one(models[setting], xtr[k, idx], jax.nn.one_hot(ytr[idx], 10),
-                         jax.random.key(seed))
+        gaps = _gaps_one(
+            models[setting], xtr[k, idx], jax.nn.one_hot(ytr[idx], 10), jax.random.key(seed)
+        )
         out[setting] = [float(g) for g in gaps]
     return out
 
@@ -401,15 +413,18 @@ def main(
         runs.append(("strict", "uniform"))
     per_seed, thetas = [], {"uniform": [], "skewed": []}
     for s in seeds:
-        acc, models, traces, data = train_seed(s, width=width, steps=steps,
-                                               batch=batch, runs=runs)
+        acc, models, traces, data = train_seed(s, width=width, steps=steps, batch=batch, runs=runs)
         per_seed.append({f"{v}/{st}": a for (v, st), a in acc.items()})
         for st in thetas:
             thetas[st].append([float(t) for t in traces[st][-1]])
-        print(f"seed {s}: " + " ".join(f"{k} {a:.3f}" for k, a in per_seed[-1].items())
-              + " | theta (3 convs, head) uniform "
-              + " ".join(f"{t:.3f}" for t in thetas["uniform"][-1])
-              + ", skewed " + " ".join(f"{t:.3f}" for t in thetas["skewed"][-1]))
+        print(
+            f"seed {s}: "
+            + " ".join(f"{k} {a:.3f}" for k, a in per_seed[-1].items())
+            + " | theta (3 convs, head) uniform "
+            + " ".join(f"{t:.3f}" for t in thetas["uniform"][-1])
+            + ", skewed "
+            + " ".join(f"{t:.3f}" for t in thetas["skewed"][-1])
+        )
         if s == seed:
             first = (models, traces, data)
     models, traces, data = first
@@ -435,8 +450,12 @@ def main(
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for si, setting in enumerate(("uniform", "skewed")):
         for li in range(4):
-            axes[0].plot(traces[setting][:, li], ls="-" if si else "--",
-                         color=f"C{li}", label=f"{setting} {names[li]}")
+            axes[0].plot(
+                traces[setting][:, li],
+                ls="-" if si else "--",
+                color=f"C{li}",
+                label=f"{setting} {names[li]}",
+            )
         axes[1].plot(gaps[setting], thetas[setting][0], "o-", label=setting)
     axes[0].set_xlabel("step")
     axes[0].set_ylabel(r"$\theta_l$")
@@ -459,8 +478,7 @@ def main(
         "method": "RECM (digits, C4)",
         "metric": "skewed test accuracy, RECM (mean over seeds)",
         "value": s_["recm"],
-        "baseline": (f"strict {s_['strict']:.3f} / CNN {s_['cnn']:.3f} / "
-                     f"CR {s_['cr']:.3f}"),
+        "baseline": (f"strict {s_['strict']:.3f} / CNN {s_['cnn']:.3f} / CR {s_['cr']:.3f}"),
         "ok": theta_ok and accuracy_claim_met,
         "theta_claim_met": theta_ok,
         "accuracy_claim_met": accuracy_claim_met,
@@ -478,8 +496,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(
-        json.dumps(
-            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
-        )
-    )
+    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))

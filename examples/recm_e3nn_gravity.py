@@ -41,9 +41,7 @@ def _features(pos, mass):
     rbf = jnp.exp(-((d[..., None] - centers) ** 2) / (2 * 0.3**2)) * off[..., None]
     scal = jnp.concatenate([mass[:, None], jnp.sum(rbf, 1)], -1)  # [n, 16]
     vec = jnp.einsum("ijb,ijc->ibc", rbf, rij)  # [n, 15, 3]
-    vec = jnp.concatenate(
-        [vec, jnp.sum(rij * off[..., None], 1)[:, None]], 1
-    )  # [n,16,3]
+    vec = jnp.concatenate([vec, jnp.sum(rij * off[..., None], 1)[:, None]], 1)  # [n,16,3]
     return jnp.concatenate([scal, vec.reshape(pos.shape[0], -1)], -1), rij, d, off
 
 
@@ -66,9 +64,7 @@ class Net(eqx.Module):
     def __call__(self, feats, *, relax=True):
         h = self.l1(e3nn.IrrepsArray(IRREPS, feats), relax=relax)
         s, v = h.array[..., :16], h.array[..., 16:].reshape(*h.shape[:-1], 16, 3)
-        v = (
-            v * jax.nn.sigmoid(s)[..., None]
-        )  # gate each vector by its scalar: equivariant
+        v = v * jax.nn.sigmoid(s)[..., None]  # gate each vector by its scalar: equivariant
         h = jnp.concatenate([jax.nn.silu(s), v.reshape(*h.shape[:-1], 48)], -1)
         return self.l2(e3nn.IrrepsArray(IRREPS, h), relax=relax).array
 
@@ -126,20 +122,11 @@ def main(
     tr, mse = map(np.asarray, jax.jit(jax.vmap(run))(eps, relaxed))  # one compile
     tr, mse, mse_strict = tr[:n], mse[:n], mse[n:]
     theta = tr[:, -1]  # [n_eps, 2]
-    print(
-        f"{'eps':>5} {'theta l1':>9} {'theta l2':>9} {'MSE RECM':>9} {'MSE strict':>10}"
-    )
+    print(f"{'eps':>5} {'theta l1':>9} {'theta l2':>9} {'MSE RECM':>9} {'MSE strict':>10}")
     for i, e in enumerate(EPS):
-        print(
-            f"{e:5.2f} {theta[i, 0]:9.4f} {theta[i, 1]:9.4f} {mse[i]:9.4f} "
-            f"{mse_strict[i]:10.4f}"
-        )
+        print(f"{e:5.2f} {theta[i, 0]:9.4f} {theta[i, 1]:9.4f} {mse[i]:9.4f} {mse_strict[i]:10.4f}")
     total = theta.sum(1)
-    ok = bool(
-        theta[0].max() < 1e-2
-        and np.all(np.diff(total) > 0)
-        and mse[-1] < mse_strict[-1]
-    )
+    ok = bool(theta[0].max() < 1e-2 and np.all(np.diff(total) > 0) and mse[-1] < mse_strict[-1])
 
     os.makedirs(out_dir, exist_ok=True)
     import matplotlib.pyplot as plt
@@ -176,8 +163,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(
-        json.dumps(
-            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
-        )
-    )
+    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))

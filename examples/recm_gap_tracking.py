@@ -58,9 +58,7 @@ def main(
             p = optax.apply_updates(p, upd)
             return (p, s), eqx.combine(p, static).theta
 
-        (p, _), trace = jax.lax.scan(
-            step, (params, opt.init(params)), jnp.arange(steps)
-        )
+        (p, _), trace = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(steps))
         m = eqx.combine(p, static)
         xe = jax.random.normal(jax.random.key(seed + 1), (4096, g.d_in))
         gap = E.linear_gap(xe, xe @ w_true.T, g).absolute
@@ -115,8 +113,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(
-        json.dumps(
-            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
-        )
-    )
+    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))

@@ -36,9 +36,7 @@ def _chi2_p(counts: np.ndarray, q: np.ndarray) -> float:
     obs_b = np.append(counts[big], counts[~big].sum())
     exp_b = np.append(exp[big], exp[~big].sum())
     keep = exp_b > 0
-    return float(
-        sps.chisquare(obs_b[keep], exp_b[keep] * obs_b.sum() / exp_b[keep].sum()).pvalue
-    )
+    return float(sps.chisquare(obs_b[keep], exp_b[keep] * obs_b.sum() / exp_b[keep].sum()).pvalue)
 
 
 def main(
@@ -52,16 +50,12 @@ def main(
     vocab, n = (64, 100_000) if quick else (512, 1_000_000)
     rng = np.random.default_rng(seed)
     ranks = rng.permutation(vocab) + 1.0
-    logits = (-1.1 * np.log(ranks) + 0.3 * rng.standard_normal(vocab)).astype(
-        np.float32
-    )
+    logits = (-1.1 * np.log(ranks) + 0.3 * rng.standard_normal(vocab)).astype(np.float32)
     x = jnp.broadcast_to(jnp.asarray(logits), (n, vocab))
 
     draw = jax.jit(
         lambda x, key, t, k, p, mp: (
-            sampling.sample_tokens(
-                x, key=key, temperature=t, top_k=k, top_p=p, min_p=mp
-            ).token
+            sampling.sample_tokens(x, key=key, temperature=t, top_k=k, top_p=p, min_p=mp).token
         )
     )
     raw = np.asarray(sampling.filtered_probabilities(logits), np.float64)
@@ -100,9 +94,7 @@ def main(
     for ax, (name, emp, q) in zip(axes, rows, strict=True):
         ax.bar(np.arange(len(order)), q[order], color="0.8", label="exact filtered")
         ax.plot(np.arange(len(order)), emp[order], "r.", ms=4, label="empirical")
-        ax.set_title(
-            f"{name}\nTV={results[name]['tv']:.4f}, p={results[name]['chi2_p']:.2g}"
-        )
+        ax.set_title(f"{name}\nTV={results[name]['tv']:.4f}, p={results[name]['chi2_p']:.2g}")
         ax.set_xlabel("token (by raw rank)")
     axes[0].set_ylabel("probability")
     axes[0].legend(fontsize=7)
@@ -138,8 +130,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    print(
-        json.dumps(
-            main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
-        )
-    )
+    print(json.dumps(main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})))

@@ -19,8 +19,9 @@ import optax
 from jaxkit import sharding
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # the data ship with scikit-learn
     from sklearn.datasets import load_diabetes
 
@@ -69,9 +70,14 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "sharded_ridge.png"), dpi=100)
     plt.close(fig)
-    return {"method": "foundation: sharded ridge", "metric": "coef rel. error vs closed form",
-            "value": rel_err, "baseline": "exact solve", "ok": rel_err < 1e-3,
-            "devices": n_dev}
+    return {
+        "method": "foundation: sharded ridge",
+        "metric": "coef rel. error vs closed form",
+        "value": rel_err,
+        "baseline": "exact solve",
+        "ok": rel_err < 1e-3,
+        "devices": n_dev,
+    }
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ def _spearman(a, b):
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # the data ship with scikit-learn
     from sklearn.datasets import load_digits
 
@@ -75,10 +76,15 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.savefig(os.path.join(out_dir, "soft_digits.png"), dpi=100)
     plt.close(fig)
     hard_gn = float(jnp.linalg.norm(g_hard))
-    return {"method": "soft rank (PAV)", "metric": "held-out Spearman rho",
-            "value": rho, "baseline": f"hard rank: gradient norm {hard_gn:.1e}, rho {rho0:.3f}",
-            "ok": bool(rho > 0.6 and hard_gn == 0.0 and losses[-1] < losses[0]),
-            "hard_grad_norm": hard_gn, "init_rho": rho0}
+    return {
+        "method": "soft rank (PAV)",
+        "metric": "held-out Spearman rho",
+        "value": rho,
+        "baseline": f"hard rank: gradient norm {hard_gn:.1e}, rho {rho0:.3f}",
+        "ok": bool(rho > 0.6 and hard_gn == 0.0 and losses[-1] < losses[0]),
+        "hard_grad_norm": hard_gn,
+        "init_rho": rho0,
+    }
 
 
 if __name__ == "__main__":

@@ -76,9 +76,7 @@ def param_specs(cfg: nn.TransformerConfig, *, model_size: int):
             )
         )
 
-    return jax.tree.map(
-        fit, nn.param_specs(cfg), abstract, is_leaf=lambda x: isinstance(x, jax.P)
-    )
+    return jax.tree.map(fit, nn.param_specs(cfg), abstract, is_leaf=lambda x: isinstance(x, jax.P))
 
 
 def synthetic_tokens(
@@ -149,16 +147,12 @@ def _init_state(key, *, cfg, lr, mesh):
     return _constrain(params, opt.init(params), cfg, mesh, opt)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("cfg", "lr", "mesh"), donate_argnums=(0, 1)
-)
+@functools.partial(jax.jit, static_argnames=("cfg", "lr", "mesh"), donate_argnums=(0, 1))
 def _train_step(params, opt_state, tokens, *, cfg, lr, mesh):
     opt = optax.adam(lr)
     loss, grads = jax.value_and_grad(next_token_loss)(params, cfg, tokens)
     updates, opt_state = opt.update(grads, opt_state, params)
-    params, opt_state = _constrain(
-        optax.apply_updates(params, updates), opt_state, cfg, mesh, opt
-    )
+    params, opt_state = _constrain(optax.apply_updates(params, updates), opt_state, cfg, mesh, opt)
     return (
         params,
         opt_state,
@@ -238,16 +232,10 @@ def train(
             vocab=cfg.vocab_size,
             sharding_=data_sh,
         )
-        params, opt_state, loss = _train_step(
-            params, opt_state, tokens, cfg=cfg, lr=lr, mesh=mesh
-        )
+        params, opt_state, loss = _train_step(params, opt_state, tokens, cfg=cfg, lr=lr, mesh=mesh)
         losses.append(float(loss))
         done = step + 1
-        if (
-            mngr is not None
-            and ckpt_every
-            and (done % ckpt_every == 0 or done == steps)
-        ):
+        if mngr is not None and ckpt_every and (done % ckpt_every == 0 or done == steps):
             mngr.save(
                 done,
                 args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
@@ -346,15 +334,11 @@ def _cli() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    g = p.add_argument_group(
-        "pod run (without --steps the script runs the tour's main)"
-    )
+    g = p.add_argument_group("pod run (without --steps the script runs the tour's main)")
     g.add_argument("--steps", type=int, default=None, help="total optimizer steps")
     g.add_argument("--ckpt-dir", default=None, help="orbax directory; resumes from it")
     g.add_argument("--ckpt-every", type=int, default=10)
-    g.add_argument(
-        "--model-parallel", type=int, default=1, help="size of mesh axis model"
-    )
+    g.add_argument("--model-parallel", type=int, default=1, help="size of mesh axis model")
     g.add_argument("--batch", type=int, default=BATCH, help="global batch size")
     g.add_argument("--num-processes", type=int, default=1)
     g.add_argument("--process-id", type=int, default=0)

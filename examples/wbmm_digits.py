@@ -42,9 +42,17 @@ def _data(seed: int):
 
 def _make(mixer, key, width):
     return eqx.nn.make_with_state(WBMMNet)(
-        depths=(2,), dims=(width,), patterns=((mixer, "D"),), in_channels=1, num_classes=10,
-        window=7, stem_strides=(1,), layer_scale_init=1.0,
-        bn_momentum=0.3, key=key)   # short runs: running BN stats must track the weights
+        depths=(2,),
+        dims=(width,),
+        patterns=((mixer, "D"),),
+        in_channels=1,
+        num_classes=10,
+        window=7,
+        stem_strides=(1,),
+        layer_scale_init=1.0,
+        bn_momentum=0.3,
+        key=key,
+    )  # short runs: running BN stats must track the weights
 
 
 def _train(mixer, data, *, steps, batch, width, seed):
@@ -87,25 +95,36 @@ def _train(mixer, data, *, steps, batch, width, seed):
     if mixer == "W":
         folded = reparameterize(model, state)
         extra["fold_agree"] = float(np.mean(np.asarray(predict(folded, state, xte)) == pred))
-    return {"acc": acc, "step_s": float(np.median(times)), "train_s": float(np.sum(times)),
-            "compile_s": compile_s, "losses": losses, **extra}
+    return {
+        "acc": acc,
+        "step_s": float(np.median(times)),
+        "train_s": float(np.sum(times)),
+        "compile_s": compile_s,
+        "losses": losses,
+        **extra,
+    }
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # the digits ship with scikit-learn
     data = _data(seed)
     steps, batch, width = (150, 32, 16) if quick else (600, 64, 24)
-    res = {name: _train(mixer, data, steps=steps, batch=batch, width=width, seed=seed)
-           for name, mixer in (("wbmm_w7", "W"), ("depthwise_7x7", 7))}
+    res = {
+        name: _train(mixer, data, steps=steps, batch=batch, width=width, seed=seed)
+        for name, mixer in (("wbmm_w7", "W"), ("depthwise_7x7", 7))
+    }
     w, d = res["wbmm_w7"], res["depthwise_7x7"]
     speedup = d["step_s"] / w["step_s"]
 
     os.makedirs(out_dir, exist_ok=True)
     rows = ["| network | test acc | step (ms) | train (s) | compile (s) |", "|---|---|---|---|---|"]
     for name, r in res.items():
-        rows.append(f"| {name} | {r['acc']:.3f} | {1e3 * r['step_s']:.1f} | "
-                    f"{r['train_s']:.1f} | {r['compile_s']:.1f} |")
+        rows.append(
+            f"| {name} | {r['acc']:.3f} | {1e3 * r['step_s']:.1f} | "
+            f"{r['train_s']:.1f} | {r['compile_s']:.1f} |"
+        )
     with open(os.path.join(out_dir, "wbmm_digits.md"), "w") as f:
         f.write("\n".join(rows) + "\n")
     import matplotlib.pyplot as plt
@@ -126,11 +145,18 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     plt.close(fig)
 
     ok = (w["acc"] >= d["acc"] - 0.02) and speedup > 1.0 and w["fold_agree"] >= 0.99
-    return {"method": "WBMM (vision.WBMMNet)", "metric": "test accuracy (digits 14x14)",
-            "value": w["acc"], "baseline": f"depthwise 7x7 net: {d['acc']:.3f}",
-            "ok": bool(ok), "step_speedup_vs_depthwise": speedup,
-            "wbmm_step_ms": 1e3 * w["step_s"], "depthwise_step_ms": 1e3 * d["step_s"],
-            "folded_prediction_agreement": w["fold_agree"], "steps": steps}
+    return {
+        "method": "WBMM (vision.WBMMNet)",
+        "metric": "test accuracy (digits 14x14)",
+        "value": w["acc"],
+        "baseline": f"depthwise 7x7 net: {d['acc']:.3f}",
+        "ok": bool(ok),
+        "step_speedup_vs_depthwise": speedup,
+        "wbmm_step_ms": 1e3 * w["step_s"],
+        "depthwise_step_ms": 1e3 * d["step_s"],
+        "folded_prediction_agreement": w["fold_agree"],
+        "steps": steps,
+    }
 
 
 if __name__ == "__main__":

@@ -44,10 +44,19 @@ def _round_robin(calls, *, repeats):
 def make_decoders(cfg, *, new, window, pos_penalty=0.02):
     """Jitted AR and WeDLM decoders (tau is traced: one compile for the whole sweep)."""
     key = jax.random.key(0)
-    ar = (lambda p, pr, pl: ar_generate(p, cfg, pr, pl, key=key, max_new_tokens=new))
-    we = (lambda p, pr, pl, tau: wedlm_generate(
-        p, cfg, pr, pl, key=key, mask_token_id=C.MASK_ID, max_new_tokens=new,
-        window=window, entropy_threshold=tau, pos_penalty=pos_penalty))
+    ar = lambda p, pr, pl: ar_generate(p, cfg, pr, pl, key=key, max_new_tokens=new)
+    we = lambda p, pr, pl, tau: wedlm_generate(
+        p,
+        cfg,
+        pr,
+        pl,
+        key=key,
+        mask_token_id=C.MASK_ID,
+        max_new_tokens=new,
+        window=window,
+        entropy_threshold=tau,
+        pos_penalty=pos_penalty,
+    )
     return ar, we
 
 
@@ -63,11 +72,15 @@ def score(seq, toks, d, level):
 def _chunked(fn, batch):
     """Decode the prompts in groups of ``batch`` rows, one group after the other
     (``lax.map`` inside one jitted call), and flatten the results."""
+
     def run(params, pr, pl, *extra):
         g = pr.shape[0] // batch
-        out = jax.lax.map(lambda a: fn(params, a[0], a[1], *extra),
-                          (pr.reshape(g, batch, -1), pl.reshape(g, batch)))
+        out = jax.lax.map(
+            lambda a: fn(params, a[0], a[1], *extra),
+            (pr.reshape(g, batch, -1), pl.reshape(g, batch)),
+        )
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]) if x.ndim > 1 else x, out)
+
     return jax.jit(run)
 
 
@@ -85,27 +98,40 @@ def sweep(params, cfg, *, taus, levels, n_prompts, new, window, repeats, seed, b
     for level in levels:
         rng = np.random.default_rng(seed + 1000 + level)
         seq, d, _ = C.counting_batch(rng, n_prompts, new, level)
-        pr = jax.numpy.asarray(seq[:, :C.PROMPT_LEN])
+        pr = jax.numpy.asarray(seq[:, : C.PROMPT_LEN])
         pl = jax.numpy.full((n_prompts,), C.PROMPT_LEN, jax.numpy.int32)
         calls = {"ar": (ar, (params, pr, pl))}
         calls.update({tau: (we, (params, pr, pl, np.float32(tau))) for tau in taus})
         res = _round_robin(calls, repeats=repeats)
         (t_ar, l_ar, s_ar), ar_s, ar_ts = res["ar"]
-        base = {"level": level, "rho": C.LEVELS[level], "acc_ar": score(seq, t_ar, d, level),
-                "tpf_ar": float(np.sum(l_ar) / np.sum(s_ar.row_forwards)), "ar_s": ar_s}
+        base = {
+            "level": level,
+            "rho": C.LEVELS[level],
+            "acc_ar": score(seq, t_ar, d, level),
+            "tpf_ar": float(np.sum(l_ar) / np.sum(s_ar.row_forwards)),
+            "ar_s": ar_s,
+        }
         for tau in taus:
             (t, ln, st), s, ts = res[tau]
-            rows.append({**base, "tau": tau, "acc": score(seq, t, d, level),
-                         "tpf": float(np.sum(ln) / np.sum(st.row_forwards)),
-                         "wedlm_s": s, "speedup": ar_s / s,
-                         "speedup_paired": float(np.median(ar_ts / ts)),
-                         "tokens_per_s": float(np.sum(ln) / s),
-                         "tokens_per_s_ar": float(np.sum(l_ar) / ar_s)})
+            rows.append(
+                {
+                    **base,
+                    "tau": tau,
+                    "acc": score(seq, t, d, level),
+                    "tpf": float(np.sum(ln) / np.sum(st.row_forwards)),
+                    "wedlm_s": s,
+                    "speedup": ar_s / s,
+                    "speedup_paired": float(np.median(ar_ts / ts)),
+                    "tokens_per_s": float(np.sum(ln) / s),
+                    "tokens_per_s_ar": float(np.sum(l_ar) / ar_s),
+                }
+            )
     return rows
 
 
-def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
-         data_dir: str | None = None) -> dict:
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
     del data_dir  # the model is a committed fixture
     params, cfg, meta = C.load_fixture()
     taus = [0.4, 0.8, 1.2] if quick else [0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.2, 1.6]
@@ -113,8 +139,17 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     # tau >= 0.8 the fixture already reaches W=4's bound of N/W forwards per prompt
     # (the first window rides on the prefill forward).
     window = 4
-    rows = sweep(params, cfg, taus=taus, levels=(0, 1, 2), n_prompts=20, new=28,
-                 window=window, repeats=5 if quick else 15, seed=seed)
+    rows = sweep(
+        params,
+        cfg,
+        taus=taus,
+        levels=(0, 1, 2),
+        n_prompts=20,
+        new=28,
+        window=window,
+        repeats=5 if quick else 15,
+        seed=seed,
+    )
     clean = [r for r in rows if r["level"] == 0]
     acc_ar = clean[0]["acc_ar"]
     good = [r for r in clean if r["acc"] >= acc_ar - 0.01]
@@ -125,8 +160,12 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-    ax[0].plot([r["speedup"] for r in clean], [r["acc"] for r in clean], "o-",
-               label=f"WeDLM W={window} over tau")
+    ax[0].plot(
+        [r["speedup"] for r in clean],
+        [r["acc"] for r in clean],
+        "o-",
+        label=f"WeDLM W={window} over tau",
+    )
     for r in clean:
         ax[0].annotate(f"{r['tau']:g}", (r["speedup"], r["acc"]), fontsize=7)
     ax[0].plot([1.0], [acc_ar], "s", color="k", label="AR + KV cache")
@@ -135,8 +174,9 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     ax[0].legend(fontsize=8)
     for level in (0, 1, 2):
         rs = [r for r in rows if r["level"] == level]
-        ax[1].plot([r["tau"] for r in rs], [r["tpf"] for r in rs], "o-",
-                   label=f"rho={C.LEVELS[level]:g}")
+        ax[1].plot(
+            [r["tau"] for r in rs], [r["tpf"] for r in rs], "o-", label=f"rho={C.LEVELS[level]:g}"
+        )
     ax[1].axhline(rows[0]["tpf_ar"], color="k", ls=":", label="AR")
     ax[1].set_xscale("log")
     ax[1].set_xlabel("entropy threshold tau (nats)")
@@ -146,21 +186,28 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out",
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "wedlm_counting.png"), dpi=100)
     plt.close(fig)
-    return {"method": "WeDLM streaming decoding",
-            "metric": "tokens/forward at <=1pt acc loss vs AR",
-            "value": most["tpf"] if most else 0.0,
-            "baseline": (f"AR {clean[0]['tpf_ar']:.2f} tok/fwd; wall-clock "
-                         f"{best['speedup'] if best else 0.0:.2f}x ar_kv_cache"),
-            "ok": bool(most is not None and most["tpf"] >= 2.0),
-            "speedup": best["speedup"] if best else 0.0,
-            "speedup_paired": best["speedup_paired"] if best else 0.0,
-            "tokens_per_s": best["tokens_per_s"] if best else 0.0,
-            "tokens_per_s_ar": best["tokens_per_s_ar"] if best else 0.0,
-            "window": window,
-            "speed_target_met": bool(best is not None and best["speedup"] >= 2.0),
-            "tau": best["tau"] if best else None, "acc": best["acc"] if best else None,
-            "acc_ar": acc_ar, "tpf": best["tpf"] if best else None, "rows": rows,
-            "fixture_steps": meta.get("steps")}
+    return {
+        "method": "WeDLM streaming decoding",
+        "metric": "tokens/forward at <=1pt acc loss vs AR",
+        "value": most["tpf"] if most else 0.0,
+        "baseline": (
+            f"AR {clean[0]['tpf_ar']:.2f} tok/fwd; wall-clock "
+            f"{best['speedup'] if best else 0.0:.2f}x ar_kv_cache"
+        ),
+        "ok": bool(most is not None and most["tpf"] >= 2.0),
+        "speedup": best["speedup"] if best else 0.0,
+        "speedup_paired": best["speedup_paired"] if best else 0.0,
+        "tokens_per_s": best["tokens_per_s"] if best else 0.0,
+        "tokens_per_s_ar": best["tokens_per_s_ar"] if best else 0.0,
+        "window": window,
+        "speed_target_met": bool(best is not None and best["speedup"] >= 2.0),
+        "tau": best["tau"] if best else None,
+        "acc": best["acc"] if best else None,
+        "acc_ar": acc_ar,
+        "tpf": best["tpf"] if best else None,
+        "rows": rows,
+        "fixture_steps": meta.get("steps"),
+    }
 
 
 if __name__ == "__main__":

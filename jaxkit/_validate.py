@@ -64,9 +64,7 @@ def in_interval(
     if v.size == 0 or not (np.all(lo_ok) and np.all(hi_ok)):
         lb = "[" if closed in ("both", "left") else "("
         rb = "]" if closed in ("both", "right") else ")"
-        raise ValueError(
-            f"`{name}` must lie in {lb}{low}, {high}{rb}, got {name}={_show(value)}."
-        )
+        raise ValueError(f"`{name}` must lie in {lb}{low}, {high}{rb}, got {name}={_show(value)}.")
 
 
 def finite_scalar(**kwargs: Any) -> None:
@@ -93,17 +91,14 @@ def ndim(x: Any, expected: int | Sequence[int], *, name: str) -> None:
     allowed = (expected,) if isinstance(expected, int) else tuple(expected)
     if jnp.ndim(x) not in allowed:
         want = allowed[0] if len(allowed) == 1 else f"one of {allowed}"
-        raise TypeError(
-            f"`{name}` must have rank {want}, got shape {jnp.shape(x)}."
-        )
+        raise TypeError(f"`{name}` must have rank {want}, got shape {jnp.shape(x)}.")
 
 
 def min_ndim(x: Any, expected: int, *, name: str) -> None:
     """Check ``x`` has at least ``expected`` dimensions."""
     if jnp.ndim(x) < expected:
         raise TypeError(
-            f"`{name}` must have at least {expected} dimension(s), got shape "
-            f"{jnp.shape(x)}."
+            f"`{name}` must have at least {expected} dimension(s), got shape {jnp.shape(x)}."
         )
 
 
@@ -164,8 +159,7 @@ def is_key(key: Any, *, name: str = "key") -> None:
     ):
         return
     raise TypeError(
-        f"`{name}` must be a PRNG key from `jax.random.key(seed)`, got "
-        f"{type(key).__name__}."
+        f"`{name}` must be a PRNG key from `jax.random.key(seed)`, got {type(key).__name__}."
     )
 
 
@@ -188,9 +182,7 @@ def all_finite(x: Any, *, name: str) -> Any:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
-    return error_if(
-        x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite (no NaN or inf)."
-    )
+    return error_if(x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite (no NaN or inf).")
 
 
 def _show(value: Any) -> str:

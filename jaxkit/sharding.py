@@ -39,8 +39,7 @@ def make_mesh(
     n = len(devices)
     if not isinstance(model, int) or model < 1 or n % model:
         raise ValueError(
-            f"`model` must be a positive divisor of the device count {n}, got "
-            f"model={model!r}."
+            f"`model` must be a positive divisor of the device count {n}, got model={model!r}."
         )
     axis_type = jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto
     return jax.make_mesh(

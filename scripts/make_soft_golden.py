@@ -29,19 +29,34 @@ def configs() -> list[dict]:
         for f in ["sigmoidal", "heaviside", "sign", "abs", "round"]:
             c.append(dict(name=f"{f}/{m}", fn=f, args=["e"], kw=dict(softness=0.3, mode=m)))
         for g in [False, True]:
-            c.append(dict(name=f"relu/{m}/gated={g}", fn="relu", args=["e"],
-                          kw=dict(softness=0.3, mode=m, gated=g)))
-        c.append(dict(name=f"clip/{m}", fn="clip", args=["e", -0.5, 0.7],
-                      kw=dict(softness=0.3, mode=m)))
-        for f in ["greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
-                  "isclose"]:
+            c.append(
+                dict(
+                    name=f"relu/{m}/gated={g}",
+                    fn="relu",
+                    args=["e"],
+                    kw=dict(softness=0.3, mode=m, gated=g),
+                )
+            )
+        c.append(
+            dict(name=f"clip/{m}", fn="clip", args=["e", -0.5, 0.7], kw=dict(softness=0.3, mode=m))
+        )
+        for f in [
+            "greater",
+            "greater_equal",
+            "less",
+            "less_equal",
+            "equal",
+            "not_equal",
+            "isclose",
+        ]:
             c.append(dict(name=f"{f}/{m}", fn=f, args=["e", "e2"], kw=dict(softness=0.3, mode=m)))
     for g in [False, True]:
         for f in ["all", "any"]:
             c.append(dict(name=f"{f}/geo={g}", fn=f, args=["b"], kw=dict(use_geometric_mean=g)))
         for f in ["logical_and", "logical_or", "logical_xor"]:
-            c.append(dict(name=f"{f}/geo={g}", fn=f, args=["b", "b2"],
-                          kw=dict(use_geometric_mean=g)))
+            c.append(
+                dict(name=f"{f}/geo={g}", fn=f, args=["b", "b2"], kw=dict(use_geometric_mean=g))
+            )
     c.append(dict(name="logical_not", fn="logical_not", args=["b"], kw={}))
     for f in ["sqrt", "log", "arcsin", "arccos"]:
         c.append(dict(name=f, fn=f, args=["e"], kw={}))
@@ -51,10 +66,22 @@ def configs() -> list[dict]:
     c.append(dict(name="take_along_axis", fn="take_along_axis", args=["x", "p3"], kw=dict(axis=-1)))
     c.append(dict(name="take", fn="take", args=["x", "p2"], kw=dict(axis=-1)))
     c.append(dict(name="choose", fn="choose", args=["pc", "x"], kw={}))
-    c.append(dict(name="dynamic_index_in_dim", fn="dynamic_index_in_dim", args=["x", "p1"],
-                  kw=dict(axis=1)))
-    c.append(dict(name="dynamic_slice_in_dim", fn="dynamic_slice_in_dim", args=["x", "p1"],
-                  kw=dict(slice_size=4, axis=1)))
+    c.append(
+        dict(
+            name="dynamic_index_in_dim",
+            fn="dynamic_index_in_dim",
+            args=["x", "p1"],
+            kw=dict(axis=1),
+        )
+    )
+    c.append(
+        dict(
+            name="dynamic_slice_in_dim",
+            fn="dynamic_slice_in_dim",
+            args=["x", "p1"],
+            kw=dict(slice_size=4, axis=1),
+        )
+    )
     idx = ["softsort", "neuralsort", "sorting_network"]
     val = idx + ["fast_soft_sort"]
     for m in modes:
@@ -75,12 +102,23 @@ def configs() -> list[dict]:
             kw = dict(axis=-1, softness=0.2, mode=m, method=meth)
             c.append(dict(name=f"argsort/{meth}/{m}", fn="argsort", args=["x"], kw=kw))
             c.append(dict(name=f"argmax/{meth}/{m}", fn="argmax", args=["x"], kw=kw))
-            c.append(dict(name=f"argquantile/{meth}/{m}", fn="argquantile", args=["x", "q"],
-                          kw=kw))
-    for f, a in [("sort", ["x"]), ("rank", ["x"]), ("argsort", ["x"]), ("argmax", ["x"]),
-                 ("top_k", ["x", 3]), ("quantile", ["x", "q"])]:
-        c.append(dict(name=f"{f}/ot/smooth", fn=f, args=a,
-                      kw=dict(axis=-1, softness=0.2, mode="smooth", method="ot")))
+            c.append(dict(name=f"argquantile/{meth}/{m}", fn="argquantile", args=["x", "q"], kw=kw))
+    for f, a in [
+        ("sort", ["x"]),
+        ("rank", ["x"]),
+        ("argsort", ["x"]),
+        ("argmax", ["x"]),
+        ("top_k", ["x", 3]),
+        ("quantile", ["x", "q"]),
+    ]:
+        c.append(
+            dict(
+                name=f"{f}/ot/smooth",
+                fn=f,
+                args=a,
+                kw=dict(axis=-1, softness=0.2, mode="smooth", method="ot"),
+            )
+        )
     return c
 
 
@@ -95,7 +133,10 @@ def inputs() -> dict:
         e2=np.float32(0.3) * np.cos(np.arange(41, dtype=np.float32)),
         b=rng.uniform(size=(5, 6)).astype(np.float32),
         b2=rng.uniform(size=(5, 6)).astype(np.float32),
-        p3=p3, p2=p3[0], p1=p3[0, 0], pc=rng.dirichlet(np.ones(b), size=(n,)).astype(np.float32),
+        p3=p3,
+        p2=p3[0],
+        p1=p3[0, 0],
+        pc=rng.dirichlet(np.ones(b), size=(n,)).astype(np.float32),
         q=np.array([0.3, 0.5], np.float32),
     )
 

@@ -35,12 +35,24 @@ def configs() -> list[dict]:
                 for m in modes:
                     kw = dict(axis=-1, softness=s, mode=m, method=meth)
                     tag = f"{meth}/{m}/{s}/{xn}"
-                    c.append(dict(name=f"sort/{tag}", fn="sort", args=[xn],
-                                  kw={**kw, "descending": False}))
-                    c.append(dict(name=f"rank/{tag}", fn="rank", args=[xn],
-                                  kw={**kw, "descending": False}))
-                    c.append(dict(name=f"rank_desc/{tag}", fn="rank", args=[xn],
-                                  kw={**kw, "descending": True}))
+                    c.append(
+                        dict(
+                            name=f"sort/{tag}", fn="sort", args=[xn], kw={**kw, "descending": False}
+                        )
+                    )
+                    c.append(
+                        dict(
+                            name=f"rank/{tag}", fn="rank", args=[xn], kw={**kw, "descending": False}
+                        )
+                    )
+                    c.append(
+                        dict(
+                            name=f"rank_desc/{tag}",
+                            fn="rank",
+                            args=[xn],
+                            kw={**kw, "descending": True},
+                        )
+                    )
                     c.append(dict(name=f"quantile/{tag}", fn="quantile", args=[xn, "q"], kw=kw))
                     c.append(dict(name=f"max/{tag}", fn="max", args=[xn], kw=kw))
                     if meth == "fast_soft_sort":
@@ -114,8 +126,7 @@ def main() -> None:
             out_path = os.path.join(d, f"o{bits}.npz")
             subprocess.run([py, child, cfg_path, in_path, out_path, bits], check=True, env=env)
             for k, v in np.load(out_path).items():
-                res[k.replace("out:", f"out{bits}:") if k.startswith("out:") else
-                    f"{k}{bits}"] = v
+                res[k.replace("out:", f"out{bits}:") if k.startswith("out:") else f"{k}{bits}"] = v
     res.update({"in:" + k: v for k, v in inp.items()})
     res["configs"] = np.array(json.dumps(cfgs))
     np.savez_compressed(OUT, **res)

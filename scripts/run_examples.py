@@ -62,13 +62,19 @@ def main() -> int:
         bar.set_postfix_str(path.stem)
         t0 = time.perf_counter()
         try:
-            res = dict(_load(path).main(quick=args.quick, seed=0, out_dir=str(out),
-                                        data_dir=args.data_dir))
+            res = dict(
+                _load(path).main(quick=args.quick, seed=0, out_dir=str(out), data_dir=args.data_dir)
+            )
             res.setdefault("method", path.stem)
         except Exception as e:  # noqa: BLE001  (the tour reports and goes on)
             traceback.print_exc()
-            res = {"method": path.stem, "metric": "error", "value": repr(e)[:80],
-                   "baseline": None, "ok": False}
+            res = {
+                "method": path.stem,
+                "metric": "error",
+                "value": repr(e)[:80],
+                "baseline": None,
+                "ok": False,
+            }
         res["example"] = path.stem
         res["seconds"] = round(time.perf_counter() - t0, 2)
         results.append(res)
@@ -76,18 +82,22 @@ def main() -> int:
 
     cols = ["method", "metric", "value", "baseline", "ok", "seconds"]
     rows = [[_fmt(r.get(c)) for c in cols] for r in results]
-    widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c)
-              for i, c in enumerate(cols)]
+    widths = [
+        max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(cols)
+    ]
     print()
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     failed = [r["example"] for r in results if r.get("ok") is not True]
-    print(f"\n{len(results)} examples in {total:.1f} s; {len(failed)} not ok"
-          + (f": {', '.join(failed)}" if failed else ""))
-    (out / "results.json").write_text(json.dumps(
-        {"total_seconds": round(total, 2), "results": results}, indent=2, default=str))
+    print(
+        f"\n{len(results)} examples in {total:.1f} s; {len(failed)} not ok"
+        + (f": {', '.join(failed)}" if failed else "")
+    )
+    (out / "results.json").write_text(
+        json.dumps({"total_seconds": round(total, 2), "results": results}, indent=2, default=str)
+    )
     return 1 if failed else 0
 
 

@@ -26,12 +26,26 @@ import optax  # noqa: E402
 from jaxkit import io, nn  # noqa: E402
 
 
-def default_config(task: str, *, d_model: int = 32, n_layers: int = 2, n_heads: int = 4,
-                   n_kv_heads: int = 2, mlp_dim: int = 64) -> nn.TransformerConfig:
+def default_config(
+    task: str,
+    *,
+    d_model: int = 32,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    mlp_dim: int = 64,
+) -> nn.TransformerConfig:
     return nn.TransformerConfig(
-        vocab_size=nn.tiny_task_vocab(task), d_model=d_model, n_layers=n_layers,
-        n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=d_model // n_heads,
-        mlp_dim=mlp_dim, qkv_bias=True, family="qwen2")
+        vocab_size=nn.tiny_task_vocab(task),
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=d_model // n_heads,
+        mlp_dim=mlp_dim,
+        qkv_bias=True,
+        family="qwen2",
+    )
 
 
 def loss_fn(params, cfg, tokens, loss_mask):
@@ -42,8 +56,17 @@ def loss_fn(params, cfg, tokens, loss_mask):
     return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def train(task: str, cfg: nn.TransformerConfig, *, steps: int = 600, batch: int = 64,
-          length: int = 24, lr: float = 3e-3, seed: int = 0, log_every: int = 250):
+def train(
+    task: str,
+    cfg: nn.TransformerConfig,
+    *,
+    steps: int = 600,
+    batch: int = 64,
+    length: int = 24,
+    lr: float = 3e-3,
+    seed: int = 0,
+    log_every: int = 250,
+):
     """Next-token training on fresh task batches; returns (params, losses)."""
     key = jax.random.key(seed)
     k_init, k_data = jax.random.split(key)
@@ -54,8 +77,7 @@ def train(task: str, cfg: nn.TransformerConfig, *, steps: int = 600, batch: int 
 
     @jax.jit
     def step(params, state, i):
-        data = nn.tiny_task(task, key=jax.random.fold_in(k_data, i), batch=batch,
-                            length=length)
+        data = nn.tiny_task(task, key=jax.random.fold_in(k_data, i), batch=batch, length=length)
         loss, g = jax.value_and_grad(loss_fn)(params, cfg, data.tokens, data.loss_mask)
         upd, state = opt.update(g, state, params)
         return optax.apply_updates(params, upd), state, loss
@@ -66,8 +88,10 @@ def train(task: str, cfg: nn.TransformerConfig, *, steps: int = 600, batch: int 
         params, state, loss = step(params, state, jnp.int32(i))
         if i % log_every == 0 or i == steps - 1:
             losses.append(float(loss))
-            print(f"step {i:5d}  loss {float(loss):.4f}  ({time.perf_counter() - t0:.1f}s)",
-                  flush=True)
+            print(
+                f"step {i:5d}  loss {float(loss):.4f}  ({time.perf_counter() - t0:.1f}s)",
+                flush=True,
+            )
     return params, losses
 
 
@@ -94,16 +118,32 @@ def main() -> None:
     args = p.parse_args()
     cfg = default_config(args.task, d_model=args.d_model, n_layers=args.n_layers)
     t0 = time.perf_counter()
-    params, losses = train(args.task, cfg, steps=args.steps, batch=args.batch,
-                           length=args.length, lr=args.lr, seed=args.seed)
+    params, losses = train(
+        args.task,
+        cfg,
+        steps=args.steps,
+        batch=args.batch,
+        length=args.length,
+        lr=args.lr,
+        seed=args.seed,
+    )
     secs = time.perf_counter() - t0
     acc = evaluate(params, cfg, args.task, length=args.length)
     n_params = sum(x.size for x in jax.tree.leaves(params))
     out = io.save_safetensors(params, cfg, args.out)
-    info = {"task": args.task, "length": args.length, "steps": args.steps,
-            "batch": args.batch, "lr": args.lr, "seed": args.seed, "n_params": int(n_params),
-            "final_loss": losses[-1], "next_token_accuracy": acc,
-            "train_seconds": round(secs, 1), "script": "scripts/train_tiny_lm.py"}
+    info = {
+        "task": args.task,
+        "length": args.length,
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "seed": args.seed,
+        "n_params": int(n_params),
+        "final_loss": losses[-1],
+        "next_token_accuracy": acc,
+        "train_seconds": round(secs, 1),
+        "script": "scripts/train_tiny_lm.py",
+    }
     (out / "task.json").write_text(json.dumps(info, indent=2) + "\n")
     size = sum(f.stat().st_size for f in out.iterdir())
     print(json.dumps({**info, "bytes": size, "out": os.path.relpath(out, ROOT)}))

@@ -38,24 +38,34 @@ def main() -> None:
     p.add_argument("--out", default=str(C.FIXTURE))
     args = p.parse_args()
 
-    cfg = nn.TransformerConfig(vocab_size=C.VOCAB, d_model=64, n_layers=2, n_heads=4,
-                               n_kv_heads=4, head_dim=16, mlp_dim=128)
+    cfg = nn.TransformerConfig(
+        vocab_size=C.VOCAB,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=4,
+        head_dim=16,
+        mlp_dim=128,
+    )
     params = nn.init_params(cfg, key=jax.random.key(args.seed))
-    sched = optax.warmup_cosine_decay_schedule(0.0, args.lr, max(args.steps // 20, 1),
-                                               args.steps, args.lr * 0.05)
+    sched = optax.warmup_cosine_decay_schedule(
+        0.0, args.lr, max(args.steps // 20, 1), args.steps, args.lr * 0.05
+    )
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
     state = opt.init(params)
     apply_fn = C.fixture_apply_fn(cfg)
     loss_mask = np.zeros((args.batch, C.PROMPT_LEN + NEW), bool)
-    loss_mask[:, C.PROMPT_LEN:] = True
+    loss_mask[:, C.PROMPT_LEN :] = True
     loss_mask = jnp.asarray(loss_mask)
 
     @jax.jit
     def step(params, state, tokens, key):
-        batch = dual_stream_batch(tokens, loss_mask, key=key, block_size=args.block,
-                                  mask_token_id=C.MASK_ID)
-        (loss, m), g = jax.value_and_grad(
-            lambda p_: wedlm_loss(apply_fn, p_, batch), has_aux=True)(params)
+        batch = dual_stream_batch(
+            tokens, loss_mask, key=key, block_size=args.block, mask_token_id=C.MASK_ID
+        )
+        (loss, m), g = jax.value_and_grad(lambda p_: wedlm_loss(apply_fn, p_, batch), has_aux=True)(
+            params
+        )
         upd, state = opt.update(g, state, params)
         return optax.apply_updates(params, upd), state, loss, m
 
@@ -66,14 +76,24 @@ def main() -> None:
         seq, _, _ = C.counting_batch(rng, args.batch, NEW)
         params, state, loss, m = step(params, state, jnp.asarray(seq), jax.random.fold_in(key, i))
         if i % 100 == 0 or i == args.steps - 1:
-            print(f"step {i:5d} loss {float(loss):.4f} mlm {float(m['mlm']):.4f} "
-                  f"ar {float(m['ar']):.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
+            print(
+                f"step {i:5d} loss {float(loss):.4f} mlm {float(m['mlm']):.4f} "
+                f"ar {float(m['ar']):.4f} ({time.perf_counter() - t0:.0f}s)",
+                flush=True,
+            )
     wall = time.perf_counter() - t0
-    meta = {"task": "counting mod 32, d in {1,2,3}, rho in {0, 0.05, 0.2}",
-            "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
-            "block_size": args.block, "seq_len": C.PROMPT_LEN + NEW,
-            "final_loss": float(loss), "train_seconds": round(wall, 1),
-            "mask_token_id": C.MASK_ID}
+    meta = {
+        "task": "counting mod 32, d in {1,2,3}, rho in {0, 0.05, 0.2}",
+        "steps": args.steps,
+        "batch": args.batch,
+        "lr": args.lr,
+        "seed": args.seed,
+        "block_size": args.block,
+        "seq_len": C.PROMPT_LEN + NEW,
+        "final_loss": float(loss),
+        "train_seconds": round(wall, 1),
+        "mask_token_id": C.MASK_ID,
+    }
     C.save_fixture(args.out, params, cfg, meta)
     print(f"wrote {args.out} ({os.path.getsize(args.out) / 1024:.0f} KiB) in {wall:.0f}s")
 

@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.test_util import check_grads
 
-TOL = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2,
-       jnp.dtype(jnp.float64): 1e-10}
+TOL = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2, jnp.dtype(jnp.float64): 1e-10}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +109,8 @@ def _close(a: Any, b: Any, rtol: float, what: str) -> None:
         assert x.shape == y.shape, f"{what}: shapes {x.shape} vs {y.shape}"
         if np.issubdtype(x.dtype, np.inexact) or x.dtype.name == "bfloat16":
             np.testing.assert_allclose(
-                x.astype(np.float64), y.astype(np.float64), rtol=rtol, atol=rtol,
-                err_msg=what)
+                x.astype(np.float64), y.astype(np.float64), rtol=rtol, atol=rtol, err_msg=what
+            )
         else:
             np.testing.assert_array_equal(x, y, err_msg=what)
 
@@ -152,7 +151,8 @@ def check_dtypes(case: Case, key: jax.Array) -> None:
         for leaf in jax.tree.leaves(out):
             if jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
                 assert jnp.result_type(leaf) == jnp.dtype(dt), (
-                    f"{case.name}: input {jnp.dtype(dt)} gave output {jnp.result_type(leaf)}")
+                    f"{case.name}: input {jnp.dtype(dt)} gave output {jnp.result_type(leaf)}"
+                )
 
 
 def check_traced_once(case: Case, key: jax.Array) -> None:
@@ -184,8 +184,11 @@ def check_grads_x64(case: Case, key: jax.Array) -> None:
                 full[i] = v
             return case.call(full, hp)
 
-        kw = {k: v for k, v in (("eps", case.grad_eps), ("atol", case.grad_atol),
-                                ("rtol", case.grad_rtol)) if v is not None}
+        kw = {
+            k: v
+            for k, v in (("eps", case.grad_eps), ("atol", case.grad_atol), ("rtol", case.grad_rtol))
+            if v is not None
+        }
         check_grads(f, diff, order=case.grad_order, modes=case.grad_modes, **kw)
 
 
@@ -197,7 +200,9 @@ def check_sharding(case: Case, key: jax.Array, mesh: jax.sharding.Mesh) -> None:
     for i in case.shard_argnums:
         a = jnp.asarray(args[i])
         assert a.shape[0] % n == 0, f"{case.name}: arg {i} leading axis must divide {n}"
-        args[i] = jax.device_put(a, jax.NamedSharding(mesh, jax.P("data", *([None] * (a.ndim - 1)))))
+        args[i] = jax.device_put(
+            a, jax.NamedSharding(mesh, jax.P("data", *([None] * (a.ndim - 1))))
+        )
     batch = jnp.shape(args[case.shard_argnums[0]])[0]
     with jax.set_mesh(mesh):
         out = jax.jit(lambda a: case.call(a))(tuple(args))
@@ -206,7 +211,8 @@ def check_sharding(case: Case, key: jax.Array, mesh: jax.sharding.Mesh) -> None:
             spec = leaf.sharding.spec
             assert len(spec) >= 1 and spec[0] in ("data", ("data",)), (
                 f"{case.name}: output of shape {leaf.shape} has sharding spec {spec}, "
-                "expected its leading axis on 'data'")
+                "expected its leading axis on 'data'"
+            )
 
 
 def check_bad_inputs(case: Case, key: jax.Array) -> None:
@@ -219,11 +225,13 @@ def check_bad_inputs(case: Case, key: jax.Array) -> None:
             if bad.match is not None:
                 assert bad.match in str(e), (
                     f"{case.name}: bad input '{bad.what}' raised {type(e).__name__} "
-                    f"without naming `{bad.match}`: {e}")
+                    f"without naming `{bad.match}`: {e}"
+                )
         except Exception as e:  # noqa: BLE001
             raise AssertionError(
                 f"{case.name}: bad input '{bad.what}' raised {type(e).__name__}, expected "
-                f"{bad.error.__name__}: {e}") from e
+                f"{bad.error.__name__}: {e}"
+            ) from e
         else:
             raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
 

@@ -8,14 +8,19 @@ CASES = conformance.registry()
 
 
 PAIRS = [
-    pytest.param(case, check, id=f"{case.name}-{check}",
-                 marks=[pytest.mark.slow] if check in case.slow_checks else [])
+    pytest.param(
+        case,
+        check,
+        id=f"{case.name}-{check}",
+        marks=[pytest.mark.slow] if check in case.slow_checks else [],
+    )
     for case in CASES
     for check in sorted(conformance.CHECKS)
 ]
 SHARDING = [
-    pytest.param(case, id=case.name,
-                 marks=[pytest.mark.slow] if "sharding" in case.slow_checks else [])
+    pytest.param(
+        case, id=case.name, marks=[pytest.mark.slow] if "sharding" in case.slow_checks else []
+    )
     for case in CASES
 ]
 

@@ -100,8 +100,12 @@ def test_vmap_check_catches_wrong_batching_rule(key):
     def op_vmap(axis_size, in_batched, x):
         return jax.nn.softplus(x)[::-1], in_batched[0]
 
-    broken = Case("selftest.bad_vmap_rule", lambda x, *, scale: op(scale * x), make,
-                  hparams={"scale": (0.5, 2.0)})
+    broken = Case(
+        "selftest.bad_vmap_rule",
+        lambda x, *, scale: op(scale * x),
+        make,
+        hparams={"scale": (0.5, 2.0)},
+    )
     with pytest.raises(AssertionError):
         conformance.check_vmap(broken, key)
 
@@ -113,8 +117,13 @@ def test_sharding_check_catches_replication(key, mesh8):
 
 
 def test_eval_shape_check_catches_value_dependent_shape(key):
-    broken = Case("selftest.nonzero", lambda x, *, scale: jnp.nonzero(x > scale)[0], make,
-                  hparams={"scale": (0.5, 2.0)}, grad_modes=())
+    broken = Case(
+        "selftest.nonzero",
+        lambda x, *, scale: jnp.nonzero(x > scale)[0],
+        make,
+        hparams={"scale": (0.5, 2.0)},
+        grad_modes=(),
+    )
     with pytest.raises((AssertionError, jax.errors.ConcretizationTypeError)):
         conformance.check_eval_shape(broken, key)
 

@@ -58,9 +58,17 @@ def ar_generate(
     """
     _validate.is_key(key)
     prompt, prompt_len, max_len = check_generate_args(
-        cfg, prompt, prompt_len, max_new_tokens=max_new_tokens, max_len=max_len, window=1,
-        extra_ids=[("pad_token_id", pad_token_id),
-                   *[("stop_token_ids", s) for s in stop_token_ids]])
+        cfg,
+        prompt,
+        prompt_len,
+        max_new_tokens=max_new_tokens,
+        max_len=max_len,
+        window=1,
+        extra_ids=[
+            ("pad_token_id", pad_token_id),
+            *[("stop_token_ids", s) for s in stop_token_ids],
+        ],
+    )
     _validate.finite_scalar(temperature=temperature)
     _validate.non_negative(temperature=temperature)
     n = max_new_tokens
@@ -68,8 +76,9 @@ def ar_generate(
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
     tok = _sample(logits, jax.random.fold_in(key, 0), temperature)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
-    out = write_at(zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32),
-                   zb[:, None], tok[:, None])
+    out = write_at(
+        zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32), zb[:, None], tok[:, None]
+    )
     n_gen = zb + 1
     has_stop, _ = stop_info(out, n_gen, stops)
     done = has_stop | (n_gen >= n)

@@ -20,8 +20,7 @@ class DecodeStats(NamedTuple):
     row_forwards: Array
 
 
-def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, window,
-                        extra_ids=()):
+def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, window, extra_ids=()):
     """Validate the common decoder inputs; return (prompt, prompt_len, max_len)."""
     prompt = jnp.asarray(prompt)
     prompt_len = jnp.asarray(prompt_len)
@@ -40,24 +39,27 @@ def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, win
         raise ValueError(f"`max_len` must be a Python int >= 1, got {max_len!r}.")
     if t > max_len:
         raise ValueError(
-            f"`prompt` is longer than the cache: prompt length {t} > max_len={max_len}.")
+            f"`prompt` is longer than the cache: prompt length {t} > max_len={max_len}."
+        )
     if window > max_len:
-        raise ValueError(
-            f"`window`={window} is larger than the cache (max_len={max_len}).")
+        raise ValueError(f"`window`={window} is larger than the cache (max_len={max_len}).")
     if t + max_new_tokens > max_len:
         raise ValueError(
             f"`max_len`={max_len} is too small for prompt length {t} + "
-            f"max_new_tokens={max_new_tokens}.")
+            f"max_new_tokens={max_new_tokens}."
+        )
     v = cfg.vocab_size
     for name, tid in extra_ids:
         if not isinstance(tid, int) or not 0 <= tid < v:
             raise ValueError(f"`{name}` must be a token id in [0, {v}), got {tid!r}.")
     bad_tok = jnp.any((prompt < 0) | (prompt >= v))
     prompt = _validate.error_if(
-        prompt, bad_tok, f"`prompt` holds token ids outside [0, vocab_size={v}).")
+        prompt, bad_tok, f"`prompt` holds token ids outside [0, vocab_size={v})."
+    )
     bad_len = jnp.any((prompt_len < 1) | (prompt_len > t))
     prompt_len = _validate.error_if(
-        prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width).")
+        prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
+    )
     return prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), max_len
 
 

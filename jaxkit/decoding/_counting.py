@@ -59,8 +59,12 @@ def save_fixture(path, params, cfg: nn.TransformerConfig, meta: dict) -> None:
         else:
             flat[k] = np.asarray(v, np.float32)
     cfg_d = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
-    np.savez_compressed(path, __config__=np.asarray(json.dumps(cfg_d)),
-                        __meta__=np.asarray(json.dumps(meta)), **flat)
+    np.savez_compressed(
+        path,
+        __config__=np.asarray(json.dumps(cfg_d)),
+        __meta__=np.asarray(json.dumps(meta)),
+        **flat,
+    )
 
 
 def load_fixture(path=FIXTURE):
@@ -82,9 +86,8 @@ def load_fixture(path=FIXTURE):
 
 def fixture_apply_fn(cfg: nn.TransformerConfig):
     """The ``apply_fn`` of the WeDLM losses for a ``jaxkit.nn`` model."""
+
     def apply_fn(params, tokens, positions, attn_mask):
         return nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask).logits
+
     return apply_fn
-
-
-

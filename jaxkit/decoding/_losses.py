@@ -155,23 +155,30 @@ def dual_stream_batch(
     weight3 = jnp.where(masked3, 1.0 / (gamma + _GAMMA_MIN), 0.0).astype(jnp.float32)
     order = jnp.where(pad3, 2, masked3.astype(jnp.int32))
     perm3 = jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
-    gperm = (perm3 + (jnp.arange(k, dtype=jnp.int32) * bs)[None, :, None]).reshape(b, k * bs)[:, :length]
+    gperm = (perm3 + (jnp.arange(k, dtype=jnp.int32) * bs)[None, :, None]).reshape(b, k * bs)[
+        :, :length
+    ]
 
     def take(x3):
         return jnp.take_along_axis(x3.reshape(b, k * bs), gperm, axis=1)
 
     labels, mmask, weights = take(tok3), take(masked3), take(weight3)
     pred_tok = jnp.where(mmask, jnp.int32(mask_token_id), labels)
-    ar_labels = jnp.concatenate([tokens[:, 1:].astype(jnp.int32),
-                                 jnp.zeros((b, 1), jnp.int32)], axis=1)
+    ar_labels = jnp.concatenate(
+        [tokens[:, 1:].astype(jnp.int32), jnp.zeros((b, 1), jnp.int32)], axis=1
+    )
     ar_mask = jnp.concatenate([loss_mask[:, 1:], jnp.zeros((b, 1), bool)], axis=1)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
     return DualStreamBatch(
         input_ids=jnp.concatenate([tokens.astype(jnp.int32), pred_tok], axis=1),
         positions=jnp.concatenate([pos, gperm.astype(jnp.int32)], axis=1),
         attn_mask=dual_stream_mask(length, bs),
-        mlm_labels=labels, mlm_mask=mmask, mlm_weights=weights,
-        ar_labels=ar_labels, ar_mask=ar_mask)
+        mlm_labels=labels,
+        mlm_mask=mmask,
+        mlm_weights=weights,
+        ar_labels=ar_labels,
+        ar_mask=ar_mask,
+    )
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -233,19 +240,23 @@ def wedlm_loss(
     logits = apply_fn(params, batch.input_ids, batch.positions, mask)
     _validate.shape(logits, (b, two_l, None), name="apply_fn(...) logits")
     mem, pred = logits[:, :length], logits[:, length:]
-    l_mlm = _mlm_term(_nll(pred, batch.mlm_labels), batch.mlm_mask, batch.mlm_weights,
-                      weighting)
+    l_mlm = _mlm_term(_nll(pred, batch.mlm_labels), batch.mlm_mask, batch.mlm_weights, weighting)
     acc = _acc(logits.dtype)
     am = batch.ar_mask.astype(acc)
-    l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(jnp.sum(am),
-                                                                  jnp.asarray(1.0, acc))
+    l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(
+        jnp.sum(am), jnp.asarray(1.0, acc)
+    )
     wa = jnp.asarray(ar_weight, acc)
     loss = (l_mlm + wa * l_ar) / (1.0 + wa)
     w = jnp.where(batch.mlm_mask, batch.mlm_weights, 0.0).astype(acc)
     ess = jnp.sum(w) ** 2 / jnp.maximum(jnp.sum(w * w), jnp.asarray(1e-12, acc))
     dt = logits.dtype
-    metrics = {"mlm": l_mlm.astype(dt), "ar": l_ar.astype(dt),
-               "n_masked": jnp.sum(batch.mlm_mask), "ess": ess.astype(dt)}
+    metrics = {
+        "mlm": l_mlm.astype(dt),
+        "ar": l_ar.astype(dt),
+        "n_masked": jnp.sum(batch.mlm_mask),
+        "ess": ess.astype(dt),
+    }
     return loss.astype(logits.dtype), metrics
 
 
@@ -285,8 +296,11 @@ def reorder_mlm_loss(
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 7.
     """
     _validate.one_of(("weighted", "uniform"), weighting=weighting)
-    tokens, is_masked, loss_mask = (jnp.asarray(tokens), jnp.asarray(is_masked),
-                                    jnp.asarray(loss_mask))
+    tokens, is_masked, loss_mask = (
+        jnp.asarray(tokens),
+        jnp.asarray(is_masked),
+        jnp.asarray(loss_mask),
+    )
     _validate.ndim(tokens, 2, name="tokens")
     _validate.same_shape(tokens=tokens, is_masked=is_masked, loss_mask=loss_mask)
     b, length = tokens.shape
@@ -297,8 +311,9 @@ def reorder_mlm_loss(
     logits = apply_fn(params, tok_p, perm, causal)
     labels = jnp.take_along_axis(tokens.astype(jnp.int32), perm, axis=1)
     mmask = jnp.take_along_axis(is_masked, perm, axis=1)
-    gamma = (jnp.sum(is_masked, axis=1).astype(jnp.float32)
-             / jnp.maximum(jnp.sum(loss_mask, axis=1), 1).astype(jnp.float32))
+    gamma = jnp.sum(is_masked, axis=1).astype(jnp.float32) / jnp.maximum(
+        jnp.sum(loss_mask, axis=1), 1
+    ).astype(jnp.float32)
     weights = jnp.broadcast_to((1.0 / jnp.maximum(gamma, _GAMMA_MIN))[:, None], (b, length))
     weights = weights.astype(_acc(logits.dtype))
     return _mlm_term(_nll(logits, labels), mmask, weights, weighting).astype(logits.dtype)

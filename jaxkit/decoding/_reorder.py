@@ -11,7 +11,6 @@ from jaxtyping import Array, ArrayLike, Bool, Int
 from jaxkit import _validate
 
 
-
 def topological_reorder(
     tokens: Int[ArrayLike, "*b L"],
     positions: Int[ArrayLike, "*b L"],
@@ -39,8 +38,11 @@ def topological_reorder(
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 5-7.
     """
-    tokens, positions, is_masked = (jnp.asarray(tokens), jnp.asarray(positions),
-                                    jnp.asarray(is_masked))
+    tokens, positions, is_masked = (
+        jnp.asarray(tokens),
+        jnp.asarray(positions),
+        jnp.asarray(is_masked),
+    )
     _validate.integer(tokens, name="tokens")
     _validate.integer(positions, name="positions")
     _validate.min_ndim(tokens, 1, name="tokens")
@@ -49,8 +51,11 @@ def topological_reorder(
         raise TypeError(f"`is_masked` must be a boolean array, got dtype {is_masked.dtype}.")
     perm = jnp.argsort(is_masked.astype(jnp.int32), axis=-1, stable=True)
     shown = jnp.where(is_masked, jnp.asarray(mask_token_id, tokens.dtype), tokens)
-    return (jnp.take_along_axis(shown, perm, axis=-1),
-            jnp.take_along_axis(positions, perm, axis=-1), perm.astype(jnp.int32))
+    return (
+        jnp.take_along_axis(shown, perm, axis=-1),
+        jnp.take_along_axis(positions, perm, axis=-1),
+        perm.astype(jnp.int32),
+    )
 
 
 def commit_count(filled: Bool[ArrayLike, "*b W"]) -> Array:

@@ -118,38 +118,81 @@ def wedlm_generate(
     """
     _validate.is_key(key)
     prompt, prompt_len, max_len = check_generate_args(
-        cfg, prompt, prompt_len, max_new_tokens=max_new_tokens, max_len=max_len,
-        window=window, extra_ids=[("mask_token_id", mask_token_id),
-                                  ("pad_token_id", pad_token_id),
-                                  *[("stop_token_ids", s) for s in stop_token_ids]])
+        cfg,
+        prompt,
+        prompt_len,
+        max_new_tokens=max_new_tokens,
+        max_len=max_len,
+        window=window,
+        extra_ids=[
+            ("mask_token_id", mask_token_id),
+            ("pad_token_id", pad_token_id),
+            *[("stop_token_ids", s) for s in stop_token_ids],
+        ],
+    )
     _validate.finite_scalar(pos_penalty=pos_penalty)
     _validate.finite_scalar(temperature=temperature)
     _validate.non_negative(temperature=temperature)
     w, n = window, max_new_tokens
     cap = n + w + 1  # each forward fills >= 1 open slot; see the spec's progress bound
-    state = _init_state(params, cfg, prompt, prompt_len, jax.random.fold_in(key, cap),
-                        mask_token_id=mask_token_id, max_new_tokens=n, window=w,
-                        max_len=max_len, pad_token_id=pad_token_id,
-                        entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
-                        temperature=temperature, stop_token_ids=tuple(stop_token_ids))
+    state = _init_state(
+        params,
+        cfg,
+        prompt,
+        prompt_len,
+        jax.random.fold_in(key, cap),
+        mask_token_id=mask_token_id,
+        max_new_tokens=n,
+        window=w,
+        max_len=max_len,
+        pad_token_id=pad_token_id,
+        entropy_threshold=entropy_threshold,
+        pos_penalty=pos_penalty,
+        temperature=temperature,
+        stop_token_ids=tuple(stop_token_ids),
+    )
 
     def cond(s: WeDLMState):
         return jnp.any(~s.done) & (s.n_forward < cap)
 
     def body(s: WeDLMState) -> WeDLMState:
-        return _step(params, cfg, s, prompt_len, jax.random.fold_in(key, s.n_forward),
-                     mask_token_id=mask_token_id, max_new_tokens=n, window=w,
-                     entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
-                     temperature=temperature, stop_token_ids=tuple(stop_token_ids))
+        return _step(
+            params,
+            cfg,
+            s,
+            prompt_len,
+            jax.random.fold_in(key, s.n_forward),
+            mask_token_id=mask_token_id,
+            max_new_tokens=n,
+            window=w,
+            entropy_threshold=entropy_threshold,
+            pos_penalty=pos_penalty,
+            temperature=temperature,
+            stop_token_ids=tuple(stop_token_ids),
+        )
 
     state = jax.lax.while_loop(cond, body, state)
     tokens, lengths = finalize(state.out, state.n_gen, tuple(stop_token_ids), pad_token_id)
     return tokens, lengths, DecodeStats(state.n_forward, state.row_forwards)
 
 
-def _init_state(params, cfg, prompt, prompt_len, key, *, mask_token_id, max_new_tokens,
-                window, max_len, pad_token_id, entropy_threshold, pos_penalty, temperature,
-                stop_token_ids) -> WeDLMState:
+def _init_state(
+    params,
+    cfg,
+    prompt,
+    prompt_len,
+    key,
+    *,
+    mask_token_id,
+    max_new_tokens,
+    window,
+    max_len,
+    pad_token_id,
+    entropy_threshold,
+    pos_penalty,
+    temperature,
+    stop_token_ids,
+) -> WeDLMState:
     """Prefill the prompts and predict the first window in the same forward.
 
     The forward is ``[prompt (P slots, right-padded) | W masks]``: prompt slots
@@ -165,10 +208,12 @@ def _init_state(params, cfg, prompt, prompt_len, key, *, mask_token_id, max_new_
     b, p = prompt.shape
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     slot = jnp.arange(w, dtype=jnp.int32)[None, :]
-    tokens = jnp.concatenate([prompt, zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32)],
-                             axis=1)
-    pos = jnp.concatenate([zb[:, None] + jnp.arange(p, dtype=jnp.int32)[None, :],
-                           prompt_len[:, None] + slot], axis=1)
+    tokens = jnp.concatenate(
+        [prompt, zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32)], axis=1
+    )
+    pos = jnp.concatenate(
+        [zb[:, None] + jnp.arange(p, dtype=jnp.int32)[None, :], prompt_len[:, None] + slot], axis=1
+    )
     i = jnp.arange(p + w, dtype=jnp.int32)[None, :, None]
     j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
     sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
@@ -185,14 +230,35 @@ def _init_state(params, cfg, prompt, prompt_len, key, *, mask_token_id, max_new_
         row_forwards=zb,
         n_forward=jnp.zeros((), jnp.int32),
     )
-    return _fill(state, res.logits[:, p:], prompt_len, key, active=zb >= 0,
-                 max_new_tokens=n, entropy_threshold=entropy_threshold,
-                 pos_penalty=pos_penalty, temperature=temperature,
-                 stop_token_ids=stop_token_ids)
+    return _fill(
+        state,
+        res.logits[:, p:],
+        prompt_len,
+        key,
+        active=zb >= 0,
+        max_new_tokens=n,
+        entropy_threshold=entropy_threshold,
+        pos_penalty=pos_penalty,
+        temperature=temperature,
+        stop_token_ids=stop_token_ids,
+    )
 
 
-def _step(params, cfg, s: WeDLMState, prompt_len, key, *, mask_token_id, max_new_tokens,
-          window, entropy_threshold, pos_penalty, temperature, stop_token_ids) -> WeDLMState:
+def _step(
+    params,
+    cfg,
+    s: WeDLMState,
+    prompt_len,
+    key,
+    *,
+    mask_token_id,
+    max_new_tokens,
+    window,
+    entropy_threshold,
+    pos_penalty,
+    temperature,
+    stop_token_ids,
+) -> WeDLMState:
     """One forward of the streaming decoder (engine refill order)."""
     w = window
     active = ~s.done
@@ -210,24 +276,48 @@ def _step(params, cfg, s: WeDLMState, prompt_len, key, *, mask_token_id, max_new
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
     phys = jnp.take_along_axis(inv, src, axis=1)
     logits = jnp.take_along_axis(res.logits, phys[:, :, None], axis=1)
-    s = s._replace(cache=cache, win_tok=jnp.take_along_axis(tok2, src, axis=1),
-                   filled=jnp.take_along_axis(filled2, src, axis=1),
-                   row_forwards=s.row_forwards + active.astype(jnp.int32),
-                   n_forward=s.n_forward + 1)
-    return _fill(s, logits, prompt_len, key, active=active, max_new_tokens=max_new_tokens,
-                 entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
-                 temperature=temperature, stop_token_ids=stop_token_ids)
+    s = s._replace(
+        cache=cache,
+        win_tok=jnp.take_along_axis(tok2, src, axis=1),
+        filled=jnp.take_along_axis(filled2, src, axis=1),
+        row_forwards=s.row_forwards + active.astype(jnp.int32),
+        n_forward=s.n_forward + 1,
+    )
+    return _fill(
+        s,
+        logits,
+        prompt_len,
+        key,
+        active=active,
+        max_new_tokens=max_new_tokens,
+        entropy_threshold=entropy_threshold,
+        pos_penalty=pos_penalty,
+        temperature=temperature,
+        stop_token_ids=stop_token_ids,
+    )
 
 
-def _fill(s: WeDLMState, logits, prompt_len, key, *, active, max_new_tokens,
-          entropy_threshold, pos_penalty, temperature, stop_token_ids) -> WeDLMState:
+def _fill(
+    s: WeDLMState,
+    logits,
+    prompt_len,
+    key,
+    *,
+    active,
+    max_new_tokens,
+    entropy_threshold,
+    pos_penalty,
+    temperature,
+    stop_token_ids,
+) -> WeDLMState:
     """Select and fill open slots from the window logits (logical order), emit, stop."""
     b, w = s.win_tok.shape
     n = max_new_tokens
     gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
     selectable = ~s.filled & (gen_idx < n) & active[:, None]
-    fill = select_by_entropy(logits, selectable, threshold=entropy_threshold,
-                             pos_penalty=pos_penalty)
+    fill = select_by_entropy(
+        logits, selectable, threshold=entropy_threshold, pos_penalty=pos_penalty
+    )
     new = _sample(logits, key, temperature)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill

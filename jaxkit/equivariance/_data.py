@@ -112,24 +112,19 @@ def load_geom(root: str | os.PathLike, split: str) -> list[str]:
         "downloads data."
     )
     if not os.path.isdir(drugs):
-        raise FileNotFoundError(
-            f"GEOM-Drugs folder not found under `root`={root!r}: " + layout
-        )
+        raise FileNotFoundError(f"GEOM-Drugs folder not found under `root`={root!r}: " + layout)
     if os.path.isfile(split_txt):
         with open(split_txt) as f:
             names = [ln.strip() for ln in f if ln.strip()]
     elif os.path.isfile(split_npy):
         names = [str(n) for n in np.load(split_npy, allow_pickle=False).tolist()]
     else:
-        raise FileNotFoundError(
-            f"GEOM split index for `split`={split!r} not found: " + layout
-        )
+        raise FileNotFoundError(f"GEOM split index for `split`={split!r} not found: " + layout)
     paths = [n if os.path.isabs(n) else os.path.join(drugs, n) for n in names]
     absent = [p for p in paths if not os.path.isfile(p)]
     if absent:
         raise FileNotFoundError(
-            f"{len(absent)} pickle(s) listed in split {split!r} are missing, e.g. "
-            f"{absent[0]}."
+            f"{len(absent)} pickle(s) listed in split {split!r} are missing, e.g. {absent[0]}."
         )
     return sorted(paths)
 

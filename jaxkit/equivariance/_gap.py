@@ -126,9 +126,7 @@ def mmd_gap(
     _validate.is_key(key)
     _validate.one_of(("gaussian", "cross", "gaussian+cross"), kernel=kernel)
     if not isinstance(n_permutations, int) or n_permutations < 1:
-        raise ValueError(
-            f"`n_permutations` must be a positive int, got {n_permutations!r}."
-        )
+        raise ValueError(f"`n_permutations` must be a positive int, got {n_permutations!r}.")
     n = x.shape[0]
     if n < 4:
         raise ValueError(f"`x` needs at least 4 samples for the two halves, got {n}.")
@@ -141,9 +139,7 @@ def mmd_gap(
     xa, ta = x.astype(acc), t.astype(acc)
     xb = jnp.einsum("nij,nj->ni", rin, xa[m : 2 * m])
     tb = jnp.einsum("nij,nj->ni", rout, ta[m : 2 * m])
-    z = jnp.concatenate(
-        [jnp.concatenate([xa[:m], ta[:m]], 1), jnp.concatenate([xb, tb], 1)], 0
-    )
+    z = jnp.concatenate([jnp.concatenate([xa[:m], ta[:m]], 1), jnp.concatenate([xb, tb], 1)], 0)
     sq = jnp.sum(z * z, 1)
     d2 = jnp.maximum(sq[:, None] + sq[None, :] - 2 * z @ z.T, 0.0)
     if bandwidth is None:

@@ -90,17 +90,14 @@ class Group:
         """All elements ``(rho_in [n, d_in, d_in], rho_out [n, d_out, d_out])`` (finite)."""
         if self.elements_in is None:
             raise ValueError(
-                f"`group` {self.name} is continuous; use `sample(key, n)` instead of "
-                "`elements()`."
+                f"`group` {self.name} is continuous; use `sample(key, n)` instead of `elements()`."
             )
         return (
             jnp.asarray(self.elements_in, dtype),
             jnp.asarray(self.elements_out, dtype),
         )
 
-    def sample(
-        self, key: PRNGKeyArray, n: int, dtype: Any = jnp.float32
-    ) -> tuple[Array, Array]:
+    def sample(self, key: PRNGKeyArray, n: int, dtype: Any = jnp.float32) -> tuple[Array, Array]:
         """``n`` Haar-random elements ``(rho_in [n, d_in, d_in], rho_out [n, ...])``."""
         _validate.is_key(key)
         if self.kind == "finite":
@@ -159,9 +156,7 @@ def _rot_blocks(angle: Array, mult: int) -> Array:
     c, s = jnp.cos(angle), jnp.sin(angle)
     r = jnp.stack([jnp.stack([c, -s], -1), jnp.stack([s, c], -1)], -2)  # [n, 2, 2]
     eye = jnp.eye(mult, dtype=angle.dtype)
-    return jnp.einsum("uv,nij->nuivj", eye, r).reshape(
-        angle.shape[0], 2 * mult, 2 * mult
-    )
+    return jnp.einsum("uv,nij->nuivj", eye, r).reshape(angle.shape[0], 2 * mult, 2 * mult)
 
 
 def _check_mult(**kw: int) -> None:
@@ -236,9 +231,7 @@ def _shift(n: int, k: int) -> np.ndarray:
 
 
 @functools.cache
-def c4_regular(
-    *, channels_in: int = 1, channels_out: int = 1, trivial_in: bool = False
-) -> Group:
+def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool = False) -> Group:
     """C_4 acting by the regular representation (cyclic shift of a group axis of 4).
 
     Features are laid out ``[channels, 4]`` (flattened channel-major); the element
@@ -248,9 +241,7 @@ def c4_regular(
     _check_mult(channels_in=channels_in, channels_out=channels_out)
     rin = np.stack(
         [
-            np.eye(channels_in)
-            if trivial_in
-            else np.kron(np.eye(channels_in), _shift(4, k))
+            np.eye(channels_in) if trivial_in else np.kron(np.eye(channels_in), _shift(4, k))
             for k in range(4)
         ]
     )
@@ -268,9 +259,7 @@ def c4_regular(
 
 
 @functools.cache
-def o3_irreps(
-    irreps_in: str, irreps_out: str | None = None, *, parity: bool = True
-) -> Group:
+def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = True) -> Group:
     """O(3) (``parity=True``) or SO(3) acting through ``e3nn-jax`` irreps.
 
     Args:

@@ -136,8 +136,7 @@ class RECMLinear(eqx.Module):
         _validate.floating(x, name="x")
         if x.ndim < 1 or x.shape[-1] != self.group.d_in:
             raise TypeError(
-                f"`x` must have trailing dimension d_in={self.group.d_in}, got shape "
-                f"{x.shape}."
+                f"`x` must have trailing dimension d_in={self.group.d_in}, got shape {x.shape}."
             )
         acc = acc_dtype(x.dtype)
         w = self.effective_weight(relax=relax).astype(acc)
@@ -151,9 +150,7 @@ class RECMLinear(eqx.Module):
         """``(theta, theta / |W_eff|_F)``: absolute and relative relaxation levels."""
         w = self.effective_weight()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(
-            jnp.sum(w.astype(acc) ** 2)
-        )
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
 
 
 # ---------------------------------------------------------------- C4 convolutions
@@ -253,9 +250,7 @@ class RECMGroupConvC4(eqx.Module):
         fan_in = channels_in * gi * kernel_size**2
         # x2: the projection averages 4 nearly independent copies (norm / 2), so P(A)
         # starts with He variance.
-        self.weight_eq = (
-            2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
-        )
+        self.weight_eq = 2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
         self.weight_free = jax.random.normal(kb, shape, dtype)
         self.theta = jnp.asarray(theta_init, dtype)
         self.bias = jnp.zeros((channels_out,), dtype) if use_bias else None
@@ -286,11 +281,7 @@ class RECMGroupConvC4(eqx.Module):
         if h != w_:
             raise TypeError(f"`x` must be square (exact C_4 symmetry), got {h}x{w_}.")
         acc = acc_dtype(x.dtype)
-        kern = (
-            self.effective_kernel(relax=relax)
-            .astype(acc)
-            .reshape(co * 4, ci * gi, k, k)
-        )
+        kern = self.effective_kernel(relax=relax).astype(acc).reshape(co * 4, ci * gi, k, k)
         inp = x.astype(acc).reshape(1, ci * gi, h, w_)
         y = jax.lax.conv_general_dilated(inp, kern, (1, 1), "SAME")[0]
         y = y.reshape(co, 4, h, w_)
@@ -302,9 +293,7 @@ class RECMGroupConvC4(eqx.Module):
         """``(theta, theta / |K_eff|_F)``."""
         w = self.effective_kernel()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(
-            jnp.sum(w.astype(acc) ** 2)
-        )
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
 
 
 # ------------------------------------------------------------------------------- e3nn
@@ -359,9 +348,7 @@ class RECMe3nnLinear(eqx.Module):
             ir_in = e3nn.Irreps(irreps_in).regroup()
             ir_out = e3nn.Irreps(irreps_out)
         except (ValueError, AssertionError) as e:
-            raise ValueError(
-                f"`irreps_in`/`irreps_out` are not valid irreps: {e}"
-            ) from e
+            raise ValueError(f"`irreps_in`/`irreps_out` are not valid irreps: {e}") from e
         ka, kb = jax.random.split(key)
         self.linear = e3nn.equinox.Linear(
             irreps_out=ir_out,
@@ -419,9 +406,7 @@ class RECMe3nnLinear(eqx.Module):
         """``(theta, theta / |W_eff|_F)``."""
         w = self.effective_weight()
         acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(
-            jnp.sum(w.astype(acc) ** 2)
-        )
+        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
 
 
 def _e3nn_matrix(lin: Any, weights: dict) -> Array:
@@ -431,10 +416,7 @@ def _e3nn_matrix(lin: Any, weights: dict) -> Array:
     for ins in lin.instructions:
         if ins.i_in == -1:
             continue
-        name = (
-            f"w[{ins.i_in},{ins.i_out}] {lin.irreps_in[ins.i_in]},"
-            f"{lin.irreps_out[ins.i_out]}"
-        )
+        name = f"w[{ins.i_in},{ins.i_out}] {lin.irreps_in[ins.i_in]},{lin.irreps_out[ins.i_out]}"
         w = weights[name]
         dtype = w.dtype
         mul_in, ir_in = lin.irreps_in[ins.i_in]
@@ -450,9 +432,7 @@ def _e3nn_matrix(lin: Any, weights: dict) -> Array:
             blocks.get((i, o), jnp.zeros((mi.dim, mo.dim), dtype))
             for o, mo in enumerate(lin.irreps_out)
         ]
-        rows.append(
-            jnp.concatenate(cols, axis=1) if cols else jnp.zeros((mi.dim, 0), dtype)
-        )
+        rows.append(jnp.concatenate(cols, axis=1) if cols else jnp.zeros((mi.dim, 0), dtype))
     if not rows:
         return jnp.zeros((0, lin.irreps_out.dim), dtype)
     return jnp.concatenate(rows, axis=0).astype(dtype)

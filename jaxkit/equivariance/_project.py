@@ -37,9 +37,7 @@ def acc_dtype(dtype: Any) -> Any:
 
 def _check_weight(w: Any, group: Group, *, name: str = "w") -> Array:
     if not isinstance(group, Group):
-        raise TypeError(
-            f"`group` must be a jaxkit.equivariance.Group, got {type(group).__name__}."
-        )
+        raise TypeError(f"`group` must be a jaxkit.equivariance.Group, got {type(group).__name__}.")
     _validate.min_ndim(w, 2, name=name)
     w = jnp.asarray(w)
     _validate.floating(w, name=name)
@@ -58,26 +56,17 @@ def _same_irrep(a: Any, b: Any, parity: bool) -> bool:
 def _reynolds_o3(w: Array, group: Group) -> Array:
     batch = w.shape[:-2]
     rows = []
-    for sl_o, (mo, iro) in zip(
-        group.irreps_out.slices(), group.irreps_out, strict=True
-    ):
+    for sl_o, (mo, iro) in zip(group.irreps_out.slices(), group.irreps_out, strict=True):
         cols = []
-        for sl_i, (mi, iri) in zip(
-            group.irreps_in.slices(), group.irreps_in, strict=True
-        ):
+        for sl_i, (mi, iri) in zip(group.irreps_in.slices(), group.irreps_in, strict=True):
             blk = w[..., sl_o, sl_i]
             if mo == 0 or mi == 0 or not _same_irrep(iro, iri, group.parity):
                 cols.append(jnp.zeros_like(blk))  # *_like keeps the batch sharding
                 continue
             d = iro.dim
             eye = jnp.eye(d, dtype=w.dtype)
-            m = (
-                jnp.einsum("...uivj,ij->...uv", blk.reshape(*batch, mo, d, mi, d), eye)
-                / d
-            )
-            cols.append(
-                jnp.einsum("...uv,ij->...uivj", m, eye).reshape(*batch, mo * d, mi * d)
-            )
+            m = jnp.einsum("...uivj,ij->...uv", blk.reshape(*batch, mo, d, mi, d), eye) / d
+            cols.append(jnp.einsum("...uv,ij->...uivj", m, eye).reshape(*batch, mo * d, mi * d))
         rows.append(jnp.concatenate(cols, axis=-1))
     return jnp.concatenate(rows, axis=-2)
 
@@ -87,9 +76,7 @@ def _reynolds_so2(w: Array, group: Group) -> Array:
     b = w.reshape(*batch, group.mult_out, 2, group.mult_in, 2)
     a = 0.5 * (b[..., :, 0, :, 0] + b[..., :, 1, :, 1])
     c = 0.5 * (b[..., :, 1, :, 0] - b[..., :, 0, :, 1])
-    out = jnp.stack(
-        [jnp.stack([a, -c], -1), jnp.stack([c, a], -1)], -3
-    )  # [.., mo, 2, mi, 2]
+    out = jnp.stack([jnp.stack([a, -c], -1), jnp.stack([c, a], -1)], -3)  # [.., mo, 2, mi, 2]
     return out.reshape(*batch, group.d_out, group.d_in)
 
 
@@ -168,12 +155,8 @@ def _basis_cached(group: Group, tol: float) -> np.ndarray:
         return np.stack(out) if out else np.zeros((0, group.d_out, group.d_in))
     if group.kind == "o3":
         out = []
-        for sl_o, (mo, iro) in zip(
-            group.irreps_out.slices(), group.irreps_out, strict=True
-        ):
-            for sl_i, (mi, iri) in zip(
-                group.irreps_in.slices(), group.irreps_in, strict=True
-            ):
+        for sl_o, (mo, iro) in zip(group.irreps_out.slices(), group.irreps_out, strict=True):
+            for sl_i, (mi, iri) in zip(group.irreps_in.slices(), group.irreps_in, strict=True):
                 if not _same_irrep(iro, iri, group.parity):
                     continue
                 d = iro.dim
@@ -207,9 +190,7 @@ def equivariant_basis(group: Group, *, tol: float = 1e-6) -> np.ndarray:
     eigen-decomposition of the (exact) Reynolds operator for finite groups.
     """
     if not isinstance(group, Group):
-        raise TypeError(
-            f"`group` must be a jaxkit.equivariance.Group, got {type(group).__name__}."
-        )
+        raise TypeError(f"`group` must be a jaxkit.equivariance.Group, got {type(group).__name__}.")
     _validate.positive(tol=tol)
     return _basis_cached(group, float(tol))
 

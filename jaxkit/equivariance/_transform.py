@@ -181,9 +181,7 @@ def relaxation_levels(model: PyTree) -> dict[str, tuple[Array, Array]]:
 
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
     out: dict[str, tuple[Array, Array]] = {}
-    leaves = jax.tree_util.tree_flatten_with_path(
-        model, is_leaf=lambda n: isinstance(n, kinds)
-    )[0]
+    leaves = jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda n: isinstance(n, kinds))[0]
     for path, node in leaves:
         if isinstance(node, kinds):
             out[jax.tree_util.keystr(path) or "."] = node.relaxation_level()
@@ -198,9 +196,7 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
 
     def fix(node: Any) -> Any:
         if isinstance(node, kinds):
-            return eqx.tree_at(
-                lambda m: m.theta, node, jnp.asarray(value, node.theta.dtype)
-            )
+            return eqx.tree_at(lambda m: m.theta, node, jnp.asarray(value, node.theta.dtype))
         return node
 
     return jax.tree.map(fix, model, is_leaf=lambda n: isinstance(n, kinds))
@@ -209,9 +205,7 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
 # ---------------------------------------------------------------------- baselines
 
 
-def cr_triangle_schedule(
-    step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]
-) -> Float[Array, ""]:
+def cr_triangle_schedule(step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]) -> Float[Array, ""]:
     """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total``."""
     s = jnp.asarray(step, jnp.float32)
     t = jnp.asarray(total, jnp.float32)

@@ -41,15 +41,11 @@ class Plan:
     static: Any
     apply: Callable[..., Any] | None
 
-    def rebuild(
-        self, params: dict[str, Any], buffers: dict[str, Any]
-    ) -> Callable[..., Any]:
+    def rebuild(self, params: dict[str, Any], buffers: dict[str, Any]) -> Callable[..., Any]:
         """Return the layer as a callable, with leaves taken from the two dicts."""
         p_it = iter(self.param_names)
         b_it = iter(self.buffer_names)
-        leaves = [
-            params[next(p_it)] if p else buffers[next(b_it)] for p in self.is_param
-        ]
+        leaves = [params[next(p_it)] if p else buffers[next(b_it)] for p in self.is_param]
         tree = jax.tree.unflatten(self.treedef, leaves)
         if self.apply is None:
             return eqx.combine(tree, self.static)
@@ -73,11 +69,7 @@ class Plan:
 
 def is_pair(layer: Any) -> bool:
     """True for an ``(init, apply)`` tuple/list of two callables."""
-    return (
-        isinstance(layer, tuple | list)
-        and len(layer) == 2
-        and all(callable(f) for f in layer)
-    )
+    return isinstance(layer, tuple | list) and len(layer) == 2 and all(callable(f) for f in layer)
 
 
 def _name(path: Any) -> str:
@@ -93,9 +85,7 @@ def _is_float(x: Any) -> bool:
     return jnp.issubdtype(x.dtype, jnp.inexact)
 
 
-def plan(
-    layer: Any, *, key: Any, abstract: bool
-) -> tuple[Plan, Callable[[], dict[str, Any]]]:
+def plan(layer: Any, *, key: Any, abstract: bool) -> tuple[Plan, Callable[[], dict[str, Any]]]:
     """Analyse ``layer`` and return its :class:`Plan` and a thunk of initial values.
 
     Args:
@@ -176,7 +166,5 @@ def plan(
 
 def check_batch_axis(batch_axis: Any) -> None:
     """``batch_axis`` is ``None`` or an int."""
-    if batch_axis is not None and (
-        isinstance(batch_axis, bool) or not isinstance(batch_axis, int)
-    ):
+    if batch_axis is not None and (isinstance(batch_axis, bool) or not isinstance(batch_axis, int)):
         raise TypeError(f"`batch_axis` must be None or an int, got {batch_axis!r}.")

@@ -17,9 +17,7 @@ from typing import Any
 try:
     from flax import nnx
 except ImportError as e:  # pragma: no cover - exercised only without flax
-    raise ImportError(
-        "jaxkit.interop.flax needs flax: pip install 'jaxkit[flax]'"
-    ) from e
+    raise ImportError("jaxkit.interop.flax needs flax: pip install 'jaxkit[flax]'") from e
 
 import jax
 
@@ -58,9 +56,7 @@ class NNXAdapter(nnx.Module):
             if key is not None:
                 raise ValueError("pass either `key` or `rngs`, not both.")
             if not isinstance(rngs, nnx.Rngs):
-                raise TypeError(
-                    f"`rngs` must be an nnx.Rngs, got {type(rngs).__name__}."
-                )
+                raise TypeError(f"`rngs` must be an nnx.Rngs, got {type(rngs).__name__}.")
             if _tree.is_pair(layer):
                 key = rngs.params()
         _tree.check_batch_axis(batch_axis)
@@ -96,10 +92,7 @@ class NNXAdapter(nnx.Module):
             return self._plan.rebuild(params, buffers)
         p_it = iter(self._plan.param_names)
         b_it = iter(self._plan.buffer_names)
-        leaves = [
-            params[next(p_it)] if p else buffers[next(b_it)]
-            for p in self._plan.is_param
-        ]
+        leaves = [params[next(p_it)] if p else buffers[next(b_it)] for p in self._plan.is_param]
         return jax.tree.unflatten(self._plan.treedef, leaves)
 
 

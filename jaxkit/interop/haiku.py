@@ -16,9 +16,7 @@ from typing import Any
 try:
     import haiku as hk
 except ImportError as e:  # pragma: no cover - exercised only without haiku
-    raise ImportError(
-        "jaxkit.interop.haiku needs dm-haiku: pip install 'jaxkit[haiku]'"
-    ) from e
+    raise ImportError("jaxkit.interop.haiku needs dm-haiku: pip install 'jaxkit[haiku]'") from e
 
 from jaxkit.interop import _tree
 
@@ -50,9 +48,7 @@ class HaikuAdapter(hk.Module):
         out = {}
         for n in names:
             s = self._plan.shapes[n]
-            out[n] = getter(
-                n, s.shape, s.dtype, init=lambda *_, n=n: self._initial()[n]
-            )
+            out[n] = getter(n, s.shape, s.dtype, init=lambda *_, n=n: self._initial()[n])
         return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -79,14 +79,32 @@ def _layer_keys(cfg: TransformerConfig) -> list[str]:
 
 def _shapes(cfg: TransformerConfig) -> dict:
     """jaxkit parameter shapes (per layer for layer keys)."""
-    D, H, Hkv, Dh, F, V = (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
-                           cfg.mlp_dim, cfg.vocab_size)
+    D, H, Hkv, Dh, F, V = (
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        cfg.mlp_dim,
+        cfg.vocab_size,
+    )
     return {
-        "embed": (V, D), "final_norm": (D,), "lm_head": (D, V),
-        "attn_norm": (D,), "wq": (D, H * Dh), "wk": (D, Hkv * Dh), "wv": (D, Hkv * Dh),
-        "wo": (H * Dh, D), "bq": (H * Dh,), "bk": (Hkv * Dh,), "bv": (Hkv * Dh,),
-        "q_norm": (Dh,), "k_norm": (Dh,), "mlp_norm": (D,), "w_gate": (D, F),
-        "w_up": (D, F), "w_down": (F, D),
+        "embed": (V, D),
+        "final_norm": (D,),
+        "lm_head": (D, V),
+        "attn_norm": (D,),
+        "wq": (D, H * Dh),
+        "wk": (D, Hkv * Dh),
+        "wv": (D, Hkv * Dh),
+        "wo": (H * Dh, D),
+        "bq": (H * Dh,),
+        "bk": (Hkv * Dh,),
+        "bv": (Hkv * Dh,),
+        "q_norm": (Dh,),
+        "k_norm": (Dh,),
+        "mlp_norm": (D,),
+        "w_gate": (D, F),
+        "w_up": (D, F),
+        "w_down": (F, D),
     }
 
 
@@ -114,8 +132,9 @@ def config_from_hf(config_json: dict) -> TransformerConfig:
     c = config_json
     mt = c.get("model_type")
     if mt not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(f"`config_json['model_type']` must be one of 'llama', 'qwen2', "
-                         f"'qwen3'; got {mt!r}.")
+        raise ValueError(
+            f"`config_json['model_type']` must be one of 'llama', 'qwen2', 'qwen3'; got {mt!r}."
+        )
     if c.get("rope_scaling"):
         raise NotImplementedError(f"`rope_scaling`={c['rope_scaling']!r} is not supported.")
     if c.get("use_sliding_window") and c.get("sliding_window") is not None:
@@ -123,9 +142,14 @@ def config_from_hf(config_json: dict) -> TransformerConfig:
     try:
         d, h = int(c["hidden_size"]), int(c["num_attention_heads"])
         kw = dict(
-            vocab_size=int(c["vocab_size"]), d_model=d, n_layers=int(c["num_hidden_layers"]),
-            n_heads=h, n_kv_heads=int(c.get("num_key_value_heads") or h),
-            head_dim=int(c.get("head_dim") or d // h), mlp_dim=int(c["intermediate_size"]))
+            vocab_size=int(c["vocab_size"]),
+            d_model=d,
+            n_layers=int(c["num_hidden_layers"]),
+            n_heads=h,
+            n_kv_heads=int(c.get("num_key_value_heads") or h),
+            head_dim=int(c.get("head_dim") or d // h),
+            mlp_dim=int(c["intermediate_size"]),
+        )
     except KeyError as e:
         raise ValueError(f"`config_json` is missing the field {e.args[0]!r}.") from None
     if c.get("hidden_act", "silu") != "silu":
@@ -155,13 +179,22 @@ def config_to_hf(cfg: TransformerConfig, *, dtype: str = "float32") -> dict:
     else:
         mt, arch = "qwen2", "Qwen2ForCausalLM"
     return {
-        "architectures": [arch], "model_type": mt, "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim, "intermediate_size": cfg.mlp_dim,
-        "rope_theta": cfg.rope_theta, "rms_norm_eps": cfg.norm_eps,
-        "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": cfg.qkv_bias,
-        "hidden_act": "silu", "max_position_embeddings": 4096, "torch_dtype": dtype,
+        "architectures": [arch],
+        "model_type": mt,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.mlp_dim,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": cfg.qkv_bias,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "torch_dtype": dtype,
         "jaxkit": {"qk_norm": cfg.qk_norm, "causal": cfg.causal},
     }
 
@@ -177,8 +210,9 @@ class _Reader:
         self._st = st
         p = pathlib.Path(os.fspath(path))
         if not p.exists():
-            raise FileNotFoundError(f"checkpoint path {str(p)!r} does not exist "
-                                    "(jaxkit.io never downloads).")
+            raise FileNotFoundError(
+                f"checkpoint path {str(p)!r} does not exist (jaxkit.io never downloads)."
+            )
         if p.is_dir():
             if (p / _INDEX).exists():
                 p = p / _INDEX
@@ -193,8 +227,9 @@ class _Reader:
                 index = json.loads(p.read_text())
                 wm = index["weight_map"]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{str(p)!r} is not a valid safetensors index "
-                                 f"(need a 'weight_map'): {e}") from None
+                raise ValueError(
+                    f"{str(p)!r} is not a valid safetensors index (need a 'weight_map'): {e}"
+                ) from None
             self._map = {k: str(p.parent / v) for k, v in wm.items()}
         else:
             self._map = {k: str(p) for k in self._open(str(p)).keys()}
@@ -206,8 +241,9 @@ class _Reader:
             try:
                 self._handles[file] = self._st.safe_open(file, framework="numpy")
             except Exception as e:  # noqa: BLE001  (SafetensorError, OSError)
-                raise ValueError(f"cannot read safetensors file {file!r} (truncated or "
-                                 f"corrupted?): {e}") from None
+                raise ValueError(
+                    f"cannot read safetensors file {file!r} (truncated or corrupted?): {e}"
+                ) from None
         return self._handles[file]
 
     def has(self, name: str) -> bool:
@@ -221,12 +257,13 @@ class _Reader:
         try:
             sl = f.get_slice(name)
         except Exception as e:  # noqa: BLE001
-            raise ValueError(f"tensor {name!r} not found or unreadable in {file!r}: {e}") \
-                from None
+            raise ValueError(f"tensor {name!r} not found or unreadable in {file!r}: {e}") from None
         shape = tuple(sl.get_shape())
         if shape != tuple(want_shape):
-            raise ValueError(f"tensor {name!r} in {file!r} has shape {shape}, expected "
-                             f"{tuple(want_shape)} for this config.")
+            raise ValueError(
+                f"tensor {name!r} in {file!r} has shape {shape}, expected "
+                f"{tuple(want_shape)} for this config."
+            )
         return sl, file
 
     def read(self, name: str, want_shape, index: tuple[slice, ...] | None = None) -> np.ndarray:
@@ -236,8 +273,9 @@ class _Reader:
                 return np.asarray(sl[tuple(slice(None) for _ in want_shape)])
             return np.asarray(sl[index])
         except Exception as e:  # noqa: BLE001
-            raise ValueError(f"cannot read tensor {name!r} from {file!r} (truncated or "
-                             f"corrupted?): {e}") from None
+            raise ValueError(
+                f"cannot read tensor {name!r} from {file!r} (truncated or corrupted?): {e}"
+            ) from None
 
 
 def _leaf_plan(cfg: TransformerConfig, reader: _Reader):
@@ -261,6 +299,7 @@ def _leaf_plan(cfg: TransformerConfig, reader: _Reader):
             hf_idx = tuple(slice(r.start, r.stop, r.step) for r in (rng[::-1] if tr else rng))
             a = reader.read(name, hf_shape(shp, tr), hf_idx)
             return a.T if tr else a
+
         plan.append(((key,), shp, read))
 
     for key in _layer_keys(cfg):
@@ -270,8 +309,9 @@ def _leaf_plan(cfg: TransformerConfig, reader: _Reader):
 
         def read(index, suffix=suffix, tr=tr, shp=shp, gshape=gshape):
             rng = norm_index(index, gshape)
-            inner = tuple(slice(r.start, r.stop, r.step) for r in
-                          (rng[1:][::-1] if tr else rng[1:]))
+            inner = tuple(
+                slice(r.start, r.stop, r.step) for r in (rng[1:][::-1] if tr else rng[1:])
+            )
             parts = []
             for i in rng[0]:
                 a = reader.read(f"model.layers.{i}.{suffix}", hf_shape(shp, tr), inner)
@@ -279,12 +319,14 @@ def _leaf_plan(cfg: TransformerConfig, reader: _Reader):
             if not parts:
                 return np.zeros((0,) + tuple(len(r) for r in rng[1:]), np.float32)
             return np.stack(parts)
+
         plan.append((("layers", key), gshape, read))
     return plan
 
 
-def load_safetensors(path, cfg: TransformerConfig, *, dtype=jnp.float32, mesh=None,
-                     specs=None) -> dict:
+def load_safetensors(
+    path, cfg: TransformerConfig, *, dtype=jnp.float32, mesh=None, specs=None
+) -> dict:
     """Load HF Llama/Qwen2-layout safetensors into the jaxkit parameter pytree.
 
     Args:
@@ -329,6 +371,7 @@ def load_safetensors(path, cfg: TransformerConfig, *, dtype=jnp.float32, mesh=No
             def cb(index, read=read, np_dt=np_dt):
                 a = read(index)
                 return a if np_dt is None else a.astype(np_dt)
+
             out = jax.make_array_from_callback(gshape, sharding, cb)
         if keys[0] == "layers":
             params["layers"][keys[1]] = out
@@ -361,15 +404,18 @@ def to_hf_tensors(params: dict, cfg: TransformerConfig) -> dict[str, np.ndarray]
             raise ValueError(f"`params['layers']` has no {key!r} entry.")
         a = np.asarray(jax.device_get(params["layers"][key]))
         if a.shape != (cfg.n_layers, *shapes[key]):
-            raise ValueError(f"`params['layers'][{key!r}]` has shape {a.shape}, expected "
-                             f"{(cfg.n_layers, *shapes[key])}.")
+            raise ValueError(
+                f"`params['layers'][{key!r}]` has shape {a.shape}, expected "
+                f"{(cfg.n_layers, *shapes[key])}."
+            )
         for i in range(cfg.n_layers):
             out[f"model.layers.{i}.{suffix}"] = np.ascontiguousarray(a[i].T if tr else a[i])
     return out
 
 
-def save_safetensors(params: dict, cfg: TransformerConfig, out_dir, *,
-                     max_shard_bytes: int | None = None) -> pathlib.Path:
+def save_safetensors(
+    params: dict, cfg: TransformerConfig, out_dir, *, max_shard_bytes: int | None = None
+) -> pathlib.Path:
     """Write ``params`` as an HF-layout checkpoint directory (weights ``[out, in]``).
 
     Writes ``config.json`` (:func:`config_to_hf`) and either ``model.safetensors``
@@ -386,10 +432,12 @@ def save_safetensors(params: dict, cfg: TransformerConfig, out_dir, *,
       The output directory.
     """
     st = _safe()
-    if max_shard_bytes is not None and (not isinstance(max_shard_bytes, int)
-                                        or max_shard_bytes <= 0):
-        raise ValueError(f"`max_shard_bytes` must be a positive int or None, got "
-                         f"{max_shard_bytes!r}.")
+    if max_shard_bytes is not None and (
+        not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0
+    ):
+        raise ValueError(
+            f"`max_shard_bytes` must be a positive int or None, got {max_shard_bytes!r}."
+        )
     tensors = to_hf_tensors(params, cfg)
     out = pathlib.Path(os.fspath(out_dir))
     out.mkdir(parents=True, exist_ok=True)

@@ -59,5 +59,3 @@ def dispatch(
         except NotImplementedError:
             return reference()
     return kernel(False)
-
-

@@ -30,9 +30,7 @@ class KVCache(NamedTuple):
     length: Array
 
 
-def init_cache(
-    cfg: TransformerConfig, *, batch: int, max_len: int, dtype=jnp.float32
-) -> KVCache:
+def init_cache(cfg: TransformerConfig, *, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
     """An empty cache (all lengths 0) for ``batch`` rows of ``max_len`` slots.
 
     Args:
@@ -76,8 +74,8 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
     _validate.ndim(n, (0, 1), name="n")
     if n.ndim == 1 and n.shape[0] != cache.length.shape[0]:
         raise TypeError(
-            f"`n` must be a scalar or have shape ({cache.length.shape[0]},), got "
-            f"shape {n.shape}.")
+            f"`n` must be a scalar or have shape ({cache.length.shape[0]},), got shape {n.shape}."
+        )
     max_len = cache.k.shape[2]
     length = jnp.clip(cache.length + n.astype(jnp.int32), 0, max_len)
     return cache._replace(length=length.astype(jnp.int32))

@@ -42,8 +42,15 @@ class TransformerConfig:
     family: str = "llama"
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads",
-                     "head_dim", "mlp_dim"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "mlp_dim",
+        ):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"`{name}` must be a Python int, got {type(v).__name__}.")
@@ -52,7 +59,8 @@ class TransformerConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"`n_heads` must be a multiple of `n_kv_heads`, got n_heads={self.n_heads}, "
-                f"n_kv_heads={self.n_kv_heads}.")
+                f"n_kv_heads={self.n_kv_heads}."
+            )
         if self.head_dim % 2:
             raise ValueError(f"`head_dim` must be even (RoPE), got head_dim={self.head_dim}.")
         if not self.rope_theta > 0:

@@ -14,15 +14,17 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def normal_pieces(key: jax.Array, specs: Sequence[tuple[tuple[int, ...], float | int]],
-                  dtype) -> list[jax.Array]:
+def normal_pieces(
+    key: jax.Array, specs: Sequence[tuple[tuple[int, ...], float | int]], dtype
+) -> list[jax.Array]:
     """Independent ``N(0, 1/fan_in)`` tensors for ``specs = [(shape, fan_in), ...]``."""
     sizes = [math.prod(s) for s, _ in specs]
     total = sum(sizes)
     if total == 0:
         return [jnp.zeros(s, dtype) for s, _ in specs]
-    scale = np.concatenate([np.full(n, 1.0 / math.sqrt(f), np.float32)
-                            for n, (_, f) in zip(sizes, specs, strict=True)])
+    scale = np.concatenate(
+        [np.full(n, 1.0 / math.sqrt(f), np.float32) for n, (_, f) in zip(sizes, specs, strict=True)]
+    )
     flat = (jax.random.normal(key, (total,), jnp.float32) * jnp.asarray(scale)).astype(dtype)
     out, off = [], 0
     for n, (s, _) in zip(sizes, specs, strict=True):

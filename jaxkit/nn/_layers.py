@@ -45,9 +45,13 @@ def _linear(x: Array, w: Array, b: Array | None) -> Array:
 def _conv(x: Array, w: Array, b: Array, *, stride: int = 1) -> Array:
     """'SAME' 2-D convolution of one image ``x [C,H,W]`` with ``w [O,C,k,k]``."""
     y = jax.lax.conv_general_dilated(
-        x[None], w.astype(x.dtype), window_strides=(stride, stride), padding="SAME",
+        x[None],
+        w.astype(x.dtype),
+        window_strides=(stride, stride),
+        padding="SAME",
         dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        preferred_element_type=_acc(x.dtype))[0].astype(x.dtype)
+        preferred_element_type=_acc(x.dtype),
+    )[0].astype(x.dtype)
     return y + b[:, None, None].astype(x.dtype)
 
 
@@ -71,9 +75,18 @@ class MLP(eqx.Module):
     activation: str = eqx.field(static=True)
     final_activation: str = eqx.field(static=True)
 
-    def __init__(self, in_size: int, out_size: int, *, hidden: Sequence[int] = (64,),
-                 activation: str = "relu", final_activation: str = "identity",
-                 use_bias: bool = True, key: jax.Array, dtype=jnp.float32):
+    def __init__(
+        self,
+        in_size: int,
+        out_size: int,
+        *,
+        hidden: Sequence[int] = (64,),
+        activation: str = "relu",
+        final_activation: str = "identity",
+        use_bias: bool = True,
+        key: jax.Array,
+        dtype=jnp.float32,
+    ):
         """Build the layers.
 
         Args:
@@ -95,9 +108,12 @@ class MLP(eqx.Module):
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
         for h in sizes:
             _validate.positive(hidden=h)
-        self.weights = tuple(normal_pieces(
-            key, [((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)], dtype))
-        self.biases = (tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None)
+        self.weights = tuple(
+            normal_pieces(
+                key, [((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)], dtype
+            )
+        )
+        self.biases = tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None
         self.activation = activation
         self.final_activation = final_activation
 
@@ -131,9 +147,17 @@ class SmallCNN(eqx.Module):
     head: tuple[Array, Array]
     activation: str = eqx.field(static=True)
 
-    def __init__(self, in_channels: int, out_size: int, *,
-                 channels: Sequence[int] = (16, 32, 32), activation: str = "relu",
-                 kernel_size: int = 3, key: jax.Array, dtype=jnp.float32):
+    def __init__(
+        self,
+        in_channels: int,
+        out_size: int,
+        *,
+        channels: Sequence[int] = (16, 32, 32),
+        activation: str = "relu",
+        kernel_size: int = 3,
+        key: jax.Array,
+        dtype=jnp.float32,
+    ):
         """Build the layers.
 
         Args:
@@ -154,7 +178,7 @@ class SmallCNN(eqx.Module):
             raise ValueError("`channels` must name at least one convolution.")
         specs, c_in = [], int(in_channels)
         for c in channels:
-            specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size ** 2))
+            specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size**2))
             c_in = int(c)
         specs.append(((c_in, int(out_size)), c_in))
         ws = normal_pieces(key, specs, dtype)
@@ -168,8 +192,9 @@ class SmallCNN(eqx.Module):
         _validate.floating(x, name="x")
         _validate.ndim(x, 3, name="x")
         if x.shape[0] != self.convs[0][0].shape[1]:
-            raise TypeError(f"`x` must have {self.convs[0][0].shape[1]} channels, got "
-                            f"shape {x.shape}.")
+            raise TypeError(
+                f"`x` must have {self.convs[0][0].shape[1]} channels, got shape {x.shape}."
+            )
         act = _ACTIVATIONS[self.activation]
         for i, (w, b) in enumerate(self.convs):
             x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
@@ -208,9 +233,17 @@ class UNet(eqx.Module):
     activation: str = eqx.field(static=True)
     time_dim: int = eqx.field(static=True)
 
-    def __init__(self, in_channels: int, out_channels: int, *,
-                 channels: Sequence[int] = (16, 32, 64), activation: str = "silu",
-                 time_dim: int = 16, key: jax.Array, dtype=jnp.float32):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        channels: Sequence[int] = (16, 32, 64),
+        activation: str = "silu",
+        time_dim: int = 16,
+        key: jax.Array,
+        dtype=jnp.float32,
+    ):
         """Build the layers.
 
         Args:
@@ -238,8 +271,10 @@ class UNet(eqx.Module):
             c_in = c
         for lvl in range(len(chans) - 2, -1, -1):  # up: two convs per level
             c = chans[lvl]
-            specs += [((c, chans[lvl + 1] + c, 3, 3), 9 * (chans[lvl + 1] + c)),
-                      ((c, c, 3, 3), 9 * c)]
+            specs += [
+                ((c, chans[lvl + 1] + c, 3, 3), 9 * (chans[lvl + 1] + c)),
+                ((c, c, 3, 3), 9 * c),
+            ]
         specs.append(((int(out_channels), chans[0], 1, 1), chans[0]))
         specs += [((time_dim, c), time_dim) for c in chans]
         ws = iter(normal_pieces(key, specs, dtype))
@@ -264,8 +299,9 @@ class UNet(eqx.Module):
         self.activation = activation
         self.time_dim = int(time_dim)
 
-    def __call__(self, x: Float[ArrayLike, "C H W"],
-                 t: Real[ArrayLike, ""] | None = None) -> Float[Array, "C2 H W"]:
+    def __call__(
+        self, x: Float[ArrayLike, "C H W"], t: Real[ArrayLike, ""] | None = None
+    ) -> Float[Array, "C2 H W"]:
         """Apply the U-Net to one image (and optionally a scalar time ``t``)."""
         x = jnp.asarray(x)
         _validate.floating(x, name="x")

@@ -25,8 +25,17 @@ def param_specs(cfg: TransformerConfig, *, model_axis: str = "model") -> dict:
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
     m = model_axis
     col, row = P(None, None, m), P(None, m, None)
-    layers = {"attn_norm": P(), "wq": col, "wk": col, "wv": col, "wo": row,
-              "mlp_norm": P(), "w_gate": col, "w_up": col, "w_down": row}
+    layers = {
+        "attn_norm": P(),
+        "wq": col,
+        "wk": col,
+        "wv": col,
+        "wo": row,
+        "mlp_norm": P(),
+        "w_gate": col,
+        "w_up": col,
+        "w_down": row,
+    }
     if cfg.qkv_bias:
         layers.update(bq=P(None, m), bk=P(None, m), bv=P(None, m))
     if cfg.qk_norm:
@@ -37,8 +46,9 @@ def param_specs(cfg: TransformerConfig, *, model_axis: str = "model") -> dict:
     return specs
 
 
-def cache_specs(cfg: TransformerConfig, *, data_axis: str = "data",
-                model_axis: str = "model") -> KVCache:
+def cache_specs(
+    cfg: TransformerConfig, *, data_axis: str = "data", model_axis: str = "model"
+) -> KVCache:
     """PartitionSpecs for a :class:`KVCache`: batch on ``data``, kv-heads on ``model``."""
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")

@@ -97,6 +97,7 @@ def tiny_task(task: str, *, key: jax.Array, batch: int, length: int) -> TinyTask
             f, r = xs
             nxt = jnp.where(f, r, (prev + d) % 32)
             return nxt, nxt
+
         prompt = jnp.stack([s, (s + d) % 32, (s + 2 * d) % 32], axis=1)
         _, cont = jax.lax.scan(step, prompt[:, -1], (flip.T, rand.T))
         toks = jnp.concatenate([(level + NOISY_LEVEL_IDS[0])[:, None], prompt, cont.T], axis=1)
@@ -112,8 +113,7 @@ def tiny_task(task: str, *, key: jax.Array, batch: int, length: int) -> TinyTask
     return TinyTask(toks, jnp.broadcast_to(mask, (batch, length)), k + 1)
 
 
-def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *,
-                       start: int) -> Array:
+def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) -> Array:
     """Fraction of positions ``>= start`` that follow the task's rule, per row.
 
     ``counting``/``noisy_counting``: ``x_t - x_{t-1} ≡ d`` (d from the prompt);

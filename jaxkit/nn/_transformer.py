@@ -56,7 +56,8 @@ def _take_rows(table: Array, idx: Array) -> Array:
     sh = getattr(jax.typeof(idx), "sharding", None)
     mesh = getattr(sh, "mesh", None)
     explicit = mesh is not None and any(
-        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
+    )
     if not explicit:
         return jnp.take(table, idx, axis=0, mode="clip")
     spec = jax.sharding.PartitionSpec(*sh.spec, *([None] * (table.ndim - 1)))
@@ -68,7 +69,8 @@ def _set_rows(buf: Array, rows: Array, slots: Array, upd: Array) -> Array:
     sh = getattr(jax.typeof(buf), "sharding", None)
     mesh = getattr(sh, "mesh", None)
     explicit = mesh is not None and any(
-        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
+    )
     if not explicit:
         return buf.at[rows, slots].set(upd, mode="drop")
     return buf.at[rows, slots].set(upd, mode="drop", out_sharding=sh.spec)
@@ -107,7 +109,7 @@ def _rope(x: Array, positions: Array, theta: float) -> Array:
     cos = jnp.cos(ang)[:, :, None, :]
     sin = jnp.sin(ang)[:, :, None, :]
     xf = x.astype(ang_dt)
-    x1, x2 = xf[..., : dh // 2], xf[..., dh // 2:]
+    x1, x2 = xf[..., : dh // 2], xf[..., dh // 2 :]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)
 
@@ -138,8 +140,9 @@ def attention(
     g = h // hkv
     acc = _acc(q.dtype)
     qg = q.reshape(b, t, hkv, g, dh)
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, k.astype(q.dtype),
-                   preferred_element_type=acc) / jnp.asarray(math.sqrt(dh), acc)
+    s = jnp.einsum(
+        "btkgd,bskd->bkgts", qg, k.astype(q.dtype), preferred_element_type=acc
+    ) / jnp.asarray(math.sqrt(dh), acc)
     s = jnp.where(mask[:, None, None, :, :], s, jnp.asarray(-1e30, acc))
     p = jax.nn.softmax(s, axis=-1)
     o = jnp.einsum("bkgts,bskd->btkgd", p, v.astype(acc), preferred_element_type=acc)
@@ -166,17 +169,40 @@ def init_params(cfg: TransformerConfig, *, key: jax.Array, dtype=jnp.float32) ->
     _validate.is_key(key)
     if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
         raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
-    L, D, H, Hkv, Dh, F, V = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
-                              cfg.head_dim, cfg.mlp_dim, cfg.vocab_size)
-    wq, wk, wv, wo, wg, wu, wd, emb, head = normal_pieces(key, [
-        ((L, D, H * Dh), D), ((L, D, Hkv * Dh), D), ((L, D, Hkv * Dh), D),
-        ((L, H * Dh, D), H * Dh), ((L, D, F), D), ((L, D, F), D), ((L, F, D), F),
-        ((V, D), 1.0), ((D, V) if not cfg.tie_embeddings else (0,), D)], dtype)
+    L, D, H, Hkv, Dh, F, V = (
+        cfg.n_layers,
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        cfg.mlp_dim,
+        cfg.vocab_size,
+    )
+    wq, wk, wv, wo, wg, wu, wd, emb, head = normal_pieces(
+        key,
+        [
+            ((L, D, H * Dh), D),
+            ((L, D, Hkv * Dh), D),
+            ((L, D, Hkv * Dh), D),
+            ((L, H * Dh, D), H * Dh),
+            ((L, D, F), D),
+            ((L, D, F), D),
+            ((L, F, D), F),
+            ((V, D), 1.0),
+            ((D, V) if not cfg.tie_embeddings else (0,), D),
+        ],
+        dtype,
+    )
     layers = {
         "attn_norm": jnp.ones((L, D), dtype),
-        "wq": wq, "wk": wk, "wv": wv, "wo": wo,
+        "wq": wq,
+        "wk": wk,
+        "wv": wv,
+        "wo": wo,
         "mlp_norm": jnp.ones((L, D), dtype),
-        "w_gate": wg, "w_up": wu, "w_down": wd,
+        "w_gate": wg,
+        "w_up": wu,
+        "w_down": wd,
     }
     if cfg.qkv_bias:
         layers["bq"] = jnp.zeros((L, H * Dh), dtype)
@@ -193,12 +219,16 @@ def init_params(cfg: TransformerConfig, *, key: jax.Array, dtype=jnp.float32) ->
 
 def _check_params(params, cfg) -> None:
     if not isinstance(params, dict) or "embed" not in params or "layers" not in params:
-        raise TypeError("`params` must be the dict returned by `init_params` "
-                        "(keys 'embed', 'layers', 'final_norm'[, 'lm_head']).")
+        raise TypeError(
+            "`params` must be the dict returned by `init_params` "
+            "(keys 'embed', 'layers', 'final_norm'[, 'lm_head'])."
+        )
     e = params["embed"]
     if tuple(jnp.shape(e)) != (cfg.vocab_size, cfg.d_model):
-        raise TypeError(f"`params['embed']` must have shape ({cfg.vocab_size}, "
-                        f"{cfg.d_model}), got shape {tuple(jnp.shape(e))}.")
+        raise TypeError(
+            f"`params['embed']` must have shape ({cfg.vocab_size}, "
+            f"{cfg.d_model}), got shape {tuple(jnp.shape(e))}."
+        )
     nl = jnp.shape(params["layers"]["wq"])[0]
     if nl != cfg.n_layers:
         raise TypeError(f"`params['layers']` must stack {cfg.n_layers} layers, got {nl}.")
@@ -207,8 +237,9 @@ def _check_params(params, cfg) -> None:
 # ----------------------------------------------------------------------------- forward
 
 
-def embed(params: PyTree, cfg: TransformerConfig,
-          tokens: Int[ArrayLike, "B T"]) -> Float[Array, "B T D"]:
+def embed(
+    params: PyTree, cfg: TransformerConfig, tokens: Int[ArrayLike, "B T"]
+) -> Float[Array, "B T D"]:
     """Token embeddings ``params["embed"][tokens]`` (``[B, T, D]``).
 
     Args:
@@ -227,8 +258,9 @@ def embed(params: PyTree, cfg: TransformerConfig,
     return _take_rows(params["embed"], tokens)
 
 
-def unembed(params: PyTree, cfg: TransformerConfig,
-            h: Float[ArrayLike, "B T D"]) -> Float[Array, "B T V"]:
+def unembed(
+    params: PyTree, cfg: TransformerConfig, h: Float[ArrayLike, "B T D"]
+) -> Float[Array, "B T V"]:
     """Final RMSNorm then the LM head (``embed.T`` when embeddings are tied).
 
     Args:
@@ -249,8 +281,15 @@ def unembed(params: PyTree, cfg: TransformerConfig,
     return _dense(h, head)
 
 
-def _block(cfg: TransformerConfig, lp: dict, h: Array, positions: Array, mask: Array,
-           kv: tuple[Array, Array] | None, slots: Array | None):
+def _block(
+    cfg: TransformerConfig,
+    lp: dict,
+    h: Array,
+    positions: Array,
+    mask: Array,
+    kv: tuple[Array, Array] | None,
+    slots: Array | None,
+):
     """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new))."""
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -287,8 +326,9 @@ def _block(cfg: TransformerConfig, lp: dict, h: Array, positions: Array, mask: A
     return h, new
 
 
-def default_mask(cfg: TransformerConfig, *, batch: int, t: int,
-                 cache: KVCache | None = None) -> Bool[Array, "B T S"]:
+def default_mask(
+    cfg: TransformerConfig, *, batch: int, t: int, cache: KVCache | None = None
+) -> Bool[Array, "B T S"]:
     """The mask :func:`run_layers` uses when ``attn_mask`` is None.
 
     Without a cache: causal ``j <= i`` (all True when ``cfg.causal`` is False),
@@ -353,12 +393,32 @@ def run_layers(
       ``(h, cache, hidden)``: hidden states after block ``stop-1``, the cache with
       the new rows written (or None), and ``{l: output of block l}``.
     """
-    return _run_layers(params, cfg, h, positions, start=start, stop=stop, cache=cache,
-                       attn_mask=attn_mask, collect=collect)
+    return _run_layers(
+        params,
+        cfg,
+        h,
+        positions,
+        start=start,
+        stop=stop,
+        cache=cache,
+        attn_mask=attn_mask,
+        collect=collect,
+    )
 
 
-def _run_layers(params, cfg, h, positions, *, start=0, stop=None, cache=None,
-                attn_mask=None, collect=(), emit_kv=False):
+def _run_layers(
+    params,
+    cfg,
+    h,
+    positions,
+    *,
+    start=0,
+    stop=None,
+    cache=None,
+    attn_mask=None,
+    collect=(),
+    emit_kv=False,
+):
     """:func:`run_layers`; with ``emit_kv`` (no cache) returns the stacked new K/V."""
     _check_cfg(cfg)
     _check_params(params, cfg)
@@ -367,8 +427,10 @@ def _run_layers(params, cfg, h, positions, *, start=0, stop=None, cache=None,
         if not isinstance(v, int) or isinstance(v, bool):
             raise TypeError(f"`{name}` must be a Python int, got {type(v).__name__}.")
     if not 0 <= start <= stop <= cfg.n_layers:
-        raise ValueError(f"`start`/`stop` must satisfy 0 <= start <= stop <= "
-                         f"{cfg.n_layers}, got start={start}, stop={stop}.")
+        raise ValueError(
+            f"`start`/`stop` must satisfy 0 <= start <= stop <= "
+            f"{cfg.n_layers}, got start={start}, stop={stop}."
+        )
     collect = tuple(sorted({int(c) for c in collect}))
     for c in collect:
         if not start <= c < stop:
@@ -411,20 +473,23 @@ def _run_layers(params, cfg, h, positions, *, start=0, stop=None, cache=None,
             continue
         seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], layers)
         if cache is None:
+
             def body(carry, lp):
                 out, kv = _block(cfg, lp, carry, positions, mask, None, None)
                 return out, (kv if emit_kv else None)
+
             h, kv = jax.lax.scan(body, h, seg)
             if emit_kv:
                 ks.append(kv[0])
                 vs.append(kv[1])
         else:
+
             def body(carry, xs):
                 lp, kb, vb = xs
                 out, (kb, vb) = _block(cfg, lp, carry, positions, mask, (kb, vb), slots)
                 return out, (kb, vb)
-            h, (kseg, vseg) = jax.lax.scan(
-                body, h, (seg, cache.k[lo:hi], cache.v[lo:hi]))
+
+            h, (kseg, vseg) = jax.lax.scan(body, h, (seg, cache.k[lo:hi], cache.v[lo:hi]))
             ks.append(kseg)
             vs.append(vseg)
         if hi - 1 in collect:
@@ -481,17 +546,22 @@ def apply(
         _validate.floating(h, name="inputs_embeds")
         _validate.ndim(h, 3, name="inputs_embeds")
         if h.shape[-1] != cfg.d_model:
-            raise TypeError(f"`inputs_embeds` must have last axis {cfg.d_model}, got "
-                            f"shape {h.shape}.")
+            raise TypeError(
+                f"`inputs_embeds` must have last axis {cfg.d_model}, got shape {h.shape}."
+            )
         _check_params(params, cfg)
         h = h.astype(params["embed"].dtype)
     b, t = h.shape[:2]
     if positions is None:
         base = jnp.arange(t, dtype=jnp.int32)[None, :]
-        positions = (jnp.broadcast_to(base, (b, t)) if cache is None
-                     else cache.length[:, None].astype(jnp.int32) + base)
-    h, cache, hidden = _run_layers(params, cfg, h, positions, cache=cache,
-                                   attn_mask=attn_mask, collect=collect)
+        positions = (
+            jnp.broadcast_to(base, (b, t))
+            if cache is None
+            else cache.length[:, None].astype(jnp.int32) + base
+        )
+    h, cache, hidden = _run_layers(
+        params, cfg, h, positions, cache=cache, attn_mask=attn_mask, collect=collect
+    )
     return LMOutput(logits=unembed(params, cfg, h), cache=cache, hidden=hidden)
 
 
@@ -527,8 +597,9 @@ def prefill(
         raise TypeError(f"`max_len` must be a Python int, got {type(max_len).__name__}.")
     if max_len < t:
         raise ValueError(f"`max_len` must be >= the prompt length {t}, got max_len={max_len}.")
-    lengths = _validate.error_if(lengths, jnp.any((lengths < 1) | (lengths > t)),
-                                 f"`lengths` must lie in [1, {t}].")
+    lengths = _validate.error_if(
+        lengths, jnp.any((lengths < 1) | (lengths > t)), f"`lengths` must lie in [1, {t}]."
+    )
     _check_params(params, cfg)
     h = embed(params, cfg, tokens)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
@@ -538,8 +609,11 @@ def prefill(
     # zero padding keeps the batch sharding of the prompts.
     pad = ((0, 0), (0, 0), (0, max_len - t), (0, 0), (0, 0))
     dtype = params["embed"].dtype
-    cache = KVCache(k=jnp.pad(k.astype(dtype), pad), v=jnp.pad(v.astype(dtype), pad),
-                    length=lengths.astype(jnp.int32))
+    cache = KVCache(
+        k=jnp.pad(k.astype(dtype), pad),
+        v=jnp.pad(v.astype(dtype), pad),
+        length=lengths.astype(jnp.int32),
+    )
     idx = (lengths.astype(jnp.int32) - 1)[:, None, None]
     last = jnp.take_along_axis(logits, idx, axis=1)[:, 0]
     return last, cache

@@ -28,7 +28,8 @@ def _event(q: float, sigma: float, steps: int):
     import dp_accounting
 
     return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+    )
 
 
 def _accountant(name: str):
@@ -114,19 +115,22 @@ def calibrate_sigma(
     if not eps_hi <= epsilon:
         raise ValueError(
             f"`epsilon`={epsilon} is not reachable at `delta`={delta} with q={q}, "
-            f"steps={steps}: even sigma={max_sigma} gives epsilon={eps_hi:.4g}.")
-    return float(dp_accounting.calibrate_dp_mechanism(
-        lambda: _accountant(accountant),
-        lambda s: _event(float(q), float(s), steps),
-        float(epsilon), float(delta),
-        bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, float(max_sigma)),
-        tol=1e-4,
-    ))
+            f"steps={steps}: even sigma={max_sigma} gives epsilon={eps_hi:.4g}."
+        )
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: _accountant(accountant),
+            lambda s: _event(float(q), float(s), steps),
+            float(epsilon),
+            float(delta),
+            bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, float(max_sigma)),
+            tol=1e-4,
+        )
+    )
 
 
 def _eps_or_inf(sigma, q, steps, delta, accountant):
     try:
-        return epsilon(q=q, noise_multiplier=sigma, steps=steps, delta=delta,
-                       accountant=accountant)
+        return epsilon(q=q, noise_multiplier=sigma, steps=steps, delta=delta, accountant=accountant)
     except (ValueError, OverflowError):
         return math.inf

@@ -63,8 +63,10 @@ def dp_aggregate(
         cn = jnp.asarray(clip_norm).astype(nd)
         std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
         den = jnp.asarray(denom).astype(nd)
-        sq = sum(jnp.sum(jnp.square(g.astype(C.acc_dtype(g))),
-                         axis=tuple(range(1, g.ndim))).astype(nd) for g in leaves)
+        sq = sum(
+            jnp.sum(jnp.square(g.astype(C.acc_dtype(g))), axis=tuple(range(1, g.ndim))).astype(nd)
+            for g in leaves
+        )
         norms = jnp.sqrt(sq)
         alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
         step_key = jax.random.fold_in(state.key, state.count)
@@ -80,8 +82,10 @@ def dp_aggregate(
             energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
             out.append(((s + z) / den.astype(acc)).astype(g.dtype))
         return treedef.unflatten(out), PrivatizeState(
-            state.count + jnp.ones_like(state.count), state.key,
-            energy / jnp.square(den).astype(jnp.float32))
+            state.count + jnp.ones_like(state.count),
+            state.key,
+            energy / jnp.square(den).astype(jnp.float32),
+        )
 
     return optax.GradientTransformation(_init_privatize(key), update)
 
@@ -146,8 +150,13 @@ def naive_dp_lora(
       D. Yu et al., "Differentially Private Fine-tuning of Language Models", ICLR 2022.
     """
     return optax.chain(
-        dp_aggregate(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom,
-                     key=key, axis_name=axis_name),
+        dp_aggregate(
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            denom=denom,
+            key=key,
+            axis_name=axis_name,
+        ),
         _adam(learning_rate, b1, b2, eps),
     )
 
@@ -198,8 +207,13 @@ def ffa_lora(
     _validate.one_of(("a", "b"), frozen=frozen)
     return optax.chain(
         _freeze(frozen),
-        dp_aggregate(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom,
-                     key=key, axis_name=axis_name),
+        dp_aggregate(
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            denom=denom,
+            key=key,
+            axis_name=axis_name,
+        ),
         _adam(learning_rate, b1, b2, eps),
         _freeze(frozen),
     )

@@ -66,8 +66,11 @@ def check_per_example(grads: Any, params: Any) -> int:
         raise ValueError("`params` has no array leaves.")
     b = jnp.shape(gl[0])[0] if jnp.ndim(gl[0]) else None
     for p, g in zip(pl, gl, strict=True):
-        if jnp.ndim(g) != jnp.ndim(p) + 1 or jnp.shape(g)[1:] != jnp.shape(p) or (
-                jnp.shape(g)[0] != b):
+        if (
+            jnp.ndim(g) != jnp.ndim(p) + 1
+            or jnp.shape(g)[1:] != jnp.shape(p)
+            or (jnp.shape(g)[0] != b)
+        ):
             raise TypeError(
                 "`updates` must be per-example gradients: each leaf of shape "
                 f"[batch, *param.shape]; got {jnp.shape(g)} for a parameter of shape "
@@ -94,8 +97,10 @@ def guard_finite(total: jax.Array) -> jax.Array:
     makes the clipped sum non-finite.
     """
     return _validate.error_if(
-        total, ~jnp.all(jnp.isfinite(total)),
-        "`updates` (per-example gradients) must be finite (no NaN or inf).")
+        total,
+        ~jnp.all(jnp.isfinite(total)),
+        "`updates` (per-example gradients) must be finite (no NaN or inf).",
+    )
 
 
 def norm_dtype(leaves: list[Any]) -> jnp.dtype:

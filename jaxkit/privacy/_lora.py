@@ -70,16 +70,18 @@ def lora_init(
     new_params, lora, hit = [], [], 0
     for i, (path, w) in enumerate(leaves):
         ps = _path_str(path)
-        if not (pat.search(ps) and jnp.ndim(w) >= 2
-                and jnp.issubdtype(jnp.result_type(w), jnp.floating)):
+        if not (
+            pat.search(ps) and jnp.ndim(w) >= 2 and jnp.issubdtype(jnp.result_type(w), jnp.floating)
+        ):
             new_params.append(w)
             lora.append(None)
             continue
         hit += 1
         n, m = w.shape[-2:]
         if not 1 <= rank <= min(m, n):
-            raise ValueError(f"`rank`={rank} must lie in [1, {min(m, n)}] for `{ps}` of shape "
-                             f"{w.shape}.")
+            raise ValueError(
+                f"`rank`={rank} must lie in [1, {min(m, n)}] for `{ps}` of shape {w.shape}."
+            )
         stack = w.shape[:-2]
         keys = C.stack_keys(jax.random.fold_in(key, i), stack)
         flat_w = w.reshape((-1, n, m))
@@ -92,8 +94,9 @@ def lora_init(
                 outs_b.append(si.factors.b)
                 outs_w.append(si.residual.T)
             else:
-                f = balanced_random_init(key=flat_k[j], m=m, n=n, rank=rank,
-                                         scale=init_scale, dtype=w.dtype)
+                f = balanced_random_init(
+                    key=flat_k[j], m=m, n=n, rank=rank, scale=init_scale, dtype=w.dtype
+                )
                 outs_a.append(jnp.zeros_like(f.a) if method == "ffa" else f.a)
                 outs_b.append(f.b)
         a = jnp.stack(outs_a).reshape((*stack, m, rank))
@@ -113,14 +116,20 @@ def lora_merge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0
     """``W + scale * (a b^T)^T`` at every LoRA leaf (differentiable in ``lora``)."""
     return jax.tree.map(
         lambda f, w: w if f is None else w + _delta(f, scale).astype(w.dtype),
-        lora, params, is_leaf=lambda x: x is None or C.is_lora(x))
+        lora,
+        params,
+        is_leaf=lambda x: x is None or C.is_lora(x),
+    )
 
 
 def lora_unmerge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0) -> PyTree:
     """Inverse of :func:`lora_merge`."""
     return jax.tree.map(
         lambda f, w: w if f is None else w - _delta(f, scale).astype(w.dtype),
-        lora, params, is_leaf=lambda x: x is None or C.is_lora(x))
+        lora,
+        params,
+        is_leaf=lambda x: x is None or C.is_lora(x),
+    )
 
 
 def _peft_name(path: str, idx: tuple[int, ...]) -> str:
@@ -165,8 +174,17 @@ def export_adapter(
     os.makedirs(directory, exist_ok=True)
     save_file(tensors, os.path.join(directory, "adapter_model.safetensors"))
     with open(os.path.join(directory, "adapter_config.json"), "w") as fh:
-        json.dump({"peft_type": "LORA", "r": int(rank), "lora_alpha": float(alpha),
-                   "target_modules": sorted(targets), "bias": "none"}, fh, indent=1)
+        json.dump(
+            {
+                "peft_type": "LORA",
+                "r": int(rank),
+                "lora_alpha": float(alpha),
+                "target_modules": sorted(targets),
+                "bias": "none",
+            },
+            fh,
+            indent=1,
+        )
     return sorted(tensors)
 
 

@@ -44,26 +44,26 @@ def per_example_grads(
     b = jnp.shape(leaves[0])[0]
     for x in leaves:
         if jnp.shape(x)[:1] != (b,):
-            raise TypeError(f"`batch` leaves must share a leading axis, got {jnp.shape(x)} "
-                            f"and batch size {b}.")
+            raise TypeError(
+                f"`batch` leaves must share a leading axis, got {jnp.shape(x)} and batch size {b}."
+            )
     g1 = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))
     if microbatch_size is None or microbatch_size >= b:
         grads = g1(params, batch)
     else:
         _validate.positive(microbatch_size=microbatch_size)
         if b % microbatch_size:
-            raise ValueError(f"`microbatch_size`={microbatch_size} must divide the batch size "
-                             f"{b}.")
+            raise ValueError(f"`microbatch_size`={microbatch_size} must divide the batch size {b}.")
         k = b // microbatch_size
-        mb = jax.tree.map(lambda x: jnp.reshape(x, (k, microbatch_size, *jnp.shape(x)[1:])),
-                          batch)
+        mb = jax.tree.map(lambda x: jnp.reshape(x, (k, microbatch_size, *jnp.shape(x)[1:])), batch)
         grads = jax.lax.map(lambda x: g1(params, x), mb)
         grads = jax.tree.map(lambda x: jnp.reshape(x, (b, *x.shape[2:])), grads)
     if mask is not None:
         mask = jnp.asarray(mask)
         _validate.shape(mask, (b,), name="mask")
         grads = jax.tree.map(
-            lambda g: g * mask.reshape((b,) + (1,) * (g.ndim - 1)).astype(g.dtype), grads)
+            lambda g: g * mask.reshape((b,) + (1,) * (g.ndim - 1)).astype(g.dtype), grads
+        )
     return grads
 
 
@@ -115,7 +115,3 @@ def poisson_batch(
     (idx,) = jnp.nonzero(take, size=max_batch_size, fill_value=0)
     mask = jnp.arange(max_batch_size, dtype=jnp.int32) < size
     return PoissonBatch(idx.astype(jnp.int32), mask, size, size > max_batch_size)
-
-
-
-

@@ -63,7 +63,9 @@ def _init_privatize(key, with_frame: bool = False):
         if with_frame:
             frame = jax.tree.map(
                 lambda p: jnp.zeros_like(p.a, dtype=C.acc_dtype(p.a)) if C.is_lora(p) else None,
-                params, is_leaf=C.is_lora)
+                params,
+                is_leaf=C.is_lora,
+            )
         return PrivatizeState(jnp.zeros([], jnp.int32), key, jnp.zeros([], jnp.float32), frame)
 
     return init
@@ -172,11 +174,13 @@ def prism_privatize(
                 caches.append(None)
         norms = jnp.sqrt(sum(sq))
         alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
-        refs = (treedef.flatten_up_to(state.frame) if state.frame is not None
-                else [None] * len(p_nodes))
-        caches = [c if r is None or c is None
-                  else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
-                  for p, c, r in zip(p_nodes, caches, refs, strict=True)]
+        refs = (
+            treedef.flatten_up_to(state.frame) if state.frame is not None else [None] * len(p_nodes)
+        )
+        caches = [
+            c if r is None or c is None else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
+            for p, c, r in zip(p_nodes, caches, refs, strict=True)
+        ]
 
         # 2. clipped sums, reduced across devices, then noise drawn once
         step_key = jax.random.fold_in(state.key, state.count)
@@ -194,17 +198,19 @@ def prism_privatize(
                 sa, sb = C.guard_finite(sa), C.guard_finite(sb)
                 ns = C.n_stack(p)
                 coords = C.stackmap(tangent_coords, ns)(
-                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache)
+                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache
+                )
                 keys = C.stack_keys(k, p.a.shape[:ns])
-                noise = C.stackmap(
-                    lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
-                        cache, keys)
-                energy = energy + jnp.sum(
-                    C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
-                rel = TangentCoords(*((x + z) / den.astype(acc)
-                                      for x, z in zip(coords, noise, strict=True)))
+                noise = C.stackmap(lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
+                    cache, keys
+                )
+                energy = energy + jnp.sum(C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
+                rel = TangentCoords(
+                    *((x + z) / den.astype(acc) for x, z in zip(coords, noise, strict=True))
+                )
                 d = C.stackmap(from_coords, ns)(
-                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), rel, cache)
+                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), rel, cache
+                )
                 out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
             else:
                 acc = C.acc_dtype(g)
@@ -217,10 +223,18 @@ def prism_privatize(
                 out.append(C.cast_like((s + z) / den.astype(acc), p))
         frame = None
         if state.frame is not None:
-            frame = treedef.unflatten([c.u.astype(r.dtype) if c is not None else None
-                                       for c, r in zip(caches, refs, strict=True)])
-        new_state = PrivatizeState(state.count + jnp.ones_like(state.count), state.key,
-                                   energy / jnp.square(den).astype(jnp.float32), frame)
+            frame = treedef.unflatten(
+                [
+                    c.u.astype(r.dtype) if c is not None else None
+                    for c, r in zip(caches, refs, strict=True)
+                ]
+            )
+        new_state = PrivatizeState(
+            state.count + jnp.ones_like(state.count),
+            state.key,
+            energy / jnp.square(den).astype(jnp.float32),
+            frame,
+        )
         return treedef.unflatten(out), new_state
 
     return optax.GradientTransformation(_init_privatize(key, with_frame=True), update)
@@ -319,9 +333,11 @@ def prism_adaptive(
 
         nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
         pairs = [one(p) for p in nodes]
-        return PrismAdaptiveState(jnp.zeros([], jnp.int32),
-                                  treedef.unflatten([q[0] for q in pairs]),
-                                  treedef.unflatten([q[1] for q in pairs]))
+        return PrismAdaptiveState(
+            jnp.zeros([], jnp.int32),
+            treedef.unflatten([q[0] for q in pairs]),
+            treedef.unflatten([q[1] for q in pairs]),
+        )
 
     def _module(p, d, mu, nu, t, lr, std2):
         cache = gram_cache(p, rcond=rcond)
@@ -364,8 +380,9 @@ def prism_adaptive(
         wd = jnp.asarray(weight_decay, acc)
         ua, ub = ua + wd * pb.a, ub + wd * pb.b
         new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
-        upd = LoraFactors((new.a - p.a.astype(acc)).astype(p.a.dtype),
-                          (new.b - p.b.astype(acc)).astype(p.b.dtype))
+        upd = LoraFactors(
+            (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
+        )
         return upd, new_mu, new_nu
 
     def update(updates, state, params=None):
@@ -385,8 +402,8 @@ def prism_adaptive(
                 acc = C.acc_dtype(p.a)
                 ns = C.n_stack(p)
                 fn = C.stackmap(
-                    lambda p_, d_, mu_, nu_: _module(p_, d_, mu_, nu_, t.astype(acc), lr,
-                                                     std2), ns)
+                    lambda p_, d_, mu_, nu_: _module(p_, d_, mu_, nu_, t.astype(acc), lr, std2), ns
+                )
                 u, mu2, nu2 = fn(p, d, mu, nu)
             else:
                 acc = C.acc_dtype(p)
@@ -397,7 +414,8 @@ def prism_adaptive(
                     nu2 = b2_ * nu + (1 - b2_) * dd * dd
                     ta = t.astype(acc)
                     dirn = (mu2 / (1 - b1_**ta)) / (
-                        jnp.sqrt(nu2 / (1 - b2_**ta)) + jnp.asarray(eps, acc))
+                        jnp.sqrt(nu2 / (1 - b2_**ta)) + jnp.asarray(eps, acc)
+                    )
                 else:
                     mu2, nu2, dirn = mu, nu, dd
                 dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
@@ -406,7 +424,8 @@ def prism_adaptive(
             mus.append(mu2)
             nus.append(nu2)
         return treedef.unflatten(outs), PrismAdaptiveState(
-            count, treedef.unflatten(mus), treedef.unflatten(nus))
+            count, treedef.unflatten(mus), treedef.unflatten(nus)
+        )
 
     return optax.GradientTransformation(init, update)
 
@@ -464,10 +483,27 @@ def prism(
     """
     std = C.scalar_std(noise_multiplier, clip_norm, denom)
     return optax.chain(
-        prism_privatize(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom,
-                        key=key, axis_name=axis_name, rcond=rcond),
-        prism_adaptive(learning_rate, noise_std=std, b1=b1, b2=b2, eps=eps,
-                       floor_factor=floor_factor, floor_mode=floor_mode, cond_max=cond_max,
-                       debias=debias, horizontal=horizontal, adaptive=adaptive,
-                       weight_decay=weight_decay, rcond=rcond),
+        prism_privatize(
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            denom=denom,
+            key=key,
+            axis_name=axis_name,
+            rcond=rcond,
+        ),
+        prism_adaptive(
+            learning_rate,
+            noise_std=std,
+            b1=b1,
+            b2=b2,
+            eps=eps,
+            floor_factor=floor_factor,
+            floor_mode=floor_mode,
+            cond_max=cond_max,
+            debias=debias,
+            horizontal=horizontal,
+            adaptive=adaptive,
+            weight_decay=weight_decay,
+            rcond=rcond,
+        ),
     )

@@ -125,22 +125,26 @@ def canary_audit(
     _validate.in_interval(low=0.0, high=1.0, closed="neither", delta=delta)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", confidence=confidence)
     _validate.is_key(key)
-    flat_canary = jnp.concatenate([jnp.ravel(x).astype(jnp.float32)
-                                   for x in jax.tree.leaves(canary)])
+    flat_canary = jnp.concatenate(
+        [jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(canary)]
+    )
     if score is None:
+
         def score(r: Any) -> jax.Array:
             v = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(r)])
             return jnp.dot(v, flat_canary)
 
     def world(row):
-        grads = jax.tree.map(lambda b, c: jnp.concatenate([b, c[None].astype(b.dtype)], 0),
-                             base, row)
+        grads = jax.tree.map(
+            lambda b, c: jnp.concatenate([b, c[None].astype(b.dtype)], 0), base, row
+        )
         return jax.jit(jax.vmap(lambda k: score(release(grads, k))))
 
     k_in, k_out = jax.random.split(key)
     s_in = np.asarray(world(canary)(jax.random.split(k_in, trials)), np.float64)
-    s_out = np.asarray(world(jax.tree.map(jnp.zeros_like, canary))(
-        jax.random.split(k_out, trials)), np.float64)
+    s_out = np.asarray(
+        world(jax.tree.map(jnp.zeros_like, canary))(jax.random.split(k_out, trials)), np.float64
+    )
     h = trials // 2
     cal_in, cal_out, ev_in, ev_out = s_in[:h], s_out[:h], s_in[h:], s_out[h:]
     cands = np.unique(np.concatenate([cal_in, cal_out]))
@@ -152,7 +156,7 @@ def canary_audit(
             best, best_t = e, float(t)
     n = len(ev_in)
     tp, fp = int(np.sum(ev_in >= best_t)), int(np.sum(ev_out >= best_t))
-    alpha = (1 - confidence)
+    alpha = 1 - confidence
     # one-sided bounds at level alpha/2 each (union bound over the two rates)
     fpr_hi = clopper_pearson(fp, n, alpha=alpha)[1]
     fnr_hi = clopper_pearson(n - tp, n, alpha=alpha)[1]

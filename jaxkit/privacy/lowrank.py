@@ -81,16 +81,12 @@ def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
         )
     r = a.shape[-1]
     if r > min(a.shape[-2], b.shape[-2]):
-        raise ValueError(
-            f"`{name}` rank r={r} exceeds min(m, n)={min(a.shape[-2], b.shape[-2])}."
-        )
+        raise ValueError(f"`{name}` rank r={r} exceeds min(m, n)={min(a.shape[-2], b.shape[-2])}.")
     _validate.floating(a, name=f"{name}.a")
     _validate.floating(b, name=f"{name}.b")
     if a.dtype != b.dtype:
         raise TypeError(f"`{name}` factors have different dtypes {a.dtype} and {b.dtype}.")
     return LoraFactors(a, b)
-
-
 
 
 def _sign_fix(u: Array) -> Array:
@@ -351,8 +347,9 @@ def sample_tangent_coords(
     up = uu - cache.u @ (cache.u.T @ uu)
     core = (cache.v.T @ vv).T
     vp = vv - cache.v @ (cache.v.T @ vv)
-    return TangentCoords((std * core).astype(dtype), (std * up).astype(dtype),
-                         (std * vp).astype(dtype))
+    return TangentCoords(
+        (std * core).astype(dtype), (std * up).astype(dtype), (std * vp).astype(dtype)
+    )
 
 
 def sample_tangent_noise(
@@ -442,7 +439,12 @@ def spectral_init(
 
 
 def balanced_random_init(
-    *, key: PRNGKeyArray, m: int, n: int, rank: int, scale: Real[ArrayLike, ""] = 0.02,
+    *,
+    key: PRNGKeyArray,
+    m: int,
+    n: int,
+    rank: int,
+    scale: Real[ArrayLike, ""] = 0.02,
     dtype=jnp.float32,
 ) -> LoraFactors:
     """Balanced random init: ``a = scale Q_out``, ``b = scale Q_in`` (random orthonormal).

@@ -75,8 +75,9 @@ def _method(method, allowed):
 
 
 def _check_common(mode, method, softness, network, abs_mode, impl="hybrid"):
-    modes = MODES + tuple(m for m in SIGMOID_MODES if m not in MODES) if method == "network" \
-        else MODES
+    modes = (
+        MODES + tuple(m for m in SIGMOID_MODES if m not in MODES) if method == "network" else MODES
+    )
     V.one_of(modes, mode=mode)
     V.one_of(NW.KINDS, network=network)
     V.one_of(("hard", "soft"), abs_mode=abs_mode)
@@ -157,8 +158,7 @@ def _map_chunks(f, rows):
         return f(rows)
     k = -(-n // CHUNK)
     pad = k * CHUNK - n
-    r = jnp.concatenate([rows, jnp.broadcast_to(rows[:1], (pad, *rows.shape[1:]))]) if pad \
-        else rows
+    r = jnp.concatenate([rows, jnp.broadcast_to(rows[:1], (pad, *rows.shape[1:]))]) if pad else rows
     out = lax.map(jax.checkpoint(f), r.reshape(k, CHUNK, *rows.shape[1:]))  # (k, ..., c)
     out = jnp.moveaxis(out, 0, -2)
     out = out.reshape(*out.shape[:-2], k * CHUNK)
@@ -184,8 +184,9 @@ def _rows(xs, rows_param, kind, softness, mode, A=None):
 
 def _check_lp(return_log_probs, log_prob_eps):
     if not isinstance(return_log_probs, bool):
-        raise TypeError(f"`return_log_probs` must be a static Python bool, got "
-                        f"{return_log_probs!r}.")
+        raise TypeError(
+            f"`return_log_probs` must be a static Python bool, got {return_log_probs!r}."
+        )
     if log_prob_eps is not None:
         V.finite_scalar(log_prob_eps=log_prob_eps)
         V.in_interval(low=0, high=1, closed="neither", log_prob_eps=log_prob_eps)
@@ -215,8 +216,6 @@ def _finish(v, islog, log, eps):
         return lv - jax.nn.logsumexp(lv, axis=-1, keepdims=True)
     pf = jnp.maximum(v, e)
     return jnp.log(pf / jnp.sum(pf, axis=-1, keepdims=True))
-
-
 
 
 def _ns_coef(n, dtype, descending, idx=None):
@@ -249,10 +248,20 @@ def _net_p(xs, softness, mode, network, standardize, n, descending):
 # ----------------------------------------------------------------------------- argsort / sort
 
 
-def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
-            softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "neuralsort",
-            standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-            return_log_probs: bool = False, log_prob_eps: RealScalarLike | None = None) -> Array:
+def argsort(
+    x: ArrayLike,
+    axis: int | None = -1,
+    *,
+    descending: bool = False,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "neuralsort",
+    standardize: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+) -> Array:
     """Soft argsort: a soft permutation ``(..., n, ..., [n])``; row i is the i-th smallest.
 
     Args:
@@ -295,12 +304,15 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     islog = False
     if method == "softsort":
         anchors = sort_values(xs, descending)
-        P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
-                            return_log_probs)
+        P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode, return_log_probs)
     elif method == "neuralsort":
         A = _neuralsort_a(xs, mode, softness, abs_mode)
-        P, islog = _simplex(_row_scores(xs, _ns_coef(n, xs.dtype, descending), "neuralsort",
-                                        A), softness, mode, return_log_probs)
+        P, islog = _simplex(
+            _row_scores(xs, _ns_coef(n, xs.dtype, descending), "neuralsort", A),
+            softness,
+            mode,
+            return_log_probs,
+        )
     elif method == "ot":
         anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
         if descending:
@@ -312,11 +324,22 @@ def argsort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
     return _back_index(_finish(P, islog, *lp), ax, dt)
 
 
-def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
-         softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
-         standardize: bool = True, gated_grad: bool = True, abs_mode: str = "hard",
-         network: str = "bitonic", impl: str = "hybrid", window: int | None = None,
-         _bound: bool = False) -> Array:
+def sort(
+    x: ArrayLike,
+    axis: int | None = -1,
+    *,
+    descending: bool = False,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "pav",
+    standardize: bool = True,
+    gated_grad: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    impl: str = "hybrid",
+    window: int | None = None,
+    _bound: bool = False,
+) -> Array:
     """Soft sort along ``axis`` (ascending unless ``descending``).
 
     ``method="pav"`` (default) projects onto the permutahedron (O(n log n), monotone
@@ -346,13 +369,15 @@ def sort(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         BD.check(window, method, mode, abs_mode)
         out = BD.sort_last(xl, descending, softness, method, standardize, gated_grad, window)
         return _back(out[1] if _bound else out[0], ax, dt)
-    out = _sort_last(xl, descending, softness, mode, method, standardize, gated_grad,
-                     abs_mode, network, impl)
+    out = _sort_last(
+        xl, descending, softness, mode, method, standardize, gated_grad, abs_mode, network, impl
+    )
     return _back(out, ax, dt)
 
 
-def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, abs_mode,
-               network, impl):
+def _sort_last(
+    xl, descending, softness, mode, method, standardize, gated_grad, abs_mode, network, impl
+):
     n = xl.shape[-1]
     if method == "smooth_sort":  # no standardize (as softjax): the logit would amplify errors
         anchors = jnp.arange(n, dtype=xl.dtype) / builtins.max(n - 1, 1)
@@ -362,8 +387,7 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
     if method == "pav":
         anchors = jnp.arange(n, dtype=xs.dtype) / builtins.max(n - 1, 1)
         z = anchors / scal(softness, xs.dtype)
-        out = _pav.project_permutahedron(z, xs, reg=PAV_REG[mode],
-                                         impl=impl, z_order="asc")
+        out = _pav.project_permutahedron(z, xs, reg=PAV_REG[mode], impl=impl, z_order="asc")
         if descending:
             out = jnp.flip(out, -1)
         return unsquash(out, mean, std) if standardize else out
@@ -374,8 +398,15 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
             out = jnp.flip(out, -1)
         return unsquash(out, mean, std) if standardize else out
     if method == "ot":
-        P = argsort(xl, -1, descending=descending, softness=softness, mode=mode, method="ot",
-                    standardize=standardize)
+        P = argsort(
+            xl,
+            -1,
+            descending=descending,
+            softness=softness,
+            mode=mode,
+            method="ot",
+            standardize=standardize,
+        )
         if not gated_grad:
             P = lax.stop_gradient(P)
         return jnp.einsum("...kn,...n->...k", P, xl)
@@ -403,16 +434,28 @@ def _sort_last(xl, descending, softness, mode, method, standardize, gated_grad, 
             P = _rows(xs, ch, "neuralsort", softness, mode, A)
             P = P if gated_grad else lax.stop_gradient(P)
             return jnp.einsum("...kn,...n->...k", P, xl)
+
     return _map_chunks(f, rows)
 
 
 # ----------------------------------------------------------------------------- rank
 
 
-def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
-         softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
-         standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-         impl: str = "hybrid", window: int | None = None, _bound: bool = False) -> Array:
+def rank(
+    x: ArrayLike,
+    axis: int | None = -1,
+    *,
+    descending: bool = False,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "pav",
+    standardize: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    impl: str = "hybrid",
+    window: int | None = None,
+    _bound: bool = False,
+) -> Array:
     """Soft 1-based ranks along ``axis`` (ascending: the smallest gets 1).
 
     ``method="pav"``: permutahedron projection of ``x / softness`` onto ``P(1..n)``;
@@ -449,8 +492,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
         scale = builtins.max(n - 1, 1)
         w = nums / scale
         z = (-xs if descending else xs) / scal(softness, xs.dtype)
-        r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode],
-                                       impl=impl, w_order="asc") * scale
+        r = _pav.project_permutahedron(z, w, reg=PAV_REG[mode], impl=impl, w_order="asc") * scale
     elif method == "softsort" and mode == "smooth":
         # exact O(n log n) smooth SoftSort ranks: x_j is itself an anchor (a = sorted xs)
         perm = SO.stable_argsort(xs)
@@ -466,6 +508,7 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
             xc = jnp.moveaxis(ch, 0, -1)
             P = proj_simplex(-jnp.abs(xc[..., :, None] - anchors[..., None, :]), softness, mode)
             return jnp.einsum("...cn,n->...c", P, nums)
+
         r = _map_chunks(f, jnp.moveaxis(xs, -1, 0))
     elif method == "neuralsort":
         A = _neuralsort_a(xs, mode, softness, abs_mode)
@@ -484,19 +527,25 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
                 iz = 1.0 / jnp.sum(e, axis=-1)  # (..., c)
                 wv = iz * jnp.broadcast_to(vd, iz.shape)
                 wn = iz * jnp.broadcast_to(nm, iz.shape)
-                return (acc[0] + jnp.einsum("...cn,...c->...n", e, wv),
-                        acc[1] + jnp.einsum("...cn,...c->...n", e, wn)), None
+                return (
+                    acc[0] + jnp.einsum("...cn,...c->...n", e, wv),
+                    acc[1] + jnp.einsum("...cn,...c->...n", e, wn),
+                ), None
             P = _rows(xs, c, "neuralsort", softness, mode, A)
-            return (acc[0] + jnp.einsum("...cn,c->...n", P, vd),
-                    acc[1] + jnp.einsum("...cn,c->...n", P, nm)), None
+            return (
+                acc[0] + jnp.einsum("...cn,c->...n", P, vd),
+                acc[1] + jnp.einsum("...cn,c->...n", P, nm),
+            ), None
 
         zero = jnp.zeros_like(xs)
         if n <= CHUNK:  # one chunk: no padded rows, no scan, no recompute in backward
             (cs, ws), _ = body((zero, zero), (coef, nums, jnp.ones((n,), xs.dtype)))
         else:
-            (cs, ws), _ = lax.scan(jax.checkpoint(body), (zero, zero),
-                                   (cpad.reshape(k, CHUNK), npad.reshape(k, CHUNK),
-                                    valid.reshape(k, CHUNK)))
+            (cs, ws), _ = lax.scan(
+                jax.checkpoint(body),
+                (zero, zero),
+                (cpad.reshape(k, CHUNK), npad.reshape(k, CHUNK), valid.reshape(k, CHUNK)),
+            )
         r = ws / jnp.clip(cs, min=1e-10)
     elif method == "ot":
         anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
@@ -525,10 +574,20 @@ def rank(x: ArrayLike, axis: int | None = -1, *, descending: bool = False,
 # ----------------------------------------------------------------------------- argmax / max
 
 
-def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
-           softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "softsort",
-           standardize: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-           return_log_probs: bool = False, log_prob_eps: RealScalarLike | None = None) -> Array:
+def argmax(
+    x: ArrayLike,
+    axis: int | None = None,
+    keepdims: bool = False,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "softsort",
+    standardize: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+) -> Array:
     """Soft argmax: a distribution over positions, shape ``x.shape`` without ``axis`` + ``[n]``.
 
     ``softsort``: ``proj_simplex(x~)``; ``neuralsort``: ``proj_simplex((n-1)x~ - A)``;
@@ -559,8 +618,12 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
         if method == "softsort":
             p, islog = _simplex(xs, softness, mode, return_log_probs)
         elif method == "neuralsort":
-            p, islog = _simplex((n - 1) * xs - _neuralsort_a(xs, mode, softness, abs_mode),
-                                softness, mode, return_log_probs)
+            p, islog = _simplex(
+                (n - 1) * xs - _neuralsort_a(xs, mode, softness, abs_mode),
+                softness,
+                mode,
+                return_log_probs,
+            )
         elif method == "ot":
             anchors = jnp.array([0.0, 1.0], xs.dtype)
             mu = jnp.ones((n,), xs.dtype) / n
@@ -574,17 +637,26 @@ def argmax(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
     return p.astype(dt)
 
 
-def argmin(x: ArrayLike, axis: int | None = None, keepdims: bool = False,
-           **kwargs) -> Array:
+def argmin(x: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwargs) -> Array:
     """Soft argmin = soft argmax of ``-x`` (same keywords, incl. ``return_log_probs`` and
     ``log_prob_eps``)."""
     return argmax(-as_float(x), axis, keepdims, **kwargs)
 
 
-def max(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,  # noqa: A001
-        softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "softsort",
-        standardize: bool = True, gated_grad: bool = True, abs_mode: str = "hard",
-        network: str = "bitonic", impl: str = "hybrid") -> Array:
+def max(
+    x: ArrayLike,
+    axis: int | None = None,
+    keepdims: bool = False,
+    *,  # noqa: A001
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "softsort",
+    standardize: bool = True,
+    gated_grad: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    impl: str = "hybrid",
+) -> Array:
     """Soft max: expectation of ``x`` under :func:`argmax` (``pav``/``network``: first
     element of the descending soft sort)."""
     method = _method(method, VALUE_METHODS)
@@ -598,11 +670,20 @@ def max(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,  # noq
         raise ValueError("`x` must be non-empty along `axis` for max (as jnp.max).")
     if method in DIRECT:
         xl = _guard(xl, softness)
-        v = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
-                       network, impl)[..., 0]
+        v = _sort_last(
+            xl, True, softness, mode, method, standardize, gated_grad, abs_mode, network, impl
+        )[..., 0]
     else:
-        p = argmax(xl, -1, softness=softness, mode=mode,
-                   method=method, standardize=standardize, abs_mode=abs_mode, network=network)
+        p = argmax(
+            xl,
+            -1,
+            softness=softness,
+            mode=mode,
+            method=method,
+            standardize=standardize,
+            abs_mode=abs_mode,
+            network=network,
+        )
         p = p if gated_grad else lax.stop_gradient(p)
         v = jnp.einsum("...n,...n->...", p.astype(xl.dtype), xl)
     if keepdims:
@@ -610,8 +691,12 @@ def max(x: ArrayLike, axis: int | None = None, keepdims: bool = False, *,  # noq
     return v.astype(dt)
 
 
-def min(x: ArrayLike, axis: int | None = None, keepdims: bool = False,  # noqa: A001
-        **kwargs) -> Array:
+def min(
+    x: ArrayLike,
+    axis: int | None = None,
+    keepdims: bool = False,  # noqa: A001
+    **kwargs,
+) -> Array:
     """Soft min = ``-max(-x)``."""
     return -max(-as_float(x), axis, keepdims, **kwargs)
 
@@ -644,12 +729,22 @@ def _check_q(q):
     return q
 
 
-def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool = False,
-                *, softness: RealScalarLike = 0.1, mode: str = "smooth",
-                method: str = "neuralsort", quantile_method: str = "linear",
-                standardize: bool = True, abs_mode: str = "hard",
-                network: str = "bitonic", return_log_probs: bool = False,
-                log_prob_eps: RealScalarLike | None = None) -> Array:
+def argquantile(
+    x: ArrayLike,
+    q: ArrayLike,
+    axis: int | None = None,
+    keepdims: bool = False,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "neuralsort",
+    quantile_method: str = "linear",
+    standardize: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+) -> Array:
     """Soft index of the ``q``-quantile (``q`` scalar or 1-D, prepended to the output).
 
     ``quantile_method`` mirrors ``jnp.quantile``'s ``method``; the two-row methods mix the
@@ -667,11 +762,23 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
     _check_lp(return_log_probs, log_prob_eps)
     q = _check_q(q)
     if q.ndim == 1:
-        return jax.vmap(lambda qi: argquantile(
-            x, qi, axis, keepdims, softness=softness, mode=mode, method=method,
-            quantile_method=quantile_method, standardize=standardize, abs_mode=abs_mode,
-            network=network, return_log_probs=return_log_probs,
-            log_prob_eps=log_prob_eps))(q)
+        return jax.vmap(
+            lambda qi: argquantile(
+                x,
+                qi,
+                axis,
+                keepdims,
+                softness=softness,
+                mode=mode,
+                method=method,
+                quantile_method=quantile_method,
+                standardize=standardize,
+                abs_mode=abs_mode,
+                network=network,
+                return_log_probs=return_log_probs,
+                log_prob_eps=log_prob_eps,
+            )
+        )(q)
     nd = jnp.ndim(x)
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
@@ -690,19 +797,22 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
         if method == "softsort":
             srt = sort_values(xs)
             anchors = jnp.stack([srt[..., k], srt[..., kp1]], -1)
-            P, islog = _simplex(_row_scores(xs, anchors, "softsort"), softness, mode,
-                                return_log_probs)
+            P, islog = _simplex(
+                _row_scores(xs, anchors, "softsort"), softness, mode, return_log_probs
+            )
         elif method == "neuralsort":
             A = _neuralsort_a(xs, mode, softness, abs_mode)
             coef = _ns_coef(n, xs.dtype, False, jnp.stack([k + 1, k + 2]))
-            P, islog = _simplex(_row_scores(xs, coef, "neuralsort", A), softness, mode,
-                                return_log_probs)
+            P, islog = _simplex(
+                _row_scores(xs, coef, "neuralsort", A), softness, mode, return_log_probs
+            )
         elif method == "ot":
             mu = jnp.ones((n,), xs.dtype) / n
             if two:
                 kf, k1f = k.astype(xs.dtype), kp1.astype(xs.dtype)
-                nu = jnp.stack([kf / n, jnp.full_like(kf, 1 / n), (k1f - kf) / n,
-                                (n - k1f - 1) / n])
+                nu = jnp.stack(
+                    [kf / n, jnp.full_like(kf, 1 / n), (k1f - kf) / n, (n - k1f - 1) / n]
+                )
                 anchors = jnp.array([0.0, 1 / 3, 2 / 3, 1.0], xs.dtype)
                 G = transport(xs, anchors, mu, nu.astype(xs.dtype), softness, mode)
                 P = jnp.swapaxes(G[..., 1:3], -1, -2)
@@ -729,11 +839,24 @@ def argquantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: b
     return p.astype(dt)
 
 
-def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool = False, *,
-             softness: RealScalarLike = 0.1, mode: str = "smooth", method: str = "pav",
-             quantile_method: str = "linear", standardize: bool = True,
-             gated_grad: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-             impl: str = "hybrid", window: int | None = None, _bound: bool = False) -> Array:
+def quantile(
+    x: ArrayLike,
+    q: ArrayLike,
+    axis: int | None = None,
+    keepdims: bool = False,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "pav",
+    quantile_method: str = "linear",
+    standardize: bool = True,
+    gated_grad: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    impl: str = "hybrid",
+    window: int | None = None,
+    _bound: bool = False,
+) -> Array:
     """Soft ``jnp.quantile`` (``q`` scalar or 1-D, prepended to the output).
 
     ``pav``/``network``: interpolate the soft-sorted values; index methods: expectation
@@ -745,13 +868,29 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
     q = _check_q(q)
     x = as_float(x)
     if mode == "hard":
-        return jnp.quantile(x, q.astype(x.dtype), axis=axis, keepdims=keepdims,
-                            method=quantile_method)
+        return jnp.quantile(
+            x, q.astype(x.dtype), axis=axis, keepdims=keepdims, method=quantile_method
+        )
     if q.ndim == 1:
-        return jax.vmap(lambda qi: quantile(
-            x, qi, axis, keepdims, softness=softness, mode=mode, method=method,
-            quantile_method=quantile_method, standardize=standardize, gated_grad=gated_grad,
-            abs_mode=abs_mode, network=network, impl=impl, window=window, _bound=_bound))(q)
+        return jax.vmap(
+            lambda qi: quantile(
+                x,
+                qi,
+                axis,
+                keepdims,
+                softness=softness,
+                mode=mode,
+                method=method,
+                quantile_method=quantile_method,
+                standardize=standardize,
+                gated_grad=gated_grad,
+                abs_mode=abs_mode,
+                network=network,
+                impl=impl,
+                window=window,
+                _bound=_bound,
+            )
+        )(q)
     nd = x.ndim
     xl, ax, dt = _prep(x, axis)
     n = xl.shape[-1]
@@ -760,21 +899,41 @@ def quantile(x: ArrayLike, q: ArrayLike, axis: int | None = None, keepdims: bool
     if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
         BD.check(window, method, mode, abs_mode)
         k, a, two = _qparams(q.astype(xl.dtype), n, quantile_method)
-        v, b = BD.quantile_last(_guard(xl, softness), k, jnp.minimum(k + 1, n - 1), a, two,
-                                softness, method, standardize, gated_grad, window)
+        v, b = BD.quantile_last(
+            _guard(xl, softness),
+            k,
+            jnp.minimum(k + 1, n - 1),
+            a,
+            two,
+            softness,
+            method,
+            standardize,
+            gated_grad,
+            window,
+        )
         v = b if _bound else v
     elif method in DIRECT:
         xl = _guard(xl, softness)
-        s = _sort_last(xl, False, softness, mode, method, standardize, gated_grad, abs_mode,
-                       network, impl)
+        s = _sort_last(
+            xl, False, softness, mode, method, standardize, gated_grad, abs_mode, network, impl
+        )
         k, a, two = _qparams(q.astype(xl.dtype), n, quantile_method)
         v = s[..., k]
         if two:
             v = (1.0 - a) * v + a * s[..., jnp.minimum(k + 1, n - 1)]
     else:
-        p = argquantile(xl, q, -1, softness=softness, mode=mode, method=method,
-                        quantile_method=quantile_method, standardize=standardize,
-                        abs_mode=abs_mode, network=network).astype(xl.dtype)
+        p = argquantile(
+            xl,
+            q,
+            -1,
+            softness=softness,
+            mode=mode,
+            method=method,
+            quantile_method=quantile_method,
+            standardize=standardize,
+            abs_mode=abs_mode,
+            network=network,
+        ).astype(xl.dtype)
         p = p if gated_grad else lax.stop_gradient(p)
         v = jnp.einsum("...n,...n->...", p, xl)
     if keepdims:
@@ -787,21 +946,22 @@ def median(x: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwar
     return quantile(x, 0.5, axis, keepdims, quantile_method="midpoint", **kwargs)
 
 
-def argmedian(x: ArrayLike, axis: int | None = None, keepdims: bool = False,
-              **kwargs) -> Array:
+def argmedian(x: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwargs) -> Array:
     """Soft index of the median (keywords of :func:`argquantile`, incl.
     ``return_log_probs`` and ``log_prob_eps``)."""
     return argquantile(x, 0.5, axis, keepdims, quantile_method="midpoint", **kwargs)
 
 
-def percentile(x: ArrayLike, p: ArrayLike, axis: int | None = None, keepdims: bool = False,
-               **kwargs) -> Array:
+def percentile(
+    x: ArrayLike, p: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwargs
+) -> Array:
     """Soft ``jnp.percentile`` (``p`` in [0, 100])."""
     return quantile(x, jnp.asarray(p) / 100.0, axis, keepdims, **kwargs)
 
 
-def argpercentile(x: ArrayLike, p: ArrayLike, axis: int | None = None,
-                  keepdims: bool = False, **kwargs) -> Array:
+def argpercentile(
+    x: ArrayLike, p: ArrayLike, axis: int | None = None, keepdims: bool = False, **kwargs
+) -> Array:
     """Soft index of the ``p``-th percentile (keywords of :func:`argquantile`, incl.
     ``return_log_probs`` and ``log_prob_eps``)."""
     return argquantile(x, jnp.asarray(p) / 100.0, axis, keepdims, **kwargs)
@@ -810,10 +970,20 @@ def argpercentile(x: ArrayLike, p: ArrayLike, axis: int | None = None,
 # ----------------------------------------------------------------------------- top-k
 
 
-def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.1,
-             mode: str = "smooth", method: str = "neuralsort", standardize: bool = True,
-             abs_mode: str = "hard", network: str = "bitonic", return_log_probs: bool = False,
-             log_prob_eps: RealScalarLike | None = None) -> Array:
+def argtop_k(
+    x: ArrayLike,
+    k: int,
+    axis: int = -1,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "neuralsort",
+    standardize: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+) -> Array:
     """Soft indices of the ``k`` largest entries, shape ``(..., k, ..., [n])``.
 
     ``network`` computes the k rows matrix-free (k transposed sweeps).
@@ -834,8 +1004,9 @@ def argtop_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike =
         _, idx = lax.top_k(xl, k)
         P, islog = _onehot(idx, n, xl.dtype), False
     else:
-        P, islog = _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode,
-                                  network, return_log_probs)
+        P, islog = _argtop_k_last(
+            xl, k, softness, mode, method, standardize, abs_mode, network, return_log_probs
+        )
     return _back_index(_finish(P, islog, return_log_probs, log_prob_eps), ax, dt)
 
 
@@ -858,8 +1029,9 @@ def _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode, network
             P = jnp.swapaxes(transport(xs, anchors, mu, mu, softness, mode), -1, -2)
         else:
             anchors = (jnp.linspace(0, k, k + 1, dtype=xs.dtype) / k)[::-1]
-            nu = jnp.concatenate([jnp.ones((k,), xs.dtype) / n,
-                                  jnp.full((1,), (n - k) / n, xs.dtype)])
+            nu = jnp.concatenate(
+                [jnp.ones((k,), xs.dtype) / n, jnp.full((1,), (n - k) / n, xs.dtype)]
+            )
             P = jnp.swapaxes(transport(xs, anchors, mu, nu, softness, mode), -1, -2)[..., :k, :]
     else:
         _, ms, partner = NW.forward(xs, softness, mode, network, standardize)
@@ -875,12 +1047,24 @@ def _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode, network
     return P, False
 
 
-def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.1,
-          mode: str = "smooth", method: str = "neuralsort", standardize: bool = True,
-          gated_grad: bool = True, abs_mode: str = "hard", network: str = "bitonic",
-          impl: str = "hybrid", window: int | None = None, return_log_probs: bool = False,
-          log_prob_eps: RealScalarLike | None = None,
-          _bound: bool = False) -> tuple[Array, Array | None] | Array:
+def top_k(
+    x: ArrayLike,
+    k: int,
+    axis: int = -1,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "neuralsort",
+    standardize: bool = True,
+    gated_grad: bool = True,
+    abs_mode: str = "hard",
+    network: str = "bitonic",
+    impl: str = "hybrid",
+    window: int | None = None,
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+    _bound: bool = False,
+) -> tuple[Array, Array | None] | Array:
     """Soft ``lax.top_k`` along ``axis``: (values ``(..., k, ...)``, soft index or ``None``).
 
     ``pav`` and ``network`` return the first ``k`` of the descending soft sort and no
@@ -898,21 +1082,26 @@ def top_k(x: ArrayLike, k: int, axis: int = -1, *, softness: RealScalarLike = 0.
         raise ValueError(f"`k` must be an int with 0 < k <= {n}, got k={k!r}.")
     if mode == "hard":
         v, idx = lax.top_k(xl, k)
-        return _back(v, ax, dt), _back_index(_finish(_onehot(idx, n, xl.dtype), False, *lp),
-                                             ax, dt)
+        return _back(v, ax, dt), _back_index(_finish(_onehot(idx, n, xl.dtype), False, *lp), ax, dt)
     if window is not None:  # banded softsort / neuralsort (jaxkit.soft._banded)
         BD.check(window, method, mode, abs_mode)
-        v, P, b = BD.top_k_last(_guard(xl, softness), k, softness, method, standardize,
-                                gated_grad, window)
-        return _back(b, ax, dt) if _bound else (_back(v, ax, dt),
-                                                _back_index(_finish(P, False, *lp), ax, dt))
+        v, P, b = BD.top_k_last(
+            _guard(xl, softness), k, softness, method, standardize, gated_grad, window
+        )
+        return (
+            _back(b, ax, dt)
+            if _bound
+            else (_back(v, ax, dt), _back_index(_finish(P, False, *lp), ax, dt))
+        )
     if method in DIRECT:
         xl = _guard(xl, softness)
-        s = _sort_last(xl, True, softness, mode, method, standardize, gated_grad, abs_mode,
-                       network, impl)
+        s = _sort_last(
+            xl, True, softness, mode, method, standardize, gated_grad, abs_mode, network, impl
+        )
         return _back(s[..., :k], ax, dt), None
-    raw, islog = _argtop_k_last(xl, k, softness, mode, method, standardize, abs_mode,
-                                network, return_log_probs)
+    raw, islog = _argtop_k_last(
+        xl, k, softness, mode, method, standardize, abs_mode, network, return_log_probs
+    )
     p = jnp.exp(raw) if islog else raw  # islog: smooth log_softmax, finite everywhere
     pv = p if gated_grad else lax.stop_gradient(p)
     v = jnp.einsum("...kn,...n->...k", pv, xl)

@@ -51,8 +51,10 @@ def check(window, method, mode, abs_mode):
     if mode != "smooth":
         raise NotImplementedError(f"`window` supports mode 'smooth' only; got mode={mode!r}.")
     if abs_mode != "hard":
-        raise ValueError("`window` needs `abs_mode='hard'` (the monotone decay that certifies "
-                         f"the tail holds for the exact |.|); got abs_mode={abs_mode!r}.")
+        raise ValueError(
+            "`window` needs `abs_mode='hard'` (the monotone decay that certifies "
+            f"the tail holds for the exact |.|); got abs_mode={abs_mode!r}."
+        )
 
 
 def _sorted(xl, standardize, method):
@@ -108,8 +110,9 @@ def band(a, A, rows, w, softness, method):
     sg = lax.stop_gradient
     edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
     evalid = (edges >= 0) & (edges < n)
-    se = _score(sg(a), None if A is None else sg(A), rows, jnp.clip(edges, 0, n - 1), method,
-                sg(tau))
+    se = _score(
+        sg(a), None if A is None else sg(A), rows, jnp.clip(edges, 0, n - 1), method, sg(tau)
+    )
     se = jnp.where(jnp.broadcast_to(evalid, se.shape), se, -jnp.inf)
     e = jnp.exp(jnp.max(se, -1) - sg(lse[..., 0]))
     cnt = (n - jnp.sum(valid, -1)).astype(a.dtype)
@@ -234,14 +237,21 @@ def quantile_last(xl, k, kp1, alpha, two, softness, method, standardize, gated_g
     rows = jnp.stack([k, kp1]).reshape(2).astype(jnp.int32)
     v, b = _values(xl, rows, w, softness, method, standardize, gated_grad)
     if two:
-        return (1.0 - alpha) * v[..., 0] + alpha * v[..., 1], \
-            (1.0 - alpha) * b[..., 0] + alpha * b[..., 1]
+        return (1.0 - alpha) * v[..., 0] + alpha * v[..., 1], (1.0 - alpha) * b[..., 0] + alpha * b[
+            ..., 1
+        ]
     return v[..., 0], b[..., 0]
 
 
-def banded_error_bound(op: str, x: ArrayLike, *args, window: int,
-                       softness: RealScalarLike = 0.1, method: str = "neuralsort",
-                       **kwargs) -> Array:
+def banded_error_bound(
+    op: str,
+    x: ArrayLike,
+    *args,
+    window: int,
+    softness: RealScalarLike = 0.1,
+    method: str = "neuralsort",
+    **kwargs,
+) -> Array:
     """Certified bound on ``|banded - dense|`` for the output of a banded operator.
 
     ``banded_error_bound("sort", x, window=w, softness=s, method=m, ...)`` bounds,
@@ -273,6 +283,5 @@ def banded_error_bound(op: str, x: ArrayLike, *args, window: int,
     V.one_of(OPS, op=op)
     check(window, method, kwargs.get("mode", "smooth"), kwargs.get("abs_mode", "hard"))
     fn = {"sort": AX.sort, "rank": AX.rank, "top_k": AX.top_k, "quantile": AX.quantile}[op]
-    out = fn(x, *args, window=window, softness=softness, method=method, _bound=True,
-             **kwargs)
+    out = fn(x, *args, window=window, softness=softness, method=method, _bound=True, **kwargs)
     return out

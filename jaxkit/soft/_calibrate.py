@@ -30,8 +30,9 @@ def _probe(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((rows, n)).astype(np.float32)
 
 
-def error_fn(method: str, n: int, *, mode: str = "smooth", op: str = "rank", seed: int = 0,
-             **options):
+def error_fn(
+    method: str, n: int, *, mode: str = "smooth", op: str = "rank", seed: int = 0, **options
+):
     """``softness -> mean |op(probe) - hard op(probe)|`` on the fixed probe (jitted)."""
     from jaxkit import soft as S  # circular at import time
 
@@ -66,9 +67,11 @@ def _calibrate(method, n, target, mode, op, seed, rtol, options):
         hi += 1.0
         fhi = f(10.0**hi)
     if not (flo <= target <= fhi):
-        raise ValueError(f"`target_rank_error`={target} is not reachable for method={method!r}, "
-                         f"mode={mode!r}, n={n}: the error at softness 1e{lo:g} is {flo:.3g}, "
-                         f"at 1e{hi:g} {fhi:.3g}.")
+        raise ValueError(
+            f"`target_rank_error`={target} is not reachable for method={method!r}, "
+            f"mode={mode!r}, n={n}: the error at softness 1e{lo:g} is {flo:.3g}, "
+            f"at 1e{hi:g} {fhi:.3g}."
+        )
     for _ in range(MAX_BISECTIONS):
         mid = 0.5 * (lo + hi)
         fm = f(10.0**mid)
@@ -81,8 +84,17 @@ def _calibrate(method, n, target, mode, op, seed, rtol, options):
     return 10.0 ** (0.5 * (lo + hi))
 
 
-def calibrate(method: str, n: int, target_rank_error: float = 0.5, *, mode: str = "smooth",
-              op: str = "rank", seed: int = 0, rtol: float = 0.005, **options) -> float:
+def calibrate(
+    method: str,
+    n: int,
+    target_rank_error: float = 0.5,
+    *,
+    mode: str = "smooth",
+    op: str = "rank",
+    seed: int = 0,
+    rtol: float = 0.005,
+    **options,
+) -> float:
     """Softness at which ``method`` has mean absolute error ``target_rank_error``.
 
     Bisection in log softness on a fixed standard-normal probe (``max(4, 32768 // n)``
@@ -128,9 +140,14 @@ def calibrate(method: str, n: int, target_rank_error: float = 0.5, *, mode: str 
     V.finite_scalar(target_rank_error=target_rank_error)
     V.positive(target_rank_error=target_rank_error)
     V.positive(rtol=rtol)
-    AX._check_common(mode, AX._method(method, AX.VALUE_METHODS), 0.1,
-                     options.get("network", "bitonic"), options.get("abs_mode", "hard"),
-                     options.get("impl", "hybrid"))
+    AX._check_common(
+        mode,
+        AX._method(method, AX.VALUE_METHODS),
+        0.1,
+        options.get("network", "bitonic"),
+        options.get("abs_mode", "hard"),
+        options.get("impl", "hybrid"),
+    )
     if mode == "hard":
         raise ValueError("`mode` must be a soft mode for calibration; got mode='hard'.")
     opts = tuple(sorted(options.items()))

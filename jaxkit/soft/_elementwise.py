@@ -65,8 +65,9 @@ def sigmoidal(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth"
     return _piece(v, _poly([0.1875, 0.0, -0.625, 0.0, 0.9375, 0.5], v), one)
 
 
-def softrelu(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
-             gated: bool = False) -> Array:
+def softrelu(
+    x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth", gated: bool = False
+) -> Array:
     """Soft ReLU: ``softness * G(x / softness)`` with ``G`` the antiderivative of the sigmoid.
 
     ``gated=True`` gives ``x * sigmoidal(x)`` (SiLU-like) instead.
@@ -84,8 +85,11 @@ def softrelu(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
     if mode == "smooth":
         return jax.nn.softplus(u) * s
     v = u / 5.0
-    coeffs = {"c0": [0.25, 0.5, 0.25], "c1": [-0.0625, 0.0, 0.375, 0.5, 0.1875],
-              "c2": [0.03125, 0.0, -0.15625, 0.0, 0.46875, 0.5, 0.15625]}[mode]
+    coeffs = {
+        "c0": [0.25, 0.5, 0.25],
+        "c1": [-0.0625, 0.0, 0.375, 0.5, 0.1875],
+        "c2": [0.03125, 0.0, -0.15625, 0.0, 0.46875, 0.5, 0.15625],
+    }[mode]
     y = _piece(v, 5.0 * _poly(coeffs, v), u)
     return y * s
 
@@ -117,8 +121,9 @@ def abs(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth") -> A
     return x * sign(x, softness, mode)
 
 
-def relu(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
-         gated: bool = False) -> Array:
+def relu(
+    x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth", gated: bool = False
+) -> Array:
     """Soft ReLU (``mode="hard"``: ``jax.nn.relu``)."""
     check_mode(mode)
     x = as_float(x)
@@ -127,8 +132,14 @@ def relu(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
     return softrelu(x, softness, mode, gated)
 
 
-def clip(x: ArrayLike, a: ArrayLike, b: ArrayLike, softness: RealScalarLike = 0.1,
-         mode: str = "smooth", gated: bool = False) -> Array:
+def clip(
+    x: ArrayLike,
+    a: ArrayLike,
+    b: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    gated: bool = False,
+) -> Array:
     """Soft clip ``a + relu(x - a) - relu(x - b)``."""
     check_mode(mode)
     x = as_float(x)
@@ -139,8 +150,12 @@ def clip(x: ArrayLike, a: ArrayLike, b: ArrayLike, softness: RealScalarLike = 0.
     return a + softrelu(x - a, softness, mode, gated) - softrelu(x - b, softness, mode, gated)
 
 
-def round(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",  # noqa: A001
-          neighbor_radius: int = 5) -> Array:
+def round(
+    x: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",  # noqa: A001
+    neighbor_radius: int = 5,
+) -> Array:
     """Soft rounding: a sum of soft steps at the half-integers near ``x``.
 
     References:
@@ -164,8 +179,13 @@ def _cmp_prep(x, y):
     return x, jnp.asarray(y).astype(x.dtype)
 
 
-def greater(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
-            epsilon: float = 1e-10) -> Array:
+def greater(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x > y`` = ``sigmoidal(x - y - epsilon)``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -174,8 +194,13 @@ def greater(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: st
     return sigmoidal(x - y - epsilon, softness, mode)
 
 
-def greater_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
-                  mode: str = "smooth", epsilon: float = 1e-10) -> Array:
+def greater_equal(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x >= y`` = ``sigmoidal(x - y + epsilon)``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -184,8 +209,13 @@ def greater_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
     return sigmoidal(x - y + epsilon, softness, mode)
 
 
-def less(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
-         epsilon: float = 1e-10) -> Array:
+def less(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x < y`` = ``1 - greater_equal(x, y)``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -194,8 +224,13 @@ def less(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: str =
     return 1.0 - greater_equal(x, y, softness, mode, epsilon)
 
 
-def less_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
-               mode: str = "smooth", epsilon: float = 1e-10) -> Array:
+def less_equal(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x <= y`` = ``1 - greater(x, y)``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -204,8 +239,13 @@ def less_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
     return 1.0 - greater(x, y, softness, mode, epsilon)
 
 
-def equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth",
-          epsilon: float = 1e-10) -> Array:
+def equal(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x == y`` = ``2 less_equal(|x - y|_soft, 0)``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -215,8 +255,13 @@ def equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, mode: str 
     return 2.0 * less_equal(d, jnp.zeros_like(d), softness, mode, epsilon)
 
 
-def not_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
-              mode: str = "smooth", epsilon: float = 1e-10) -> Array:
+def not_equal(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``x != y`` = ``2 greater(|x - y|_soft, 0) - 1``."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)
@@ -226,8 +271,15 @@ def not_equal(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1,
     return 2.0 * greater(d, jnp.zeros_like(d), softness, mode, epsilon) - 1.0
 
 
-def isclose(x: ArrayLike, y: ArrayLike, softness: RealScalarLike = 0.1, rtol: float = 1e-5,
-            atol: float = 1e-8, mode: str = "smooth", epsilon: float = 1e-10) -> Array:
+def isclose(
+    x: ArrayLike,
+    y: ArrayLike,
+    softness: RealScalarLike = 0.1,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    mode: str = "smooth",
+    epsilon: float = 1e-10,
+) -> Array:
     """Soft ``isclose``: ``2 less_equal(|x - y|, atol + rtol |y|)`` with soft abs."""
     check_mode(mode)
     x, y = _cmp_prep(x, y)

@@ -20,8 +20,14 @@ def logical_not(x: ArrayLike) -> Array:
     return 1.0 - as_float(x)
 
 
-def all(x: ArrayLike, axis: int | None = -1, epsilon: float = 1e-10,  # noqa: A001
-        use_geometric_mean: bool = False, *, tnorm: str = "product") -> Array:
+def all(
+    x: ArrayLike,
+    axis: int | None = -1,
+    epsilon: float = 1e-10,  # noqa: A001
+    use_geometric_mean: bool = False,
+    *,
+    tnorm: str = "product",
+) -> Array:
     """Soft ALL along ``axis``: the t-norm of the entries.
 
     ``tnorm``: ``"product"`` (softjax default), ``"geometric"`` (geometric mean, as
@@ -44,11 +50,17 @@ def all(x: ArrayLike, axis: int | None = -1, epsilon: float = 1e-10,  # noqa: A0
     return jnp.maximum(jnp.sum(x, axis=axis) - (n - 1), 0.0).astype(x.dtype)
 
 
-def any(x: ArrayLike, axis: int | None = -1, use_geometric_mean: bool = False,  # noqa: A001
-        *, tnorm: str = "product") -> Array:
+def any(
+    x: ArrayLike,
+    axis: int | None = -1,
+    use_geometric_mean: bool = False,  # noqa: A001
+    *,
+    tnorm: str = "product",
+) -> Array:
     """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm)."""
-    return logical_not(all(logical_not(x), axis=axis, use_geometric_mean=use_geometric_mean,
-                           tnorm=tnorm))
+    return logical_not(
+        all(logical_not(x), axis=axis, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    )
 
 
 def _pair(x, y):
@@ -66,24 +78,27 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
     return jnp.maximum(x + y - 1.0, 0.0)
 
 
-def logical_and(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
-                tnorm: str = "product") -> Array:
+def logical_and(
+    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
+) -> Array:
     """Soft AND (t-norm of the pair)."""
     V.one_of(TNORMS, tnorm=tnorm)
     x, y = _pair(x, y)
     return _tnorm2(x, y, tnorm, use_geometric_mean)
 
 
-def logical_or(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
-               tnorm: str = "product") -> Array:
+def logical_or(
+    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
+) -> Array:
     """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``."""
     V.one_of(TNORMS, tnorm=tnorm)
     x, y = _pair(x, y)
     return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, use_geometric_mean)
 
 
-def logical_xor(x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *,
-                tnorm: str = "product") -> Array:
+def logical_xor(
+    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
+) -> Array:
     """Soft XOR = ``or(and(x, not y), and(not x, y))``."""
     kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
     a = logical_and(x, logical_not(y), **kw)

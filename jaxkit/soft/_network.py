@@ -101,6 +101,7 @@ def forward(x, softness, mode, kind, standardized):
 
 def apply(v, ms, partner):
     """``P v`` along the last axis (forward sweep)."""
+
     def layer(v, mp):
         m, p = mp
         return (1.0 - m) * v + m * jnp.take(v, p, axis=0), None
@@ -111,6 +112,7 @@ def apply(v, ms, partner):
 
 def apply_t(c, ms, partner):
     """``P^T c`` along the last axis (transposed sweep, layers in reverse)."""
+
     def layer(c, mp):
         m, p = mp
         return (1.0 - m) * c + jnp.take(m * c, p, axis=0), None

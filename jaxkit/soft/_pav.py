@@ -182,8 +182,10 @@ def _isotonic_pair_jvp(reg, impl, primals, tangents):
     else:
         pz = jnp.exp(z - _seg_lse(z, bid, n)[bid])
         pw = jnp.exp(w - _seg_lse(w, bid, n)[bid])
-        dv = (segment_sum(pz * dz, bid, num_segments=n, indices_are_sorted=True)
-              - segment_sum(pw * dw, bid, num_segments=n, indices_are_sorted=True))[bid]
+        dv = (
+            segment_sum(pz * dz, bid, num_segments=n, indices_are_sorted=True)
+            - segment_sum(pw * dw, bid, num_segments=n, indices_are_sorted=True)
+        )[bid]
     return v, dv
 
 
@@ -203,8 +205,9 @@ def _inverse_perm_rows(perm):
     return jax.vmap(_inverse_perm)(perm.reshape(-1, perm.shape[-1])).reshape(perm.shape)
 
 
-def project_permutahedron(z, w, *, reg: str = "l2", impl: str = "hybrid", z_order="any",
-                          w_order="any"):
+def project_permutahedron(
+    z, w, *, reg: str = "l2", impl: str = "hybrid", z_order="any", w_order="any"
+):
     """``argmax_{y in P(w)} <z, y> - R(y)`` along the last axis (R: 1/2||.||^2, entropic,
     p-norm), batched over leading axes.
 
@@ -234,8 +237,9 @@ def project_permutahedron(z, w, *, reg: str = "l2", impl: str = "hybrid", z_orde
     else:
         za = None if zs.ndim == 1 else 0
         wa = None if ws.ndim == 1 else 0
-        v = jax.vmap(iso, in_axes=(za, wa))(zs if za is None else zs.reshape(-1, n),
-                                            ws if wa is None else ws.reshape(-1, n))
+        v = jax.vmap(iso, in_axes=(za, wa))(
+            zs if za is None else zs.reshape(-1, n), ws if wa is None else ws.reshape(-1, n)
+        )
         v = v.reshape(shape)
     y = jnp.broadcast_to(zs, shape) - v
     if reg in PN.PREGS:

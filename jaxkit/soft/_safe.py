@@ -36,20 +36,21 @@ def arcsin(x: ArrayLike) -> Array:
     """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients."""
     x = as_float(x)
     inside = jnp.abs(x) < 1
-    return jnp.where(inside, jnp.arcsin(jnp.where(inside, x, 0.0)),
-                     jnp.sign(x) * (jnp.pi / 2)).astype(x.dtype)
+    return jnp.where(
+        inside, jnp.arcsin(jnp.where(inside, x, 0.0)), jnp.sign(x) * (jnp.pi / 2)
+    ).astype(x.dtype)
 
 
 def arccos(x: ArrayLike) -> Array:
     """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients."""
     x = as_float(x)
     inside = jnp.abs(x) < 1
-    return jnp.where(inside, jnp.arccos(jnp.where(inside, x, 0.0)),
-                     jnp.where(x >= 1, 0.0, jnp.pi)).astype(x.dtype)
+    return jnp.where(
+        inside, jnp.arccos(jnp.where(inside, x, 0.0)), jnp.where(x >= 1, 0.0, jnp.pi)
+    ).astype(x.dtype)
 
 
-def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None,
-         keepdims: bool = False) -> Array:
+def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
     """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN)."""
     x = as_float(x)
     return sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))

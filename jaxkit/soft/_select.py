@@ -33,8 +33,9 @@ def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) 
         axis = 0
     ax = V.axis(axis, x.ndim)
     if p.ndim != x.ndim + 1:
-        raise TypeError(f"`soft_index` must have rank x.ndim + 1 = {x.ndim + 1}, "
-                        f"got shape {p.shape}.")
+        raise TypeError(
+            f"`soft_index` must have rank x.ndim + 1 = {x.ndim + 1}, got shape {p.shape}."
+        )
     if p.shape[-1] != x.shape[ax]:
         raise TypeError(f"`soft_index` last axis must have size {x.shape[ax]}, got {p.shape}.")
     xl = jnp.moveaxis(x, ax, -1)
@@ -64,15 +65,18 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
     c = as_float(choices)
     p = jnp.asarray(soft_index).astype(c.dtype)
     if p.ndim != c.ndim or p.shape[-1] != c.shape[0]:
-        raise TypeError(f"`soft_index` (..., [n]) and `choices` (n, ...) are incompatible: "
-                        f"{p.shape} vs {c.shape}.")
+        raise TypeError(
+            f"`soft_index` (..., [n]) and `choices` (n, ...) are incompatible: "
+            f"{p.shape} vs {c.shape}."
+        )
     tgt = jnp.broadcast_shapes(c.shape[1:], p.shape[:-1])
     cb = jnp.moveaxis(jnp.broadcast_to(c, (c.shape[0], *tgt)), 0, -1)
     return jnp.sum(cb * p, axis=-1)
 
 
-def dynamic_index_in_dim(x: ArrayLike, soft_index: ArrayLike, axis: int = 0,
-                         keepdims: bool = True) -> Array:
+def dynamic_index_in_dim(
+    x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
+) -> Array:
     """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
     x = as_float(x)
     p = jnp.asarray(soft_index).astype(x.dtype)
@@ -82,8 +86,14 @@ def dynamic_index_in_dim(x: ArrayLike, soft_index: ArrayLike, axis: int = 0,
     return jnp.expand_dims(y, ax) if keepdims else y
 
 
-def dynamic_slice_in_dim(x: ArrayLike, soft_start_index: ArrayLike, slice_size: int,
-                         axis: int = 0, *, boundary: str = "clamp") -> Array:
+def dynamic_slice_in_dim(
+    x: ArrayLike,
+    soft_start_index: ArrayLike,
+    slice_size: int,
+    axis: int = 0,
+    *,
+    boundary: str = "clamp",
+) -> Array:
     """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
 
     ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
@@ -106,13 +116,20 @@ def dynamic_slice_in_dim(x: ArrayLike, soft_start_index: ArrayLike, slice_size: 
     return jnp.moveaxis(y, -1, ax)
 
 
-def dynamic_slice(x: ArrayLike, soft_start_indices: Sequence[ArrayLike],
-                  slice_sizes: Sequence[int], *, boundary: str = "clamp") -> Array:
+def dynamic_slice(
+    x: ArrayLike,
+    soft_start_indices: Sequence[ArrayLike],
+    slice_sizes: Sequence[int],
+    *,
+    boundary: str = "clamp",
+) -> Array:
     """Soft ``lax.dynamic_slice``: separable soft slices along every axis."""
     x = as_float(x)
     if not len(soft_start_indices) == len(slice_sizes) == x.ndim:
-        raise TypeError(f"`soft_start_indices` and `slice_sizes` need one entry per axis "
-                        f"({x.ndim}), got {len(soft_start_indices)} and {len(slice_sizes)}.")
+        raise TypeError(
+            f"`soft_start_indices` and `slice_sizes` need one entry per axis "
+            f"({x.ndim}), got {len(soft_start_indices)} and {len(slice_sizes)}."
+        )
     for a, (p, s) in enumerate(zip(soft_start_indices, slice_sizes, strict=True)):
         x = dynamic_slice_in_dim(x, p, s, axis=a, boundary=boundary)
     return x

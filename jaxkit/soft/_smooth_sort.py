@@ -193,13 +193,19 @@ def _newton(zs, b, bn):
         ok = accept(t, new[0], new[1]) & (dec > 0)
         keep = lambda a, o: jnp.where(ok, a, o)  # noqa: E731
         fn, gn, san, dbn = new
-        return (k + 1, keep(beta + t * p, beta), keep(gn, g), keep(san, sa), keep(dbn, db),
-                keep(fn, f), ~ok)
+        return (
+            k + 1,
+            keep(beta + t * p, beta),
+            keep(gn, g),
+            keep(san, sa),
+            keep(dbn, db),
+            keep(fn, f),
+            ~ok,
+        )
 
     f0, g0, sa0, db0 = _eval(beta0, zs, b, bn)
     k0 = jnp.zeros_like(bn, dtype=jnp.int32)
-    _, beta, _, _, _, _, _ = lax.while_loop(cond, body, (k0, beta0, g0, sa0, db0, f0,
-                                                         k0 < 0))
+    _, beta, _, _, _, _, _ = lax.while_loop(cond, body, (k0, beta0, g0, sa0, db0, f0, k0 < 0))
     return beta
 
 
@@ -222,8 +228,7 @@ def _dual_solve_jvp(primals, tangents):
     def matvec(v):
         return _lap(sa * _lap(v)) + db * v
 
-    dbeta = lax.custom_linear_solve(matvec, rhs, lambda _, r: _penta_solve(fac, r),
-                                    symmetric=True)
+    dbeta = lax.custom_linear_solve(matvec, rhs, lambda _, r: _penta_solve(fac, r), symmetric=True)
     return beta, dbeta
 
 

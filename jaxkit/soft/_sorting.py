@@ -34,7 +34,6 @@ def iota_like(x: jax.Array, dtype: Any = jnp.int32) -> jax.Array:
     return jnp.zeros_like(x, dtype=dtype) + lax.broadcasted_iota(dtype, x.shape, x.ndim - 1)
 
 
-
 NET_MAX_N = 512  # bitonic argsort for rows up to this length ...
 NET_MIN_ROWS = 32  # ... when there are at least this many rows
 
@@ -63,8 +62,12 @@ def _bitonic_argsort(x, descending):
     if size > n:  # pad with the largest key; pads sort last (their positions are larger)
         key = jnp.concatenate([key, jnp.full((size - n, rows), 0xFFFFFFFF, jnp.uint32)], 0)
         idx = jnp.concatenate(
-            [idx, jnp.broadcast_to(jnp.arange(n, size, dtype=jnp.int32)[:, None],
-                                   (size - n, rows))], 0)
+            [
+                idx,
+                jnp.broadcast_to(jnp.arange(n, size, dtype=jnp.int32)[:, None], (size - n, rows)),
+            ],
+            0,
+        )
     k = 2
     while k <= size:
         j = k // 2
@@ -75,10 +78,10 @@ def _bitonic_argsort(x, descending):
             down = jnp.asarray((np.arange(size // (2 * j)) * 2 * j) & k != 0)[:, None, None]
             lt = (a < b) | ((a == b) & (ia < ib))
             swap = jnp.where(down, lt, ~lt)
-            key = jnp.stack([jnp.where(swap, b, a), jnp.where(swap, a, b)], 1).reshape(
-                size, rows)
+            key = jnp.stack([jnp.where(swap, b, a), jnp.where(swap, a, b)], 1).reshape(size, rows)
             idx = jnp.stack([jnp.where(swap, ib, ia), jnp.where(swap, ia, ib)], 1).reshape(
-                size, rows)
+                size, rows
+            )
             j //= 2
         k *= 2
     return idx[:n].T

@@ -36,6 +36,7 @@ def st(fn: Callable[..., Any]) -> Callable[..., Any]:
     References:
       Bengio et al. 2013 <https://arxiv.org/abs/1308.3432>.
     """
+
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         mode = kwargs.pop("mode", "smooth")
@@ -50,6 +51,7 @@ def st(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def grad_replace(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Swap forward and backward: ``fn(..., forward=True)`` value, ``forward=False`` gradient."""
+
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         fwd = fn(*args, forward=True, **kwargs)

@@ -63,16 +63,22 @@ def _parts(C, g, mu, lam, power):
     S = f[:, None] + g[None, :] - C
     Sp = jnp.maximum(S, 0.0)
     G = lp * _pow(Sp, power)
-    H = lp * jnp.where(S > 0, jnp.ones_like(S), jnp.zeros_like(S)) if power == 1 \
+    H = (
+        lp * jnp.where(S > 0, jnp.ones_like(S), jnp.zeros_like(S))
+        if power == 1
         else lp * power * _pow(Sp, power - 1)
+    )
     return f, S, G, H
 
 
 def _semi_dual(C, g, mu, nu, lam, power):
     f, S, _, _ = _parts(C, g, mu, lam, power)
     q = power + 1
-    return jnp.dot(mu, f) + jnp.dot(nu, g) - lam ** (-power) / q * jnp.sum(
-        _pow(jnp.maximum(S, 0.0), q))
+    return (
+        jnp.dot(mu, f)
+        + jnp.dot(nu, g)
+        - lam ** (-power) / q * jnp.sum(_pow(jnp.maximum(S, 0.0), q))
+    )
 
 
 def _schur_solve(H, rhs_f, rhs_g, ridge, lstsq=False):
@@ -128,15 +134,14 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
         # ``vmap`` over a NamedSharding input batches this nested loop it fails with
         # "Resource axis: data of P('data',) is not found in mesh: ()"
         t0 = jnp.ones_like(F)
-        t, Fn, _ = lax.while_loop(ls_cond, ls_body,
-                                  (t0, _semi_dual(C, g + d, mu, nu, lam, power),
-                                   jnp.zeros_like(i)))
+        t, Fn, _ = lax.while_loop(
+            ls_cond, ls_body, (t0, _semi_dual(C, g + d, mu, nu, lam, power), jnp.zeros_like(i))
+        )
         ok = Fn >= F  # never go downhill (f32 round-off near the optimum)
         g_new = jnp.where(ok, g + t * d, g)
         grad_n, H_n, err_n = state(g_new)
         stall = ~ok
-        return (jnp.where(stall, max_iter, i + 1), g_new, grad_n, H_n, err_n,
-                jnp.where(ok, Fn, F))
+        return (jnp.where(stall, max_iter, i + 1), g_new, grad_n, H_n, err_n, jnp.where(ok, Fn, F))
 
     g0 = jnp.zeros((m,), dt)
     grad0, H0, err0 = state(g0)
@@ -161,8 +166,9 @@ def _fwd(C, mu, nu, lam, power, tol, max_iter):
 def _bwd(power, tol, max_iter, res, Gbar):
     G, H, mu, nu, lam = res
     GH = Gbar * H
-    u, v = _schur_solve(H, jnp.sum(GH, axis=1), jnp.sum(GH, axis=0), jnp.zeros((), G.dtype),
-                        lstsq=True)
+    u, v = _schur_solve(
+        H, jnp.sum(GH, axis=1), jnp.sum(GH, axis=0), jnp.zeros((), G.dtype), lstsq=True
+    )
     W = Gbar - u[:, None] - v[None, :]
     dC = -H * W
     dlam = -power / lam * jnp.sum(G * W)

@@ -126,18 +126,21 @@ def _shape(shape, name="shape"):
 
 
 def _check_broadcast(shape, batch, name):
-    if len(shape) < len(batch) or jnp.broadcast_shapes(shape[len(shape) - len(batch):],
-                                                       batch) != shape[len(shape) - len(batch):]:
-        raise ValueError(f"`shape` {shape} must be broadcast-compatible with the {name} "
-                         f"batch shape {batch}.")
+    if (
+        len(shape) < len(batch)
+        or jnp.broadcast_shapes(shape[len(shape) - len(batch) :], batch)
+        != shape[len(shape) - len(batch) :]
+    ):
+        raise ValueError(
+            f"`shape` {shape} must be broadcast-compatible with the {name} batch shape {batch}."
+        )
 
 
 def _finite_floor(logits, name="logits"):
     """Replace -inf/+inf logits by -/+1e30; NaN raises (documented in the module)."""
     logits = V.error_if(logits, jnp.any(jnp.isnan(logits)), f"`{name}` must not contain NaN.")
     floor = jnp.asarray(-FLOOR, logits.dtype)
-    return jnp.where(jnp.isneginf(logits), floor,
-                     jnp.where(jnp.isposinf(logits), -floor, logits))
+    return jnp.where(jnp.isneginf(logits), floor, jnp.where(jnp.isposinf(logits), -floor, logits))
 
 
 def _soft_mode(mode):
@@ -157,12 +160,22 @@ def _guard_softness(x, softness):
 # ----------------------------------------------------------------------------- categorical
 
 
-def categorical(key: KeyArray | ArrayLike, logits: ArrayLike, axis: int = -1,
-                shape: tuple[int, ...] | None = None, replace: bool = True,
-                rng_mode: str | None = None, *, softness: RealScalarLike = 0.1,
-                mode: str = "smooth", method: str = "softsort", noise: str = "gumbel",
-                standardize: bool = False, return_log_probs: bool = False,
-                log_prob_eps: RealScalarLike | None = None) -> Array:
+def categorical(
+    key: KeyArray | ArrayLike,
+    logits: ArrayLike,
+    axis: int = -1,
+    shape: tuple[int, ...] | None = None,
+    replace: bool = True,
+    rng_mode: str | None = None,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "softsort",
+    noise: str = "gumbel",
+    standardize: bool = False,
+    return_log_probs: bool = False,
+    log_prob_eps: RealScalarLike | None = None,
+) -> Array:
     """Soft ``jax.random.categorical``: a relaxed one-hot sample ``(*shape, [n])``.
 
     ``replace=True``: soft argmax of ``logits + Gumbel`` (with ``method="softsort"`` and
@@ -210,45 +223,71 @@ def categorical(key: KeyArray | ArrayLike, logits: ArrayLike, axis: int = -1,
     batch = tuple(s for i, s in enumerate(logits.shape) if i != ax)
     shape = batch if shape is None else _shape(shape)
     _check_broadcast(shape, batch, "logits")
-    prefix = shape[:len(shape) - len(batch)]
+    prefix = shape[: len(shape) - len(batch)]
     dt = logits.dtype
     if mode == "hard":
-        idx = jax.random.categorical(key, logits, axis=ax, shape=shape, replace=replace,
-                                     mode=rng_mode)
-        return _finish(jax.nn.one_hot(idx, n, dtype=dt), False, return_log_probs,
-                       log_prob_eps)
+        idx = jax.random.categorical(
+            key, logits, axis=ax, shape=shape, replace=replace, mode=rng_mode
+        )
+        return _finish(jax.nn.one_hot(idx, n, dtype=dt), False, return_log_probs, log_prob_eps)
     logits = _finite_floor(logits)
     lg = jnp.moveaxis(logits, ax, -1)  # (*batch, n)
     if replace:
         # same noise layout as jax.random.categorical, so "_hard" == "hard"
         neg = ax - logits.ndim
-        full = list(shape[len(shape) - len(batch):])
+        full = list(shape[len(shape) - len(batch) :])
         full.insert(neg % logits.ndim, n)
         g = jax.random.gumbel(key, (*prefix, *full), dt, mode=rng_mode)
         g = jnp.moveaxis(g, len(prefix) + neg % logits.ndim, -1)
         pert = g + jnp.broadcast_to(lg, g.shape)
-        return _argmax(pert, -1, softness=softness, mode=_soft_mode(mode), method=method,
-                       standardize=standardize, **lp)
+        return _argmax(
+            pert,
+            -1,
+            softness=softness,
+            mode=_soft_mode(mode),
+            method=method,
+            standardize=standardize,
+            **lp,
+        )
     k = math.prod(prefix)
     if k > n:
-        raise ValueError(f"Number of samples without replacement (k={k}) cannot exceed the "
-                         f"number of categories ({n}); see `shape`.")
-    pert = jnp.moveaxis(logits + jax.random.gumbel(key, logits.shape, dt, mode=rng_mode),
-                        ax, -1)
-    pert = jnp.broadcast_to(pert, (*shape[len(prefix):], n))
+        raise ValueError(
+            f"Number of samples without replacement (k={k}) cannot exceed the "
+            f"number of categories ({n}); see `shape`."
+        )
+    pert = jnp.moveaxis(logits + jax.random.gumbel(key, logits.shape, dt, mode=rng_mode), ax, -1)
+    pert = jnp.broadcast_to(pert, (*shape[len(prefix) :], n))
     if k == 0:
         return jnp.zeros((*shape, n), dt)
-    P = _argtop_k(pert, k, -1, softness=softness, mode=_soft_mode(mode), method=method,
-                  standardize=standardize, **lp)  # (*batch, k, n)
+    P = _argtop_k(
+        pert,
+        k,
+        -1,
+        softness=softness,
+        mode=_soft_mode(mode),
+        method=method,
+        standardize=standardize,
+        **lp,
+    )  # (*batch, k, n)
     P = jnp.moveaxis(P, -2, 0)
     return P.reshape(*prefix, *P.shape[1:]).astype(dt)
 
 
-def choice(key: KeyArray | ArrayLike, a: int | ArrayLike, shape: tuple[int, ...] = (),
-           replace: bool = True, p: ArrayLike | None = None, axis: int = 0,
-           rng_mode: str | None = None, *, softness: RealScalarLike = 0.1,
-           mode: str = "smooth", method: str = "softsort", noise: str = "gumbel",
-           standardize: bool = False) -> Array:
+def choice(
+    key: KeyArray | ArrayLike,
+    a: int | ArrayLike,
+    shape: tuple[int, ...] = (),
+    replace: bool = True,
+    p: ArrayLike | None = None,
+    axis: int = 0,
+    rng_mode: str | None = None,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "softsort",
+    noise: str = "gumbel",
+    standardize: bool = False,
+) -> Array:
     """Soft ``jax.random.choice``: a soft mixture of the entries of ``a`` along ``axis``.
 
     Draws a soft categorical index ``(*shape, [n])`` from ``log p`` (uniform without
@@ -281,16 +320,32 @@ def choice(key: KeyArray | ArrayLike, a: int | ArrayLike, shape: tuple[int, ...]
         V.non_negative(p=p)
         logits = jnp.log(p)
     if mode == "hard":
-        out = jax.random.choice(key, arr, shape=shape, replace=replace, p=p, axis=ax,
-                                mode=rng_mode)
+        out = jax.random.choice(key, arr, shape=shape, replace=replace, p=p, axis=ax, mode=rng_mode)
         return out.astype(dt)
     if replace:
-        P = categorical(key, logits, shape=shape, rng_mode=rng_mode, softness=softness,
-                        mode=mode, method=method, standardize=standardize)
+        P = categorical(
+            key,
+            logits,
+            shape=shape,
+            rng_mode=rng_mode,
+            softness=softness,
+            mode=mode,
+            method=method,
+            standardize=standardize,
+        )
     else:
         k = math.prod(shape)
-        P = categorical(key, logits, shape=(k,), replace=False, rng_mode=rng_mode,
-                        softness=softness, mode=mode, method=method, standardize=standardize)
+        P = categorical(
+            key,
+            logits,
+            shape=(k,),
+            replace=False,
+            rng_mode=rng_mode,
+            softness=softness,
+            mode=mode,
+            method=method,
+            standardize=standardize,
+        )
         P = P.reshape(*shape, n)
     am = jnp.moveaxis(arr, ax, 0)  # (n, *rest)
     out = jnp.tensordot(P.astype(dt), am, axes=([-1], [0]))  # (*shape, *rest)
@@ -299,11 +354,20 @@ def choice(key: KeyArray | ArrayLike, a: int | ArrayLike, shape: tuple[int, ...]
     return jnp.moveaxis(out, tuple(range(lead, lead + ax)), tuple(range(ax)))
 
 
-def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
-                independent: bool = False, *, rng_mode: str | None = None,
-                softness: RealScalarLike = 0.1, mode: str = "smooth",
-                method: str = "neuralsort", noise: str = "gumbel",
-                standardize: bool = False, n_iters: int = 20) -> Array:
+def permutation(
+    key: KeyArray | ArrayLike,
+    x: int | ArrayLike,
+    axis: int = 0,
+    independent: bool = False,
+    *,
+    rng_mode: str | None = None,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "neuralsort",
+    noise: str = "gumbel",
+    standardize: bool = False,
+    n_iters: int = 20,
+) -> Array:
     """Soft ``jax.random.permutation``: ``x`` mixed along ``axis`` by a soft permutation.
 
     The soft permutation is the soft argsort (:func:`jaxkit.soft.argsort`, ``method``)
@@ -330,8 +394,9 @@ def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
     if method == "gumbel_sinkhorn":
         _static_int(n_iters, "n_iters", 1)
         if mode not in GS_MODES:
-            raise ValueError(f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got "
-                             f"mode={mode!r}.")
+            raise ValueError(
+                f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got mode={mode!r}."
+            )
     arr = _int_or_array(x, "x", 0)
     ax = V.axis(axis, arr.ndim)
     n = arr.shape[ax]
@@ -343,8 +408,9 @@ def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
         return arr
     if method == "gumbel_sinkhorn":
         la = jnp.zeros((*xm.shape[:-1], n, n) if independent else (n, n), dt)
-        P = gumbel_sinkhorn(key, la, softness=softness, n_iters=n_iters, mode=mode,
-                            rng_mode=rng_mode).astype(dt)
+        P = gumbel_sinkhorn(
+            key, la, softness=softness, n_iters=n_iters, mode=mode, rng_mode=rng_mode
+        ).astype(dt)
         sub = "...ij,...j->...i" if independent else "ij,...j->...i"
         return jnp.moveaxis(jnp.einsum(sub, P, xm), -1, ax)
     sm = _soft_mode(mode)
@@ -359,11 +425,19 @@ def permutation(key: KeyArray | ArrayLike, x: int | ArrayLike, axis: int = 0,
     return jnp.moveaxis(out, -1, ax)
 
 
-def multinomial(key: KeyArray | ArrayLike, n: int, p: ArrayLike, *,
-                shape: tuple[int, ...] | None = None, dtype: Any = None,
-                softness: RealScalarLike = 0.1, mode: str = "smooth",
-                method: str = "softsort", noise: str = "gumbel",
-                standardize: bool = False) -> Array:
+def multinomial(
+    key: KeyArray | ArrayLike,
+    n: int,
+    p: ArrayLike,
+    *,
+    shape: tuple[int, ...] | None = None,
+    dtype: Any = None,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    method: str = "softsort",
+    noise: str = "gumbel",
+    standardize: bool = False,
+) -> Array:
     """Soft ``jax.random.multinomial``: sum of ``n`` soft categorical draws (static ``n``).
 
     ``p`` (..., k) are the category probabilities (last axis); the result has shape
@@ -388,18 +462,32 @@ def multinomial(key: KeyArray | ArrayLike, n: int, p: ArrayLike, *,
     V.non_negative(p=p)
     if n == 0:
         return jnp.zeros((*shape, k), dt)
-    P = categorical(key, jnp.log(p), -1, shape=(n, *shape), softness=softness, mode=mode,
-                    method=method, standardize=standardize)
+    P = categorical(
+        key,
+        jnp.log(p),
+        -1,
+        shape=(n, *shape),
+        softness=softness,
+        mode=mode,
+        method=method,
+        standardize=standardize,
+    )
     return jnp.sum(P, axis=0).astype(dt)
 
 
 # ----------------------------------------------------------------------------- threshold family
 
 
-def bernoulli(key: KeyArray | ArrayLike, p: ArrayLike = 0.5,
-              shape: tuple[int, ...] | None = None, rng_mode: str = "low", *,
-              softness: RealScalarLike = 0.1, mode: str = "smooth",
-              noise: str = "uniform") -> Array:
+def bernoulli(
+    key: KeyArray | ArrayLike,
+    p: ArrayLike = 0.5,
+    shape: tuple[int, ...] | None = None,
+    rng_mode: str = "low",
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    noise: str = "uniform",
+) -> Array:
     """Soft ``jax.random.bernoulli``.
 
     ``noise="uniform"``: ``less(u, p)`` with ``u ~ U(0, 1)`` (the draw
@@ -424,14 +512,16 @@ def bernoulli(key: KeyArray | ArrayLike, p: ArrayLike = 0.5,
     _check_rng_mode(rng_mode, ("low", "high"))
     p = as_float(p)
     if noise == "logistic" and mode not in ("hard", "_hard", "smooth"):
-        raise ValueError(f"`noise='logistic'` supports mode 'hard', '_hard' and 'smooth'; "
-                         f"got mode={mode!r}.")
+        raise ValueError(
+            f"`noise='logistic'` supports mode 'hard', '_hard' and 'smooth'; got mode={mode!r}."
+        )
     shape = p.shape if shape is None else _shape(shape)
     _check_broadcast(shape, p.shape, "p")
     dt = p.dtype
     if mode == "hard":
-        return jax.random.bernoulli(key, jnp.broadcast_to(p, shape), shape,
-                                    mode=rng_mode).astype(dt)
+        return jax.random.bernoulli(key, jnp.broadcast_to(p, shape), shape, mode=rng_mode).astype(
+            dt
+        )
     p = V.error_if(p, jnp.any((p < 0) | (p > 1) | jnp.isnan(p)), "`p` must lie in [0, 1].")
     p = jnp.broadcast_to(p, shape)
     if rng_mode == "high":  # the draw of jax.random.bernoulli(mode="high")
@@ -453,9 +543,15 @@ def bernoulli(key: KeyArray | ArrayLike, p: ArrayLike = 0.5,
     return jax.nn.sigmoid(z / jnp.asarray(softness).astype(dt)).astype(dt)
 
 
-def rademacher(key: KeyArray | ArrayLike, shape: tuple[int, ...] = (), dtype: Any = None, *,
-               softness: RealScalarLike = 0.1, mode: str = "smooth",
-               noise: str = "uniform") -> Array:
+def rademacher(
+    key: KeyArray | ArrayLike,
+    shape: tuple[int, ...] = (),
+    dtype: Any = None,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    noise: str = "uniform",
+) -> Array:
     """Soft ``jax.random.rademacher``: ``2 bernoulli(1/2) - 1`` (values in [-1, 1])."""
     dt = jnp.dtype(dtype) if dtype is not None else jnp.result_type(float)
     if not jnp.issubdtype(dt, jnp.floating):
@@ -468,10 +564,17 @@ def rademacher(key: KeyArray | ArrayLike, shape: tuple[int, ...] = (), dtype: An
     return 2 * b - 1
 
 
-def binomial(key: KeyArray | ArrayLike, n: int, p: ArrayLike,
-             shape: tuple[int, ...] | None = None, dtype: Any = None, *,
-             softness: RealScalarLike = 0.1, mode: str = "smooth",
-             noise: str = "uniform") -> Array:
+def binomial(
+    key: KeyArray | ArrayLike,
+    n: int,
+    p: ArrayLike,
+    shape: tuple[int, ...] | None = None,
+    dtype: Any = None,
+    *,
+    softness: RealScalarLike = 0.1,
+    mode: str = "smooth",
+    noise: str = "uniform",
+) -> Array:
     """Soft ``jax.random.binomial``: sum of ``n`` soft Bernoulli draws (static ``n``)."""
     _check(key, mode, softness, noise, ("uniform", "logistic"))
     _static_int(n, "n", 0)
@@ -507,12 +610,14 @@ def _assignment_host(z: Any) -> np.ndarray:
 def _assignment(z: Array) -> Array:
     """Exact assignment on the host (``jax.pure_callback``); no gradient."""
     spec = jax.ShapeDtypeStruct(z.shape[:-1], jnp.int32)
-    return jax.pure_callback(_assignment_host, spec, lax.stop_gradient(z),
-                             vmap_method="expand_dims")
+    return jax.pure_callback(
+        _assignment_host, spec, lax.stop_gradient(z), vmap_method="expand_dims"
+    )
 
 
 def _sinkhorn_log(z: Array, n_iters: int) -> Array:
     """``n_iters`` rounds of row then column normalisation of ``exp(z)`` in log space."""
+
     def body(_, v):
         v = v - jax.nn.logsumexp(v, axis=-1, keepdims=True)
         return v - jax.nn.logsumexp(v, axis=-2, keepdims=True)
@@ -520,10 +625,17 @@ def _sinkhorn_log(z: Array, n_iters: int) -> Array:
     return lax.fori_loop(0, n_iters, body, z)
 
 
-def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
-                    softness: RealScalarLike, n_iters: int = 20, noise: str = "gumbel",
-                    mode: str = "smooth", rng_mode: str | None = None,
-                    return_log_probs: bool = False) -> Array:
+def gumbel_sinkhorn(
+    key: KeyArray | ArrayLike,
+    log_alpha: ArrayLike,
+    *,
+    softness: RealScalarLike,
+    n_iters: int = 20,
+    noise: str = "gumbel",
+    mode: str = "smooth",
+    rng_mode: str | None = None,
+    return_log_probs: bool = False,
+) -> Array:
     """Gumbel-Sinkhorn: a relaxed random permutation matrix (Mena et al. 2018).
 
     With ``G`` i.i.d. standard Gumbel noise of ``log_alpha``'s shape, ``mode="smooth"``
@@ -583,8 +695,7 @@ def gumbel_sinkhorn(key: KeyArray | ArrayLike, log_alpha: ArrayLike, *,
     if n == 0:
         return jnp.zeros_like(la)
     if mode in ("hard", "_hard"):
-        return _finish(jax.nn.one_hot(_assignment(z), n, dtype=dt), False, return_log_probs,
-                       None)
+        return _finish(jax.nn.one_hot(_assignment(z), n, dtype=dt), False, return_log_probs, None)
     cdt = compute_dtype(dt)
     zc = _guard_softness(z.astype(cdt), softness) / jnp.asarray(softness).astype(cdt)
     v = _sinkhorn_log(zc, n_iters)
@@ -602,8 +713,9 @@ def _check_schedule(start, end, steps):
     _static_int(steps, "steps", 1)
 
 
-def exponential_schedule(start: RealScalarLike, end: RealScalarLike,
-                         steps: int) -> Callable[[ArrayLike], Array]:
+def exponential_schedule(
+    start: RealScalarLike, end: RealScalarLike, steps: int
+) -> Callable[[ArrayLike], Array]:
     """Geometric temperature annealing: ``step -> start * (end / start) ** (step / steps)``.
 
     The step is clipped to ``[0, steps]`` (constant ``end`` afterwards). The returned
@@ -633,8 +745,9 @@ def exponential_schedule(start: RealScalarLike, end: RealScalarLike,
     return schedule
 
 
-def linear_schedule(start: RealScalarLike, end: RealScalarLike,
-                    steps: int) -> Callable[[ArrayLike], Array]:
+def linear_schedule(
+    start: RealScalarLike, end: RealScalarLike, steps: int
+) -> Callable[[ArrayLike], Array]:
     """Linear temperature annealing from ``start`` to ``end`` over ``steps`` (then ``end``).
 
     Jittable like :func:`exponential_schedule`.
@@ -653,8 +766,9 @@ def linear_schedule(start: RealScalarLike, end: RealScalarLike,
     return schedule
 
 
-def temperature_schedule(start: RealScalarLike, end: RealScalarLike, steps: int, *,
-                         kind: str = "exponential") -> Callable[[ArrayLike], Array]:
+def temperature_schedule(
+    start: RealScalarLike, end: RealScalarLike, steps: int, *, kind: str = "exponential"
+) -> Callable[[ArrayLike], Array]:
     """Softness schedule ``step -> softness`` (``kind``: ``"exponential"`` or ``"linear"``).
 
     See :func:`exponential_schedule` and :func:`linear_schedule`.
@@ -672,6 +786,7 @@ def temperature_schedule(start: RealScalarLike, end: RealScalarLike, steps: int,
 
 def _st_random(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Straight-through sampler: the ``"_hard"`` sample, gradient of the soft ``mode``."""
+
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         mode = kwargs.pop("mode", "smooth")
@@ -681,8 +796,10 @@ def _st_random(fn: Callable[..., Any]) -> Callable[..., Any]:
         soft = fn(*args, mode=mode, **kwargs)
         return _st._combine(hard, soft)
 
-    wrapped.__doc__ = (f"Straight-through :func:`{fn.__name__}`: the ``mode='_hard'`` "
-                       "sample forward, the gradient of ``mode`` (default smooth) backward.")
+    wrapped.__doc__ = (
+        f"Straight-through :func:`{fn.__name__}`: the ``mode='_hard'`` "
+        "sample forward, the gradient of ``mode`` (default smooth) backward."
+    )
     return wrapped
 
 

@@ -127,17 +127,22 @@ class Conv2d(eqx.Module):
     bias: Array
     stride: int = eqx.field(static=True)
 
-    def __init__(self, c_in: int, c_out: int, *, kernel: int = 3, stride: int = 2,
-                 key: PRNGKeyArray):
+    def __init__(
+        self, c_in: int, c_out: int, *, kernel: int = 3, stride: int = 2, key: PRNGKeyArray
+    ):
         self.weight = _trunc(key, (kernel, kernel, c_in, c_out))
         self.bias = jnp.zeros((c_out,))
         self.stride = stride
 
     def __call__(self, x: Array) -> Array:
         p = self.weight.shape[0] // 2
-        y = lax.conv_general_dilated(x, self.weight.astype(x.dtype), (self.stride,) * 2,
-                                     [(p, p), (p, p)],
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = lax.conv_general_dilated(
+            x,
+            self.weight.astype(x.dtype),
+            (self.stride,) * 2,
+            [(p, p), (p, p)],
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )
         return y + _bcast(self.bias).astype(x.dtype)
 
 
@@ -154,8 +159,13 @@ class DepthwiseConv(eqx.Module):
     def __call__(self, x: Array) -> Array:
         k = self.kernel.shape[0]
         y = lax.conv_general_dilated(
-            x, self.kernel[:, :, None, :].astype(x.dtype), (1, 1), [(k // 2, k // 2)] * 2,
-            dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=x.shape[-1])
+            x,
+            self.kernel[:, :, None, :].astype(x.dtype),
+            (1, 1),
+            [(k // 2, k // 2)] * 2,
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            feature_group_count=x.shape[-1],
+        )
         return y if self.bias is None else y + _bcast(self.bias).astype(x.dtype)
 
 
@@ -212,10 +222,17 @@ class WBMM(eqx.Module):
     residual: bool = eqx.field(static=True)
     implementation: str = eqx.field(static=True)
 
-    def __init__(self, channels: int, *, window: int | tuple[int, int] = 7,
-                 residual: bool = True, bias: bool | Array = False,
-                 implementation: str = "auto", key: PRNGKeyArray | None = None,
-                 table: Array | None = None):
+    def __init__(
+        self,
+        channels: int,
+        *,
+        window: int | tuple[int, int] = 7,
+        residual: bool = True,
+        bias: bool | Array = False,
+        implementation: str = "auto",
+        key: PRNGKeyArray | None = None,
+        table: Array | None = None,
+    ):
         """Random table from ``key``, or the given ``table`` (and ``bias`` array)."""
         self.window = (window, window) if isinstance(window, int) else tuple(window)
         if table is None:
@@ -230,8 +247,14 @@ class WBMM(eqx.Module):
         self.residual, self.implementation = residual, implementation
 
     def __call__(self, x: Float[ArrayLike, "B H W C"]) -> Float[Array, "B H W C"]:
-        return windowed_matmul(x, self.table, window=self.window, residual=self.residual,
-                               bias=self.bias, implementation=self.implementation)
+        return windowed_matmul(
+            x,
+            self.table,
+            window=self.window,
+            residual=self.residual,
+            bias=self.bias,
+            implementation=self.implementation,
+        )
 
 
 class MultiKernelWBMM(eqx.Module):
@@ -249,19 +272,26 @@ class MultiKernelWBMM(eqx.Module):
     dw3: DepthwiseConv
     bn3: BatchNorm
 
-    def __init__(self, channels: int, *, window: int | tuple[int, int] = 7,
-                 bn_momentum: float = 0.1, implementation: str = "auto",
-                 key: PRNGKeyArray):
+    def __init__(
+        self,
+        channels: int,
+        *,
+        window: int | tuple[int, int] = 7,
+        bn_momentum: float = 0.1,
+        implementation: str = "auto",
+        key: PRNGKeyArray,
+    ):
         k1, k2, k3 = jax.random.split(key, 3)
         self.wbmm = WBMM(channels, window=window, implementation=implementation, key=k1)
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
-        self.bn1, self.bn2, self.bn3 = (BatchNorm(channels, momentum=bn_momentum)
-                                        for _ in range(3))
+        self.bn1, self.bn2, self.bn3 = (BatchNorm(channels, momentum=bn_momentum) for _ in range(3))
 
     def __call__(self, x: Array, state: State, *, inference: bool) -> tuple[Array, State]:
         if tuple(x.shape[1:3]) != self.wbmm.window:
-            raise ValueError(f"`x` map {tuple(x.shape[1:3])} must equal the window "
-                             f"{self.wbmm.window} for the multi-kernel mixer.")
+            raise ValueError(
+                f"`x` map {tuple(x.shape[1:3])} must equal the window "
+                f"{self.wbmm.window} for the multi-kernel mixer."
+            )
         a, state = self.bn1(self.wbmm(x), state, inference=inference)
         b, state = self.bn2(self.dw5(x), state, inference=inference)
         c, state = self.bn3(self.dw3(x), state, inference=inference)
@@ -302,25 +332,45 @@ def _fold_mixer(mixer, norm: BatchNorm, state: State):
     """Mixer followed by ``norm`` -> an equivalent BN-free mixer with bias."""
     s, t = norm.affine(state)
     if isinstance(mixer, WBMM):
-        table, bias = fold_bn_into_table(mixer.table, mixer.bias, scale=s, shift=t,
-                                         window=mixer.window, residual=mixer.residual)
+        table, bias = fold_bn_into_table(
+            mixer.table, mixer.bias, scale=s, shift=t, window=mixer.window, residual=mixer.residual
+        )
     elif isinstance(mixer, MultiKernelWBMM):
         w = mixer.wbmm.window
         s1, t1 = mixer.bn1.affine(state)
         s2, t2 = mixer.bn2.affine(state)
         s3, t3 = mixer.bn3.affine(state)
-        table, bias = fold_bn_into_table(mixer.wbmm.table, mixer.wbmm.bias, scale=s1,
-                                         shift=t1, window=w, residual=mixer.wbmm.residual)
-        table = (table + s2[:, None] * table_from_depthwise_kernel(mixer.dw5.kernel, window=w)
-                 + s3[:, None] * table_from_depthwise_kernel(mixer.dw3.kernel, window=w))
+        table, bias = fold_bn_into_table(
+            mixer.wbmm.table,
+            mixer.wbmm.bias,
+            scale=s1,
+            shift=t1,
+            window=w,
+            residual=mixer.wbmm.residual,
+        )
+        table = (
+            table
+            + s2[:, None] * table_from_depthwise_kernel(mixer.dw5.kernel, window=w)
+            + s3[:, None] * table_from_depthwise_kernel(mixer.dw3.kernel, window=w)
+        )
         table, bias = table * s[:, None], s * (bias + t2 + t3) + t
     else:  # DepthwiseConv
         b = jnp.zeros_like(t) if mixer.bias is None else mixer.bias
-        return eqx.tree_at(lambda m: (m.kernel, m.bias), mixer, (mixer.kernel * s[None, None, :], s * b + t),
-                           is_leaf=lambda v: v is None)
+        return eqx.tree_at(
+            lambda m: (m.kernel, m.bias),
+            mixer,
+            (mixer.kernel * s[None, None, :], s * b + t),
+            is_leaf=lambda v: v is None,
+        )
     wb = mixer if isinstance(mixer, WBMM) else mixer.wbmm
-    return WBMM(table.shape[0], window=wb.window, residual=False, bias=bias,
-                implementation=wb.implementation, table=table)
+    return WBMM(
+        table.shape[0],
+        window=wb.window,
+        residual=False,
+        bias=bias,
+        implementation=wb.implementation,
+        table=table,
+    )
 
 
 # ----------------------------------------------------------------------------- block
@@ -345,17 +395,30 @@ class WBMMBlock(eqx.Module):
     gamma: Array | None
     drop_path: float = eqx.field(static=True)
 
-    def __init__(self, channels: int, mixer: Token | str = "W", *,
-                 window: int | tuple[int, int] = 7, ffn_ratio: int = 4,
-                 layer_scale_init: float = 1e-6, drop_path: float = 0.0,
-                 bn_momentum: float = 0.1, implementation: str = "auto",
-                 key: PRNGKeyArray):
+    def __init__(
+        self,
+        channels: int,
+        mixer: Token | str = "W",
+        *,
+        window: int | tuple[int, int] = 7,
+        ffn_ratio: int = 4,
+        layer_scale_init: float = 1e-6,
+        drop_path: float = 0.0,
+        bn_momentum: float = 0.1,
+        implementation: str = "auto",
+        key: PRNGKeyArray,
+    ):
         km, ks, k1, k2 = jax.random.split(key, 4)
         if mixer == "W":
             self.mixer = WBMM(channels, window=window, implementation=implementation, key=km)
         elif mixer == "M":
-            self.mixer = MultiKernelWBMM(channels, window=window, bn_momentum=bn_momentum,
-                                         implementation=implementation, key=km)
+            self.mixer = MultiKernelWBMM(
+                channels,
+                window=window,
+                bn_momentum=bn_momentum,
+                implementation=implementation,
+                key=km,
+            )
         elif mixer == "D":
             self.mixer = DepthwiseConv(channels, 3, key=km)
         elif isinstance(mixer, int) and not isinstance(mixer, bool) and mixer % 2 == 1:
@@ -372,8 +435,9 @@ class WBMMBlock(eqx.Module):
         self.gamma = layer_scale_init * jnp.ones((channels,)) if layer_scale_init > 0 else None
         self.drop_path = float(drop_path)
 
-    def __call__(self, x: Array, state: State, *, inference: bool = False,
-                 key: PRNGKeyArray | None = None) -> tuple[Array, State]:
+    def __call__(
+        self, x: Array, state: State, *, inference: bool = False, key: PRNGKeyArray | None = None
+    ) -> tuple[Array, State]:
         if isinstance(self.mixer, MultiKernelWBMM):
             y, state = self.mixer(x, state, inference=inference)
         else:
@@ -397,7 +461,7 @@ def _fold_block(block: WBMMBlock, state: State) -> WBMMBlock:
         mixer = _fold_mixer(mixer, block.norm, state)
     w2 = block.linear2.weight
     b2 = jnp.zeros_like(w2[0]) if block.linear2.bias is None else block.linear2.bias
-    if block.grn.beta is not None:                       # GRN bias -> linear2 bias
+    if block.grn.beta is not None:  # GRN bias -> linear2 bias
         b2 = b2 + block.grn.beta @ w2
     if block.bn2 is not None:
         s, t = block.bn2.affine(state)
@@ -406,23 +470,26 @@ def _fold_block(block: WBMMBlock, state: State) -> WBMMBlock:
         w2, b2 = w2 * block.gamma[None, :], block.gamma * b2
     none = lambda v: v is None  # noqa: E731
     block = eqx.tree_at(lambda b: b.mixer, block, mixer)
-    block = eqx.tree_at(lambda b: (b.norm, b.bn2, b.gamma, b.grn.beta,
-                                   b.linear2.weight, b.linear2.bias),
-                        block, (None, None, None, None, w2, b2), is_leaf=none)
+    block = eqx.tree_at(
+        lambda b: (b.norm, b.bn2, b.gamma, b.grn.beta, b.linear2.weight, b.linear2.bias),
+        block,
+        (None, None, None, None, w2, b2),
+        is_leaf=none,
+    )
     return block
 
 
 # ----------------------------------------------------------------------------- network
 
 VARIANTS: dict[str, dict] = {
-    "p": dict(depths=(2, 2, 6, 2), dims=(64, 128, 256, 512),
-              patterns=("DD", "WD", "WD" * 3, "MM")),
-    "n": dict(depths=(2, 2, 8, 2), dims=(80, 160, 320, 640),
-              patterns=("DD", "WD", "WD" * 4, "MM")),
-    "t": dict(depths=(3, 3, 18, 3), dims=(80, 160, 320, 640),
-              patterns=("DDD", "WDW", "WD" * 9, "WWW")),
-    "s": dict(depths=(3, 3, 27, 3), dims=(96, 192, 384, 768),
-              patterns=("DDD", "WDW", "WDD" * 9, "WWW")),
+    "p": dict(depths=(2, 2, 6, 2), dims=(64, 128, 256, 512), patterns=("DD", "WD", "WD" * 3, "MM")),
+    "n": dict(depths=(2, 2, 8, 2), dims=(80, 160, 320, 640), patterns=("DD", "WD", "WD" * 4, "MM")),
+    "t": dict(
+        depths=(3, 3, 18, 3), dims=(80, 160, 320, 640), patterns=("DDD", "WDW", "WD" * 9, "WWW")
+    ),
+    "s": dict(
+        depths=(3, 3, 27, 3), dims=(96, 192, 384, 768), patterns=("DDD", "WDW", "WDD" * 9, "WWW")
+    ),
 }
 """The paper's classification variants (mixer pattern per stage; "M" = multi-kernel S4).
 The authors' S4 multi-kernel mixer for P/N is our "M"; the dense-prediction backbones
@@ -444,15 +511,27 @@ class WBMMNet(eqx.Module):
     norm: LayerNorm
     head: Linear
 
-    def __init__(self, *, depths: Sequence[int], dims: Sequence[int],
-                 patterns: Sequence[Sequence[Token | str]], in_channels: int = 3,
-                 num_classes: int = 1000, window: int | tuple[int, int] = 7,
-                 stem_strides: Sequence[int] = (2, 2), layer_scale_init: float = 1e-6,
-                 drop_path_rate: float = 0.0, bn_momentum: float = 0.1,
-                 implementation: str = "auto", key: PRNGKeyArray):
+    def __init__(
+        self,
+        *,
+        depths: Sequence[int],
+        dims: Sequence[int],
+        patterns: Sequence[Sequence[Token | str]],
+        in_channels: int = 3,
+        num_classes: int = 1000,
+        window: int | tuple[int, int] = 7,
+        stem_strides: Sequence[int] = (2, 2),
+        layer_scale_init: float = 1e-6,
+        drop_path_rate: float = 0.0,
+        bn_momentum: float = 0.1,
+        implementation: str = "auto",
+        key: PRNGKeyArray,
+    ):
         if not (len(depths) == len(dims) == len(patterns)):
-            raise ValueError("`depths`, `dims` and `patterns` must have equal lengths, got "
-                             f"{len(depths)}, {len(dims)}, {len(patterns)}.")
+            raise ValueError(
+                "`depths`, `dims` and `patterns` must have equal lengths, got "
+                f"{len(depths)}, {len(dims)}, {len(patterns)}."
+            )
         for i, (d, p) in enumerate(zip(depths, patterns, strict=True)):
             if len(p) != d:
                 raise ValueError(f"`patterns[{i}]` has {len(p)} mixers for depth {d}.")
@@ -463,22 +542,35 @@ class WBMMNet(eqx.Module):
             stem.append((Conv2d(c, out, stride=s, key=next(keys)), LayerNorm(out)))
             c = out
         self.stem = tuple(stem)
-        self.downsamples = tuple((Conv2d(dims[i], dims[i + 1], key=next(keys)),
-                                  LayerNorm(dims[i + 1])) for i in range(len(dims) - 1))
+        self.downsamples = tuple(
+            (Conv2d(dims[i], dims[i + 1], key=next(keys)), LayerNorm(dims[i + 1]))
+            for i in range(len(dims) - 1)
+        )
         rates = [drop_path_rate * i / max(1, sum(depths) - 1) for i in range(sum(depths))]
         stages, r = [], iter(rates)
         for i, (d, p) in enumerate(zip(depths, patterns, strict=True)):
-            stages.append(tuple(
-                WBMMBlock(dims[i], tok, window=window, layer_scale_init=layer_scale_init,
-                          drop_path=next(r), bn_momentum=bn_momentum,
-                          implementation=implementation, key=next(keys))
-                for tok in p))
+            stages.append(
+                tuple(
+                    WBMMBlock(
+                        dims[i],
+                        tok,
+                        window=window,
+                        layer_scale_init=layer_scale_init,
+                        drop_path=next(r),
+                        bn_momentum=bn_momentum,
+                        implementation=implementation,
+                        key=next(keys),
+                    )
+                    for tok in p
+                )
+            )
         self.stages = tuple(stages)
         self.norm = LayerNorm(dims[-1])
         self.head = Linear(dims[-1], num_classes, key=next(keys))
 
-    def features(self, x: Array, state: State, *, inference: bool = False,
-                 key: PRNGKeyArray | None = None) -> tuple[list[Array], State]:
+    def features(
+        self, x: Array, state: State, *, inference: bool = False, key: PRNGKeyArray | None = None
+    ) -> tuple[list[Array], State]:
         """Per-stage feature maps (for dense prediction)."""
         for j, (conv, ln) in enumerate(self.stem):
             x = ln(conv(x))
@@ -497,9 +589,14 @@ class WBMMNet(eqx.Module):
             outs.append(x)
         return outs, state
 
-    def __call__(self, x: Float[ArrayLike, "B H W Cin"], state: State, *,
-                 inference: bool = False,
-                 key: PRNGKeyArray | None = None) -> tuple[Float[Array, "B K"], State]:
+    def __call__(
+        self,
+        x: Float[ArrayLike, "B H W Cin"],
+        state: State,
+        *,
+        inference: bool = False,
+        key: PRNGKeyArray | None = None,
+    ) -> tuple[Float[Array, "B K"], State]:
         """Logits for a batch of NHWC images."""
         feats, state = self.features(jnp.asarray(x), state, inference=inference, key=key)
         return self.head(self.norm(jnp.mean(feats[-1], axis=(1, 2)))), state
@@ -518,6 +615,6 @@ def reparameterize(model: eqx.Module, state: State) -> eqx.Module:
       (hierarchical window re-parameterisation; code wansong-s/WBMM).
     """
     is_block = lambda m: isinstance(m, WBMMBlock)  # noqa: E731
-    return jax.tree.map(lambda m: _fold_block(m, state) if is_block(m) else m, model,
-                        is_leaf=is_block)
-
+    return jax.tree.map(
+        lambda m: _fold_block(m, state) if is_block(m) else m, model, is_leaf=is_block
+    )

@@ -19,8 +19,9 @@ if ROOT not in sys.path:
 
 def parse_args(description: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--interpret", action="store_true",
-                   help="CPU dry run: Pallas interpret mode on tiny shapes")
+    p.add_argument(
+        "--interpret", action="store_true", help="CPU dry run: Pallas interpret mode on tiny shapes"
+    )
     p.add_argument("--out", required=True, help="JSON file for this module's rows")
     p.add_argument("--repeats", type=int, default=10)
     return p.parse_args()

@@ -75,13 +75,7 @@ def rows(*, interpret: bool = False) -> list[dict]:
             got, want = ours_f(x, key), ref_f(x, key)
             agree = float(np.mean(np.asarray(got[0]) == np.asarray(want[0])))
             err = max(
-                float(
-                    jnp.max(
-                        jnp.abs(
-                            got[i].astype(jnp.float32) - want[i].astype(jnp.float32)
-                        )
-                    )
-                )
+                float(jnp.max(jnp.abs(got[i].astype(jnp.float32) - want[i].astype(jnp.float32))))
                 for i in (1, 2)
             )
             ours_ms = _time_ms(ours_f, x, key, repeats=repeats)
@@ -118,9 +112,7 @@ def _fmt(v):
 def main() -> None:
     """Write this module's rows for run_device_checks.sh (``--out``) or print them."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--interpret", action="store_true", help="interpret mode, tiny shapes"
-    )
+    p.add_argument("--interpret", action="store_true", help="interpret mode, tiny shapes")
     p.add_argument("--out", default=None, help="JSON file for the shared table")
     args = p.parse_args()
     got = rows(interpret=args.interpret)
@@ -137,13 +129,22 @@ def main() -> None:
             tol = 2e-2 if dtype == "bfloat16" else 1e-5
             equal = "tokens_equal=1.0000" in row["case"]
             err = row["max_abs_err"]
-            shared.append({
-                "kernel": row["kernel"], "case": row["case"], "dtype": dtype,
-                "mode": "fwd", "err": err, "tol": tol,
-                "ok": bool(err is not None and err <= tol and equal),
-                "times_ms": ({} if row["ours_ms"] is None else
-                             {"pallas": row["ours_ms"], "xla": row["ref_ms"]}),
-            })
+            shared.append(
+                {
+                    "kernel": row["kernel"],
+                    "case": row["case"],
+                    "dtype": dtype,
+                    "mode": "fwd",
+                    "err": err,
+                    "tol": tol,
+                    "ok": bool(err is not None and err <= tol and equal),
+                    "times_ms": (
+                        {}
+                        if row["ours_ms"] is None
+                        else {"pallas": row["ours_ms"], "xla": row["ref_ms"]}
+                    ),
+                }
+            )
         C.write_rows(args.out, shared)
 
 

@@ -11,8 +11,19 @@ def main(paths: list[str]) -> int:
             with open(p) as f:
                 rows.extend(json.load(f))
         except (OSError, json.JSONDecodeError) as e:
-            rows.append({"kernel": p, "case": "-", "dtype": "-", "mode": "-", "err": None,
-                         "tol": None, "ok": False, "times_ms": {}, "error": repr(e)})
+            rows.append(
+                {
+                    "kernel": p,
+                    "case": "-",
+                    "dtype": "-",
+                    "mode": "-",
+                    "err": None,
+                    "tol": None,
+                    "ok": False,
+                    "times_ms": {},
+                    "error": repr(e),
+                }
+            )
     head = ["kernel", "case", "dtype", "mode", "rel err", "tol", "ok", "times (ms)"]
     body = []
     for r in rows:
@@ -21,10 +32,21 @@ def main(paths: list[str]) -> int:
             times = (times + " " if times else "") + "ERROR " + r["error"][:80]
         err = "-" if r.get("err") is None else f"{r['err']:.2e}"
         tol = "-" if r.get("tol") is None else f"{r['tol']:.0e}"
-        body.append([r["kernel"], r["case"], r["dtype"], r["mode"], err, tol,
-                     "yes" if r.get("ok") else "NO", times])
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
-              for i, h in enumerate(head)]
+        body.append(
+            [
+                r["kernel"],
+                r["case"],
+                r["dtype"],
+                r["mode"],
+                err,
+                tol,
+                "yes" if r.get("ok") else "NO",
+                times,
+            ]
+        )
+    widths = [
+        max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)
+    ]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for b in body:

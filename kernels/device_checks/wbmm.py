@@ -16,14 +16,19 @@ from jax import lax
 
 from jaxkit.kernels.windowed_matmul import windowed_matmul
 
-TOL = {"float32": 2e-4, "bfloat16": 3e-2}   # relative to the largest |reference| entry
+TOL = {"float32": 2e-4, "bfloat16": 3e-2}  # relative to the largest |reference| entry
 
 
 def depthwise_lax(x, k):
     kk = k.shape[0]
     return lax.conv_general_dilated(
-        x, k[:, :, None, :].astype(x.dtype), (1, 1), [(kk // 2, kk // 2)] * 2,
-        dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=x.shape[-1])
+        x,
+        k[:, :, None, :].astype(x.dtype),
+        (1, 1),
+        [(kk // 2, kk // 2)] * 2,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=x.shape[-1],
+    )
 
 
 def main() -> None:
@@ -32,12 +37,19 @@ def main() -> None:
     if args.interpret:
         shapes, batch, windows, repeats = [(14, 14, 4)], 1, (7,), 2
     else:
-        shapes, batch, windows, repeats = ([(56, 56, 80), (28, 28, 160), (14, 14, 320)], 32,
-                                           (7, 14), args.repeats)
+        shapes, batch, windows, repeats = (
+            [(56, 56, 80), (28, 28, 160), (14, 14, 320)],
+            32,
+            (7, 14),
+            args.repeats,
+        )
     # bf16 (the GPU dtype) on every shape; f32 on the first shape only (time budget)
-    plan = [(shape, win, dtype) for shape in shapes for win in windows
-            for dtype in ((jnp.float32, jnp.bfloat16) if shape == shapes[0]
-                          else (jnp.bfloat16,))]
+    plan = [
+        (shape, win, dtype)
+        for shape in shapes
+        for win in windows
+        for dtype in ((jnp.float32, jnp.bfloat16) if shape == shapes[0] else (jnp.bfloat16,))
+    ]
     rows = []
     for (h, w, c), win, dtype in plan:
         key = jax.random.key(h + win)
@@ -48,12 +60,10 @@ def main() -> None:
         k7 = 0.05 * jax.random.normal(kk, (7, 7, c), jnp.float32)
 
         def fwd(implementation):
-            return lambda a, b: windowed_matmul(a, b, window=win,
-                                                implementation=implementation)
+            return lambda a, b: windowed_matmul(a, b, window=win, implementation=implementation)
 
         def fwdbwd(f):
-            return jax.grad(lambda a, b: jnp.sum(f(a, b).astype(jnp.float32) * g),
-                            argnums=(0, 1))
+            return jax.grad(lambda a, b: jnp.sum(f(a, b).astype(jnp.float32) * g), argnums=(0, 1))
 
         x32 = x.astype(jnp.float32)
         name = f"{h}x{w}x{c} b{batch} w{win}"
@@ -62,8 +72,13 @@ def main() -> None:
             ours = fwd(impl) if mode == "fwd" else fwdbwd(fwd(impl))
             ref = fwd("xla") if mode == "fwd" else fwdbwd(fwd("xla"))
             dw = depthwise_lax if mode == "fwd" else fwdbwd(depthwise_lax)
-            row = {"kernel": "windowed_matmul", "case": name, "dtype": dt,
-                   "mode": mode, "tol": TOL[dt]}
+            row = {
+                "kernel": "windowed_matmul",
+                "case": name,
+                "dtype": dt,
+                "mode": mode,
+                "tol": TOL[dt],
+            }
             try:
                 got = jax.jit(ours)(x, t)
                 want = jax.jit(ref)(x32, t)
@@ -75,11 +90,12 @@ def main() -> None:
                     "depthwise_lax_k7": C.time_ms(dw, x, k7, repeats=repeats),
                 }
             except Exception as e:  # noqa: BLE001  (report and go on)
-                row.update(err=None, ok=False, times_ms={},
-                           error=f"{type(e).__name__}: {str(e)[:300]}")
+                row.update(
+                    err=None, ok=False, times_ms={}, error=f"{type(e).__name__}: {str(e)[:300]}"
+                )
             rows.append(row)
             print(row, flush=True)
-            C.write_rows(args.out, rows)     # after every row: a timeout keeps them
+            C.write_rows(args.out, rows)  # after every row: a timeout keeps them
     C.write_rows(args.out, rows)
 
 

@@ -51,8 +51,7 @@ def parse_args(description: str) -> argparse.Namespace:
     return p.parse_args()
 
 
-def time_jax(fn: Callable[..., Any], *args: Any, repeats: int = 7,
-             jit: bool = True) -> Timing:
+def time_jax(fn: Callable[..., Any], *args: Any, repeats: int = 7, jit: bool = True) -> Timing:
     """Compile ``fn`` (unless ``jit=False``), warm up, and time ``repeats`` calls."""
     compile_s = None
     peak = None
@@ -91,14 +90,26 @@ def _compiled_mem_mb(compiled: Any) -> float | None:
         return None
     if m is None:
         return None
-    total = (getattr(m, "temp_size_in_bytes", 0) + getattr(m, "output_size_in_bytes", 0)
-             + getattr(m, "argument_size_in_bytes", 0))
+    total = (
+        getattr(m, "temp_size_in_bytes", 0)
+        + getattr(m, "output_size_in_bytes", 0)
+        + getattr(m, "argument_size_in_bytes", 0)
+    )
     return round(total / 2**20, 3)
 
 
-def emit(*, bench: str, case: str, sizes: dict[str, Any], ours: Timing | None,
-         anchor: str, anchor_t: Timing | None, target: float | None,
-         note: str = "", **extra: Any) -> dict[str, Any]:
+def emit(
+    *,
+    bench: str,
+    case: str,
+    sizes: dict[str, Any],
+    ours: Timing | None,
+    anchor: str,
+    anchor_t: Timing | None,
+    target: float | None,
+    note: str = "",
+    **extra: Any,
+) -> dict[str, Any]:
     """Print and return one bench JSON line."""
     ours_s = ours.median_s if ours else None
     anchor_s = anchor_t.median_s if anchor_t else None

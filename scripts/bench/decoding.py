@@ -39,11 +39,15 @@ def _score(seq, toks, d, level):
 
 def _mapped(fn, batch):
     """Decode the prompts in groups of ``batch`` rows, sequentially, in one jitted call."""
+
     def run(params, pr, pl, *extra):
         g = pr.shape[0] // batch
-        out = jax.lax.map(lambda a: fn(params, a[0], a[1], *extra),
-                          (pr.reshape(g, batch, -1), pl.reshape(g, batch)))
+        out = jax.lax.map(
+            lambda a: fn(params, a[0], a[1], *extra),
+            (pr.reshape(g, batch, -1), pl.reshape(g, batch)),
+        )
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]) if x.ndim > 1 else x, out)
+
     return run
 
 
@@ -75,25 +79,51 @@ def main() -> None:
     # fixture's forwards per prompt is at W=4's bound (N/W) for tau >= 0.8.
     grid = {4: [0.4, 0.8, 1.2], 8: [0.2, 0.4]}
     if args.full:
-        grid = {4: [0.2, 0.4, 0.6, 0.8, 1.2, 1.6], 8: [0.1, 0.2, 0.4, 0.8],
-                16: [0.2, 0.4]}
+        grid = {4: [0.2, 0.4, 0.6, 0.8, 1.2, 1.6], 8: [0.1, 0.2, 0.4, 0.8], 16: [0.2, 0.4]}
     batches = (1, 20) if args.full else (1,)
     best = None
     for batch in batches:
         pr0 = jnp.zeros((N_PROMPTS, C.PROMPT_LEN), jnp.int32)
         pl = jnp.full((N_PROMPTS,), C.PROMPT_LEN, jnp.int32)
-        ar_c, ar_cs = _compiled(_mapped(lambda p, a, b: ar_generate(
-            p, cfg, a, b, key=key, max_new_tokens=NEW), batch), params, pr0, pl)
-        we_c = {w: _compiled(_mapped(lambda p, a, b, t, w=w: wedlm_generate(
-            p, cfg, a, b, key=key, mask_token_id=C.MASK_ID, max_new_tokens=NEW, window=w,
-            entropy_threshold=t, pos_penalty=LAMBDA), batch), params, pr0, pl,
-            jnp.float32(0.4)) for w in grid}
+        ar_c, ar_cs = _compiled(
+            _mapped(lambda p, a, b: ar_generate(p, cfg, a, b, key=key, max_new_tokens=NEW), batch),
+            params,
+            pr0,
+            pl,
+        )
+        we_c = {
+            w: _compiled(
+                _mapped(
+                    lambda p, a, b, t, w=w: wedlm_generate(
+                        p,
+                        cfg,
+                        a,
+                        b,
+                        key=key,
+                        mask_token_id=C.MASK_ID,
+                        max_new_tokens=NEW,
+                        window=w,
+                        entropy_threshold=t,
+                        pos_penalty=LAMBDA,
+                    ),
+                    batch,
+                ),
+                params,
+                pr0,
+                pl,
+                jnp.float32(0.4),
+            )
+            for w in grid
+        }
         for level in (0, 1, 2):
             rng = np.random.default_rng(1000 + level)
             seq, d, _ = C.counting_batch(rng, N_PROMPTS, NEW, level)
-            pr = jnp.asarray(seq[:, :C.PROMPT_LEN])
-            configs = [(w, tau) for w, taus in grid.items()
-                       for tau in (taus if (level == 0 or args.full) else taus[-1:])]
+            pr = jnp.asarray(seq[:, : C.PROMPT_LEN])
+            configs = [
+                (w, tau)
+                for w, taus in grid.items()
+                for tau in (taus if (level == 0 or args.full) else taus[-1:])
+            ]
             calls = {"ar": (ar_c, (params, pr, pl))}
             for w, tau in configs:
                 calls[(w, tau)] = (we_c[w][0], (params, pr, pl, jnp.float32(tau)))
@@ -106,33 +136,62 @@ def main() -> None:
                 (toks, lens, st), ts = res[(w, tau)]
                 acc = _score(seq, toks, d, level)
                 tpf = float(np.sum(lens) / np.sum(st.row_forwards))
-                ours = H.Timing(float(np.median(ts)), we_c[w][1],
-                                H._compiled_mem_mb(we_c[w][0]))
+                ours = H.Timing(float(np.median(ts)), we_c[w][1], H._compiled_mem_mb(we_c[w][0]))
                 ratio = anchor.median_s / ours.median_s
                 ok = bool(ratio >= TARGET and acc >= acc_ar - 0.01)
                 line = H.emit(
-                    bench="decoding", case=f"wedlm_vs_ar/rho{C.LEVELS[level]:g}",
-                    sizes={"prompts": N_PROMPTS, "new": NEW, "batch": batch, "window": w,
-                           "tau": tau, "lambda": LAMBDA},
-                    ours=ours, anchor="ar_kv_cache", anchor_t=anchor, target=TARGET,
-                    note=("round-robin timing; ok needs ratio>=2 and acc >= AR acc - 0.01; "
-                          "err = 1 - " + ("exact match" if level == 0 else "rule consistency")
-                          + "; tpf = tokens per forward after the prefill; fwd_per_prompt "
-                          "counts the prefill forward too"),
-                    ours_err=1.0 - acc, anchor_err=1.0 - acc_ar, tpf=tpf, tpf_ar=tpf_ar,
+                    bench="decoding",
+                    case=f"wedlm_vs_ar/rho{C.LEVELS[level]:g}",
+                    sizes={
+                        "prompts": N_PROMPTS,
+                        "new": NEW,
+                        "batch": batch,
+                        "window": w,
+                        "tau": tau,
+                        "lambda": LAMBDA,
+                    },
+                    ours=ours,
+                    anchor="ar_kv_cache",
+                    anchor_t=anchor,
+                    target=TARGET,
+                    note=(
+                        "round-robin timing; ok needs ratio>=2 and acc >= AR acc - 0.01; "
+                        "err = 1 - "
+                        + ("exact match" if level == 0 else "rule consistency")
+                        + "; tpf = tokens per forward after the prefill; fwd_per_prompt "
+                        "counts the prefill forward too"
+                    ),
+                    ours_err=1.0 - acc,
+                    anchor_err=1.0 - acc_ar,
+                    tpf=tpf,
+                    tpf_ar=tpf_ar,
                     fwd_per_prompt=float(np.sum(st.row_forwards)) * batch / N_PROMPTS + 1,
                     fwd_per_prompt_ar=float(np.sum(s_ar.row_forwards)) * batch / N_PROMPTS + 1,
                     ratio_paired=float(statistics.median(ts_ar / ts)),
                     ratio_min=float(ts_ar.min() / ts.min()),
                     tokens_per_s=float(np.sum(lens) / ours.median_s),
-                    tokens_per_s_ar=float(np.sum(l_ar) / anchor.median_s), ok=ok)
-                if (level == 0 and batch == 1 and acc >= acc_ar - 0.01
-                        and (best is None or line["ratio"] > best["ratio"])):
+                    tokens_per_s_ar=float(np.sum(l_ar) / anchor.median_s),
+                    ok=ok,
+                )
+                if (
+                    level == 0
+                    and batch == 1
+                    and acc >= acc_ar - 0.01
+                    and (best is None or line["ratio"] > best["ratio"])
+                ):
                     best = line
     if best is not None:
-        print(H.json.dumps({**best, "case": "wedlm_vs_ar/best_rho0",
-                            "note": "best (window, tau) of the rho=0 lines at <= 1 point "
-                                    "below AR exact match (batch 1)"}), flush=True)
+        print(
+            H.json.dumps(
+                {
+                    **best,
+                    "case": "wedlm_vs_ar/best_rho0",
+                    "note": "best (window, tau) of the rho=0 lines at <= 1 point "
+                    "below AR exact match (batch 1)",
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,18 @@ def main() -> None:
         ours = H.time_jax(lambda a: jnp.sort(a, axis=-1), xj, repeats=args.repeats)
         anchor = H.time_python(lambda: np.sort(x, axis=-1), repeats=args.repeats)
         err = float(np.max(np.abs(np.asarray(ours.output) - np.sort(x, axis=-1))))
-        H.emit(bench="foundation", case="sort_jnp_vs_numpy", sizes={"batch": b, "n": n},
-               ours=ours, anchor="numpy", anchor_t=anchor, target=None,
-               note="harness self-check; no target", ours_err=err, anchor_err=0.0)
+        H.emit(
+            bench="foundation",
+            case="sort_jnp_vs_numpy",
+            sizes={"batch": b, "n": n},
+            ours=ours,
+            anchor="numpy",
+            anchor_t=anchor,
+            target=None,
+            note="harness self-check; no target",
+            ours_err=err,
+            anchor_err=0.0,
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,13 @@ from jaxkit.kernels.windowed_matmul import window_matrix, windowed_matmul, windo
 def depthwise_lax(x, k):
     kk = k.shape[0]
     return lax.conv_general_dilated(
-        x, k[:, :, None, :], (1, 1), [(kk // 2, kk // 2)] * 2,
-        dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=x.shape[-1])
+        x,
+        k[:, :, None, :],
+        (1, 1),
+        [(kk // 2, kk // 2)] * 2,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=x.shape[-1],
+    )
 
 
 def depthwise_shift_add(x, k):
@@ -39,7 +44,7 @@ def depthwise_shift_add(x, k):
     y = jnp.zeros_like(x)
     for i in range(kk):
         for j in range(kk):
-            y = y + xp[:, i:i + h, j:j + w, :] * k[i, j].reshape(1, 1, 1, -1)
+            y = y + xp[:, i : i + h, j : j + w, :] * k[i, j].reshape(1, 1, 1, -1)
     return y
 
 
@@ -62,7 +67,7 @@ def _time_paired(fns: dict, args: dict, rounds: int) -> dict[str, H.Timing]:
         compiled[name] = jax.jit(f).lower(*args[name]).compile()
         compile_s[name] = time.perf_counter() - t0
         peak[name] = H._compiled_mem_mb(compiled[name])
-        jax.block_until_ready(compiled[name](*args[name]))            # warm-up
+        jax.block_until_ready(compiled[name](*args[name]))  # warm-up
         jax.block_until_ready(compiled[name](*args[name]))
     times = {n: [] for n in fns}
     rng = random.Random(0)
@@ -103,7 +108,7 @@ def main() -> None:
             fns, inputs = {}, {}
             for name, (f, a) in {**ours, **anchors}.items():
                 if mode == "fwdbwd" and name.endswith("cachedM"):
-                    continue                           # the cached M is an inference form
+                    continue  # the cached M is an inference form
                 fns[name] = f if mode == "fwd" else _fwdbwd(f, g)
                 inputs[name] = a
             res = _time_paired(fns, inputs, args.repeats)
@@ -111,14 +116,26 @@ def main() -> None:
             for on in (n for n in res if n.startswith("wbmm")):
                 for an in (n for n in res if n.startswith("depthwise")):
                     anchor, ks = an.rsplit("_k", 1)
-                    target = 1.0 if (mode == "fwdbwd" and on == "wbmm_w7"
-                                     and ks == "7") else None
-                    H.emit(bench="kernels", case=f"{on}_vs_{an}_{mode}",
-                           sizes={"batch": batch, "h": h, "w": w, "c": c, "k": int(ks),
-                                  "mode": mode, "dtype": "float32"},
-                           ours=res[on], anchor=anchor, anchor_t=res[an], target=target,
-                           note=f"{jax.default_backend()}; paired rounds={args.repeats}; "
-                                f"load={load:.1f}")
+                    target = 1.0 if (mode == "fwdbwd" and on == "wbmm_w7" and ks == "7") else None
+                    H.emit(
+                        bench="kernels",
+                        case=f"{on}_vs_{an}_{mode}",
+                        sizes={
+                            "batch": batch,
+                            "h": h,
+                            "w": w,
+                            "c": c,
+                            "k": int(ks),
+                            "mode": mode,
+                            "dtype": "float32",
+                        },
+                        ours=res[on],
+                        anchor=anchor,
+                        anchor_t=res[an],
+                        target=target,
+                        note=f"{jax.default_backend()}; paired rounds={args.repeats}; "
+                        f"load={load:.1f}",
+                    )
 
 
 if __name__ == "__main__":

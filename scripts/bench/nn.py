@@ -22,9 +22,17 @@ N_NEW = 16
 
 
 def _cfg():
-    return nn.TransformerConfig(vocab_size=256, d_model=128, n_layers=4, n_heads=8,
-                                n_kv_heads=4, head_dim=16, mlp_dim=384, qkv_bias=True,
-                                family="qwen2")
+    return nn.TransformerConfig(
+        vocab_size=256,
+        d_model=128,
+        n_layers=4,
+        n_heads=8,
+        n_kv_heads=4,
+        head_dim=16,
+        mlp_dim=384,
+        qkv_bias=True,
+        family="qwen2",
+    )
 
 
 def main() -> None:
@@ -48,20 +56,41 @@ def main() -> None:
         ours = H.time_jax(pre, params, toks, repeats=args.repeats)
         anc = H.time_jax(plain, params, toks, repeats=args.repeats)
         err = float(jnp.max(jnp.abs(ours.output[0] - anc.output)))
-        H.emit(bench="nn", case="prefill", sizes=sizes, ours=ours, anchor="no_cache",
-               anchor_t=anc, target=0.8, note="prefill incl. cache writes vs plain forward",
-               ours_err=err)
+        H.emit(
+            bench="nn",
+            case="prefill",
+            sizes=sizes,
+            ours=ours,
+            anchor="no_cache",
+            anchor_t=anc,
+            target=0.8,
+            note="prefill incl. cache writes vs plain forward",
+            ours_err=err,
+        )
 
         _, cache = jax.jit(pre)(params, toks)
         nxt = jnp.zeros((batch,), jnp.int32)
-        ours = H.time_jax(lambda p, t, c: nn.decode_step(p, cfg, t, c)[0], params, nxt, cache,
-                          repeats=args.repeats)
+        ours = H.time_jax(
+            lambda p, t, c: nn.decode_step(p, cfg, t, c)[0],
+            params,
+            nxt,
+            cache,
+            repeats=args.repeats,
+        )
         full = jnp.concatenate([toks, nxt[:, None]], axis=1)
         anc = H.time_jax(plain, params, full, repeats=args.repeats)
         err = float(jnp.max(jnp.abs(ours.output - anc.output)))
-        H.emit(bench="nn", case="decode_token", sizes=sizes, ours=ours, anchor="no_cache",
-               anchor_t=anc, target=1.0, note="one token given L cached vs recompute L+1",
-               ours_err=err)
+        H.emit(
+            bench="nn",
+            case="decode_token",
+            sizes=sizes,
+            ours=ours,
+            anchor="no_cache",
+            anchor_t=anc,
+            target=1.0,
+            note="one token given L cached vs recompute L+1",
+            ours_err=err,
+        )
 
         def gen_cached(p, t, lens=lens, cap=cap):
             logits, c = nn.prefill(p, cfg, t, lens, max_len=cap)
@@ -71,6 +100,7 @@ def main() -> None:
                 tok = jnp.argmax(lg, -1).astype(jnp.int32)
                 lg, c = nn.decode_step(p, cfg, tok, c)
                 return (lg, c), tok
+
             _, out = jax.lax.scan(body, (logits, c), None, length=N_NEW)
             return out.T
 
@@ -83,16 +113,24 @@ def main() -> None:
                 tok = jnp.argmax(lg, -1).astype(jnp.int32)
                 buf = jax.lax.dynamic_update_index_in_dim(buf, tok[:, None], L + i, axis=1)
                 return buf, tok
+
             _, out = jax.lax.scan(body, buf, jnp.arange(N_NEW))
             return out.T
 
         ours = H.time_jax(gen_cached, params, toks, repeats=2)
         anc = H.time_jax(gen_recompute, params, toks, repeats=2)
         same = float(np.mean(np.asarray(ours.output) == np.asarray(anc.output)))
-        H.emit(bench="nn", case=f"generate_{N_NEW}", sizes=sizes, ours=ours,
-               anchor="no_cache", anchor_t=anc, target=1.0,
-               note="greedy tokens, cached scan vs full recompute scan",
-               token_agreement=same)
+        H.emit(
+            bench="nn",
+            case=f"generate_{N_NEW}",
+            sizes=sizes,
+            ours=ours,
+            anchor="no_cache",
+            anchor_t=anc,
+            target=1.0,
+            note="greedy tokens, cached scan vs full recompute scan",
+            token_agreement=same,
+        )
 
 
 if __name__ == "__main__":

@@ -22,12 +22,20 @@ from jaxkit import nn, privacy
 
 
 def _setup(r, *, d_model, n_layers, seq, batch):
-    cfg = nn.TransformerConfig(vocab_size=256, d_model=d_model, n_layers=n_layers, n_heads=4,
-                               n_kv_heads=2, head_dim=d_model // 4, mlp_dim=2 * d_model)
+    cfg = nn.TransformerConfig(
+        vocab_size=256,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=d_model // 4,
+        mlp_dim=2 * d_model,
+    )
     key = jax.random.key(0)
     params = nn.init_params(cfg, key=key)
-    params, lora = privacy.lora_init(params, targets=r"layers/(wq|wv|w_down)", rank=r,
-                                     key=jax.random.fold_in(key, 1))
+    params, lora = privacy.lora_init(
+        params, targets=r"layers/(wq|wv|w_down)", rank=r, key=jax.random.fold_in(key, 1)
+    )
     tokens = jax.random.randint(jax.random.fold_in(key, 2), (batch, seq), 0, 256)
 
     def loss(lo, tok):
@@ -43,6 +51,7 @@ def _step(tx, loss):
         g = privacy.per_example_grads(loss, lora, tokens)
         u, state = tx.update(g, state, lora)
         return optax.apply_updates(lora, u), state
+
     return step
 
 
@@ -75,35 +84,70 @@ def main() -> None:
             key = jax.random.key(1)
             b = sz["batch"]
             txs = {
-                "prism": privacy.prism(1e-3, clip_norm=1.0, noise_multiplier=1.0, denom=b,
-                                       key=key),
-                "naive_dp_lora": privacy.naive_dp_lora(1e-3, clip_norm=1.0,
-                                                       noise_multiplier=1.0, denom=b, key=key),
+                "prism": privacy.prism(1e-3, clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key),
+                "naive_dp_lora": privacy.naive_dp_lora(
+                    1e-3, clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key
+                ),
                 "nonprivate_lora": privacy.nonprivate_lora(1e-3),
             }
-            t = _interleaved({name: (_step(tx, loss), (lora, tx.init(lora), tokens))
-                              for name, tx in txs.items()}, args.repeats)
+            t = _interleaved(
+                {
+                    name: (_step(tx, loss), (lora, tx.init(lora), tokens))
+                    for name, tx in txs.items()
+                },
+                args.repeats,
+            )
             sizes_d = {**sz, "rank": r, "targets": "wq,wv,w_down"}
-            note = ("jaxkit.nn transformer; per-example grads by vmap through merged weights "
-                    f"(same for all three); peak MB naive={t['naive_dp_lora'].peak_mem_mb}, "
-                    f"nonprivate={t['nonprivate_lora'].peak_mem_mb}")
-            H.emit(bench="privacy", case="prism_step_vs_naive_dp_lora", sizes=sizes_d,
-                   ours=t["prism"], anchor="naive_dp_lora", anchor_t=t["naive_dp_lora"],
-                   target=0.769, note=note,
-                   anchor_peak_mem_mb=t["naive_dp_lora"].peak_mem_mb)
+            note = (
+                "jaxkit.nn transformer; per-example grads by vmap through merged weights "
+                f"(same for all three); peak MB naive={t['naive_dp_lora'].peak_mem_mb}, "
+                f"nonprivate={t['nonprivate_lora'].peak_mem_mb}"
+            )
+            H.emit(
+                bench="privacy",
+                case="prism_step_vs_naive_dp_lora",
+                sizes=sizes_d,
+                ours=t["prism"],
+                anchor="naive_dp_lora",
+                anchor_t=t["naive_dp_lora"],
+                target=0.769,
+                note=note,
+                anchor_peak_mem_mb=t["naive_dp_lora"].peak_mem_mb,
+            )
             # the private aggregation + update alone, on fixed per-example gradients
             g = jax.jit(lambda lo, tok: privacy.per_example_grads(loss, lo, tok))(lora, tokens)
-            u = _interleaved({name: (lambda g_, s_, p_, tx=txs[name]: tx.update(g_, s_, p_),
-                                     (g, txs[name].init(lora), lora))
-                              for name in ("prism", "naive_dp_lora")}, 3 * args.repeats)
-            H.emit(bench="privacy", case="prism_update_vs_naive_update", sizes=sizes_d,
-                   ours=u["prism"], anchor="naive_dp_lora", anchor_t=u["naive_dp_lora"],
-                   target=None, note="informational: clip+noise+optimizer only, given the "
-                   "per-example gradients (PRISM's O((m+n)r^2) per-example lift shows here)")
-            H.emit(bench="privacy", case="prism_step_vs_nonprivate_lora", sizes=sizes_d,
-                   ours=t["prism"], anchor="nonprivate_lora", anchor_t=t["nonprivate_lora"],
-                   target=None, note="informational: cost of privacy (no target)",
-                   anchor_peak_mem_mb=t["nonprivate_lora"].peak_mem_mb)
+            u = _interleaved(
+                {
+                    name: (
+                        lambda g_, s_, p_, tx=txs[name]: tx.update(g_, s_, p_),
+                        (g, txs[name].init(lora), lora),
+                    )
+                    for name in ("prism", "naive_dp_lora")
+                },
+                3 * args.repeats,
+            )
+            H.emit(
+                bench="privacy",
+                case="prism_update_vs_naive_update",
+                sizes=sizes_d,
+                ours=u["prism"],
+                anchor="naive_dp_lora",
+                anchor_t=u["naive_dp_lora"],
+                target=None,
+                note="informational: clip+noise+optimizer only, given the "
+                "per-example gradients (PRISM's O((m+n)r^2) per-example lift shows here)",
+            )
+            H.emit(
+                bench="privacy",
+                case="prism_step_vs_nonprivate_lora",
+                sizes=sizes_d,
+                ours=t["prism"],
+                anchor="nonprivate_lora",
+                anchor_t=t["nonprivate_lora"],
+                target=None,
+                note="informational: cost of privacy (no target)",
+                anchor_peak_mem_mb=t["nonprivate_lora"].peak_mem_mb,
+            )
 
 
 if __name__ == "__main__":

@@ -67,9 +67,7 @@ def main() -> None:
             ("filtered", dict(temperature=T, top_k=K, top_p=P, min_p=MIN_P)),
             ("plain", dict(temperature=1.0, top_k=None, top_p=1.0, min_p=0.0)),
         ):
-            ours_t = H.time_jax(
-                lambda a, k, kw=kw: ours(a, k, **kw), x, key, repeats=args.repeats
-            )
+            ours_t = H.time_jax(lambda a, k, kw=kw: ours(a, k, **kw), x, key, repeats=args.repeats)
             anc_t = H.time_jax(
                 lambda a, k, kw=kw: unfused_jnp(a, k, **kw),
                 x,
@@ -79,9 +77,7 @@ def main() -> None:
             (t1, p1, e1), (t2, p2, e2) = ours_t.output, anc_t.output
             same = np.asarray(t1) == np.asarray(t2)
             # compare probability/entropy on rows where both drew the same token
-            err = float(
-                np.max(np.abs(np.asarray(p1) - np.asarray(p2))[same], initial=0.0)
-            )
+            err = float(np.max(np.abs(np.asarray(p1) - np.asarray(p2))[same], initial=0.0))
             ent_err = float(np.max(np.abs(np.asarray(e1) - np.asarray(e2))))
             H.emit(
                 bench="sampling",

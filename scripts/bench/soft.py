@@ -40,8 +40,12 @@ import jax.numpy as jnp
 import jaxkit.soft as S
 from jaxkit.soft import _calibrate
 
-SJ_NAME = {"pav": "fast_soft_sort", "network": "sorting_network",
-           "softsort_banded": "softsort", "neuralsort_banded": "neuralsort"}
+SJ_NAME = {
+    "pav": "fast_soft_sort",
+    "network": "sorting_network",
+    "softsort_banded": "softsort",
+    "neuralsort_banded": "neuralsort",
+}
 SOFTNESS = 0.1
 TARGET_RANK_ERR = 0.5
 K = 10
@@ -141,8 +145,7 @@ def hard_op(name, x):
     return jnp.quantile(x, Q, axis=-1)
 
 
-METHODS = ["pav", "softsort", "neuralsort", "network", "ot", "softsort_banded",
-           "neuralsort_banded"]
+METHODS = ["pav", "softsort", "neuralsort", "network", "ot", "softsort_banded", "neuralsort_banded"]
 OPS = ["sort", "rank", "top_k", "quantile"]
 
 
@@ -158,11 +161,15 @@ def grid(full):
                         continue
                     if n == 10000 and m not in ("pav", "neuralsort_banded"):
                         continue
-                    if n == 10000 and m == "neuralsort_banded" and (
-                            temp != "matched" or op != "rank"):
+                    if (
+                        n == 10000
+                        and m == "neuralsort_banded"
+                        and (temp != "matched" or op != "rank")
+                    ):
                         continue
-                    cells.append({"id": f"{op}-{m}-{n}-{temp}", "op": op, "method": m, "n": n,
-                                  "temp": temp})
+                    cells.append(
+                        {"id": f"{op}-{m}-{n}-{temp}", "op": op, "method": m, "n": n, "temp": temp}
+                    )
     return cells
 
 
@@ -177,12 +184,13 @@ def skip_anchor(c):
 def run_anchor(py, cells, data_path, reps):
     if not py or not os.path.exists(py):
         return {}, "softjax interpreter not given (--softjax-python / SOFTJAX_PYTHON)"
-    todo = [{**c, "method": SJ_NAME.get(c["method"], c["method"])} for c in cells
-            if not skip_anchor(c)]
+    todo = [
+        {**c, "method": SJ_NAME.get(c["method"], c["method"])} for c in cells if not skip_anchor(c)
+    ]
     # one softjax run per distinct (op, method, n, temp): banded cells share the dense anchor
     uniq = {}
     for c in todo:
-        uniq.setdefault(f'{c["op"]}-{c["method"]}-{c["n"]}-{c["temp"]}', {**c, "id": None})
+        uniq.setdefault(f"{c['op']}-{c['method']}-{c['n']}-{c['temp']}", {**c, "id": None})
     for key, c in uniq.items():
         c["id"] = key
     with tempfile.TemporaryDirectory() as d:
@@ -194,8 +202,9 @@ def run_anchor(py, cells, data_path, reps):
             f.write(CHILD)
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         env.pop("XLA_FLAGS", None)
-        r = subprocess.run([py, child, cp, data_path, str(reps), d], capture_output=True,
-                           text=True, env=env)
+        r = subprocess.run(
+            [py, child, cp, data_path, str(reps), d], capture_output=True, text=True, env=env
+        )
         res = {}
         for line in r.stdout.splitlines():
             if line.startswith("{"):
@@ -208,7 +217,7 @@ def run_anchor(py, cells, data_path, reps):
             return {}, "softjax subprocess failed: " + r.stderr[-200:]
     out = {}
     for c in todo:
-        out[c["id"]] = res.get(f'{c["op"]}-{c["method"]}-{c["n"]}-{c["temp"]}')
+        out[c["id"]] = res.get(f"{c['op']}-{c['method']}-{c['n']}-{c['temp']}")
     return out, ""
 
 
@@ -225,8 +234,7 @@ def main() -> None:
     p.add_argument("--full", action="store_true", help="add n=10000 (pav, banded neuralsort)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--softjax-python", default=os.environ.get("SOFTJAX_PYTHON"))
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help="comma-separated subset of methods")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of methods")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of ops")
     p.add_argument("--n", default="", help="comma-separated subset of sizes")
     p.add_argument("--temps", default="nominal,matched")
@@ -234,8 +242,14 @@ def main() -> None:
     keep, ops = set(args.methods.split(",")), set(args.ops.split(","))
     temps = set(args.temps.split(","))
     sizes = {int(s) for s in args.n.split(",") if s}
-    cells = [c for c in grid(args.full or 10000 in sizes) if c["method"] in keep
-             and c["op"] in ops and c["temp"] in temps and (not sizes or c["n"] in sizes)]
+    cells = [
+        c
+        for c in grid(args.full or 10000 in sizes)
+        if c["method"] in keep
+        and c["op"] in ops
+        and c["temp"] in temps
+        and (not sizes or c["n"] in sizes)
+    ]
     rng = np.random.default_rng(0)
     data = {}
     for n in sorted({c["n"] for c in cells}):
@@ -260,8 +274,10 @@ def main() -> None:
         f = jax.value_and_grad(lambda x, W=W, op=op, m=m, s=s: jnp.sum(W * ours_op(op, m, x, s)))
         t = H.time_jax(f, x, repeats=args.repeats)
         val = np.asarray(jax.jit(lambda x, op=op, m=m, s=s: ours_op(op, m, x, s))(x))
-        finite = bool(np.all(np.isfinite(val)) and all(
-            np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output)))
+        finite = bool(
+            np.all(np.isfinite(val))
+            and all(np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output))
+        )
         hard = np.asarray(hard_op(op, x))
         err = float(np.mean(np.abs(val - hard)))
         a = anchor.get(c["id"])
@@ -277,21 +293,39 @@ def main() -> None:
             note = "softjax: " + a["error"]
         if m.startswith("neuralsort"):
             note = (note + "; " if note else "") + "ours: exact |.| NeuralSort (softjax: soft abs)"
-        extra = {"temp": temp, "softness": s, "anchor_softness": asoft,
-                 "anchor_peak_mem_mb": amem, "ours_err": err, "anchor_err": aerr,
-                 "finite": finite}
+        extra = {
+            "temp": temp,
+            "softness": s,
+            "anchor_softness": asoft,
+            "anchor_peak_mem_mb": amem,
+            "ours_err": err,
+            "anchor_err": aerr,
+            "finite": finite,
+        }
         if m.endswith("_banded"):
             extra["window"] = WINDOW[m]
-            b = S.banded_error_bound(op, x, *(() if op in ("sort", "rank") else
-                                              ((K,) if op == "top_k" else (Q,))),
-                                     **_kw(m, s), **({"axis": -1} if op == "quantile" else {}))
+            b = S.banded_error_bound(
+                op,
+                x,
+                *(() if op in ("sort", "rank") else ((K,) if op == "top_k" else (Q,))),
+                **_kw(m, s),
+                **({"axis": -1} if op == "quantile" else {}),
+            )
             extra["tail_bound"] = float(jnp.max(b))
         if m == "network" and op == "rank" and n == 1000:
             extra["mem_target_mb"] = 1024
             extra["mem_ok"] = bool(t.peak_mem_mb is not None and t.peak_mem_mb <= 1024)
-        H.emit(bench="soft", case=f"{op}/{m}", sizes={"batch": 64, "n": n}, ours=t,
-               anchor="softjax " + SJ_NAME.get(m, m), anchor_t=at, target=target_of(c),
-               note=note, **extra)
+        H.emit(
+            bench="soft",
+            case=f"{op}/{m}",
+            sizes={"batch": 64, "n": n},
+            ours=t,
+            anchor="softjax " + SJ_NAME.get(m, m),
+            anchor_t=at,
+            target=target_of(c),
+            note=note,
+            **extra,
+        )
 
 
 if __name__ == "__main__":

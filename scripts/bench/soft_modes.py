@@ -58,10 +58,26 @@ def grid(full):
     for n in [1000] + ([10000] if full else []):
         for op in ("sort", "rank"):
             for mode in ("c1", "c2"):
-                cells.append(dict(id=f"{op}-pav-{mode}-{n}", op=op, method="pav",
-                                  sj_method="fast_soft_sort", mode=mode, n=n))
-    cells.append(dict(id="sort-smooth_sort-100", op="sort", method="smooth_sort",
-                      sj_method="smooth_sort", mode="smooth", n=100))
+                cells.append(
+                    dict(
+                        id=f"{op}-pav-{mode}-{n}",
+                        op=op,
+                        method="pav",
+                        sj_method="fast_soft_sort",
+                        mode=mode,
+                        n=n,
+                    )
+                )
+    cells.append(
+        dict(
+            id="sort-smooth_sort-100",
+            op="sort",
+            method="smooth_sort",
+            sj_method="smooth_sort",
+            mode="smooth",
+            n=100,
+        )
+    )
     return cells
 
 
@@ -82,8 +98,9 @@ def run_anchor(py, cells, data_path, reps):
             f.write(CHILD)
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         env.pop("XLA_FLAGS", None)
-        r = subprocess.run([py, child, cp, data_path, str(reps), d], capture_output=True,
-                           text=True, env=env)
+        r = subprocess.run(
+            [py, child, cp, data_path, str(reps), d], capture_output=True, text=True, env=env
+        )
         res = {}
         for line in r.stdout.splitlines():
             if line.startswith("{"):
@@ -102,8 +119,11 @@ def main() -> None:
     p.add_argument("--full", action="store_true")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--softjax-python", default=os.environ.get("SOFTJAX_PYTHON"))
-    p.add_argument("--only", default=None,
-                   help="run only the cells whose id contains this, e.g. sort-pav-c2-1000")
+    p.add_argument(
+        "--only",
+        default=None,
+        help="run only the cells whose id contains this, e.g. sort-pav-c2-1000",
+    )
     args = p.parse_args()
     cells = [c for c in grid(args.full) if args.only is None or args.only in c["id"]]
     rng = np.random.default_rng(0)
@@ -120,8 +140,10 @@ def main() -> None:
         f = jax.value_and_grad(lambda x, W=W, c=c: jnp.sum(W * ours_op(c, x)))
         t = H.time_jax(f, x, repeats=args.repeats)
         val = np.asarray(ours_op(c, x))
-        finite = bool(np.all(np.isfinite(val)) and all(
-            np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output)))
+        finite = bool(
+            np.all(np.isfinite(val))
+            and all(np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output))
+        )
         a = anchor.get(c["id"])
         at, note, diff = None, why, None
         if a is not None and "s" in a:
@@ -130,9 +152,18 @@ def main() -> None:
             note = "max |ours - softjax| (softjax f32 solver)"
         elif a is not None:
             note = "softjax: " + a["error"]
-        H.emit(bench="soft_modes", case=f"{c['op']}/{c['method']}/{c['mode']}",
-               sizes={"batch": B, "n": c["n"]}, ours=t, anchor="softjax", anchor_t=at,
-               target=1.0, note=note, max_diff=diff, finite=finite)
+        H.emit(
+            bench="soft_modes",
+            case=f"{c['op']}/{c['method']}/{c['mode']}",
+            sizes={"batch": B, "n": c["n"]},
+            ours=t,
+            anchor="softjax",
+            anchor_t=at,
+            target=1.0,
+            note=note,
+            max_diff=diff,
+            finite=finite,
+        )
 
 
 if __name__ == "__main__":

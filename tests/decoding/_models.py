@@ -9,8 +9,9 @@ V, MASK = 13, 12
 
 
 def tiny(seed=0, *, layers=2, sharpen=4.0):
-    cfg = nn.TransformerConfig(vocab_size=V, d_model=16, n_layers=layers, n_heads=2,
-                               n_kv_heads=1, head_dim=8, mlp_dim=32)
+    cfg = nn.TransformerConfig(
+        vocab_size=V, d_model=16, n_layers=layers, n_heads=2, n_kv_heads=1, head_dim=8, mlp_dim=32
+    )
     params = nn.init_params(cfg, key=jax.random.key(seed))
     # Sharper output distributions so that entropies spread over (0, log V).
     params = dict(params, lm_head=params["lm_head"] * sharpen)

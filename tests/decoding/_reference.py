@@ -44,11 +44,14 @@ def wedlm_reference_row(params, cfg, prompt, *, mask, n_new, window, tau, lam, s
         n_fwd += 1
         committed += win_tok[:n_lead]
         logical = {perm[i]: lg[i] for i in range(2 * w)}
-        win_tok, filled = tok2[n_lead:n_lead + w], filled2[n_lead:n_lead + w]
+        win_tok, filled = tok2[n_lead : n_lead + w], filled2[n_lead : n_lead + w]
         wl = np.stack([logical[j + n_lead] for j in range(w)])
         sel = [(not filled[j]) and (len(committed) + j < n_new) for j in range(w)]
-        fill = np.asarray(select_by_entropy(jnp.asarray(wl)[None], jnp.asarray(sel)[None],
-                                            threshold=tau, pos_penalty=lam))[0]
+        fill = np.asarray(
+            select_by_entropy(
+                jnp.asarray(wl)[None], jnp.asarray(sel)[None], threshold=tau, pos_penalty=lam
+            )
+        )[0]
         for j in range(w):
             if fill[j]:
                 win_tok[j], filled[j] = int(np.argmax(wl[j])), True
@@ -58,7 +61,7 @@ def wedlm_reference_row(params, cfg, prompt, *, mask, n_new, window, tau, lam, s
         emitted = (committed + win_tok[:lead])[:n_new]
         hit = [i for i, t in enumerate(emitted) if t in stops]
         if hit:
-            return emitted[:hit[0] + 1], n_fwd
+            return emitted[: hit[0] + 1], n_fwd
         if len(emitted) >= n_new:
             return emitted, n_fwd
 
@@ -69,7 +72,7 @@ def mask_predict_greedy_row(params, cfg, prompt, *, mask, n_new):
     for _ in range(n_new):
         lg = _logits(params, cfg, seq + [mask], list(range(len(seq) + 1)))
         seq.append(int(np.argmax(lg[-1])))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def ar_greedy_row(params, cfg, prompt, *, n_new):
@@ -77,4 +80,4 @@ def ar_greedy_row(params, cfg, prompt, *, n_new):
     seq = list(prompt)
     for _ in range(n_new):
         seq.append(int(np.argmax(_logits(params, cfg, seq, list(range(len(seq))))[-1])))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]

@@ -10,8 +10,9 @@ from jaxkit.decoding import dual_stream_batch, select_by_entropy, wedlm_generate
 from tests.conformance import Bad, Case
 
 V, MASK = 11, 10
-CFG = nn.TransformerConfig(vocab_size=V, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1,
-                           head_dim=4, mlp_dim=12)
+CFG = nn.TransformerConfig(
+    vocab_size=V, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=4, mlp_dim=12
+)
 _P32 = nn.init_params(CFG, key=jax.random.key(7))
 _P32 = dict(_P32, lm_head=_P32["lm_head"] * 4.0)
 
@@ -21,24 +22,34 @@ def _params(dtype):
 
 
 def _generate(prompt, prompt_len, *, entropy_threshold, pos_penalty, window=2, max_len=None):
-    return wedlm_generate(_P32, CFG, prompt, prompt_len, key=jax.random.key(0),
-                          mask_token_id=MASK, max_new_tokens=4, window=window,
-                          entropy_threshold=entropy_threshold, pos_penalty=pos_penalty,
-                          max_len=max_len)
+    return wedlm_generate(
+        _P32,
+        CFG,
+        prompt,
+        prompt_len,
+        key=jax.random.key(0),
+        mask_token_id=MASK,
+        max_new_tokens=4,
+        window=window,
+        entropy_threshold=entropy_threshold,
+        pos_penalty=pos_penalty,
+        max_len=max_len,
+    )
 
 
 def _gen_args(key, dtype):
     del dtype
     k1, k2 = jax.random.split(key)
-    return (jax.random.randint(k1, (8, 3), 0, MASK).astype(jnp.int32),
-            jax.random.randint(k2, (8,), 1, 4).astype(jnp.int32))
+    return (
+        jax.random.randint(k1, (8, 3), 0, MASK).astype(jnp.int32),
+        jax.random.randint(k2, (8,), 1, 4).astype(jnp.int32),
+    )
 
 
 def _loss(tokens, params, *, ar_weight):
     apply_fn = lambda p, t, q, m: nn.apply(p, CFG, t, q, attn_mask=m).logits
     lm = jnp.broadcast_to(jnp.arange(tokens.shape[1]) >= 1, tokens.shape)
-    batch = dual_stream_batch(tokens, lm, key=jax.random.key(3), block_size=2,
-                              mask_token_id=MASK)
+    batch = dual_stream_batch(tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK)
     params = jax.tree.map(jnp.asarray, params)  # check_grads passes NumPy leaves
     loss, m = wedlm_loss(apply_fn, params, batch, ar_weight=ar_weight)
     return loss, m["mlm"], m["ar"]
@@ -58,14 +69,27 @@ CASES = [
         dtypes=(jnp.float32,),  # integer outputs; parameters are closed over in f32
         shard_argnums=(0, 1),  # batch-sharded prompts: cache, window and output follow
         bad=(
-            Bad("prompt longer than cache", lambda key: (_gen_args(key, None), {"max_len": 2}),
-                ValueError, "prompt"),
-            Bad("window larger than cache", lambda key: (_gen_args(key, None),
-                                                         {"window": 9, "max_len": 8}),
-                ValueError, "window"),
-            Bad("invalid token id", lambda key: ((_gen_args(key, None)[0].at[0, 0].set(V),
-                                                  _gen_args(key, None)[1]), {}),
-                ValueError, "prompt"),
+            Bad(
+                "prompt longer than cache",
+                lambda key: (_gen_args(key, None), {"max_len": 2}),
+                ValueError,
+                "prompt",
+            ),
+            Bad(
+                "window larger than cache",
+                lambda key: (_gen_args(key, None), {"window": 9, "max_len": 8}),
+                ValueError,
+                "window",
+            ),
+            Bad(
+                "invalid token id",
+                lambda key: (
+                    (_gen_args(key, None)[0].at[0, 0].set(V), _gen_args(key, None)[1]),
+                    {},
+                ),
+                ValueError,
+                "prompt",
+            ),
         ),
     ),
     Case(
@@ -79,20 +103,28 @@ CASES = [
         # dual_stream_batch draws its masks unsharded (zeros/ones of shape (b, ...)),
         # which do not mix with batch-sharded tokens under an explicit mesh.
         shard_argnums=(),
-        bad=(Bad("float tokens", lambda key: ((jnp.zeros((8, 6)), _P32), {}), TypeError,
-                 "tokens"),),
+        bad=(
+            Bad("float tokens", lambda key: ((jnp.zeros((8, 6)), _P32), {}), TypeError, "tokens"),
+        ),
     ),
     Case(
         name="decoding.select_by_entropy",
         fn=_select,
-        make_args=lambda key, dtype: (jax.random.normal(key, (8, 5, V), dtype) * 3.0,
-                                      jax.random.bernoulli(jax.random.fold_in(key, 1), 0.7,
-                                                           (8, 5))),
+        make_args=lambda key, dtype: (
+            jax.random.normal(key, (8, 5, V), dtype) * 3.0,
+            jax.random.bernoulli(jax.random.fold_in(key, 1), 0.7, (8, 5)),
+        ),
         hparams={"threshold": (0.5, 1.5), "pos_penalty": (0.02, 0.1)},
         grad_modes=(),
         shard_argnums=(0, 1),
-        bad=(Bad("rank-2 logits", lambda key: ((jnp.zeros((8, 5)), jnp.ones((8, 5), bool)), {}),
-                 TypeError, "logits"),),
+        bad=(
+            Bad(
+                "rank-2 logits",
+                lambda key: ((jnp.zeros((8, 5)), jnp.ones((8, 5), bool)), {}),
+                TypeError,
+                "logits",
+            ),
+        ),
     ),
 ]
 

@@ -41,8 +41,9 @@ def test_dual_stream_batch_counts_and_reordering(per_block):
     rng = np.random.default_rng(0)
     tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
     lm = jnp.asarray(np.arange(L)[None, :] >= 2).repeat(B, 0)
-    bt = dual_stream_batch(tok, lm, key=jax.random.key(3), block_size=bs, mask_token_id=MASK,
-                           per_block=per_block)
+    bt = dual_stream_batch(
+        tok, lm, key=jax.random.key(3), block_size=bs, mask_token_id=MASK, per_block=per_block
+    )
     pos = np.asarray(bt.positions[:, L:])
     mm = np.asarray(bt.mlm_mask)
     w = np.asarray(bt.mlm_weights)
@@ -57,17 +58,17 @@ def test_dual_stream_batch_counts_and_reordering(per_block):
             sl = slice(k * bs, min((k + 1) * bs, L))
             blk_m, blk_p = mm[b, sl], pos[b, sl]
             n_m = blk_m.sum()
-            assert not blk_m[:len(blk_m) - n_m].any()           # observed first
-            assert (np.diff(blk_p[:len(blk_m) - n_m]) > 0).all()  # ascending
-            assert (np.diff(blk_p[len(blk_m) - n_m:]) > 0).all()
-            assert np.all(np.asarray(lm[b])[blk_p[blk_m]])        # only maskable masked
+            assert not blk_m[: len(blk_m) - n_m].any()  # observed first
+            assert (np.diff(blk_p[: len(blk_m) - n_m]) > 0).all()  # ascending
+            assert (np.diff(blk_p[len(blk_m) - n_m :]) > 0).all()
+            assert np.all(np.asarray(lm[b])[blk_p[blk_m]])  # only maskable masked
         # masked counts follow round(gamma * n) with gamma = 1/weight
         if per_block:
             for k in range(-(-L // bs)):
                 sl = slice(k * bs, min((k + 1) * bs, L))
                 if mm[b, sl].any():
                     g = 1.0 / w[b, sl][mm[b, sl]][0]
-                    n = int(np.asarray(lm[b])[k * bs:min((k + 1) * bs, L)].sum())
+                    n = int(np.asarray(lm[b])[k * bs : min((k + 1) * bs, L)].sum())
                     assert mm[b, sl].sum() == int(np.round(g * n))
         elif mm[b].any():
             g = 1.0 / w[b][mm[b]][0]
@@ -86,22 +87,29 @@ def test_dual_stream_logits_equal_per_block_forwards():
     tok = jnp.asarray(rng.integers(0, MASK, (B, L)), jnp.int32)
     lm = jnp.ones((B, L), bool)
     bt = dual_stream_batch(tok, lm, key=jax.random.key(0), block_size=bs, mask_token_id=MASK)
-    logits = f(params, bt.input_ids, bt.positions,
-               jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L)))
+    logits = f(
+        params, bt.input_ids, bt.positions, jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L))
+    )
     causal = jnp.broadcast_to(jnp.tril(jnp.ones((L, L), bool)), (B, L, L))
     # memory stream = ordinary causal forward
     mem = f(params, tok, jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L)), causal)
     np.testing.assert_allclose(logits[:, :L], mem, atol=1e-5, rtol=1e-5)
     for k in range(L // bs):
         # [x_{< block k} ; reordered block k], right-padded to L (causal => exact)
-        t = jnp.concatenate([tok[:, :k * bs], bt.input_ids[:, L + k * bs:L + (k + 1) * bs]], 1)
-        q = jnp.concatenate([jnp.broadcast_to(jnp.arange(k * bs, dtype=jnp.int32), (B, k * bs)),
-                             bt.positions[:, L + k * bs:L + (k + 1) * bs]], 1)
+        t = jnp.concatenate([tok[:, : k * bs], bt.input_ids[:, L + k * bs : L + (k + 1) * bs]], 1)
+        q = jnp.concatenate(
+            [
+                jnp.broadcast_to(jnp.arange(k * bs, dtype=jnp.int32), (B, k * bs)),
+                bt.positions[:, L + k * bs : L + (k + 1) * bs],
+            ],
+            1,
+        )
         pad = L - t.shape[1]
         t, q = jnp.pad(t, ((0, 0), (0, pad))), jnp.pad(q, ((0, 0), (0, pad)))
-        ref = f(params, t, q, causal)[:, k * bs:(k + 1) * bs]
-        np.testing.assert_allclose(logits[:, L + k * bs:L + (k + 1) * bs], ref,
-                                   atol=1e-5, rtol=1e-5)
+        ref = f(params, t, q, causal)[:, k * bs : (k + 1) * bs]
+        np.testing.assert_allclose(
+            logits[:, L + k * bs : L + (k + 1) * bs], ref, atol=1e-5, rtol=1e-5
+        )
 
 
 def test_wedlm_loss_equals_hand_computed():
@@ -113,8 +121,10 @@ def test_wedlm_loss_equals_hand_computed():
     lm = jnp.asarray(np.arange(L)[None, :] >= 1).repeat(B, 0)
     bt = dual_stream_batch(tok, lm, key=jax.random.key(5), block_size=bs, mask_token_id=MASK)
     assert int(bt.mlm_mask.sum()) > 0
-    logits = np.asarray(f(params, bt.input_ids, bt.positions,
-                          jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L))), np.float64)
+    logits = np.asarray(
+        f(params, bt.input_ids, bt.positions, jnp.broadcast_to(bt.attn_mask, (B, 2 * L, 2 * L))),
+        np.float64,
+    )
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     mm, w = np.asarray(bt.mlm_mask), np.asarray(bt.mlm_weights, np.float64)
     lab = np.asarray(bt.mlm_labels)
@@ -125,8 +135,12 @@ def test_wedlm_loss_equals_hand_computed():
                 num += w[b, i] * -logp[b, L + i, lab[b, i]]
                 den += w[b, i]
     mlm = num / den
-    ar_terms = [-logp[b, i, int(tok[b, i + 1])] for b in range(B) for i in range(L - 1)
-                if bool(lm[b, i + 1])]
+    ar_terms = [
+        -logp[b, i, int(tok[b, i + 1])]
+        for b in range(B)
+        for i in range(L - 1)
+        if bool(lm[b, i + 1])
+    ]
     ar = float(np.mean(ar_terms))
     for wa in (1.0, 0.5):
         loss, m = wedlm_loss(f, params, bt, ar_weight=wa)
@@ -167,14 +181,21 @@ def test_reorder_mlm_loss_matches_manual_reorder():
 def test_loss_bad_inputs():
     tok = jnp.zeros((2, 8), jnp.int32)
     with pytest.raises(TypeError, match="loss_mask"):
-        dual_stream_batch(tok, jnp.ones((2, 8), jnp.int32), key=jax.random.key(0),
-                          block_size=4, mask_token_id=MASK)
+        dual_stream_batch(
+            tok,
+            jnp.ones((2, 8), jnp.int32),
+            key=jax.random.key(0),
+            block_size=4,
+            mask_token_id=MASK,
+        )
     with pytest.raises(ValueError, match="`block_size`"):
-        dual_stream_batch(tok, jnp.ones((2, 8), bool), key=jax.random.key(0),
-                          block_size=0, mask_token_id=MASK)
+        dual_stream_batch(
+            tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=0, mask_token_id=MASK
+        )
     params, cfg = tiny(0)
-    bt = dual_stream_batch(tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=4,
-                           mask_token_id=MASK)
+    bt = dual_stream_batch(
+        tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=4, mask_token_id=MASK
+    )
     with pytest.raises(ValueError, match="`weighting`"):
         wedlm_loss(_apply_fn(cfg), params, bt, weighting="nope")
     assert V > MASK

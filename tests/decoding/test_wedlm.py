@@ -18,13 +18,16 @@ from tests.decoding import _reference as R
 from tests.decoding._models import MASK, V, prompts, tiny
 
 
-_STATIC = ("mask_token_id", "max_new_tokens", "window", "stop_token_ids", "max_len",
-           "pad_token_id")
+_STATIC = ("mask_token_id", "max_new_tokens", "window", "stop_token_ids", "max_len", "pad_token_id")
 _JGEN = jax.jit(wedlm_generate, static_argnums=1, static_argnames=_STATIC)
-_JAR = jax.jit(ar_generate, static_argnums=1,
-               static_argnames=("max_new_tokens", "stop_token_ids", "max_len", "pad_token_id"))
-_JAPPLY = jax.jit(lambda p, cfg, t, q, m=None: nn.apply(p, cfg, t, q, attn_mask=m).logits,
-                  static_argnums=1)
+_JAR = jax.jit(
+    ar_generate,
+    static_argnums=1,
+    static_argnames=("max_new_tokens", "stop_token_ids", "max_len", "pad_token_id"),
+)
+_JAPPLY = jax.jit(
+    lambda p, cfg, t, q, m=None: nn.apply(p, cfg, t, q, attn_mask=m).logits, static_argnums=1
+)
 
 
 def _gen(params, cfg, pr, pl, **kw):
@@ -80,15 +83,17 @@ def test_reordering_equals_permuted_mask_and_keeps_observed_logits():
 
 
 def test_commit_count_and_window_order():
-    f = jnp.asarray([[True, True, False, True], [False, True, True, True],
-                     [True, True, True, True]])
+    f = jnp.asarray(
+        [[True, True, False, True], [False, True, True, True], [True, True, True, True]]
+    )
     np.testing.assert_array_equal(commit_count(f), [2, 0, 4])
     valid = jnp.asarray([[True, True, True, False]] * 3)
     perm, inv = window_order(f, valid)
     np.testing.assert_array_equal(perm[0], [0, 1, 2, 3])
     np.testing.assert_array_equal(perm[1], [1, 2, 0, 3])
-    np.testing.assert_array_equal(jnp.take_along_axis(perm, inv, 1),
-                                  jnp.broadcast_to(jnp.arange(4), (3, 4)))
+    np.testing.assert_array_equal(
+        jnp.take_along_axis(perm, inv, 1), jnp.broadcast_to(jnp.arange(4), (3, 4))
+    )
 
 
 # ------------------------------------------------------------------ selection
@@ -108,15 +113,20 @@ def test_entropy_and_selection_by_hand():
     fill = select_by_entropy(logits, sel, threshold=0.5, pos_penalty=0.3)
     np.testing.assert_array_equal(fill, [[False, True, False, False]])
     # nothing below threshold -> the single argmin
-    fill = select_by_entropy(jnp.stack([uniform] * 4)[None] + jnp.arange(4.0)[None, :, None]
-                             * 0.0, sel, threshold=0.1, pos_penalty=0.01)
+    fill = select_by_entropy(
+        jnp.stack([uniform] * 4)[None] + jnp.arange(4.0)[None, :, None] * 0.0,
+        sel,
+        threshold=0.1,
+        pos_penalty=0.01,
+    )
     np.testing.assert_array_equal(fill, [[True, False, False, False]])
     # tau=None: exactly one slot
     fill = select_by_entropy(logits, sel, threshold=None, pos_penalty=0.0)
     assert int(fill.sum()) == 1 and bool(fill[0, 1])
     # not selectable -> never filled; no selectable slot -> nothing
-    fill = select_by_entropy(logits, jnp.asarray([[True, False, True, False]]),
-                             threshold=0.5, pos_penalty=0.0)
+    fill = select_by_entropy(
+        logits, jnp.asarray([[True, False, True, False]]), threshold=0.5, pos_penalty=0.0
+    )
     np.testing.assert_array_equal(fill, [[False, False, True, False]])
     fill = select_by_entropy(logits, jnp.zeros((1, 4), bool), threshold=0.5, pos_penalty=0.0)
     assert not bool(fill.any())
@@ -129,11 +139,11 @@ def test_w1_no_threshold_equals_mask_predict_greedy():
     params, cfg = tiny(2)
     pr, pl = prompts(0, 2, 5, [5, 3])
     n = 8
-    toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=1,
-                          entropy_threshold=None)
+    toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=1, entropy_threshold=None)
     for b in range(2):
-        want = R.mask_predict_greedy_row(params, cfg, list(np.asarray(pr[b, :pl[b]])),
-                                         mask=MASK, n_new=n)
+        want = R.mask_predict_greedy_row(
+            params, cfg, list(np.asarray(pr[b, : pl[b]])), mask=MASK, n_new=n
+        )
         np.testing.assert_array_equal(toks[b], want)
     np.testing.assert_array_equal(lens, [n, n])
     # the prefill forward predicts the first slot, then one forward per token (the last
@@ -141,8 +151,9 @@ def test_w1_no_threshold_equals_mask_predict_greedy():
     assert int(st.n_forward) == n - 1
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
-                                  pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_cached_equals_uncached_reference(seed):
     rng = np.random.default_rng(seed)
     params, cfg = tiny(10 + seed)
@@ -151,12 +162,21 @@ def test_cached_equals_uncached_reference(seed):
     lam = float(rng.uniform(0.0, 0.1))
     n = 8
     pr, pl = prompts(seed, 2, 5, [5, 3])
-    toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=w,
-                          entropy_threshold=tau, pos_penalty=lam)
+    toks, lens, st = _gen(
+        params, cfg, pr, pl, max_new_tokens=n, window=w, entropy_threshold=tau, pos_penalty=lam
+    )
     for b in range(2):
-        want, nf = R.wedlm_reference_row(params, cfg, list(np.asarray(pr[b, :pl[b]])),
-                                         mask=MASK, n_new=n, window=w, tau=tau, lam=lam)
-        np.testing.assert_array_equal(np.asarray(toks[b, :lens[b]]), want)
+        want, nf = R.wedlm_reference_row(
+            params,
+            cfg,
+            list(np.asarray(pr[b, : pl[b]])),
+            mask=MASK,
+            n_new=n,
+            window=w,
+            tau=tau,
+            lam=lam,
+        )
+        np.testing.assert_array_equal(np.asarray(toks[b, : lens[b]]), want)
         assert int(st.row_forwards[b]) == nf - 1  # the first window rides on the prefill
     assert int(st.n_forward) == int(st.row_forwards.max())
 
@@ -173,10 +193,18 @@ def test_cache_holds_exact_ar_kv():
     params, cfg = tiny(3)
     pr, pl = prompts(3, 2, 5, [5, 2])
     n, w = 10, 4
-    kw = dict(mask_token_id=MASK, max_new_tokens=n, window=w, entropy_threshold=1.5,
-              pos_penalty=0.02, temperature=0.0, stop_token_ids=())
-    s = jax.jit(lambda k: _wedlm._init_state(params, cfg, pr, pl, k, max_len=5 + n,
-                                             pad_token_id=0, **kw))(jax.random.key(9))
+    kw = dict(
+        mask_token_id=MASK,
+        max_new_tokens=n,
+        window=w,
+        entropy_threshold=1.5,
+        pos_penalty=0.02,
+        temperature=0.0,
+        stop_token_ids=(),
+    )
+    s = jax.jit(
+        lambda k: _wedlm._init_state(params, cfg, pr, pl, k, max_len=5 + n, pad_token_id=0, **kw)
+    )(jax.random.key(9))
     # the fused prefill wrote exactly the prefill K/V of the prompts
     _, pre = jax.jit(lambda: nn.prefill(params, cfg, pr, pl, max_len=5 + n))()
     np.testing.assert_array_equal(s.cache.length, pl)
@@ -191,9 +219,10 @@ def test_cache_holds_exact_ar_kv():
         ln = int(s.cache.length[b])
         p = int(pl[b])
         assert ln > p
-        seq = jnp.concatenate([pr[b, :p], s.out[b, :ln - p]])[None]
-        _, fresh = nn.prefill(params, cfg, jnp.pad(seq, ((0, 0), (0, 15 - ln))),
-                              jnp.asarray([ln]), max_len=15)
+        seq = jnp.concatenate([pr[b, :p], s.out[b, : ln - p]])[None]
+        _, fresh = nn.prefill(
+            params, cfg, jnp.pad(seq, ((0, 0), (0, 15 - ln))), jnp.asarray([ln]), max_len=15
+        )
         np.testing.assert_allclose(s.cache.k[:, b, :ln], fresh.k[:, 0, :ln], atol=1e-5)
         np.testing.assert_allclose(s.cache.v[:, b, :ln], fresh.v[:, 0, :ln], atol=1e-5)
 
@@ -222,8 +251,9 @@ def test_stop_token_truncates_and_rows_finish_independently():
     n = 8
     full, _, _ = _gen(params, cfg, pr, pl, entropy_threshold=0.5)
     stop = int(full[0, 2])
-    toks, lens, st = _gen(params, cfg, pr, pl, entropy_threshold=0.5,
-                          stop_token_ids=(stop,), pad_token_id=0)
+    toks, lens, st = _gen(
+        params, cfg, pr, pl, entropy_threshold=0.5, stop_token_ids=(stop,), pad_token_id=0
+    )
     for b in range(2):
         row = list(np.asarray(full[b]))
         k = row.index(stop) + 1 if stop in row else n
@@ -244,8 +274,7 @@ def test_sampled_decoding_is_keyed_and_valid():
     assert not np.array_equal(a, c)
     assert int(a.min()) >= 0 and int(a.max()) < V
     g = _gen(params, cfg, pr, pl, entropy_threshold=0.5)[0]
-    t = _gen(params, cfg, pr, pl, key=jax.random.key(3), entropy_threshold=0.5,
-             temperature=1e-4)[0]
+    t = _gen(params, cfg, pr, pl, key=jax.random.key(3), entropy_threshold=0.5, temperature=1e-4)[0]
     np.testing.assert_array_equal(g, t)
 
 
@@ -257,9 +286,18 @@ def test_jit_traces_once_over_tau_and_matches_eager():
     @jax.jit
     def f(tau, lam):
         count.append(1)
-        return wedlm_generate(params, cfg, pr, pl, key=jax.random.key(0), mask_token_id=MASK,
-                              max_new_tokens=8, window=4, entropy_threshold=tau,
-                              pos_penalty=lam)
+        return wedlm_generate(
+            params,
+            cfg,
+            pr,
+            pl,
+            key=jax.random.key(0),
+            mask_token_id=MASK,
+            max_new_tokens=8,
+            window=4,
+            entropy_threshold=tau,
+            pos_penalty=lam,
+        )
 
     a = f(0.3, 0.02)
     f(0.9, 0.05)
@@ -274,7 +312,7 @@ def test_ar_generate_equals_recompute_greedy():
     n = 8
     toks, lens, st = _JAR(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
     for b in range(2):
-        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, :pl[b]])), n_new=n)
+        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     assert int(st.n_forward) == n - 1
 
@@ -308,8 +346,7 @@ def test_bad_inputs_raise_clear_errors():
         _eager(params, cfg, pr, pl.at[0].set(9), max_new_tokens=4, window=2)
     # under jit the token-id check is a runtime error naming the argument
     with pytest.raises(Exception, match="`prompt`"):
-        jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl,
-                                   entropy_threshold=0.4))
+        jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl, entropy_threshold=0.4))
 
 
 @pytest.mark.slow  # the default conformance run already checks wedlm_generate's sharding

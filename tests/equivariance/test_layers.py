@@ -32,9 +32,7 @@ def test_recm_linear_bias_invariant_and_batching(key):
     layer = eqx.tree_at(lambda m: m.bias, layer, jnp.arange(8.0))
     x = jax.random.normal(key, (5, g.d_in))
     assert float(E.equivariance_error(layer, x, g)) <= 1e-6
-    np.testing.assert_allclose(
-        jax.jit(jax.vmap(layer))(x), layer(x), rtol=1e-6, atol=1e-6
-    )
+    np.testing.assert_allclose(jax.jit(jax.vmap(layer))(x), layer(x), rtol=1e-6, atol=1e-6)
     grads = jax.grad(lambda m: jnp.sum(m(x) ** 2))(layer)
     assert jax.tree.structure(grads) == jax.tree.structure(layer)
     with pytest.raises(TypeError, match="`x`"):
@@ -62,9 +60,7 @@ def test_c4_group_conv_equivariance(lifting, key):
     acts = E.c4_image_actions(regular_in=not lifting, regular_out=True)
     err = jax.jit(lambda m, v: E.equivariance_error(jax.vmap(m), v, acts))
     assert float(err(conv, x)) <= 1e-5
-    both = jax.jit(
-        lambda m, v: (jax.vmap(m)(v), jax.vmap(lambda u: m(u, relax=False))(v))
-    )
+    both = jax.jit(lambda m, v: (jax.vmap(m)(v), jax.vmap(lambda u: m(u, relax=False))(v)))
     y_relaxed, y_strict = both(conv, x)
     np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
     relaxed = E.RECMGroupConvC4(cin, 3, 3, key=key, lifting=lifting, theta_init=0.5)
@@ -130,16 +126,12 @@ def test_e3nn_layer_matches_e3nn_linear(key):
     ref = eqx.tree_at(lambda m: m._weights, ref, layer.linear._weights)
     y_ref = ref(x)
     np.testing.assert_allclose(layer(x).array, y_ref.array, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(
-        np.asarray(layer(x, relax=False).array), np.asarray(y_ref.array)
-    )
+    np.testing.assert_array_equal(np.asarray(layer(x, relax=False).array), np.asarray(y_ref.array))
     assert layer(x).irreps == y_ref.irreps
     # theta = 0 is the equivariant branch exactly; O(3) equivariance of the output
     g = layer.group
     err = jax.jit(
-        lambda m, v, k: E.equivariance_error(
-            lambda u: m(u).array, v, g, key=k, n_samples=8
-        )
+        lambda m, v, k: E.equivariance_error(lambda u: m(u).array, v, g, key=k, n_samples=8)
     )
     assert float(err(layer, x.array, jax.random.key(4))) <= 1e-5
     relaxed = E.RECMe3nnLinear(irr_in, irr_out, key=key, theta_init=0.4)
@@ -165,8 +157,6 @@ def test_relaxation_levels_and_set_theta(key):
     ]
     levels = E.relaxation_levels(model)
     assert sorted(levels) == ["[0]", "[1]"]
-    np.testing.assert_allclose(
-        [float(levels[k][0]) for k in ("[0]", "[1]")], [0.2, 0.7]
-    )
+    np.testing.assert_allclose([float(levels[k][0]) for k in ("[0]", "[1]")], [0.2, 0.7])
     zero = E.set_theta(model, 0.0)
     assert all(float(m.theta) == 0.0 for m in zero)

@@ -33,9 +33,7 @@ def test_projector_idempotent_self_adjoint_commutes(name, key):
     p = E.reynolds(w, g)
     assert _rel(E.reynolds(p, g), p) <= 1e-5
     lhs, rhs = jnp.sum(E.reynolds(w, g) * v), jnp.sum(w * E.reynolds(v, g))
-    assert abs(float(lhs - rhs)) <= 1e-5 * float(
-        jnp.linalg.norm(w) * jnp.linalg.norm(v)
-    )
+    assert abs(float(lhs - rhs)) <= 1e-5 * float(jnp.linalg.norm(w) * jnp.linalg.norm(v))
     rin, rout = jax.jit(lambda k: g.representatives(k, 64))(kg)
     comm = jnp.einsum("gij,jk->gik", rout, p) - jnp.einsum("ij,gjk->gik", p, rin)
     assert float(jnp.max(jnp.abs(comm))) <= 1e-5 * float(jnp.max(jnp.abs(p)))
@@ -53,9 +51,7 @@ def test_closed_form_equals_monte_carlo(name, key):
     w = jax.random.normal(key, (g.d_out, g.d_in))
     if g.kind == "finite":
         return  # exact mean already; covered by the commutation test
-    mc = jax.jit(lambda a, k: E.reynolds_mc(a, g, key=k, n_samples=4096))(
-        w, jax.random.key(7)
-    )
+    mc = jax.jit(lambda a, k: E.reynolds_mc(a, g, key=k, n_samples=4096))(w, jax.random.key(7))
     # Monte-Carlo error ~ |w| / sqrt(4096): the spec's 2e-2 on the relative norm.
     assert _rel(mc, E.reynolds(w, g)) <= 2e-2 * np.sqrt(g.d_in * g.d_out) / 4
 
@@ -71,32 +67,22 @@ def test_o3_parity_matters():
 @pytest.mark.parametrize("n", [3, 4, 7])
 @pytest.mark.parametrize("k,m", [(1, 1), (2, 3)])
 def test_basis_dims_rotations(n, k, m):
-    assert (
-        E.equivariant_basis(E.cyclic_rot2d(n, mult_in=k, mult_out=m)).shape[0]
-        == 2 * k * m
-    )
+    assert E.equivariant_basis(E.cyclic_rot2d(n, mult_in=k, mult_out=m)).shape[0] == 2 * k * m
     assert E.equivariant_basis(E.so2_rot2d(mult_in=k, mult_out=m)).shape[0] == 2 * k * m
-    assert (
-        E.equivariant_basis(E.cyclic_rot2d(2, mult_in=k, mult_out=m)).shape[0]
-        == 4 * k * m
-    )
+    assert E.equivariant_basis(E.cyclic_rot2d(2, mult_in=k, mult_out=m)).shape[0] == 4 * k * m
 
 
 def test_basis_dims_e3nn_and_orthonormal(key):
     irr_in, irr_out = "3x0e+2x1o+1x2e", "2x0e+1x1o+2x2e+1x1e"
     g = E.o3_irreps(irr_in, irr_out)
     basis = E.equivariant_basis(g)
-    lin = e3nn.equinox.Linear(
-        irreps_out=irr_out, irreps_in=irr_in, force_irreps_out=True, key=key
-    )
+    lin = e3nn.equinox.Linear(irreps_out=irr_out, irreps_in=irr_in, force_irreps_out=True, key=key)
     n_params = sum(int(np.prod(w.shape)) for w in lin._weights.values())
     assert basis.shape[0] == 3 * 2 + 2 * 1 + 1 * 2 == n_params
     gram = np.einsum("aij,bij->ab", basis, basis)
     np.testing.assert_allclose(gram, np.eye(basis.shape[0]), atol=1e-10)
     for b in basis[:4]:
-        np.testing.assert_allclose(
-            E.reynolds(jnp.asarray(b, jnp.float32), g), b, atol=1e-6
-        )
+        np.testing.assert_allclose(E.reynolds(jnp.asarray(b, jnp.float32), g), b, atol=1e-6)
 
 
 def test_basis_finite_spans_projection(key):

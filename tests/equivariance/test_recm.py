@@ -90,8 +90,7 @@ def test_modulation_traced_hparams_and_state_types():
     _, s2 = step({"theta": jnp.asarray(0.1)}, s, p)
     assert jax.tree.structure(s2) == jax.tree.structure(s)
     assert all(
-        a.dtype == b.dtype
-        for a, b in zip(jax.tree.leaves(s), jax.tree.leaves(s2), strict=True)
+        a.dtype == b.dtype for a, b in zip(jax.tree.leaves(s), jax.tree.leaves(s2), strict=True)
     )
 
 
@@ -118,13 +117,8 @@ def test_lie_derivative_penalty_zero_iff_equivariant(key):
     w = jax.random.normal(jax.random.key(1), (4, 4))
     pe = E.lie_derivative_penalty(E.reynolds(w, so2), so2, x)
     bx = jnp.linalg.norm(x @ E.reynolds(w, so2).T)
-    np.testing.assert_allclose(
-        float(pe), float(bx), rtol=1e-4
-    )  # only the |Bx| term left
-    assert (
-        float(E.lie_derivative_penalty(w, so2, x))
-        > float(jnp.linalg.norm(x @ w.T)) + 0.1
-    )
+    np.testing.assert_allclose(float(pe), float(bx), rtol=1e-4)  # only the |Bx| term left
+    assert float(E.lie_derivative_penalty(w, so2, x)) > float(jnp.linalg.norm(x @ w.T)) + 0.1
     c4 = E.cyclic_rot2d(4, mult_in=2, mult_out=2)
     pc = E.lie_derivative_penalty(E.reynolds(w, c4), c4, x)
     np.testing.assert_allclose(
@@ -206,9 +200,7 @@ def test_deep_symmetric_task_drives_theta_to_zero():
         return (optax.apply_updates(p, upd), s), None
 
     with jax.numpy_dtype_promotion("standard"):
-        run = jax.jit(
-            lambda p: jax.lax.scan(step, (p, opt.init(p)), None, length=1500)[0][0]
-        )
+        run = jax.jit(lambda p: jax.lax.scan(step, (p, opt.init(p)), None, length=1500)[0][0])
         p = run(params)
     thetas = [float(m.theta) for m in eqx.combine(p, static)]
     assert max(thetas) < 1e-2, thetas

@@ -43,9 +43,7 @@ def test_outputs_equal_wrapped_layer(key):
     state = nnx.state(m, nnx.Param)
     leaves = jax.tree.leaves(state)
     assert len(leaves) == len(jax.tree.leaves(eqx.filter(mlp, eqx.is_array)))
-    np.testing.assert_array_equal(
-        m.params["layers.0.weight"][...], mlp.layers[0].weight
-    )
+    np.testing.assert_array_equal(m.params["layers.0.weight"][...], mlp.layers[0].weight)
 
 
 def test_gradients_flow_to_wrapped_params(key):
@@ -114,9 +112,7 @@ def test_pair_with_explicit_key_and_rngs(key):
     ref = init(key=key)
     np.testing.assert_array_equal(m(x), apply(ref, x))
     np.testing.assert_array_equal(m(x, scale=2.0), apply(ref, x, scale=2.0))
-    np.testing.assert_array_equal(
-        to_nnx((init, apply), key=key).params["w"][...], ref["w"]
-    )
+    np.testing.assert_array_equal(to_nnx((init, apply), key=key).params["w"][...], ref["w"])
     other = to_nnx((init, apply), key=jax.random.key(1))
     assert not np.allclose(other.params["w"][...], ref["w"])
     via_rngs = to_nnx((init, apply), rngs=nnx.Rngs(params=3))
@@ -142,9 +138,7 @@ def test_integer_arrays_are_buffers(key):
     assert len(jax.tree.leaves(nnx.state(m, nnx.Param))) == 1
     np.testing.assert_array_equal(m(jnp.arange(3.0)), layer(jnp.arange(3.0)))
     grads = nnx.grad(lambda m: jnp.sum(m(jnp.arange(3.0))))(m)
-    np.testing.assert_array_equal(
-        grads["params"]["weight"][...], jnp.array([2.0, 0.0, 1.0])
-    )
+    np.testing.assert_array_equal(grads["params"]["weight"][...], jnp.array([2.0, 0.0, 1.0]))
     assert "index" not in grads.get("buffers", {})
 
 

@@ -37,12 +37,8 @@ def test_outputs_equal_wrapped_layer(key):
     f = hk.without_apply_rng(hk.transform(lambda x: to_haiku(mlp, batch_axis=0)(x)))
     params = f.init(None, x)  # no rng needed: values come from the module
     np.testing.assert_array_equal(f.apply(params, x), jax.vmap(mlp)(x))
-    np.testing.assert_array_equal(
-        params["haiku_adapter"]["layers.0.weight"], mlp.layers[0].weight
-    )
-    assert len(jax.tree.leaves(params)) == len(
-        jax.tree.leaves(eqx.filter(mlp, eqx.is_array))
-    )
+    np.testing.assert_array_equal(params["haiku_adapter"]["layers.0.weight"], mlp.layers[0].weight)
+    assert len(jax.tree.leaves(params)) == len(jax.tree.leaves(eqx.filter(mlp, eqx.is_array)))
     g = hk.without_apply_rng(hk.transform(lambda x: to_haiku(mlp)(x)))
     np.testing.assert_array_equal(g.apply(g.init(None, x[0]), x[0]), mlp(x[0]))
 
@@ -80,9 +76,7 @@ def test_trains_with_optax_in_haiku_model(key):
 
     @jax.jit
     def step(params, state):
-        val, g = jax.value_and_grad(lambda p: jnp.mean((net.apply(p, x) - y) ** 2))(
-            params
-        )
+        val, g = jax.value_and_grad(lambda p: jnp.mean((net.apply(p, x) - y) ** 2))(params)
         upd, state = opt.update(g, state, params)
         return optax.apply_updates(params, upd), state, val
 
@@ -143,9 +137,7 @@ def test_errors(key):
     f = hk.transform(lambda x: to_haiku(lambda x: x)(x))
     with pytest.raises(TypeError, match="`layer`"):
         f.init(None, jnp.ones(2))
-    g = hk.transform(
-        lambda x: to_haiku((lambda *, key: {"w": jnp.ones(2)}, lambda p, x: x))(x)
-    )
+    g = hk.transform(lambda x: to_haiku((lambda *, key: {"w": jnp.ones(2)}, lambda p, x: x))(x))
     with pytest.raises(TypeError, match="`key`"):
         g.init(None, jnp.ones(2))
     h = hk.transform(lambda x: type(to_haiku(_mlp(key))) is HaikuAdapter)

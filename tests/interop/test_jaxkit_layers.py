@@ -36,9 +36,7 @@ def test_transformer_pair_in_flax_and_haiku(key):
     # flax NNX: the pair's params become nnx.Param state, initialised from `key`
     m = to_nnx(_transformer_pair(), key=key)
     np.testing.assert_array_equal(m.params["layers.wq"][...], ref["layers"]["wq"])
-    out, grads = nnx.jit(
-        lambda m, t: (m(t), nnx.grad(lambda m: jnp.mean(m(t) ** 2))(m))
-    )(m, tokens)
+    out, grads = nnx.jit(lambda m, t: (m(t), nnx.grad(lambda m: jnp.mean(m(t) ** 2))(m)))(m, tokens)
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
     assert float(jnp.abs(grads["params"]["layers.w_up"][...]).max()) > 0
     assert jax.tree.structure(m.unwrap()) == jax.tree.structure(ref)

@@ -62,18 +62,29 @@ def hf_forward(t, hf, ids):
 
 
 def test_loaded_model_matches_hf_formulas(tmp_path):
-    cfg = nn.TransformerConfig(vocab_size=29, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
-                               head_dim=6, mlp_dim=20, qkv_bias=True, family="qwen2",
-                               rope_theta=500.0)
+    cfg = nn.TransformerConfig(
+        vocab_size=29,
+        d_model=16,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=6,
+        mlp_dim=20,
+        qkv_bias=True,
+        family="qwen2",
+        rope_theta=500.0,
+    )
     p = nn.init_params(cfg, key=jax.random.key(0))
     for name in ("bq", "bk", "bv"):
-        p["layers"][name] = 0.2 * jax.random.normal(jax.random.key(len(name) + ord(name[1])),
-                                                    p["layers"][name].shape)
+        p["layers"][name] = 0.2 * jax.random.normal(
+            jax.random.key(len(name) + ord(name[1])), p["layers"][name].shape
+        )
     p["layers"]["attn_norm"] = 1.0 + 0.1 * jax.random.normal(jax.random.key(9), (2, 16))
     io.save_safetensors(p, cfg, tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
-    tensors = {k: v.astype(np.float64) for k, v in
-               load_file(str(tmp_path / "model.safetensors")).items()}
+    tensors = {
+        k: v.astype(np.float64) for k, v in load_file(str(tmp_path / "model.safetensors")).items()
+    }
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3])
     want = hf_forward(tensors, hf, ids)
     q = io.load_safetensors(tmp_path, io.config_from_hf(hf))

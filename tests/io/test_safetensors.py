@@ -8,8 +8,17 @@ from jax.sharding import PartitionSpec as P
 
 from jaxkit import io, nn
 
-CFG = nn.TransformerConfig(vocab_size=20, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
-                           head_dim=4, mlp_dim=24, qkv_bias=True, family="qwen2")
+CFG = nn.TransformerConfig(
+    vocab_size=20,
+    d_model=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=4,
+    mlp_dim=24,
+    qkv_bias=True,
+    family="qwen2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +47,11 @@ def test_roundtrip_single_file(setup, tmp_path):
     np.testing.assert_array_equal(logits(p), logits(q))
     # HF layout: [out, in] weights
     from safetensors.numpy import load_file
+
     t = load_file(str(out / "model.safetensors"))
-    np.testing.assert_array_equal(t["model.layers.1.self_attn.q_proj.weight"],
-                                  np.asarray(p["layers"]["wq"][1]).T)
+    np.testing.assert_array_equal(
+        t["model.layers.1.self_attn.q_proj.weight"], np.asarray(p["layers"]["wq"][1]).T
+    )
     assert "model.layers.0.self_attn.k_proj.bias" in t
 
 
@@ -83,8 +94,17 @@ def test_load_on_mesh_reads_slices(setup, tmp_path, monkeypatch):
 
 
 def test_tied_and_llama_config(tmp_path):
-    cfg = nn.TransformerConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2, n_kv_heads=2,
-                               head_dim=4, mlp_dim=8, tie_embeddings=True, qk_norm=True)
+    cfg = nn.TransformerConfig(
+        vocab_size=7,
+        d_model=8,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=2,
+        head_dim=4,
+        mlp_dim=8,
+        tie_embeddings=True,
+        qk_norm=True,
+    )
     p = nn.init_params(cfg, key=jax.random.key(3))
     io.save_safetensors(p, cfg, tmp_path)
     hf = json.loads((tmp_path / "config.json").read_text())
@@ -95,9 +115,18 @@ def test_tied_and_llama_config(tmp_path):
 
 
 def test_config_from_hf_qwen2_defaults():
-    hf = {"model_type": "qwen2", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-          "rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+    hf = {
+        "model_type": "qwen2",
+        "vocab_size": 100,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "rope_theta": 1e6,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+    }
     c = io.config_from_hf(hf)
     assert c.qkv_bias and c.family == "qwen2" and c.head_dim == 16 and c.rope_theta == 1e6
     with pytest.raises(ValueError, match="model_type"):
@@ -126,8 +155,9 @@ def test_errors_missing_corrupt_missing_tensor(setup, tmp_path):
     # corrupted header
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json!!!!!!!"
-                                            + blob[24:])
+    (bad / "model.safetensors").write_bytes(
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{not json!!!!!!!" + blob[24:]
+    )
     with pytest.raises(ValueError, match="bad"):
         io.load_safetensors(bad, CFG)
     # missing tensor: a config with one more layer than the checkpoint has

@@ -11,7 +11,7 @@ _WINDOW = (2, 3)
 
 def _args(key, dtype):
     kx, kt = jax.random.split(key)
-    x = jax.random.normal(kx, (8, 4, 5, 2), jnp.float32).astype(dtype)   # W=5 pads to 6
+    x = jax.random.normal(kx, (8, 4, 5, 2), jnp.float32).astype(dtype)  # W=5 pads to 6
     t = (0.3 * jax.random.normal(kt, (2, 15), jnp.float32)).astype(dtype)
     return x, t
 
@@ -31,10 +31,18 @@ _BAD = (
     Bad("rank-3 x", _bad(lambda x, t: ((x[0], t), {})), TypeError),
     Bad("table columns", _bad(lambda x, t: ((x, t[:, :9]), {})), TypeError),
     Bad("window 0", _bad(lambda x, t: ((x, t), {"window": 0})), ValueError, "window"),
-    Bad("implementation", _bad(lambda x, t: ((x, t), {"implementation": "cuda"})),
-        ValueError, "implementation"),
-    Bad("no padding", _bad(lambda x, t: ((x, t), {"pad_to_window": False})), TypeError,
-        "pad_to_window"),
+    Bad(
+        "implementation",
+        _bad(lambda x, t: ((x, t), {"implementation": "cuda"})),
+        ValueError,
+        "implementation",
+    ),
+    Bad(
+        "no padding",
+        _bad(lambda x, t: ((x, t), {"pad_to_window": False})),
+        TypeError,
+        "pad_to_window",
+    ),
 )
 
 CASES = [
@@ -52,8 +60,8 @@ CASES = [
         lambda x, t, **kw: windowed_matmul(x, t, **kw),
         _small_args,
         static={"window": _WINDOW, "implementation": "pallas_interpret"},
-        grad_modes=("rev",),            # custom_vjp: reverse mode only
+        grad_modes=("rev",),  # custom_vjp: reverse mode only
         grad_argnums=(0, 1),
-        shard_argnums=(),               # a per-device kernel: shard it with shard_map
+        shard_argnums=(),  # a per-device kernel: shard it with shard_map
     ),
 ]

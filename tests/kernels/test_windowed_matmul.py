@@ -24,9 +24,14 @@ def _dw(x, k):
     """Zero-padded SAME depthwise cross-correlation, NHWC / (K, L, C)."""
     kh, kw, c = k.shape
     return lax.conv_general_dilated(
-        x, k[:, :, None, :], (1, 1), [((kh - 1) // 2,) * 2, ((kw - 1) // 2,) * 2],
-        dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=c,
-        precision=lax.Precision.HIGHEST)
+        x,
+        k[:, :, None, :],
+        (1, 1),
+        [((kh - 1) // 2,) * 2, ((kw - 1) // 2,) * 2],
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=c,
+        precision=lax.Precision.HIGHEST,
+    )
 
 
 def _per_window_dw(x, k, window):
@@ -35,8 +40,8 @@ def _per_window_dw(x, k, window):
     out = np.zeros(x.shape, np.float64)
     for i in range(0, x.shape[1], wh):
         for j in range(0, x.shape[2], ww):
-            xw = x[:, i:i + wh, j:j + ww, :]
-            out[:, i:i + wh, j:j + ww, :] = np.asarray(_dw(xw, k)) + np.asarray(xw)
+            xw = x[:, i : i + wh, j : j + ww, :]
+            out[:, i : i + wh, j : j + ww, :] = np.asarray(_dw(xw, k)) + np.asarray(xw)
     return out
 
 
@@ -49,7 +54,7 @@ def test_equals_per_window_depthwise_conv_f32(window, key):
     kx, kk = jax.random.split(key)
     wh, ww = window
     x = _rand(kx, 2, 2 * wh, 3 * ww, 3)
-    k = _rand(kk, 2 * wh - 1, 2 * ww - 1, 3)          # asymmetric kernel (catches a flip)
+    k = _rand(kk, 2 * wh - 1, 2 * ww - 1, 3)  # asymmetric kernel (catches a flip)
     got = windowed_matmul(x, table_from_depthwise_kernel(k, window=window), window=window)
     want = _per_window_dw(x, k, window)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
@@ -64,8 +69,9 @@ def test_equals_per_window_depthwise_conv_f64(key):
         x = jax.random.normal(key, (1, 14, 7, 2), jnp.float64)
         k = jax.random.normal(jax.random.fold_in(key, 1), (13, 13, 2), jnp.float64)
         got = windowed_matmul(x, table_from_depthwise_kernel(k, window=window), window=window)
-        np.testing.assert_allclose(np.asarray(got), _per_window_dw(x, k, window),
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(got), _per_window_dw(x, k, window), rtol=1e-12, atol=1e-12
+        )
 
 
 def test_single_window_equals_global_conv(key):
@@ -81,7 +87,7 @@ def test_excess_taps_are_inert(key):
     window = (3, 3)
     x = _rand(key, 1, 6, 6, 2)
     k5 = _rand(jax.random.fold_in(key, 1), 5, 5, 2)
-    big = _rand(jax.random.fold_in(key, 2), 9, 9, 2).at[2:7, 2:7].set(k5)   # random outer taps
+    big = _rand(jax.random.fold_in(key, 2), 9, 9, 2).at[2:7, 2:7].set(k5)  # random outer taps
     a = windowed_matmul(x, table_from_depthwise_kernel(k5, window=window), window=window)
     b = windowed_matmul(x, table_from_depthwise_kernel(big, window=window), window=window)
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
@@ -91,7 +97,7 @@ def test_excess_taps_are_inert(key):
 def test_relative_index_centre_and_range():
     idx = relative_position_index((7, 7))
     assert idx.shape == (49, 49) and idx.min() == 0 and idx.max() == 168
-    assert np.all(np.diag(idx) == 6 * 13 + 6)                      # offset 0 = centre
+    assert np.all(np.diag(idx) == 6 * 13 + 6)  # offset 0 = centre
     assert len(np.unique(relative_position_index((2, 3)))) == 3 * 5
 
 
@@ -137,8 +143,12 @@ def test_check_grads_reference():
         key = jax.random.key(3)
         x = jax.random.normal(key, (1, 4, 6, 2), jnp.float64)
         t = jax.random.normal(jax.random.fold_in(key, 1), (2, 15), jnp.float64)
-        check_grads(lambda a, b: windowed_matmul(a, b, window=(2, 3), implementation="xla"),
-                    (x, t), order=1, modes=("fwd", "rev"))
+        check_grads(
+            lambda a, b: windowed_matmul(a, b, window=(2, 3), implementation="xla"),
+            (x, t),
+            order=1,
+            modes=("fwd", "rev"),
+        )
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -149,7 +159,7 @@ def test_check_grads_reference():
 def test_kernel_matches_reference_values_and_grads(impl, dtype, key):
     """Window 7, 3 x 2 windows of 2 images (N not a multiple of the block), padded H."""
     kx, kt, kg = jax.random.split(key, 3)
-    x = _rand(kx, 2, 20, 14, 3, dtype=dtype)          # H=20 pads to 21
+    x = _rand(kx, 2, 20, 14, 3, dtype=dtype)  # H=20 pads to 21
     t = _rand(kt, 3, 169) * 0.1
     g = _rand(kg, 2, 20, 14, 3)
     x32 = x.astype(jnp.float32)
@@ -176,10 +186,12 @@ def test_kernel_residual_false_bias_cached(impl, key):
     x = _rand(key, 1, 6, 6, 2)
     m = _rand(jax.random.fold_in(key, 1), 2, 9, 9)
     bias = _rand(jax.random.fold_in(key, 2), 2)
-    got = windowed_matmul_cached(x, m, window=window, residual=False, bias=bias,
-                                 implementation=impl)
-    want = windowed_matmul_cached(x, m, window=window, residual=False, bias=bias,
-                                  implementation="xla")
+    got = windowed_matmul_cached(
+        x, m, window=window, residual=False, bias=bias, implementation=impl
+    )
+    want = windowed_matmul_cached(
+        x, m, window=window, residual=False, bias=bias, implementation="xla"
+    )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -189,8 +201,12 @@ def test_kernel_check_grads(impl):
         key = jax.random.key(5)
         x = jax.random.normal(key, (1, 4, 4, 2), jnp.float64)
         t = jax.random.normal(jax.random.fold_in(key, 1), (2, 9), jnp.float64)
-        check_grads(lambda a, b: windowed_matmul(a, b, window=(2, 2), implementation=impl),
-                    (x, t), order=1, modes=("rev",))
+        check_grads(
+            lambda a, b: windowed_matmul(a, b, window=(2, 2), implementation=impl),
+            (x, t),
+            order=1,
+            modes=("rev",),
+        )
 
 
 def test_kernel_many_blocks_layout(key):
@@ -202,20 +218,23 @@ def test_kernel_many_blocks_layout(key):
     assert _api._layout(288, None) == (128, 1, 384)
     assert _api._layout(72, 16) == (16, 1, 80)
     assert _api._layout(150, 16) == (16, 2, 160)
-    x = _rand(key, 2, 10, 30, 1)                       # 2 * 5 * 15 = 150 windows of 2x2
+    x = _rand(key, 2, 10, 30, 1)  # 2 * 5 * 15 = 150 windows of 2x2
     t = _rand(jax.random.fold_in(key, 1), 1, 9)
     m = window_matrix(t, window=(2, 2))
 
-    def run(a, b):          # d = 4 pads to d_p = 16, tiled in 8 x 8 blocks
-        return _api._kernel_path(a, b, window=(2, 2), residual=True, interpret=True,
-                                 block_n=16, block_d=8)
+    def run(a, b):  # d = 4 pads to d_p = 16, tiled in 8 x 8 blocks
+        return _api._kernel_path(
+            a, b, window=(2, 2), residual=True, interpret=True, block_n=16, block_d=8
+        )
 
     want = windowed_matmul_cached(x, m, window=(2, 2), implementation="xla")
     np.testing.assert_allclose(run(x, m), want, rtol=1e-5, atol=1e-5)
     g = _rand(jax.random.fold_in(key, 2), *x.shape)
     gk = jax.grad(lambda a, b: jnp.sum(run(a, b) * g), argnums=(0, 1))(x, m)
-    gr = jax.grad(lambda a, b: jnp.sum(windowed_matmul_cached(
-        a, b, window=(2, 2), implementation="xla") * g), argnums=(0, 1))(x, m)
+    gr = jax.grad(
+        lambda a, b: jnp.sum(windowed_matmul_cached(a, b, window=(2, 2), implementation="xla") * g),
+        argnums=(0, 1),
+    )(x, m)
     for u, v in zip(gk, gr, strict=True):
         np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-4)
 
@@ -227,11 +246,11 @@ def test_errors(key):
     x = _rand(key, 1, 7, 7, 2)
     t = _rand(key, 2, 169)
     with pytest.raises(TypeError):
-        windowed_matmul(x[0], t)                            # rank
+        windowed_matmul(x[0], t)  # rank
     with pytest.raises(TypeError):
-        windowed_matmul(x, t[:, :100])                      # table columns
+        windowed_matmul(x, t[:, :100])  # table columns
     with pytest.raises(TypeError):
-        windowed_matmul(x, _rand(key, 3, 169))              # channels
+        windowed_matmul(x, _rand(key, 3, 169))  # channels
     with pytest.raises(ValueError, match="window"):
         windowed_matmul(x, t, window=0)
     with pytest.raises(ValueError, match="implementation"):
@@ -252,18 +271,30 @@ def test_kernel_inside_shard_map(key):
 
     def local(a, b):
         y = windowed_matmul(a, b, window=2, implementation="pallas_interpret")
-        gx, gt = jax.grad(lambda u, v: jnp.sum(windowed_matmul(
-            u, v, window=2, implementation="pallas_interpret") ** 2), argnums=(0, 1))(a, b)
+        gx, gt = jax.grad(
+            lambda u, v: jnp.sum(
+                windowed_matmul(u, v, window=2, implementation="pallas_interpret") ** 2
+            ),
+            argnums=(0, 1),
+        )(a, b)
         return y, gx, jax.lax.psum(gt, "data")
 
-    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(jax.P("data"), jax.P()),
-                              out_specs=(jax.P("data"), jax.P("data"), jax.P()),
-                              check_vma=False))
+    f = jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(jax.P("data"), jax.P()),
+            out_specs=(jax.P("data"), jax.P("data"), jax.P()),
+            check_vma=False,
+        )
+    )
     with jax.set_mesh(mesh):
         y, gx, gt = f(jax.device_put(x, jax.NamedSharding(mesh, jax.P("data"))), t)
     ry = windowed_matmul(x, t, window=2, implementation="xla")
-    rx, rt = jax.grad(lambda u, v: jnp.sum(windowed_matmul(
-        u, v, window=2, implementation="xla") ** 2), argnums=(0, 1))(x, t)
+    rx, rt = jax.grad(
+        lambda u, v: jnp.sum(windowed_matmul(u, v, window=2, implementation="xla") ** 2),
+        argnums=(0, 1),
+    )(x, t)
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gx, rx, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gt, rt, rtol=1e-5, atol=1e-4)

@@ -22,9 +22,7 @@ from scipy import stats as sps
 from jaxkit.kernels import sampling
 from jaxkit.kernels.sampling import _hash, _pallas
 
-IMPLS = ["xla", "pallas_interpret"] + (
-    ["pallas"] if jax.default_backend() != "cpu" else []
-)
+IMPLS = ["xla", "pallas_interpret"] + (["pallas"] if jax.default_backend() != "cpu" else [])
 
 
 # ----------------------------------------------------------------- NumPy oracle
@@ -141,10 +139,7 @@ FAST = ("plain", "top_p", "combined")  # the others run with `make test-slow`
 
 @pytest.mark.parametrize(
     "name",
-    [
-        n if n in FAST else pytest.param(n, marks=pytest.mark.slow)
-        for n in sorted(CONFIGS)
-    ],
+    [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(CONFIGS)],
 )
 def test_chi_square_matches_exact_filtered_distribution(name, row):
     # 6 configs at level 1e-4 each: flake probability <= 6e-4 (and keys are fixed).
@@ -182,9 +177,7 @@ def test_probability_and_entropy_exact(impl, stats, key):
         dict(temperature=1.3, top_k=9, top_p=0.8, min_p=0.02),
     ]
     if impl != "xla":
-        cfgs = cfgs[
-            -2:
-        ]  # interpret mode is slow; the kernel == reference test covers more
+        cfgs = cfgs[-2:]  # interpret mode is slow; the kernel == reference test covers more
     for cfg in cfgs:
         out = run(x, ks, impl, stats, **cfg)
         for r in range(x.shape[0]):
@@ -249,13 +242,9 @@ def test_pallas_interpret_equals_reference(dtype, block_r, key):
     # for one block size, noise read from HBM (the path for f64 / non-threefry keys)
     noises = [jax.random.key_data(ks)] + ([args[1]] if block_r == 2 else [])
     for noise in noises:
-        got = _pallas.sample_rows_pallas(
-            x, noise, *args[2:], block_r=block_r, interpret=True
-        )
+        got = _pallas.sample_rows_pallas(x, noise, *args[2:], block_r=block_r, interpret=True)
         np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))
-        np.testing.assert_allclose(
-            got.probability, want.probability, rtol=1e-5, atol=1e-6
-        )
+        np.testing.assert_allclose(got.probability, want.probability, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got.entropy, want.entropy, rtol=1e-5, atol=1e-5)
     if dtype != jnp.bfloat16:
         return
@@ -287,14 +276,10 @@ def test_xla_path_equals_sort_reference(key):
     for stats in ("sampled",):  # "logits" stats: test_probability_and_entropy_exact
         got = sampler("xla", stats)(x, ks, t, k, p, mp)
         want = jax.jit(
-            lambda x, g, st=stats: sampling.sample_rows_reference(
-                x, g, t, k, p, mp, stats=st
-            )
+            lambda x, g, st=stats: sampling.sample_rows_reference(x, g, t, k, p, mp, stats=st)
         )(x, jax.random.gumbel(ks, (r, v), jnp.float32))
         np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))
-        np.testing.assert_allclose(
-            got.probability, want.probability, rtol=1e-5, atol=1e-7
-        )
+        np.testing.assert_allclose(got.probability, want.probability, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(got.entropy, want.entropy, rtol=1e-5, atol=1e-5)
 
 
@@ -411,9 +396,7 @@ def test_token_in_support_and_stats_consistent(seed, t, k, p, mp):
         jnp.float32(p),
         jnp.float32(mp),
     )
-    q = np.asarray(
-        _filtered(x, jnp.float32(t), jnp.int32(k), jnp.float32(p), jnp.float32(mp))
-    )
+    q = np.asarray(_filtered(x, jnp.float32(t), jnp.int32(k), jnp.float32(p), jnp.float32(mp)))
     tok = np.asarray(out.token)
     qt = q[np.arange(4), tok]
     assert np.all(qt > 0)
@@ -429,9 +412,7 @@ def test_grads_pallas_equal_reference(key):
 
     def loss(impl):
         def f(x, t):
-            o = sampling.sample_tokens(
-                x, key=ks, temperature=t, top_p=0.9, implementation=impl
-            )
+            o = sampling.sample_tokens(x, key=ks, temperature=t, top_p=0.9, implementation=impl)
             return jnp.sum(o.probability) + jnp.sum(o.entropy)
 
         return jax.jit(jax.grad(f, argnums=(0, 1)))(x, jnp.float32(0.8))
@@ -492,9 +473,7 @@ def test_errors_name_the_argument(key):
 def test_traced_bad_values_raise_at_runtime(key):
     x = jax.random.normal(key, (4, 10), jnp.float32)
     k = jax.random.key(1)
-    f = jax.jit(
-        lambda x, t, p: sampling.sample_tokens(x, key=k, temperature=t, top_p=p)
-    )
+    f = jax.jit(lambda x, t, p: sampling.sample_tokens(x, key=k, temperature=t, top_p=p))
     jax.block_until_ready(f(x, 1.0, 0.9))
     with pytest.raises(Exception, match="temperature"):
         jax.block_until_ready(f(x, -1.0, 0.9))
@@ -508,14 +487,8 @@ def test_pallas_inside_shard_map(key, mesh8):
     x = jax.random.normal(key, (8, 16), jnp.float32)
 
     def local(x, k):
-        k = jax.random.fold_in(
-            k, jax.lax.axis_index("data")
-        )  # distinct noise per shard
-        return tuple(
-            sampling.sample_tokens(
-                x, key=k, top_p=0.9, implementation="pallas_interpret"
-            )
-        )
+        k = jax.random.fold_in(k, jax.lax.axis_index("data"))  # distinct noise per shard
+        return tuple(sampling.sample_tokens(x, key=k, top_p=0.9, implementation="pallas_interpret"))
 
     # check_vma=False: pallas_call's interpret mode mixes varying and invariant
     # values (jax's own advice for kernels inside shard_map)

@@ -6,8 +6,16 @@ import jax.numpy as jnp
 from jaxkit import nn
 from tests.conformance import Bad, Case
 
-CFG = nn.TransformerConfig(vocab_size=13, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1,
-                           head_dim=4, mlp_dim=12, qkv_bias=True)
+CFG = nn.TransformerConfig(
+    vocab_size=13,
+    d_model=8,
+    n_layers=2,
+    n_heads=2,
+    n_kv_heads=1,
+    head_dim=4,
+    mlp_dim=12,
+    qkv_bias=True,
+)
 _P32 = nn.init_params(CFG, key=jax.random.key(42))
 
 
@@ -43,38 +51,64 @@ CASES = [
     Case(
         name="nn.apply/inputs_embeds",
         fn=_logits_from_embeds,
-        make_args=lambda key, dtype: (jax.random.normal(key, (8, 4, CFG.d_model), dtype),
-                                      _params(dtype)),
+        make_args=lambda key, dtype: (
+            jax.random.normal(key, (8, 4, CFG.d_model), dtype),
+            _params(dtype),
+        ),
         grad_modes=("fwd", "rev"),
         grad_argnums=(0,),
         rtol=1e-4,
-        bad=(Bad("wrong width", lambda key: ((jnp.ones((8, 4, 3)), _P32), {}), TypeError,
-                 "inputs_embeds"),),
+        bad=(
+            Bad(
+                "wrong width",
+                lambda key: ((jnp.ones((8, 4, 3)), _P32), {}),
+                TypeError,
+                "inputs_embeds",
+            ),
+        ),
     ),
     Case(
         name="nn.MLP/vmap",
         fn=_mlp_fwd,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 3), dtype),
-            jax.tree.map(lambda a: a.astype(dtype),
-                         nn.MLP(3, 2, hidden=(6,), activation="tanh", key=jax.random.key(1)))),
+            jax.tree.map(
+                lambda a: a.astype(dtype),
+                nn.MLP(3, 2, hidden=(6,), activation="tanh", key=jax.random.key(1)),
+            ),
+        ),
         grad_argnums=(0,),
-        bad=(Bad("wrong width", lambda key: ((jnp.ones((8, 4)),
-                                              nn.MLP(3, 2, key=jax.random.key(1))), {}),
-                 TypeError, "x"),),
+        bad=(
+            Bad(
+                "wrong width",
+                lambda key: ((jnp.ones((8, 4)), nn.MLP(3, 2, key=jax.random.key(1))), {}),
+                TypeError,
+                "x",
+            ),
+        ),
     ),
     Case(
         name="nn.SmallCNN/vmap",
         fn=_cnn_fwd,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 1, 4, 4), dtype),
-            jax.tree.map(lambda a: a.astype(dtype),
-                         nn.SmallCNN(1, 2, channels=(2, 3), activation="tanh",
-                                     key=jax.random.key(2)))),
+            jax.tree.map(
+                lambda a: a.astype(dtype),
+                nn.SmallCNN(1, 2, channels=(2, 3), activation="tanh", key=jax.random.key(2)),
+            ),
+        ),
         grad_argnums=(0,),
         rtol=1e-4,
-        bad=(Bad("wrong channels", lambda key: ((jnp.ones((8, 2, 4, 4)),
-                                                 nn.SmallCNN(1, 2, key=jax.random.key(2))), {}),
-                 TypeError, "x"),),
+        bad=(
+            Bad(
+                "wrong channels",
+                lambda key: (
+                    (jnp.ones((8, 2, 4, 4)), nn.SmallCNN(1, 2, key=jax.random.key(2))),
+                    {},
+                ),
+                TypeError,
+                "x",
+            ),
+        ),
     ),
 ]

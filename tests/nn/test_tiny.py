@@ -38,16 +38,24 @@ def test_fixture_loads_and_solves_its_task():
 
 
 def test_param_specs_tensor_parallel_matches_replicated(key):
-    cfg = nn.TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=4,
-                               n_kv_heads=2, head_dim=4, mlp_dim=16, qkv_bias=True)
+    cfg = nn.TransformerConfig(
+        vocab_size=16,
+        d_model=16,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=4,
+        mlp_dim=16,
+        qkv_bias=True,
+    )
     p = nn.init_params(cfg, key=key)
     specs = nn.param_specs(cfg)
-    assert jax.tree.structure(specs, is_leaf=lambda s: isinstance(s, P)) == \
-        jax.tree.structure(p)
+    assert jax.tree.structure(specs, is_leaf=lambda s: isinstance(s, P)) == jax.tree.structure(p)
     toks = jax.random.randint(key, (4, 6), 0, 16)
     ref = nn.apply(p, cfg, toks).logits
-    mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2,
-                         devices=jax.devices()[:4])
+    mesh = jax.make_mesh(
+        (2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:4]
+    )
     ps = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), p, specs)
     ts = jax.device_put(toks, NamedSharding(mesh, P("data", None)))
     with jax.set_mesh(mesh):

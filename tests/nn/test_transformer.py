@@ -5,8 +5,17 @@ import pytest
 
 from jaxkit import nn
 
-CFG = nn.TransformerConfig(vocab_size=23, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2,
-                           head_dim=8, mlp_dim=24, qkv_bias=True, qk_norm=True)
+CFG = nn.TransformerConfig(
+    vocab_size=23,
+    d_model=16,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    mlp_dim=24,
+    qkv_bias=True,
+    qk_norm=True,
+)
 
 
 def _params(cfg=CFG, seed=0):
@@ -62,7 +71,8 @@ def test_cached_greedy_decode_equals_full_recompute():
     # cached path
     step = jax.jit(lambda tok, c: nn.decode_step(p, CFG, tok, c))
     logits, cache = jax.jit(lambda t, n: nn.prefill(p, CFG, t, n, max_len=max_len))(
-        prompts, lengths)
+        prompts, lengths
+    )
     cached_logits, cached_toks = [], []
     for _ in range(n_new):
         tok = jnp.argmax(logits, -1).astype(jnp.int32)
@@ -97,7 +107,9 @@ def test_chunk_on_cache_then_commit_k_rows():
     chunk = toks[rows, idx]
     out = fwd(chunk, cache)
     np.testing.assert_array_equal(out.cache.length, lengths)  # not advanced
-    ref = jax.jit(lambda t: nn.apply(p, CFG, t).logits)(toks)  # toks are the "true" continuation everywhere
+    ref = jax.jit(lambda t: nn.apply(p, CFG, t).logits)(
+        toks
+    )  # toks are the "true" continuation everywhere
     np.testing.assert_allclose(out.logits, ref[rows, idx], atol=1e-5, rtol=1e-5)
     # commit a different number of rows per sequence, then continue with another chunk
     k = jnp.array([1, 3, 0], jnp.int32)
@@ -197,9 +209,17 @@ def test_inputs_embeds_equals_tokens(key):
 
 def test_encoder_is_bidirectional(key):
     for causal in (True, False):
-        cfg = nn.TransformerConfig(vocab_size=11, d_model=8, n_layers=1, n_heads=2,
-                                   n_kv_heads=1, head_dim=4, mlp_dim=8, causal=causal,
-                                   tie_embeddings=True)
+        cfg = nn.TransformerConfig(
+            vocab_size=11,
+            d_model=8,
+            n_layers=1,
+            n_heads=2,
+            n_kv_heads=1,
+            head_dim=4,
+            mlp_dim=8,
+            causal=causal,
+            tie_embeddings=True,
+        )
         p = nn.init_params(cfg, key=key)
         assert "lm_head" not in p
         t1 = jnp.array([[1, 2, 3, 4]])
@@ -228,11 +248,20 @@ def test_errors(key):
     with pytest.raises(TypeError, match="tokens"):
         nn.apply(p, CFG, jnp.zeros((2, 3)))
     with pytest.raises(ValueError, match="n_kv_heads"):
-        nn.TransformerConfig(vocab_size=5, d_model=4, n_layers=1, n_heads=3, n_kv_heads=2,
-                             head_dim=4, mlp_dim=4)
+        nn.TransformerConfig(
+            vocab_size=5, d_model=4, n_layers=1, n_heads=3, n_kv_heads=2, head_dim=4, mlp_dim=4
+        )
     with pytest.raises(ValueError, match="family"):
-        nn.TransformerConfig(vocab_size=5, d_model=4, n_layers=1, n_heads=2, n_kv_heads=2,
-                             head_dim=4, mlp_dim=4, family="gpt2")
+        nn.TransformerConfig(
+            vocab_size=5,
+            d_model=4,
+            n_layers=1,
+            n_heads=2,
+            n_kv_heads=2,
+            head_dim=4,
+            mlp_dim=4,
+            family="gpt2",
+        )
     with pytest.raises(ValueError, match="max_len"):
         nn.prefill(p, CFG, toks, jnp.array([1, 2]), max_len=2)
     with pytest.raises(ValueError, match="collect"):

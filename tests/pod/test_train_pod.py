@@ -41,9 +41,7 @@ def test_param_specs_split_on_model():
     assert specs["lm_head"] == jax.P(None, "model")
     assert specs["final_norm"] == jax.P(None)
     # an axis that does not divide stays replicated (wq has 4*8 = 32 columns)
-    assert pod.param_specs(pod.CONFIG, model_size=3)["layers"]["wq"] == jax.P(
-        None, None, None
-    )
+    assert pod.param_specs(pod.CONFIG, model_size=3)["layers"]["wq"] == jax.P(None, None, None)
     assert pod.param_specs(pod.CONFIG, model_size=1)["embed"] == jax.P(None, None)
 
 
@@ -66,9 +64,7 @@ def test_one_device_and_eight_devices_give_the_same_losses():
     assert l1.shape == (20,)
     np.testing.assert_allclose(l8, l1, rtol=0, atol=1e-5)
     assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16)
-    for a, b in zip(
-        jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]), strict=True
-    ):
+    for a, b in zip(jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
@@ -92,9 +88,7 @@ def test_resume_in_process_continues_from_checkpoint(tmp_path):
         )
     assert rest["start_step"] == 4 and len(rest["losses"]) == 2
     np.testing.assert_array_equal(rest["losses"], full["losses"][4:])
-    for a, b in zip(
-        jax.tree.leaves(rest["params"]), jax.tree.leaves(full["params"]), strict=True
-    ):
+    for a, b in zip(jax.tree.leaves(rest["params"]), jax.tree.leaves(full["params"]), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -174,9 +168,7 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
     a, b = _npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz")
     assert a.keys() == b.keys() and len(a) > 5
     for k in a:
-        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (
-            k
-        )  # bit-identical
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k  # bit-identical
 
 
 def _free_port():

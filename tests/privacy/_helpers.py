@@ -27,8 +27,9 @@ def gauge(f, g):
 def random_gl(key, r, cond=100.0, dtype=jnp.float32):
     """Random G in GL(r) with condition number `cond`."""
     k1, k2 = jax.random.split(key)
-    q1, _ = jnp.linalg.qr(jax.random.normal(k1, (r, r), jnp.float64 if dtype == jnp.float64
-                                            else jnp.float32))
+    q1, _ = jnp.linalg.qr(
+        jax.random.normal(k1, (r, r), jnp.float64 if dtype == jnp.float64 else jnp.float32)
+    )
     q2, _ = jnp.linalg.qr(jax.random.normal(k2, (r, r), q1.dtype))
     s = jnp.asarray(np.geomspace(1.0, cond, r), q1.dtype)
     return ((q1 * s[None, :]) @ q2.T).astype(dtype)

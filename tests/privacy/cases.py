@@ -27,8 +27,9 @@ def _lift(ga, gb, a, b):
 
 def _privatize(ga, gb, a, b, *, clip_norm, noise_multiplier):
     f = L.LoraFactors(a, b)
-    tx = privacy.prism_privatize(clip_norm=clip_norm, noise_multiplier=noise_multiplier,
-                                 denom=8.0, key=jax.random.key(0))
+    tx = privacy.prism_privatize(
+        clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=8.0, key=jax.random.key(0)
+    )
     return tx.update(L.LoraFactors(ga, gb), tx.init(f), f)[0]
 
 
@@ -52,14 +53,39 @@ def _bad_nan(key):
 
 
 CASES = [
-    Case("privacy.tangent_lift", _lift, _args, grad_argnums=(0, 1),
-         shard_argnums=(0, 1), rtol=1e-4, grad_rtol=1e-4, grad_atol=1e-4),
-    Case("privacy.prism_privatize", _privatize, _args,
-         hparams={"clip_norm": (1.0, 2.0), "noise_multiplier": (0.5, 1.0)},
-         grad_argnums=(0, 1), shard_argnums=(0, 1), rtol=1e-4, grad_rtol=1e-3,
-         grad_atol=1e-3, grad_modes=("rev",),
-         bad=(Bad("mismatched factor shapes", _bad_shape, TypeError),
-              Bad("non-finite gradients", _bad_nan, Exception, "finite"))),
-    Case("privacy.retract", _retract, _retract_args, hparams={"eta": (0.1, 0.3)},
-         grad_modes=(), shard_argnums=(), rtol=1e-4),
+    Case(
+        "privacy.tangent_lift",
+        _lift,
+        _args,
+        grad_argnums=(0, 1),
+        shard_argnums=(0, 1),
+        rtol=1e-4,
+        grad_rtol=1e-4,
+        grad_atol=1e-4,
+    ),
+    Case(
+        "privacy.prism_privatize",
+        _privatize,
+        _args,
+        hparams={"clip_norm": (1.0, 2.0), "noise_multiplier": (0.5, 1.0)},
+        grad_argnums=(0, 1),
+        shard_argnums=(0, 1),
+        rtol=1e-4,
+        grad_rtol=1e-3,
+        grad_atol=1e-3,
+        grad_modes=("rev",),
+        bad=(
+            Bad("mismatched factor shapes", _bad_shape, TypeError),
+            Bad("non-finite gradients", _bad_nan, Exception, "finite"),
+        ),
+    ),
+    Case(
+        "privacy.retract",
+        _retract,
+        _retract_args,
+        hparams={"eta": (0.1, 0.3)},
+        grad_modes=(),
+        shard_argnums=(),
+        rtol=1e-4,
+    ),
 ]

@@ -26,6 +26,7 @@ def _release(agg, f):
     def rel(g, k):
         st = privacy.PrivatizeState(jnp.zeros([], jnp.int32), k, jnp.zeros([], jnp.float32))
         return agg.update(g, st, f)[0]
+
     return rel
 
 
@@ -45,11 +46,19 @@ def _full_release(tx, f):
         st = list(st0)
         st[idx] = privacy.PrivatizeState(jnp.zeros([], jnp.int32), k, jnp.zeros([], jnp.float32))
         return tx.update(g, tuple(st), f)[0]
+
     return rel
 
 
-@pytest.mark.parametrize("method", [pytest.param("prism_privatize", marks=pytest.mark.slow), "naive", pytest.param(
-    "prism", marks=pytest.mark.slow), pytest.param("ffa", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param("prism_privatize", marks=pytest.mark.slow),
+        "naive",
+        pytest.param("prism", marks=pytest.mark.slow),
+        pytest.param("ffa", marks=pytest.mark.slow),
+    ],
+)
 def test_audit_below_accounted_epsilon(key, method):
     f, base, canary = _setup(key)
     kw = dict(clip_norm=CLIP, noise_multiplier=SIGMA, denom=4.0, key=key)
@@ -66,20 +75,22 @@ def test_audit_below_accounted_epsilon(key, method):
     assert res.trials >= 1000
     assert res.epsilon_lower < claimed
     if method == "prism_privatize":
-        assert res.tpr > res.fpr      # the test does see the canary
+        assert res.tpr > res.fpr  # the test does see the canary
 
 
 @pytest.mark.parametrize("broken", ["noise_off", "clip_off"])
 def test_audit_catches_broken_mechanism(key, broken):
     f, base, canary = _setup(key)
     claimed = privacy.epsilon(q=1.0, noise_multiplier=SIGMA, steps=1, delta=DELTA)
-    if broken == "noise_off":     # claims sigma=2 but adds no noise
+    if broken == "noise_off":  # claims sigma=2 but adds no noise
         agg = privacy.prism_privatize(clip_norm=CLIP, noise_multiplier=0.0, denom=4.0, key=key)
-    else:                         # claims C=1 but effectively does not clip
-        agg = privacy.prism_privatize(clip_norm=1e4, noise_multiplier=SIGMA / 1e4, denom=4.0,
-                                      key=key)
-    res = audit.canary_audit(_release(agg, f), base=base, canary=canary, key=key, trials=1000,
-                             delta=DELTA)
+    else:  # claims C=1 but effectively does not clip
+        agg = privacy.prism_privatize(
+            clip_norm=1e4, noise_multiplier=SIGMA / 1e4, denom=4.0, key=key
+        )
+    res = audit.canary_audit(
+        _release(agg, f), base=base, canary=canary, key=key, trials=1000, delta=DELTA
+    )
     assert res.epsilon_lower > claimed, (res, claimed)
 
 

@@ -56,7 +56,7 @@ def test_ffa_freezes_and_nonprivate_is_mean_adam(key):
     u, _ = tx.update(g, tx.init(f), f)
     ref = optax.adam(0.1)
     mean = jax.tree.map(lambda x: x.mean(0), g)
-    with jax.numpy_dtype_promotion("standard"):     # optax.adam mixes int32 and floats
+    with jax.numpy_dtype_promotion("standard"):  # optax.adam mixes int32 and floats
         u2, _ = ref.update(mean, ref.init(f), f)
     np.testing.assert_allclose(u.a, u2.a, rtol=1e-5, atol=1e-7)
     tx = privacy.naive_dp_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=6.0, key=key)
@@ -101,18 +101,22 @@ def test_accounting_numbers():
     """Spec §1.4.8 (dp-accounting 0.6.0)."""
     q = 64 / 10000
     assert privacy.epsilon(q=q, noise_multiplier=1.0, steps=500, delta=1e-5) == pytest.approx(
-        1.216, abs=2e-3)
+        1.216, abs=2e-3
+    )
     assert privacy.calibrate_sigma(epsilon=6.0, delta=1e-5, q=q, steps=500) == pytest.approx(
-        0.573, abs=2e-3)
+        0.573, abs=2e-3
+    )
     assert privacy.calibrate_sigma(epsilon=6.0, delta=1e-5, q=q, steps=300) == pytest.approx(
-        0.552, abs=2e-3)
+        0.552, abs=2e-3
+    )
 
 
 @pytest.mark.slow
 def test_accounting_pld():
     q = 64 / 10000
-    assert privacy.epsilon(q=q, noise_multiplier=1.0, steps=500, delta=1e-5,
-                           accountant="pld") == pytest.approx(0.825, abs=3e-3)
+    assert privacy.epsilon(
+        q=q, noise_multiplier=1.0, steps=500, delta=1e-5, accountant="pld"
+    ) == pytest.approx(0.825, abs=3e-3)
 
 
 def test_accounting_errors():

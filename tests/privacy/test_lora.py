@@ -9,8 +9,9 @@ import pytest
 from jaxkit import nn, privacy
 from jaxkit.privacy import lowrank as L
 
-CFG = nn.TransformerConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1,
-                           head_dim=8, mlp_dim=32)
+CFG = nn.TransformerConfig(
+    vocab_size=32, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=8, mlp_dim=32
+)
 
 
 def test_lora_on_transformer_merge_export(key, tmp_path):
@@ -25,10 +26,12 @@ def test_lora_on_transformer_merge_export(key, tmp_path):
     f1 = jax.tree.map(lambda x: x[1], lora["layers"]["wq"])
     np.testing.assert_allclose(dq, 2.0 * L.to_dense(f1).T, atol=1e-6)
     # spectral init keeps the merged model unchanged
-    p3, l3 = privacy.lora_init(params, targets="w_up", rank=3, key=key, method="spectral",
-                               scale=0.5)
-    np.testing.assert_allclose(privacy.lora_merge(p3, l3, scale=0.5)["layers"]["w_up"],
-                               params["layers"]["w_up"], atol=1e-5)
+    p3, l3 = privacy.lora_init(
+        params, targets="w_up", rank=3, key=key, method="spectral", scale=0.5
+    )
+    np.testing.assert_allclose(
+        privacy.lora_merge(p3, l3, scale=0.5)["layers"]["w_up"], params["layers"]["w_up"], atol=1e-5
+    )
     # PEFT export round trip
     names = privacy.export_adapter(lora, str(tmp_path), alpha=4.0)
     assert "base_model.model.layers.1.wq.lora_A.weight" in names
@@ -45,8 +48,9 @@ def test_prism_step_on_transformer(key):
 
     def loss(lo, tok):
         logits = nn.apply(privacy.lora_merge(params, lo, scale=2.0), CFG, tok[None]).logits
-        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits[0, :-1]),
-                                             tok[1:, None], axis=-1))
+        return -jnp.mean(
+            jnp.take_along_axis(jax.nn.log_softmax(logits[0, :-1]), tok[1:, None], axis=-1)
+        )
 
     g = privacy.per_example_grads(loss, lora, tokens)
     tx = privacy.prism(0.01, clip_norm=1.0, noise_multiplier=0.5, denom=4.0, key=key)

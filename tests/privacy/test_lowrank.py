@@ -45,8 +45,7 @@ def test_norms_coords_isometry_and_inverse(key):
         gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
         co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
         ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
-        np.testing.assert_allclose(ip, np.sum(dense * L.project_tangent_dense(f, gd2)),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(ip, np.sum(dense * L.project_tangent_dense(f, gd2)), rtol=1e-10)
         # orthogonality constraints of the coordinates
         np.testing.assert_allclose(c.u.T @ co.up, 0, atol=1e-10)
         np.testing.assert_allclose(c.v.T @ co.vp, 0, atol=1e-10)
@@ -64,8 +63,7 @@ def test_gauge_invariance_of_frame_lift_norm_noise(key):
         d = L.tangent_lift(f, factor_grads(f, gd), c)
         d2 = L.tangent_lift(f2, factor_grads(f2, gd), c2)
         np.testing.assert_allclose(L.tangent_dense(f, d), L.tangent_dense(f2, d2), atol=1e-9)
-        np.testing.assert_allclose(L.tangent_norm_sq(f, d), L.tangent_norm_sq(f2, d2),
-                                   rtol=1e-9)
+        np.testing.assert_allclose(L.tangent_norm_sq(f, d), L.tangent_norm_sq(f2, d2), rtol=1e-9)
         z = L.sample_tangent_noise(f, c, std=0.7, key=k4)
         z2 = L.sample_tangent_noise(f2, c2, std=0.7, key=k4)
         np.testing.assert_allclose(L.tangent_dense(f, z), L.tangent_dense(f2, z2), atol=1e-8)
@@ -82,8 +80,9 @@ def test_noise_energy_and_covariance(key):
     c = L.gram_cache(f)
     std = 0.3
     keys = jax.random.split(k2, 20000)
-    e = jax.jit(jax.vmap(lambda k: L.coords_norm_sq(L.sample_tangent_coords(c, std=std,
-                                                                              key=k))))(keys)
+    e = jax.jit(jax.vmap(lambda k: L.coords_norm_sq(L.sample_tangent_coords(c, std=std, key=k))))(
+        keys
+    )
     want = std**2 * r * (m + n - r)
     assert abs(float(jnp.mean(e)) / want - 1) < 0.02
     # dense: P_T(xi) = xi and the energy on Z of the factor-form noise
@@ -94,8 +93,13 @@ def test_noise_energy_and_covariance(key):
     ms, ns, rs = 5, 4, 2
     fs = factors(k3, ms, ns, rs)
     cs = L.gram_cache(fs)
-    xs = jax.jit(jax.vmap(lambda k: L.tangent_dense(
-        fs, L.sample_tangent_noise(fs, cs, std=1.0, key=k)).T.reshape(-1)))(keys)
+    xs = jax.jit(
+        jax.vmap(
+            lambda k: L.tangent_dense(fs, L.sample_tangent_noise(fs, cs, std=1.0, key=k)).T.reshape(
+                -1
+            )
+        )
+    )(keys)
     cov = np.cov(np.asarray(xs, np.float64).T)
     qa, _ = np.linalg.qr(np.asarray(fs.a, np.float64))
     qb, _ = np.linalg.qr(np.asarray(fs.b, np.float64))
@@ -123,7 +127,7 @@ def test_naive_amplification_formula(key):
         want = float(L.naive_noise_energy(fc, tau=tau))
         assert abs(mc / want - 1) < 0.05, (c, mc, want)
     e = [float(L.naive_noise_energy(gauge(f, c * jnp.eye(r)), tau=tau)) for c in (1e-2, 1, 1e2)]
-    assert e[0] > 100 * e[1] and e[2] > 100 * e[1]       # diverges under gauge scaling
+    assert e[0] > 100 * e[1] and e[2] > 100 * e[1]  # diverges under gauge scaling
     assert float(L.prism_noise_energy(f, std=tau)) == pytest.approx(tau**2 * r * (m + n - r))
 
 
@@ -132,17 +136,21 @@ def test_retraction_oracles(key):
         k1, k2, k3 = jax.random.split(key, 3)
         m, n, r = 12, 10, 3
         f = L.balance(factors(k1, m, n, r, jnp.float64))
-        d = L.tangent_lift(f, factor_grads(f, jax.random.normal(k2, (m, n), jnp.float64)),
-                           L.gram_cache(f))
+        d = L.tangent_lift(
+            f, factor_grads(f, jax.random.normal(k2, (m, n), jnp.float64)), L.gram_cache(f)
+        )
         xi = L.tangent_dense(f, d)
         for eta in (0.3, 1e-2):
             out = L.retract(f, d, eta=eta)
-            np.testing.assert_allclose(L.to_dense(out), truncated(L.to_dense(f) + eta * xi, r),
-                                       atol=1e-10)
+            np.testing.assert_allclose(
+                L.to_dense(out), truncated(L.to_dense(f) + eta * xi, r), atol=1e-10
+            )
             np.testing.assert_allclose(out.a.T @ out.a, out.b.T @ out.b, atol=1e-10)
         # first order: ||Retr - (Z + eta xi)|| = O(eta^2)
-        errs = [float(jnp.linalg.norm(L.to_dense(L.retract(f, d, eta=e))
-                                      - (L.to_dense(f) + e * xi))) for e in (1e-2, 1e-3)]
+        errs = [
+            float(jnp.linalg.norm(L.to_dense(L.retract(f, d, eta=e)) - (L.to_dense(f) + e * xi)))
+            for e in (1e-2, 1e-3)
+        ]
         assert errs[1] < errs[0] / 50
         # Procrustes alignment minimizes the distance over O(r)
         out = L.retract(f, d, eta=0.3)

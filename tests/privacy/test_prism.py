@@ -18,15 +18,20 @@ M, N, R, B = 10, 8, 3, 8
 def _setup(key, dtype=jnp.float64, b=B, m=M, n=N, r=R):
     k1, k2 = jax.random.split(key)
     f = L.balance(factors(k1, m, n, r, dtype))
-    gs = jax.random.normal(k2, (b, m, n), dtype) * jnp.linspace(0.2, 3.0, b, dtype=dtype)[
-        :, None, None]
+    gs = (
+        jax.random.normal(k2, (b, m, n), dtype)
+        * jnp.linspace(0.2, 3.0, b, dtype=dtype)[:, None, None]
+    )
     return f, gs
 
 
 def _tree(f):
     """Two LoRA modules (one stacked) plus a Euclidean leaf."""
-    return {"q": f, "stack": jax.tree.map(lambda x: jnp.stack([x, 2 * x]), f),
-            "head": jnp.ones((3,), f.a.dtype)}
+    return {
+        "q": f,
+        "stack": jax.tree.map(lambda x: jnp.stack([x, 2 * x]), f),
+        "head": jnp.ones((3,), f.a.dtype),
+    }
 
 
 def _tree_grads(f, gs):
@@ -42,20 +47,27 @@ def test_aggregator_gauge_invariance(key):
         f, gs = _setup(key)
         gg = random_gl(jax.random.fold_in(key, 1), R, cond=1e3, dtype=jnp.float64)
         f2 = gauge(f, gg)
-        tx = privacy.prism_privatize(clip_norm=2.0, noise_multiplier=1.3, denom=B,
-                                     key=jax.random.key(7))
+        tx = privacy.prism_privatize(
+            clip_norm=2.0, noise_multiplier=1.3, denom=B, key=jax.random.key(7)
+        )
         out = {}
         upd = jax.jit(tx.update)
         for name, ff in (("id", f), ("g", f2)):
             p, g = _tree(ff), _tree_grads(ff, gs)
             d, st = upd(g, tx.init(p), p)
-            out[name] = (L.tangent_dense(ff, d["q"]),
-                         jax.vmap(L.tangent_dense)(p["stack"], d["stack"]), d["head"],
-                         st.noise_energy)
+            out[name] = (
+                L.tangent_dense(ff, d["q"]),
+                jax.vmap(L.tangent_dense)(p["stack"], d["stack"]),
+                d["head"],
+                st.noise_energy,
+            )
             # per-example intrinsic norms (the quantities clipped)
             c = L.gram_cache(ff)
-            out[name] += (jax.vmap(lambda h, ff=ff, c=c: L.coords_norm_sq(
-                L.tangent_coords(ff, h, c)))(factor_grads(ff, gs)),)
+            out[name] += (
+                jax.vmap(lambda h, ff=ff, c=c: L.coords_norm_sq(L.tangent_coords(ff, h, c)))(
+                    factor_grads(ff, gs)
+                ),
+            )
         for x, y in zip(out["id"], out["g"], strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-8, atol=1e-8)
         # the clip factors differ between examples (so clipping really happened)
@@ -67,12 +79,22 @@ def test_full_step_gauge_invariant(key):
     """First PRISM step lands on the same Z for (A, B) and (AG, BG^{-T}); O(r) afterwards."""
     with jax.enable_x64(True):
         f, gs = _setup(key)
-        tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=B,
-                           key=jax.random.key(3), floor_mode="geometry", debias=True)
+        tx = privacy.prism(
+            0.05,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            denom=B,
+            key=jax.random.key(3),
+            floor_mode="geometry",
+            debias=True,
+        )
         res = []
         upd = jax.jit(tx.update)
-        for gg in (jnp.eye(R), random_gl(jax.random.fold_in(key, 2), R, 1e3, jnp.float64),
-                   jnp.linalg.qr(jax.random.normal(key, (R, R), jnp.float64))[0]):
+        for gg in (
+            jnp.eye(R),
+            random_gl(jax.random.fold_in(key, 2), R, 1e3, jnp.float64),
+            jnp.linalg.qr(jax.random.normal(key, (R, R), jnp.float64))[0],
+        ):
             p = gauge(f, gg)
             st = tx.init(p)
             zs = []
@@ -81,8 +103,8 @@ def test_full_step_gauge_invariant(key):
                 p = optax.apply_updates(p, u)
                 zs.append(L.to_dense(p))
             res.append(zs)
-        np.testing.assert_allclose(res[1][0], res[0][0], atol=1e-9)   # GL(r), first step
-        for k in range(3):                                             # O(r), all steps
+        np.testing.assert_allclose(res[1][0], res[0][0], atol=1e-9)  # GL(r), first step
+        for k in range(3):  # O(r), all steps
             np.testing.assert_allclose(res[2][k], res[0][k], atol=1e-9)
 
 
@@ -113,8 +135,9 @@ def test_riemannian_gd_limit(key):
     """sigma=0, C=inf, adaptive off: PRISM = Riemannian GD (truncated SVD of Z - eta P_T(grad))."""
     with jax.enable_x64(True):
         f, gs = _setup(key)
-        tx = privacy.prism(0.1, clip_norm=jnp.inf, noise_multiplier=0.0, denom=B,
-                           key=key, adaptive=False)
+        tx = privacy.prism(
+            0.1, clip_norm=jnp.inf, noise_multiplier=0.0, denom=B, key=key, adaptive=False
+        )
         u, _ = tx.update(factor_grads(f, gs), tx.init(f), f)
         got = L.to_dense(optax.apply_updates(f, u))
         want = truncated(L.to_dense(f) - 0.1 * L.project_tangent_dense(f, gs.mean(0)), R)
@@ -138,9 +161,9 @@ def test_full_rank_is_dp_sgd_on_z(key):
         np.testing.assert_allclose(L.tangent_dense(f, d0), clipped, atol=1e-10)
         # the noise is isotropic N(0, (sigma C / b)^2 I) on all m*n entries
         c = L.gram_cache(f)
-        xs = jax.vmap(lambda k: L.tangent_dense(
-            f, L.sample_tangent_noise(f, c, std=1.0, key=k)).reshape(-1))(
-                jax.random.split(key, 5000))
+        xs = jax.vmap(
+            lambda k: L.tangent_dense(f, L.sample_tangent_noise(f, c, std=1.0, key=k)).reshape(-1)
+        )(jax.random.split(key, 5000))
         np.testing.assert_allclose(np.cov(np.asarray(xs).T), np.eye(m * n), atol=0.15)
         assert float(jnp.sum(nz**2)) > 0
 
@@ -159,18 +182,32 @@ def test_sensitivity_bounded_by_clip(key, scale):
             adv = _tree_grads(f, scale * jax.random.normal(k, (B, M, N), jnp.float64))
             g2 = jax.tree.map(lambda x, y, j=j: x.at[j].set(y[j]), g, adv)
             d2, _ = upd(g2, tx.init(p), p)
-            diff = (jnp.sum((L.tangent_dense(f, d["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
-                    + jnp.sum((jax.vmap(L.tangent_dense)(p["stack"], d["stack"])
-                               - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])) ** 2)
-                    + jnp.sum((d["head"] - d2["head"]) ** 2))
-            assert float(jnp.sqrt(diff)) <= 2 * cn * (1 + 1e-6)   # replace-one: 2C
+            diff = (
+                jnp.sum((L.tangent_dense(f, d["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
+                + jnp.sum(
+                    (
+                        jax.vmap(L.tangent_dense)(p["stack"], d["stack"])
+                        - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])
+                    )
+                    ** 2
+                )
+                + jnp.sum((d["head"] - d2["head"]) ** 2)
+            )
+            assert float(jnp.sqrt(diff)) <= 2 * cn * (1 + 1e-6)  # replace-one: 2C
             # add/remove: dropping example j changes the sum by <= C
             g3 = jax.tree.map(lambda x, j=j: x.at[j].set(0.0), g2)
             d3, _ = upd(g3, tx.init(p), p)
-            diff = (jnp.sum((L.tangent_dense(f, d3["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
-                    + jnp.sum((jax.vmap(L.tangent_dense)(p["stack"], d3["stack"])
-                               - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])) ** 2)
-                    + jnp.sum((d3["head"] - d2["head"]) ** 2))
+            diff = (
+                jnp.sum((L.tangent_dense(f, d3["q"]) - L.tangent_dense(f, d2["q"])) ** 2)
+                + jnp.sum(
+                    (
+                        jax.vmap(L.tangent_dense)(p["stack"], d3["stack"])
+                        - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])
+                    )
+                    ** 2
+                )
+                + jnp.sum((d3["head"] - d2["head"]) ** 2)
+            )
             np.testing.assert_allclose(float(jnp.sqrt(diff)), cn, rtol=1e-6)
 
 
@@ -179,18 +216,29 @@ def test_one_vs_eight_devices_same_step(key, mesh8):
     f, gs = _setup(key, jnp.float32, b=16)
     p = _tree(f)
     g = _tree_grads(f, gs)
-    tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0,
-                       key=jax.random.key(5))
-    txs = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0,
-                        key=jax.random.key(5), axis_name="data")
+    tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0, key=jax.random.key(5))
+    txs = privacy.prism(
+        0.05,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        denom=16.0,
+        key=jax.random.key(5),
+        axis_name="data",
+    )
     st = tx.init(p)
     want, _ = jax.jit(tx.update)(g, st, p)
     rep = jax.P()
     gspec = jax.tree.map(lambda x: jax.P("data", *([None] * (x.ndim - 1))), g)
     with jax.set_mesh(mesh8):
         gsh = jax.tree.map(lambda x, s: jax.device_put(x, jax.NamedSharding(mesh8, s)), g, gspec)
-        step = jax.jit(jax.shard_map(lambda g_, s_, p_: txs.update(g_, s_, p_), mesh=mesh8,
-                                     in_specs=(gspec, rep, rep), out_specs=(rep, rep)))
+        step = jax.jit(
+            jax.shard_map(
+                lambda g_, s_, p_: txs.update(g_, s_, p_),
+                mesh=mesh8,
+                in_specs=(gspec, rep, rep),
+                out_specs=(rep, rep),
+            )
+        )
         got, _ = step(gsh, st, p)
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5)
@@ -234,8 +282,10 @@ def test_state_types_stable_chain_and_jit(key):
     p = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree(f))
     g = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree_grads(f, gs))
     sched = optax.linear_schedule(0.1, 0.01, 10)
-    tx = optax.chain(privacy.prism(sched, clip_norm=1.0, noise_multiplier=1.0, denom=B,
-                                   key=key), optax.identity())
+    tx = optax.chain(
+        privacy.prism(sched, clip_norm=1.0, noise_multiplier=1.0, denom=B, key=key),
+        optax.identity(),
+    )
     s0 = tx.init(p)
     traces = []
 
@@ -265,7 +315,7 @@ def test_bad_inputs(key):
     tx = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
     g = factor_grads(f, gs)
     with pytest.raises(TypeError, match="updates"):
-        tx.update(jax.tree.map(lambda x: x[0], g), tx.init(f), f)       # no batch axis
+        tx.update(jax.tree.map(lambda x: x[0], g), tx.init(f), f)  # no batch axis
     bad = L.LoraFactors(f.a, f.b[:, :2])
     with pytest.raises(TypeError, match="params"):
         tx.update(L.LoraFactors(g.a, g.b[..., :2]), tx.init(bad), bad)
@@ -294,16 +344,17 @@ def test_noise_frame_follows_previous_signs(key):
     zero = jax.tree.map(lambda x: jnp.zeros((1, *x.shape), x.dtype), f1)
     tx = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
     st0 = tx.init(f1)
-    _, st1 = tx.update(zero, st0, f1)                  # frame taken at f1
+    _, st1 = tx.update(zero, st0, f1)  # frame taken at f1
 
     def noise_on_z(f, st):
         d, _ = tx.update(zero, st, f)
         return L.tangent_dense(f, d)
 
     with_frame = jnp.max(jnp.abs(noise_on_z(f1, st1) - noise_on_z(f2, st1)))
-    stateless = jnp.max(jnp.abs(noise_on_z(f1, st1._replace(frame=None))
-                                - noise_on_z(f2, st1._replace(frame=None))))
+    stateless = jnp.max(
+        jnp.abs(noise_on_z(f1, st1._replace(frame=None)) - noise_on_z(f2, st1._replace(frame=None)))
+    )
     scale = jnp.max(jnp.abs(noise_on_z(f1, st1)))
-    assert float(stateless) > 0.1 * float(scale)       # the tie does flip the stateless rule
+    assert float(stateless) > 0.1 * float(scale)  # the tie does flip the stateless rule
     assert float(with_frame) < 1e-2 * float(scale)
     np.testing.assert_allclose(st1.frame, L.gram_cache(f1).u, atol=1e-6)

@@ -15,7 +15,10 @@ def _x(key, dtype, n=6):
 
 def _pair(key, dtype):
     k1, k2 = jax.random.split(key)
-    return (jax.random.normal(k1, (8, 5)).astype(dtype), jax.random.normal(k2, (8, 5)).astype(dtype))
+    return (
+        jax.random.normal(k1, (8, 5)).astype(dtype),
+        jax.random.normal(k2, (8, 5)).astype(dtype),
+    )
 
 
 def _bool(key, dtype):
@@ -24,61 +27,163 @@ def _bool(key, dtype):
 
 def _bad_axis(fn, **kw):
     return (
-        Bad("softness <= 0", lambda k: ((jnp.ones((2, 4)),), {**kw, "softness": 0.0}),
-            ValueError, "softness"),
-        Bad("axis out of range", lambda k: ((jnp.ones((2, 4)),), {**kw, "axis": 5}),
-            ValueError, "axis"),
+        Bad(
+            "softness <= 0",
+            lambda k: ((jnp.ones((2, 4)),), {**kw, "softness": 0.0}),
+            ValueError,
+            "softness",
+        ),
+        Bad(
+            "axis out of range",
+            lambda k: ((jnp.ones((2, 4)),), {**kw, "axis": 5}),
+            ValueError,
+            "axis",
+        ),
         Bad("NaN input", lambda k: ((jnp.full((2, 4), jnp.nan),), kw), ValueError, "x"),
-        Bad("unknown method", lambda k: ((jnp.ones((2, 4)),), {**kw, "method": "nope"}),
-            ValueError, "method"),
+        Bad(
+            "unknown method",
+            lambda k: ((jnp.ones((2, 4)),), {**kw, "method": "nope"}),
+            ValueError,
+            "method",
+        ),
     )
 
 
 SOFT = {"softness": (0.3, 0.5)}
 
 CASES = [
-    Case("soft.sort/pav", S.sort, _x, hparams=SOFT, static={"method": "pav"},
-         bad=_bad_axis(S.sort), grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("grads",)),
-    Case("soft.rank/pav_l2", S.rank, _x, hparams=SOFT, static={"method": "pav", "mode": "c0"},
-         bad=_bad_axis(S.rank), grad_atol=1e-4, grad_rtol=1e-4),
-    Case("soft.argsort/neuralsort", S.argsort, _x, hparams=SOFT,
-         static={"method": "neuralsort"}, bad=_bad_axis(S.argsort), grad_atol=1e-4,
-         grad_rtol=1e-4),
-    Case("soft.top_k/softsort", lambda x, **kw: S.top_k(x, 3, **kw), _x, hparams=SOFT,
-         static={"method": "softsort"}, grad_atol=1e-4, grad_rtol=1e-4),
-    Case("soft.rank/network", S.rank, _x, hparams=SOFT,
-         static={"method": "network", "network": "odd_even"}, bad=_bad_axis(S.rank),
-         grad_atol=1e-4, grad_rtol=1e-4),
-    Case("soft.sort/ot", S.sort, _x, hparams=SOFT, static={"method": "ot"},
-         grad_modes=("rev",), grad_atol=1e-3, grad_rtol=1e-3, rtol=1e-4),
+    Case(
+        "soft.sort/pav",
+        S.sort,
+        _x,
+        hparams=SOFT,
+        static={"method": "pav"},
+        bad=_bad_axis(S.sort),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads",),
+    ),
+    Case(
+        "soft.rank/pav_l2",
+        S.rank,
+        _x,
+        hparams=SOFT,
+        static={"method": "pav", "mode": "c0"},
+        bad=_bad_axis(S.rank),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    ),
+    Case(
+        "soft.argsort/neuralsort",
+        S.argsort,
+        _x,
+        hparams=SOFT,
+        static={"method": "neuralsort"},
+        bad=_bad_axis(S.argsort),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    ),
+    Case(
+        "soft.top_k/softsort",
+        lambda x, **kw: S.top_k(x, 3, **kw),
+        _x,
+        hparams=SOFT,
+        static={"method": "softsort"},
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    ),
+    Case(
+        "soft.rank/network",
+        S.rank,
+        _x,
+        hparams=SOFT,
+        static={"method": "network", "network": "odd_even"},
+        bad=_bad_axis(S.rank),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+    ),
+    Case(
+        "soft.sort/ot",
+        S.sort,
+        _x,
+        hparams=SOFT,
+        static={"method": "ot"},
+        grad_modes=("rev",),
+        grad_atol=1e-3,
+        grad_rtol=1e-3,
+        rtol=1e-4,
+    ),
     # quantile puts the q axis first (as jnp.quantile): moved last so that the sharding
     # check sees the batch axis leading
-    Case("soft.quantile/pav",
-         lambda x, **kw: jnp.moveaxis(S.quantile(x, jnp.array([0.2, 0.5]), -1, **kw), 0, -1),
-         _x, hparams=SOFT, static={"method": "pav", "mode": "c0"},
-         grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("sharding",)),  # 1.2 s
-    Case("soft.rank/neuralsort_banded", S.rank, _x, hparams=SOFT,
-         static={"method": "neuralsort", "window": 2}, bad=_bad_axis(S.rank, window=2),
-         grad_atol=1e-4, grad_rtol=1e-4, slow_checks=("grads", "vmap", "traced_once")),
-    Case("soft.sigmoidal", S.sigmoidal, _x, hparams=SOFT, static={"mode": "c2"},
-         bad=(Bad("softness <= 0", lambda k: ((jnp.ones(3),), {"softness": -1.0}), ValueError,
-                  "softness"),)),
+    Case(
+        "soft.quantile/pav",
+        lambda x, **kw: jnp.moveaxis(S.quantile(x, jnp.array([0.2, 0.5]), -1, **kw), 0, -1),
+        _x,
+        hparams=SOFT,
+        static={"method": "pav", "mode": "c0"},
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("sharding",),
+    ),  # 1.2 s
+    Case(
+        "soft.rank/neuralsort_banded",
+        S.rank,
+        _x,
+        hparams=SOFT,
+        static={"method": "neuralsort", "window": 2},
+        bad=_bad_axis(S.rank, window=2),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once"),
+    ),
+    Case(
+        "soft.sigmoidal",
+        S.sigmoidal,
+        _x,
+        hparams=SOFT,
+        static={"mode": "c2"},
+        bad=(
+            Bad(
+                "softness <= 0",
+                lambda k: ((jnp.ones(3),), {"softness": -1.0}),
+                ValueError,
+                "softness",
+            ),
+        ),
+    ),
     Case("soft.greater", S.greater, _pair, hparams=SOFT, grad_argnums=(0, 1)),
-    Case("soft.logical_xor", S.logical_xor, lambda k, d: _bool(k, d) + _bool(
-        jax.random.fold_in(k, 1), d), grad_argnums=(0, 1)),
-    Case("soft.take_along_axis", S.take_along_axis,
-         lambda k, d: (_x(k, d)[0], jax.nn.softmax(jax.random.normal(k, (8, 3, 6))).astype(d)),
-         grad_argnums=(0, 1)),
+    Case(
+        "soft.logical_xor",
+        S.logical_xor,
+        lambda k, d: _bool(k, d) + _bool(jax.random.fold_in(k, 1), d),
+        grad_argnums=(0, 1),
+    ),
+    Case(
+        "soft.take_along_axis",
+        S.take_along_axis,
+        lambda k, d: (_x(k, d)[0], jax.nn.softmax(jax.random.normal(k, (8, 3, 6))).astype(d)),
+        grad_argnums=(0, 1),
+    ),
     Case("soft.sqrt", S.sqrt, lambda k, d: (jnp.abs(_x(k, d)[0]) + 0.5,)),
 ]
 
 
 # One case per operator family runs every check by default; the other methods of a
 # family keep their cheap checks there and run grads/vmap/traced-once in `make test-slow`.
-_SLOW_EXTRA = {"soft.rank/pav_l2", "soft.quantile/pav", "soft.rank/network", "soft.sort/ot",
-               "soft.top_k/softsort", "soft.argsort/neuralsort"}
-CASES = [dataclasses.replace(c, slow_checks=("grads", "vmap", "traced_once"))
-         if c.name in _SLOW_EXTRA else c for c in CASES]
+_SLOW_EXTRA = {
+    "soft.rank/pav_l2",
+    "soft.quantile/pav",
+    "soft.rank/network",
+    "soft.sort/ot",
+    "soft.top_k/softsort",
+    "soft.argsort/neuralsort",
+}
+CASES = [
+    dataclasses.replace(c, slow_checks=("grads", "vmap", "traced_once"))
+    if c.name in _SLOW_EXTRA
+    else c
+    for c in CASES
+]
 
 
 # jaxkit.soft.random: the key is an argument (traced under jit/vmap), logits/p lead.
@@ -93,54 +198,131 @@ def _rand_args(key, dtype, kind):
 
 _RBAD = (
     Bad("not a key", lambda k: ((jnp.zeros((8, 5)), jnp.ones(3)), {}), TypeError, "key"),
-    Bad("softness <= 0", lambda k: ((jnp.zeros((8, 5)), jax.random.key(0)), {"softness": 0.0}),
-        ValueError, "softness"),
+    Bad(
+        "softness <= 0",
+        lambda k: ((jnp.zeros((8, 5)), jax.random.key(0)), {"softness": 0.0}),
+        ValueError,
+        "softness",
+    ),
 )
 CASES += [
-    Case("soft.random.categorical", lambda x, k, **kw: S.random.categorical(k, x, **kw),
-         lambda k, d: _rand_args(k, d, "logits"), hparams=SOFT, grad_atol=1e-4,
-         grad_rtol=1e-4, slow_checks=("grads", "vmap", "traced_once"),
-         bad=(*_RBAD, Bad("NaN logits", lambda k: ((jnp.full((8, 5), jnp.nan),
-                                                    jax.random.key(0)), {}), ValueError,
-                          "logits"))),
-    Case("soft.random.bernoulli", lambda p, k, **kw: S.random.bernoulli(k, p, **kw),
-         lambda k, d: _rand_args(k, d, "p"), hparams=SOFT, grad_atol=1e-4, grad_rtol=1e-4,
-         slow_checks=("grads", "vmap", "traced_once"),
-         bad=(*_RBAD, Bad("p > 1", lambda k: ((jnp.full((8, 5), 1.5), jax.random.key(0)), {}),
-                          ValueError, "p"))),
+    Case(
+        "soft.random.categorical",
+        lambda x, k, **kw: S.random.categorical(k, x, **kw),
+        lambda k, d: _rand_args(k, d, "logits"),
+        hparams=SOFT,
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once"),
+        bad=(
+            *_RBAD,
+            Bad(
+                "NaN logits",
+                lambda k: ((jnp.full((8, 5), jnp.nan), jax.random.key(0)), {}),
+                ValueError,
+                "logits",
+            ),
+        ),
+    ),
+    Case(
+        "soft.random.bernoulli",
+        lambda p, k, **kw: S.random.bernoulli(k, p, **kw),
+        lambda k, d: _rand_args(k, d, "p"),
+        hparams=SOFT,
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once"),
+        bad=(
+            *_RBAD,
+            Bad(
+                "p > 1", lambda k: ((jnp.full((8, 5), 1.5), jax.random.key(0)), {}), ValueError, "p"
+            ),
+        ),
+    ),
 ]
 CASES += [
-    Case("soft.rank/ot_c1", S.rank, _x, hparams=SOFT, static={"method": "ot", "mode": "c1"},
-         grad_modes=("rev",), grad_atol=1e-4, grad_rtol=1e-4, rtol=1e-4,
-         slow_checks=("grads", "vmap", "traced_once", "sharding")),
+    Case(
+        "soft.rank/ot_c1",
+        S.rank,
+        _x,
+        hparams=SOFT,
+        static={"method": "ot", "mode": "c1"},
+        grad_modes=("rev",),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+    ),
 ]
 
 # PAV p-norm modes and smooth_sort (soft_modes): cheap checks by default, the rest slow.
 CASES += [
-    Case("soft.rank/pav_c1", S.rank, _x, hparams=SOFT, static={"method": "pav", "mode": "c1"},
-         bad=_bad_axis(S.rank, mode="c1"), grad_atol=1e-4, grad_rtol=1e-4,
-         slow_checks=("grads", "vmap", "traced_once", "sharding")),
-    Case("soft.sort/smooth_sort", S.sort, _x, hparams=SOFT, static={"method": "smooth_sort"},
-         bad=_bad_axis(S.sort, method="smooth_sort") + (
-             Bad("smooth_sort with mode c0", lambda k: ((jnp.ones((2, 4)),),
-                 {"method": "smooth_sort", "mode": "c0"}), ValueError, "mode"),),
-         grad_atol=1e-4, grad_rtol=1e-4, rtol=1e-4,
-         slow_checks=("grads", "vmap", "traced_once", "sharding")),
+    Case(
+        "soft.rank/pav_c1",
+        S.rank,
+        _x,
+        hparams=SOFT,
+        static={"method": "pav", "mode": "c1"},
+        bad=_bad_axis(S.rank, mode="c1"),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+    ),
+    Case(
+        "soft.sort/smooth_sort",
+        S.sort,
+        _x,
+        hparams=SOFT,
+        static={"method": "smooth_sort"},
+        bad=_bad_axis(S.sort, method="smooth_sort")
+        + (
+            Bad(
+                "smooth_sort with mode c0",
+                lambda k: ((jnp.ones((2, 4)),), {"method": "smooth_sort", "mode": "c0"}),
+                ValueError,
+                "mode",
+            ),
+        ),
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+    ),
 ]
 
 # Gumbel-Sinkhorn (jaxkit.soft.random.gumbel_sinkhorn): a batch of 8 (4, 4) score matrices.
 CASES += [
-    Case("soft.random.gumbel_sinkhorn",
-         lambda la, k, **kw: S.random.gumbel_sinkhorn(k, la, **kw),
-         lambda k, d: (jax.random.normal(jax.random.fold_in(k, 1), (8, 4, 4)).astype(d),
-                       jax.random.split(k)[0]),
-         hparams=SOFT, static={"n_iters": 8}, grad_atol=1e-4, grad_rtol=1e-4,
-         slow_checks=("grads", "vmap", "traced_once"),
-         bad=(Bad("not square", lambda k: ((jnp.zeros((8, 3, 4)), jax.random.key(0)),
-                                           {"softness": 0.5}), TypeError, "log_alpha"),
-              Bad("softness <= 0", lambda k: ((jnp.zeros((8, 4, 4)), jax.random.key(0)),
-                                              {"softness": 0.0}), ValueError, "softness"),
-              Bad("NaN log_alpha", lambda k: ((jnp.full((8, 4, 4), jnp.nan),
-                                               jax.random.key(0)), {"softness": 0.5}),
-                  ValueError, "log_alpha"))),
+    Case(
+        "soft.random.gumbel_sinkhorn",
+        lambda la, k, **kw: S.random.gumbel_sinkhorn(k, la, **kw),
+        lambda k, d: (
+            jax.random.normal(jax.random.fold_in(k, 1), (8, 4, 4)).astype(d),
+            jax.random.split(k)[0],
+        ),
+        hparams=SOFT,
+        static={"n_iters": 8},
+        grad_atol=1e-4,
+        grad_rtol=1e-4,
+        slow_checks=("grads", "vmap", "traced_once"),
+        bad=(
+            Bad(
+                "not square",
+                lambda k: ((jnp.zeros((8, 3, 4)), jax.random.key(0)), {"softness": 0.5}),
+                TypeError,
+                "log_alpha",
+            ),
+            Bad(
+                "softness <= 0",
+                lambda k: ((jnp.zeros((8, 4, 4)), jax.random.key(0)), {"softness": 0.0}),
+                ValueError,
+                "softness",
+            ),
+            Bad(
+                "NaN log_alpha",
+                lambda k: ((jnp.full((8, 4, 4), jnp.nan), jax.random.key(0)), {"softness": 0.5}),
+                ValueError,
+                "log_alpha",
+            ),
+        ),
+    ),
 ]

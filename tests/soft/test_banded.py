@@ -8,9 +8,14 @@ from jax.test_util import check_grads
 
 import jaxkit.soft as S
 
-OPS = [("sort", (), {}), ("sort", (), {"descending": True}), ("rank", (), {}),
-       ("rank", (), {"descending": True}), ("top_k", (4,), {}),
-       ("quantile", (jnp.array([0.3, 0.75]),), {"axis": -1})]
+OPS = [
+    ("sort", (), {}),
+    ("sort", (), {"descending": True}),
+    ("rank", (), {}),
+    ("rank", (), {"descending": True}),
+    ("top_k", (4,), {}),
+    ("quantile", (jnp.array([0.3, 0.75]),), {"axis": -1}),
+]
 SLOW = pytest.mark.slow
 # default run: ascending sort and rank; the rest in `make test-slow`
 OPS_P = [p if i in (0, 2) else pytest.param(*p, marks=SLOW) for i, p in enumerate(OPS)]
@@ -21,9 +26,15 @@ def _val(op, *args, **kw):
     return out[0] if op == "top_k" else out
 
 
-@pytest.mark.parametrize("method,op,args,kw", [
-    p if (m, i) == ("softsort", 0) else pytest.param(*p, marks=SLOW)
-    for i, o in enumerate(OPS) for m in ("softsort", "neuralsort") for p in [(m, *o)]])
+@pytest.mark.parametrize(
+    "method,op,args,kw",
+    [
+        p if (m, i) == ("softsort", 0) else pytest.param(*p, marks=SLOW)
+        for i, o in enumerate(OPS)
+        for m in ("softsort", "neuralsort")
+        for p in [(m, *o)]
+    ],
+)
 def test_banded_within_certified_bound(method, op, args, kw):
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(0), (3, 40), jnp.float64)
@@ -31,8 +42,7 @@ def test_banded_within_certified_bound(method, op, args, kw):
         for s, w in [(0.01, 3), (0.05, 12), (0.3, 1)]:
             dense = _val(op, x, *args, softness=s, method=method, **kw)
             band = _val(op, x, *args, softness=s, method=method, window=w, **kw)
-            bound = S.banded_error_bound(op, x, *args, window=w, softness=s, method=method,
-                                         **kw)
+            bound = S.banded_error_bound(op, x, *args, window=w, softness=s, method=method, **kw)
             assert bound.shape == band.shape == dense.shape
             dev = np.abs(np.asarray(band) - np.asarray(dense))
             # certified in exact arithmetic; 1e-9 covers the f64 rounding of both paths
@@ -48,10 +58,16 @@ def test_banded_tight_when_bound_small(method):
     s, w = (0.01, 12) if method == "neuralsort" else (0.002, 24)
     bound = S.banded_error_bound("sort", x, window=w, softness=s, method=method)
     assert float(jnp.max(bound)) < 1e-6
-    np.testing.assert_allclose(S.sort(x, softness=s, method=method, window=w),
-                               S.sort(x, softness=s, method=method), atol=2e-5)
-    np.testing.assert_allclose(S.rank(x, softness=s, method=method, window=w),
-                               S.rank(x, softness=s, method=method), atol=2e-4)
+    np.testing.assert_allclose(
+        S.sort(x, softness=s, method=method, window=w),
+        S.sort(x, softness=s, method=method),
+        atol=2e-5,
+    )
+    np.testing.assert_allclose(
+        S.rank(x, softness=s, method=method, window=w),
+        S.rank(x, softness=s, method=method),
+        atol=2e-4,
+    )
 
 
 @SLOW
@@ -59,16 +75,19 @@ def test_banded_tight_when_bound_small(method):
 def test_full_window_is_dense(method):
     x = jax.random.normal(jax.random.key(2), (2, 9))
     for op, args, kw in OPS:
-        np.testing.assert_allclose(_val(op, x, *args, softness=0.2, method=method, window=8,
-                                        **kw),
-                                   _val(op, x, *args, softness=0.2, method=method, **kw),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            _val(op, x, *args, softness=0.2, method=method, window=8, **kw),
+            _val(op, x, *args, softness=0.2, method=method, **kw),
+            rtol=1e-5,
+            atol=1e-5,
+        )
         b = S.banded_error_bound(op, x, *args, window=8, softness=0.2, method=method, **kw)
         assert float(jnp.max(b)) == 0.0
 
 
-@pytest.mark.parametrize("method", [pytest.param("neuralsort", marks=SLOW),
-                                    pytest.param("softsort", marks=SLOW)])
+@pytest.mark.parametrize(
+    "method", [pytest.param("neuralsort", marks=SLOW), pytest.param("softsort", marks=SLOW)]
+)
 def test_banded_hard_limit(method):
     x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4, 1.5], [1.0, 0.2, -0.7, -2.0, 0.6, 0.1]])
     kw = dict(softness=1e-4, method=method, window=1)
@@ -91,11 +110,24 @@ def test_banded_top_k_index_matches_dense(method):
     np.testing.assert_allclose(vb, vd, atol=1e-5)
 
 
-@pytest.mark.parametrize("method,op", [
-    *[pytest.param(m, o, marks=SLOW) for m, o in [
-        ("neuralsort", "rank"), ("softsort", "sort"), ("softsort", "rank"), ("neuralsort", "sort"),
-        ("softsort", "top_k"), ("neuralsort", "top_k"), ("softsort", "quantile"),
-        ("neuralsort", "quantile")]]])
+@pytest.mark.parametrize(
+    "method,op",
+    [
+        *[
+            pytest.param(m, o, marks=SLOW)
+            for m, o in [
+                ("neuralsort", "rank"),
+                ("softsort", "sort"),
+                ("softsort", "rank"),
+                ("neuralsort", "sort"),
+                ("softsort", "top_k"),
+                ("neuralsort", "top_k"),
+                ("softsort", "quantile"),
+                ("neuralsort", "quantile"),
+            ]
+        ]
+    ],
+)
 def test_banded_check_grads(method, op):
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(4), (2, 7), jnp.float64)
@@ -123,11 +155,13 @@ def test_banded_bad_arguments():
 
 def test_banded_memory_is_linear_in_n():
     """The compiled fwd+bwd never holds an n x n array (peak grows ~linearly in n)."""
+
     def peak(n):
         x = jnp.zeros((1, n))
         f = jax.jit(jax.grad(lambda x: jnp.sum(S.rank(x, method="neuralsort", window=4))))
         m = f.lower(x).compile().memory_analysis()
         return m.temp_size_in_bytes
+
     p1, p2 = peak(2048), peak(8192)
     assert p2 < 8 * p1  # quadratic would be 16x
     assert p2 < 8192 * 8192 * 4 / 8

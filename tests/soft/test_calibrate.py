@@ -15,10 +15,16 @@ def _rank_mae(method, s, n=N, **kw):
     return float(jnp.mean(jnp.abs(S.rank(x, softness=s, method=method, **kw) - hard)))
 
 
-@pytest.mark.parametrize("method,kw", [
-    ("pav", {}), ("softsort", {}), ("neuralsort", {}),
-    pytest.param("network", {}, marks=pytest.mark.slow),
-    pytest.param("neuralsort", {"window": 8}, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method,kw",
+    [
+        ("pav", {}),
+        ("softsort", {}),
+        ("neuralsort", {}),
+        pytest.param("network", {}, marks=pytest.mark.slow),
+        pytest.param("neuralsort", {"window": 8}, marks=pytest.mark.slow),
+    ],
+)
 def test_calibrated_softness_hits_target(method, kw):
     s = S.calibrate(method, N, 0.5, **kw)
     assert isinstance(s, float) and s > 0

@@ -23,13 +23,23 @@ OPS = {
     "top_k": lambda x, **kw: S.top_k(x, 2, **kw)[1],
 }
 # default run: one cheap configuration per operator (smooth log_softmax rows or sparse c0)
-FAST = {"argmax": ("softsort", "smooth"), "argmin": ("neuralsort", "c0"),
-        "argsort": ("softsort", "c0"), "argquantile": ("softsort", "smooth"),
-        "argmedian": ("neuralsort", "c0"), "argpercentile": ("neuralsort", "smooth"),
-        "argtop_k": ("softsort", "c0"), "top_k": ("neuralsort", "smooth")}
-SLOW = [(op, m, md) for op in OPS for m in ("softsort", "neuralsort", "ot", "network")
-        for md in ("hard", "smooth", "c0", "c1", "c2")
-        if FAST.get(op) != (m, md) and not (op == "top_k" and m == "network")]  # index is None
+FAST = {
+    "argmax": ("softsort", "smooth"),
+    "argmin": ("neuralsort", "c0"),
+    "argsort": ("softsort", "c0"),
+    "argquantile": ("softsort", "smooth"),
+    "argmedian": ("neuralsort", "c0"),
+    "argpercentile": ("neuralsort", "smooth"),
+    "argtop_k": ("softsort", "c0"),
+    "top_k": ("neuralsort", "smooth"),
+}
+SLOW = [
+    (op, m, md)
+    for op in OPS
+    for m in ("softsort", "neuralsort", "ot", "network")
+    for md in ("hard", "smooth", "c0", "c1", "c2")
+    if FAST.get(op) != (m, md) and not (op == "top_k" and m == "network")
+]  # index is None
 
 
 def _check_consistent(op, method, mode):
@@ -45,13 +55,13 @@ def _check_consistent(op, method, mode):
         assert (~pos).any(), "the sparse mode should produce exact zeros here"
     # with eps: finite, exp sums to 1, equals log(max(p, eps) / sum)
     eps = 1e-4
-    le = np.asarray(f(X, method=method, mode=mode, return_log_probs=True, log_prob_eps=eps),
-                    np.float64)
+    le = np.asarray(
+        f(X, method=method, mode=mode, return_log_probs=True, log_prob_eps=eps), np.float64
+    )
     assert np.isfinite(le).all()
     np.testing.assert_allclose(np.exp(le).sum(-1), 1.0, atol=1e-5)
     pf = np.maximum(p, eps)
-    np.testing.assert_allclose(le, np.log(pf / pf.sum(-1, keepdims=True)), rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(le, np.log(pf / pf.sum(-1, keepdims=True)), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("op", list(FAST))
@@ -74,8 +84,7 @@ def test_smooth_log_softmax_finite_for_huge_gaps():
     lp = S.argmax(x, **kw, return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(lp)))
     np.testing.assert_allclose(lp, jax.nn.log_softmax(x / 0.01), rtol=1e-6)
-    P = S.argsort(x, softness=0.01, standardize=False, method="softsort",
-                  return_log_probs=True)
+    P = S.argsort(x, softness=0.01, standardize=False, method="softsort", return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(P)))
     np.testing.assert_array_equal(jnp.argmax(P, -1), jnp.arange(3))
     # a floor in log space keeps the huge-gap entries at log(eps) after renormalisation
@@ -86,24 +95,27 @@ def test_smooth_log_softmax_finite_for_huge_gaps():
 @pytest.mark.slow
 def test_smooth_log_softmax_finite_for_huge_gaps_rows():
     x = jnp.array([0.0, 50.0, 100.0])
-    P = S.argsort(x, softness=0.01, standardize=False, method="neuralsort",
-                  return_log_probs=True)
+    P = S.argsort(x, softness=0.01, standardize=False, method="neuralsort", return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(P)))
     np.testing.assert_array_equal(jnp.argmax(P, -1), jnp.arange(3))
     lq = S.argquantile(x, 0.25, softness=0.01, standardize=False, return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(lq)))
     np.testing.assert_allclose(jax.nn.logsumexp(lq), 0.0, atol=1e-6)
-    lt = S.argtop_k(x, 2, softness=0.01, standardize=False, method="softsort",
-                    return_log_probs=True)
+    lt = S.argtop_k(
+        x, 2, softness=0.01, standardize=False, method="softsort", return_log_probs=True
+    )
     assert bool(jnp.all(jnp.isfinite(lt)))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn,mode", [
-    (lambda x, **kw: S.argmax(x, **kw), "c0"),
-    (lambda x, **kw: S.argsort(x, method="softsort", **kw), "c0"),
-    (lambda x, **kw: S.argquantile(x, 0.4, method="neuralsort", **kw), "smooth"),
-])
+@pytest.mark.parametrize(
+    "fn,mode",
+    [
+        (lambda x, **kw: S.argmax(x, **kw), "c0"),
+        (lambda x, **kw: S.argsort(x, method="softsort", **kw), "c0"),
+        (lambda x, **kw: S.argquantile(x, 0.4, method="neuralsort", **kw), "smooth"),
+    ],
+)
 def test_eps_log_probs_check_grads_x64(fn, mode):
     with jax.enable_x64(True):
         x = jnp.array([0.3, -1.2, 0.9, 0.1])
@@ -120,8 +132,7 @@ def test_eps_log_probs_check_grads_x64(fn, mode):
 def test_eps_log_probs_gradient_finite_in_sparse_mode():
     # floor before the log (pitfall 13): finite although p has exact zeros
     x = jnp.array([0.3, -1.2, 0.9, 0.1])
-    lp = lambda v, e: S.argmax(v, softness=0.5, mode="c0", return_log_probs=True,
-                               log_prob_eps=e)
+    lp = lambda v, e: S.argmax(v, softness=0.5, mode="c0", return_log_probs=True, log_prob_eps=e)
     assert bool(jnp.any(jnp.isneginf(lp(x, None))))
     g = jax.jit(jax.grad(lambda v: jnp.sum(lp(v, 1e-3) * jnp.arange(4.0))))(x)
     assert bool(jnp.all(jnp.isfinite(g))) and bool(jnp.any(g != 0))
@@ -143,8 +154,9 @@ def test_top_k_values_unchanged():
 @pytest.mark.slow
 def test_log_probs_under_jit():
     assert S.top_k(X, 2, method="pav", return_log_probs=True)[1] is None
-    f = jax.jit(lambda x, s: S.argsort(x, softness=s, mode="c0", return_log_probs=True,
-                                       log_prob_eps=1e-6))
+    f = jax.jit(
+        lambda x, s: S.argsort(x, softness=s, mode="c0", return_log_probs=True, log_prob_eps=1e-6)
+    )
     out = f(X, 0.3)
     assert bool(jnp.all(jnp.isfinite(out))) and out.shape == (2, 5, 5)
     # the traced softness and a traced eps both work under jit

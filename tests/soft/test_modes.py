@@ -38,13 +38,19 @@ def _ours(c):
 
 # Default run: sort and rank at one setting per family; every other configuration in
 # `make test-slow` (each one compiles its own program: ~5 s apiece on 2 cores).
-_FAST = {"rank/fast_soft_sort/c1/0.1/x7", "sort/fast_soft_sort/c2/0.1/x7",
-         "sort/smooth_sort/smooth/0.1/x7"}
+_FAST = {
+    "rank/fast_soft_sort/c1/0.1/x7",
+    "sort/fast_soft_sort/c2/0.1/x7",
+    "sort/smooth_sort/smooth/0.1/x7",
+}
 
 
 def _params(pred):
-    return [pytest.param(c, id=c["name"], marks=() if c["name"] in _FAST else pytest.mark.slow)
-            for c in CFGS if pred(c)]
+    return [
+        pytest.param(c, id=c["name"], marks=() if c["name"] in _FAST else pytest.mark.slow)
+        for c in CFGS
+        if pred(c)
+    ]
 
 
 def test_golden_complete():
@@ -75,8 +81,10 @@ def _rel(a, b):
 def test_smooth_sort_parity(c):
     tight, default = GOLD["outT:" + c["name"]], GOLD["out64:" + c["name"]]
     with jax.enable_x64(True):  # same float32 inputs, our solver in float64
-        args = [jnp.asarray(GOLD["in:" + a], jnp.float64) if isinstance(a, str) else a
-                for a in c["args"]]
+        args = [
+            jnp.asarray(GOLD["in:" + a], jnp.float64) if isinstance(a, str) else a
+            for a in c["args"]
+        ]
         got64 = np.asarray(getattr(S, c["fn"])(*args, **c["kw"]))
     assert _rel(got64, tight) < 5e-5
     # softjax's default run stops L-BFGS at tol 1e-5: agreement to that solver accuracy
@@ -93,7 +101,7 @@ def test_smooth_sort_parity(c):
 def _brute_gamma(s, w, reg):
     """Bisection on sum phi(s - g) = W (float64)."""
     lo, hi = s.min() - 10 - abs(w.sum()), s.max() + 10 + abs(w.sum())
-    phi = (lambda t: t * np.abs(t)) if reg == "p3" else (lambda t: t ** 3)
+    phi = (lambda t: t * np.abs(t)) if reg == "p3" else (lambda t: t**3)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if phi(s - mid).sum() > w.sum():
@@ -114,8 +122,9 @@ def test_block_values_vs_bisection(reg):
         got = np.asarray(PN.block_values(jnp.asarray(s), jnp.asarray(w), jnp.asarray(bid), reg))
         for b in range(5):
             m = bid == b
-            np.testing.assert_allclose(got[b], _brute_gamma(s[m], w[m], reg), rtol=1e-10,
-                                       atol=1e-10)
+            np.testing.assert_allclose(
+                got[b], _brute_gamma(s[m], w[m], reg), rtol=1e-10, atol=1e-10
+            )
 
 
 def _unrolled(z, w, reg):
@@ -132,8 +141,9 @@ def _unrolled(z, w, reg):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r
-                                 for r in PN.PREGS])
+@pytest.mark.parametrize(
+    "reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r for r in PN.PREGS]
+)
 def test_pnorm_custom_jvp_equals_unrolled_reference(reg):
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
@@ -149,12 +159,17 @@ def test_pnorm_custom_jvp_equals_unrolled_reference(reg):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r
-                                 for r in PN.PREGS])
+@pytest.mark.parametrize(
+    "reg", [pytest.param(r, marks=pytest.mark.slow) if r == "p3" else r for r in PN.PREGS]
+)
 def test_pnorm_impls_agree(reg):
     rng = np.random.default_rng(3)
-    rows = [rng.normal(size=40) * 20, np.round(rng.normal(size=40) * 3),  # random, tied
-            np.arange(40.0) * 0.5, -np.arange(40.0) * 3]  # adversarial orders
+    rows = [
+        rng.normal(size=40) * 20,
+        np.round(rng.normal(size=40) * 3),  # random, tied
+        np.arange(40.0) * 0.5,
+        -np.arange(40.0) * 3,
+    ]  # adversarial orders
     for y in rows:
         z = jnp.asarray(np.sort(y)[::-1], jnp.float32)
         w = jnp.asarray(np.linspace(2, 0.1, 40), jnp.float32)
@@ -174,31 +189,38 @@ def test_pav_pnorm_hard_limit(mode):
     kw = dict(softness=1e-3, mode=mode, method="pav", standardize=False)
     tol = 5e-4
     np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=tol)
-    np.testing.assert_allclose(S.rank(X, **kw), jnp.argsort(jnp.argsort(X)).astype(X.dtype) + 1,
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        S.rank(X, **kw), jnp.argsort(jnp.argsort(X)).astype(X.dtype) + 1, rtol=tol, atol=tol
+    )
     np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=tol)
     np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=tol)
     q = jnp.array([0.25, 0.5])
-    np.testing.assert_allclose(S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1),
-                               atol=tol)
+    np.testing.assert_allclose(
+        S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1), atol=tol
+    )
     with jax.enable_x64(True):
         x64 = jnp.asarray(X, jnp.float64)
         np.testing.assert_allclose(S.sort(x64, **kw), jnp.sort(x64), atol=1e-9)
     kw["standardize"] = True  # the default: logit-unsquash error floor
-    np.testing.assert_allclose(S.sort(X, **{**kw, "method": "fast_soft_sort"}), jnp.sort(X),
-                               atol=5e-3)
+    np.testing.assert_allclose(
+        S.sort(X, **{**kw, "method": "fast_soft_sort"}), jnp.sort(X), atol=5e-3
+    )
 
 
 def test_smooth_sort_hard_limit():
     kw = dict(softness=1e-3, method="smooth_sort")
     np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=1e-2)
-    np.testing.assert_allclose(S.rank(X, **kw), jnp.argsort(jnp.argsort(X)).astype(X.dtype) + 1, atol=1e-2)
+    np.testing.assert_allclose(
+        S.rank(X, **kw), jnp.argsort(jnp.argsort(X)).astype(X.dtype) + 1, atol=1e-2
+    )
     np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=1e-2)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,method", [pytest.param("c1", "pav", marks=pytest.mark.slow),
-                                         ("c2", "pav"), ("smooth", "smooth_sort")])
+@pytest.mark.parametrize(
+    "mode,method",
+    [pytest.param("c1", "pav", marks=pytest.mark.slow), ("c2", "pav"), ("smooth", "smooth_sort")],
+)
 def test_monotone_and_sum_preserved(mode, method):
     rng = np.random.default_rng(5)
     x = jnp.asarray(rng.normal(size=(3, 17)), jnp.float32).at[1, 3:6].set(0.25)
@@ -217,11 +239,14 @@ def test_monotone_and_sum_preserved(mode, method):
             assert np.all(np.diff(np.take_along_axis(r, o, -1), axis=-1) >= -1e-4)
 
 
-@pytest.mark.parametrize("mode,method", [pytest.param("c1", "pav", marks=pytest.mark.slow),
-                                         pytest.param("c2", "fast_soft_sort",
-                                                      marks=pytest.mark.slow),
-                                         pytest.param("smooth", "smooth_sort",
-                                                      marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode,method",
+    [
+        pytest.param("c1", "pav", marks=pytest.mark.slow),
+        pytest.param("c2", "fast_soft_sort", marks=pytest.mark.slow),
+        pytest.param("smooth", "smooth_sort", marks=pytest.mark.slow),
+    ],
+)
 def test_jvp_vjp_consistent_f32(mode, method):
     rng = np.random.default_rng(6)
     for n in (7, 33):
@@ -250,13 +275,20 @@ OPS = {
 }
 
 
-@pytest.mark.parametrize("op,mode", [
-    pytest.param(o, m, marks=pytest.mark.slow) for o in OPS for m in ("c1", "c2")])
+@pytest.mark.parametrize(
+    "op,mode", [pytest.param(o, m, marks=pytest.mark.slow) for o in OPS for m in ("c1", "c2")]
+)
 def test_check_grads_pav_pnorm(op, mode):
     with jax.enable_x64(True):
         x = jnp.asarray(X, jnp.float64)
-        check_grads(lambda v: OPS[op](v, softness=0.4, mode=mode, method="pav"), (x,), 1,
-                    modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+        check_grads(
+            lambda v: OPS[op](v, softness=0.4, mode=mode, method="pav"),
+            (x,),
+            1,
+            modes=("fwd", "rev"),
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 @pytest.mark.slow
@@ -266,8 +298,14 @@ def test_check_grads_smooth_sort(op):
     # gradient of ~1e-9 (Armijo on round-off), so the forward jittered at that level.
     with jax.enable_x64(True):
         x = jnp.asarray(X, jnp.float64)
-        check_grads(lambda v: OPS[op](v, softness=0.4, method="smooth_sort"), (x,), 1,
-                    modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+        check_grads(
+            lambda v: OPS[op](v, softness=0.4, method="smooth_sort"),
+            (x,),
+            1,
+            modes=("fwd", "rev"),
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 @pytest.mark.slow
@@ -275,8 +313,14 @@ def test_check_grads_smooth_sort(op):
 def test_check_grads_second_order_pav_pnorm(mode):
     with jax.enable_x64(True):
         x = jnp.asarray(X, jnp.float64)
-        check_grads(lambda v: S.sort(v, softness=0.7, mode=mode, standardize=False), (x,), 2,
-                    modes=("fwd",), atol=1e-5, rtol=1e-5)
+        check_grads(
+            lambda v: S.sort(v, softness=0.7, mode=mode, standardize=False),
+            (x,),
+            2,
+            modes=("fwd",),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 @pytest.mark.slow
@@ -315,10 +359,14 @@ def test_modes_bad_inputs():
         S.argsort(X, method="smooth_sort")
 
 
-@pytest.mark.parametrize("method,mode", [("pav", "c1"),
-                                         pytest.param("pav", "c2", marks=pytest.mark.slow),
-                                         pytest.param("smooth_sort", "smooth",
-                                                      marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method,mode",
+    [
+        ("pav", "c1"),
+        pytest.param("pav", "c2", marks=pytest.mark.slow),
+        pytest.param("smooth_sort", "smooth", marks=pytest.mark.slow),
+    ],
+)
 def test_modes_edges(method, mode):
     one = S.sort(jnp.array([[2.0]]), method=method, mode=mode)
     np.testing.assert_allclose(one, [[2.0]], rtol=1e-5)

@@ -43,12 +43,20 @@ def test_golden_file_is_complete():
 def _fast(name):
     # default run: one argsort per mode against softjax at tight tolerance, one rank, and
     # one at softjax's default tolerance; every configuration runs in `make test-slow`
-    return name in {"argsort/c1/n=5/desc=False/tight", "argsort/c2/n=5/desc=False/tight",
-                    "argsort/c0/n=5/desc=False"}
+    return name in {
+        "argsort/c1/n=5/desc=False/tight",
+        "argsort/c2/n=5/desc=False/tight",
+        "argsort/c0/n=5/desc=False",
+    }
 
 
-@pytest.mark.parametrize("c", [pytest.param(c, id=c["name"], marks=() if _fast(c["name"])
-                                            else pytest.mark.slow) for c in CFGS])
+@pytest.mark.parametrize(
+    "c",
+    [
+        pytest.param(c, id=c["name"], marks=() if _fast(c["name"]) else pytest.mark.slow)
+        for c in CFGS
+    ],
+)
 def test_parity_with_softjax_x64(c):
     want = GOLD["out:" + c["name"]]
     with jax.enable_x64(True):
@@ -67,9 +75,14 @@ def _setup(n, m, dtype, seed=0):
     return x, a, mu, nu
 
 
-@pytest.mark.parametrize("mode,dtype", [
-    (m, d) if d == jnp.float32 and m != "c1" else pytest.param(m, d, marks=pytest.mark.slow)
-    for d in (jnp.float32, jnp.float64) for m in MODES])
+@pytest.mark.parametrize(
+    "mode,dtype",
+    [
+        (m, d) if d == jnp.float32 and m != "c1" else pytest.param(m, d, marks=pytest.mark.slow)
+        for d in (jnp.float32, jnp.float64)
+        for m in MODES
+    ],
+)
 def test_plan_marginals_and_primal_optimality(mode, dtype):
     n, m, lam = 6, 4, 0.2
     with jax.enable_x64(dtype == jnp.float64):
@@ -88,13 +101,19 @@ def test_plan_marginals_and_primal_optimality(mode, dtype):
         return float(np.sum(C * P) + lam / p * np.sum(np.maximum(P, 0) ** p))
 
     mu64, nu64 = np.asarray(mu, np.float64), np.asarray(nu, np.float64)
-    cons = [{"type": "eq", "fun": lambda v: v.reshape(n, m).sum(1) - mu64},
-            {"type": "eq", "fun": lambda v: v.reshape(n, m).sum(0)[1:] - nu64[1:]}]
-    res = optimize.minimize(lambda v: obj(v.reshape(n, m)), np.outer(mu64, nu64).ravel(),
-                            jac=lambda v: (C + lam * np.maximum(v.reshape(n, m), 0) ** (p - 1)
-                                           ).ravel(),
-                            bounds=[(0, None)] * (n * m), constraints=cons, method="SLSQP",
-                            options=dict(ftol=1e-14, maxiter=1000))
+    cons = [
+        {"type": "eq", "fun": lambda v: v.reshape(n, m).sum(1) - mu64},
+        {"type": "eq", "fun": lambda v: v.reshape(n, m).sum(0)[1:] - nu64[1:]},
+    ]
+    res = optimize.minimize(
+        lambda v: obj(v.reshape(n, m)),
+        np.outer(mu64, nu64).ravel(),
+        jac=lambda v: (C + lam * np.maximum(v.reshape(n, m), 0) ** (p - 1)).ravel(),
+        bounds=[(0, None)] * (n * m),
+        constraints=cons,
+        method="SLSQP",
+        options=dict(ftol=1e-14, maxiter=1000),
+    )
     assert res.success, res.message
     Gv = res.x.reshape(n, m)
     G0 = np.asarray(G[0], np.float64)
@@ -114,8 +133,9 @@ X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
 def test_finite_in_float32_quick():
     x = jax.random.normal(jax.random.key(0), (2, 8), jnp.float32)
     for mode in MODES:
-        out, g = jax.value_and_grad(lambda v: jnp.sum(jnp.cos(
-            S.rank(v, softness=0.01, mode=mode, method="ot"))))(x)
+        out, g = jax.value_and_grad(
+            lambda v: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
+        )(x)
         assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g))), mode
 
 
@@ -124,15 +144,17 @@ def test_finite_in_float32_quick():
 def test_hard_limit_f32(mode):
     kw = dict(softness=1e-3, mode=mode, method="ot")
     np.testing.assert_allclose(S.argsort(X, **kw), jax.nn.one_hot(jnp.argsort(X), 5), atol=1e-3)
-    np.testing.assert_allclose(S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 5),
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 5), atol=1e-3
+    )
     np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=1e-3)
     r = jnp.argsort(jnp.argsort(X)).astype(jnp.float32) + 1
     np.testing.assert_allclose(S.rank(X, **kw), r, atol=1e-3)
     np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=1e-3)
     q = jnp.array([0.25, 0.5])
-    np.testing.assert_allclose(S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1),
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1), atol=1e-3
+    )
 
 
 @pytest.mark.slow
@@ -141,30 +163,55 @@ def test_finite_in_float32_values_and_grads(mode):
     x = jax.random.normal(jax.random.key(0), (4, 16), jnp.float32)
     kw = dict(mode=mode, method="ot")
     for s in (0.01, 0.1, 1.0):
-        fns = [lambda v: S.sort(v, softness=s, **kw),
-               lambda v: S.rank(v, softness=s, **kw),
-               lambda v: S.top_k(v, 3, softness=s, **kw)[0],
-               lambda v: S.quantile(v, 0.3, axis=-1, softness=s, **kw)]
+        fns = [
+            lambda v: S.sort(v, softness=s, **kw),
+            lambda v: S.rank(v, softness=s, **kw),
+            lambda v: S.top_k(v, 3, softness=s, **kw)[0],
+            lambda v: S.quantile(v, 0.3, axis=-1, softness=s, **kw),
+        ]
         for f in fns:
             out, g = jax.value_and_grad(lambda v: jnp.sum(f(v) * jnp.cos(f(v))))(x)
             assert out.dtype == jnp.float32
             assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g)))
 
 
-@pytest.mark.parametrize("mode", [pytest.param("c1", marks=pytest.mark.slow),
-                                  pytest.param("c0", marks=pytest.mark.slow),
-                                  pytest.param("c2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("c1", marks=pytest.mark.slow),
+        pytest.param("c0", marks=pytest.mark.slow),
+        pytest.param("c2", marks=pytest.mark.slow),
+    ],
+)
 def test_check_grads_x64(mode):
     with jax.enable_x64(True):
         x = jnp.array([[0.3, -1.2, 2.0, 0.9], [1.0, 0.2, -0.7, -2.0]])
         kw = dict(softness=0.5, mode=mode, method="ot")
-        check_grads(jax.jit(lambda v: S.argsort(v, **kw)), (x,), order=1, modes=("rev",),
-                    atol=1e-5, rtol=1e-5)
-        check_grads(jax.jit(lambda v: S.argmax(v, axis=-1, **kw)), (x,), order=1,
-                    modes=("rev",), atol=1e-5, rtol=1e-5)
+        check_grads(
+            jax.jit(lambda v: S.argsort(v, **kw)),
+            (x,),
+            order=1,
+            modes=("rev",),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+        check_grads(
+            jax.jit(lambda v: S.argmax(v, axis=-1, **kw)),
+            (x,),
+            order=1,
+            modes=("rev",),
+            atol=1e-5,
+            rtol=1e-5,
+        )
         # the traced softness gets a gradient too
-        check_grads(jax.jit(lambda s: S.rank(x, softness=s, mode=mode, method="ot")),
-                    (jnp.asarray(0.5),), order=1, modes=("rev",), atol=1e-5, rtol=1e-5)
+        check_grads(
+            jax.jit(lambda s: S.rank(x, softness=s, mode=mode, method="ot")),
+            (jnp.asarray(0.5),),
+            order=1,
+            modes=("rev",),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 @pytest.mark.slow
@@ -173,7 +220,10 @@ def test_check_grads_x64_all_ops(mode):
     with jax.enable_x64(True):
         x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
         kw = dict(softness=0.5, mode=mode, method="ot")
-        for f in (lambda v: S.rank(v, **kw), lambda v: S.top_k(v, 2, **kw)[0],
-                  lambda v: S.quantile(v, jnp.array([0.3, 0.5]), axis=-1, **kw),
-                  lambda v: S.sort(v, descending=True, **kw)):
+        for f in (
+            lambda v: S.rank(v, **kw),
+            lambda v: S.top_k(v, 2, **kw)[0],
+            lambda v: S.quantile(v, jnp.array([0.3, 0.5]), axis=-1, **kw),
+            lambda v: S.sort(v, descending=True, **kw),
+        ):
             check_grads(jax.jit(f), (x,), order=1, modes=("rev",), atol=1e-5, rtol=1e-5)

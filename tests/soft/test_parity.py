@@ -36,7 +36,9 @@ def _ours(c):
 def test_golden_file_is_complete():
     assert len(CFGS) > 200
     assert set(FAILED) <= {c["name"] for c in CFGS}
-    missing = [c["name"] for c in CFGS if "out:" + c["name"] not in GOLD and c["name"] not in FAILED]
+    missing = [
+        c["name"] for c in CFGS if "out:" + c["name"] not in GOLD and c["name"] not in FAILED
+    ]
     assert not missing
 
 
@@ -45,8 +47,11 @@ def _fast(c):
     return c["kw"].get("mode", "smooth") == "smooth" and c["kw"].get("descending") is not True
 
 
-PARAMS = [pytest.param(c, id=c["name"], marks=() if _fast(c) else pytest.mark.slow)
-          for c in CFGS if c["name"] not in FAILED]
+PARAMS = [
+    pytest.param(c, id=c["name"], marks=() if _fast(c) else pytest.mark.slow)
+    for c in CFGS
+    if c["name"] not in FAILED
+]
 
 
 @pytest.mark.parametrize("c", PARAMS)

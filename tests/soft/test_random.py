@@ -34,8 +34,10 @@ def test_categorical_hard_frequencies_and_hard_equals_pipeline():
         np.testing.assert_array_equal(jnp.sum(s, -1), 1.0)
         assert _chi2_ok(jnp.sum(s, 0), P4), (mode, jnp.sum(s, 0))
     # "_hard" runs the same Gumbel draw as jax.random.categorical
-    np.testing.assert_array_equal(R.categorical(KEY, lg, shape=(64,), mode="_hard"),
-                                  R.categorical(KEY, lg, shape=(64,), mode="hard"))
+    np.testing.assert_array_equal(
+        R.categorical(KEY, lg, shape=(64,), mode="_hard"),
+        R.categorical(KEY, lg, shape=(64,), mode="hard"),
+    )
     # with an axis and a batch
     lg2 = jnp.log(jnp.stack([P4, P4[::-1]], 1))  # (4, 2), categories on axis 0
     h = R.categorical(KEY, lg2, axis=0, shape=(7, 2), mode="hard")
@@ -43,8 +45,10 @@ def test_categorical_hard_frequencies_and_hard_equals_pipeline():
     np.testing.assert_array_equal(h, hh)
 
 
-@pytest.mark.parametrize("mode", [m if m in ("smooth", "c0") else pytest.param(m, marks=pytest.mark.slow)
-                                  for m in SOFT_MODES])
+@pytest.mark.parametrize(
+    "mode",
+    [m if m in ("smooth", "c0") else pytest.param(m, marks=pytest.mark.slow) for m in SOFT_MODES],
+)
 def test_categorical_soft_in_simplex_and_limit(mode):
     lg = jnp.log(P4)
     s = R.categorical(KEY, lg, shape=(500,), mode=mode, softness=0.5)
@@ -77,8 +81,9 @@ def test_categorical_without_replacement():
     np.testing.assert_allclose(s, hh, atol=1e-3)
     # first draw of Gumbel-top-k is a categorical draw
     keys = jax.random.split(KEY, 4000)
-    first = jax.vmap(lambda k: R.categorical(k, lg, shape=(2,), replace=False,
-                                             mode="_hard")[0])(keys)
+    first = jax.vmap(lambda k: R.categorical(k, lg, shape=(2,), replace=False, mode="_hard")[0])(
+        keys
+    )
     assert _chi2_ok(jnp.sum(first, 0), P4)
     with pytest.raises(ValueError, match="shape"):
         R.categorical(KEY, lg, shape=(5,), replace=False)
@@ -115,8 +120,14 @@ def test_choice():
         assert R.choice(KEY, a2, shape=(5,), axis=1, mode=mode).shape == (2, 5, 4)
 
 
-@pytest.mark.parametrize("method", ["neuralsort", pytest.param("softsort", marks=pytest.mark.slow),
-                                    pytest.param("ot", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "neuralsort",
+        pytest.param("softsort", marks=pytest.mark.slow),
+        pytest.param("ot", marks=pytest.mark.slow),
+    ],
+)
 def test_permutation_matrix(method):
     n = 5
     P = R.permutation(KEY, jnp.eye(n), method=method, softness=0.3)
@@ -128,8 +139,9 @@ def test_permutation_matrix(method):
     hard = R.permutation(KEY, jnp.eye(n), method=method, mode="_hard")
     np.testing.assert_array_equal(jnp.sort(jnp.argmax(hard, 1)), jnp.arange(n))
     tol = 5e-2 if method == "ot" else 1e-3
-    np.testing.assert_allclose(R.permutation(KEY, jnp.eye(n), method=method, softness=1e-3),
-                               hard, atol=tol)
+    np.testing.assert_allclose(
+        R.permutation(KEY, jnp.eye(n), method=method, softness=1e-3), hard, atol=tol
+    )
 
 
 @pytest.mark.slow
@@ -142,8 +154,9 @@ def test_permutation_uniform_and_independent():
     shared = R.permutation(KEY, x, axis=1, mode="_hard")
     d = shared - shared[:1]  # same permutation for every row
     np.testing.assert_array_equal(d, jnp.broadcast_to((x - x[:1]), x.shape))
-    ind = R.permutation(KEY, jnp.broadcast_to(jnp.arange(6.0), (40, 6)), axis=1,
-                        independent=True, mode="_hard")
+    ind = R.permutation(
+        KEY, jnp.broadcast_to(jnp.arange(6.0), (40, 6)), axis=1, independent=True, mode="_hard"
+    )
     assert len({tuple(r) for r in np.asarray(ind).tolist()}) > 20
     np.testing.assert_array_equal(jnp.sort(ind, 1), jnp.broadcast_to(jnp.arange(6.0), (40, 6)))
     s = R.permutation(KEY, x, axis=1, independent=True, softness=0.5)
@@ -222,26 +235,37 @@ def test_rademacher_and_binomial():
 _GRAD_FNS = {
     "categorical": lambda k: (lambda l: R.categorical(k, l, shape=(2,), softness=0.7), "lg"),
     "categorical_c2": lambda k: (
-        lambda l: R.categorical(k, l, shape=(2,), softness=0.7, mode="c2"), "lg"),
+        lambda l: R.categorical(k, l, shape=(2,), softness=0.7, mode="c2"),
+        "lg",
+    ),
     "categorical_noreplace": lambda k: (
-        lambda l: R.categorical(k, l, shape=(2,), replace=False, softness=0.7), "lg"),
+        lambda l: R.categorical(k, l, shape=(2,), replace=False, softness=0.7),
+        "lg",
+    ),
     "choice": lambda k: (lambda q: R.choice(k, jnp.arange(3.0), (2,), p=q, softness=0.7), "p3"),
     "permutation": lambda k: (lambda x: R.permutation(k, x, softness=0.7), "x"),
     "multinomial": lambda k: (lambda q: R.multinomial(k, 3, q, softness=0.7), "p3"),
     "bernoulli": lambda k: (lambda q: R.bernoulli(k, q, (3, 2), softness=0.3), "p2"),
     "bernoulli_logistic": lambda k: (
-        lambda q: R.bernoulli(k, q, (3, 2), softness=0.3, noise="logistic"), "p2"),
+        lambda q: R.bernoulli(k, q, (3, 2), softness=0.3, noise="logistic"),
+        "p2",
+    ),
     "binomial_c1": lambda k: (lambda q: R.binomial(k, 4, q, softness=0.3, mode="c1"), "p2"),
 }
 _FAST_GRADS = {"categorical"}
 
 
-@pytest.mark.parametrize("name", [n if n in _FAST_GRADS else pytest.param(
-    n, marks=pytest.mark.slow) for n in _GRAD_FNS])
+@pytest.mark.parametrize(
+    "name", [n if n in _FAST_GRADS else pytest.param(n, marks=pytest.mark.slow) for n in _GRAD_FNS]
+)
 def test_check_grads_x64(name):
     with jax.enable_x64(True):
-        inputs = {"lg": jnp.log(jnp.array([0.2, 0.3, 0.5])), "p3": jnp.array([0.2, 0.3, 0.5]),
-                  "x": jnp.array([0.5, -1.0, 2.0]), "p2": jnp.array([0.3, 0.6])}
+        inputs = {
+            "lg": jnp.log(jnp.array([0.2, 0.3, 0.5])),
+            "p3": jnp.array([0.2, 0.3, 0.5]),
+            "x": jnp.array([0.5, -1.0, 2.0]),
+            "p2": jnp.array([0.3, 0.6]),
+        }
         f, which = _GRAD_FNS[name](jax.random.key(3))
         x = inputs[which]
         assert f(x).dtype == jnp.float64
@@ -252,10 +276,14 @@ def test_straight_through():
     lg = jnp.log(P4)
     v = R.categorical_st(KEY, lg, shape=(3,), softness=0.5)
     np.testing.assert_array_equal(v, R.categorical(KEY, lg, shape=(3,), mode="_hard"))
-    g_st = jax.grad(lambda l: jnp.sum(R.categorical_st(KEY, l, shape=(3,), softness=0.5)
-                                      * jnp.arange(4.0)[None]))(lg)
-    g_soft = jax.grad(lambda l: jnp.sum(R.categorical(KEY, l, shape=(3,), softness=0.5)
-                                        * jnp.arange(4.0)[None]))(lg)
+    g_st = jax.grad(
+        lambda l: jnp.sum(
+            R.categorical_st(KEY, l, shape=(3,), softness=0.5) * jnp.arange(4.0)[None]
+        )
+    )(lg)
+    g_soft = jax.grad(
+        lambda l: jnp.sum(R.categorical(KEY, l, shape=(3,), softness=0.5) * jnp.arange(4.0)[None])
+    )(lg)
     np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
     p = jnp.array([0.3, 0.7])
     np.testing.assert_array_equal(R.bernoulli_st(KEY, p), R.bernoulli(KEY, p, mode="_hard"))
@@ -269,8 +297,7 @@ def test_straight_through_all():
         np.testing.assert_array_equal(out, f(KEY, jnp.arange(4.0), mode="_hard"))
     assert R.multinomial_st(KEY, 3, P4).shape == (4,)
     np.testing.assert_array_equal(R.binomial_st(KEY, 5, p), R.binomial(KEY, 5, p, mode="_hard"))
-    np.testing.assert_array_equal(R.rademacher_st(KEY, (3,)), R.rademacher(KEY, (3,),
-                                                                           mode="_hard"))
+    np.testing.assert_array_equal(R.rademacher_st(KEY, (3,)), R.rademacher(KEY, (3,), mode="_hard"))
 
 
 def test_errors_and_tracing():
@@ -313,8 +340,7 @@ def test_rng_mode_frequencies(rng_mode):
     assert _chi2_ok(jnp.sum(hh, 0), P4), jnp.sum(hh, 0)
     p = jnp.array([0.05, 0.5, 0.9])
     b = R.bernoulli(KEY, p, (N, 3), rng_mode=rng_mode, mode="_hard")
-    np.testing.assert_array_equal(b, R.bernoulli(KEY, p, (N, 3), rng_mode=rng_mode,
-                                                 mode="hard"))
+    np.testing.assert_array_equal(b, R.bernoulli(KEY, p, (N, 3), rng_mode=rng_mode, mode="hard"))
     se = np.sqrt(np.asarray(p) * (1 - np.asarray(p)) / N)
     assert bool(np.all(np.abs(np.asarray(jnp.mean(b, 0)) - np.asarray(p)) < 5 * se))
     # soft samples threshold the same draw: at tiny softness they agree with the hard ones
@@ -343,8 +369,9 @@ def test_categorical_log_probs():
     assert (~pos).any()
     np.testing.assert_allclose(np.asarray(lp)[pos], np.log(np.asarray(p)[pos]), rtol=1e-5)
     assert bool(jnp.all(jnp.isneginf(lp) == ~pos))
-    le = R.categorical(KEY, lg, shape=(6,), softness=0.5, mode="c0", return_log_probs=True,
-                       log_prob_eps=1e-4)
+    le = R.categorical(
+        KEY, lg, shape=(6,), softness=0.5, mode="c0", return_log_probs=True, log_prob_eps=1e-4
+    )
     assert bool(jnp.all(jnp.isfinite(le)))
     np.testing.assert_allclose(jnp.sum(jnp.exp(le), -1), 1.0, atol=1e-5)
     # smooth softsort: the Gumbel-softmax log-weights, finite at tiny softness
@@ -357,12 +384,11 @@ def test_categorical_log_probs():
 def test_rng_mode_and_log_probs_other_samplers():
     lg = jnp.log(P4)
     s = R.choice(KEY, 4, (8,), p=P4, rng_mode="high", mode="_hard")
-    np.testing.assert_array_equal(s, jnp.argmax(R.categorical(KEY, lg, shape=(8,),
-                                                              rng_mode="high", mode="_hard"),
-                                                -1))
+    np.testing.assert_array_equal(
+        s, jnp.argmax(R.categorical(KEY, lg, shape=(8,), rng_mode="high", mode="_hard"), -1)
+    )
     hard = R.categorical(KEY, lg, shape=(6,), mode="hard", return_log_probs=True)
-    np.testing.assert_array_equal(jnp.exp(hard), R.categorical(KEY, lg, shape=(6,),
-                                                               mode="hard"))
+    np.testing.assert_array_equal(jnp.exp(hard), R.categorical(KEY, lg, shape=(6,), mode="hard"))
     k = R.categorical(KEY, lg, shape=(2,), replace=False, return_log_probs=True, mode="c1")
     assert k.shape == (2, 4) and bool(jnp.all(jnp.isneginf(k) | (k <= 0)))
 
@@ -374,6 +400,7 @@ LA = jax.random.normal(jax.random.key(11), (3, 5, 5))
 
 def _lsa(z):
     from scipy.optimize import linear_sum_assignment
+
     out = np.zeros(z.shape)
     for b in range(z.shape[0]):
         r, c = linear_sum_assignment(np.asarray(z[b], np.float64), maximize=True)
@@ -390,8 +417,9 @@ def test_gumbel_sinkhorn_doubly_stochastic():
     # log P straight from the log-domain iterates: finite where exp underflows
     L = R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01, n_iters=5, return_log_probs=True)
     assert bool(jnp.all(jnp.isfinite(L))) and bool(jnp.any(jnp.exp(L) == 0))
-    np.testing.assert_allclose(jnp.exp(L), R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01,
-                                                             n_iters=5), atol=1e-6)
+    np.testing.assert_allclose(
+        jnp.exp(L), R.gumbel_sinkhorn(KEY, 30 * LA, softness=0.01, n_iters=5), atol=1e-6
+    )
     # noise="none" is plain Sinkhorn of log_alpha / softness
     Q = R.gumbel_sinkhorn(KEY, jnp.zeros((4, 4)), softness=0.3, noise="none")
     np.testing.assert_allclose(Q, 0.25, atol=1e-6)
@@ -403,19 +431,23 @@ def test_gumbel_sinkhorn_hard_is_exact_assignment():
     for mode in ("hard", "_hard"):
         np.testing.assert_array_equal(R.gumbel_sinkhorn(KEY, LA, softness=1.0, mode=mode), ref)
     # under jit and vmap (one host call per batch)
-    f = jax.jit(jax.vmap(lambda la: R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard",
-                                                      noise="none")))
+    f = jax.jit(
+        jax.vmap(lambda la: R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard", noise="none"))
+    )
     np.testing.assert_array_equal(f(LA), _lsa(LA))
     # no gradient through the hard assignment
-    gr = jax.grad(lambda la: jnp.sum(R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard")
-                                     * LA[0]))(LA[0])
+    gr = jax.grad(
+        lambda la: jnp.sum(R.gumbel_sinkhorn(KEY, la, softness=1.0, mode="hard") * LA[0])
+    )(LA[0])
     np.testing.assert_array_equal(gr, 0.0)
 
 
 def test_gumbel_sinkhorn_converges_to_assignment():
     hard = np.asarray(R.gumbel_sinkhorn(KEY, LA, softness=1.0, mode="hard"))
-    errs = [float(jnp.max(jnp.abs(R.gumbel_sinkhorn(KEY, LA, softness=t, n_iters=it) - hard)))
-            for t, it in ((1.0, 30), (0.1, 100), (0.01, 400))]
+    errs = [
+        float(jnp.max(jnp.abs(R.gumbel_sinkhorn(KEY, LA, softness=t, n_iters=it) - hard)))
+        for t, it in ((1.0, 30), (0.1, 100), (0.01, 400))
+    ]
     assert errs[0] > errs[1] > errs[2], errs
     assert errs[2] < 0.02, errs
     # the matching read off the small-softness matrix is the exact assignment
@@ -430,8 +462,11 @@ def test_permutation_gumbel_sinkhorn():
     np.testing.assert_allclose(jnp.sum(P, 1), 1.0, atol=1e-4)
     hard = R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn", mode="_hard")
     np.testing.assert_array_equal(jnp.sort(jnp.argmax(hard, 1)), jnp.arange(n))
-    np.testing.assert_allclose(R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn",
-                                             softness=0.01, n_iters=300), hard, atol=0.02)
+    np.testing.assert_allclose(
+        R.permutation(KEY, jnp.eye(n), method="gumbel_sinkhorn", softness=0.01, n_iters=300),
+        hard,
+        atol=0.02,
+    )
     with pytest.raises(ValueError, match="mode"):
         R.permutation(KEY, 4, method="gumbel_sinkhorn", mode="c0")
 
@@ -439,13 +474,11 @@ def test_permutation_gumbel_sinkhorn():
 @pytest.mark.slow
 def test_permutation_gumbel_sinkhorn_uniform_and_independent():
     x = jnp.arange(8.0).reshape(2, 4)
-    ind = R.permutation(KEY, x, axis=1, independent=True, method="gumbel_sinkhorn",
-                        mode="_hard")
+    ind = R.permutation(KEY, x, axis=1, independent=True, method="gumbel_sinkhorn", mode="_hard")
     np.testing.assert_array_equal(jnp.sort(ind, 1), x)
     # hard samples of an all-zero log_alpha are uniform permutations
     keys = jax.random.split(KEY, 2000)
-    first = jax.vmap(lambda k: R.permutation(k, 4, method="gumbel_sinkhorn",
-                                             mode="_hard")[0])(keys)
+    first = jax.vmap(lambda k: R.permutation(k, 4, method="gumbel_sinkhorn", mode="_hard")[0])(keys)
     assert _chi2_ok([int(jnp.sum(first == v)) for v in range(4)], np.full(4, 0.25))
 
 
@@ -488,8 +521,7 @@ def test_schedule_as_traced_softness():
 def test_gumbel_sinkhorn_check_grads_x64():
     with jax.enable_x64(True):
         la = jnp.array([[0.2, -0.5, 1.0], [0.3, 0.1, -0.2], [-1.0, 0.4, 0.0]])
-        f = jax.jit(lambda v: R.gumbel_sinkhorn(jax.random.key(3), v, softness=0.7,
-                                                n_iters=10))
+        f = jax.jit(lambda v: R.gumbel_sinkhorn(jax.random.key(3), v, softness=0.7, n_iters=10))
         assert f(la).dtype == jnp.float64
         check_grads(f, (la,), order=1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5)
 
@@ -499,12 +531,12 @@ def test_gumbel_sinkhorn_check_grads_x64():
 
 def test_temperature_schedules():
     f = R.exponential_schedule(1.0, 0.01, 100)
-    np.testing.assert_allclose([f(0), f(50), f(100), f(500), f(-3)],
-                               [1.0, 0.1, 0.01, 0.01, 1.0], rtol=1e-5)
-    np.testing.assert_allclose(jax.jit(f)(jnp.asarray(25)), 10 ** -0.5, rtol=1e-5)
+    np.testing.assert_allclose(
+        [f(0), f(50), f(100), f(500), f(-3)], [1.0, 0.1, 0.01, 0.01, 1.0], rtol=1e-5
+    )
+    np.testing.assert_allclose(jax.jit(f)(jnp.asarray(25)), 10**-0.5, rtol=1e-5)
     lin = R.temperature_schedule(1.0, 0.5, 10, kind="linear")
-    np.testing.assert_allclose([lin(0), lin(5), lin(10), lin(20)], [1.0, 0.75, 0.5, 0.5],
-                               rtol=1e-6)
+    np.testing.assert_allclose([lin(0), lin(5), lin(10), lin(20)], [1.0, 0.75, 0.5, 0.5], rtol=1e-6)
     steps = jnp.arange(0, 101, 10)
     vals = jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps)
     assert bool(jnp.all(jnp.diff(vals) < 0))

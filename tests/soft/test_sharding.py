@@ -40,8 +40,7 @@ def _check(mesh, fn, method, mode):
     with jax.set_mesh(mesh):
         g = jax.jit(jax.grad(loss))(xs)
     assert g.sharding.spec[0] == "data"
-    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(x)), rtol=rtol,
-                               atol=rtol)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(x)), rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize(("fn", "method", "mode"), FAST)

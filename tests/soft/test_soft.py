@@ -24,8 +24,9 @@ def hard_rank(x):
 # ----------------------------------------------------------------------------- hard limit
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "ot" else m
-                                    for m in VALUE_METHODS])
+@pytest.mark.parametrize(
+    "method", [pytest.param(m, marks=pytest.mark.slow) if m == "ot" else m for m in VALUE_METHODS]
+)
 def test_zero_softness_limit_values(method):
     s = 1e-4
     # PAV in f32 has the documented logit-unsquash error floor (~2e-3 with squashing), so
@@ -45,8 +46,9 @@ def test_zero_softness_limit_values(method):
     np.testing.assert_allclose(S.min(X, axis=-1, **kw), X.min(-1), atol=tol)
     np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=tol)
     q = jnp.array([0.25, 0.5, 0.8])
-    np.testing.assert_allclose(S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1),
-                               atol=tol)
+    np.testing.assert_allclose(
+        S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1), atol=tol
+    )
     np.testing.assert_allclose(S.median(X, axis=-1, **kw), jnp.median(X, axis=-1), atol=tol)
 
 
@@ -55,10 +57,12 @@ def test_zero_softness_limit_indices(method):
     kw = dict(softness=1e-4, method=method)
     tol = 2e-2 if method == "ot" else 1e-3
     np.testing.assert_allclose(S.argsort(X, **kw), jax.nn.one_hot(jnp.argsort(X), 6), atol=tol)
-    np.testing.assert_allclose(S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 6),
-                               atol=tol)
-    np.testing.assert_allclose(S.argtop_k(X, 3, **kw),
-                               jax.nn.one_hot(jax.lax.top_k(X, 3)[1], 6), atol=tol)
+    np.testing.assert_allclose(
+        S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 6), atol=tol
+    )
+    np.testing.assert_allclose(
+        S.argtop_k(X, 3, **kw), jax.nn.one_hot(jax.lax.top_k(X, 3)[1], 6), atol=tol
+    )
 
 
 def test_pav_exact_at_finite_softness():
@@ -110,20 +114,27 @@ def _pav_np(y):
     return np.concatenate([[s / c] * c for s, c in out])
 
 
-@pytest.mark.parametrize("impl", [i if i == "hybrid" else pytest.param(i, marks=pytest.mark.slow)
-                                  for i in _pav.IMPLS])
+@pytest.mark.parametrize(
+    "impl", [i if i == "hybrid" else pytest.param(i, marks=pytest.mark.slow) for i in _pav.IMPLS]
+)
 def test_pav_impls_match_reference(impl):
     rng = np.random.default_rng(0)
-    cases = [rng.normal(size=23), np.round(rng.normal(size=23)),  # ties
-             np.r_[np.arange(30.0), 1e3],  # adversarial: n rounds for the parallel PAV
-             np.arange(12.0)[::-1]]
+    cases = [
+        rng.normal(size=23),
+        np.round(rng.normal(size=23)),  # ties
+        np.r_[np.arange(30.0), 1e3],  # adversarial: n rounds for the parallel PAV
+        np.arange(12.0)[::-1],
+    ]
     for y in cases:
         got = S.isotonic(jnp.asarray(y, jnp.float32), impl=impl)
         np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-4)
     yb = jnp.asarray(rng.normal(size=(3, 17)), jnp.float32)
-    np.testing.assert_allclose(jax.vmap(lambda r: S.isotonic(r, impl=impl))(yb),
-                               np.stack([_pav_np(r) for r in np.asarray(yb)]), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        jax.vmap(lambda r: S.isotonic(r, impl=impl))(yb),
+        np.stack([_pav_np(r) for r in np.asarray(yb)]),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_pav_hybrid_stack_phase_matches_reference():
@@ -146,9 +157,9 @@ def _unrolled(z, w, reg):
             vals = []
             for j in range(i, n):
                 if reg == "l2":
-                    vals.append(jnp.mean(z[k:j + 1] - w[k:j + 1]))
+                    vals.append(jnp.mean(z[k : j + 1] - w[k : j + 1]))
                 else:
-                    vals.append(jax.nn.logsumexp(z[k:j + 1]) - jax.nn.logsumexp(w[k:j + 1]))
+                    vals.append(jax.nn.logsumexp(z[k : j + 1]) - jax.nn.logsumexp(w[k : j + 1]))
             cands.append(jnp.max(jnp.stack(vals)))
         rows.append(jnp.min(jnp.stack(cands)))
     return jnp.stack(rows)
@@ -165,10 +176,12 @@ def test_pav_custom_jvp_equals_unrolled_reference(reg):
         g = lambda z, w: _unrolled(z, w, reg)  # noqa: E731
         np.testing.assert_allclose(f(z, w), g(z, w), rtol=1e-10)
         for argn in (0, 1):
-            np.testing.assert_allclose(jax.jacfwd(f, argn)(z, w), jax.jacfwd(g, argn)(z, w),
-                                       rtol=1e-9, atol=1e-12)
-            np.testing.assert_allclose(jax.jacrev(f, argn)(z, w), jax.jacrev(g, argn)(z, w),
-                                       rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(
+                jax.jacfwd(f, argn)(z, w), jax.jacfwd(g, argn)(z, w), rtol=1e-9, atol=1e-12
+            )
+            np.testing.assert_allclose(
+                jax.jacrev(f, argn)(z, w), jax.jacrev(g, argn)(z, w), rtol=1e-9, atol=1e-12
+            )
 
 
 def test_pav_jacobian_structure():
@@ -192,8 +205,7 @@ def test_permutation_invariance_and_equivariance(method):
     perm = jnp.asarray(rng.permutation(8))
     kw = dict(softness=0.2, method=method)
     np.testing.assert_allclose(S.sort(x[perm], **kw), S.sort(x, **kw), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(S.rank(x[perm], **kw), S.rank(x, **kw)[perm], rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(S.rank(x[perm], **kw), S.rank(x, **kw)[perm], rtol=1e-4, atol=1e-4)
     if method == "pav":
         r = S.rank(x, softness=0.2, mode="c0")
         np.testing.assert_allclose(jnp.sum(r), 36.0, rtol=1e-5)
@@ -209,11 +221,15 @@ def test_network_matrix_free_equals_dense():
         Pt = jnp.swapaxes(P, -1, -2)
         Pt = Pt / Pt.sum(-1, keepdims=True)
         dense_rank = Pt @ jnp.arange(1.0, 12.0)
-        np.testing.assert_allclose(S.rank(x, softness=0.3, method="network", network=kind),
-                                   dense_rank, rtol=1e-4)
+        np.testing.assert_allclose(
+            S.rank(x, softness=0.3, method="network", network=kind), dense_rank, rtol=1e-4
+        )
         Pd = S.argsort(x, softness=0.3, method="network", network=kind, descending=True)
-        np.testing.assert_allclose(S.argtop_k(x, 3, softness=0.3, method="network",
-                                              network=kind), Pd[..., :3, :], atol=1e-5)
+        np.testing.assert_allclose(
+            S.argtop_k(x, 3, softness=0.3, method="network", network=kind),
+            Pd[..., :3, :],
+            atol=1e-5,
+        )
 
 
 def test_odd_even_network_sorts():
@@ -248,8 +264,7 @@ def test_check_grads_axiswise(op, method):
     with jax.enable_x64(True):
         x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
         modes = ("rev",) if method == "ot" else ("fwd", "rev")
-        check_grads(lambda v: op[1](v, method), (x,), order=1, modes=modes, atol=1e-4,
-                    rtol=1e-4)
+        check_grads(lambda v: op[1](v, method), (x,), order=1, modes=modes, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -258,9 +273,11 @@ def test_check_grads_index(method):
     with jax.enable_x64(True):
         x = jnp.array([0.3, -1.2, 2.0, 0.9, -0.4])
         modes = ("rev",) if method == "ot" else ("fwd", "rev")
-        for f in (lambda v: S.argsort(v, softness=0.5, method=method),
-                  lambda v: S.top_k(v, 2, softness=0.5, method=method)[0],
-                  lambda v: S.argmax(v, softness=0.5, method=method)):
+        for f in (
+            lambda v: S.argsort(v, softness=0.5, method=method),
+            lambda v: S.top_k(v, 2, softness=0.5, method=method)[0],
+            lambda v: S.argmax(v, softness=0.5, method=method),
+        ):
             check_grads(f, (x,), order=1, modes=modes, atol=1e-4, rtol=1e-4)
 
 
@@ -273,26 +290,39 @@ def test_check_grads_elementwise(mode):
         for f in (S.sigmoidal, S.sign, S.abs, S.relu, S.round, S.heaviside):
             check_grads(lambda v, f=f: f(v, 0.3, mode), (x,), order=1, modes=("fwd", "rev"))
         for f in (S.greater, S.less_equal, S.equal, S.not_equal, S.isclose):
-            check_grads(lambda a, b, f=f: f(a, b, 0.3, mode=mode), (x, y), order=1,
-                        modes=("fwd", "rev"))
-        check_grads(lambda v: S.clip(v, -0.5, 0.5, 0.3, mode), (x,), order=1,
-                    modes=("fwd", "rev"))
+            check_grads(
+                lambda a, b, f=f: f(a, b, 0.3, mode=mode), (x, y), order=1, modes=("fwd", "rev")
+            )
+        check_grads(lambda v: S.clip(v, -0.5, 0.5, 0.3, mode), (x,), order=1, modes=("fwd", "rev"))
 
 
 @pytest.mark.slow  # the conformance grads of soft.sort/pav run by default
 def test_check_grads_fast():
     with jax.enable_x64(True):
         x = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4]])
-        check_grads(lambda v: S.rank(v, softness=0.5), (x,), 1, modes=("fwd", "rev"),
-                    atol=1e-4, rtol=1e-4)
-        check_grads(lambda v: S.sort(v, softness=0.5, mode="c0"), (x,), 1,
-                    modes=("fwd", "rev"), atol=1e-4, rtol=1e-4)
+        check_grads(
+            lambda v: S.rank(v, softness=0.5), (x,), 1, modes=("fwd", "rev"), atol=1e-4, rtol=1e-4
+        )
+        check_grads(
+            lambda v: S.sort(v, softness=0.5, mode="c0"),
+            (x,),
+            1,
+            modes=("fwd", "rev"),
+            atol=1e-4,
+            rtol=1e-4,
+        )
         check_grads(lambda v: S.sigmoidal(v, 0.3, "c1"), (x,), 1, modes=("fwd", "rev"))
 
 
 def test_safe_math_gradients_finite_at_boundary():
-    for f, x in ((S.sqrt, 0.0), (S.log, 0.0), (S.arcsin, 1.0), (S.arccos, -1.0),
-                 (lambda v: S.div(1.0, v), 0.0), (lambda v: S.norm(jnp.stack([v, v])), 0.0)):
+    for f, x in (
+        (S.sqrt, 0.0),
+        (S.log, 0.0),
+        (S.arcsin, 1.0),
+        (S.arccos, -1.0),
+        (lambda v: S.div(1.0, v), 0.0),
+        (lambda v: S.norm(jnp.stack([v, v])), 0.0),
+    ):
         g = jax.grad(f)(jnp.float32(x))
         assert np.isfinite(g)
     np.testing.assert_allclose(S.sqrt(jnp.array([4.0, -1.0])), [2.0, 0.0])
@@ -317,15 +347,19 @@ def test_selection_with_one_hot_matches_hard():
     x = jnp.arange(12.0).reshape(3, 4)
     p = jax.nn.one_hot(jnp.array([2, 0, 3]), 4)
     np.testing.assert_allclose(S.take(x, p, axis=1), x[:, jnp.array([2, 0, 3])])
-    np.testing.assert_allclose(S.dynamic_index_in_dim(x, jax.nn.one_hot(1, 4), axis=1),
-                               jax.lax.dynamic_index_in_dim(x, 1, axis=1))
+    np.testing.assert_allclose(
+        S.dynamic_index_in_dim(x, jax.nn.one_hot(1, 4), axis=1),
+        jax.lax.dynamic_index_in_dim(x, 1, axis=1),
+    )
     for start in range(4):
         got = S.dynamic_slice_in_dim(x, jax.nn.one_hot(start, 4), 2, axis=1)
         np.testing.assert_allclose(got, jax.lax.dynamic_slice_in_dim(x, start, 2, axis=1))
     got = S.dynamic_slice(x, [jax.nn.one_hot(2, 3), jax.nn.one_hot(1, 4)], [1, 2])
     np.testing.assert_allclose(got, jax.lax.dynamic_slice(x, (2, 1), (1, 2)))
-    np.testing.assert_allclose(S.choose(jax.nn.one_hot(jnp.array([1, 0, 2, 1]), 3), x),
-                               jnp.choose(jnp.array([1, 0, 2, 1]), x))
+    np.testing.assert_allclose(
+        S.choose(jax.nn.one_hot(jnp.array([1, 0, 2, 1]), 3), x),
+        jnp.choose(jnp.array([1, 0, 2, 1]), x),
+    )
 
 
 def test_straight_through():

@@ -14,9 +14,17 @@ def _ref_argsort(x, descending):
     return np.argsort(-x if descending else x, axis=-1, kind="stable")
 
 
-@pytest.mark.parametrize("rows,n", [(64, 2), (33, 3), (64, 100), (4, 100),
-                                    pytest.param(40, 512, marks=pytest.mark.slow),
-                                    pytest.param(64, 600, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "rows,n",
+    [
+        (64, 2),
+        (33, 3),
+        (64, 100),
+        (4, 100),
+        pytest.param(40, 512, marks=pytest.mark.slow),
+        pytest.param(64, 600, marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.parametrize("descending", [False, True])
 def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
     # (64, 100) and (40, 512) take the bitonic network, (4, 100) and (64, 600) the radix path
@@ -30,20 +38,27 @@ def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
 
 def test_inverse_permutation_rows():
     perm = jax.vmap(lambda k: jax.random.permutation(k, 100))(
-        jax.random.split(jax.random.key(0), 64))
+        jax.random.split(jax.random.key(0), 64)
+    )
     inv = np.asarray(_pav._inverse_perm_rows(perm))
-    np.testing.assert_array_equal(np.take_along_axis(np.asarray(perm), inv, -1),
-                                  np.broadcast_to(np.arange(100), (64, 100)))
+    np.testing.assert_array_equal(
+        np.take_along_axis(np.asarray(perm), inv, -1), np.broadcast_to(np.arange(100), (64, 100))
+    )
     np.testing.assert_array_equal(inv, np.asarray(_sorting.inverse_permutation(perm)))
 
 
 @pytest.mark.parametrize("n", [1, 7, 33])
 def test_cumsum_scan_matches_numpy(n):
     x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(cumsum(jnp.asarray(x))), np.cumsum(x, -1),
-                               rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(np.asarray(cumsum(jnp.asarray(x), reverse=True)),
-                               np.cumsum(x[:, ::-1], -1)[:, ::-1], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(cumsum(jnp.asarray(x))), np.cumsum(x, -1), rtol=1e-5, atol=1e-4
+    )
+    np.testing.assert_allclose(
+        np.asarray(cumsum(jnp.asarray(x), reverse=True)),
+        np.cumsum(x[:, ::-1], -1)[:, ::-1],
+        rtol=1e-5,
+        atol=1e-4,
+    )
     ints = (x > 0).astype(np.int32)
     np.testing.assert_array_equal(np.asarray(cumsum(jnp.asarray(ints))), np.cumsum(ints, -1))
 
@@ -62,8 +77,10 @@ def _dense_softsort(x, softness, descending, kind):
 
 
 @pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("softness", [pytest.param(1.0, marks=pytest.mark.slow), 0.05,
-                                      pytest.param(0.002, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "softness",
+    [pytest.param(1.0, marks=pytest.mark.slow), 0.05, pytest.param(0.002, marks=pytest.mark.slow)],
+)
 def test_fast_smooth_softsort_equals_dense_definition(descending, softness):
     import jaxkit.soft as S
 
@@ -71,8 +88,9 @@ def test_fast_smooth_softsort_equals_dense_definition(descending, softness):
         x = jax.random.normal(jax.random.key(3), (3, 40), dtype=jnp.float64)
         for kind, fn in (("sort", S.sort), ("rank", S.rank)):
             got = fn(x, softness=softness, method="softsort", descending=descending)
-            np.testing.assert_allclose(got, _dense_softsort(x, softness, descending, kind)[1],
-                                       rtol=1e-11, atol=1e-11)
+            np.testing.assert_allclose(
+                got, _dense_softsort(x, softness, descending, kind)[1], rtol=1e-11, atol=1e-11
+            )
 
 
 @pytest.mark.slow
@@ -82,7 +100,8 @@ def test_fast_softsort_ungated_gradient_is_transposed_kernel():
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(4), (2, 30), dtype=jnp.float64)
         w = jax.random.normal(jax.random.key(5), (2, 30), dtype=jnp.float64)
-        g = jax.grad(lambda v: jnp.sum(w * S.sort(v, softness=0.1, method="softsort",
-                                                  gated_grad=False)))(x)
+        g = jax.grad(
+            lambda v: jnp.sum(w * S.sort(v, softness=0.1, method="softsort", gated_grad=False))
+        )(x)
         P, _ = _dense_softsort(x, 0.1, False, "sort")
         np.testing.assert_allclose(g, jnp.einsum("bkn,bk->bn", P, w), rtol=1e-12, atol=1e-12)

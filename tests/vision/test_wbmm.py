@@ -14,9 +14,12 @@ def _randomize(module, key, scale=0.3):
     """Perturb every float leaf (so folds are tested away from the zero/one init)."""
     leaves, tdef = jax.tree.flatten(module)
     keys = jax.random.split(key, len(leaves))
-    new = [leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
-           if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating) else leaf
-           for leaf, k in zip(leaves, keys, strict=True)]
+    new = [
+        leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
+        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating)
+        else leaf
+        for leaf, k in zip(leaves, keys, strict=True)
+    ]
     return jax.tree.unflatten(tdef, new)
 
 
@@ -26,19 +29,31 @@ def _run(model, x, state, inference, key=None):
 
 
 def _to64(tree):
-    return jax.tree.map(lambda v: v.astype(jnp.float64)
-                        if isinstance(v, jax.Array) and v.dtype == jnp.float32 else v, tree)
+    return jax.tree.map(
+        lambda v: (
+            v.astype(jnp.float64) if isinstance(v, jax.Array) and v.dtype == jnp.float32 else v
+        ),
+        tree,
+    )
 
 
-@pytest.mark.parametrize("mixer,size,window", [pytest.param("W", 6, 3, marks=pytest.mark.slow), ("D", 5, 3),
-                                                pytest.param("M", 4, 4, marks=pytest.mark.slow), (5, 5, 3)])
+@pytest.mark.parametrize(
+    "mixer,size,window",
+    [
+        pytest.param("W", 6, 3, marks=pytest.mark.slow),
+        ("D", 5, 3),
+        pytest.param("M", 4, 4, marks=pytest.mark.slow),
+        (5, 5, 3),
+    ],
+)
 def test_block_fold_identical_outputs(mixer, size, window, key):
     with jax.enable_x64(True):
-        blk, state = eqx.nn.make_with_state(WBMMBlock)(3, mixer, window=window,
-                                                      layer_scale_init=0.5, key=key)
+        blk, state = eqx.nn.make_with_state(WBMMBlock)(
+            3, mixer, window=window, layer_scale_init=0.5, key=key
+        )
         blk, state = _to64(_randomize(blk, jax.random.fold_in(key, 1))), _to64(state)
         x = jax.random.normal(key, (3, size, size, 3), jnp.float64)
-        for i in range(2):                                # populate the running statistics
+        for i in range(2):  # populate the running statistics
             _, state = _run(blk, x + i, state, False)
         want, _ = _run(blk, x, state, True)
         folded = reparameterize(blk, state)
@@ -68,8 +83,9 @@ def test_multikernel_fold_equals_dw_branches_single_window(key):
     t = table_from_depthwise_kernel(k5, window=5)
     from tests.kernels.test_windowed_matmul import _dw
 
-    np.testing.assert_allclose(windowed_matmul(x, t, window=5, residual=False), _dw(x, k5),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        windowed_matmul(x, t, window=5, residual=False), _dw(x, k5), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_multikernel_requires_single_window(key):
@@ -81,8 +97,17 @@ def test_multikernel_requires_single_window(key):
 @pytest.mark.slow
 def test_network_train_step_and_fold(key):
     net, state = eqx.nn.make_with_state(WBMMNet)(
-        depths=(1, 2), dims=(4, 8), patterns=("D", "WM"), in_channels=1, num_classes=3,
-        window=3, stem_strides=(1,), layer_scale_init=0.1, drop_path_rate=0.1, key=key)
+        depths=(1, 2),
+        dims=(4, 8),
+        patterns=("D", "WM"),
+        in_channels=1,
+        num_classes=3,
+        window=3,
+        stem_strides=(1,),
+        layer_scale_init=0.1,
+        drop_path_rate=0.1,
+        key=key,
+    )
     x = jax.random.normal(key, (4, 6, 6, 1))
     labels = jnp.array([0, 1, 2, 0])
 
@@ -91,10 +116,12 @@ def test_network_train_step_and_fold(key):
         return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), labels]), state
 
     (val, state), grads = eqx.filter_jit(eqx.filter_value_and_grad(loss, has_aux=True))(
-        net, state, jax.random.key(1))
+        net, state, jax.random.key(1)
+    )
     assert np.isfinite(float(val))
     assert jax.tree.structure(eqx.filter(grads, eqx.is_array)) == jax.tree.structure(
-        eqx.filter(net, eqx.is_array))
+        eqx.filter(net, eqx.is_array)
+    )
     want, _ = _run(net, x, state, True)
     got, _ = _run(reparameterize(net, state), x, state, True)
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)

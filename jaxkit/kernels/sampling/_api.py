@@ -36,9 +36,7 @@ class SampleOutput(NamedTuple):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
 def _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret):
-    return _pallas.sample_rows_pallas(
-        x, noise, t, k, p, mp, stats=stats, interpret=interpret
-    )
+    return _pallas.sample_rows_pallas(x, noise, t, k, p, mp, stats=stats, interpret=interpret)
 
 
 def _fwd(x, noise, t, k, p, mp, stats, interpret):
@@ -248,9 +246,7 @@ def sample_tokens(
     x2 = logits.reshape(-1, vocab)
 
     def noise():  # flat (R, V) noise equals gumbel over logits.shape (partitionable)
-        g = jax.random.gumbel(
-            key, logits.shape, cd, out_sharding=jax.typeof(logits).sharding
-        )
+        g = jax.random.gumbel(key, logits.shape, cd, out_sharding=jax.typeof(logits).sharding)
         return g.reshape(-1, vocab)
 
     def kernel(interpret):
@@ -264,9 +260,7 @@ def sample_tokens(
 
     rows = _dispatch.dispatch(
         implementation,
-        reference=lambda: _fused.sample_block(
-            x2, noise(), t, k, p, mp, stats=stats, vocab=vocab
-        ),
+        reference=lambda: _fused.sample_block(x2, noise(), t, k, p, mp, stats=stats, vocab=vocab),
         kernel=kernel,
     )
     dt = logits.dtype

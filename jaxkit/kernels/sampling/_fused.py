@@ -88,9 +88,7 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int) -> ref.RowStats:
     tau_p = jnp.where(p >= 1, lo0, tau_p)
     keep = keep_k & (key >= tau_p[:, None]) & (e >= mp.astype(cd)[:, None])
 
-    sampled = _argmax_lowest(
-        jnp.where(keep, sg + g.astype(cd), jnp.full_like(sg, -jnp.inf))
-    )
+    sampled = _argmax_lowest(jnp.where(keep, sg + g.astype(cd), jnp.full_like(sg, -jnp.inf)))
     greedy = _argmax_lowest(sg)
     tok = jnp.where(t > 0, sampled, greedy).astype(jnp.int32)
     if stats == "logits":

@@ -42,13 +42,8 @@ def _kernel(
 ):
     x = x_ref[...]
     if hash_noise:  # g_ref holds the threefry key words; noise of flat element r*V + c
-        rows = (
-            jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
-            + pl.program_id(0) * x.shape[0]
-        )
-        flat = rows.astype(jnp.uint32) * np.uint32(vocab) + ref.column_index(x).astype(
-            jnp.uint32
-        )
+        rows = jax.lax.broadcasted_iota(jnp.int32, x.shape, 0) + pl.program_id(0) * x.shape[0]
+        flat = rows.astype(jnp.uint32) * np.uint32(vocab) + ref.column_index(x).astype(jnp.uint32)
         g = _hash.gumbel_f32(g_ref[0], g_ref[1], flat)
     else:
         g = g_ref[...]
@@ -123,9 +118,7 @@ def sample_rows_pallas(
     hash_noise = noise.ndim == 1
     if hash_noise:
         if noise.shape != (2,) or noise.dtype != jnp.uint32 or cd != jnp.float32:
-            raise NotImplementedError(
-                "in-kernel noise needs threefry key data and f32."
-            )
+            raise NotImplementedError("in-kernel noise needs threefry key data and f32.")
         g = noise
         g_spec = pl.BlockSpec((2,), lambda i: (0,))
     else:

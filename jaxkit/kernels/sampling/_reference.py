@@ -28,18 +28,12 @@ class RowStats(NamedTuple):
 
 def compute_dtype(dtype: jnp.dtype) -> jnp.dtype:
     """f64 for f64 inputs, f32 otherwise (bf16/f16 accumulate in f32)."""
-    return (
-        jnp.dtype(jnp.float64)
-        if jnp.dtype(dtype) == jnp.float64
-        else jnp.dtype(jnp.float32)
-    )
+    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
 def column_index(s: Array) -> Array:
     """int32 column index of a 2-D array, with the sharding of ``s``."""
-    return jax.lax.broadcasted_iota(
-        jnp.int32, s.shape, 1, out_sharding=jax.typeof(s).sharding
-    )
+    return jax.lax.broadcasted_iota(jnp.int32, s.shape, 1, out_sharding=jax.typeof(s).sharding)
 
 
 def tempered(logits: Float[Array, "R V"], temperature: Float[Array, " R"]) -> Array:

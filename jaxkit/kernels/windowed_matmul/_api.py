@@ -46,7 +46,8 @@ def _check_x(x: jax.Array, window: tuple[int, int], pad_to_window: bool) -> None
     if not pad_to_window and (h % window[0] or w % window[1]):
         raise TypeError(
             f"`x` spatial shape ({h}, {w}) is not a multiple of window={window}; pass "
-            "pad_to_window=True to zero-pad at the bottom/right and crop.")
+            "pad_to_window=True to zero-pad at the bottom/right and crop."
+        )
 
 
 def _check_bias(bias: jax.Array | None, c: int) -> None:
@@ -74,8 +75,9 @@ def _layout(n: int, block_n: int | None, max_block: int = 128) -> tuple[int, int
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
 def _mix_core(xw, m, residual, interpret, block_n, steps, block_d):
-    return _pallas_gpu.mix_pallas(xw, m, residual=residual, block_n=block_n,
-                                  block_d=block_d, interpret=interpret)
+    return _pallas_gpu.mix_pallas(
+        xw, m, residual=residual, block_n=block_n, block_d=block_d, interpret=interpret
+    )
 
 
 def _mix_core_fwd(xw, m, residual, interpret, block_n, steps, block_d):
@@ -85,10 +87,17 @@ def _mix_core_fwd(xw, m, residual, interpret, block_n, steps, block_d):
 def _mix_core_bwd(residual, interpret, block_n, steps, block_d, res, g):
     xw, m = res
     g = g.astype(xw.dtype)
-    dxw = _pallas_gpu.mix_pallas(g, jnp.swapaxes(m, 1, 2), residual=residual,
-                                 block_n=block_n, block_d=block_d, interpret=interpret)
-    dm = _pallas_gpu.outer_pallas(xw, g, steps=steps, block_n=block_n, block_d=block_d,
-                                  interpret=interpret).sum(axis=1)
+    dxw = _pallas_gpu.mix_pallas(
+        g,
+        jnp.swapaxes(m, 1, 2),
+        residual=residual,
+        block_n=block_n,
+        block_d=block_d,
+        interpret=interpret,
+    )
+    dm = _pallas_gpu.outer_pallas(
+        xw, g, steps=steps, block_n=block_n, block_d=block_d, interpret=interpret
+    ).sum(axis=1)
     return dxw, dm.astype(m.dtype)
 
 
@@ -145,8 +154,10 @@ def window_matrix(
     _validate.ndim(table, 2, name="table")
     _validate.floating(table, name="table")
     if table.shape[1] != ref.table_size(window):
-        raise TypeError(f"`table` must have {ref.table_size(window)} columns for "
-                        f"window={window}, got shape {table.shape}.")
+        raise TypeError(
+            f"`table` must have {ref.table_size(window)} columns for "
+            f"window={window}, got shape {table.shape}."
+        )
     return ref.window_matrix_reference(table, window)
 
 
@@ -250,8 +261,7 @@ def _cached(x, matrix, window, residual, bias, pad_to_window, implementation):
     _check_x(x, window, pad_to_window)
     c = x.shape[-1]
     if matrix.shape[0] != c:
-        raise TypeError(f"`x` has {c} channels but the table/matrix has "
-                        f"{matrix.shape[0]} rows.")
+        raise TypeError(f"`x` has {c} channels but the table/matrix has {matrix.shape[0]} rows.")
     if not isinstance(residual, bool):
         raise TypeError(f"`residual` must be a bool, got {type(residual).__name__}.")
     if bias is not None:
@@ -260,9 +270,11 @@ def _cached(x, matrix, window, residual, bias, pad_to_window, implementation):
     y = _dispatch.dispatch(
         implementation,
         reference=lambda: ref.windowed_matmul_cached_reference(
-            x, matrix, window=window, residual=residual),
+            x, matrix, window=window, residual=residual
+        ),
         kernel=lambda interpret: _kernel_path(
-            x, matrix, window=window, residual=residual, interpret=interpret),
+            x, matrix, window=window, residual=residual, interpret=interpret
+        ),
     )
     if bias is not None:
         y = y + bias.astype(y.dtype).reshape(1, 1, 1, c)

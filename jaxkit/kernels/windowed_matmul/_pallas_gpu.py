@@ -66,9 +66,9 @@ def _mix_kernel(x_ref, m_ref, xr_ref, o_ref, *, residual: bool, upcast: bool, bl
     # xr_ref: (block_n, block_q) the same windows' target block (for the residual).
     d_p = x_ref.shape[-1]
     acc_dt = accumulation_dtype(x_ref.dtype)
-    acc = None   # (started from the first product, not zeros: keeps shard_map's vma)
-    for k0 in range(0, d_p, block_d):                   # static loop over K chunks
-        a, b = _operands(x_ref[:, k0:k0 + block_d], m_ref[k0:k0 + block_d, :], upcast)
+    acc = None  # (started from the first product, not zeros: keeps shard_map's vma)
+    for k0 in range(0, d_p, block_d):  # static loop over K chunks
+        a, b = _operands(x_ref[:, k0 : k0 + block_d], m_ref[k0 : k0 + block_d, :], upcast)
         part = jnp.dot(a, b, preferred_element_type=acc_dt, precision=_precision(x_ref.dtype))
         acc = part if acc is None else acc + part
     if residual:
@@ -78,8 +78,7 @@ def _mix_kernel(x_ref, m_ref, xr_ref, o_ref, *, residual: bool, upcast: bool, bl
 
 @functools.partial(
     jax.jit,
-    static_argnames=("residual", "block_n", "block_d", "interpret", "num_warps",
-                     "num_stages"),
+    static_argnames=("residual", "block_n", "block_d", "interpret", "num_warps", "num_stages"),
 )
 def mix_pallas(
     xw: jax.Array,
@@ -103,11 +102,11 @@ def mix_pallas(
     if n_p % block_n or d_p % block_d:
         raise NotImplementedError(
             f"mix_pallas needs N_p % block_n == 0 and d_p % block_d == 0; got {n_p=}, "
-            f"{d_p=}, {block_n=}, {block_d=}.")
+            f"{d_p=}, {block_n=}, {block_d=}."
+        )
     (xw, matrix), mat = _match_vma(xw, matrix.astype(xw.dtype))
     return pl.pallas_call(
-        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret),
-                          block_d=block_d),
+        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret), block_d=block_d),
         out_shape=_out_shape((c, n_p, d_p), xw.dtype, mat),
         grid=(c, n_p // block_n, d_p // block_d),
         in_specs=[
@@ -129,8 +128,13 @@ def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool
     def product(i):
         rows = pl.ds(i * block_n, block_n)
         x, g = _operands(x_ref[rows, :], g_ref[rows, :], upcast)
-        return lax.dot_general(x, g, (((0,), (0,)), ((), ())), preferred_element_type=acc_dt,
-                               precision=_precision(x_ref.dtype))
+        return lax.dot_general(
+            x,
+            g,
+            (((0,), (0,)), ((), ())),
+            preferred_element_type=acc_dt,
+            precision=_precision(x_ref.dtype),
+        )
 
     # started from the first product, not zeros (keeps shard_map's vma)
     o_ref[...] = lax.fori_loop(1, steps, lambda i, acc: acc + product(i), product(0))
@@ -162,21 +166,22 @@ def outer_pallas(
     if n_p % chunk or d_p % block_d:
         raise NotImplementedError(
             f"outer_pallas needs N_p % (steps * block_n) == 0 and d_p % block_d == 0; got "
-            f"{n_p=}, {d_p=}, {chunk=}, {block_d=}.")
+            f"{n_p=}, {d_p=}, {chunk=}, {block_d=}."
+        )
     acc_dt = accumulation_dtype(xw.dtype)
     nd = d_p // block_d
     (xw, g), mat = _match_vma(xw, g.astype(xw.dtype))
     return pl.pallas_call(
-        functools.partial(_outer_kernel, block_n=block_n, steps=steps,
-                          upcast=bool(interpret)),
+        functools.partial(_outer_kernel, block_n=block_n, steps=steps, upcast=bool(interpret)),
         out_shape=_out_shape((c, n_p // chunk, d_p, d_p), acc_dt, mat),
         grid=(c, n_p // chunk, nd, nd),
         in_specs=[
             pl.BlockSpec((None, chunk, block_d), lambda ci, si, pi, qi: (ci, si, pi)),
             pl.BlockSpec((None, chunk, block_d), lambda ci, si, pi, qi: (ci, si, qi)),
         ],
-        out_specs=pl.BlockSpec((None, None, block_d, block_d),
-                               lambda ci, si, pi, qi: (ci, si, pi, qi)),
+        out_specs=pl.BlockSpec(
+            (None, None, block_d, block_d), lambda ci, si, pi, qi: (ci, si, pi, qi)
+        ),
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,
         name="wbmm_outer",

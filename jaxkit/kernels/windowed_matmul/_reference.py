@@ -44,9 +44,7 @@ def relative_position_index(window: Window) -> np.ndarray:
     return (dh * (2 * ww - 1) + dw).astype(np.int32)
 
 
-def window_matrix_reference(
-    table: Float[Array, "C T"], window: Window
-) -> Float[Array, "C d d"]:
+def window_matrix_reference(table: Float[Array, "C T"], window: Window) -> Float[Array, "C d d"]:
     """Gather the per-channel dense window matrices ``M = table[:, I]``."""
     return table[:, relative_position_index(window)]
 
@@ -96,8 +94,9 @@ def windowed_matmul_cached_reference(
     xw = window_partition(pad_to_window(x, window), window)
     # batch over channels: (c, b, i, j, q). (An einsum spelling of the same product hits
     # an unsupported bf16 x bf16 -> f32 dot layout on XLA:CPU in jax 0.10.2.)
-    y = lax.dot_general(xw, matrix.astype(x.dtype), (((4,), (1,)), ((3,), (0,))),
-                        preferred_element_type=acc)
+    y = lax.dot_general(
+        xw, matrix.astype(x.dtype), (((4,), (1,)), ((3,), (0,))), preferred_element_type=acc
+    )
     y = jnp.moveaxis(y, 0, 3)
     if residual:
         y = y + xw.astype(acc)
