@@ -192,3 +192,71 @@ def _show(value: Any) -> str:
     if v.ndim == 0:
         return repr(v.item())
     return f"array of shape {v.shape}"
+
+
+def python_int(value: Any, *, name: str, minimum: int | None = None) -> int:
+    """Check a static size is a Python int (not bool) and, optionally, ``>= minimum``.
+
+    A value of the wrong type raises ``TypeError``; one below ``minimum`` raises
+    ``ValueError``. Returns the value as an ``int``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be a Python int, got {type(value).__name__} {value!r}.")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {name}={int(value)}.")
+    return int(value)
+
+
+def real_scalar(value: Any, *, name: str) -> None:
+    """Check a continuous hyperparameter is a real number or array, not a str/None/bool."""
+    if value is None or isinstance(value, str | bytes | bool):
+        raise TypeError(
+            f"`{name}` must be a real number or array, got {type(value).__name__} {value!r}."
+        )
+    dt = jnp.result_type(value)
+    if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer)):
+        raise TypeError(f"`{name}` must be a real number or array, got dtype {dt}.")
+
+
+def guard_positive(x: Any, value: Any, *, name: str) -> Any:
+    """Return ``x`` guarded so that ``value`` must be finite and > 0, eagerly or traced.
+
+    The concrete case raises ``ValueError`` at once; a traced ``value`` gets an
+    ``eqx.error_if`` (NaN fails too: the predicate is ``~(value > 0)``, not
+    ``value <= 0``, because NaN compares False). Always use the result.
+    """
+    real_scalar(value, name=name)
+    v = jnp.asarray(value)
+    bad = ~jnp.all((v > 0) & jnp.isfinite(v))
+    return error_if(x, bad, f"`{name}` must be finite and > 0, got {name}={_show(value)}.")
+
+
+def guard_non_negative(x: Any, value: Any, *, name: str, allow_inf: bool = False) -> Any:
+    """Return ``x`` guarded so that ``value`` must be >= 0 (and finite unless ``allow_inf``)."""
+    real_scalar(value, name=name)
+    v = jnp.asarray(value)
+    ok = v >= 0
+    if not allow_inf:
+        ok = ok & jnp.isfinite(v)
+    req = ">= 0" if allow_inf else "finite and >= 0"
+    return error_if(x, ~jnp.all(ok), f"`{name}` must be {req}, got {name}={_show(value)}.")
+
+
+def guard_interval(
+    x: Any, value: Any, *, name: str, low: float, high: float, closed: str = "both"
+) -> Any:
+    """Return ``x`` guarded so that ``low <= value <= high`` (``closed`` as :func:`in_interval`).
+
+    NaN fails the check; works eagerly (``ValueError``) and under ``jit`` (``eqx.error_if``).
+    """
+    real_scalar(value, name=name)
+    v = jnp.asarray(value)
+    lo = v >= low if closed in ("both", "left") else v > low
+    hi = v <= high if closed in ("both", "right") else v < high
+    lb = "[" if closed in ("both", "left") else "("
+    rb = "]" if closed in ("both", "right") else ")"
+    return error_if(
+        x,
+        ~jnp.all(lo & hi),
+        f"`{name}` must lie in {lb}{low}, {high}{rb}, got {name}={_show(value)}.",
+    )

@@ -10,7 +10,9 @@ them on deliberately broken functions and see them fail):
 5. traced once across two values of every continuous hyperparameter;
 6. ``check_grads`` in x64 in the supported modes;
 7. output sharding preserved on an 8-device mesh (leading axis on ``data``);
-8. bad inputs raise the declared error type whose message names the argument.
+8. bad inputs raise the declared error type whose message names the argument;
+9. eager calls hit the compile cache: 30 eager calls with the same inputs compile
+   nothing after the first (counted with ``jax.monitoring``'s backend-compile event).
 """
 
 import dataclasses
@@ -22,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import monitoring
 from jax.test_util import check_grads
 
 TOL = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2, jnp.dtype(jnp.float64): 1e-10}
@@ -236,7 +239,41 @@ def check_bad_inputs(case: Case, key: jax.Array) -> None:
             raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
 
 
+_COMPILES = [0]
+
+
+def _on_duration(event: str, duration: float, **_: Any) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+monitoring.register_event_duration_secs_listener(_on_duration)
+
+EAGER_CALLS = 30
+
+
+def compile_count() -> int:
+    """Backend compilations seen so far in this process."""
+    return _COMPILES[0]
+
+
+def check_eager_cache(case: Case, key: jax.Array) -> None:
+    """30 eager calls with the same inputs: no compilation after the first call."""
+    args = case.make_args(key, jnp.float32)
+    jax.block_until_ready(case.call(args))
+    before = compile_count()
+    for i in range(EAGER_CALLS - 1):
+        jax.block_until_ready(case.call(args))
+        grown = compile_count() - before
+        assert grown == 0, (
+            f"{case.name}: eager call {i + 2} of {EAGER_CALLS} compiled {grown} new "
+            "function(s); wrap the public function (or its core) in a module-level "
+            "jax.jit with static choices static, or keep loop bodies at module level"
+        )
+
+
 CHECKS = {
+    "eager_cache": check_eager_cache,
     "jit": check_jit,
     "eval_shape": check_eval_shape,
     "vmap": check_vmap,

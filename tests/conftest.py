@@ -31,3 +31,37 @@ def key():
 def mesh8():
     """An explicit 1-D mesh of the 8 fake devices, axis ``data``."""
     return jax.make_mesh((8,), ("data",))
+
+
+# ------------------------------------------------------------------ per-area totals
+# `make test` ends with one line per area (seconds of test time summed over workers), so
+# anyone can see which area grew. Budgets are in tests/README.md.
+_AREA_SECONDS: dict[str, float] = {}
+_AREA_COUNTS: dict[str, int] = {}
+
+
+def _area(nodeid: str) -> str:
+    path, _, rest = nodeid.partition("::")
+    parts = path.split("/")
+    if len(parts) > 2:  # tests/<area>/test_x.py
+        return {"kernels_sampling": "kernels", "pod": "nn"}.get(parts[1], parts[1])
+    if parts[-1] == "test_conformance.py" and "[" in rest:  # tests/test_conformance.py::t[soft.x-jit]
+        name = rest.split("[", 1)[1]
+        return name.split(".", 1)[0].split("/", 1)[0].split("-", 1)[0]
+    return "core"
+
+
+def pytest_runtest_logreport(report):
+    area = _area(report.nodeid)
+    _AREA_SECONDS[area] = _AREA_SECONDS.get(area, 0.0) + report.duration
+    if report.when == "call":
+        _AREA_COUNTS[area] = _AREA_COUNTS.get(area, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _AREA_SECONDS:
+        return
+    tr = terminalreporter
+    tr.write_sep("-", "per-area test time (s, summed over workers; budgets: tests/README.md)")
+    for area, secs in sorted(_AREA_SECONDS.items(), key=lambda kv: -kv[1]):
+        tr.write_line(f"{area:14s} {secs:8.1f} s  {_AREA_COUNTS.get(area, 0):5d} tests")

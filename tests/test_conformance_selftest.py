@@ -68,6 +68,13 @@ def jit_differs(x, *, scale):  # uses a Python-side global counter: eager != jit
 jit_differs.calls = 0
 
 
+def compiles_per_call(x, *, scale):  # a loop body closure made per call: recompiles eagerly
+    def body(i, c):
+        return c * scale + i
+
+    return jax.lax.fori_loop(0, 3, body, jax.nn.softplus(jnp.asarray(x)))
+
+
 def test_good_function_passes_every_check(key, mesh8):
     for check in conformance.CHECKS.values():
         check(GOOD, key)
@@ -82,6 +89,7 @@ def test_good_function_passes_every_check(key, mesh8):
         (wrong_grad, "grads"),
         (unchecked, "bad_inputs"),
         (jit_differs, "jit"),
+        (compiles_per_call, "eager_cache"),
     ],
 )
 def test_suite_catches_broken_function(fn, check, key):
