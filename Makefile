@@ -6,13 +6,15 @@ STAMP := $(VENV)/.jaxkit-stamp
 PYTEST_WORKERS ?= 2
 NAME ?=
 
-.PHONY: demo test test-slow bench venv clean softjax-venv
+BENCH_STAMP := $(VENV)/.jaxkit-bench-stamp
+
+.PHONY: demo test test-slow lint bench venv clean softjax-venv
 
 # The venv is rebuilt whenever pyproject.toml or constraints.txt change.
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[all,test]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,test,lint]"
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,12 +25,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q --durations=15
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 # pytest exits 5 when no test is marked slow: that is not a failure.
 test-slow: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow --durations=15; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no slow tests"; exit 0; fi; exit $$rc
 
-bench: $(STAMP)
+# `make bench` adds the `bench` extra (anchors such as ott-jax) to the same venv.
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,test,lint,bench]"
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	@test -n "$(NAME)" || { echo "usage: make bench NAME=<area> [ARGS=--full]"; ls scripts/bench | grep -v '^_' | sed 's/\.py$$//'; exit 2; }
 	SOFTJAX_PYTHON=$${SOFTJAX_PYTHON:-$$(test -x .venv-softjax/bin/python && echo .venv-softjax/bin/python)} \
 	  $(PY) scripts/bench/$(NAME).py $(ARGS)

@@ -1,7 +1,10 @@
 """jaxkit: JAX-first functional implementations of recent research methods.
 
-Pure functions over pytrees, explicit ``key=`` arguments, no hidden ``jit``,
-sharding-preserving, with Pallas kernels beside their jnp references.
+Pure functions over pytrees, explicit keyword-only ``key=`` arguments, public
+functions jitted the way ``jax.numpy``'s are (once, at module level, static choices
+static and continuous hyperparameters traced, so eager calls hit the compile cache
+and sweeps never recompile), sharding-preserving, with Pallas kernels beside their
+jnp references.
 Subpackages are imported lazily (``jaxkit.soft``, ``jaxkit.nn``, ...), so
 ``import jaxkit`` stays cheap and optional dependencies stay optional.
 """
@@ -14,15 +17,13 @@ try:
 except importlib.metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
+# Only subpackages that exist: ``hasattr(jaxkit, "memory")`` is False until it lands.
 _SUBPACKAGES = (
     "decoding",
-    "diffusion",
-    "editing",
     "equivariance",
     "interop",
     "io",
     "kernels",
-    "memory",
     "nn",
     "privacy",
     "sharding",
@@ -35,3 +36,7 @@ def __getattr__(name: str):
     if name in _SUBPACKAGES:
         return importlib.import_module(f"jaxkit.{name}")
     raise AttributeError(f"module 'jaxkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SUBPACKAGES])

@@ -15,7 +15,70 @@ def test_positive_names_argument():
 
 
 def test_checks_skip_tracers():
-    jax.jit(lambda s: (_validate.positive(softness=s), s)[1])(jnp.float32(-1.0))
+    # the concrete check cannot see a tracer: the value passes through unchanged
+    out = jax.jit(lambda s: (_validate.positive(softness=s), s)[1])(jnp.float32(-1.0))
+    assert float(out) == -1.0
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_guard_positive_eager_and_traced(bad):
+    x = jnp.ones(3)
+    with pytest.raises(ValueError, match="`softness` must be finite and > 0"):
+        _validate.guard_positive(x, bad, name="softness")
+    f = jax.jit(lambda x, s: _validate.guard_positive(x, s, name="softness") * s)
+    np.testing.assert_allclose(f(x, 0.5), 0.5)
+    with pytest.raises(Exception, match="`softness` must be finite and > 0"):
+        jax.block_until_ready(f(x, bad))
+
+
+def test_guard_interval_and_non_negative_catch_nan():
+    x = jnp.ones(2)
+    f = jax.jit(lambda x, q: _validate.guard_interval(x, q, name="q", low=0.0, high=1.0))
+    np.testing.assert_allclose(f(x, 1.0), 1.0)
+    for bad in (-0.5, 1.5, float("nan")):
+        with pytest.raises(Exception, match=r"`q` must lie in \[0.0, 1.0\]"):
+            jax.block_until_ready(f(x, bad))
+    g = jax.jit(lambda x, c: _validate.guard_non_negative(x, c, name="c", allow_inf=True))
+    np.testing.assert_allclose(g(x, jnp.inf), 1.0)
+    with pytest.raises(Exception, match="`c` must be >= 0"):
+        jax.block_until_ready(g(x, jnp.nan))
+
+
+def test_python_int_and_real_scalar():
+    assert _validate.python_int(np.int64(3), name="n", minimum=1) == 3
+    for bad in (True, 2.0, "3", None):
+        with pytest.raises(TypeError, match="`n` must be a Python int"):
+            _validate.python_int(bad, name="n")
+    with pytest.raises(ValueError, match="`n` must be >= 1, got n=0"):
+        _validate.python_int(0, name="n", minimum=1)
+    for bad in ("0.1", None, True):
+        with pytest.raises(TypeError, match="`softness` must be a real number"):
+            _validate.real_scalar(bad, name="softness")
+
+
+def test_numerics_helpers():
+    from jaxkit import _numerics
+
+    assert _numerics.accumulation_dtype(jnp.bfloat16) == jnp.float32
+    assert _numerics.accumulation_dtype(jnp.float32) == jnp.float32
+    assert _numerics.accumulation_dtype(np.float64) == jnp.float64
+    rng = np.random.default_rng(0)
+    for n in (5, 40000):  # packed int32 sort, and the key-value sort above 2**15
+        perm = np.stack([rng.permutation(n) for _ in range(3)])
+        inv = np.asarray(_numerics.inverse_permutation(jnp.asarray(perm)))
+        want = np.argsort(perm, axis=-1)
+        np.testing.assert_array_equal(inv, want)
+
+
+def test_top_level_lists_only_existing_subpackages():
+    import importlib.util
+
+    import jaxkit
+
+    assert not hasattr(jaxkit, "memory")  # not built yet: False, not an exception
+    for name in jaxkit._SUBPACKAGES:
+        assert importlib.util.find_spec(f"jaxkit.{name}") is not None, name
+    assert "soft" in dir(jaxkit)
 
 
 def test_interval_and_options():
@@ -102,3 +165,63 @@ def test_rowwise_matches_global(mesh8):
 
 def test_eight_fake_devices():
     assert jax.device_count() == 8
+
+
+OPTIONAL_MODULES = (
+    "flax",
+    "haiku",
+    "numpyro",
+    "orbax",
+    "safetensors",
+    "dp_accounting",
+    "e3nn_jax",
+    "cvxpy",
+    "clarabel",
+    "sklearn",
+    "statsmodels",
+    "matplotlib",
+    "tqdm",
+    "ott",
+)
+
+
+def test_subpackage_imports_touch_no_optional_dependency():
+    # A core install (no extras) must import every subpackage: the optional
+    # dependencies are imported lazily, inside the functions that need them.
+    import subprocess
+    import sys
+
+    import jaxkit
+
+    code = (
+        "import importlib, sys\n"
+        f"subs = {list(jaxkit._SUBPACKAGES)!r}\n"
+        f"opt = {list(OPTIONAL_MODULES)!r}\n"
+        "bad = {}\n"
+        "for s in subs:\n"
+        "    importlib.import_module('jaxkit.' + s)\n"
+        "    got = [m for m in opt if m in sys.modules and m not in bad.get('_seen', [])]\n"
+        "    if got: bad[s] = got; bad.setdefault('_seen', []).extend(got)\n"
+        "bad.pop('_seen', None)\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
+    assert out == "{}", f"subpackage imports pulled in optional dependencies: {out}"
+
+
+def test_bench_line_without_target_says_null(capsys):
+    import json
+
+    from scripts.bench import _harness
+
+    t = _harness.Timing(median_s=1.0, compile_s=0.1, peak_mem_mb=None)
+    a = _harness.Timing(median_s=2.0, compile_s=None, peak_mem_mb=None)
+    kw = dict(bench="b", case="c", sizes={}, ours=t, anchor="a", anchor_t=a)
+    assert _harness.emit(**kw, target=None)["ok"] is None
+    assert _harness.emit(**kw, target=1.5)["ok"] is True
+    assert _harness.emit(**kw, target=3.0)["ok"] is False
+    assert _harness.emit(**{**kw, "anchor_t": None}, target=1.0)["ok"] is None
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["ok"] for x in lines] == [None, True, False, None]

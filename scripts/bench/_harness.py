@@ -9,7 +9,8 @@ non-JAX anchors). Every comparison prints one JSON line (DESIGN.md):
   {"bench","case","sizes","ours_s","ours_compile_s","anchor","anchor_s","ratio",
    "target","ok","peak_mem_mb","note"}   (+ "ours_err", "anchor_err" for accuracy)
 
-ratio = anchor_s / ours_s; ok = ratio >= target.
+ratio = anchor_s / ours_s; ok = ratio >= target, and ``null`` when the line has no
+target or no ratio (nothing to judge).
 """
 
 import argparse
@@ -124,7 +125,7 @@ def emit(
         "anchor_s": _r(anchor_s),
         "ratio": _r(ratio),
         "target": target,
-        "ok": (ratio is not None and target is not None and ratio >= target),
+        "ok": None if (ratio is None or target is None) else bool(ratio >= target),
         "peak_mem_mb": ours.peak_mem_mb if ours else None,
         "note": note,
     }
