@@ -59,10 +59,10 @@ def main() -> None:
         g = jax.random.normal(kg, (batch, h, w, c), jnp.float32)
         k7 = 0.05 * jax.random.normal(kk, (7, 7, c), jnp.float32)
 
-        def fwd(implementation):
+        def fwd(implementation, win=win):
             return lambda a, b: windowed_matmul(a, b, window=win, implementation=implementation)
 
-        def fwdbwd(f):
+        def fwdbwd(f, g=g):
             return jax.grad(lambda a, b: jnp.sum(f(a, b).astype(jnp.float32) * g), argnums=(0, 1))
 
         x32 = x.astype(jnp.float32)
