@@ -5,7 +5,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxkit import nn
+from jaxkit import io, nn
 
 
 @pytest.mark.parametrize("task", ["counting", "noisy_counting", "copy"])
@@ -25,7 +25,7 @@ def test_tasks_follow_their_rule(task, key):
 
 
 def test_fixture_loads_and_solves_its_task():
-    fx = nn.load_fixture("tiny_lm")
+    fx = io.load_fixture("tiny_lm")
     assert fx.info["task"] == "counting"
     n = sum(x.size for x in jax.tree.leaves(fx.params))
     assert 5_000 < n < 100_000
@@ -34,7 +34,7 @@ def test_fixture_loads_and_solves_its_task():
     pred = np.asarray(jnp.argmax(logits, -1))[:, 1:]
     assert np.mean(pred == np.asarray(d.tokens[:, 2:])) > 0.99
     with pytest.raises(ValueError, match="fixture"):
-        nn.load_fixture("does_not_exist")
+        io.load_fixture("does_not_exist")
 
 
 def test_param_specs_tensor_parallel_matches_replicated(key):

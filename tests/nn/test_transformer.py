@@ -153,7 +153,7 @@ def test_out_of_range_cache_writes_are_dropped():
     p = _params(seed=9)
     cap = 8
     toks = jax.random.randint(jax.random.key(6), (2, cap), 0, CFG.vocab_size)
-    fwd = jax.jit(lambda t, c: nn.apply(p, CFG, t, cache=c))
+    fwd = jax.jit(lambda t, c: nn.apply(p, CFG, t, cache=c, overflow="drop"))
     cache = nn.init_cache(CFG, batch=2, max_len=cap)
     cache = nn.commit(fwd(toks, cache).cache, jnp.array([6, 2], jnp.int32))
     before_k = np.asarray(cache.k)
