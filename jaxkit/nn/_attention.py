@@ -49,9 +49,46 @@ def set_rows(buf: Array, rows: Array, slots: Array, upd: Array) -> Array:
 
 
 def dense(x: Array, w: Array) -> Array:
-    """``x @ w`` over the last axis, accumulated in f32 (f64), cast to ``x.dtype``."""
+    """``x @ w`` over the last axis, accumulated in f32 (f64), cast to ``x.dtype``.
+
+    Under an explicit mesh the output keeps ``x``'s leading shardings and ``w``'s
+    output-axis sharding (a sharded contraction is reduced).
+    """
     acc = accumulation_dtype(x.dtype)
-    return jnp.matmul(x, w.astype(x.dtype), preferred_element_type=acc).astype(x.dtype)
+    spec = _explicit_spec(x)
+    kw = {}
+    if spec is not None:
+        w_spec = _explicit_spec(w)
+        out = w_spec[-1] if w_spec is not None and len(w_spec) == w.ndim else None
+        kw["out_sharding"] = jax.sharding.PartitionSpec(*_pad(spec, x.ndim)[:-1], out)
+    y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=acc, **kw)
+    return y.astype(x.dtype)
+
+
+def _pad(spec, nd: int) -> tuple:
+    return tuple(spec) + (None,) * (nd - len(spec))
+
+
+def split_last(x: Array, sizes: tuple[int, ...]) -> Array:
+    """Reshape the last axis into ``sizes`` (its explicit sharding goes to the first)."""
+    shape = (*x.shape[:-1], *sizes)
+    spec = _explicit_spec(x)
+    if spec is None:
+        return x.reshape(shape)
+    s = _pad(spec, x.ndim)
+    out = jax.sharding.PartitionSpec(*s[:-1], s[-1], *([None] * (len(sizes) - 1)))
+    return jax.lax.reshape(x, shape, out_sharding=out)
+
+
+def merge_last(x: Array, n: int) -> Array:
+    """Merge the last ``n`` axes into one (keeping the first one's explicit sharding)."""
+    shape = (*x.shape[:-n], math.prod(x.shape[-n:]))
+    spec = _explicit_spec(x)
+    if spec is None:
+        return x.reshape(shape)
+    s = _pad(spec, x.ndim)
+    out = jax.sharding.PartitionSpec(*s[:-n], s[-n])
+    return jax.lax.reshape(x, shape, out_sharding=out)
 
 
 def lead(w: Array, nd: int) -> Array:
@@ -147,14 +184,14 @@ def attend(q, k, v, mask):
     hkv = k.shape[2]
     g = h // hkv
     acc = accumulation_dtype(q.dtype)
-    qg = q.reshape(b, t, hkv, g, dh)
+    qg = split_last(merge_last(q, 2), (hkv, g, dh))
     s = jnp.einsum(
         "btkgd,bskd->bkgts", qg, k.astype(q.dtype), preferred_element_type=acc
     ) / jnp.asarray(math.sqrt(dh), acc)
     s = jnp.where(mask[:, None, None, :, :], s, jnp.asarray(-1e30, acc))
     p = jax.nn.softmax(s, axis=-1)
     o = jnp.einsum("bkgts,bskd->btkgd", p, v.astype(acc), preferred_element_type=acc)
-    return o.reshape(b, t, h, dh).astype(q.dtype)
+    return split_last(merge_last(o, 3), (h, dh)).astype(q.dtype)
 
 
 _attention_jit = jax.jit(attend)

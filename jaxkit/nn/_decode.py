@@ -13,16 +13,15 @@ from jaxtyping import Array, ArrayLike, Int, PyTree
 from jaxkit import _validate
 from jaxkit.nn._cache import KVCache, commit
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._forward import (
-    _apply_core,
-    _embed,
-    _unembed,
+from jaxkit.nn._forward import apply_traced, embed_traced, layers_core, unembed_traced
+from jaxkit.nn._params import (
     check_cache,
+    check_cfg,
     check_overflow,
+    check_params,
+    guard,
     guard_tokens,
-    layers_core,
 )
-from jaxkit.nn._params import check_cfg, check_params
 
 
 class StepOutput(NamedTuple):
@@ -44,7 +43,7 @@ def _prefill(params, tokens, lengths, *, cfg, max_len):
     out = layers_core(
         params,
         cfg,
-        _embed(params, tokens),
+        embed_traced(params, tokens),
         pos,
         None,
         None,
@@ -54,7 +53,7 @@ def _prefill(params, tokens, lengths, *, cfg, max_len):
         emit_kv=True,
     )
     k, v = out.cache
-    logits = _unembed(params, cfg, out.h)
+    logits = unembed_traced(params, cfg, out.h)
     # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked);
     # zero padding keeps the batch sharding of the prompts.
     pad = ((0, 0), (0, 0), (0, max_len - t), (0, 0), (0, 0))
@@ -100,7 +99,7 @@ def prefill(
     max_len = _validate.python_int(max_len, name="max_len")
     if max_len < t:
         raise ValueError(f"`max_len` must be >= the prompt length {t}, got max_len={max_len}.")
-    lengths = _validate.error_if(
+    lengths = guard(
         lengths, jnp.any((lengths < 1) | (lengths > t)), f"`lengths` must lie in [1, {t}]."
     )
     return _prefill(params, tokens, lengths, cfg=cfg, max_len=max_len)
@@ -108,7 +107,7 @@ def prefill(
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _decode_step(params, tokens, cache, *, cfg):
-    out = _apply_core(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=())
+    out = apply_traced(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=())
     return StepOutput(out.logits[:, 0], commit(out.cache, jnp.ones_like(out.cache.length)))
 
 

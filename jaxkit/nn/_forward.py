@@ -25,9 +25,11 @@ from jaxkit.nn._attention import (
     attend,
     dense,
     lead,
+    merge_last,
     rms_norm,
     rope,
     set_rows,
+    split_last,
     take_rows,
     window_mask,
 )
@@ -79,18 +81,18 @@ class LayersOutput(NamedTuple):
 # ----------------------------------------------------------------------------- pieces
 
 
-def _embed(params, tokens):
+def embed_traced(params, tokens):
     return take_rows(params["embed"], tokens)
 
 
-def _unembed(params, cfg, h):
+def unembed_traced(params, cfg, h):
     h = rms_norm(h, params["final_norm"], cfg.norm_eps)
     head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
     return dense(h, head)
 
 
-_embed_jit = jax.jit(_embed)
-_unembed_jit = jax.jit(_unembed, static_argnums=1)
+_embed_jit = jax.jit(embed_traced)
+_unembed_jit = jax.jit(unembed_traced, static_argnums=1)
 
 
 def embed(
@@ -142,9 +144,9 @@ def _block(cfg, lp, h, positions, mask, kv, slots):
         q = q + lead(lp["bq"].astype(q.dtype), 3)
         k = k + lead(lp["bk"].astype(k.dtype), 3)
         v = v + lead(lp["bv"].astype(v.dtype), 3)
-    q = q.reshape(b, t, H, Dh)
-    k = k.reshape(b, t, Hkv, Dh)
-    v = v.reshape(b, t, Hkv, Dh)
+    q = split_last(q, (H, Dh))
+    k = split_last(k, (Hkv, Dh))
+    v = split_last(v, (Hkv, Dh))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
@@ -161,7 +163,7 @@ def _block(cfg, lp, h, positions, mask, kv, slots):
     else:
         o = attend(q, k, v, mask)
         new = (k, v)
-    h = h + dense(o.reshape(b, t, H * Dh), lp["wo"])
+    h = h + dense(merge_last(o, 2), lp["wo"])
     x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
     h = h + dense(jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"]), lp["w_down"])
     return h, new
@@ -333,8 +335,8 @@ def run_layers(
     )
 
 
-def _apply_core(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect):
-    h = _embed(params, tokens) if tokens is not None else embeds
+def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect):
+    h = embed_traced(params, tokens) if tokens is not None else embeds
     b, t = h.shape[:2]
     if positions is None:
         base = jnp.arange(t, dtype=jnp.int32)[None, :]
@@ -355,10 +357,10 @@ def _apply_core(params, tokens, embeds, positions, cache, attn_mask, *, cfg, col
         collect=collect,
         emit_kv=False,
     )
-    return LMOutput(_unembed(params, cfg, out.h), out.cache, out.hidden)
+    return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden)
 
 
-apply_core = jax.jit(_apply_core, static_argnames=("cfg", "collect"))
+apply_core = jax.jit(apply_traced, static_argnames=("cfg", "collect"))
 
 
 def apply(

@@ -44,6 +44,16 @@ def check_params(params, cfg) -> None:
 OVERFLOW = ("error", "drop")
 
 
+def guard(x, pred, msg: str) -> Array:
+    """``x`` guarded by ``pred`` (ValueError eagerly, ``eqx.error_if`` under ``jit``).
+
+    The traced check runs on a zero scalar added to ``x``, so ``x`` keeps its
+    sharding (an ``error_if`` on a sharded array gathers it to one device).
+    """
+    x = jnp.asarray(x)
+    return x + _validate.error_if(jnp.zeros((), x.dtype), pred, msg)
+
+
 def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Array:
     """Integer ``tokens`` guarded so that an id outside ``[0, V)`` raises.
 
@@ -53,7 +63,7 @@ def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Arr
     _validate.integer(tokens, name=name)
     v = cfg.vocab_size
     bad = jnp.any((tokens < 0) | (tokens >= v))
-    return _validate.error_if(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
+    return guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
 
 
 def check_overflow(overflow) -> None:
@@ -72,7 +82,7 @@ def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) ->
     _validate.shape(cache.length, (b,), name="cache.length")
     if overflow == "error":
         s = cache.k.shape[2]
-        length = _validate.error_if(
+        length = guard(
             cache.length,
             jnp.any(cache.length + t > s),
             f"writing {t} new row(s) overflows the cache (capacity {s}): pass "

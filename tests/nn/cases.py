@@ -31,6 +31,19 @@ def _logits_from_embeds(inputs_embeds, params):
     return nn.apply(params, CFG, inputs_embeds=inputs_embeds).logits
 
 
+def _prefill(tokens, lengths):
+    return nn.prefill(_P32, CFG, tokens, lengths, max_len=6)
+
+
+def _prefill_then_step(tokens, prompt):
+    cache = nn.prefill(_P32, CFG, prompt, jnp.full_like(prompt[:, 0], 3), max_len=6).cache
+    return nn.decode_step(_P32, CFG, tokens, cache)
+
+
+def _tokens(key, shape):
+    return jax.random.randint(key, shape, 0, CFG.vocab_size)
+
+
 def _mlp_fwd(x, model):
     return jax.vmap(model)(x)
 
@@ -64,6 +77,44 @@ CASES = [
                 lambda key: ((jnp.ones((8, 4, 3)), _P32), {}),
                 TypeError,
                 "inputs_embeds",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.prefill",
+        fn=_prefill,
+        make_args=lambda key, dtype: (
+            _tokens(key, (8, 4)),
+            jax.random.randint(jax.random.fold_in(key, 1), (8,), 1, 5),
+        ),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "token id >= vocab",
+                lambda key: ((jnp.full((8, 4), 13), jnp.ones(8, int)), {}),
+                ValueError,
+                "tokens",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.decode_step",
+        fn=_prefill_then_step,
+        make_args=lambda key, dtype: (
+            _tokens(key, (8,)),
+            _tokens(jax.random.fold_in(key, 1), (8, 3)),
+        ),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "negative token id",
+                lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
+                ValueError,
+                "tokens",
             ),
         ),
     ),
