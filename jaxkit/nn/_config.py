@@ -34,13 +34,13 @@ class RopeScaling:
     """
 
     rope_type: str
-    factor: float
+    factor: float | int
     original_max_position_embeddings: int | None = None
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
+    low_freq_factor: float | int = 1.0
+    high_freq_factor: float | int = 4.0
+    beta_fast: float | int = 32.0
+    beta_slow: float | int = 1.0
+    attention_factor: float | int | None = None
 
     def __post_init__(self):
         if self.rope_type == "dynamic":
@@ -118,14 +118,14 @@ class TransformerConfig:
     n_kv_heads: int
     head_dim: int
     mlp_dim: int
-    rope_theta: float = 10000.0
+    rope_theta: float | int = 10000.0
     norm_eps: float = 1e-6
     qk_norm: bool = False
     qkv_bias: bool = False
     tie_embeddings: bool = False
     causal: bool = True
     family: str = "llama"
-    rope_scaling: RopeScaling | None = None
+    rope_scaling: RopeScaling | dict | None = None
     sliding_window: int | None = None
     max_window_layers: int = 0
 

@@ -227,7 +227,7 @@ def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, col
     else:
         # Committed slot j holds logical position j; the new rows hold `positions`.
         s = cache.k.shape[2]
-        k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)
+        k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
         k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
         win = window_mask(positions, k_pos, cfg.sliding_window)
 

@@ -21,6 +21,7 @@ And ``"copy"``: ``[a_1..a_k, SEP, a_1..a_k]`` with ``a_i ~ U{0..15}``,
 ``k = (length-1)//2``, ``SEP`` = 16 (V = 17). Targets after SEP are determined.
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -140,12 +141,22 @@ def tiny_task(
         level = _validate.python_int(level, name="level", minimum=0)
         if level >= len(NOISY_RHO):
             raise ValueError(f"`level` must be < {len(NOISY_RHO)}, got level={level}.")
+    if task == "noisy_counting" and length < NOISY_PROMPT_LEN + 1:
+        raise ValueError(f"`length` must be >= 5 for 'noisy_counting', got length={length}.")
+    tokens, mask = _sample(key, task=task, batch=batch, length=length, level=level)
+    return TinyTask(tokens, mask, _prompt_len(task, length))
+
+
+def _prompt_len(task: str, length: int) -> int:
+    return {"counting": 2, "noisy_counting": NOISY_PROMPT_LEN}.get(task, (length - 1) // 2 + 1)
+
+
+@functools.partial(jax.jit, static_argnames=("task", "batch", "length", "level"))
+def _sample(key, *, task, batch, length, level):
     if task == "counting":
-        return _count(key, batch, length, n=16, levels=(0.0,), level=None)
+        return _count(key, batch, length, n=16, levels=(0.0,), level=None)[:2]
     if task == "noisy_counting":
-        if length < NOISY_PROMPT_LEN + 1:
-            raise ValueError(f"`length` must be >= 5 for 'noisy_counting', got length={length}.")
-        return _count(key, batch, length, n=NOISY_N, levels=NOISY_RHO, level=level)
+        return _count(key, batch, length, n=NOISY_N, levels=NOISY_RHO, level=level)[:2]
     k = (length - 1) // 2
     a = jax.random.randint(key, (batch, k), 0, 16, jnp.int32)
     sep = jnp.full((batch, 1), COPY_SEP_ID, jnp.int32)
@@ -155,7 +166,7 @@ def tiny_task(
         toks = jnp.concatenate([toks, jnp.zeros((batch, pad), jnp.int32)], axis=1)
     t = jnp.arange(length)[None, :]
     mask = (t > k) & (t <= 2 * k)
-    return TinyTask(toks, jnp.broadcast_to(mask, (batch, length)), k + 1)
+    return toks, jnp.broadcast_to(mask, (batch, length))
 
 
 def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) -> Array:
@@ -180,6 +191,12 @@ def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) 
     L = tokens.shape[1]
     if not 1 <= start < L:
         raise ValueError(f"`start` must lie in [1, {L}), got start={start}.")
+    return _accuracy(tokens, task=task, start=start)
+
+
+@functools.partial(jax.jit, static_argnames=("task", "start"))
+def _accuracy(tokens, *, task, start):
+    L = tokens.shape[1]
     t = jnp.arange(L)[None, :]
     if task == "copy":
         k = (L - 1) // 2
