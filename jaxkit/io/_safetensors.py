@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkit.io._hf_config import config_to_hf
-from jaxkit.nn import TransformerConfig, param_specs
+from jaxkit.nn import TransformerConfig, param_shapes, param_specs
 
 _SINGLE = "model.safetensors"
 _INDEX = "model.safetensors.index.json"
@@ -69,43 +69,15 @@ def _safe():
 
 
 def _layer_keys(cfg: TransformerConfig) -> list[str]:
-    keys = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
-    if cfg.qkv_bias:
-        keys += ["bq", "bk", "bv"]
-    if cfg.qk_norm:
-        keys += ["q_norm", "k_norm"]
-    return keys
+    return list(param_shapes(cfg)["layers"])
 
 
 def _shapes(cfg: TransformerConfig) -> dict:
-    """Jaxkit parameter shapes (per layer for layer keys)."""
-    D, H, Hkv, Dh, F, V = (
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.n_kv_heads,
-        cfg.head_dim,
-        cfg.mlp_dim,
-        cfg.vocab_size,
-    )
-    return {
-        "embed": (V, D),
-        "final_norm": (D,),
-        "lm_head": (D, V),
-        "attn_norm": (D,),
-        "wq": (D, H * Dh),
-        "wk": (D, Hkv * Dh),
-        "wv": (D, Hkv * Dh),
-        "wo": (H * Dh, D),
-        "bq": (H * Dh,),
-        "bk": (Hkv * Dh,),
-        "bv": (Hkv * Dh,),
-        "q_norm": (Dh,),
-        "k_norm": (Dh,),
-        "mlp_norm": (D,),
-        "w_gate": (D, F),
-        "w_up": (D, F),
-        "w_down": (F, D),
-    }
+    """The parameter shapes, per layer for the layer keys."""
+    s = param_shapes(cfg)
+    out = {k: v for k, v in s.items() if k != "layers"}
+    out.update({k: v[1:] for k, v in s["layers"].items()})
+    return out
 
 
 # ----------------------------------------------------------------------------- reading

@@ -127,53 +127,58 @@ def check_h(h, cfg, name):
     return h
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
-def _init_params(key, *, cfg, dtype):
-    L, D, H, Hkv, Dh, F, V = (
-        cfg.n_layers,
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.n_kv_heads,
-        cfg.head_dim,
-        cfg.mlp_dim,
-        cfg.vocab_size,
-    )
-    wq, wk, wv, wo, wg, wu, wd, emb, head = normal_pieces(
-        key,
-        [
-            ((L, D, H * Dh), D),
-            ((L, D, Hkv * Dh), D),
-            ((L, D, Hkv * Dh), D),
-            ((L, H * Dh, D), H * Dh),
-            ((L, D, F), D),
-            ((L, D, F), D),
-            ((L, F, D), F),
-            ((V, D), 1.0),
-            ((D, V) if not cfg.tie_embeddings else (0,), D),
-        ],
-        dtype,
-    )
+def param_shapes(cfg: TransformerConfig) -> dict:
+    """The shapes of :func:`init_params`'s pytree (a dict of tuples, same structure).
+
+    Layer weights are ``[in, out]`` and stacked on a leading ``n_layers`` axis.
+    """
+    check_cfg(cfg)
+    L, D, F, V = cfg.n_layers, cfg.d_model, cfg.mlp_dim, cfg.vocab_size
+    q, kv, dh = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.head_dim
     layers = {
-        "attn_norm": jnp.ones((L, D), dtype),
-        "wq": wq,
-        "wk": wk,
-        "wv": wv,
-        "wo": wo,
-        "mlp_norm": jnp.ones((L, D), dtype),
-        "w_gate": wg,
-        "w_up": wu,
-        "w_down": wd,
+        "attn_norm": (L, D),
+        "wq": (L, D, q),
+        "wk": (L, D, kv),
+        "wv": (L, D, kv),
+        "wo": (L, q, D),
+        "mlp_norm": (L, D),
+        "w_gate": (L, D, F),
+        "w_up": (L, D, F),
+        "w_down": (L, F, D),
     }
     if cfg.qkv_bias:
-        layers["bq"] = jnp.zeros((L, H * Dh), dtype)
-        layers["bk"] = jnp.zeros((L, Hkv * Dh), dtype)
-        layers["bv"] = jnp.zeros((L, Hkv * Dh), dtype)
+        layers.update(bq=(L, q), bk=(L, kv), bv=(L, kv))
     if cfg.qk_norm:
-        layers["q_norm"] = jnp.ones((L, Dh), dtype)
-        layers["k_norm"] = jnp.ones((L, Dh), dtype)
-    params = {"embed": emb, "layers": layers, "final_norm": jnp.ones((D,), dtype)}
+        layers.update(q_norm=(L, dh), k_norm=(L, dh))
+    out = {"embed": (V, D), "layers": layers, "final_norm": (D,)}
     if not cfg.tie_embeddings:
-        params["lm_head"] = head
+        out["lm_head"] = (D, V)
+    return out
+
+
+_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
+def _init_params(key, *, cfg, dtype):
+    shapes = param_shapes(cfg)
+    ls = shapes["layers"]
+    head = shapes.get("lm_head", (0,))
+    # One draw, in this order (fan-in = the input axis; embeddings unit variance).
+    d = shapes["embed"][1]
+    specs = [(ls[k], ls[k][1]) for k in _WEIGHTS] + [(shapes["embed"], 1.0), (head, d)]
+    drawn = normal_pieces(key, specs, dtype)
+    layers = dict(zip(_WEIGHTS, drawn[: len(_WEIGHTS)], strict=True))
+    for k, shp in ls.items():
+        if k not in layers:  # norms 1, biases 0
+            layers[k] = (jnp.zeros if k.startswith("b") else jnp.ones)(shp, dtype)
+    params = {
+        "embed": drawn[-2],
+        "layers": layers,
+        "final_norm": jnp.ones(shapes["final_norm"], dtype),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = drawn[-1]
     return params
 
 

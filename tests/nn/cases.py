@@ -55,6 +55,7 @@ def _cnn_fwd(x, model):
 CASES = [
     Case(
         name="nn.apply/tokens",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit"),
         fn=_logits_from_tokens,
         make_args=lambda key, dtype: (jax.random.randint(key, (8, 5), 0, CFG.vocab_size),),
         grad_modes=(),  # integer tokens; gradients are covered by the embeds case
@@ -63,6 +64,7 @@ CASES = [
     ),
     Case(
         name="nn.apply/inputs_embeds",
+        slow_checks=("dtypes", "vmap"),  # bf16: test_transformer.py
         fn=_logits_from_embeds,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 4, CFG.d_model), dtype),
@@ -82,6 +84,7 @@ CASES = [
     ),
     Case(
         name="nn.prefill",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
         fn=_prefill,
         make_args=lambda key, dtype: (
             _tokens(key, (8, 4)),
@@ -101,6 +104,7 @@ CASES = [
     ),
     Case(
         name="nn.decode_step",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
         fn=_prefill_then_step,
         make_args=lambda key, dtype: (
             _tokens(key, (8,)),
@@ -140,6 +144,7 @@ CASES = [
     ),
     Case(
         name="nn.SmallCNN/vmap",
+        slow_checks=("dtypes", "grads", "vmap"),  # MLP keeps the full set
         fn=_cnn_fwd,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 1, 4, 4), dtype),
