@@ -56,14 +56,14 @@ def test_synthetic_tokens_depend_only_on_seed_and_step():
 def test_one_device_and_eight_devices_give_the_same_losses():
     assert jax.device_count() == 8
     with _user_program():
-        one = pod.train(steps=20, devices=jax.devices()[:1])
-        eight = pod.train(steps=20, model_parallel=2)  # mesh data=4 x model=2
+        one = pod.train(steps=10, devices=jax.devices()[:1])
+        eight = pod.train(steps=10, model_parallel=2)  # mesh data=4 x model=2
     assert one["mesh"] == {"data": 1, "model": 1}
     assert eight["mesh"] == {"data": 4, "model": 2}
     l1, l8 = np.asarray(one["losses"]), np.asarray(eight["losses"])
-    assert l1.shape == (20,)
+    assert l1.shape == (10,)
     np.testing.assert_allclose(l8, l1, rtol=0, atol=1e-5)
-    assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16)
+    assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16; 4.7 -> 2.8 here)
     for a, b in zip(jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
