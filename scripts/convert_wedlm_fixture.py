@@ -7,7 +7,9 @@ The old file held the float32 parameters under ``"<key>"`` / ``"layers/<key>"``,
 ``TransformerConfig`` fields as JSON in ``__config__`` and the training metadata in
 ``__meta__``. The output is the folder format of ``jaxkit.io.load_fixture``
 (``config.json`` + ``model.safetensors`` + ``task.json``). The script checks that
-every weight loads back bit-identical before it returns.
+every weight loads back bit-identical before it returns. The ``.npz`` is no longer
+in the tree; to rerun, take it from history first:
+``git show dcc9367:jaxkit/_fixtures/wedlm_counting.npz > /tmp/wedlm_counting.npz``.
 """
 
 import argparse
