@@ -197,11 +197,11 @@ def attend(q, k, v, mask):
 _attention_jit = jax.jit(attend)
 
 
+_KV = Float[ArrayLike, "B S Hkv Dh"]
+
+
 def attention(
-    q: Float[ArrayLike, "B T H Dh"],
-    k: Float[ArrayLike, "B S Hkv Dh"],
-    v: Float[ArrayLike, "B S Hkv Dh"],
-    mask: Bool[ArrayLike, "B T S"],
+    q: Float[ArrayLike, "B T H Dh"], k: _KV, v: _KV, mask: Bool[ArrayLike, "B T S"]
 ) -> Float[Array, "B T H Dh"]:
     """Grouped-query dense masked softmax attention, accumulated in f32 (f64).
 

@@ -36,10 +36,9 @@ from jaxkit.nn._attention import (
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._params import (
-    check_cache,
     check_cfg,
     check_h,
-    check_mask,
+    check_inputs,
     check_overflow,
     check_params,
     check_range,
@@ -101,8 +100,8 @@ def embed(
     """Token embeddings ``params["embed"][tokens]`` (``[B, T, D]``).
 
     Args:
-      params: Model parameters.
-      cfg: Model configuration.
+      params: Model parameters; only the ``embed`` table ``[V, D]`` is read.
+      cfg: Model configuration (gives V).
       tokens: ``int[B, T]`` token ids in ``[0, V)`` (others raise).
 
     Returns:
@@ -324,12 +323,9 @@ def run_layers(
     stop, collect = check_range(start, stop, collect, cfg)
     h = check_h(h, cfg, "h")
     b, t, _ = h.shape
-    positions = jnp.asarray(positions)
-    _validate.integer(positions, name="positions")
-    _validate.shape(positions, (b, t), name="positions")
-    if cache is not None:
-        cache = check_cache(cache, cfg, b, t, overflow)
-    mask = check_mask(attn_mask, b, t, t if cache is None else cache.k.shape[2])
+    if positions is None:
+        raise TypeError("`positions` must be an int[B, T] array, got None.")
+    positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
     return _run_layers_jit(
         params, cfg, h, positions, cache, mask, start=start, stop=stop, collect=collect
     )
@@ -416,12 +412,6 @@ def apply(
     else:
         embeds = check_h(inputs_embeds, cfg, "inputs_embeds").astype(params["embed"].dtype)
         b, t = embeds.shape[:2]
-    if positions is not None:
-        positions = jnp.asarray(positions)
-        _validate.integer(positions, name="positions")
-        _validate.shape(positions, (b, t), name="positions")
-    if cache is not None:
-        cache = check_cache(cache, cfg, b, t, overflow)
-    mask = check_mask(attn_mask, b, t, t if cache is None else cache.k.shape[2])
+    positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
     _, collect = check_range(0, None, collect, cfg)
     return apply_core(params, tokens, embeds, positions, cache, mask, cfg=cfg, collect=collect)

@@ -118,6 +118,18 @@ def check_mask(attn_mask, b, t, s):
     return mask
 
 
+def check_inputs(cfg, b, t, positions, cache, attn_mask, overflow):
+    """Check ``positions`` (or None), ``cache`` (guarding overflow) and ``attn_mask``."""
+    if positions is not None:
+        positions = jnp.asarray(positions)
+        _validate.integer(positions, name="positions")
+        _validate.shape(positions, (b, t), name="positions")
+    if cache is not None:
+        cache = check_cache(cache, cfg, b, t, overflow)
+    mask = check_mask(attn_mask, b, t, t if cache is None else cache.k.shape[2])
+    return positions, cache, mask
+
+
 def check_h(h, cfg, name):
     h = jnp.asarray(h)
     _validate.floating(h, name=name)
