@@ -265,6 +265,46 @@ def load_safetensors(
     return {k: params[k] for k in ("embed", "layers", "final_norm", "lm_head") if k in params}
 
 
+# ----------------------------------------------------------------------------- raw tensors
+
+
+def save_tensors(tensors: dict, path, *, metadata: dict | None = None) -> pathlib.Path:
+    """Write named arrays to one ``.safetensors`` file (any layout, e.g. a LoRA adapter).
+
+    Args:
+      tensors: ``{name: array}``; arrays are converted to contiguous NumPy arrays.
+      path: The output file (its folder is created if needed).
+      metadata: Optional ``{str: str}`` header metadata.
+
+    Returns:
+      The written path.
+    """
+    st = _safe()
+    if not isinstance(tensors, dict) or not tensors:
+        raise ValueError("`tensors` must be a non-empty dict of named arrays.")
+    out = pathlib.Path(os.fspath(path))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.ascontiguousarray(jax.device_get(v)) for k, v in tensors.items()}
+    st.numpy.save_file(arrays, str(out), metadata=metadata)
+    return out
+
+
+def load_tensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of one ``.safetensors`` file, as NumPy arrays (never downloads).
+
+    Raises:
+      FileNotFoundError: If ``path`` does not exist.
+      ValueError: If ``path`` is not a readable safetensors file (the message names
+        ``path``).
+    """
+    p = pathlib.Path(os.fspath(path))
+    if p.is_dir() or p.name.endswith(".json"):
+        raise ValueError(f"`path` must be a .safetensors file, got {str(p)!r}.")
+    r = _Reader(p)
+    f = r._open(str(p))
+    return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}
+
+
 # ----------------------------------------------------------------------------- writing
 
 
@@ -316,7 +356,7 @@ def save_safetensors(
     Returns:
       The output directory.
     """
-    st = _safe()
+    _safe()  # the ImportError naming the extra comes first
     if max_shard_bytes is not None and (
         not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0
     ):
@@ -331,7 +371,7 @@ def save_safetensors(
     meta = {"format": "pt"}
     total = sum(a.nbytes for a in tensors.values())
     if max_shard_bytes is None or total <= max_shard_bytes:
-        st.numpy.save_file(tensors, str(out / _SINGLE), metadata=meta)
+        save_tensors(tensors, out / _SINGLE, metadata=meta)
         return out
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
@@ -346,7 +386,7 @@ def save_safetensors(
     weight_map = {}
     for k, shard in enumerate(shards, start=1):
         fname = f"model-{k:0{width}d}-of-{n:0{width}d}.safetensors"
-        st.numpy.save_file(shard, str(out / fname), metadata=meta)
+        save_tensors(shard, out / fname, metadata=meta)
         weight_map.update({name: fname for name in shard})
     index = {"metadata": {"total_size": int(total)}, "weight_map": weight_map}
     (out / _INDEX).write_text(json.dumps(index, indent=2) + "\n")

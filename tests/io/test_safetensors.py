@@ -213,3 +213,23 @@ def test_errors_missing_corrupt_missing_tensor(setup, tmp_path):
     victim.unlink()
     with pytest.raises(FileNotFoundError, match=victim.name):
         io.load_safetensors(sh, CFG)
+
+
+def test_raw_tensors_roundtrip_and_errors(tmp_path):
+    # the primitive adapter files (e.g. a PEFT LoRA adapter) go through
+    t = {"a.lora_A.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(2)}
+    path = io.save_tensors(t, tmp_path / "sub" / "adapter_model.safetensors", metadata={"k": "v"})
+    back = io.load_tensors(path)
+    assert set(back) == set(t)
+    for k in t:
+        np.testing.assert_array_equal(back[k], t[k])
+    with pytest.raises(FileNotFoundError, match="nope"):
+        io.load_tensors(tmp_path / "nope.safetensors")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="`path`"):
+        io.load_tensors(tmp_path / "config.json")
+    (tmp_path / "junk.safetensors").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="`path`"):
+        io.load_tensors(tmp_path / "junk.safetensors")
+    with pytest.raises(ValueError, match="tensors"):
+        io.save_tensors({}, tmp_path / "empty.safetensors")
