@@ -2,9 +2,10 @@
 
 The cache is a plain ``NamedTuple`` of arrays (a pytree), so it passes through
 ``jit``, ``vmap``, ``lax.scan`` and ``lax.while_loop`` unchanged in structure.
-Writes of new rows are scatters with ``mode="drop"`` (see
-:func:`jaxkit.nn.run_layers`): a row whose physical slot is past the buffer end is
-dropped, never clamped onto earlier slots.
+Writes past the capacity are an explicit choice of ``apply`` / ``run_layers`` /
+``decode_step``: ``overflow="error"`` (the default) raises, ``overflow="drop"``
+drops the rows whose physical slot is past the buffer end (a scatter with
+``mode="drop"``, never clamped onto earlier slots).
 """
 
 from typing import NamedTuple
