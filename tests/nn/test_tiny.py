@@ -26,17 +26,17 @@ def test_one_counting_task_the_wedlm_fixture_was_trained_on(key):
     spec = nn.NOISY_COUNTING
     assert (spec.n_symbols, spec.mask_id, spec.level_ids) == (32, 32, (33, 34, 35))
     assert spec.rho == (0.0, 0.05, 0.2) and spec.steps == (1, 2, 3)
-    d = nn.tiny_task("noisy_counting", key=key, batch=256, length=10, level=2)
+    d = nn.tiny_task("noisy_counting", key=key, batch=16, length=12)  # compiled above
     t = np.asarray(d.tokens)
-    assert d.prompt_len == spec.prompt_len == 4 and np.all(t[:, 0] == 35)
+    assert d.prompt_len == spec.prompt_len == 4 and set(t[:, 0]) <= {33, 34, 35}
     steps = (t[:, 2] - t[:, 1]) % 32
-    assert set(steps.tolist()) == {1, 2, 3}  # the fixture's steps (not 1..4)
+    assert set(steps.tolist()) <= {1, 2, 3} and len(set(steps.tolist())) > 1  # not 1..4
     np.testing.assert_array_equal((t[:, 1] + 2 * steps) % 32, t[:, 3])  # clean prompt
-    flips = np.mean((t[:, 3:-1] + steps[:, None]) % 32 != t[:, 4:])
-    assert 0.1 < flips < 0.3  # rho = 0.2 (a flip to the right value is rare)
+    off_rule = (t[:, 3:-1] + steps[:, None]) % 32 != t[:, 4:]
+    assert not off_rule[t[:, 0] == 33].any() and off_rule[t[:, 0] == 35].any()  # rho 0 / 0.2
     # a non-symbol token never follows the rule (the old modular test accepted 33 - 1)
     ok = t.copy()
-    ok[:, 4:] = (t[:, 3:4] + steps[:, None] * np.arange(1, 7)) % 32
+    ok[:, 4:] = (t[:, 3:4] + steps[:, None] * np.arange(1, 9)) % 32
     ok[0, 5] = (ok[0, 4] + steps[0]) % 32 + 32
     acc = np.asarray(nn.tiny_task_accuracy("noisy_counting", ok, start=4))
     assert acc[0] < 1.0 and np.all(acc[1:] == 1.0)
@@ -49,16 +49,17 @@ def test_fixtures_load_through_io_and_solve_their_task():
     assert isinstance(fx, io.Fixture) and fx.info["task"] == "counting"
     n = sum(x.size for x in jax.tree.leaves(fx.params))
     assert 5_000 < n < 100_000
-    d = nn.tiny_task("counting", key=jax.random.key(99), batch=32, length=16)
+    d = nn.tiny_task("counting", key=jax.random.key(99), batch=16, length=12)
     logits = nn.apply(fx.params, fx.cfg, d.tokens[:, :-1]).logits
     pred = np.asarray(jnp.argmax(logits, -1))[:, 1:]
     assert np.mean(pred == np.asarray(d.tokens[:, 2:])) > 0.99
     # the WeDLM model, same on-disk format: greedy next tokens follow the clean rule
     we = io.load_fixture("wedlm_counting")
     assert we.info["task"] == "noisy_counting" and we.cfg.vocab_size == nn.NOISY_COUNTING.vocab
-    d = nn.tiny_task("noisy_counting", key=jax.random.key(7), batch=32, length=16, level=0)
+    d = nn.tiny_task("noisy_counting", key=jax.random.key(7), batch=16, length=12)
     logits = nn.apply(we.params, we.cfg, d.tokens[:, :-1]).logits
-    pred = np.asarray(jnp.argmax(logits, -1))[:, 3:]
-    assert np.mean(pred == np.asarray(d.tokens[:, 4:])) > 0.95
+    clean = np.asarray(d.tokens[:, 0] == 33)  # level 0: the rule holds exactly
+    pred = np.asarray(jnp.argmax(logits, -1))[clean, 3:]
+    assert clean.sum() >= 3 and np.mean(pred == np.asarray(d.tokens)[clean, 4:]) > 0.95
     with pytest.raises(ValueError, match="wedlm_counting"):
         io.load_fixture("does_not_exist")

@@ -242,11 +242,9 @@ def test_encoder_is_bidirectional(key):
     assert "lm_head" not in p
     t1 = jnp.array([[1, 2, 3, 4]])
     t2 = t1.at[0, 3].set(7)
-    a, b = nn.apply(p, cfg, t1).logits, nn.apply(p, cfg, t2).logits
-    assert not np.allclose(a[0, 0], b[0, 0])  # position 0 sees position 3
-    causal = nn.TransformerConfig(**{**cfg.__dict__, "causal": True})
-    a, b = nn.apply(p, causal, t1).logits, nn.apply(p, causal, t2).logits
-    np.testing.assert_array_equal(a[0, :3], b[0, :3])
+    out = nn.apply(p, cfg, jnp.concatenate([t1, t2])).logits
+    assert not np.allclose(out[0, 0], out[1, 0])  # position 0 sees position 3
+    # (the causal model's blindness to later tokens: the cached-decoding tests)
 
 
 def test_bf16_runs_and_keeps_dtype(p, toks):
