@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit import nn
+from jaxkit import io, nn
 
 
 def _generate_cached(params, cfg, prompts, n_new):
@@ -67,7 +67,7 @@ def main(
     *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
 ) -> dict:
     del data_dir  # the model ships with jaxkit
-    fx = nn.load_fixture("tiny_lm")
+    fx = io.load_fixture("tiny_lm")
     params, cfg = fx.params, fx.cfg
     n_prompts, n_new, p_len = (16, 20, 3) if quick else (64, 21, 3)
     data = nn.tiny_task("counting", key=jax.random.key(seed), batch=n_prompts, length=p_len + n_new)

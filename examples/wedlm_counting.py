@@ -21,6 +21,7 @@ import time
 import jax
 import numpy as np
 
+from jaxkit import io
 from jaxkit.decoding import _counting as C
 from jaxkit.decoding import ar_generate, wedlm_generate
 
@@ -133,7 +134,7 @@ def main(
     *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
 ) -> dict:
     del data_dir  # the model is a committed fixture
-    params, cfg, meta = C.load_fixture()
+    params, cfg, meta = io.load_fixture(C.FIXTURE)
     taus = [0.4, 0.8, 1.2] if quick else [0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.2, 1.6]
     # W=4: on CPU a forward's cost grows with its physical width (2W slots), and at
     # tau >= 0.8 the fixture already reaches W=4's bound of N/W forwards per prompt

@@ -2,8 +2,9 @@
 
     python scripts/train_tiny_lm.py --task counting --out jaxkit/_fixtures/tiny_lm
 
-Writes ``config.json`` + ``model.safetensors`` (via ``jaxkit.io.save_safetensors``)
-and ``task.json`` (task, length, steps, seed, measured accuracy). The functions
+Writes the fixture format of ``jaxkit.io.load_fixture`` with ``jaxkit.io.save_fixture``:
+``config.json`` + ``model.safetensors`` and ``task.json`` (task, length, steps, seed,
+measured accuracy). The functions
 ``train`` and ``evaluate`` are importable for other fixtures (``--task`` selects
 the synthetic task; see ``jaxkit.nn.tiny_task``).
 """
@@ -106,7 +107,7 @@ def evaluate(params, cfg, task: str, *, length: int = 24, n: int = 256, seed: in
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", default="counting", choices=list(nn._tiny.TASKS))
+    p.add_argument("--task", default="counting", choices=list(nn.TINY_TASKS))
     p.add_argument("--out", default=str(ROOT / "jaxkit" / "_fixtures" / "tiny_lm"))
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch", type=int, default=64)
@@ -130,7 +131,6 @@ def main() -> None:
     secs = time.perf_counter() - t0
     acc = evaluate(params, cfg, args.task, length=args.length)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    out = io.save_safetensors(params, cfg, args.out)
     info = {
         "task": args.task,
         "length": args.length,
@@ -144,7 +144,7 @@ def main() -> None:
         "train_seconds": round(secs, 1),
         "script": "scripts/train_tiny_lm.py",
     }
-    (out / "task.json").write_text(json.dumps(info, indent=2) + "\n")
+    out = io.save_fixture(params, cfg, args.out, info)
     size = sum(f.stat().st_size for f in out.iterdir())
     print(json.dumps({**info, "bytes": size, "out": os.path.relpath(out, ROOT)}))
 

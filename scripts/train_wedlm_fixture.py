@@ -1,11 +1,13 @@
-"""Train the tiny WeDLM counting model committed as jaxkit/_fixtures/wedlm_counting.npz.
+"""Train the tiny WeDLM counting model committed as jaxkit/_fixtures/wedlm_counting/.
 
 A 2-layer, d_model-64 causal transformer trained from scratch with the WeDLM
-dual-stream objective ((L_mlm + L_ar) / 2, block size 8) on the counting task of
-``jaxkit.decoding._counting`` (three noise levels mixed), AdamW with warmup and
+dual-stream objective ((L_mlm + L_ar) / 2, block size 8) on the ``noisy_counting`` task of
+``jaxkit.nn.tiny_task`` (three noise levels mixed), AdamW with warmup and
 cosine decay. Deterministic for a given --seed. Usage:
 
-    python scripts/train_wedlm_fixture.py [--steps 1500] [--out jaxkit/_fixtures/wedlm_counting.npz]
+    python scripts/train_wedlm_fixture.py [--steps 1500] [--out jaxkit/_fixtures/wedlm_counting]
+
+Writes the fixture format of ``jaxkit.io.load_fixture`` (``jaxkit.io.save_fixture``).
 """
 
 import argparse
@@ -21,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from jaxkit import nn  # noqa: E402
+from jaxkit import io, nn  # noqa: E402
 from jaxkit.decoding import _counting as C  # noqa: E402
 from jaxkit.decoding import dual_stream_batch, wedlm_loss  # noqa: E402
 
@@ -35,7 +37,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block", type=int, default=8)
-    p.add_argument("--out", default=str(C.FIXTURE))
+    p.add_argument("--out", default=os.path.join(ROOT, "jaxkit", "_fixtures", C.FIXTURE))
     args = p.parse_args()
 
     cfg = nn.TransformerConfig(
@@ -83,7 +85,8 @@ def main() -> None:
             )
     wall = time.perf_counter() - t0
     meta = {
-        "task": "counting mod 32, d in {1,2,3}, rho in {0, 0.05, 0.2}",
+        "task": "noisy_counting",
+        "rule": "counting mod 32, d in {1,2,3}, rho in {0, 0.05, 0.2}",
         "steps": args.steps,
         "batch": args.batch,
         "lr": args.lr,
@@ -94,8 +97,9 @@ def main() -> None:
         "train_seconds": round(wall, 1),
         "mask_token_id": C.MASK_ID,
     }
-    C.save_fixture(args.out, params, cfg, meta)
-    print(f"wrote {args.out} ({os.path.getsize(args.out) / 1024:.0f} KiB) in {wall:.0f}s")
+    out = io.save_fixture(params, cfg, args.out, meta)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {wall:.0f}s")
 
 
 if __name__ == "__main__":

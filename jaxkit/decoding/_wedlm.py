@@ -217,8 +217,8 @@ def _init_state(
     i = jnp.arange(p + w, dtype=jnp.int32)[None, :, None]
     j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
     sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
-    cache = _empty_cache(cfg, zb, max_len=max_len, dtype=params["embed"].dtype)
-    res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees)
+    cache = nn.init_cache(cfg, max_len=max_len, dtype=params["embed"].dtype, like=zb)
+    res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees, overflow="drop")
     cache = nn.commit(res.cache, prompt_len)
     state = WeDLMState(
         cache=cache,
@@ -270,7 +270,7 @@ def _step(
     perm, inv = window_order(filled2, valid2)
     tok_phys = jnp.take_along_axis(tok2, perm, axis=1)
     pos_phys = s.cache.length[:, None] + perm
-    res = nn.apply(params, cfg, tok_phys, pos_phys, cache=s.cache)
+    res = nn.apply(params, cfg, tok_phys, pos_phys, cache=s.cache, overflow="drop")
     cache = nn.commit(res.cache, n_lead)
     # Shift by the committed run: new slot j <- old logical slot j + n_lead.
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
@@ -329,10 +329,3 @@ def _fill(
     has_stop, _ = stop_info(out, n_gen, stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
-
-
-def _empty_cache(cfg, zb, *, max_len, dtype) -> nn.KVCache:
-    """``nn.init_cache`` whose buffers follow the batch sharding of ``zb`` (int32[B] zeros)."""
-    shape = (cfg.n_layers, 1, max_len, cfg.n_kv_heads, cfg.head_dim)
-    z = zb.astype(dtype)[None, :, None, None, None] + jnp.zeros(shape, dtype)
-    return nn.KVCache(k=z, v=z, length=zb)

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._sharding import param_specs
+from jaxkit.io._hf_config import config_to_hf
+from jaxkit.nn import TransformerConfig, param_shapes, param_specs
 
 _SINGLE = "model.safetensors"
 _INDEX = "model.safetensors.index.json"
@@ -69,134 +69,15 @@ def _safe():
 
 
 def _layer_keys(cfg: TransformerConfig) -> list[str]:
-    keys = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
-    if cfg.qkv_bias:
-        keys += ["bq", "bk", "bv"]
-    if cfg.qk_norm:
-        keys += ["q_norm", "k_norm"]
-    return keys
+    return list(param_shapes(cfg)["layers"])
 
 
 def _shapes(cfg: TransformerConfig) -> dict:
-    """jaxkit parameter shapes (per layer for layer keys)."""
-    D, H, Hkv, Dh, F, V = (
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.n_kv_heads,
-        cfg.head_dim,
-        cfg.mlp_dim,
-        cfg.vocab_size,
-    )
-    return {
-        "embed": (V, D),
-        "final_norm": (D,),
-        "lm_head": (D, V),
-        "attn_norm": (D,),
-        "wq": (D, H * Dh),
-        "wk": (D, Hkv * Dh),
-        "wv": (D, Hkv * Dh),
-        "wo": (H * Dh, D),
-        "bq": (H * Dh,),
-        "bk": (Hkv * Dh,),
-        "bv": (Hkv * Dh,),
-        "q_norm": (Dh,),
-        "k_norm": (Dh,),
-        "mlp_norm": (D,),
-        "w_gate": (D, F),
-        "w_up": (D, F),
-        "w_down": (F, D),
-    }
-
-
-# ----------------------------------------------------------------------------- config
-
-
-def config_from_hf(config_json: dict) -> TransformerConfig:
-    """A :class:`TransformerConfig` from a Hugging Face ``config.json`` dict.
-
-    Supports ``model_type`` ``"llama"``, ``"qwen2"`` and ``"qwen3"`` (qk-norm, Qwen2
-    names). RoPE scaling and sliding-window attention are not supported.
-
-    Args:
-      config_json: The parsed ``config.json``.
-
-    Returns:
-      The configuration.
-
-    Raises:
-      ValueError: For an unsupported ``model_type`` or a missing field.
-      NotImplementedError: For ``rope_scaling`` or an active sliding window.
-    """
-    if not isinstance(config_json, dict):
-        raise TypeError(f"`config_json` must be a dict, got {type(config_json).__name__}.")
-    c = config_json
-    mt = c.get("model_type")
-    if mt not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(
-            f"`config_json['model_type']` must be one of 'llama', 'qwen2', 'qwen3'; got {mt!r}."
-        )
-    if c.get("rope_scaling"):
-        raise NotImplementedError(f"`rope_scaling`={c['rope_scaling']!r} is not supported.")
-    if c.get("use_sliding_window") and c.get("sliding_window") is not None:
-        raise NotImplementedError("sliding-window attention is not supported.")
-    try:
-        d, h = int(c["hidden_size"]), int(c["num_attention_heads"])
-        kw = dict(
-            vocab_size=int(c["vocab_size"]),
-            d_model=d,
-            n_layers=int(c["num_hidden_layers"]),
-            n_heads=h,
-            n_kv_heads=int(c.get("num_key_value_heads") or h),
-            head_dim=int(c.get("head_dim") or d // h),
-            mlp_dim=int(c["intermediate_size"]),
-        )
-    except KeyError as e:
-        raise ValueError(f"`config_json` is missing the field {e.args[0]!r}.") from None
-    if c.get("hidden_act", "silu") != "silu":
-        raise NotImplementedError(f"hidden_act={c['hidden_act']!r}; only 'silu' (SwiGLU).")
-    extra = c.get("jaxkit", {})
-    return TransformerConfig(
-        **kw,
-        rope_theta=float(c.get("rope_theta", 10000.0)),
-        norm_eps=float(c.get("rms_norm_eps", 1e-6)),
-        qk_norm=bool(extra.get("qk_norm", mt == "qwen3")),
-        qkv_bias=bool(c.get("attention_bias", mt == "qwen2")),
-        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-        causal=bool(extra.get("causal", True)),
-        family="llama" if mt == "llama" else "qwen2",
-    )
-
-
-def config_to_hf(cfg: TransformerConfig, *, dtype: str = "float32") -> dict:
-    """The HF ``config.json`` dict written by :func:`save_safetensors` (inverse of
-    :func:`config_from_hf`; jaxkit-only switches go under the ``"jaxkit"`` key)."""
-    if not isinstance(cfg, TransformerConfig):
-        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
-    if cfg.family == "llama":
-        mt, arch = "llama", "LlamaForCausalLM"
-    elif cfg.qk_norm and not cfg.qkv_bias:
-        mt, arch = "qwen3", "Qwen3ForCausalLM"
-    else:
-        mt, arch = "qwen2", "Qwen2ForCausalLM"
-    return {
-        "architectures": [arch],
-        "model_type": mt,
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim,
-        "intermediate_size": cfg.mlp_dim,
-        "rope_theta": cfg.rope_theta,
-        "rms_norm_eps": cfg.norm_eps,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "attention_bias": cfg.qkv_bias,
-        "hidden_act": "silu",
-        "max_position_embeddings": 4096,
-        "torch_dtype": dtype,
-        "jaxkit": {"qk_norm": cfg.qk_norm, "causal": cfg.causal},
-    }
+    """The parameter shapes, per layer for the layer keys."""
+    s = param_shapes(cfg)
+    out = {k: v for k, v in s.items() if k != "layers"}
+    out.update({k: v[1:] for k, v in s["layers"].items()})
+    return out
 
 
 # ----------------------------------------------------------------------------- reading
@@ -226,9 +107,12 @@ class _Reader:
             try:
                 index = json.loads(p.read_text())
                 wm = index["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+            except (json.JSONDecodeError, KeyError, TypeError):
+                hint = " (that is a model config, not weights)" if p.name == "config.json" else ""
                 raise ValueError(
-                    f"{str(p)!r} is not a valid safetensors index (need a 'weight_map'): {e}"
+                    f"`path` {str(p)!r} is not a safetensors index (a JSON file with a "
+                    f"'weight_map'){hint}; pass the checkpoint folder, a .safetensors file "
+                    f"or {_INDEX}."
                 ) from None
             self._map = {k: str(p.parent / v) for k, v in wm.items()}
         else:
@@ -242,7 +126,8 @@ class _Reader:
                 self._handles[file] = self._st.safe_open(file, framework="numpy")
             except Exception as e:  # noqa: BLE001  (SafetensorError, OSError)
                 raise ValueError(
-                    f"cannot read safetensors file {file!r} (truncated or corrupted?): {e}"
+                    f"`path`: cannot read safetensors file {file!r} (not a safetensors file, "
+                    f"or truncated/corrupted): {e}"
                 ) from None
         return self._handles[file]
 
@@ -380,6 +265,46 @@ def load_safetensors(
     return {k: params[k] for k in ("embed", "layers", "final_norm", "lm_head") if k in params}
 
 
+# ----------------------------------------------------------------------------- raw tensors
+
+
+def save_tensors(tensors: dict, path, *, metadata: dict | None = None) -> pathlib.Path:
+    """Write named arrays to one ``.safetensors`` file (any layout, e.g. a LoRA adapter).
+
+    Args:
+      tensors: ``{name: array}``; arrays are converted to contiguous NumPy arrays.
+      path: The output file (its folder is created if needed).
+      metadata: Optional ``{str: str}`` header metadata.
+
+    Returns:
+      The written path.
+    """
+    st = _safe()
+    if not isinstance(tensors, dict) or not tensors:
+        raise ValueError("`tensors` must be a non-empty dict of named arrays.")
+    out = pathlib.Path(os.fspath(path))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.ascontiguousarray(jax.device_get(v)) for k, v in tensors.items()}
+    st.numpy.save_file(arrays, str(out), metadata=metadata)
+    return out
+
+
+def load_tensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of one ``.safetensors`` file, as NumPy arrays (never downloads).
+
+    Raises:
+      FileNotFoundError: If ``path`` does not exist.
+      ValueError: If ``path`` is not a readable safetensors file (the message names
+        ``path``).
+    """
+    p = pathlib.Path(os.fspath(path))
+    if p.is_dir() or p.name.endswith(".json"):
+        raise ValueError(f"`path` must be a .safetensors file, got {str(p)!r}.")
+    r = _Reader(p)
+    f = r._open(str(p))
+    return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}
+
+
 # ----------------------------------------------------------------------------- writing
 
 
@@ -431,7 +356,7 @@ def save_safetensors(
     Returns:
       The output directory.
     """
-    st = _safe()
+    _safe()  # the ImportError naming the extra comes first
     if max_shard_bytes is not None and (
         not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0
     ):
@@ -446,7 +371,7 @@ def save_safetensors(
     meta = {"format": "pt"}
     total = sum(a.nbytes for a in tensors.values())
     if max_shard_bytes is None or total <= max_shard_bytes:
-        st.numpy.save_file(tensors, str(out / _SINGLE), metadata=meta)
+        save_tensors(tensors, out / _SINGLE, metadata=meta)
         return out
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
@@ -461,7 +386,7 @@ def save_safetensors(
     weight_map = {}
     for k, shard in enumerate(shards, start=1):
         fname = f"model-{k:0{width}d}-of-{n:0{width}d}.safetensors"
-        st.numpy.save_file(shard, str(out / fname), metadata=meta)
+        save_tensors(shard, out / fname, metadata=meta)
         weight_map.update({name: fname for name in shard})
     index = {"metadata": {"total_size": int(total)}, "weight_map": weight_map}
     (out / _INDEX).write_text(json.dumps(index, indent=2) + "\n")

@@ -2,9 +2,10 @@
 
 The cache is a plain ``NamedTuple`` of arrays (a pytree), so it passes through
 ``jit``, ``vmap``, ``lax.scan`` and ``lax.while_loop`` unchanged in structure.
-Writes of new rows are scatters with ``mode="drop"`` (see
-:func:`jaxkit.nn.run_layers`): a row whose physical slot is past the buffer end is
-dropped, never clamped onto earlier slots.
+Writes past the capacity are an explicit choice of ``apply`` / ``run_layers`` /
+``decode_step``: ``overflow="error"`` (the default) raises, ``overflow="drop"``
+drops the rows whose physical slot is past the buffer end (a scatter with
+``mode="drop"``, never clamped onto earlier slots).
 """
 
 from typing import NamedTuple
@@ -30,27 +31,47 @@ class KVCache(NamedTuple):
     length: Array
 
 
-def init_cache(cfg: TransformerConfig, *, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+def init_cache(
+    cfg: TransformerConfig,
+    *,
+    max_len: int,
+    batch: int | None = None,
+    dtype=jnp.float32,
+    like: ArrayLike | None = None,
+) -> KVCache:
     """An empty cache (all lengths 0) for ``batch`` rows of ``max_len`` slots.
 
     Args:
       cfg: Model configuration (gives layers, kv-heads and head size).
-      batch: Number of rows B.
       max_len: Capacity S (slots per row).
+      batch: Number of rows B (taken from ``like`` when given).
       dtype: Floating dtype of the K/V buffers (use the model's compute dtype).
+      like: Optional ``[B]`` array whose batch sharding the buffers follow (built as
+        ``zeros_like(like)`` broadcast, so a batch-sharded ``like`` gives a
+        batch-sharded cache, also under ``jit`` and an explicit mesh).
 
     Returns:
       A :class:`KVCache` of zeros with ``length = zeros(int32[B])``.
     """
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
-    _validate.positive(batch=batch)
-    _validate.positive(max_len=max_len)
+    max_len = _validate.python_int(max_len, name="max_len", minimum=1)
     if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
         raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
-    shape = (cfg.n_layers, int(batch), int(max_len), cfg.n_kv_heads, cfg.head_dim)
-    z = jnp.zeros(shape, dtype)
-    return KVCache(k=z, v=z, length=jnp.zeros((int(batch),), jnp.int32))
+    if like is None:
+        if batch is None:
+            raise TypeError("give `batch` or `like`.")
+        batch = _validate.python_int(batch, name="batch", minimum=1)
+        shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
+        z = jnp.zeros(shape, dtype)
+        return KVCache(k=z, v=z, length=jnp.zeros((batch,), jnp.int32))
+    like = jnp.asarray(like)
+    _validate.ndim(like, 1, name="like")
+    if batch is not None and _validate.python_int(batch, name="batch") != like.shape[0]:
+        raise ValueError(f"`batch`={batch} disagrees with `like` of shape {like.shape}.")
+    shape = (cfg.n_layers, 1, max_len, cfg.n_kv_heads, cfg.head_dim)
+    z = jnp.zeros_like(like, dtype=dtype)[None, :, None, None, None] + jnp.zeros(shape, dtype)
+    return KVCache(k=z, v=z, length=jnp.zeros_like(like, dtype=jnp.int32))
 
 
 def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype
 from jaxkit.nn._init import normal_pieces
 
 _ACTIVATIONS = {
@@ -31,12 +32,10 @@ _ACTIVATIONS = {
 }
 
 
-def _acc(dtype) -> jnp.dtype:
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
-
-
 def _linear(x: Array, w: Array, b: Array | None) -> Array:
-    y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=_acc(x.dtype)).astype(x.dtype)
+    y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=accumulation_dtype(x.dtype)).astype(
+        x.dtype
+    )
     if b is not None:
         y = y + b.reshape((1,) * (y.ndim - 1) + b.shape).astype(x.dtype)
     return y
@@ -50,7 +49,7 @@ def _conv(x: Array, w: Array, b: Array, *, stride: int = 1) -> Array:
         window_strides=(stride, stride),
         padding="SAME",
         dimension_numbers=("NCHW", "OIHW", "NCHW"),
-        preferred_element_type=_acc(x.dtype),
+        preferred_element_type=accumulation_dtype(x.dtype),
     )[0].astype(x.dtype)
     return y + b[:, None, None].astype(x.dtype)
 
@@ -198,13 +197,13 @@ class SmallCNN(eqx.Module):
         act = _ACTIVATIONS[self.activation]
         for i, (w, b) in enumerate(self.convs):
             x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
-        pooled = jnp.mean(x.astype(_acc(x.dtype)), axis=(1, 2)).astype(x.dtype)
+        pooled = jnp.mean(x.astype(accumulation_dtype(x.dtype)), axis=(1, 2)).astype(x.dtype)
         return _linear(pooled, *self.head)
 
 
 def _time_embedding(t: Array, dim: int, dtype) -> Array:
     half = dim // 2
-    acc = _acc(dtype)
+    acc = accumulation_dtype(dtype)
     freqs = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=acc) / max(half, 1))
     ang = t.astype(acc) * freqs
     return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)]).astype(dtype)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.join(H.ROOT, "examples"))
 
+from jaxkit import io  # noqa: E402
 from jaxkit.decoding import _counting as C  # noqa: E402
 from jaxkit.decoding import ar_generate, wedlm_generate  # noqa: E402
 
@@ -73,7 +74,7 @@ def _round_robin(calls: dict, repeats: int) -> dict:
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     args.repeats = max(args.repeats, 15)
-    params, cfg, _ = C.load_fixture()
+    params, cfg, _ = io.load_fixture(C.FIXTURE)
     key = jax.random.key(0)
     # W=4: on CPU a forward's cost grows with its physical width (2W slots) and the
     # fixture's forwards per prompt is at W=4's bound (N/W) for tau >= 0.8.

@@ -8,6 +8,10 @@ Cases per prompt length L (batch B, random f32 weights):
   generate_16  — 16 greedy tokens after the prompt: a `lax.scan` of decode steps vs a
                  `lax.scan` of full causal recomputes over a fixed buffer (anchor
                  `no_cache`); tokens compared; target 1.
+  eager_decode — (smallest L only) `nn.decode_step` called eagerly, as from a Python
+                 loop, vs the anchor `no_cache` (`nn.apply` of L+1 tokens) called
+                 eagerly; both are jitted at module level, so an eager call costs one
+                 dispatch; target 1.
 """
 
 import _harness as H  # noqa: I001
@@ -91,6 +95,28 @@ def main() -> None:
             note="one token given L cached vs recompute L+1",
             ours_err=err,
         )
+
+        if L == lengths[0]:
+            ours = H.time_jax(
+                lambda p, t, c: nn.decode_step(p, cfg, t, c).logits,
+                params,
+                nxt,
+                cache,
+                repeats=args.repeats,
+                jit=False,
+            )
+            anc = H.time_jax(plain, params, full, repeats=args.repeats, jit=False)
+            H.emit(
+                bench="nn",
+                case="eager_decode",
+                sizes=sizes,
+                ours=ours,
+                anchor="no_cache",
+                anchor_t=anc,
+                target=1.0,
+                note="eager calls (no user jit): cached step vs recompute L+1",
+                ours_err=float(jnp.max(jnp.abs(ours.output - anc.output))),
+            )
 
         def gen_cached(p, t, lens=lens, cap=cap):
             logits, c = nn.prefill(p, cfg, t, lens, max_len=cap)

@@ -131,10 +131,48 @@ def test_config_from_hf_qwen2_defaults():
     assert c.qkv_bias and c.family == "qwen2" and c.head_dim == 16 and c.rope_theta == 1e6
     with pytest.raises(ValueError, match="model_type"):
         io.config_from_hf({**hf, "model_type": "gpt2"})
-    with pytest.raises(NotImplementedError, match="rope_scaling"):
-        io.config_from_hf({**hf, "rope_scaling": {"type": "llama3"}})
+    with pytest.raises(NotImplementedError, match="dynamic"):
+        io.config_from_hf({**hf, "rope_scaling": {"type": "dynamic", "factor": 2.0}})
+    with pytest.raises(TypeError, match="original_max_position_embeddings"):
+        io.config_from_hf({**hf, "rope_scaling": {"type": "llama3", "factor": 8.0}})
+    with pytest.raises(ValueError, match="mscale"):
+        io.config_from_hf({**hf, "rope_scaling": {"type": "yarn", "factor": 4.0, "mscale": 1}})
     with pytest.raises(ValueError, match="hidden_size"):
         io.config_from_hf({k: v for k, v in hf.items() if k != "hidden_size"})
+    # a non-numeric field names itself (it used to fail deep inside int())
+    with pytest.raises(TypeError, match="intermediate_size"):
+        io.config_from_hf({**hf, "intermediate_size": "128"})
+    with pytest.raises(TypeError, match="rope_theta"):
+        io.config_from_hf({**hf, "rope_theta": [1e6]})
+    with pytest.raises(TypeError, match="num_hidden_layers"):
+        io.config_from_hf({**hf, "num_hidden_layers": True})
+    with pytest.raises(ValueError, match="vocab_size"):
+        io.config_from_hf({**hf, "vocab_size": None})
+    # sliding window: only when switched on; layers >= max_window_layers slide
+    sw = {**hf, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1}
+    c = io.config_from_hf(sw)
+    assert c.sliding_window == 8 and c.window_layers == (False, True)
+    assert io.config_from_hf({**sw, "use_sliding_window": False}).sliding_window is None
+    assert io.config_from_hf(io.config_to_hf(c)) == c
+    lt = {**sw, "layer_types": ["full_attention", "sliding_attention"]}
+    assert io.config_from_hf(lt) == c
+    with pytest.raises(NotImplementedError, match="layer_types"):
+        io.config_from_hf({**lt, "layer_types": ["sliding_attention", "full_attention"]})
+    rs = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    c = io.config_from_hf({**hf, "rope_scaling": rs})
+    assert c.rope_scaling == nn.RopeScaling("yarn", 4.0, 32)
+    assert io.config_from_hf(io.config_to_hf(c)) == c
+
+
+def test_load_safetensors_given_a_config_json_names_path(setup, tmp_path):
+    p, _, _ = setup
+    io.save_safetensors(p, CFG, tmp_path)
+    with pytest.raises(ValueError, match="`path`.*config"):
+        io.load_safetensors(tmp_path / "config.json", CFG)
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"not a safetensors file at all")
+    with pytest.raises(ValueError, match="`path`"):
+        io.load_safetensors(other, CFG)
 
 
 def test_errors_missing_corrupt_missing_tensor(setup, tmp_path):
@@ -175,3 +213,23 @@ def test_errors_missing_corrupt_missing_tensor(setup, tmp_path):
     victim.unlink()
     with pytest.raises(FileNotFoundError, match=victim.name):
         io.load_safetensors(sh, CFG)
+
+
+def test_raw_tensors_roundtrip_and_errors(tmp_path):
+    # the primitive adapter files (e.g. a PEFT LoRA adapter) go through
+    t = {"a.lora_A.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(2)}
+    path = io.save_tensors(t, tmp_path / "sub" / "adapter_model.safetensors", metadata={"k": "v"})
+    back = io.load_tensors(path)
+    assert set(back) == set(t)
+    for k in t:
+        np.testing.assert_array_equal(back[k], t[k])
+    with pytest.raises(FileNotFoundError, match="nope"):
+        io.load_tensors(tmp_path / "nope.safetensors")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="`path`"):
+        io.load_tensors(tmp_path / "config.json")
+    (tmp_path / "junk.safetensors").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="`path`"):
+        io.load_tensors(tmp_path / "junk.safetensors")
+    with pytest.raises(ValueError, match="tensors"):
+        io.save_tensors({}, tmp_path / "empty.safetensors")

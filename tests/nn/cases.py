@@ -31,6 +31,19 @@ def _logits_from_embeds(inputs_embeds, params):
     return nn.apply(params, CFG, inputs_embeds=inputs_embeds).logits
 
 
+def _prefill(tokens, lengths):
+    return nn.prefill(_P32, CFG, tokens, lengths, max_len=6)
+
+
+def _prefill_then_step(tokens, prompt):
+    cache = nn.prefill(_P32, CFG, prompt, jnp.full_like(prompt[:, 0], 3), max_len=6).cache
+    return nn.decode_step(_P32, CFG, tokens, cache)
+
+
+def _tokens(key, shape):
+    return jax.random.randint(key, shape, 0, CFG.vocab_size)
+
+
 def _mlp_fwd(x, model):
     return jax.vmap(model)(x)
 
@@ -42,6 +55,7 @@ def _cnn_fwd(x, model):
 CASES = [
     Case(
         name="nn.apply/tokens",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit"),
         fn=_logits_from_tokens,
         make_args=lambda key, dtype: (jax.random.randint(key, (8, 5), 0, CFG.vocab_size),),
         grad_modes=(),  # integer tokens; gradients are covered by the embeds case
@@ -50,6 +64,7 @@ CASES = [
     ),
     Case(
         name="nn.apply/inputs_embeds",
+        slow_checks=("dtypes", "vmap"),  # bf16: test_transformer.py
         fn=_logits_from_embeds,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 4, CFG.d_model), dtype),
@@ -64,6 +79,46 @@ CASES = [
                 lambda key: ((jnp.ones((8, 4, 3)), _P32), {}),
                 TypeError,
                 "inputs_embeds",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.prefill",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
+        fn=_prefill,
+        make_args=lambda key, dtype: (
+            _tokens(key, (8, 4)),
+            jax.random.randint(jax.random.fold_in(key, 1), (8,), 1, 5),
+        ),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "token id >= vocab",
+                lambda key: ((jnp.full((8, 4), 13), jnp.ones(8, int)), {}),
+                ValueError,
+                "tokens",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.decode_step",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
+        fn=_prefill_then_step,
+        make_args=lambda key, dtype: (
+            _tokens(key, (8,)),
+            _tokens(jax.random.fold_in(key, 1), (8, 3)),
+        ),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "negative token id",
+                lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
+                ValueError,
+                "tokens",
             ),
         ),
     ),
@@ -89,6 +144,7 @@ CASES = [
     ),
     Case(
         name="nn.SmallCNN/vmap",
+        slow_checks=("dtypes", "grads", "vmap"),  # MLP keeps the full set
         fn=_cnn_fwd,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 1, 4, 4), dtype),

@@ -2,10 +2,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from jaxkit import nn
+from jaxkit import io, nn
 
 
 @pytest.mark.parametrize("task", ["counting", "noisy_counting", "copy"])
@@ -24,41 +22,44 @@ def test_tasks_follow_their_rule(task, key):
     assert np.all(np.asarray(nn.tiny_task_accuracy(task, bad, start=d.prompt_len)) < 1.0)
 
 
-def test_fixture_loads_and_solves_its_task():
-    fx = nn.load_fixture("tiny_lm")
-    assert fx.info["task"] == "counting"
+def test_one_counting_task_the_wedlm_fixture_was_trained_on(key):
+    spec = nn.NOISY_COUNTING
+    assert (spec.n_symbols, spec.mask_id, spec.level_ids) == (32, 32, (33, 34, 35))
+    assert spec.rho == (0.0, 0.05, 0.2) and spec.steps == (1, 2, 3)
+    d = nn.tiny_task("noisy_counting", key=key, batch=16, length=12)  # compiled above
+    t = np.asarray(d.tokens)
+    assert d.prompt_len == spec.prompt_len == 4 and set(t[:, 0]) <= {33, 34, 35}
+    steps = (t[:, 2] - t[:, 1]) % 32
+    assert set(steps.tolist()) <= {1, 2, 3} and len(set(steps.tolist())) > 1  # not 1..4
+    np.testing.assert_array_equal((t[:, 1] + 2 * steps) % 32, t[:, 3])  # clean prompt
+    off_rule = (t[:, 3:-1] + steps[:, None]) % 32 != t[:, 4:]
+    assert not off_rule[t[:, 0] == 33].any() and off_rule[t[:, 0] == 35].any()  # rho 0 / 0.2
+    # a non-symbol token never follows the rule (the old modular test accepted 33 - 1)
+    ok = t.copy()
+    ok[:, 4:] = (t[:, 3:4] + steps[:, None] * np.arange(1, 9)) % 32
+    ok[0, 5] = (ok[0, 4] + steps[0]) % 32 + 32
+    acc = np.asarray(nn.tiny_task_accuracy("noisy_counting", ok, start=4))
+    assert acc[0] < 1.0 and np.all(acc[1:] == 1.0)
+    with pytest.raises(ValueError, match="level"):
+        nn.tiny_task("counting", key=key, batch=2, length=6, level=0)
+
+
+def test_fixtures_load_through_io_and_solve_their_task():
+    fx = io.load_fixture("tiny_lm")
+    assert isinstance(fx, io.Fixture) and fx.info["task"] == "counting"
     n = sum(x.size for x in jax.tree.leaves(fx.params))
     assert 5_000 < n < 100_000
-    d = nn.tiny_task("counting", key=jax.random.key(99), batch=32, length=16)
-    logits = jax.jit(lambda t: nn.apply(fx.params, fx.cfg, t).logits)(d.tokens[:, :-1])
+    d = nn.tiny_task("counting", key=jax.random.key(99), batch=16, length=12)
+    logits = nn.apply(fx.params, fx.cfg, d.tokens[:, :-1]).logits
     pred = np.asarray(jnp.argmax(logits, -1))[:, 1:]
     assert np.mean(pred == np.asarray(d.tokens[:, 2:])) > 0.99
-    with pytest.raises(ValueError, match="fixture"):
-        nn.load_fixture("does_not_exist")
-
-
-def test_param_specs_tensor_parallel_matches_replicated(key):
-    cfg = nn.TransformerConfig(
-        vocab_size=16,
-        d_model=16,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=4,
-        mlp_dim=16,
-        qkv_bias=True,
-    )
-    p = nn.init_params(cfg, key=key)
-    specs = nn.param_specs(cfg)
-    assert jax.tree.structure(specs, is_leaf=lambda s: isinstance(s, P)) == jax.tree.structure(p)
-    toks = jax.random.randint(key, (4, 6), 0, 16)
-    ref = nn.apply(p, cfg, toks).logits
-    mesh = jax.make_mesh(
-        (2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:4]
-    )
-    ps = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), p, specs)
-    ts = jax.device_put(toks, NamedSharding(mesh, P("data", None)))
-    with jax.set_mesh(mesh):
-        out = jax.jit(lambda p, t: nn.apply(p, cfg, t).logits)(ps, ts)
-    np.testing.assert_allclose(out, ref, atol=1e-5)
-    assert nn.cache_specs(cfg).k == P(None, "data", None, "model", None)
+    # the WeDLM model, same on-disk format: greedy next tokens follow the clean rule
+    we = io.load_fixture("wedlm_counting")
+    assert we.info["task"] == "noisy_counting" and we.cfg.vocab_size == nn.NOISY_COUNTING.vocab
+    d = nn.tiny_task("noisy_counting", key=jax.random.key(7), batch=16, length=12)
+    logits = nn.apply(we.params, we.cfg, d.tokens[:, :-1]).logits
+    clean = np.asarray(d.tokens[:, 0] == 33)  # level 0: the rule holds exactly
+    pred = np.asarray(jnp.argmax(logits, -1))[clean, 3:]
+    assert clean.sum() >= 3 and np.mean(pred == np.asarray(d.tokens)[clean, 4:]) > 0.95
+    with pytest.raises(ValueError, match="wedlm_counting"):
+        io.load_fixture("does_not_exist")

@@ -56,14 +56,14 @@ def test_synthetic_tokens_depend_only_on_seed_and_step():
 def test_one_device_and_eight_devices_give_the_same_losses():
     assert jax.device_count() == 8
     with _user_program():
-        one = pod.train(steps=20, devices=jax.devices()[:1])
-        eight = pod.train(steps=20, model_parallel=2)  # mesh data=4 x model=2
+        one = pod.train(steps=10, devices=jax.devices()[:1])
+        eight = pod.train(steps=10, model_parallel=2)  # mesh data=4 x model=2
     assert one["mesh"] == {"data": 1, "model": 1}
     assert eight["mesh"] == {"data": 4, "model": 2}
     l1, l8 = np.asarray(one["losses"]), np.asarray(eight["losses"])
-    assert l1.shape == (20,)
+    assert l1.shape == (10,)
     np.testing.assert_allclose(l8, l1, rtol=0, atol=1e-5)
-    assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16)
+    assert l1[-1] < l1[0] - 1.0  # it learns (from about ln 64 = 4.16; 4.7 -> 2.8 here)
     for a, b in zip(jax.tree.leaves(one["params"]), jax.tree.leaves(eight["params"]), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
@@ -110,6 +110,10 @@ def _last_json(out):
     return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
 
 
+def _flat(params):  # the names examples/train_pod.py --params-out writes
+    return {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+
+
 def _npz(path):
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
@@ -117,26 +121,14 @@ def _npz(path):
 
 @pytest.mark.slow
 def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
-    common = ("--steps", 12, "--ckpt-every", 4, "--model-parallel", 2)
-    ref = subprocess.run(
-        _cmd(
-            *common,
-            "--ckpt-dir",
-            tmp_path / "ref",
-            "--params-out",
-            tmp_path / "ref.npz",
-        ),
-        env=_env(8),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    ref_res = _last_json(ref.stdout)
+    common = ("--steps", 8, "--ckpt-every", 4, "--model-parallel", 2)
+    # the uninterrupted reference runs in this process (same 8 CPU devices, same mesh)
+    with _user_program():
+        ref_res = pod.train(steps=8, model_parallel=2)
 
     ck = tmp_path / "crash"
     with subprocess.Popen(
-        _cmd(*common, "--ckpt-dir", ck, "--hang-after", 8),
+        _cmd(*common, "--ckpt-dir", ck, "--hang-after", 4),
         env=_env(8),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -144,7 +136,7 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
     ) as proc:
         try:
             for line in proc.stdout:
-                if line.strip().endswith("hang"):  # step 8's checkpoint is on disk
+                if line.strip().endswith("hang"):  # step 4's checkpoint is on disk
                     break
             else:
                 pytest.fail("the run ended before reaching its checkpoint")
@@ -163,9 +155,9 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
         check=True,
     )
     resumed = _last_json(res.stdout)
-    assert resumed["start_step"] == 8
-    assert resumed["losses"] == ref_res["losses"][8:]
-    a, b = _npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz")
+    assert resumed["start_step"] == 4
+    assert resumed["losses"] == ref_res["losses"][4:]
+    a, b = _flat(ref_res["params"]), _npz(tmp_path / "resumed.npz")
     assert a.keys() == b.keys() and len(a) > 5
     for k in a:
         assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k  # bit-identical

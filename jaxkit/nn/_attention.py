@@ -1,0 +1,221 @@
+"""Attention, RoPE and the dense/norm primitives of the transformer backbone.
+
+Grouped-query dense masked softmax accumulated in f32 (f64 for f64 inputs), rotate-half
+RoPE on logical positions with the Hugging Face ``rope_scaling`` types ``linear``,
+``llama3`` and ``yarn``, RMSNorm, and the sliding-window mask of Qwen2.
+
+References:
+  Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021.
+  Ainslie et al., "GQA: Training Generalized Multi-Query Transformer Models", 2023.
+  Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models", 2023.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+from jaxkit._numerics import accumulation_dtype
+from jaxkit.nn._config import RopeScaling, TransformerConfig
+
+
+def _explicit_spec(x: Array):
+    """``x``'s PartitionSpec when it lives on an Explicit mesh axis, else None."""
+    sh = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
+    )
+    return sh.spec if explicit else None
+
+
+def take_rows(table: Array, idx: Array) -> Array:
+    """``table[idx]`` (clipped), with the output sharded like ``idx`` under an explicit mesh."""
+    spec = _explicit_spec(idx)
+    if spec is None:
+        return jnp.take(table, idx, axis=0, mode="clip")
+    spec = jax.sharding.PartitionSpec(*spec, *([None] * (table.ndim - 1)))
+    return table.at[idx].get(out_sharding=spec, mode="clip")
+
+
+def set_rows(buf: Array, rows: Array, slots: Array, upd: Array) -> Array:
+    """``buf.at[rows, slots].set(upd, mode="drop")``, keeping ``buf``'s explicit sharding."""
+    spec = _explicit_spec(buf)
+    if spec is None:
+        return buf.at[rows, slots].set(upd, mode="drop")
+    return buf.at[rows, slots].set(upd, mode="drop", out_sharding=spec)
+
+
+def dense(x: Array, w: Array) -> Array:
+    """``x @ w`` over the last axis, accumulated in f32 (f64), cast to ``x.dtype``.
+
+    Under an explicit mesh the output keeps ``x``'s leading shardings and ``w``'s
+    output-axis sharding (a sharded contraction is reduced).
+    """
+    acc = accumulation_dtype(x.dtype)
+    spec = _explicit_spec(x)
+    kw = {}
+    if spec is not None:
+        w_spec = _explicit_spec(w)
+        out = w_spec[-1] if w_spec is not None and len(w_spec) == w.ndim else None
+        kw["out_sharding"] = jax.sharding.PartitionSpec(*_pad(spec, x.ndim)[:-1], out)
+    y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=acc, **kw)
+    return y.astype(x.dtype)
+
+
+def _pad(spec, nd: int) -> tuple:
+    return tuple(spec) + (None,) * (nd - len(spec))
+
+
+def split_last(x: Array, sizes: tuple[int, ...]) -> Array:
+    """Reshape the last axis into ``sizes`` (its explicit sharding goes to the first)."""
+    shape = (*x.shape[:-1], *sizes)
+    spec = _explicit_spec(x)
+    if spec is None:
+        return x.reshape(shape)
+    s = _pad(spec, x.ndim)
+    out = jax.sharding.PartitionSpec(*s[:-1], s[-1], *([None] * (len(sizes) - 1)))
+    return jax.lax.reshape(x, shape, out_sharding=out)
+
+
+def merge_last(x: Array, n: int) -> Array:
+    """Merge the last ``n`` axes into one (keeping the first one's explicit sharding)."""
+    shape = (*x.shape[:-n], math.prod(x.shape[-n:]))
+    spec = _explicit_spec(x)
+    if spec is None:
+        return x.reshape(shape)
+    s = _pad(spec, x.ndim)
+    out = jax.sharding.PartitionSpec(*s[:-n], s[-n])
+    return jax.lax.reshape(x, shape, out_sharding=out)
+
+
+def lead(w: Array, nd: int) -> Array:
+    """Reshape ``w`` to rank ``nd`` by adding leading unit axes (no rank promotion)."""
+    return w.reshape((1,) * (nd - w.ndim) + w.shape)
+
+
+def rms_norm(x: Array, w: Array, eps: float) -> Array:
+    """RMSNorm over the last axis, computed in the accumulation dtype."""
+    acc = accumulation_dtype(x.dtype)
+    xf = x.astype(acc)
+    var = jnp.mean(xf * xf, axis=-1, keepdims=True)
+    y = xf * jax.lax.rsqrt(var + jnp.asarray(eps, acc))
+    return (y * lead(w.astype(acc), y.ndim)).astype(x.dtype)
+
+
+def _yarn_mscale(factor: float) -> float:
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def rope_frequencies(dh: int, theta: float, scaling: RopeScaling | None):
+    """``(inv_freq [Dh/2] float64 NumPy, attention factor)`` of a RoPE configuration.
+
+    ``linear``: ``inv_freq / factor``. ``llama3``: wavelengths longer than
+    ``original / low_freq_factor`` are divided by ``factor``, shorter than
+    ``original / high_freq_factor`` kept, a linear blend in between. ``yarn``: the
+    NTK-by-parts blend of interpolated and extrapolated frequencies over the
+    correction range of ``beta_fast``/``beta_slow`` rotations, and cos/sin scaled
+    by ``attention_factor`` (default ``0.1 ln(factor) + 1``), as in Hugging Face.
+    """
+    inv = 1.0 / (theta ** (np.arange(0, dh, 2, dtype=np.float64) / dh))
+    if scaling is None:
+        return inv, 1.0
+    f = scaling.factor
+    if scaling.rope_type == "linear":
+        return inv / f, 1.0
+    orig = scaling.original_max_position_embeddings
+    if scaling.rope_type == "llama3":
+        lo, hi = scaling.low_freq_factor, scaling.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        out = np.where(wavelen > orig / lo, inv / f, inv)
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        mid = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+        return np.where(mid, (1 - smooth) * inv / f + smooth * inv, out), 1.0
+
+    # yarn
+    def corr_dim(rot):
+        return dh * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(corr_dim(scaling.beta_fast)), 0)
+    high = min(math.ceil(corr_dim(scaling.beta_slow)), dh - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dh // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrap = 1.0 - ramp
+    inv_f = inv * (1 - extrap) / f + inv * extrap
+    att = scaling.attention_factor
+    return inv_f, (_yarn_mscale(f) if att is None else att)
+
+
+def rope(x: Array, positions: Array, cfg: TransformerConfig) -> Array:
+    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32)."""
+    dh = x.shape[-1]
+    ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    if cfg.rope_scaling is None:
+        inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=ang_dt) / dh))
+        att = 1.0
+    else:
+        inv_np, att = rope_frequencies(dh, cfg.rope_theta, cfg.rope_scaling)
+        inv_freq = jnp.asarray(inv_np, ang_dt)
+    ang = positions.astype(ang_dt)[..., None] * inv_freq[None, None, :]  # [B,T,Dh/2]
+    cos = jnp.cos(ang)[:, :, None, :]
+    sin = jnp.sin(ang)[:, :, None, :]
+    if att != 1.0:
+        cos, sin = cos * att, sin * att
+    xf = x.astype(ang_dt)
+    x1, x2 = xf[..., : dh // 2], xf[..., dh // 2 :]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+def window_mask(q_pos: Array, k_pos: Array, window: int) -> Array:
+    """The sliding-window mask ``bool[B, T, S]`` (Hugging Face's rule).
+
+    Key ``s`` is visible to query ``t`` iff ``q_pos - k_pos < window``.
+    """
+    return (q_pos[:, :, None] - k_pos[:, None, :]) < window
+
+
+def attend(q, k, v, mask):
+    """:func:`attention` without the jit or the input conversion (for use inside a trace)."""
+    b, t, h, dh = q.shape
+    hkv = k.shape[2]
+    g = h // hkv
+    acc = accumulation_dtype(q.dtype)
+    qg = split_last(merge_last(q, 2), (hkv, g, dh))
+    s = jnp.einsum(
+        "btkgd,bskd->bkgts", qg, k.astype(q.dtype), preferred_element_type=acc
+    ) / jnp.asarray(math.sqrt(dh), acc)
+    s = jnp.where(mask[:, None, None, :, :], s, jnp.asarray(-1e30, acc))
+    p = jax.nn.softmax(s, axis=-1)
+    o = jnp.einsum("bkgts,bskd->btkgd", p, v.astype(acc), preferred_element_type=acc)
+    return split_last(merge_last(o, 3), (h, dh)).astype(q.dtype)
+
+
+_attention_jit = jax.jit(attend)
+
+
+_KV = Float[ArrayLike, "B S Hkv Dh"]
+
+
+def attention(
+    q: Float[ArrayLike, "B T H Dh"], k: _KV, v: _KV, mask: Bool[ArrayLike, "B T S"]
+) -> Float[Array, "B T H Dh"]:
+    """Grouped-query dense masked softmax attention, accumulated in f32 (f64).
+
+    Query head ``h`` uses key/value head ``h // (H // Hkv)``. Fully masked query
+    rows give a uniform average instead of NaN. Jitted like jax.numpy (module level).
+
+    Args:
+      q: Queries ``[B, T, H, Dh]``.
+      k: Keys ``[B, S, Hkv, Dh]``.
+      v: Values ``[B, S, Hkv, Dh]``.
+      mask: ``bool[B, T, S]``, True where query t may attend to key s.
+
+    Returns:
+      ``[B, T, H, Dh]`` in the dtype of ``q``.
+    """
+    q, k, v, mask = (jnp.asarray(a) for a in (q, k, v, mask))
+    return _attention_jit(q, k, v, mask)

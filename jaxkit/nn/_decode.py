@@ -1,0 +1,142 @@
+"""Cached decoding with the transformer backbone: prefill and one-token steps.
+
+Both are jitted like jax.numpy (module level, ``cfg`` and sizes static, arrays traced).
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Int, PyTree
+
+from jaxkit import _validate
+from jaxkit.nn._cache import KVCache, commit
+from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._forward import apply_traced, embed_traced, layers_core, unembed_traced
+from jaxkit.nn._params import (
+    check_cache,
+    check_cfg,
+    check_overflow,
+    check_params,
+    guard,
+    guard_tokens,
+)
+
+
+class StepOutput(NamedTuple):
+    """Output of :func:`prefill` and :func:`decode_step`.
+
+    Attributes:
+      logits: ``[B, V]``, the next-token logits of each row.
+      cache: The updated :class:`KVCache`.
+    """
+
+    logits: Array
+    cache: KVCache
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
+def _prefill(params, tokens, lengths, *, cfg, max_len):
+    b, t = tokens.shape
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
+    out = layers_core(
+        params,
+        cfg,
+        embed_traced(params, tokens),
+        pos,
+        None,
+        None,
+        start=0,
+        stop=cfg.n_layers,
+        collect=(),
+        emit_kv=True,
+    )
+    k, v = out.cache
+    logits = unembed_traced(params, cfg, out.h)
+    # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked);
+    # zero padding keeps the batch sharding of the prompts.
+    pad = ((0, 0), (0, 0), (0, max_len - t), (0, 0), (0, 0))
+    dtype = params["embed"].dtype
+    cache = KVCache(
+        k=jnp.pad(k.astype(dtype), pad),
+        v=jnp.pad(v.astype(dtype), pad),
+        length=lengths.astype(jnp.int32),
+    )
+    idx = (lengths.astype(jnp.int32) - 1)[:, None, None]
+    return StepOutput(jnp.take_along_axis(logits, idx, axis=1)[:, 0], cache)
+
+
+def prefill(
+    params: PyTree,
+    cfg: TransformerConfig,
+    tokens: Int[ArrayLike, "B T"],
+    lengths: Int[ArrayLike, " B"],
+    *,
+    max_len: int,
+) -> StepOutput:
+    """Encode right-padded ragged prompts into a fresh cache.
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration (causal).
+      tokens: ``int[B, T]`` prompts, right-padded, ids in ``[0, V)``.
+      lengths: ``int[B]`` prompt lengths in ``[1, T]``.
+      max_len: Cache capacity S (>= T).
+
+    Returns:
+      :class:`StepOutput` ``(logits [B, V] at position lengths-1, cache with
+      length = lengths)``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    tokens = guard_tokens(tokens, cfg)
+    _validate.ndim(tokens, 2, name="tokens")
+    b, t = tokens.shape
+    lengths = jnp.asarray(lengths)
+    _validate.integer(lengths, name="lengths")
+    _validate.shape(lengths, (b,), name="lengths")
+    max_len = _validate.python_int(max_len, name="max_len")
+    if max_len < t:
+        raise ValueError(f"`max_len` must be >= the prompt length {t}, got max_len={max_len}.")
+    lengths = guard(
+        lengths, jnp.any((lengths < 1) | (lengths > t)), f"`lengths` must lie in [1, {t}]."
+    )
+    return _prefill(params, tokens, lengths, cfg=cfg, max_len=max_len)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _decode_step(params, tokens, cache, *, cfg):
+    out = apply_traced(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=())
+    return StepOutput(out.logits[:, 0], commit(out.cache, jnp.ones_like(out.cache.length)))
+
+
+def decode_step(
+    params: PyTree,
+    cfg: TransformerConfig,
+    tokens: Int[ArrayLike, " B"],
+    cache: KVCache,
+    *,
+    overflow: str = "error",
+) -> StepOutput:
+    """Feed one token per row at logical position ``cache.length`` and commit it.
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration.
+      tokens: ``int[B]`` the next token of each row, ids in ``[0, V)``.
+      cache: Cache holding the committed prefix of each row.
+      overflow: A row whose cache is full: ``"error"`` (default) raises, ``"drop"``
+        drops its write and leaves its ``length`` at the capacity.
+
+    Returns:
+      :class:`StepOutput` ``(logits [B, V] for the following token, cache with
+      length + 1)``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    check_overflow(overflow)
+    tokens = guard_tokens(tokens, cfg)
+    _validate.ndim(tokens, 1, name="tokens")
+    cache = check_cache(cache, cfg, tokens.shape[0], 1, overflow)
+    return _decode_step(params, tokens, cache, cfg=cfg)

@@ -1,0 +1,216 @@
+"""Parameters of the transformer backbone: random initialisation and layout checks.
+
+Also the argument checks shared by the forward and decode modules.
+Parameters are a plain dict pytree with the per-layer weights stacked on a leading
+``n_layers`` axis (weights ``[in, out]``).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from jaxkit import _validate
+from jaxkit.nn._cache import KVCache
+from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._init import normal_pieces
+
+
+def check_cfg(cfg) -> None:
+    """TypeError unless ``cfg`` is a :class:`TransformerConfig`."""
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+
+
+def check_params(params, cfg) -> None:
+    """TypeError unless ``params`` has :func:`init_params`'s layout for ``cfg``."""
+    if not isinstance(params, dict) or "embed" not in params or "layers" not in params:
+        raise TypeError(
+            "`params` must be the dict returned by `init_params` "
+            "(keys 'embed', 'layers', 'final_norm'[, 'lm_head'])."
+        )
+    e = params["embed"]
+    if tuple(jnp.shape(e)) != (cfg.vocab_size, cfg.d_model):
+        raise TypeError(
+            f"`params['embed']` must have shape ({cfg.vocab_size}, "
+            f"{cfg.d_model}), got shape {tuple(jnp.shape(e))}."
+        )
+    nl = jnp.shape(params["layers"]["wq"])[0]
+    if nl != cfg.n_layers:
+        raise TypeError(f"`params['layers']` must stack {cfg.n_layers} layers, got {nl}.")
+
+
+OVERFLOW = ("error", "drop")
+
+
+def guard(x, pred, msg: str) -> Array:
+    """``x`` guarded by ``pred`` (ValueError eagerly, ``eqx.error_if`` under ``jit``).
+
+    The traced check runs on a zero scalar added to ``x``, so ``x`` keeps its
+    sharding (an ``error_if`` on a sharded array gathers it to one device).
+    """
+    x = jnp.asarray(x)
+    return x + _validate.error_if(jnp.zeros((), x.dtype), pred, msg)
+
+
+def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Array:
+    """Integer ``tokens`` guarded so that an id outside ``[0, V)`` raises.
+
+    ValueError eagerly, an ``eqx.error_if`` error under ``jit``.
+    """
+    tokens = jnp.asarray(tokens)
+    _validate.integer(tokens, name=name)
+    v = cfg.vocab_size
+    bad = jnp.any((tokens < 0) | (tokens >= v))
+    return guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
+
+
+def check_overflow(overflow) -> None:
+    """ValueError unless ``overflow`` is ``"error"`` or ``"drop"``."""
+    if overflow not in OVERFLOW:
+        raise ValueError(f"`overflow` must be one of 'error', 'drop'; got {overflow!r}.")
+
+
+def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) -> KVCache:
+    """Check the cache layout; with ``overflow="error"`` guard that the T new rows fit."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    want = (cfg.n_layers, b, None, cfg.n_kv_heads, cfg.head_dim)
+    _validate.shape(cache.k, want, name="cache.k")
+    _validate.shape(cache.v, tuple(cache.k.shape), name="cache.v")
+    _validate.shape(cache.length, (b,), name="cache.length")
+    if overflow == "error":
+        s = cache.k.shape[2]
+        length = guard(
+            cache.length,
+            jnp.any(cache.length + t > s),
+            f"writing {t} new row(s) overflows the cache (capacity {s}): pass "
+            "`overflow='drop'` to drop the rows past the end.",
+        )
+        cache = cache._replace(length=length)
+    return cache
+
+
+def check_range(start, stop, collect, cfg):
+    stop = cfg.n_layers if stop is None else stop
+    _validate.python_int(start, name="start")
+    _validate.python_int(stop, name="stop")
+    if not 0 <= start <= stop <= cfg.n_layers:
+        raise ValueError(
+            f"`start`/`stop` must satisfy 0 <= start <= stop <= "
+            f"{cfg.n_layers}, got start={start}, stop={stop}."
+        )
+    collect = tuple(sorted({int(c) for c in collect}))
+    for c in collect:
+        if not start <= c < stop:
+            raise ValueError(f"`collect` entries must lie in [{start}, {stop}), got {c}.")
+    return stop, collect
+
+
+def check_mask(attn_mask, b, t, s):
+    if attn_mask is None:
+        return None
+    mask = jnp.asarray(attn_mask)
+    if mask.dtype != jnp.bool_:
+        raise TypeError(f"`attn_mask` must be a bool array, got dtype {mask.dtype}.")
+    _validate.shape(mask, (b, t, s), name="attn_mask")
+    return mask
+
+
+def check_inputs(cfg, b, t, positions, cache, attn_mask, overflow):
+    """Check ``positions`` (or None), ``cache`` (guarding overflow) and ``attn_mask``."""
+    if positions is not None:
+        positions = jnp.asarray(positions)
+        _validate.integer(positions, name="positions")
+        _validate.shape(positions, (b, t), name="positions")
+    if cache is not None:
+        cache = check_cache(cache, cfg, b, t, overflow)
+    mask = check_mask(attn_mask, b, t, t if cache is None else cache.k.shape[2])
+    return positions, cache, mask
+
+
+def check_h(h, cfg, name):
+    h = jnp.asarray(h)
+    _validate.floating(h, name=name)
+    _validate.ndim(h, 3, name=name)
+    if h.shape[-1] != cfg.d_model:
+        raise TypeError(f"`{name}` must have last axis {cfg.d_model}, got shape {h.shape}.")
+    return h
+
+
+def param_shapes(cfg: TransformerConfig) -> dict:
+    """The shapes of :func:`init_params`'s pytree (a dict of tuples, same structure).
+
+    Layer weights are ``[in, out]`` and stacked on a leading ``n_layers`` axis.
+    """
+    check_cfg(cfg)
+    L, D, F, V = cfg.n_layers, cfg.d_model, cfg.mlp_dim, cfg.vocab_size
+    q, kv, dh = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.head_dim
+    layers = {
+        "attn_norm": (L, D),
+        "wq": (L, D, q),
+        "wk": (L, D, kv),
+        "wv": (L, D, kv),
+        "wo": (L, q, D),
+        "mlp_norm": (L, D),
+        "w_gate": (L, D, F),
+        "w_up": (L, D, F),
+        "w_down": (L, F, D),
+    }
+    if cfg.qkv_bias:
+        layers.update(bq=(L, q), bk=(L, kv), bv=(L, kv))
+    if cfg.qk_norm:
+        layers.update(q_norm=(L, dh), k_norm=(L, dh))
+    out = {"embed": (V, D), "layers": layers, "final_norm": (D,)}
+    if not cfg.tie_embeddings:
+        out["lm_head"] = (D, V)
+    return out
+
+
+_WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
+def _init_params(key, *, cfg, dtype):
+    shapes = param_shapes(cfg)
+    ls = shapes["layers"]
+    head = shapes.get("lm_head", (0,))
+    # One draw, in this order (fan-in = the input axis; embeddings unit variance).
+    d = shapes["embed"][1]
+    specs = [(ls[k], ls[k][1]) for k in _WEIGHTS] + [(shapes["embed"], 1.0), (head, d)]
+    drawn = normal_pieces(key, specs, dtype)
+    layers = dict(zip(_WEIGHTS, drawn[: len(_WEIGHTS)], strict=True))
+    for k, shp in ls.items():
+        if k not in layers:  # norms 1, biases 0
+            layers[k] = (jnp.zeros if k.startswith("b") else jnp.ones)(shp, dtype)
+    params = {
+        "embed": drawn[-2],
+        "layers": layers,
+        "final_norm": jnp.ones(shapes["final_norm"], dtype),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = drawn[-1]
+    return params
+
+
+def init_params(cfg: TransformerConfig, *, key: jax.Array, dtype=jnp.float32) -> dict:
+    """Random parameters (normal, std ``1/sqrt(fan_in)``; norms 1; biases 0).
+
+    Jitted like jax.numpy (module level, ``cfg`` and ``dtype`` static).
+
+    Args:
+      cfg: Model configuration.
+      key: A typed key from ``jax.random.key`` (legacy uint32 keys accepted).
+      dtype: Floating dtype of every parameter.
+
+    Returns:
+      ``{"embed": [V,D], "layers": {...stacked [L,...]}, "final_norm": [D],
+      "lm_head": [D,V]}`` (no ``lm_head`` when ``cfg.tie_embeddings``); weights
+      are ``[in, out]``.
+    """
+    check_cfg(cfg)
+    _validate.is_key(key)
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
+    return _init_params(key, cfg=cfg, dtype=jnp.dtype(dtype))
