@@ -459,6 +459,9 @@ def test_errors_name_the_argument(key):
         (dict(top_k=11), "top_k"),
         (dict(top_k=0), "top_k"),
         (dict(min_p=-0.1), "min_p"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(min_p=float("nan")), "min_p"),
     ]:
         with pytest.raises(ValueError, match=name):
             sampling.sample_tokens(x, key=k, **kw)
@@ -473,14 +476,27 @@ def test_errors_name_the_argument(key):
 def test_traced_bad_values_raise_at_runtime(key):
     x = jax.random.normal(key, (4, 10), jnp.float32)
     k = jax.random.key(1)
-    f = jax.jit(lambda x, t, p: sampling.sample_tokens(x, key=k, temperature=t, top_p=p))
-    jax.block_until_ready(f(x, 1.0, 0.9))
-    with pytest.raises(Exception, match="temperature"):
-        jax.block_until_ready(f(x, -1.0, 0.9))
-    with pytest.raises(Exception, match="top_p"):
-        jax.block_until_ready(f(x, 1.0, 0.0))
+    f = jax.jit(
+        lambda x, t, p, mp: sampling.sample_tokens(x, key=k, temperature=t, top_p=p, min_p=mp)
+    )
+    jax.block_until_ready(f(x, 1.0, 0.9, 0.1))
+    nan = float("nan")
+    # NaN compares False: the guards are written as ~(ok), so NaN fails them too
+    for args, name in [
+        ((-1.0, 0.9, 0.1), "temperature"),
+        ((nan, 0.9, 0.1), "temperature"),
+        ((1.0, 0.0, 0.1), "top_p"),
+        ((1.0, nan, 0.1), "top_p"),
+        ((1.0, 0.9, 1.5), "min_p"),
+        ((1.0, 0.9, nan), "min_p"),
+    ]:
+        with pytest.raises(Exception, match=name):
+            jax.block_until_ready(f(x, *args))
     with pytest.raises(Exception, match="logits"):
-        jax.block_until_ready(f(x.at[0, 0].set(jnp.nan), 1.0, 0.9))
+        jax.block_until_ready(f(x.at[0, 0].set(jnp.nan), 1.0, 0.9, 0.1))
+    g = jax.jit(lambda x, t: sampling.filtered_probabilities(x, temperature=t))
+    with pytest.raises(Exception, match="temperature"):
+        jax.block_until_ready(g(x, nan))
 
 
 def test_pallas_inside_shard_map(key, mesh8):
