@@ -35,7 +35,7 @@ def _chi2_pvalue(tokens, q):
     assert counts[q == 0].sum() == 0, "sampled a token the filters remove"
     keep = q > 0
     assert keep.sum() >= 3, "the test needs a spread distribution"
-    exp = len(tokens) * q[keep]
+    exp = len(tokens) * q[keep] / q[keep].sum()  # (q is f32: renormalise in f64)
     assert exp.min() >= 5
     return float(sps.chisquare(counts[keep], exp).pvalue)
 

@@ -224,12 +224,10 @@ def test_bf16_documented_difference_from_categorical(key):
     assert got.probability.dtype == jnp.bfloat16 and got.token.dtype == jnp.int32
 
 
-@pytest.mark.parametrize(
-    ("dtype", "block_r"), [(jnp.float32, 2), (jnp.float32, 8), (jnp.bfloat16, 4)]
-)
+@pytest.mark.parametrize(("dtype", "block_r"), [(jnp.float32, 4), (jnp.bfloat16, 8)])
 def test_pallas_interpret_equals_reference(dtype, block_r, key):
     kx, ks = jax.random.split(key)
-    r, v = 8, 40  # vocab padded to 64 inside the kernel; 1 or 4 row blocks
+    r, v = 8, 40  # vocab padded to 64 inside the kernel; 2 row blocks or 1
     x = (2.0 * jax.random.normal(kx, (r, v))).astype(dtype)
     rng = np.random.default_rng(1)
     t = jnp.asarray(rng.uniform(0.5, 1.5, r).astype(np.float32)).at[0].set(0.0)
@@ -240,7 +238,7 @@ def test_pallas_interpret_equals_reference(dtype, block_r, key):
     want = sampling.sample_rows_reference(*args)
     # noise in-kernel from the key (threefry hash, flat index row * V + col), and,
     # for one block size, noise read from HBM (the path for f64 / non-threefry keys)
-    noises = [jax.random.key_data(ks)] + ([args[1]] if block_r == 2 else [])
+    noises = [jax.random.key_data(ks)] + ([args[1]] if dtype == jnp.float32 else [])
     for noise in noises:
         got = _pallas.sample_rows_pallas(x, noise, *args[2:], block_r=block_r, interpret=True)
         np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))

@@ -148,7 +148,9 @@ def sample_tokens(
     bf16 logits we compute in f32 (``categorical`` adds bf16 noise in bf16), so
     tokens equal ``categorical(key, logits.astype(f32) / temperature)``.
     ``temperature == 0`` gives the arg-max (ties to the lowest index), chosen with
-    ``jnp.where`` so a traced temperature may be 0 under ``jit``.
+    ``jnp.where`` so a traced temperature may be 0 under ``jit``. Jitted like
+    jax.numpy (module level, ``stats`` and ``implementation`` static,
+    hyperparameters traced): eager calls after the first compile nothing.
 
     Args:
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
@@ -185,9 +187,10 @@ def sample_tokens(
       TypeError: If ``logits`` is not floating or has rank 0, a hyperparameter's
         shape does not fit the batch shape, or ``top_k`` is not an integer.
       ValueError: For a concrete ``temperature < 0``, ``top_p`` outside (0, 1],
-        ``min_p`` outside [0, 1], ``top_k`` outside [1, vocab], an unknown
-        ``stats`` or ``implementation``, or concrete NaN/``+inf`` logits (under
-        ``jit`` these value checks become runtime errors naming the argument).
+        ``min_p`` outside [0, 1] (NaN fails each of these), ``top_k`` outside
+        [1, vocab], an unknown ``stats`` or ``implementation``, or concrete
+        NaN/``+inf`` logits (under ``jit`` these value checks become runtime
+        errors naming the argument).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -330,7 +333,8 @@ def filtered_probabilities(
     """The exact distribution :func:`sample_tokens` draws from (jnp reference).
 
     Same filters and arguments as :func:`sample_tokens`; a one-hot at the arg-max
-    where ``temperature == 0``. Useful as an oracle and for scoring.
+    where ``temperature == 0``. Useful as an oracle and for scoring. Jitted like
+    jax.numpy (module level, hyperparameters traced).
 
     Args:
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
