@@ -46,7 +46,9 @@ def ar_generate(
       key: PRNG key (used only when ``temperature > 0``); step ``i`` draws with
         ``fold_in(key, i)``.
       max_new_tokens: N (static).
-      temperature: 0 for greedy, else the sampling temperature (traced).
+      temperature: 0 for greedy, else the sampling temperature (traced). A
+        concrete 0 selects the static greedy mode (the arg-max, no sampler in
+        the loop); a traced 0 goes through the sampler, also the arg-max.
       top_k: Keep the ``top_k`` most likely tokens (traced int in [1, V]), or
         ``None`` for no top-k.
       top_p: Nucleus mass in (0, 1] (traced; 1 disables it).
@@ -94,11 +96,20 @@ def ar_generate(
         stop_token_ids=c.stop_token_ids,
         max_len=c.max_len,
         pad_token_id=int(pad_token_id),
+        greedy=c.greedy,
     )
 
 
 @functools.partial(
-    jax.jit, static_argnames=("cfg", "max_new_tokens", "stop_token_ids", "max_len", "pad_token_id")
+    jax.jit,
+    static_argnames=(
+        "cfg",
+        "max_new_tokens",
+        "stop_token_ids",
+        "max_len",
+        "pad_token_id",
+        "greedy",
+    ),
 )
 def _ar_generate(
     params,
@@ -112,13 +123,14 @@ def _ar_generate(
     stop_token_ids,
     max_len,
     pad_token_id,
+    greedy,
 ) -> C.Generation:
     """Jitted core of :func:`ar_generate` (its loop body is traced once per program)."""
     n = max_new_tokens
     stops = stop_token_ids
     prompt_len = C.guard_sampling(prompt_len, sampling)
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
-    tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling)
+    tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     out = C.write_at(
         zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32), zb[:, None], tok[:, None]
@@ -135,7 +147,7 @@ def _ar_generate(
         cache, tok, out, n_gen, done, rows, i = c
         active = ~done
         logits, cache = nn.decode_step(params, cfg, tok, cache)
-        nxt = C.choose_tokens(logits, jax.random.fold_in(key, i + 1), sampling)
+        nxt = C.choose_tokens(logits, jax.random.fold_in(key, i + 1), sampling, greedy=greedy)
         idx = jnp.where(active, n_gen, n)
         out = C.write_at(out, idx[:, None], nxt[:, None])
         n_gen = n_gen + active.astype(jnp.int32)

@@ -2,7 +2,9 @@
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from jaxkit import _validate
@@ -70,8 +72,21 @@ def guard_sampling(x: Array, s: Sampling) -> Array:
     return _validate.guard_interval(x, s.min_p, name="min_p", low=0.0, high=1.0)
 
 
-def choose_tokens(logits: Array, key, s: Sampling) -> Array:
-    """Tokens of ``logits [..., V]`` through the fused sampler (arg-max at temperature 0)."""
+def is_greedy(temperature) -> bool:
+    """The static greedy mode: a concrete (not traced) temperature equal to 0."""
+    return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
+
+
+def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
+    """Tokens of ``logits [..., V]``: the fused sampler, or the arg-max in greedy mode.
+
+    ``greedy`` (static) is the mode of a concrete ``temperature == 0``: the arg-max
+    (ties to the lowest index), the very tokens ``sample_tokens`` gives at temperature
+    0, without the sampler's noise and filters in the decode loop. A traced
+    temperature always goes through the sampler (which is the arg-max where it is 0).
+    """
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     out = sample_tokens(
         logits, key=key, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p
     )
@@ -86,6 +101,7 @@ class Checked(NamedTuple):
     max_len: int
     stop_token_ids: tuple[int, ...]
     sampling: Sampling
+    greedy: bool
 
 
 def check_generate_args(
@@ -145,8 +161,11 @@ def check_generate_args(
     prompt_len = _validate.error_if(
         prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
     )
+    greedy = is_greedy(sampling[0])
     sampling = check_sampling(*sampling, vocab=v)
-    return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), max_len, stops, sampling)
+    return Checked(
+        prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), max_len, stops, sampling, greedy
+    )
 
 
 def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):

@@ -69,6 +69,7 @@ class _Options(NamedTuple):
     entropy_threshold: Array | None
     pos_penalty: Array
     sampling: Sampling
+    greedy: bool = False
 
 
 def wedlm_generate(
@@ -122,7 +123,9 @@ def wedlm_generate(
       window: W, open window width (static).
       entropy_threshold: tau in nats (traced); ``None`` fills one slot per step.
       pos_penalty: lambda, entropy penalty per slot of distance (traced).
-      temperature: 0 for greedy, else the sampling temperature (traced).
+      temperature: 0 for greedy, else the sampling temperature (traced). A
+        concrete 0 selects the static greedy mode (the arg-max, no sampler in
+        the loop); a traced 0 goes through the sampler, also the arg-max.
       top_k: Keep the ``top_k`` most likely tokens (traced int in [1, V]), or
         ``None`` for no top-k.
       top_p: Nucleus mass in (0, 1] (traced; 1 disables it).
@@ -178,6 +181,7 @@ def wedlm_generate(
         stop_token_ids=c.stop_token_ids,
         max_len=c.max_len,
         pad_token_id=int(pad_token_id),
+        greedy=c.greedy,
     )
 
 
@@ -191,6 +195,7 @@ def wedlm_generate(
         "stop_token_ids",
         "max_len",
         "pad_token_id",
+        "greedy",
     ),
 )
 def _wedlm_generate(
@@ -209,6 +214,7 @@ def _wedlm_generate(
     stop_token_ids,
     max_len,
     pad_token_id,
+    greedy,
 ) -> Generation:
     """Jitted core of :func:`wedlm_generate` (its loop body is traced once per program)."""
     o = _Options(
@@ -219,6 +225,7 @@ def _wedlm_generate(
         entropy_threshold,
         pos_penalty,
         sampling,
+        greedy,
     )
     prompt_len = guard_sampling(prompt_len, sampling)
     bad = ~jnp.isfinite(jnp.asarray(pos_penalty))
@@ -353,7 +360,7 @@ def _fill(
     fill = select_by_entropy(
         logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
     )
-    new = choose_tokens(logits, key, o.sampling)
+    new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.

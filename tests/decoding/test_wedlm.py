@@ -195,6 +195,7 @@ def test_cache_holds_exact_ar_kv():
         entropy_threshold=1.5,
         pos_penalty=0.02,
         sampling=Sampling(0.0, V, 1.0, 0.0),
+        greedy=True,
     )
     s = jax.jit(
         lambda k: _wedlm._init_state(params, cfg, pr, pl, k, o, max_len=5 + n, pad_token_id=0)
