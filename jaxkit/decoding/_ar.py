@@ -85,49 +85,16 @@ def ar_generate(
         token_ids={"pad_token_id": pad_token_id},
         sampling=(temperature, top_k, top_p, min_p),
     )
-    return _ar_generate(
-        params,
-        cfg,
-        c.prompt,
-        c.prompt_len,
-        key,
-        c.sampling,
-        max_new_tokens=int(max_new_tokens),
-        stop_token_ids=c.stop_token_ids,
-        max_len=c.max_len,
-        pad_token_id=int(pad_token_id),
-        greedy=c.greedy,
-    )
+    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "cfg",
-        "max_new_tokens",
-        "stop_token_ids",
-        "max_len",
-        "pad_token_id",
-        "greedy",
-    ),
-)
+@functools.partial(jax.jit, static_argnames=("cfg", "static"))
 def _ar_generate(
-    params,
-    cfg,
-    prompt,
-    prompt_len,
-    key,
-    sampling: C.Sampling,
-    *,
-    max_new_tokens,
-    stop_token_ids,
-    max_len,
-    pad_token_id,
-    greedy,
+    params, cfg, prompt, prompt_len, key, sampling: C.Sampling, static: C.Static
 ) -> C.Generation:
     """Jitted core of :func:`ar_generate` (its loop body is traced once per program)."""
-    n = max_new_tokens
-    stops = stop_token_ids
+    n, stops, greedy = static.max_new_tokens, static.stop_token_ids, static.greedy
+    max_len, pad_token_id = static.max_len, static.pad_token_id
     prompt_len = C.guard_sampling(prompt_len, sampling)
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
     tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)

@@ -93,15 +93,23 @@ def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
     return out.token
 
 
+class Static(NamedTuple):
+    """Static decoder settings (hashable: one compiled program per value)."""
+
+    max_new_tokens: int
+    max_len: int
+    stop_token_ids: tuple[int, ...]
+    pad_token_id: int
+    greedy: bool
+
+
 class Checked(NamedTuple):
     """Decoder inputs after :func:`check_generate_args`."""
 
     prompt: Array
     prompt_len: Array
-    max_len: int
-    stop_token_ids: tuple[int, ...]
     sampling: Sampling
-    greedy: bool
+    static: Static
 
 
 def check_generate_args(
@@ -161,11 +169,11 @@ def check_generate_args(
     prompt_len = _validate.error_if(
         prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
     )
-    greedy = is_greedy(sampling[0])
-    sampling = check_sampling(*sampling, vocab=v)
-    return Checked(
-        prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), max_len, stops, sampling, greedy
+    static = Static(
+        max_new_tokens, max_len, stops, token_ids["pad_token_id"], is_greedy(sampling[0])
     )
+    sampling = check_sampling(*sampling, vocab=v)
+    return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static)
 
 
 def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):

@@ -23,6 +23,7 @@ from jaxkit.decoding._common import (
     DecodeStats,
     Generation,
     Sampling,
+    Static,
     check_generate_args,
     choose_tokens,
     finalize,
@@ -175,29 +176,13 @@ def wedlm_generate(
         c.sampling,
         entropy_threshold,
         pos_penalty,
+        c.static,
         mask_token_id=int(mask_token_id),
-        max_new_tokens=int(max_new_tokens),
         window=int(window),
-        stop_token_ids=c.stop_token_ids,
-        max_len=c.max_len,
-        pad_token_id=int(pad_token_id),
-        greedy=c.greedy,
     )
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "cfg",
-        "mask_token_id",
-        "max_new_tokens",
-        "window",
-        "stop_token_ids",
-        "max_len",
-        "pad_token_id",
-        "greedy",
-    ),
-)
+@functools.partial(jax.jit, static_argnames=("cfg", "static", "mask_token_id", "window"))
 def _wedlm_generate(
     params,
     cfg,
@@ -207,16 +192,13 @@ def _wedlm_generate(
     sampling: Sampling,
     entropy_threshold,
     pos_penalty,
+    static: Static,
     *,
     mask_token_id,
-    max_new_tokens,
     window,
-    stop_token_ids,
-    max_len,
-    pad_token_id,
-    greedy,
 ) -> Generation:
     """Jitted core of :func:`wedlm_generate` (its loop body is traced once per program)."""
+    max_new_tokens, stop_token_ids = static.max_new_tokens, static.stop_token_ids
     o = _Options(
         mask_token_id,
         max_new_tokens,
@@ -225,7 +207,7 @@ def _wedlm_generate(
         entropy_threshold,
         pos_penalty,
         sampling,
-        greedy,
+        static.greedy,
     )
     prompt_len = guard_sampling(prompt_len, sampling)
     bad = ~jnp.isfinite(jnp.asarray(pos_penalty))
@@ -242,8 +224,8 @@ def _wedlm_generate(
         prompt_len,
         jax.random.fold_in(key, cap),
         o,
-        max_len=max_len,
-        pad_token_id=pad_token_id,
+        max_len=static.max_len,
+        pad_token_id=static.pad_token_id,
     )
 
     def cond(s: WeDLMState):
@@ -253,7 +235,7 @@ def _wedlm_generate(
         return _step(params, cfg, s, prompt_len, jax.random.fold_in(key, s.n_forward), o)
 
     state = jax.lax.while_loop(cond, body, state)
-    tokens, lengths = finalize(state.out, state.n_gen, stop_token_ids, pad_token_id)
+    tokens, lengths = finalize(state.out, state.n_gen, stop_token_ids, static.pad_token_id)
     return Generation(tokens, lengths, DecodeStats(state.n_forward, state.row_forwards))
 
 
