@@ -104,7 +104,8 @@ def sweep(params, cfg, *, taus, levels, n_prompts, new, window, repeats, seed, b
         calls = {"ar": (ar, (params, pr, pl))}
         calls.update({tau: (we, (params, pr, pl, np.float32(tau))) for tau in taus})
         res = _round_robin(calls, repeats=repeats)
-        (t_ar, l_ar, s_ar), ar_s, ar_ts = res["ar"]
+        g_ar, ar_s, ar_ts = res["ar"]  # a decoding.Generation(tokens, lengths, stats)
+        t_ar, l_ar, s_ar = g_ar.tokens, g_ar.lengths, g_ar.stats
         base = {
             "level": level,
             "rho": C.LEVELS[level],
@@ -113,7 +114,8 @@ def sweep(params, cfg, *, taus, levels, n_prompts, new, window, repeats, seed, b
             "ar_s": ar_s,
         }
         for tau in taus:
-            (t, ln, st), s, ts = res[tau]
+            g, s, ts = res[tau]
+            t, ln, st = g.tokens, g.lengths, g.stats
             rows.append(
                 {
                     **base,

@@ -1,19 +1,14 @@
 """Autoregressive decoding with a KV cache: the baseline WeDLM is measured against."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Int
+from jaxtyping import ArrayLike, Int
 
-from jaxkit import _validate, nn
+from jaxkit import nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
-from jaxkit.decoding._common import (
-    DecodeStats,
-    check_generate_args,
-    finalize,
-    stop_info,
-    write_at,
-)
-from jaxkit.decoding._select import _sample
+from jaxkit.decoding import _common as C
 
 
 def ar_generate(
@@ -25,62 +20,90 @@ def ar_generate(
     key: KeyArray,
     max_new_tokens: int,
     temperature: RealScalarLike = 0.0,
+    top_k: int | Int[ArrayLike, ""] | None = None,
+    top_p: RealScalarLike = 1.0,
+    min_p: RealScalarLike = 0.0,
     stop_token_ids: tuple[int, ...] = (),
     max_len: int | None = None,
     pad_token_id: int = 0,
-) -> tuple[Array, Array, DecodeStats]:
+) -> C.Generation:
     """Generate token by token with the next-token head and a KV cache (baseline).
 
     A prefill of the right-padded prompts gives the first token; then one
     ``decode_step`` per token inside one ``lax.while_loop`` that ends when every
-    row has ``max_new_tokens`` tokens or has emitted a stop token.
+    row has ``max_new_tokens`` tokens or has emitted a stop token. Tokens are
+    drawn by the fused sampler :func:`jaxkit.kernels.sampling.sample_tokens`
+    (temperature, top-k, top-p, min-p; the arg-max, bit for bit, at
+    ``temperature=0``). Jitted like jax.numpy (module level, static choices
+    static, hyperparameters traced): sweeps over the sampler's values never
+    recompile, and eager calls hit the compile cache.
 
     Args:
       params: Transformer parameters (``jaxkit.nn``).
       cfg: Static model configuration.
       prompt: ``int32[B, P]`` right-padded prompts.
       prompt_len: ``int32[B]``, valid prompt length per row.
-      key: PRNG key (used only when ``temperature > 0``).
+      key: PRNG key (used only when ``temperature > 0``); step ``i`` draws with
+        ``fold_in(key, i)``.
       max_new_tokens: N (static).
-      temperature: 0 for greedy, else the sampling temperature (traced).
+      temperature: 0 for greedy, else the sampling temperature (traced). A
+        concrete 0 selects the static greedy mode (the arg-max, no sampler in
+        the loop); a traced 0 goes through the sampler, also the arg-max.
+      top_k: Keep the ``top_k`` most likely tokens (traced int in [1, V]), or
+        ``None`` for no top-k.
+      top_p: Nucleus mass in (0, 1] (traced; 1 disables it).
+      min_p: Min-p ratio in [0, 1] (traced; 0 disables it).
       stop_token_ids: Static stop ids (kept in the output, end the row).
       max_len: Cache capacity (default ``P + max_new_tokens``).
       pad_token_id: Written after each row's end.
 
     Returns:
-      ``(tokens int32[B, N], lengths int32[B], DecodeStats)``; ``n_forward``
-      counts decode steps after the prefill (N - 1 without stops).
+      A :class:`~jaxkit.decoding.Generation` ``(tokens int32[B, N], lengths int32[B], stats)``;
+      ``stats.n_forward`` counts decode steps after the prefill (N - 1 without stops).
+
+    Raises:
+      TypeError: a size or token id that is not a Python int (``True`` included),
+        non-integer prompts.
+      ValueError: bad sizes or hyperparameter values (a traced NaN or negative
+        ``temperature``, or ``top_p`` / ``min_p`` outside their range, raise at
+        run time under ``jit``).
 
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM):
       the AR + KV-cache baseline of its speed comparisons.
     """
-    _validate.is_key(key)
-    prompt, prompt_len, max_len = check_generate_args(
+    c = C.check_generate_args(
         cfg,
+        key,
         prompt,
         prompt_len,
         max_new_tokens=max_new_tokens,
         max_len=max_len,
         window=1,
-        extra_ids=[
-            ("pad_token_id", pad_token_id),
-            *[("stop_token_ids", s) for s in stop_token_ids],
-        ],
+        stop_token_ids=stop_token_ids,
+        token_ids={"pad_token_id": pad_token_id},
+        sampling=(temperature, top_k, top_p, min_p),
     )
-    _validate.finite_scalar(temperature=temperature)
-    _validate.non_negative(temperature=temperature)
-    n = max_new_tokens
-    stops = tuple(stop_token_ids)
+    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "static"))
+def _ar_generate(
+    params, cfg, prompt, prompt_len, key, sampling: C.Sampling, static: C.Static
+) -> C.Generation:
+    """Jitted core of :func:`ar_generate` (its loop body is traced once per program)."""
+    n, stops, greedy = static.max_new_tokens, static.stop_token_ids, static.greedy
+    max_len, pad_token_id = static.max_len, static.pad_token_id
+    prompt_len = C.guard_sampling(prompt_len, sampling)
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
-    tok = _sample(logits, jax.random.fold_in(key, 0), temperature)
+    tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
-    out = write_at(
+    out = C.write_at(
         zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32), zb[:, None], tok[:, None]
     )
     n_gen = zb + 1
-    has_stop, _ = stop_info(out, n_gen, stops)
+    has_stop, _ = C.stop_info(out, n_gen, stops)
     done = has_stop | (n_gen >= n)
     carry = (cache, tok, out, n_gen, done, zb, jnp.zeros((), jnp.int32))
 
@@ -91,14 +114,14 @@ def ar_generate(
         cache, tok, out, n_gen, done, rows, i = c
         active = ~done
         logits, cache = nn.decode_step(params, cfg, tok, cache)
-        nxt = _sample(logits, jax.random.fold_in(key, i + 1), temperature)
+        nxt = C.choose_tokens(logits, jax.random.fold_in(key, i + 1), sampling, greedy=greedy)
         idx = jnp.where(active, n_gen, n)
-        out = write_at(out, idx[:, None], nxt[:, None])
+        out = C.write_at(out, idx[:, None], nxt[:, None])
         n_gen = n_gen + active.astype(jnp.int32)
-        has_stop, _ = stop_info(out, n_gen, stops)
+        has_stop, _ = C.stop_info(out, n_gen, stops)
         done = done | has_stop | (n_gen >= n)
         return (cache, nxt, out, n_gen, done, rows + active.astype(jnp.int32), i + 1)
 
     _, _, out, n_gen, _, rows, i = jax.lax.while_loop(cond, body, carry)
-    tokens, lengths = finalize(out, n_gen, stops, pad_token_id)
-    return tokens, lengths, DecodeStats(i, rows)
+    tokens, lengths = C.finalize(out, n_gen, stops, pad_token_id)
+    return C.Generation(tokens, lengths, C.DecodeStats(i, rows))

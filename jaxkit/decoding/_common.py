@@ -1,11 +1,14 @@
-"""Argument checks and result types shared by the WeDLM and AR decoders."""
+"""Argument checks, result types and the token sampler shared by the WeDLM and AR decoders."""
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from jaxkit import _validate
+from jaxkit.kernels.sampling import sample_tokens
 
 
 class DecodeStats(NamedTuple):
@@ -20,23 +23,128 @@ class DecodeStats(NamedTuple):
     row_forwards: Array
 
 
-def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, window, extra_ids=()):
-    """Validate the common decoder inputs; return (prompt, prompt_len, max_len)."""
+class Generation(NamedTuple):
+    """Result of :func:`ar_generate` and :func:`wedlm_generate`.
+
+    Attributes:
+      tokens: ``int32[B, N]``, generated tokens; ``pad_token_id`` after each row's end.
+      lengths: ``int32[B]``, tokens per row (a stop token included).
+      stats: :class:`DecodeStats`.
+    """
+
+    tokens: Array
+    lengths: Array
+    stats: DecodeStats
+
+
+class Sampling(NamedTuple):
+    """Traced hyperparameters of the token sampler (``kernels.sampling.sample_tokens``)."""
+
+    temperature: Array
+    top_k: Array
+    top_p: Array
+    min_p: Array
+
+
+def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
+    """Python-level checks of the sampler's scalars (concrete values: ValueError)."""
+    for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
+        _validate.real_scalar(v, name=name)
+        _validate.finite_scalar(**{name: v})
+    _validate.non_negative(temperature=temperature)
+    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
+    _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
+    if top_k is None:
+        top_k = vocab
+    elif isinstance(top_k, bool) or not jnp.issubdtype(jnp.result_type(top_k), jnp.integer):
+        raise TypeError(f"`top_k` must be an integer (or None), got {top_k!r}.")
+    elif jnp.ndim(top_k) != 0:
+        raise TypeError(f"`top_k` must be a scalar, got shape {jnp.shape(top_k)}.")
+    else:
+        _validate.in_interval(low=1, high=vocab, top_k=top_k)
+    return Sampling(temperature, top_k, top_p, min_p)
+
+
+def guard_sampling(x: Array, s: Sampling) -> Array:
+    """``x`` guarded so that a traced bad sampler value (NaN included) raises under jit."""
+    x = _validate.guard_non_negative(x, s.temperature, name="temperature")
+    x = _validate.guard_interval(x, s.top_p, name="top_p", low=0.0, high=1.0, closed="right")
+    return _validate.guard_interval(x, s.min_p, name="min_p", low=0.0, high=1.0)
+
+
+def is_greedy(temperature) -> bool:
+    """The static greedy mode: a concrete (not traced) temperature equal to 0."""
+    return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
+
+
+def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
+    """Tokens of ``logits [..., V]``: the fused sampler, or the arg-max in greedy mode.
+
+    ``greedy`` (static) is the mode of a concrete ``temperature == 0``: the arg-max
+    (ties to the lowest index), the very tokens ``sample_tokens`` gives at temperature
+    0, without the sampler's noise and filters in the decode loop. A traced
+    temperature always goes through the sampler (which is the arg-max where it is 0).
+    """
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    out = sample_tokens(
+        logits, key=key, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p
+    )
+    return out.token
+
+
+class Static(NamedTuple):
+    """Static decoder settings (hashable: one compiled program per value)."""
+
+    max_new_tokens: int
+    max_len: int
+    stop_token_ids: tuple[int, ...]
+    pad_token_id: int
+    greedy: bool
+
+
+class Checked(NamedTuple):
+    """Decoder inputs after :func:`check_generate_args`."""
+
+    prompt: Array
+    prompt_len: Array
+    sampling: Sampling
+    static: Static
+
+
+def check_generate_args(
+    cfg,
+    key,
+    prompt,
+    prompt_len,
+    *,
+    max_new_tokens,
+    max_len,
+    window,
+    stop_token_ids,
+    token_ids,
+    sampling,
+) -> Checked:
+    """Validate the common decoder inputs (Python-level; traced token ids get a guard).
+
+    ``token_ids``: ``{name: id}`` of static ids that must lie in the vocabulary;
+    ``sampling``: ``(temperature, top_k, top_p, min_p)`` as passed by the user.
+    """
+    _validate.is_key(key)
+    stops = tuple(_validate.python_int(s, name="stop_token_ids") for s in stop_token_ids)
+    extra_ids = [*token_ids.items(), *[("stop_token_ids", s) for s in stops]]
     prompt = jnp.asarray(prompt)
     prompt_len = jnp.asarray(prompt_len)
     _validate.integer(prompt, name="prompt")
     _validate.ndim(prompt, 2, name="prompt")
     _validate.integer(prompt_len, name="prompt_len")
     _validate.shape(prompt_len, (prompt.shape[0],), name="prompt_len")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"`max_new_tokens` must be a Python int >= 1, got {max_new_tokens!r}.")
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"`window` must be a Python int >= 1, got {window!r}.")
+    max_new_tokens = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
+    window = _validate.python_int(window, name="window", minimum=1)
     t = prompt.shape[1]
     if max_len is None:
         max_len = t + max_new_tokens
-    if not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"`max_len` must be a Python int >= 1, got {max_len!r}.")
+    max_len = _validate.python_int(max_len, name="max_len", minimum=1)
     if t > max_len:
         raise ValueError(
             f"`prompt` is longer than the cache: prompt length {t} > max_len={max_len}."
@@ -50,7 +158,8 @@ def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, win
         )
     v = cfg.vocab_size
     for name, tid in extra_ids:
-        if not isinstance(tid, int) or not 0 <= tid < v:
+        tid = _validate.python_int(tid, name=name)
+        if not 0 <= tid < v:
             raise ValueError(f"`{name}` must be a token id in [0, {v}), got {tid!r}.")
     bad_tok = jnp.any((prompt < 0) | (prompt >= v))
     prompt = _validate.error_if(
@@ -60,7 +169,11 @@ def check_generate_args(cfg, prompt, prompt_len, *, max_new_tokens, max_len, win
     prompt_len = _validate.error_if(
         prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
     )
-    return prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), max_len
+    static = Static(
+        max_new_tokens, max_len, stops, token_ids["pad_token_id"], is_greedy(sampling[0])
+    )
+    sampling = check_sampling(*sampling, vocab=v)
+    return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static)
 
 
 def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):

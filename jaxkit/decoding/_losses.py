@@ -5,8 +5,12 @@
 positions and a boolean attention mask (``jaxkit.nn.apply(...).logits`` fits).
 Two objectives: the reorder-only masked-token loss (paper Eq. 5-7) and the
 dual-stream objective the authors train with (Eq. 8-10, ``finetune/src``).
+``dual_stream_mask`` and ``dual_stream_batch`` are jitted like jax.numpy (module
+level, static sizes static); the losses wrap a user callable, so they run op by op
+around ``apply_fn`` (pass a jitted ``apply_fn`` or jit the training step).
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype, iota_like
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._reorder import topological_reorder
 
@@ -66,10 +71,13 @@ def dual_stream_mask(length: int, block_size: int) -> Array:
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
       Eq. 8-10 and ``finetune/src/batch.py``.
     """
-    if not isinstance(length, int) or length < 1:
-        raise ValueError(f"`length` must be a Python int >= 1, got {length!r}.")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"`block_size` must be a Python int >= 1, got {block_size!r}.")
+    length = _validate.python_int(length, name="length", minimum=1)
+    block_size = _validate.python_int(block_size, name="block_size", minimum=1)
+    return _dual_stream_mask(length, block_size)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _dual_stream_mask(length: int, block_size: int) -> Array:
     i = jnp.arange(2 * length, dtype=jnp.int32)
     pred = i >= length
     idx = jnp.where(pred, i - length, i)
@@ -86,8 +94,9 @@ def dual_stream_mask(length: int, block_size: int) -> Array:
 def _pad_blocks(x: Array, k: int, bs: int, fill) -> Array:
     b, length = x.shape
     pad = k * bs - length
-    if pad:
-        x = jnp.concatenate([x, jnp.full((b, pad), fill, x.dtype)], axis=1)
+    if pad:  # built from a column of x: keeps its batch sharding
+        col = jnp.full_like(x[:, :1], fill)
+        x = jnp.concatenate([x, jnp.broadcast_to(col, (b, pad))], axis=1)
     return x.reshape(b, k, bs)
 
 
@@ -130,8 +139,22 @@ def dual_stream_batch(
     _validate.same_shape(tokens=tokens, loss_mask=loss_mask)
     if loss_mask.dtype != jnp.bool_:
         raise TypeError(f"`loss_mask` must be a boolean array, got dtype {loss_mask.dtype}.")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"`block_size` must be a Python int >= 1, got {block_size!r}.")
+    block_size = _validate.python_int(block_size, name="block_size", minimum=1)
+    mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
+    if not isinstance(per_block, bool):
+        raise TypeError(f"`per_block` must be a bool, got {per_block!r}.")
+    return _dual_stream_batch(
+        tokens,
+        loss_mask,
+        key,
+        block_size=block_size,
+        mask_token_id=mask_token_id,
+        per_block=per_block,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "mask_token_id", "per_block"))
+def _dual_stream_batch(tokens, loss_mask, key, *, block_size, mask_token_id, per_block):
     b, length = tokens.shape
     bs = block_size
     k = -(-length // bs)
@@ -139,14 +162,17 @@ def dual_stream_batch(
     tok3 = _pad_blocks(tokens.astype(jnp.int32), k, bs, 0)
     can3 = _pad_blocks(loss_mask, k, bs, False)
     pad3 = _pad_blocks(jnp.zeros_like(loss_mask), k, bs, True)
-    noise = jax.random.uniform(ku, (b, k, bs), jnp.float32)
+    sh = jax.typeof(can3).sharding  # draws follow the batch sharding of the tokens
+    noise = jax.random.uniform(ku, (b, k, bs), jnp.float32, out_sharding=sh)
     key_noise = jnp.where(can3, noise, 2.0)
     if per_block:
-        gamma = jnp.maximum(jax.random.uniform(kg, (b, k, 1), jnp.float32), _GAMMA_MIN)
+        u = jax.random.uniform(kg, (b, k, 1), jnp.float32, out_sharding=sh)
+        gamma = jnp.maximum(u, _GAMMA_MIN)
         count = jnp.sum(can3, axis=-1, keepdims=True).astype(jnp.float32)
         rank = jnp.argsort(jnp.argsort(key_noise, axis=-1), axis=-1).astype(jnp.int32)
     else:
-        gamma = jnp.maximum(jax.random.uniform(kg, (b, 1, 1), jnp.float32), _GAMMA_MIN)
+        u = jax.random.uniform(kg, (b, 1, 1), jnp.float32, out_sharding=sh)
+        gamma = jnp.maximum(u, _GAMMA_MIN)
         count = jnp.sum(can3, axis=(1, 2), keepdims=True).astype(jnp.float32)
         flat = key_noise.reshape(b, k * bs)
         rank = jnp.argsort(jnp.argsort(flat, axis=-1), axis=-1).astype(jnp.int32).reshape(b, k, bs)
@@ -164,15 +190,14 @@ def dual_stream_batch(
 
     labels, mmask, weights = take(tok3), take(masked3), take(weight3)
     pred_tok = jnp.where(mmask, jnp.int32(mask_token_id), labels)
-    ar_labels = jnp.concatenate(
-        [tokens[:, 1:].astype(jnp.int32), jnp.zeros((b, 1), jnp.int32)], axis=1
-    )
-    ar_mask = jnp.concatenate([loss_mask[:, 1:], jnp.zeros((b, 1), bool)], axis=1)
-    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))
+    tok32 = tokens.astype(jnp.int32)
+    ar_labels = jnp.concatenate([tok32[:, 1:], jnp.zeros_like(tok32[:, :1])], axis=1)
+    ar_mask = jnp.concatenate([loss_mask[:, 1:], jnp.zeros_like(loss_mask[:, :1])], axis=1)
+    pos = iota_like(tok32)
     return DualStreamBatch(
         input_ids=jnp.concatenate([tokens.astype(jnp.int32), pred_tok], axis=1),
         positions=jnp.concatenate([pos, gperm.astype(jnp.int32)], axis=1),
-        attn_mask=dual_stream_mask(length, bs),
+        attn_mask=_dual_stream_mask(length, bs),
         mlm_labels=labels,
         mlm_mask=mmask,
         mlm_weights=weights,
@@ -181,12 +206,8 @@ def dual_stream_batch(
     )
 
 
-def _acc(dtype) -> jnp.dtype:
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
-
-
 def _nll(logits: Array, labels: Array) -> Array:
-    logp = jax.nn.log_softmax(logits.astype(_acc(logits.dtype)), axis=-1)
+    logp = jax.nn.log_softmax(logits.astype(accumulation_dtype(logits.dtype)), axis=-1)
     return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
 
 
@@ -241,7 +262,7 @@ def wedlm_loss(
     _validate.shape(logits, (b, two_l, None), name="apply_fn(...) logits")
     mem, pred = logits[:, :length], logits[:, length:]
     l_mlm = _mlm_term(_nll(pred, batch.mlm_labels), batch.mlm_mask, batch.mlm_weights, weighting)
-    acc = _acc(logits.dtype)
+    acc = accumulation_dtype(logits.dtype)
     am = batch.ar_mask.astype(acc)
     l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(
         jnp.sum(am), jnp.asarray(1.0, acc)
@@ -315,5 +336,5 @@ def reorder_mlm_loss(
         jnp.sum(loss_mask, axis=1), 1
     ).astype(jnp.float32)
     weights = jnp.broadcast_to((1.0 / jnp.maximum(gamma, _GAMMA_MIN))[:, None], (b, length))
-    weights = weights.astype(_acc(logits.dtype))
+    weights = weights.astype(accumulation_dtype(logits.dtype))
     return _mlm_term(_nll(logits, labels), mmask, weights, weighting).astype(logits.dtype)

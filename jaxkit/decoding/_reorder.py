@@ -2,13 +2,44 @@
 
 Observed tokens move to the physical prefix, masked slots follow, and every token
 keeps its logical RoPE position, so an ordinary causal mask lets every mask see
-all observed tokens. All functions are per-row, stable and static-shape.
+all observed tokens. All functions are per-row, stable and static-shape, and
+jitted like jax.numpy (module level).
 """
 
+import functools
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from jaxkit import _validate
+
+
+class Reordered(NamedTuple):
+    """Result of :func:`topological_reorder` (physical order, batch axes first).
+
+    Attributes:
+      tokens: Physical tokens; masked slots hold ``mask_token_id``.
+      positions: Logical position of each physical slot.
+      perm: ``int32``; physical slot ``i`` holds logical slot ``perm[..., i]``.
+    """
+
+    tokens: Array
+    positions: Array
+    perm: Array
+
+
+class WindowOrder(NamedTuple):
+    """Result of :func:`window_order`.
+
+    Attributes:
+      perm: ``int32``; physical slot ``i`` holds logical slot ``perm[..., i]``.
+      inv_perm: ``int32``; logical slot ``j`` sits at physical slot ``inv_perm[..., j]``.
+    """
+
+    perm: Array
+    inv_perm: Array
 
 
 def topological_reorder(
@@ -17,7 +48,7 @@ def topological_reorder(
     is_masked: Bool[ArrayLike, "*b L"],
     *,
     mask_token_id: int,
-) -> tuple[Array, Array, Array]:
+) -> Reordered:
     """Move observed tokens to the physical prefix, keeping their logical positions.
 
     Physical input ``x~ = [x_O (ascending), [MASK] x |M|]`` with positions
@@ -31,8 +62,8 @@ def topological_reorder(
       mask_token_id: Id written into the masked slots.
 
     Returns:
-      ``(tokens_phys, positions_phys, perm)``: physical slot ``i`` holds logical
-      slot ``perm[..., i]``; masked slots hold ``mask_token_id``.
+      A :class:`Reordered` ``(tokens, positions, perm)``: physical slot ``i``
+      holds logical slot ``perm[..., i]``; masked slots hold ``mask_token_id``.
 
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
@@ -49,9 +80,15 @@ def topological_reorder(
     _validate.same_shape(tokens=tokens, positions=positions, is_masked=is_masked)
     if is_masked.dtype != jnp.bool_:
         raise TypeError(f"`is_masked` must be a boolean array, got dtype {is_masked.dtype}.")
+    mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
+    return _topological_reorder(tokens, positions, is_masked, mask_token_id=mask_token_id)
+
+
+@functools.partial(jax.jit, static_argnames=("mask_token_id",))
+def _topological_reorder(tokens, positions, is_masked, *, mask_token_id) -> Reordered:
     perm = jnp.argsort(is_masked.astype(jnp.int32), axis=-1, stable=True)
     shown = jnp.where(is_masked, jnp.asarray(mask_token_id, tokens.dtype), tokens)
-    return (
+    return Reordered(
         jnp.take_along_axis(shown, perm, axis=-1),
         jnp.take_along_axis(positions, perm, axis=-1),
         perm.astype(jnp.int32),
@@ -74,12 +111,15 @@ def commit_count(filled: Bool[ArrayLike, "*b W"]) -> Array:
     if filled.dtype != jnp.bool_:
         raise TypeError(f"`filled` must be a boolean array, got dtype {filled.dtype}.")
     _validate.min_ndim(filled, 1, name="filled")
+    return _commit_count(filled)
+
+
+@jax.jit
+def _commit_count(filled) -> Array:
     return jnp.sum(jnp.cumprod(filled.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
 
 
-def window_order(
-    filled: Bool[ArrayLike, "*b W"], valid: Bool[ArrayLike, "*b W"]
-) -> tuple[Array, Array]:
+def window_order(filled: Bool[ArrayLike, "*b W"], valid: Bool[ArrayLike, "*b W"]) -> WindowOrder:
     """Physical order of a decoder window: filled slots, then open masks, then padding.
 
     Args:
@@ -88,14 +128,19 @@ def window_order(
         never seen by valid queries under the causal mask).
 
     Returns:
-      ``(perm, inv_perm)``: physical slot ``i`` holds logical slot ``perm[..., i]``;
-      logical slot ``j`` sits at physical slot ``inv_perm[..., j]``.
+      A :class:`WindowOrder` ``(perm, inv_perm)``: physical slot ``i`` holds
+      logical slot ``perm[..., i]``; logical slot ``j`` sits at physical slot ``inv_perm[..., j]``.
 
     References:
       WeDLM (ICML 2026), Algorithm 1 step 1 (``perm = stable_argsort(~filled)``).
     """
     filled, valid = jnp.asarray(filled), jnp.asarray(valid)
     _validate.same_shape(filled=filled, valid=valid)
+    return _window_order(filled, valid)
+
+
+@jax.jit
+def _window_order(filled, valid) -> WindowOrder:
     # Stable three-class sort without argsort: class offsets + rank inside the class.
     classes = [filled & valid, ~filled & valid, ~valid]
     inv = jnp.zeros(filled.shape, jnp.int32)
@@ -111,4 +156,4 @@ def window_order(
     j = jnp.arange(w, dtype=jnp.int32).reshape(lead + (w, 1))
     onehot = inv[..., :, None] == jnp.arange(w, dtype=jnp.int32).reshape(lead + (1, w))
     perm = jnp.sum(jnp.where(onehot, j, jnp.zeros_like(j)), axis=-2).astype(jnp.int32)
-    return perm, inv
+    return WindowOrder(perm, inv)

@@ -1,7 +1,6 @@
-"""Entropy-based slot selection and the token sampler of the WeDLM decoder.
+"""Entropy-based slot selection of the WeDLM decoder.
 
-The sampler is a small private reference (greedy at temperature 0, else
-categorical at the given temperature); top-k/top-p filtering is not provided.
+Tokens themselves are drawn by the fused sampler ``jaxkit.kernels.sampling``.
 """
 
 import jax
@@ -9,12 +8,20 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jaxkit import _validate
-from jaxkit._typing import KeyArray, RealScalarLike
+from jaxkit._typing import RealScalarLike
 
 
 def token_entropy(logits: Float[ArrayLike, "*b V"]) -> Array:
-    """Entropy in nats of ``softmax(logits)`` along the last axis, in float32."""
-    lf = jnp.asarray(logits).astype(jnp.float32)
+    """Entropy in nats of ``softmax(logits)`` along the last axis, in float32.
+
+    Jitted like jax.numpy (module level).
+    """
+    return _token_entropy(jnp.asarray(logits))
+
+
+@jax.jit
+def _token_entropy(logits: Array) -> Array:
+    lf = logits.astype(jnp.float32)
     logp = jax.nn.log_softmax(lf, axis=-1)
     p = jnp.exp(logp)
     return -jnp.sum(jnp.where(p > 0, p * logp, jnp.zeros_like(p)), axis=-1)
@@ -53,7 +60,14 @@ def select_by_entropy(
     _validate.ndim(logits, 3, name="logits")
     _validate.shape(selectable, logits.shape[:2], name="selectable")
     _validate.finite_scalar(pos_penalty=pos_penalty)
-    ent = token_entropy(logits)
+    if threshold is not None:
+        _validate.finite_scalar(threshold=threshold)
+    return _select_by_entropy(logits, selectable, threshold, pos_penalty)
+
+
+@jax.jit
+def _select_by_entropy(logits, selectable, threshold, pos_penalty) -> Array:
+    ent = _token_entropy(logits)
     w = ent.shape[1]
     left = jnp.argmax(selectable, axis=1).astype(jnp.int32)
     dist = (jnp.arange(w, dtype=jnp.int32)[None, :] - left[:, None]).astype(jnp.float32)
@@ -61,25 +75,9 @@ def select_by_entropy(
     if threshold is None:
         fill = jnp.zeros_like(selectable)
     else:
-        _validate.finite_scalar(threshold=threshold)
         fill = selectable & (score < jnp.asarray(threshold, jnp.float32))
     masked_score = jnp.where(selectable, score, jnp.full_like(score, jnp.inf))
     best = jnp.argmin(masked_score, axis=1)
     fallback = (jnp.arange(w)[None, :] == best[:, None]) & selectable
     none = ~jnp.any(fill, axis=1, keepdims=True)
     return jnp.where(none, fallback, fill)
-
-
-def _sample(logits: Array, key: KeyArray, temperature: RealScalarLike) -> Array:
-    """Greedy where ``temperature == 0``, else a categorical draw at that temperature."""
-    lf = logits.astype(jnp.float32)
-    t = jnp.asarray(temperature, jnp.float32)
-
-    def greedy():
-        return jnp.argmax(lf, axis=-1).astype(jnp.int32)
-
-    def drawn():
-        scaled = lf / jnp.maximum(t, jnp.float32(1e-6))
-        return jax.random.categorical(key, scaled, axis=-1).astype(jnp.int32)
-
-    return jax.lax.cond(t > 0, drawn, greedy)

@@ -5,10 +5,12 @@ the cache (the engine's refill order: masks are appended before the forward so
 that the committed run rides along and every open slot gets a fresh prediction).
 The first window is predicted by the prefill forward itself (prompt and W masks in
 one forward), so no decode step is spent on the all-mask window.
-Entropy threshold, distance penalty and temperature are traced. Taken from the
-paper's Algorithm 1 and the released engine (Tencent/WeDLM ``wedlm/engine``).
+Entropy threshold, distance penalty and the sampler's hyperparameters are traced;
+tokens are drawn by the fused sampler ``kernels.sampling.sample_tokens``. Taken from
+the paper's Algorithm 1 and the released engine (Tencent/WeDLM ``wedlm/engine``).
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -19,13 +21,18 @@ from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._common import (
     DecodeStats,
+    Generation,
+    Sampling,
+    Static,
     check_generate_args,
+    choose_tokens,
     finalize,
+    guard_sampling,
     stop_info,
     write_at,
 )
 from jaxkit.decoding._reorder import commit_count, window_order
-from jaxkit.decoding._select import _sample, select_by_entropy
+from jaxkit.decoding._select import select_by_entropy
 
 
 class WeDLMState(NamedTuple):
@@ -53,6 +60,19 @@ class WeDLMState(NamedTuple):
     n_forward: Array
 
 
+class _Options(NamedTuple):
+    """Decoder settings inside the jitted core (ints static, the rest traced)."""
+
+    mask_token_id: int
+    max_new_tokens: int
+    window: int
+    stop_token_ids: tuple[int, ...]
+    entropy_threshold: Array | None
+    pos_penalty: Array
+    sampling: Sampling
+    greedy: bool = False
+
+
 def wedlm_generate(
     params: PyTree,
     cfg: nn.TransformerConfig,
@@ -66,10 +86,13 @@ def wedlm_generate(
     entropy_threshold: RealScalarLike | None = 0.4,
     pos_penalty: RealScalarLike = 0.02,
     temperature: RealScalarLike = 0.0,
+    top_k: int | Int[ArrayLike, ""] | None = None,
+    top_p: RealScalarLike = 1.0,
+    min_p: RealScalarLike = 0.0,
     stop_token_ids: tuple[int, ...] = (),
     max_len: int | None = None,
     pad_token_id: int = 0,
-) -> tuple[Array, Array, DecodeStats]:
+) -> Generation:
     """Generate with WeDLM streaming parallel decoding (batched, ragged prompts).
 
     One forward encodes the right-padded prompts into the cache and predicts the
@@ -83,7 +106,11 @@ def wedlm_generate(
     penalised entropy ``H_i + pos_penalty * d_i`` is below ``entropy_threshold``
     (else the single best one). Decided leading tokens are emitted at once, so a
     row needs no forward after its last token. Rows stop independently at
-    ``max_new_tokens`` or after their first stop token.
+    ``max_new_tokens`` or after their first stop token. Slot tokens are drawn by
+    the fused sampler :func:`jaxkit.kernels.sampling.sample_tokens` (the arg-max,
+    bit for bit, at ``temperature=0``); the slot selection uses the entropy of
+    the raw logits. Jitted like jax.numpy (module level, static choices static,
+    hyperparameters traced): sweeps never recompile, eager calls hit the cache.
 
     Args:
       params: Transformer parameters (``jaxkit.nn``), trained with the WeDLM
@@ -97,83 +124,119 @@ def wedlm_generate(
       window: W, open window width (static).
       entropy_threshold: tau in nats (traced); ``None`` fills one slot per step.
       pos_penalty: lambda, entropy penalty per slot of distance (traced).
-      temperature: 0 for greedy, else the sampling temperature (traced).
+      temperature: 0 for greedy, else the sampling temperature (traced). A
+        concrete 0 selects the static greedy mode (the arg-max, no sampler in
+        the loop); a traced 0 goes through the sampler, also the arg-max.
+      top_k: Keep the ``top_k`` most likely tokens (traced int in [1, V]), or
+        ``None`` for no top-k.
+      top_p: Nucleus mass in (0, 1] (traced; 1 disables it).
+      min_p: Min-p ratio in [0, 1] (traced; 0 disables it).
       stop_token_ids: Static stop ids; a stop token is kept and ends its row.
       max_len: Cache capacity (default ``P + max_new_tokens``, the minimum).
       pad_token_id: Written after each row's end in the output.
 
     Returns:
-      ``(tokens int32[B, N], lengths int32[B], DecodeStats)``; ``n_forward``
-      counts the forwards after the prefill (like :func:`ar_generate`, whose
-      first token also comes from the prefill): ``N - 1`` at ``window=1``.
+      A :class:`~jaxkit.decoding.Generation` ``(tokens int32[B, N], lengths int32[B], stats)``;
+      ``stats.n_forward`` counts the forwards after the prefill (like
+      :func:`ar_generate`, whose first token also comes from the prefill):
+      ``N - 1`` at ``window=1``.
 
     Raises:
+      TypeError: a size or token id that is not a Python int (``True`` included).
       ValueError: prompt longer than the cache, window larger than the cache,
-        token ids outside the vocabulary (a runtime error under ``jit``).
+        token ids outside the vocabulary, a negative or NaN ``temperature`` or
+        ``top_p`` / ``min_p`` outside their range (runtime errors under ``jit``).
 
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
       Algorithm 1 and ``wedlm/engine/wedlm_decoder.py``.
     """
-    _validate.is_key(key)
-    prompt, prompt_len, max_len = check_generate_args(
+    c = check_generate_args(
         cfg,
+        key,
         prompt,
         prompt_len,
         max_new_tokens=max_new_tokens,
         max_len=max_len,
         window=window,
-        extra_ids=[
-            ("mask_token_id", mask_token_id),
-            ("pad_token_id", pad_token_id),
-            *[("stop_token_ids", s) for s in stop_token_ids],
-        ],
+        stop_token_ids=stop_token_ids,
+        token_ids={"mask_token_id": mask_token_id, "pad_token_id": pad_token_id},
+        sampling=(temperature, top_k, top_p, min_p),
     )
     _validate.finite_scalar(pos_penalty=pos_penalty)
-    _validate.finite_scalar(temperature=temperature)
-    _validate.non_negative(temperature=temperature)
-    w, n = window, max_new_tokens
-    cap = n + w + 1  # each forward fills >= 1 open slot; see the spec's progress bound
+    if entropy_threshold is not None:
+        _validate.finite_scalar(entropy_threshold=entropy_threshold)
+    return _wedlm_generate(
+        params,
+        cfg,
+        c.prompt,
+        c.prompt_len,
+        key,
+        c.sampling,
+        entropy_threshold,
+        pos_penalty,
+        c.static,
+        mask_token_id=int(mask_token_id),
+        window=int(window),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "static", "mask_token_id", "window"))
+def _wedlm_generate(
+    params,
+    cfg,
+    prompt,
+    prompt_len,
+    key,
+    sampling: Sampling,
+    entropy_threshold,
+    pos_penalty,
+    static: Static,
+    *,
+    mask_token_id,
+    window,
+) -> Generation:
+    """Jitted core of :func:`wedlm_generate` (its loop body is traced once per program)."""
+    max_new_tokens, stop_token_ids = static.max_new_tokens, static.stop_token_ids
+    o = _Options(
+        mask_token_id,
+        max_new_tokens,
+        window,
+        stop_token_ids,
+        entropy_threshold,
+        pos_penalty,
+        sampling,
+        static.greedy,
+    )
+    prompt_len = guard_sampling(prompt_len, sampling)
+    bad = ~jnp.isfinite(jnp.asarray(pos_penalty))
+    if entropy_threshold is not None:
+        bad = bad | jnp.isnan(jnp.asarray(entropy_threshold))
+    prompt_len = _validate.error_if(
+        prompt_len, bad, "`pos_penalty` must be finite and `entropy_threshold` not NaN."
+    )
+    cap = max_new_tokens + window + 1  # each forward fills >= 1 open slot (progress bound)
     state = _init_state(
         params,
         cfg,
         prompt,
         prompt_len,
         jax.random.fold_in(key, cap),
-        mask_token_id=mask_token_id,
-        max_new_tokens=n,
-        window=w,
-        max_len=max_len,
-        pad_token_id=pad_token_id,
-        entropy_threshold=entropy_threshold,
-        pos_penalty=pos_penalty,
-        temperature=temperature,
-        stop_token_ids=tuple(stop_token_ids),
+        o,
+        max_len=static.max_len,
+        pad_token_id=static.pad_token_id,
     )
 
     def cond(s: WeDLMState):
         return jnp.any(~s.done) & (s.n_forward < cap)
 
     def body(s: WeDLMState) -> WeDLMState:
-        return _step(
-            params,
-            cfg,
-            s,
-            prompt_len,
-            jax.random.fold_in(key, s.n_forward),
-            mask_token_id=mask_token_id,
-            max_new_tokens=n,
-            window=w,
-            entropy_threshold=entropy_threshold,
-            pos_penalty=pos_penalty,
-            temperature=temperature,
-            stop_token_ids=tuple(stop_token_ids),
-        )
+        return _step(params, cfg, s, prompt_len, jax.random.fold_in(key, s.n_forward), o)
 
     state = jax.lax.while_loop(cond, body, state)
-    tokens, lengths = finalize(state.out, state.n_gen, tuple(stop_token_ids), pad_token_id)
-    return tokens, lengths, DecodeStats(state.n_forward, state.row_forwards)
+    tokens, lengths = finalize(state.out, state.n_gen, stop_token_ids, static.pad_token_id)
+    return Generation(tokens, lengths, DecodeStats(state.n_forward, state.row_forwards))
 
 
 def _init_state(
@@ -182,16 +245,10 @@ def _init_state(
     prompt,
     prompt_len,
     key,
+    o: _Options,
     *,
-    mask_token_id,
-    max_new_tokens,
-    window,
     max_len,
     pad_token_id,
-    entropy_threshold,
-    pos_penalty,
-    temperature,
-    stop_token_ids,
 ) -> WeDLMState:
     """Prefill the prompts and predict the first window in the same forward.
 
@@ -204,7 +261,7 @@ def _init_state(
     Mask slots past the capacity are dropped (never selectable: slot ``j`` is
     selectable only if ``j < N``, and ``P + N <= max_len``).
     """
-    w, n = window, max_new_tokens
+    w, n, mask_token_id = o.window, o.max_new_tokens, o.mask_token_id
     b, p = prompt.shape
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     slot = jnp.arange(w, dtype=jnp.int32)[None, :]
@@ -230,18 +287,7 @@ def _init_state(
         row_forwards=zb,
         n_forward=jnp.zeros((), jnp.int32),
     )
-    return _fill(
-        state,
-        res.logits[:, p:],
-        prompt_len,
-        key,
-        active=zb >= 0,
-        max_new_tokens=n,
-        entropy_threshold=entropy_threshold,
-        pos_penalty=pos_penalty,
-        temperature=temperature,
-        stop_token_ids=stop_token_ids,
-    )
+    return _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
 
 
 def _step(
@@ -250,17 +296,10 @@ def _step(
     s: WeDLMState,
     prompt_len,
     key,
-    *,
-    mask_token_id,
-    max_new_tokens,
-    window,
-    entropy_threshold,
-    pos_penalty,
-    temperature,
-    stop_token_ids,
+    o: _Options,
 ) -> WeDLMState:
     """One forward of the streaming decoder (engine refill order)."""
-    w = window
+    w, mask_token_id = o.window, o.mask_token_id
     active = ~s.done
     n_lead = jnp.where(active, commit_count(s.filled), 0)
     tok2 = jnp.concatenate([s.win_tok, jnp.full_like(s.win_tok, mask_token_id)], axis=1)
@@ -283,18 +322,7 @@ def _step(
         row_forwards=s.row_forwards + active.astype(jnp.int32),
         n_forward=s.n_forward + 1,
     )
-    return _fill(
-        s,
-        logits,
-        prompt_len,
-        key,
-        active=active,
-        max_new_tokens=max_new_tokens,
-        entropy_threshold=entropy_threshold,
-        pos_penalty=pos_penalty,
-        temperature=temperature,
-        stop_token_ids=stop_token_ids,
-    )
+    return _fill(s, logits, prompt_len, key, o, active=active)
 
 
 def _fill(
@@ -302,23 +330,19 @@ def _fill(
     logits,
     prompt_len,
     key,
+    o: _Options,
     *,
     active,
-    max_new_tokens,
-    entropy_threshold,
-    pos_penalty,
-    temperature,
-    stop_token_ids,
 ) -> WeDLMState:
     """Select and fill open slots from the window logits (logical order), emit, stop."""
     b, w = s.win_tok.shape
-    n = max_new_tokens
+    n = o.max_new_tokens
     gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
     selectable = ~s.filled & (gen_idx < n) & active[:, None]
     fill = select_by_entropy(
-        logits, selectable, threshold=entropy_threshold, pos_penalty=pos_penalty
+        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
     )
-    new = _sample(logits, key, temperature)
+    new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.
@@ -326,6 +350,6 @@ def _fill(
     out = write_at(s.out, idx, tok)
     n_gen = jnp.minimum((s.cache.length - prompt_len) + commit_count(filled), n)
     n_gen = jnp.where(active, n_gen, s.n_gen)
-    has_stop, _ = stop_info(out, n_gen, stop_token_ids)
+    has_stop, _ = stop_info(out, n_gen, o.stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)

@@ -7,7 +7,6 @@ import numpy as np
 from jaxkit import nn
 from jaxkit.decoding import select_by_entropy
 
-
 _PAD = 64
 _JIT = {}
 

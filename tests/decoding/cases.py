@@ -6,7 +6,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn
-from jaxkit.decoding import dual_stream_batch, select_by_entropy, wedlm_generate, wedlm_loss
+from jaxkit.decoding import (
+    ar_generate,
+    dual_stream_batch,
+    select_by_entropy,
+    wedlm_generate,
+    wedlm_loss,
+)
 from tests.conformance import Bad, Case
 
 V, MASK = 11, 10
@@ -37,6 +43,20 @@ def _generate(prompt, prompt_len, *, entropy_threshold, pos_penalty, window=2, m
     )
 
 
+def _ar(prompt, prompt_len, *, temperature, top_p, max_new_tokens=3):
+    return ar_generate(
+        _P32,
+        CFG,
+        prompt,
+        prompt_len,
+        key=jax.random.key(0),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=5,
+        top_p=top_p,
+    )
+
+
 def _gen_args(key, dtype):
     del dtype
     k1, k2 = jax.random.split(key)
@@ -46,13 +66,22 @@ def _gen_args(key, dtype):
     )
 
 
+# a module-level jitted apply_fn, as a user would write it (eager calls hit its cache)
+_APPLY = jax.jit(lambda p, t, q, m: nn.apply(p, CFG, t, q, attn_mask=m).logits)
+
+
 def _loss(tokens, params, *, ar_weight):
-    apply_fn = lambda p, t, q, m: nn.apply(p, CFG, t, q, attn_mask=m).logits
-    lm = jnp.broadcast_to(jnp.arange(tokens.shape[1]) >= 1, tokens.shape)
+    apply_fn = _APPLY
+    pos = (
+        jnp.zeros_like(tokens, dtype=jnp.int32) + jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+    )
+    lm = pos >= 1  # built on tokens: sharded like them
     batch = dual_stream_batch(tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK)
     params = jax.tree.map(jnp.asarray, params)  # check_grads passes NumPy leaves
     loss, m = wedlm_loss(apply_fn, params, batch, ar_weight=ar_weight)
-    return loss, m["mlm"], m["ar"]
+    # the per-row weights make the sharding check real (batch-sharded tokens in, the
+    # batch's rows stay on 'data'); they do not depend on params (zero derivative)
+    return loss, m["mlm"], m["ar"], batch.mlm_weights.astype(loss.dtype)
 
 
 def _select(logits, selectable, *, threshold, pos_penalty):
@@ -93,6 +122,29 @@ CASES = [
         ),
     ),
     Case(
+        name="decoding.ar_generate",
+        fn=_ar,
+        make_args=_gen_args,
+        hparams={"temperature": (0.7, 1.3), "top_p": (0.9, 0.8)},  # sampling on
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "max_new_tokens=True",
+                lambda key: (_gen_args(key, None), {"max_new_tokens": True}),
+                TypeError,
+                "max_new_tokens",
+            ),
+            Bad(
+                "NaN temperature",
+                lambda key: (_gen_args(key, None), {"temperature": float("nan")}),
+                ValueError,
+                "temperature",
+            ),
+        ),
+    ),
+    Case(
         name="decoding.wedlm_loss",
         fn=_loss,
         make_args=lambda key, dtype: (jax.random.randint(key, (8, 6), 0, MASK), _params(dtype)),
@@ -100,9 +152,7 @@ CASES = [
         grad_modes=("rev",),
         grad_argnums=(1,),
         rtol=1e-4,
-        # dual_stream_batch draws its masks unsharded (zeros/ones of shape (b, ...)),
-        # which do not mix with batch-sharded tokens under an explicit mesh.
-        shard_argnums=(),
+        shard_argnums=(0,),  # batch-sharded tokens; params replicated
         bad=(
             Bad("float tokens", lambda key: ((jnp.zeros((8, 6)), _P32), {}), TypeError, "tokens"),
         ),
@@ -131,5 +181,11 @@ CASES = [
 
 # The heaviest checks of the decoder and loss (whole-model grads, vmap of the while loop,
 # bf16 of the loss) run in `make test-slow`; the default run keeps the rest.
-_SLOW = {"decoding.wedlm_generate": ("vmap",), "decoding.wedlm_loss": ("grads", "dtypes", "vmap")}
+_SLOW = {
+    "decoding.wedlm_generate": ("vmap",),
+    # one decoder per family in the default run: wedlm_generate carries the full set,
+    # ar_generate keeps its cheap checks (eager cache, eval_shape, bad inputs) by default
+    "decoding.ar_generate": ("vmap", "jit", "traced_once", "dtypes", "sharding"),
+    "decoding.wedlm_loss": ("grads", "dtypes", "vmap"),
+}
 CASES = [dataclasses.replace(c, slow_checks=_SLOW.get(c.name, ())) for c in CASES]

@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,7 @@ from jaxkit.decoding import (
 from tests.decoding._models import MASK, V, tiny
 
 
+@functools.cache  # one jitted forward per config, shared by the tests
 def _apply_fn(cfg):
     return jax.jit(lambda p, t, q, m: nn.apply(p, cfg, t, q, attn_mask=m).logits)
 
@@ -192,6 +195,13 @@ def test_loss_bad_inputs():
         dual_stream_batch(
             tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=0, mask_token_id=MASK
         )
+    # a wrong type is a TypeError (True is not taken as 1)
+    with pytest.raises(TypeError, match="`block_size`"):
+        dual_stream_batch(
+            tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=True, mask_token_id=MASK
+        )
+    with pytest.raises(TypeError, match="`length`"):
+        dual_stream_mask(True, 2)
     params, cfg = tiny(0)
     bt = dual_stream_batch(
         tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=4, mask_token_id=MASK

@@ -5,38 +5,32 @@ import pytest
 
 from jaxkit import nn
 from jaxkit.decoding import (
+    _wedlm,
     ar_generate,
     commit_count,
     select_by_entropy,
-    topological_reorder,
     token_entropy,
+    topological_reorder,
     wedlm_generate,
     window_order,
 )
-from jaxkit.decoding import _wedlm
+from jaxkit.decoding._common import Sampling
 from tests.decoding import _reference as R
 from tests.decoding._models import MASK, V, prompts, tiny
 
-
-_STATIC = ("mask_token_id", "max_new_tokens", "window", "stop_token_ids", "max_len", "pad_token_id")
-_JGEN = jax.jit(wedlm_generate, static_argnums=1, static_argnames=_STATIC)
-_JAR = jax.jit(
-    ar_generate,
-    static_argnums=1,
-    static_argnames=("max_new_tokens", "stop_token_ids", "max_len", "pad_token_id"),
-)
+_JPREFILL = jax.jit(nn.prefill, static_argnums=1, static_argnames=("max_len",))
 _JAPPLY = jax.jit(
     lambda p, cfg, t, q, m=None: nn.apply(p, cfg, t, q, attn_mask=m).logits, static_argnums=1
 )
 
 
 def _gen(params, cfg, pr, pl, **kw):
-    """wedlm_generate, jitted (one compile per static configuration across tests)."""
+    """wedlm_generate (jitted inside: one compile per static configuration across tests)."""
     kw.setdefault("key", jax.random.key(0))
     kw.setdefault("mask_token_id", MASK)
     kw.setdefault("max_new_tokens", 8)
     kw.setdefault("window", 4)
-    return _JGEN(params, cfg, pr, pl, **kw)
+    return wedlm_generate(params, cfg, pr, pl, **kw)
 
 
 # ------------------------------------------------------------------ reordering
@@ -193,26 +187,27 @@ def test_cache_holds_exact_ar_kv():
     params, cfg = tiny(3)
     pr, pl = prompts(3, 2, 5, [5, 2])
     n, w = 10, 4
-    kw = dict(
+    o = _wedlm._Options(
         mask_token_id=MASK,
         max_new_tokens=n,
         window=w,
+        stop_token_ids=(),
         entropy_threshold=1.5,
         pos_penalty=0.02,
-        temperature=0.0,
-        stop_token_ids=(),
+        sampling=Sampling(0.0, V, 1.0, 0.0),
+        greedy=True,
     )
     s = jax.jit(
-        lambda k: _wedlm._init_state(params, cfg, pr, pl, k, max_len=5 + n, pad_token_id=0, **kw)
+        lambda k: _wedlm._init_state(params, cfg, pr, pl, k, o, max_len=5 + n, pad_token_id=0)
     )(jax.random.key(9))
     # the fused prefill wrote exactly the prefill K/V of the prompts
-    _, pre = jax.jit(lambda: nn.prefill(params, cfg, pr, pl, max_len=5 + n))()
+    _, pre = _JPREFILL(params, cfg, pr, pl, max_len=5 + n)
     np.testing.assert_array_equal(s.cache.length, pl)
     for b in range(2):
         p = int(pl[b])
         np.testing.assert_allclose(s.cache.k[:, b, :p], pre.k[:, b, :p], atol=1e-5)
         np.testing.assert_allclose(s.cache.v[:, b, :p], pre.v[:, b, :p], atol=1e-5)
-    step = jax.jit(lambda s, k: _wedlm._step(params, cfg, s, pl, k, **kw))
+    step = jax.jit(lambda s, k: _wedlm._step(params, cfg, s, pl, k, o))
     for i in range(4):
         s = step(s, jax.random.key(i))
     for b in range(2):
@@ -220,7 +215,7 @@ def test_cache_holds_exact_ar_kv():
         p = int(pl[b])
         assert ln > p
         seq = jnp.concatenate([pr[b, :p], s.out[b, : ln - p]])[None]
-        _, fresh = nn.prefill(
+        _, fresh = _JPREFILL(
             params, cfg, jnp.pad(seq, ((0, 0), (0, 15 - ln))), jnp.asarray([ln]), max_len=15
         )
         np.testing.assert_allclose(s.cache.k[:, b, :ln], fresh.k[:, 0, :ln], atol=1e-5)
@@ -264,9 +259,10 @@ def test_stop_token_truncates_and_rows_finish_independently():
 
 
 def test_sampled_decoding_is_keyed_and_valid():
+    # both decoders draw through the fused sampler: same key -> same tokens, filters on
     params, cfg = tiny(7)
     pr, pl = prompts(7, 2, 5, [5, 3])
-    kw = dict(entropy_threshold=0.5, temperature=1.0)
+    kw = dict(entropy_threshold=0.5, temperature=1.0, top_k=6, top_p=0.95, min_p=0.02)
     a = _gen(params, cfg, pr, pl, key=jax.random.key(1), **kw)[0]
     b = _gen(params, cfg, pr, pl, key=jax.random.key(1), **kw)[0]
     c = _gen(params, cfg, pr, pl, key=jax.random.key(2), **kw)[0]
@@ -276,41 +272,23 @@ def test_sampled_decoding_is_keyed_and_valid():
     g = _gen(params, cfg, pr, pl, entropy_threshold=0.5)[0]
     t = _gen(params, cfg, pr, pl, key=jax.random.key(3), entropy_threshold=0.5, temperature=1e-4)[0]
     np.testing.assert_array_equal(g, t)
+    akw = dict(max_new_tokens=8, temperature=1.0, top_k=6, top_p=0.95, min_p=0.02)
+    a = ar_generate(params, cfg, pr, pl, key=jax.random.key(1), **akw).tokens
+    b = ar_generate(params, cfg, pr, pl, key=jax.random.key(1), **akw).tokens
+    c = ar_generate(params, cfg, pr, pl, key=jax.random.key(2), **akw).tokens
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
 
 
-def test_jit_traces_once_over_tau_and_matches_eager():
-    params, cfg = tiny(8)
-    pr, pl = prompts(8, 2, 5, [5, 2])
-    count = []
-
-    @jax.jit
-    def f(tau, lam):
-        count.append(1)
-        return wedlm_generate(
-            params,
-            cfg,
-            pr,
-            pl,
-            key=jax.random.key(0),
-            mask_token_id=MASK,
-            max_new_tokens=8,
-            window=4,
-            entropy_threshold=tau,
-            pos_penalty=lam,
-        )
-
-    a = f(0.3, 0.02)
-    f(0.9, 0.05)
-    assert len(count) == 1
-    e = _gen(params, cfg, pr, pl, entropy_threshold=0.3, pos_penalty=0.02)
-    np.testing.assert_array_equal(a[0], e[0])
+# (jit == eager and one trace across entropy_threshold / pos_penalty values: the
+# conformance checks decoding.wedlm_generate-jit and -traced_once)
 
 
 def test_ar_generate_equals_recompute_greedy():
     params, cfg = tiny(9)
     pr, pl = prompts(9, 2, 5, [5, 3])
     n = 8
-    toks, lens, st = _JAR(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
+    toks, lens, st = ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
     for b in range(2):
         want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=n)
         np.testing.assert_array_equal(toks[b], want)
@@ -357,13 +335,13 @@ def test_batch_sharded_prompts_match_unsharded(mesh8):
     pr, pl = prompts(11, 8, 5, [5, 3, 4, 5, 2, 5, 1, 4])
     kw = dict(key=jax.random.key(0), max_new_tokens=6)
     want_w = _gen(params, cfg, pr, pl, max_new_tokens=6, entropy_threshold=0.8)
-    want_a = _JAR(params, cfg, pr, pl, **kw)
+    want_a = ar_generate(params, cfg, pr, pl, **kw)
     sh = jax.NamedSharding(mesh8, jax.P("data"))
     spr = jax.device_put(pr, jax.NamedSharding(mesh8, jax.P("data", None)))
     spl = jax.device_put(pl, sh)
     with jax.set_mesh(mesh8):
         got_w = _gen(params, cfg, spr, spl, max_new_tokens=6, entropy_threshold=0.8)
-        got_a = _JAR(params, cfg, spr, spl, **kw)
+        got_a = ar_generate(params, cfg, spr, spl, **kw)
         _, cache = jax.jit(lambda a, b: nn.prefill(params, cfg, a, b, max_len=12))(spr, spl)
     for got, want in ((got_w, want_w), (got_a, want_a)):
         np.testing.assert_array_equal(got[0], want[0])

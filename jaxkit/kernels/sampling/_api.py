@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Integer, Real
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype
 from jaxkit._typing import Implementation, KeyArray
 from jaxkit.kernels import _dispatch
 from jaxkit.kernels.sampling import _fused, _pallas
@@ -147,7 +148,9 @@ def sample_tokens(
     bf16 logits we compute in f32 (``categorical`` adds bf16 noise in bf16), so
     tokens equal ``categorical(key, logits.astype(f32) / temperature)``.
     ``temperature == 0`` gives the arg-max (ties to the lowest index), chosen with
-    ``jnp.where`` so a traced temperature may be 0 under ``jit``.
+    ``jnp.where`` so a traced temperature may be 0 under ``jit``. Jitted like
+    jax.numpy (module level, ``stats`` and ``implementation`` static,
+    hyperparameters traced): eager calls after the first compile nothing.
 
     Args:
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
@@ -184,9 +187,10 @@ def sample_tokens(
       TypeError: If ``logits`` is not floating or has rank 0, a hyperparameter's
         shape does not fit the batch shape, or ``top_k`` is not an integer.
       ValueError: For a concrete ``temperature < 0``, ``top_p`` outside (0, 1],
-        ``min_p`` outside [0, 1], ``top_k`` outside [1, vocab], an unknown
-        ``stats`` or ``implementation``, or concrete NaN/``+inf`` logits (under
-        ``jit`` these value checks become runtime errors naming the argument).
+        ``min_p`` outside [0, 1] (NaN fails each of these), ``top_k`` outside
+        [1, vocab], an unknown ``stats`` or ``implementation``, or concrete
+        NaN/``+inf`` logits (under ``jit`` these value checks become runtime
+        errors naming the argument).
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -203,46 +207,93 @@ def sample_tokens(
       (LLaDA), 2025, arXiv:2502.09992.
     """
     _validate.is_key(key)
-    _validate.floating(logits, name="logits")
-    _validate.min_ndim(logits, 1, name="logits")
+    logits, top_k = _check(logits, temperature, top_k, top_p, min_p)
     _validate.one_of(("sampled", "logits"), stats=stats)
     _validate.one_of(_dispatch.IMPLEMENTATIONS, implementation=implementation)
+    return _sample_tokens(
+        logits,
+        key,
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        stats=stats,
+        implementation=implementation,
+    )
+
+
+def _check(logits, temperature, top_k, top_p, min_p):
+    """Python-level checks (types, shapes, concrete values); ``(logits, top_k or V)``."""
+    _validate.floating(logits, name="logits")
+    _validate.min_ndim(logits, 1, name="logits")
     logits = jnp.asarray(logits)
-    *batch, vocab = logits.shape
-    batch = tuple(batch)
+    vocab = logits.shape[-1]
     if vocab == 0:
         raise TypeError(
             f"`logits` must have a non-empty vocabulary axis, got shape {logits.shape}."
         )
+    _validate.real_scalar(temperature, name="temperature")
+    _validate.real_scalar(top_p, name="top_p")
+    _validate.real_scalar(min_p, name="min_p")
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     _check_top_k(top_k, vocab)
-    cd = ref.compute_dtype(logits.dtype)
+    if not isinstance(logits, jax.core.Tracer):  # concrete logits: ValueError at once
+        nan_or_inf, empty_row = _bad_logits(logits)
+        if not isinstance(nan_or_inf, jax.core.Tracer):  # (not inside someone's trace)
+            if nan_or_inf:
+                raise ValueError(_NAN_LOGITS)
+            if empty_row:
+                raise ValueError(_EMPTY_ROW)
+    return logits, vocab if top_k is None else top_k
+
+
+_NAN_LOGITS = "`logits` must not contain NaN or +inf."
+_EMPTY_ROW = "`logits` has a row that is entirely -inf (nothing to sample)."
+
+
+@jax.jit
+def _bad_logits(logits):
+    """(any NaN or +inf, any row entirely -inf): the checks the traced guards make."""
+    return (
+        jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
+        jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
+    )
+
+
+def _rows(logits, temperature, top_k, top_p, min_p):
+    """Flat per-row hyperparameters ``(t, k, p, mp)``, guarded (NaN fails too).
+
+    The logits checks guard the small per-row ``t`` (which every path consumes),
+    not the (R, V) logits: under a mesh, eqx.error_if's result is computed on one
+    device, and replicating R numbers is cheap, R * V is not.
+    """
+    vocab = logits.shape[-1]
+    cd = jnp.dtype(accumulation_dtype(logits.dtype))
     like = logits[..., 0]
     t = _per_row(temperature, like, name="temperature", dtype=cd)
     p = _per_row(top_p, like, name="top_p", dtype=cd)
     mp = _per_row(min_p, like, name="min_p", dtype=cd)
-    k = _per_row(vocab if top_k is None else top_k, like, name="top_k", dtype=jnp.int32)
-
-    # Value checks. The logits checks guard the small per-row `t` (which every path
-    # consumes), not the (R, V) logits: under a mesh, eqx.error_if's result is
-    # computed on one device, and replicating R numbers is cheap, R * V is not.
-    t = _guard(
-        t,
-        jnp.any(jnp.isnan(logits) | (logits == jnp.inf)),
-        "`logits` must not contain NaN or +inf.",
-    )
-    t = _guard(
-        t,
-        jnp.any(jnp.all(logits == -jnp.inf, axis=-1)),
-        "`logits` has a row that is entirely -inf (nothing to sample).",
-    )
-    t = _guard(t, jnp.any(t < 0), "`temperature` must be >= 0.")
-    p = _guard(p, jnp.any((p <= 0) | (p > 1)), "`top_p` must lie in (0, 1].")
-    mp = _guard(mp, jnp.any((mp < 0) | (mp > 1)), "`min_p` must lie in [0, 1].")
+    k = _per_row(top_k, like, name="top_k", dtype=jnp.int32)
+    nan_or_inf, empty_row = _bad_logits(logits)
+    t = _guard(t, nan_or_inf, _NAN_LOGITS)
+    t = _guard(t, empty_row, _EMPTY_ROW)
+    # ~(ok) forms: a NaN hyperparameter compares False and must fail the check.
+    t = _guard(t, ~jnp.all(t >= 0), "`temperature` must be >= 0 (not NaN).")
+    p = _guard(p, ~jnp.all((p > 0) & (p <= 1)), "`top_p` must lie in (0, 1] (not NaN).")
+    mp = _guard(mp, ~jnp.all((mp >= 0) & (mp <= 1)), "`min_p` must lie in [0, 1] (not NaN).")
     k = _guard(k, jnp.any((k < 1) | (k > vocab)), f"`top_k` must lie in [1, {vocab}].")
+    return t, k, p, mp
 
+
+@functools.partial(jax.jit, static_argnames=("stats", "implementation"))
+def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, implementation):
+    """Jitted core of :func:`sample_tokens` (module level: eager calls hit the cache)."""
+    *batch, vocab = logits.shape
+    batch = tuple(batch)
+    cd = jnp.dtype(accumulation_dtype(logits.dtype))
+    t, k, p, mp = _rows(logits, temperature, top_k, top_p, min_p)
     x2 = logits.reshape(-1, vocab)
 
     def noise():  # flat (R, V) noise equals gumbel over logits.shape (partitionable)
@@ -282,7 +333,8 @@ def filtered_probabilities(
     """The exact distribution :func:`sample_tokens` draws from (jnp reference).
 
     Same filters and arguments as :func:`sample_tokens`; a one-hot at the arg-max
-    where ``temperature == 0``. Useful as an oracle and for scoring.
+    where ``temperature == 0``. Useful as an oracle and for scoring. Jitted like
+    jax.numpy (module level, hyperparameters traced).
 
     Args:
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
@@ -305,20 +357,13 @@ def filtered_probabilities(
     References:
       Holtzman et al., ICLR 2020 (top-p); Nguyen et al., ICLR 2025 (min-p).
     """
-    _validate.floating(logits, name="logits")
-    _validate.min_ndim(logits, 1, name="logits")
-    logits = jnp.asarray(logits)
-    *batch, vocab = logits.shape
-    batch = tuple(batch)
-    _validate.non_negative(temperature=temperature)
-    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
-    _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
-    _check_top_k(top_k, vocab)
-    cd = ref.compute_dtype(logits.dtype)
-    like = logits[..., 0]
-    t = _per_row(temperature, like, name="temperature", dtype=cd)
-    p = _per_row(top_p, like, name="top_p", dtype=cd)
-    mp = _per_row(min_p, like, name="min_p", dtype=cd)
-    k = _per_row(vocab if top_k is None else top_k, like, name="top_k", dtype=jnp.int32)
+    logits, top_k = _check(logits, temperature, top_k, top_p, min_p)
+    return _filtered_probabilities(logits, temperature, top_k, top_p, min_p)
+
+
+@jax.jit
+def _filtered_probabilities(logits, temperature, top_k, top_p, min_p):
+    vocab = logits.shape[-1]
+    t, k, p, mp = _rows(logits, temperature, top_k, top_p, min_p)
     probs = ref.filtered_probabilities_reference(logits.reshape(-1, vocab), t, k, p, mp)
     return probs.astype(logits.dtype).reshape(logits.shape)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkit._numerics import accumulation_dtype
 from jaxkit.kernels.sampling import _reference as ref
 
 
@@ -51,7 +52,7 @@ def _argmax_lowest(z: jax.Array) -> jax.Array:
 
 def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int) -> ref.RowStats:
     """Sample every row of ``x`` (``vocab`` real columns; extra columns are -inf)."""
-    cd = ref.compute_dtype(x.dtype)
+    cd = jnp.dtype(accumulation_dtype(x.dtype))
     it = _int_dtype(cd)
     nbits = np.iinfo(it).bits
     t = t.astype(cd)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
+from jaxkit._numerics import accumulation_dtype
 from jaxkit.kernels.sampling import _fused, _hash
 from jaxkit.kernels.sampling import _reference as ref
 
@@ -70,7 +71,7 @@ def hash_noise_supported(key: jax.Array, dtype, size: int) -> bool:
         jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
         and str(jax.random.key_impl(key)) == "threefry2x32"
         and bool(jax.config.jax_threefry_partitionable)
-        and ref.compute_dtype(dtype) == jnp.float32
+        and accumulation_dtype(dtype) == jnp.float32
         and size < 2**32
     )
 
@@ -113,7 +114,7 @@ def sample_rows_pallas(
             f"{block_r} * {vp} exceeds {MAX_BLOCK_ELEMENTS}; use implementation='xla'."
         )
     rp = pl.cdiv(r, block_r) * block_r
-    cd = ref.compute_dtype(logits.dtype)
+    cd = jnp.dtype(accumulation_dtype(logits.dtype))
     x = _pad_to(_pad_to(logits, vp, 1, -jnp.inf), rp, 0, 0)
     hash_noise = noise.ndim == 1
     if hash_noise:

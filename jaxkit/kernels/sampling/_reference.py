@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxkit._numerics import accumulation_dtype
+
 
 class RowStats(NamedTuple):
     """Per-row result of the flattened sampler (compute dtype)."""
@@ -26,11 +28,6 @@ class RowStats(NamedTuple):
     entropy: Float[Array, " R"]
 
 
-def compute_dtype(dtype: jnp.dtype) -> jnp.dtype:
-    """f64 for f64 inputs, f32 otherwise (bf16/f16 accumulate in f32)."""
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
-
-
 def column_index(s: Array) -> Array:
     """int32 column index of a 2-D array, with the sharding of ``s``."""
     return jax.lax.broadcasted_iota(jnp.int32, s.shape, 1, out_sharding=jax.typeof(s).sharding)
@@ -38,7 +35,7 @@ def column_index(s: Array) -> Array:
 
 def tempered(logits: Float[Array, "R V"], temperature: Float[Array, " R"]) -> Array:
     """``s = logits / T`` in the compute dtype (``T == 0`` rows use ``T = 1``)."""
-    cd = compute_dtype(logits.dtype)
+    cd = jnp.dtype(accumulation_dtype(logits.dtype))
     t = temperature.astype(cd)
     safe_t = jnp.where(t > 0, t, jnp.ones_like(t))
     s = logits.astype(cd) / safe_t[:, None]
