@@ -16,7 +16,6 @@ import random
 import time
 
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
 from jax import lax

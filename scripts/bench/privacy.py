@@ -13,7 +13,6 @@ import statistics
 import time
 
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
 import optax

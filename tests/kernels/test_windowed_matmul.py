@@ -298,3 +298,18 @@ def test_kernel_inside_shard_map(key):
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gx, rx, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gt, rt, rtol=1e-5, atol=1e-4)
+
+
+def test_auto_on_tpu_falls_back_to_reference(key, monkeypatch):
+    """The WBMM kernel is Triton-only: "auto" on TPU runs the reference, without error."""
+    from jaxkit.kernels import _dispatch
+
+    assert _dispatch.resolve("auto", backend="tpu", platforms=_dispatch.GPU_PLATFORMS) == "xla"
+    assert _dispatch.resolve("auto", backend="gpu", platforms=_dispatch.GPU_PLATFORMS) == "pallas"
+    assert _dispatch.resolve("auto", backend="tpu") == "pallas"  # other kernels: unchanged
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    x = jax.random.normal(key, (1, 3, 5, 3))  # a shape no other test traces (fresh trace)
+    t = 0.3 * jax.random.normal(jax.random.fold_in(key, 1), (3, 9))
+    got = windowed_matmul(x, t, window=(2, 2), implementation="auto")
+    want = windowed_matmul_reference(jnp.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0))), t, window=(2, 2))
+    np.testing.assert_allclose(got, want[:, :3, :5], rtol=1e-6, atol=1e-6)

@@ -1,6 +1,5 @@
 """Oracles for the PRISM transforms (spec training.md §1.4: 2, 3, 6, 9, sharding, resume)."""
 
-import functools
 
 import jax
 import jax.numpy as jnp

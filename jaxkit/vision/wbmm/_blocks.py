@@ -176,13 +176,19 @@ class WBMMBlock(eqx.Module):
         self.drop_path = float(drop_path)
 
     def __call__(
-        self, x: Array, state: State, *, inference: bool = False, key: PRNGKeyArray | None = None
-    ) -> tuple[Array, State]:
+        self,
+        x: Float[ArrayLike, "B H W C"],
+        state: State,
+        *,
+        inference: bool = False,
+        key: PRNGKeyArray | None = None,
+    ) -> tuple[Float[Array, "B H W C"], State]:
         """Apply the block to a ``(B, H, W, C)`` batch.
 
         ``key`` (keyword only) draws the drop-path mask: required in training
         (``inference=False``) when ``drop_path > 0``, ignored otherwise.
         """
+        x = jnp.asarray(x)
         if self.drop_path > 0 and not inference and key is None:
             raise ValueError(
                 f"`key` is required in training (inference=False) with drop_path="

@@ -5,6 +5,7 @@ and bias; the GRN bias, the FFN BatchNorm and the layer scale fold into the seco
 linear (an ``eqx.nn.Linear``, weight ``(out, in)``).
 """
 
+import functools
 from typing import NamedTuple
 
 import equinox as eqx
@@ -12,7 +13,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from jaxkit.kernels.windowed_matmul import table_from_depthwise_kernel
+from jaxkit import _validate
+from jaxkit.kernels.windowed_matmul import table_from_depthwise_kernel, table_size
 from jaxkit.vision.wbmm._blocks import WBMM, MultiKernelWBMM, WBMMBlock
 from jaxkit.vision.wbmm._parts import BatchNorm, State
 
@@ -39,11 +41,38 @@ def fold_bn_into_table(
     ``b' = s b + t``: the folded operator has ``residual=False`` (the identity, if
     any, becomes the centre tap before scaling).
 
+    Jitted like jax.numpy (module level; ``window`` and ``residual`` static).
+
     Returns:
       :class:`FoldedTable` ``(table, bias)`` for ``windowed_matmul(..., residual=False)``.
+
+    Raises:
+      TypeError: For wrong ranks, shapes or dtypes, or a non-bool ``residual``.
+      ValueError: For window sizes below 1.
     """
-    window = (window, window) if isinstance(window, int) else tuple(window)
+    pair = (window, window) if isinstance(window, int) else tuple(window)
+    if len(pair) != 2:
+        raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
+    pair = tuple(_validate.python_int(w, name="window", minimum=1) for w in pair)
     table, scale, shift = jnp.asarray(table), jnp.asarray(scale), jnp.asarray(shift)
+    _validate.ndim(table, 2, name="table")
+    _validate.floating(table, name="table")
+    if table.shape[1] != table_size(pair):
+        raise TypeError(
+            f"`table` must have {table_size(pair)} columns for window={pair}, got shape "
+            f"{table.shape}."
+        )
+    c = table.shape[0]
+    for name, v in (("scale", scale), ("shift", shift), ("bias", bias)):
+        if v is not None:
+            _validate.shape(v, (c,), name=name)
+    if not isinstance(residual, bool):
+        raise TypeError(f"`residual` must be a bool, got {type(residual).__name__}.")
+    return _fold_table(table, bias, scale, shift, window=pair, residual=residual)
+
+
+@functools.partial(jax.jit, static_argnames=("window", "residual"))
+def _fold_table(table, bias, scale, shift, *, window, residual) -> FoldedTable:
     if residual:
         centre = (window[0] - 1) * (2 * window[1] - 1) + window[1] - 1
         table = table.at[:, centre].add(1.0)
