@@ -100,4 +100,4 @@ def test_audit_bad_inputs(key):
         audit.canary_audit(lambda g, k: g, base=base, canary=canary, key=key, trials=1)
     with pytest.raises(ValueError, match="delta"):
         audit.canary_audit(lambda g, k: g, base=base, canary=canary, key=key, delta=1.0)
-    assert np.isfinite(audit.clopper_pearson(1, 10)[1])
+    assert np.isfinite(audit.clopper_pearson(1, 10).high)
