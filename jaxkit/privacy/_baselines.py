@@ -207,18 +207,18 @@ def ffa_lora(
       Y. Sun et al., "Improving LoRA in Privacy-preserving Federated Learning", ICLR 2024.
     """
     _validate.one_of(("a", "b"), frozen=frozen)
-    return optax.chain(
-        _freeze(frozen),
-        dp_aggregate(
-            clip_norm=clip_norm,
-            noise_multiplier=noise_multiplier,
-            denom=denom,
-            key=key,
-            axis_name=axis_name,
-        ),
-        _adam(learning_rate, b1, b2, eps),
-        _freeze(frozen),
+    dp_adam = naive_dp_lora(
+        learning_rate,
+        clip_norm=clip_norm,
+        noise_multiplier=noise_multiplier,
+        denom=denom,
+        key=key,
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        axis_name=axis_name,
     )
+    return optax.chain(_freeze(frozen), dp_adam, _freeze(frozen))
 
 
 def _mean_batch(axis_name: str | None) -> optax.GradientTransformation:

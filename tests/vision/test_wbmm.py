@@ -106,9 +106,9 @@ def test_multikernel_requires_single_window(key):
 @pytest.mark.slow
 def test_network_train_step_and_fold(key):
     net, state = eqx.nn.make_with_state(WBMMNet)(
-        depths=(1, 2),
+        depths=(1, 1),
         dims=(4, 8),
-        patterns=("D", "WM"),
+        patterns=("W", "M"),  # W on 6x6 (four 3x3 windows), M on the 3x3 map after the downsample
         in_channels=1,
         num_classes=3,
         window=3,
