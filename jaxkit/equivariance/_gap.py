@@ -19,6 +19,7 @@ References:
   Test", JMLR 2012.
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -78,16 +79,24 @@ def linear_gap(
     Returns:
       :class:`LinearGap` ``(|Q(W)|_F, |Q(W)|_F / |W|_F)`` in the dtype of ``x``
       (accumulated in f32, f64 for f64 input).
+
+    Jitted like jax.numpy (module level; ``group`` static, ``ridge`` traced and
+    guarded: a negative or NaN ``ridge`` raises, also under ``jit``).
     """
     x, t = _check_xt(x, t, group)
     x = _validate.guard_non_negative(x, ridge, name="ridge")
+    return _linear_gap(x, t, jnp.asarray(ridge), group=group)
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+def _linear_gap(x, t, ridge, *, group: Group) -> LinearGap:
     acc = acc_dtype(x.dtype)
     xa, ta = x.astype(acc), t.astype(acc)
     n = x.shape[0]
     # Sums over the sample axis (not matmuls) so a row-sharded batch all-reduces.
     gram = jnp.sum(xa[:, :, None] * xa[:, None, :], axis=0)
     cross = jnp.sum(xa[:, :, None] * ta[:, None, :], axis=0)
-    lam = jnp.asarray(ridge, acc)
+    lam = ridge.astype(acc)
     solved = jnp.linalg.solve(gram + lam * n * jnp.eye(group.d_in, dtype=acc), cross)
     # ridge = 0: the minimum-norm least-squares map (pseudo-inverse), finite on
     # rank-deficient data where the plain solve gives NaN
@@ -127,6 +136,9 @@ def mmd_gap(
 
     Returns:
       :class:`MMDGap` ``(mmd2, p_value, bandwidth)``; small p rejects invariance.
+
+    Jitted like jax.numpy (module level; ``group``, ``kernel`` and
+    ``n_permutations`` static, ``bandwidth`` traced).
     """
     x, t = _check_xt(x, t, group)
     _validate.is_key(key)
@@ -137,6 +149,13 @@ def mmd_gap(
         raise ValueError(f"`x` needs at least 4 samples for the two halves, got {n}.")
     if bandwidth is not None:
         _validate.positive(bandwidth=bandwidth)
+        bandwidth = jnp.asarray(bandwidth)
+    return _mmd_gap(x, t, key, bandwidth, group=group, kernel=kernel, n_permutations=n_permutations)
+
+
+@functools.partial(jax.jit, static_argnames=("group", "kernel", "n_permutations"))
+def _mmd_gap(x, t, key, bandwidth, *, group: Group, kernel: str, n_permutations: int) -> MMDGap:
+    n = x.shape[0]
     acc = acc_dtype(x.dtype)
     m = n // 2
     kg, kp = jax.random.split(key)
@@ -151,7 +170,7 @@ def mmd_gap(
         iu = jnp.triu_indices(2 * m, 1)
         bw = jnp.sqrt(jnp.median(d2[iu]))
     else:
-        bw = jnp.asarray(bandwidth, acc)
+        bw = bandwidth.astype(acc)
     kmat = jnp.zeros_like(d2)
     if kernel in ("gaussian", "gaussian+cross"):
         kmat = kmat + jnp.exp(-d2 / (2 * bw * bw))
