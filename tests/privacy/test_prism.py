@@ -1,6 +1,5 @@
 """Oracles for the PRISM transforms (spec training.md §1.4: 2, 3, 6, 9, sharding, resume)."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -210,6 +209,7 @@ def test_sensitivity_bounded_by_clip(key, scale):
             np.testing.assert_allclose(float(jnp.sqrt(diff)), cn, rtol=1e-6)
 
 
+@pytest.mark.slow  # default run: the prism_privatize conformance case's sharding check
 def test_one_vs_eight_devices_same_step(key, mesh8):
     """Noise is drawn once after the reduction: 8-device shard_map step == 1-device step."""
     f, gs = _setup(key, jnp.float32, b=16)

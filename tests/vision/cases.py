@@ -56,7 +56,13 @@ def _bad_fold(make):
 
 
 CASES = [
-    Case("vision.WBMMBlock/inference", _block, _x(2), grad_modes=("rev",)),
+    Case(
+        "vision.WBMMBlock/inference",
+        _block,
+        _x(2),
+        grad_modes=("rev",),
+        slow_checks=("grads", "dtypes"),  # default-run derivative check: the fold case
+    ),
     Case(
         "vision.WBMMNet/inference",
         _net,

@@ -51,7 +51,7 @@ def _to64(tree):
         ("W", 4, 2),  # the WBMM fold in the default run (cheap shapes, 2 windows a side)
         pytest.param("D", 5, 3, marks=pytest.mark.slow),
         pytest.param("M", 3, 3, marks=pytest.mark.slow),
-        (5, 5, 3),
+        pytest.param(5, 5, 3, marks=pytest.mark.slow),
     ],
 )
 def test_block_fold_identical_outputs(mixer, size, window, key):
