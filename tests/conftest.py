@@ -45,9 +45,7 @@ def _area(nodeid: str) -> str:
     parts = path.split("/")
     if len(parts) > 2:  # tests/<area>/test_x.py
         return {"kernels_sampling": "kernels", "pod": "nn"}.get(parts[1], parts[1])
-    if (
-        parts[-1] == "test_conformance.py" and "[" in rest
-    ):  # tests/test_conformance.py::t[soft.x-jit]
+    if parts[-1] == "test_conformance.py" and "[" in rest:  # tests/test_conformance.py::t[soft.x-jit]
         name = rest.split("[", 1)[1]
         return name.split(".", 1)[0].split("/", 1)[0].split("-", 1)[0]
     return "core"
