@@ -133,7 +133,12 @@ class WBMMNet(eqx.Module):
         inference: bool = False,
         key: PRNGKeyArray | None = None,
     ) -> tuple[Float[Array, "B K"], State]:
-        """Logits for a batch of NHWC images."""
+        """Logits for a batch of NHWC images.
+
+        ``key`` (keyword only) draws the drop-path masks, one per block: required in
+        training (``inference=False``) when ``drop_path_rate > 0`` (a block with
+        ``drop_path > 0`` raises ``ValueError`` without it), ignored in inference.
+        """
         feats, state = self.features(jnp.asarray(x), state, inference=inference, key=key)
         pooled = jnp.mean(feats[-1], axis=(1, 2))
         return per_position(self.head, per_position(self.norm, pooled)), state
