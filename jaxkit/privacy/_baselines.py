@@ -135,6 +135,11 @@ def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
     return optax.GradientTransformation(init, update)
 
 
+def _dp_adam(learning_rate, dp: dict, adam: tuple, axis_name) -> tuple:
+    """``(dp_aggregate(**dp), Adam)``: the DP-Adam pair of both baselines (a flat chain)."""
+    return dp_aggregate(**dp, axis_name=axis_name), _adam(learning_rate, *adam)
+
+
 def naive_dp_lora(
     learning_rate: Real[ArrayLike, ""] | Callable[[Array], Array],
     *,
@@ -155,16 +160,8 @@ def naive_dp_lora(
     References:
       D. Yu et al., "Differentially Private Fine-tuning of Language Models", ICLR 2022.
     """
-    return optax.chain(
-        dp_aggregate(
-            clip_norm=clip_norm,
-            noise_multiplier=noise_multiplier,
-            denom=denom,
-            key=key,
-            axis_name=axis_name,
-        ),
-        _adam(learning_rate, b1, b2, eps),
-    )
+    dp = dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom, key=key)
+    return optax.chain(*_dp_adam(learning_rate, dp, (b1, b2, eps), axis_name))
 
 
 def _freeze(frozen: str) -> optax.GradientTransformation:
@@ -207,18 +204,9 @@ def ffa_lora(
       Y. Sun et al., "Improving LoRA in Privacy-preserving Federated Learning", ICLR 2024.
     """
     _validate.one_of(("a", "b"), frozen=frozen)
-    dp_adam = naive_dp_lora(
-        learning_rate,
-        clip_norm=clip_norm,
-        noise_multiplier=noise_multiplier,
-        denom=denom,
-        key=key,
-        b1=b1,
-        b2=b2,
-        eps=eps,
-        axis_name=axis_name,
-    )
-    return optax.chain(_freeze(frozen), dp_adam, _freeze(frozen))
+    dp = dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom, key=key)
+    dp_adam = _dp_adam(learning_rate, dp, (b1, b2, eps), axis_name)
+    return optax.chain(_freeze(frozen), *dp_adam, _freeze(frozen))
 
 
 def _mean_batch(axis_name: str | None) -> optax.GradientTransformation:
