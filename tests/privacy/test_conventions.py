@@ -24,8 +24,11 @@ def _update(tx, g, f):
     return jax.block_until_ready(tx.update(g, tx.init(f), f)[0])
 
 
-@pytest.mark.parametrize("aggregator", ["prism_privatize", "dp_aggregate"])
+@pytest.mark.parametrize(
+    "aggregator", ["prism_privatize", pytest.param("dp_aggregate", marks=pytest.mark.slow)]
+)
 def test_traced_bad_clip_norm_raises_under_jit(key, aggregator):
+    """The guard is shared (_common.guard_dp_hparams): one aggregator in the default run."""
     f, g = _grads(key)
     make = getattr(privacy, aggregator)
 
