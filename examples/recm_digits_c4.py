@@ -159,7 +159,8 @@ def _cr_penalty(model, x, hs):
         b = layer.weight_free
         d = E.c4_kernel_transform(b, 3, lifting=layer.lifting) - b
         zero = jnp.zeros(2 * b.shape[0], b.dtype)
-        y = jax.vmap(lambda v: _gconv(jnp.concatenate([d, b]), zero, v))(h)
+        db = jnp.concatenate([d, b])
+        y = jax.vmap(lambda v, w=db, z=zero: _gconv(w, z, v))(h)
         y2 = jnp.sum(y.reshape(y.shape[0], 2, -1) ** 2, axis=-1)  # [n, 2]
         pen = pen + jnp.sum(jnp.sqrt(jnp.mean(y2, axis=0) + 1e-12))
     f = jax.lax.stop_gradient(_pool(hs[-1]))

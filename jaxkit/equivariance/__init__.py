@@ -15,6 +15,7 @@ from jaxkit.equivariance._gap import MMDGap as MMDGap
 from jaxkit.equivariance._gap import linear_gap as linear_gap
 from jaxkit.equivariance._gap import mmd_gap as mmd_gap
 from jaxkit.equivariance._groups import Group as Group
+from jaxkit.equivariance._groups import GroupSample as GroupSample
 from jaxkit.equivariance._groups import c4_regular as c4_regular
 from jaxkit.equivariance._groups import cyclic_rot2d as cyclic_rot2d
 from jaxkit.equivariance._groups import finite_group as finite_group

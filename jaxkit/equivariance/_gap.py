@@ -19,6 +19,7 @@ References:
   Test", JMLR 2012.
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -26,8 +27,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
-from jaxkit.equivariance._project import acc_dtype, complement
+from jaxkit.equivariance._project import complement
 
 
 class LinearGap(NamedTuple):
@@ -69,23 +71,36 @@ def linear_gap(
       x: Inputs ``[n, d_in]``.
       t: Targets ``[n, d_out]``.
       group: The :class:`Group` acting on inputs and targets.
-      ridge: Ridge ``>= 0`` relative to the mean second moment (``W = t^T x (x^T x +
-        ridge n I)^{-1}``).
+      ridge: Ridge ``>= 0`` per sample (``W = t^T x (x^T x + ridge n I)^{-1}``).
+        ``ridge=0`` gives the minimum-norm least-squares map ``t^T x (x^T x)^+``
+        (pseudo-inverse, cut-off as :func:`jax.numpy.linalg.pinv`), well defined
+        on rank-deficient (degenerate) data.
 
     Returns:
       :class:`LinearGap` ``(|Q(W)|_F, |Q(W)|_F / |W|_F)`` in the dtype of ``x``
       (accumulated in f32, f64 for f64 input).
+
+    Jitted like jax.numpy (module level; ``group`` static, ``ridge`` traced and
+    guarded: a negative or NaN ``ridge`` raises, also under ``jit``).
     """
     x, t = _check_xt(x, t, group)
-    _validate.non_negative(ridge=ridge)
+    x = _validate.guard_non_negative(x, ridge, name="ridge")
+    return _linear_gap(x, t, jnp.asarray(ridge), group=group)
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+def _linear_gap(x, t, ridge, *, group: Group) -> LinearGap:
     acc = acc_dtype(x.dtype)
     xa, ta = x.astype(acc), t.astype(acc)
     n = x.shape[0]
     # Sums over the sample axis (not matmuls) so a row-sharded batch all-reduces.
     gram = jnp.sum(xa[:, :, None] * xa[:, None, :], axis=0)
     cross = jnp.sum(xa[:, :, None] * ta[:, None, :], axis=0)
-    gram = gram + jnp.asarray(ridge, acc) * n * jnp.eye(group.d_in, dtype=acc)
-    w = jnp.linalg.solve(gram, cross).T  # [d_out, d_in]
+    lam = ridge.astype(acc)
+    solved = jnp.linalg.solve(gram + lam * n * jnp.eye(group.d_in, dtype=acc), cross)
+    # ridge = 0: the minimum-norm least-squares map (pseudo-inverse), finite on
+    # rank-deficient data where the plain solve gives NaN
+    w = jnp.where(lam > 0, solved, jnp.linalg.pinv(gram, hermitian=True) @ cross).T
     q = complement(w, group)
     a = jnp.sqrt(jnp.sum(q * q))
     r = a / (jnp.sqrt(jnp.sum(w * w)) + jnp.finfo(acc).tiny)
@@ -121,21 +136,30 @@ def mmd_gap(
 
     Returns:
       :class:`MMDGap` ``(mmd2, p_value, bandwidth)``; small p rejects invariance.
+
+    Jitted like jax.numpy (module level; ``group``, ``kernel`` and
+    ``n_permutations`` static, ``bandwidth`` traced).
     """
     x, t = _check_xt(x, t, group)
     _validate.is_key(key)
     _validate.one_of(("gaussian", "cross", "gaussian+cross"), kernel=kernel)
-    if not isinstance(n_permutations, int) or n_permutations < 1:
-        raise ValueError(f"`n_permutations` must be a positive int, got {n_permutations!r}.")
+    n_permutations = _validate.python_int(n_permutations, name="n_permutations", minimum=1)
     n = x.shape[0]
     if n < 4:
         raise ValueError(f"`x` needs at least 4 samples for the two halves, got {n}.")
     if bandwidth is not None:
         _validate.positive(bandwidth=bandwidth)
+        bandwidth = jnp.asarray(bandwidth)
+    return _mmd_gap(x, t, key, bandwidth, group=group, kernel=kernel, n_permutations=n_permutations)
+
+
+@functools.partial(jax.jit, static_argnames=("group", "kernel", "n_permutations"))
+def _mmd_gap(x, t, key, bandwidth, *, group: Group, kernel: str, n_permutations: int) -> MMDGap:
+    n = x.shape[0]
     acc = acc_dtype(x.dtype)
     m = n // 2
     kg, kp = jax.random.split(key)
-    rin, rout = group.sample(kg, m, acc)
+    rin, rout = group.sample(m, acc, key=kg)
     xa, ta = x.astype(acc), t.astype(acc)
     xb = jnp.einsum("nij,nj->ni", rin, xa[m : 2 * m])
     tb = jnp.einsum("nij,nj->ni", rout, ta[m : 2 * m])
@@ -146,7 +170,7 @@ def mmd_gap(
         iu = jnp.triu_indices(2 * m, 1)
         bw = jnp.sqrt(jnp.median(d2[iu]))
     else:
-        bw = jnp.asarray(bandwidth, acc)
+        bw = bandwidth.astype(acc)
     kmat = jnp.zeros_like(d2)
     if kernel in ("gaussian", "gaussian+cross"):
         kmat = kmat + jnp.exp(-d2 / (2 * bw * bw))

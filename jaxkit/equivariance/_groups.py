@@ -20,7 +20,7 @@ References:
 
 import dataclasses
 import functools
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,13 @@ from jaxtyping import Array, PRNGKeyArray
 from jaxkit import _validate
 
 Kind = Literal["finite", "so2", "o3"]
+
+
+class GroupSample(NamedTuple):
+    """Group elements as matrices: ``rho_in [n, d_in, d_in]`` and ``rho_out [n, d_out, d_out]``."""
+
+    rho_in: Array
+    rho_out: Array
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,25 +97,27 @@ class Group:
         """All elements ``(rho_in [n, d_in, d_in], rho_out [n, d_out, d_out])`` (finite)."""
         if self.elements_in is None:
             raise ValueError(
-                f"`group` {self.name} is continuous; use `sample(key, n)` instead of `elements()`."
+                f"`group` {self.name} is continuous; use `sample(n, key=key)` instead of "
+                "`elements()`."
             )
         return (
             jnp.asarray(self.elements_in, dtype),
             jnp.asarray(self.elements_out, dtype),
         )
 
-    def sample(self, key: PRNGKeyArray, n: int, dtype: Any = jnp.float32) -> tuple[Array, Array]:
+    def sample(self, n: int, dtype: Any = jnp.float32, *, key: PRNGKeyArray) -> "GroupSample":
         """``n`` Haar-random elements ``(rho_in [n, d_in, d_in], rho_out [n, ...])``."""
         _validate.is_key(key)
+        n = _validate.python_int(n, name="n", minimum=1)
         if self.kind == "finite":
             idx = jax.random.randint(key, (n,), 0, self.order)
             rin, rout = self.elements(dtype)
-            return rin[idx], rout[idx]
+            return GroupSample(rin[idx], rout[idx])
         if self.kind == "so2":
             ang = jax.random.uniform(key, (n,), dtype, 0.0, 2 * np.pi)
-            return (_rot_blocks(ang, self.mult_in), _rot_blocks(ang, self.mult_out))
+            return GroupSample(_rot_blocks(ang, self.mult_in), _rot_blocks(ang, self.mult_out))
         # o3: Haar on SO(3), times -I with probability 1/2 for O(3).
-        import e3nn_jax as e3nn
+        e3nn = e3nn_jax()
 
         k1, k2 = jax.random.split(key)
         rot = e3nn.rand_matrix(k1, (n,), dtype=jnp.float32)
@@ -117,7 +126,7 @@ class Group:
             rot = rot * sign[:, None, None]
         rin = jax.vmap(self.irreps_in.D_from_matrix)(rot)
         rout = jax.vmap(self.irreps_out.D_from_matrix)(rot)
-        return rin.astype(dtype), rout.astype(dtype)
+        return GroupSample(rin.astype(dtype), rout.astype(dtype))
 
     def representatives(
         self, key: PRNGKeyArray | None = None, n: int = 64, dtype: Any = jnp.float32
@@ -129,7 +138,7 @@ class Group:
             raise ValueError(
                 f"`key` is required for the continuous group {self.name} (Haar samples)."
             )
-        return self.sample(key, n, dtype)
+        return self.sample(n, dtype, key=key)
 
     def lie_algebra(self, dtype: Any = jnp.float32) -> tuple[Array, Array] | None:
         """Lie-algebra generators ``(A_in [k, d_in, d_in], A_out [k, ...])`` or ``None``."""
@@ -161,8 +170,16 @@ def _rot_blocks(angle: Array, mult: int) -> Array:
 
 def _check_mult(**kw: int) -> None:
     for name, v in kw.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"`{name}` must be a positive int, got {name}={v!r}.")
+        _validate.python_int(v, name=name, minimum=1)
+
+
+def e3nn_jax() -> Any:
+    """Import ``e3nn_jax`` (the ``equivariance`` extra), or raise an ``ImportError`` naming it."""
+    try:
+        import e3nn_jax
+    except ImportError as e:  # a missing module, or sys.modules["e3nn_jax"] = None
+        raise ImportError("O(3) irreps need e3nn-jax: pip install 'jaxkit[equivariance]'") from e
+    return e3nn_jax
 
 
 def _check_orthogonal(mats: np.ndarray, *, name: str, tol: float = 1e-6) -> None:
@@ -176,7 +193,7 @@ def _check_orthogonal(mats: np.ndarray, *, name: str, tol: float = 1e-6) -> None
         )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     """C_n rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -207,7 +224,7 @@ def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def so2_rot2d(*, mult_in: int = 1, mult_out: int = 1) -> Group:
     """SO(2) rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -230,7 +247,7 @@ def _shift(n: int, k: int) -> np.ndarray:
     return np.roll(np.eye(n), k, axis=0)  # (P x)_i = x_{i-k}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool = False) -> Group:
     """C_4 acting by the regular representation (cyclic shift of a group axis of 4).
 
@@ -258,7 +275,7 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool 
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = True) -> Group:
     """O(3) (``parity=True``) or SO(3) acting through ``e3nn-jax`` irreps.
 
@@ -269,8 +286,12 @@ def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = T
 
     Returns:
       A :class:`Group` whose Reynolds projection is the exact Schur projection.
+
+    Raises:
+      ImportError: Without e3nn-jax (``pip install 'jaxkit[equivariance]'``).
+      ValueError: If the irreps strings are not valid.
     """
-    import e3nn_jax as e3nn
+    e3nn = e3nn_jax()
 
     try:
         ir_in = e3nn.Irreps(irreps_in)
@@ -333,6 +354,13 @@ def finite_group(
 
 def haar_sample(
     group: Group, n: int, *, key: PRNGKeyArray, dtype: Any = jnp.float32
-) -> tuple[Array, Array]:
-    """``n`` Haar-random elements of ``group`` as ``(rho_in, rho_out)`` matrices."""
-    return group.sample(key, n, dtype)
+) -> GroupSample:
+    """``n`` Haar-random elements of ``group`` as :class:`GroupSample` ``(rho_in, rho_out)``.
+
+    Finite groups sample elements uniformly; SO(2) and O(3)/SO(3) from the Haar measure.
+
+    Raises:
+      TypeError: If ``key`` is not a PRNG key or ``n`` not a Python int.
+      ValueError: If ``n < 1``.
+    """
+    return group.sample(n, dtype, key=key)

@@ -28,8 +28,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
-from jaxkit.equivariance._project import acc_dtype, complement, reynolds
+from jaxkit.equivariance._project import complement, reynolds
 
 
 def _check_theta_init(theta_init: Any) -> None:
@@ -235,9 +236,9 @@ class RECMGroupConvC4(eqx.Module):
     ):
         """Initialise (``P(A)`` He-normal over the fan-in, ``B ~ N(0, 1)``)."""
         for nm, v in (("channels_in", channels_in), ("channels_out", channels_out)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"`{nm}` must be a positive int, got {nm}={v!r}.")
-        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            _validate.python_int(v, name=nm, minimum=1)
+        _validate.python_int(kernel_size, name="kernel_size", minimum=1)
+        if kernel_size % 2 == 0:
             raise ValueError(
                 f"`kernel_size` must be a positive odd int (exact rot90 equivariance), "
                 f"got kernel_size={kernel_size!r}."
@@ -338,9 +339,9 @@ class RECMe3nnLinear(eqx.Module):
           eps: Normaliser guard in ``U(B)``.
           dtype: Parameter dtype.
         """
-        import e3nn_jax as e3nn
+        from jaxkit.equivariance._groups import e3nn_jax, o3_irreps
 
-        from jaxkit.equivariance._groups import o3_irreps
+        e3nn = e3nn_jax()
 
         _validate.is_key(key)
         _check_theta_init(theta_init)

@@ -27,12 +27,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
-
-
-def acc_dtype(dtype: Any) -> Any:
-    """Accumulation dtype: f64 for f64 inputs, else f32 (strict-promotion safe)."""
-    return jnp.float64 if jnp.dtype(dtype) == jnp.dtype(jnp.float64) else jnp.float32
 
 
 def _check_weight(w: Any, group: Group, *, name: str = "w") -> Array:
@@ -136,7 +132,7 @@ def reynolds_mc(
     w = _check_weight(w, group)
     _validate.is_key(key)
     acc = acc_dtype(w.dtype)
-    rin, rout = group.sample(key, n_samples, acc)
+    rin, rout = group.sample(n_samples, acc, key=key)
     out = jnp.einsum("gji,...jk,gkl->...il", rout, w.astype(acc), rin) / n_samples
     return out.astype(w.dtype)
 

@@ -16,16 +16,26 @@ from jaxkit import _validate
 _ACCOUNTANTS = ("rdp", "pld")
 
 
+def _dp_accounting():
+    """Import ``dp_accounting`` (the ``privacy`` extra), or raise an ``ImportError`` naming it."""
+    try:
+        import dp_accounting
+    except ImportError as e:  # a missing module, or sys.modules["dp_accounting"] = None
+        raise ImportError(
+            "privacy accounting needs dp-accounting: pip install 'jaxkit[privacy]'"
+        ) from e
+    return dp_accounting
+
+
 def _check(*, q: float, steps: int, delta: float, accountant: str) -> None:
     _validate.one_of(_ACCOUNTANTS, accountant=accountant)
     _validate.in_interval(low=0.0, high=1.0, closed="right", q=q)
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"`steps` must be a positive int, got steps={steps!r}.")
+    _validate.python_int(steps, name="steps", minimum=1)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", delta=delta)
 
 
 def _event(q: float, sigma: float, steps: int):
-    import dp_accounting
+    dp_accounting = _dp_accounting()
 
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
@@ -33,7 +43,7 @@ def _event(q: float, sigma: float, steps: int):
 
 
 def _accountant(name: str):
-    import dp_accounting
+    dp_accounting = _dp_accounting()
 
     if name == "rdp":
         return dp_accounting.rdp.RdpAccountant()
@@ -61,6 +71,8 @@ def epsilon(
       The (upper bound on) ``epsilon``.
 
     Raises:
+      ImportError: Without dp-accounting (``pip install 'jaxkit[privacy]'``).
+      TypeError: If ``steps`` is not a Python int.
       ValueError: For values out of range (naming the argument).
 
     Example:
@@ -99,6 +111,7 @@ def calibrate_sigma(
       ``sigma`` with ``epsilon(sigma) <= epsilon``.
 
     Raises:
+      ImportError: Without dp-accounting (``pip install 'jaxkit[privacy]'``).
       ValueError: For ``epsilon <= 0``, ``delta`` outside ``(0, 1)``, bad ``q`` or
         ``steps``, or a target that ``sigma <= max_sigma`` cannot reach.
 
@@ -106,7 +119,7 @@ def calibrate_sigma(
       >>> round(calibrate_sigma(epsilon=6.0, delta=1e-5, q=64 / 10000, steps=500), 2)
       0.57
     """
-    import dp_accounting
+    dp_accounting = _dp_accounting()
 
     _validate.positive(epsilon=epsilon)
     _check(q=q, steps=steps, delta=delta, accountant=accountant)

@@ -42,7 +42,8 @@ def dp_aggregate(
     parameters (not on ``Z``).
 
     Args:
-      clip_norm: ``C`` (> 0).
+      clip_norm: ``C`` (> 0; ``inf``, no clipping, only with ``noise_multiplier=0``:
+        the noise std is ``sigma C``). Traced bad values raise under ``jit``.
       noise_multiplier: ``sigma`` (>= 0).
       denom: Normaliser (expected batch size).
       key: Base key.
@@ -62,7 +63,12 @@ def dp_aggregate(
         nd = C.norm_dtype(leaves)
         cn = jnp.asarray(clip_norm).astype(nd)
         std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-        den = jnp.asarray(denom).astype(nd)
+        den = C.guard_dp_hparams(
+            jnp.asarray(denom).astype(nd),
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            denom=denom,
+        )
         sq = sum(
             jnp.sum(jnp.square(g.astype(C.acc_dtype(g))), axis=tuple(range(1, g.ndim))).astype(nd)
             for g in leaves
@@ -99,7 +105,13 @@ class AdamState(NamedTuple):
 
 
 def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
-    """Adam that casts its int32 counter explicitly (safe under strict dtype promotion)."""
+    """Adam that casts its int32 counter explicitly (safe under strict dtype promotion).
+
+    Not ``optax.scale_by_adam``: it computes ``decay**count`` with the int32 count,
+    a ``TypePromotionError`` under ``jax_numpy_dtype_promotion="strict"`` (optax
+    0.2.8, checked), and keeps ``nu`` in the parameter dtype (bf16) where we
+    accumulate both moments in f32.
+    """
 
     def init(params):
         z = jax.tree.map(lambda p: jnp.zeros_like(p, dtype=C.acc_dtype(p)), params)
@@ -111,14 +123,8 @@ def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
         lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
 
         def one(g, m, v):
-            acc = m.dtype
-            t = count.astype(acc)
-            b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
-            g = g.astype(acc)
-            m = b1_ * m + (1 - b1_) * g
-            v = b2_ * v + (1 - b2_) * g * g
-            u = (m / (1 - b1_**t)) / (jnp.sqrt(v / (1 - b2_**t)) + jnp.asarray(eps, acc))
-            return -jnp.asarray(lr).astype(acc) * u, m, v
+            u, m, v = C.adam_direction(g, m, v, count, b1, b2, eps)
+            return -jnp.asarray(lr).astype(m.dtype) * u, m, v
 
         out = jax.tree.map(one, updates, state.mu, state.nu)
         outer = jax.tree.structure(updates)
@@ -127,6 +133,11 @@ def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
         return u, AdamState(count, m, v)
 
     return optax.GradientTransformation(init, update)
+
+
+def _dp_adam(learning_rate, dp: dict, adam: tuple, axis_name) -> tuple:
+    """``(dp_aggregate(**dp), Adam)``: the DP-Adam pair of both baselines (a flat chain)."""
+    return dp_aggregate(**dp, axis_name=axis_name), _adam(learning_rate, *adam)
 
 
 def naive_dp_lora(
@@ -149,20 +160,8 @@ def naive_dp_lora(
     References:
       D. Yu et al., "Differentially Private Fine-tuning of Language Models", ICLR 2022.
     """
-    return optax.chain(
-        dp_aggregate(
-            clip_norm=clip_norm,
-            noise_multiplier=noise_multiplier,
-            denom=denom,
-            key=key,
-            axis_name=axis_name,
-        ),
-        _adam(learning_rate, b1, b2, eps),
-    )
-
-
-class _EmptyState(NamedTuple):
-    pass
+    dp = dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom, key=key)
+    return optax.chain(*_dp_adam(learning_rate, dp, (b1, b2, eps), axis_name))
 
 
 def _freeze(frozen: str) -> optax.GradientTransformation:
@@ -178,7 +177,7 @@ def _freeze(frozen: str) -> optax.GradientTransformation:
 
         return jax.tree.map(z, updates, is_leaf=C.is_lora), state
 
-    return optax.GradientTransformation(lambda p: _EmptyState(), update)
+    return optax.GradientTransformation(lambda p: optax.EmptyState(), update)
 
 
 def ffa_lora(
@@ -205,18 +204,9 @@ def ffa_lora(
       Y. Sun et al., "Improving LoRA in Privacy-preserving Federated Learning", ICLR 2024.
     """
     _validate.one_of(("a", "b"), frozen=frozen)
-    return optax.chain(
-        _freeze(frozen),
-        dp_aggregate(
-            clip_norm=clip_norm,
-            noise_multiplier=noise_multiplier,
-            denom=denom,
-            key=key,
-            axis_name=axis_name,
-        ),
-        _adam(learning_rate, b1, b2, eps),
-        _freeze(frozen),
-    )
+    dp = dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom, key=key)
+    dp_adam = _dp_adam(learning_rate, dp, (b1, b2, eps), axis_name)
+    return optax.chain(_freeze(frozen), *dp_adam, _freeze(frozen))
 
 
 def _mean_batch(axis_name: str | None) -> optax.GradientTransformation:
@@ -230,7 +220,7 @@ def _mean_batch(axis_name: str | None) -> optax.GradientTransformation:
             b = b * jax.lax.psum(1, axis_name)
         return jax.tree.map(lambda s, g: (s / b).astype(g.dtype), out, updates), state
 
-    return optax.GradientTransformation(lambda p: _EmptyState(), update)
+    return optax.GradientTransformation(lambda p: optax.EmptyState(), update)
 
 
 def nonprivate_lora(

@@ -5,11 +5,13 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-from jaxtyping import ArrayLike
 import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike
 
 from jaxkit import _validate
-from jaxkit.privacy.lowrank import LoraFactors, _acc
+from jaxkit._numerics import accumulation_dtype
+from jaxkit.privacy.lowrank import LoraFactors
 
 
 def is_lora(x: Any) -> bool:
@@ -44,11 +46,46 @@ def scalar_std(noise_multiplier: Any, clip_norm: Any, denom: Any) -> jax.Array:
     return jnp.where(s == 0, jnp.zeros_like(s), s * c / d)
 
 
+_INF_CLIP = (
+    "`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
+    "noise_multiplier * clip_norm); clip_norm=inf (no clipping) is allowed only with "
+    "noise_multiplier=0"
+)
+
+
 def check_dp_hparams(*, clip_norm: Any, noise_multiplier: Any, denom: Any) -> None:
-    """Concrete-value checks shared by every DP aggregator."""
+    """Concrete-value checks shared by every DP aggregator (at construction).
+
+    ``clip_norm`` must be > 0 (``inf`` only without noise), ``noise_multiplier``
+    finite and >= 0, ``denom`` finite and > 0; NaN fails. Traced values are checked
+    in ``update`` by :func:`guard_dp_hparams`.
+    """
+    for name, v in (("clip_norm", clip_norm), ("noise_multiplier", noise_multiplier)):
+        _validate.real_scalar(v, name=name)
     _validate.positive(clip_norm=clip_norm)
     _validate.non_negative(noise_multiplier=noise_multiplier)
+    _validate.finite_scalar(noise_multiplier=noise_multiplier)
     _validate.positive(denom=denom)
+    _validate.finite_scalar(denom=denom)
+    c, s = _validate._concrete(clip_norm), _validate._concrete(noise_multiplier)
+    if c is not None and s is not None and np.isinf(c) and s > 0:
+        raise ValueError(f"{_INF_CLIP}, got clip_norm={float(c)}, noise_multiplier={float(s)}.")
+
+
+def guard_dp_hparams(x: Any, *, clip_norm: Any, noise_multiplier: Any, denom: Any) -> Any:
+    """Return ``x`` guarded by the checks of :func:`check_dp_hparams`, eagerly or traced.
+
+    Under ``jit`` a negative, zero or NaN ``clip_norm`` (or a bad ``noise_multiplier``,
+    ``denom``, or ``clip_norm=inf`` with noise) is an ``eqx.error_if`` runtime error
+    instead of a silent wrong release. Always use the result.
+    """
+    c = jnp.asarray(clip_norm)
+    x = _validate.error_if(x, ~(c > 0), "`clip_norm` must be > 0 (inf: no clipping), got NaN/<= 0.")
+    x = _validate.guard_non_negative(x, noise_multiplier, name="noise_multiplier")
+    x = _validate.guard_positive(x, denom, name="denom")
+    return _validate.error_if(
+        x, jnp.isinf(c) & (jnp.asarray(noise_multiplier) > 0), _INF_CLIP + "."
+    )
 
 
 def check_per_example(grads: Any, params: Any) -> int:
@@ -81,7 +118,7 @@ def check_per_example(grads: Any, params: Any) -> int:
 
 def acc_dtype(x: Any) -> jnp.dtype:
     """Accumulation dtype for ``x`` (f32, f64 for f64)."""
-    return _acc(jnp.result_type(x))
+    return jnp.dtype(accumulation_dtype(jnp.result_type(x)))
 
 
 def cast_like(x: jax.Array, like: jax.Array) -> jax.Array:
@@ -114,3 +151,18 @@ def weighted_sum(w: ArrayLike, g: ArrayLike) -> jax.Array:
     """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis)."""
     w, g = jnp.asarray(w), jnp.asarray(g)
     return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)
+
+
+def adam_direction(g: jax.Array, m: jax.Array, v: jax.Array, t: jax.Array, b1, b2, eps):
+    """One Adam step in the moments' dtype: ``(direction, m', v')`` at step ``t`` (>= 1).
+
+    ``direction = m_hat / (sqrt(v_hat) + eps)`` with bias-corrected moments; the int
+    count is cast explicitly (strict dtype promotion).
+    """
+    acc = m.dtype
+    t = t.astype(acc)
+    b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
+    g = g.astype(acc)
+    m = b1_ * m + (1 - b1_) * g
+    v = b2_ * v + (1 - b2_) * g * g
+    return (m / (1 - b1_**t)) / (jnp.sqrt(v / (1 - b2_**t)) + jnp.asarray(eps, acc)), m, v

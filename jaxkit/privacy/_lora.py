@@ -14,7 +14,7 @@ References:
 import json
 import os
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,20 @@ def _path_str(path: Any) -> str:
     return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
+class LoraInit(NamedTuple):
+    """Result of :func:`lora_init`.
+
+    Attributes:
+      params: The parameters (changed only by ``method='spectral'``, which moves the
+        top-``r`` part of each target into the factors).
+      lora: A tree like ``params`` with :class:`LoraFactors` at targets and ``None``
+        elsewhere.
+    """
+
+    params: PyTree
+    lora: PyTree
+
+
 def lora_init(
     params: PyTree,
     *,
@@ -41,7 +55,7 @@ def lora_init(
     method: str = "balanced",
     scale: Real[ArrayLike, ""] = 1.0,
     init_scale: float = 0.02,
-) -> tuple[PyTree, PyTree]:
+) -> LoraInit:
     """LoRA factors for the weights whose path matches ``targets``.
 
     Args:
@@ -58,13 +72,15 @@ def lora_init(
       init_scale: Scale of the ``'balanced'`` / ``'ffa'`` factors.
 
     Returns:
-      ``(params, lora)``: ``params`` (changed only by ``'spectral'``) and a tree like
-      ``params`` with :class:`LoraFactors` at targets and ``None`` elsewhere.
+      :class:`LoraInit` ``(params, lora)``: ``params`` (changed only by ``'spectral'``)
+      and a tree like ``params`` with :class:`LoraFactors` at targets and ``None``
+      elsewhere.
 
     Raises:
       ValueError: Unknown ``method``, no leaf matches ``targets``, or ``rank`` too large.
     """
     _validate.one_of(_METHODS, method=method)
+    rank = _validate.python_int(rank, name="rank", minimum=1)
     pat = re.compile(targets)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     new_params, lora, hit = [], [], 0
@@ -105,7 +121,7 @@ def lora_init(
         lora.append(LoraFactors(a, b))
     if hit == 0:
         raise ValueError(f"`targets`={targets!r} matches no floating weight of rank >= 2.")
-    return treedef.unflatten(new_params), treedef.unflatten(lora)
+    return LoraInit(treedef.unflatten(new_params), treedef.unflatten(lora))
 
 
 def _delta(f: LoraFactors, scale) -> jax.Array:

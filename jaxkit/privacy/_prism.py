@@ -23,16 +23,14 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
+from jaxkit.privacy._prism_adaptive import prism_adaptive
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     TangentCoords,
-    _balance_from_cache,
     check_factors,
     coords_norm_sq,
     from_coords,
     gram_cache,
-    horizontal_lift,
-    retract,
     sample_tangent_coords,
     tangent_coords,
 )
@@ -121,7 +119,9 @@ def prism_privatize(
     sum is ``C``: the standard subsampled Gaussian accounting applies.
 
     Args:
-      clip_norm: Clipping norm ``C`` (> 0; ``inf`` disables clipping).
+      clip_norm: Clipping norm ``C`` (> 0). ``inf`` disables clipping and is allowed
+        only with ``noise_multiplier=0``: the noise std is ``sigma C``, so noise needs a
+        finite ``C`` (``ValueError``, or an ``eqx.error_if`` error under ``jit``).
       noise_multiplier: ``sigma`` (>= 0).
       denom: Normaliser, the expected batch size ``q N``.
       key: Base PRNG key; step ``t`` uses ``fold_in(key, t)``.
@@ -140,7 +140,9 @@ def prism_privatize(
     unchanged, since the frame depends on ``Z`` only).
 
     Raises:
-      ValueError: For ``clip_norm <= 0``, ``noise_multiplier < 0``, ``denom <= 0``.
+      ValueError: For ``clip_norm <= 0`` or NaN, ``noise_multiplier < 0``,
+        ``denom <= 0``, or ``clip_norm=inf`` with ``noise_multiplier > 0`` (concrete
+        values at construction; traced ones raise at run time under ``jit``).
       TypeError: If the gradients do not mirror ``params`` plus a batch axis.
 
     References:
@@ -156,7 +158,12 @@ def prism_privatize(
         nd = C.norm_dtype(jax.tree.leaves(params))
         cn = jnp.asarray(clip_norm).astype(nd)
         std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-        den = jnp.asarray(denom).astype(nd)
+        den = C.guard_dp_hparams(
+            jnp.asarray(denom).astype(nd),
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            denom=denom,
+        )
         p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
         g_nodes = treedef.flatten_up_to(updates)
 
@@ -240,196 +247,6 @@ def prism_privatize(
     return optax.GradientTransformation(_init_privatize(key, with_frame=True), update)
 
 
-class PrismAdaptiveState(NamedTuple):
-    """Moments of :func:`prism_adaptive` (LoRA: ``mu`` factor-shaped, ``nu`` r x r)."""
-
-    count: Array
-    mu: PyTree
-    nu: PyTree
-
-
-def _lr(learning_rate, count):
-    if callable(learning_rate):
-        return jnp.asarray(learning_rate(count))
-    return jnp.asarray(learning_rate)
-
-
-def _precond(v, floor, cond_max, eps):
-    v = 0.5 * (v + v.T)
-    lam, e = jnp.linalg.eigh(v)
-    lmax = jnp.maximum(jnp.max(lam), 0.0)
-    lam = jnp.maximum(jnp.maximum(lam, floor), lmax / cond_max)
-    return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
-
-
-def prism_adaptive(
-    learning_rate: Real[ArrayLike, ""] | Callable[[Array], Array],
-    *,
-    noise_std: Real[ArrayLike, ""] = 0.0,
-    b1: Real[ArrayLike, ""] = 0.9,
-    b2: Real[ArrayLike, ""] = 0.999,
-    eps: Real[ArrayLike, ""] = 1e-8,
-    floor_factor: Real[ArrayLike, ""] = 0.5,
-    floor_mode: str = "scalar",
-    cond_max: Real[ArrayLike, ""] = 1e4,
-    debias: bool = False,
-    horizontal: bool = True,
-    adaptive: bool = True,
-    weight_decay: Real[ArrayLike, ""] = 0.0,
-    rcond: float = 1e-6,
-) -> optax.GradientTransformation:
-    """PRISM's DP-aware, gauge-invariant adaptive update with retraction.
-
-    Input: the privatized tangent vectors in factor form (from
-    :func:`prism_privatize`). Per LoRA module, in the balanced gauge aligned
-    with ``params``: optional horizontal lift; first moments ``m_A, m_B`` and
-    rank-space second moments ``V_A = E[D_A^T D_A]/m``, ``V_B = E[D_B^T D_B]/n``
-    (bias-corrected; with ``debias`` minus the expected noise part
-    ``std^2 (m-r)/m N^{-1}``, ``std^2 M^{-1}``); preconditioner
-    ``(V + eps)^{-1/2}`` by ``eigh`` with eigenvalue floor (``floor_factor std^2``;
-    ``'geometry'``: the mean noise eigenvalue) and condition clamp
-    ``lambda >= lambda_max / cond_max``; then the rank-``r`` retraction of
-    ``Z - lr (U_A b^T + a U_B^T)``. The returned update is
-    ``retracted - params``. Non-LoRA leaves get Adam. With ``adaptive=False`` the
-    direction is the tangent vector itself (Riemannian SGD).
-
-    Args:
-      learning_rate: Step size or an optax schedule.
-      noise_std: ``sigma C / denom`` of the aggregator (floors, de-biasing).
-      b1, b2, eps: Moment decays and the eigenvalue offset.
-      floor_factor: Floor multiplier of ``noise_std^2``.
-      floor_mode: ``'scalar'`` or ``'geometry'``.
-      cond_max: Condition-number clamp of the preconditioner.
-      debias: Subtract the expected noise second moment.
-      horizontal: Apply the horizontal (gauge-fixing) lift first.
-      adaptive: Use the preconditioned moments (else plain Riemannian step).
-      weight_decay: Adds ``weight_decay * a`` (and ``b``) to the direction.
-      rcond: Pseudo-inverse cut-off.
-
-    Returns:
-      An ``optax.GradientTransformation`` with state :class:`PrismAdaptiveState`.
-
-    References:
-      Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
-    """
-    _validate.one_of(("scalar", "geometry"), floor_mode=floor_mode)
-    _validate.non_negative(noise_std=noise_std)
-    _validate.in_interval(low=0.0, high=1.0, closed="left", b1=b1)
-    _validate.in_interval(low=0.0, high=1.0, closed="left", b2=b2)
-    _validate.positive(cond_max=cond_max)
-    _validate.non_negative(floor_factor=floor_factor)
-
-    def init(params):
-        def one(p):
-            if C.is_lora(p):
-                acc = C.acc_dtype(p.a)
-                r = p.a.shape[-1]
-                st = p.a.shape[:-2]
-                mu = LoraFactors(jnp.zeros_like(p.a, dtype=acc), jnp.zeros_like(p.b, dtype=acc))
-                nu = LoraFactors(jnp.zeros((*st, r, r), acc), jnp.zeros((*st, r, r), acc))
-                return mu, nu
-            acc = C.acc_dtype(p)
-            return jnp.zeros_like(p, dtype=acc), jnp.zeros_like(p, dtype=acc)
-
-        nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
-        pairs = [one(p) for p in nodes]
-        return PrismAdaptiveState(
-            jnp.zeros([], jnp.int32),
-            treedef.unflatten([q[0] for q in pairs]),
-            treedef.unflatten([q[1] for q in pairs]),
-        )
-
-    def _module(p, d, mu, nu, t, lr, std2):
-        cache = gram_cache(p, rcond=rcond)
-        acc = cache.u.dtype
-        pb, g, git = _balance_from_cache(p, cache)
-        pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
-        da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-        cb = gram_cache(pb, rcond=rcond)
-        if horizontal:
-            da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
-        m, r = pb.a.shape
-        n = pb.b.shape[0]
-        if adaptive:
-            b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
-            mu_a = b1_ * mu.a + (1 - b1_) * da
-            mu_b = b1_ * mu.b + (1 - b1_) * db
-            nu_a = b2_ * nu.a + (1 - b2_) * (da.T @ da) / m
-            nu_b = b2_ * nu.b + (1 - b2_) * (db.T @ db) / n
-            c1 = 1 - b1_**t
-            c2 = 1 - b2_**t
-            va, vb = nu_a / c2, nu_b / c2
-            s2 = std2.astype(acc)
-            if debias:
-                va = va - s2 * (m - r) / m * cb.n_inv
-                vb = vb - s2 * cb.m_inv
-            ff = jnp.asarray(floor_factor, acc)
-            base = ff * s2
-            if floor_mode == "geometry":
-                fa = jnp.maximum(base, ff * s2 * (m - r) / m * jnp.trace(cb.n_inv) / r)
-                fb = jnp.maximum(base, ff * s2 * jnp.trace(cb.m_inv) / r)
-            else:
-                fa = fb = base
-            cm, ep = jnp.asarray(cond_max, acc), jnp.asarray(eps, acc)
-            ua = (mu_a / c1) @ _precond(va, fa, cm, ep)
-            ub = (mu_b / c1) @ _precond(vb, fb, cm, ep)
-            new_mu, new_nu = LoraFactors(mu_a, mu_b), LoraFactors(nu_a, nu_b)
-        else:
-            ua, ub = da, db
-            new_mu, new_nu = mu, nu
-        wd = jnp.asarray(weight_decay, acc)
-        ua, ub = ua + wd * pb.a, ub + wd * pb.b
-        new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
-        upd = LoraFactors(
-            (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
-        )
-        return upd, new_mu, new_nu
-
-    def update(updates, state, params=None):
-        if params is None:
-            raise ValueError("`params` must be given to prism_adaptive.update.")
-        count = state.count + jnp.ones_like(state.count)
-        t = count.astype(jnp.float32)
-        lr = _lr(learning_rate, state.count)
-        std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
-        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
-        d_nodes = treedef.flatten_up_to(updates)
-        mu_nodes = treedef.flatten_up_to(state.mu)
-        nu_nodes = treedef.flatten_up_to(state.nu)
-        outs, mus, nus = [], [], []
-        for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
-            if C.is_lora(p):
-                acc = C.acc_dtype(p.a)
-                ns = C.n_stack(p)
-                fn = C.stackmap(
-                    lambda p_, d_, mu_, nu_: _module(p_, d_, mu_, nu_, t.astype(acc), lr, std2), ns
-                )
-                u, mu2, nu2 = fn(p, d, mu, nu)
-            else:
-                acc = C.acc_dtype(p)
-                dd = d.astype(acc)
-                if adaptive:
-                    b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
-                    mu2 = b1_ * mu + (1 - b1_) * dd
-                    nu2 = b2_ * nu + (1 - b2_) * dd * dd
-                    ta = t.astype(acc)
-                    dirn = (mu2 / (1 - b1_**ta)) / (
-                        jnp.sqrt(nu2 / (1 - b2_**ta)) + jnp.asarray(eps, acc)
-                    )
-                else:
-                    mu2, nu2, dirn = mu, nu, dd
-                dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
-                u = (-lr.astype(acc) * dirn).astype(p.dtype)
-            outs.append(u)
-            mus.append(mu2)
-            nus.append(nu2)
-        return treedef.unflatten(outs), PrismAdaptiveState(
-            count, treedef.unflatten(mus), treedef.unflatten(nus)
-        )
-
-    return optax.GradientTransformation(init, update)
-
-
 def prism(
     learning_rate: Real[ArrayLike, ""] | Callable[[Array], Array],
     *,
@@ -459,9 +276,21 @@ def prism(
 
     Args:
       learning_rate: Step size or schedule.
-      clip_norm, noise_multiplier, denom, key, axis_name: see :func:`prism_privatize`.
-      b1, b2, eps, floor_factor, floor_mode, cond_max, debias, horizontal, adaptive,
-        weight_decay: see :func:`prism_adaptive`.
+      clip_norm: See :func:`prism_privatize`.
+      noise_multiplier: See :func:`prism_privatize`.
+      denom: See :func:`prism_privatize`.
+      key: See :func:`prism_privatize`.
+      axis_name: See :func:`prism_privatize`.
+      b1: See :func:`prism_adaptive`.
+      b2: See :func:`prism_adaptive`.
+      eps: See :func:`prism_adaptive`.
+      floor_factor: See :func:`prism_adaptive`.
+      floor_mode: See :func:`prism_adaptive`.
+      cond_max: See :func:`prism_adaptive`.
+      debias: See :func:`prism_adaptive`.
+      horizontal: See :func:`prism_adaptive`.
+      adaptive: See :func:`prism_adaptive`.
+      weight_decay: See :func:`prism_adaptive`.
       rcond: Pseudo-inverse cut-off.
 
     Returns:

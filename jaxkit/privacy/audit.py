@@ -44,6 +44,13 @@ class AuditResult(NamedTuple):
     trials: int
 
 
+class Interval(NamedTuple):
+    """A confidence interval ``[low, high]`` (from :func:`clopper_pearson`)."""
+
+    low: float
+    high: float
+
+
 def _betainc(a, b, x) -> float:
     return float(jax.scipy.special.betainc(jnp.float32(a), jnp.float32(b), jnp.float32(x)))
 
@@ -60,13 +67,27 @@ def _beta_ppf(p, a, b) -> float:
     return 0.5 * (lo + hi)
 
 
-def clopper_pearson(k: int, n: int, *, alpha: float = 0.05) -> tuple[float, float]:
-    """Two-sided ``1 - alpha`` Clopper-Pearson interval of a binomial proportion ``k / n``."""
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}.")
+def clopper_pearson(k: int, n: int, *, alpha: float = 0.05) -> Interval:
+    """Two-sided ``1 - alpha`` Clopper-Pearson interval of a binomial proportion ``k / n``.
+
+    A host utility (Python floats in and out, bisection on the host).
+
+    Returns:
+      :class:`Interval` ``(low, high)``.
+
+    Raises:
+      TypeError: If ``k`` or ``n`` is not a Python int.
+      ValueError: Unless ``0 <= k <= n``, ``n >= 1`` and ``0 < alpha < 1``.
+    """
+    k = _validate.python_int(k, name="k", minimum=0)
+    n = _validate.python_int(n, name="n", minimum=1)
+    if k > n:
+        raise ValueError(f"`k` must be <= `n`, got k={k}, n={n}.")
+    _validate.real_scalar(alpha, name="alpha")
+    _validate.in_interval(low=0.0, high=1.0, closed="neither", alpha=alpha)
     lo = 0.0 if k == 0 else _beta_ppf(alpha / 2, k, n - k + 1)
     hi = 1.0 if k == n else _beta_ppf(1 - alpha / 2, k + 1, n - k)
-    return lo, hi
+    return Interval(lo, hi)
 
 
 def _eps_from_rates(fpr_hi: float, fnr_hi: float, delta: float) -> float:
@@ -95,6 +116,11 @@ def canary_audit(
 ) -> AuditResult:
     """Lower-bound the ``epsilon`` of ``release`` with a canary membership test.
 
+    A host utility, not a traceable function: it runs ``release`` ``2 * trials``
+    times (one ``jax.jit`` of the vmapped release, compiled per call, serves both worlds),
+    then picks the threshold and the bounds with NumPy on the host. Do not call it
+    under ``jit``.
+
     World "in": the per-example gradients ``base`` plus one row equal to
     ``canary``; world "out": the same with that row zero (an example that
     contributes nothing, i.e. add/remove adjacency with fixed shapes). Each world
@@ -118,10 +144,10 @@ def canary_audit(
       :class:`AuditResult`.
 
     Raises:
+      TypeError: If ``trials`` is not a Python int.
       ValueError: For ``trials < 2`` or ``delta``/``confidence`` outside ``(0, 1)``.
     """
-    if not isinstance(trials, int) or trials < 2:
-        raise ValueError(f"`trials` must be an int >= 2, got trials={trials!r}.")
+    trials = _validate.python_int(trials, name="trials", minimum=2)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", delta=delta)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", confidence=confidence)
     _validate.is_key(key)
@@ -134,17 +160,18 @@ def canary_audit(
             v = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(r)])
             return jnp.dot(v, flat_canary)
 
-    def world(row):
+    def one(k, row):
         grads = jax.tree.map(
             lambda b, c: jnp.concatenate([b, c[None].astype(b.dtype)], 0), base, row
         )
-        return jax.jit(jax.vmap(lambda k: score(release(grads, k))))
+        return score(release(grads, k))
 
+    # one compilation serves both worlds (the canary row is an argument)
+    worlds = jax.jit(jax.vmap(one, in_axes=(0, None)))
     k_in, k_out = jax.random.split(key)
-    s_in = np.asarray(world(canary)(jax.random.split(k_in, trials)), np.float64)
-    s_out = np.asarray(
-        world(jax.tree.map(jnp.zeros_like, canary))(jax.random.split(k_out, trials)), np.float64
-    )
+    s_in = np.asarray(worlds(jax.random.split(k_in, trials), canary), np.float64)
+    zero = jax.tree.map(jnp.zeros_like, canary)
+    s_out = np.asarray(worlds(jax.random.split(k_out, trials), zero), np.float64)
     h = trials // 2
     cal_in, cal_out, ev_in, ev_out = s_in[:h], s_out[:h], s_in[h:], s_out[h:]
     cands = np.unique(np.concatenate([cal_in, cal_out]))
@@ -158,6 +185,6 @@ def canary_audit(
     tp, fp = int(np.sum(ev_in >= best_t)), int(np.sum(ev_out >= best_t))
     alpha = 1 - confidence
     # one-sided bounds at level alpha/2 each (union bound over the two rates)
-    fpr_hi = clopper_pearson(fp, n, alpha=alpha)[1]
-    fnr_hi = clopper_pearson(n - tp, n, alpha=alpha)[1]
+    fpr_hi = clopper_pearson(fp, n, alpha=alpha).high
+    fnr_hi = clopper_pearson(n - tp, n, alpha=alpha).high
     return AuditResult(_eps_from_rates(fpr_hi, fnr_hi, delta), best_t, tp / n, fp / n, trials)

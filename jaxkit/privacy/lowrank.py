@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
+from jaxkit._numerics import accumulation_dtype as _acc
 
 
 class LoraFactors(NamedTuple):
@@ -61,10 +62,6 @@ class TangentCoords(NamedTuple):
     core: Array  # [r, r]
     up: Array  # [m, r], columns orthogonal to col(a)
     vp: Array  # [n, r], columns orthogonal to col(b)
-
-
-def _acc(dtype) -> jnp.dtype:
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
 def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
@@ -365,7 +362,10 @@ def sample_tangent_noise(
 
 
 def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
-    """First-order noise energy on ``Z`` of naive factor DP-SGD: ``tau^2 (m ||b||^2 + n ||a||^2)``."""
+    """First-order noise energy on ``Z`` of naive factor DP-SGD.
+
+    ``tau^2 (m ||b||^2 + n ||a||^2)``.
+    """
     acc = _acc(f.a.dtype)
     a, b = f.a.astype(acc), f.b.astype(acc)
     m, n = a.shape[-2], b.shape[-2]

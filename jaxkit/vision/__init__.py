@@ -3,6 +3,7 @@
 from jaxkit.vision.wbmm import VARIANTS as VARIANTS
 from jaxkit.vision.wbmm import WBMM as WBMM
 from jaxkit.vision.wbmm import BatchNorm as BatchNorm
+from jaxkit.vision.wbmm import FoldedTable as FoldedTable
 from jaxkit.vision.wbmm import MultiKernelWBMM as MultiKernelWBMM
 from jaxkit.vision.wbmm import WBMMBlock as WBMMBlock
 from jaxkit.vision.wbmm import WBMMNet as WBMMNet

@@ -68,6 +68,17 @@ def main() -> None:
         ours_err=0.0,
         anchor_err=rel(t_mc.output),
     )
+    small = e3nn.normal(IRREPS, jax.random.key(3), (256,))
+    H.emit(
+        bench="equivariance",
+        case="eager_recm_e3nn_linear_fwd",
+        sizes={"irreps": IRREPS, "batch": 256},
+        ours=H.time_jax(ours, small, repeats=args.repeats, jit=False),
+        anchor="e3nn",
+        anchor_t=H.time_jax(anchor, small, repeats=args.repeats, jit=False),
+        target=None,
+        note="informational: eager forward call time (no jit), ours vs e3nn_jax.equinox.Linear",
+    )
 
 
 if __name__ == "__main__":

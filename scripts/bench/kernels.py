@@ -16,7 +16,6 @@ import random
 import time
 
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -136,6 +135,20 @@ def main() -> None:
                         note=f"{jax.default_backend()}; paired rounds={args.repeats}; "
                         f"load={load:.1f}",
                     )
+    kx, kt = jax.random.split(jax.random.key(1))
+    x = jax.random.normal(kx, (2, 14, 14, 32), jnp.float32)
+    t = 0.02 * jax.random.normal(kt, (32, 169))
+    kern = 0.02 * jax.random.normal(kt, (7, 7, 32))
+    H.emit(
+        bench="kernels",
+        case="eager_wbmm_w7_vs_depthwise_lax_k7",
+        sizes={"batch": 2, "h": 14, "w": 14, "c": 32, "dtype": "float32"},
+        ours=H.time_jax(_wbmm(7), x, t, repeats=args.repeats, jit=False),
+        anchor="depthwise_lax",
+        anchor_t=H.time_jax(depthwise_lax, x, kern, repeats=args.repeats, jit=False),
+        target=None,
+        note="informational: eager call time (no jit around the call)",
+    )
 
 
 if __name__ == "__main__":

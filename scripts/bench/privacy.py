@@ -13,7 +13,6 @@ import statistics
 import time
 
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
 import optax
@@ -115,7 +114,9 @@ def main() -> None:
                 anchor_peak_mem_mb=t["naive_dp_lora"].peak_mem_mb,
             )
             # the private aggregation + update alone, on fixed per-example gradients
-            g = jax.jit(lambda lo, tok: privacy.per_example_grads(loss, lo, tok))(lora, tokens)
+            g = jax.jit(lambda lo, tok, fn=loss: privacy.per_example_grads(fn, lo, tok))(
+                lora, tokens
+            )
             u = _interleaved(
                 {
                     name: (
@@ -148,6 +149,28 @@ def main() -> None:
                 note="informational: cost of privacy (no target)",
                 anchor_peak_mem_mb=t["nonprivate_lora"].peak_mem_mb,
             )
+    _eager_line(args.repeats)
+
+
+def _eager_line(repeats):
+    """Eager (un-jitted) ``update`` of PRISM vs the naive DP-LoRA anchor on fixed gradients."""
+    key = jax.random.key(0)
+    f = privacy.lowrank.balanced_random_init(key=key, m=64, n=48, rank=4)
+    g = jax.tree.map(lambda x: jax.random.normal(key, (16, *x.shape)), f)
+    t = {}
+    for name, make in (("prism", privacy.prism), ("naive_dp_lora", privacy.naive_dp_lora)):
+        tx = make(1e-3, clip_norm=1.0, noise_multiplier=1.0, denom=16.0, key=key)
+        t[name] = H.time_jax(tx.update, g, tx.init(f), f, repeats=repeats, jit=False)
+    H.emit(
+        bench="privacy",
+        case="eager_update",
+        sizes={"m": 64, "n": 48, "rank": 4, "batch": 16},
+        ours=t["prism"],
+        anchor="naive_dp_lora",
+        anchor_t=t["naive_dp_lora"],
+        target=None,
+        note="informational: eager call time (no jit around the step; op-by-op, cache hits)",
+    )
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def test_theta_bounds_errors(key):
         E.recm_modulation(0.1, theta_max=0.4).init({"theta": jnp.asarray(0.5)})
 
 
-@pytest.mark.parametrize("lifting", [True, False])
+@pytest.mark.parametrize("lifting", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_c4_group_conv_equivariance(lifting, key):
     cin = 2
     conv = E.RECMGroupConvC4(cin, 3, 3, key=key, lifting=lifting, theta_init=0.0)
@@ -72,7 +72,7 @@ def test_c4_group_conv_equivariance(lifting, key):
     np.testing.assert_allclose(E.c4_conv_reynolds(pk, lifting=lifting), pk, atol=1e-6)
 
 
-@pytest.mark.parametrize("lifting", [True, False])
+@pytest.mark.parametrize("lifting", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_c4_kernel_transform_intertwines(lifting, key):
     """conv(T_r K, g_r f) = g_r conv(K, f): the identity behind CR's conv penalty."""
     gi = 1 if lifting else 4

@@ -24,7 +24,9 @@ def _rel(a, b):
     return float(jnp.linalg.norm(a - b) / (jnp.linalg.norm(b) + 1e-30))
 
 
-@pytest.mark.parametrize("name", sorted(GROUPS))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "SO3" else n for n in sorted(GROUPS)]
+)
 def test_projector_idempotent_self_adjoint_commutes(name, key):
     g = GROUPS[name]()
     kw, kv, kg = jax.random.split(key, 3)

@@ -133,6 +133,20 @@ def test_rpp_penalty(key):
     np.testing.assert_allclose(float(p), 2.0 * 0.25, rtol=1e-6)
 
 
+def test_rpp_penalty_equivariant_term(key):
+    """With the equivariant term on: eq_weight |P(A)|^2 with P the group average (oracle)."""
+    g = E.cyclic_rot2d(4)
+    layer = E.RECMLinear(g, key=key, theta_init=0.5)
+    rin, rout = (np.asarray(r, np.float64) for r in g.elements(jnp.float32))
+    a = np.asarray(layer.weight_eq, np.float64)
+    pa = np.mean([ro @ a @ ri.T for ri, ro in zip(rin, rout, strict=True)], axis=0)
+    want = 3.0 * np.sum(pa * pa) + 2.0 * 0.25
+    assert abs(np.sum(pa * pa) - np.sum(a * a)) > 0.1  # P(A) differs from A: the term can fail
+    np.testing.assert_allclose(
+        float(E.rpp_penalty([layer], eq_weight=3.0, free_weight=2.0)), want, rtol=1e-5
+    )
+
+
 def test_linear_gap_recovers_eps():
     g, w1, v, _ = _linear_task()
     x = jax.random.normal(jax.random.key(11), (10_000, g.d_in))

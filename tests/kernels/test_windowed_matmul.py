@@ -155,7 +155,7 @@ def test_check_grads_reference():
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", [jnp.float32, pytest.param(jnp.bfloat16, marks=pytest.mark.slow)])
 def test_kernel_matches_reference_values_and_grads(impl, dtype, key):
     """Window 7, 3 x 2 windows of 2 images (N not a multiple of the block), padded H."""
     kx, kt, kg = jax.random.split(key, 3)
@@ -195,6 +195,7 @@ def test_kernel_residual_false_bias_cached(impl, key):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # the default run compares the kernel's gradients with the reference's
 @pytest.mark.parametrize("impl", IMPLS)
 def test_kernel_check_grads(impl):
     with jax.enable_x64(True):
@@ -209,6 +210,7 @@ def test_kernel_check_grads(impl):
         )
 
 
+@pytest.mark.slow
 def test_kernel_many_blocks_layout(key):
     """Many window blocks, split partial sums and tiled d: N = 150 windows, block 16 ->
     10 blocks = 5 splits x 2 steps (the dM kernel's inner loop runs twice); d_p = 16
@@ -261,6 +263,7 @@ def test_errors(key):
         windowed_matmul(x, t, bias=_rand(key, 3))
 
 
+@pytest.mark.slow
 def test_kernel_inside_shard_map(key):
     """The kernel is per-device: run it sharded over the batch with shard_map. (Interpret
     mode's grid loop trips shard_map's vma check, hence check_vma=False here; the table
@@ -298,3 +301,18 @@ def test_kernel_inside_shard_map(key):
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gx, rx, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gt, rt, rtol=1e-5, atol=1e-4)
+
+
+def test_auto_on_tpu_falls_back_to_reference(key, monkeypatch):
+    """The WBMM kernel is Triton-only: "auto" on TPU runs the reference, without error."""
+    from jaxkit.kernels import _dispatch
+
+    assert _dispatch.resolve("auto", backend="tpu", platforms=_dispatch.GPU_PLATFORMS) == "xla"
+    assert _dispatch.resolve("auto", backend="gpu", platforms=_dispatch.GPU_PLATFORMS) == "pallas"
+    assert _dispatch.resolve("auto", backend="tpu") == "pallas"  # other kernels: unchanged
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    x = jax.random.normal(key, (1, 3, 5, 3))  # a shape no other test traces (fresh trace)
+    t = 0.3 * jax.random.normal(jax.random.fold_in(key, 1), (3, 9))
+    got = windowed_matmul(x, t, window=(2, 2), implementation="auto")
+    want = windowed_matmul_reference(jnp.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0))), t, window=(2, 2))
+    np.testing.assert_allclose(got, want[:, :3, :5], rtol=1e-6, atol=1e-6)

@@ -123,7 +123,7 @@ def test_naive_amplification_formula(key):
 
     for c in (0.1, 1.0, 10.0):
         fc = gauge(f, c * jnp.eye(r))
-        mc = float(jnp.mean(jax.vmap(lambda k: energy(fc, k))(keys)))
+        mc = float(jnp.mean(jax.vmap(lambda k, f_=fc: energy(f_, k))(keys)))
         want = float(L.naive_noise_energy(fc, tau=tau))
         assert abs(mc / want - 1) < 0.05, (c, mc, want)
     e = [float(L.naive_noise_energy(gauge(f, c * jnp.eye(r)), tau=tau)) for c in (1e-2, 1, 1e2)]

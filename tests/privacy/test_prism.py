@@ -1,7 +1,5 @@
 """Oracles for the PRISM transforms (spec training.md §1.4: 2, 3, 6, 9, sharding, resume)."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,7 +119,7 @@ def test_noise_energy_closed_form(key):
         d, st = tx.update(zero, st, f)
         return jnp.sum(L.tangent_dense(f, d) ** 2), st.noise_energy
 
-    e, logged = jax.jit(jax.vmap(one))(jnp.arange(3000, dtype=jnp.int32))
+    e, logged = jax.jit(jax.vmap(one))(jnp.arange(1000, dtype=jnp.int32))  # 2% is > 5 sd
     want = sigma**2 * cn**2 / b**2 * r * (m + n - r)
     assert abs(float(jnp.mean(e)) / want - 1) < 0.02
     np.testing.assert_allclose(e, logged, rtol=1e-4)
@@ -211,6 +209,7 @@ def test_sensitivity_bounded_by_clip(key, scale):
             np.testing.assert_allclose(float(jnp.sqrt(diff)), cn, rtol=1e-6)
 
 
+@pytest.mark.slow  # default run: the prism_privatize conformance case's sharding check
 def test_one_vs_eight_devices_same_step(key, mesh8):
     """Noise is drawn once after the reduction: 8-device shard_map step == 1-device step."""
     f, gs = _setup(key, jnp.float32, b=16)

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from jaxkit.kernels.windowed_matmul import table_from_depthwise_kernel, windowed_matmul
-from jaxkit.vision import VARIANTS, WBMM, WBMMBlock, WBMMNet, fold_bn_into_table, reparameterize
+from jaxkit.vision import (
+    VARIANTS,
+    WBMM,
+    FoldedTable,
+    WBMMBlock,
+    WBMMNet,
+    fold_bn_into_table,
+    reparameterize,
+)
 
 
 def _randomize(module, key, scale=0.3):
@@ -40,10 +48,10 @@ def _to64(tree):
 @pytest.mark.parametrize(
     "mixer,size,window",
     [
-        pytest.param("W", 6, 3, marks=pytest.mark.slow),
-        ("D", 5, 3),
-        pytest.param("M", 4, 4, marks=pytest.mark.slow),
-        (5, 5, 3),
+        ("W", 4, 2),  # the WBMM fold in the default run (cheap shapes, 2 windows a side)
+        pytest.param("D", 5, 3, marks=pytest.mark.slow),
+        pytest.param("M", 3, 3, marks=pytest.mark.slow),
+        pytest.param(5, 5, 3, marks=pytest.mark.slow),
     ],
 )
 def test_block_fold_identical_outputs(mixer, size, window, key):
@@ -71,8 +79,9 @@ def test_fold_bn_into_table_matches_bn(key):
     s = jnp.array([0.5, -2.0])
     sh = jnp.array([0.1, 0.3])
     want = windowed_matmul(x, t, window=window) * s.reshape(1, 1, 1, 2) + sh.reshape(1, 1, 1, 2)
-    t2, b2 = fold_bn_into_table(t, None, scale=s, shift=sh, window=window, residual=True)
-    got = windowed_matmul(x, t2, window=window, residual=False, bias=b2)
+    folded = fold_bn_into_table(t, None, scale=s, shift=sh, window=window, residual=True)
+    assert isinstance(folded, FoldedTable)
+    got = windowed_matmul(x, folded.table, window=window, residual=False, bias=folded.bias)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -97,9 +106,9 @@ def test_multikernel_requires_single_window(key):
 @pytest.mark.slow
 def test_network_train_step_and_fold(key):
     net, state = eqx.nn.make_with_state(WBMMNet)(
-        depths=(1, 2),
+        depths=(1, 1),
         dims=(4, 8),
-        patterns=("D", "WM"),
+        patterns=("W", "M"),  # W on 6x6 (four 3x3 windows), M on the 3x3 map after the downsample
         in_channels=1,
         num_classes=3,
         window=3,
@@ -134,3 +143,16 @@ def test_variants_and_errors(key):
         WBMMBlock(4, "X", key=key)
     with pytest.raises(ValueError, match="patterns"):
         WBMMNet(depths=(2,), dims=(4,), patterns=("W",), key=key)
+
+
+def test_drop_path_needs_a_key_in_training(key):
+    blk, state = eqx.nn.make_with_state(WBMMBlock)(2, "D", drop_path=0.5, key=key)
+    x = jnp.ones((2, 3, 3, 2))
+    with pytest.raises(ValueError, match="`key`"):
+        blk(x, state)  # training without a key: no silent skip of drop-path
+    y, state = blk(x, state, key=jax.random.key(1))
+    assert y.shape == x.shape
+    y_inf, _ = blk(x, state, inference=True)  # inference needs no key
+    assert y_inf.shape == x.shape
+    blk0, state0 = eqx.nn.make_with_state(WBMMBlock)(2, "D", key=key)
+    blk0(x, state0)  # no drop-path: no randomness, no key needed

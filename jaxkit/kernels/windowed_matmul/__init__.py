@@ -15,6 +15,7 @@ from jaxkit.kernels.windowed_matmul._api import (
 from jaxkit.kernels.windowed_matmul._reference import (
     relative_position_index as relative_position_index,
 )
+from jaxkit.kernels.windowed_matmul._reference import table_size as table_size
 from jaxkit.kernels.windowed_matmul._reference import (
     windowed_matmul_reference as windowed_matmul_reference,
 )

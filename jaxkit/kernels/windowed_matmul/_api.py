@@ -151,14 +151,8 @@ def window_matrix(
     """
     window = _window(window)
     table = jnp.asarray(table)
-    _validate.ndim(table, 2, name="table")
-    _validate.floating(table, name="table")
-    if table.shape[1] != ref.table_size(window):
-        raise TypeError(
-            f"`table` must have {ref.table_size(window)} columns for "
-            f"window={window}, got shape {table.shape}."
-        )
-    return ref.window_matrix_reference(table, window)
+    _check_table(table, window)
+    return _window_matrix(table, window=window)
 
 
 def windowed_matmul(
@@ -189,7 +183,8 @@ def windowed_matmul(
       residual: Add the identity inside the operator (the authors' ``x @ M + x``).
       bias: Optional per-channel bias added after the mix.
       pad_to_window: If False, a shape that is not a multiple of the window raises.
-      implementation: ``"auto"`` (Pallas on GPU, the reference elsewhere), ``"xla"``,
+      implementation: ``"auto"`` (the Triton kernel on GPU; the reference elsewhere,
+        TPU included, since the kernel is Triton-only), ``"xla"``,
         ``"pallas"`` or ``"pallas_interpret"``. The Pallas paths are differentiable in
         reverse mode only (custom VJP).
 
@@ -210,9 +205,9 @@ def windowed_matmul(
       (code: wansong-s/WBMM).
     """
     window = _window(window)
-    x = jnp.asarray(x)
-    matrix = window_matrix(table, window=window)
-    return _cached(x, matrix, window, residual, bias, pad_to_window, implementation)
+    x, table = jnp.asarray(x), jnp.asarray(table)
+    _check_table(table, window)
+    return _checked(x, table, window, residual, bias, pad_to_window, implementation, True)
 
 
 def windowed_matmul_cached(
@@ -254,19 +249,40 @@ def windowed_matmul_cached(
     d = window[0] * window[1]
     _validate.shape(matrix, (None, d, d), name="matrix")
     _validate.floating(matrix, name="matrix")
-    return _cached(x, matrix, window, residual, bias, pad_to_window, implementation)
+    return _checked(x, matrix, window, residual, bias, pad_to_window, implementation, False)
 
 
-def _cached(x, matrix, window, residual, bias, pad_to_window, implementation):
+def _checked(x, m, window, residual, bias, pad_to_window, implementation, from_table):
+    """Python-level checks (static shapes and options), then the jitted core."""
     _check_x(x, window, pad_to_window)
     c = x.shape[-1]
-    if matrix.shape[0] != c:
-        raise TypeError(f"`x` has {c} channels but the table/matrix has {matrix.shape[0]} rows.")
+    if m.shape[0] != c:
+        raise TypeError(f"`x` has {c} channels but the table/matrix has {m.shape[0]} rows.")
     if not isinstance(residual, bool):
         raise TypeError(f"`residual` must be a bool, got {type(residual).__name__}.")
+    _validate.one_of(_dispatch.IMPLEMENTATIONS, implementation=implementation)
     if bias is not None:
         bias = jnp.asarray(bias)
     _check_bias(bias, c)
+    return _core(
+        x,
+        m,
+        bias,
+        window=window,
+        residual=residual,
+        implementation=implementation,
+        from_table=from_table,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("window", "residual", "implementation", "from_table"))
+def _core(x, m, bias, *, window, residual, implementation, from_table):
+    """The operator, jitted like jax.numpy (module level, static choices static).
+
+    ``implementation="auto"`` resolves at trace time: the Triton kernel on GPU only
+    (``GPU_PLATFORMS``), the reference elsewhere, TPU included.
+    """
+    matrix = ref.window_matrix_reference(m, window) if from_table else m
     y = _dispatch.dispatch(
         implementation,
         reference=lambda: ref.windowed_matmul_cached_reference(
@@ -275,10 +291,26 @@ def _cached(x, matrix, window, residual, bias, pad_to_window, implementation):
         kernel=lambda interpret: _kernel_path(
             x, matrix, window=window, residual=residual, interpret=interpret
         ),
+        platforms=_dispatch.GPU_PLATFORMS,  # Triton kernels: not for TPU
     )
     if bias is not None:
-        y = y + bias.astype(y.dtype).reshape(1, 1, 1, c)
+        y = y + bias.astype(y.dtype).reshape(1, 1, 1, x.shape[-1])
     return y
+
+
+@functools.partial(jax.jit, static_argnames=("window",))
+def _window_matrix(table, *, window):
+    return ref.window_matrix_reference(table, window)
+
+
+def _check_table(table: jax.Array, window: tuple[int, int]) -> None:
+    _validate.ndim(table, 2, name="table")
+    _validate.floating(table, name="table")
+    if table.shape[1] != ref.table_size(window):
+        raise TypeError(
+            f"`table` must have {ref.table_size(window)} columns for "
+            f"window={window}, got shape {table.shape}."
+        )
 
 
 def table_from_depthwise_kernel(
@@ -314,4 +346,9 @@ def table_from_depthwise_kernel(
     _validate.floating(kernel, name="kernel")
     if kernel.shape[0] % 2 == 0 or kernel.shape[1] % 2 == 0:
         raise TypeError(f"`kernel` must have odd spatial sizes, got shape {kernel.shape}.")
+    return _table_from_kernel(kernel, window=window)
+
+
+@functools.partial(jax.jit, static_argnames=("window",))
+def _table_from_kernel(kernel, *, window):
     return ref.table_from_kernel_reference(kernel, window)

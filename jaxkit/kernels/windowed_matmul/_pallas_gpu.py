@@ -21,7 +21,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxkit.kernels.windowed_matmul._reference import accumulation_dtype
+from jaxkit._numerics import accumulation_dtype
 
 
 def _precision(dtype: jnp.dtype) -> lax.Precision:
@@ -32,9 +32,11 @@ def _precision(dtype: jnp.dtype) -> lax.Precision:
 
 
 def _match_vma(*operands: jax.Array) -> tuple[tuple[jax.Array, ...], object]:
-    """Inside ``jax.shard_map`` (``check_vma=True``), make every operand vary over the
-    union of the operands' manual axes; return them and that manual-axis type (``None``
-    outside ``shard_map``), which the output shape must carry."""
+    """Make every operand vary over the union of the operands' manual axes.
+
+    Inside ``jax.shard_map`` (``check_vma=True``); returns them and that manual-axis
+    type (``None`` outside ``shard_map``), which the output shape must carry.
+    """
     axes = frozenset()
     for o in operands:
         axes |= getattr(getattr(jax.typeof(o), "mat", None), "varying", frozenset())

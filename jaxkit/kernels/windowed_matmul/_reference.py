@@ -11,16 +11,13 @@ axis under an explicit mesh keeps its sharding.
 """
 
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 from jaxtyping import Array, Float
 
+from jaxkit._numerics import accumulation_dtype
+
 Window = tuple[int, int]
-
-
-def accumulation_dtype(dtype: jnp.dtype) -> jnp.dtype:
-    """f64 for f64 inputs, f32 otherwise (bf16/f16/f32)."""
-    return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
 def table_size(window: Window) -> int:

@@ -1,0 +1,67 @@
+"""Foundation III conventions in equivariance: named results, errors, extras, bounded caches."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkit.equivariance as E
+
+
+def test_haar_sample_named_and_type_errors(key):
+    g = E.cyclic_rot2d(4)
+    s = E.haar_sample(g, 3, key=key)
+    assert isinstance(s, E.GroupSample)
+    assert s.rho_in.shape == (3, 2, 2) and s.rho_out.shape == (3, 2, 2)
+    with pytest.raises(TypeError, match=r"[`']n[`']"):
+        E.haar_sample(g, 3.0, key=key)
+    with pytest.raises(TypeError, match=r"[`']mult_in[`']"):
+        E.cyclic_rot2d(4, mult_in=1.0)
+    with pytest.raises(TypeError, match=r"[`']n_permutations[`']"):
+        x = jnp.ones((8, g.d_in))
+        E.mmd_gap(x, x, g, key=key, n_permutations=10.0)
+    with pytest.raises(TypeError, match=r"[`']kernel_size[`']"):
+        E.RECMGroupConvC4(1, 1, 3.0, key=key)
+
+
+def test_group_caches_are_bounded():
+    for ctor in (E.cyclic_rot2d, E.so2_rot2d, E.c4_regular, E.o3_irreps):
+        assert ctor.cache_info().maxsize is not None
+
+
+def test_linear_gap_ridge_zero_on_degenerate_data(key):
+    """ridge=0 on rank-deficient x: the minimum-norm least-squares map, not NaN."""
+    g = E.cyclic_rot2d(4, mult_in=2, mult_out=1)
+    z = jax.random.normal(key, (64, 2))
+    x = jnp.concatenate([z, z], axis=1)  # x^T x has rank 2 < d_in = 4
+    t = jax.random.normal(jax.random.fold_in(key, 1), (64, g.d_out))
+    got = E.linear_gap(x, t, g, ridge=0.0)
+    w = np.linalg.lstsq(np.asarray(x, np.float64), np.asarray(t, np.float64), rcond=None)[0].T
+    q = np.asarray(E.complement(jnp.asarray(w, jnp.float32), g))
+    want = np.linalg.norm(q)
+    assert np.isfinite(float(got.absolute)) and np.isfinite(float(got.relative))
+    np.testing.assert_allclose(float(got.absolute), want, rtol=1e-3)
+    np.testing.assert_allclose(float(got.relative), want / np.linalg.norm(w), rtol=1e-3)
+    zero = E.linear_gap(jnp.zeros((8, g.d_in)), jnp.ones((8, g.d_out)), g, ridge=0.0)
+    assert float(zero.absolute) == 0.0 and float(zero.relative) == 0.0
+    with pytest.raises(Exception, match="ridge"):
+        jax.block_until_ready(jax.jit(lambda r: E.linear_gap(x, t, g, ridge=r))(-1.0))
+
+
+def test_missing_e3nn_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "e3nn_jax", None)  # as if not installed
+    E.o3_irreps.cache_clear()
+    with pytest.raises(ImportError, match=r"pip install 'jaxkit\[equivariance\]'"):
+        E.o3_irreps("1x0e+1x1o")
+    E.o3_irreps.cache_clear()
+
+
+def test_import_touches_no_optional_dependency():
+    code = (
+        "import sys; import jaxkit.equivariance; "
+        "assert 'e3nn_jax' not in sys.modules, 'e3nn_jax imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

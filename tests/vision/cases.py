@@ -1,0 +1,86 @@
+"""Conformance cases of the WBMM layers (block and network forward) and the BN fold."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from jaxkit.vision import WBMMBlock, WBMMNet, fold_bn_into_table
+from tests.conformance import Bad, Case
+
+_WINDOW = (2, 2)
+_BLOCK, _BSTATE = eqx.nn.make_with_state(WBMMBlock)(
+    2, "W", window=_WINDOW, layer_scale_init=0.5, ffn_ratio=2, key=jax.random.key(3)
+)
+_NET, _NSTATE = eqx.nn.make_with_state(WBMMNet)(
+    depths=(1, 1),
+    dims=(2, 4),
+    patterns=("W", "D"),
+    in_channels=1,
+    num_classes=3,
+    window=_WINDOW,
+    stem_strides=(1,),
+    layer_scale_init=0.5,
+    key=jax.random.key(4),
+)
+
+
+def _block(x):
+    return _BLOCK(x, _BSTATE, inference=True)[0]
+
+
+def _net(x):
+    return _NET(x, _NSTATE, inference=True)[0]
+
+
+def _x(c):
+    def make(key, dtype):
+        return (jax.random.normal(key, (8, 4, 3, c), jnp.float32).astype(dtype),)  # W=3 pads
+
+    return make
+
+
+def _fold_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    table = 0.3 * jax.random.normal(k1, (8, 9), jnp.float32)
+    scale = 1.0 + 0.1 * jax.random.normal(k2, (8,), jnp.float32)
+    shift = jax.random.normal(k3, (8,), jnp.float32)
+    return tuple(a.astype(dtype) for a in (table, scale, shift))
+
+
+def _fold(table, scale, shift, **kw):
+    return fold_bn_into_table(table, None, scale=scale, shift=shift, **kw)
+
+
+def _bad_fold(make):
+    return lambda key: make(*_fold_args(key, jnp.float32))
+
+
+CASES = [
+    Case(
+        "vision.WBMMBlock/inference",
+        _block,
+        _x(2),
+        grad_modes=("rev",),
+        slow_checks=("grads", "dtypes"),  # default-run derivative check: the fold case
+    ),
+    Case(
+        "vision.WBMMNet/inference",
+        _net,
+        _x(1),
+        grad_modes=("rev",),
+        slow_checks=("grads", "vmap", "dtypes", "traced_once", "sharding", "eager_cache"),
+    ),
+    Case(
+        "vision.fold_bn_into_table",
+        _fold,
+        _fold_args,
+        static={"window": _WINDOW, "residual": True},
+        grad_argnums=(0, 1, 2),
+        shard_argnums=(),
+        bad=(
+            Bad("table columns", _bad_fold(lambda t, s, h: ((t[:, :4], s, h), {})), TypeError),
+            Bad("window 0", _bad_fold(lambda t, s, h: ((t, s, h), {"window": 0})), ValueError),
+            Bad("scale shape", _bad_fold(lambda t, s, h: ((t, s[:3], h), {})), TypeError),
+        ),
+    ),
+]
