@@ -345,70 +345,29 @@ def _compare(x, y, softness, mode, epsilon, op, rtol=1e-5, atol=1e-8):
     return _compare_jit(as_float(x), y, softness, epsilon, rtol, atol, op=op, mode=mode)
 
 
-def greater(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x > y`` = ``sigmoidal(x - y - epsilon)``."""
-    return _compare(x, y, softness, mode, epsilon, "greater")
+def _comparison(op: str, doc: str):
+    """A public soft comparison ``op(x, y, softness, mode, epsilon)``."""
+
+    def compare(
+        x: ArrayLike,
+        y: ArrayLike,
+        softness: RealScalarLike = 0.1,
+        mode: str = "smooth",
+        epsilon: RealScalarLike = 1e-10,
+    ) -> Array:
+        return _compare(x, y, softness, mode, epsilon, op)
+
+    compare.__name__ = compare.__qualname__ = op
+    compare.__doc__ = doc + ' ``mode="hard"``: the exact comparison, as a float.'
+    return compare
 
 
-def greater_equal(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x >= y`` = ``sigmoidal(x - y + epsilon)``."""
-    return _compare(x, y, softness, mode, epsilon, "greater_equal")
-
-
-def less(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x < y`` = ``1 - greater_equal(x, y)``."""
-    return _compare(x, y, softness, mode, epsilon, "less")
-
-
-def less_equal(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x <= y`` = ``1 - greater(x, y)``."""
-    return _compare(x, y, softness, mode, epsilon, "less_equal")
-
-
-def equal(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x == y`` = ``2 less_equal(|x - y|_soft, 0)``."""
-    return _compare(x, y, softness, mode, epsilon, "equal")
-
-
-def not_equal(
-    x: ArrayLike,
-    y: ArrayLike,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    epsilon: RealScalarLike = 1e-10,
-) -> Array:
-    """Soft ``x != y`` = ``2 greater(|x - y|_soft, 0) - 1``."""
-    return _compare(x, y, softness, mode, epsilon, "not_equal")
+greater = _comparison("greater", "Soft ``x > y`` = ``sigmoidal(x - y - epsilon)``.")
+greater_equal = _comparison("greater_equal", "Soft ``x >= y`` = ``sigmoidal(x - y + epsilon)``.")
+less = _comparison("less", "Soft ``x < y`` = ``1 - greater_equal(x, y)``.")
+less_equal = _comparison("less_equal", "Soft ``x <= y`` = ``1 - greater(x, y)``.")
+equal = _comparison("equal", "Soft ``x == y`` = ``2 less_equal(|x - y|_soft, 0)``.")
+not_equal = _comparison("not_equal", "Soft ``x != y`` = ``2 greater(|x - y|_soft, 0) - 1``.")
 
 
 def isclose(
