@@ -13,49 +13,72 @@ References:
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import _validate as V
+from jaxkit._typing import KeyArray
 
 OPS = ("rank", "sort")
 PROBE_ELEMENTS = 32768  # probe rows x n (at least 4 rows)
 MAX_BISECTIONS = 60
 
 
-def _probe(n: int, seed: int) -> np.ndarray:
+def _probe(n: int, key: Any) -> np.ndarray:
+    """The standard-normal probe ``(max(4, 32768 // n), n)`` (float32) drawn from ``key``."""
     rows = max(4, -(-PROBE_ELEMENTS // n))
-    return np.random.default_rng(seed).standard_normal((rows, n)).astype(np.float32)
+    return np.asarray(jax.random.normal(key, (rows, n), jnp.float32))
 
 
-def error_fn(
-    method: str, n: int, *, mode: str = "smooth", op: str = "rank", seed: int = 0, **options
-):
-    """``softness -> mean |op(probe) - hard op(probe)|`` on the fixed probe (jitted)."""
+@functools.partial(jax.jit, static_argnames=("method", "mode", "op", "options"))
+def _error(x, hard, s, *, method, mode, op, options):
     from jaxkit import soft as S  # circular at import time
 
-    x = jnp.asarray(_probe(n, seed))
+    fn = S.rank if op == "rank" else S.sort
+    return jnp.mean(jnp.abs(fn(x, softness=s, mode=mode, method=method, **dict(options)) - hard))
+
+
+def error_fn(method: str, n: int, *, key: Any, mode: str = "smooth", op: str = "rank", **options):
+    """``softness -> mean |op(probe) - hard op(probe)|`` on the probe of ``key`` (jitted)."""
+    x = jnp.asarray(_probe(n, key))
     if op == "rank":
         hard = (jnp.argsort(jnp.argsort(x, axis=-1), axis=-1) + 1).astype(x.dtype)
     else:
         hard = jnp.sort(x, axis=-1)
-
-    @jax.jit
-    def err(s):
-        fn = S.rank if op == "rank" else S.sort
-        return jnp.mean(jnp.abs(fn(x, softness=s, mode=mode, method=method, **options) - hard))
+    opts = tuple(sorted(options.items()))
 
     def f(s: float) -> float:
-        return float(err(jnp.asarray(s, jnp.float32)))
+        e = _error(
+            x, hard, jnp.asarray(s, jnp.float32), method=method, mode=mode, op=op, options=opts
+        )
+        return float(e)
 
     return f
 
 
+class _Key:
+    """A PRNG key (typed or legacy) hashed by its bits, for the result cache."""
+
+    def __init__(self, key: Any):
+        V.is_key(key)
+        typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        bits = np.asarray(jax.random.key_data(key) if typed else key).ravel()
+        self.key = key
+        self.id = (str(jax.random.key_impl(key)) if typed else "legacy", tuple(bits.tolist()))
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and other.id == self.id
+
+
 @functools.lru_cache(maxsize=256)
-def _calibrate(method, n, target, mode, op, seed, rtol, options):
-    f = error_fn(method, n, mode=mode, op=op, seed=seed, **dict(options))
+def _calibrate(method, n, target, mode, op, key, rtol, options):
+    f = error_fn(method, n, key=key.key, mode=mode, op=op, **dict(options))
     lo = -3.0  # log10 softness; lowered until the error is below the target
     flo = f(10.0**lo)
     while flo > target and lo > -24.0:
@@ -91,23 +114,24 @@ def calibrate(
     *,
     mode: str = "smooth",
     op: str = "rank",
-    seed: int = 0,
+    key: KeyArray | None = None,
     rtol: float = 0.005,
     **options,
 ) -> float:
     """Softness at which ``method`` has mean absolute error ``target_rank_error``.
 
     Bisection in log softness on a fixed standard-normal probe (``max(4, 32768 // n)``
-    rows of length ``n``, from ``numpy.random.default_rng(seed)``): the mean absolute
+    rows of length ``n``, drawn from ``key``): the mean absolute
     error of the soft rank against the hard rank (``op="rank"``, in ranks) or of the soft
     sort against the hard sort (``op="sort"``, in value units of unit-variance data)
     is brought within ``rtol`` (relative) of the target. The error is assumed to
     increase with softness (true for every method here up to float32 noise).
 
-    This runs a small jitted computation *eagerly* (a few dozen evaluations of the
-    operator on the probe) and returns a Python float; it is deterministic and cached
-    per argument set (``functools.lru_cache``), and it is meant to be called once
-    outside ``jit`` (its result is then a constant softness for the traced operator).
+    This is a host utility, not a traced operator: it runs one module-level jitted error
+    function a few dozen times on the host (bisection in Python) and returns a Python
+    float; it is deterministic and cached per argument set (``functools.lru_cache``), and
+    it is meant to be called once outside ``jit`` (its result is then a constant softness
+    for the traced operator). It cannot be called under ``jit``.
 
     Args:
       method: any ``method`` of :func:`jaxkit.soft.rank` (``"pav"``, ``"softsort"``,
@@ -116,7 +140,8 @@ def calibrate(
       target_rank_error: target mean absolute error (> 0).
       mode: the operator's ``mode``.
       op: ``"rank"`` (default) or ``"sort"``.
-      seed: probe seed.
+      key: keyword-only PRNG key of the probe (typed ``jax.random.key`` or legacy);
+        ``None`` means ``jax.random.key(0)``.
       rtol: relative tolerance on the error at the returned softness.
       **options: further static keyword arguments of the operator (``window``,
         ``abs_mode``, ``network``, ``standardize``, ``impl``).
@@ -135,8 +160,9 @@ def calibrate(
 
     AX._method(method, AX.VALUE_METHODS)
     V.one_of(OPS, op=op)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"`n` must be an int >= 2, got n={n!r}.")
+    n = V.python_int(n, name="n", minimum=2)
+    V.real_scalar(target_rank_error, name="target_rank_error")
+    V.real_scalar(rtol, name="rtol")
     V.finite_scalar(target_rank_error=target_rank_error)
     V.positive(target_rank_error=target_rank_error)
     V.positive(rtol=rtol)
@@ -151,7 +177,10 @@ def calibrate(
     if mode == "hard":
         raise ValueError("`mode` must be a soft mode for calibration; got mode='hard'.")
     opts = tuple(sorted(options.items()))
-    s = _calibrate(method, n, float(target_rank_error), mode, op, int(seed), float(rtol), opts)
+    key = jax.random.key(0) if key is None else key
+    if isinstance(key, jax.core.Tracer):
+        raise TypeError("`key` must be concrete: `calibrate` is a host utility (not for jit).")
+    s = _calibrate(method, n, float(target_rank_error), mode, op, _Key(key), float(rtol), opts)
     if not math.isfinite(s):
         raise ValueError("calibration failed to produce a finite softness.")
     return s

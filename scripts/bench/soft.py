@@ -257,7 +257,7 @@ def main() -> None:
         for op in OPS:
             shape = {"sort": (64, n), "rank": (64, n), "top_k": (64, K), "quantile": (64,)}[op]
             data[f"w_{op}_{n}"] = rng.standard_normal(shape).astype(np.float32)
-        data[f"probe{n}"] = _calibrate._probe(n, 0)  # the probe of jaxkit.soft.calibrate
+        data[f"probe{n}"] = _calibrate._probe(n, jax.random.key(0))  # jaxkit.soft.calibrate's probe
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "inputs.npz")
         np.savez(path, **data)

@@ -50,6 +50,9 @@ def _bad_axis(fn, **kw):
 
 
 SOFT = {"softness": (0.3, 0.5)}
+# cheap checks (eager_cache, jit, eval_shape, bad_inputs) by default, the rest slow
+_LIGHT = ("grads", "vmap", "traced_once", "dtypes", "sharding")
+_CACHE_ONLY = (*_LIGHT, "jit")  # eager_cache, eval_shape and bad_inputs by default
 
 CASES = [
     Case(
@@ -149,9 +152,65 @@ CASES = [
                 ValueError,
                 "softness",
             ),
+            Bad(
+                "NaN softness",
+                lambda k: ((jnp.ones(3),), {"softness": float("nan")}),
+                ValueError,
+                "softness",
+            ),
+            Bad(
+                "softness as a string",
+                lambda k: ((jnp.ones(3),), {"softness": "0.1"}),
+                TypeError,
+                "softness",
+            ),
+            Bad(
+                "unknown mode",
+                lambda k: ((jnp.ones(3),), {"mode": "c3"}),
+                ValueError,
+                "_c1_pnorm",
+            ),
         ),
     ),
-    Case("soft.greater", S.greater, _pair, hparams=SOFT, grad_argnums=(0, 1)),
+    # the elementwise family's full checks run on soft.sigmoidal; the others: cheap ones
+    Case(
+        "soft.greater",
+        S.greater,
+        _pair,
+        hparams=SOFT,
+        grad_argnums=(0, 1),
+        slow_checks=_LIGHT,
+        bad=(
+            Bad(
+                "softness 0",
+                lambda k: ((jnp.ones(3), jnp.zeros(3)), {"softness": 0.0}),
+                ValueError,
+                "softness",
+            ),
+        ),
+    ),
+    *[
+        Case(f"soft.{name}", getattr(S, name), _x, hparams=SOFT, static=st, slow_checks=_LIGHT)
+        for name, st in (
+            ("softrelu", {"mode": "_c2_pnorm"}),
+            ("heaviside", {"mode": "_c1_pnorm"}),
+            ("sign", {}),
+            ("abs", {"mode": "c1"}),
+            ("relu", {"mode": "c0"}),
+            ("round", {"neighbor_radius": 2}),
+        )
+    ],
+    Case(
+        "soft.clip",
+        lambda x, **kw: S.clip(x, -0.5, 0.5, **kw),
+        _x,
+        hparams=SOFT,
+        slow_checks=_LIGHT,
+    ),
+    *[
+        Case(f"soft.{name}", getattr(S, name), _pair, hparams=SOFT, slow_checks=_LIGHT)
+        for name in ("greater_equal", "less", "less_equal", "equal", "not_equal", "isclose")
+    ],
     Case(
         "soft.logical_xor",
         S.logical_xor,
@@ -186,6 +245,9 @@ CASES = [
 ]
 
 
+R_SCHED = S.random.exponential_schedule(1.0, 0.01, 10)
+
+
 # jaxkit.soft.random: the key is an argument (traced under jit/vmap), logits/p lead.
 def _rand_args(key, dtype, kind):
     kx, ks = jax.random.split(key)
@@ -201,6 +263,12 @@ _RBAD = (
     Bad(
         "softness <= 0",
         lambda k: ((jnp.zeros((8, 5)), jax.random.key(0)), {"softness": 0.0}),
+        ValueError,
+        "softness",
+    ),
+    Bad(
+        "NaN softness",
+        lambda k: ((jnp.zeros((8, 5)), jax.random.key(0)), {"softness": float("nan")}),
         ValueError,
         "softness",
     ),
@@ -231,7 +299,7 @@ CASES += [
         hparams=SOFT,
         grad_atol=1e-4,
         grad_rtol=1e-4,
-        slow_checks=("grads", "vmap", "traced_once"),
+        slow_checks=_LIGHT,
         bad=(
             *_RBAD,
             Bad(
@@ -303,7 +371,7 @@ CASES += [
         static={"n_iters": 8},
         grad_atol=1e-4,
         grad_rtol=1e-4,
-        slow_checks=("grads", "vmap", "traced_once"),
+        slow_checks=_LIGHT,
         bad=(
             Bad(
                 "not square",
@@ -324,5 +392,78 @@ CASES += [
                 "log_alpha",
             ),
         ),
+    ),
+]
+
+# the other public samplers of jaxkit.soft.random (every one is called 30 times eagerly by
+# the eager_cache check): cheap checks by default, jit/vmap/traced_once slow. Their
+# derivatives are checked by tests/soft/test_random.py::test_check_grads_x64, bfloat16 and
+# sharding by the family's full cases above (categorical, bernoulli, gumbel_sinkhorn).
+# Known gap: permutation(independent=True) draws its noise replicated, and its output
+# loses the batch sharding (so no sharding check here).
+_EXTRA = {
+    "slow_checks": _CACHE_ONLY,
+    "grad_modes": (),
+    "dtypes": (jnp.float32,),
+    "shard_argnums": (),
+}
+_p8 = lambda k, d: _rand_args(k, d, "p")  # noqa: E731
+_lg8 = lambda k, d: _rand_args(k, d, "logits")  # noqa: E731
+CASES += [
+    Case(
+        "soft.random.choice",
+        lambda x, k, **kw: S.random.choice(k, x, (3,), axis=1, **kw),
+        _lg8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.permutation",
+        lambda x, k, **kw: S.random.permutation(k, x, axis=1, independent=True, **kw),
+        _lg8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.permutation/gumbel_sinkhorn",
+        lambda x, k, **kw: S.random.permutation(k, x, axis=1, **kw),
+        _lg8,
+        hparams=SOFT,
+        static={"method": "gumbel_sinkhorn", "n_iters": 5},
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.multinomial",
+        lambda p, k, **kw: S.random.multinomial(k, 3, p, **kw),
+        _p8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.binomial",
+        lambda p, k, **kw: S.random.binomial(k, 3, p, **kw),
+        _p8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.rademacher",
+        lambda p, k, **kw: p * S.random.rademacher(k, (8, 5), p.dtype, **kw),
+        _p8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.categorical_st",
+        lambda x, k, **kw: S.random.categorical_st(k, x, **kw),
+        _lg8,
+        hparams=SOFT,
+        **_EXTRA,
+    ),
+    Case(
+        "soft.random.exponential_schedule",
+        lambda t, **kw: R_SCHED(t),
+        lambda k, d: (jnp.arange(8.0, dtype=d),),
+        **_EXTRA,
     ),
 ]
