@@ -1,7 +1,7 @@
 """Small numerical helpers shared by every area (one copy each).
 
-``accumulation_dtype`` is the one dtype policy for sums and matmuls: f64 for
-f64 inputs, f32 for everything else (bf16/f16 accumulate in f32).
+``accumulation_dtype`` (defined in ``jaxkit._typing``, the dtype policy) is re-exported
+here: f64 for f64 inputs, f32 for everything else (bf16/f16 accumulate in f32).
 ``inverse_permutation`` inverts permutations along the last axis with a scatter,
 keeping the input's sharding.
 """
@@ -12,10 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Int
 
-
-def accumulation_dtype(dtype: Any) -> Any:
-    """Return f64 for an f64 ``dtype``, f32 otherwise."""
-    return jnp.float64 if jnp.dtype(dtype) == jnp.dtype(jnp.float64) else jnp.float32
+from jaxkit._typing import accumulation_dtype as accumulation_dtype  # the one definition
 
 
 def iota_like(x: Array, dtype: Any = jnp.int32) -> Array:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 from jaxkit.nn._init import normal_pieces
 
 _ACTIVATIONS = {
