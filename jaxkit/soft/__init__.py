@@ -11,22 +11,22 @@ temperature schedules.
 """
 
 from jaxkit.soft import _st
-from jaxkit.soft._axiswise import argmax as argmax
-from jaxkit.soft._axiswise import argmedian as argmedian
-from jaxkit.soft._axiswise import argmin as argmin
-from jaxkit.soft._axiswise import argpercentile as argpercentile
-from jaxkit.soft._axiswise import argquantile as argquantile
-from jaxkit.soft._axiswise import argsort as argsort
-from jaxkit.soft._axiswise import argtop_k as argtop_k
-from jaxkit.soft._axiswise import max as max  # noqa: A004
-from jaxkit.soft._axiswise import median as median
-from jaxkit.soft._axiswise import min as min  # noqa: A004
-from jaxkit.soft._axiswise import percentile as percentile
-from jaxkit.soft._axiswise import quantile as quantile
-from jaxkit.soft._axiswise import rank as rank
-from jaxkit.soft._axiswise import sort as sort
-from jaxkit.soft._axiswise import top_k as top_k
-from jaxkit.soft._banded import banded_error_bound as banded_error_bound
+from jaxkit.soft._axis_quantile import argmedian as argmedian
+from jaxkit.soft._axis_quantile import argpercentile as argpercentile
+from jaxkit.soft._axis_quantile import argquantile as argquantile
+from jaxkit.soft._axis_quantile import banded_error_bound as banded_error_bound
+from jaxkit.soft._axis_quantile import median as median
+from jaxkit.soft._axis_quantile import percentile as percentile
+from jaxkit.soft._axis_quantile import quantile as quantile
+from jaxkit.soft._axis_select import argmax as argmax
+from jaxkit.soft._axis_select import argmin as argmin
+from jaxkit.soft._axis_select import argtop_k as argtop_k
+from jaxkit.soft._axis_select import max as max  # noqa: A004
+from jaxkit.soft._axis_select import min as min  # noqa: A004
+from jaxkit.soft._axis_select import top_k as top_k
+from jaxkit.soft._axis_sort import argsort as argsort
+from jaxkit.soft._axis_sort import rank as rank
+from jaxkit.soft._axis_sort import sort as sort
 from jaxkit.soft._calibrate import calibrate as calibrate
 from jaxkit.soft._elementwise import abs as abs  # noqa: A004
 from jaxkit.soft._elementwise import clip as clip

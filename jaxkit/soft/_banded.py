@@ -30,31 +30,13 @@ References:
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, ArrayLike
 
-from jaxkit import _validate as V
-from jaxkit._typing import RealScalarLike
+from jaxkit._numerics import inverse_permutation
 from jaxkit.soft._common import scal, standardize_and_squash
-from jaxkit.soft._sorting import cumsum, inverse_permutation, stable_argsort
+from jaxkit.soft._sorting import cumsum, stable_argsort
 
 METHODS = ("softsort", "neuralsort")
 OPS = ("sort", "rank", "top_k", "quantile")
-
-
-def check(window, method, mode, abs_mode):
-    """Validate the static ``window`` and the method/mode it supports."""
-    if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"`window` must be None or a Python int, got {window!r}.")
-    V.non_negative(window=window)
-    if method not in METHODS:
-        raise ValueError(f"`window` needs `method` in {METHODS}; got method={method!r}.")
-    if mode != "smooth":
-        raise NotImplementedError(f"`window` supports mode 'smooth' only; got mode={mode!r}.")
-    if abs_mode != "hard":
-        raise ValueError(
-            "`window` needs `abs_mode='hard'` (the monotone decay that certifies "
-            f"the tail holds for the exact |.|); got abs_mode={abs_mode!r}."
-        )
 
 
 def _sorted(xl, standardize, method):
@@ -241,47 +223,3 @@ def quantile_last(xl, k, kp1, alpha, two, softness, method, standardize, gated_g
             ..., 1
         ]
     return v[..., 0], b[..., 0]
-
-
-def banded_error_bound(
-    op: str,
-    x: ArrayLike,
-    *args,
-    window: int,
-    softness: RealScalarLike = 0.1,
-    method: str = "neuralsort",
-    **kwargs,
-) -> Array:
-    """Certified bound on ``|banded - dense|`` for the output of a banded operator.
-
-    ``banded_error_bound("sort", x, window=w, softness=s, method=m, ...)`` bounds,
-    element by element, the difference between ``jaxkit.soft.sort(x, window=w, ...)``
-    and the exact (dense) ``jaxkit.soft.sort(x, ...)`` with the same arguments, in exact
-    arithmetic (add a few ulps of the output for floating-point rounding). The bound
-    is computed at run time from the actual gaps of ``x`` (see the module docstring);
-    it costs O(n log n + n w) and is traceable.
-
-    Args:
-      op: ``"sort"``, ``"rank"``, ``"top_k"`` (values) or ``"quantile"``.
-      x: input array.
-      *args: the operator's positional arguments after ``x`` (``k`` for top_k, ``q`` for
-        quantile; ``axis`` may also be given positionally).
-      window: half-width ``w`` of the band (static int >= 0).
-      softness: temperature (> 0), traced.
-      method: ``"neuralsort"`` or ``"softsort"``.
-      **kwargs: the operator's other keyword arguments (``axis``, ``descending``,
-        ``standardize``, ``quantile_method``, ``keepdims``).
-
-    Returns:
-      The bound, shaped like the operator's (value) output, dtype of ``x``.
-
-    References:
-      Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
-    """
-    from jaxkit.soft import _axiswise as AX  # circular at import time
-
-    V.one_of(OPS, op=op)
-    check(window, method, kwargs.get("mode", "smooth"), kwargs.get("abs_mode", "hard"))
-    fn = {"sort": AX.sort, "rank": AX.rank, "top_k": AX.top_k, "quantile": AX.quantile}[op]
-    out = fn(x, *args, window=window, softness=softness, method=method, _bound=True, **kwargs)
-    return out

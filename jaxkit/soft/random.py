@@ -50,9 +50,9 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _validate as V
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.soft import _st
+from jaxkit.soft._axiswise import _check_lp, _finish
 from jaxkit.soft._axiswise import argmax as _argmax
 from jaxkit.soft._axiswise import argsort as _argsort
-from jaxkit.soft._axiswise import _check_lp, _finish
 from jaxkit.soft._axiswise import argtop_k as _argtop_k
 from jaxkit.soft._common import as_float, check_softness, compute_dtype
 from jaxkit.soft._elementwise import less as _less

@@ -94,8 +94,10 @@ def test_banded_hard_limit(method):
     np.testing.assert_allclose(S.sort(x, **kw), jnp.sort(x), atol=1e-4)
     hard_rank = jnp.argsort(jnp.argsort(x)) + 1
     np.testing.assert_allclose(S.rank(x, **kw), hard_rank, atol=1e-3)
-    v, P = S.top_k(x, 2, **kw)
+    v, idx = S.top_k(x, 2, **kw)
     np.testing.assert_allclose(v, jax.lax.top_k(x, 2)[0], atol=1e-4)
+    np.testing.assert_array_equal(idx, jax.lax.top_k(x, 2)[1])
+    P = S.argtop_k(x, 2, **kw)
     np.testing.assert_allclose(P, jax.nn.one_hot(jax.lax.top_k(x, 2)[1], 6), atol=1e-4)
     np.testing.assert_allclose(S.median(x, axis=-1, **kw), jnp.median(x, axis=-1), atol=1e-4)
 
@@ -104,8 +106,9 @@ def test_banded_hard_limit(method):
 @pytest.mark.parametrize("method", ["softsort", "neuralsort"])
 def test_banded_top_k_index_matches_dense(method):
     x = jax.random.normal(jax.random.key(3), (2, 12))
-    vb, Pb = S.top_k(x, 3, softness=0.05, method=method, window=11)
-    vd, Pd = S.top_k(x, 3, softness=0.05, method=method)
+    kw = dict(softness=0.05, method=method)
+    vb, Pb = S.top_k(x, 3, **kw, window=11)[0], S.argtop_k(x, 3, **kw, window=11)
+    vd, Pd = S.top_k(x, 3, **kw, abs_mode="hard")[0], S.argtop_k(x, 3, **kw, abs_mode="hard")
     np.testing.assert_allclose(Pb, Pd, atol=1e-5)
     np.testing.assert_allclose(vb, vd, atol=1e-5)
 

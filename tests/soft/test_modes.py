@@ -173,7 +173,7 @@ def test_pnorm_impls_agree(reg):
     for y in rows:
         z = jnp.asarray(np.sort(y)[::-1], jnp.float32)
         w = jnp.asarray(np.linspace(2, 0.1, 40), jnp.float32)
-        b = [np.asarray(_pav.partition(z, w, reg, impl)) for impl in _pav.IMPLS]
+        b = [np.asarray(_pav.partition(z, w, reg, impl)) for impl in _pav.SOLVERS]
         assert all(np.array_equal(b[0], bi) for bi in b[1:])
         v = np.asarray(_pav.isotonic_pair(z, w, reg, "hybrid"))
         assert np.all(np.diff(v) <= 1e-5 * (1 + np.abs(v[1:])))  # decreasing

@@ -13,12 +13,14 @@ import pytest
 
 import jaxkit.soft as S
 
-FAST = [  # compile in well under a second
-    ("argsort", "softsort", "hard"),
-    ("rank", "pav", "hard"),
+# smooth modes in the default run: their gradients are not zero, so the comparison can fail
+FAST = [
+    ("sort", "softsort", "smooth"),
+    ("rank", "pav", "c0"),
 ]
 SLOW = [
-    ("sort", "softsort", "smooth"),
+    ("argsort", "softsort", "hard"),
+    ("rank", "pav", "hard"),
     ("rank", "softsort", "c1"),
     ("rank", "ot", "c1"),
     ("sort", "ot", "c2"),
@@ -40,6 +42,8 @@ def _check(mesh, fn, method, mode):
     with jax.set_mesh(mesh):
         g = jax.jit(jax.grad(loss))(xs)
     assert g.sharding.spec[0] == "data"
+    if mode != "hard":
+        assert float(jnp.max(jnp.abs(g))) > 1e-3  # a soft mode has a real gradient
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(x)), rtol=rtol, atol=rtol)
 
 

@@ -115,9 +115,10 @@ def _pav_np(y):
 
 
 @pytest.mark.parametrize(
-    "impl", [i if i == "hybrid" else pytest.param(i, marks=pytest.mark.slow) for i in _pav.IMPLS]
+    "solver",
+    [i if i == "hybrid" else pytest.param(i, marks=pytest.mark.slow) for i in _pav.SOLVERS],
 )
-def test_pav_impls_match_reference(impl):
+def test_pav_solvers_match_reference(solver):
     rng = np.random.default_rng(0)
     cases = [
         rng.normal(size=23),
@@ -126,11 +127,11 @@ def test_pav_impls_match_reference(impl):
         np.arange(12.0)[::-1],
     ]
     for y in cases:
-        got = S.isotonic(jnp.asarray(y, jnp.float32), impl=impl)
+        got = S.isotonic(jnp.asarray(y, jnp.float32), solver=solver)
         np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-4)
     yb = jnp.asarray(rng.normal(size=(3, 17)), jnp.float32)
     np.testing.assert_allclose(
-        jax.vmap(lambda r: S.isotonic(r, impl=impl))(yb),
+        jax.vmap(lambda r: S.isotonic(r, solver=solver))(yb),
         np.stack([_pav_np(r) for r in np.asarray(yb)]),
         rtol=1e-5,
         atol=1e-5,
@@ -142,8 +143,8 @@ def test_pav_hybrid_stack_phase_matches_reference():
     # rounds, so the hybrid's sequential stack phase runs (and "sequential" itself)
     n = _pav.SMALL_N + 72
     y = np.r_[np.arange(n - 1.0), 1e4]
-    for impl in ("hybrid", "sequential"):
-        got = S.isotonic(jnp.asarray(y, jnp.float32), impl=impl)
+    for solver in ("hybrid", "sequential"):
+        got = S.isotonic(jnp.asarray(y, jnp.float32), solver=solver)
         np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-3)
 
 
