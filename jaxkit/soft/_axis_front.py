@@ -204,8 +204,10 @@ def onehot(idx, n, dtype):
 
 
 def simplex(s, softness, mode, log):
-    """``(proj_simplex(s), False)``, or ``(log_softmax(s / softness), True)`` when a
-    smooth-mode log-probability is requested (exact in log space, never ``log(0)``).
+    """Soft index rows ``(p, False)``, or ``(log p, True)`` for smooth-mode log-probabilities.
+
+    ``p = proj_simplex(s)``; the smooth log is ``log_softmax(s / softness)`` (exact in log
+    space, never ``log(0)``).
     """
     if log and mode == "smooth":
         return jax.nn.log_softmax(s / scal(softness, s.dtype), axis=-1), True
@@ -245,8 +247,9 @@ def map_chunks(f, rows):
 
 
 def qparams(q, n, qm):
-    """Row ``k``, weight ``a`` of row ``k + 1`` and whether two rows mix, for ``jnp.quantile``'s
-    ``method=qm``.
+    """Row ``k``, weight ``a`` of row ``k + 1``, and whether two rows mix (``jnp.quantile``).
+
+    ``qm`` is ``jnp.quantile``'s ``method``.
     """
     p = q * (n - 1)
     if qm == "linear":
@@ -280,8 +283,11 @@ def front(x: Any, axis: Any, allowed: tuple[str, ...], opts: dict) -> tuple[jax.
 
 
 def mirror(fn, impl, name, doc, *, rename=None, drop=(), **fixed):
-    """A public function with ``fn``'s signature (``rename``d, ``drop`` removed) that binds
-    its arguments with their defaults and calls ``impl(**arguments, **fixed)``."""
+    """A public function with ``fn``'s signature that calls ``impl``.
+
+    The signature is ``fn``'s with ``rename``d and ``drop``ped parameters; a call binds its
+    arguments with their defaults and returns ``impl(**arguments, **fixed)``.
+    """
     rename = rename or {}
     params = [
         p.replace(name=rename.get(p.name, p.name))

@@ -1,5 +1,7 @@
-"""Soft quantile family (``quantile``, ``median``, ``percentile`` and their soft indices),
-and :func:`banded_error_bound`.
+"""Soft quantile family and :func:`banded_error_bound`.
+
+``quantile``, ``median``, ``percentile`` and their soft indices ``argquantile``,
+``argmedian``, ``argpercentile``.
 
 ``q`` (or ``p`` for percentiles) is traced: a concrete value outside [0, 1] (or
 [0, 100]) raises ``ValueError`` at once, a traced one an ``eqx.error_if`` error at run
@@ -128,7 +130,8 @@ def _check(x, q, axis, keepdims, quantile_method, scale, qname, allowed, opts):
 
 
 def _argquantile(x, q, axis=None, keepdims=False, *, quantile_method="linear",
-                 return_log_probs=False, log_prob_eps=None, scale=1.0, qname="q", **opts):  # fmt: skip
+                 return_log_probs=False, log_prob_eps=None, scale=1.0, qname="q",
+                 **opts):  # fmt: skip
     F.check_lp(return_log_probs, log_prob_eps)
     qm = quantile_method
     x, q, o = _check(x, q, axis, keepdims, qm, scale, qname, F.INDEX_METHODS, opts)
@@ -171,11 +174,10 @@ def argquantile(
     soft rows ``k`` and ``k+1`` (with ``log_softmax`` rows the mix is a weighted
     ``logsumexp``).
 
-    Args:
-      x, q, axis, keepdims, quantile_method: as ``jnp.quantile`` (``q`` in [0, 1], traced).
-      softness, mode, method, standardize, abs_mode, network, ot_kwargs: as in
-        :func:`argsort`.
-      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
+    ``x``, ``q`` (in [0, 1], traced), ``axis``, ``keepdims``, ``quantile_method``: as
+    ``jnp.quantile``; ``softness``, ``mode``, ``method``, ``standardize``, ``abs_mode``,
+    ``network``, ``ot_kwargs``, ``return_log_probs``, ``log_prob_eps``: as in
+    :func:`argsort`.
     """
     return _argquantile(**locals())
 

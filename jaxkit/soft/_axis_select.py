@@ -113,11 +113,8 @@ def argmax(
     ``softsort``: ``proj_simplex(x~)``; ``neuralsort``: ``proj_simplex((n-1)x~ - A)``;
     ``ot``: two anchors; ``network``: first row of the descending network.
 
-    Args:
-      x, axis, keepdims: as ``jnp.argmax`` (``axis=None`` flattens).
-      softness, mode, method, standardize, abs_mode, network, ot_kwargs: as in
-        :func:`argsort`.
-      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
+    ``x``, ``axis``, ``keepdims``: as ``jnp.argmax`` (``axis=None`` flattens); the other
+    arguments as in :func:`argsort`.
     """
     return _argmax(**locals())
 
@@ -152,9 +149,10 @@ def max(  # noqa: A001
     solver: str = "hybrid",
     ot_kwargs: dict | None = None,
 ) -> Array:
-    """Soft max: expectation of ``x`` under :func:`argmax` (``pav``/``network``/
-    ``smooth_sort``: first element of the descending soft sort; ``solver`` as in
-    :func:`sort`).
+    """Soft max: the expectation of ``x`` under :func:`argmax`.
+
+    ``pav``/``network``/``smooth_sort``: the first element of the descending soft sort
+    (``solver`` as in :func:`sort`).
     """
     return _max(**locals())
 
@@ -241,12 +239,8 @@ def argtop_k(
     ``network`` computes the k rows matrix-free (k transposed sweeps); ``window`` gives
     the banded SoftSort/NeuralSort rows (see :func:`sort`).
 
-    Args:
-      x, k, axis: as ``lax.top_k`` along ``axis`` (``k``: static Python int).
-      softness, mode, method, standardize, abs_mode, network, ot_kwargs: as in
-        :func:`argsort`.
-      window: banded rows, as in :func:`sort`.
-      return_log_probs, log_prob_eps: log-probabilities, as in :func:`argsort`.
+    ``x``, ``k`` (static Python int), ``axis``: as ``lax.top_k`` along ``axis``;
+    ``window``: banded rows, as in :func:`sort`; the other arguments as in :func:`argsort`.
     """
     return _argtop_k(**locals())
 

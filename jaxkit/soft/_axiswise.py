@@ -1,7 +1,9 @@
-"""Transition shim: the axiswise operators now live in ``_axis_sort``, ``_axis_select``,
-``_axis_quantile`` (front-ends), ``_axis_front`` (shared options and helpers) and one
-backend module per method. Kept only for ``random.py`` / ``_calibrate.py``; import from
-the new modules instead, then delete this file.
+"""Transition shim for the split of the axiswise operators.
+
+They now live in ``_axis_sort``, ``_axis_select``, ``_axis_quantile`` (front-ends),
+``_axis_front`` (shared options and helpers) and one backend module per method. Kept
+only for ``random.py`` / ``_calibrate.py``; import from the new modules instead, then
+delete this file.
 """
 
 from jaxkit.soft._axis_front import VALUE_METHODS as VALUE_METHODS

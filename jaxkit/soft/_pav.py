@@ -249,8 +249,9 @@ def project_permutahedron(
       reg: regulariser ``R``: ``"l2"`` (1/2||.||^2), ``"kl"`` (entropic), ``"p3"`` /
         ``"p4"`` (p-norms with p = 3/2, 4/3).
       solver: PAV algorithm: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
-      z_order, w_order: ``"asc"`` declares rows already sorted ascending (saves a sort);
-        ``"any"`` otherwise.
+      z_order: ``"asc"`` declares the rows of ``z`` already sorted ascending (saves a
+        sort); ``"any"`` otherwise.
+      w_order: the same for ``w``.
 
     Returns:
       The projection, shape ``broadcast(z, w)``.

@@ -134,7 +134,7 @@ def test_finite_in_float32_quick():
     x = jax.random.normal(jax.random.key(0), (2, 8), jnp.float32)
     for mode in MODES:
         out, g = jax.value_and_grad(
-            lambda v: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
+            lambda v, mode=mode: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
         )(x)
         assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g))), mode
 
@@ -164,13 +164,13 @@ def test_finite_in_float32_values_and_grads(mode):
     kw = dict(mode=mode, method="ot")
     for s in (0.01, 0.1, 1.0):
         fns = [
-            lambda v: S.sort(v, softness=s, **kw),
-            lambda v: S.rank(v, softness=s, **kw),
-            lambda v: S.top_k(v, 3, softness=s, **kw)[0],
-            lambda v: S.quantile(v, 0.3, axis=-1, softness=s, **kw),
+            lambda v, s=s: S.sort(v, softness=s, **kw),
+            lambda v, s=s: S.rank(v, softness=s, **kw),
+            lambda v, s=s: S.top_k(v, 3, softness=s, **kw)[0],
+            lambda v, s=s: S.quantile(v, 0.3, axis=-1, softness=s, **kw),
         ]
         for f in fns:
-            out, g = jax.value_and_grad(lambda v: jnp.sum(f(v) * jnp.cos(f(v))))(x)
+            out, g = jax.value_and_grad(lambda v, f=f: jnp.sum(f(v) * jnp.cos(f(v))))(x)
             assert out.dtype == jnp.float32
             assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g)))
 

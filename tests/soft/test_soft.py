@@ -329,7 +329,7 @@ def test_safe_math_gradients_finite_at_boundary():
     np.testing.assert_allclose(S.sqrt(jnp.array([4.0, -1.0])), [2.0, 0.0])
 
 
-# ----------------------------------------------------------------------------- logic / selection / st
+# ------------------------------------------------------------------ logic / selection / st
 
 
 def test_logic_tnorms():
