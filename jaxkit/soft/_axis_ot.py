@@ -35,13 +35,16 @@ def _uniform(n, dtype):
     return jnp.ones((n,), dtype) / n
 
 
-def argsort(xs, descending, softness, o):
+def _full_plan(xs, descending, softness, o):
+    """Plan onto ``n`` evenly spaced anchors (ascending unless ``descending``)."""
     n = xs.shape[-1]
     anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
-    if descending:
-        anchors = anchors[::-1]
     mu = _uniform(n, xs.dtype)
-    return jnp.swapaxes(plan(xs, anchors, mu, mu, softness, o), -1, -2)
+    return plan(xs, anchors[::-1] if descending else anchors, mu, mu, softness, o)
+
+
+def argsort(xs, descending, softness, o):
+    return jnp.swapaxes(_full_plan(xs, descending, softness, o), -1, -2)
 
 
 def argmax(xs, softness, o):
@@ -80,10 +83,6 @@ def argquantile(xs, k, kp1, two, softness, o):
 
 def rank(xs, descending, softness, o):
     n = xs.shape[-1]
-    anchors = jnp.linspace(0, n, n, dtype=xs.dtype) / n
-    if descending:
-        anchors = anchors[::-1]
-    mu = _uniform(n, xs.dtype)
-    G = plan(xs, anchors, mu, mu, softness, o)
+    G = _full_plan(xs, descending, softness, o)
     G = G / jnp.clip(jnp.sum(G, -1, keepdims=True), min=1e-10)
     return jnp.einsum("...ij,j->...i", G, jnp.arange(1, n + 1, dtype=xs.dtype))

@@ -230,33 +230,24 @@ def _rank(x, axis=-1, *, descending=False, bound=False, **opts):
     return _rank_jit(x, opts.get("softness", 0.1), axis=axis, descending=d, o=o, bound=bound)
 
 
-def rank(
-    x: ArrayLike,
-    axis: int | None = -1,
-    *,
-    descending: bool = False,
-    softness: RealScalarLike = 0.1,
-    mode: str = "smooth",
-    method: str = "pav",
-    standardize: bool = True,
-    abs_mode: str | None = None,
-    network: str = "bitonic",
-    solver: str = "hybrid",
-    window: int | None = None,
-    ot_kwargs: dict | None = None,
-) -> Array:
+rank = F.mirror(
+    sort,
+    _rank,
+    "rank",
     """Soft 1-based ranks along ``axis`` (ascending: the smallest gets 1).
 
     ``method="pav"``: permutahedron projection of ``x / softness`` onto ``P(1..n)``;
     ``"network"``: matrix-free transposed sweeps (O(n log^2 n) memory); pairwise
     methods use fused chunked reductions. ``descending=True`` ranks the largest 1
     (softjax's default). ``window=w`` selects the banded SoftSort/NeuralSort path (see
-    :func:`sort` and :func:`banded_error_bound`). Other arguments as in :func:`sort`.
+    :func:`sort` and :func:`banded_error_bound`). Other arguments as in :func:`sort`
+    (no ``gated_grad``: ranks do not weight ``x`` by the soft index).
 
     Jitted like jax.numpy (module level, static choices static, ``softness`` traced).
 
     References:
       Blondel et al., Fast differentiable sorting and ranking
       <https://arxiv.org/abs/2002.08871>, 2020.
-    """
-    return _rank(**locals())
+    """,
+    drop=("gated_grad",),
+)

@@ -78,16 +78,7 @@ def band(a, A, rows, w, softness, method):
     cols = jnp.clip(m, 0, n - 1)
     if method == "neuralsort":
         return _band_neuralsort(a, rows, w, tau, offs, valid, cols)
-    s = _score(a, A, rows, cols, method, tau)
-    valid = jnp.broadcast_to(valid, s.shape)
-    s = jnp.where(valid, s, -jnp.inf)
-    # normalise as softmax does (max-shift then divide): an explicit lse of |s| ~ n / tau
-    # would carry an ulp(s) error into every probability
-    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
-    tot = jnp.sum(ex, axis=-1, keepdims=True)
-    q = ex / tot
-    lse = mx + jnp.log(tot)
+    q, valid, lse = _masked_softmax(_score(a, A, rows, cols, method, tau), valid)
     # certificate: first dropped column on each side bounds every dropped entry
     sg = lax.stop_gradient
     edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
@@ -100,6 +91,20 @@ def band(a, A, rows, w, softness, method):
     cnt = (n - jnp.sum(valid, -1)).astype(a.dtype)
     T = jnp.minimum(cnt * e, 1.0)
     return q, cols, valid, T, e
+
+
+def _masked_softmax(s, valid):
+    """Softmax of the band scores ``s`` over ``valid`` columns; ``(q, valid, lse)``.
+
+    Normalised as softmax does (max-shift then divide): an explicit lse of |s| ~ n / tau
+    would carry an ulp(s) error into every probability.
+    """
+    valid = jnp.broadcast_to(valid, s.shape)
+    s = jnp.where(valid, s, -jnp.inf)
+    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
+    tot = jnp.sum(ex, axis=-1, keepdims=True)
+    return ex / tot, valid, mx + jnp.log(tot)
 
 
 def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
@@ -122,14 +127,8 @@ def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
     Dd = cumsum(g[..., gd] * wtb)
     zero = jnp.zeros_like(Du[..., :1])
     D = jnp.concatenate([jnp.flip(Dd[..., :w], -1), zero, Du[..., :w]], -1)
-    s = -D / tau
-    valid = jnp.broadcast_to(valid, s.shape)
-    s = jnp.where(valid, s, -jnp.inf)
-    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
-    tot = jnp.sum(ex, axis=-1, keepdims=True)
-    q = ex / tot
-    lse = lax.stop_gradient(mx + jnp.log(tot))
+    q, valid, lse = _masked_softmax(-D / tau, valid)
+    lse = lax.stop_gradient(lse)
     sg = lax.stop_gradient
     edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
     evalid = jnp.broadcast_to((edges >= 0) & (edges < n), (*a.shape[:-1], rows.shape[0], 2))

@@ -156,6 +156,7 @@ def test_banded_bad_arguments():
         S.banded_error_bound("argsort", x, window=2)
 
 
+@pytest.mark.slow
 def test_banded_memory_is_linear_in_n():
     """The compiled fwd+bwd never holds an n x n array (peak grows ~linearly in n)."""
 

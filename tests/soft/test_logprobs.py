@@ -24,11 +24,8 @@ OPS = {
 # default run: one cheap configuration per operator (smooth log_softmax rows or sparse c0)
 FAST = {
     "argmax": ("softsort", "smooth"),
-    "argmin": ("neuralsort", "c0"),
     "argsort": ("softsort", "c0"),
     "argquantile": ("softsort", "smooth"),
-    "argmedian": ("neuralsort", "c0"),
-    "argpercentile": ("neuralsort", "smooth"),
     "argtop_k": ("softsort", "c0"),
 }
 SLOW = [

@@ -111,7 +111,9 @@ def _brute_gamma(s, w, reg):
     return 0.5 * (lo + hi)
 
 
-@pytest.mark.parametrize("reg", PN.PREGS)
+@pytest.mark.parametrize(
+    "reg", [r if r == "p4" else pytest.param(r, marks=pytest.mark.slow) for r in PN.PREGS]
+)
 def test_block_values_vs_bisection(reg):
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):
@@ -207,6 +209,7 @@ def test_pav_pnorm_hard_limit(mode):
     )
 
 
+@pytest.mark.slow
 def test_smooth_sort_hard_limit():
     kw = dict(softness=1e-3, method="smooth_sort")
     np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=1e-2)

@@ -18,15 +18,15 @@ def _ref_argsort(x, descending):
 @pytest.mark.parametrize(
     "rows,n",
     [
-        (64, 2),
-        (33, 3),
+        pytest.param(64, 2, marks=pytest.mark.slow),
+        pytest.param(33, 3, marks=pytest.mark.slow),
         (64, 100),
         (4, 100),
         pytest.param(40, 512, marks=pytest.mark.slow),
         pytest.param(64, 600, marks=pytest.mark.slow),
     ],
 )
-@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
     # (64, 100) and (40, 512) take the bitonic network, (4, 100) and (64, 600) the radix path
     rng = np.random.default_rng(n + rows)
@@ -47,7 +47,7 @@ def test_inverse_permutation_rows():
     )
 
 
-@pytest.mark.parametrize("n", [1, 7, 33])
+@pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.slow) for n in (1, 7)] + [33])
 def test_cumsum_scan_matches_numpy(n):
     x = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
     np.testing.assert_allclose(
