@@ -4,10 +4,12 @@ Elementwise steps, comparisons, fuzzy logic, soft selection, autograd-safe math,
 axiswise sort/rank/top-k/quantile with PAV, SoftSort, NeuralSort, Sinkhorn OT and
 sorting networks, and straight-through variants (``*_st``, :func:`st`,
 :func:`grad_replace`). Every soft-index operator (``argmax``, ``argmin``, ``argsort``,
-``argtop_k``/``top_k``, ``argquantile``, ``argmedian``, ``argpercentile``) takes
-``return_log_probs=`` and ``log_prob_eps=``. :mod:`jaxkit.soft.random` holds the soft
-samplers (Gumbel-max/top-k/sort, uniform thresholds, Gumbel-Sinkhorn permutations) and
-temperature schedules.
+``argtop_k``, ``argquantile``, ``argmedian``, ``argpercentile``) takes
+``return_log_probs=`` and ``log_prob_eps=``; ``top_k`` returns ``(values, indices)`` as
+``jax.lax.top_k`` for every method. The public functions are jitted like jax.numpy
+(module level, static choices static, ``softness``/``q`` traced), so eager calls hit the
+compile cache. :mod:`jaxkit.soft.random` holds the soft samplers (Gumbel-max/top-k/sort,
+uniform thresholds, Gumbel-Sinkhorn permutations) and temperature schedules.
 """
 
 from jaxkit.soft import _st

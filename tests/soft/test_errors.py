@@ -5,6 +5,8 @@ traced hyperparameters (``softness``, ``q``/``p``) reach a guard, NaN included, 
 giving a silent wrong result (a wrapped quantile index, a NaN sort).
 """
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,3 +135,19 @@ def test_eager_calls_do_not_recompile_across_softness():
         for s in (0.1, 0.2, 0.7):
             jax.block_until_ready(S.rank(X, softness=s))
         assert S._axis_sort._rank_jit._cache_size() == before
+
+
+def _maps():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
+def test_eager_calls_leave_no_compiled_code_behind():
+    # issue 13: each eager soft.sort used to map ~100 new pages of compiled code, until the
+    # process hit the kernel's map limit (segfault after ~650 calls)
+    jax.block_until_ready(S.sort(X))
+    before = _maps()
+    for _ in range(30):
+        jax.block_until_ready(S.sort(X))
+    assert _maps() - before < 30
