@@ -18,13 +18,13 @@ __all__ = ["VALUE_METHODS", "_check_lp", "_finish", "argmax", "argsort", "argtop
 
 
 def _method(method, allowed):
-    return _options(method, allowed, mode="smooth", softness=0.1).method
+    return _options(allowed, method=method).method
 
 
 def _check_common(mode, method, softness, network, abs_mode, solver="hybrid"):
     _options(
-        method,
         VALUE_METHODS,
+        method=method,
         mode=mode,
         softness=softness,
         network=network,
