@@ -28,12 +28,18 @@ FAST = {
     "argquantile": ("softsort", "smooth"),
     "argtop_k": ("softsort", "c0"),
 }
+# slow tier: every method x soft mode for the operators with their own core; the hard
+# mode (a one-hot, the same for every method) once per operator; argmin / argmedian /
+# argpercentile share argmax's / argquantile's jitted core, so one method each
+MIRRORS = ("argmin", "argmedian", "argpercentile")
 SLOW = [
     (op, m, md)
     for op in OPS
     for m in ("softsort", "neuralsort", "ot", "network")
     for md in ("hard", "smooth", "c0", "c1", "c2")
     if FAST.get(op) != (m, md)
+    and (md != "hard" or m == "softsort")
+    and (op not in MIRRORS or m == "neuralsort")
 ]
 
 
