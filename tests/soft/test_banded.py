@@ -65,6 +65,7 @@ def test_banded_tight_when_bound_small(method):
     np.testing.assert_allclose(
         S.sort(x, softness=s, method=method, window=w),
         S.sort(x, softness=s, method=method, abs_mode="hard"),
+        rtol=1e-5,  # f32 round-off of the two compiled paths, amplified by the logit unsquash
         atol=2e-5,
     )
     np.testing.assert_allclose(
