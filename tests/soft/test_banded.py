@@ -71,6 +71,7 @@ def test_banded_tight_when_bound_small(method):
     np.testing.assert_allclose(
         S.rank(x, softness=s, method=method, window=w),
         S.rank(x, softness=s, method=method, abs_mode="hard"),
+        rtol=1e-5,
         atol=2e-4,
     )
 
