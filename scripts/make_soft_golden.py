@@ -162,8 +162,8 @@ for c in cfgs:
     except Exception as e:  # noqa: BLE001
         fails[c["name"]] = f"{type(e).__name__}: {str(e)[:200]}"
 out["failures"] = np.array(json.dumps(fails))
-out["versions"] = np.array(json.dumps({"softjax": sj.__version__ if hasattr(sj, "__version__") else "0.1.1",
-                                       "jax": jax.__version__}))
+sj_version = sj.__version__ if hasattr(sj, "__version__") else "0.1.1"
+out["versions"] = np.array(json.dumps({"softjax": sj_version, "jax": jax.__version__}))
 np.savez_compressed(sys.argv[3], **out)
 print(len(out) - 2, "outputs;", len(fails), "failures")
 """

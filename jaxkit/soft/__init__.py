@@ -4,29 +4,31 @@ Elementwise steps, comparisons, fuzzy logic, soft selection, autograd-safe math,
 axiswise sort/rank/top-k/quantile with PAV, SoftSort, NeuralSort, Sinkhorn OT and
 sorting networks, and straight-through variants (``*_st``, :func:`st`,
 :func:`grad_replace`). Every soft-index operator (``argmax``, ``argmin``, ``argsort``,
-``argtop_k``/``top_k``, ``argquantile``, ``argmedian``, ``argpercentile``) takes
-``return_log_probs=`` and ``log_prob_eps=``. :mod:`jaxkit.soft.random` holds the soft
-samplers (Gumbel-max/top-k/sort, uniform thresholds, Gumbel-Sinkhorn permutations) and
-temperature schedules.
+``argtop_k``, ``argquantile``, ``argmedian``, ``argpercentile``) takes
+``return_log_probs=`` and ``log_prob_eps=``; ``top_k`` returns ``(values, indices)`` as
+``jax.lax.top_k`` for every method. The public functions are jitted like jax.numpy
+(module level, static choices static, ``softness``/``q`` traced), so eager calls hit the
+compile cache. :mod:`jaxkit.soft.random` holds the soft samplers (Gumbel-max/top-k/sort,
+uniform thresholds, Gumbel-Sinkhorn permutations) and temperature schedules.
 """
 
 from jaxkit.soft import _st
-from jaxkit.soft._axiswise import argmax as argmax
-from jaxkit.soft._axiswise import argmedian as argmedian
-from jaxkit.soft._axiswise import argmin as argmin
-from jaxkit.soft._axiswise import argpercentile as argpercentile
-from jaxkit.soft._axiswise import argquantile as argquantile
-from jaxkit.soft._axiswise import argsort as argsort
-from jaxkit.soft._axiswise import argtop_k as argtop_k
-from jaxkit.soft._axiswise import max as max  # noqa: A004
-from jaxkit.soft._axiswise import median as median
-from jaxkit.soft._axiswise import min as min  # noqa: A004
-from jaxkit.soft._axiswise import percentile as percentile
-from jaxkit.soft._axiswise import quantile as quantile
-from jaxkit.soft._axiswise import rank as rank
-from jaxkit.soft._axiswise import sort as sort
-from jaxkit.soft._axiswise import top_k as top_k
-from jaxkit.soft._banded import banded_error_bound as banded_error_bound
+from jaxkit.soft._axis_quantile import argmedian as argmedian
+from jaxkit.soft._axis_quantile import argpercentile as argpercentile
+from jaxkit.soft._axis_quantile import argquantile as argquantile
+from jaxkit.soft._axis_quantile import banded_error_bound as banded_error_bound
+from jaxkit.soft._axis_quantile import median as median
+from jaxkit.soft._axis_quantile import percentile as percentile
+from jaxkit.soft._axis_quantile import quantile as quantile
+from jaxkit.soft._axis_select import argmax as argmax
+from jaxkit.soft._axis_select import argmin as argmin
+from jaxkit.soft._axis_select import argtop_k as argtop_k
+from jaxkit.soft._axis_select import max as max  # noqa: A004
+from jaxkit.soft._axis_select import min as min  # noqa: A004
+from jaxkit.soft._axis_select import top_k as top_k
+from jaxkit.soft._axis_sort import argsort as argsort
+from jaxkit.soft._axis_sort import rank as rank
+from jaxkit.soft._axis_sort import sort as sort
 from jaxkit.soft._calibrate import calibrate as calibrate
 from jaxkit.soft._elementwise import abs as abs  # noqa: A004
 from jaxkit.soft._elementwise import clip as clip

@@ -30,31 +30,13 @@ References:
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, ArrayLike
 
-from jaxkit import _validate as V
-from jaxkit._typing import RealScalarLike
+from jaxkit._numerics import inverse_permutation
 from jaxkit.soft._common import scal, standardize_and_squash
-from jaxkit.soft._sorting import cumsum, inverse_permutation, stable_argsort
+from jaxkit.soft._sorting import cumsum, stable_argsort
 
 METHODS = ("softsort", "neuralsort")
 OPS = ("sort", "rank", "top_k", "quantile")
-
-
-def check(window, method, mode, abs_mode):
-    """Validate the static ``window`` and the method/mode it supports."""
-    if isinstance(window, bool) or not isinstance(window, int):
-        raise TypeError(f"`window` must be None or a Python int, got {window!r}.")
-    V.non_negative(window=window)
-    if method not in METHODS:
-        raise ValueError(f"`window` needs `method` in {METHODS}; got method={method!r}.")
-    if mode != "smooth":
-        raise NotImplementedError(f"`window` supports mode 'smooth' only; got mode={mode!r}.")
-    if abs_mode != "hard":
-        raise ValueError(
-            "`window` needs `abs_mode='hard'` (the monotone decay that certifies "
-            f"the tail holds for the exact |.|); got abs_mode={abs_mode!r}."
-        )
 
 
 def _sorted(xl, standardize, method):
@@ -96,16 +78,7 @@ def band(a, A, rows, w, softness, method):
     cols = jnp.clip(m, 0, n - 1)
     if method == "neuralsort":
         return _band_neuralsort(a, rows, w, tau, offs, valid, cols)
-    s = _score(a, A, rows, cols, method, tau)
-    valid = jnp.broadcast_to(valid, s.shape)
-    s = jnp.where(valid, s, -jnp.inf)
-    # normalise as softmax does (max-shift then divide): an explicit lse of |s| ~ n / tau
-    # would carry an ulp(s) error into every probability
-    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
-    tot = jnp.sum(ex, axis=-1, keepdims=True)
-    q = ex / tot
-    lse = mx + jnp.log(tot)
+    q, valid, lse = _masked_softmax(_score(a, A, rows, cols, method, tau), valid)
     # certificate: first dropped column on each side bounds every dropped entry
     sg = lax.stop_gradient
     edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
@@ -118,6 +91,20 @@ def band(a, A, rows, w, softness, method):
     cnt = (n - jnp.sum(valid, -1)).astype(a.dtype)
     T = jnp.minimum(cnt * e, 1.0)
     return q, cols, valid, T, e
+
+
+def _masked_softmax(s, valid):
+    """Softmax of the band scores ``s`` over ``valid`` columns; ``(q, valid, lse)``.
+
+    Normalised as softmax does (max-shift then divide): an explicit lse of |s| ~ n / tau
+    would carry an ulp(s) error into every probability.
+    """
+    valid = jnp.broadcast_to(valid, s.shape)
+    s = jnp.where(valid, s, -jnp.inf)
+    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
+    tot = jnp.sum(ex, axis=-1, keepdims=True)
+    return ex / tot, valid, mx + jnp.log(tot)
 
 
 def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
@@ -140,14 +127,8 @@ def _band_neuralsort(a, rows, w, tau, offs, valid, cols):
     Dd = cumsum(g[..., gd] * wtb)
     zero = jnp.zeros_like(Du[..., :1])
     D = jnp.concatenate([jnp.flip(Dd[..., :w], -1), zero, Du[..., :w]], -1)
-    s = -D / tau
-    valid = jnp.broadcast_to(valid, s.shape)
-    s = jnp.where(valid, s, -jnp.inf)
-    mx = lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    ex = jnp.where(valid, jnp.exp(s - mx), 0.0)
-    tot = jnp.sum(ex, axis=-1, keepdims=True)
-    q = ex / tot
-    lse = lax.stop_gradient(mx + jnp.log(tot))
+    q, valid, lse = _masked_softmax(-D / tau, valid)
+    lse = lax.stop_gradient(lse)
     sg = lax.stop_gradient
     edges = jnp.stack([rows - w - 1, rows + w + 1], -1)
     evalid = jnp.broadcast_to((edges >= 0) & (edges < n), (*a.shape[:-1], rows.shape[0], 2))
@@ -241,47 +222,3 @@ def quantile_last(xl, k, kp1, alpha, two, softness, method, standardize, gated_g
             ..., 1
         ]
     return v[..., 0], b[..., 0]
-
-
-def banded_error_bound(
-    op: str,
-    x: ArrayLike,
-    *args,
-    window: int,
-    softness: RealScalarLike = 0.1,
-    method: str = "neuralsort",
-    **kwargs,
-) -> Array:
-    """Certified bound on ``|banded - dense|`` for the output of a banded operator.
-
-    ``banded_error_bound("sort", x, window=w, softness=s, method=m, ...)`` bounds,
-    element by element, the difference between ``jaxkit.soft.sort(x, window=w, ...)``
-    and the exact (dense) ``jaxkit.soft.sort(x, ...)`` with the same arguments, in exact
-    arithmetic (add a few ulps of the output for floating-point rounding). The bound
-    is computed at run time from the actual gaps of ``x`` (see the module docstring);
-    it costs O(n log n + n w) and is traceable.
-
-    Args:
-      op: ``"sort"``, ``"rank"``, ``"top_k"`` (values) or ``"quantile"``.
-      x: input array.
-      *args: the operator's positional arguments after ``x`` (``k`` for top_k, ``q`` for
-        quantile; ``axis`` may also be given positionally).
-      window: half-width ``w`` of the band (static int >= 0).
-      softness: temperature (> 0), traced.
-      method: ``"neuralsort"`` or ``"softsort"``.
-      **kwargs: the operator's other keyword arguments (``axis``, ``descending``,
-        ``standardize``, ``quantile_method``, ``keepdims``).
-
-    Returns:
-      The bound, shaped like the operator's (value) output, dtype of ``x``.
-
-    References:
-      Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
-    """
-    from jaxkit.soft import _axiswise as AX  # circular at import time
-
-    V.one_of(OPS, op=op)
-    check(window, method, kwargs.get("mode", "smooth"), kwargs.get("abs_mode", "hard"))
-    fn = {"sort": AX.sort, "rank": AX.rank, "top_k": AX.top_k, "quantile": AX.quantile}[op]
-    out = fn(x, *args, window=window, softness=softness, method=method, _bound=True, **kwargs)
-    return out

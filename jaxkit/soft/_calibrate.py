@@ -144,7 +144,7 @@ def calibrate(
         ``None`` means ``jax.random.key(0)``.
       rtol: relative tolerance on the error at the returned softness.
       **options: further static keyword arguments of the operator (``window``,
-        ``abs_mode``, ``network``, ``standardize``, ``impl``).
+        ``abs_mode``, ``network``, ``standardize``, ``solver``).
 
     Returns:
       The softness (a Python float).
@@ -156,9 +156,8 @@ def calibrate(
     References:
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
     """
-    from jaxkit.soft import _axiswise as AX
+    from jaxkit.soft import _axis_front as AF
 
-    AX._method(method, AX.VALUE_METHODS)
     V.one_of(OPS, op=op)
     n = V.python_int(n, name="n", minimum=2)
     V.real_scalar(target_rank_error, name="target_rank_error")
@@ -166,14 +165,11 @@ def calibrate(
     V.finite_scalar(target_rank_error=target_rank_error)
     V.positive(target_rank_error=target_rank_error)
     V.positive(rtol=rtol)
-    AX._check_common(
-        mode,
-        AX._method(method, AX.VALUE_METHODS),
-        0.1,
-        options.get("network", "bitonic"),
-        options.get("abs_mode", "hard"),
-        options.get("impl", "hybrid"),
-    )
+    known = ("standardize", "gated_grad", "abs_mode", "network", "solver", "window", "ot_kwargs")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"unknown operator option(s) {unknown}; the options are {list(known)}.")
+    AF.options(AF.VALUE_METHODS, method=method, mode=mode, **options)
     if mode == "hard":
         raise ValueError("`mode` must be a soft mode for calibration; got mode='hard'.")
     opts = tuple(sorted(options.items()))

@@ -5,6 +5,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxkit import _numerics as NU
 from jaxkit import _validate as V
 
 MODES = ("hard", "smooth", "c0", "c1", "c2")
@@ -15,17 +16,20 @@ def check_mode(mode: str, allowed: tuple[str, ...] = MODES) -> None:
 
 
 def check_softness(softness: Any) -> None:
-    """Concrete softness must be a positive finite scalar (tracers are checked at run time)."""
+    """``softness`` must be a real scalar (``TypeError``); a concrete one finite and > 0."""
+    V.real_scalar(softness, name="softness")
     V.finite_scalar(softness=softness)
     V.positive(softness=softness)
 
 
 def guard_softness(x: jax.Array, softness: Any) -> jax.Array:
-    """Attach a run-time check that a traced ``softness`` is > 0 to ``x``."""
+    """Return ``x`` guarded so that ``softness`` (concrete or traced, NaN included) is > 0.
+
+    The one softness guard of ``jaxkit.soft``: a concrete bad value raises ``ValueError``
+    at once, a traced one an ``eqx.error_if`` error at run time. Always use the result.
+    """
     check_softness(softness)
-    if isinstance(softness, jax.core.Tracer):
-        x = V.error_if(x, ~(jnp.asarray(softness) > 0), "`softness` must be > 0.")
-    return x
+    return V.guard_positive(x, softness, name="softness")
 
 
 def as_float(x: Any) -> jax.Array:
@@ -36,17 +40,11 @@ def as_float(x: Any) -> jax.Array:
     return x
 
 
-def compute_dtype(dtype: Any) -> Any:
-    """Accumulation dtype: f64 for f64 inputs, f32 otherwise."""
-    return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+compute_dtype = NU.accumulation_dtype  # f64 for f64 inputs, f32 otherwise
 
 
 def scal(s: Any, dtype: Any) -> jax.Array:
     return jnp.asarray(s).astype(dtype)
-
-
-def norm_axis(axis: int | None, nd: int) -> int:
-    return V.axis(axis, nd, name="axis")
 
 
 def standardize_and_squash(x: jax.Array, axis: int = -1, eps: float = 1e-6):

@@ -1,11 +1,17 @@
 """Fuzzy logic on soft Booleans with t-norm families.
 
+Every public function is jitted like jax.numpy (module level, static choices static,
+arrays and continuous hyperparameters traced).
+
 References:
   Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
   van Krieken et al., Analyzing differentiable fuzzy logic operators
   <https://arxiv.org/abs/2002.06100>, 2022.
 """
 
+import functools
+
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
@@ -15,11 +21,13 @@ from jaxkit.soft._common import as_float
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
 
+@jax.jit
 def logical_not(x: ArrayLike) -> Array:
     """Soft NOT ``1 - x``."""
     return 1.0 - as_float(x)
 
 
+@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
 def all(
     x: ArrayLike,
     axis: int | None = -1,
@@ -50,6 +58,7 @@ def all(
     return jnp.maximum(jnp.sum(x, axis=axis) - (n - 1), 0.0).astype(x.dtype)
 
 
+@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
 def any(
     x: ArrayLike,
     axis: int | None = -1,
@@ -78,6 +87,7 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
     return jnp.maximum(x + y - 1.0, 0.0)
 
 
+@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
 def logical_and(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
@@ -87,6 +97,7 @@ def logical_and(
     return _tnorm2(x, y, tnorm, use_geometric_mean)
 
 
+@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
 def logical_or(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
@@ -96,6 +107,7 @@ def logical_or(
     return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, use_geometric_mean)
 
 
+@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
 def logical_xor(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:

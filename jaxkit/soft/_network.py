@@ -14,7 +14,6 @@ References:
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax

@@ -24,12 +24,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.ops import segment_max, segment_sum
+from jaxtyping import Array, ArrayLike
 
+from jaxkit import _numerics as NU
+from jaxkit import _validate as V
 from jaxkit.soft import _pav_pnorm as PN
-from jaxkit.soft._sorting import cumsum, iota_like, stable_argsort
+from jaxkit.soft._common import as_float
+from jaxkit.soft._sorting import cumsum, stable_argsort
 
 REGS = ("l2", "kl", *PN.PREGS)
-IMPLS = ("hybrid", "rounds", "sequential")
+SOLVERS = ("hybrid", "rounds", "sequential")
 SMALL_N = 128  # hybrid = pure rounds up to this row length
 
 
@@ -119,21 +123,21 @@ def _stack(a, b, cnt, nb, reg):
     zi = jnp.zeros_like(a, dtype=jnp.int32)
     init = (zi[0], zi + n, jnp.zeros_like(a), jnp.zeros_like(b), zi[0])
     _, starts, _, _, m = lax.while_loop(lambda st: st[0] < nb, fbody, init)
-    ar = iota_like(zi)
+    ar = NU.iota_like(zi)
     starts = jnp.where(ar < m, starts, n)
     mask = zi.at[starts].add(1, mode="drop")  # 1 at every final block start
     return cumsum(mask) - 1
 
 
-def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | None = None):
+def partition(z, w, reg: str = "l2", solver: str = "hybrid", max_rounds: int | None = None):
     """Block ids (non-decreasing, starting at 0) of decreasing isotonic regression (1-D)."""
     n = z.shape[0]
-    if impl == "hybrid" and n <= SMALL_N and max_rounds is None:
-        impl = "rounds"  # short rows: <= n cheap rounds beat the stack's loop machinery
-    if impl == "rounds":
+    if solver == "hybrid" and n <= SMALL_N and max_rounds is None:
+        solver = "rounds"  # short rows: <= n cheap rounds beat the stack's loop machinery
+    if solver == "rounds":
         start, _ = _rounds(z, w, reg, n if max_rounds is None else max_rounds)
         return cumsum(start.astype(jnp.int32)) - 1
-    if impl == "hybrid":
+    if solver == "hybrid":
         r = max(1, math.ceil(2 * math.log2(max(n, 2)))) if max_rounds is None else max_rounds
         start, done = _rounds(z, w, reg, r)
     else:
@@ -154,23 +158,23 @@ def partition(z, w, reg: str = "l2", impl: str = "hybrid", max_rounds: int | Non
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def isotonic_pair(z, w, reg: str, impl: str):
+def isotonic_pair(z, w, reg: str, solver: str):
     """Decreasing isotonic regression in permutahedron form (1-D, ``z``, ``w`` sorted desc).
 
     l2: ``v = argmin_{v1>=...>=vn} 1/2 ||v - (z - w)||^2``;
     kl: ``v = argmin_{v1>=...>=vn} <exp(z - v), 1> + <exp(w), v>`` (block value
     ``lse(z_B) - lse(w_B)``); p3/p4: p-norm block values (see ``_pav_pnorm``).
     """
-    bid = partition(lax.stop_gradient(z), lax.stop_gradient(w), reg, impl)
+    bid = partition(lax.stop_gradient(z), lax.stop_gradient(w), reg, solver)
     return _block_values(z, w, bid, reg)[bid]
 
 
 @isotonic_pair.defjvp
-def _isotonic_pair_jvp(reg, impl, primals, tangents):
+def _isotonic_pair_jvp(reg, solver, primals, tangents):
     z, w = primals
     dz, dw = tangents
     n = z.shape[0]
-    bid = partition(z, w, reg, impl)
+    bid = partition(z, w, reg, solver)
     vals = _block_values(z, w, bid, reg)
     v = vals[bid]
     if reg == "l2":
@@ -193,44 +197,19 @@ def _desc_perm(x):
     return stable_argsort(x, descending=True)
 
 
-def _inverse_perm(perm):
-    n = perm.shape[-1]
-    return jnp.zeros_like(perm).at[perm].set(jnp.arange(n, dtype=perm.dtype))
-
-
-def _inverse_perm_rows(perm):
-    """Inverse of permutations along the last axis by a scatter (batched via vmap)."""
-    if perm.ndim == 1:
-        return _inverse_perm(perm)
-    return jax.vmap(_inverse_perm)(perm.reshape(-1, perm.shape[-1])).reshape(perm.shape)
-
-
-def project_permutahedron(
-    z, w, *, reg: str = "l2", impl: str = "hybrid", z_order="any", w_order="any"
-):
-    """``argmax_{y in P(w)} <z, y> - R(y)`` along the last axis (R: 1/2||.||^2, entropic,
-    p-norm), batched over leading axes.
-
-    Either ``z`` or ``w`` may be 1-D (shared by every row, e.g. constant anchors); it is
-    then broadcast inside ``vmap`` (keeps the batch sharding of the other argument).
-    ``z_order``/``w_order`` = ``"asc"`` declares rows already sorted ascending (a
-    constant anchor vector), which saves a sort. The sorts run on the whole batch
-    (outside the per-row ``vmap``) so that :func:`stable_argsort` can pick its
-    batched network.
-    """
-    z = jnp.asarray(z)
-    w = jnp.asarray(w)
+def project(z, w, *, reg: str, solver: str, z_order: str = "any", w_order: str = "any"):
+    """:func:`project_permutahedron` without validation (callers inside a jitted core)."""
     n = z.shape[-1]
     shape = jnp.broadcast_shapes(z.shape, w.shape)
     if z_order == "asc":
         zs, inv = jnp.flip(z, -1), None
     else:
         pz = _desc_perm(z)
-        zs, inv = jnp.take_along_axis(z, pz, axis=-1), _inverse_perm_rows(pz)
+        zs, inv = jnp.take_along_axis(z, pz, axis=-1), NU.inverse_permutation(pz)
     ws = jnp.flip(w, -1) if w_order == "asc" else jnp.take_along_axis(w, _desc_perm(w), -1)
 
     def iso(a, b):
-        return isotonic_pair(a, b, reg, impl)
+        return isotonic_pair(a, b, reg, solver)
 
     if len(shape) == 1:
         v = iso(zs, ws)
@@ -244,17 +223,68 @@ def project_permutahedron(
     y = jnp.broadcast_to(zs, shape) - v
     if reg in PN.PREGS:
         y = PN.mirror(y, reg)
-    y = jnp.flip(y, -1) if inv is None else jnp.take_along_axis(y, inv, axis=-1)
-    return y
+    return jnp.flip(y, -1) if inv is None else jnp.take_along_axis(y, inv, axis=-1)
 
 
-def isotonic(y, *, increasing: bool = False, impl: str = "hybrid"):
+_project_jit = jax.jit(project, static_argnames=("reg", "solver", "z_order", "w_order"))
+
+
+def project_permutahedron(
+    z: ArrayLike,
+    w: ArrayLike,
+    *,
+    reg: str = "l2",
+    solver: str = "hybrid",
+    z_order: str = "any",
+    w_order: str = "any",
+) -> Array:
+    """``argmax_{y in P(w)} <z, y> - R(y)`` along the last axis, batched over leading axes.
+
+    Jitted like jax.numpy (module level, static choices static, arrays traced).
+
+    Args:
+      z: scores ``(..., n)`` (or ``(n,)`` shared by every row of ``w``).
+      w: the permutahedron's generating vector ``(..., n)`` (or ``(n,)``, e.g. constant
+        anchors; it is then broadcast inside ``vmap``, keeping the other's sharding).
+      reg: regulariser ``R``: ``"l2"`` (1/2||.||^2), ``"kl"`` (entropic), ``"p3"`` /
+        ``"p4"`` (p-norms with p = 3/2, 4/3).
+      solver: PAV algorithm: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
+      z_order: ``"asc"`` declares the rows of ``z`` already sorted ascending (saves a
+        sort); ``"any"`` otherwise.
+      w_order: the same for ``w``.
+
+    Returns:
+      The projection, shape ``broadcast(z, w)``.
+    """
+    V.one_of(REGS, reg=reg)
+    V.one_of(SOLVERS, solver=solver)
+    V.one_of(("any", "asc"), z_order=z_order)
+    V.one_of(("any", "asc"), w_order=w_order)
+    z, w = as_float(z), as_float(w)
+    if z.ndim < 1 or w.ndim < 1 or z.shape[-1] != w.shape[-1]:
+        raise TypeError(f"`z` and `w` must share a last axis, got {z.shape} and {w.shape}.")
+    return _project_jit(z, w, reg=reg, solver=solver, z_order=z_order, w_order=w_order)
+
+
+def _isotonic(y, increasing, solver):
+    sign = -1 if increasing else 1
+    rows = (sign * y).reshape(-1, y.shape[-1])
+    out = jax.vmap(lambda r: isotonic_pair(r, jnp.zeros_like(r), "l2", solver))(rows)
+    return sign * out.reshape(y.shape)
+
+
+_isotonic_jit = jax.jit(_isotonic, static_argnames=("increasing", "solver"))
+
+
+def isotonic(y: ArrayLike, *, increasing: bool = False, solver: str = "hybrid") -> Array:
     """L2 isotonic regression of ``y`` along its last axis (decreasing by default).
+
+    Jitted like jax.numpy (module level, static choices static, arrays traced).
 
     Args:
       y: array ``(..., n)``.
       increasing: fit a non-decreasing sequence instead.
-      impl: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
+      solver: PAV algorithm: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
 
     Returns:
       The fitted values, same shape and dtype as ``y``.
@@ -262,11 +292,9 @@ def isotonic(y, *, increasing: bool = False, impl: str = "hybrid"):
     References:
       Best, Chakravarti & Ubhaya, SIAM J. Optim., 2000.
     """
-    y = jnp.asarray(y)
-    if increasing:
-        return -isotonic(-y, increasing=False, impl=impl)
-    shape = y.shape
-    n = shape[-1]
-    rows = y.reshape(-1, n)
-    out = jax.vmap(lambda r: isotonic_pair(r, jnp.zeros_like(r), "l2", impl))(rows)
-    return out.reshape(shape)
+    if not isinstance(increasing, bool):
+        raise TypeError(f"`increasing` must be a Python bool, got {increasing!r}.")
+    V.one_of(SOLVERS, solver=solver)
+    y = as_float(y)
+    V.min_ndim(y, 1, name="y")
+    return _isotonic_jit(y, increasing=increasing, solver=solver)

@@ -21,10 +21,11 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _validate as V
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.soft import _random_common as RC
-from jaxkit.soft._axiswise import _check_lp, _finish
-from jaxkit.soft._axiswise import argmax as _argmax
-from jaxkit.soft._axiswise import argsort as _argsort
-from jaxkit.soft._axiswise import argtop_k as _argtop_k
+from jaxkit.soft._axis_front import check_lp as _check_lp
+from jaxkit.soft._axis_front import finish as _finish
+from jaxkit.soft._axis_select import argmax as _argmax
+from jaxkit.soft._axis_select import argtop_k as _argtop_k
+from jaxkit.soft._axis_sort import argsort as _argsort
 from jaxkit.soft._common import as_float
 from jaxkit.soft._gumbel_sinkhorn import GS_MODES, gumbel_sinkhorn_core
 

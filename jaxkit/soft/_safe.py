@@ -1,15 +1,22 @@
 """Autograd-safe math (double-``where``): finite values and gradients at the boundary.
 
+Every public function is jitted like jax.numpy (module level, static choices static,
+arrays and continuous hyperparameters traced).
+
 References:
   Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
 """
 
+import functools
+
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit.soft._common import as_float
 
 
+@jax.jit
 def sqrt(x: ArrayLike) -> Array:
     """``sqrt(x)`` for ``x > 0``, 0 elsewhere; the gradient is 0 (not inf/NaN) at ``x <= 0``."""
     x = as_float(x)
@@ -17,6 +24,7 @@ def sqrt(x: ArrayLike) -> Array:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
 
 
+@jax.jit
 def log(x: ArrayLike) -> Array:
     """``log(x)`` for ``x > 0``, 0 elsewhere, with NaN-free gradients."""
     x = as_float(x)
@@ -24,6 +32,7 @@ def log(x: ArrayLike) -> Array:
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
 
 
+@jax.jit
 def div(x: ArrayLike, y: ArrayLike) -> Array:
     """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients."""
     x = as_float(x)
@@ -32,6 +41,7 @@ def div(x: ArrayLike, y: ArrayLike) -> Array:
     return jnp.where(nz, x / jnp.where(nz, y, 1.0), 0.0).astype(x.dtype)
 
 
+@jax.jit
 def arcsin(x: ArrayLike) -> Array:
     """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients."""
     x = as_float(x)
@@ -41,6 +51,7 @@ def arcsin(x: ArrayLike) -> Array:
     ).astype(x.dtype)
 
 
+@jax.jit
 def arccos(x: ArrayLike) -> Array:
     """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients."""
     x = as_float(x)
@@ -50,6 +61,7 @@ def arccos(x: ArrayLike) -> Array:
     ).astype(x.dtype)
 
 
+@functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
 def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
     """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN)."""
     x = as_float(x)

@@ -1,11 +1,16 @@
 """Selection with soft Booleans and soft indices (distributions over positions).
 
+Every public function is jitted like jax.numpy (module level, static choices static,
+arrays and continuous hyperparameters traced).
+
 References:
   Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
 """
 
+import functools
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
@@ -13,6 +18,7 @@ from jaxkit import _validate as V
 from jaxkit.soft._common import as_float
 
 
+@jax.jit
 def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
     """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``."""
     x = as_float(x)
@@ -21,6 +27,7 @@ def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
     return x * c + y * (1.0 - c)
 
 
+@functools.partial(jax.jit, static_argnames=("axis",))
 def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
     """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
 
@@ -44,6 +51,7 @@ def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) 
     return jnp.moveaxis(out, -1, ax)
 
 
+@functools.partial(jax.jit, static_argnames=("axis",))
 def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
     """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
     x = as_float(x)
@@ -60,6 +68,7 @@ def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
     return jnp.moveaxis(out, -1, ax)
 
 
+@jax.jit
 def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
     """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``."""
     c = as_float(choices)
@@ -74,6 +83,7 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
     return jnp.sum(cb * p, axis=-1)
 
 
+@functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
 def dynamic_index_in_dim(
     x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
 ) -> Array:
@@ -86,6 +96,7 @@ def dynamic_index_in_dim(
     return jnp.expand_dims(y, ax) if keepdims else y
 
 
+@functools.partial(jax.jit, static_argnames=("slice_size", "axis", "boundary"))
 def dynamic_slice_in_dim(
     x: ArrayLike,
     soft_start_index: ArrayLike,

@@ -233,7 +233,7 @@ def _dual_solve_jvp(primals, tangents):
 
 
 def _reconstruct(b, bn, s, d):
-    """softjax's least-squares fit of ``y`` to ``A y = b - s``, ``D y = d``, ``1^T y = b_n``."""
+    """Softjax's least-squares fit of ``y`` to ``A y = b - s``, ``D y = d``, ``1^T y = b_n``."""
     n = d.shape[0] + 1
     t = jnp.concatenate([jnp.cumsum(d[::-1])[::-1], jnp.zeros_like(d[:1])])
     T = jnp.cumsum(t)[:-1]

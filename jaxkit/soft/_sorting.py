@@ -1,4 +1,6 @@
-"""Sorting primitives of ``jaxkit.soft``: stable argsort, inverse permutation, prefix sums.
+"""Sorting primitives of ``jaxkit.soft``: stable argsort, prefix sums, sort values.
+
+The inverse permutation and the sharding-keeping iota are :mod:`jaxkit._numerics`'s.
 
 XLA:CPU's comparison sort is slow on (key, index) pairs and its ``cumsum`` is a
 full-window ``reduce_window``; these helpers avoid both while keeping the input's
@@ -6,12 +8,13 @@ sharding (every iota is built from the input with ``*_like``).
 """
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jaxkit._numerics import iota_like
 
 
 def cumsum(x: jax.Array, axis: int = -1, reverse: bool = False) -> jax.Array:
@@ -23,15 +26,6 @@ def cumsum(x: jax.Array, axis: int = -1, reverse: bool = False) -> jax.Array:
     slices).
     """
     return lax.associative_scan(jnp.add, x, reverse=reverse, axis=axis % x.ndim)
-
-
-def iota_like(x: jax.Array, dtype: Any = jnp.int32) -> jax.Array:
-    """``0, 1, ..., n-1`` along the last axis, broadcast to ``x.shape``.
-
-    Built as ``zeros_like(x) + arange`` so it carries ``x``'s sharding (an operand of a
-    multi-operand ``lax.sort`` must be sharded like the others).
-    """
-    return jnp.zeros_like(x, dtype=dtype) + lax.broadcasted_iota(dtype, x.shape, x.ndim - 1)
 
 
 NET_MAX_N = 512  # bitonic argsort for rows up to this length ...
@@ -116,16 +110,6 @@ def stable_argsort(x, descending: bool = False):
     hi = jnp.take_along_axis((ku >> 16).astype(jnp.int32), idx1, axis=-1)
     s2 = lax.sort((hi << b) | iota, dimension=ax)  # then by the high half, stably
     return jnp.take_along_axis(idx1, s2 & mask, axis=-1)
-
-
-def inverse_permutation(perm):
-    """Inverse of permutations along the last axis (one int32 sort when n <= 32768)."""
-    n = perm.shape[-1]
-    iota = iota_like(perm)
-    b = max(1, (n - 1).bit_length())
-    if b > 15:
-        return lax.sort((perm, iota), dimension=perm.ndim - 1, num_keys=1)[1]
-    return lax.sort((perm.astype(jnp.int32) << b) | iota, dimension=perm.ndim - 1) & ((1 << b) - 1)
 
 
 def _sort_last(x: jax.Array, descending: bool) -> jax.Array:

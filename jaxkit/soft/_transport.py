@@ -86,8 +86,10 @@ sinkhorn_plan.defvjp(_fwd, _bwd)
 
 
 def cost_and_marginals(x, anchors, mu, nu):
-    """Cost ``(x_i - a_j)^2`` with the batch axes flattened, ``(B, n, m)``, and the
-    marginals clipped at 1e-12 and renormalised (as softjax)."""
+    """Cost ``(x_i - a_j)^2`` ``(B, n, m)`` (batch axes flattened) and clipped marginals.
+
+    The marginals are clipped at 1e-12 and renormalised (as softjax).
+    """
     *batch, n = x.shape
     m = anchors.shape[-1]
     anchors = jnp.broadcast_to(anchors, (*batch, m))

@@ -38,7 +38,7 @@ POWERS = {"c0": 1, "c1": 2, "c2": 3}  # q - 1 for p = 2, 3/2, 4/3
 
 
 def _threshold(v, power):
-    """theta with ``sum_j [v_j - theta]_+^power = 1`` along the last axis (keepdims)."""
+    """Theta with ``sum_j [v_j - theta]_+^power = 1`` along the last axis (keepdims)."""
     if power != 1:
         return _entmax_theta(v, power)
     n = v.shape[-1]

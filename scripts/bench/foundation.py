@@ -4,11 +4,9 @@ It exercises the bench protocol (compile excluded, warm-up, median, JSON line) o
 a comparison whose answer is known in advance, so a broken harness shows.
 """
 
-import numpy as np
-
 import _harness as H  # noqa: I001
-
 import jax.numpy as jnp
+import numpy as np
 
 
 def main() -> None:
@@ -18,7 +16,7 @@ def main() -> None:
         x = np.random.default_rng(0).standard_normal((b, n)).astype(np.float32)
         xj = jnp.asarray(x)
         ours = H.time_jax(lambda a: jnp.sort(a, axis=-1), xj, repeats=args.repeats)
-        anchor = H.time_python(lambda: np.sort(x, axis=-1), repeats=args.repeats)
+        anchor = H.time_python(lambda x=x: np.sort(x, axis=-1), repeats=args.repeats)
         err = float(np.max(np.abs(np.asarray(ours.output) - np.sort(x, axis=-1))))
         H.emit(
             bench="foundation",

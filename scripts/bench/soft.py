@@ -17,7 +17,13 @@ Two temperature settings per cell (``"temp"`` in the line):
 Methods: pav, softsort, neuralsort, network, ot (n=100), and the banded variants
 ``softsort_banded`` / ``neuralsort_banded`` (``window=W``; anchor: softjax's dense
 softsort / neuralsort; the certified tail bound is reported as ``tail_bound``).
-Ours uses the original NeuralSort (exact ``|.|``), softjax its soft-abs variant.
+Both sides use softjax's soft-``|.|`` NeuralSort (our default since Foundation III).
+
+``--eager`` (also run by default, first) adds one quick line per op: the EAGER call time
+of ``soft.sort`` / ``soft.rank`` (default method, softness 0.1) on an (8, 100) array,
+no ``jit`` around the call, median of 50 calls after a warm-up call, against softjax's
+eager call in its subprocess (issue 13 item 9: ours was 434 ms per call before the
+public functions were jitted like jax.numpy).
 
 Targets (ratio = softjax time / ours): PAV rank >= 2 at n=10000 (--full), >= 1 on every
 other line; network rank at n=1000 within 1 GB (``mem_ok``); banded NeuralSort >= 10x
@@ -27,15 +33,15 @@ softjax NeuralSort at n=10000; every cell finite (``finite``) in float32.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
-
-import numpy as np
+import time
 
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxkit.soft as S
 from jaxkit.soft import _calibrate
@@ -115,7 +121,7 @@ for c in cells:
         print(json.dumps({"id": c["id"], "s": statistics.median(ts), "softness": s, "mem": mem}), flush=True)
     except Exception as e:
         print(json.dumps({"id": c["id"], "error": type(e).__name__ + ": " + str(e)[:160]}), flush=True)
-""" % {"s": SOFTNESS, "k": K, "q": Q, "t": TARGET_RANK_ERR}
+""" % {"s": SOFTNESS, "k": K, "q": Q, "t": TARGET_RANK_ERR}  # noqa: E501, UP031
 
 
 def _kw(method, softness):
@@ -221,6 +227,77 @@ def run_anchor(py, cells, data_path, reps):
     return out, ""
 
 
+EAGER_CHILD = r"""
+import json, statistics, sys, time
+import numpy as np
+import jax, jax.numpy as jnp
+import softjax as sj
+x = jnp.asarray(np.load(sys.argv[1]))
+for name in ("sort", "rank"):
+    f = getattr(sj, name)
+    kw = dict(axis=-1, softness=0.1) | ({"descending": False} if name == "rank" else {})
+    try:
+        jax.block_until_ready(f(x, **kw))
+        ts = []
+        for _ in range(int(sys.argv[2])):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(x, **kw))
+            ts.append(time.perf_counter() - t0)
+        print(json.dumps({"id": name, "s": statistics.median(ts)}), flush=True)
+    except Exception as e:
+        print(json.dumps({"id": name, "error": type(e).__name__ + ": " + str(e)[:160]}), flush=True)
+"""
+EAGER_CALLS = 50
+
+
+def _eager_s(fn, x, calls=EAGER_CALLS):
+    """Median wall time of an eager (un-jitted) call, after one warm-up call."""
+    jax.block_until_ready(fn(x))
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(x))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def eager_lines(py):
+    """One line per op: our eager call vs softjax's eager call on an (8, 100) array."""
+    x = np.random.default_rng(0).standard_normal((8, 100)).astype(np.float32)
+    anchor, why = {}, "softjax interpreter not given (--softjax-python / SOFTJAX_PYTHON)"
+    if py and os.path.exists(py):
+        with tempfile.TemporaryDirectory() as d:
+            xp, child = os.path.join(d, "x.npy"), os.path.join(d, "child.py")
+            np.save(xp, x)
+            with open(child, "w") as f:
+                f.write(EAGER_CHILD)
+            env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+            env.pop("XLA_FLAGS", None)
+            r = subprocess.run(
+                [py, child, xp, str(EAGER_CALLS)], capture_output=True, text=True, env=env
+            )
+            anchor = {o["id"]: o for o in map(json.loads, r.stdout.splitlines()) if "id" in o}
+            why = "" if anchor else "softjax subprocess failed: " + r.stderr[-200:]
+    xj = jnp.asarray(x)
+    for name in ("sort", "rank"):
+        fn = getattr(S, name)
+        ours = H.Timing(_eager_s(fn, xj), None, None)
+        jitted = jax.jit(fn)
+        a = anchor.get(name, {})
+        note = why or a.get("error", "")
+        H.emit(
+            bench="soft",
+            case=f"eager/{name}",
+            sizes={"batch": 8, "n": 100},
+            ours=ours,
+            anchor="softjax " + name + " (eager)",
+            anchor_t=H.Timing(a["s"], None, None) if "s" in a else None,
+            target=1.0,
+            note=note or "eager call, no jit around it; default method",
+            ours_jit_s=_eager_s(jitted, xj),
+        )
+
+
 def target_of(c):
     if c["method"] == "pav" and c["op"] == "rank" and c["n"] >= 10000:
         return 2.0
@@ -238,7 +315,11 @@ def main() -> None:
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of ops")
     p.add_argument("--n", default="", help="comma-separated subset of sizes")
     p.add_argument("--temps", default="nominal,matched")
+    p.add_argument("--eager", action="store_true", help="only the eager call lines")
     args = p.parse_args()
+    eager_lines(args.softjax_python)
+    if args.eager:
+        return
     keep, ops = set(args.methods.split(",")), set(args.ops.split(","))
     temps = set(args.temps.split(","))
     sizes = {int(s) for s in args.n.split(",") if s}
@@ -291,8 +372,6 @@ def main() -> None:
             note = ""
         elif a is not None:
             note = "softjax: " + a["error"]
-        if m.startswith("neuralsort"):
-            note = (note + "; " if note else "") + "ours: exact |.| NeuralSort (softjax: soft abs)"
         extra = {
             "temp": temp,
             "softness": s,

@@ -13,12 +13,10 @@ import os
 import subprocess
 import tempfile
 
-import numpy as np
-
 import _harness as H  # noqa: I001
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jaxkit.soft as S
 
@@ -50,7 +48,7 @@ for c in cells:
         print(json.dumps({"id": c["id"], "s": statistics.median(ts)}), flush=True)
     except Exception as e:
         print(json.dumps({"id": c["id"], "error": type(e).__name__ + ": " + str(e)[:160]}), flush=True)
-""" % {"s": SOFTNESS}
+""" % {"s": SOFTNESS}  # noqa: E501, UP031
 
 
 def grid(full):

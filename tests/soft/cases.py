@@ -88,7 +88,9 @@ CASES = [
     ),
     Case(
         "soft.top_k/softsort",
-        lambda x, **kw: S.top_k(x, 3, **kw),
+        # the values: the int32 indices (lax.top_k's) have no derivative for check_grads;
+        # they are tested in test_logprobs.py::test_top_k_returns_hard_indices_for_every_method
+        lambda x, **kw: S.top_k(x, 3, **kw)[0],
         _x,
         hparams=SOFT,
         static={"method": "softsort"},
@@ -227,20 +229,22 @@ CASES = [
 ]
 
 
-# One case per operator family runs every check by default; the other methods of a
-# family keep their cheap checks there and run grads/vmap/traced-once in `make test-slow`.
+# One case per array-wise operator family runs every check by default (sort/pav,
+# rank/pav_l2, argsort/neuralsort, top_k/softsort, quantile/pav); the other methods keep
+# only their cheap eager-cache and bad-input checks there and run the rest in
+# `make test-slow`.
+_ALL = ("jit", "eval_shape", "vmap", "dtypes", "traced_once", "grads", "sharding")
 _SLOW_EXTRA = {
-    "soft.rank/pav_l2",
-    "soft.quantile/pav",
-    "soft.rank/network",
-    "soft.sort/ot",
-    "soft.top_k/softsort",
-    "soft.argsort/neuralsort",
+    "soft.quantile/pav": ("grads", "vmap", "traced_once", "sharding"),
+    "soft.top_k/softsort": ("grads", "vmap", "traced_once"),
+    "soft.argsort/neuralsort": ("grads", "vmap", "traced_once"),
+    "soft.rank/pav_l2": ("vmap", "traced_once"),
+    "soft.rank/network": _ALL,
+    "soft.sort/ot": _ALL,
+    "soft.rank/neuralsort_banded": _ALL,
 }
 CASES = [
-    dataclasses.replace(c, slow_checks=("grads", "vmap", "traced_once"))
-    if c.name in _SLOW_EXTRA
-    else c
+    dataclasses.replace(c, slow_checks=_SLOW_EXTRA[c.name]) if c.name in _SLOW_EXTRA else c
     for c in CASES
 ]
 
@@ -319,7 +323,7 @@ CASES += [
         grad_atol=1e-4,
         grad_rtol=1e-4,
         rtol=1e-4,
-        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+        slow_checks=_ALL,
     ),
 ]
 
@@ -334,7 +338,7 @@ CASES += [
         bad=_bad_axis(S.rank, mode="c1"),
         grad_atol=1e-4,
         grad_rtol=1e-4,
-        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+        slow_checks=_ALL,
     ),
     Case(
         "soft.sort/smooth_sort",
@@ -354,7 +358,7 @@ CASES += [
         grad_atol=1e-4,
         grad_rtol=1e-4,
         rtol=1e-4,
-        slow_checks=("grads", "vmap", "traced_once", "sharding"),
+        slow_checks=_ALL,
     ),
 ]
 

@@ -41,13 +41,9 @@ def test_golden_file_is_complete():
 
 
 def _fast(name):
-    # default run: one argsort per mode against softjax at tight tolerance, one rank, and
-    # one at softjax's default tolerance; every configuration runs in `make test-slow`
-    return name in {
-        "argsort/c1/n=5/desc=False/tight",
-        "argsort/c2/n=5/desc=False/tight",
-        "argsort/c0/n=5/desc=False",
-    }
+    # default run: one argsort against softjax at tight tolerance (c1: the p = 3/2 case),
+    # every other configuration runs in `make test-slow`
+    return name in {"argsort/c1/n=5/desc=False/tight"}
 
 
 @pytest.mark.parametrize(
@@ -78,7 +74,7 @@ def _setup(n, m, dtype, seed=0):
 @pytest.mark.parametrize(
     "mode,dtype",
     [
-        (m, d) if d == jnp.float32 and m != "c1" else pytest.param(m, d, marks=pytest.mark.slow)
+        pytest.param(m, d, marks=pytest.mark.slow)  # the p-norm parity oracle stays default
         for d in (jnp.float32, jnp.float64)
         for m in MODES
     ],
@@ -131,10 +127,11 @@ X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
 
 
 def test_finite_in_float32_quick():
+    # c1 (the hardest power) by default; every mode and op in the slow test below
     x = jax.random.normal(jax.random.key(0), (2, 8), jnp.float32)
-    for mode in MODES:
+    for mode in ("c1",):
         out, g = jax.value_and_grad(
-            lambda v: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
+            lambda v, mode=mode: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
         )(x)
         assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g))), mode
 
@@ -164,13 +161,13 @@ def test_finite_in_float32_values_and_grads(mode):
     kw = dict(mode=mode, method="ot")
     for s in (0.01, 0.1, 1.0):
         fns = [
-            lambda v: S.sort(v, softness=s, **kw),
-            lambda v: S.rank(v, softness=s, **kw),
-            lambda v: S.top_k(v, 3, softness=s, **kw)[0],
-            lambda v: S.quantile(v, 0.3, axis=-1, softness=s, **kw),
+            lambda v, s=s: S.sort(v, softness=s, **kw),
+            lambda v, s=s: S.rank(v, softness=s, **kw),
+            lambda v, s=s: S.top_k(v, 3, softness=s, **kw)[0],
+            lambda v, s=s: S.quantile(v, 0.3, axis=-1, softness=s, **kw),
         ]
         for f in fns:
-            out, g = jax.value_and_grad(lambda v: jnp.sum(f(v) * jnp.cos(f(v))))(x)
+            out, g = jax.value_and_grad(lambda v, f=f: jnp.sum(f(v) * jnp.cos(f(v))))(x)
             assert out.dtype == jnp.float32
             assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g)))
 

@@ -13,12 +13,12 @@ import pytest
 
 import jaxkit.soft as S
 
-FAST = [  # compile in well under a second
+# smooth modes in the default run: their gradients are not zero, so the comparison can fail
+FAST = [("sort", "softsort", "smooth")]
+SLOW = [
+    ("rank", "pav", "c0"),
     ("argsort", "softsort", "hard"),
     ("rank", "pav", "hard"),
-]
-SLOW = [
-    ("sort", "softsort", "smooth"),
     ("rank", "softsort", "c1"),
     ("rank", "ot", "c1"),
     ("sort", "ot", "c2"),
@@ -40,6 +40,8 @@ def _check(mesh, fn, method, mode):
     with jax.set_mesh(mesh):
         g = jax.jit(jax.grad(loss))(xs)
     assert g.sharding.spec[0] == "data"
+    if mode != "hard":
+        assert float(jnp.max(jnp.abs(g))) > 1e-3  # a soft mode has a real gradient
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(x)), rtol=rtol, atol=rtol)
 
 
