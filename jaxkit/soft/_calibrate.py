@@ -168,7 +168,10 @@ def calibrate(
     known = ("standardize", "gated_grad", "abs_mode", "network", "solver", "window", "ot_kwargs")
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise ValueError(f"unknown operator option(s) {unknown}; the options are {list(known)}.")
+        raise TypeError(
+            f"calibrate() got unexpected keyword argument(s) {unknown}; the operator options "
+            f"are {list(known)}."
+        )
     AF.options(AF.VALUE_METHODS, method=method, mode=mode, **options)
     if mode == "hard":
         raise ValueError("`mode` must be a soft mode for calibration; got mode='hard'.")
