@@ -4,6 +4,7 @@ The jaxtyping+beartype import hook is switched on by `--jaxtyping-packages` in
 pyproject's addopts, so every annotated jaxkit function is checked at call time.
 """
 
+import gc
 import os
 
 os.environ.setdefault("EQX_ON_ERROR", "raise")
@@ -20,6 +21,30 @@ hp.settings.register_profile(
     "jaxkit", database=None, derandomize=True, deadline=None, max_examples=30
 )
 hp.settings.load_profile("jaxkit")
+
+
+# Every compiled program stays in jax's caches (and in the process's memory maps) for the
+# life of a worker. The slow tier compiles thousands of programs per worker, which reached the
+# kernel's map limit (vm.max_map_count, 65530 by default) and crashed a worker inside XLA's
+# compiler. Past MAP_SOFT_LIMIT maps, the caches are cleared between tests (cheap: a later
+# test only recompiles what it uses).
+MAP_SOFT_LIMIT = 20_000
+
+
+def _map_count() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:  # not Linux: nothing to bound
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _bound_compiled_code():
+    yield
+    if _map_count() > MAP_SOFT_LIMIT:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture
