@@ -113,6 +113,7 @@ def test_c4_conv_bad_inputs(key):
         conv(jnp.ones((2, 8, 8)))
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_e3nn_layer_matches_e3nn_linear(key):
     irr_in, irr_out = "4x0e+3x1o+2x2e", "3x0e+2x1o+2x2e"
     layer = E.RECMe3nnLinear(irr_in, irr_out, key=key, theta_init=0.0)

@@ -25,7 +25,8 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "SO3" else n for n in sorted(GROUPS)]
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in ("SO3", "O3") else n for n in sorted(GROUPS)],
 )
 def test_projector_idempotent_self_adjoint_commutes(name, key):
     g = GROUPS[name]()

@@ -175,6 +175,7 @@ def _orbit(x, g):
     return jnp.einsum("gij,nj->gni", rin, x).reshape(-1, x.shape[-1])
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_deep_symmetric_task_drives_theta_to_zero():
     """All layers see exactly C_8-invariant laws (orbit-augmented batch): every theta -> 0."""
     gin = E.cyclic_rot2d(8, mult_in=2, mult_out=4)

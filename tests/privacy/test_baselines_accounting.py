@@ -18,6 +18,7 @@ def _per_ex(key, b=6, m=8, n=6, r=2):
     return f, factor_grads(f, gs), gs
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_naive_dp_lora_clip_and_noise_and_gauge_dependence(key):
     f, g, gs = _per_ex(key)
     b = gs.shape[0]

@@ -14,6 +14,7 @@ CFG = nn.TransformerConfig(
 )
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_lora_on_transformer_merge_export(key, tmp_path):
     params = nn.init_params(CFG, key=key)
     p2, lora = privacy.lora_init(params, targets=r"layers/(wq|wv|w_down)", rank=2, key=key)

@@ -9,7 +9,9 @@ from jaxkit.privacy import lowrank as L
 from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
 
 
-@pytest.mark.parametrize("m,n,r", [(12, 9, 3), (64, 48, 8), (7, 7, 7)])
+@pytest.mark.parametrize(
+    "m,n,r", [(12, 9, 3), pytest.param(64, 48, 8, marks=pytest.mark.slow), (7, 7, 7)]
+)
 def test_lift_equals_dense_projection(key, m, n, r):
     k1, k2 = jax.random.split(key)
     f = factors(k1, m, n, r)
@@ -51,6 +53,7 @@ def test_norms_coords_isometry_and_inverse(key):
         np.testing.assert_allclose(c.v.T @ co.vp, 0, atol=1e-10)
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_gauge_invariance_of_frame_lift_norm_noise(key):
     with jax.enable_x64(True):
         k1, k2, k3, k4 = jax.random.split(key, 4)
@@ -73,6 +76,7 @@ def test_gauge_invariance_of_frame_lift_norm_noise(key):
         np.testing.assert_allclose(f.a.T @ hz.a, hz.b.T @ f.b, atol=1e-9)
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_noise_energy_and_covariance(key):
     m, n, r = 40, 30, 4
     k1, k2, k3 = jax.random.split(key, 3)
@@ -109,6 +113,7 @@ def test_noise_energy_and_covariance(key):
     assert abs(np.trace(pt) - rs * (ms + ns - rs)) < 1e-9
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_naive_amplification_formula(key):
     m, n, r, tau = 20, 15, 3, 0.5
     k1, k2 = jax.random.split(key)

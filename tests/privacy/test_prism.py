@@ -39,6 +39,7 @@ def _tree_grads(f, gs):
     return {"q": g, "stack": stack, "head": gs[:, 0, :3]}
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_aggregator_gauge_invariance(key):
     """Norms, clip factors, released update and (same key) noise on Z do not depend on G."""
     with jax.enable_x64(True):
@@ -106,6 +107,7 @@ def test_full_step_gauge_invariant(key):
             np.testing.assert_allclose(res[2][k], res[0][k], atol=1e-9)
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_noise_energy_closed_form(key):
     """Released noise energy on Z = sigma^2 C^2 / b^2 * r(m+n-r) (within 2%), noise in T_Z."""
     m, n, r, b = 24, 16, 4, 4
@@ -243,6 +245,7 @@ def test_one_vs_eight_devices_same_step(key, mesh8):
         np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_resume_redraws_same_noise(key, tmp_path):
     """Step t's noise depends only on (key, t): a restored checkpoint gives the same steps."""
     import orbax.checkpoint as ocp
@@ -275,6 +278,7 @@ def test_resume_redraws_same_noise(key, tmp_path):
     assert float(jnp.max(jnp.abs(a.a - b.a))) > 1e-3
 
 
+@pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_state_types_stable_chain_and_jit(key):
     """init/update state types equal (no retrace), chain composes, strict promotion, bf16."""
     f, gs = _setup(key, jnp.float32)
