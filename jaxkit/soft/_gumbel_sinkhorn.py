@@ -23,7 +23,7 @@ from jaxkit import _validate as V
 from jaxkit._numerics import accumulation_dtype
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.soft import _random_common as RC
-from jaxkit.soft._common import as_float
+from jaxkit.soft._common import as_float, check_softness
 
 GS_MODES = ("hard", "_hard", "smooth")
 GS_NOISES = ("gumbel", "none")
@@ -133,7 +133,7 @@ def gumbel_sinkhorn(
     V.is_key(key)
     V.one_of(GS_MODES, mode=mode)
     V.one_of(GS_NOISES, noise=noise)
-    RC.check_soft(softness)
+    check_softness(softness)
     RC.check_rng_mode(rng_mode)
     n_iters = V.python_int(n_iters, name="n_iters", minimum=1)
     if not isinstance(return_log_probs, bool):

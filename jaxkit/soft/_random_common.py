@@ -26,12 +26,6 @@ def check_sampler(key: Any, mode: str, softness: Any, noise: str, noises: tuple)
     V.is_key(key)
     V.one_of(RANDOM_MODES, mode=mode)
     V.one_of(noises, noise=noise)
-    check_soft(softness)
-
-
-def check_soft(softness: Any) -> None:
-    """``softness`` is a real scalar; when concrete, finite and > 0."""
-    V.real_scalar(softness, name="softness")
     check_softness(softness)
 
 
