@@ -1,7 +1,6 @@
 """Small numerical helpers shared by every area (one copy each).
 
-``accumulation_dtype`` (defined in ``jaxkit._typing``, the dtype policy) is re-exported
-here: f64 for f64 inputs, f32 for everything else (bf16/f16 accumulate in f32).
+The accumulation dtype policy itself is ``jaxkit._typing.accumulation_dtype``.
 ``inverse_permutation`` inverts permutations along the last axis with a scatter,
 keeping the input's sharding.
 """
@@ -11,8 +10,6 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Int
-
-from jaxkit._typing import accumulation_dtype as accumulation_dtype  # the one definition
 
 
 def iota_like(x: Array, dtype: Any = jnp.int32) -> Array:

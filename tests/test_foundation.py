@@ -57,11 +57,11 @@ def test_python_int_and_real_scalar():
 
 
 def test_numerics_helpers():
-    from jaxkit import _numerics
+    from jaxkit import _numerics, _typing
 
-    assert _numerics.accumulation_dtype(jnp.bfloat16) == jnp.float32
-    assert _numerics.accumulation_dtype(jnp.float32) == jnp.float32
-    assert _numerics.accumulation_dtype(np.float64) == jnp.float64
+    assert _typing.accumulation_dtype(jnp.bfloat16) == jnp.float32
+    assert _typing.accumulation_dtype(jnp.float32) == jnp.float32
+    assert _typing.accumulation_dtype(np.float64) == jnp.float64
     rng = np.random.default_rng(0)
     for n in (5, 40000):  # packed int32 sort, and the key-value sort above 2**15
         perm = np.stack([rng.permutation(n) for _ in range(3)])

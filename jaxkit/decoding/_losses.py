@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype, iota_like
-from jaxkit._typing import KeyArray, PyTree, RealScalarLike
+from jaxkit._numerics import iota_like
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
 from jaxkit.decoding._reorder import topological_reorder
 
 ApplyFn = Callable[[PyTree, Array, Array, Array], Array]

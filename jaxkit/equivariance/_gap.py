@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype as acc_dtype
+from jaxkit._typing import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
 from jaxkit.equivariance._project import complement
 

@@ -10,7 +10,7 @@ import numpy as np
 from jaxtyping import ArrayLike
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 from jaxkit.privacy.lowrank import LoraFactors
 
 

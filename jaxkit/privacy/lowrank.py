@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype as _acc
+from jaxkit._typing import accumulation_dtype as _acc
 
 
 class LoraFactors(NamedTuple):

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxkit import _numerics as NU
 from jaxkit import _validate as V
+from jaxkit._typing import accumulation_dtype
 from jaxkit.soft import _network as NW
 from jaxkit.soft import _pav
 from jaxkit.soft._common import (
@@ -185,7 +185,7 @@ def prep(x, axis):
         x = jnp.ravel(x)
         axis = 0
     ax = V.axis(axis, x.ndim)
-    return jnp.moveaxis(x, ax, -1).astype(NU.accumulation_dtype(dt)), ax, dt
+    return jnp.moveaxis(x, ax, -1).astype(accumulation_dtype(dt)), ax, dt
 
 
 guard = guard_softness

@@ -5,8 +5,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxkit import _numerics as NU
 from jaxkit import _validate as V
+from jaxkit._typing import accumulation_dtype
 
 MODES = ("hard", "smooth", "c0", "c1", "c2")
 
@@ -40,7 +40,7 @@ def as_float(x: Any) -> jax.Array:
     return x
 
 
-compute_dtype = NU.accumulation_dtype  # f64 for f64 inputs, f32 otherwise
+compute_dtype = accumulation_dtype  # f64 for f64 inputs, f32 otherwise
 
 
 def scal(s: Any, dtype: Any) -> jax.Array:

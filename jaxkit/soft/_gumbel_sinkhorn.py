@@ -20,8 +20,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
-from jaxkit._numerics import accumulation_dtype
-from jaxkit._typing import KeyArray, RealScalarLike
+from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
 from jaxkit.soft import _random_common as RC
 from jaxkit.soft._common import as_float, check_softness
 

@@ -9,8 +9,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Integer, Real
 
 from jaxkit import _validate
-from jaxkit._numerics import accumulation_dtype
-from jaxkit._typing import Implementation, KeyArray
+from jaxkit._typing import Implementation, KeyArray, accumulation_dtype
 from jaxkit.kernels import _dispatch
 from jaxkit.kernels.sampling import _fused, _pallas
 from jaxkit.kernels.sampling import _reference as ref

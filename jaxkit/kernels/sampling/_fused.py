@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 from jaxkit.kernels.sampling import _reference as ref
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 from jaxkit.kernels.sampling import _fused, _hash
 from jaxkit.kernels.sampling import _reference as ref
 

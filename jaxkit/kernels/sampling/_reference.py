@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 
 
 class RowStats(NamedTuple):

@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 
 Window = tuple[int, int]
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, PRNGKeyArray
 
-from jaxkit._numerics import accumulation_dtype
+from jaxkit._typing import accumulation_dtype
 
 State = eqx.nn.State
 
