@@ -13,6 +13,7 @@ References:
   authors' code osu-srml/PRISM-DP-LoRA, ``src/prism_cli/optim/prism.py``).
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -93,6 +94,99 @@ def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
     return jax.vmap(one)(g), cache
 
 
+@functools.partial(jax.jit, static_argnames=("axis_name", "rcond"))
+def _privatize_update(
+    updates, state, params, clip_norm, noise_multiplier, denom, *, axis_name, rcond
+):
+    """The body of ``prism_privatize``'s update, jitted once at module level."""
+    nd = C.norm_dtype(jax.tree.leaves(params))
+    cn = jnp.asarray(clip_norm).astype(nd)
+    std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
+    den = C.guard_dp_hparams(
+        jnp.asarray(denom).astype(nd),
+        clip_norm=clip_norm,
+        noise_multiplier=noise_multiplier,
+        denom=denom,
+    )
+    p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+    g_nodes = treedef.flatten_up_to(updates)
+
+    # 1. per-example norms, global over modules
+    sq = []
+    caches = []
+    for p, g in zip(p_nodes, g_nodes, strict=True):
+        if C.is_lora(p):
+            s, cache = _lora_norm_sq(p, g, rcond)
+            sq.append(s.astype(nd))
+            caches.append(cache)
+        else:
+            g32 = g.astype(C.acc_dtype(g))
+            sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim))).astype(nd))
+            caches.append(None)
+    norms = jnp.sqrt(sum(sq))
+    alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+    refs = treedef.flatten_up_to(state.frame) if state.frame is not None else [None] * len(p_nodes)
+    caches = [
+        c if r is None or c is None else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
+        for p, c, r in zip(p_nodes, caches, refs, strict=True)
+    ]
+
+    # 2. clipped sums, reduced across devices, then noise drawn once
+    step_key = jax.random.fold_in(state.key, state.count)
+    out = []
+    energy = jnp.zeros([], jnp.float32)
+    for i, (p, g, cache) in enumerate(zip(p_nodes, g_nodes, caches, strict=True)):
+        k = jax.random.fold_in(step_key, i)
+        if C.is_lora(p):
+            acc = cache.u.dtype
+            al = alpha.astype(acc)
+            sa = C.weighted_sum(al, g.a.astype(acc))
+            sb = C.weighted_sum(al, g.b.astype(acc))
+            if axis_name is not None:
+                sa, sb = jax.lax.psum((sa, sb), axis_name)
+            sa, sb = C.guard_finite(sa), C.guard_finite(sb)
+            ns = C.n_stack(p)
+            coords = C.stackmap(tangent_coords, ns)(
+                LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache
+            )
+            keys = C.stack_keys(k, p.a.shape[:ns])
+            noise = C.stackmap(lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
+                cache, keys
+            )
+            energy = energy + jnp.sum(C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
+            rel = TangentCoords(
+                *((x + z) / den.astype(acc) for x, z in zip(coords, noise, strict=True))
+            )
+            d = C.stackmap(from_coords, ns)(
+                LoraFactors(p.a.astype(acc), p.b.astype(acc)), rel, cache
+            )
+            out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
+        else:
+            acc = C.acc_dtype(g)
+            s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
+            if axis_name is not None:
+                s = jax.lax.psum(s, axis_name)
+            s = C.guard_finite(s)
+            z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
+            energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
+            out.append(C.cast_like((s + z) / den.astype(acc), p))
+    frame = None
+    if state.frame is not None:
+        frame = treedef.unflatten(
+            [
+                c.u.astype(r.dtype) if c is not None else None
+                for c, r in zip(caches, refs, strict=True)
+            ]
+        )
+    new_state = PrivatizeState(
+        state.count + jnp.ones_like(state.count),
+        state.key,
+        energy / jnp.square(den).astype(jnp.float32),
+        frame,
+    )
+    return treedef.unflatten(out), new_state
+
+
 def prism_privatize(
     *,
     clip_norm: Real[ArrayLike, ""],
@@ -155,94 +249,16 @@ def prism_privatize(
         for p in jax.tree.leaves(params, is_leaf=C.is_lora):
             if C.is_lora(p):
                 check_factors(p, name="params")
-        nd = C.norm_dtype(jax.tree.leaves(params))
-        cn = jnp.asarray(clip_norm).astype(nd)
-        std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-        den = C.guard_dp_hparams(
-            jnp.asarray(denom).astype(nd),
-            clip_norm=clip_norm,
-            noise_multiplier=noise_multiplier,
-            denom=denom,
+        return _privatize_update(
+            updates,
+            state,
+            params,
+            clip_norm,
+            noise_multiplier,
+            denom,
+            axis_name=axis_name,
+            rcond=rcond,
         )
-        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
-        g_nodes = treedef.flatten_up_to(updates)
-
-        # 1. per-example norms, global over modules
-        sq = []
-        caches = []
-        for p, g in zip(p_nodes, g_nodes, strict=True):
-            if C.is_lora(p):
-                s, cache = _lora_norm_sq(p, g, rcond)
-                sq.append(s.astype(nd))
-                caches.append(cache)
-            else:
-                g32 = g.astype(C.acc_dtype(g))
-                sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim))).astype(nd))
-                caches.append(None)
-        norms = jnp.sqrt(sum(sq))
-        alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
-        refs = (
-            treedef.flatten_up_to(state.frame) if state.frame is not None else [None] * len(p_nodes)
-        )
-        caches = [
-            c if r is None or c is None else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
-            for p, c, r in zip(p_nodes, caches, refs, strict=True)
-        ]
-
-        # 2. clipped sums, reduced across devices, then noise drawn once
-        step_key = jax.random.fold_in(state.key, state.count)
-        out = []
-        energy = jnp.zeros([], jnp.float32)
-        for i, (p, g, cache) in enumerate(zip(p_nodes, g_nodes, caches, strict=True)):
-            k = jax.random.fold_in(step_key, i)
-            if C.is_lora(p):
-                acc = cache.u.dtype
-                al = alpha.astype(acc)
-                sa = C.weighted_sum(al, g.a.astype(acc))
-                sb = C.weighted_sum(al, g.b.astype(acc))
-                if axis_name is not None:
-                    sa, sb = jax.lax.psum((sa, sb), axis_name)
-                sa, sb = C.guard_finite(sa), C.guard_finite(sb)
-                ns = C.n_stack(p)
-                coords = C.stackmap(tangent_coords, ns)(
-                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache
-                )
-                keys = C.stack_keys(k, p.a.shape[:ns])
-                noise = C.stackmap(lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
-                    cache, keys
-                )
-                energy = energy + jnp.sum(C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
-                rel = TangentCoords(
-                    *((x + z) / den.astype(acc) for x, z in zip(coords, noise, strict=True))
-                )
-                d = C.stackmap(from_coords, ns)(
-                    LoraFactors(p.a.astype(acc), p.b.astype(acc)), rel, cache
-                )
-                out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
-            else:
-                acc = C.acc_dtype(g)
-                s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
-                if axis_name is not None:
-                    s = jax.lax.psum(s, axis_name)
-                s = C.guard_finite(s)
-                z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
-                energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
-                out.append(C.cast_like((s + z) / den.astype(acc), p))
-        frame = None
-        if state.frame is not None:
-            frame = treedef.unflatten(
-                [
-                    c.u.astype(r.dtype) if c is not None else None
-                    for c, r in zip(caches, refs, strict=True)
-                ]
-            )
-        new_state = PrivatizeState(
-            state.count + jnp.ones_like(state.count),
-            state.key,
-            energy / jnp.square(den).astype(jnp.float32),
-            frame,
-        )
-        return treedef.unflatten(out), new_state
 
     return optax.GradientTransformation(_init_privatize(key, with_frame=True), update)
 

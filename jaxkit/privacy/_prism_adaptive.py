@@ -8,6 +8,7 @@ References:
   Private LoRA", ICML 2026, arXiv:2606.00944.
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -47,6 +48,100 @@ def _precond(v, floor, cond_max, eps):
     lmax = jnp.maximum(jnp.max(lam), 0.0)
     lam = jnp.maximum(jnp.maximum(lam, floor), lmax / cond_max)
     return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
+
+
+def _module(p, d, mu, nu, t, lr, std2, hp, *, rcond, horizontal, adaptive, debias, floor_mode):
+    b1, b2, eps, floor_factor, cond_max, weight_decay = hp
+    cache = gram_cache(p, rcond=rcond)
+    acc = cache.u.dtype
+    pb, g, git = _balance_from_cache(p, cache)
+    pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
+    da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
+    cb = gram_cache(pb, rcond=rcond)
+    if horizontal:
+        da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
+    m, r = pb.a.shape
+    n = pb.b.shape[0]
+    if adaptive:
+        b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
+        mu_a = b1_ * mu.a + (1 - b1_) * da
+        mu_b = b1_ * mu.b + (1 - b1_) * db
+        nu_a = b2_ * nu.a + (1 - b2_) * (da.T @ da) / m
+        nu_b = b2_ * nu.b + (1 - b2_) * (db.T @ db) / n
+        c1 = 1 - b1_**t
+        c2 = 1 - b2_**t
+        va, vb = nu_a / c2, nu_b / c2
+        s2 = std2.astype(acc)
+        if debias:
+            va = va - s2 * (m - r) / m * cb.n_inv
+            vb = vb - s2 * cb.m_inv
+        ff = jnp.asarray(floor_factor, acc)
+        base = ff * s2
+        if floor_mode == "geometry":
+            fa = jnp.maximum(base, ff * s2 * (m - r) / m * jnp.trace(cb.n_inv) / r)
+            fb = jnp.maximum(base, ff * s2 * jnp.trace(cb.m_inv) / r)
+        else:
+            fa = fb = base
+        cm, ep = jnp.asarray(cond_max, acc), jnp.asarray(eps, acc)
+        ua = (mu_a / c1) @ _precond(va, fa, cm, ep)
+        ub = (mu_b / c1) @ _precond(vb, fb, cm, ep)
+        new_mu, new_nu = LoraFactors(mu_a, mu_b), LoraFactors(nu_a, nu_b)
+    else:
+        ua, ub = da, db
+        new_mu, new_nu = mu, nu
+    wd = jnp.asarray(weight_decay, acc)
+    ua, ub = ua + wd * pb.a, ub + wd * pb.b
+    new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
+    upd = LoraFactors(
+        (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
+    )
+    return upd, new_mu, new_nu
+
+
+@functools.partial(
+    jax.jit, static_argnames=("rcond", "horizontal", "adaptive", "debias", "floor_mode")
+)
+def _adaptive_update(
+    updates, state, params, lr, noise_std, hp, *, rcond, horizontal, adaptive, debias, floor_mode
+):
+    """The body of ``prism_adaptive``'s update, jitted once at module level."""
+    count = state.count + jnp.ones_like(state.count)
+    t = count.astype(jnp.float32)
+    std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
+    b1, b2, eps, floor_factor, cond_max, weight_decay = hp
+    static = dict(
+        rcond=rcond, horizontal=horizontal, adaptive=adaptive, debias=debias, floor_mode=floor_mode
+    )
+    p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+    d_nodes = treedef.flatten_up_to(updates)
+    mu_nodes = treedef.flatten_up_to(state.mu)
+    nu_nodes = treedef.flatten_up_to(state.nu)
+    outs, mus, nus = [], [], []
+    for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
+        if C.is_lora(p):
+            t_acc = t.astype(C.acc_dtype(p.a))
+            fn = C.stackmap(
+                lambda p_, d_, mu_, nu_, ta=t_acc: _module(
+                    p_, d_, mu_, nu_, ta, lr, std2, hp, **static
+                ),
+                C.n_stack(p),
+            )
+            u, mu2, nu2 = fn(p, d, mu, nu)
+        else:
+            acc = C.acc_dtype(p)
+            dd = d.astype(acc)
+            if adaptive:
+                dirn, mu2, nu2 = C.adam_direction(dd, mu, nu, t, b1, b2, eps)
+            else:
+                mu2, nu2, dirn = mu, nu, dd
+            dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
+            u = (-lr.astype(acc) * dirn).astype(p.dtype)
+        outs.append(u)
+        mus.append(mu2)
+        nus.append(nu2)
+    return treedef.unflatten(outs), PrismAdaptiveState(
+        count, treedef.unflatten(mus), treedef.unflatten(nus)
+    )
 
 
 def prism_adaptive(
@@ -128,86 +223,21 @@ def prism_adaptive(
             treedef.unflatten([q[1] for q in pairs]),
         )
 
-    def _module(p, d, mu, nu, t, lr, std2):
-        cache = gram_cache(p, rcond=rcond)
-        acc = cache.u.dtype
-        pb, g, git = _balance_from_cache(p, cache)
-        pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
-        da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-        cb = gram_cache(pb, rcond=rcond)
-        if horizontal:
-            da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
-        m, r = pb.a.shape
-        n = pb.b.shape[0]
-        if adaptive:
-            b1_, b2_ = jnp.asarray(b1, acc), jnp.asarray(b2, acc)
-            mu_a = b1_ * mu.a + (1 - b1_) * da
-            mu_b = b1_ * mu.b + (1 - b1_) * db
-            nu_a = b2_ * nu.a + (1 - b2_) * (da.T @ da) / m
-            nu_b = b2_ * nu.b + (1 - b2_) * (db.T @ db) / n
-            c1 = 1 - b1_**t
-            c2 = 1 - b2_**t
-            va, vb = nu_a / c2, nu_b / c2
-            s2 = std2.astype(acc)
-            if debias:
-                va = va - s2 * (m - r) / m * cb.n_inv
-                vb = vb - s2 * cb.m_inv
-            ff = jnp.asarray(floor_factor, acc)
-            base = ff * s2
-            if floor_mode == "geometry":
-                fa = jnp.maximum(base, ff * s2 * (m - r) / m * jnp.trace(cb.n_inv) / r)
-                fb = jnp.maximum(base, ff * s2 * jnp.trace(cb.m_inv) / r)
-            else:
-                fa = fb = base
-            cm, ep = jnp.asarray(cond_max, acc), jnp.asarray(eps, acc)
-            ua = (mu_a / c1) @ _precond(va, fa, cm, ep)
-            ub = (mu_b / c1) @ _precond(vb, fb, cm, ep)
-            new_mu, new_nu = LoraFactors(mu_a, mu_b), LoraFactors(nu_a, nu_b)
-        else:
-            ua, ub = da, db
-            new_mu, new_nu = mu, nu
-        wd = jnp.asarray(weight_decay, acc)
-        ua, ub = ua + wd * pb.a, ub + wd * pb.b
-        new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
-        upd = LoraFactors(
-            (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
-        )
-        return upd, new_mu, new_nu
-
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("`params` must be given to prism_adaptive.update.")
-        count = state.count + jnp.ones_like(state.count)
-        t = count.astype(jnp.float32)
-        lr = _lr(learning_rate, state.count)
-        std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
-        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
-        d_nodes = treedef.flatten_up_to(updates)
-        mu_nodes = treedef.flatten_up_to(state.mu)
-        nu_nodes = treedef.flatten_up_to(state.nu)
-        outs, mus, nus = [], [], []
-        for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
-            if C.is_lora(p):
-                t_acc = t.astype(C.acc_dtype(p.a))
-                fn = C.stackmap(
-                    lambda p_, d_, mu_, nu_, ta=t_acc: _module(p_, d_, mu_, nu_, ta, lr, std2),
-                    C.n_stack(p),
-                )
-                u, mu2, nu2 = fn(p, d, mu, nu)
-            else:
-                acc = C.acc_dtype(p)
-                dd = d.astype(acc)
-                if adaptive:
-                    dirn, mu2, nu2 = C.adam_direction(dd, mu, nu, t, b1, b2, eps)
-                else:
-                    mu2, nu2, dirn = mu, nu, dd
-                dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
-                u = (-lr.astype(acc) * dirn).astype(p.dtype)
-            outs.append(u)
-            mus.append(mu2)
-            nus.append(nu2)
-        return treedef.unflatten(outs), PrismAdaptiveState(
-            count, treedef.unflatten(mus), treedef.unflatten(nus)
+        return _adaptive_update(
+            updates,
+            state,
+            params,
+            _lr(learning_rate, state.count),
+            noise_std,
+            (b1, b2, eps, floor_factor, cond_max, weight_decay),
+            rcond=rcond,
+            horizontal=horizontal,
+            adaptive=adaptive,
+            debias=debias,
+            floor_mode=floor_mode,
         )
 
     return optax.GradientTransformation(init, update)

@@ -97,7 +97,8 @@ def test_resume_in_process_continues_from_checkpoint(tmp_path):
 
 def _env(n_devices):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
+    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}"
+    env["XLA_FLAGS"] = flags.strip()
     env["JAX_PLATFORMS"] = "cpu"
     return env
 
