@@ -53,7 +53,7 @@ def _per_memory(values, onehot, counts):
 def _criteria(apply_fn, layers, engrams, inputs, labels, ids, alpha):
     k = next(iter(engrams.ratio.values())).shape[0]
     acc = accumulation_dtype(next(iter(layers.values())).w.dtype)
-    onehot = (ids[:, None] == jnp.arange(k)[None, :]).astype(acc)
+    onehot = (ids[:, None] == jnp.arange(k, dtype=jnp.int32)[None, :]).astype(acc)
     counts = jnp.sum(onehot, axis=0)
 
     def evaluate(lay):
@@ -70,7 +70,7 @@ def _criteria(apply_fn, layers, engrams, inputs, labels, ids, alpha):
         return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
 
     def one(m):
-        sel = (jnp.arange(k) == m).astype(acc)
+        sel = (jnp.arange(k, dtype=jnp.int32) == m).astype(acc)
         erased = _compose(layers, engrams, -alpha * sel, 1.0, None)
         kept = _compose(layers, engrams, sel, 0.0, None)
         acc_e, _ = evaluate(erased)
@@ -78,7 +78,7 @@ def _criteria(apply_fn, layers, engrams, inputs, labels, ids, alpha):
         cos = jnp.mean(jnp.stack([cosine(hk[s], h0[s]) for s in sorted(h0)]), axis=0)
         return acc_e, acc_k, _per_memory(cos, onehot, counts)
 
-    e, kp, r = jax.lax.map(one, jnp.arange(k))
+    e, kp, r = jax.lax.map(one, jnp.arange(k, dtype=jnp.int32))
     eye = jnp.eye(k, dtype=bool)
     off = jnp.where(eye, 0.0, 1.0).astype(acc)
     return Criteria(
@@ -137,6 +137,7 @@ def criteria(
         _validate.integer(a, name=name)
         _validate.ndim(a, 1, name=name)
     _validate.same_shape(ids=ids, labels=labels)
+    labels, ids = labels.astype(jnp.int32), ids.astype(jnp.int32)
     _validate.real_scalar(alpha, name="alpha")
     present = jnp.zeros((k,), jnp.int32).at[jnp.clip(ids, 0, k - 1)].add(1)
     ids = _validate.error_if(

@@ -325,7 +325,7 @@ def _selection(memories, k: int) -> Array:
     m = jnp.asarray(memories)
     _validate.integer(m, name="memories")
     _validate.ndim(m, (0, 1), name="memories")
-    m = m.reshape(-1)
+    m = m.reshape(-1).astype(jnp.int32)
     m = _validate.error_if(
         m,
         jnp.any((m < 0) | (m >= k)),
@@ -336,7 +336,7 @@ def _selection(memories, k: int) -> Array:
 
 def _erase(layers, engrams, sel_ids, alpha, layer_scale, *, scale):
     k = next(iter(engrams.ratio.values())).shape[0]
-    sel = jnp.any(sel_ids[:, None] == jnp.arange(k)[None, :], axis=0)
+    sel = jnp.any(sel_ids[:, None] == jnp.arange(k, dtype=jnp.int32)[None, :], axis=0)
     acc = accumulation_dtype(next(iter(layers.values())).w.dtype)
     sel = sel.astype(acc)
     alpha = jnp.asarray(alpha, acc)
@@ -432,7 +432,7 @@ def keep_only(
 def _keep(layers, engrams, ids):
     k = next(iter(engrams.ratio.values())).shape[0]
     acc = accumulation_dtype(next(iter(layers.values())).w.dtype)
-    sel = jnp.any(ids[:, None] == jnp.arange(k)[None, :], axis=0).astype(acc)
+    sel = jnp.any(ids[:, None] == jnp.arange(k, dtype=jnp.int32)[None, :], axis=0).astype(acc)
     return _compose(layers, engrams, sel, 0.0, None)
 
 

@@ -65,7 +65,7 @@ def _row_ids(bid: Array, rows: int, name: str) -> Array:
             f"`ids` gives {flat.shape[0]} ids per batch but site {name!r} has {rows} rows; "
             "the rows of a site must be a whole multiple of the ids (example-major order)."
         )
-    return jnp.repeat(flat, rows // flat.shape[0], total_repeat_length=rows)
+    return jnp.repeat(flat.astype(jnp.int32), rows // flat.shape[0], total_repeat_length=rows)
 
 
 def _grams_masked(x: Array, rid: Array, k: int) -> Array:
@@ -91,8 +91,10 @@ def _grams_grouped(x: Array, rid: Array, k: int, block: int) -> Array:
     blocks = buf.reshape(*x.shape[:-2], n_blocks, block, x.shape[-1])
     grams = jnp.einsum("...nbd,...nbe->...nde", blocks, blocks)
     ends = offsets + padded
-    block_seg = jnp.searchsorted(ends, jnp.arange(n_blocks) * block, side="right")
-    onehot = (block_seg[:, None] == jnp.arange(k)[None, :]).astype(x.dtype)  # trash/pad -> no memory
+    block_seg = jnp.searchsorted(ends, jnp.arange(n_blocks, dtype=jnp.int32) * block, side="right")
+    onehot = (block_seg[:, None] == jnp.arange(k, dtype=block_seg.dtype)[None, :]).astype(
+        x.dtype
+    )  # trash/pad -> no memory
     return jnp.einsum("...nde,nk->...kde", grams, onehot)
 
 
