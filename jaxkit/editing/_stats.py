@@ -122,7 +122,7 @@ def _site_sums(x: Array, rid: Array, k: int, absorb_bias: bool, method: str, blo
 
 def _collect(taps_fn, params, batches, ids, *, num_memories, absorb_bias, method, block, axis_name):
     k = num_memories
-    first = jax.tree.map(lambda b: b[0], batches)
+    first = jax.tree.map(lambda b: jax.ShapeDtypeStruct(b.shape[1:], b.dtype), batches)
 
     def sums(batch, bid):
         taps = taps_fn(params, batch)
@@ -132,7 +132,7 @@ def _collect(taps_fn, params, batches, ids, *, num_memories, absorb_bias, method
             out[name] = _site_sums(x, rid, k, absorb_bias, method, block)
         return out
 
-    init = jax.eval_shape(sums, first, ids[0])
+    init = jax.eval_shape(sums, first, jax.ShapeDtypeStruct(ids.shape[1:], ids.dtype))
     carry0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), init)
 
     def body(carry, inp):
