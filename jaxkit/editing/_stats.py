@@ -8,9 +8,10 @@ union of all memories, so the total covariance is ``C = sum_k (n_k / N) C_k``.
 Rows are split among memories without the K-fold cost of masking: inside each
 batch the rows are sorted by memory, each memory's run is padded to whole blocks
 of ``block`` rows, one small Gram matrix is formed per block and the blocks are
-summed per memory (``method="grouped"``, about ``(R + K * block) D^2`` flops per
-batch of R rows). ``method="masked"`` uses one-hot masks instead (``K R D^2``
-flops, but only ``K D^2`` memory: use it for very wide layers).
+summed per memory (``method="grouped"``, about ``(R + (K + 1) * block) D^2`` flops
+per batch of R rows, ``(R / block + K + 1) D^2`` memory). ``method="masked"`` uses
+one-hot masks instead (``K R D^2`` flops, but only ``K D^2`` memory); ``"auto"``
+falls back to it when the block buffer would exceed 2^26 elements.
 
 References:
   J. Kwon et al., "AI Engram: In Search of Memory Traces in Artificial
@@ -85,7 +86,7 @@ def _grams_grouped(x: Array, rid: Array, k: int, block: int) -> Array:
     order = jnp.argsort(seg, stable=True)
     sseg = seg[order]
     dest = offsets[sseg] + jnp.arange(r, dtype=jnp.int32) - starts[sseg]
-    n_blocks = -(-r // block) + k + 1
+    n_blocks = _n_blocks(r, k, block)
     buf = jnp.zeros((*x.shape[:-2], n_blocks * block, x.shape[-1]), x.dtype)
     buf = buf.at[..., dest, :].set(jnp.take(x, order, axis=-2))
     blocks = buf.reshape(*x.shape[:-2], n_blocks, block, x.shape[-1])
@@ -98,21 +99,37 @@ def _grams_grouped(x: Array, rid: Array, k: int, block: int) -> Array:
     return jnp.einsum("...nde,nk->...kde", grams, onehot)
 
 
-def _pick(method: str, r: int, d: int, k: int, block: int) -> str:
-    if method != "auto":
-        return method
-    n_blocks = -(-r // block) + k + 1
-    return "grouped" if n_blocks * d * d <= _GROUPED_MAX_ELEMENTS else "masked"
+def _n_blocks(r: int, k: int, block: int) -> int:
+    return -(-r // block) + k + 1
 
 
-def _site_sums(x: Array, rid: Array, k: int, absorb_bias: bool, method: str, block: int):
+def _plan(method: str, r: int, d: int, k: int, block: int | None) -> tuple[str, int]:
+    """Static choice of method and block size for one site.
+
+    ``block=None``: the smallest block in 8, 16, ..., 128 (least padding work) whose
+    Gram buffer ``n_blocks * D^2`` fits 2^26 elements; none fits -> ``"masked"``
+    under ``"auto"`` (``"grouped"`` then takes the largest).
+    """
+    if block is not None:
+        b = min(block, r)
+        fits = _n_blocks(r, k, b) * d * d <= _GROUPED_MAX_ELEMENTS
+        chosen = method if method != "auto" else ("grouped" if fits else "masked")
+        return chosen, b
+    for b in (8, 16, 32, 64, 128):
+        b = min(b, r)
+        if _n_blocks(r, k, b) * d * d <= _GROUPED_MAX_ELEMENTS:
+            return ("grouped" if method == "auto" else method), b
+    return ("masked" if method == "auto" else method), min(128, r)
+
+
+def _site_sums(x: Array, rid: Array, k: int, absorb_bias: bool, method: str, block):
     acc = accumulation_dtype(x.dtype)
     x = x.astype(acc)
     if absorb_bias:
         x = jnp.concatenate([x, jnp.ones((*x.shape[:-1], 1), acc)], axis=-1)
     r, d = x.shape[-2], x.shape[-1]
-    b = min(block, r)
-    if _pick(method, r, d, k, b) == "grouped":
+    chosen, b = _plan(method, r, d, k, block)
+    if chosen == "grouped":
         s = _grams_grouped(x, rid, k, b)
     else:
         s = _grams_masked(x, rid, k)
@@ -181,7 +198,7 @@ def collect_stats(
     num_memories: int,
     absorb_bias: bool = True,
     method: str = "auto",
-    block: int = 32,
+    block: int | None = None,
     axis_name: Any = None,
 ) -> CovStats:
     """Per-memory uncentered mean input covariances of every site, in one jitted scan.
@@ -206,7 +223,8 @@ def collect_stats(
         ``D x D`` block, which equals the plain covariance.
       method: ``"grouped"``, ``"masked"`` or ``"auto"`` (grouped unless its block
         buffer exceeds 2^26 elements); all give the same statistics.
-      block: Rows per block for ``"grouped"`` (static).
+      block: Rows per block for ``"grouped"`` (static); ``None`` picks the smallest
+        of 8, 16, ..., 128 whose block Gram buffer fits 2^26 elements.
       axis_name: Inside ``shard_map`` with the data split over this axis, merge the
         per-device statistics (count-weighted ``psum``); the id check uses
         ``eqx.error_if``, so build the ``shard_map`` with ``check_vma=False``.
@@ -221,7 +239,7 @@ def collect_stats(
         ``[-1, K)`` (a runtime error under ``jit``).
     """
     k = _validate.python_int(num_memories, name="num_memories", minimum=1)
-    blk = _validate.python_int(block, name="block", minimum=1)
+    blk = None if block is None else _validate.python_int(block, name="block", minimum=1)
     _validate.one_of(_METHODS, method=method)
     if not isinstance(absorb_bias, bool):
         raise TypeError(f"`absorb_bias` must be a bool, got {type(absorb_bias).__name__}.")
