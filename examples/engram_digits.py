@@ -25,7 +25,11 @@ import optax
 
 from jaxkit import editing, nn
 
-SITES = {f"fc{i}": (lambda i: lambda m: m.weights[i])(i) for i in range(3)}
+SITES = {
+    "fc0": lambda m: m.weights[0],
+    "fc1": lambda m: m.weights[1],
+    "fc2": lambda m: m.weights[2],
+}
 
 
 def _forward(ws, x):
