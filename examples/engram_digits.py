@@ -106,7 +106,7 @@ def main(
     del data_dir  # digits ship with scikit-learn
     t0 = time.perf_counter()
     train, test = _data(seed)
-    mlp = _train(jax.random.key(seed), train, 30 if quick else 60)
+    mlp = _train(jax.random.key(seed), train, 20 if quick else 60)
     t_train = time.perf_counter() - t0
 
     t1 = time.perf_counter()

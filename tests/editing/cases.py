@@ -8,6 +8,8 @@ from tests.conformance import Bad, Case
 
 K, D, O = 3, 4, 2
 _ALL_BUT = ("eval_shape", "vmap", "dtypes", "traced_once", "grads", "jit")
+# the test budget (25 s of `make test` per area) keeps the cheap checks by default
+_HEAVY = ("grads", "vmap", "dtypes")
 
 
 def _taps(params, batch):
@@ -181,6 +183,7 @@ CASES = [
             Bad("memory id out of range", _stats_bad_id, ValueError, "`ids`"),
             Bad("float ids", _stats_bad_dtype, TypeError, "`ids`"),
         ),
+        slow_checks=_HEAVY,
     ),
     Case(
         "editing.extract",
@@ -197,6 +200,7 @@ CASES = [
             Bad("NaN statistics", _extract_bad_nan, ValueError, "finite"),
             Bad("negative rcond", _extract_bad_rcond, ValueError, "`rcond`"),
         ),
+        slow_checks=(*_HEAVY, "eval_shape", "traced_once"),
     ),
     Case(
         "editing.erase",
@@ -210,6 +214,7 @@ CASES = [
             Bad("memory id out of range", _edit_bad_id, ValueError, "`memories`"),
             Bad("float memory ids", _edit_bad_float_id, TypeError, "`memories`"),
         ),
+        slow_checks=("vmap",),  # grads stay: the area's derivative check in `make test`
     ),
     Case(
         "editing.erase/weight_norm",
@@ -285,5 +290,11 @@ CASES = [
         bad=(Bad("mismatched widths", _rows_bad_shape, TypeError, "x_forget"),),
         slow_checks=_ALL_BUT,
     ),
-    Case("editing.conv_patches", _patches, _patches_args, shard_argnums=(0,)),
+    Case(
+        "editing.conv_patches",
+        _patches,
+        _patches_args,
+        shard_argnums=(0,),
+        slow_checks=(*_HEAVY, "sharding"),
+    ),
 ]

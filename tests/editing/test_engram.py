@@ -70,6 +70,7 @@ def test_partition_identity_and_sum_vs_mean():
     np.testing.assert_allclose(sums, e2, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_full_rank_partition_equals_w_with_bias():
     rng = np.random.default_rng(2)
     d, o, k = 4, 3, 3
@@ -115,6 +116,7 @@ def test_natural_gradient_and_memit_equivalences(x64):
         np.testing.assert_allclose(erased, mm, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bias_absorption_is_affine_memit(x64):
     rng = np.random.default_rng(4)
     x, ids, w = _full_rank_problem(rng)
@@ -143,6 +145,7 @@ def test_reparameterisation_invariance(x64):
     np.testing.assert_allclose(outs[0], outs[1], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_scales_and_layer_scale():
     rng = np.random.default_rng(6)
     x, ids, w = _full_rank_problem(rng)
@@ -166,6 +169,7 @@ def test_scales_and_layer_scale():
     np.testing.assert_allclose(wn["b"].w, lin2.w - 2 * p_s, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_stacked_transformer_mlp_weights_equal_per_layer():
     cfg = nn.TransformerConfig(
         vocab_size=16, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4, mlp_dim=12
@@ -191,6 +195,7 @@ def test_stacked_transformer_mlp_weights_equal_per_layer():
     assert new["layers"]["w_gate"] is params["layers"]["w_gate"]
 
 
+@pytest.mark.slow
 def test_conv_via_patches():
     rng = np.random.default_rng(8)
     x = jnp.asarray(rng.normal(size=(2, 3, 6, 6)), jnp.float32)

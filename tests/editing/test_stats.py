@@ -18,7 +18,7 @@ def _stacked(bt):
     return {"s": jnp.stack([bt, 2.0 * bt[:, ::-1]])}
 
 
-@pytest.mark.parametrize("method", ["grouped", "masked"])
+@pytest.mark.parametrize("method", ["grouped", pytest.param("masked", marks=pytest.mark.slow)])
 def test_stats_match_brute_force(method):
     rng = np.random.default_rng(0)
     nb, b, d, k = 3, 12, 4, 4
@@ -33,6 +33,7 @@ def test_stats_match_brute_force(method):
     np.testing.assert_array_equal(st.count["a"], cnt)
 
 
+@pytest.mark.slow
 def test_stats_per_row_ids_stacked_and_rows_per_example():
     rng = np.random.default_rng(1)
     nb, b, p, d, k = 2, 3, 4, 3, 2
@@ -57,6 +58,7 @@ def _stacked_fn(p, bt):
     return _stacked(bt)
 
 
+@pytest.mark.slow
 def test_merge_and_psum_equal_one_pass(mesh8):
     rng = np.random.default_rng(2)
     nb, b, d, k = 8, 4, 3, 3
