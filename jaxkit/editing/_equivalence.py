@@ -36,6 +36,7 @@ def _check(w, x_a, x_b, names):
 
 
 def _natgrad(w, x_target, x_all):
+    out_dtype = w.dtype
     acc = accumulation_dtype(w.dtype)
     w, x_target, x_all = (a.astype(acc) for a in (w, x_target, x_all))
 
@@ -47,7 +48,7 @@ def _natgrad(w, x_target, x_all):
     # vec is row-major: vec(w)[i * d_out + o] = w[i, o]; F = (X^T X) kron I_out
     fisher = jnp.kron(x_all.T @ x_all, jnp.eye(d_out, dtype=acc))
     step = jnp.linalg.lstsq(fisher, g.reshape(-1))[0]
-    return (w - step.reshape(w.shape)).astype(w.dtype)
+    return (w - step.reshape(w.shape)).astype(out_dtype)
 
 
 _natgrad_jit = jax.jit(_natgrad)
@@ -73,11 +74,12 @@ def natural_gradient_erase(
 
 
 def _memit(w, x_forget, x_keep):
+    out_dtype = w.dtype
     acc = accumulation_dtype(w.dtype)
     w, x_forget, x_keep = (a.astype(acc) for a in (w, x_forget, x_keep))
     a = jnp.concatenate([x_keep, x_forget], axis=0)
     t = jnp.concatenate([x_keep @ w, jnp.zeros((x_forget.shape[0], w.shape[1]), acc)], axis=0)
-    return jnp.linalg.lstsq(a, t)[0].astype(w.dtype)
+    return jnp.linalg.lstsq(a, t)[0].astype(out_dtype)
 
 
 _memit_jit = jax.jit(_memit)
