@@ -62,7 +62,7 @@ def test_partition_identity_and_sum_vs_mean():
     rid = ids.reshape(-1)
     xt = rows[rid == 2]
     sums = editing.engram_projection(
-        jnp.asarray(w, jnp.float64) if False else w,
+        w,
         jnp.asarray(xt.T @ xt, jnp.float32),
         jnp.asarray(rows.T @ rows, jnp.float32),
     )
