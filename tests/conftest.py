@@ -37,7 +37,7 @@ hp.settings.load_profile("jaxkit")
 # kernel's map limit (vm.max_map_count, 65530 by default) and crashed a worker inside XLA's
 # compiler. Past MAP_SOFT_LIMIT maps, the caches are cleared between tests (cheap: a later
 # test only recompiles what it uses).
-MAP_SOFT_LIMIT = 20_000
+MAP_SOFT_LIMIT = 40_000
 
 
 def _map_count() -> int:
