@@ -26,6 +26,7 @@ _SUBPACKAGES = (
     "kernels",
     "nn",
     "privacy",
+    "robust",
     "sharding",
     "soft",
     "vision",
