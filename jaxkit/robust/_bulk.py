@@ -30,8 +30,8 @@ class Interval(eqx.Module):
       hi: Upper end (scalar).
     """
 
-    lo: Array
-    hi: Array
+    lo: ArrayLike = eqx.field(converter=jnp.asarray)
+    hi: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 class Box(eqx.Module):
@@ -42,8 +42,8 @@ class Box(eqx.Module):
       half: Half-widths (>= 0), shape ``(d,)``.
     """
 
-    center: Array
-    half: Array
+    center: ArrayLike = eqx.field(converter=jnp.asarray)
+    half: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 class Ellipsoid(eqx.Module):
@@ -55,9 +55,9 @@ class Ellipsoid(eqx.Module):
       radius: Radius ``r`` (scalar, >= 0) in the Mahalanobis metric of ``Sigma``.
     """
 
-    center: Array
-    chol: Array
-    radius: Array
+    center: ArrayLike = eqx.field(converter=jnp.asarray)
+    chol: ArrayLike = eqx.field(converter=jnp.asarray)
+    radius: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 class Hull(eqx.Module):
@@ -68,8 +68,8 @@ class Hull(eqx.Module):
       mask: Which points are retained (bool, shape ``(m,)``); at least one must be True.
     """
 
-    points: Array
-    mask: Array
+    points: ArrayLike = eqx.field(converter=jnp.asarray)
+    mask: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 class Union(eqx.Module):
@@ -83,7 +83,7 @@ class Union(eqx.Module):
     """
 
     members: Interval | Box | Ellipsoid | Hull
-    labels: Array
+    labels: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 Bulk = Interval | Box | Ellipsoid | Hull | Union
@@ -147,7 +147,7 @@ def _support_core(bulk: Bulk, a: Array) -> Array:
     return _support_one(bulk, a)
 
 
-def support(bulk: Bulk, a: Float[ArrayLike, "*batch d"]) -> Float[Array, "*batch"]:
+def support(bulk: Bulk, a: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
     """Support function ``sigma_B(a) = sup_{xi in B} a^T xi``, batched over leading axes.
 
     Closed forms (standard; [R] in the spec): interval ``max(a lo, a hi)`` (``a`` has no
@@ -195,9 +195,10 @@ def _contains_one(bulk: Bulk, x: Array, tol: Array) -> Array:
 def mahalanobis(bulk: Ellipsoid, x: Array) -> Array:
     """``||L^{-1}(x - mu)||_2`` for points ``x`` of shape ``(*batch, d)``."""
     diff = x - jnp.broadcast_to(bulk.center, x.shape)
-    flat = diff.reshape(-1, diff.shape[-1]).T
-    sol = jax.scipy.linalg.solve_triangular(bulk.chol, flat, lower=True)
-    return jnp.sqrt(jnp.sum(sol * sol, axis=0)).reshape(diff.shape[:-1])
+    eye = jnp.eye(bulk.chol.shape[0], dtype=bulk.chol.dtype)
+    inv = jax.scipy.linalg.solve_triangular(bulk.chol, eye, lower=True)
+    sol = diff @ inv.T  # keeps the batch axes' sharding (no transpose of the batch)
+    return jnp.sqrt(jnp.sum(sol * sol, axis=-1))
 
 
 @functools.partial(jax.jit)
@@ -205,9 +206,7 @@ def _contains_core(bulk: Bulk, x: Array, tol: Array) -> Array:
     return _contains_one(bulk, x, tol)
 
 
-def contains(
-    bulk: Bulk, x: Float[ArrayLike, "*batch d"], *, tol: float = 0.0
-) -> Bool[Array, "*batch"]:
+def contains(bulk: Bulk, x: Float[ArrayLike, "..."], *, tol: float = 0.0) -> Bool[Array, "..."]:
     """Whether each point lies in the bulk (within ``tol``), batched over leading axes.
 
     Args:

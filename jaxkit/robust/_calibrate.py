@@ -392,7 +392,7 @@ def calibrate_cells(
     n_cells: int,
     alpha: RealScalarLike = 0.05,
     kind: str = "hull",
-    labels: Float[ArrayLike, " c"] | None = None,
+    labels: ArrayLike | None = None,
     weights: Float[ArrayLike, " n"] | None = None,
 ) -> Union:
     """One bulk per cell (e.g. class x group), returned as a :class:`Union`.

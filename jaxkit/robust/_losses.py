@@ -26,7 +26,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array
+from jaxtyping import Array, ArrayLike
 
 from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, center
 from jaxkit.robust._bulk import _safe_norm as safe_norm
@@ -36,7 +36,7 @@ class LinearParams(NamedTuple):
     """Parameters of a linear predictor ``f(z) = z @ w + b``."""
 
     w: Array
-    b: Array
+    b: ArrayLike = eqx.field(converter=jnp.asarray)
 
 
 # ----------------------------------------------------------------------------- smoothing
@@ -92,8 +92,8 @@ def smooth_support(bulk: Bulk, a: Array, delta) -> Array:
 class Newsvendor(eqx.Module):
     """Newsvendor cost ``h (x - xi)^+ + b (xi - x)^+`` (holding ``h``, backorder ``b``)."""
 
-    h: Array
-    b: Array
+    h: ArrayLike = eqx.field(converter=jnp.asarray)
+    b: ArrayLike = eqx.field(converter=jnp.asarray)
 
     def loss(self, x, xi, delta):
         return smax2(self.h * (x - xi), self.b * (xi - x), delta)
@@ -175,7 +175,7 @@ class Huber(_Regression):
     absolute residual.
     """
 
-    delta_h: Array
+    delta_h: ArrayLike = eqx.field(converter=jnp.asarray)
 
     def loss(self, params, data, delta):
         return huber_psi(self._r(params, data), self.delta_h)
@@ -241,9 +241,9 @@ class PiecewiseLinear(eqx.Module):
     Its sup over a bulk is exactly ``max_k (sigma_B(A_k) + B_k theta + c_k)``.
     """
 
-    A: Array
-    B: Array
-    c: Array
+    A: ArrayLike = eqx.field(converter=jnp.asarray)
+    B: ArrayLike = eqx.field(converter=jnp.asarray)
+    c: ArrayLike = eqx.field(converter=jnp.asarray)
 
     def loss(self, theta, xi, delta):
         return smax(xi @ self.A.T + (self.B @ theta + self.c)[None], delta)

@@ -239,7 +239,7 @@ def fit(
     l2: RealScalarLike = 0.0,
     eta: RealScalarLike = 0.0,
     moment: RealScalarLike | None = None,
-    schedule: Float[ArrayLike, " s"] = (1e-1, 1e-2, 1e-3, 1e-4),
+    schedule: Float[ArrayLike, " s"] | tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4),
     steps: int = 150,
 ) -> FitResult:
     """Minimise the credal objective with smoothing continuation + L-BFGS, in one jit.
