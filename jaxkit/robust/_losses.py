@@ -249,7 +249,9 @@ class PiecewiseLinear(eqx.Module):
         return smax(xi @ self.A.T + (self.B @ theta + self.c)[None], delta)
 
     def sup(self, theta, bulk, delta):
-        s = jax.vmap(lambda a: smooth_support(bulk, a, delta))(self.A)
+        inner = bulk.members if isinstance(bulk, Union) else bulk
+        dirs = self.A[:, 0] if isinstance(inner, Interval) else self.A  # scalar outcomes
+        s = jax.vmap(lambda a: smooth_support(bulk, a, delta))(dirs)
         return smax(s + self.B @ theta + self.c, delta)
 
     def growth(self, theta, bulk):
@@ -302,7 +304,20 @@ def _penalised(params, l2):
 
 
 def objective_value(family, params, data, bulk, eps, weights, l2, eta, moment, delta):
-    """The (smoothed when ``delta > 0``) credal objective; no checks (internal)."""
+    """The (smoothed when ``delta > 0``) credal objective; no checks (internal).
+
+    The family's hyperparameters, the bulk and the data are cast to the params' dtype.
+    """
+    dt = jnp.result_type(*jax.tree.leaves(params))
+
+    def cast(t):
+        t = jnp.asarray(t)
+        return t.astype(dt) if jnp.issubdtype(t.dtype, jnp.floating) else t
+
+    family, bulk, data = jax.tree.map(cast, (family, bulk, data))
+    eps = jnp.asarray(eps).astype(dt)
+    if weights is not None:
+        weights = jnp.asarray(weights).astype(dt)
     per = family.loss(params, data, delta)
     if weights is None:
         mean = jnp.mean(per)

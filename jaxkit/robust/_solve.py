@@ -48,7 +48,7 @@ def _objective_core(family, params, data, bulk, eps, weights, l2, eta, moment, s
 
 
 def credal_objective(
-    family: Family,
+    family: Any,
     params: Any,
     data: Any,
     bulk: Bulk,
@@ -229,7 +229,7 @@ def _fit_core(family, data, bulk, eps, params0, weights, l2, eta, moment, schedu
 
 
 def fit(
-    family: Family,
+    family: Any,
     data: Any,
     bulk: Bulk,
     eps: RealScalarLike,
