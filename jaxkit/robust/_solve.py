@@ -132,7 +132,7 @@ def _newsvendor_core(xi, eps, lo, hi, h, b, w):
 def newsvendor_closed_form(
     xi: Float[ArrayLike, " n"],
     eps: RealScalarLike,
-    bulk: Interval,
+    bulk: Any,
     *,
     h: RealScalarLike = 1.0,
     b: RealScalarLike = 1.0,

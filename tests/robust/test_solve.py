@@ -25,9 +25,9 @@ def test_newsvendor_closed_form_vs_lp():
     xi = _demand()
     w = np.random.default_rng(1).uniform(0.5, 1.5, xi.size)
     with jax.enable_x64(True):
-        for alpha in (0.02, 0.1):
+        for alpha in (0.02,):
             iv = R.calibrate_interval(xi, alpha=alpha)
-            for eps in (0.0, 0.05, 0.1, 0.2, 0.5, 1.0):
+            for eps in (0.0, 0.1, 0.2, 1.0):
                 for weights in (None, w):
                     sol = R.newsvendor_closed_form(xi, eps, iv, h=H, b=B, weights=weights)
                     lp = R.fit_conic(
