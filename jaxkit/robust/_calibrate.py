@@ -422,7 +422,9 @@ def calibrate_cells(
     _validate.shape(cells, (xi.shape[0],), name="cells")
     acc = accumulation_dtype(xi.dtype)
     w = _weights(weights, xi.shape[0], acc)
-    onehot = (cells[None, :] == jnp.arange(n_cells, dtype=cells.dtype)[:, None]).astype(acc) * w[None]
+    onehot = (cells[None, :] == jnp.arange(n_cells, dtype=cells.dtype)[:, None]).astype(acc) * w[
+        None
+    ]
     onehot = _validate.error_if(
         onehot, ~jnp.all(jnp.sum(onehot, axis=1) > 0), "`cells`: every cell must hold samples."
     )

@@ -208,18 +208,26 @@ def _fit_core(family, data, bulk, eps, params0, weights, l2, eta, moment, schedu
 
         vg = optax.value_and_grad_from_state(fn)
 
-        def step(carry, _):
-            p, state = carry
+        def update(carry):
+            p, state, prev, _ = carry
             value, grad = vg(p, state=state)
             # optax 0.2.8's L-BFGS adds int32 and int64 indices under x64, which strict
             # promotion rejects; only the optimizer's own arithmetic is traced leniently.
             with jax.numpy_dtype_promotion("standard"):
                 upd, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=fn)
-            return (optax.apply_updates(p, upd), state), None
+            # converged: the objective stopped moving (relative change below ~machine eps)
+            tol = 4 * jnp.finfo(value.dtype).eps * (1 + jnp.abs(value))
+            return optax.apply_updates(p, upd), state, value, jnp.abs(prev - value) <= tol
+
+        def step(carry, _):
+            # once converged the remaining iterations are skipped (cond runs one branch)
+            return jax.lax.cond(carry[3], lambda c: c, update, carry), None
 
         with jax.numpy_dtype_promotion("standard"):
             state0 = opt.init(params)
-        (p, _), _ = jax.lax.scan(step, (params, state0), None, length=steps)
+        inf = jnp.asarray(jnp.inf, schedule.dtype)
+        carry0 = (params, state0, inf, jnp.asarray(False))
+        (p, _, _, _), _ = jax.lax.scan(step, carry0, None, length=steps)
         return p, fn(p)
 
     params, smoothed = jax.lax.scan(stage, params0, schedule)
