@@ -98,12 +98,14 @@ def posterior_predictive(
         chain_method="sequential",
         progress_bar=False,
     )
-    mcmc.run(k_inf, *args, **kwargs)
-    post = mcmc.get_samples()
-    pred_kwargs = {**kwargs, "obs": None}
-    draws = Predictive(model, posterior_samples=post, return_sites=[site])(
-        k_pred, *args, **pred_kwargs
-    )[site]
+    # numpyro's own arithmetic mixes int32 and float32 (fails under strict promotion)
+    with jax.numpy_dtype_promotion("standard"):
+        mcmc.run(k_inf, *args, **kwargs)
+        post = mcmc.get_samples()
+        pred_kwargs = {**kwargs, "obs": None}
+        draws = Predictive(model, posterior_samples=post, return_sites=[site])(
+            k_pred, *args, **pred_kwargs
+        )[site]
     # One replicate per posterior sample: the first observation slot of each draw.
     xi = draws.reshape(draws.shape[0], -1)[:, 0] if draws.ndim > 1 else draws
     return empirical(jnp.asarray(xi))
