@@ -229,6 +229,7 @@ CASES = [
         hparams={"eps": (0.1, 0.3)},
         grad_argnums=(0, 1),
         bad=(Bad("eps below 0", _bad_eps, ValueError, "`eps`"),),
+        slow_checks=_GRADS,
     ),
     Case(
         "robust.tail_bound",
@@ -256,6 +257,7 @@ CASES = [
         hparams={"eps": (0.1, 0.3)},
         grad_modes=("rev",),
         shard_argnums=(),
+        slow_checks=_GRADS,
     ),
     Case(
         "robust.fit/lad",

@@ -168,6 +168,7 @@ def test_ellipsoid_affine_equivariance():
         np.testing.assert_array_equal(R.contains(e1, q), R.contains(e2, q @ a.T + t[None]))
 
 
+@pytest.mark.slow
 def test_cells_union():
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.normal(size=(40, 2)), rng.normal(size=(40, 2)) + 5]).astype(np.float32)

@@ -66,6 +66,7 @@ def test_newsvendor_limits_and_equivariance():
         np.testing.assert_allclose(vm, loop, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_weights_equal_duplicates():
     xi = _demand(40)
     w = np.random.default_rng(2).integers(1, 4, xi.size).astype(float)
@@ -95,6 +96,7 @@ def _gap(fam, data, bulk, eps, p0, **kw):
         return (float(got.value) - ref.value) / abs(ref.value), got, ref
 
 
+@pytest.mark.slow
 def test_fit_lad_ellipsoid_vs_conic():
     z, y = _diabetes_like()
     with jax.enable_x64(True):
