@@ -173,7 +173,8 @@ def calibrate_box(
 def _weighted_cov(x, w):
     mu = jnp.sum(w[:, None] * x, axis=0)
     c = x - mu[None]
-    return mu, (w[:, None] * c).T @ c, c
+    # a sum over samples, not a matmul: keeps a sample axis sharded on 'data' unambiguous
+    return mu, jnp.sum(w[:, None, None] * c[:, :, None] * c[:, None, :], axis=0), c
 
 
 def ledoit_wolf(x: Array, w: Array) -> tuple[Array, Array]:

@@ -20,7 +20,7 @@ from jaxkit import _validate
 from jaxkit._typing import RealScalarLike, accumulation_dtype
 from jaxkit.robust._bulk import Bulk, Interval, Union, _check_bulk
 from jaxkit.robust._calibrate import _weights, weighted_quantile
-from jaxkit.robust._losses import Family, Newsvendor, objective_value
+from jaxkit.robust._losses import Newsvendor, objective_value
 
 _FAMILIES = ("Newsvendor", "LAD", "Squared", "Huber", "Hinge", "Logistic", "PiecewiseLinear")
 
