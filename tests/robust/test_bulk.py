@@ -131,7 +131,6 @@ def test_ledoit_wolf_matches_sklearn():
 @pytest.mark.parametrize(
     "law, reps",
     [
-        pytest.param("gauss", 100, marks=pytest.mark.slow),
         pytest.param("gauss", 500, marks=pytest.mark.slow),
         pytest.param("t3", 500, marks=pytest.mark.slow),
     ],
