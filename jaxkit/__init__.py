@@ -27,6 +27,7 @@ _SUBPACKAGES = (
     "kernels",
     "nn",
     "privacy",
+    "robust",
     "sharding",
     "soft",
     "vision",
