@@ -9,7 +9,9 @@ The frame (:class:`GramCache`) holds gauge-invariant orthonormal bases ``u, v``
 of ``col(a)``, ``col(b)`` (the singular vectors of ``Z`` with a canonical sign),
 so tangent coordinates, intrinsic norms and sampled noise do not depend on the
 gauge ``(a G, b G^{-T})``. All functions act on one (unbatched) pair of factors;
-use ``jax.vmap`` for per-example gradients or stacked layers.
+use ``jax.vmap`` for per-example gradients or stacked layers. Each function is jitted
+once at module level like jax.numpy's (static: ``rcond``, ``align``, ``dtype``; step sizes
+and noise scales traced), so eager calls hit the compile cache.
 
 References:
   S. Wang, X. Zhang, "PRISM: Gauge-Invariant Tangent-Space Differentially
@@ -17,6 +19,7 @@ References:
   osu-srml/PRISM-DP-LoRA, re-derived).
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -102,6 +105,7 @@ def _pinv_small(x: Array, rcond: float) -> Array:
     return (vt.T * inv[None, :]) @ u.T
 
 
+@functools.partial(jax.jit, static_argnames=("rcond",))
 def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     """Geometry of ``Z = a b^T`` from the factors (gauge-invariant frame).
 
@@ -136,6 +140,7 @@ def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     return GramCache(a.T @ a, b.T @ b, ra_i @ ra_i.T, rb_i @ rb_i.T, ta, tb, u, v, s)
 
 
+@jax.jit
 def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentCoords:
     """Orthonormal coordinates of ``P_T(G)`` from factor gradients ``(G b, G^T a)``.
 
@@ -161,6 +166,7 @@ def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentC
     return TangentCoords(core.astype(dt), up.astype(dt), vp.astype(dt))
 
 
+@jax.jit
 def from_coords(f: LoraFactors, c: TangentCoords, cache: GramCache) -> LoraFactors:
     """Factor representative ``(dA, dB)`` of a tangent vector given in coordinates.
 
@@ -176,6 +182,7 @@ def from_coords(f: LoraFactors, c: TangentCoords, cache: GramCache) -> LoraFacto
     return LoraFactors(da.astype(dt), db.astype(dt))
 
 
+@jax.jit
 def tangent_lift(f: LoraFactors, g: LoraFactors, cache: GramCache) -> LoraFactors:
     """Lift factor gradients to the factor form of ``P_T(G)`` (no ``m x n`` matrix).
 
@@ -195,12 +202,14 @@ def tangent_lift(f: LoraFactors, g: LoraFactors, cache: GramCache) -> LoraFactor
     return from_coords(f, tangent_coords(f, g, cache), cache)
 
 
+@jax.jit
 def coords_norm_sq(c: TangentCoords) -> Array:
     """Squared Euclidean norm of coordinates (= intrinsic Frobenius norm squared)."""
     acc = _acc(c.core.dtype)
     return sum(jnp.sum(jnp.square(x.astype(acc))) for x in c)
 
 
+@jax.jit
 def tangent_norm_sq(f: LoraFactors, d: LoraFactors) -> Array:
     """``||dA b^T + a dB^T||_F^2`` from small matrices.
 
@@ -215,16 +224,19 @@ def tangent_norm_sq(f: LoraFactors, d: LoraFactors) -> Array:
     return t1 + t2 + t3
 
 
+@jax.jit
 def to_dense(f: LoraFactors) -> Array:
     """``a @ b.T`` (for tests and small sizes)."""
     return f.a @ f.b.T
 
 
+@jax.jit
 def tangent_dense(f: LoraFactors, d: LoraFactors) -> Array:
     """Dense tangent vector ``dA b^T + a dB^T`` (test oracle)."""
     return d.a @ f.b.T + f.a @ d.b.T
 
 
+@jax.jit
 def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
     """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle)."""
     g = jnp.asarray(g)
@@ -234,6 +246,7 @@ def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
     return pu_g + (g @ qb) @ qb.T - (pu_g @ qb) @ qb.T
 
 
+@jax.jit
 def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFactors:
     """Minimum-factor-norm representative of the same tangent vector.
 
@@ -259,6 +272,7 @@ def _polar(c: Array) -> Array:
     return uu @ vt
 
 
+@functools.partial(jax.jit, static_argnames=("align",))
 def retract(
     f: LoraFactors,
     d: LoraFactors,
@@ -303,6 +317,13 @@ def retract(
     return LoraFactors(ap.astype(f.a.dtype), bp.astype(f.a.dtype))
 
 
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "align",
+        "rcond",
+    ),
+)
 def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraFactors:
     """Balanced representative ``(u sqrt(S), v sqrt(S))`` of ``Z``, Procrustes-aligned to ``f``."""
     cache = gram_cache(f, rcond=rcond)
@@ -324,6 +345,7 @@ def _balance_from_cache(f, cache, *, align=True):
     return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git
 
 
+@functools.partial(jax.jit, static_argnames=("dtype",))
 def sample_tangent_coords(
     cache: GramCache, *, std: Real[ArrayLike, ""], key: PRNGKeyArray, dtype=None
 ) -> TangentCoords:
@@ -349,6 +371,7 @@ def sample_tangent_coords(
     )
 
 
+@jax.jit
 def sample_tangent_noise(
     f: LoraFactors, cache: GramCache, *, std: Real[ArrayLike, ""], key: PRNGKeyArray
 ) -> LoraFactors:
@@ -361,6 +384,7 @@ def sample_tangent_noise(
     return from_coords(f, c, cache)
 
 
+@jax.jit
 def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
     """First-order noise energy on ``Z`` of naive factor DP-SGD.
 
@@ -373,6 +397,7 @@ def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
     return tau**2 * (m * jnp.sum(b * b) + n * jnp.sum(a * a))
 
 
+@jax.jit
 def prism_noise_energy(f: LoraFactors, *, std: Real[ArrayLike, ""]) -> Array:
     """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)``."""
     m, r = f.a.shape[-2:]
