@@ -1,0 +1,20 @@
+"""PST motion-language retrieval and its fast Shapley-Taylor interaction engine.
+
+PST (pyramidal Shapley-Taylor learning, ICML 2026) aligns motion tokens (joints, segments)
+with text tokens (words, phrases) using the order-2 Shapley-Taylor interaction index of a
+cross-modal game. The paper's code is not public: this area is reconstructed from its
+predecessors HBI (Jin et al., CVPR 2023: token interaction games) and TMR (Petrovich et
+al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
+"""
+
+from jaxkit.retrieval._game import cross_modal_stii as cross_modal_stii
+from jaxkit.retrieval._game import cross_modal_value as cross_modal_value
+from jaxkit.retrieval._game import wti_value as wti_value
+from jaxkit.retrieval._sampling import STIIEstimate as STIIEstimate
+from jaxkit.retrieval._sampling import stii_permutation as stii_permutation
+from jaxkit.retrieval._sampling import stii_stratified as stii_stratified
+from jaxkit.retrieval._stii import STII as STII
+from jaxkit.retrieval._stii import all_masks as all_masks
+from jaxkit.retrieval._stii import game_values as game_values
+from jaxkit.retrieval._stii import moebius_transform as moebius_transform
+from jaxkit.retrieval._stii import stii_exact as stii_exact
