@@ -15,22 +15,22 @@ from jaxkit.retrieval import _stii
 
 
 def _masked_softmax(logits, mask):
-    has = jnp.any(mask)
+    has = jnp.any(mask, axis=-1, keepdims=True)
     z = jnp.where(mask, logits, -jnp.inf)
     z = jnp.where(has, z, jnp.zeros_like(z))  # double where: no NaN for an empty side
-    return jnp.where(mask, jax.nn.softmax(z), 0)
+    return jnp.where(mask, jax.nn.softmax(z, axis=-1), 0)
 
 
 def _wti(sim, w_a, w_b, mask_a, mask_b):
-    both = jnp.any(mask_a) & jnp.any(mask_b)
+    both = jnp.any(mask_a, axis=-1) & jnp.any(mask_b, axis=-1)
     neg = jnp.asarray(-jnp.inf, sim.dtype)
-    col = jnp.max(jnp.where(mask_a[:, None], sim, neg), axis=0)  # best a for each b
-    row = jnp.max(jnp.where(mask_b[None, :], sim, neg), axis=1)  # best b for each a
-    col = jnp.where(mask_b & both, col, 0)
-    row = jnp.where(mask_a & both, row, 0)
-    val = 0.5 * (
-        jnp.sum(_masked_softmax(w_b, mask_b) * col) + jnp.sum(_masked_softmax(w_a, mask_a) * row)
-    )
+    col = jnp.max(jnp.where(mask_a[..., :, None], sim, neg), axis=-2)  # best a for each b
+    row = jnp.max(jnp.where(mask_b[..., None, :], sim, neg), axis=-1)  # best b for each a
+    col = jnp.where(mask_b & both[..., None], col, 0)
+    row = jnp.where(mask_a & both[..., None], row, 0)
+    text_side = jnp.sum(_masked_softmax(w_b, mask_b) * col, axis=-1)
+    motion_side = jnp.sum(_masked_softmax(w_a, mask_a) * row, axis=-1)
+    val = 0.5 * (text_side + motion_side)
     return jnp.where(both, val, jnp.zeros_like(val))
 
 
@@ -47,18 +47,19 @@ _wti_jit = jax.jit(_wti)
 
 
 def wti_value(
-    sim: Float[ArrayLike, "na nb"],
-    w_a: Float[ArrayLike, " na"],
-    w_b: Float[ArrayLike, " nb"],
-    mask_a: Bool[ArrayLike, " na"],
-    mask_b: Bool[ArrayLike, " nb"],
-) -> Float[Array, ""]:
+    sim: Float[ArrayLike, "*batch na nb"],
+    w_a: Float[ArrayLike, "*batch na"],
+    w_b: Float[ArrayLike, "*batch nb"],
+    mask_a: Bool[ArrayLike, "*batch na"],
+    mask_b: Bool[ArrayLike, "*batch nb"],
+) -> Float[Array, "*batch"]:
     """Weighted token-wise interaction of a coalition ``(A, B)`` of motion/text tokens.
 
     ``v(A, B) = 1/2 [sum_{b in B} w~_b max_{a in A} S_ab + sum_{a in A} w~_a max_{b in B}
     S_ab]`` with ``w~ = softmax`` of the weight logits renormalised over the coalition, and
     ``v = 0`` when ``A`` or ``B`` is empty (guarded with ``where`` before any reduction, so
-    no NaN reaches values or gradients). With full masks this is HBI's WTI score. Jitted.
+    no NaN reaches values or gradients). With full masks this is HBI's WTI score.
+    Batched over leading axes; jitted once at module level.
 
     Args:
       sim: Token similarities ``S_ab`` (e.g. cosines), motion tokens by text tokens.
@@ -68,10 +69,11 @@ def wti_value(
       mask_b: Text tokens in the coalition.
 
     Returns:
-      The scalar coalition value, in ``sim``'s dtype.
+      The coalition value per batch row, in ``sim``'s dtype.
 
     Raises:
-      TypeError: If ``sim`` is not a floating matrix or the weights do not match it.
+      TypeError: If ``sim`` is not floating, or the weights or masks do not match its
+        shape, or a mask is not boolean.
 
     Example:
       >>> import jax.numpy as jnp
@@ -84,8 +86,13 @@ def wti_value(
       Jin et al., "Video-Text as Game Players: Hierarchical Banzhaf Interaction for
       Cross-Modal Representation Learning" (HBI), CVPR 2023, arXiv:2303.14369.
     """
-    _check_game(sim, w_a, w_b)
-    _validate.ndim(sim, 2, name="sim")
+    na, nb = _check_game(sim, w_a, w_b)
+    batch = jnp.shape(sim)[:-2]
+    _validate.shape(mask_a, (*batch, na), name="mask_a")
+    _validate.shape(mask_b, (*batch, nb), name="mask_b")
+    for name, m in (("mask_a", mask_a), ("mask_b", mask_b)):
+        if jnp.result_type(m) != jnp.bool_:
+            raise TypeError(f"`{name}` must be a bool array, got dtype {jnp.result_type(m)}.")
     return _wti_jit(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b), mask_a, mask_b)
 
 

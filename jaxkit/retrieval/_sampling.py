@@ -75,6 +75,12 @@ def _singles(value_fn, params, n):
     return v[1:] - v[0]
 
 
+def _safe_sqrt(x):
+    """``sqrt`` whose derivative at 0 is 0 rather than inf/NaN (double where)."""
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1)), 0)
+
+
 def _symmetric(vec, n, dtype):
     i, j = _pair_index(n)
     out = jnp.zeros((n, n), dtype).at[i, j].set(vec.astype(dtype))
@@ -89,12 +95,16 @@ def _stratified_core(value_fn, params, key, n_players, n_samples):
     u = jax.random.uniform(key, (len(pi), n_samples, n))
     block = jax.nn.one_hot(pi, n, dtype=bool) | jax.nn.one_hot(pj, n, dtype=bool)
     u = jnp.where(block[:, None, :], 2.0, u)  # i and j never join S
-    ranks = jnp.argsort(jnp.argsort(u, axis=-1), axis=-1)
-    base = ranks < jnp.asarray(sizes)[None, :, None]
+    kth = jnp.take_along_axis(  # the (s+1)-th smallest draw: S = the s smallest
+        jnp.sort(u, axis=-1),
+        jnp.broadcast_to(jnp.asarray(sizes)[None, :, None], (*u.shape[:2], 1)),
+        axis=-1,
+    )
+    base = u < kth
     d, acc = _deltas(value_fn, params, base, pi[:, None], pj[:, None])  # [P, K]
     p = size_probabilities(n)
     seg = jnp.asarray(sizes)
-    m = jnp.asarray(alloc, acc)
+    m = jnp.asarray(alloc, acc)[None]
     sums = jax.vmap(lambda x: jax.ops.segment_sum(x, seg, num_segments=n - 1))(d)
     means = sums / m
     sq = jax.vmap(lambda x: jax.ops.segment_sum(x, seg, num_segments=n - 1))(
@@ -102,7 +112,7 @@ def _stratified_core(value_fn, params, key, n_players, n_samples):
     )
     var = sq / (m - 1)
     est = means @ jnp.asarray(p, acc)
-    se = jnp.sqrt((var / m) @ jnp.asarray(p**2, acc))
+    se = _safe_sqrt((var / m) @ jnp.asarray(p**2, acc))
     single = _singles(value_fn, params, n)
     dt = single.dtype
     return STIIEstimate(_symmetric(est, n, dt), single, _symmetric(se, n, dt))
@@ -120,7 +130,7 @@ def _permutation_core(value_fn, params, key, n_players, n_perms):
     base = pos[:, None, :] < lim[:, :, None]  # players before both
     d, acc = _deltas(value_fn, params, base, pi[None, :], pj[None, :])  # [R, P]
     est = jnp.mean(d, axis=0)
-    se = jnp.std(d, axis=0, ddof=1) / float(np.sqrt(n_perms))
+    se = _safe_sqrt(jnp.var(d, axis=0, ddof=1) / n_perms)
     single = _singles(value_fn, params, n)
     dt = single.dtype
     return STIIEstimate(_symmetric(est, n, dt), single, _symmetric(se, n, dt))

@@ -142,13 +142,15 @@ def _stii_core(values):
     n = values.shape[-1].bit_length() - 1
     acc = accumulation_dtype(values.dtype)
     a = _moebius(values.astype(acc), n)
-    bits = (jnp.arange(2**n, dtype=jnp.int32)[:, None] >> jnp.arange(n, dtype=jnp.int32)) & 1
+    bits = (jnp.arange(2**n, dtype=jnp.int32)[:, None] >> jnp.arange(n, dtype=jnp.int32)[None]) & 1
     b = bits.astype(acc)
     size = jnp.sum(bits, axis=-1)
-    pairs_in_t = (size * (size - 1) // 2).astype(acc)
-    w = jnp.where(size >= 2, a / jnp.where(size >= 2, pairs_in_t, 1), 0)
+    npairs = jnp.maximum(size * (size - 1), 1).astype(acc)
+    inv_pairs = jnp.where(size >= 2, 2.0 / npairs, 0.0)
+    lead = (1,) * (a.ndim - 1)
+    w = a * inv_pairs.reshape(*lead, 2**n)  # a_T / C(|T|, 2) for |T| >= 2, else 0
     pairs = jnp.einsum("...t,ti,tj->...ij", w, b, b, precision=jax.lax.Precision.HIGHEST)
-    pairs = pairs * (1 - jnp.eye(n, dtype=acc))
+    pairs = pairs * (1 - jnp.eye(n, dtype=acc)).reshape(*lead, n, n)
     singles = a[..., 2 ** jnp.arange(n)]
     return STII(pairs.astype(values.dtype), singles.astype(values.dtype))
 
