@@ -26,6 +26,7 @@ _SUBPACKAGES = (
     "kernels",
     "nn",
     "privacy",
+    "retrieval",
     "sharding",
     "soft",
     "vision",
