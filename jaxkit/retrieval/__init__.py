@@ -10,6 +10,14 @@ al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
 from jaxkit.retrieval._game import cross_modal_stii as cross_modal_stii
 from jaxkit.retrieval._game import cross_modal_value as cross_modal_value
 from jaxkit.retrieval._game import wti_value as wti_value
+from jaxkit.retrieval._losses import info_nce as info_nce
+from jaxkit.retrieval._losses import negative_filter as negative_filter
+from jaxkit.retrieval._losses import pyramid_consistency as pyramid_consistency
+from jaxkit.retrieval._losses import stii_alignment_loss as stii_alignment_loss
+from jaxkit.retrieval._losses import token_scores as token_scores
+from jaxkit.retrieval._metrics import dissimilar_subset as dissimilar_subset
+from jaxkit.retrieval._metrics import protocol_metrics as protocol_metrics
+from jaxkit.retrieval._metrics import retrieval_metrics as retrieval_metrics
 from jaxkit.retrieval._sampling import STIIEstimate as STIIEstimate
 from jaxkit.retrieval._sampling import stii_permutation as stii_permutation
 from jaxkit.retrieval._sampling import stii_stratified as stii_stratified
