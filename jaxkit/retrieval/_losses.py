@@ -203,7 +203,8 @@ def _kl_rows(target_logits, model_logits, mask, axis):
     lq = _masked_log_softmax(model_logits, mask, axis)
     kl = jnp.sum(jnp.where(mask, jnp.exp(lp) * (lp - lq), 0), axis=axis)
     valid = jnp.any(mask, axis=axis)
-    return jnp.sum(jnp.where(valid, kl, 0)) / jnp.maximum(jnp.sum(valid), 1)
+    count = jnp.maximum(jnp.sum(valid), 1).astype(kl.dtype)
+    return jnp.sum(jnp.where(valid, kl, 0)) / count
 
 
 def _alignment(sim, phi, mask_a, mask_b, tau_s, tau_phi):

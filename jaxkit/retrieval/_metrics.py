@@ -52,7 +52,7 @@ def retrieval_metrics(
     *,
     text_selfsim=None,
     threshold: float | None = None,
-    break_ties: Literal["average", "optimistic"] = "average",
+    break_ties: str = "average",
 ) -> dict[str, float]:
     """R@k (k in 1, 2, 3, 5, 10) and median rank in both directions.
 
@@ -110,7 +110,7 @@ def retrieval_metrics(
 
 def protocol_metrics(
     sims,
-    protocol: Protocol = "normal",
+    protocol: str = "normal",
     *,
     text_selfsim=None,
     nsim_indices=None,
