@@ -52,6 +52,52 @@ def _permutation(t, *, n_perms=4):
     )
 
 
+def _scores(key, dtype):
+    return (jax.random.normal(key, (8, 4, 4)).astype(dtype),)
+
+
+def _nce(scores, *, tau):
+    return retrieval.info_nce(scores, tau=tau)
+
+
+def _tokens(key, dtype):
+    k = jax.random.split(key, 6)
+    return (
+        jax.random.normal(k[0], (8, 3, 4)).astype(dtype),
+        jax.random.normal(k[1], (8, 3)).astype(dtype),
+        jax.random.bernoulli(k[2], 0.7, (8, 3)).at[:, 0].set(True),
+        jax.random.normal(k[3], (8, 2, 4)).astype(dtype),
+        jax.random.normal(k[4], (8, 2)).astype(dtype),
+        jax.random.bernoulli(k[5], 0.7, (8, 2)).at[:, 0].set(True),
+    )
+
+
+def _align_args(key, dtype):
+    k = jax.random.split(key, 4)
+    return (
+        jax.random.normal(k[0], (8, 3, 2)).astype(dtype),
+        jax.random.normal(k[1], (8, 3, 2)).astype(dtype),
+        jax.random.bernoulli(k[2], 0.7, (8, 3)),
+        jax.random.bernoulli(k[3], 0.7, (8, 2)),
+    )
+
+
+def _align(sim, phi, mask_a, mask_b, *, tau_s, tau_phi):
+    return retrieval.stii_alignment_loss(sim, phi, mask_a, mask_b, tau_s=tau_s, tau_phi=tau_phi)
+
+
+def _pyr_args(key, dtype):
+    k = jax.random.split(key)
+    return (
+        jax.random.normal(k[0], (8, 5, 5)).astype(dtype),
+        jax.random.normal(k[1], (5, 5)).astype(dtype),
+    )
+
+
+def _pyr(local, glob, *, tau):
+    return retrieval.pyramid_consistency(local, glob, tau=tau)
+
+
 _BAD_VALUES = (
     Bad("one player", lambda key: ((jnp.zeros((8, 2)),), {}), ValueError, "values"),
     Bad("not a power of two", lambda key: ((jnp.zeros((8, 6)),), {}), TypeError, "values"),
@@ -150,5 +196,77 @@ CASES = [
             ),
         ),
         slow_checks=("jit", "eval_shape", "dtypes", "traced_once", "grads"),
+    ),
+    Case(
+        name="retrieval.info_nce",
+        fn=_nce,
+        make_args=_scores,
+        hparams={"tau": (0.1, 0.3)},
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "tau = 0", lambda key: (_scores(key, jnp.float32), {"tau": 0.0}), ValueError, "tau"
+            ),
+            Bad("not square", lambda key: ((jnp.zeros((8, 3, 4)),), {}), TypeError, "scores"),
+        ),
+    ),
+    Case(
+        name="retrieval.token_scores",
+        fn=retrieval.token_scores,
+        make_args=_tokens,
+        grad_argnums=(0, 1, 3, 4),
+        vmap=False,  # batches are the first axes already
+        shard_argnums=(3, 4, 5),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "feature sizes differ",
+                lambda key: (
+                    (
+                        *_tokens(key, jnp.float32)[:3],
+                        jnp.zeros((8, 2, 5)),
+                        *_tokens(key, jnp.float32)[4:],
+                    ),
+                    {},
+                ),
+                TypeError,
+                "text_tokens",
+            ),
+        ),
+        slow_checks=("grads", "dtypes", "traced_once", "sharding"),
+    ),
+    Case(
+        name="retrieval.stii_alignment_loss",
+        fn=_align,
+        make_args=_align_args,
+        hparams={"tau_s": (0.1, 0.5), "tau_phi": (0.2, 0.4)},
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "tau_phi < 0",
+                lambda key: (_align_args(key, jnp.float32), {"tau_phi": -1.0}),
+                ValueError,
+                "tau_phi",
+            ),
+        ),
+        slow_checks=("grads", "dtypes", "vmap", "eval_shape"),
+    ),
+    Case(
+        name="retrieval.pyramid_consistency",
+        fn=_pyr,
+        make_args=_pyr_args,
+        hparams={"tau": (0.1, 0.5)},
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "global not square",
+                lambda key: ((jnp.zeros((8, 5, 5)), jnp.zeros((5, 4))), {}),
+                TypeError,
+                "local_scores",
+            ),
+        ),
+        slow_checks=("grads", "dtypes", "vmap", "eval_shape", "jit", "traced_once"),
     ),
 ]
