@@ -10,6 +10,8 @@ al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
 from jaxkit.retrieval._game import cross_modal_stii as cross_modal_stii
 from jaxkit.retrieval._game import cross_modal_value as cross_modal_value
 from jaxkit.retrieval._game import wti_value as wti_value
+from jaxkit.retrieval._loader import MotionCaption as MotionCaption
+from jaxkit.retrieval._loader import load_motion_text as load_motion_text
 from jaxkit.retrieval._losses import info_nce as info_nce
 from jaxkit.retrieval._losses import negative_filter as negative_filter
 from jaxkit.retrieval._losses import pyramid_consistency as pyramid_consistency
@@ -26,3 +28,5 @@ from jaxkit.retrieval._stii import all_masks as all_masks
 from jaxkit.retrieval._stii import game_values as game_values
 from jaxkit.retrieval._stii import moebius_transform as moebius_transform
 from jaxkit.retrieval._stii import stii_exact as stii_exact
+from jaxkit.retrieval._synthetic import MotionTextData as MotionTextData
+from jaxkit.retrieval._synthetic import synthetic_motion_text as synthetic_motion_text
