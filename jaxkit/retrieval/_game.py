@@ -121,12 +121,17 @@ def cross_modal_value(params, mask: Bool[Array, " n"]) -> Float[Array, ""]:
     return _wti(sim, w_a, w_b, mask[:na], mask[na:])
 
 
-def _cross_modal_stii_core(sim, w_a, w_b):
+def _cross_modal_stii_core(sim, w_a, w_b, valid_a, valid_b):
     na, nb = sim.shape[-2:]
     batch = sim.shape[:-2]
     flat = (sim.reshape(-1, na, nb), w_a.reshape(-1, na), w_b.reshape(-1, nb))
+    valid = jnp.concatenate([valid_a.reshape(-1, na), valid_b.reshape(-1, nb)], axis=-1)
     masks = jnp.asarray(_stii._masks_np(na + nb))
-    vals = jax.vmap(lambda p: jax.vmap(lambda m: cross_modal_value(p, m))(masks))(flat)
+
+    def one(p, ok):
+        return jax.vmap(lambda m: cross_modal_value(p, m & ok))(masks)
+
+    vals = jax.vmap(one)(flat, valid)
     out = _stii._stii_core(vals)
     return out.pairs[:, :na, na:].reshape(*batch, na, nb)
 
@@ -138,18 +143,25 @@ def cross_modal_stii(
     sim: Float[ArrayLike, "*batch na nb"],
     w_a: Float[ArrayLike, "*batch na"],
     w_b: Float[ArrayLike, "*batch nb"],
+    valid_a: Bool[ArrayLike, "*batch na"] | None = None,
+    valid_b: Bool[ArrayLike, "*batch nb"] | None = None,
 ) -> Float[Array, "*batch na nb"]:
     """Exact STII of every (motion token, text token) pair of the cross-modal game.
 
     Tabulates :func:`cross_modal_value` over all ``2^(Na+Nb)`` coalitions and returns the
     cross block ``Phi_ab = STII_{a, Na+b}`` of :func:`stii_exact` (the targets of PST's
     Shapley-Taylor alignment loss; take ``stop_gradient`` of them there). Batched over
-    leading axes; jitted once at module level; ``Na + Nb <= 20``.
+    leading axes; jitted once at module level; ``Na + Nb <= 20``. Padding tokens
+    (``valid_* = False``) are dummy players (a coalition is valued without them): their
+    rows are 0 and every other pair's STII equals that of the unpadded game, so games of
+    different sizes share one compiled program.
 
     Args:
       sim: Token similarities, motion tokens by text tokens.
       w_a: Motion-token weight logits.
       w_b: Text-token weight logits.
+      valid_a: Real (unpadded) motion tokens; ``None``: all.
+      valid_b: Real text tokens; ``None``: all.
 
     Returns:
       ``[..., Na, Nb]`` pair interactions in ``sim``'s dtype (f32 accumulation).
@@ -170,4 +182,9 @@ def cross_modal_stii(
     """
     na, nb = _check_game(sim, w_a, w_b)
     _stii._check_max(int(na + nb), "sim")
-    return _cross_modal_stii(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b))
+    lead = jnp.shape(sim)[:-2]
+    valid_a = jnp.ones((*lead, na), bool) if valid_a is None else valid_a
+    valid_b = jnp.ones((*lead, nb), bool) if valid_b is None else valid_b
+    _validate.shape(valid_a, (*lead, na), name="valid_a")
+    _validate.shape(valid_b, (*lead, nb), name="valid_b")
+    return _cross_modal_stii(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b), valid_a, valid_b)

@@ -86,3 +86,16 @@ def test_wti_bad_inputs():
         retrieval.wti_value(sim, jnp.zeros(2), jnp.zeros(2), jnp.ones(3, bool), jnp.ones(2, bool))
     with pytest.raises(TypeError, match="mask_b"):
         retrieval.wti_value(sim, jnp.zeros(3), jnp.zeros(2), jnp.ones(3, bool), jnp.ones(2))
+
+
+def test_padded_players_are_dummies(key):
+    with jax.enable_x64(True):
+        sim, wa, wb = _game(key, 3, 4)
+        full = retrieval.cross_modal_stii(sim[:2, :3], wa[:2], wb[:3])
+        padded = retrieval.cross_modal_stii(
+            sim, wa, wb, jnp.array([True, True, False]), jnp.array([True, True, True, False])
+        )
+    np.testing.assert_allclose(np.asarray(padded[:2, :3]), np.asarray(full), atol=1e-12)
+    assert (
+        float(jnp.max(jnp.abs(padded[2]))) == 0.0 and float(jnp.max(jnp.abs(padded[:, 3]))) == 0.0
+    )
