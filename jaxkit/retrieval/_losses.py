@@ -128,10 +128,15 @@ def negative_filter(
     return _negative_filter(jnp.asarray(sent_emb), t.astype(jnp.result_type(sent_emb)))
 
 
+def _unit(x):
+    """``x / |x|`` with 0 for a zero vector and finite gradients there (double where)."""
+    sq = jnp.sum(x * x, axis=-1, keepdims=True)
+    pos = sq > 1e-12
+    return jnp.where(pos, x * jax.lax.rsqrt(jnp.where(pos, sq, 1)), 0)
+
+
 def _cosine(a, b):
-    a = a / jnp.maximum(jnp.linalg.norm(a, axis=-1, keepdims=True), 1e-6)
-    b = b / jnp.maximum(jnp.linalg.norm(b, axis=-1, keepdims=True), 1e-6)
-    return jnp.einsum("...ad,...bd->...ab", a, b)
+    return jnp.einsum("...ad,...bd->...ab", _unit(a), _unit(b))
 
 
 def _wti_scores(motion, w_m, mask_m, text, w_t, mask_t):

@@ -139,7 +139,7 @@ def synthetic_motion_text(
     key,
     length: int = 40,
     max_segments: int = 3,
-    max_words: int = 20,
+    max_words: int = 24,
     split: str = "random",
     held_out: tuple[tuple[str, str], ...] = (
         ("raise", "kick"),
@@ -162,7 +162,7 @@ def synthetic_motion_text(
       key: PRNG key (its bits seed NumPy).
       length: Frames per clip (>= 4 per segment).
       max_segments: 1..3.
-      max_words: Token length ``T`` (captions are at most 19 words).
+      max_words: Token length ``T`` (>= 22; captions are at most 22 words).
       split: ``"random"``, ``"compositional_train"`` or ``"compositional_test"``.
       held_out: Ordered action pairs reserved for the compositional test split.
       noise: Standard deviation of the positional noise.
@@ -179,7 +179,7 @@ def synthetic_motion_text(
       >>> import jax
       >>> d = synthetic_motion_text(2, key=jax.random.key(0))
       >>> d.motion.shape, d.tokens.shape
-      ((2, 40, 22, 3), (2, 20))
+      ((2, 40, 22, 3), (2, 24))
     """
     n = _validate.python_int(n, name="n", minimum=1)
     _validate.is_key(key)
@@ -187,7 +187,7 @@ def synthetic_motion_text(
     if max_segments > 3:
         raise ValueError(f"`max_segments` must be <= 3, got max_segments={max_segments}.")
     length = _validate.python_int(length, name="length", minimum=4 * max_segments)
-    max_words = _validate.python_int(max_words, name="max_words", minimum=19)
+    max_words = _validate.python_int(max_words, name="max_words", minimum=22)
     _validate.one_of(("random", "compositional_train", "compositional_test"), split=split)
     seed = np.asarray(
         jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
