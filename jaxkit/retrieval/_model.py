@@ -93,7 +93,7 @@ def encode_motion(params, cfg: PSTConfig, motion):
     rel = motion - motion[:, :, :1]  # root-relative
     vel = jnp.concatenate([jnp.zeros_like(motion[:, :1]), jnp.diff(motion, axis=1)], axis=1)
     x = jnp.concatenate([rel, 10.0 * vel], axis=-1)
-    h = jax.nn.gelu(x @ params["in1"]) @ params["in2"] + params["joint_emb"]
+    h = jax.nn.gelu(x @ params["in1"]) @ params["in2"] + params["joint_emb"][None, None]
     parts = jnp.einsum("pj,bljd->blpd", _part_matrix(cfg), h)  # [B, L, P, D]
     t2 = length // 2
     parts = parts.reshape(b, t2, 2, *parts.shape[2:]).mean(axis=2)
