@@ -177,7 +177,7 @@ def stii_stratified(
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> f = lambda p, m: jnp.sum(p * m) + m[0] * m[1]  # one pair interaction
+      >>> f = lambda p, m: jnp.sum(jnp.where(m, p, 0.0)) + jnp.where(m[0] & m[1], 1.0, 0.0)
       >>> est = stii_stratified(f, jnp.ones(3), n_players=3, key=jax.random.key(0),
       ...                       n_samples=4)
       >>> est.pairs.round(6).tolist()
@@ -225,7 +225,7 @@ def stii_permutation(
 
     Example:
       >>> import jax, jax.numpy as jnp
-      >>> f = lambda p, m: jnp.sum(p * m) + m[0] * m[1]
+      >>> f = lambda p, m: jnp.sum(jnp.where(m, p, 0.0)) + jnp.where(m[0] & m[1], 1.0, 0.0)
       >>> est = stii_permutation(f, jnp.ones(3), n_players=3, key=jax.random.key(0),
       ...                        n_perms=8)
       >>> float(est.pairs[0, 1]), float(est.pairs[1, 2])

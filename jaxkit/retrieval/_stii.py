@@ -229,7 +229,8 @@ def game_values(value_fn, params, *, n_players: int) -> Float[Array, " masks"]:
 
     Example:
       >>> import jax.numpy as jnp
-      >>> game_values(lambda p, m: jnp.sum(p * m), jnp.array([1.0, 2.0]), n_players=2)
+      >>> f = lambda p, m: jnp.sum(jnp.where(m, p, 0.0))
+      >>> game_values(f, jnp.array([1.0, 2.0]), n_players=2)
       Array([0., 1., 2., 3.], dtype=float32)
     """
     if not callable(value_fn):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxkit import retrieval
+from tests.retrieval.test_game import _wti_np
 
 
 def _lsm(z, axis):
@@ -65,14 +66,9 @@ def test_token_scores_are_full_coalition_values():
             cos = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (
                 b / np.linalg.norm(b, axis=1, keepdims=True)
             ).T
-            want = retrieval.wti_value(
-                jnp.asarray(cos),
-                wm[j][mm[j]],
-                wt[i][mt[i]],
-                jnp.ones(len(a), bool),
-                jnp.ones(len(b), bool),
-            )
-            assert abs(float(got[i, j]) - float(want)) < 1e-5
+            wa, wb = np.asarray(wm[j])[np.asarray(mm[j])], np.asarray(wt[i])[np.asarray(mt[i])]
+            want = _wti_np(cos, wa, wb, range(len(a)), range(len(b)))
+            assert abs(float(got[i, j]) - want) < 1e-5
 
 
 def _kl_np(p_logits, q_logits, axis):
