@@ -183,8 +183,9 @@ def cross_modal_stii(
     na, nb = _check_game(sim, w_a, w_b)
     _stii._check_max(int(na + nb), "sim")
     lead = jnp.shape(sim)[:-2]
-    valid_a = jnp.ones((*lead, na), bool) if valid_a is None else valid_a
-    valid_b = jnp.ones((*lead, nb), bool) if valid_b is None else valid_b
+    # built on the weights so that they are sharded like them
+    valid_a = jnp.ones_like(w_a, dtype=bool) if valid_a is None else valid_a
+    valid_b = jnp.ones_like(w_b, dtype=bool) if valid_b is None else valid_b
     _validate.shape(valid_a, (*lead, na), name="valid_a")
     _validate.shape(valid_b, (*lead, nb), name="valid_b")
     return _cross_modal_stii(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b), valid_a, valid_b)
