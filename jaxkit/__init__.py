@@ -27,6 +27,7 @@ _SUBPACKAGES = (
     "kernels",
     "nn",
     "privacy",
+    "retrieval",
     "robust",
     "sharding",
     "soft",

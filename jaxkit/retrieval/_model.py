@@ -1,0 +1,180 @@
+"""A small PST model: motion and text encoders with a three-stage token pyramid and its loss.
+
+Motion: per-joint MLP of root-relative positions and velocities + joint and time
+embeddings, pooled into body parts, time stride 2, then a bidirectional ``jaxkit.nn``
+transformer over (time, part) tokens. Stages: joint stage = part x time-window tokens,
+segment stage = time-window tokens, global = mean. Text: a ``jaxkit.nn`` transformer with
+``TransformerConfig(causal=False)``; words, phrases (mean of the words of each phrase,
+given as word -> phrase ids, e.g. from a chunker; a stand-in for the spec's DPC-KNN
+compressor, which is not implemented), global.
+Reconstructed from HBI and TMR (PST's code is not public).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import nn
+from jaxkit.retrieval import _game, _losses
+from jaxkit.retrieval._synthetic import PART_JOINTS
+
+
+@dataclasses.dataclass(frozen=True)
+class PSTConfig:
+    """Sizes of :func:`pst_init` / :func:`pst_encode` (static, hashable).
+
+    Attributes:
+      vocab_size: Text vocabulary size.
+      length: Motion frames L (even).
+      n_windows: Time windows W of the motion pyramid (divides L/2).
+      n_phrases: Phrase tokens of the text pyramid.
+      dim: Token width.
+      n_layers: Transformer blocks per encoder.
+      n_heads: Attention heads (dim % n_heads == 0).
+      parts: Joint indices of each body part (HumanML3D order by default).
+      n_joints: Joints J.
+    """
+
+    vocab_size: int
+    length: int = 40
+    n_windows: int = 4
+    n_phrases: int = 4
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    parts: tuple[tuple[int, ...], ...] = PART_JOINTS
+    n_joints: int = 22
+
+    def transformer(self, vocab: int) -> nn.TransformerConfig:
+        """The bidirectional ``jaxkit.nn`` encoder config of one modality."""
+        hd = self.dim // self.n_heads
+        return nn.TransformerConfig(
+            vocab_size=vocab,
+            d_model=self.dim,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_heads,
+            head_dim=hd,
+            mlp_dim=2 * self.dim,
+            causal=False,
+            tie_embeddings=True,
+        )
+
+
+def pst_init(cfg: PSTConfig, *, key) -> dict:
+    """Random parameters of the PST encoders (host-called once; not jitted)."""
+    k = jax.random.split(key, 10)
+    d = cfg.dim
+    n = jax.random.normal
+    return {
+        "text": nn.init_params(cfg.transformer(cfg.vocab_size), key=k[0]),
+        "motion": nn.init_params(cfg.transformer(2), key=k[1]),
+        "in1": n(k[2], (6, d)) / jnp.sqrt(6.0),
+        "in2": n(k[3], (d, d)) / jnp.sqrt(1.0 * d),
+        "joint_emb": 0.1 * n(k[4], (cfg.n_joints, d)),
+        "time_emb": 0.1 * n(k[5], (cfg.length // 2, d)),
+        "w_motion": n(k[7], (d,)) / jnp.sqrt(1.0 * d),
+        "w_text": n(k[8], (d,)) / jnp.sqrt(1.0 * d),
+        "proj": n(k[9], (2, d, d)) / jnp.sqrt(1.0 * d),
+    }
+
+
+def _part_matrix(cfg):
+    m = jnp.zeros((len(cfg.parts), cfg.n_joints))
+    for p, js in enumerate(cfg.parts):
+        m = m.at[p, jnp.asarray(js)].set(1.0 / len(js))
+    return m
+
+
+def encode_motion(params, cfg: PSTConfig, motion):
+    """``motion [B, L, J, 3]`` -> (joint-stage ``[B, W*P, D]``, segment ``[B, W, D]``, global)."""
+    b, length = motion.shape[:2]
+    rel = motion - motion[:, :, :1]  # root-relative
+    vel = jnp.concatenate([jnp.zeros_like(motion[:, :1]), jnp.diff(motion, axis=1)], axis=1)
+    x = jnp.concatenate([rel, 10.0 * vel], axis=-1)
+    h = jax.nn.gelu(x @ params["in1"]) @ params["in2"] + params["joint_emb"][None, None]
+    parts = jnp.einsum("pj,bljd->blpd", _part_matrix(cfg), h)  # [B, L, P, D]
+    t2 = length // 2
+    parts = parts.reshape(b, t2, 2, *parts.shape[2:]).mean(axis=2)
+    parts = parts + params["time_emb"][None, :, None]
+    n_p = parts.shape[2]
+    seq = parts.reshape(b, t2 * n_p, cfg.dim)
+    pos = jnp.broadcast_to(jnp.arange(t2 * n_p, dtype=jnp.int32) // n_p, (b, t2 * n_p))
+    h = nn.run_layers(params["motion"], cfg.transformer(2), seq, pos).h
+    h = h.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
+    joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
+    segment = h.mean(axis=2)
+    glob = h.mean(axis=(1, 2)) @ params["proj"][0]
+    return joint, segment, glob
+
+
+def encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
+    """Text pyramid: (words ``[B, T, D]``, phrases ``[B, K, D]``, phrase mask, global).
+
+    ``phrase_ids [B, T]`` assigns each word to a phrase in ``[0, K)`` (-1: none).
+    """
+    b, t = tokens.shape
+    tcfg = cfg.transformer(cfg.vocab_size)
+    h = nn.embed(params["text"], tcfg, tokens)
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    attn = jnp.broadcast_to(mask[:, None, :], (b, t, t))
+    h = nn.run_layers(params["text"], tcfg, h, pos, attn_mask=attn).h
+    assign = (phrase_ids[:, None, :] == jnp.arange(cfg.n_phrases)[None, :, None]) & mask[:, None]
+    a = assign.astype(h.dtype)
+    phrase = jnp.einsum("bkt,btd->bkd", a, h) / jnp.maximum(a.sum(-1, keepdims=True), 1.0)
+    phrase_mask = jnp.any(assign, axis=-1)
+    m = mask[..., None].astype(h.dtype)
+    glob = (jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)) @ params["proj"][1]
+    return h, phrase, phrase_mask, glob
+
+
+def _cos_matrix(a, b):
+    return _losses._unit(b) @ _losses._unit(a).T  # [texts, motions]
+
+
+def _stage_scores(params, motion_enc, text_enc, mask):
+    mj, ms, mg = motion_enc
+    tw, tp, pmask, tg = text_enc
+    ones = lambda x: jnp.ones(x.shape[:2], bool)  # noqa: E731
+    s_joint = _losses._wti_scores(
+        mj, mj @ params["w_motion"], ones(mj), tw, tw @ params["w_text"], mask
+    )
+    s_seg = _losses._wti_scores(
+        ms, ms @ params["w_motion"], ones(ms), tp, tp @ params["w_text"], pmask
+    )
+    return jnp.stack([s_joint, s_seg, _cos_matrix(mg, tg)])
+
+
+def pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids):
+    """Batch score matrices ``[3, texts, motions]``: joint, segment and global stages."""
+    enc_m = encode_motion(params, cfg, motion)
+    enc_t = encode_text(params, cfg, tokens, mask, phrase_ids)
+    return _stage_scores(params, enc_m, enc_t, mask)
+
+
+def pst_loss(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids, neg_mask, weights, tau=0.1):
+    """Total PST loss; ``weights = (token-wise, STII alignment, pyramid)`` (traced).
+
+    ``L = NCE(global) + w0 (NCE(joint) + NCE(segment)) + w1 L_ST(segment) + w2 L_pyr``
+    with ``L_ST`` on the positive pairs' segment-stage token similarities and their exact
+    STII targets (:func:`cross_modal_stii`, ``stop_gradient``). Weights ``(0, 0, 0)`` give
+    the global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5)`` full PST.
+    """
+    enc_m = encode_motion(params, cfg, motion)
+    enc_t = encode_text(params, cfg, tokens, mask, phrase_ids)
+    scores = _stage_scores(params, enc_m, enc_t, mask)
+    nce = [_losses._info_nce(s, neg_mask, tau) for s in scores]
+    ms, tp, ok_b = enc_m[1], enc_t[1], enc_t[2]
+    sim = jnp.einsum("bad,bcd->bac", _unit(ms), _unit(tp))  # positives: [B, W, K]
+    wa, wb = ms @ params["w_motion"], tp @ params["w_text"]
+    ok_a = jnp.ones(wa.shape, bool)
+    sg = jax.lax.stop_gradient
+    phi = _game._cross_modal_stii_core(sg(sim), sg(wa), sg(wb), ok_a, ok_b)
+    l_st = _losses._alignment(sim, phi, ok_a, ok_b, tau, tau)
+    l_pyr = _losses._pyramid(scores[:2], scores[2], tau)
+    total = nce[2] + weights[0] * (nce[0] + nce[1]) + weights[1] * l_st + weights[2] * l_pyr
+    return total, {"nce_global": nce[2], "l_st": l_st, "l_pyr": l_pyr}
+
+
+_unit = _losses._unit

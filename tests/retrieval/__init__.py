@@ -1,0 +1,1 @@
+"""Tests for jaxkit.retrieval (PST and the Shapley-Taylor engine)."""
