@@ -22,6 +22,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
@@ -81,6 +82,7 @@ def _reynolds_finite(w: Array, group: Group) -> Array:
     return jnp.einsum("gji,...jk,gkl->...il", rout, w, rin) / group.order
 
 
+@functools.partial(jax.jit, static_argnames=("group",))
 def reynolds(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
@@ -111,6 +113,7 @@ def reynolds(
     return out.astype(w.dtype)
 
 
+@functools.partial(jax.jit, static_argnames=("group",))
 def complement(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
@@ -121,6 +124,7 @@ def complement(
     return (wa - reynolds(wa, group)).astype(w.dtype)
 
 
+@functools.partial(jax.jit, static_argnames=("group", "n_samples"))
 def reynolds_mc(
     w: Float[ArrayLike, "*batch d_out d_in"],
     group: Group,
