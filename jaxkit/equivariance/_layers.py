@@ -48,6 +48,12 @@ def normalized_complement(
     return (qa / (jnp.sqrt(jnp.sum(qa * qa)) + eps)).astype(q.dtype)
 
 
+def _levels(theta: Array, w: Array) -> tuple[Array, Array]:
+    """``(theta, theta / |w|_F)``, the norm accumulated in the wide dtype."""
+    acc = acc_dtype(w.dtype)
+    return theta, theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+
+
 def _invariant_bias(b: Array, group: Group) -> Array:
     """Project a bias vector onto the output's trivial isotypic part."""
     acc = acc_dtype(b.dtype)
@@ -149,9 +155,7 @@ class RECMLinear(eqx.Module):
 
     def relaxation_level(self) -> tuple[Array, Array]:
         """``(theta, theta / |W_eff|_F)``: absolute and relative relaxation levels."""
-        w = self.effective_weight()
-        acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return _levels(self.theta, self.effective_weight())
 
 
 # ---------------------------------------------------------------- C4 convolutions
@@ -292,9 +296,7 @@ class RECMGroupConvC4(eqx.Module):
 
     def relaxation_level(self) -> tuple[Array, Array]:
         """``(theta, theta / |K_eff|_F)``."""
-        w = self.effective_kernel()
-        acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return _levels(self.theta, self.effective_kernel())
 
 
 # ------------------------------------------------------------------------------- e3nn
@@ -405,9 +407,7 @@ class RECMe3nnLinear(eqx.Module):
 
     def relaxation_level(self) -> tuple[Array, Array]:
         """``(theta, theta / |W_eff|_F)``."""
-        w = self.effective_weight()
-        acc = acc_dtype(w.dtype)
-        return self.theta, self.theta.astype(acc) / jnp.sqrt(jnp.sum(w.astype(acc) ** 2))
+        return _levels(self.theta, self.effective_weight())
 
 
 def _e3nn_matrix(lin: Any, weights: dict) -> Array:

@@ -23,7 +23,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
-from jaxkit.privacy._prism import PrivatizeState, _init_privatize
+from jaxkit.privacy._prism import _init_privatize, _next_state
 from jaxkit.privacy.lowrank import LoraFactors
 
 
@@ -32,37 +32,20 @@ def _aggregate_update(updates, state, clip_norm, noise_multiplier, denom, *, axi
     """The body of ``dp_aggregate``'s update, jitted once at module level."""
     leaves, treedef = jax.tree.flatten(updates)
     nd = C.norm_dtype(leaves)
-    cn = jnp.asarray(clip_norm).astype(nd)
-    std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-    den = C.guard_dp_hparams(
-        jnp.asarray(denom).astype(nd),
-        clip_norm=clip_norm,
-        noise_multiplier=noise_multiplier,
-        denom=denom,
+    cn, std, den = C.dp_constants(
+        nd, clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom
     )
-    sq = sum(
-        jnp.sum(jnp.square(g.astype(C.acc_dtype(g))), axis=tuple(range(1, g.ndim))).astype(nd)
-        for g in leaves
-    )
+    sq = sum(C.per_example_sq_norm(g, nd) for g in leaves)
     norms = jnp.sqrt(sq)
-    alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+    alpha = C.clip_factors(norms, cn, nd)
     step_key = jax.random.fold_in(state.key, state.count)
     out = []
     energy = jnp.zeros([], jnp.float32)
     for i, g in enumerate(leaves):
-        acc = C.acc_dtype(g)
-        s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
-        if axis_name is not None:
-            s = jax.lax.psum(s, axis_name)
-        s = C.guard_finite(s)
-        z = std.astype(acc) * jax.random.normal(jax.random.fold_in(step_key, i), s.shape, acc)
-        energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
-        out.append(((s + z) / den.astype(acc)).astype(g.dtype))
-    return treedef.unflatten(out), PrivatizeState(
-        state.count + jnp.ones_like(state.count),
-        state.key,
-        energy / jnp.square(den).astype(jnp.float32),
-    )
+        r, e = C.dense_release(g, alpha, std, den, jax.random.fold_in(step_key, i), axis_name)
+        energy = energy + e
+        out.append(r.astype(g.dtype))
+    return treedef.unflatten(out), _next_state(state, energy, den)
 
 
 def dp_aggregate(

@@ -88,6 +88,48 @@ def guard_dp_hparams(x: Any, *, clip_norm: Any, noise_multiplier: Any, denom: An
     )
 
 
+def dp_constants(nd: Any, *, clip_norm: Any, noise_multiplier: Any, denom: Any) -> tuple:
+    """``(C, sigma C, denom)`` of a DP update: ``C`` and the guarded ``denom`` in ``nd``.
+
+    The noise std ``sigma C`` is f32 (:func:`scalar_std` with ``denom=1``); ``denom``
+    carries the :func:`guard_dp_hparams` checks, so always use the returned value.
+    """
+    cn = jnp.asarray(clip_norm).astype(nd)
+    std = scalar_std(noise_multiplier, clip_norm, 1.0)
+    den = guard_dp_hparams(
+        jnp.asarray(denom).astype(nd),
+        clip_norm=clip_norm,
+        noise_multiplier=noise_multiplier,
+        denom=denom,
+    )
+    return cn, std, den
+
+
+def clip_factors(norms: jax.Array, cn: jax.Array, nd: Any) -> jax.Array:
+    """Per-example clip factors ``min(1, C / ||g_i||)`` (a zero norm gives 1)."""
+    return jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+
+
+def per_example_sq_norm(g: jax.Array, nd: Any) -> jax.Array:
+    """``||g_i||^2`` over all but the leading (batch) axis, accumulated wide, in ``nd``."""
+    return jnp.sum(jnp.square(g.astype(acc_dtype(g))), axis=tuple(range(1, g.ndim))).astype(nd)
+
+
+def dense_release(g, alpha, std, den, key, axis_name) -> tuple[jax.Array, jax.Array]:
+    """``((sum_i alpha_i g_i + z) / denom, ||z||^2)`` for a dense leaf, ``z ~ N(0, std^2)``.
+
+    The clipped sum is reduced over ``axis_name`` and checked finite before the noise
+    (drawn from ``key``) is added; the result is in the accumulation dtype (cast it back).
+    """
+    acc = acc_dtype(g)
+    s = weighted_sum(alpha.astype(acc), g.astype(acc))
+    if axis_name is not None:
+        s = jax.lax.psum(s, axis_name)
+    s = guard_finite(s)
+    z = std.astype(acc) * jax.random.normal(key, s.shape, acc)
+    return (s + z) / den.astype(acc), jnp.sum(jnp.square(z)).astype(jnp.float32)
+
+
 def check_per_example(grads: Any, params: Any) -> int:
     """Check ``grads`` mirrors ``params`` with one extra leading batch axis; return it."""
     if params is None:

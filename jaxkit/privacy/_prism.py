@@ -54,6 +54,16 @@ class PrivatizeState(NamedTuple):
     frame: PyTree = None
 
 
+def _next_state(state: PrivatizeState, energy, den, frame=None) -> PrivatizeState:
+    """The state after a release: count + 1, the noise energy per ``denom^2``, ``frame``."""
+    return PrivatizeState(
+        state.count + jnp.ones_like(state.count),
+        state.key,
+        energy / jnp.square(den).astype(jnp.float32),
+        frame,
+    )
+
+
 def _init_privatize(key, with_frame: bool = False):
     _validate.is_key(key)
 
@@ -100,13 +110,8 @@ def _privatize_update(
 ):
     """The body of ``prism_privatize``'s update, jitted once at module level."""
     nd = C.norm_dtype(jax.tree.leaves(params))
-    cn = jnp.asarray(clip_norm).astype(nd)
-    std = C.scalar_std(noise_multiplier, clip_norm, 1.0)
-    den = C.guard_dp_hparams(
-        jnp.asarray(denom).astype(nd),
-        clip_norm=clip_norm,
-        noise_multiplier=noise_multiplier,
-        denom=denom,
+    cn, std, den = C.dp_constants(
+        nd, clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom
     )
     p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
     g_nodes = treedef.flatten_up_to(updates)
@@ -120,11 +125,10 @@ def _privatize_update(
             sq.append(s.astype(nd))
             caches.append(cache)
         else:
-            g32 = g.astype(C.acc_dtype(g))
-            sq.append(jnp.sum(jnp.square(g32), axis=tuple(range(1, g.ndim))).astype(nd))
+            sq.append(C.per_example_sq_norm(g, nd))
             caches.append(None)
     norms = jnp.sqrt(sum(sq))
-    alpha = jnp.minimum(1.0, cn / jnp.maximum(norms, jnp.finfo(nd).tiny))
+    alpha = C.clip_factors(norms, cn, nd)
     refs = treedef.flatten_up_to(state.frame) if state.frame is not None else [None] * len(p_nodes)
     caches = [
         c if r is None or c is None else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
@@ -162,14 +166,9 @@ def _privatize_update(
             )
             out.append(LoraFactors(C.cast_like(d.a, p.a), C.cast_like(d.b, p.b)))
         else:
-            acc = C.acc_dtype(g)
-            s = C.weighted_sum(alpha.astype(acc), g.astype(acc))
-            if axis_name is not None:
-                s = jax.lax.psum(s, axis_name)
-            s = C.guard_finite(s)
-            z = std.astype(acc) * jax.random.normal(k, s.shape, acc)
-            energy = energy + jnp.sum(jnp.square(z)).astype(jnp.float32)
-            out.append(C.cast_like((s + z) / den.astype(acc), p))
+            r, e = C.dense_release(g, alpha, std, den, k, axis_name)
+            energy = energy + e
+            out.append(C.cast_like(r, p))
     frame = None
     if state.frame is not None:
         frame = treedef.unflatten(
@@ -178,13 +177,7 @@ def _privatize_update(
                 for c, r in zip(caches, refs, strict=True)
             ]
         )
-    new_state = PrivatizeState(
-        state.count + jnp.ones_like(state.count),
-        state.key,
-        energy / jnp.square(den).astype(jnp.float32),
-        frame,
-    )
-    return treedef.unflatten(out), new_state
+    return treedef.unflatten(out), _next_state(state, energy, den, frame)
 
 
 def prism_privatize(

@@ -87,14 +87,21 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
     return jnp.maximum(x + y - 1.0, 0.0)
 
 
+def _binary(x, y, tnorm, geo, *, dual=False):
+    """The t-norm of the pair, or with ``dual`` its t-conorm ``1 - T(1 - x, 1 - y)``."""
+    V.one_of(TNORMS, tnorm=tnorm)
+    x, y = _pair(x, y)
+    if dual:
+        return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, geo)
+    return _tnorm2(x, y, tnorm, geo)
+
+
 @functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
 def logical_and(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
     """Soft AND (t-norm of the pair)."""
-    V.one_of(TNORMS, tnorm=tnorm)
-    x, y = _pair(x, y)
-    return _tnorm2(x, y, tnorm, use_geometric_mean)
+    return _binary(x, y, tnorm, use_geometric_mean)
 
 
 @functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
@@ -102,9 +109,7 @@ def logical_or(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
     """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``."""
-    V.one_of(TNORMS, tnorm=tnorm)
-    x, y = _pair(x, y)
-    return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, use_geometric_mean)
+    return _binary(x, y, tnorm, use_geometric_mean, dual=True)
 
 
 @functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))

@@ -146,20 +146,11 @@ def categorical(
         )
     if mode != "hard" and RC.is_concrete(logits):
         RC.no_nan(logits, "logits")
+    st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
     return _categorical(
-        key,
-        logits,
-        softness,
-        log_prob_eps,
-        axis=ax,
-        shape=shape,
-        replace=bool(replace),
-        return_log_probs=return_log_probs,
-        mode=mode,
-        method=method,
-        standardize=standardize,
-        rng_mode=rng_mode,
-    )
+        key, logits, softness, log_prob_eps, axis=ax, shape=shape, replace=bool(replace),
+        return_log_probs=return_log_probs, **st,
+    )  # fmt: skip
 
 
 def _choice_core(key, arr, p, softness, *, shape, replace, axis, **st):

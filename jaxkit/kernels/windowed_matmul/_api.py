@@ -75,9 +75,8 @@ def _layout(n: int, block_n: int | None, max_block: int = 128) -> tuple[int, int
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
 def _mix_core(xw, m, residual, interpret, block_n, steps, block_d):
-    return _pallas_gpu.mix_pallas(
-        xw, m, residual=residual, block_n=block_n, block_d=block_d, interpret=interpret
-    )
+    tiling = _pallas_gpu.Tiling(block_n, block_d, interpret)
+    return _pallas_gpu.mix_pallas(xw, m, residual=residual, tiling=tiling)
 
 
 def _mix_core_fwd(xw, m, residual, interpret, block_n, steps, block_d):
@@ -87,17 +86,9 @@ def _mix_core_fwd(xw, m, residual, interpret, block_n, steps, block_d):
 def _mix_core_bwd(residual, interpret, block_n, steps, block_d, res, g):
     xw, m = res
     g = g.astype(xw.dtype)
-    dxw = _pallas_gpu.mix_pallas(
-        g,
-        jnp.swapaxes(m, 1, 2),
-        residual=residual,
-        block_n=block_n,
-        block_d=block_d,
-        interpret=interpret,
-    )
-    dm = _pallas_gpu.outer_pallas(
-        xw, g, steps=steps, block_n=block_n, block_d=block_d, interpret=interpret
-    ).sum(axis=1)
+    tiling = _pallas_gpu.Tiling(block_n, block_d, interpret)
+    dxw = _pallas_gpu.mix_pallas(g, jnp.swapaxes(m, 1, 2), residual=residual, tiling=tiling)
+    dm = _pallas_gpu.outer_pallas(xw, g, steps=steps, tiling=tiling).sum(axis=1)
     return dxw, dm.astype(m.dtype)
 
 

@@ -14,6 +14,7 @@ window count to ``N_p = S * steps * block_n`` with zeros, which is exact.
 """
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,37 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from jaxkit._typing import accumulation_dtype
+
+
+class Tiling(NamedTuple):
+    """Static launch options shared by both kernels (hashable: a jit static argument).
+
+    ``block_n`` windows per block, ``block_d`` columns per tile (capped at ``d_p``),
+    ``interpret`` runs the Pallas interpreter (operands upcast to f32), and Triton's
+    ``num_warps`` / ``num_stages``.
+    """
+
+    block_n: int = 128
+    block_d: int = 64
+    interpret: bool = False
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+_DEFAULT_TILING = Tiling()
+
+
+def _launch(kernel, tiling: Tiling, *, name: str, **specs):
+    """``pl.pallas_call`` with ``tiling``'s Triton parameters and interpret flag."""
+    return pl.pallas_call(
+        functools.partial(kernel, upcast=bool(tiling.interpret)),
+        compiler_params=plgpu.CompilerParams(
+            num_warps=tiling.num_warps, num_stages=tiling.num_stages
+        ),
+        interpret=tiling.interpret,
+        name=name,
+        **specs,
+    )
 
 
 def _precision(dtype: jnp.dtype) -> lax.Precision:
@@ -78,20 +110,9 @@ def _mix_kernel(x_ref, m_ref, xr_ref, o_ref, *, residual: bool, upcast: bool, bl
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("residual", "block_n", "block_d", "interpret", "num_warps", "num_stages"),
-)
+@functools.partial(jax.jit, static_argnames=("residual", "tiling"))
 def mix_pallas(
-    xw: jax.Array,
-    matrix: jax.Array,
-    *,
-    residual: bool,
-    block_n: int = 128,
-    block_d: int = 64,
-    interpret: bool = False,
-    num_warps: int = 4,
-    num_stages: int = 2,
+    xw: jax.Array, matrix: jax.Array, *, residual: bool, tiling: Tiling = _DEFAULT_TILING
 ) -> jax.Array:
     """``(C, N_p, d_p) @ (C, d_p, d_p)`` per channel, plus ``xw`` if ``residual``.
 
@@ -100,15 +121,17 @@ def mix_pallas(
     ``256 x 256`` matrix in registers).
     """
     c, n_p, d_p = xw.shape
-    block_d = min(block_d, d_p)
+    block_n, block_d = tiling.block_n, min(tiling.block_d, d_p)
     if n_p % block_n or d_p % block_d:
         raise NotImplementedError(
             f"mix_pallas needs N_p % block_n == 0 and d_p % block_d == 0; got {n_p=}, "
             f"{d_p=}, {block_n=}, {block_d=}."
         )
     (xw, matrix), mat = _match_vma(xw, matrix.astype(xw.dtype))
-    return pl.pallas_call(
-        functools.partial(_mix_kernel, residual=residual, upcast=bool(interpret), block_d=block_d),
+    return _launch(
+        functools.partial(_mix_kernel, residual=residual, block_d=block_d),
+        tiling,
+        name="wbmm_mix",
         out_shape=_out_shape((c, n_p, d_p), xw.dtype, mat),
         grid=(c, n_p // block_n, d_p // block_d),
         in_specs=[
@@ -117,9 +140,6 @@ def mix_pallas(
             pl.BlockSpec((None, block_n, block_d), lambda ci, ni, qi: (ci, ni, qi)),
         ],
         out_specs=pl.BlockSpec((None, block_n, block_d), lambda ci, ni, qi: (ci, ni, qi)),
-        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-        interpret=interpret,
-        name="wbmm_mix",
     )(xw, matrix, xw)
 
 
@@ -142,20 +162,9 @@ def _outer_kernel(x_ref, g_ref, o_ref, *, block_n: int, steps: int, upcast: bool
     o_ref[...] = lax.fori_loop(1, steps, lambda i, acc: acc + product(i), product(0))
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("steps", "block_n", "block_d", "interpret", "num_warps", "num_stages"),
-)
+@functools.partial(jax.jit, static_argnames=("steps", "tiling"))
 def outer_pallas(
-    xw: jax.Array,
-    g: jax.Array,
-    *,
-    steps: int,
-    block_n: int = 128,
-    block_d: int = 64,
-    interpret: bool = False,
-    num_warps: int = 4,
-    num_stages: int = 2,
+    xw: jax.Array, g: jax.Array, *, steps: int, tiling: Tiling = _DEFAULT_TILING
 ) -> jax.Array:
     """Partial sums ``(C, S, d_p, d_p)`` of ``X_c^T G_c`` over ``S`` chunks of windows.
 
@@ -163,8 +172,9 @@ def outer_pallas(
     ``(block_d, block_d)`` tile over ``steps`` blocks of ``block_n`` windows.
     """
     c, n_p, d_p = xw.shape
+    block_n = tiling.block_n
     chunk = steps * block_n
-    block_d = min(block_d, d_p)
+    block_d = min(tiling.block_d, d_p)
     if n_p % chunk or d_p % block_d:
         raise NotImplementedError(
             f"outer_pallas needs N_p % (steps * block_n) == 0 and d_p % block_d == 0; got "
@@ -173,8 +183,10 @@ def outer_pallas(
     acc_dt = accumulation_dtype(xw.dtype)
     nd = d_p // block_d
     (xw, g), mat = _match_vma(xw, g.astype(xw.dtype))
-    return pl.pallas_call(
-        functools.partial(_outer_kernel, block_n=block_n, steps=steps, upcast=bool(interpret)),
+    return _launch(
+        functools.partial(_outer_kernel, block_n=block_n, steps=steps),
+        tiling,
+        name="wbmm_outer",
         out_shape=_out_shape((c, n_p // chunk, d_p, d_p), acc_dt, mat),
         grid=(c, n_p // chunk, nd, nd),
         in_specs=[
@@ -184,7 +196,4 @@ def outer_pallas(
         out_specs=pl.BlockSpec(
             (None, None, block_d, block_d), lambda ci, si, pi, qi: (ci, si, pi, qi)
         ),
-        compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-        interpret=interpret,
-        name="wbmm_outer",
     )(xw, g)
