@@ -142,3 +142,23 @@ def guard_alphabet(x: Array, tokens: Array, vocab: int, *, name: str, allow_mask
 def gather_log_prob(log_p: Array, tokens: Array) -> Array:
     """``log_p[b, i, tokens[b, i]]``."""
     return jnp.take_along_axis(log_p, tokens[..., None], axis=-1)[..., 0]
+
+
+@functools.cache
+def transformer_embedder(cfg):
+    """``embed_fn(params, tokens, positions, attn_mask) -> hidden [B, L, D]`` (last block).
+
+    The per-token features TD3B's contrastive term pools (masked mean over valid
+    slots). Cached per config like :func:`transformer_denoiser`.
+    """
+    from jaxkit import nn
+
+    if not isinstance(cfg, nn.TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    last = cfg.n_layers - 1
+
+    def embed_fn(params, tokens, positions, attn_mask):
+        out = nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask, collect=(last,))
+        return out.hidden[last]
+
+    return embed_fn

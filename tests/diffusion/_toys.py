@@ -139,3 +139,56 @@ def exact_sampler_distribution(log_p_fn, v, length, num_steps, order, alpha, eps
         dist = new
     final = all_sequences(v, length)
     return np.array([dist[index[tuple(x)]] for x in final])
+
+
+# ------------------------------------------------------------------ exact-target toy (§2.4-2)
+
+TOY_V, TOY_L, TOY_MASK = 3, 5, 3
+
+
+def mlp_init(key, v=TOY_V, length=TOY_L, hidden=128):
+    d = length * (v + 1)
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {
+        "w1": jax.random.normal(k1, (d, hidden)) / np.sqrt(d),
+        "b1": jnp.zeros((hidden,)),
+        "w2": jax.random.normal(k2, (hidden, hidden)) / np.sqrt(hidden),
+        "b2": jnp.zeros((hidden,)),
+        "w3": jax.random.normal(k3, (hidden, d)) * 0.01,
+        "b3": jnp.zeros((d,)),
+    }
+
+
+def mlp_apply(params, tokens, positions, attn_mask):
+    """A fully expressive denoiser of the whole noisy sequence (one-hot -> MLP -> logits)."""
+    del positions, attn_mask
+    b, length = tokens.shape
+    vv = params["w3"].shape[1] // length
+    x = jax.nn.one_hot(tokens, vv, dtype=params["w1"].dtype).reshape(b, length * vv)
+    h = jax.nn.gelu(x @ params["w1"] + params["b1"][None])
+    h = jax.nn.gelu(h @ params["w2"] + params["b2"][None])
+    return (h @ params["w3"] + params["b3"][None]).reshape(b, length, vv)
+
+
+def toy_data():
+    """p_data: a Markov chain over 3 letters; oracles g (affinity) and f (direction)."""
+    seqs = all_sequences(TOY_V, TOY_L)
+    init = np.array([0.5, 0.3, 0.2])
+    trans = np.array([[0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.3, 0.2, 0.5]])
+    p = init[seqs[:, 0]] * np.prod(trans[seqs[:, :-1], seqs[:, 1:]], axis=1)
+    g = 1 / (1 + np.exp(-(np.sum(seqs == 2, axis=1) - 1.5)))
+    f = 1 / (
+        1 + np.exp(-2.0 * (np.sum(seqs[:, :2] == 1, axis=1) - np.sum(seqs[:, :2] == 0, axis=1)))
+    )
+    return seqs, p / p.sum(), g.astype(np.float32), f.astype(np.float32)
+
+
+def tv(p, q):
+    return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+def empirical(tokens, v=TOY_V):
+    t = np.asarray(tokens)
+    idx = t @ (v ** np.arange(t.shape[1] - 1, -1, -1))
+    c = np.bincount(idx, minlength=v ** t.shape[1])
+    return c / c.sum()
