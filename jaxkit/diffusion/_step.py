@@ -54,7 +54,18 @@ def _pool(embed_fn, params, tokens, valid):
 
 
 def _objective(
-    apply_fn, embed_fn, params, ref_params, buffer, key, hp, *, mask_id, replicates, reduction
+    apply_fn,
+    embed_fn,
+    params,
+    ref_params,
+    buffer,
+    key,
+    hp,
+    *,
+    mask_id,
+    replicates,
+    reduction,
+    adaptive,
 ):
     kw, kk = jax.random.split(key)
     wdce, wbar = wdce_terms(
@@ -75,7 +86,7 @@ def _objective(
         ctr = jnp.zeros((), acc)
     else:
         emb = _pool(embed_fn, params, buffer.tokens, buffer.valid)
-        ctr = _contrastive(emb, buffer.direction, hp["margin"], adaptive=True).astype(acc)
+        ctr = _contrastive(emb, buffer.direction, hp["margin"], adaptive=adaptive).astype(acc)
     loss = (
         wdce
         + jnp.asarray(hp["kl_weight"], acc) * kl
@@ -108,6 +119,8 @@ def _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp):
     _common.check_alphabet(tokens, vocab, name="buffer.tokens", allow_mask=False, mask_id=mask_id)
     replicates = _validate.python_int(replicates, name="replicates", minimum=1)
     _validate.one_of(REDUCTIONS, reduction=reduction)
+    if not isinstance(hp["adaptive_margin"], bool):
+        raise TypeError(f"`adaptive_margin` must be a bool, got {hp['adaptive_margin']!r}.")
     for name in ("kl_weight", "contrastive_weight"):
         _validate.real_scalar(hp[name], name=name)
     guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
@@ -135,6 +148,7 @@ def td3b_loss(
     margin: RealScalarLike = 1.0,
     lam_clip: RealScalarLike = 1e5,
     reduction: str = "sum_weights",
+    adaptive_margin: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """``L = L_WDCE + contrastive_weight * L_ctr + kl_weight * L_KL`` on a buffer.
 
@@ -147,7 +161,8 @@ def td3b_loss(
     ``reduction`` static; the weights traced).
 
     Returns:
-      ``(loss, metrics)``; metrics: ``loss``, ``wdce``, ``kl``, ``contrastive``,
+      ``(loss, metrics)`` (``adaptive_margin``: the margin ``max(margin, 1.5 mean
+      dissimilar distance)``, no gradient through it); metrics: ``loss``, ``wdce``, ``kl``, ``contrastive``,
       ``ess`` (effective sample size of the normalised weights, in [1, N]).
 
     Raises:
@@ -164,8 +179,10 @@ def td3b_loss(
         "contrastive_weight": contrastive_weight,
         "margin": margin,
         "lam_clip": lam_clip,
+        "adaptive_margin": adaptive_margin,
     }
     buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
+    hp = {k: v for k, v in hp.items() if k != "adaptive_margin"}
     return _loss_core(
         apply_fn,
         embed_fn,
@@ -177,14 +194,27 @@ def td3b_loss(
         mask_id=mask_id,
         replicates=replicates,
         reduction=reduction,
+        adaptive=adaptive_margin,
     )
 
 
 @functools.partial(
-    jax.jit, static_argnames=("apply_fn", "embed_fn", "mask_id", "replicates", "reduction")
+    jax.jit,
+    static_argnames=("apply_fn", "embed_fn", "mask_id", "replicates", "reduction", "adaptive"),
 )
 def _loss_core(
-    apply_fn, embed_fn, params, ref_params, buffer, key, hp, *, mask_id, replicates, reduction
+    apply_fn,
+    embed_fn,
+    params,
+    ref_params,
+    buffer,
+    key,
+    hp,
+    *,
+    mask_id,
+    replicates,
+    reduction,
+    adaptive,
 ):
     loss, m = _objective(
         apply_fn,
@@ -197,6 +227,7 @@ def _loss_core(
         mask_id=mask_id,
         replicates=replicates,
         reduction=reduction,
+        adaptive=adaptive,
     )
     dt = _logits_dtype(params)
     return loss.astype(dt), {k: v.astype(dt) for k, v in m.items()}
@@ -219,6 +250,7 @@ def td3b_train_step(
     margin: RealScalarLike = 1.0,
     lam_clip: RealScalarLike = 1e5,
     reduction: str = "sum_weights",
+    adaptive_margin: bool = True,
 ) -> tuple[PyTree, optax.OptState, dict[str, Array]]:
     """One optimiser step on :func:`td3b_loss` (pure; one module-level ``jit``).
 
@@ -235,8 +267,10 @@ def td3b_train_step(
         "contrastive_weight": contrastive_weight,
         "margin": margin,
         "lam_clip": lam_clip,
+        "adaptive_margin": adaptive_margin,
     }
     buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
+    hp = {k: v for k, v in hp.items() if k != "adaptive_margin"}
     return _step_core(
         apply_fn,
         embed_fn,
@@ -250,12 +284,21 @@ def td3b_train_step(
         mask_id=mask_id,
         replicates=replicates,
         reduction=reduction,
+        adaptive=adaptive_margin,
     )
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("apply_fn", "embed_fn", "optimizer", "mask_id", "replicates", "reduction"),
+    static_argnames=(
+        "apply_fn",
+        "embed_fn",
+        "optimizer",
+        "mask_id",
+        "replicates",
+        "reduction",
+        "adaptive",
+    ),
 )
 def _step_core(
     apply_fn,
@@ -271,6 +314,7 @@ def _step_core(
     mask_id,
     replicates,
     reduction,
+    adaptive,
 ):
     def f(p):
         return _objective(
@@ -284,6 +328,7 @@ def _step_core(
             mask_id=mask_id,
             replicates=replicates,
             reduction=reduction,
+            adaptive=adaptive,
         )
 
     (_, metrics), grads = jax.value_and_grad(f, has_aux=True)(params)

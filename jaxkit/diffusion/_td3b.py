@@ -315,11 +315,19 @@ def contrastive_margin(
     return _contrastive(e, lab, margin, adaptive=adaptive)
 
 
+def _replicated(x):
+    """All pairs need every row: gather a batch-sharded operand (explicit mesh axes)."""
+    spec = getattr(jax.typeof(x).sharding, "spec", None)
+    if spec is not None and any(a is not None for a in spec):
+        return jax.sharding.reshard(x, jax.P())
+    return x
+
+
 @functools.partial(jax.jit, static_argnames=("adaptive",))
 def _contrastive(e, lab, margin, *, adaptive):
     dt = e.dtype
     acc = accumulation_dtype(dt)
-    x = e.astype(acc)
+    x, lab = _replicated(e.astype(acc)), _replicated(lab)
     diff = x[:, None, :] - x[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     off = ~jnp.eye(x.shape[0], dtype=bool)

@@ -305,21 +305,22 @@ def test_exact_target_toy():
     params = _toys.mlp_init(jax.random.key(0))
     opt = optax.adam(3e-3)
     st = opt.init(params)
-    for i in range(1200):
-        params, st, _ = diffusion.td3b_train_step(
-            _toys.mlp_apply,
-            None,
-            opt,
-            params,
-            st,
-            params,
-            buf,
-            key=jax.random.key(i),
-            mask_id=_toys.TOY_MASK,
-            replicates=4,
-            kl_weight=0.0,
-            contrastive_weight=0.0,
-        )
+    with jax.numpy_dtype_promotion("standard"):  # optax.adam mixes int32 and floats
+        for i in range(1200):
+            params, st, _ = diffusion.td3b_train_step(
+                _toys.mlp_apply,
+                None,
+                opt,
+                params,
+                st,
+                params,
+                buf,
+                key=jax.random.key(i),
+                mask_id=_toys.TOY_MASK,
+                replicates=4,
+                kl_weight=0.0,
+                contrastive_weight=0.0,
+            )
     tr = diffusion.sample(
         _toys.mlp_apply,
         params,
