@@ -162,7 +162,8 @@ def td3b_loss(
 
     Returns:
       ``(loss, metrics)`` (``adaptive_margin``: the margin ``max(margin, 1.5 mean
-      dissimilar distance)``, no gradient through it); metrics: ``loss``, ``wdce``, ``kl``, ``contrastive``,
+      dissimilar distance)``, no gradient through it); metrics: ``loss``, ``wdce``, ``kl``,
+      ``contrastive``,
       ``ess`` (effective sample size of the normalised weights, in [1, N]).
 
     Raises:
