@@ -6,6 +6,11 @@ time input); :func:`transformer_denoiser` wraps a bidirectional ``jaxkit.nn``
 transformer.
 """
 
+from jaxkit.diffusion._baselines import Guided as Guided
+from jaxkit.diffusion._baselines import best_of_n as best_of_n
+from jaxkit.diffusion._baselines import reverse_step as reverse_step
+from jaxkit.diffusion._baselines import sir_resample as sir_resample
+from jaxkit.diffusion._baselines import smc_sample as smc_sample
 from jaxkit.diffusion._collect import ESSWarning as ESSWarning
 from jaxkit.diffusion._collect import RewardFn as RewardFn
 from jaxkit.diffusion._collect import collect_onpolicy as collect_onpolicy
@@ -32,3 +37,8 @@ from jaxkit.diffusion._td3b import gated_reward as gated_reward
 from jaxkit.diffusion._td3b import kl_to_reference as kl_to_reference
 from jaxkit.diffusion._td3b import log_importance_weight as log_importance_weight
 from jaxkit.diffusion._td3b import wdce_loss as wdce_loss
+from jaxkit.diffusion._toy import AMINO_ACIDS as AMINO_ACIDS
+from jaxkit.diffusion._toy import load_binder_csv as load_binder_csv
+from jaxkit.diffusion._toy import toy_nature as toy_nature
+from jaxkit.diffusion._toy import toy_nature_sample as toy_nature_sample
+from jaxkit.diffusion._toy import toy_oracle as toy_oracle

@@ -30,6 +30,9 @@ RewardFn = Callable[[np.ndarray], dict]
 """``reward_fn(tokens int[N, L]) -> {"affinity": float[N], "p_agonist": float[N]}``."""
 
 
+OBJECTIVES = ("td3b", "affinity")
+
+
 class ESSWarning(UserWarning):
     """The normalised importance weights collapsed onto few samples (low ESS)."""
 
@@ -78,6 +81,7 @@ def collect_onpolicy(
     alpha: float = 0.1,
     kappa_min: float = 0.1,
     schedule: MaskingSchedule | str = "loglinear",
+    objective: str = "td3b",
 ) -> Buffer:
     """Sample ``num_samples`` sequences from the policy, score them, weight them.
 
@@ -106,14 +110,26 @@ def collect_onpolicy(
         direction=direction,
         alpha=alpha,
         kappa_min=kappa_min,
+        objective=objective,
     )
 
 
-def make_buffer(tokens, unmask_step, log_ratio, reward_fn, *, direction, alpha, kappa_min):
-    """Score sampled trajectories and build a :class:`Buffer` (host)."""
+def make_buffer(
+    tokens, unmask_step, log_ratio, reward_fn, *, direction, alpha, kappa_min, objective="td3b"
+):
+    """Score sampled trajectories and build a :class:`Buffer` (host).
+
+    ``objective="td3b"``: reward = :func:`gated_reward` for ``direction``;
+    ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
+    no confidence term.
+    """
+    _validate.one_of(OBJECTIVES, objective=objective)
     g, f = score(reward_fn, tokens)
     d = jnp.full((g.shape[0],), direction, jnp.int32)
-    s = gated_reward(jnp.asarray(g), jnp.asarray(f), direction=d)
+    if objective == "affinity":
+        s, kappa_min = jnp.asarray(g), 1.0
+    else:
+        s = gated_reward(jnp.asarray(g), jnp.asarray(f), direction=d)
     lw = log_importance_weight(
         s,
         jnp.asarray(f),
@@ -209,6 +225,7 @@ def fine_tune(
     contrastive_weight: float = 0.1,
     ess_warn: float = 0.05,
     ref_params: PyTree | None = None,
+    objective: str = "td3b",
 ) -> tuple[PyTree, list[dict]]:
     """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
 
@@ -219,6 +236,7 @@ def fine_tune(
     pretrained anchor. ``history[i]`` holds the step metrics (``ess`` included),
     the mean reward, direction accuracy of the fresh samples and the oracle calls so
     far. When ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
+    ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     iterations = _validate.python_int(iterations, name="iterations", minimum=0)
@@ -241,6 +259,7 @@ def fine_tune(
             num_steps=num_steps,
             alpha=alpha,
             kappa_min=kappa_min,
+            objective=objective,
         )
         calls += samples_per_iter
         if collection == "onpolicy" or buffer is None:
@@ -254,7 +273,7 @@ def fine_tune(
                 mask_id=mask_id,
                 num_steps=num_steps,
                 alpha=alpha,
-                kappa_min=kappa_min,
+                kappa_min=1.0 if objective == "affinity" else kappa_min,
             )
             buffer = merge_best(buffer, fresh, buffer_size)
         ess = float(effective_sample_size(buffer.log_w))
