@@ -35,13 +35,14 @@ T_STEPS, LENGTH, MASK, ALPHA = 12, 12, 20, 0.1
 
 
 def _evaluate(apply_fn, params, key, n, direction):
-    tr = diffusion.sample(
+    tr = diffusion.sample(  # ref_params: the same compiled sampler as the fine-tuning loop's
         apply_fn,
         params,
         jnp.full((n, LENGTH), MASK, jnp.int32),
         key=key,
         mask_id=MASK,
         num_steps=T_STEPS,
+        ref_params=params,
     )
     return _metrics(tr.tokens, direction)
 
@@ -113,13 +114,13 @@ def main(
     apply_fn = diffusion.transformer_denoiser(fx.cfg)
     params = fx.params
     key = jax.random.key(seed)
-    n_eval = 128 if quick else 512
-    iters, samples = (8, 64) if quick else (30, 128)
+    n_eval = 64 if quick else 512
+    iters, samples = (6, 64) if quick else (30, 128)
     k = iter(jax.random.split(key, 16))
 
     pre = {d: _evaluate(apply_fn, params, next(k), n_eval, d) for d in (1, -1)}
     # inference-time baselines: oracle calls per accepted sample
-    n_bon = 8 * n_eval if not quick else 4 * n_eval
+    n_bon = 4 * n_eval
     bon = {}
     smc = {}
     for d in (1, -1):
