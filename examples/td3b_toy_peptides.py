@@ -54,7 +54,7 @@ def _metrics(tokens, direction):
 
 
 def _finetune(apply_fn, params, key, direction, iters, samples, objective):
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=0.0))
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(2e-3, weight_decay=0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", diffusion.ESSWarning)  # the ESS is plotted instead
         return diffusion.fine_tune(
@@ -69,7 +69,7 @@ def _finetune(apply_fn, params, key, direction, iters, samples, objective):
             optimizer=opt,
             iterations=iters,
             samples_per_iter=samples,
-            steps_per_iter=4,
+            steps_per_iter=8,
             num_steps=T_STEPS,
             alpha=ALPHA,
             replicates=4,

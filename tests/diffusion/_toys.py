@@ -146,7 +146,7 @@ def exact_sampler_distribution(log_p_fn, v, length, num_steps, order, alpha, eps
 TOY_V, TOY_L, TOY_MASK = 3, 5, 3
 
 
-def mlp_init(key, v=TOY_V, length=TOY_L, hidden=128):
+def mlp_init(key, v=TOY_V, length=TOY_L, hidden=128, out_scale=0.01):
     d = length * (v + 1)
     k1, k2, k3 = jax.random.split(key, 3)
     return {
@@ -154,7 +154,7 @@ def mlp_init(key, v=TOY_V, length=TOY_L, hidden=128):
         "b1": jnp.zeros((hidden,)),
         "w2": jax.random.normal(k2, (hidden, hidden)) / np.sqrt(hidden),
         "b2": jnp.zeros((hidden,)),
-        "w3": jax.random.normal(k3, (hidden, d)) * 0.01,
+        "w3": jax.random.normal(k3, (hidden, d)) * out_scale,
         "b3": jnp.zeros((d,)),
     }
 
@@ -192,3 +192,8 @@ def empirical(tokens, v=TOY_V):
     idx = t @ (v ** np.arange(t.shape[1] - 1, -1, -1))
     c = np.bincount(idx, minlength=v ** t.shape[1])
     return c / c.sum()
+
+
+def random_mlp(v: int, length: int, seed: int):
+    """A cheap random denoiser (no consistent joint) for v letters + [MASK] (id v)."""
+    return mlp_apply, mlp_init(jax.random.key(seed), v, length, hidden=32, out_scale=0.5)
