@@ -20,6 +20,7 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
 # Only subpackages that exist: ``hasattr(jaxkit, "memory")`` is False until it lands.
 _SUBPACKAGES = (
     "decoding",
+    "diffusion",
     "editing",
     "equivariance",
     "interop",

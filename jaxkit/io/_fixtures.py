@@ -40,7 +40,8 @@ def load_fixture(name: str = "tiny_lm") -> Fixture:
       name: Fixture folder name: ``"tiny_lm"`` (the ``counting`` task of
         :func:`jaxkit.nn.tiny_task`, made by ``scripts/train_tiny_lm.py``) or
         ``"wedlm_counting"`` (the WeDLM model of the ``noisy_counting`` task, made by
-        ``scripts/train_wedlm_fixture.py``).
+        ``scripts/train_wedlm_fixture.py``) or ``"td3b_toy_mdlm"`` (the toy peptide
+        MDLM of ``jaxkit.diffusion``, made by ``scripts/train_td3b_fixture.py``).
 
     Returns:
       :class:`Fixture` ``(params (f32), cfg, info)``; ``info`` holds the task name,

@@ -1,0 +1,314 @@
+"""Host-side TD3B data collection and fine-tuning loop (oracles are black boxes).
+
+Not jitted: the reward oracle is any Python callable on NumPy tokens. The device
+work inside (sampling, re-scoring, the train step) goes through the jitted public
+functions, so every iteration reuses the same compiled programs.
+"""
+
+import warnings
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, PyTree
+from jaxkit.diffusion._common import ApplyFn
+from jaxkit.diffusion._sample import sample, trajectory_log_prob
+from jaxkit.diffusion._schedule import MaskingSchedule
+from jaxkit.diffusion._step import Buffer, td3b_train_step
+from jaxkit.diffusion._td3b import (
+    EmbedFn,
+    effective_sample_size,
+    gated_reward,
+    log_importance_weight,
+)
+
+RewardFn = Callable[[np.ndarray], dict]
+"""``reward_fn(tokens int[N, L]) -> {"affinity": float[N], "p_agonist": float[N]}``."""
+
+
+OBJECTIVES = ("td3b", "affinity")
+
+
+class ESSWarning(UserWarning):
+    """The normalised importance weights collapsed onto few samples (low ESS)."""
+
+
+def score(reward_fn: RewardFn, tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Call the oracle and check its output: ``(affinity, p_agonist)`` as float32 arrays.
+
+    Raises:
+      ValueError: Missing keys, wrong lengths or non-finite values (named).
+    """
+    toks = np.asarray(tokens)
+    out = reward_fn(toks)
+    if not isinstance(out, dict) or not {"affinity", "p_agonist"} <= set(out):
+        raise ValueError(
+            "`reward_fn` must return a dict with keys 'affinity' and 'p_agonist', got "
+            f"{type(out).__name__} {sorted(out) if isinstance(out, dict) else ''}."
+        )
+    res = []
+    for name in ("affinity", "p_agonist"):
+        a = np.asarray(out[name], np.float32)
+        if a.shape != toks.shape[:1]:
+            raise ValueError(
+                f"`reward_fn` returned '{name}' of shape {a.shape}, expected {toks.shape[:1]}."
+            )
+        if not np.all(np.isfinite(a)):
+            bad = int(np.sum(~np.isfinite(a)))
+            raise ValueError(
+                f"`reward_fn` returned non-finite rewards: {bad} NaN/inf value(s) in '{name}'."
+            )
+        res.append(a)
+    return res[0], res[1]
+
+
+def collect_onpolicy(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    ref_params: PyTree,
+    reward_fn: RewardFn,
+    *,
+    key: KeyArray,
+    num_samples: int,
+    length: int,
+    direction: int,
+    mask_id: int,
+    num_steps: int,
+    alpha: float = 0.1,
+    kappa_min: float = 0.1,
+    schedule: MaskingSchedule | str = "loglinear",
+    objective: str = "td3b",
+) -> Buffer:
+    """Sample ``num_samples`` sequences from the policy, score them, weight them.
+
+    ``log_w = sum_path (log p_pre - log p_theta) + S / alpha + log max(kappa, kappa_min)``.
+    One oracle call per sample (host).
+    """
+    direction = _validate.python_int(direction, name="direction")
+    if direction not in (1, -1):
+        raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
+    template = jnp.full((num_samples, length), mask_id, jnp.int32)
+    tr = sample(
+        apply_fn,
+        params,
+        template,
+        key=key,
+        mask_id=mask_id,
+        num_steps=num_steps,
+        schedule=schedule,
+        ref_params=ref_params,
+    )
+    return make_buffer(
+        tr.tokens,
+        tr.unmask_step,
+        tr.log_ratio,
+        reward_fn,
+        direction=direction,
+        alpha=alpha,
+        kappa_min=kappa_min,
+        objective=objective,
+    )
+
+
+def make_buffer(
+    tokens, unmask_step, log_ratio, reward_fn, *, direction, alpha, kappa_min, objective="td3b"
+):
+    """Score sampled trajectories and build a :class:`Buffer` (host).
+
+    ``objective="td3b"``: reward = :func:`gated_reward` for ``direction``;
+    ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
+    no confidence term.
+    """
+    _validate.one_of(OBJECTIVES, objective=objective)
+    g, f = score(reward_fn, tokens)
+    d = jnp.full((g.shape[0],), direction, jnp.int32)
+    if objective == "affinity":
+        s, kappa_min = jnp.asarray(g), 1.0
+    else:
+        s = gated_reward(jnp.asarray(g), jnp.asarray(f), direction=d)
+    lw = log_importance_weight(
+        s,
+        jnp.asarray(f),
+        log_ratio=jnp.asarray(log_ratio, jnp.float32),
+        alpha=alpha,
+        kappa_min=kappa_min,
+    )
+    tokens = jnp.asarray(tokens, jnp.int32)
+    return Buffer(
+        tokens=tokens,
+        unmask_step=jnp.asarray(unmask_step, jnp.int32),
+        valid=jnp.ones_like(tokens, dtype=bool),
+        direction=d,
+        affinity=jnp.asarray(g),
+        p_agonist=jnp.asarray(f),
+        reward=s,
+        log_ratio=jnp.asarray(log_ratio, jnp.float32),
+        log_w=lw,
+    )
+
+
+def rescore_buffer(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    ref_params: PyTree,
+    buffer: Buffer,
+    *,
+    mask_id: int,
+    num_steps: int,
+    alpha: float = 0.1,
+    kappa_min: float = 0.1,
+) -> Buffer:
+    """Recompute each row's path log-ratio under the current policy and its weight.
+
+    ``log_ratio = sum_path log p_pre - sum_path log p_theta`` re-evaluated along
+    the stored unmasking order (the upstream tree kept a running sum of policy
+    log-probabilities only, with no pretrained term: wrong after the policy moves).
+    """
+    lq = trajectory_log_prob(
+        apply_fn,
+        ref_params,
+        buffer.tokens,
+        buffer.unmask_step,
+        mask_id=mask_id,
+        num_steps=num_steps,
+        valid=buffer.valid,
+    )
+    lp = trajectory_log_prob(
+        apply_fn,
+        params,
+        buffer.tokens,
+        buffer.unmask_step,
+        mask_id=mask_id,
+        num_steps=num_steps,
+        valid=buffer.valid,
+    )
+    lr = (lq - lp).astype(jnp.float32)
+    lw = log_importance_weight(
+        buffer.reward, buffer.p_agonist, log_ratio=lr, alpha=alpha, kappa_min=kappa_min
+    )
+    return buffer._replace(log_ratio=lr, log_w=lw)
+
+
+def merge_best(buffer: Buffer, new: Buffer, size: int) -> Buffer:
+    """Best-of-buffer: keep the ``size`` rows of ``buffer`` and ``new`` with the highest reward."""
+    size = _validate.python_int(size, name="size", minimum=1)
+    both = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), buffer, new)
+    order = np.argsort(-np.asarray(both.reward), kind="stable")[:size]
+    return jax.tree.map(lambda a: a[order], both)
+
+
+def fine_tune(
+    apply_fn: ApplyFn,
+    embed_fn: EmbedFn | None,
+    params: PyTree,
+    reward_fn: RewardFn,
+    *,
+    key: KeyArray,
+    direction: int,
+    length: int,
+    mask_id: int,
+    optimizer: optax.GradientTransformation,
+    iterations: int,
+    samples_per_iter: int = 128,
+    steps_per_iter: int = 1,
+    num_steps: int = 12,
+    collection: str = "onpolicy",
+    buffer_size: int = 128,
+    alpha: float = 0.1,
+    kappa_min: float = 0.1,
+    replicates: int = 4,
+    kl_weight: float = 0.1,
+    contrastive_weight: float = 0.1,
+    ess_warn: float = 0.05,
+    ref_params: PyTree | None = None,
+    objective: str = "td3b",
+) -> tuple[PyTree, list[dict]]:
+    """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
+
+    ``collection="onpolicy"``: each iteration trains on the fresh samples;
+    ``"best_of_buffer"``: fresh samples are merged into a buffer of ``buffer_size``
+    rows kept by reward, whose log-ratios are re-scored under the current policy
+    each iteration. ``ref_params`` (default: the initial ``params``) is the
+    pretrained anchor. ``history[i]`` holds the step metrics (``ess`` included),
+    the mean reward, direction accuracy of the fresh samples and the oracle calls so
+    far. When ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
+    ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
+    """
+    _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
+    iterations = _validate.python_int(iterations, name="iterations", minimum=0)
+    ref = params if ref_params is None else ref_params
+    opt_state = optimizer.init(params)
+    buffer = None
+    history, calls = [], 0
+    for it in range(iterations):
+        k_s, k_t, key = jax.random.split(key, 3)
+        fresh = collect_onpolicy(
+            apply_fn,
+            params,
+            ref,
+            reward_fn,
+            key=k_s,
+            num_samples=samples_per_iter,
+            length=length,
+            direction=direction,
+            mask_id=mask_id,
+            num_steps=num_steps,
+            alpha=alpha,
+            kappa_min=kappa_min,
+            objective=objective,
+        )
+        calls += samples_per_iter
+        if collection == "onpolicy" or buffer is None:
+            buffer = fresh if collection == "onpolicy" else merge_best(fresh, fresh, buffer_size)
+        else:
+            buffer = rescore_buffer(
+                apply_fn,
+                params,
+                ref,
+                buffer,
+                mask_id=mask_id,
+                num_steps=num_steps,
+                alpha=alpha,
+                kappa_min=1.0 if objective == "affinity" else kappa_min,
+            )
+            buffer = merge_best(buffer, fresh, buffer_size)
+        ess = float(effective_sample_size(buffer.log_w))
+        n = buffer.tokens.shape[0]
+        if ess < ess_warn * n:
+            warnings.warn(
+                f"TD3B iteration {it}: effective sample size {ess:.1f} of {n} rows is below "
+                f"{ess_warn:g} N; the weights have collapsed (consider a larger alpha).",
+                ESSWarning,
+                stacklevel=2,
+            )
+        for j in range(steps_per_iter):
+            params, opt_state, m = td3b_train_step(
+                apply_fn,
+                embed_fn,
+                optimizer,
+                params,
+                opt_state,
+                ref,
+                buffer,
+                key=jax.random.fold_in(k_t, j),
+                mask_id=mask_id,
+                replicates=replicates,
+                kl_weight=kl_weight,
+                contrastive_weight=contrastive_weight,
+            )
+        f = np.asarray(fresh.p_agonist)
+        rec = {k: float(v) for k, v in m.items()} if steps_per_iter else {"ess": ess}
+        rec.update(
+            iteration=it,
+            buffer_ess=ess,
+            mean_reward=float(np.mean(np.asarray(fresh.reward))),
+            mean_affinity=float(np.mean(np.asarray(fresh.affinity))),
+            direction_accuracy=float(np.mean((f >= 0.5) == (direction > 0))),
+            oracle_calls=calls,
+        )
+        history.append(rec)
+    return params, history

@@ -1,0 +1,164 @@
+"""Shared pieces: the denoiser protocol, SUBS log-probabilities, input checks."""
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from jaxkit import _validate
+from jaxkit._typing import PyTree, accumulation_dtype
+
+ApplyFn = Callable[[PyTree, Array, Array, Array], Array]
+
+
+@functools.cache
+def transformer_denoiser(cfg) -> ApplyFn:
+    """``apply_fn(params, tokens, positions, attn_mask) -> logits`` for a ``jaxkit.nn`` model.
+
+    The same function object is returned for equal configs, so the samplers' and
+    losses' compile caches (keyed on ``apply_fn``) are hit across calls. Use a
+    bidirectional config (``TransformerConfig(causal=False)``); MDLM needs no time
+    input.
+    """
+    from jaxkit import nn
+
+    if not isinstance(cfg, nn.TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    if cfg.causal:
+        raise ValueError("`cfg` must be bidirectional (TransformerConfig(causal=False)).")
+
+    def apply_fn(params, tokens, positions, attn_mask):
+        return nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask).logits
+
+    return apply_fn
+
+
+def check_apply_fn(apply_fn) -> None:
+    if not callable(apply_fn):
+        raise TypeError(f"`apply_fn` must be callable, got {type(apply_fn).__name__}.")
+
+
+def positions_and_mask(tokens: Array, valid: Array) -> tuple[Array, Array]:
+    """Positions ``arange(L)`` and the bidirectional mask over valid keys (sharded like tokens)."""
+    pos = (
+        jnp.zeros_like(tokens, dtype=jnp.int32)
+        + jnp.arange(tokens.shape[-1], dtype=jnp.int32)[None]
+    )
+    attn = jnp.broadcast_to(valid[:, None, :], (*tokens.shape, tokens.shape[-1]))
+    return pos, attn
+
+
+def subs_log_probs(logits: Array, mask_id: int) -> Array:
+    """Log-probabilities over the vocabulary with the ``[MASK]`` entry at ``-inf`` (SUBS)."""
+    acc = accumulation_dtype(logits.dtype)
+    x = logits.astype(acc)
+    x = x.at[..., mask_id].set(-jnp.inf)
+    return jax.nn.log_softmax(x, axis=-1)
+
+
+def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int) -> Array:
+    """SUBS log-probabilities ``[B, L, V]`` of the denoiser at the noisy tokens ``z``."""
+    pos, attn = positions_and_mask(z, valid)
+    logits = apply_fn(params, z, pos, attn)
+    if logits.ndim != 3 or logits.shape[:2] != z.shape:
+        raise TypeError(
+            f"`apply_fn` must return logits of shape {(*z.shape, '*')}, got {logits.shape}."
+        )
+    if not 0 <= mask_id < logits.shape[-1]:
+        raise ValueError(
+            f"`mask_id` must lie in [0, vocab size {logits.shape[-1]}), got mask_id={mask_id}."
+        )
+    return subs_log_probs(logits, mask_id)
+
+
+def vocab_size(apply_fn, params, tokens: Array, valid: Array) -> int:
+    """The vocabulary size of ``apply_fn``'s logits (abstract evaluation, nothing compiled)."""
+    pos, attn = positions_and_mask(tokens, valid)
+    out = jax.eval_shape(apply_fn, params, tokens, pos, attn)
+    if len(out.shape) != 3 or tuple(out.shape[:2]) != tuple(tokens.shape):
+        raise TypeError(
+            f"`apply_fn` must return logits of shape {(*tokens.shape, '*')}, got {out.shape}."
+        )
+    return int(out.shape[-1])
+
+
+def check_tokens(
+    tokens,
+    valid,
+    *,
+    name: str,
+    allow_mask: bool,
+    mask_id: int,
+) -> tuple[Array, Array]:
+    """Check ``int[B, L]`` tokens and a matching ``bool[B, L]`` valid mask (default all)."""
+    tokens = jnp.asarray(tokens)
+    _validate.integer(tokens, name=name)
+    _validate.ndim(tokens, 2, name=name)
+    if valid is None:
+        valid = jnp.ones_like(tokens, dtype=jnp.bool_)
+    valid = jnp.asarray(valid)
+    if valid.dtype != jnp.bool_:
+        raise TypeError(f"`valid` must be a boolean array, got dtype {valid.dtype}.")
+    if valid.shape != tokens.shape:
+        raise TypeError(
+            f"`valid` must have the shape of `{name}` {tokens.shape}, got {valid.shape} "
+            "(length mismatch)."
+        )
+    _validate.python_int(mask_id, name="mask_id", minimum=0)
+    return tokens.astype(jnp.int32), valid
+
+
+def check_alphabet(tokens: Array, vocab: int, *, name: str, allow_mask: bool, mask_id: int):
+    """Concrete tokens outside ``[0, V)`` (or ``[MASK]`` where not allowed) raise ValueError."""
+    if mask_id >= vocab:
+        raise ValueError(f"`mask_id` must lie in [0, vocab size {vocab}), got mask_id={mask_id}.")
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    t = np.asarray(tokens)
+    bad = (t < 0) | (t >= vocab)
+    if not allow_mask:
+        bad |= t == mask_id
+    if bad.any():
+        what = "[0, V)" if allow_mask else f"[0, V) without the mask id {mask_id}"
+        raise ValueError(
+            f"`{name}` holds token ids outside the alphabet {what} (V={vocab}): "
+            f"{sorted(set(t[bad].tolist()))[:5]}."
+        )
+
+
+def guard_alphabet(x: Array, tokens: Array, vocab: int, *, name: str, allow_mask: bool, mask_id):
+    """Traced counterpart of :func:`check_alphabet` (a runtime error under ``jit``)."""
+    bad = (tokens < 0) | (tokens >= vocab)
+    if not allow_mask:
+        bad = bad | (tokens == mask_id)
+    return _validate.error_if(
+        x, jnp.any(bad), f"`{name}` holds token ids outside the alphabet (V={vocab})."
+    )
+
+
+def gather_log_prob(log_p: Array, tokens: Array) -> Array:
+    """``log_p[b, i, tokens[b, i]]``."""
+    return jnp.take_along_axis(log_p, tokens[..., None], axis=-1)[..., 0]
+
+
+@functools.cache
+def transformer_embedder(cfg):
+    """``embed_fn(params, tokens, positions, attn_mask) -> hidden [B, L, D]`` (last block).
+
+    The per-token features TD3B's contrastive term pools (masked mean over valid
+    slots). Cached per config like :func:`transformer_denoiser`.
+    """
+    from jaxkit import nn
+
+    if not isinstance(cfg, nn.TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    last = cfg.n_layers - 1
+
+    def embed_fn(params, tokens, positions, attn_mask):
+        out = nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask, collect=(last,))
+        return out.hidden[last]
+
+    return embed_fn

@@ -1,0 +1,275 @@
+"""Ancestral and confidence-ordered MDLM samplers (one ``lax.scan`` over T steps)."""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike
+from jaxkit.diffusion import _common
+from jaxkit.diffusion._common import ApplyFn
+from jaxkit.diffusion._loss import _logits_dtype, _uniform
+from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
+from jaxkit.kernels.sampling import sample_tokens
+
+ORDERS = ("ancestral", "confidence")
+
+
+class Trajectory(NamedTuple):
+    """A sampled trajectory of the reverse process.
+
+    Attributes:
+      tokens: ``int32[B, L]`` final sequences (no ``[MASK]`` left at valid slots).
+      unmask_step: ``int32[B, L]``: the step ``k`` (0-based) at which each slot was
+        unmasked; ``-1`` for slots given in the input (never masked).
+      log_prob: ``float[B]``: ``sum_k sum_{i unmasked at k} log p_theta(x_i | z_k)``
+        (the token factors of the trajectory's probability; the stay/unmask factors
+        depend only on the schedule and cancel in every ratio between models).
+      log_ratio: ``float[B]``: ``sum_k sum_i [log p_ref - log p_theta](x_i | z_k)``;
+        zeros when no reference is given.
+    """
+
+    tokens: Array
+    unmask_step: Array
+    log_prob: Array
+    log_ratio: Array
+
+
+def _grid(schedule, k, num_steps, dtype):
+    t = 1.0 - k.astype(dtype) / num_steps
+    s = 1.0 - (k + 1).astype(dtype) / num_steps
+    return t, s
+
+
+def sample(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    tokens: Int[ArrayLike, "B L"],
+    *,
+    key: KeyArray,
+    mask_id: int,
+    num_steps: int,
+    schedule: MaskingSchedule | str = "loglinear",
+    order: str = "ancestral",
+    temperature: RealScalarLike = 1.0,
+    valid: Bool[ArrayLike, "B L"] | None = None,
+    ref_params: PyTree | None = None,
+) -> Trajectory:
+    """Sample from an MDLM by running the reverse process over ``T`` steps.
+
+    Slots of ``tokens`` equal to ``mask_id`` (and valid) are generated; other
+    slots are kept (an all-``[MASK]`` input samples unconditionally, anything else
+    infills). The grid is ``t_k = 1 - k / T``; at each step the denoiser gives
+    ``p_theta(. | z_{t_k})`` (``[MASK]`` at ``-inf``) and a token per masked slot is
+    drawn with :func:`jaxkit.kernels.sampling.sample_tokens` (``temperature``).
+
+    * ``order="ancestral"``: each masked slot is unmasked independently with
+      probability ``(alpha(s) - alpha(t)) / (1 - alpha(t))`` (the exact reverse
+      transition; the last step unmasks everything).
+    * ``order="confidence"``: the number still masked after step ``k`` is
+      ``floor(n0 (1 - alpha(s)) / (1 - alpha(1)))`` (``n0`` slots to generate);
+      the slots unmasked are those whose drawn token has the highest model
+      probability (ties to the lower index).
+
+    All steps run in one ``lax.scan``; rows are independent, so a batch-sharded
+    ``tokens`` keeps its sharding. Jitted like jax.numpy (``apply_fn``,
+    ``mask_id``, ``num_steps``, ``schedule``, ``order`` static; ``temperature``
+    traced).
+
+    Args:
+      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits [B, L, V]``.
+      params: Denoiser parameters.
+      tokens: ``int[B, L]`` template, ``mask_id`` at the slots to generate.
+      key: PRNG key.
+      mask_id: Id of ``[MASK]``.
+      num_steps: T (static).
+      schedule: A :class:`MaskingSchedule` or its kind name.
+      order: ``"ancestral"`` or ``"confidence"`` (static).
+      temperature: Sampling temperature (>= 0; 0 is greedy), traced.
+      valid: ``bool[B, L]`` non-padding positions (default all).
+      ref_params: Parameters of a reference model with the same ``apply_fn``
+        (e.g. the pretrained one); when given, ``log_ratio`` accumulates
+        ``log p_ref - log p_theta`` of every unmasked token.
+
+    Returns:
+      A :class:`Trajectory`.
+
+    Raises:
+      TypeError: Non-integer or non-rank-2 ``tokens``, ``valid`` of another shape.
+      ValueError: Token ids outside the alphabet, unknown ``order``, ``num_steps < 1``,
+        negative or NaN ``temperature``.
+
+    References:
+      Sahoo et al., Simple and Effective Masked Diffusion Language Models, NeurIPS
+      2024 (ancestral sampler); Chang et al., MaskGIT, CVPR 2022 (confidence order).
+    """
+    _validate.is_key(key)
+    _common.check_apply_fn(apply_fn)
+    tokens, valid = _common.check_tokens(
+        tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
+    )
+    schedule = as_schedule(schedule)
+    _validate.one_of(ORDERS, order=order)
+    num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
+    temperature = _validate.guard_non_negative(
+        jnp.asarray(temperature), temperature, name="temperature"
+    )
+    vocab = _common.vocab_size(apply_fn, params, tokens, valid)
+    _common.check_alphabet(tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id)
+    return _sample(
+        apply_fn,
+        params,
+        ref_params,
+        tokens,
+        valid,
+        key,
+        temperature,
+        mask_id=mask_id,
+        num_steps=num_steps,
+        schedule=schedule,
+        order=order,
+        vocab=vocab,
+    )
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("apply_fn", "mask_id", "num_steps", "schedule", "order", "vocab"),
+)
+def _sample(
+    apply_fn,
+    params,
+    ref_params,
+    tokens,
+    valid,
+    key,
+    temperature,
+    *,
+    mask_id,
+    num_steps,
+    schedule,
+    order,
+    vocab,
+):
+    tokens = _common.guard_alphabet(
+        tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
+    )
+    out_dt = _logits_dtype(params)
+    acc = jnp.float64 if out_dt == jnp.float64 else jnp.float32
+    gen = valid & (tokens == mask_id)
+    n0 = jnp.sum(gen, axis=-1).astype(acc)
+    zero_row = jnp.zeros_like(n0)
+    step0 = jnp.where(gen, jnp.int32(0), jnp.int32(-1))
+    init = (tokens, step0, zero_row, zero_row)
+
+    def body(carry, inputs):
+        z, step, lp, lr = carry
+        k, kk = inputs
+        k_tok, k_u = jax.random.split(kk)
+        t, s = _grid(schedule, k, num_steps, acc)
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
+        masked = valid & (z == mask_id)
+        if order == "ancestral":
+            p_un = jnp.where(k == num_steps - 1, 1.0, schedule.unmask_probability(t, s))
+            new = masked & (_uniform(k_u, z, acc) < p_un)
+        else:
+            a1 = schedule.alpha(jnp.asarray(1.0, acc))
+            frac = (1.0 - schedule.alpha(s)) / (1.0 - a1)
+            keep = jnp.floor(n0 * frac + 1e-6).astype(jnp.int32)
+            keep = jnp.where(k == num_steps - 1, 0, keep)
+            n_un = jnp.maximum(jnp.sum(masked, axis=-1) - keep, 0)
+            score = jnp.where(masked, draw.probability.astype(acc), -1.0)
+            rank = jnp.argsort(jnp.argsort(-score, axis=-1, stable=True), axis=-1)
+            new = masked & (rank < n_un[:, None])
+        lp_tok = _common.gather_log_prob(log_p, draw.token)
+        lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
+        if ref_params is not None:
+            log_q = _common.denoise(apply_fn, ref_params, z, valid, mask_id)
+            lq_new = jnp.sum(jnp.where(new, _common.gather_log_prob(log_q, draw.token), 0.0), -1)
+            lr = lr + lq_new.astype(acc) - lp_new
+        z = jnp.where(new, draw.token, z)
+        step = jnp.where(new, k, step)
+        return (z, step, lp + lp_new, lr), None
+
+    keys = jax.random.split(key, num_steps)
+    ks = jnp.arange(num_steps, dtype=jnp.int32)
+    (z, step, lp, lr), _ = jax.lax.scan(body, init, (ks, keys))
+    step = jnp.where(gen, step, -1)
+    return Trajectory(z, step, lp.astype(out_dt), lr.astype(out_dt))
+
+
+def trajectory_log_prob(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    tokens: Int[ArrayLike, "B L"],
+    unmask_step: Int[ArrayLike, "B L"],
+    *,
+    mask_id: int,
+    num_steps: int,
+    valid: Bool[ArrayLike, "B L"] | None = None,
+) -> Float[Array, " B"]:
+    """Re-score a stored trajectory under ``params``: ``sum_k sum_{i at k} log p(x_i | z_k)``.
+
+    ``z_k`` holds the tokens with ``unmask_step < k`` (``-1``: always present) and
+    ``[MASK]`` elsewhere, exactly the states the sampler visited. The log-ratio of
+    a buffer entry after the policy changed is
+    ``trajectory_log_prob(ref) - trajectory_log_prob(policy)``, i.e.
+    ``sum (log p_pre - log p_theta)`` over the path (never a running sum of policy
+    log-probabilities alone, the upstream tree bug).
+
+    Args:
+      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits``.
+      params: Parameters to score under.
+      tokens: ``int[B, L]`` final tokens of the trajectories.
+      unmask_step: ``int[B, L]`` from :class:`Trajectory` (in ``[-1, num_steps)``).
+      mask_id: Id of ``[MASK]``.
+      num_steps: T of the sampler that made the trajectories (static).
+      valid: ``bool[B, L]`` non-padding positions.
+
+    Returns:
+      ``float[B]`` in the parameters' dtype.
+    """
+    _common.check_apply_fn(apply_fn)
+    tokens, valid = _common.check_tokens(
+        tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
+    )
+    unmask_step = jnp.asarray(unmask_step)
+    _validate.integer(unmask_step, name="unmask_step")
+    if unmask_step.shape != tokens.shape:
+        raise TypeError(
+            f"`unmask_step` must have the shape of `tokens` {tokens.shape}, got "
+            f"{unmask_step.shape} (length mismatch)."
+        )
+    num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
+    vocab = _common.vocab_size(apply_fn, params, tokens, valid)
+    _common.check_alphabet(tokens, vocab, name="tokens", allow_mask=False, mask_id=mask_id)
+    return _traj_lp(
+        apply_fn,
+        params,
+        tokens,
+        unmask_step.astype(jnp.int32),
+        valid,
+        mask_id=mask_id,
+        num_steps=num_steps,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "mask_id", "num_steps"))
+def _traj_lp(apply_fn, params, tokens, unmask_step, valid, *, mask_id, num_steps):
+    out_dt = _logits_dtype(params)
+    acc = jnp.float64 if out_dt == jnp.float64 else jnp.float32
+
+    def body(total, k):
+        z = jnp.where(unmask_step < k, tokens, jnp.int32(mask_id))
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        here = valid & (unmask_step == k)
+        lp = jnp.where(here, _common.gather_log_prob(log_p, tokens), 0.0)
+        return total + jnp.sum(lp, axis=-1).astype(acc), None
+
+    total0 = jnp.zeros_like(tokens[:, 0], dtype=acc)
+    total, _ = jax.lax.scan(body, total0, jnp.arange(num_steps, dtype=jnp.int32))
+    return total.astype(out_dt)

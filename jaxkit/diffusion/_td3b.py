@@ -1,0 +1,346 @@
+"""TD3B: gated reward, importance weights, WDCE, KL anchor, contrastive term, train step.
+
+TD3B fine-tunes a pretrained MDLM toward ``p*(x) ∝ p_pre(x) exp(S(x) / alpha) kappa(x)``
+where ``S`` gates a binding-affinity score by a direction oracle for the requested
+direction ``d* in {+1, -1}``. Everything here is a pure function; the train step is
+one module-level ``jit`` (``apply_fn``, ``embed_fn`` and the optimizer static).
+"""
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
+from jaxkit.diffusion import _common
+from jaxkit.diffusion._common import ApplyFn
+from jaxkit.diffusion._loss import _logits_dtype
+
+EmbedFn = Callable[[PyTree, Array, Array, Array], Array]
+REDUCTIONS = ("sum_weights", "reference")
+
+
+# ----------------------------------------------------------------------------- rewards
+
+
+def _check_direction(direction, like: Array) -> Array:
+    d = jnp.asarray(direction)
+    if not jnp.issubdtype(d.dtype, jnp.integer) and not jnp.issubdtype(d.dtype, jnp.floating):
+        raise TypeError(f"`direction` must be +1 or -1 (scalar or per row), got dtype {d.dtype}.")
+    if d.ndim not in (0, 1) or (d.ndim == 1 and d.shape != like.shape):
+        raise TypeError(
+            f"`direction` must be a scalar or have shape {like.shape}, got shape {d.shape}."
+        )
+    d = _validate.error_if(d, ~jnp.all((d == 1) | (d == -1)), "`direction` must be +1 or -1.")
+    return d
+
+
+def gated_reward(
+    affinity: Float[ArrayLike, " B"],
+    p_agonist: Float[ArrayLike, " B"],
+    *,
+    direction: Int[ArrayLike, "*#B"],
+    tau_s: RealScalarLike = 0.1,
+    a_min: RealScalarLike = 0.0,
+    low_factor: RealScalarLike = 0.1,
+) -> Float[Array, " B"]:
+    """The TD3B reward ``S = g sigmoid(d* (f - 0.5) / tau_s)`` (``low_factor g`` if ``g < a_min``).
+
+    Args:
+      affinity: ``g``, the affinity score per sample.
+      p_agonist: ``f``, the direction oracle's probability of agonism, in [0, 1].
+      direction: ``d*``, +1 (agonist) or -1 (antagonist); scalar or per row.
+      tau_s: Gate temperature (> 0, traced).
+      a_min: Affinity below which the gate is replaced by ``low_factor`` (traced).
+      low_factor: Factor for weak binders (traced).
+
+    Returns:
+      ``float[B]``.
+
+    Raises:
+      ValueError: Non-finite rewards (NaN/inf affinity or probability), ``p_agonist``
+        outside [0, 1], ``direction`` not +-1, ``tau_s <= 0``.
+
+    References:
+      TD3B (ICML 2026; code chq1155/TD3B_ICML, ``td3b_scoring.py``).
+    """
+    g, f = jnp.asarray(affinity), jnp.asarray(p_agonist)
+    _validate.floating(g, name="affinity")
+    _validate.ndim(g, 1, name="affinity")
+    _validate.same_shape(affinity=g, p_agonist=f)
+    d = _check_direction(direction, g)
+    g = _validate.all_finite(g, name="affinity")
+    f = _validate.all_finite(f, name="p_agonist")
+    f = _validate.error_if(f, ~jnp.all((f >= 0) & (f <= 1)), "`p_agonist` must lie in [0, 1].")
+    g = _validate.guard_positive(g, tau_s, name="tau_s")
+    return _gated(g, f, d, tau_s, a_min, low_factor)
+
+
+@jax.jit
+def _gated(g, f, d, tau_s, a_min, low_factor):
+    dt = g.dtype
+    gate = jax.nn.sigmoid(d.astype(dt) * (f.astype(dt) - 0.5) / jnp.asarray(tau_s, dt))
+    return jnp.where(g < jnp.asarray(a_min, dt), jnp.asarray(low_factor, dt) * g, g * gate)
+
+
+def log_importance_weight(
+    reward: Float[ArrayLike, " B"],
+    p_agonist: Float[ArrayLike, " B"],
+    *,
+    log_ratio: Float[ArrayLike, "*#B"] = 0.0,
+    alpha: RealScalarLike = 0.1,
+    kappa_min: RealScalarLike = 0.1,
+) -> Float[Array, " B"]:
+    """``log w = log_ratio + S / alpha + log max(kappa, kappa_min)``, ``kappa = max(f, 1 - f)``.
+
+    ``log_ratio = sum_path (log p_pre - log p_theta)`` of the trajectory (0 on
+    policy with the pretrained model). These terms enter *before* the softmax
+    normalisation of :func:`wdce_loss`.
+
+    Raises:
+      ValueError: Non-finite ``reward`` or ``log_ratio`` (a clear error, never a
+        silent NaN weight), ``alpha <= 0``.
+    """
+    r, f = jnp.asarray(reward), jnp.asarray(p_agonist)
+    _validate.floating(r, name="reward")
+    _validate.ndim(r, 1, name="reward")
+    _validate.same_shape(reward=r, p_agonist=f)
+    r = _validate.all_finite(r, name="reward")
+    lr = _validate.all_finite(jnp.asarray(log_ratio, r.dtype), name="log_ratio")
+    r = _validate.guard_positive(r, alpha, name="alpha")
+    r = _validate.guard_interval(r, kappa_min, name="kappa_min", low=0.0, high=1.0, closed="right")
+    return _log_w(r, f, lr, alpha, kappa_min)
+
+
+@jax.jit
+def _log_w(r, f, lr, alpha, kappa_min):
+    dt = r.dtype
+    f = f.astype(dt)
+    kappa = jnp.maximum(jnp.maximum(f, 1.0 - f), jnp.asarray(kappa_min, dt))
+    return lr + r / jnp.asarray(alpha, dt) + jnp.log(kappa)
+
+
+def effective_sample_size(log_w: Float[ArrayLike, " N"]) -> Float[Array, ""]:
+    """ESS ``1 / sum(wbar^2)`` of ``wbar = softmax(log_w)`` (in [1, N]; 1 = collapse)."""
+    lw = jnp.asarray(log_w)
+    _validate.floating(lw, name="log_w")
+    _validate.ndim(lw, 1, name="log_w")
+    return _ess(lw)
+
+
+@jax.jit
+def _ess(lw):
+    wbar = jax.nn.softmax(lw.astype(accumulation_dtype(lw.dtype)))
+    return (1.0 / jnp.sum(wbar * wbar)).astype(lw.dtype)
+
+
+# ----------------------------------------------------------------------------- losses
+
+
+def _lam_mask(key, valid, acc):
+    """Per-row ``lambda ~ U(0, 1)`` and a mask of each valid slot w.p. lambda."""
+    k1, k2 = jax.random.split(key)
+    sh = jax.typeof(valid).sharding
+    lam = jax.random.uniform(
+        k1, valid.shape[:1], acc, out_sharding=jax.typeof(valid[:, 0]).sharding
+    )
+    u = jax.random.uniform(k2, valid.shape, acc, out_sharding=sh)
+    return lam, valid & (u < lam[:, None])
+
+
+def wdce_terms(
+    apply_fn, params, x0, log_w, valid, key, *, mask_id, replicates, lam_clip, reduction
+):
+    acc = accumulation_dtype(_logits_dtype(params))
+    wbar = jax.nn.softmax(jax.lax.stop_gradient(log_w).astype(acc))
+    n = x0.shape[0]
+
+    def one(total, k):
+        lam, masked = _lam_mask(k, valid, acc)
+        z = jnp.where(masked, jnp.int32(mask_id), x0)
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        nll = jnp.where(masked, -_common.gather_log_prob(log_p, x0), 0.0)
+        weight = jnp.minimum(1.0 / jnp.maximum(lam, 1e-30), jnp.asarray(lam_clip, acc))
+        return total + weight * jnp.sum(nll, axis=-1), None
+
+    keys = jax.random.split(key, replicates)
+    per_row, _ = jax.lax.scan(one, jnp.zeros_like(wbar), keys)
+    loss = jnp.sum(wbar * per_row) / replicates
+    if reduction == "reference":
+        loss = loss / n
+    return loss, wbar
+
+
+def wdce_loss(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    x0: Int[ArrayLike, "N L"],
+    log_w: Float[ArrayLike, " N"],
+    *,
+    key: KeyArray,
+    mask_id: int,
+    replicates: int = 16,
+    valid: Bool[ArrayLike, "N L"] | None = None,
+    lam_clip: RealScalarLike = 1e5,
+    reduction: str = "sum_weights",
+) -> Float[Array, ""]:
+    """Weighted denoising cross-entropy over a buffer (TR2-D2 / MDNS, used by TD3B).
+
+    ``wbar = softmax(stop_gradient(log_w))``; each row is replicated ``R`` times,
+    each replicate draws ``lambda ~ U(0, 1)`` and masks each valid slot w.p.
+    ``lambda``: ``L = sum_n wbar_n mean_r min(1/lambda, lam_clip) sum_{i masked}
+    -log p_theta(x_{n,i} | z)`` (``reduction="sum_weights"``); ``"reference"``
+    divides by N as the authors' mean over N*R rows does. Its minimiser is the
+    self-normalised importance-sampling target ``p* ∝ q_buffer * w``.
+
+    Raises:
+      TypeError: Shapes that do not line up (``log_w`` not ``[N]``, ``valid`` not ``[N, L]``).
+      ValueError: Token ids outside the alphabet, non-finite ``log_w``, unknown
+        ``reduction``, ``replicates < 1``.
+    """
+    _validate.is_key(key)
+    _common.check_apply_fn(apply_fn)
+    x0, valid = _common.check_tokens(x0, valid, name="x0", allow_mask=False, mask_id=mask_id)
+    log_w = _check_log_w(log_w, x0)
+    replicates = _validate.python_int(replicates, name="replicates", minimum=1)
+    _validate.one_of(REDUCTIONS, reduction=reduction)
+    vocab = _common.vocab_size(apply_fn, params, x0, valid)
+    _common.check_alphabet(x0, vocab, name="x0", allow_mask=False, mask_id=mask_id)
+    log_w = _validate.guard_positive(log_w, lam_clip, name="lam_clip")
+    return _wdce(apply_fn, params, x0, log_w, valid, key, lam_clip, mask_id, replicates, reduction)
+
+
+def _check_log_w(log_w, x0):
+    lw = jnp.asarray(log_w)
+    _validate.floating(lw, name="log_w")
+    if lw.shape != x0.shape[:1]:
+        raise TypeError(
+            f"`log_w` must have shape {x0.shape[:1]} (one weight per row of `x0`), got "
+            f"{lw.shape} (length mismatch)."
+        )
+    return _validate.all_finite(lw, name="log_w")
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "mask_id", "replicates", "reduction"))
+def _wdce(apply_fn, params, x0, log_w, valid, key, lam_clip, mask_id, replicates, reduction):
+    loss, _ = wdce_terms(
+        apply_fn,
+        params,
+        x0,
+        log_w,
+        valid,
+        key,
+        mask_id=mask_id,
+        replicates=replicates,
+        lam_clip=lam_clip,
+        reduction=reduction,
+    )
+    return loss.astype(_logits_dtype(params))
+
+
+def kl_terms(apply_fn, params, ref_params, x0, valid, key, *, mask_id):
+    acc = accumulation_dtype(_logits_dtype(params))
+    _, masked = _lam_mask(key, valid, acc)
+    z = jnp.where(masked, jnp.int32(mask_id), x0)
+    log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+    log_q = jax.lax.stop_gradient(_common.denoise(apply_fn, ref_params, z, valid, mask_id))
+    p = jnp.exp(log_p)
+    # 0 log 0 := 0 (the [MASK] column and any other zero of p); finite where q has zeros
+    # that p shares
+    diff = jnp.where(p > 0, log_p - jnp.where(p > 0, log_q, 0.0), 0.0)
+    kl = jnp.sum(p * diff, axis=-1)
+    kl = jnp.where(masked, kl, 0.0)  # carry-over: unmasked slots contribute nothing
+    return jnp.sum(kl) / jnp.maximum(jnp.sum(valid), 1).astype(acc)
+
+
+def kl_to_reference(
+    apply_fn: ApplyFn,
+    params: PyTree,
+    ref_params: PyTree,
+    x0: Int[ArrayLike, "N L"],
+    *,
+    key: KeyArray,
+    mask_id: int,
+    valid: Bool[ArrayLike, "N L"] | None = None,
+) -> Float[Array, ""]:
+    """The KL anchor ``mean_valid KL(p_theta(.|z) || p_ref(.|z))``, ``lambda ~ U(0,1)`` masking.
+
+    Zero when ``params`` equals ``ref_params``; the reference forward is
+    ``stop_gradient``; unmasked (carried-over) slots contribute 0 and padding is
+    excluded from the mean.
+    """
+    _validate.is_key(key)
+    _common.check_apply_fn(apply_fn)
+    x0, valid = _common.check_tokens(x0, valid, name="x0", allow_mask=False, mask_id=mask_id)
+    vocab = _common.vocab_size(apply_fn, params, x0, valid)
+    _common.check_alphabet(x0, vocab, name="x0", allow_mask=False, mask_id=mask_id)
+    return _kl(apply_fn, params, ref_params, x0, valid, key, mask_id)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "mask_id"))
+def _kl(apply_fn, params, ref_params, x0, valid, key, mask_id):
+    out = kl_terms(apply_fn, params, ref_params, x0, valid, key, mask_id=mask_id)
+    return out.astype(_logits_dtype(params))
+
+
+def contrastive_margin(
+    emb: Float[ArrayLike, "N D"],
+    labels: Int[ArrayLike, " N"],
+    *,
+    margin: RealScalarLike = 1.0,
+    adaptive: bool = True,
+) -> Float[Array, ""]:
+    """Margin loss ``mean_{same} ||e_i - e_j||^2 + mean_{diff} max(0, m - ||e_i - e_j||)^2``.
+
+    Pairs ``i != j``; labels are the requested directions ``d*`` (+-1) of the
+    samples (never ``sign(gated reward)``, which is always +1 and switches the term
+    off). ``adaptive``: ``m = max(margin, 1.5 * mean dissimilar distance)`` with no
+    gradient through ``m``. A batch with a single label gives 0.
+
+    Raises:
+      TypeError: ``emb`` not ``[N, D]`` floating or ``labels`` not ``[N]``.
+    """
+    e = jnp.asarray(emb)
+    lab = jnp.asarray(labels)
+    _validate.floating(e, name="emb")
+    _validate.ndim(e, 2, name="emb")
+    if lab.shape != e.shape[:1]:
+        raise TypeError(f"`labels` must have shape {e.shape[:1]}, got {lab.shape}.")
+    if not isinstance(adaptive, bool):
+        raise TypeError(f"`adaptive` must be a bool, got {adaptive!r}.")
+    e = _validate.guard_positive(e, margin, name="margin")
+    return _contrastive(e, lab, margin, adaptive=adaptive)
+
+
+def _replicated(x):
+    """All pairs need every row: gather a batch-sharded operand (explicit mesh axes)."""
+    spec = getattr(jax.typeof(x).sharding, "spec", None)
+    if spec is not None and any(a is not None for a in spec):
+        return jax.sharding.reshard(x, jax.P())
+    return x
+
+
+@functools.partial(jax.jit, static_argnames=("adaptive",))
+def _contrastive(e, lab, margin, *, adaptive):
+    dt = e.dtype
+    acc = accumulation_dtype(dt)
+    x, lab = _replicated(e.astype(acc)), _replicated(lab)
+    diff = x[:, None, :] - x[None, :, :]
+    sq = jnp.sum(diff * diff, axis=-1)
+    off = ~jnp.eye(x.shape[0], dtype=bool)
+    dist = jnp.where(off, jnp.sqrt(jnp.where(off, sq, 1.0)), 0.0)  # safe sqrt at i == j
+    same = off & (lab[:, None] * lab[None, :] > 0)
+    other = off & (lab[:, None] * lab[None, :] < 0)
+    n_same = jnp.maximum(jnp.sum(same), 1).astype(acc)
+    n_other = jnp.maximum(jnp.sum(other), 1).astype(acc)
+    m = jnp.asarray(margin, acc)
+    if adaptive:
+        mean_other = jax.lax.stop_gradient(jnp.sum(jnp.where(other, dist, 0.0)) / n_other)
+        m = jnp.maximum(m, 1.5 * mean_other)
+    pos = jnp.sum(jnp.where(same, sq, 0.0)) / n_same
+    neg = jnp.sum(jnp.where(other, jnp.maximum(m - dist, 0.0) ** 2, 0.0)) / n_other
+    both = jnp.any(other)
+    return jnp.where(both, pos + neg, 0.0).astype(dt)

@@ -1,0 +1,204 @@
+"""MDLM core: ELBO vs exact NLL, sampler distributions vs exact chains, errors."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+from jaxkit import diffusion
+from tests.diffusion import _toys
+
+V, L = 3, 3  # letters 0..2, [MASK] = 3
+
+
+def _np_log_p(apply_fn, params, mask_id):
+    def f(z):
+        z = jnp.asarray(z, jnp.int32)
+        pos = jnp.broadcast_to(jnp.arange(z.shape[1], dtype=jnp.int32), z.shape)
+        attn = jnp.ones((*z.shape, z.shape[1]), bool)
+        return np.asarray(diffusion.subs_log_probs(apply_fn(params, z, pos, attn), mask_id))
+
+    return f
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_bound_equals_exact_nll_for_true_conditionals(schedule):
+    # The denoiser returns the exact conditionals of a known joint p: the continuous-time
+    # ELBO then equals log p(x) (for any schedule with alpha(1) = 0).
+    apply_fn = _toys.exact_denoiser(V, L, 0)
+    p = _toys.random_joint(V, L, 0)
+    seqs = _toys.all_sequences(V, L)
+    idx = np.array([0, 5, 13, 26])
+    x = jnp.asarray(np.repeat(seqs[idx], 64, axis=0))
+    est = diffusion.log_likelihood_bound(
+        apply_fn, None, x, key=jax.random.key(0), mask_id=V, num_samples=32, schedule=schedule
+    )
+    est = np.asarray(est).reshape(len(idx), 64)
+    mean, se = est.mean(1), est.std(1, ddof=1) / 8.0
+    exact = np.log(p[idx])
+    assert np.all(np.abs(mean - exact) <= 5 * se + 1e-3), (mean, exact, se)
+    # independent enumeration of the bound (subset formula) gives log p exactly
+    lp = _np_log_p(apply_fn, None, V)
+    for i in idx:
+        assert abs(-_toys.exact_bound(lp, seqs[i], V) - np.log(p[i])) < 1e-5
+
+
+def test_bound_matches_enumeration_for_a_transformer():
+    # A random network is not a consistent joint: the estimator must still be unbiased
+    # for the enumerated bound, and schedule-invariant.
+    apply_fn, params = _toys.random_mlp(V, 3, seed=1)
+    x = np.array([2, 0, 1], np.int32)
+    exact = -_toys.exact_bound(_np_log_p(apply_fn, params, V), x, V)
+    xs = jnp.asarray(np.tile(x, (64, 1)))
+    for schedule in ("linear", "cosine"):
+        est = np.asarray(
+            diffusion.log_likelihood_bound(
+                apply_fn,
+                params,
+                xs,
+                key=jax.random.key(3),
+                mask_id=V,
+                num_samples=16,
+                schedule=schedule,
+            )
+        )
+        se = est.std(ddof=1) / math.sqrt(len(est))
+        assert abs(est.mean() - exact) <= 5 * se + 1e-3, (schedule, est.mean(), exact, se)
+
+
+def test_loss_is_the_negated_bound_on_average():
+    apply_fn = _toys.exact_denoiser(V, L, 2)
+    p = _toys.random_joint(V, L, 2)
+    seqs = _toys.all_sequences(V, L)
+    x = jnp.asarray(np.repeat(seqs[[4]], 256, axis=0))
+    keys = jax.random.split(jax.random.key(5), 40)
+    vals = np.array(
+        [diffusion.mdlm_loss(apply_fn, None, x, key=k, mask_id=V, t_min=0.0) for k in keys]
+    )
+    se = vals.std(ddof=1) / math.sqrt(len(vals))
+    assert abs(vals.mean() + np.log(p[4])) <= 5 * se + 1e-3
+
+
+@pytest.mark.parametrize("order", ["ancestral", "confidence"])
+def test_sampler_distribution_matches_exact_chain(order):
+    # Exact distribution of the T-step chain (NumPy enumeration over all 4^3 states, using
+    # the network's conditionals) vs 20k samples; chi-square at p > 1e-3 (fixed seed).
+    apply_fn, params = _toys.random_mlp(2, 3, seed=4)
+    sched = diffusion.MaskingSchedule("linear")
+    exact = _toys.exact_sampler_distribution(
+        _np_log_p(apply_fn, params, 2), 2, 3, 2, order, lambda t: 1 - t
+    )
+    n = 20000
+    tr = diffusion.sample(
+        apply_fn,
+        params,
+        jnp.full((n, 3), 2, jnp.int32),
+        key=jax.random.key(11),
+        mask_id=2,
+        num_steps=2,
+        schedule=sched,
+        order=order,
+    )
+    toks = np.asarray(tr.tokens)
+    assert (toks != 2).all()
+    counts = np.bincount(toks @ np.array([4, 2, 1]), minlength=8)
+    keep = exact > 0
+    assert counts[~keep].sum() == 0
+    _, pval = scipy.stats.chisquare(counts[keep], exact[keep] * n)
+    assert pval > 1e-3, (counts, exact * n)
+
+
+def test_trajectory_invariants():
+    b, length, steps = 512, 6, 8
+    apply_fn, params = _toys.random_mlp(V, length, seed=2)
+    _, ref = _toys.random_mlp(V, length, seed=3)
+    z = jnp.full((b, length), V, jnp.int32)
+    tr = diffusion.sample(
+        apply_fn,
+        params,
+        z,
+        key=jax.random.key(0),
+        mask_id=V,
+        num_steps=steps,
+        ref_params=params,
+        schedule="linear",
+    )
+    assert np.all(np.asarray(tr.log_ratio) == 0.0)  # reference == policy: exactly zero
+    assert np.all(np.asarray(tr.tokens) < V)
+    # linear schedule: a slot is unmasked at step k with probability 1/T
+    frac = np.bincount(np.asarray(tr.unmask_step).ravel(), minlength=steps) / (b * length)
+    np.testing.assert_allclose(frac, 1 / steps, atol=4 * math.sqrt(1 / steps / (b * length)))
+    # re-scoring the stored path reproduces the sampler's log-probabilities
+    lp = diffusion.trajectory_log_prob(
+        apply_fn, params, tr.tokens, tr.unmask_step, mask_id=V, num_steps=steps
+    )
+    np.testing.assert_allclose(lp, tr.log_prob, rtol=1e-5, atol=1e-5)
+    tr2 = diffusion.sample(
+        apply_fn,
+        params,
+        z,
+        key=jax.random.key(0),
+        mask_id=V,
+        num_steps=steps,
+        ref_params=ref,
+        schedule="linear",
+    )
+    lq = diffusion.trajectory_log_prob(
+        apply_fn, ref, tr2.tokens, tr2.unmask_step, mask_id=V, num_steps=steps
+    )
+    np.testing.assert_allclose(tr2.log_ratio, lq - tr2.log_prob, rtol=1e-5, atol=1e-4)
+
+
+def test_infilling_keeps_given_tokens_and_padding():
+    apply_fn, params = _toys.random_mlp(V, 4, seed=2)
+    z = jnp.array([[0, V, 2, V], [V, 1, V, V]], jnp.int32)
+    valid = jnp.array([[True, True, True, False], [True, True, True, True]])
+    tr = diffusion.sample(
+        apply_fn,
+        params,
+        z,
+        key=jax.random.key(1),
+        mask_id=V,
+        num_steps=3,
+        valid=valid,
+        order="confidence",
+    )
+    t = np.asarray(tr.tokens)
+    assert t[0, 0] == 0 and t[0, 2] == 2 and t[1, 1] == 1 and t[0, 3] == V  # padding untouched
+    assert (t[0, :3] < V).all() and (t[1] < V).all()
+    assert np.asarray(tr.unmask_step)[0].tolist()[0] == -1
+
+
+def test_bad_inputs():
+    cfg, params = _toys.tiny_transformer(V, seed=0)
+    f = diffusion.transformer_denoiser(cfg)
+    x = jnp.zeros((2, 4), jnp.int32)
+    with pytest.raises(ValueError, match="x0"):
+        diffusion.mdlm_loss(f, params, x.at[0, 0].set(V + 1), key=jax.random.key(0), mask_id=V)
+    with pytest.raises(ValueError, match="x0"):  # [MASK] inside clean data
+        diffusion.mdlm_loss(f, params, x.at[0, 0].set(V), key=jax.random.key(0), mask_id=V)
+    with pytest.raises(ValueError, match="tokens"):
+        diffusion.sample(
+            f, params, x.at[1, 1].set(-1), key=jax.random.key(0), mask_id=V, num_steps=2
+        )
+    with pytest.raises(TypeError, match="valid"):
+        diffusion.mdlm_loss(
+            f, params, x, key=jax.random.key(0), mask_id=V, valid=jnp.ones((2, 5), bool)
+        )
+    with pytest.raises(TypeError, match="unmask_step"):
+        diffusion.trajectory_log_prob(
+            f, params, x, jnp.zeros((2, 3), jnp.int32), mask_id=V, num_steps=2
+        )
+    with pytest.raises(ValueError, match="order"):
+        diffusion.sample(
+            f, params, x, key=jax.random.key(0), mask_id=V, num_steps=2, order="random"
+        )
+    with pytest.raises(ValueError, match="kind"):
+        diffusion.MaskingSchedule("quadratic")
+    with pytest.raises(ValueError, match="t_min"):
+        diffusion.mdlm_loss(f, params, x, key=jax.random.key(0), mask_id=V, t_min=float("nan"))
+    with pytest.raises(ValueError, match="causal"):
+        diffusion.transformer_denoiser(cfg.__class__(**{**cfg.__dict__, "causal": True}))

@@ -1,0 +1,332 @@
+"""TD3B: reward, weights, WDCE, KL, contrastive, buffer re-scoring, ESS, exact-target toy."""
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxkit import diffusion
+from tests.diffusion import _toys
+
+V = 3
+
+
+def _np_log_p(apply_fn, params, mask_id):
+    def f(z):
+        z = jnp.asarray(z, jnp.int32)
+        pos = jnp.broadcast_to(jnp.arange(z.shape[1], dtype=jnp.int32), z.shape)
+        attn = jnp.ones((*z.shape, z.shape[1]), bool)
+        return np.asarray(diffusion.subs_log_probs(apply_fn(params, z, pos, attn), mask_id))
+
+    return f
+
+
+def test_gated_reward_closed_forms():
+    g = jnp.array([2.0, 2.0, 3.0, 0.5], jnp.float32)
+    f = jnp.array([1.0, 0.5, 0.2, 0.9], jnp.float32)
+    up = np.asarray(diffusion.gated_reward(g, f, direction=1))
+    np.testing.assert_allclose(up[0], 2.0 / (1 + math.exp(-5.0)), rtol=1e-6)  # ~ g
+    np.testing.assert_allclose(up[1], 1.0, rtol=1e-6)  # f = 0.5 -> g / 2
+    down = np.asarray(diffusion.gated_reward(g, 1.0 - f, direction=-1))
+    np.testing.assert_allclose(up, down, rtol=1e-6)  # S(f; +1) = S(1 - f; -1)
+    low = np.asarray(diffusion.gated_reward(g, f, direction=1, a_min=1.0))
+    np.testing.assert_allclose(low[3], 0.05, rtol=1e-6)  # weak binder: 0.1 g
+    per_row = diffusion.gated_reward(g, f, direction=jnp.array([1, -1, 1, -1]))
+    np.testing.assert_allclose(per_row[1], up[1], rtol=1e-6)
+
+
+def test_reward_and_weight_errors():
+    g = jnp.ones(3, jnp.float32)
+    with pytest.raises(ValueError, match="affinity"):
+        diffusion.gated_reward(g.at[1].set(jnp.nan), g * 0.5, direction=1)
+    with pytest.raises(ValueError, match="direction"):
+        diffusion.gated_reward(g, g * 0.5, direction=0)
+    with pytest.raises(ValueError, match="reward"):
+        diffusion.log_importance_weight(g.at[0].set(jnp.inf), g * 0.5)
+    with pytest.raises(TypeError, match="p_agonist"):
+        diffusion.gated_reward(g, jnp.ones(4), direction=1)
+
+    def nan_oracle(tokens):
+        return {"affinity": np.full(len(tokens), np.nan), "p_agonist": np.zeros(len(tokens))}
+
+    with pytest.raises(ValueError, match="non-finite rewards"):
+        diffusion.score(nan_oracle, np.zeros((2, 3), np.int32))
+
+
+def test_log_importance_weight_formula():
+    r = jnp.array([0.2, 0.9, 0.5], jnp.float32)
+    f = jnp.array([0.5, 0.95, 0.02], jnp.float32)
+    lr = jnp.array([0.3, -1.0, 0.0], jnp.float32)
+    got = diffusion.log_importance_weight(r, f, log_ratio=lr, alpha=0.2, kappa_min=0.6)
+    kappa = np.maximum(np.maximum(f, 1 - f), 0.6)
+    np.testing.assert_allclose(got, np.asarray(lr) + np.asarray(r) / 0.2 + np.log(kappa), rtol=1e-6)
+
+
+def test_wdce_expectation_matches_enumeration():
+    # E over lambda ~ U(0,1) and masks of (1/lambda) sum -log p equals the subset formula,
+    # so WDCE's expectation is sum_n softmax(log_w)_n * NELBO_n (NumPy, independent).
+    apply_fn, params = _toys.random_mlp(V, 3, seed=5)
+    x = np.array([[0, 1, 2], [2, 2, 0], [1, 0, 0]], np.int32)
+    log_w = np.array([0.5, -1.0, 2.0], np.float32)
+    lp = _np_log_p(apply_fn, params, V)
+    wbar = np.exp(log_w - log_w.max())
+    wbar /= wbar.sum()
+    exact = sum(wbar[n] * _toys.exact_bound(lp, x[n], V) for n in range(3))
+    vals = np.array(
+        [
+            diffusion.wdce_loss(
+                apply_fn,
+                params,
+                jnp.asarray(x),
+                jnp.asarray(log_w),
+                key=k,
+                mask_id=V,
+                replicates=16,
+            )
+            for k in jax.random.split(jax.random.key(0), 40)
+        ]
+    )
+    se = vals.std(ddof=1) / math.sqrt(len(vals))
+    assert abs(vals.mean() - exact) <= 5 * se + 1e-3, (vals.mean(), exact, se)
+    # reductions, determinism, no gradient through the weights
+    k = jax.random.key(1)
+    a = diffusion.wdce_loss(apply_fn, params, x, jnp.asarray(log_w), key=k, mask_id=V)
+    b = diffusion.wdce_loss(
+        apply_fn, params, x, jnp.asarray(log_w), key=k, mask_id=V, reduction="reference"
+    )
+    np.testing.assert_allclose(b, a / 3, rtol=1e-6)
+    np.testing.assert_array_equal(
+        a, diffusion.wdce_loss(apply_fn, params, x, jnp.asarray(log_w), key=k, mask_id=V)
+    )
+    g = jax.grad(lambda lw: diffusion.wdce_loss(apply_fn, params, x, lw, key=k, mask_id=V))(
+        jnp.asarray(log_w)
+    )
+    np.testing.assert_array_equal(g, 0.0)
+    with pytest.raises(TypeError, match="log_w"):
+        diffusion.wdce_loss(apply_fn, params, x, jnp.zeros(4), key=k, mask_id=V)
+
+
+def test_kl_anchor():
+    apply_fn, params = _toys.random_mlp(V, 5, seed=1)
+    _, other = _toys.random_mlp(V, 5, seed=2)
+    x = jax.random.randint(jax.random.key(0), (16, 5), 0, V)
+    k = jax.random.key(3)
+    same = diffusion.kl_to_reference(apply_fn, params, params, x, key=k, mask_id=V)
+    assert float(same) == 0.0
+    diff = diffusion.kl_to_reference(apply_fn, params, other, x, key=k, mask_id=V)
+    assert np.isfinite(diff) and diff > 1e-3
+    # matches a direct NumPy KL on the same masked inputs (lambda masking, carry-over)
+    lam = jax.random.uniform(jax.random.split(k)[0], (16,))
+    del lam  # the mask draw is internal; check the bound instead: KL >= 0 for any key
+    for kk in jax.random.split(k, 4):
+        assert diffusion.kl_to_reference(apply_fn, params, other, x, key=kk, mask_id=V) >= 0.0
+
+
+def test_contrastive_margin_properties():
+    e = jax.random.normal(jax.random.key(0), (6, 4))
+    lab = jnp.array([1, 1, -1, -1, 1, -1])
+    a = diffusion.contrastive_margin(e, lab)
+    perm = jnp.array([3, 0, 5, 1, 4, 2])
+    np.testing.assert_allclose(a, diffusion.contrastive_margin(e[perm], lab[perm]), rtol=1e-6)
+    far = jnp.array([[0.0, 0.0]] * 3 + [[5.0, 0.0]] * 3)
+    labs = jnp.array([1, 1, 1, -1, -1, -1])
+    assert float(diffusion.contrastive_margin(far, labs, margin=1.0, adaptive=False)) == 0.0
+    assert float(diffusion.contrastive_margin(e, jnp.ones(6, jnp.int32))) == 0.0  # one label
+    # NumPy reference (fixed margin)
+    en, ln = np.asarray(e), np.asarray(lab)
+    d = np.linalg.norm(en[:, None] - en[None], axis=-1)
+    off = ~np.eye(6, dtype=bool)
+    same, oth = off & (ln[:, None] == ln[None]), off & (ln[:, None] != ln[None])
+    ref = (d[same] ** 2).mean() + (np.maximum(2.0 - d[oth], 0) ** 2).mean()
+    got = diffusion.contrastive_margin(e, lab, margin=2.0, adaptive=False)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    # adaptive margin carries no gradient: d/de equals that of the fixed margin m*
+    m_star = max(1.0, 1.5 * d[oth].mean())
+    g1 = jax.grad(lambda x: diffusion.contrastive_margin(x, lab))(e)
+    g2 = jax.grad(lambda x: diffusion.contrastive_margin(x, lab, margin=m_star, adaptive=False))(e)
+    np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-6)
+
+
+def _buffer(tokens, steps, direction, reward):
+    n = tokens.shape[0]
+    return diffusion.Buffer(
+        tokens=tokens,
+        unmask_step=steps,
+        valid=jnp.ones_like(tokens, dtype=bool),
+        direction=direction,
+        affinity=reward,
+        p_agonist=jnp.full((n,), 0.5),
+        reward=reward,
+        log_ratio=jnp.zeros((n,)),
+        log_w=jnp.zeros((n,)),
+    )
+
+
+def test_contrastive_uses_requested_direction_not_reward_sign():
+    # Upstream single-target bug: labels = sign(gated reward) = +1 always -> no signal.
+    cfg, params = _toys.tiny_transformer(V, seed=1)
+    apply_fn = diffusion.transformer_denoiser(cfg)
+    embed_fn = diffusion.transformer_embedder(cfg)
+    x = jax.random.randint(jax.random.key(0), (8, 5), 0, V).astype(jnp.int32)
+    d = jnp.array([1, -1] * 4, jnp.int32)
+    reward = jax.random.uniform(jax.random.key(1), (8,))  # S >= 0
+    buf = _buffer(x, jnp.zeros_like(x), d, reward)
+    _, m = diffusion.td3b_loss(
+        apply_fn, embed_fn, params, params, buf, key=jax.random.key(2), mask_id=V
+    )
+    pos = jnp.zeros_like(x) + jnp.arange(5)[None]
+    h = embed_fn(params, x, pos, jnp.ones((8, 5, 5), bool)).mean(axis=1)
+    np.testing.assert_allclose(m["contrastive"], diffusion.contrastive_margin(h, d), rtol=1e-5)
+    buggy = diffusion.contrastive_margin(h, jnp.sign(reward).astype(jnp.int32))
+    assert float(buggy) == 0.0 and float(m["contrastive"]) > 1e-4
+    assert float(m["kl"]) == 0.0  # model == reference
+
+
+def test_rescored_log_ratio_is_pre_minus_policy_not_running_sum():
+    apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
+    _, pol = _toys.random_mlp(V, 4, seed=2)
+    steps = 4
+    z = jnp.full((16, 4), V, jnp.int32)
+    tr = diffusion.sample(
+        apply_fn, pre, z, key=jax.random.key(0), mask_id=V, num_steps=steps, ref_params=pre
+    )
+    buf = _buffer(tr.tokens, tr.unmask_step, jnp.ones(16, jnp.int32), jnp.ones(16))
+    buf = buf._replace(p_agonist=jnp.full((16,), 0.9))
+    # the policy moved from pre to pol: re-score
+    new = diffusion.rescore_buffer(apply_fn, pol, pre, buf, mask_id=V, num_steps=steps)
+    # the same value as sampling those paths under pol with pre as reference would record
+    lq = diffusion.trajectory_log_prob(
+        apply_fn, pre, tr.tokens, tr.unmask_step, mask_id=V, num_steps=steps
+    )
+    lp = diffusion.trajectory_log_prob(
+        apply_fn, pol, tr.tokens, tr.unmask_step, mask_id=V, num_steps=steps
+    )
+    np.testing.assert_allclose(new.log_ratio, lq - lp, rtol=1e-5, atol=1e-5)
+    buggy = -lp  # running sum of policy log-probs only (upstream select())
+    assert np.max(np.abs(np.asarray(new.log_ratio) - np.asarray(buggy))) > 1.0
+    # independent check: per step, the NumPy-evaluated log-probs of the unmasked tokens
+    f_pre, f_pol = _np_log_p(apply_fn, pre, V), _np_log_p(apply_fn, pol, V)
+    toks, st = np.asarray(tr.tokens), np.asarray(tr.unmask_step)
+    want = np.zeros(16)
+    for k in range(steps):
+        zk = np.where(st < k, toks, V)
+        a, b = f_pre(zk)[..., :V], f_pol(zk)[..., :V]
+        here = st == k
+        want += np.sum(np.where(here, np.take_along_axis(a - b, toks[..., None], -1)[..., 0], 0), 1)
+    np.testing.assert_allclose(new.log_ratio, want, rtol=1e-4, atol=1e-4)
+    expected_w = want + 1.0 / 0.1 + np.log(0.9)
+    np.testing.assert_allclose(new.log_w, expected_w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow  # an integration loop (sampler + oracle + jitted step); the example runs it too
+def test_fine_tune_loop_reports_ess_and_warns():
+    apply_fn, params = _toys.random_mlp(V, 4, seed=1)
+
+    def oracle(tokens):
+        t = np.asarray(tokens)
+        return {"affinity": (t == 2).mean(1) * 5.0, "p_agonist": (t[:, 0] == 1) * 0.8 + 0.1}
+
+    opt = optax.adam(1e-3)
+    with (
+        jax.numpy_dtype_promotion("standard"),
+        pytest.warns(diffusion.ESSWarning, match="effective sample size"),
+    ):
+        out, hist = diffusion.fine_tune(
+            apply_fn,
+            None,
+            params,
+            oracle,
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=opt,
+            iterations=2,
+            samples_per_iter=16,
+            num_steps=4,
+            collection="best_of_buffer",
+            buffer_size=16,
+            alpha=0.01,
+            ess_warn=0.9,
+        )
+    assert len(hist) == 2 and all(1.0 <= h["ess"] <= 16.0 for h in hist)
+    assert hist[-1]["oracle_calls"] == 32
+    with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
+        warnings.simplefilter("error", diffusion.ESSWarning)
+        diffusion.fine_tune(
+            apply_fn,
+            None,
+            params,
+            oracle,
+            key=jax.random.key(0),
+            direction=-1,
+            length=4,
+            mask_id=V,
+            optimizer=opt,
+            iterations=1,
+            samples_per_iter=16,
+            num_steps=4,
+            alpha=100.0,
+            ess_warn=0.1,
+        )
+
+
+@pytest.mark.slow
+def test_exact_target_toy():
+    # Spec §2.4-2: buffer = all 243 sequences, log w = log p_data - log q_buffer + S / alpha
+    # (q_buffer uniform). WDCE from random init (same fixed point as from a pretrained model)
+    # must bring the sampler's distribution to p* ∝ p_data exp(S / alpha).
+    seqs, p, g, f = _toys.toy_data()
+    s = np.asarray(diffusion.gated_reward(jnp.asarray(g), jnp.asarray(f), direction=1))
+    alpha = 0.1
+    pstar = p * np.exp(s / alpha)
+    pstar /= pstar.sum()
+    tv0 = _toys.tv(p, pstar)
+    assert 0.8 < tv0 < 0.9  # the distance the fine-tuning must close (~0.86 in the spec)
+    n = len(seqs)
+    buf = diffusion.Buffer(
+        tokens=jnp.asarray(seqs),
+        unmask_step=jnp.zeros(seqs.shape, jnp.int32),
+        valid=jnp.ones(seqs.shape, bool),
+        direction=jnp.ones(n, jnp.int32),
+        affinity=jnp.asarray(g),
+        p_agonist=jnp.asarray(f),
+        reward=jnp.asarray(s),
+        log_ratio=jnp.zeros(n),
+        log_w=jnp.asarray(np.log(p) + s / alpha, jnp.float32),
+    )
+    params = _toys.mlp_init(jax.random.key(0))
+    opt = optax.adam(3e-3)
+    st = opt.init(params)
+    with jax.numpy_dtype_promotion("standard"):  # optax.adam mixes int32 and floats
+        for i in range(1200):
+            params, st, _ = diffusion.td3b_train_step(
+                _toys.mlp_apply,
+                None,
+                opt,
+                params,
+                st,
+                params,
+                buf,
+                key=jax.random.key(i),
+                mask_id=_toys.TOY_MASK,
+                replicates=4,
+                kl_weight=0.0,
+                contrastive_weight=0.0,
+            )
+    tr = diffusion.sample(
+        _toys.mlp_apply,
+        params,
+        jnp.full((20000, _toys.TOY_L), _toys.TOY_MASK, jnp.int32),
+        key=jax.random.key(9),
+        mask_id=_toys.TOY_MASK,
+        num_steps=32,
+    )
+    q = _toys.empirical(tr.tokens)
+    tv1 = _toys.tv(q, pstar)
+    assert tv1 <= 0.15 and tv1 <= 0.25 * tv0, (tv0, tv1)
+    assert abs(float(q @ s) - float(pstar @ s)) <= 0.05
