@@ -10,6 +10,9 @@ sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jit
 parallel greedy over a whole epoch.
 """
 
+from jaxkit.data._baselines import kmeans_batches as kmeans_batches
+from jaxkit.data._baselines import nn_batches as nn_batches
+from jaxkit.data._baselines import random_batches as random_batches
 from jaxkit.data._hobit import HobitBatches as HobitBatches
 from jaxkit.data._hobit import SparseHardness as SparseHardness
 from jaxkit.data._hobit import greedy_select as greedy_select

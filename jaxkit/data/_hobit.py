@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxkit import _validate as V
-from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
+from jaxkit._typing import RealScalarLike, accumulation_dtype
 
 _OBJECTIVES = ("log", "sqrt")
 
@@ -122,7 +122,8 @@ def knn_graph(
     ``O(block * n)``, never the dense ``n x n`` matrix. Jitted; ``tau``/``margin`` traced.
 
     Args:
-      q, d: query and document embeddings ``[n, dim]`` (unit vectors in InfoNCE use).
+      q: query embeddings ``[n, dim]`` (unit vectors in InfoNCE use).
+      d: document embeddings ``[n, dim]``; ``(q[i], d[i])`` is pair ``i``.
       k: neighbours per item (static, ``1 <= k < n``).
       tau: InfoNCE temperature (> 0).
       margin: false-negative margin ``delta`` in similarity units (>= 0).
@@ -203,7 +204,12 @@ def _greedy(w, *, size, objective):
             gains.at[t].set(gain[j]),
         )
 
-    init = (jnp.zeros(nf, acc), jnp.zeros(ni, bool), jnp.zeros(size, jnp.int32), jnp.zeros(size, acc))
+    init = (
+        jnp.zeros(nf, acc),
+        jnp.zeros(ni, bool),
+        jnp.zeros(size, jnp.int32),
+        jnp.zeros(size, acc),
+    )
     _, _, sel, gains = jax.lax.fori_loop(0, size, step, init)
     return sel, gains.astype(w.dtype)
 

@@ -3,12 +3,12 @@
 **[recon]** (spec ``training.md`` section 3.2, "jittable fixed-shape version"). All
 ``n // B`` batches grow in parallel rounds: each batch scores its candidate pool
 (seed, its kNN and their kNN, deduplicated, ``P = pool_factor * B`` slots) with the
-swappable objective's marginal gains, proposes its best non-contradicting unassigned
-candidate; conflicts (several batches proposing the same item) go to the highest gain
-(lowest batch index on ties), losers re-propose (``rounds`` times). Zero-gain
-candidates are never proposed: slots the greedy leaves empty, and the batches beyond
-``hard_fraction``, are filled with the unassigned items in uniformly random order.
-Batch order is shuffled last.
+swappable objective's marginal gains (sparse: ``O(P K)`` per batch and step), and
+proposes its best non-contradicting unassigned candidate. Conflicts (several batches
+proposing the same item) go to the highest gain (lowest batch index on ties); losers
+re-propose (``rounds`` times). Zero-gain candidates are never proposed: slots the
+greedy leaves empty, and the batches beyond ``hard_fraction``, are filled with the
+unassigned items in uniformly random order. Batch order is shuffled last.
 """
 
 import jax
@@ -23,7 +23,7 @@ from jaxkit.data._hobit import (
     SparseHardness,
     _check_dup,
     _check_emb,
-    _gains,
+    _phi,
     knn_graph,
 )
 
@@ -46,7 +46,11 @@ def _pools(nbr, seeds, p):
 
 
 def _pool_weights(nbr, w, pool):
-    """Dense ``W[a, c] = w_{pool[a], pool[c]}`` from the sparse graph (searchsorted lookup)."""
+    """Sparse pool weights ``(col, wv)`` of one batch's pool.
+
+    ``col[a, k]`` is the pool position of ``nbr[pool[a], k]`` (``p`` if outside the pool)
+    and ``wv[a, k]`` its weight (0 when outside, or for empty pool slots).
+    """
     p = pool.shape[0]
     order = jnp.argsort(pool)
     sp = pool[order]
@@ -54,11 +58,19 @@ def _pool_weights(nbr, w, pool):
     nb, wv = nbr[rows], w[rows].astype(accumulation_dtype(w.dtype))  # [p, k]
     pos = jnp.clip(jnp.searchsorted(sp, nb), 0, p - 1)
     hit = (sp[pos] == nb) & (pool[:, None] >= 0)
-    col = order[pos]
-    out = jnp.zeros((p, p), wv.dtype)
-    out = out.at[jnp.arange(p)[:, None], col].add(jnp.where(hit, wv, 0.0))
-    valid = pool >= 0
-    return jnp.where(valid[:, None] & valid[None, :], out, 0.0)
+    return jnp.where(hit, order[pos], p), jnp.where(hit, wv, 0.0)
+
+
+def _sparse_gains(cover, col, wv, obj):
+    """Marginal gains of every pool item: segment sums of ``phi(c_a + w) - phi(c_a)``."""
+    contrib = _phi(cover[:, None] + wv, obj) - _phi(cover, obj)[:, None]
+    p = cover.shape[0]
+    return jnp.zeros(p + 1, contrib.dtype).at[col].add(contrib)[:p]
+
+
+def _column(col, wv, j):
+    """``W[:, j]`` of the sparse pool matrix."""
+    return jnp.sum(jnp.where(col == j, wv, 0.0), axis=1)
 
 
 def _conflicts(q, d, dup, pool, margin):
@@ -81,7 +93,7 @@ def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p
     k_seed, k_fill, k_order = jax.random.split(key, 3)
     seeds = jax.random.permutation(k_seed, n)[:nb].astype(jnp.int32)
     pool = _pools(nbr, seeds, p)
-    wp = jax.vmap(_pool_weights, in_axes=(None, None, 0))(nbr, w, pool)  # [nb, p, p]
+    col, wv = jax.vmap(_pool_weights, in_axes=(None, None, 0))(nbr, w, pool)  # [nb, p, k]
     cp = jax.vmap(_conflicts, in_axes=(None, None, None, 0, None))(q, d, dup, pool, margin)
     valid = pool >= 0
     bidx = jnp.arange(nb, dtype=jnp.int32)
@@ -89,16 +101,16 @@ def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p
 
     members = jnp.full((nb, bsz), -1, jnp.int32).at[:, 0].set(jnp.where(active, seeds, -1))
     inb = jnp.zeros((nb, p), bool).at[:, 0].set(active)
-    cover = jnp.where(active[:, None], wp[:, :, 0], 0.0)
+    zero = jnp.zeros(nb, jnp.int32)
+    cover = jnp.where(active[:, None], jax.vmap(_column)(col, wv, zero), 0.0)
     banned = cp[:, 0, :] & active[:, None]
     assigned = jnp.zeros(n + 1, bool).at[jnp.where(active, seeds, n)].set(True)
     cnt = active.astype(jnp.int32)
 
-    def propose(st):
-        members, inb, cover, banned, assigned, cnt = st
-        gain = jax.vmap(_gains, in_axes=(0, 0, None))(cover, wp, obj)
+    def propose(gain, st):
+        members, inb, cover, banned, assigned, cnt, done = st
         ok = valid & ~inb & ~banned & ~assigned[jnp.where(valid, pool, n)]
-        ok = ok & (active & (cnt < bsz))[:, None]
+        ok = ok & (active & (cnt < bsz) & ~done)[:, None]
         gain = jnp.where(ok, gain, -jnp.inf)
         best = jnp.argmax(gain, axis=1)
         bg = jnp.take_along_axis(gain, best[:, None], axis=1)[:, 0]
@@ -111,15 +123,17 @@ def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p
         win = win & (bidx == bmin[seg])
         members = members.at[bidx, jnp.where(win, cnt, bsz)].set(j, mode="drop")
         inb = inb.at[bidx, best].set(inb[bidx, best] | win)
-        wcol = jnp.take_along_axis(wp, best[:, None, None], axis=2)[:, :, 0]
-        cover = cover + jnp.where(win[:, None], wcol, 0.0)
+        cover = cover + jnp.where(win[:, None], jax.vmap(_column)(col, wv, best), 0.0)
         ccol = jnp.take_along_axis(cp, best[:, None, None], axis=1)[:, 0, :]
         banned = banned | (ccol & win[:, None])
         assigned = assigned.at[jnp.where(win, j, n)].set(True)
-        return members, inb, cover, banned, assigned, cnt + win.astype(jnp.int32)
+        return members, inb, cover, banned, assigned, cnt + win.astype(jnp.int32), done | win
 
     def step(_, st):
-        return jax.lax.fori_loop(0, rounds, lambda _r, s: propose(s), st)
+        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, None))(st[2], col, wv, obj)
+        st = (*st, jnp.zeros(nb, bool))
+        st = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), st)
+        return st[:-1]
 
     st = (members, inb, cover, banned, assigned, cnt)
     members, *_, assigned, _ = jax.lax.fori_loop(0, bsz - 1, step, st)
@@ -176,7 +190,8 @@ def hobit_batches(
 
     Args:
       g: graph from :func:`knn_graph` on the same embeddings.
-      q, d: query / document embeddings ``[n, dim]``.
+      q: query embeddings ``[n, dim]``.
+      d: document embeddings ``[n, dim]``.
       key: PRNG key (seeds, random fill, batch order).
       batch_size: ``B``; must divide ``n`` (static).
       margin: false-negative margin ``delta >= 0`` (traced).

@@ -74,6 +74,18 @@ def _bad_w(key):
     return (-jax.random.uniform(key, (N, 6)),), {}
 
 
+def _kmeans(q):
+    return data.kmeans_batches(q, key=jax.random.key(0), batch_size=B, iters=3)
+
+
+def _nn(q, d, *, tau):
+    return data.nn_batches(q, d, key=jax.random.key(0), batch_size=B, k=K, tau=tau)
+
+
+def _bad_kmeans(key):
+    return (_emb(key, jnp.float32)[0],), {"batch_size": 3}
+
+
 _SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
 
 CASES = [
@@ -117,6 +129,24 @@ CASES = [
             Bad("batch size not dividing n", _bad_b, ValueError, "batch_size"),
             Bad("margin < 0", _bad_margin, ValueError, "margin"),
         ),
+        slow_checks=_SLOW,
+    ),
+    Case(
+        "data.kmeans_batches",
+        _kmeans,
+        lambda key, dtype: (_emb(key, dtype)[0],),
+        grad_modes=(),
+        shard_argnums=(),
+        bad=(Bad("batch size not dividing n", _bad_kmeans, ValueError, "batch_size"),),
+        slow_checks=_SLOW,
+    ),
+    Case(
+        "data.nn_batches",
+        _nn,
+        _emb,
+        hparams={"tau": (0.05, 0.1)},
+        grad_modes=(),
+        shard_argnums=(),
         slow_checks=_SLOW,
     ),
 ]

@@ -207,3 +207,41 @@ def test_bad_inputs():
         data.greedy_select(jnp.ones((3, 4)), 2, objective="exp")
     with pytest.raises(ValueError, match="`size`"):
         data.greedy_select(jnp.ones((3, 4)), 5)
+
+
+def test_baselines_valid_and_behave():
+    n, bsz = 48, 8
+    rng = np.random.default_rng(6)
+    centres = rng.normal(size=(n // bsz, 6)) * 10.0
+    truth = np.repeat(np.arange(n // bsz), bsz)
+    q = (centres[truth] + rng.normal(size=(n, 6))).astype(np.float32)
+    key = jax.random.key(1)
+    perms = {
+        "random": data.random_batches(n, key=key, batch_size=bsz),
+        "kmeans": data.kmeans_batches(jnp.asarray(q), key=key, batch_size=bsz, iters=20),
+    }
+    for p in perms.values():
+        assert sorted(np.asarray(p).tolist()) == list(range(n))
+    pure = [len(set(truth[b])) == 1 for b in np.asarray(perms["kmeans"]).reshape(-1, bsz)]
+    assert np.mean(pure) == 1.0  # well-separated clusters of exactly one batch each
+    rpure = [len(set(truth[b])) == 1 for b in np.asarray(perms["random"]).reshape(-1, bsz)]
+    assert np.mean(rpure) == 0.0
+    with pytest.raises(ValueError, match="`batch_size`"):
+        data.random_batches(n, key=key, batch_size=7)
+    with pytest.raises(ValueError, match="`batch_size`"):
+        data.kmeans_batches(jnp.asarray(q), key=key, batch_size=5)
+
+
+def test_naive_nn_has_contradictions_hobit_none():
+    n, bsz, tau, margin = 96, 8, 0.1, 0.1
+    q, d = _emb(n, 8, 7, noise=0.3)
+    dup = np.arange(n) // 3
+    q[1::3] = q[0::3] + 0.05 * np.random.default_rng(0).normal(size=q[0::3].shape)  # paraphrases
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    qj, dj, dupj = jnp.asarray(q), jnp.asarray(d), jnp.asarray(dup)
+    naive = data.nn_batches(qj, dj, key=jax.random.key(0), batch_size=bsz, k=8, tau=tau)
+    assert sorted(np.asarray(naive).tolist()) == list(range(n))
+    assert _contradictions(naive, q, d, margin, bsz, dup) > 0
+    r = data.hobit_permutation(qj, dj, key=jax.random.key(0), batch_size=bsz, k=8, tau=tau,
+                               margin=margin, dup_ids=dupj)  # fmt: skip
+    assert _contradictions(r.perm, q, d, margin, bsz, dup, np.asarray(r.greedy)) == 0
