@@ -120,6 +120,7 @@ def knn_graph(
     extra slots carry weight 0). ``margin=inf`` filters every pair.
     Exact: blocked ``q @ d.T`` rows of size ``block`` and ``lax.top_k``; memory is
     ``O(block * n)``, never the dense ``n x n`` matrix. Jitted; ``tau``/``margin`` traced.
+    Single-device: inputs sharded over a mesh are not supported yet (no all-gather merge).
 
     Args:
       q: query embeddings ``[n, dim]`` (unit vectors in InfoNCE use).

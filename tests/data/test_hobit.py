@@ -170,7 +170,7 @@ def test_all_filtered_falls_back_to_uniform_fill():
     g = data.knn_graph(qj, dj, k=4, margin=jnp.inf)  # every pair filtered: F == 0
     assert float(jnp.abs(g.w).sum()) == 0.0
     co = np.zeros((n, n))
-    reps = 150
+    reps = 80
     for i in range(reps):
         r = data.hobit_batches(g, qj, dj, key=jax.random.key(i), batch_size=bsz, margin=jnp.inf)
         p = np.asarray(r.perm)
@@ -232,6 +232,7 @@ def test_baselines_valid_and_behave():
         data.kmeans_batches(jnp.asarray(q), key=key, batch_size=5)
 
 
+@pytest.mark.slow
 def test_naive_nn_has_contradictions_hobit_none():
     n, bsz, tau, margin = 96, 8, 0.1, 0.1
     q, d = _emb(n, 8, 7, noise=0.3)
