@@ -19,6 +19,7 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
 
 # Only subpackages that exist: ``hasattr(jaxkit, "memory")`` is False until it lands.
 _SUBPACKAGES = (
+    "data",
     "decoding",
     "diffusion",
     "editing",

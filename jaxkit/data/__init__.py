@@ -1,0 +1,22 @@
+"""Training-data construction: HOBIT hardness-optimised batches for InfoNCE (issue 18).
+
+HOBIT (Dutta, Nagalapatti & Prabhu, ICML 2026) permutes the training set every epoch
+so that each mini-batch groups examples that are hard negatives for each other while
+excluding likely false negatives. **[recon]**: no code or full text of the paper is
+public; the objective is our reconstruction (spec ``training.md`` section 3) and is
+swappable (``objective=``). ``knn_graph`` builds the sparse hardness graph,
+``hobit_objective`` evaluates the set function, ``greedy_select`` is the exact
+sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jitted
+parallel greedy over a whole epoch.
+"""
+
+from jaxkit.data._baselines import kmeans_batches as kmeans_batches
+from jaxkit.data._baselines import nn_batches as nn_batches
+from jaxkit.data._baselines import random_batches as random_batches
+from jaxkit.data._hobit import HobitBatches as HobitBatches
+from jaxkit.data._hobit import SparseHardness as SparseHardness
+from jaxkit.data._hobit import greedy_select as greedy_select
+from jaxkit.data._hobit import hobit_objective as hobit_objective
+from jaxkit.data._hobit import knn_graph as knn_graph
+from jaxkit.data._permute import hobit_batches as hobit_batches
+from jaxkit.data._permute import hobit_permutation as hobit_permutation

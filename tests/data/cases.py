@@ -1,0 +1,153 @@
+"""Conformance cases for jaxkit.data (see tests/conformance.py)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import data
+from tests.conformance import Bad, Case
+
+N, DIM, K, B = 8, 4, 3, 2
+
+
+def _emb(key, dtype):
+    k1, k2 = jax.random.split(key)
+    q = jax.random.normal(k1, (N, DIM), jnp.float32)
+    d = q + 0.5 * jax.random.normal(k2, (N, DIM), jnp.float32)
+    q = q / jnp.linalg.norm(q, axis=1, keepdims=True)
+    d = d / jnp.linalg.norm(d, axis=1, keepdims=True)
+    return q.astype(dtype), d.astype(dtype)
+
+
+def _graph_args(key, dtype):
+    q, d = _emb(key, dtype)
+    nbr = jnp.argsort(jax.random.uniform(key, (N, N)), axis=1)[:, :K].astype(jnp.int32)
+    w = jax.random.uniform(jax.random.fold_in(key, 1), (N, K), dtype)
+    return q, d, nbr, w
+
+
+def _knn(q, d, *, tau, margin):
+    return data.knn_graph(q, d, k=K, tau=tau, margin=margin, block=4)
+
+
+def _objective(batch, nbr, w):
+    return data.hobit_objective(batch, data.SparseHardness(nbr, w))
+
+
+def _objective_args(key, dtype):
+    _, _, nbr, w = _graph_args(key, dtype)
+    return jnp.array([1, 4, 6], jnp.int32), nbr, w
+
+
+def _greedy(w):
+    return data.greedy_select(w, 3)
+
+
+def _greedy_args(key, dtype):
+    return (jax.random.uniform(key, (N, 6), dtype),)
+
+
+def _batches(q, d, nbr, w, *, margin, hard_fraction, batch_size=B):
+    g = data.SparseHardness(nbr, w)
+    return data.hobit_batches(
+        g, q, d, key=jax.random.key(0), batch_size=batch_size, margin=margin,
+        hard_fraction=hard_fraction,
+    )  # fmt: skip
+
+
+def _bad_b(key):
+    return _graph_args(key, jnp.float32), {"batch_size": 3}
+
+
+def _bad_margin(key):
+    return _graph_args(key, jnp.float32), {"margin": -0.1}
+
+
+def _bad_tau(key):
+    return _emb(key, jnp.float32), {"tau": 0.0}
+
+
+def _bad_knn_margin(key):
+    return _emb(key, jnp.float32), {"margin": jnp.nan}
+
+
+def _bad_w(key):
+    return (-jax.random.uniform(key, (N, 6)),), {}
+
+
+def _kmeans(q, *, batch_size=B):
+    return data.kmeans_batches(q, key=jax.random.key(0), batch_size=batch_size, iters=3)
+
+
+def _nn(q, d, *, tau):
+    return data.nn_batches(q, d, key=jax.random.key(0), batch_size=B, k=K, tau=tau)
+
+
+def _bad_kmeans(key):
+    return (_emb(key, jnp.float32)[0],), {"batch_size": 3}
+
+
+_SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
+_BASELINE_SLOW = (*_SLOW, "jit")
+
+CASES = [
+    Case(
+        "data.knn_graph",
+        _knn,
+        _emb,
+        hparams={"tau": (0.05, 0.1), "margin": (0.1, 0.2)},
+        grad_modes=(),
+        shard_argnums=(),  # single-device for now: sharded kNN (all-gather merge) not yet
+        bad=(
+            Bad("tau = 0", _bad_tau, ValueError, "tau"),
+            Bad("NaN margin", _bad_knn_margin, ValueError, "margin"),
+        ),
+        slow_checks=("vmap",),
+    ),
+    Case(
+        "data.hobit_objective",
+        _objective,
+        _objective_args,
+        grad_argnums=(2,),
+        shard_argnums=(),
+        rtol=1e-5,
+    ),
+    Case(
+        "data.greedy_select",
+        _greedy,
+        _greedy_args,
+        grad_modes=(),
+        shard_argnums=(),
+        bad=(Bad("negative weights", _bad_w, Exception, "w"),),
+    ),
+    Case(
+        "data.hobit_batches",
+        _batches,
+        _graph_args,
+        hparams={"margin": (0.1, 0.2), "hard_fraction": (1.0, 0.5)},
+        grad_modes=(),
+        shard_argnums=(),
+        bad=(
+            Bad("batch size not dividing n", _bad_b, ValueError, "batch_size"),
+            Bad("margin < 0", _bad_margin, ValueError, "margin"),
+        ),
+        slow_checks=_SLOW,
+    ),
+    Case(
+        "data.kmeans_batches",
+        _kmeans,
+        lambda key, dtype: (_emb(key, dtype)[0],),
+        grad_modes=(),
+        shard_argnums=(),
+        bad=(Bad("batch size not dividing n", _bad_kmeans, ValueError, "batch_size"),),
+        slow_checks=_BASELINE_SLOW,
+    ),
+    Case(
+        "data.nn_batches",
+        _nn,
+        _emb,
+        hparams={"tau": (0.05, 0.1)},
+        grad_modes=(),
+        shard_argnums=(),
+        slow_checks=_BASELINE_SLOW,
+    ),
+]

@@ -1,0 +1,248 @@
+"""HOBIT oracles (spec training.md section 3.4): submodularity, greedy bound, dense
+reference, plain-Python greedy (apricot-select in the slow tier), permutation validity,
+zero contradictions, bad inputs."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import data
+
+
+def _emb(n, dim, seed, noise=0.5):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(n, dim))
+    d = q + noise * rng.normal(size=(n, dim))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    return q.astype(np.float32), d.astype(np.float32)
+
+
+def _dense_w(q, d, tau, margin, dup=None):
+    """Reference filtered weights from the full n x n matrix (float64 numpy)."""
+    s = q.astype(np.float64) @ d.T.astype(np.float64)
+    diag = np.diag(s)
+    n = len(q)
+    dup = np.arange(n) if dup is None else dup
+    bad = (s >= diag[:, None] - margin) | (dup[:, None] == dup[None, :])
+    bad = bad | bad.T  # a contradiction in either direction filters both weights
+    return np.where(bad, 0.0, np.exp((s - diag[:, None]) / tau)), bad
+
+
+def _F(wd, s, feats=None):
+    feats = np.arange(len(wd)) if feats is None else feats
+    return float(np.sum(np.log1p(wd[np.ix_(feats, list(s))].sum(axis=1)))) if s else 0.0
+
+
+def test_knn_graph_matches_dense_reference():
+    q, d = _emb(40, 6, 0)
+    tau, margin, k = 0.2, 0.1, 5
+    dup = np.arange(40) // 2  # pairs of duplicates
+    g = data.knn_graph(jnp.asarray(q), jnp.asarray(d), k=k, tau=tau, margin=margin,
+                       dup_ids=jnp.asarray(dup), block=16)  # fmt: skip
+    wd, bad = _dense_w(q, d, tau, margin, dup)
+    score = np.where(bad, -1.0, wd + wd.T)
+    nbr, w = np.asarray(g.nbr), np.asarray(g.w)
+    for i in range(40):
+        want = np.argsort(-score[i], kind="stable")[:k]
+        assert set(nbr[i]) == set(want)
+        np.testing.assert_allclose(w[i], wd[i, nbr[i]], rtol=2e-4, atol=1e-7)
+        assert not np.any(bad[i, nbr[i]] | bad[nbr[i], i])  # no false negative is a neighbour
+
+
+def test_objective_equals_dense_and_is_monotone_submodular():
+    n = 8
+    q, d = _emb(n, 3, 1, noise=1.0)
+    tau, margin = 0.5, 0.05
+    g = data.knn_graph(jnp.asarray(q), jnp.asarray(d), k=n - 1, tau=tau, margin=margin)
+    wd, _ = _dense_w(q, d, tau, margin)
+    assert wd.sum() > 0
+    f = {}
+    for r in range(0, 5):
+        for s in itertools.combinations(range(n), r):
+            f[s] = float(data.hobit_objective(jnp.asarray(s, jnp.int32), g)) if s else 0.0
+            np.testing.assert_allclose(f[s], _F(wd, s), rtol=1e-4, atol=1e-6)
+    pool = jnp.asarray([0, 2, 5], jnp.int32)
+    got = float(data.hobit_objective(jnp.asarray([1, 3], jnp.int32), g, pool))
+    np.testing.assert_allclose(got, _F(wd, (1, 3), [0, 2, 5]), rtol=1e-4, atol=1e-6)
+    for t in (s for s in f if len(s) <= 3):
+        for s in (s for s in f if set(s) <= set(t)):
+            for x in set(range(n)) - set(t):
+                gs = f[tuple(sorted((*s, x)))] - f[s]
+                gt = f[tuple(sorted((*t, x)))] - f[t]
+                assert gs >= -1e-5  # monotone
+                assert gs >= gt - 1e-4  # diminishing returns
+
+
+def _py_greedy(w, size):
+    """Plain-Python naive greedy oracle (ties: lowest index), independent of jaxkit."""
+    cover = np.zeros(w.shape[0])
+    sel = []
+    for _ in range(size):
+        best, bg = None, -np.inf
+        for j in range(w.shape[1]):
+            if j in sel:
+                continue
+            gj = np.sum(np.log1p(cover + w[:, j]) - np.log1p(cover))
+            if gj > bg:
+                best, bg = j, gj
+        sel.append(best)
+        cover += w[:, best]
+    return sel
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_bound_and_python_greedy(seed):
+    rng = np.random.default_rng(seed)
+    nf, ni, size = 10, 12, 4
+    w = rng.exponential(size=(nf, ni)) * (rng.random((nf, ni)) < 0.4)
+    sel, gains = data.greedy_select(jnp.asarray(w, jnp.float32), size)
+    sel = list(np.asarray(sel))
+    assert sel == _py_greedy(w, size)
+    val = float(np.sum(np.log1p(w[:, sel].sum(1))))
+    np.testing.assert_allclose(float(np.sum(gains)), val, rtol=1e-5)
+    opt = max(float(np.sum(np.log1p(w[:, list(s)].sum(1))))
+              for s in itertools.combinations(range(ni), size))  # fmt: skip
+    assert val >= (1 - 1 / np.e) * opt - 1e-9
+    assert val <= opt + 1e-5
+
+
+@pytest.mark.slow
+def test_greedy_equals_apricot():
+    apricot = pytest.importorskip("apricot")  # in the `test` extra
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        w = rng.exponential(size=(30, 40)) * (rng.random((30, 40)) < 0.3)
+        ref = apricot.FeatureBasedSelection(8, concave_func="log", optimizer="naive").fit(w.T)
+        sel, gains = data.greedy_select(jnp.asarray(w, jnp.float32), 8)
+        assert list(np.asarray(sel)) == list(ref.ranking)
+        np.testing.assert_allclose(np.asarray(gains), ref.gains, rtol=1e-4)
+
+
+def _contradictions(perm, q, d, margin, bsz, dup=None, mask=None):
+    s = q.astype(np.float64) @ d.T.astype(np.float64)
+    diag = np.diag(s)
+    dup = np.arange(len(q)) if dup is None else dup
+    mask = np.ones(len(perm), bool) if mask is None else mask
+    bad = 0
+    for b, m in zip(np.asarray(perm).reshape(-1, bsz), mask.reshape(-1, bsz), strict=True):
+        b = b[m]
+        c = (s[np.ix_(b, b)] >= diag[b][:, None] - margin) | (dup[b][:, None] == dup[b][None])
+        np.fill_diagonal(c, False)
+        bad += int(c.sum())
+    return bad
+
+
+def _inbatch_loss(perm, wd, bsz):
+    return sum(_F(wd, tuple(b), b) for b in np.asarray(perm).reshape(-1, bsz))
+
+
+def test_permutation_valid_hard_and_contradiction_free():
+    n, bsz, tau, margin = 96, 8, 0.1, 0.1
+    q, d = _emb(n, 8, 3, noise=0.3)
+    dup = np.arange(n) // 3  # every group of 3 shares an answer: false negatives
+    qj, dj, dupj = jnp.asarray(q), jnp.asarray(d), jnp.asarray(dup)
+    g = data.knn_graph(qj, dj, k=8, tau=tau, margin=margin, dup_ids=dupj)
+    wd, _ = _dense_w(q, d, tau, margin, dup)
+    hard = data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=bsz, dup_ids=dupj)
+    rand = data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=bsz, dup_ids=dupj,
+                              hard_fraction=0.0)  # fmt: skip
+    for r in (hard, rand):
+        assert sorted(np.asarray(r.perm).tolist()) == list(range(n))
+    assert not np.any(np.asarray(rand.greedy))
+    greedy = np.asarray(hard.greedy)
+    assert greedy.mean() > 0.5
+    assert _contradictions(hard.perm, q, d, margin, bsz, dup, greedy) == 0
+    assert _inbatch_loss(hard.perm, wd, bsz) > 1.5 * _inbatch_loss(rand.perm, wd, bsz)
+    half = data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=bsz, dup_ids=dupj,
+                              hard_fraction=0.5)  # fmt: skip
+    per_batch = np.asarray(half.greedy).reshape(-1, bsz).any(axis=1)
+    assert per_batch.sum() == n // bsz // 2  # greedy batches = round(0.5 * 12)
+
+
+def test_all_filtered_falls_back_to_uniform_fill():
+    n, bsz = 24, 4
+    q, d = _emb(n, 4, 4)
+    qj, dj = jnp.asarray(q), jnp.asarray(d)
+    g = data.knn_graph(qj, dj, k=4, margin=jnp.inf)  # every pair filtered: F == 0
+    assert float(jnp.abs(g.w).sum()) == 0.0
+    co = np.zeros((n, n))
+    reps = 80
+    for i in range(reps):
+        r = data.hobit_batches(g, qj, dj, key=jax.random.key(i), batch_size=bsz, margin=jnp.inf)
+        p = np.asarray(r.perm)
+        assert sorted(p.tolist()) == list(range(n))
+        assert np.asarray(r.greedy).sum() == n // bsz  # only the seeds
+        for b in p.reshape(-1, bsz):
+            co[np.ix_(b, b)] += 1
+    off = co[~np.eye(n, dtype=bool)]
+    expect = reps * (bsz - 1) / (n - 1)
+    chi2 = np.sum((off - expect) ** 2 / expect) / 2  # each pair counted twice
+    dof = n * (n - 1) / 2 - 1
+    assert abs(chi2 - dof) < 5 * np.sqrt(2 * dof), (chi2, dof)
+
+
+def test_bad_inputs():
+    q, d = _emb(12, 4, 5)
+    qj, dj = jnp.asarray(q), jnp.asarray(d)
+    g = data.knn_graph(qj, dj, k=3)
+    with pytest.raises(ValueError, match="`batch_size` must divide"):
+        data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=5)
+    with pytest.raises(ValueError, match="`margin`"):
+        data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=4, margin=-0.1)
+    with pytest.raises(ValueError, match="`margin`"):
+        data.knn_graph(qj, dj, k=3, margin=-0.1)
+    with pytest.raises(ValueError, match="`hard_fraction`"):
+        data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=4, hard_fraction=1.5)
+    with pytest.raises(ValueError, match="`k`"):
+        data.knn_graph(qj, dj, k=12)
+    with pytest.raises(TypeError, match="d"):
+        data.knn_graph(qj, dj[:, :2], k=3)
+    with pytest.raises(TypeError, match="key"):
+        data.hobit_batches(g, qj, dj, key=0, batch_size=4)
+    with pytest.raises(ValueError, match="`objective`"):
+        data.greedy_select(jnp.ones((3, 4)), 2, objective="exp")
+    with pytest.raises(ValueError, match="`size`"):
+        data.greedy_select(jnp.ones((3, 4)), 5)
+
+
+def test_baselines_valid_and_behave():
+    n, bsz = 48, 8
+    rng = np.random.default_rng(6)
+    centres = rng.normal(size=(n // bsz, 6)) * 10.0
+    truth = np.repeat(np.arange(n // bsz), bsz)
+    q = (centres[truth] + rng.normal(size=(n, 6))).astype(np.float32)
+    key = jax.random.key(1)
+    perms = {
+        "random": data.random_batches(n, key=key, batch_size=bsz),
+        "kmeans": data.kmeans_batches(jnp.asarray(q), key=key, batch_size=bsz, iters=20),
+    }
+    for p in perms.values():
+        assert sorted(np.asarray(p).tolist()) == list(range(n))
+    pure = [len(set(truth[b])) == 1 for b in np.asarray(perms["kmeans"]).reshape(-1, bsz)]
+    assert np.mean(pure) == 1.0  # well-separated clusters of exactly one batch each
+    rpure = [len(set(truth[b])) == 1 for b in np.asarray(perms["random"]).reshape(-1, bsz)]
+    assert np.mean(rpure) == 0.0
+    with pytest.raises(ValueError, match="`batch_size`"):
+        data.random_batches(n, key=key, batch_size=7)
+    with pytest.raises(ValueError, match="`batch_size`"):
+        data.kmeans_batches(jnp.asarray(q), key=key, batch_size=5)
+
+
+@pytest.mark.slow
+def test_naive_nn_has_contradictions_hobit_none():
+    n, bsz, tau, margin = 96, 8, 0.1, 0.1
+    q, d = _emb(n, 8, 7, noise=0.3)
+    dup = np.arange(n) // 3
+    q[1::3] = q[0::3] + 0.05 * np.random.default_rng(0).normal(size=q[0::3].shape)  # paraphrases
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    qj, dj, dupj = jnp.asarray(q), jnp.asarray(d), jnp.asarray(dup)
+    naive = data.nn_batches(qj, dj, key=jax.random.key(0), batch_size=bsz, k=8, tau=tau)
+    assert sorted(np.asarray(naive).tolist()) == list(range(n))
+    assert _contradictions(naive, q, d, margin, bsz, dup) > 0
+    r = data.hobit_permutation(qj, dj, key=jax.random.key(0), batch_size=bsz, k=8, tau=tau,
+                               margin=margin, dup_ids=dupj)  # fmt: skip
+    assert _contradictions(r.perm, q, d, margin, bsz, dup, np.asarray(r.greedy)) == 0
