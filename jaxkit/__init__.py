@@ -22,6 +22,7 @@ _SUBPACKAGES = (
     "decoding",
     "editing",
     "equivariance",
+    "hypospace",
     "interop",
     "io",
     "kernels",

@@ -1,0 +1,287 @@
+"""HypoSpace causal-graph domain: DAGs from single-node perturbation observations.
+
+Semantics from the authors' generator and validator [C] (spec eval_robust.md §1.2.2):
+perturbing node ``i`` of a DAG ``G`` reads 1 on every descendant of ``i`` (reachable by a
+directed path) and 0 elsewhere, ``i`` itself included. A hypothesis is valid for an
+observation set iff it is a DAG whose descendant row of every perturbed node equals the
+observed effects. Hypotheses are ``[..., n, n]`` integer (or bool) adjacency matrices,
+``adj[i, j] = 1`` for the edge ``i -> j``.
+
+Malformed hypotheses (an entry outside {0, 1}, a self loop) and cyclic ones are scored
+invalid, never an error: upstream makes them parse failures, so a sampler that emits them
+must be scored, not crash. Only a static shape/dtype problem raises.
+"""
+
+import itertools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Int
+
+from jaxkit import _validate as V
+
+MAX_ENUM_NODES = 5  # 2**(n(n-1)) masks; n = 6 needs the permutation route (not built yet)
+
+
+class CausalObs(NamedTuple):
+    """A padded observation set (a pytree, so it batches under ``vmap``).
+
+    Attributes:
+      perturbed: ``int32[k_max]`` perturbed node of each observation.
+      effects: ``int8[k_max, n]`` observed effect rows (``effects[o, perturbed[o]] = 0``).
+      mask: ``bool[k_max]`` which rows are real (padding rows are ignored).
+    """
+
+    perturbed: Int[Array, " k"]
+    effects: Int[Array, "k n"]
+    mask: Bool[Array, " k"]
+
+
+class CausalTask(NamedTuple):
+    """One observation set of a collection (host-side record).
+
+    Attributes:
+      name: upstream-style id ``n{k}_{counter:03d}`` (counter per k, from 0).
+      obs: the observations (``k_max = k``, all rows real).
+      admissible: ``int32[K]`` sorted canonical ids of the admissible DAGs ``H_O``.
+    """
+
+    name: str
+    obs: CausalObs
+    admissible: np.ndarray
+
+
+def _check_adj(adj, name: str = "adj") -> int:
+    V.min_ndim(adj, 2, name=name)
+    n = jnp.shape(adj)[-1]
+    if jnp.shape(adj)[-2] != n:
+        raise TypeError(f"`{name}` must be [..., n, n], got shape {jnp.shape(adj)}.")
+    dt = jnp.result_type(adj)
+    if not (jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_):
+        raise TypeError(f"`{name}` must be an integer or bool array, got dtype {dt}.")
+    if n < 1:
+        raise ValueError(f"`{name}` needs at least one node, got shape {jnp.shape(adj)}.")
+    return int(n)
+
+
+def _reach_core(adj):
+    n = adj.shape[-1]
+    r = (adj != 0).astype(jnp.int32)
+    for _ in range(max(0, math.ceil(math.log2(n)))):  # paths of length 1 .. 2**t >= n
+        r = jnp.minimum(r + jnp.matmul(r, r), 1)
+    return r.astype(jnp.int8)
+
+
+_reach_jit = jax.jit(_reach_core)
+
+
+def reachability(adj: Int[Array, "... n n"]) -> Int[Array, "... n n"]:
+    """Transitive closure ``R[i, j] = 1`` iff a directed path of length >= 1 joins i to j.
+
+    ``ceil(log2 n)`` boolean squarings ``R <- min(R + R @ R, 1)`` in int32 (no overflow:
+    entries stay in {0, 1} before each product, so sums are <= n + 1). Any nonzero entry
+    counts as an edge. ``R[i, i] = 1`` iff ``i`` lies on a cycle. Jitted; batches over
+    leading axes.
+    """
+    _check_adj(adj)
+    return _reach_jit(adj)
+
+
+def _well_formed(adj):
+    a = adj.astype(jnp.int32)
+    entries = jnp.all((a == 0) | (a == 1), axis=(-2, -1))
+    diag = jnp.all(jnp.diagonal(a, axis1=-2, axis2=-1) == 0, axis=-1)
+    return entries & diag
+
+
+def _is_dag_core(adj):
+    r = _reach_core(adj)
+    return _well_formed(adj) & jnp.all(jnp.diagonal(r, axis1=-2, axis2=-1) == 0, axis=-1)
+
+
+_is_dag_jit = jax.jit(_is_dag_core)
+
+
+def is_dag(adj: Int[Array, "... n n"]) -> Bool[Array, "..."]:
+    """True iff ``adj`` is a well-formed (entries in {0, 1}, no self loop) acyclic graph."""
+    _check_adj(adj)
+    return _is_dag_jit(adj)
+
+
+def _validate_core(adj, perturbed, effects, mask):
+    n = adj.shape[-1]
+    r = _reach_core(adj)  # [..., n, n]
+    ok = _well_formed(adj) & jnp.all(jnp.diagonal(r, axis1=-2, axis2=-1) == 0, axis=-1)
+    p = jnp.clip(perturbed, 0, n - 1)
+    rows = jnp.take(r, p, axis=-2)  # [..., k, n]
+    eff = (effects != 0).astype(jnp.int8)
+    match = jnp.all(rows == eff, axis=-1) | ~mask  # [..., k]
+    return ok & jnp.all(match, axis=-1)
+
+
+_validate_jit = jax.jit(_validate_core)
+
+
+def _check_obs(obs: CausalObs, n: int) -> None:
+    if not isinstance(obs, CausalObs):
+        raise TypeError(f"`obs` must be a CausalObs, got {type(obs).__name__}.")
+    V.ndim(obs.perturbed, 1, name="obs.perturbed")
+    V.integer(obs.perturbed, name="obs.perturbed")
+    V.shape(obs.effects, (jnp.shape(obs.perturbed)[0], n), name="obs.effects")
+    V.shape(obs.mask, (jnp.shape(obs.perturbed)[0],), name="obs.mask")
+    if jnp.result_type(obs.mask) != jnp.bool_:
+        raise TypeError(f"`obs.mask` must be bool, got dtype {jnp.result_type(obs.mask)}.")
+    p = V._concrete(obs.perturbed)
+    m = V._concrete(obs.mask)
+    if p is not None and m is not None and np.any(m & ((p < 0) | (p >= n))):
+        raise ValueError(f"`obs.perturbed` must lie in [0, {n}), got {p.tolist()}.")
+
+
+def validate(adj: Int[Array, "... n n"], obs: CausalObs) -> Bool[Array, "..."]:
+    """Score hypotheses against an observation set: DAG and every effect row matches.
+
+    Args:
+      adj: ``[..., n, n]`` candidate adjacency matrices (any integer or bool dtype).
+      obs: the observation set, effects over the same ``n`` nodes.
+
+    Returns:
+      ``bool[...]``: valid iff well formed, acyclic and, for every real observation,
+      ``reachability(adj)[perturbed] == effects`` (effects read as nonzero = 1).
+      Cyclic or malformed candidates are False. Jitted; batches over leading axes
+      (``admissible_mask`` is this function on an enumerated table).
+    """
+    n = _check_adj(adj)
+    _check_obs(obs, n)
+    return _validate_jit(adj, obs.perturbed, obs.effects, obs.mask)
+
+
+admissible_mask = validate
+
+
+def _bit_index(n: int) -> np.ndarray:
+    """``[n, n]`` bit position of each off-diagonal edge (-1 on the diagonal)."""
+    idx = -np.ones((n, n), np.int64)
+    b = 0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                idx[i, j] = b
+                b += 1
+    return idx
+
+
+def _canon_core(adj):
+    n = adj.shape[-1]
+    idx = _bit_index(n)
+    w = np.where(idx >= 0, np.left_shift(1, np.maximum(idx, 0)), 0).astype(np.int32)
+    a = (adj != 0).astype(jnp.int32)
+    return jnp.sum(a * jnp.asarray(w), axis=(-2, -1), dtype=jnp.int32)
+
+
+_canon_jit = jax.jit(_canon_core)
+
+
+def canonical_id(adj: Int[Array, "... n n"]) -> Int[Array, "..."]:
+    """Edge-set code: bit ``i*(n-1) + j'`` set for edge ``i -> j`` (``j' = j - (j > i)``).
+
+    int32, so ``n <= 6`` (30 bits); the diagonal is ignored (check validity first). Two
+    hypotheses share an id iff they have the same edge set (upstream's md5 identity).
+    """
+    n = _check_adj(adj)
+    if n * (n - 1) > 31:
+        raise ValueError(f"`adj` has n={n} nodes; canonical ids fit int32 only for n <= 6.")
+    return _canon_jit(adj)
+
+
+def _decode_core(ids, n):
+    idx = _bit_index(n)
+    bits = (ids[..., None, None] >> jnp.asarray(np.maximum(idx, 0), jnp.int32)) & 1
+    return jnp.where(jnp.asarray(idx >= 0), bits, 0).astype(jnp.int8)
+
+
+_decode_jit = jax.jit(_decode_core, static_argnames=("n",))
+
+
+def from_canonical_id(ids: Int[Array, "..."], *, n: int) -> Int[Array, "... n n"]:
+    """Inverse of :func:`canonical_id`: ``int8[..., n, n]`` adjacency (jitted)."""
+    n = V.python_int(n, name="n", minimum=1)
+    if n * (n - 1) > 31:
+        raise ValueError(f"`n` must be <= 6 for int32 ids, got n={n}.")
+    V.integer(ids, name="ids")
+    return _decode_jit(jnp.asarray(ids, jnp.int32), n)
+
+
+def enumerate_dags(n: int, max_edges: int | None = None) -> Int[Array, "M n n"]:
+    """All labelled DAGs on ``n <= 5`` nodes (optionally <= ``max_edges`` edges).
+
+    Host-side driver over jitted pieces: decodes all ``2**(n(n-1))`` edge masks and keeps
+    the acyclic ones, sorted by canonical id. Counts 1, 3, 25, 543, 29281 (OEIS A003024).
+    ``n = 6`` (3 781 503 DAGs, by permutations of triangular masks) is not built yet.
+    """
+    n = V.python_int(n, name="n", minimum=1)
+    if n > MAX_ENUM_NODES:
+        raise ValueError(f"`n` must be <= {MAX_ENUM_NODES} for enumeration, got n={n}.")
+    if max_edges is not None:
+        max_edges = V.python_int(max_edges, name="max_edges", minimum=0)
+    ids = jnp.arange(2 ** (n * (n - 1)), dtype=jnp.int32)
+    adj = _decode_jit(ids, n)
+    keep = np.asarray(_is_dag_jit(adj))
+    if max_edges is not None:
+        keep &= np.asarray(jnp.sum(adj, axis=(-2, -1), dtype=jnp.int32)) <= max_edges
+    return adj[np.flatnonzero(keep)]
+
+
+def generate_collection(
+    n: int, ks: tuple[int, ...] | None = None, *, max_edges: int | None = None
+) -> list[CausalTask]:
+    """Every observation set on ``n`` nodes with >= 1 admissible DAG, in upstream order.
+
+    Host-side (not jitted). As the authors' generator [C]: list every distinct single
+    observation realised by some DAG, sorted by perturbed node then effect vector
+    (lexicographic, node order); for each ``k`` in ``ks`` (default ``1..n``) take every
+    k-combination (``itertools.combinations`` order) with distinct perturbed nodes, keep
+    it iff some DAG reproduces all its rows, and record those DAGs as ``H_O``. Names are
+    ``n{k}_{counter:03d}``. Counts: n=3: 12/30/19 (61); n=4: 32/204/392/219 (847).
+    """
+    dags = enumerate_dags(n, max_edges)
+    if ks is None:
+        ks = tuple(range(1, n + 1))
+    ks = tuple(V.python_int(k, name="ks", minimum=1) for k in ks)
+    if any(k > n for k in ks):
+        raise ValueError(f"`ks` must lie in [1, {n}], got {ks}.")
+    ids = np.asarray(_canon_jit(dags))
+    rows = np.asarray(_reach_jit(dags)).astype(np.int8)  # [M, n, n], zero diagonal
+    singles = sorted({(i, tuple(int(v) for v in rows[m, i])) for m in range(len(dags))
+                      for i in range(n)})
+    match = np.stack([np.all(rows[:, i, :] == np.asarray(e), axis=-1) for i, e in singles])
+    tasks: list[CausalTask] = []
+    for k in ks:
+        counter = 0
+        for combo in itertools.combinations(range(len(singles)), k):
+            nodes = [singles[c][0] for c in combo]
+            if len(set(nodes)) < k:
+                continue
+            ok = np.logical_and.reduce(match[list(combo)], axis=0)
+            if not ok.any():
+                continue
+            obs = CausalObs(
+                perturbed=np.asarray(nodes, np.int32),
+                effects=np.asarray([singles[c][1] for c in combo], np.int8),
+                mask=np.ones((k,), bool),
+            )
+            adm = np.sort(ids[ok]).astype(np.int32)
+            tasks.append(CausalTask(f"n{k}_{counter:03d}", obs, adm))
+            counter += 1
+    return tasks
+
+
+def format_observation(perturbed: int, effects, names: str | None = None) -> str:
+    """Upstream string form, e.g. ``Perturb(B) -> A:0 B:0 C:1`` (host-side)."""
+    e = [int(v) for v in np.asarray(effects)]
+    names = names or "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(e)]
+    return f"Perturb({names[perturbed]}) -> " + " ".join(
+        f"{names[j]}:{v}" for j, v in enumerate(e)
+    )
