@@ -19,7 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int
+from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
 
@@ -35,9 +35,9 @@ class CausalObs(NamedTuple):
       mask: ``bool[k_max]`` which rows are real (padding rows are ignored).
     """
 
-    perturbed: Int[Array, " k"]
-    effects: Int[Array, "k n"]
-    mask: Bool[Array, " k"]
+    perturbed: Int[ArrayLike, " k"]
+    effects: Int[ArrayLike, "k n"]
+    mask: Bool[ArrayLike, " k"]
 
 
 class CausalTask(NamedTuple):
@@ -78,7 +78,7 @@ def _reach_core(adj):
 _reach_jit = jax.jit(_reach_core)
 
 
-def reachability(adj: Int[Array, "... n n"]) -> Int[Array, "... n n"]:
+def reachability(adj: Shaped[ArrayLike, "..."]) -> Int[Array, "... n n"]:
     """Transitive closure ``R[i, j] = 1`` iff a directed path of length >= 1 joins i to j.
 
     ``ceil(log2 n)`` boolean squarings ``R <- min(R + R @ R, 1)`` in int32 (no overflow:
@@ -105,7 +105,7 @@ def _is_dag_core(adj):
 _is_dag_jit = jax.jit(_is_dag_core)
 
 
-def is_dag(adj: Int[Array, "... n n"]) -> Bool[Array, "..."]:
+def is_dag(adj: Shaped[ArrayLike, "..."]) -> Bool[Array, "..."]:
     """True iff ``adj`` is a well-formed (entries in {0, 1}, no self loop) acyclic graph."""
     _check_adj(adj)
     return _is_dag_jit(adj)
@@ -117,8 +117,9 @@ def _validate_core(adj, perturbed, effects, mask):
     ok = _well_formed(adj) & jnp.all(jnp.diagonal(r, axis1=-2, axis2=-1) == 0, axis=-1)
     p = jnp.clip(perturbed, 0, n - 1)
     rows = jnp.take(r, p, axis=-2)  # [..., k, n]
-    eff = (effects != 0).astype(jnp.int8)
-    match = jnp.all(rows == eff, axis=-1) | ~mask  # [..., k]
+    eff = jnp.broadcast_to((effects != 0).astype(jnp.int8), rows.shape)
+    pad = jnp.broadcast_to(~mask, rows.shape[:-1])
+    match = jnp.all(rows == eff, axis=-1) | pad  # [..., k]
     return ok & jnp.all(match, axis=-1)
 
 
@@ -140,7 +141,7 @@ def _check_obs(obs: CausalObs, n: int) -> None:
         raise ValueError(f"`obs.perturbed` must lie in [0, {n}), got {p.tolist()}.")
 
 
-def validate(adj: Int[Array, "... n n"], obs: CausalObs) -> Bool[Array, "..."]:
+def validate(adj: Shaped[ArrayLike, "..."], obs: CausalObs) -> Bool[Array, "..."]:
     """Score hypotheses against an observation set: DAG and every effect row matches.
 
     Args:
@@ -178,13 +179,13 @@ def _canon_core(adj):
     idx = _bit_index(n)
     w = np.where(idx >= 0, np.left_shift(1, np.maximum(idx, 0)), 0).astype(np.int32)
     a = (adj != 0).astype(jnp.int32)
-    return jnp.sum(a * jnp.asarray(w), axis=(-2, -1), dtype=jnp.int32)
+    return jnp.sum(a * jnp.broadcast_to(jnp.asarray(w), a.shape), axis=(-2, -1), dtype=jnp.int32)
 
 
 _canon_jit = jax.jit(_canon_core)
 
 
-def canonical_id(adj: Int[Array, "... n n"]) -> Int[Array, "..."]:
+def canonical_id(adj: Shaped[ArrayLike, "..."]) -> Int[Array, "..."]:
     """Edge-set code: bit ``i*(n-1) + j'`` set for edge ``i -> j`` (``j' = j - (j > i)``).
 
     int32, so ``n <= 6`` (30 bits); the diagonal is ignored (check validity first). Two
@@ -198,14 +199,16 @@ def canonical_id(adj: Int[Array, "... n n"]) -> Int[Array, "..."]:
 
 def _decode_core(ids, n):
     idx = _bit_index(n)
-    bits = (ids[..., None, None] >> jnp.asarray(np.maximum(idx, 0), jnp.int32)) & 1
-    return jnp.where(jnp.asarray(idx >= 0), bits, 0).astype(jnp.int8)
+    shape = (*ids.shape, n, n)
+    shift = jnp.broadcast_to(jnp.asarray(np.maximum(idx, 0), jnp.int32), shape)
+    bits = (jnp.broadcast_to(ids[..., None, None], shape) >> shift) & 1
+    return jnp.where(jnp.broadcast_to(jnp.asarray(idx >= 0), shape), bits, 0).astype(jnp.int8)
 
 
 _decode_jit = jax.jit(_decode_core, static_argnames=("n",))
 
 
-def from_canonical_id(ids: Int[Array, "..."], *, n: int) -> Int[Array, "... n n"]:
+def from_canonical_id(ids: Int[ArrayLike, "..."], *, n: int) -> Int[Array, "... n n"]:
     """Inverse of :func:`canonical_id`: ``int8[..., n, n]`` adjacency (jitted)."""
     n = V.python_int(n, name="n", minimum=1)
     if n * (n - 1) > 31:
@@ -228,7 +231,7 @@ def enumerate_dags(n: int, max_edges: int | None = None) -> Int[Array, "M n n"]:
         max_edges = V.python_int(max_edges, name="max_edges", minimum=0)
     ids = jnp.arange(2 ** (n * (n - 1)), dtype=jnp.int32)
     adj = _decode_jit(ids, n)
-    keep = np.asarray(_is_dag_jit(adj))
+    keep = np.array(_is_dag_jit(adj))
     if max_edges is not None:
         keep &= np.asarray(jnp.sum(adj, axis=(-2, -1), dtype=jnp.int32)) <= max_edges
     return adj[np.flatnonzero(keep)]
@@ -254,8 +257,9 @@ def generate_collection(
         raise ValueError(f"`ks` must lie in [1, {n}], got {ks}.")
     ids = np.asarray(_canon_jit(dags))
     rows = np.asarray(_reach_jit(dags)).astype(np.int8)  # [M, n, n], zero diagonal
-    singles = sorted({(i, tuple(int(v) for v in rows[m, i])) for m in range(len(dags))
-                      for i in range(n)})
+    singles = sorted(
+        {(i, tuple(int(v) for v in rows[m, i])) for m in range(len(dags)) for i in range(n)}
+    )
     match = np.stack([np.all(rows[:, i, :] == np.asarray(e), axis=-1) for i, e in singles])
     tasks: list[CausalTask] = []
     for k in ks:
@@ -282,6 +286,4 @@ def format_observation(perturbed: int, effects, names: str | None = None) -> str
     """Upstream string form, e.g. ``Perturb(B) -> A:0 B:0 C:1`` (host-side)."""
     e = [int(v) for v in np.asarray(effects)]
     names = names or "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(e)]
-    return f"Perturb({names[perturbed]}) -> " + " ".join(
-        f"{names[j]}:{v}" for j, v in enumerate(e)
-    )
+    return f"Perturb({names[perturbed]}) -> " + " ".join(f"{names[j]}:{v}" for j, v in enumerate(e))

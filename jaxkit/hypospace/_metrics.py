@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxkit import _validate as V
 
@@ -35,11 +35,12 @@ class Metrics(NamedTuple):
 def _metrics_core(ids, admissible):
     n = ids.shape[-1]
     ids = ids.astype(jnp.int32)
-    adm = jnp.sort(admissible.astype(jnp.int32))  # padding (-1) first
+    adm = admissible.astype(jnp.int32)
     k = jnp.sum(adm >= 0)
     parsed = ids >= 0
-    pos = jnp.clip(jnp.searchsorted(adm, ids), 0, adm.shape[-1] - 1)
-    valid = parsed & (adm[pos] == ids)
+    # membership by an [N, K] comparison (N, K are query / answer counts, small)
+    eq = ids[:, None] == jnp.broadcast_to(adm[None, :], (n, adm.shape[0]))
+    valid = parsed & jnp.any(eq, axis=1)
     s = jnp.sort(ids)
     first = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
     n_distinct = jnp.sum(first & (s >= 0))
@@ -58,7 +59,7 @@ def _metrics_core(ids, admissible):
 _metrics_jit = jax.jit(_metrics_core)
 
 
-def metrics(ids: Int[Array, " N"], admissible: Int[Array, " K"]) -> Metrics:
+def metrics(ids: Int[ArrayLike, " N"], admissible: Int[ArrayLike, " K"]) -> Metrics:
     """Validity, uniqueness, recovery and parse rate of one run (jitted; vmap over runs).
 
     Args:
@@ -90,7 +91,7 @@ def _check_table(table, name):
     V.integer(table, name=name)
 
 
-def uniform_space(table: Int[Array, " M"], n_queries: int, *, key) -> Int[Array, " N"]:
+def uniform_space(table: Int[ArrayLike, " M"], n_queries: int, *, key) -> Int[Array, " N"]:
     """I.i.d. uniform draws over a candidate table (random guessing over ``H``).
 
     ``table`` is ``int[M]`` candidate ids (e.g. ``canonical_id(enumerate_dags(n))``),
@@ -103,7 +104,9 @@ def uniform_space(table: Int[Array, " M"], n_queries: int, *, key) -> Int[Array,
     return jnp.asarray(table, jnp.int32)[idx]
 
 
-def uniform_admissible(admissible: Int[Array, " K"], n_queries: int, *, key) -> Int[Array, " N"]:
+def uniform_admissible(
+    admissible: Int[ArrayLike, " K"], n_queries: int, *, key
+) -> Int[Array, " N"]:
     """The oracle sampler: i.i.d. uniform over ``H_O`` (valid but memoryless).
 
     ``admissible`` is padded with ``-1`` as in :func:`metrics`; it must hold one id.
@@ -138,7 +141,7 @@ _expected_jit = jax.jit(_expected_core, static_argnames=("n_queries",))
 
 
 def expected_metrics(
-    p: Float[Array, " M"], admissible: Bool[Array, " M"], n_queries: int
+    p: Float[ArrayLike, " M"], admissible: Bool[ArrayLike, " M"], n_queries: int
 ) -> Expected:
     """Exact ``E[V], E[U], E[R]`` of ``n_queries`` i.i.d. draws from ``p`` over a table.
 
