@@ -67,12 +67,41 @@ def _check_adj(adj, name: str = "adj") -> int:
     return int(n)
 
 
+def _rows_core(adj):
+    """Descendant sets as bitmasks: ``rows[..., i]`` has bit ``j`` iff i reaches j (n <= 31).
+
+    ``ceil(log2 n)`` squarings ``R_i <- R_i | OR_{j in R_i} R_j``: elementwise integer ops
+    only (no matmul), so XLA fuses the whole closure for any batch.
+    """
+    n = adj.shape[-1]
+    shifts = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), adj.shape)
+    rows = jnp.sum(jnp.where(adj != 0, jnp.left_shift(1, shifts), 0), axis=-1, dtype=jnp.int32)
+    for _ in range(max(0, math.ceil(math.log2(n)))):  # paths of length 1 .. 2**t >= n
+        new = rows
+        for j in range(n):
+            hit = (jnp.right_shift(rows, j) & 1) == 1
+            new = new | jnp.where(hit, jnp.broadcast_to(rows[..., j : j + 1], rows.shape), 0)
+        rows = new
+    return rows
+
+
+def _on_cycle(rows):
+    n = rows.shape[-1]
+    shifts = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), rows.shape)
+    return (jnp.right_shift(rows, shifts) & 1) == 1
+
+
 def _reach_core(adj):
     n = adj.shape[-1]
-    r = (adj != 0).astype(jnp.int32)
-    for _ in range(max(0, math.ceil(math.log2(n)))):  # paths of length 1 .. 2**t >= n
-        r = jnp.minimum(r + jnp.matmul(r, r), 1)
-    return r.astype(jnp.int8)
+    if n > 31:  # bitmasks do not fit: boolean matrix squarings
+        r = (adj != 0).astype(jnp.int32)
+        for _ in range(math.ceil(math.log2(n))):
+            r = jnp.minimum(r + jnp.matmul(r, r), 1)
+        return r.astype(jnp.int8)
+    rows = _rows_core(adj)
+    shape = (*rows.shape, n)
+    shifts = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), shape)
+    return (jnp.right_shift(jnp.broadcast_to(rows[..., None], shape), shifts) & 1).astype(jnp.int8)
 
 
 _reach_jit = jax.jit(_reach_core)
@@ -81,9 +110,9 @@ _reach_jit = jax.jit(_reach_core)
 def reachability(adj: Shaped[ArrayLike, "..."]) -> Int[Array, "... n n"]:
     """Transitive closure ``R[i, j] = 1`` iff a directed path of length >= 1 joins i to j.
 
-    ``ceil(log2 n)`` boolean squarings ``R <- min(R + R @ R, 1)`` in int32 (no overflow:
-    entries stay in {0, 1} before each product, so sums are <= n + 1). Any nonzero entry
-    counts as an edge. ``R[i, i] = 1`` iff ``i`` lies on a cycle. Jitted; batches over
+    ``ceil(log2 n)`` squarings of int32 bitmask rows for ``n <= 31`` (boolean matrix
+    squarings ``min(R + R @ R, 1)`` above, no overflow). Any nonzero entry counts as an
+    edge. ``R[i, i] = 1`` iff ``i`` lies on a cycle. Jitted; batches over
     leading axes.
     """
     _check_adj(adj)
@@ -113,13 +142,20 @@ def is_dag(adj: Shaped[ArrayLike, "..."]) -> Bool[Array, "..."]:
 
 def _validate_core(adj, perturbed, effects, mask):
     n = adj.shape[-1]
-    r = _reach_core(adj)  # [..., n, n]
-    ok = _well_formed(adj) & jnp.all(jnp.diagonal(r, axis1=-2, axis2=-1) == 0, axis=-1)
-    p = jnp.clip(perturbed, 0, n - 1)
-    rows = jnp.take(r, p, axis=-2)  # [..., k, n]
-    eff = jnp.broadcast_to((effects != 0).astype(jnp.int8), rows.shape)
-    pad = jnp.broadcast_to(~mask, rows.shape[:-1])
-    match = jnp.all(rows == eff, axis=-1) | pad  # [..., k]
+    if n > 31:
+        r = _reach_core(adj)  # [..., n, n]
+        ok = _well_formed(adj) & jnp.all(jnp.diagonal(r, axis1=-2, axis2=-1) == 0, axis=-1)
+        rows = jnp.take(r, jnp.clip(perturbed, 0, n - 1), axis=-2)  # [..., k, n]
+        eff = jnp.broadcast_to((effects != 0).astype(jnp.int8), rows.shape)
+        match = jnp.all(rows == eff, axis=-1)
+    else:
+        rows = _rows_core(adj)  # [..., n] bitmasks
+        ok = _well_formed(adj) & ~jnp.any(_on_cycle(rows), axis=-1)
+        w = jnp.left_shift(1, jnp.arange(n, dtype=jnp.int32))
+        eff_bits = jnp.sum(jnp.where(effects != 0, jnp.broadcast_to(w, effects.shape), 0), axis=-1)
+        got = jnp.take(rows, jnp.clip(perturbed, 0, n - 1), axis=-1)  # [..., k]
+        match = got == jnp.broadcast_to(eff_bits, got.shape)
+    match = match | jnp.broadcast_to(~mask, match.shape)
     return ok & jnp.all(match, axis=-1)
 
 

@@ -209,3 +209,24 @@ def test_malformed_never_crash_under_jit():
     weird = jnp.array([[[0, 5, 0], [0, 0, 0], [0, 0, 0]], [[0, -1, 0], [0, 0, 0], [0, 0, 0]]])
     out = jax.jit(H.validate)(weird, obs)
     assert not np.asarray(out).any()
+
+
+def test_large_n_matmul_path_equals_networkx():
+    """n > 31 leaves the bitmask rows for boolean matrix squarings."""
+    rng = np.random.default_rng(3)
+    n = 33
+    adj = (rng.random((2, n, n)) < 0.03).astype(np.int8)
+    adj[:, np.arange(n), np.arange(n)] = 0
+    adj[1] = np.triu(adj[1], 1)  # a DAG
+    r1 = np.asarray(H.reachability(adj[1]))
+    pert = np.array([0, 5], np.int32)
+    obs = H.CausalObs(pert, r1[pert].astype(np.int8), np.ones(2, bool))
+    got = np.asarray(H.validate(adj, obs))
+    want = [_nx_valid(a, pert, r1[pert]) for a in adj]
+    np.testing.assert_array_equal(got, want)
+    assert got[1]
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(*np.nonzero(adj[1]), strict=True))
+    for i in range(n):
+        assert set(np.nonzero(r1[i])[0].tolist()) == nx.descendants(g, i)
