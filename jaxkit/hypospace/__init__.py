@@ -8,9 +8,9 @@ set ``H_O`` is exactly enumerable. Semantics follow the authors' code [C] (spec
 Built so far: the causal-graph domain (``reachability``, ``is_dag``, ``validate`` /
 ``admissible_mask``, ``canonical_id`` / ``from_canonical_id``, ``enumerate_dags`` for
 n <= 5, host-side ``generate_collection`` in upstream order, ``format_observation``), the
-metrics (``metrics``), the i.i.d. baselines ``uniform_space`` / ``uniform_admissible`` and
-``expected_metrics``. Not yet: the 3D-voxel and Boolean domains, n = 6 enumeration, the
-enumerative / collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
+metrics (``metrics``), the baselines ``uniform_space`` / ``uniform_admissible`` (i.i.d.,
+with ``expected_metrics``) and ``enumerative``. Not yet: the 3D-voxel and Boolean domains,
+n = 6 enumeration, the collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
 """
 
 from jaxkit.hypospace._causal import CausalObs as CausalObs
@@ -26,6 +26,7 @@ from jaxkit.hypospace._causal import reachability as reachability
 from jaxkit.hypospace._causal import validate as validate
 from jaxkit.hypospace._metrics import Expected as Expected
 from jaxkit.hypospace._metrics import Metrics as Metrics
+from jaxkit.hypospace._metrics import enumerative as enumerative
 from jaxkit.hypospace._metrics import expected_metrics as expected_metrics
 from jaxkit.hypospace._metrics import metrics as metrics
 from jaxkit.hypospace._metrics import uniform_admissible as uniform_admissible

@@ -118,6 +118,32 @@ def uniform_admissible(
     return uniform_space(admissible, n_queries, key=key)
 
 
+def _enumerative_core(key, admissible, n_queries):
+    adm = admissible.astype(jnp.int32)
+    u = jax.random.uniform(key, adm.shape)
+    order = jnp.argsort(jnp.where(adm >= 0, u, 2.0))  # random order, padding last
+    k = jnp.maximum(jnp.sum(adm >= 0), 1)
+    return adm[order][jnp.arange(n_queries) % k]
+
+
+_enumerative_jit = jax.jit(_enumerative_core, static_argnames=("n_queries",))
+
+
+def enumerative(admissible: Int[ArrayLike, " K"], n_queries: int, *, key) -> Int[Array, " N"]:
+    """Perfect-memory sampler: a random permutation of ``H_O``, cycled when ``N > K``.
+
+    With ``N = K`` it scores ``V = U = R = 1``; with ``N = mK`` it scores ``V = R = 1``,
+    ``U = 1/m``. ``admissible`` is padded with ``-1`` as in :func:`metrics`.
+    """
+    _check_table(admissible, "admissible")
+    a = V._concrete(admissible)
+    if a is not None and not (a >= 0).any():
+        raise ValueError("`admissible` holds no id (all entries are padding).")
+    n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
+    V.is_key(key)
+    return _enumerative_jit(key, admissible, n_queries)
+
+
 class Expected(NamedTuple):
     """Closed-form expected metrics of an i.i.d. sampler."""
 
@@ -127,6 +153,7 @@ class Expected(NamedTuple):
 
 
 def _expected_core(p, admissible, n_queries):
+    n_queries = jnp.asarray(n_queries, p.dtype)
     hit = 1.0 - jnp.exp(n_queries * jnp.log1p(-jnp.minimum(p, 1.0)))
     hit = jnp.where(p >= 1.0, 1.0, hit)
     k = jnp.maximum(jnp.sum(admissible), 1).astype(p.dtype)
@@ -137,22 +164,28 @@ def _expected_core(p, admissible, n_queries):
     )
 
 
-_expected_jit = jax.jit(_expected_core, static_argnames=("n_queries",))
+_expected_jit = jax.jit(_expected_core)  # n_queries traced: one compile for every K
 
 
 def expected_metrics(
-    p: Float[ArrayLike, " M"], admissible: Bool[ArrayLike, " M"], n_queries: int
+    p: Float[ArrayLike, " M"], admissible: Bool[ArrayLike, " M"], n_queries: Int[ArrayLike, ""]
 ) -> Expected:
     """Exact ``E[V], E[U], E[R]`` of ``n_queries`` i.i.d. draws from ``p`` over a table.
 
     ``p`` (floating, sums to 1 over the table; failed queries are not modelled) and the
-    boolean ``admissible`` mask are aligned with the candidate table. Jitted.
+    boolean ``admissible`` mask are aligned with the candidate table. ``n_queries`` is an
+    int or a traced integer scalar (one compile for every K; vmap over tasks). Jitted.
     """
     V.ndim(p, 1, name="p")
     V.floating(p, name="p")
     V.shape(admissible, jnp.shape(p), name="admissible")
-    n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
+    if isinstance(n_queries, bool):
+        raise TypeError("`n_queries` must be an int, got bool.")
+    V.ndim(n_queries, 0, name="n_queries")
+    V.integer(n_queries, name="n_queries")
+    n_arr = jnp.asarray(n_queries, jnp.int32)
+    n_arr = V.error_if(n_arr, n_arr < 1, "`n_queries` must be >= 1.")
     pv = V._concrete(p)
     if pv is not None and (pv.min() < 0 or abs(float(pv.sum()) - 1.0) > 1e-3):
         raise ValueError(f"`p` must be a probability vector (>= 0, sum 1), sum={pv.sum()}.")
-    return _expected_jit(p, jnp.asarray(admissible, bool), n_queries)
+    return _expected_jit(p, jnp.asarray(admissible, bool), n_arr)

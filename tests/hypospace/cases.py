@@ -84,6 +84,10 @@ def _uniform(table):
     return H.uniform_space(table, 5, key=jax.random.key(0))
 
 
+def _enumerative(table):
+    return H.enumerative(table, 5, key=jax.random.key(0))
+
+
 _HELPER_SLOW = ("jit", "vmap", "traced_once", "dtypes", "sharding")
 
 CASES = [
@@ -165,6 +169,23 @@ CASES = [
         grad_modes=(),
         dtypes=(jnp.float32,),
         shard_argnums=(),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.enumerative",
+        _enumerative,
+        _ids_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        bad=(
+            Bad(
+                "empty admissible set",
+                lambda k: ((-jnp.ones(8, jnp.int32),), {}),
+                ValueError,
+                "`admissible`",
+            ),
+        ),
         slow_checks=_HELPER_SLOW,
     ),
 ]

@@ -59,6 +59,20 @@ def test_metric_identities():
     assert np.all(mm.recovery <= np.minimum(1, 5 * mm.validity / k) + 1e-6)
 
 
+def test_enumerative_identities_on_collection():
+    tasks = H.generate_collection(3)
+    k_max = max(len(t.admissible) for t in tasks)
+    for i, t in enumerate([tasks[0], tasks[-1]]):  # K = 12 and K = 1
+        k = len(t.admissible)
+        adm = np.full(k_max, -1, np.int32)
+        adm[:k] = t.admissible
+        key = jax.random.key(i)
+        m1 = H.metrics(H.enumerative(adm, k, key=key), adm)
+        np.testing.assert_allclose(np.array(m1), [1, 1, 1, 1])
+        m2 = H.metrics(H.enumerative(adm, 2 * k, key=key), adm)
+        np.testing.assert_allclose(np.array(m2[:3]), [1, 0.5, 1])
+
+
 def test_uniform_admissible_monte_carlo_vs_closed_form():
     t = H.generate_collection(3, ks=(1,))[0]  # K = 12
     dags = H.enumerate_dags(3)
@@ -114,6 +128,29 @@ def test_exact_baseline_table_causal_n3():
         assert got[name] == pytest.approx(w, abs=6e-4), (name, got[name])
 
 
+def test_exact_baseline_table_causal_n4():
+    """Spec §1.4.6, causal n=4 (847 sets): oracle-uniform R 0.748 (x1.0), 0.918 (x2.0),
+    U 0.459 (x2.0); uniform(H) V / R at x1.0 = 0.018 / 0.017; k=1 only (32 sets):
+    mean K 67.9, oracle R 0.636 / 0.867."""
+    tasks = H.generate_collection(4)
+    table = np.asarray(H.canonical_id(H.enumerate_dags(4)))
+    adm = np.stack([np.isin(table, t.admissible) for t in tasks])
+    k = adm.sum(axis=1)
+    p = jnp.asarray(adm / k[:, None], jnp.float32)
+    ex = jax.vmap(H.expected_metrics)
+    e1, e2 = ex(p, adm, jnp.asarray(k)), ex(p, adm, jnp.asarray(2 * k))
+    uni = jnp.full((len(tasks), len(table)), 1 / len(table), jnp.float32)
+    eh = ex(uni, adm, jnp.asarray(k))
+    got = [np.mean(e1.recovery), np.mean(e2.recovery), np.mean(e2.uniqueness)]
+    got += [np.mean(eh.validity), np.mean(eh.recovery)]
+    np.testing.assert_allclose(got, [0.748, 0.918, 0.459, 0.018, 0.017], atol=6e-4)
+    k1 = np.array([t.name.startswith("n1_") for t in tasks])
+    assert np.mean(k[k1]) == pytest.approx(67.9, abs=0.05)
+    np.testing.assert_allclose(
+        [np.mean(e1.recovery[k1]), np.mean(e2.recovery[k1])], [0.636, 0.867], atol=6e-4
+    )
+
+
 def test_bad_inputs():
     adm = np.array([1, 2], np.int32)
     with pytest.raises(TypeError, match="ids"):
@@ -126,7 +163,13 @@ def test_bad_inputs():
         H.uniform_admissible(np.array([-1, -1], np.int32), 3, key=jax.random.key(0))
     with pytest.raises(ValueError, match="`n_queries`"):
         H.uniform_space(adm, 0, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="`admissible`"):
+        H.enumerative(np.array([-1], np.int32), 3, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="key"):
+        H.enumerative(adm, 3, key=0)
     with pytest.raises(ValueError, match="`p`"):
         H.expected_metrics(jnp.array([0.5, 0.6]), np.array([True, False]), 2)
+    with pytest.raises(ValueError, match="`n_queries`"):
+        H.expected_metrics(jnp.array([0.5, 0.5]), np.array([True, False]), 0)
     with pytest.raises(TypeError, match="admissible"):
         H.expected_metrics(jnp.array([0.5, 0.5]), np.array([True, False, True]), 2)
