@@ -238,14 +238,21 @@ def _decode_core(ids, n):
     shape = (*ids.shape, n, n)
     shift = jnp.broadcast_to(jnp.asarray(np.maximum(idx, 0), jnp.int32), shape)
     bits = (jnp.broadcast_to(ids[..., None, None], shape) >> shift) & 1
-    return jnp.where(jnp.broadcast_to(jnp.asarray(idx >= 0), shape), bits, 0).astype(jnp.int8)
+    adj = jnp.where(jnp.broadcast_to(jnp.asarray(idx >= 0), shape), bits, 0)
+    eye = jnp.broadcast_to(jnp.eye(n, dtype=adj.dtype), shape)
+    failed = jnp.broadcast_to(ids[..., None, None] < 0, shape)
+    return jnp.where(failed, eye, adj).astype(jnp.int8)  # failed query: self loops
 
 
 _decode_jit = jax.jit(_decode_core, static_argnames=("n",))
 
 
 def from_canonical_id(ids: Int[ArrayLike, "..."], *, n: int) -> Int[Array, "... n n"]:
-    """Inverse of :func:`canonical_id`: ``int8[..., n, n]`` adjacency (jitted)."""
+    """Inverse of :func:`canonical_id`: ``int8[..., n, n]`` adjacency (jitted).
+
+    A negative id (a failed query) decodes to self loops only, which :func:`validate`
+    scores invalid.
+    """
     n = V.python_int(n, name="n", minimum=1)
     if n * (n - 1) > 31:
         raise ValueError(f"`n` must be <= 6 for int32 ids, got n={n}.")

@@ -206,6 +206,8 @@ def test_bad_inputs():
 
 def test_malformed_never_crash_under_jit():
     obs = H.generate_collection(3, ks=(1,))[0].obs
+    failed = H.from_canonical_id(np.array([-1, 0], np.int32), n=3)  # -1 = failed query
+    np.testing.assert_array_equal(H.validate(failed, obs), [False, True])
     weird = jnp.array([[[0, 5, 0], [0, 0, 0], [0, 0, 0]], [[0, -1, 0], [0, 0, 0], [0, 0, 0]]])
     out = jax.jit(H.validate)(weird, obs)
     assert not np.asarray(out).any()
