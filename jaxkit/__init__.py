@@ -24,6 +24,7 @@ _SUBPACKAGES = (
     "diffusion",
     "editing",
     "equivariance",
+    "hypospace",
     "interop",
     "io",
     "kernels",

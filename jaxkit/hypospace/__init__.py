@@ -1,0 +1,33 @@
+"""HypoSpace: validity / uniqueness / recovery of set-valued hypothesis samplers.
+
+HypoSpace (Chen, Lin, Yuan, Zou, He, Goyal, Ong, Liu; ICML 2026; arXiv 2510.15614) scores a
+sampler asked ``N`` times for a hypothesis explaining an observation set whose admissible
+set ``H_O`` is exactly enumerable. Semantics follow the authors' code [C] (spec
+``eval_robust.md`` §1); the closed-form expectations are ours [R].
+
+Built so far: the causal-graph domain (``reachability``, ``is_dag``, ``validate`` /
+``admissible_mask``, ``canonical_id`` / ``from_canonical_id``, ``enumerate_dags`` for
+n <= 5, host-side ``generate_collection`` in upstream order, ``format_observation``), the
+metrics (``metrics``), the baselines ``uniform_space`` / ``uniform_admissible`` (i.i.d.,
+with ``expected_metrics``) and ``enumerative``. Not yet: the 3D-voxel and Boolean domains,
+n = 6 enumeration, the collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
+"""
+
+from jaxkit.hypospace._causal import CausalObs as CausalObs
+from jaxkit.hypospace._causal import CausalTask as CausalTask
+from jaxkit.hypospace._causal import admissible_mask as admissible_mask
+from jaxkit.hypospace._causal import canonical_id as canonical_id
+from jaxkit.hypospace._causal import enumerate_dags as enumerate_dags
+from jaxkit.hypospace._causal import format_observation as format_observation
+from jaxkit.hypospace._causal import from_canonical_id as from_canonical_id
+from jaxkit.hypospace._causal import generate_collection as generate_collection
+from jaxkit.hypospace._causal import is_dag as is_dag
+from jaxkit.hypospace._causal import reachability as reachability
+from jaxkit.hypospace._causal import validate as validate
+from jaxkit.hypospace._metrics import Expected as Expected
+from jaxkit.hypospace._metrics import Metrics as Metrics
+from jaxkit.hypospace._metrics import enumerative as enumerative
+from jaxkit.hypospace._metrics import expected_metrics as expected_metrics
+from jaxkit.hypospace._metrics import metrics as metrics
+from jaxkit.hypospace._metrics import uniform_admissible as uniform_admissible
+from jaxkit.hypospace._metrics import uniform_space as uniform_space

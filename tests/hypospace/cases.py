@@ -1,0 +1,191 @@
+"""Conformance cases for jaxkit.hypospace (see tests/conformance.py).
+
+Host-side `enumerate_dags` / `generate_collection` are tested directly in test_causal.py.
+The validator, the metrics and the expectations carry every check by default; the small
+helpers keep their cheap checks by default and the rest in the slow tier.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit import hypospace as H
+from tests.conformance import Bad, Case
+
+N = 4
+
+
+def _validate(adj, perturbed, effects, mask):
+    return H.validate(adj, H.CausalObs(perturbed, effects, mask))
+
+
+def _graphs(key):
+    k1, k2 = jax.random.split(key)
+    dense = (jax.random.uniform(k1, (8, N, N)) < 0.3).astype(jnp.int8)
+    tri = jnp.triu((jax.random.uniform(k2, (8, N, N)) < 0.5).astype(jnp.int8), 1)
+    return jnp.where(jnp.arange(8)[:, None, None] < 4, dense, tri)  # cyclic and DAGs
+
+
+def _validate_args(key, dtype):
+    adj = _graphs(key)
+    r = np.asarray(H.reachability(adj[5]))
+    perturbed = jnp.array([0, 2], jnp.int32)
+    effects = jnp.asarray(r[[0, 2]], jnp.int8)
+    return adj, perturbed, effects, jnp.array([True, True])
+
+
+def _bad_float(key):
+    adj, p, e, m = _validate_args(key, jnp.float32)
+    return (adj.astype(jnp.float32), p, e, m), {}
+
+
+def _bad_node(key):
+    adj, p, e, m = _validate_args(key, jnp.float32)
+    return (adj, jnp.array([0, N], jnp.int32), e, m), {}
+
+
+def _bad_width(key):
+    adj, p, e, m = _validate_args(key, jnp.float32)
+    return (adj, p, e[:, :2], m), {}
+
+
+def _metrics_args(key, dtype):
+    """8 runs (the batch axis, sharded) of 6 queries against 5 padded admissible ids."""
+    k1, k2 = jax.random.split(key)
+    ids = jax.random.randint(k1, (8, 6), -1, 12, jnp.int32)
+    adm = jnp.where(jnp.arange(5) < 3, jax.random.permutation(k2, 12)[:5], -1)
+    return ids, jnp.broadcast_to(adm.astype(jnp.int32), (8, 5))
+
+
+# One run's query axis is reduced by sorts, which a sharded 1-D `ids` does not survive in
+# jax 0.10.2; runs are the parallel axis, so the case is the metrics vmapped over runs.
+_metrics_runs = jax.vmap(H.metrics)
+
+
+def _expected(p, admissible, *, n_queries=3):
+    return H.expected_metrics(p, admissible, n_queries)
+
+
+def _expected_args(key, dtype):
+    p = jax.nn.softmax(jax.random.normal(key, (8,), jnp.float32)).astype(dtype)
+    p = p / jnp.sum(p)
+    return p, jnp.arange(8) % 3 != 0
+
+
+def _ids_args(key, dtype):
+    return (jax.random.randint(key, (8,), 0, 2 ** (N * (N - 1)), jnp.int32),)
+
+
+def _from_id(ids):
+    return H.from_canonical_id(ids, n=N)
+
+
+def _uniform(table):
+    return H.uniform_space(table, 5, key=jax.random.key(0))
+
+
+def _enumerative(table):
+    return H.enumerative(table, 5, key=jax.random.key(0))
+
+
+_HELPER_SLOW = ("jit", "vmap", "traced_once", "dtypes", "sharding")
+
+CASES = [
+    Case(
+        "hypospace.validate",
+        _validate,
+        _validate_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),  # integer hypotheses, boolean output
+        bad=(
+            Bad("float adjacency", _bad_float, TypeError, "`adj`"),
+            Bad("perturbed node out of range", _bad_node, ValueError, "`obs.perturbed`"),
+            Bad("effects over other nodes", _bad_width, TypeError, "`obs.effects`"),
+        ),
+    ),
+    Case(
+        "hypospace.metrics",
+        _metrics_runs,
+        _metrics_args,
+        grad_modes=(),
+        shard_argnums=(0, 1),
+        dtypes=(jnp.float32,),
+        bad=(
+            Bad(
+                "float ids",
+                lambda k: ((jnp.zeros((8, 6)), _metrics_args(k, None)[1]), {}),
+                TypeError,
+                "ids",
+            ),
+        ),
+    ),
+    Case(
+        "hypospace.expected_metrics",
+        _expected,
+        _expected_args,
+        grad_argnums=(0,),
+        grad_eps=1e-6,
+        rtol=1e-4,
+        dtypes=(jnp.float32,),
+        bad=(
+            Bad(
+                "p not a distribution",
+                lambda k: ((jnp.full(8, 0.5), jnp.ones(8, bool)), {}),
+                ValueError,
+                "`p`",
+            ),
+        ),
+    ),
+    Case(
+        "hypospace.reachability",
+        H.reachability,
+        lambda k, dt: (_graphs(k),),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        bad=(Bad("not square", lambda k: ((_graphs(k)[:, :, :2],), {}), TypeError, "`adj`"),),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.canonical_id",
+        H.canonical_id,
+        lambda k, dt: (_graphs(k),),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.from_canonical_id",
+        _from_id,
+        _ids_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        bad=(Bad("float ids", lambda k: ((jnp.zeros(8),), {}), TypeError, "ids"),),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.uniform_space",
+        _uniform,
+        _ids_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.enumerative",
+        _enumerative,
+        _ids_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        bad=(
+            Bad(
+                "empty admissible set",
+                lambda k: ((-jnp.ones(8, jnp.int32),), {}),
+                ValueError,
+                "`admissible`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+]
