@@ -40,6 +40,9 @@ def _chi2_pvalue(tokens, q):
     return float(sps.chisquare(counts[keep], exp).pvalue)
 
 
+# slow: the default run keeps the keyed-sampling decoder test and the sampler's own
+# chi-square (tests/kernels_sampling); this one re-checks the law through both decoders
+@pytest.mark.slow
 def test_first_token_frequencies_match_filtered_distribution(model):
     params, cfg, pr = model
     prb = jnp.broadcast_to(pr, (B, pr.shape[1]))

@@ -370,14 +370,15 @@ CASES += [
     ),
 ]
 
-# One case per family runs every check by default (mdlm_loss, sample, gated_reward,
-# td3b_loss); the others keep eager_cache, eval_shape and bad inputs by default and run the
-# rest in `make test-slow`.
+# One case per family runs every check by default (sample, gated_reward; mdlm_loss and
+# td3b_loss all but the costly ones, whose sampler-path twins run by default); the others
+# keep eager_cache, eval_shape and bad inputs by default and run the rest in
+# `make test-slow`.
 _REST = ("grads", "vmap", "dtypes", "sharding", "jit", "traced_once")
 _SLOW = {
-    "diffusion.mdlm_loss": ("grads",),
+    "diffusion.mdlm_loss": ("grads", "sharding"),
     "diffusion.sample": ("vmap",),
-    "diffusion.td3b_loss": ("grads", "dtypes"),
+    "diffusion.td3b_loss": ("grads", "dtypes", "sharding", "traced_once", "jit"),
     "diffusion.log_likelihood_bound": _REST,
     "diffusion.trajectory_log_prob": _REST,
     "diffusion.wdce_loss": _REST,

@@ -144,6 +144,9 @@ def test_riemannian_gd_limit(key):
         np.testing.assert_allclose(got, want, atol=1e-10)
 
 
+# slow: the default run keeps gauge invariance, the sensitivity bound and the
+# Riemannian-GD limit; this equivalence re-checks the release at full rank
+@pytest.mark.slow
 def test_full_rank_is_dp_sgd_on_z(key):
     """r = min(m, n): P_T = I, intrinsic clip = Frobenius clip of G, release = DP-SGD on Z."""
     with jax.enable_x64(True):

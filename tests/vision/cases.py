@@ -68,7 +68,17 @@ CASES = [
         _net,
         _x(1),
         grad_modes=("rev",),
-        slow_checks=("grads", "vmap", "dtypes", "traced_once", "sharding", "eager_cache"),
+        # the block case runs every check by default; the net keeps its bad inputs
+        slow_checks=(
+            "grads",
+            "vmap",
+            "dtypes",
+            "traced_once",
+            "sharding",
+            "eager_cache",
+            "jit",
+            "eval_shape",
+        ),
     ),
     Case(
         "vision.fold_bn_into_table",
