@@ -239,9 +239,11 @@ def _decode_core(ids, n):
     shift = jnp.broadcast_to(jnp.asarray(np.maximum(idx, 0), jnp.int32), shape)
     bits = (jnp.broadcast_to(ids[..., None, None], shape) >> shift) & 1
     adj = jnp.where(jnp.broadcast_to(jnp.asarray(idx >= 0), shape), bits, 0)
-    eye = jnp.broadcast_to(jnp.eye(n, dtype=adj.dtype), shape)
-    failed = jnp.broadcast_to(ids[..., None, None] < 0, shape)
-    return jnp.where(failed, eye, adj).astype(jnp.int8)  # failed query: self loops
+    # failed query: self loops only (arithmetic, not a select, so the batch's sharding
+    # carries over from `ids` under an explicit mesh)
+    failed = (ids[..., None, None] < 0).astype(adj.dtype)
+    eye = jnp.eye(n, dtype=adj.dtype).reshape((1,) * ids.ndim + (n, n))
+    return (adj * (1 - failed) + eye * failed).astype(jnp.int8)
 
 
 _decode_jit = jax.jit(_decode_core, static_argnames=("n",))
