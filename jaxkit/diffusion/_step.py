@@ -133,6 +133,35 @@ def _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp):
     return buffer._replace(log_w=guarded, tokens=tokens), replicates
 
 
+def _prepare(
+    apply_fn,
+    params,
+    buffer,
+    mask_id,
+    replicates,
+    reduction,
+    kl_weight,
+    contrastive_weight,
+    margin,
+    lam_clip,
+    adaptive_margin,
+):
+    """Checks shared by :func:`td3b_loss` and :func:`td3b_train_step`.
+
+    Returns the checked buffer, replicates and the traced hyperparameters.
+    """
+    hp = {
+        "kl_weight": kl_weight,
+        "contrastive_weight": contrastive_weight,
+        "margin": margin,
+        "lam_clip": lam_clip,
+        "adaptive_margin": adaptive_margin,
+    }
+    buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
+    del hp["adaptive_margin"]  # static: passed to the core as `adaptive`
+    return buffer, replicates, hp
+
+
 def td3b_loss(
     apply_fn: ApplyFn,
     embed_fn: EmbedFn | None,
@@ -175,15 +204,19 @@ def td3b_loss(
       TD3B (ICML 2026; code chq1155/TD3B_ICML, ``td3b_losses.py``); TR2-D2 (WDCE).
     """
     _validate.is_key(key)
-    hp = {
-        "kl_weight": kl_weight,
-        "contrastive_weight": contrastive_weight,
-        "margin": margin,
-        "lam_clip": lam_clip,
-        "adaptive_margin": adaptive_margin,
-    }
-    buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
-    hp = {k: v for k, v in hp.items() if k != "adaptive_margin"}
+    buffer, replicates, hp = _prepare(
+        apply_fn,
+        params,
+        buffer,
+        mask_id,
+        replicates,
+        reduction,
+        kl_weight,
+        contrastive_weight,
+        margin,
+        lam_clip,
+        adaptive_margin,
+    )
     return _loss_core(
         apply_fn,
         embed_fn,
@@ -263,15 +296,19 @@ def td3b_train_step(
       (``ess`` included) evaluated at the parameters before the update.
     """
     _validate.is_key(key)
-    hp = {
-        "kl_weight": kl_weight,
-        "contrastive_weight": contrastive_weight,
-        "margin": margin,
-        "lam_clip": lam_clip,
-        "adaptive_margin": adaptive_margin,
-    }
-    buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
-    hp = {k: v for k, v in hp.items() if k != "adaptive_margin"}
+    buffer, replicates, hp = _prepare(
+        apply_fn,
+        params,
+        buffer,
+        mask_id,
+        replicates,
+        reduction,
+        kl_weight,
+        contrastive_weight,
+        margin,
+        lam_clip,
+        adaptive_margin,
+    )
     return _step_core(
         apply_fn,
         embed_fn,
