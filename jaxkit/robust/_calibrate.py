@@ -36,6 +36,20 @@ def _check_alpha(x, alpha):
     return _validate.guard_interval(x, alpha, name="alpha", low=0.0, high=1.0, closed="neither")
 
 
+def _sample_weights_alpha(xi, weights, alpha, *, ndim):
+    """Checked sample ``xi`` (``ndim``-D, floating), weights and ``alpha``.
+
+    Weights and ``alpha`` come back in the accumulation dtype; shared by the calibrators.
+    """
+    xi = jnp.asarray(xi)
+    _validate.ndim(xi, ndim, name="xi")
+    _validate.floating(xi, name="xi")
+    acc = accumulation_dtype(xi.dtype)
+    w = _weights(weights, xi.shape[0], acc)
+    alpha = jnp.asarray(alpha, acc)
+    return xi, _check_alpha(w, alpha), alpha
+
+
 def weighted_quantile(x: Array, w: Array, level: Array) -> Array:
     """Lower weighted quantile ``inf {t : F(t) >= level}`` along axis 0 (``w`` sums to 1).
 
@@ -112,13 +126,7 @@ def calibrate_interval(
       ValueError: If ``alpha`` is outside (0, 1) or ``method`` is unknown.
     """
     _validate.one_of(("equal_tail", "shortest"), method=method)
-    xi = jnp.asarray(xi)
-    _validate.ndim(xi, 1, name="xi")
-    _validate.floating(xi, name="xi")
-    acc = accumulation_dtype(xi.dtype)
-    w = _weights(weights, xi.shape[0], acc)
-    alpha = jnp.asarray(alpha, acc)
-    w = _check_alpha(w, alpha)
+    xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=1)
     return _interval_core(xi, w, alpha, method)
 
 
@@ -157,13 +165,7 @@ def calibrate_box(
     Returns:
       The calibrated :class:`Box`.
     """
-    xi = jnp.asarray(xi)
-    _validate.ndim(xi, 2, name="xi")
-    _validate.floating(xi, name="xi")
-    acc = accumulation_dtype(xi.dtype)
-    w = _weights(weights, xi.shape[0], acc)
-    alpha = jnp.asarray(alpha, acc)
-    w = _check_alpha(w, alpha)
+    xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
     return _box_core(xi, w, alpha, bool(bonferroni))
 
 
@@ -373,13 +375,7 @@ def calibrate_hull(
       A :class:`Hull` over ``xi`` with the retained ones masked in.
     """
     _validate.one_of(("mahalanobis", "median"), depth=depth)
-    xi = jnp.asarray(xi)
-    _validate.ndim(xi, 2, name="xi")
-    _validate.floating(xi, name="xi")
-    acc = accumulation_dtype(xi.dtype)
-    w = _weights(weights, xi.shape[0], acc)
-    alpha = jnp.asarray(alpha, acc)
-    w = _check_alpha(w, alpha)
+    xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
     return _hull_core(xi, w, alpha, depth)
 
 
