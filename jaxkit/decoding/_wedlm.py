@@ -19,6 +19,7 @@ from jaxtyping import Array, ArrayLike, Int
 
 from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
+from jaxkit.decoding._adaptive import ar_run, schedule, set_slot0, use_single
 from jaxkit.decoding._common import (
     DecodeStats,
     Generation,
@@ -48,6 +49,10 @@ class WeDLMState(NamedTuple):
       done: ``bool[B]``.
       row_forwards: ``int32[B]``.
       n_forward: ``int32[]``.
+      accept: ``float32[B]``, moving average of tokens decided per window forward
+        (``min_accept`` mode; zeros otherwise).
+      gap: ``int32[]``, one-token steps before the next probing window step.
+      since: ``int32[]``, one-token steps since the last window step.
     """
 
     cache: nn.KVCache
@@ -58,6 +63,9 @@ class WeDLMState(NamedTuple):
     done: Array
     row_forwards: Array
     n_forward: Array
+    accept: Array
+    gap: Array
+    since: Array
 
 
 class _Options(NamedTuple):
@@ -71,6 +79,8 @@ class _Options(NamedTuple):
     pos_penalty: Array
     sampling: Sampling
     greedy: bool = False
+    min_accept: Array | None = None
+    probe_every: int = 32
 
 
 def wedlm_generate(
@@ -92,6 +102,8 @@ def wedlm_generate(
     stop_token_ids: tuple[int, ...] = (),
     max_len: int | None = None,
     pad_token_id: int = 0,
+    min_accept: RealScalarLike | None = None,
+    probe_every: int = 32,
 ) -> Generation:
     """Generate with WeDLM streaming parallel decoding (batched, ragged prompts).
 
@@ -111,6 +123,19 @@ def wedlm_generate(
     bit for bit, at ``temperature=0``); the slot selection uses the entropy of
     the raw logits. Jitted like jax.numpy (module level, static choices static,
     hyperparameters traced): sweeps never recompile, eager calls hit the cache.
+
+    Adaptive window (``min_accept`` given): the loop keeps a moving average
+    (decay 1/2) of the tokens each window forward decides per row. When it is
+    below ``min_accept`` for every active row, the decoder falls back to one-token
+    steps: the decided token of slot 0 is fed alone (one ``nn.decode_step``,
+    the cost of an AR step), committed, and the next slot is drawn from the
+    next-token head, exactly as :func:`ar_generate` does. After ``probe_every``
+    one-token steps a window step probes the acceptance again; a failed probe
+    doubles the wait, a successful one returns to window steps. The choice is
+    made inside the jitted loop (``lax.cond``). If the prefill's first window
+    decides fewer than ``min_accept`` tokens, the row starts like AR (its first
+    token from the prompt's next-token logits). With ``min_accept`` above
+    ``window`` and ``probe_every >= max_new_tokens`` the tokens are AR's.
 
     Args:
       params: Transformer parameters (``jaxkit.nn``), trained with the WeDLM
@@ -134,6 +159,11 @@ def wedlm_generate(
       stop_token_ids: Static stop ids; a stop token is kept and ends its row.
       max_len: Cache capacity (default ``P + max_new_tokens``, the minimum).
       pad_token_id: Written after each row's end in the output.
+      min_accept: Tokens per window forward (traced, finite, >= 0) below which
+        the decoder falls back to one-token steps; ``None`` (default) always
+        runs window steps.
+      probe_every: One-token steps before the first probing window step (static
+        int >= 1; doubled after each failed probe).
 
     Returns:
       A :class:`~jaxkit.decoding.Generation` ``(tokens int32[B, N], lengths int32[B], stats)``;
@@ -167,6 +197,11 @@ def wedlm_generate(
     _validate.finite_scalar(pos_penalty=pos_penalty)
     if entropy_threshold is not None:
         _validate.finite_scalar(entropy_threshold=entropy_threshold)
+    if min_accept is not None:
+        _validate.real_scalar(min_accept, name="min_accept")
+        _validate.finite_scalar(min_accept=min_accept)
+        _validate.non_negative(min_accept=min_accept)
+    probe_every = _validate.python_int(probe_every, name="probe_every", minimum=1)
     return _wedlm_generate(
         params,
         cfg,
@@ -177,12 +212,16 @@ def wedlm_generate(
         entropy_threshold,
         pos_penalty,
         c.static,
+        min_accept,
         mask_token_id=int(mask_token_id),
         window=int(window),
+        probe_every=probe_every,
     )
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "static", "mask_token_id", "window"))
+@functools.partial(
+    jax.jit, static_argnames=("cfg", "static", "mask_token_id", "window", "probe_every")
+)
 def _wedlm_generate(
     params,
     cfg,
@@ -193,9 +232,11 @@ def _wedlm_generate(
     entropy_threshold,
     pos_penalty,
     static: Static,
+    min_accept,
     *,
     mask_token_id,
     window,
+    probe_every,
 ) -> Generation:
     """Jitted core of :func:`wedlm_generate` (its loop body is traced once per program)."""
     max_new_tokens, stop_token_ids = static.max_new_tokens, static.stop_token_ids
@@ -208,15 +249,22 @@ def _wedlm_generate(
         pos_penalty,
         sampling,
         static.greedy,
+        None if min_accept is None else jnp.asarray(min_accept, jnp.float32),
+        probe_every,
     )
     prompt_len = guard_sampling(prompt_len, sampling)
+    if min_accept is not None:
+        prompt_len = _validate.guard_non_negative(prompt_len, min_accept, name="min_accept")
     bad = ~jnp.isfinite(jnp.asarray(pos_penalty))
     if entropy_threshold is not None:
         bad = bad | jnp.isnan(jnp.asarray(entropy_threshold))
     prompt_len = _validate.error_if(
         prompt_len, bad, "`pos_penalty` must be finite and `entropy_threshold` not NaN."
     )
-    cap = max_new_tokens + window + 1  # each forward fills >= 1 open slot (progress bound)
+    # Each window forward fills >= 1 open slot; each one-token step commits one.
+    cap = max_new_tokens + window + 1
+    if min_accept is not None:
+        cap = 2 * cap
     state = _init_state(
         params,
         cfg,
@@ -232,7 +280,15 @@ def _wedlm_generate(
         return jnp.any(~s.done) & (s.n_forward < cap)
 
     def body(s: WeDLMState) -> WeDLMState:
-        return _step(params, cfg, s, prompt_len, jax.random.fold_in(key, s.n_forward), o)
+        k = jax.random.fold_in(key, s.n_forward)
+        if o.min_accept is None:
+            return _step(params, cfg, s, prompt_len, k, o)
+        return jax.lax.cond(
+            use_single(s, o),
+            lambda s: ar_run(params, cfg, s, prompt_len, key, o),
+            lambda s: _tracked_step(params, cfg, s, prompt_len, k, o),
+            s,
+        )
 
     state = jax.lax.while_loop(cond, body, state)
     tokens, lengths = finalize(state.out, state.n_gen, stop_token_ids, static.pad_token_id)
@@ -286,8 +342,28 @@ def _init_state(
         done=zb > 0,
         row_forwards=zb,
         n_forward=jnp.zeros((), jnp.int32),
+        accept=zb.astype(jnp.float32),
+        gap=jnp.full((), o.probe_every, jnp.int32),
+        since=jnp.zeros((), jnp.int32),
     )
-    return _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
+    filled = _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
+    if o.min_accept is None:
+        return filled
+    # Adaptive: rows whose first window decides < min_accept tokens start like AR.
+    accept = jnp.sum(filled.filled, axis=1).astype(jnp.float32)
+    last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
+    tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
+    ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
+    like_ar = accept < o.min_accept
+    pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+    return filled._replace(
+        win_tok=pick(ar.win_tok, filled.win_tok),
+        filled=pick(ar.filled, filled.filled),
+        out=pick(ar.out, filled.out),
+        n_gen=pick(ar.n_gen, filled.n_gen),
+        done=pick(ar.done, filled.done),
+        accept=accept,
+    )
 
 
 def _step(
@@ -353,3 +429,22 @@ def _fill(
     has_stop, _ = stop_info(out, n_gen, o.stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
+
+
+def _tracked_step(params, cfg, s: WeDLMState, prompt_len, key, o: _Options) -> WeDLMState:
+    """A window step that also updates the acceptance average and the probe schedule."""
+    before = s.cache.length + jnp.sum(s.filled, axis=1)
+    t = _step(params, cfg, s, prompt_len, key, o)
+    decided = t.cache.length + jnp.sum(t.filled, axis=1) - before
+    accept, gap = schedule(
+        s.accept,
+        decided,
+        s.done,
+        t.done,
+        s.since,
+        s.gap,
+        o.min_accept,
+        o.probe_every,
+        o.max_new_tokens,
+    )
+    return t._replace(accept=accept, gap=gap, since=jnp.zeros_like(s.since))

@@ -43,6 +43,22 @@ def _generate(prompt, prompt_len, *, entropy_threshold, pos_penalty, window=2, m
     )
 
 
+def _adaptive(prompt, prompt_len, *, min_accept, probe_every=2):
+    return wedlm_generate(
+        _P32,
+        CFG,
+        prompt,
+        prompt_len,
+        key=jax.random.key(0),
+        mask_token_id=MASK,
+        max_new_tokens=4,
+        window=2,
+        entropy_threshold=0.9,
+        min_accept=min_accept,
+        probe_every=probe_every,
+    )
+
+
 def _ar(prompt, prompt_len, *, temperature, top_p, max_new_tokens=3):
     return ar_generate(
         _P32,
@@ -122,6 +138,29 @@ CASES = [
         ),
     ),
     Case(
+        name="decoding.wedlm_generate_adaptive",
+        fn=_adaptive,
+        make_args=_gen_args,
+        hparams={"min_accept": (1.5, 2.5)},  # traced: one program across thresholds
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "negative min_accept",
+                lambda key: (_gen_args(key, None), {"min_accept": -1.0}),
+                ValueError,
+                "min_accept",
+            ),
+            Bad(
+                "probe_every=0",
+                lambda key: (_gen_args(key, None), {"min_accept": 2.0, "probe_every": 0}),
+                ValueError,
+                "probe_every",
+            ),
+        ),
+    ),
+    Case(
         name="decoding.ar_generate",
         fn=_ar,
         make_args=_gen_args,
@@ -183,6 +222,8 @@ CASES = [
 # bf16 of the loss) run in `make test-slow`; the default run keeps the rest.
 _SLOW = {
     "decoding.wedlm_generate": ("vmap",),
+    # the adaptive loop (a lax.cond over the AR loop) keeps its cheap checks by default
+    "decoding.wedlm_generate_adaptive": ("vmap", "dtypes", "sharding", "jit"),
     # one decoder per family in the default run: wedlm_generate carries the full set,
     # ar_generate keeps its cheap checks (eager cache, eval_shape, bad inputs) by default
     "decoding.ar_generate": ("vmap", "jit", "traced_once", "dtypes", "sharding"),

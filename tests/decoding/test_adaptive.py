@@ -1,0 +1,122 @@
+"""The adaptive window of wedlm_generate (``min_accept``): AR fallback and probe schedule."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import io
+from jaxkit.decoding import _adaptive, ar_generate, wedlm_generate
+from jaxkit.decoding import _counting as C
+from tests.decoding import _reference as R
+from tests.decoding._models import MASK, prompts, tiny
+
+N = 8
+
+
+def _gen(params, cfg, pr, pl, **kw):
+    kw.setdefault("key", jax.random.key(0))
+    kw.setdefault("mask_token_id", MASK)
+    kw.setdefault("max_new_tokens", N)
+    kw.setdefault("window", 4)
+    if "min_accept" in kw:
+        kw.setdefault("probe_every", N)  # one compiled program across the tests
+    return wedlm_generate(params, cfg, pr, pl, **kw)
+
+
+def test_forced_fallback_gives_ar_greedy_tokens():
+    # min_accept above the window: every row starts like AR and never probes within N
+    # steps (probe_every=N), so the tokens are the next-token greedy chain (no-cache reference) and
+    # the forward count is AR's, N - 1; plain WeDLM on this model decodes differently.
+    params, cfg = tiny(3)
+    pr, pl = prompts(3, 2, 5, [5, 2])
+    got = _gen(params, cfg, pr, pl, entropy_threshold=0.4, min_accept=5.0)
+    ar = ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=N)
+    for b in range(2):
+        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=N)
+        np.testing.assert_array_equal(got.tokens[b], want)
+    np.testing.assert_array_equal(got.tokens, ar.tokens)
+    assert int(got.stats.n_forward) == N - 1
+    np.testing.assert_array_equal(got.stats.row_forwards, ar.stats.row_forwards)
+    plain = _gen(params, cfg, pr, pl, entropy_threshold=0.4)
+    assert not np.array_equal(plain.tokens, ar.tokens)
+
+
+def test_zero_min_accept_is_plain_wedlm():
+    # acceptance is never below 0: the adaptive loop runs exactly the window steps
+    params, cfg = tiny(4)
+    pr, pl = prompts(4, 2, 5, [5, 3])
+    for tau in (0.4, 1.5):
+        want = _gen(params, cfg, pr, pl, entropy_threshold=tau)
+        got = _gen(params, cfg, pr, pl, entropy_threshold=tau, min_accept=0.0)
+        assert int(got.stats.n_forward) == int(want.stats.n_forward)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.stats.row_forwards, want.stats.row_forwards)
+
+
+def test_schedule_by_hand():
+    # acceptance average (a + d) / 2; a failed probe doubles the gap, success resets it
+    z = jnp.zeros(2, bool)
+
+    def step(a, d, since, gap):
+        acc, g = _adaptive.schedule(
+            jnp.asarray(a, jnp.float32), jnp.asarray(d), z, z, since, gap, 2.0, 4, 16
+        )
+        return np.asarray(acc).tolist(), int(g)
+
+    assert step([4.0, 4.0], [4, 3], 0, 4) == ([4.0, 3.5], 4)  # high: window mode, gap reset
+    assert step([3.0, 1.0], [1, 1], 0, 4) == ([2.0, 1.0], 4)  # one row still >= 2: no switch
+    assert step([2.0, 1.0], [1, 1], 0, 4) == ([1.5, 1.0], 4)  # all low: switch, gap kept
+    assert step([1.5, 1.0], [1, 2], 4, 4) == ([1.25, 1.5], 8)  # failed probe: doubled
+    assert step([1.5, 1.0], [1, 2], 16, 16) == ([1.25, 1.5], 16)  # capped at n
+    assert step([1.5, 1.0], [4, 4], 8, 8) == ([2.75, 2.5], 4)  # probe succeeds: reset
+    # a finished row keeps its average and does not hold the others in window mode
+    acc, g = _adaptive.schedule(
+        jnp.asarray([3.0, 1.0]), jnp.asarray([0, 1]), jnp.asarray([True, False]),
+        jnp.asarray([True, False]), 0, 4, 2.0, 4, 16,
+    )  # fmt: skip
+    assert np.asarray(acc).tolist() == [3.0, 1.0] and int(g) == 4
+
+
+@pytest.mark.slow  # three programs of the trained fixture; the schedule is checked by hand above
+def test_falls_back_on_noisy_text_only():
+    # The counting fixture: on rho=0 text every window forward decides several tokens,
+    # so min_accept=2 changes nothing; on rho=0.2 text acceptance drops to ~1 and the
+    # decoder falls back to AR steps, with about AR's forward count (greedy tokens of
+    # this model follow the counting rule, so they stay AR's).
+    params, cfg, _ = io.load_fixture(C.FIXTURE)
+    n = 20
+    kw = dict(key=jax.random.key(0), max_new_tokens=n)
+    wk = dict(kw, mask_token_id=C.MASK_ID, window=4, entropy_threshold=1.2)
+    for level in (0, 2):
+        seq, _, _ = C.counting_batch(np.random.default_rng(7 + level), 4, n, level)
+        pr = jnp.asarray(seq[:, : C.PROMPT_LEN])
+        pl = jnp.full((4,), C.PROMPT_LEN, jnp.int32)
+        plain = wedlm_generate(params, cfg, pr, pl, **wk)
+        adapt = wedlm_generate(params, cfg, pr, pl, **wk, min_accept=2.0, probe_every=4)
+        ar = ar_generate(params, cfg, pr, pl, **kw)
+        if level == 0:
+            np.testing.assert_array_equal(adapt.tokens, plain.tokens)
+            assert int(adapt.stats.n_forward) == int(plain.stats.n_forward) < n // 3
+        else:
+            assert int(plain.stats.n_forward) < int(adapt.stats.n_forward) <= n
+            np.testing.assert_array_equal(adapt.tokens, ar.tokens)
+
+
+def test_bad_adaptive_arguments_raise():
+    params, cfg = tiny(0)
+    pr, pl = prompts(0, 2, 5, [5, 5])
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="`min_accept`"):
+            _gen(params, cfg, pr, pl, min_accept=bad)
+    with pytest.raises(TypeError, match="min_accept"):
+        _gen(params, cfg, pr, pl, min_accept="2")
+    with pytest.raises(ValueError, match="`probe_every`"):
+        _gen(params, cfg, pr, pl, min_accept=2.0, probe_every=0)
+    with pytest.raises(TypeError, match="probe_every"):
+        _gen(params, cfg, pr, pl, min_accept=2.0, probe_every=2.5)
+    # traced under jit: a runtime error naming the argument (NaN included)
+    f = jax.jit(lambda m: _gen(params, cfg, pr, pl, min_accept=m).tokens)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(Exception, match="`min_accept`"):
+            jax.block_until_ready(f(jnp.float32(bad)))
