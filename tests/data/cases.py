@@ -86,6 +86,14 @@ def _bad_kmeans(key):
     return (_emb(key, jnp.float32)[0],), {"batch_size": 3}
 
 
+def _infonce(q, d, *, tau):
+    return data.infonce(q, d, tau=tau)
+
+
+def _bad_infonce_tau(key):
+    return _emb(key, jnp.float32), {"tau": jnp.nan}
+
+
 _SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
 _BASELINE_SLOW = (*_SLOW, "jit")
 
@@ -131,6 +139,17 @@ CASES = [
             Bad("margin < 0", _bad_margin, ValueError, "margin"),
         ),
         slow_checks=_SLOW,
+    ),
+    Case(
+        "data.infonce",
+        _infonce,
+        _emb,
+        hparams={"tau": (0.05, 0.2)},
+        grad_argnums=(0, 1),
+        shard_argnums=(),  # multi-device through axis_name (tests/data/test_infonce.py)
+        rtol=1e-4,
+        bad=(Bad("NaN tau", _bad_infonce_tau, ValueError, "tau"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
     ),
     Case(
         "data.kmeans_batches",
