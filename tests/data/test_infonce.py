@@ -38,6 +38,7 @@ def test_infonce_matches_reference_and_masks_duplicates():
     assert got < _ref(q, d, 0.1)  # removing negatives lowers the loss
 
 
+@pytest.mark.slow
 def test_infonce_global_batch_over_mesh(mesh8):
     q, d = _pairs(32, 6, 1)
     dup = (np.arange(32) // 2).astype(np.int32)
