@@ -7,7 +7,9 @@ public; the objective is our reconstruction (spec ``training.md`` section 3) and
 swappable (``objective=``). ``knn_graph`` builds the sparse hardness graph,
 ``hobit_objective`` evaluates the set function, ``greedy_select`` is the exact
 sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jitted
-parallel greedy over a whole epoch.
+parallel greedy over a whole epoch; ``infonce`` the in-batch loss whose negatives
+are the global batch gathered over a mesh axis. MTS (issue 18, started): only
+``normalize_weights`` (global mean-1 example weights) and the ``gsnr`` estimator.
 """
 
 from jaxkit.data._baselines import kmeans_batches as kmeans_batches
@@ -18,5 +20,9 @@ from jaxkit.data._hobit import SparseHardness as SparseHardness
 from jaxkit.data._hobit import greedy_select as greedy_select
 from jaxkit.data._hobit import hobit_objective as hobit_objective
 from jaxkit.data._hobit import knn_graph as knn_graph
+from jaxkit.data._infonce import infonce as infonce
+from jaxkit.data._mts import GSNR as GSNR
+from jaxkit.data._mts import gsnr as gsnr
+from jaxkit.data._mts import normalize_weights as normalize_weights
 from jaxkit.data._permute import hobit_batches as hobit_batches
 from jaxkit.data._permute import hobit_permutation as hobit_permutation

@@ -127,9 +127,11 @@ def nn_batches(
     q = V.guard_positive(q, tau, name="tau")
     g: SparseHardness = _knn_graph_jit(q, d, None, tau, -jnp.inf, k=k, block=min(1024, n))
     p = min(pf * bsz, 1 + k + k * k, n)
+    p2 = min(pf * bsz, bsz * (1 + k), n)
     out = _batches_jit(
-        g.nbr, g.w, q, d, None, key, -jnp.inf, 1.0, batch_size=bsz, p=p, rounds=3, obj="log"
-    )
+        g.nbr, g.w, q, d, None, key, -jnp.inf, 1.0,
+        batch_size=bsz, p=p, p2=p2, rounds=3, refills=2, waves=min(4, n // bsz), obj="log",
+    )  # fmt: skip
     return out.perm
 
 

@@ -6,10 +6,20 @@
 swappable objective's marginal gains (sparse: ``O(P K)`` per batch and step), and
 proposes its best non-contradicting unassigned candidate. Conflicts (several batches
 proposing the same item) go to the highest gain (lowest batch index on ties); losers
-re-propose (``rounds`` times). Zero-gain candidates are never proposed: slots the
-greedy leaves empty, and the batches beyond ``hard_fraction``, are filled with the
-unassigned items in uniformly random order. Batch order is shuffled last.
+re-propose (``rounds`` times); a batch keeps stepping until it is full or no
+candidate with positive gain is left. When its pool runs dry, the pool is rebuilt
+from the still-unassigned 1-hop neighbours of all its members (``refills`` times).
+Batches are built in ``waves``: the seeds of each wave are drawn from the items the
+earlier waves left unassigned, so seeds follow the remaining data (with all seeds
+drawn at once, dense regions get more seeds than they have items for and the
+sparse regions' items end in the random fill: 25% of slots instead of 11% on the
+bench, summed in-batch objective 0.85x instead of 1.07x apricot's sequential
+greedy). Zero-gain candidates are never proposed: slots the greedy leaves empty,
+and the batches beyond ``hard_fraction``, are filled with the unassigned items in
+uniformly random order. Batch order is shuffled last.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -28,19 +38,29 @@ from jaxkit.data._hobit import (
 )
 
 
-def _pools(nbr, seeds, p):
-    """Per seed: seed, its neighbours, theirs; first occurrences in that order, ``p`` slots."""
-    nb = seeds.shape[0]
-    hop1 = nbr[seeds]  # [nb, k]
-    hop2 = nbr[hop1].reshape(nb, -1)
-    cand = jnp.concatenate([seeds[:, None], hop1, hop2], axis=1)  # [nb, L]
+def _pools(nbr, roots, assigned, hops, p):
+    """Candidate pool per batch: ``roots``, then their unassigned ``hops``-hop neighbours.
+
+    First occurrences in that order, ``p`` slots (``-1`` when empty).
+    """
+    nb, r = roots.shape
+    n = nbr.shape[0]
+    parts, front = [roots], roots
+    for _ in range(hops):
+        front = jnp.where(front[..., None] >= 0, nbr[jnp.maximum(front, 0)], -1)
+        front = front.reshape(nb, -1)
+        parts.append(front)
+    cand = jnp.concatenate(parts, axis=1)  # [nb, L]
+    free = ~assigned[jnp.where(cand >= 0, cand, n)]
+    is_root = jnp.arange(cand.shape[1]) < r
+    cand = jnp.where((cand >= 0) & (is_root[None, :] | free), cand, n)  # n: dropped
     order = jnp.argsort(cand, axis=1, stable=True)
     srt = jnp.take_along_axis(cand, order, axis=1)
     first_s = jnp.concatenate([jnp.ones((nb, 1), bool), srt[:, 1:] != srt[:, :-1]], axis=1)
+    first_s = first_s & (srt < n)
     first = jnp.zeros_like(first_s).at[jnp.arange(nb)[:, None], order].set(first_s)
     rank = jnp.cumsum(first, axis=1) - 1
-    keep = first & (rank < p)
-    slot = jnp.where(keep, rank, p)  # p = dump slot
+    slot = jnp.where(first & (rank < p), rank, p)  # p = dump slot
     pool = jnp.full((nb, p + 1), -1, jnp.int32).at[jnp.arange(nb)[:, None], slot].set(cand)
     return pool[:, :p]
 
@@ -84,33 +104,30 @@ def _conflicts(q, d, dup, pool, margin):
     return c | c.T
 
 
-def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p, rounds, obj):
+def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj):
+    """Greedy growth of every batch from its candidate ``pool`` (members already in it).
+
+    Steps until every batch is full or no batch can add a positive-gain item; each
+    step every batch proposes its best allowed candidate, conflicts go to the highest
+    gain (lowest batch index on ties), losers re-propose (``rounds`` times).
+    """
+    members, cnt, assigned = st
+    nb, p = pool.shape
     n = nbr.shape[0]
-    bsz = batch_size
-    nb = n // bsz
-    ids = jnp.arange(n, dtype=jnp.int32)
-    dup = ids if dup_ids is None else dup_ids
-    k_seed, k_fill, k_order = jax.random.split(key, 3)
-    seeds = jax.random.permutation(k_seed, n)[:nb].astype(jnp.int32)
-    pool = _pools(nbr, seeds, p)
+    bidx = jnp.arange(nb, dtype=jnp.int32)
     col, wv = jax.vmap(_pool_weights, in_axes=(None, None, 0))(nbr, w, pool)  # [nb, p, k]
     cp = jax.vmap(_conflicts, in_axes=(None, None, None, 0, None))(q, d, dup, pool, margin)
     valid = pool >= 0
-    bidx = jnp.arange(nb, dtype=jnp.int32)
-    active = bidx.astype(jnp.float32) < jnp.round(jnp.asarray(hard_fraction, jnp.float32) * nb)
+    inb = valid & jnp.any(pool[:, :, None] == members[:, None, :], axis=2)
+    inb_pad = jnp.concatenate([inb, jnp.zeros((nb, 1), bool)], axis=1)
+    hit = jnp.take_along_axis(inb_pad, col.reshape(nb, -1), axis=1).reshape(col.shape)
+    cover = jnp.sum(jnp.where(hit, wv, 0.0), axis=2)
+    banned = jnp.any(cp & inb[:, None, :], axis=2)
 
-    members = jnp.full((nb, bsz), -1, jnp.int32).at[:, 0].set(jnp.where(active, seeds, -1))
-    inb = jnp.zeros((nb, p), bool).at[:, 0].set(active)
-    zero = jnp.zeros(nb, jnp.int32)
-    cover = jnp.where(active[:, None], jax.vmap(_column)(col, wv, zero), 0.0)
-    banned = cp[:, 0, :] & active[:, None]
-    assigned = jnp.zeros(n + 1, bool).at[jnp.where(active, seeds, n)].set(True)
-    cnt = active.astype(jnp.int32)
-
-    def propose(gain, st):
-        members, inb, cover, banned, assigned, cnt, done = st
+    def propose(gain, s):
+        members, inb, cover, banned, assigned, cnt, done = s
         ok = valid & ~inb & ~banned & ~assigned[jnp.where(valid, pool, n)]
-        ok = ok & (active & (cnt < bsz) & ~done)[:, None]
+        ok = ok & ((cnt > 0) & (cnt < bsz) & ~done)[:, None]
         gain = jnp.where(ok, gain, -jnp.inf)
         best = jnp.argmax(gain, axis=1)
         bg = jnp.take_along_axis(gain, best[:, None], axis=1)[:, 0]
@@ -129,14 +146,59 @@ def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p
         assigned = assigned.at[jnp.where(win, j, n)].set(True)
         return members, inb, cover, banned, assigned, cnt + win.astype(jnp.int32), done | win
 
-    def step(_, st):
-        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, None))(st[2], col, wv, obj)
-        st = (*st, jnp.zeros(nb, bool))
-        st = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), st)
-        return st[:-1]
+    def step(s):
+        t, _, members, inb, cover, banned, assigned, cnt = s
+        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, None))(cover, col, wv, obj)
+        s = (members, inb, cover, banned, assigned, cnt, jnp.zeros(nb, bool))
+        s = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), s)
+        return (t + 1, jnp.any(s[-1]), *s[:-1])
 
-    st = (members, inb, cover, banned, assigned, cnt)
-    members, *_, assigned, _ = jax.lax.fori_loop(0, bsz - 1, step, st)
+    def more(s):
+        t, progressed, *_, cnt = s
+        return (t < bsz - 1) & progressed & jnp.any((cnt > 0) & (cnt < bsz))
+
+    s = (jnp.int32(0), jnp.array(True), members, inb, cover, banned, assigned, cnt)
+    s = jax.lax.while_loop(more, step, s)
+    return s[2], s[-1], s[-2]
+
+
+def _batches(
+    nbr, w, q, d, dup_ids, key, margin, hard_fraction, *,
+    batch_size, p, p2, rounds, refills, waves, obj,
+):  # fmt: skip
+    n = nbr.shape[0]
+    bsz = batch_size
+    nb = n // bsz
+    dup = jnp.arange(n, dtype=jnp.int32) if dup_ids is None else dup_ids
+    k_seed, k_fill, k_order = jax.random.split(key, 3)
+    bidx = jnp.arange(nb, dtype=jnp.int32)
+    active = bidx.astype(jnp.float32) < jnp.round(jnp.asarray(hard_fraction, jnp.float32) * nb)
+    assigned = jnp.zeros(n + 1, bool)
+    grow = functools.partial(
+        _grow, nbr=nbr, w=w, q=q, d=d, dup=dup, margin=margin, bsz=bsz, rounds=rounds, obj=obj
+    )
+    per = -(-nb // waves)
+    active = jnp.pad(active, (0, per * waves - nb)).reshape(waves, per)
+
+    def wave(assigned, xs):  # later waves seed from the still-unassigned items
+        act, i = xs
+        u = jax.random.uniform(jax.random.fold_in(k_seed, i), (n,))
+        free_first = jnp.argsort(u + assigned[:n].astype(u.dtype)).astype(
+            jnp.int32
+        )  # free ones first
+        seeds = jnp.where(act, free_first[:per], -1)
+        members = jnp.full((per, bsz), -1, jnp.int32).at[:, 0].set(seeds)
+        assigned = assigned.at[jnp.where(act, seeds, n)].set(True)
+        st = (members, act.astype(jnp.int32), assigned)
+        # phase 1: the seed's 2-hop neighbourhood; refills: unassigned 1-hop of all members
+        st = grow(st, _pools(nbr, seeds[:, None], assigned, 2, p))
+        st = jax.lax.fori_loop(
+            0, refills, lambda _, st: grow(st, _pools(nbr, st[0], st[2], 1, p2)), st
+        )
+        return st[2], st[0]
+
+    assigned, members = jax.lax.scan(wave, assigned, (active, jnp.arange(waves)))
+    members = members.reshape(-1, bsz)[:nb]
 
     flat = members.reshape(-1)
     empty = flat < 0
@@ -150,7 +212,9 @@ def _batches(nbr, w, q, d, dup_ids, key, margin, hard_fraction, *, batch_size, p
     return HobitBatches(perm, greedy)
 
 
-_batches_jit = jax.jit(_batches, static_argnames=("batch_size", "p", "rounds", "obj"))
+_batches_jit = jax.jit(
+    _batches, static_argnames=("batch_size", "p", "p2", "rounds", "refills", "waves", "obj")
+)
 
 
 def check_batch_size(n: int, batch_size: int) -> int:
@@ -176,6 +240,8 @@ def hobit_batches(
     dup_ids: Int[Array, " n"] | None = None,
     pool_factor: int = 4,
     rounds: int = 3,
+    refills: int = 2,
+    waves: int = 4,
     objective: str = "log",
 ) -> HobitBatches:
     """One epoch's HOBIT permutation from a sparse hardness graph (jitted parallel greedy).
@@ -199,6 +265,9 @@ def hobit_batches(
       dup_ids: optional int group ids (equal ids never share a greedy batch).
       pool_factor: candidate pool size ``P = pool_factor * B`` (static).
       rounds: proposal rounds per greedy step (conflict losers re-propose; static).
+      refills: pool rebuilds from the members' unassigned neighbours (static, >= 0).
+      waves: batches are built in this many sequential waves, each seeded from the
+        items still unassigned (static, >= 1; capped at ``n // batch_size``).
       objective: concave ``phi``: ``'log'`` (HOBIT recon) or ``'sqrt'`` (static).
 
     Returns:
@@ -214,14 +283,18 @@ def hobit_batches(
     V.one_of(_OBJECTIVES, objective=objective)
     pf = V.python_int(pool_factor, name="pool_factor", minimum=1)
     rounds = V.python_int(rounds, name="rounds", minimum=1)
+    refills = V.python_int(refills, name="refills", minimum=0)
+    waves = min(V.python_int(waves, name="waves", minimum=1), n // bsz)
     dup_ids = _check_dup(dup_ids, n)
     q = V.guard_non_negative(q, margin, name="margin", allow_inf=True)
     q = V.guard_interval(q, hard_fraction, name="hard_fraction", low=0.0, high=1.0)
     k = g.nbr.shape[1]
     p = min(pf * bsz, 1 + k + k * k, n)
+    p2 = min(pf * bsz, bsz * (1 + k), n)
     return _batches_jit(
         g.nbr, g.w, q, d, dup_ids, key, margin, hard_fraction,
-        batch_size=bsz, p=p, rounds=rounds, obj=objective,
+        batch_size=bsz, p=p, p2=p2, rounds=rounds, refills=refills,
+        waves=waves, obj=objective,
     )  # fmt: skip
 
 

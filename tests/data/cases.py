@@ -86,6 +86,30 @@ def _bad_kmeans(key):
     return (_emb(key, jnp.float32)[0],), {"batch_size": 3}
 
 
+def _infonce(q, d, *, tau):
+    return data.infonce(q, d, tau=tau)
+
+
+def _bad_infonce_tau(key):
+    return _emb(key, jnp.float32), {"tau": jnp.nan}
+
+
+def _raw_args(key, dtype):
+    return (jax.random.uniform(key, (N,), jnp.float32, 0.1, 1.0).astype(dtype),)
+
+
+def _bad_raw(key):
+    return (-_raw_args(key, jnp.float32)[0],), {}
+
+
+def _gsnr_args(key, dtype):
+    return (jax.random.normal(key, (N, 5), jnp.float32).astype(dtype) + 0.5,)
+
+
+def _bad_gsnr(key):
+    return (jnp.ones((1, 3)),), {}
+
+
 _SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
 _BASELINE_SLOW = (*_SLOW, "jit")
 
@@ -131,6 +155,34 @@ CASES = [
             Bad("margin < 0", _bad_margin, ValueError, "margin"),
         ),
         slow_checks=_SLOW,
+    ),
+    Case(
+        "data.infonce",
+        _infonce,
+        _emb,
+        hparams={"tau": (0.05, 0.2)},
+        grad_argnums=(0, 1),
+        shard_argnums=(),  # multi-device through axis_name (tests/data/test_infonce.py)
+        rtol=1e-4,
+        bad=(Bad("NaN tau", _bad_infonce_tau, ValueError, "tau"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+    Case(
+        "data.normalize_weights",
+        data.normalize_weights,
+        _raw_args,
+        rtol=1e-5,
+        bad=(Bad("non-positive raw weights", _bad_raw, ValueError, "raw"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+    Case(
+        "data.gsnr",
+        data.gsnr,
+        _gsnr_args,
+        grad_modes=("rev",),
+        rtol=1e-4,
+        bad=(Bad("one draw", _bad_gsnr, ValueError, "K >= 2"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
     ),
     Case(
         "data.kmeans_batches",
