@@ -75,6 +75,8 @@ def test_aggregate_medians_rejudge_and_keys():
         _line("rank", 1.0, 2.0, anchor="x"),
         _line("rank", 1.0, 4.0, anchor="y y"),
         _line("info", 1.0, None, target=None),
+        _line("soft", 1.0, 2.0) | {"temp": "nominal"},
+        _line("soft", 1.0, 5.0) | {"temp": "matched"},
     ]
     rows = {r["key"]: r for r in R.aggregate(lines, "2026-12-01")}
     s = rows["toy/sort/n=10,batch=2"]
@@ -82,6 +84,9 @@ def test_aggregate_medians_rejudge_and_keys():
     assert s["ratio"] == pytest.approx(0.8) and s["ok"] is False
     assert s["date"] == "2026-12-02"
     assert {"toy/rank/n=10,batch=2@x", "toy/rank/n=10,batch=2@y_y"} <= set(rows)
+    # the soft bench's nominal / matched cells stay apart
+    assert rows["toy/soft/n=10,batch=2,temp=matched"]["ratio"] == 5.0
+    assert rows["toy/soft/n=10,batch=2,temp=nominal"]["runs"] == 1
     info = rows["toy/info/n=10,batch=2"]
     assert info["ratio"] is None and info["ok"] is None and info["date"] == "2026-12-01"
     # BENCHMARKS.md text round-trips to the same keys and cells

@@ -17,7 +17,8 @@ Two modes:
 
 Row keys. A row of BENCHMARKS.md is named ``<bench>/<case>/<sizes>`` with sizes written
 ``k=v,k=v`` in the bench's order (``soft/sort/pav/batch=64,n=1000``); when two anchors share
-bench, case and sizes, each key gets ``@<anchor>``.
+bench, case and sizes, each key gets ``@<anchor>``. A line's ``temp`` field (the soft bench's
+nominal/matched softness) counts as one more size: ``soft/sort/pav/batch=64,n=1000,temp=matched``.
 
 README markers. A figure in the README is generated when it sits between
 
@@ -63,6 +64,9 @@ COLUMNS = [
     "date",
 ]
 FIELDS = {"ratio": "ratio", "ours": "ours", "anchor": "anchor time"}
+# Line fields outside ``sizes`` that still tell two cells apart (the soft bench times each
+# cell at nominal and at matched softness): they join the sizes in the row key.
+VARIANT_FIELDS = ("temp",)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -164,11 +168,20 @@ def _median(xs: Iterable[float | None]) -> float | None:
     return statistics.median(v) if v else None
 
 
+def _sizes(ln: dict[str, Any]) -> dict[str, Any]:
+    """A line's sizes, plus its variant fields (``temp``: nominal/matched softness)."""
+    sizes = dict(ln.get("sizes") or {})
+    for f in VARIANT_FIELDS:
+        if f in ln and f not in sizes:
+            sizes[f] = ln[f]
+    return sizes
+
+
 def aggregate(lines: list[dict[str, Any]], default_date: str | None) -> list[dict[str, Any]]:
     """One row per (bench, case, sizes, anchor), in first-seen order, with medians."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for ln in lines:
-        sizes = ln.get("sizes") or {}
+        sizes = _sizes(ln)
         k = (ln["bench"], ln["case"], json.dumps(sizes, sort_keys=True), ln.get("anchor"))
         groups.setdefault(k, []).append(ln)
     rows = []
@@ -182,7 +195,7 @@ def aggregate(lines: list[dict[str, Any]], default_date: str | None) -> list[dic
             {
                 "bench": bench,
                 "case": case,
-                "sizes": g[0].get("sizes") or {},
+                "sizes": _sizes(g[0]),
                 "anchor": anchor,
                 "ours_s": _median(ln.get("ours_s") for ln in g),
                 "anchor_s": _median(ln.get("anchor_s") for ln in g),
