@@ -50,7 +50,8 @@ BENCH_DIR = os.path.join(ROOT, "benchmarks")
 BENCHMARKS_MD = os.path.join(ROOT, "BENCHMARKS.md")
 README = os.path.join(ROOT, "README.md")
 
-MARK = re.compile(r"<!-- bench:(?P<spec>[^>]*?) -->(?P<text>.*?)<!-- /bench -->", re.S)
+# one line: a marker opens and closes on the same line (a README table row)
+MARK = re.compile(r"<!-- bench:(?P<spec>[^>]*?) -->(?P<text>[^\n]*?)<!-- /bench -->")
 COLUMNS = [
     "case",
     "sizes",
@@ -73,13 +74,15 @@ VARIANT_FIELDS = ("temp",)
 
 
 def fmt_ratio(x: float | None) -> str:
-    """``1.35×``, ``13.1×``, ``240×``; ``—`` when there is no ratio."""
+    """``0.013×``, ``1.35×``, ``13.1×``, ``240×``; ``—`` when there is no ratio."""
     if x is None:
         return "—"
     if x >= 100:
         return f"{x:.0f}×"
     if x >= 10:
         return f"{x:.1f}×"
+    if x < 0.1:
+        return f"{x:.2g}×"
     return f"{x:.2f}×"
 
 
@@ -216,8 +219,10 @@ def _assign_keys(rows: list[dict[str, Any]]) -> None:
         r["key"] = b + (f"@{r['anchor']}".replace(" ", "_") if base.count(b) > 1 else "")
 
 
-def load_all(bench_dir: str = BENCH_DIR) -> dict[str, list[dict[str, Any]]]:
-    """{area: rows} for every ``<bench_dir>/*.jsonl``, areas in name order."""
+def load_all(
+    bench_dir: str = BENCH_DIR, metas: dict[str, dict[str, Any]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """{area: rows} for every ``<bench_dir>/*.jsonl``, areas in name order (headers -> metas)."""
     out = {}
     if not os.path.isdir(bench_dir):
         return out
@@ -225,7 +230,25 @@ def load_all(bench_dir: str = BENCH_DIR) -> dict[str, list[dict[str, Any]]]:
         if name.endswith(".jsonl"):
             meta, lines = read_jsonl(os.path.join(bench_dir, name))
             out[name[: -len(".jsonl")]] = aggregate(lines, meta.get("date"))
+            if metas is not None:
+                metas[name[: -len(".jsonl")]] = meta
     return out
+
+
+def _meta_line(area: str, meta: dict[str, Any]) -> str:
+    """One sentence on how a saved file was made (from its header, when it has one)."""
+    if not meta:
+        return f"Saved in `benchmarks/{area}.jsonl` (no header: runs counted per row)."
+    parts = [f"{meta.get('runs', '?')} run(s) of `{meta.get('command', area)}`"]
+    if meta.get("date"):
+        parts.append(f"on {meta['date']}")
+    if meta.get("cpus"):
+        parts.append(f"{meta['cpus']} CPUs")
+    if meta.get("load") is not None:
+        parts.append(f"load average {meta['load']} at the start")
+    if meta.get("wall_s"):
+        parts.append("seconds per run " + "/".join(f"{w:.0f}" for w in meta["wall_s"]))
+    return f"Saved in `benchmarks/{area}.jsonl`: " + ", ".join(parts) + "."
 
 
 # ----------------------------------------------------------------------------- BENCHMARKS.md
@@ -247,7 +270,9 @@ def cells(r: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def benchmarks_md(areas: dict[str, list[dict[str, Any]]]) -> str:
+def benchmarks_md(
+    areas: dict[str, list[dict[str, Any]]], metas: dict[str, dict[str, Any]] | None = None
+) -> str:
     out = [
         "# Benchmarks",
         "",
@@ -264,9 +289,7 @@ def benchmarks_md(areas: dict[str, list[dict[str, Any]]]) -> str:
         for r in rows:
             by_bench.setdefault(r["bench"], []).append(r)
         for bench, brows in by_bench.items():
-            out += [f"## {bench}", ""]
-            if bench != area:
-                out += [f"(saved in `benchmarks/{area}.jsonl`)", ""]
+            out += [f"## {bench}", "", _meta_line(area, (metas or {}).get(area, {})), ""]
             out.append("| " + " | ".join(COLUMNS) + " |")
             out.append("|" + "|".join("---" for _ in COLUMNS) + "|")
             for r in brows:
@@ -404,8 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats-runs must be >= 1")
     for area in args.run or []:
         run_area(area, args.repeats_runs, args.bench_args.split(), args.slow_s, args.dir)
-    areas = load_all(args.dir)
-    md = benchmarks_md(areas)
+    metas: dict[str, dict[str, Any]] = {}
+    areas = load_all(args.dir, metas)
+    md = benchmarks_md(areas, metas)
     with open(BENCHMARKS_MD, "w") as f:
         f.write(md)
     print(f"wrote BENCHMARKS.md ({sum(len(r) for r in areas.values())} rows)", file=sys.stderr)
