@@ -38,6 +38,20 @@ def test_readme_marked_figures_equal_benchmarks_md():
     )
 
 
+def test_pending_figures_wait_for_missing_keys():
+    # a pending figure whose keys are all saved must have been made live by `make report`
+    table = _table()
+    readme = (ROOT / "README.md").read_text()
+    stale = [
+        m.group("spec")
+        for m in R.PENDING.finditer(readme)
+        if all(k in table for k in R.parse_spec(m.group("spec"))[0])
+    ]
+    assert not stale, (
+        f"pending figures whose keys are in BENCHMARKS.md (run `make report`): {stale}"
+    )
+
+
 def test_benchmarks_md_rows_are_well_formed():
     table = _table()
     assert table
@@ -115,5 +129,12 @@ def test_rewrite_readme_ranges_fields_and_missing_keys():
     assert "-->keep<!--" in new and len(problems) == 1 and "toy/zzz/n=1" in problems[0]
     again, _ = R.rewrite_readme(new, table)
     assert again == new
+    pend = (
+        "<!-- bench-pending:toy/b/n=10,batch=2 -->1.0×<!-- /bench --> "
+        "<!-- bench-pending:toy/b/n=10,batch=2 toy/q/n=1 -->3×<!-- /bench -->"
+    )
+    new, problems = R.rewrite_readme(pend, table)
+    assert new.startswith("<!-- bench:toy/b/n=10,batch=2 -->0.50×<!-- /bench -->") and not problems
+    assert "<!-- bench-pending:toy/b/n=10,batch=2 toy/q/n=1 -->3×" in new
     with pytest.raises(ValueError):
         R.parse_spec("toy/a/n=1#speed")
