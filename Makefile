@@ -8,7 +8,7 @@ NAME ?=
 
 BENCH_STAMP := $(VENV)/.jaxkit-bench-stamp
 
-.PHONY: demo test test-slow lint bench venv clean softjax-venv
+.PHONY: demo test test-slow lint bench report venv clean softjax-venv
 
 # The venv is rebuilt whenever pyproject.toml or constraints.txt change.
 $(STAMP): pyproject.toml constraints.txt
@@ -44,6 +44,15 @@ bench: $(BENCH_STAMP)
 	@test -n "$(NAME)" || { echo "usage: make bench NAME=<area> [ARGS=--full]"; ls scripts/bench | grep -v '^_' | sed 's/\.py$$//'; exit 2; }
 	SOFTJAX_PYTHON=$${SOFTJAX_PYTHON:-$$(test -x .venv-softjax/bin/python && echo .venv-softjax/bin/python)} \
 	  $(PY) scripts/bench/$(NAME).py $(ARGS)
+
+# `make report`: BENCHMARKS.md and the README's marked figures from the saved runs in
+# benchmarks/*.jsonl; `make report RUN="nn sampling"` first re-runs those areas' quick
+# benches (RUNS times each, default 3) and saves them.
+RUN ?=
+RUNS ?= 3
+report: $(BENCH_STAMP)
+	SOFTJAX_PYTHON=$${SOFTJAX_PYTHON:-$$(test -x .venv-softjax/bin/python && echo .venv-softjax/bin/python)} \
+	  $(PY) scripts/bench/report.py $(if $(RUN),--run $(RUN) --repeats-runs $(RUNS))
 
 # softjax (the soft bench's anchor) needs Python >= 3.12: a separate venv, used as a subprocess.
 SOFTJAX_PY ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python))

@@ -3,7 +3,10 @@
 A check module (``kernels/device_checks/<kernel>.py``) runs its kernel against its jnp
 reference (values and gradients) and times it, then writes a JSON list of rows
 ``{"kernel", "case", "dtype", "mode", "err", "tol", "ok", "times_ms": {name: ms}}``
-with :func:`write_rows`. ``table.py`` prints every module's rows as one table.
+(optionally ``"extra": {name: number}``, e.g. tokens/s or a speedup) with :func:`write_rows`.
+``table.py`` prints every module's rows as one table. ``run_device_checks.sh`` gives each
+module a time budget (``DEVICE_CHECK_BUDGET_S``); a module that writes its rows after each
+case and stops at :func:`deadline` keeps what it measured.
 """
 
 import argparse
@@ -25,6 +28,34 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="JSON file for this module's rows")
     p.add_argument("--repeats", type=int, default=10)
     return p.parse_args()
+
+
+def deadline(margin_s: float = 15.0) -> float:
+    """``time.monotonic()`` after which a module should start no new case.
+
+    The budget is ``DEVICE_CHECK_BUDGET_S`` (set per module by run_device_checks.sh; no limit
+    when unset) minus ``margin_s`` for the case in flight and the final write.
+    """
+    budget = os.environ.get("DEVICE_CHECK_BUDGET_S")
+    if not budget:
+        return float("inf")
+    return time.monotonic() + max(float(budget) - margin_s, 0.0)
+
+
+def failed_row(kernel: str, case: str, dtype: str, mode: str, e: BaseException) -> dict:
+    """The row of a case that raised (printed with its error; not ok)."""
+    msg = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+    return {
+        "kernel": kernel,
+        "case": case,
+        "dtype": dtype,
+        "mode": mode,
+        "err": None,
+        "tol": None,
+        "ok": False,
+        "times_ms": {},
+        "error": msg,
+    }
 
 
 def time_ms(fn, *args, repeats: int) -> float:

@@ -28,6 +28,8 @@ def main(paths: list[str]) -> int:
     body = []
     for r in rows:
         times = " ".join(f"{k}={v:.3f}" for k, v in r.get("times_ms", {}).items())
+        extra = " ".join(f"{k}={v:.4g}" for k, v in (r.get("extra") or {}).items())
+        times = f"{times}; {extra}" if extra else times
         if r.get("error"):
             times = (times + " " if times else "") + "ERROR " + r["error"][:80]
         err = "-" if r.get("err") is None else f"{r['err']:.2e}"

@@ -7,13 +7,16 @@ output bytes from XLA's memory analysis (or the process RSS high-water mark for
 non-JAX anchors). Every comparison prints one JSON line (DESIGN.md):
 
   {"bench","case","sizes","ours_s","ours_compile_s","anchor","anchor_s","ratio",
-   "target","ok","peak_mem_mb","note"}   (+ "ours_err", "anchor_err" for accuracy)
+   "target","ok","peak_mem_mb","note","date"}   (+ "ours_err", "anchor_err" for accuracy)
+
+``date`` is the UTC day of the run (``scripts/bench/report.py`` dates BENCHMARKS.md rows by it).
 
 ratio = anchor_s / ours_s; ok = ratio >= target, and ``null`` when the line has no
 target or no ratio (nothing to judge).
 """
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -128,6 +131,7 @@ def emit(
         "ok": None if (ratio is None or target is None) else bool(ratio >= target),
         "peak_mem_mb": ours.peak_mem_mb if ours else None,
         "note": note,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
     for k, v in extra.items():
         line[k] = _r(v) if isinstance(v, float) else v
