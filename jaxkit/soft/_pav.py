@@ -29,7 +29,6 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _numerics as NU
 from jaxkit import _validate as V
 from jaxkit.soft import _pav_pnorm as PN
-from jaxkit.soft import _pav_tree as TR
 from jaxkit.soft._common import as_float
 from jaxkit.soft._sorting import cumsum, stable_argsort
 
@@ -154,10 +153,7 @@ def partition(z, w, reg: str = "l2", solver: str = "hybrid", max_rounds: int | N
         b = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
     else:
         a, b = _seg_lse(z, bid, n), _seg_lse(w, bid, n)
-    if solver == "hybrid":
-        final = TR.merge_tree(a, b, nb, reg)
-    else:
-        final = _stack(a, b, None, nb, reg)
+    final = _stack(a, b, None, nb, reg)
     return jnp.where(done, bid, final[bid])
 
 
