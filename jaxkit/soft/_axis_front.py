@@ -50,8 +50,36 @@ class Opts(NamedTuple):
     abs_mode: str = "soft"
     network: str = "bitonic"
     solver: str = "hybrid"
-    window: int | None = None
+    window: int | str | None = None
     ot: tuple = ()
+
+
+# window="auto": the band half-width per method, used only where the band pays
+AUTO_WINDOW = {"softsort": 48, "neuralsort": 16}
+BAND_PAYS = 4  # neuralsort sort / rank band when n > BAND_PAYS * (2w + 1)
+
+
+def band_window(o: "Opts", n: int, op: str) -> int | None:
+    """Static half-width of the band for one call (``None``: the dense rows).
+
+    An explicit ``window=w`` is kept. ``window="auto"`` bands only where it pays:
+    NeuralSort ``sort`` / ``rank`` (dense rows cost O(n^2), the band O(n log n + n w))
+    once ``n > 4 (2w + 1)``. SoftSort's dense smooth rows are already an exact
+    O(n log n) scan for sort / rank and ``k`` (or 2) rows of O(n) for top-k / quantile,
+    and NeuralSort's top-k / quantile rows are O(n log n + k n): the band (a full sort
+    plus O(n w)) never beats them, so ``"auto"`` takes the dense rows there.
+    """
+    if o.window != "auto":
+        return o.window
+    w = AUTO_WINDOW[o.method]
+    if o.method == "neuralsort" and op in ("sort", "rank") and n > BAND_PAYS * (2 * w + 1):
+        return w
+    return None
+
+
+def with_window(o: "Opts", n: int, op: str) -> "Opts":
+    """``o`` with ``window="auto"`` resolved for row length ``n`` and operator ``op``."""
+    return o if o.window != "auto" else o._replace(window=band_window(o, n, op))
 
 
 def _bool(value: Any, name: str) -> bool:
@@ -111,8 +139,12 @@ def options(
     check_softness(softness)
     if method == "smooth_sort" and mode not in ("smooth", "hard"):
         raise ValueError(f"`method='smooth_sort'` supports mode 'smooth' only; got mode={mode!r}.")
-    if window is not None:
+    if isinstance(window, str):
+        if window != "auto":
+            raise ValueError(f"`window` must be None, 'auto' or an int >= 0; got {window!r}.")
+    elif window is not None:
         window = V.python_int(window, name="window", minimum=0)
+    if window is not None:
         if method not in ("softsort", "neuralsort"):
             raise ValueError(
                 f"`window` needs `method` in ('softsort', 'neuralsort'); got method={method!r}."

@@ -113,10 +113,12 @@ def argmax(xs, softness, o, log):
     )
 
 
-def argtop_k(xs, k, softness, o, log):
+def argtop_k(xs, k, softness, o, log, idx=None):
+    """Soft top-k rows; ``idx``: the hard top-k indices of ``xs`` if already known."""
     n = xs.shape[-1]
     if o.method == "softsort":
-        anchors, _ = lax.top_k(xs, k)
+        # the squash is increasing, so the top-k of x index the top-k values of xs
+        anchors = lax.top_k(xs, k)[0] if idx is None else jnp.take_along_axis(xs, idx, -1)
         return simplex(row_scores(xs, anchors, "softsort"), softness, o.mode, log)
     A = neuralsort_a(xs, o.mode, softness, o.abs_mode)
     coef = ns_coef(n, xs.dtype, False, jnp.arange(n - k + 1, n + 1)[::-1])

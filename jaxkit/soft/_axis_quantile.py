@@ -82,10 +82,13 @@ def _quantile_core(x, q, softness, *, axis, keepdims, qm, o, scale, qname, bound
     xl, ax, dt = F.prep(x, axis)
     n = xl.shape[-1]
     xl = F.guard(xl, softness)
+    o = F.with_window(o, n, "quantile")
 
     def one(qi):
         k, a, two = F.qparams(qi.astype(xl.dtype), n, qm)
         kp1 = jnp.minimum(k + 1, n - 1)
+        if bound and o.window is None:  # window="auto" took the dense rows: exact
+            return jnp.zeros_like(xl[..., 0])
         if o.window is not None:
             v, b = BD.quantile_last(
                 xl, k, kp1, a, two, softness, o.method, o.standardize, o.gated_grad, o.window
@@ -197,7 +200,7 @@ def quantile(
     abs_mode: str | None = None,
     network: str = "bitonic",
     solver: str = "hybrid",
-    window: int | None = None,
+    window: int | str | None = None,
     ot_kwargs: dict | None = None,
 ) -> Array:
     """Soft ``jnp.quantile`` (``q`` scalar or 1-D in [0, 1], traced; prepended to the output).
@@ -253,7 +256,7 @@ def banded_error_bound(
     op: str,
     x: ArrayLike,
     *args,
-    window: int,
+    window: int | str,
     softness: RealScalarLike = 0.1,
     method: str = "neuralsort",
     **kwargs,
@@ -273,7 +276,8 @@ def banded_error_bound(
       x: input array.
       *args: the operator's positional arguments after ``x`` (``k`` for top_k, ``q`` for
         quantile; ``axis`` may also be given positionally).
-      window: half-width ``w`` of the band (static int >= 0).
+      window: half-width ``w`` of the band (static int >= 0), or ``"auto"`` (the
+        bound is 0 where ``"auto"`` takes the dense rows).
       softness: temperature (> 0), traced.
       method: ``"neuralsort"`` or ``"softsort"``.
       **kwargs: the operator's other keyword arguments (``axis``, ``descending``,
@@ -288,7 +292,8 @@ def banded_error_bound(
     V.one_of(tuple(_BOUNDED), op=op)
     if "bound" in kwargs:
         raise TypeError("banded_error_bound() got an unexpected keyword argument 'bound'")
-    V.python_int(window, name="window", minimum=0)
+    if window != "auto":
+        V.python_int(window, name="window", minimum=0)
     out = _BOUNDED[op](
         x, *args, window=window, softness=softness, method=method, bound=True, **kwargs
     )

@@ -165,14 +165,14 @@ min = F.mirror(  # noqa: A001
 # ----------------------------------------------------------------------------- top-k
 
 
-def argtop_k_last(xl, k, softness, o, log):
+def argtop_k_last(xl, k, softness, o, log, idx=None):
     """Soft top-k rows ``(..., k, [n])`` of the guarded ``xl`` and whether they are logs."""
     if o.window is not None:
         _, P, _ = BD.top_k_last(xl, k, softness, o.method, o.standardize, o.gated_grad, o.window)
         return P, False
     xs, _, _ = F.squash(xl, o.standardize)
     if o.method in ("softsort", "neuralsort"):
-        return PW.argtop_k(xs, k, softness, o, log)
+        return PW.argtop_k(xs, k, softness, o, log, idx)
     if o.method == "ot":
         return OT.argtop_k(xs, k, softness, o), False
     return NWK.argtop_k(xs, k, softness, o), False
@@ -184,23 +184,28 @@ def _argtop_k_core(x, softness, log_prob_eps, *, k, axis, o, log):
     if o.mode == "hard":
         P, islog = F.onehot(lax.top_k(xl, k)[1], n, xl.dtype), False
     else:
+        o = F.with_window(o, n, "top_k")
         P, islog = argtop_k_last(F.guard(xl, softness), k, softness, o, log)
     return F.back_index(F.finish(P, islog, log, log_prob_eps), ax, dt)
 
 
 def _top_k_core(x, softness, *, k, axis, o, bound=False):
     xl, ax, dt = F.prep(x, axis)
-    idx = F.back(lax.top_k(lax.stop_gradient(xl), k)[1], ax, jnp.int32)
+    ti = lax.top_k(lax.stop_gradient(xl), k)[1]
+    idx = F.back(ti, ax, jnp.int32)
     if o.mode == "hard":
         return F.back(lax.top_k(xl, k)[0], ax, dt), idx
     xl = F.guard(xl, softness)
+    o = F.with_window(o, xl.shape[-1], "top_k")
+    if bound and o.window is None:  # window="auto" took the dense rows: exact
+        return F.back(jnp.zeros_like(xl[..., :k]), ax, dt), idx
     if o.window is not None:
         v, _, b = BD.top_k_last(xl, k, softness, o.method, o.standardize, o.gated_grad, o.window)
         v = b if bound else v
     elif o.method in F.DIRECT:
         v = sort_last(xl, True, softness, o)[..., :k]
     else:
-        p, _ = argtop_k_last(xl, k, softness, o, False)
+        p, _ = argtop_k_last(xl, k, softness, o, False, ti)
         p = p if o.gated_grad else lax.stop_gradient(p)
         v = jnp.einsum("...kn,...n->...k", p, xl)
     return F.back(v, ax, dt), idx
@@ -229,7 +234,7 @@ def argtop_k(
     standardize: bool = True,
     abs_mode: str | None = None,
     network: str = "bitonic",
-    window: int | None = None,
+    window: int | str | None = None,
     ot_kwargs: dict | None = None,
     return_log_probs: bool = False,
     log_prob_eps: RealScalarLike | None = None,
@@ -271,7 +276,7 @@ def top_k(
     abs_mode: str | None = None,
     network: str = "bitonic",
     solver: str = "hybrid",
-    window: int | None = None,
+    window: int | str | None = None,
     ot_kwargs: dict | None = None,
 ) -> tuple[Array, Int[Array, "..."]]:
     """Soft ``lax.top_k`` along ``axis``: ``(values, indices)`` for every method and mode.

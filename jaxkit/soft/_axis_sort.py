@@ -82,6 +82,9 @@ def _sort_core(x, softness, *, axis, descending, o, bound=False):
     if o.mode == "hard" or xl.shape[-1] == 0:
         return F.back(sort_values(xl, descending), ax, dt)
     xl = F.guard(xl, softness)
+    o = F.with_window(o, xl.shape[-1], "sort")
+    if bound and o.window is None:  # window="auto" took the dense rows: exact
+        return F.back(jnp.zeros_like(xl), ax, dt)
     return F.back(sort_last(xl, descending, softness, o, bound), ax, dt)
 
 
@@ -92,6 +95,9 @@ def _rank_core(x, softness, *, axis, descending, o, bound=False):
         idx = jnp.argsort(lax.stop_gradient(xl), axis=-1, descending=descending, stable=True)
         return F.back((jnp.argsort(idx, axis=-1) + 1).astype(xl.dtype), ax, dt)
     xl = F.guard(xl, softness)
+    o = F.with_window(o, n, "rank")
+    if bound and o.window is None:  # window="auto" took the dense rows: exact
+        return F.back(jnp.zeros_like(xl), ax, dt)
     if o.window is not None:
         out = BD.rank_last(xl, descending, softness, o.method, o.standardize, o.window)
         return F.back(out[1] if bound else out[0], ax, dt)
@@ -197,7 +203,7 @@ def sort(
     abs_mode: str | None = None,
     network: str = "bitonic",
     solver: str = "hybrid",
-    window: int | None = None,
+    window: int | str | None = None,
     ot_kwargs: dict | None = None,
 ) -> Array:
     """Soft sort along ``axis`` (ascending unless ``descending``).
@@ -213,7 +219,10 @@ def sort(
     positions: O(n log n + n w) time and memory instead of O(n^2); it uses the exact
     ``|.|`` (``abs_mode="hard"``). The difference to the dense result (``window=None``,
     ``abs_mode="hard"``) is certified at run time by :func:`banded_error_bound` (same
-    for :func:`rank`, :func:`top_k`, :func:`quantile`).
+    for :func:`rank`, :func:`top_k`, :func:`quantile`). ``window="auto"`` bands only
+    where the band pays (NeuralSort sort / rank rows longer than ``4 (2w + 1)`` with
+    ``w = 16``) and takes the dense rows (exact ``|.|``) everywhere else; the choice is
+    static in ``n`` (see ``_axis_front.band_window``).
 
     Jitted like jax.numpy (module level, static choices static, ``softness`` traced).
 

@@ -25,12 +25,19 @@ no ``jit`` around the call, median of 50 calls after a warm-up call, against sof
 eager call in its subprocess (issue 13 item 9: ours was 434 ms per call before the
 public functions were jitted like jax.numpy).
 
-Targets (ratio = softjax time / ours): PAV rank >= 2 at n=10000 (--full), >= 1 on every
+``--pav-large`` runs only PAV sort / rank at n=10000, matched softness (heavy pooling).
+The OT rows run in float64 on both sides (softjax's OT aborts in float32 fwd+bwd).
+Banded cells use ``window="auto"`` (the band only where it pays); the ``*_forced`` lines
+time the band itself (informational, no target).
+
+Targets (ratio = softjax time / ours): PAV rank >= 2 and PAV sort (matched) >= 3 at
+n=10000 (--full / --pav-large), >= 1 on every
 other line; network rank at n=1000 within 1 GB (``mem_ok``); banded NeuralSort >= 10x
 softjax NeuralSort at n=10000; every cell finite (``finite``) in float32.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -51,15 +58,23 @@ SJ_NAME = {
     "network": "sorting_network",
     "softsort_banded": "softsort",
     "neuralsort_banded": "neuralsort",
+    "softsort_forced": "softsort",
+    "neuralsort_forced": "neuralsort",
 }
 SOFTNESS = 0.1
 TARGET_RANK_ERR = 0.5
 K = 10
 Q = 0.5
-WINDOW = {"softsort_banded": 48, "neuralsort_banded": 16}
+# banded cells: window="auto" (the band only where it pays); forced: the band itself
+WINDOW = {
+    "softsort_banded": "auto",
+    "neuralsort_banded": "auto",
+    "softsort_forced": 48,
+    "neuralsort_forced": 16,
+}
 
 CHILD = r"""
-import json, math, statistics, sys, time
+import contextlib, json, math, statistics, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 import softjax as sj
@@ -99,8 +114,10 @@ def calibrate(meth, n, target=%(t)r, rtol=0.005):
         else: hi = mid
     CAL[meth, n] = s if s is not None else 10.0 ** (0.5 * (lo + hi))
     return CAL[meth, n]
-for c in cells:
+def run(c):
     x = jnp.asarray(data["x%%d" %% c["n"]]); W = jnp.asarray(data["w_%%s_%%d" %% (c["op"], c["n"])])
+    if c.get("x64"):
+        x, W = x.astype(jnp.float64), W.astype(jnp.float64)
     try:
         s = calibrate(c["method"], c["n"]) if c["temp"] == "matched" else %(s)r
         f = jax.jit(jax.value_and_grad(lambda x: jnp.sum(W * op(c["op"], c["method"], x, s))))
@@ -121,12 +138,15 @@ for c in cells:
         print(json.dumps({"id": c["id"], "s": statistics.median(ts), "softness": s, "mem": mem}), flush=True)
     except Exception as e:
         print(json.dumps({"id": c["id"], "error": type(e).__name__ + ": " + str(e)[:160]}), flush=True)
+for c in cells:
+    with (jax.enable_x64(True) if c.get("x64") else contextlib.nullcontext()):
+        run(c)
 """ % {"s": SOFTNESS, "k": K, "q": Q, "t": TARGET_RANK_ERR}  # noqa: E501, UP031
 
 
 def _kw(method, softness):
-    if method.endswith("_banded"):
-        return dict(softness=softness, method=method[:-7], window=WINDOW[method])
+    if method in WINDOW:
+        return dict(softness=softness, method=method.split("_")[0], window=WINDOW[method])
     return dict(softness=softness, method=method)
 
 
@@ -151,7 +171,17 @@ def hard_op(name, x):
     return jnp.quantile(x, Q, axis=-1)
 
 
-METHODS = ["pav", "softsort", "neuralsort", "network", "ot", "softsort_banded", "neuralsort_banded"]
+METHODS = [
+    "pav",
+    "softsort",
+    "neuralsort",
+    "network",
+    "ot",
+    "softsort_banded",
+    "neuralsort_banded",
+    "softsort_forced",
+    "neuralsort_forced",
+]
 OPS = ["sort", "rank", "top_k", "quantile"]
 
 
@@ -165,16 +195,23 @@ def grid(full):
                         continue
                     if temp == "matched" and op not in ("sort", "rank"):
                         continue
-                    if n == 10000 and m not in ("pav", "neuralsort_banded"):
+                    if n == 10000 and m not in ("pav", "neuralsort_banded", "neuralsort_forced"):
                         continue
                     if (
                         n == 10000
-                        and m == "neuralsort_banded"
+                        and m in ("neuralsort_banded", "neuralsort_forced")
                         and (temp != "matched" or op != "rank")
                     ):
                         continue
                     cells.append(
-                        {"id": f"{op}-{m}-{n}-{temp}", "op": op, "method": m, "n": n, "temp": temp}
+                        {
+                            "id": f"{op}-{m}-{n}-{temp}",
+                            "op": op,
+                            "method": m,
+                            "n": n,
+                            "temp": temp,
+                            "x64": m == "ot",
+                        }
                     )
     return cells
 
@@ -182,8 +219,6 @@ def grid(full):
 def skip_anchor(c):
     if c["method"] == "network" and c["op"] == "rank" and c["n"] >= 1000:
         return "softjax network rank materialises n x n P per layer (28.7 GB at n=1000)"
-    if c["method"] == "ot":
-        return "softjax ot aborts in float32 fwd+bwd (lineax non-finite); needs x64"
     return None
 
 
@@ -299,11 +334,84 @@ def eager_lines(py):
 
 
 def target_of(c):
+    if c["method"].endswith("_forced"):
+        return None  # informational: the forced band where "auto" would not band
     if c["method"] == "pav" and c["op"] == "rank" and c["n"] >= 10000:
         return 2.0
+    if c["method"] == "pav" and c["op"] == "sort" and c["n"] >= 10000 and c["temp"] == "matched":
+        return 3.0  # heavy pooling: the parallel pooling phase
     if c["method"] == "neuralsort_banded" and c["n"] >= 10000:
         return 10.0
     return 1.0
+
+
+def cell_line(c, data, anchor, why, repeats):
+    """Time one cell on our side and print its line (OT rows in float64 on both sides)."""
+    n, op, m, temp = c["n"], c["op"], c["method"], c["temp"]
+    x = jnp.asarray(data[f"x{n}"])
+    W = jnp.asarray(data[f"w_{op}_{n}"])
+    if c["x64"]:
+        x, W = x.astype(jnp.float64), W.astype(jnp.float64)
+    if temp == "matched":
+        kw = {"window": WINDOW[m]} if m in WINDOW else {}
+        s = S.calibrate(m.split("_")[0], n, TARGET_RANK_ERR, **kw)
+    else:
+        s = SOFTNESS
+    f = jax.value_and_grad(lambda x, W=W, op=op, m=m, s=s: jnp.sum(W * ours_op(op, m, x, s)))
+    t = H.time_jax(f, x, repeats=repeats)
+    val = np.asarray(jax.jit(lambda x, op=op, m=m, s=s: ours_op(op, m, x, s))(x))
+    finite = bool(
+        np.all(np.isfinite(val))
+        and all(np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output))
+    )
+    hard = np.asarray(hard_op(op, x))
+    err = float(np.mean(np.abs(val - hard)))
+    a = anchor.get(c["id"])
+    at, note, aerr, asoft, amem = None, why, None, None, None
+    if skip_anchor(c):
+        note = skip_anchor(c)
+    elif a is not None and "s" in a:
+        at = H.Timing(a["s"], None, None)
+        aerr = float(np.mean(np.abs(a["val"] - hard)))
+        asoft, amem = a.get("softness"), a.get("mem")
+        note = ""
+    elif a is not None:
+        note = "softjax: " + a["error"]
+    extra = {
+        "temp": temp,
+        "softness": s,
+        "anchor_softness": asoft,
+        "anchor_peak_mem_mb": amem,
+        "ours_err": err,
+        "anchor_err": aerr,
+        "finite": finite,
+    }
+    if c["x64"]:
+        extra["dtype"] = "float64"
+    if m in WINDOW:
+        extra["window"] = WINDOW[m]
+        b = S.banded_error_bound(
+            op,
+            x,
+            *(() if op in ("sort", "rank") else ((K,) if op == "top_k" else (Q,))),
+            **_kw(m, s),
+            **({"axis": -1} if op == "quantile" else {}),
+        )
+        extra["tail_bound"] = float(jnp.max(b))
+    if m == "network" and op == "rank" and n == 1000:
+        extra["mem_target_mb"] = 1024
+        extra["mem_ok"] = bool(t.peak_mem_mb is not None and t.peak_mem_mb <= 1024)
+    H.emit(
+        bench="soft",
+        case=f"{op}/{m}",
+        sizes={"batch": 64, "n": n},
+        ours=t,
+        anchor="softjax " + SJ_NAME.get(m, m),
+        anchor_t=at,
+        target=target_of(c),
+        note=note,
+        **extra,
+    )
 
 
 def main() -> None:
@@ -316,7 +424,14 @@ def main() -> None:
     p.add_argument("--n", default="", help="comma-separated subset of sizes")
     p.add_argument("--temps", default="nominal,matched")
     p.add_argument("--eager", action="store_true", help="only the eager call lines")
+    p.add_argument(
+        "--pav-large",
+        action="store_true",
+        help="only PAV sort/rank at n=10000, matched softness (the heavy-pooling cells)",
+    )
     args = p.parse_args()
+    if args.pav_large:
+        args.methods, args.ops, args.n, args.temps = "pav", "sort,rank", "10000", "matched"
     eager_lines(args.softjax_python)
     if args.eager:
         return
@@ -344,67 +459,8 @@ def main() -> None:
         np.savez(path, **data)
         anchor, why = run_anchor(args.softjax_python, cells, path, args.repeats)
     for c in cells:
-        n, op, m, temp = c["n"], c["op"], c["method"], c["temp"]
-        x = jnp.asarray(data[f"x{n}"])
-        W = jnp.asarray(data[f"w_{op}_{n}"])
-        if temp == "matched":
-            kw = {"window": WINDOW[m]} if m.endswith("_banded") else {}
-            s = S.calibrate(m.removesuffix("_banded"), n, TARGET_RANK_ERR, **kw)
-        else:
-            s = SOFTNESS
-        f = jax.value_and_grad(lambda x, W=W, op=op, m=m, s=s: jnp.sum(W * ours_op(op, m, x, s)))
-        t = H.time_jax(f, x, repeats=args.repeats)
-        val = np.asarray(jax.jit(lambda x, op=op, m=m, s=s: ours_op(op, m, x, s))(x))
-        finite = bool(
-            np.all(np.isfinite(val))
-            and all(np.all(np.isfinite(np.asarray(o))) for o in jax.tree.leaves(t.output))
-        )
-        hard = np.asarray(hard_op(op, x))
-        err = float(np.mean(np.abs(val - hard)))
-        a = anchor.get(c["id"])
-        at, note, aerr, asoft, amem = None, why, None, None, None
-        if skip_anchor(c):
-            note = skip_anchor(c)
-        elif a is not None and "s" in a:
-            at = H.Timing(a["s"], None, None)
-            aerr = float(np.mean(np.abs(a["val"] - hard)))
-            asoft, amem = a.get("softness"), a.get("mem")
-            note = ""
-        elif a is not None:
-            note = "softjax: " + a["error"]
-        extra = {
-            "temp": temp,
-            "softness": s,
-            "anchor_softness": asoft,
-            "anchor_peak_mem_mb": amem,
-            "ours_err": err,
-            "anchor_err": aerr,
-            "finite": finite,
-        }
-        if m.endswith("_banded"):
-            extra["window"] = WINDOW[m]
-            b = S.banded_error_bound(
-                op,
-                x,
-                *(() if op in ("sort", "rank") else ((K,) if op == "top_k" else (Q,))),
-                **_kw(m, s),
-                **({"axis": -1} if op == "quantile" else {}),
-            )
-            extra["tail_bound"] = float(jnp.max(b))
-        if m == "network" and op == "rank" and n == 1000:
-            extra["mem_target_mb"] = 1024
-            extra["mem_ok"] = bool(t.peak_mem_mb is not None and t.peak_mem_mb <= 1024)
-        H.emit(
-            bench="soft",
-            case=f"{op}/{m}",
-            sizes={"batch": 64, "n": n},
-            ours=t,
-            anchor="softjax " + SJ_NAME.get(m, m),
-            anchor_t=at,
-            target=target_of(c),
-            note=note,
-            **extra,
-        )
+        with jax.enable_x64(True) if c["x64"] else contextlib.nullcontext():
+            cell_line(c, data, anchor, why, args.repeats)
 
 
 if __name__ == "__main__":
