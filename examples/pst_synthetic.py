@@ -28,9 +28,8 @@ from jaxkit import retrieval
 from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
-# (n_train, n_test, steps, batch, dim, layers): the spec's demo sizes, and a quick smoke run
-# (one transformer block per encoder: the run is mostly compiling the training step)
-SIZES = {"full": (2000, 500, 1500, 64, 64, 2), "quick": (256, 64, 60, 32, 32, 1)}
+# (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
+SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 60, 32, 32)}
 VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
 
 
@@ -121,14 +120,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     """Train the three variants and compare retrieval and STII alignment."""
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     t0 = time.perf_counter()
-    n_train, n_test, steps, batch, dim, layers = SIZES["quick" if quick else "full"]
+    n_train, n_test, steps, batch, dim = SIZES["quick" if quick else "full"]
     key = jax.random.key(seed)
     kd = jax.random.split(key, 4)
     train = S.synthetic_motion_text(n_train, key=kd[0], split="compositional_train")
     test = S.synthetic_motion_text(n_test, key=kd[1], split="compositional_test")
     canon = {c: i for i, c in enumerate(sorted(set(train.canonical)))}
     canon_ids = jnp.asarray([canon[c] for c in train.canonical], jnp.int32)
-    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim, n_layers=layers)
+    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim)
     fit = _make_train(cfg, steps, batch, 1e-3)
     init = M.pst_init(cfg, key=kd[2])
     arrays = (
