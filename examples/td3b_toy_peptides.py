@@ -53,8 +53,12 @@ def _metrics(tokens, direction):
     return {"direction_acc": float(np.mean(hit)), "affinity": float(np.mean(o["affinity"]))}
 
 
+# one optimizer object for every run: it is a static argument of the compiled train step,
+# so a fresh `optax.chain(...)` per run would compile that step again for each run
+OPT = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(2e-3, weight_decay=0.0))
+
+
 def _finetune(apply_fn, params, key, direction, iters, samples, objective):
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(2e-3, weight_decay=0.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", diffusion.ESSWarning)  # the ESS is plotted instead
         return diffusion.fine_tune(
@@ -66,7 +70,7 @@ def _finetune(apply_fn, params, key, direction, iters, samples, objective):
             direction=direction,
             length=LENGTH,
             mask_id=MASK,
-            optimizer=opt,
+            optimizer=OPT,
             iterations=iters,
             samples_per_iter=samples,
             steps_per_iter=8,

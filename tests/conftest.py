@@ -13,8 +13,9 @@ os.environ.setdefault("EQX_ON_ERROR", "raise")
 # programs, takes most of the time. Tests compile with the back end's optimisation off
 # (measured: 37% less CPU time for tests/nn + tests/decoding). The HLO, and so what every
 # program computes, is the same; only the generated machine code is less optimised. Benches
-# and examples (outside pytest) keep XLA's defaults, and so does `make test-slow`
-# (JAXKIT_TEST_XLA_DEFAULTS=1): its float32 solver sweeps check the numerics users get.
+# and examples (outside pytest) keep XLA's defaults, and so does the second pass of
+# `make test-slow` (JAXKIT_TEST_XLA_DEFAULTS=1), which runs the tests marked `xla_defaults`:
+# the examples end to end and the float32 OT solver checks (see tests/README.md).
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 if not os.environ.get("JAXKIT_TEST_XLA_DEFAULTS"):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()

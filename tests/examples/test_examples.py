@@ -10,7 +10,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
 
 
+# user programs: they run with XLA's default back end, as `make demo` does (the second pass
+# of `make test-slow`; most of their time is running, not compiling)
 @pytest.mark.slow
+@pytest.mark.xla_defaults
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example(path, tmp_path):
     spec = importlib.util.spec_from_file_location(f"examples.{path.stem}", path)

@@ -5,7 +5,6 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import shapiq
 
 from jaxkit import retrieval
 
@@ -54,6 +53,8 @@ def test_wti_all_masks_match_definition_and_no_nan(key):
 
 
 def test_cross_modal_stii_equals_shapiq(key):
+    import shapiq  # imported here: collecting it in every xdist worker costs ~3 s each
+
     na, nb = 3, 4
     with jax.enable_x64(True):
         sims, was, wbs = zip(

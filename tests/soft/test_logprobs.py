@@ -28,18 +28,36 @@ FAST = {
     "argquantile": ("softsort", "smooth"),
     "argtop_k": ("softsort", "c0"),
 }
-# slow tier: every method x soft mode for the operators with their own core; the hard
-# mode (a one-hot, the same for every method) once per operator; argmin / argmedian /
-# argpercentile share argmax's / argquantile's jitted core, so one method each
+# slow tier: argsort and argmax (the full soft permutation and the one-row core) for every
+# method x soft mode; argquantile (scalar and vector q) and argtop_k for every method in one
+# dense (smooth) and one sparse (c0) mode, since their c1 / c2 rows come from the same
+# per-method cores; the hard mode (a one-hot, the same for every method) once per operator;
+# argmin / argmedian / argpercentile share argmax's / argquantile's jitted core, so one
+# method in a dense and a sparse p-norm mode each
 MIRRORS = ("argmin", "argmedian", "argpercentile")
+BASE = ("argsort", "argmax")
+
+
+def _slow_modes(op, method):
+    if op in MIRRORS:
+        return ("smooth", "c1") if method == "neuralsort" else ()
+    soft = ("smooth", "c0", "c1", "c2") if op in BASE else ("smooth", "c0")
+    return (("hard",) if method == "softsort" else ()) + soft
+
+
 SLOW = [
-    (op, m, md)
+    pytest.param(
+        op,
+        m,
+        md,
+        # the float32 p-norm OT solver runs with XLA's default back end (see
+        # test_ot_pnorm.test_plan_marginals_and_primal_optimality)
+        marks=[pytest.mark.xla_defaults] if m == "ot" and md != "smooth" else [],
+    )
     for op in OPS
     for m in ("softsort", "neuralsort", "ot", "network")
-    for md in ("hard", "smooth", "c0", "c1", "c2")
+    for md in _slow_modes(op, m)
     if FAST.get(op) != (m, md)
-    and (md != "hard" or m == "softsort")
-    and (op not in MIRRORS or m == "neuralsort")
 ]
 
 

@@ -46,11 +46,23 @@ def _fast(name):
     return name in {"argsort/c1/n=5/desc=False/tight"}
 
 
+# slow tier: every "/tight" configuration (softjax solved to 1e-10: the sharp oracle, every
+# mode at n = 5 and 9); at softjax's default tolerance only what no tight configuration
+# covers (sort, max, quantile, argquantile, descending), at n = 5. The default-tolerance
+# twins of tight configurations compare the same output of ours with softjax's solver error.
+_TIGHT = {c["name"].removesuffix("/tight") for c in CFGS if c["name"].endswith("/tight")}
+
+
+def _slow_keep(name):
+    return name.endswith("/tight") or ("/n=5" in name and name not in _TIGHT)
+
+
 @pytest.mark.parametrize(
     "c",
     [
         pytest.param(c, id=c["name"], marks=() if _fast(c["name"]) else pytest.mark.slow)
         for c in CFGS
+        if _fast(c["name"]) or _slow_keep(c["name"])
     ],
 )
 def test_parity_with_softjax_x64(c):
@@ -74,7 +86,15 @@ def _setup(n, m, dtype, seed=0):
 @pytest.mark.parametrize(
     "mode,dtype",
     [
-        pytest.param(m, d, marks=pytest.mark.slow)  # the p-norm parity oracle stays default
+        # the p-norm parity oracle stays default; float32 runs with XLA's default back end
+        # (`xla_defaults`): the solver's float32 line search compares semi-dual values
+        # below their round-off, and with the back end's optimisation off it stalls on
+        # this input at a marginal error of 1.7e-5 > its own tol (see tests/README.md)
+        pytest.param(
+            m,
+            d,
+            marks=[pytest.mark.slow] + ([pytest.mark.xla_defaults] if d == jnp.float32 else []),
+        )
         for d in (jnp.float32, jnp.float64)
         for m in MODES
     ],

@@ -62,10 +62,51 @@ def _fast(c):
     return "method" not in kw or (c["fn"], kw["method"]) in AXIS_FAST
 
 
+# slow tier: a representative subset that keeps every (operator, method), (method, mode)
+# and (operator, mode) pair. The permutation cores (sort, rank, argsort) run every method x
+# mode; descending=True (a flip around the same core) once per sort / rank and method; the
+# operators built on those cores (max, top_k, quantile, argmax, argquantile) in the dense
+# mode and one sparse mode per method (rotating over c0 / c1 / c2); their mirrors
+# (min = -max(-x), median = quantile 0.5) in one mode per method (rotating over all four).
+# Elementwise / logic / selection configurations all run by default.
+CORES = ("sort", "rank", "argsort")
+MIRROR_OPS = ("min", "median")
+# method -> (sparse mode of the derived operators, mode of the mirrors)
+ROTATE = {
+    "softsort": ("c0", "c1"),
+    "neuralsort": ("c1", "c2"),
+    "sorting_network": ("c2", "smooth"),
+    "fast_soft_sort": ("c0", "c0"),
+    "ot": ("smooth", "smooth"),
+}
+
+
+def _slow_keep(c, modes):
+    kw = c["kw"]
+    if "method" not in kw:
+        return True
+    mode, method = kw.get("mode", "smooth"), kw["method"]
+    own = modes[(c["fn"], method)]
+    first = next(m for m in ("c1", "c0", "smooth", "c2") if m in own)
+    if kw.get("descending") is True:
+        return mode == first
+    if c["fn"] in CORES:
+        return True
+    sparse, mirror = (m if m in own else first for m in ROTATE[method])
+    if c["fn"] in MIRROR_OPS:
+        return mode == mirror
+    return mode in ("smooth", sparse)
+
+
+_MODES: dict = {}
+for _c in CFGS:
+    if "method" in _c["kw"]:
+        _MODES.setdefault((_c["fn"], _c["kw"]["method"]), set()).add(_c["kw"].get("mode", "smooth"))
+
 PARAMS = [
     pytest.param(c, id=c["name"], marks=() if _fast(c) else pytest.mark.slow)
     for c in CFGS
-    if c["name"] not in FAILED
+    if c["name"] not in FAILED and (_fast(c) or _slow_keep(c, _MODES))
 ]
 
 

@@ -1,5 +1,7 @@
 """Conformance cases of the WBMM layers (block and network forward) and the BN fold."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -8,32 +10,48 @@ from jaxkit.vision import WBMMBlock, WBMMNet, fold_bn_into_table
 from tests.conformance import Bad, Case
 
 _WINDOW = (2, 2)
-_BLOCK, _BSTATE = eqx.nn.make_with_state(WBMMBlock)(
-    2, "W", window=_WINDOW, layer_scale_init=0.5, ffn_ratio=2, key=jax.random.key(3)
-)
-_NET, _NSTATE = eqx.nn.make_with_state(WBMMNet)(
-    depths=(1, 1),
-    dims=(2, 4),
-    patterns=("W", "D"),
-    in_channels=1,
-    num_classes=3,
-    window=_WINDOW,
-    stem_strides=(1,),
-    layer_scale_init=0.5,
-    key=jax.random.key(4),
-)
+
+
+# the layers are built on first use, not at import: every xdist worker imports this module
+# while collecting, and an eager equinox init compiles dozens of small programs (measured:
+# about a quarter of the whole suite's collection time)
+@functools.cache
+def _block_layer():
+    with jax.ensure_compile_time_eval():  # concrete even if first reached under a trace
+        return eqx.nn.make_with_state(WBMMBlock)(
+            2, "W", window=_WINDOW, layer_scale_init=0.5, ffn_ratio=2, key=jax.random.key(3)
+        )
+
+
+@functools.cache
+def _net_layer():
+    with jax.ensure_compile_time_eval():
+        return eqx.nn.make_with_state(WBMMNet)(
+            depths=(1, 1),
+            dims=(2, 4),
+            patterns=("W", "D"),
+            in_channels=1,
+            num_classes=3,
+            window=_WINDOW,
+            stem_strides=(1,),
+            layer_scale_init=0.5,
+            key=jax.random.key(4),
+        )
 
 
 def _block(x):
-    return _BLOCK(x, _BSTATE, inference=True)[0]
+    block, state = _block_layer()
+    return block(x, state, inference=True)[0]
 
 
 def _net(x):
-    return _NET(x, _NSTATE, inference=True)[0]
+    net, state = _net_layer()
+    return net(x, state, inference=True)[0]
 
 
-def _x(c):
+def _x(c, layer):
     def make(key, dtype):
+        layer()  # built here, outside every check's trace
         return (jax.random.normal(key, (8, 4, 3, c), jnp.float32).astype(dtype),)  # W=3 pads
 
     return make
@@ -59,14 +77,14 @@ CASES = [
     Case(
         "vision.WBMMBlock/inference",
         _block,
-        _x(2),
+        _x(2, _block_layer),
         grad_modes=("rev",),
         slow_checks=("grads", "dtypes"),  # default-run derivative check: the fold case
     ),
     Case(
         "vision.WBMMNet/inference",
         _net,
-        _x(1),
+        _x(1, _net_layer),
         grad_modes=("rev",),
         # the block case runs every check by default; the net keeps its bad inputs
         slow_checks=(
