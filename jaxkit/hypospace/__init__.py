@@ -24,6 +24,13 @@ from jaxkit.hypospace._causal import generate_collection as generate_collection
 from jaxkit.hypospace._causal import is_dag as is_dag
 from jaxkit.hypospace._causal import reachability as reachability
 from jaxkit.hypospace._causal import validate as validate
+from jaxkit.hypospace._harness import Candidates as Candidates
+from jaxkit.hypospace._harness import Report as Report
+from jaxkit.hypospace._harness import SamplerSpec as SamplerSpec
+from jaxkit.hypospace._harness import by_k as by_k
+from jaxkit.hypospace._harness import causal_candidates as causal_candidates
+from jaxkit.hypospace._harness import evaluate as evaluate
+from jaxkit.hypospace._harness import task_masks as task_masks
 from jaxkit.hypospace._metrics import Expected as Expected
 from jaxkit.hypospace._metrics import Metrics as Metrics
 from jaxkit.hypospace._metrics import enumerative as enumerative
@@ -31,3 +38,8 @@ from jaxkit.hypospace._metrics import expected_metrics as expected_metrics
 from jaxkit.hypospace._metrics import metrics as metrics
 from jaxkit.hypospace._metrics import uniform_admissible as uniform_admissible
 from jaxkit.hypospace._metrics import uniform_space as uniform_space
+from jaxkit.hypospace._samplers import collapsed as collapsed
+from jaxkit.hypospace._samplers import collapsed_probs as collapsed_probs
+from jaxkit.hypospace._samplers import expected_metrics_stratified as expected_metrics_stratified
+from jaxkit.hypospace._samplers import stratified as stratified
+from jaxkit.hypospace._samplers import stratum_quotas as stratum_quotas
