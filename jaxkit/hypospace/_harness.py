@@ -106,7 +106,7 @@ def _task_core(key, table, adm, score, strata, n, params, n_max, n_strata):
     order = jnp.argsort(jnp.where(adm, jax.random.uniform(k_d, adm.shape), 2.0))
     ids_enum = table[order][qi % jnp.maximum(k, 1)]
     nk = jnp.minimum(n, k).astype(f)
-    e_enum = Expected(jnp.asarray(1.0, f), nk / n.astype(f), nk / jnp.maximum(k, 1))
+    e_enum = Expected(jnp.asarray(1.0, f), nk / n.astype(f), nk / jnp.maximum(k, 1).astype(f))
     ids = _draw_core(k_d, table, p, strata, quotas, kappa, n_max, True, adm)
     e_iid = _expected_strat_core(p, adm, strata, quotas, adm)  # one stratum: the i.i.d. formula
     enum = code == 2

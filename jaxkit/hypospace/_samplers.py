@@ -24,7 +24,7 @@ and its coverage bound could not be read). All samplers work over a candidate *t
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Shaped
 
 from jaxkit import _validate as V
 from jaxkit._numerics import inverse_permutation
@@ -70,7 +70,7 @@ _collapsed_probs_jit = jax.jit(_collapsed_probs_core)
 
 
 def collapsed_probs(
-    admissible: Bool[ArrayLike, " M"],
+    admissible: Shaped[ArrayLike, " M"],
     score: Float[ArrayLike, " M"],
     *,
     lam: Float[ArrayLike, ""] = 1.0,
