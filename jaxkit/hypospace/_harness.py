@@ -100,9 +100,11 @@ def _task_core(key, table, adm, score, strata, n, params, n_max, n_strata):
     p_col = _collapsed_probs_core(k_p, adm, score, lam, zeta, temp, p_inv)
     p = jnp.where(code == 0, p_space, jnp.where(code == 1, p_adm, p_col))
     quotas = _quotas_core(adm, strata, n, n_strata, blind)
-    quotas = jnp.where(strat, quotas, jnp.where(jnp.arange(n_strata) == 0, n, 0))
+    quotas = jnp.where(
+        strat, quotas, jnp.where(jnp.arange(n_strata) == 0, n, 0).astype(quotas.dtype)
+    )
     strata = jnp.where(strat, strata, 0)
-    qi = jnp.arange(n_max)
+    qi = jnp.arange(n_max, dtype=n.dtype)
     order = jnp.argsort(jnp.where(adm, jax.random.uniform(k_d, adm.shape), 2.0))
     ids_enum = table[order][qi % jnp.maximum(k, 1)]
     nk = jnp.minimum(n, k).astype(f)

@@ -41,8 +41,8 @@ def _ranks(key, admissible):
 
 
 def _collapsed_probs_core(key, admissible, score, lam, zeta, temperature, p_invalid):
-    f = jnp.float32
-    logits = (-lam * score.astype(f) - zeta * jnp.log(_ranks(key, admissible))) / temperature
+    f = score.dtype
+    logits = (-lam * score - zeta * jnp.log(_ranks(key, admissible).astype(f))) / temperature
     logits = jnp.where(admissible, logits, -jnp.inf)
     p_adm = jax.nn.softmax(logits)
     n_inv = jnp.sum(~admissible)
@@ -57,6 +57,11 @@ def _check_candidates(admissible, score):
     if jnp.result_type(admissible) != jnp.bool_:
         raise TypeError(f"`admissible` must be bool, got dtype {jnp.result_type(admissible)}.")
     V.shape(score, jnp.shape(admissible), name="score")
+
+
+def _float_score(score):
+    score = jnp.asarray(score)
+    return score if jnp.issubdtype(score.dtype, jnp.floating) else score.astype(jnp.float32)
 
 
 def _guard_law(x, lam, zeta, temperature, p_invalid):
@@ -87,7 +92,7 @@ def collapsed_probs(
     """
     _check_candidates(admissible, score)
     V.is_key(key)
-    s = _guard_law(jnp.asarray(score, jnp.float32), lam, zeta, temperature, p_invalid)
+    s = _guard_law(_float_score(score), lam, zeta, temperature, p_invalid)
     return _collapsed_probs_jit(key, admissible, s, lam, zeta, temperature, p_invalid)
 
 
@@ -118,7 +123,7 @@ def _draw_core(key, table, p, strata, quotas, kappa, n_queries, use_strata, grou
     """
     m = p.shape[0]
     ends = jnp.cumsum(quotas)
-    q_stratum = jnp.searchsorted(ends, jnp.arange(n_queries), side="right")
+    q_stratum = jnp.searchsorted(ends, jnp.arange(n_queries, dtype=ends.dtype), side="right")
     us = jax.random.uniform(key, (n_queries, 2))
 
     def step(seen, inp):
@@ -138,7 +143,7 @@ def _draw_core(key, table, p, strata, quotas, kappa, n_queries, use_strata, grou
         w = jnp.where(u[1] < kappa, kept, w)
         c = jnp.cumsum(w)
         j = jnp.minimum(jnp.searchsorted(c, u[0] * c[-1], side="right"), m - 1)
-        return seen | (jnp.arange(m) == j), table[j]
+        return seen | (jnp.arange(m, dtype=j.dtype) == j), table[j]
 
     _, ids = jax.lax.scan(step, jnp.zeros((m,), bool), (us, q_stratum))
     return ids.astype(jnp.int32)
@@ -186,7 +191,7 @@ def collapsed(
     _check_candidates(admissible, score)
     n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
     V.is_key(key)
-    s = _guard_law(jnp.asarray(score, jnp.float32), lam, zeta, temperature, p_invalid)
+    s = _guard_law(_float_score(score), lam, zeta, temperature, p_invalid)
     s = V.guard_interval(s, kappa, name="kappa", low=0.0, high=1.0)
     return _collapsed_jit(
         key, table, admissible, s, lam, zeta, temperature, p_invalid, kappa, n_queries
@@ -195,7 +200,9 @@ def collapsed(
 
 def _quotas_core(admissible, strata, n_queries, num_strata, blind):
     """``blind`` may be a Python or a traced bool (the harness traces it)."""
-    onehot = (strata[:, None] == jnp.arange(num_strata)[None, :]).astype(jnp.float32)
+    onehot = (strata[:, None] == jnp.arange(num_strata, dtype=strata.dtype)[None, :]).astype(
+        jnp.float32
+    )
     w_oracle = jnp.sum(onehot * admissible[:, None].astype(jnp.float32), axis=0)
     w_blind = (jnp.sum(onehot, axis=0) > 0).astype(jnp.float32)
     w = jnp.where(blind, w_blind, w_oracle)
@@ -255,6 +262,7 @@ def stratified(
     p: Float[ArrayLike, " M"],
     strata: Int[ArrayLike, " M"],
     quotas: Int[ArrayLike, " S"],
+    n_queries: int,
     *,
     kappa: Float[ArrayLike, ""] = 0.0,
     admissible: Bool[ArrayLike, " M"] | None = None,
@@ -262,11 +270,12 @@ def stratified(
 ) -> Int[Array, " N"]:
     """Stratified draws: ``quotas[s]`` queries from ``p`` renormalised to stratum ``s``.
 
-    With ``admissible`` given, the valid and invalid parts of ``p`` each keep their mass
-    inside a stratum (a stratum asked of a model does not change its error rate; a part
-    absent from the stratum hands its mass to the other) and under history avoidance.
-    ``N = sum(quotas)`` must be concrete (it is the output length). A stratum with no
-    mass falls back to the whole law. ``kappa`` as in :func:`collapsed`. Jitted.
+    ``quotas`` (traced, e.g. from :func:`stratum_quotas`) must be >= 0 and sum to the
+    static ``n_queries`` (guarded). With ``admissible`` given, the valid and invalid parts
+    of ``p`` each keep their mass inside a stratum (asking a model for a stratum does not
+    change its error rate; a part absent from the stratum hands its mass to the other)
+    and under history avoidance. A stratum with no mass at all falls back to the whole
+    law. ``kappa`` as in :func:`collapsed`. Jitted.
     """
     V.ndim(table, 1, name="table")
     V.integer(table, name="table")
@@ -275,15 +284,14 @@ def stratified(
     V.ndim(quotas, 1, name="quotas")
     V.integer(quotas, name="quotas")
     _check_strata(strata, p, jnp.shape(quotas)[0])
-    q = V._concrete(quotas)
-    if q is None:
-        raise TypeError("`quotas` must be concrete (its sum is the number of queries).")
-    if q.min() < 0 or q.sum() < 1:
-        raise ValueError(f"`quotas` must be >= 0 with a positive sum, got {q.tolist()}.")
+    n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
     V.is_key(key)
     group = _group(admissible, p)
-    t = V.guard_interval(jnp.asarray(table), kappa, name="kappa", low=0.0, high=1.0)
-    return _stratified_jit(key, t, p, strata, quotas, kappa, group, int(q.sum()))
+    q = jnp.asarray(quotas)
+    bad = jnp.any(q < 0) | (jnp.sum(q) != n_queries)
+    q = V.error_if(q, bad, f"`quotas` must be >= 0 and sum to n_queries={n_queries}.")
+    q = V.guard_interval(q, kappa, name="kappa", low=0.0, high=1.0)
+    return _stratified_jit(key, table, p, strata, q, kappa, group, n_queries)
 
 
 def _group(admissible, p):
@@ -297,10 +305,17 @@ def _group(admissible, p):
 
 def _expected_strat_core(p, admissible, strata, quotas, group):
     num = quotas.shape[0]
-    laws = jax.vmap(lambda s: _restrict(p, strata == s, group))(jnp.arange(num))  # [S, M]
+    laws = jax.vmap(lambda s: _restrict(p, strata == s, group))(
+        jnp.arange(num, dtype=strata.dtype)
+    )  # [S, M]
     n_s = quotas.astype(p.dtype)[:, None]
-    miss = jnp.where(laws >= 1.0, -jnp.inf, n_s * jnp.log1p(-jnp.minimum(laws, 1.0)))
-    hit = 1.0 - jnp.exp(jnp.sum(jnp.where(n_s > 0, miss, 0.0), axis=0))
+    # (1 - q)^N_s; N_s = 1 kept linear so the derivative at q = 1 is right (double where:
+    # no NaN cotangent from the unselected log branch)
+    below = laws < 1.0
+    pw = jnp.exp(n_s * jnp.log1p(-jnp.where(below, laws, 0.0)))
+    miss = jnp.where(n_s == 1, 1.0 - laws, jnp.where(below, pw, 0.0))
+    miss = jnp.where(n_s == 0, 1.0, miss)
+    hit = 1.0 - jnp.prod(miss, axis=0)
     n = jnp.sum(quotas).astype(p.dtype)
     k = jnp.maximum(jnp.sum(admissible), 1).astype(p.dtype)
     return Expected(

@@ -95,7 +95,7 @@ def test_stratified_monte_carlo_vs_closed_form(preserve):
     p = np.asarray(H.collapsed_probs(ADM, SCORE, lam=0.5, zeta=1.0, p_invalid=0.2, key=key))
     quotas = H.stratum_quotas(ADM, strata, 7, num_strata=3)
     adm_arg = ADM if preserve else None
-    draw = jax.vmap(lambda k: H.stratified(TABLE, p, strata, quotas, admissible=adm_arg, key=k))
+    draw = jax.vmap(lambda k: H.stratified(TABLE, p, strata, quotas, 7, admissible=adm_arg, key=k))
     ids = draw(jax.random.split(key, 3000))
     adm_ids = jnp.asarray(np.where(ADM, TABLE, -1))
     m = jax.vmap(H.metrics, in_axes=(0, None))(ids, adm_ids)
@@ -121,7 +121,7 @@ def test_sampler_errors():
         H.stratum_quotas(ADM, np.full(12, 2, np.int32), 3, num_strata=2)
     with pytest.raises(ValueError, match="`quotas`"):
         H.stratified(TABLE, np.full(12, 1 / 12, np.float32), np.zeros(12, np.int32),
-                     np.array([0], np.int32), key=key)  # fmt: skip
+                     np.array([2], np.int32), 3, key=key)  # fmt: skip
     with pytest.raises(ValueError, match="`kind`"):
         H.SamplerSpec("greedy")
     with pytest.raises(ValueError, match="`stratified`"):
