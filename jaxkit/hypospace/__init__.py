@@ -13,6 +13,14 @@ with ``expected_metrics``) and ``enumerative``. Not yet: the 3D-voxel and Boolea
 n = 6 enumeration, the collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
 """
 
+from jaxkit.hypospace._boolean import TOP_OPS as TOP_OPS
+from jaxkit.hypospace._boolean import BooleanObs as BooleanObs
+from jaxkit.hypospace._boolean import BooleanTask as BooleanTask
+from jaxkit.hypospace._boolean import ExprTable as ExprTable
+from jaxkit.hypospace._boolean import boolean_collection as boolean_collection
+from jaxkit.hypospace._boolean import enumerate_expressions as enumerate_expressions
+from jaxkit.hypospace._boolean import format_boolean_observation as format_boolean_observation
+from jaxkit.hypospace._boolean import validate_boolean as validate_boolean
 from jaxkit.hypospace._causal import CausalObs as CausalObs
 from jaxkit.hypospace._causal import CausalTask as CausalTask
 from jaxkit.hypospace._causal import admissible_mask as admissible_mask
@@ -27,6 +35,7 @@ from jaxkit.hypospace._causal import validate as validate
 from jaxkit.hypospace._harness import Candidates as Candidates
 from jaxkit.hypospace._harness import Report as Report
 from jaxkit.hypospace._harness import SamplerSpec as SamplerSpec
+from jaxkit.hypospace._harness import boolean_candidates as boolean_candidates
 from jaxkit.hypospace._harness import by_k as by_k
 from jaxkit.hypospace._harness import causal_candidates as causal_candidates
 from jaxkit.hypospace._harness import evaluate as evaluate

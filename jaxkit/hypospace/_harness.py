@@ -17,6 +17,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Int
 
 from jaxkit import _validate as V
+from jaxkit.hypospace._boolean import TOP_OPS, enumerate_expressions
 from jaxkit.hypospace._causal import canonical_id, enumerate_dags
 from jaxkit.hypospace._metrics import Expected, Metrics, _metrics_core
 from jaxkit.hypospace._samplers import (
@@ -138,6 +139,13 @@ def causal_candidates(n: int) -> Candidates:
     edges = np.asarray(jnp.sum(dags, axis=(-2, -1), dtype=jnp.int32))
     ids = np.asarray(canonical_id(dags), np.int32)
     return Candidates(ids, edges.astype(np.float32), edges.astype(np.int32), n * (n - 1) + 1)
+
+
+def boolean_candidates(ops: str, depth: int) -> Candidates:
+    """Every expression of the Boolean space; score = node count, stratum = top operator."""
+    t = enumerate_expressions(ops, depth)
+    ids = np.arange(len(t.keys), dtype=np.int32)
+    return Candidates(ids, t.size.astype(np.float32), t.top_op, len(TOP_OPS))
 
 
 def evaluate(
