@@ -52,3 +52,10 @@ from jaxkit.hypospace._samplers import collapsed_probs as collapsed_probs
 from jaxkit.hypospace._samplers import expected_metrics_stratified as expected_metrics_stratified
 from jaxkit.hypospace._samplers import stratified as stratified
 from jaxkit.hypospace._samplers import stratum_quotas as stratum_quotas
+from jaxkit.hypospace._voxel import VoxelTask as VoxelTask
+from jaxkit.hypospace._voxel import enumerate_admissible as enumerate_admissible
+from jaxkit.hypospace._voxel import heights_from_layers as heights_from_layers
+from jaxkit.hypospace._voxel import layers_from_heights as layers_from_heights
+from jaxkit.hypospace._voxel import validate_voxel as validate_voxel
+from jaxkit.hypospace._voxel import voxel_collection as voxel_collection
+from jaxkit.hypospace._voxel import voxel_id as voxel_id

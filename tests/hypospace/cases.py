@@ -137,6 +137,30 @@ def _estrat_args(key, dtype):
     return p.astype(dtype), adm, strata, quotas
 
 
+def _vbool(truth, mask, out):
+    return H.validate_boolean(truth, H.BooleanObs(mask, out))
+
+
+def _vbool_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    truth = jax.random.randint(k1, (8, 5), 0, 16, jnp.int32)
+    mask = jax.random.randint(k2, (8, 1), 1, 16, jnp.int32)
+    return truth, mask, jax.random.randint(k3, (8, 1), 0, 16, jnp.int32)
+
+
+_TOP = jnp.array([[1, 0, 0], [0, 1, 1], [0, 0, 0]], jnp.int8)
+
+
+def _vvox(layers, max_height):
+    return H.validate_voxel(layers, _TOP, max_height=max_height, strict=True)
+
+
+def _vvox_args(key, dtype):
+    h = _TOP * jax.random.randint(key, (8, 3, 3), 1, 5)
+    layers = (jnp.arange(4)[None, :, None, None] < h[:, None]).astype(jnp.int8)
+    return (layers.at[:2, 3, 2, 2].set(1),)  # two floating blocks
+
+
 def _collapsed(adm, score, kappa):
     table = jnp.arange(M, dtype=jnp.int32)
     return H.collapsed(table, adm[0], score[0], 6, kappa=kappa, p_invalid=0.1, key=_KEY)
@@ -312,6 +336,47 @@ CASES = [
         vmap=False,
         dtypes=(jnp.float32,),
         shard_argnums=(),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.validate_boolean",
+        _vbool,
+        _vbool_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        bad=(
+            Bad(
+                "empty row mask",
+                lambda k: (
+                    (
+                        _vbool_args(k, None)[0],
+                        jnp.zeros((8, 1), jnp.int32),
+                        jnp.zeros((8, 1), jnp.int32),
+                    ),
+                    {},
+                ),
+                ValueError,
+                "`obs.mask`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.validate_voxel",
+        _vvox,
+        _vvox_args,
+        hparams={"max_height": (3, 4)},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        bad=(
+            Bad(
+                "float layers",
+                lambda k: ((_vvox_args(k, None)[0].astype(jnp.float32),), {"max_height": 3}),
+                TypeError,
+                "`layers`",
+            ),
+        ),
         slow_checks=_HELPER_SLOW,
     ),
 ]
