@@ -156,8 +156,9 @@ def _vvox(layers, max_height):
 
 
 def _vvox_args(key, dtype):
-    h = _TOP.astype(jnp.int32) * jax.random.randint(key, (8, 3, 3), 1, 5)
-    layers = (jnp.arange(4)[None, :, None, None] < h[:, None]).astype(jnp.int8)
+    h = _TOP.astype(jnp.int32)[None] * jax.random.randint(key, (8, 3, 3), 1, 5)
+    z = jnp.broadcast_to(jnp.arange(4)[None, :, None, None], (8, 4, 3, 3))
+    layers = (z < jnp.broadcast_to(h[:, None], (8, 4, 3, 3))).astype(jnp.int8)
     return (layers.at[:2, 3, 2, 2].set(1),)  # two floating blocks
 
 
