@@ -40,6 +40,13 @@ from jaxkit.hypospace._harness import by_k as by_k
 from jaxkit.hypospace._harness import causal_candidates as causal_candidates
 from jaxkit.hypospace._harness import evaluate as evaluate
 from jaxkit.hypospace._harness import task_masks as task_masks
+from jaxkit.hypospace._llm import LLMRun as LLMRun
+from jaxkit.hypospace._llm import Usage as Usage
+from jaxkit.hypospace._llm import causal_prompt as causal_prompt
+from jaxkit.hypospace._llm import format_graph as format_graph
+from jaxkit.hypospace._llm import openai_client as openai_client
+from jaxkit.hypospace._llm import parse_causal as parse_causal
+from jaxkit.hypospace._llm import run_causal as run_causal
 from jaxkit.hypospace._metrics import Expected as Expected
 from jaxkit.hypospace._metrics import Metrics as Metrics
 from jaxkit.hypospace._metrics import enumerative as enumerative
