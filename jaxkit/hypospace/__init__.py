@@ -5,12 +5,14 @@ sampler asked ``N`` times for a hypothesis explaining an observation set whose a
 set ``H_O`` is exactly enumerable. Semantics follow the authors' code [C] (spec
 ``eval_robust.md`` §1); the closed-form expectations are ours [R].
 
-Built so far: the causal-graph domain (``reachability``, ``is_dag``, ``validate`` /
-``admissible_mask``, ``canonical_id`` / ``from_canonical_id``, ``enumerate_dags`` for
-n <= 5, host-side ``generate_collection`` in upstream order, ``format_observation``), the
-metrics (``metrics``), the baselines ``uniform_space`` / ``uniform_admissible`` (i.i.d.,
-with ``expected_metrics``) and ``enumerative``. Not yet: the 3D-voxel and Boolean domains,
-n = 6 enumeration, the collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
+Built: the causal-graph domain (``validate`` / ``admissible_mask``, ``enumerate_dags`` for
+n <= 5, ``generate_collection`` in upstream order), the Boolean domain
+(``enumerate_expressions``, ``validate_boolean``, ``boolean_collection``), the 3D voxel
+domain (``validate_voxel``, ``enumerate_admissible``, ``voxel_collection``), the metrics,
+the samplers (``uniform_space``, ``uniform_admissible``, ``enumerative``, ``collapsed``,
+``stratified``) with exact expectations, the harness (``evaluate``, ``by_k``) and the
+host-side LLM path for the causal domain (``openai_client``, ``run_causal``). Not yet:
+n = 6 enumeration, the upstream JSON loader, Boolean / 3D prompts and parsers.
 """
 
 from jaxkit.hypospace._boolean import TOP_OPS as TOP_OPS
