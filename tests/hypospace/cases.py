@@ -309,6 +309,7 @@ CASES = [
         rtol=1e-4,
         dtypes=(jnp.float32,),
         shard_argnums=(0, 1, 2, 3),
+        slow_checks=("grads",),  # x64 finite differences: the area's test budget
     ),
     Case(
         "hypospace.collapsed",
