@@ -5,6 +5,7 @@ largest-remainder split, Monte Carlo vs the exact expectations, and the spec's e
 baseline and stratification tables (§1.4.6-1.4.7).
 """
 
+import functools
 from fractions import Fraction
 
 import jax
@@ -167,7 +168,8 @@ def test_stratification_table():
     quotas = jax.vmap(lambda a, k: H.stratum_quotas(a, strata, k, num_strata=13))(adm, n)
     want = {(0.0, 0.0): (0.748, 0.853, 2e-3), (1.0, 2.0): (0.552, 0.753, 1e-2)}
     for (lam, zeta), (plain, strat, tol) in want.items():
-        p = jax.vmap(lambda a, k: H.collapsed_probs(a, score, lam=lam, zeta=zeta, key=k))(adm, keys)
+        law = functools.partial(H.collapsed_probs, score=score, lam=lam, zeta=zeta)
+        p = jax.vmap(lambda a, k, law=law: law(a, key=k))(adm, keys)
         e = jax.vmap(H.expected_metrics)(p, adm, n)
         es = jax.vmap(lambda *x: H.expected_metrics_stratified(*x))(
             p, adm, jnp.broadcast_to(strata, adm.shape), quotas
