@@ -151,8 +151,8 @@ def _vbool_args(key, dtype):
 _TOP = jnp.array([[1, 0, 0], [0, 1, 1], [0, 0, 0]], jnp.int8)
 
 
-def _vvox(layers, max_height):
-    return H.validate_voxel(layers, _TOP, max_height=max_height, strict=True)
+def _vvox(layers):
+    return H.validate_voxel(layers, _TOP, max_height=3, strict=True)
 
 
 def _vvox_args(key, dtype):
@@ -368,13 +368,12 @@ CASES = [
         "hypospace.validate_voxel",
         _vvox,
         _vvox_args,
-        hparams={"max_height": (3, 4)},
         grad_modes=(),
         dtypes=(jnp.float32,),
         bad=(
             Bad(
                 "float layers",
-                lambda k: ((_vvox_args(k, None)[0].astype(jnp.float32),), {"max_height": 3}),
+                lambda k: ((_vvox_args(k, None)[0].astype(jnp.float32),), {}),
                 TypeError,
                 "`layers`",
             ),
