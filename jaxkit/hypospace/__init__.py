@@ -5,14 +5,24 @@ sampler asked ``N`` times for a hypothesis explaining an observation set whose a
 set ``H_O`` is exactly enumerable. Semantics follow the authors' code [C] (spec
 ``eval_robust.md`` §1); the closed-form expectations are ours [R].
 
-Built so far: the causal-graph domain (``reachability``, ``is_dag``, ``validate`` /
-``admissible_mask``, ``canonical_id`` / ``from_canonical_id``, ``enumerate_dags`` for
-n <= 5, host-side ``generate_collection`` in upstream order, ``format_observation``), the
-metrics (``metrics``), the baselines ``uniform_space`` / ``uniform_admissible`` (i.i.d.,
-with ``expected_metrics``) and ``enumerative``. Not yet: the 3D-voxel and Boolean domains,
-n = 6 enumeration, the collapsed / stratified samplers, the LLM client, the harness, upstream JSON.
+Built: the causal-graph domain (``validate`` / ``admissible_mask``, ``enumerate_dags`` for
+n <= 5, ``generate_collection`` in upstream order), the Boolean domain
+(``enumerate_expressions``, ``validate_boolean``, ``boolean_collection``), the 3D voxel
+domain (``validate_voxel``, ``enumerate_admissible``, ``voxel_collection``), the metrics,
+the samplers (``uniform_space``, ``uniform_admissible``, ``enumerative``, ``collapsed``,
+``stratified``) with exact expectations, the harness (``evaluate``, ``by_k``) and the
+host-side LLM path for the causal domain (``openai_client``, ``run_causal``). Not yet:
+n = 6 enumeration, the upstream JSON loader, Boolean / 3D prompts and parsers.
 """
 
+from jaxkit.hypospace._boolean import TOP_OPS as TOP_OPS
+from jaxkit.hypospace._boolean import BooleanObs as BooleanObs
+from jaxkit.hypospace._boolean import BooleanTask as BooleanTask
+from jaxkit.hypospace._boolean import ExprTable as ExprTable
+from jaxkit.hypospace._boolean import boolean_collection as boolean_collection
+from jaxkit.hypospace._boolean import enumerate_expressions as enumerate_expressions
+from jaxkit.hypospace._boolean import format_boolean_observation as format_boolean_observation
+from jaxkit.hypospace._boolean import validate_boolean as validate_boolean
 from jaxkit.hypospace._causal import CausalObs as CausalObs
 from jaxkit.hypospace._causal import CausalTask as CausalTask
 from jaxkit.hypospace._causal import admissible_mask as admissible_mask
@@ -24,6 +34,21 @@ from jaxkit.hypospace._causal import generate_collection as generate_collection
 from jaxkit.hypospace._causal import is_dag as is_dag
 from jaxkit.hypospace._causal import reachability as reachability
 from jaxkit.hypospace._causal import validate as validate
+from jaxkit.hypospace._harness import Candidates as Candidates
+from jaxkit.hypospace._harness import Report as Report
+from jaxkit.hypospace._harness import SamplerSpec as SamplerSpec
+from jaxkit.hypospace._harness import boolean_candidates as boolean_candidates
+from jaxkit.hypospace._harness import by_k as by_k
+from jaxkit.hypospace._harness import causal_candidates as causal_candidates
+from jaxkit.hypospace._harness import evaluate as evaluate
+from jaxkit.hypospace._harness import task_masks as task_masks
+from jaxkit.hypospace._llm import LLMRun as LLMRun
+from jaxkit.hypospace._llm import Usage as Usage
+from jaxkit.hypospace._llm import causal_prompt as causal_prompt
+from jaxkit.hypospace._llm import format_graph as format_graph
+from jaxkit.hypospace._llm import openai_client as openai_client
+from jaxkit.hypospace._llm import parse_causal as parse_causal
+from jaxkit.hypospace._llm import run_causal as run_causal
 from jaxkit.hypospace._metrics import Expected as Expected
 from jaxkit.hypospace._metrics import Metrics as Metrics
 from jaxkit.hypospace._metrics import enumerative as enumerative
@@ -31,3 +56,15 @@ from jaxkit.hypospace._metrics import expected_metrics as expected_metrics
 from jaxkit.hypospace._metrics import metrics as metrics
 from jaxkit.hypospace._metrics import uniform_admissible as uniform_admissible
 from jaxkit.hypospace._metrics import uniform_space as uniform_space
+from jaxkit.hypospace._samplers import collapsed as collapsed
+from jaxkit.hypospace._samplers import collapsed_probs as collapsed_probs
+from jaxkit.hypospace._samplers import expected_metrics_stratified as expected_metrics_stratified
+from jaxkit.hypospace._samplers import stratified as stratified
+from jaxkit.hypospace._samplers import stratum_quotas as stratum_quotas
+from jaxkit.hypospace._voxel import VoxelTask as VoxelTask
+from jaxkit.hypospace._voxel import enumerate_admissible as enumerate_admissible
+from jaxkit.hypospace._voxel import heights_from_layers as heights_from_layers
+from jaxkit.hypospace._voxel import layers_from_heights as layers_from_heights
+from jaxkit.hypospace._voxel import validate_voxel as validate_voxel
+from jaxkit.hypospace._voxel import voxel_collection as voxel_collection
+from jaxkit.hypospace._voxel import voxel_id as voxel_id

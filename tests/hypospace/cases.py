@@ -89,6 +89,90 @@ def _enumerative(table):
 
 
 _HELPER_SLOW = ("jit", "vmap", "traced_once", "dtypes", "sharding")
+M = 12
+_KEY = jax.random.key(5)
+
+
+def _cands_args(key, dtype):
+    """8 tasks over a 12-candidate table: admissible masks (>= 1 each), scores, strata."""
+    k1, k2 = jax.random.split(key)
+    adm = (jax.random.uniform(k1, (8, M)) < 0.5).at[:, 0].set(True)
+    score = jax.random.randint(k2, (8, M), 0, 4).astype(jnp.float32)
+    return adm, score
+
+
+def _cprobs(adm, score, lam, zeta, p_invalid):
+    return jax.vmap(
+        lambda a, s: H.collapsed_probs(a, s, lam=lam, zeta=zeta, p_invalid=p_invalid, key=_KEY)
+    )(adm, score)
+
+
+def _cprobs_args(key, dtype):
+    adm, score = _cands_args(key, dtype)
+    return adm, score.astype(dtype)
+
+
+def _quotas(adm, strata, *, allocation):
+    return jax.vmap(lambda a, s: H.stratum_quotas(a, s, 7, num_strata=4, allocation=allocation))(
+        adm, strata
+    )
+
+
+def _quotas_args(key, dtype):
+    adm, score = _cands_args(key, dtype)
+    return adm, score.astype(jnp.int32)
+
+
+def _estrat(p, adm, strata, quotas):
+    return jax.vmap(lambda *a: H.expected_metrics_stratified(*a, preserve_validity=True))(
+        p, adm, strata, quotas
+    )
+
+
+def _estrat_args(key, dtype):
+    adm, score = _cands_args(key, dtype)
+    strata = score.astype(jnp.int32)
+    p = jax.vmap(lambda a, s: H.collapsed_probs(a, s, p_invalid=0.1, key=_KEY))(adm, score)
+    quotas = jax.vmap(lambda a, s: H.stratum_quotas(a, s, 7, num_strata=4))(adm, strata)
+    return p.astype(dtype), adm, strata, quotas
+
+
+def _vbool(truth, mask, out):
+    return H.validate_boolean(truth, H.BooleanObs(mask, out))
+
+
+def _vbool_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    truth = jax.random.randint(k1, (8, 5), 0, 16, jnp.int32)
+    mask = jax.random.randint(k2, (8, 1), 1, 16, jnp.int32)
+    return truth, mask, jax.random.randint(k3, (8, 1), 0, 16, jnp.int32)
+
+
+_TOP = jnp.array([[1, 0, 0], [0, 1, 1], [0, 0, 0]], jnp.int8)
+
+
+def _vvox(layers):
+    return H.validate_voxel(layers, _TOP, max_height=3, strict=True)
+
+
+def _vvox_args(key, dtype):
+    h = _TOP.astype(jnp.int32)[None] * jax.random.randint(key, (8, 3, 3), 1, 5)
+    z = jnp.broadcast_to(jnp.arange(4)[None, :, None, None], (8, 4, 3, 3))
+    layers = (z < jnp.broadcast_to(h[:, None], (8, 4, 3, 3))).astype(jnp.int8)
+    return (layers.at[:2, 3, 2, 2].set(1),)  # two floating blocks
+
+
+def _collapsed(adm, score, kappa):
+    table = jnp.arange(M, dtype=jnp.int32)
+    return H.collapsed(table, adm[0], score[0], 6, kappa=kappa, p_invalid=0.1, key=_KEY)
+
+
+def _stratified(p, adm, strata, quotas):
+    table = jnp.arange(M, dtype=jnp.int32)
+    return H.stratified(
+        table, p[0], strata[0], jnp.array([2, 2, 2, 1]), 7, admissible=adm[0], key=_KEY
+    )
+
 
 CASES = [
     Case(
@@ -184,6 +268,114 @@ CASES = [
                 lambda k: ((-jnp.ones(8, jnp.int32),), {}),
                 ValueError,
                 "`admissible`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.collapsed_probs",
+        _cprobs,
+        _cprobs_args,
+        hparams={"lam": (1.0, 0.5), "zeta": (2.0, 1.0), "p_invalid": (0.05, 0.2)},
+        grad_argnums=(1,),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        slow_checks=(*_HELPER_SLOW, "grads"),
+    ),
+    Case(
+        "hypospace.stratum_quotas",
+        _quotas,
+        _quotas_args,
+        static={"allocation": "oracle_proportional"},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "unknown allocation",
+                lambda k: (_quotas_args(k, jnp.float32), {"allocation": "greedy"}),
+                ValueError,
+                "`allocation`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.expected_metrics_stratified",
+        _estrat,
+        _estrat_args,
+        grad_argnums=(0,),
+        grad_eps=1e-6,
+        rtol=1e-4,
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2, 3),
+        slow_checks=("grads",),  # x64 finite differences: the area's test budget
+    ),
+    Case(
+        "hypospace.collapsed",
+        _collapsed,
+        _cands_args,
+        hparams={"kappa": (0.0, 0.5)},
+        grad_modes=(),
+        vmap=False,
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        bad=(
+            Bad(
+                "kappa > 1",
+                lambda k: (_cands_args(k, jnp.float32), {"kappa": 1.5}),
+                ValueError,
+                "`kappa`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.stratified",
+        _stratified,
+        _estrat_args,
+        grad_modes=(),
+        vmap=False,
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.validate_boolean",
+        _vbool,
+        _vbool_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        bad=(
+            Bad(
+                "empty row mask",
+                lambda k: (
+                    (
+                        _vbool_args(k, None)[0],
+                        jnp.zeros((8, 1), jnp.int32),
+                        jnp.zeros((8, 1), jnp.int32),
+                    ),
+                    {},
+                ),
+                ValueError,
+                "`obs.mask`",
+            ),
+        ),
+        slow_checks=_HELPER_SLOW,
+    ),
+    Case(
+        "hypospace.validate_voxel",
+        _vvox,
+        _vvox_args,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        bad=(
+            Bad(
+                "float layers",
+                lambda k: ((_vvox_args(k, None)[0].astype(jnp.float32),), {}),
+                TypeError,
+                "`layers`",
             ),
         ),
         slow_checks=_HELPER_SLOW,
