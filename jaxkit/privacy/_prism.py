@@ -92,16 +92,25 @@ def _follow_signs(cache, ref):
 
 
 def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
-    """Per-example intrinsic norm^2 [b] (summed over stacked axes) and the caches."""
+    """Per-example intrinsic norm^2 [b] (summed over stacked axes) and the caches.
+
+    ``||P_T(G_i)||^2 = ||core||^2 + ||up||^2 + ||vp||^2`` (:func:`tangent_coords`),
+    where ``up = gv - u core`` is orthogonal to the orthonormal ``u``, so
+    ``||core||^2 + ||up||^2 = ||gv||^2`` (``gv = g_a tb``, ``core = u^T gv``) and
+    only ``vp = gu - v core^T`` (``gu = g_b ta``) is formed. Computed for the whole
+    batch as einsums (GEMMs over the flattened batch), ``O((m + n) r^2)`` per
+    example, instead of a ``vmap`` of small per-example products.
+    """
     ns = C.n_stack(p)
     cache = C.stackmap(lambda q: gram_cache(q, rcond=rcond), ns)(p)
-
-    def one(gi):
-        f = C.stackmap(lambda q, h, c: coords_norm_sq(tangent_coords(q, h, c)), ns)
-        out = f(p, gi, cache)
-        return jnp.sum(out)
-
-    return jax.vmap(one)(g), cache
+    acc = cache.u.dtype
+    ga, gb = g.a.astype(acc), g.b.astype(acc)
+    gv = jnp.einsum("b...mr,...rs->b...ms", ga, cache.tb)
+    gu = jnp.einsum("b...nr,...rs->b...ns", gb, cache.ta)
+    core = jnp.einsum("...mr,b...ms->b...rs", cache.u, gv)
+    vp = gu - jnp.einsum("...ns,b...rs->b...nr", cache.v, core)
+    axes = tuple(range(1, gv.ndim))
+    return jnp.sum(gv * gv, axis=axes) + jnp.sum(vp * vp, axis=axes), cache
 
 
 @functools.partial(jax.jit, static_argnames=("axis_name", "rcond"))

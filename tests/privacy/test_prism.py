@@ -364,3 +364,36 @@ def test_noise_frame_follows_previous_signs(key):
     assert float(stateless) > 0.1 * float(scale)  # the tie does flip the stateless rule
     assert float(with_frame) < 1e-2 * float(scale)
     np.testing.assert_allclose(st1.frame, L.gram_cache(f1).u, atol=1e-6)
+
+
+def test_batched_per_example_norms(key):
+    """Batched per-example norms^2 = dense ``||P_T(G_i)||^2`` and the coordinate norms^2.
+
+    Factor gradients of a dense ``G_i`` against the dense projector; arbitrary factor
+    pairs (stacked module) against ``coords_norm_sq(tangent_coords(...))``.
+    """
+    from jaxkit.privacy._prism import _lora_norm_sq
+
+    norm_sq = jax.jit(_lora_norm_sq, static_argnums=2)
+    with jax.enable_x64(True):
+        f, gs = _setup(key)
+        g = factor_grads(f, gs)
+        sq, _ = norm_sq(f, g, 1e-6)
+        dense = jax.jit(jax.vmap(lambda x: jnp.sum(L.project_tangent_dense(f, x) ** 2)))(gs)
+        np.testing.assert_allclose(np.asarray(sq), np.asarray(dense), rtol=1e-10)
+        # stacked axis, factor gradients not of the form (G b, G^T a)
+        p = jax.tree.map(lambda x: jnp.stack([x, 2 * x]), f)
+        k1, k2 = jax.random.split(jax.random.fold_in(key, 3))
+        h = L.LoraFactors(
+            jax.random.normal(k1, (B, 2, M, R), jnp.float64),
+            jax.random.normal(k2, (B, 2, N, R), jnp.float64),
+        )
+        sq, _ = norm_sq(p, h, 1e-6)
+
+        def one(fs, hs):
+            return L.coords_norm_sq(L.tangent_coords(fs, hs, L.gram_cache(fs)))
+
+        want = jax.jit(lambda p, h: jnp.sum(jax.vmap(jax.vmap(one), in_axes=(None, 0))(p, h), 1))(
+            p, h
+        )
+        np.testing.assert_allclose(np.asarray(sq), want, rtol=1e-10)
