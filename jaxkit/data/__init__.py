@@ -8,8 +8,10 @@ swappable (``objective=``). ``knn_graph`` builds the sparse hardness graph,
 ``hobit_objective`` evaluates the set function, ``greedy_select`` is the exact
 sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jitted
 parallel greedy over a whole epoch; ``infonce`` the in-batch loss whose negatives
-are the global batch gathered over a mesh axis. MTS (issue 18, started): only
-``normalize_weights`` (global mean-1 example weights) and the ``gsnr`` estimator.
+are the global batch gathered over a mesh axis. MTS (issue 18, partial):
+``normalize_weights`` (global mean-1 example weights), the ``gsnr`` estimator,
+``mts_hypergrad`` (exact one-jvp hypergradient; ``unrolled`` / ``finite_diff``
+references) and ``mts_meta_step`` (hypergradient + optax update of the meta-network).
 """
 
 from jaxkit.data._baselines import kmeans_batches as kmeans_batches
@@ -24,5 +26,9 @@ from jaxkit.data._infonce import infonce as infonce
 from jaxkit.data._mts import GSNR as GSNR
 from jaxkit.data._mts import gsnr as gsnr
 from jaxkit.data._mts import normalize_weights as normalize_weights
+from jaxkit.data._mts_step import MTSHypergrad as MTSHypergrad
+from jaxkit.data._mts_step import MTSMetaStep as MTSMetaStep
+from jaxkit.data._mts_step import mts_hypergrad as mts_hypergrad
+from jaxkit.data._mts_step import mts_meta_step as mts_meta_step
 from jaxkit.data._permute import hobit_batches as hobit_batches
 from jaxkit.data._permute import hobit_permutation as hobit_permutation
