@@ -11,12 +11,18 @@ parallel greedy over a whole epoch; ``infonce`` the in-batch loss whose negative
 are the global batch gathered over a mesh axis. MTS (issue 18, partial):
 ``normalize_weights`` (global mean-1 example weights), the ``gsnr`` estimator,
 ``mts_hypergrad`` (exact one-jvp hypergradient; ``unrolled`` / ``finite_diff``
-references) and ``mts_meta_step`` (hypergradient + optax update of the meta-network).
+references), ``mts_meta_step`` (hypergradient + optax update of the meta-network)
+and the features ``el2n``, ``center_cosine``, ``nearest_cosines``,
+``knn_label_agreement``.
 """
 
 from jaxkit.data._baselines import kmeans_batches as kmeans_batches
 from jaxkit.data._baselines import nn_batches as nn_batches
 from jaxkit.data._baselines import random_batches as random_batches
+from jaxkit.data._features import center_cosine as center_cosine
+from jaxkit.data._features import el2n as el2n
+from jaxkit.data._features import knn_label_agreement as knn_label_agreement
+from jaxkit.data._features import nearest_cosines as nearest_cosines
 from jaxkit.data._hobit import HobitBatches as HobitBatches
 from jaxkit.data._hobit import SparseHardness as SparseHardness
 from jaxkit.data._hobit import greedy_select as greedy_select
