@@ -162,6 +162,31 @@ def _bad_feats(key):
     return (params, net, opt_state, feats[0], batch, meta), {"lr": 0.1}
 
 
+def _logits_args(key, dtype):
+    return jax.random.normal(key, (N, 3), jnp.float32).astype(dtype), jnp.arange(N) % 3
+
+
+def _feat_args(key, dtype):
+    q, d = _emb(key, dtype)
+    return q, jnp.arange(N) % 2, d, jnp.arange(N)[::-1] % 2
+
+
+def _center(emb, y, ref, ry):
+    return data.center_cosine(emb, y, ref, ry, num_classes=2)
+
+
+def _knn_agree(emb, y, ref, ry):
+    return data.knn_label_agreement(emb, y, ref, ry, k=3)
+
+
+def _nearest(emb, y, ref, ry):
+    return data.nearest_cosines(emb, ref, k=3)
+
+
+def _bad_el2n(key):
+    return (jnp.ones((N, 3)), jnp.arange(N)), {}
+
+
 _SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
 _BASELINE_SLOW = (*_SLOW, "jit")
 
@@ -284,5 +309,39 @@ CASES = [
             slow_checks=("jit", "eager_cache", "dtypes", "eval_shape", "traced_once"),
         )
         for m in ("jvp", "unrolled", "finite_diff")
+    ),
+    Case(
+        "data.el2n",
+        data.el2n,
+        _logits_args,
+        grad_modes=("rev",),
+        rtol=1e-5,
+        bad=(Bad("labels out of range", _bad_el2n, ValueError, "labels"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once", "vmap"),
+    ),
+    Case(
+        "data.center_cosine",
+        _center,
+        _feat_args,
+        grad_modes=("rev",),
+        shard_argnums=(),
+        rtol=1e-5,
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap", "grads"),
+    ),
+    Case(
+        "data.nearest_cosines",
+        _nearest,
+        _feat_args,
+        grad_modes=(),
+        shard_argnums=(),
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
+    ),
+    Case(
+        "data.knn_label_agreement",
+        _knn_agree,
+        _feat_args,
+        grad_modes=(),
+        shard_argnums=(),
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
     ),
 ]
