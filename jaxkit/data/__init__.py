@@ -8,13 +8,21 @@ swappable (``objective=``). ``knn_graph`` builds the sparse hardness graph,
 ``hobit_objective`` evaluates the set function, ``greedy_select`` is the exact
 sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jitted
 parallel greedy over a whole epoch; ``infonce`` the in-batch loss whose negatives
-are the global batch gathered over a mesh axis. MTS (issue 18, started): only
-``normalize_weights`` (global mean-1 example weights) and the ``gsnr`` estimator.
+are the global batch gathered over a mesh axis. MTS (issue 18, partial):
+``normalize_weights`` (global mean-1 example weights), the ``gsnr`` estimator,
+``mts_hypergrad`` (exact one-jvp hypergradient; ``unrolled`` / ``finite_diff``
+references), ``mts_meta_step`` (hypergradient + optax update of the meta-network)
+and the features ``el2n``, ``center_cosine``, ``nearest_cosines``,
+``knn_label_agreement``.
 """
 
 from jaxkit.data._baselines import kmeans_batches as kmeans_batches
 from jaxkit.data._baselines import nn_batches as nn_batches
 from jaxkit.data._baselines import random_batches as random_batches
+from jaxkit.data._features import center_cosine as center_cosine
+from jaxkit.data._features import el2n as el2n
+from jaxkit.data._features import knn_label_agreement as knn_label_agreement
+from jaxkit.data._features import nearest_cosines as nearest_cosines
 from jaxkit.data._hobit import HobitBatches as HobitBatches
 from jaxkit.data._hobit import SparseHardness as SparseHardness
 from jaxkit.data._hobit import greedy_select as greedy_select
@@ -24,5 +32,9 @@ from jaxkit.data._infonce import infonce as infonce
 from jaxkit.data._mts import GSNR as GSNR
 from jaxkit.data._mts import gsnr as gsnr
 from jaxkit.data._mts import normalize_weights as normalize_weights
+from jaxkit.data._mts_step import MTSHypergrad as MTSHypergrad
+from jaxkit.data._mts_step import MTSMetaStep as MTSMetaStep
+from jaxkit.data._mts_step import mts_hypergrad as mts_hypergrad
+from jaxkit.data._mts_step import mts_meta_step as mts_meta_step
 from jaxkit.data._permute import hobit_batches as hobit_batches
 from jaxkit.data._permute import hobit_permutation as hobit_permutation

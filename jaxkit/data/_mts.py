@@ -1,8 +1,8 @@
 """MTS building blocks: globally normalised example weights and the GSNR estimator.
 
 MTS (Du, Zhao & Li, ICML 2026; code ZILIN003/MTS) learns per-example weights with a
-meta-network; spec ``training.md`` section 2. Only the two pieces below exist so far
-(the meta-step, hypergradient modes, features and baselines are not built yet).
+meta-network; spec ``training.md`` section 2. The meta-step and hypergradient are in
+``_mts_step``; the feature set and the baselines are not built yet.
 """
 
 from typing import NamedTuple

@@ -1,9 +1,12 @@
 """Conformance cases for jaxkit.data (see tests/conformance.py)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import optax
 
-from jaxkit import data
+from jaxkit import data, nn
 from tests.conformance import Bad, Case
 
 N, DIM, K, B = 8, 4, 3, 2
@@ -110,6 +113,87 @@ def _bad_gsnr(key):
     return (jnp.ones((1, 3)),), {}
 
 
+def _mts_loss(params, batch):
+    x, y = batch
+    logits = jnp.tanh(x @ params["w1"]) @ params["w2"]
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
+
+
+_MTS_OPT = optax.sgd(1e-2, momentum=0.9)  # adam trips strict dtype promotion
+
+
+def _mts_args(key, dtype):
+    k = jax.random.split(key, 6)
+    params = {
+        "w1": jax.random.normal(k[0], (DIM, 5), jnp.float32).astype(dtype),
+        "w2": jax.random.normal(k[1], (5, 3), jnp.float32).astype(dtype),
+    }
+    net = nn.MLP(2, 1, hidden=(4,), key=k[2], dtype=dtype)
+    feats = jax.random.normal(k[3], (N, 2), jnp.float32).astype(dtype)
+    y = jax.random.randint(k[4], (N,), 0, 3)
+    batch = (_emb(k[5], dtype)[0], y)
+    meta = (_emb(k[4], dtype)[1], y[::-1])
+    return params, net, feats, batch, meta
+
+
+def _hyper(params, net, feats, batch, meta, *, lr, mode="jvp"):
+    return data.mts_hypergrad(_mts_loss, params, net, feats, batch, meta, lr=lr, mode=mode)
+
+
+def _meta_args(key, dtype):
+    params, net, feats, batch, meta = _mts_args(key, dtype)
+    return params, net, _MTS_OPT.init(net), feats, batch, meta
+
+
+def _meta_step(params, net, opt_state, feats, batch, meta, *, lr, mode="jvp"):
+    return data.mts_meta_step(
+        _mts_loss, _MTS_OPT, params, net, opt_state, feats, batch, meta, lr=lr, mode=mode
+    )
+
+
+@functools.cache
+def _meta_base():  # one set of arguments shared by the bad-input cases (cheap to rerun)
+    return _meta_args(jax.random.key(0), jnp.float32)
+
+
+def _bad_lr(key):
+    return _meta_base(), {"lr": -0.1}
+
+
+def _bad_mode(key):
+    return _meta_base(), {"lr": 0.1, "mode": "exact"}
+
+
+def _bad_feats(key):
+    params, net, opt_state, feats, batch, meta = _meta_base()
+    return (params, net, opt_state, feats[0], batch, meta), {"lr": 0.1}
+
+
+def _logits_args(key, dtype):
+    return jax.random.normal(key, (N, 3), jnp.float32).astype(dtype), jnp.arange(N) % 3
+
+
+def _feat_args(key, dtype):
+    q, d = _emb(key, dtype)
+    return q, jnp.arange(N) % 2, d, jnp.arange(N)[::-1] % 2
+
+
+def _center(emb, y, ref, ry):
+    return data.center_cosine(emb, y, ref, ry, num_classes=2)
+
+
+def _knn_agree(emb, y, ref, ry):
+    return data.knn_label_agreement(emb, y, ref, ry, k=3)
+
+
+def _nearest(emb, y, ref, ry):
+    return data.nearest_cosines(emb, ref, k=3)
+
+
+def _bad_el2n(key):
+    return (jnp.ones((N, 3)), jnp.arange(N)), {}
+
+
 _SLOW = ("vmap", "traced_once", "dtypes", "eval_shape", "sharding")
 _BASELINE_SLOW = (*_SLOW, "jit")
 
@@ -201,5 +285,70 @@ CASES = [
         grad_modes=(),
         shard_argnums=(),
         slow_checks=_BASELINE_SLOW,
+    ),
+    Case(
+        "data.mts_meta_step",
+        _meta_step,
+        _meta_args,
+        hparams={"lr": (0.1, 0.3)},
+        grad_modes=(),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(
+            Bad("lr < 0", _bad_lr, ValueError, "lr"),
+            Bad("unknown mode", _bad_mode, ValueError, "mode"),
+            Bad("1-d features", _bad_feats, TypeError, "features"),
+        ),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+    *(
+        Case(
+            f"data.mts_hypergrad/{m}",
+            _hyper,
+            _mts_args,
+            hparams={"lr": (0.1, 0.3)},
+            static={"mode": m},
+            grad_modes=(),
+            vmap=False,
+            shard_argnums=(),
+            rtol=1e-4,
+            slow_checks=("jit", "eager_cache", "dtypes", "eval_shape", "traced_once"),
+        )
+        for m in ("jvp", "unrolled", "finite_diff")
+    ),
+    Case(
+        "data.el2n",
+        data.el2n,
+        _logits_args,
+        grad_modes=("rev",),
+        rtol=1e-5,
+        bad=(Bad("labels out of range", _bad_el2n, ValueError, "labels"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once", "vmap", "grads"),
+    ),
+    Case(
+        "data.center_cosine",
+        _center,
+        _feat_args,
+        grad_modes=("rev",),
+        shard_argnums=(),
+        rtol=1e-5,
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap", "grads"),
+    ),
+    Case(
+        "data.nearest_cosines",
+        _nearest,
+        _feat_args,
+        grad_modes=(),
+        shard_argnums=(),
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
+    ),
+    Case(
+        "data.knn_label_agreement",
+        _knn_agree,
+        _feat_args,
+        grad_modes=(),
+        shard_argnums=(),
+        slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
     ),
 ]
