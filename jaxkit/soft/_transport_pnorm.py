@@ -24,9 +24,10 @@ on ``g - C`` shifted by its row maximum (and ``C`` by its row minimum, which mov
 changes the optimum: float64 plans agree with the previous iteration to round-off.
 
 Not converged: when the iteration ends (``max_iter``, or no step lowers the merit) with
-the residual above ``10 tol + 4 n eps`` (``eps`` of the dtype; the second term is the
-float round-off of the column sums), that row's plan is returned as NaN, never as a
-silently wrong plan; the NaN propagates to every output of the ``method="ot"`` call.
+the residual above ``10 tol + n eps (1 + max C / lam)`` (``eps`` of the dtype, ``C``
+row-shifted; the second term is the float round-off floor of the residual), that row's
+plan is returned as NaN, never as a silently wrong plan; the NaN propagates to every
+output of the ``method="ot"`` call.
 
 Differentiation is implicit (``custom_vjp``): with ``H = dGamma/dS`` the linear system
 of the optimality conditions is solved by the same Schur complement, so nothing of
@@ -189,10 +190,12 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
     st = lax.while_loop(cond, body, (i0, g0, grad0, H0, err0, F0, scale0))
     g, err = st[1], st[4]
     _, _, G, H = _parts(C, g, mu, lam, power)
-    # not converged: a NaN plan, never a silently wrong one. ``err`` may end a little
-    # above ``tol`` where the column sums' own round-off reaches it (large n in float32),
-    # so the plan is NaN only beyond 10 tol plus that round-off bound (n eps).
-    failed = err > 10 * tol + 4 * n * jnp.finfo(dt).eps
+    # not converged: a NaN plan, never a silently wrong one. ``err`` may end above ``tol``
+    # where the float round-off reaches it: a plan entry carries ~eps |g - C| / lam
+    # (|g - C| ~ max C on the support), summed over n rows, so the plan is NaN only beyond
+    # 10 tol plus that floor
+    floor = n * jnp.finfo(dt).eps * (1 + jnp.max(C) / lam)
+    failed = err > 10 * tol + floor
     G = jnp.where(failed, jnp.nan, G)
     return G, H
 
@@ -229,8 +232,8 @@ def transport_pnorm(x, anchors, mu, nu, softness, mode, *, tol=None, max_iter=10
     ``mode`` in ``"c0"`` (p = 2), ``"c1"`` (p = 3/2), ``"c2"`` (p = 4/3); marginals are
     clipped at 1e-12 and renormalised (as softjax). ``tol`` on the column-marginal L1
     error defaults to 1e-12 in float64 and 1e-6 in float32. A row whose solve does not
-    converge (residual above ``10 tol + 4 n eps`` after ``max_iter`` Newton steps or a
-    failed line search) comes back as NaN, not as a wrong plan (module docstring).
+    converge (residual above ``10 tol + n eps (1 + max C / lam)`` after ``max_iter``
+    Newton steps or a failed line search) comes back as NaN, not as a wrong plan (module docstring).
     """
     power = POWERS[mode]
     *batch, n = x.shape
