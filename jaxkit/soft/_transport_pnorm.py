@@ -15,6 +15,20 @@ search) Newton method whose Hessian is the Schur complement of the dual Hessian
 iterations stop on ``||nu - Gamma^T 1||_1 <= tol``. The gauge ``g -> g + c,
 f -> f - c`` is fixed by keeping ``sum(g)`` constant (``Gamma`` does not depend on it).
 
+float32: near the optimum a Newton step's predicted gain in the semi-dual (~1e-10) is
+below the round-off of the semi-dual's value (~1e-8), so once the gain is under that
+round-off the line search's merit is the marginal residual ``||nu - Gamma^T 1||_1``
+instead (a step is taken when it lowers the residual); the row thresholds are computed
+on ``g - C`` shifted by its row maximum (and ``C`` by its row minimum, which moves only
+``f``), so the residual's own round-off floor stays below the float32 ``tol``. Neither
+changes the optimum: float64 plans agree with the previous iteration to round-off.
+
+Not converged: when the iteration ends (``max_iter``, or no step lowers the merit) with
+the residual above ``10 tol + n eps (1 + max C / lam)`` (``eps`` of the dtype, ``C``
+row-shifted; the second term is the float round-off floor of the residual), that row's
+plan is returned as NaN, never as a silently wrong plan; the NaN propagates to every
+output of the ``method="ot"`` call.
+
 Differentiation is implicit (``custom_vjp``): with ``H = dGamma/dS`` the linear system
 of the optimality conditions is solved by the same Schur complement, so nothing of
 the iteration is stored, and it works in float32 (softjax's fails there) and float64.
@@ -58,9 +72,14 @@ def _parts(C, g, mu, lam, power):
     """Exact row potentials for ``g``; returns (f, S, Gamma, H = dGamma/dS)."""
     lp = lam ** (-power)
     tau = lam * (mu if power == 1 else mu ** (1.0 / power))  # (n,)
-    v = (g[None, :] - C) / tau[:, None]
-    f = -tau * _threshold(v, power)[:, 0]
-    S = f[:, None] + g[None, :] - C
+    # shifted by the row maximum before the threshold: the row's top entry of ``v`` is then
+    # exactly 0 and ``v - theta`` is not a difference of two large numbers (float32)
+    w = g[None, :] - C
+    w_max = jnp.max(w, axis=1, keepdims=True)
+    v = (w - w_max) / tau[:, None]
+    theta = _threshold(v, power)
+    f = -w_max[:, 0] - tau * theta[:, 0]
+    S = tau[:, None] * (v - theta)
     Sp = jnp.maximum(S, 0.0)
     G = lp * _pow(Sp, power)
     H = (
@@ -72,13 +91,13 @@ def _parts(C, g, mu, lam, power):
 
 
 def _semi_dual(C, g, mu, nu, lam, power):
-    f, S, _, _ = _parts(C, g, mu, lam, power)
+    """Semi-dual value, its round-off scale (sum of the terms' magnitudes), marginal error."""
+    f, S, G, _ = _parts(C, g, mu, lam, power)
     q = power + 1
-    return (
-        jnp.dot(mu, f)
-        + jnp.dot(nu, g)
-        - lam ** (-power) / q * jnp.sum(_pow(jnp.maximum(S, 0.0), q))
-    )
+    R = lam ** (-power) / q * jnp.sum(_pow(jnp.maximum(S, 0.0), q))
+    F = jnp.dot(mu, f) + jnp.dot(nu, g) - R
+    scale = jnp.dot(mu, jnp.abs(f)) + jnp.dot(nu, jnp.abs(g)) + R
+    return F, scale, jnp.sum(jnp.abs(nu - jnp.sum(G, axis=0)))
 
 
 def _schur_solve(H, rhs_f, rhs_g, ridge, lstsq=False):
@@ -104,6 +123,10 @@ def _schur_solve(H, rhs_f, rhs_g, ridge, lstsq=False):
 def _solve(C, mu, nu, lam, power, tol, max_iter):
     n, m = C.shape
     dt = C.dtype
+    # a per-row constant in C moves only f, not the plan; removing the row minimum makes
+    # the cancellation in ``S = f + g - C`` (the residual's round-off floor) smaller
+    C = C - jnp.min(C, axis=1, keepdims=True)
+    noise = 64 * jnp.finfo(dt).eps  # relative round-off of the semi-dual's value
 
     def state(g):
         _, _, G, H = _parts(C, g, mu, lam, power)
@@ -111,44 +134,69 @@ def _solve(C, mu, nu, lam, power, tol, max_iter):
         return grad, H, jnp.sum(jnp.abs(grad))
 
     def cond(st):
-        i, _, _, _, err, _ = st
+        i, _, _, _, err, _, _ = st
         return (i < max_iter) & (err > tol)
 
     def body(st):
-        i, g, grad, H, err, F = st
+        i, g, grad, H, err, F, scale = st
         # Levenberg-regularised Newton direction on the semi-dual (ascent)
         _, d = _schur_solve(H, jnp.zeros_like(H[:, 0]), grad, err)
         slope = jnp.dot(grad, d)
+        # near the optimum the predicted gain is below the round-off of the semi-dual's
+        # value (float32: ~1e-10 against ~1e-8), so comparing values compares noise: there
+        # the merit is the marginal residual ``||nu - Gamma^T 1||_1`` (the gradient's norm,
+        # zero only at the optimum), which the Newton step decreases quadratically
+        near = slope <= noise * scale
+
+        def accept(t, Fn, en):
+            return jnp.where(near, en < err, Fn >= F + 1e-4 * t * slope)
 
         def ls_cond(ls):
-            t, Fn, k = ls
-            return (Fn < F + 1e-4 * t * slope) & (k < 30)
+            t, Fn, _, en, k = ls
+            return ~accept(t, Fn, en) & (k < 30)
 
         def ls_body(ls):
-            t, _, k = ls
+            t, _, _, _, k = ls
             t = 0.5 * t
-            return t, _semi_dual(C, g + t * d, mu, nu, lam, power), k + 1
+            return (t, *_semi_dual(C, g + t * d, mu, nu, lam, power), k + 1)
 
         # the carries of both loops are built from traced values (``*_like``): a constant
         # (``jnp.ones((), dt)``, a Python ``0``) has an aval on the empty mesh, and when
         # ``vmap`` over a NamedSharding input batches this nested loop it fails with
         # "Resource axis: data of P('data',) is not found in mesh: ()"
         t0 = jnp.ones_like(F)
-        t, Fn, _ = lax.while_loop(
-            ls_cond, ls_body, (t0, _semi_dual(C, g + d, mu, nu, lam, power), jnp.zeros_like(i))
+        t, Fn, sn, en, _ = lax.while_loop(
+            ls_cond,
+            ls_body,
+            (t0, *_semi_dual(C, g + d, mu, nu, lam, power), jnp.zeros_like(i)),
         )
-        ok = Fn >= F  # never go downhill (f32 round-off near the optimum)
+        ok = jnp.where(near, en < err, Fn >= F)  # never go uphill in the merit
         g_new = jnp.where(ok, g + t * d, g)
         grad_n, H_n, err_n = state(g_new)
-        stall = ~ok
-        return (jnp.where(stall, max_iter, i + 1), g_new, grad_n, H_n, err_n, jnp.where(ok, Fn, F))
+        return (
+            jnp.where(ok, i + 1, max_iter),  # no acceptable step: stop (checked below)
+            g_new,
+            grad_n,
+            H_n,
+            err_n,
+            jnp.where(ok, Fn, F),
+            jnp.where(ok, sn, scale),
+        )
 
     g0 = jnp.zeros((m,), dt)
     grad0, H0, err0 = state(g0)
-    F0 = _semi_dual(C, g0, mu, nu, lam, power)
+    F0, scale0, _ = _semi_dual(C, g0, mu, nu, lam, power)
     i0 = jnp.zeros_like(err0, dtype=jnp.int32)  # not a Python 0 (see the line search)
-    _, g, _, _, _, _ = lax.while_loop(cond, body, (i0, g0, grad0, H0, err0, F0))
+    st = lax.while_loop(cond, body, (i0, g0, grad0, H0, err0, F0, scale0))
+    g, err = st[1], st[4]
     _, _, G, H = _parts(C, g, mu, lam, power)
+    # not converged: a NaN plan, never a silently wrong one. ``err`` may end above ``tol``
+    # where the float round-off reaches it: a plan entry carries ~eps |g - C| / lam
+    # (|g - C| ~ max C on the support), summed over n rows, so the plan is NaN only beyond
+    # 10 tol plus that floor
+    floor = n * jnp.finfo(dt).eps * (1 + jnp.max(C) / lam)
+    failed = err > 10 * tol + floor
+    G = jnp.where(failed, jnp.nan, G)
     return G, H
 
 
@@ -183,7 +231,9 @@ def transport_pnorm(x, anchors, mu, nu, softness, mode, *, tol=None, max_iter=10
 
     ``mode`` in ``"c0"`` (p = 2), ``"c1"`` (p = 3/2), ``"c2"`` (p = 4/3); marginals are
     clipped at 1e-12 and renormalised (as softjax). ``tol`` on the column-marginal L1
-    error defaults to 1e-12 in float64 and 1e-6 in float32.
+    error defaults to 1e-12 in float64 and 1e-6 in float32. A row whose solve does not
+    converge (residual above ``10 tol + n eps (1 + max C / lam)`` after ``max_iter``
+    Newton steps or a failed line search) comes back as NaN, not as a wrong plan (module docstring).
     """
     power = POWERS[mode]
     *batch, n = x.shape

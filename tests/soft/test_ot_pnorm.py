@@ -86,15 +86,9 @@ def _setup(n, m, dtype, seed=0):
 @pytest.mark.parametrize(
     "mode,dtype",
     [
-        # the p-norm parity oracle stays default; float32 runs with XLA's default back end
-        # (`xla_defaults`): the solver's float32 line search compares semi-dual values
-        # below their round-off, and with the back end's optimisation off it stalls on
-        # this input at a marginal error of 1.7e-5 > its own tol (see tests/README.md)
-        pytest.param(
-            m,
-            d,
-            marks=[pytest.mark.slow] + ([pytest.mark.xla_defaults] if d == jnp.float32 else []),
-        )
+        # the p-norm parity oracle stays default; the float32 solve's convergence is
+        # checked in the default tier by test_ot_pnorm_f32.py
+        pytest.param(m, d, marks=[pytest.mark.slow])
         for d in (jnp.float32, jnp.float64)
         for m in MODES
     ],
