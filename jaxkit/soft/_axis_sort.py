@@ -158,7 +158,9 @@ def argsort(
       ot_kwargs: softjax's OT solver options for ``method="ot"``: ``sinkhorn_tol``,
         ``sinkhorn_max_iter`` (mode ``"smooth"``), ``lbfgs_tol``, ``lbfgs_max_iter``
         (the p-norm modes; our p-norm solver is a Newton method, the pair sets its
-        tolerance and iteration limit). Unknown keys raise ``ValueError``.
+        tolerance and iteration limit). Unknown keys raise ``ValueError``. A p-norm
+        row whose solve stops above its tolerance (past the round-off floor) comes back
+        as NaN instead of an unconverged plan: raise ``lbfgs_max_iter`` if that happens.
       return_log_probs: static bool; return ``log p`` instead of the soft index ``p``.
         Sparse modes (``c0``/``c1``/``c2``, one-hot ``hard``) give exact ``-inf`` where
         ``p == 0`` (their gradient there is not finite); ``mode="smooth"`` with
