@@ -25,7 +25,15 @@ def _inputs(seed):
     return x, a, mu, nu
 
 
-@pytest.mark.parametrize("mode,seed", [("c0", 0), ("c1", 1), ("c2", 2)])
+# c1 (the mode that stalled at back-end O0) runs by default; c0 and c2 in the slow tier
+@pytest.mark.parametrize(
+    "mode,seed",
+    [
+        pytest.param("c0", 0, marks=pytest.mark.slow),
+        ("c1", 1),
+        pytest.param("c2", 2, marks=pytest.mark.slow),
+    ],
+)
 def test_float32_solve_reaches_tol_and_float64_optimum(mode, seed):
     x, a, mu, nu = _inputs(seed)
     p32 = np.asarray(

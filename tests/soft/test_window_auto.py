@@ -30,7 +30,7 @@ def test_rule_is_static_in_n_and_window():
     assert F.band_window(o, 5, "sort") == 3
 
 
-@pytest.mark.parametrize("method", ["softsort", "neuralsort"])
+@pytest.mark.parametrize("method", [pytest.param("softsort", marks=pytest.mark.slow), "neuralsort"])
 def test_auto_equals_dense_where_it_picks_dense(method):
     kw = dict(softness=0.05, method=method)
     dense = dict(kw, abs_mode="hard")
