@@ -6,6 +6,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike, accumulation_dtype
+from jaxkit.data._hobit import _check_dup, _check_emb
 
 
 def _infonce(q, d, dup_ids, tau, *, axis_name):
@@ -55,17 +56,8 @@ def infonce(
     static, ``tau`` traced).
     """
     q, d = jnp.asarray(q), jnp.asarray(d)
-    V.ndim(q, 2, name="q")
-    V.ndim(d, 2, name="d")
-    V.floating(q, name="q")
-    V.floating(d, name="d")
-    if q.shape != d.shape:
-        raise TypeError(f"`d` must have the shape of `q` {q.shape}, got {d.shape}.")
-    if dup_ids is not None:
-        V.ndim(dup_ids, 1, name="dup_ids")
-        V.integer(dup_ids, name="dup_ids")
-        if dup_ids.shape[0] != q.shape[0]:
-            raise TypeError(f"`dup_ids` must have length {q.shape[0]}, got {dup_ids.shape[0]}.")
+    _check_emb(q, d)
+    dup_ids = _check_dup(dup_ids, q.shape[0])
     q = V.guard_positive(q, tau, name="tau")
     return _infonce_jit(q, d, dup_ids, tau, axis_name=axis_name)
 
