@@ -9,8 +9,7 @@ state is :class:`jaxkit.decoding.WeDLMState`; its settings are the decoder's opt
 import jax
 import jax.numpy as jnp
 
-from jaxkit import nn
-from jaxkit.decoding._common import choose_tokens, stop_info, write_at
+from jaxkit.decoding._common import ar_step, stop_info, write_at
 from jaxkit.decoding._reorder import commit_count
 
 
@@ -50,13 +49,19 @@ def ar_run(params, cfg, s, prompt_len, key, o):
 
     def body(c):
         cache, tok, out, n_gen, done, rows, i, k = c
-        act = ~done
-        logits, cache = nn.decode_step(params, cfg, tok, cache, overflow="drop")
-        nxt = choose_tokens(logits, jax.random.fold_in(key, i), o.sampling, greedy=o.greedy)
-        out = write_at(out, jnp.where(act, n_gen, n)[:, None], nxt[:, None])
-        n_gen = n_gen + act.astype(jnp.int32)
-        has_stop, _ = stop_info(out, n_gen, o.stop_token_ids)
-        done = done | has_stop | (n_gen >= n)
+        cache, nxt, out, n_gen, done, act = ar_step(
+            params,
+            cfg,
+            tok,
+            cache,
+            out,
+            n_gen,
+            done,
+            jax.random.fold_in(key, i),
+            o.sampling,
+            static=o,
+            overflow="drop",
+        )
         return (cache, nxt, out, n_gen, done, rows + act.astype(jnp.int32), i + 1, k + 1)
 
     carry = (s.cache, s.win_tok[:, 0], s.out, n_gen, s.done, s.row_forwards, s.n_forward, 0)

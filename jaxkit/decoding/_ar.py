@@ -112,14 +112,10 @@ def _ar_generate(
 
     def body(c):
         cache, tok, out, n_gen, done, rows, i = c
-        active = ~done
-        logits, cache = nn.decode_step(params, cfg, tok, cache)
-        nxt = C.choose_tokens(logits, jax.random.fold_in(key, i + 1), sampling, greedy=greedy)
-        idx = jnp.where(active, n_gen, n)
-        out = C.write_at(out, idx[:, None], nxt[:, None])
-        n_gen = n_gen + active.astype(jnp.int32)
-        has_stop, _ = C.stop_info(out, n_gen, stops)
-        done = done | has_stop | (n_gen >= n)
+        k = jax.random.fold_in(key, i + 1)
+        cache, nxt, out, n_gen, done, active = C.ar_step(
+            params, cfg, tok, cache, out, n_gen, done, k, sampling, static=static, overflow="error"
+        )
         return (cache, nxt, out, n_gen, done, rows + active.astype(jnp.int32), i + 1)
 
     _, _, out, n_gen, _, rows, i = jax.lax.while_loop(cond, body, carry)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from jaxkit import _validate
+from jaxkit import _validate, nn
 from jaxkit.kernels.sampling import sample_tokens
 
 
@@ -209,3 +209,20 @@ def write_at(out: Array, idx: Array, vals: Array) -> Array:
     hit = idx[:, :, None] == jnp.arange(out.shape[1], dtype=idx.dtype)[None, None, :]
     val = jnp.sum(jnp.where(hit, vals[:, :, None], jnp.zeros_like(vals)[:, :, None]), axis=1)
     return jnp.where(jnp.any(hit, axis=1), val.astype(out.dtype), out)
+
+
+def ar_step(params, cfg, tok, cache, out, n_gen, done, key, s: Sampling, *, static, overflow):
+    """One AR decode step of the active rows: feed ``tok``, draw, write, update ``done``.
+
+    The loop body shared by :func:`ar_generate` and WeDLM's one-token fallback; returns
+    ``(cache, next_token, out, n_gen, done, active)``.
+    """
+    n = static.max_new_tokens
+    active = ~done
+    logits, cache = nn.decode_step(params, cfg, tok, cache, overflow=overflow)
+    nxt = choose_tokens(logits, key, s, greedy=static.greedy)
+    out = write_at(out, jnp.where(active, n_gen, n)[:, None], nxt[:, None])
+    n_gen = n_gen + active.astype(jnp.int32)
+    has_stop, _ = stop_info(out, n_gen, static.stop_token_ids)
+    done = done | has_stop | (n_gen >= n)
+    return cache, nxt, out, n_gen, done, active
