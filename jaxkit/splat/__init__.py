@@ -6,6 +6,7 @@
 * :class:`Gaussians`, :class:`Camera` and their constructors.
 """
 
+from jaxkit.splat import io
 from jaxkit.splat._raster import render
 from jaxkit.splat._types import (
     Camera,
@@ -23,6 +24,7 @@ __all__ = [
     "Gaussians",
     "covariance_from_scale_rotation",
     "from_scale_rotation",
+    "io",
     "look_at",
     "orbit_cameras",
     "quaternion_to_rotation",

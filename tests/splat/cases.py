@@ -1,6 +1,5 @@
 """Conformance cases for jaxkit.splat (see tests/conformance.py)."""
 
-import jax
 import jax.numpy as jnp
 
 from jaxkit import splat

@@ -135,7 +135,7 @@ def test_vmap_over_cameras(key):
     cams = splat.orbit_cameras(3, radius=3.0, height=0.5, focal=10.0, hw=HW)
     batched = jax.vmap(lambda c: splat.render(g, c, hw=HW))(cams)
     for i in range(3):
-        one = jax.tree.map(lambda a: a[i], cams)
+        one = jax.tree.map(lambda a, i=i: a[i], cams)
         np.testing.assert_allclose(batched[i], splat.render(g, one, hw=HW), atol=1e-6)
 
 
