@@ -1,0 +1,259 @@
+"""AdLift toy: safeguard Gaussians that protect every view of a 3DGS asset (spec vision.md §5.5).
+
+Claim reproduced in miniature (Hong et al., ICML 2026, arXiv:2512.07247): a bounded
+adversarial perturbation against an image editor, computed in image space on training views
+and *lifted* into extra ("safeguard") Gaussians by fitting, transfers to novel views that
+were never used, while the renders stay visually unchanged.
+
+Set-up: a random asset of Gaussians, cameras on a circle (even = training, odd = novel
+views). The editor is a stand-in: a small U-Net (``jaxkit.nn.UNet``) trained on renders to
+perform a fixed "instruction" edit ``clip(1.2 x[..., ::-1])`` (channel swap and brighten).
+Attack (PhotoGuard-style, minimised): ``L_adv(x) = mean (Edit(x) - Edit(grey))^2``;
+reported per view as ``L_adv(protected) / L_adv(raw)`` (lower = more protection).
+Rows: 2D per-view PGD on the training images (no 3D asset, cannot cover novel views),
+AdLift Lifted PGD (with the hinge that pulls the rendered perturbation toward eta), and a
+control: the same pipeline driven by random directions, then scaled per view in image
+space to the same PSNR as AdLift (a PSNR-matched random perturbation).
+A full run (trained .ply assets, COLMAP cameras, an InstructPix2Pix VAE) needs a GPU.
+"""
+
+import argparse
+import functools
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxkit import nn, splat
+from jaxkit.splat import adlift
+
+ETA, STEP = 8 / 255, 4 / 255
+FIT_LR = 2e-2  # tuned here: 5e-3 (the spec's start) fits too little in 4 rounds (0.94)
+HINGE = 0.05
+GREY = 0.5
+
+
+def _edit_target(x):
+    return jnp.clip(1.2 * x[..., ::-1], 0.0, 1.0)
+
+
+def _apply(editor, x):
+    return jnp.transpose(editor(jnp.transpose(x, (2, 0, 1))), (1, 2, 0))
+
+
+def attack_loss(params, x, x_raw):
+    """Encoder-style attack toward the edit of a grey image, plus an optional random
+    linear term (weights ``w_edit``, ``w_rand``: the random control uses the same function)."""
+    del x_raw
+    editor, target, rand, w_edit, w_rand = params
+    edit = jnp.mean((_apply(editor, x) - target) ** 2)
+    return w_edit * edit + w_rand * jnp.mean(rand * x)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _random_scene(key, n):
+    dtype = jnp.float32
+    ks = jax.random.split(key, 5)
+    return splat.from_scale_rotation(
+        jax.random.uniform(ks[0], (n, 3), dtype, -1.0, 1.0),
+        jax.random.uniform(ks[1], (n, 3), dtype, -2.8, -1.8),
+        jax.random.normal(ks[2], (n, 4), dtype),
+        jax.random.normal(ks[3], (n,), dtype) + 1.0,
+        jax.random.uniform(ks[4], (n, 3), dtype),
+    )
+
+
+def _train_editor(key, images, steps):
+    editor = nn.UNet(3, 3, channels=(8, 16), key=key)
+    opt = optax.adam(3e-3)
+
+    @jax.jit
+    def step(ed, st, xs):
+        def loss(e):
+            return jnp.mean((jax.vmap(lambda x: _apply(e, x))(xs) - _edit_target(xs)) ** 2)
+
+        val, g = jax.value_and_grad(loss)(ed)
+        up, st = opt.update(g, st, ed)
+        return optax.apply_updates(ed, up), st, val
+
+    st = opt.init(editor)
+    for i in range(steps):
+        batch = images[(i * 16) % len(images) :][:16]
+        editor, st, mse = step(editor, st, batch)
+    return editor, float(mse)
+
+
+def _per_view_pgd(params, xs, steps):
+    """2D baseline: projected sign steps on each training image directly."""
+    g = jax.jit(jax.vmap(jax.grad(attack_loss, argnums=1), in_axes=(None, 0, 0)))
+    x = xs
+    for _ in range(steps):
+        x = adlift.pgd_image_step(x, xs, g(params, x, xs), eta=ETA, step=STEP)
+    return x
+
+
+def main(
+    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+) -> dict:
+    del data_dir  # synthetic scene
+    t0 = time.perf_counter()
+    key = jax.random.key(seed)
+    n_raw, n_safe = (100, 100) if quick else (300, 150)
+    n_cams, hw = (8, (24, 24)) if quick else (16, (32, 32))
+    n_outer, editor_steps = (4, 60) if quick else (8, 300)
+    raw = _random_scene(jax.random.fold_in(key, 1), n_raw)
+    cams = splat.orbit_cameras(n_cams, radius=4.0, height=1.0, focal=1.15 * hw[0], hw=hw)
+    train = jax.tree.map(lambda a: a[0::2], cams)
+    render_all = jax.jit(jax.vmap(lambda g, c: splat.render(g, c, hw=hw), in_axes=(None, 0)))
+
+    # the stand-in editor: trained on renders of the asset and of other random scenes
+    imgs = [render_all(raw, cams)]
+    for s in range(1 if quick else 3):
+        imgs.append(render_all(_random_scene(jax.random.fold_in(key, 100 + s), n_raw), cams))
+    editor, editor_mse = _train_editor(
+        jax.random.fold_in(key, 2), jnp.concatenate(imgs), editor_steps
+    )
+    target = _edits(editor, jnp.full((1, *hw, 3), GREY))[0]
+    rand = jnp.sign(jax.random.normal(jax.random.fold_in(key, 3), (*hw, 3)))
+    adv = (editor, target, jnp.zeros((*hw, 3)), 1.0, 0.0)  # the attack
+    ctl = (editor, target, rand, 0.0, 1.0)  # random directions, same pipeline
+
+    theta0 = adlift.init_safeguards(raw, n_safe, key=jax.random.fold_in(key, 4))
+    kw = {"hw": hw, "eta": ETA, "step": STEP, "n_outer": n_outer, "n_fit": 10, "fit_lr": FIT_LR}
+    prot = adlift.lifted_pgd(raw, theta0, train, attack_loss, adv, **kw).safeguards
+    hinged = adlift.lifted_pgd(raw, theta0, train, attack_loss, adv, hinge=HINGE, **kw)
+    rnd = adlift.lifted_pgd(raw, theta0, train, attack_loss, ctl, **kw).safeguards
+
+    def split(tree):  # (train, novel) halves of an all-camera result
+        return jax.tree.map(lambda a: a[0::2], tree), jax.tree.map(lambda a: a[1::2], tree)
+
+    def ev(theta):
+        return split(adlift.evaluate_protection(raw, theta, cams, attack_loss, adv, hw=hw))
+
+    rows, res = [], {}
+    x_raw = render_all(raw, cams)
+    x_raw_tr = x_raw[0::2]
+    x2d = _per_view_pgd(adv, x_raw_tr, 8)
+    l2d = _ratio(adv, x2d, x_raw_tr)
+    rows.append(_row("2D per-view PGD (8 steps)", l2d, None, dx=(x2d - x_raw_tr,)))
+    runs = (
+        ("AdLift Lifted PGD", prot),
+        (f"AdLift + hinge {HINGE:g}", hinged.safeguards),
+        ("random directions", rnd),
+    )
+    for name, theta in runs:
+        pt, pn = res[name] = ev(theta)
+        rows.append(_row(name, pt.adv_rel, pn.adv_rel, prot=(pt, pn)))
+    # PSNR-matched random control: scale each view's random perturbation to AdLift's MSE
+    x_rnd = render_all(adlift.protected_scene(raw, rnd), cams)
+    x_adl = render_all(adlift.protected_scene(raw, prot), cams)
+    mse_a = jnp.mean((x_adl - x_raw) ** 2, axis=(1, 2, 3))
+    mse_r = jnp.mean((x_rnd - x_raw) ** 2, axis=(1, 2, 3))
+    x_ctl = jnp.clip(x_raw + jnp.sqrt(mse_a / mse_r)[:, None, None, None] * (x_rnd - x_raw), 0, 1)
+    ctl_ratio = split(_ratio(adv, x_ctl, x_raw))
+    _save(out_dir, x_raw[1::2], x_adl[1::2], x_ctl[1::2], editor)
+    dx = split(x_ctl - x_raw)
+    rows.append(_row("random, PSNR-matched", *ctl_ratio, dx=dx))
+    ctrl = {"novel": ctl_ratio}
+    pt, pn = res["AdLift Lifted PGD"]
+    novel_ratio = float(jnp.mean(pn.adv_rel))
+    ctrl_ratio = float(jnp.mean(ctrl["novel"][1]))
+    psnr_min = float(jnp.minimum(jnp.min(pt.psnr), jnp.min(pn.psnr)))
+    return {
+        "method": "adlift",
+        "metric": "novel-view L_adv(protected)/L_adv(raw) (lower = more protection)",
+        "value": round(novel_ratio, 4),
+        "baseline": round(ctrl_ratio, 4),
+        "ok": bool(novel_ratio < 0.95 and novel_ratio < ctrl_ratio and psnr_min > 28.0),
+        "train_ratio": round(float(jnp.mean(pt.adv_rel)), 4),
+        "per_view_2d_ratio": round(float(jnp.mean(l2d)), 4),
+        "linf_max": round(float(jnp.maximum(jnp.max(pt.linf), jnp.max(pn.linf))), 4),
+        "eta": round(ETA, 4),
+        "psnr_min_db": round(psnr_min, 2),
+        "hinge_novel_ratio": round(float(jnp.mean(res[runs[1][0]][1].adv_rel)), 4),
+        "hinge_linf_max": round(float(jnp.max(res[runs[1][0]][1].linf)), 4),
+        "editor_mse": round(editor_mse, 4),
+        "table": rows,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+_ratio_fn = jax.jit(
+    jax.vmap(lambda p, x, xr: attack_loss(p, x, xr) / attack_loss(p, xr, xr), in_axes=(None, 0, 0))
+)
+
+
+def _ratio(params, x, x_raw):
+    return _ratio_fn(params, x, x_raw)
+
+
+def _row(name, tr, nv, *, prot=None, dx=()):
+    """One table row; L-inf and PSNR from the Protection pair or the image differences."""
+    if prot is not None:
+        linf = max(float(jnp.max(p.linf)) for p in prot)
+        psnr = min(float(jnp.min(p.psnr)) for p in prot)
+    else:
+        linf = max(float(jnp.max(jnp.abs(d))) for d in dx)
+        psnr = min(float(jnp.min(-10 * jnp.log10(jnp.mean(d**2, axis=(1, 2, 3))))) for d in dx)
+    return {
+        "method": name,
+        "train": round(float(jnp.mean(tr)), 4),
+        "novel": None if nv is None else round(float(jnp.mean(nv)), 4),
+        "max_linf": round(linf, 4),
+        "min_psnr_db": round(psnr, 2),
+    }
+
+
+def _save(out_dir, x_raw, x_adl, x_ctl, editor):
+    """One PNG grid: rows = novel views; columns = raw, AdLift, control, their edits."""
+    os.makedirs(out_dir, exist_ok=True)
+    cols = [x_raw, x_adl, x_ctl, _edits(editor, x_raw), _edits(editor, x_adl)]
+    n = min(4, x_raw.shape[0])
+    grid = np.concatenate(
+        [np.concatenate([np.pad(np.asarray(c[i]), ((1, 1), (1, 1), (0, 0))) for c in cols], 1)
+         for i in range(n)],
+        0,
+    )  # fmt: skip
+    img = (np.clip(np.kron(grid, np.ones((4, 4, 1))), 0, 1) * 255).astype(np.uint8)
+    _write_png(os.path.join(out_dir, "adlift_toy.png"), img)
+
+
+def _write_png(path, rgb):
+    """Minimal RGB8 PNG writer (zlib + CRC chunks), so the demo needs no plotting library."""
+    import struct
+    import zlib
+
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[i].tobytes() for i in range(h))
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)))
+        f.write(chunk(b"IDAT", zlib.compress(raw, 6)))
+        f.write(chunk(b"IEND", b""))
+
+
+@jax.jit
+def _edits(editor, xs):
+    return jax.vmap(lambda x: _apply(editor, x))(xs)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="out")
+    p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
+    res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+    table = res.pop("table")
+    for row in table:
+        print(row)
+    print(json.dumps(res))
