@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxkit import _validate
 from jaxkit.splat._raster import METHODS, _render_core, check_camera, check_scene
@@ -150,6 +149,20 @@ def _render(g, cam, bg, near, rk):
     return _render_core(g, cam, bg, near, **rk)
 
 
+def _adam_step(theta, grad, state, lr, b1=0.9, b2=0.999, eps=1e-8):
+    """One Adam step, ``optax.adam``'s update rule.
+
+    The step counter is kept in the float dtype so the step runs under strict promotion.
+    """
+    count, m, v = state
+    count = count + 1
+    m = jax.tree.map(lambda a, g: b1 * a + (1 - b1) * g, m, grad)
+    v = jax.tree.map(lambda a, g: b2 * a + (1 - b2) * g * g, v, grad)
+    c1, c2 = 1 - b1**count, 1 - b2**count
+    theta = jax.tree.map(lambda p, a, b: p - lr * (a / c1) / (jnp.sqrt(b / c2) + eps), theta, m, v)
+    return theta, (count, m, v)
+
+
 def _hinge(x, x_raw, eta):
     return jnp.mean(jax.nn.relu(jnp.abs(x - x_raw) - eta))
 
@@ -161,7 +174,6 @@ def _lifted_core(
     rk = {"hw": hw, "method": method, "tile": tile, "capacity": capacity, "cutoff": cutoff}
     x_raw_all = jax.vmap(lambda c: _render(raw, c, bg, near, rk))(cams)
     lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
-    opt = optax.adam(fit_lr)
 
     def view(carry, inp):
         theta, state = carry
@@ -188,8 +200,7 @@ def _lifted_core(
         def fit(_, c):
             th, st, _ = c
             val, gr = jax.value_and_grad(loss_fn)(th)
-            up, st = opt.update(gr, st, th)
-            th = optax.apply_updates(th, up)
+            th, st = _adam_step(th, gr, st, fit_lr)
             th = th._replace(means=jnp.clip(th.means, lo[None, :], hi[None, :]))
             return th, st, val
 
@@ -201,7 +212,8 @@ def _lifted_core(
     def round_(carry, _):
         return jax.lax.scan(view, carry, (cams, x_raw_all))
 
-    (theta, _), hist = jax.lax.scan(round_, (theta0, opt.init(theta0)), None, length=n_outer)
+    state = (jnp.zeros((), raw.means.dtype), *(jax.tree.map(jnp.zeros_like, theta0),) * 2)
+    (theta, _), hist = jax.lax.scan(round_, (theta0, state), None, length=n_outer)
     return LiftedPGDResult(theta, hist)
 
 
@@ -253,7 +265,12 @@ def lifted_pgd(
       n_fit: Static Adam steps per view visit.
       mode: ``"lifted"`` (gradient truncation + image-space PGD + fitting) or
         ``"end_to_end"`` (the adversarial loss differentiated through the renderer).
-      background, near, method, tile, capacity, cutoff: As :func:`jaxkit.splat.render`.
+      background: Background colour (as :func:`jaxkit.splat.render`).
+      near: Near-plane depth (as :func:`jaxkit.splat.render`).
+      method: Rasterizer path, ``"dense"`` or ``"tiled"`` (as :func:`jaxkit.splat.render`).
+      tile: Tile side of the tiled path.
+      capacity: Gaussians per tile of the tiled path.
+      cutoff: Footprint truncation in sigma (as :func:`jaxkit.splat.render`).
 
     Raises:
       TypeError: bad scene/camera/safeguard shapes, ``adv_loss`` not callable.

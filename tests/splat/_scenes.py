@@ -55,3 +55,12 @@ def numpy_render(g, cam, hw, bg=0.0, near=0.2):
                 t *= 1 - a
             out[i, j] = acc + t * bg
     return out
+
+
+def grey_loss(params, x, x_raw):
+    """A toy differentiable 'editor' attack, features tanh(x W) toward those of grey, under
+    the monotone map exp(c L) (``params = (W, c)``): c changes no gradient's sign."""
+    del x_raw
+    w, c = params
+    feat = jnp.tanh(x @ w) - jnp.tanh(0.5 * jnp.sum(w, axis=0))[None, None, :]
+    return jnp.exp(c * jnp.mean(feat**2))

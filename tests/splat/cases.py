@@ -1,10 +1,12 @@
 """Conformance cases for jaxkit.splat (see tests/conformance.py)."""
 
+import jax
 import jax.numpy as jnp
 
 from jaxkit import splat
+from jaxkit.splat import adlift
 from tests.conformance import Bad, Case
-from tests.splat._scenes import HW, camera, scene
+from tests.splat._scenes import HW, camera, grey_loss, scene
 
 
 def _args(key, dtype):
@@ -72,5 +74,77 @@ CASES = [
         grad_rtol=1e-4,
         grad_atol=1e-5,
         slow_checks=("grads", "vmap", "eval_shape", "traced_once", "bad_inputs", "jit"),
+    ),
+]
+
+
+def _pgd_args(key, dtype):
+    ks = jax.random.split(key, 3)
+    x_raw = jax.random.uniform(ks[0], (8, 4, 4, 3), dtype)
+    x = jnp.clip(x_raw + 0.05 * jax.random.normal(ks[1], x_raw.shape, dtype), 0, 1)
+    return x, x_raw, jax.random.normal(ks[2], x_raw.shape, dtype)
+
+
+def _pgd(x, x_raw, g, *, eta, step):
+    return adlift.pgd_image_step(x, x_raw, g, eta=eta, step=step)
+
+
+def _bad_pgd_shape(key):
+    x, x_raw, g = _pgd_args(key, jnp.float32)
+    return (x, x_raw, g[..., :2]), {}
+
+
+AD_HW = (6, 6)
+
+
+def _lift_args(key, dtype):
+    raw = scene(key, 5, dtype)
+    cams = splat.orbit_cameras(2, radius=3.0, height=0.5, focal=7.0, hw=AD_HW)
+    cams = jax.tree.map(lambda a: a.astype(dtype), cams)
+    theta = adlift.init_safeguards(raw, 3, key=jax.random.key(7), opacity_logit=-1.0)
+    params = (jax.random.normal(jax.random.key(8), (3, 3), dtype), jnp.asarray(1.0, dtype))
+    return raw, theta, cams, params
+
+
+def _lift(raw, theta, cams, params, *, eta):
+    res = adlift.lifted_pgd(raw, theta, cams, grey_loss, params, eta=eta, hw=AD_HW, n_outer=1,
+                            n_fit=2)  # fmt: skip
+    return res.safeguards
+
+
+def _bad_lift_eta(key):
+    return _lift_args(key, jnp.float32), {"eta": 0.0}
+
+
+def _bad_lift_cams(key):
+    raw, theta, cams, p = _lift_args(key, jnp.float32)
+    return (raw, theta, jax.tree.map(lambda a: a[0], cams), p), {}
+
+
+CASES += [
+    Case(
+        "splat.pgd_image_step",
+        _pgd,
+        _pgd_args,
+        hparams={"eta": (0.03, 0.06), "step": (0.01, 0.02)},
+        grad_modes=(),  # a projection: piecewise linear, kinks at the bounds
+        shard_argnums=(0, 1, 2),
+        bad=(Bad("mismatched grad shape", _bad_pgd_shape, TypeError, "grad"),),
+    ),
+    Case(
+        "splat.lifted_pgd",
+        _lift,
+        _lift_args,
+        hparams={"eta": (0.03, 0.06)},
+        grad_modes=(),  # a training loop, not differentiated
+        dtypes=(jnp.float32,),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(
+            Bad("eta = 0", _bad_lift_eta, ValueError, "eta"),
+            Bad("unbatched cameras", _bad_lift_cams, TypeError, "cameras.rotation"),
+        ),
+        slow_checks=("jit", "eval_shape", "traced_once", "dtypes"),
     ),
 ]

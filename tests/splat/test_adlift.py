@@ -1,0 +1,112 @@
+"""AdLift oracles: projected sign step, real gradient truncation, fitting, clamping, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxkit import splat
+from jaxkit.splat import adlift
+from tests.splat._scenes import grey_loss, scene
+
+HW = (6, 6)
+
+
+KW = {"hw": HW, "n_outer": 1, "n_fit": 2}  # one compiled program for the default tests
+
+
+def _setup(key):
+    raw = scene(key, 5)
+    cams = splat.orbit_cameras(2, radius=3.0, height=0.5, focal=7.0, hw=HW)
+    theta = adlift.init_safeguards(raw, 3, key=jax.random.key(7), opacity_logit=-1.0)
+    w = jax.random.normal(jax.random.key(8), (3, 3))
+    return raw, cams, theta, (w, jnp.float32(1.0))
+
+
+def test_pgd_image_step_closed_form_and_bounds():
+    rng = np.random.default_rng(0)
+    x_raw = rng.uniform(size=(50,)).astype(np.float32)
+    x = np.clip(x_raw + rng.uniform(-0.1, 0.1, size=50), 0, 1).astype(np.float32)
+    g = rng.normal(size=50).astype(np.float32)
+    eta, step = 0.05, 0.03
+    got = np.asarray(adlift.pgd_image_step(x, x_raw, g, eta=eta, step=step))
+    want = np.clip(x_raw + np.clip(x - step * np.sign(g) - x_raw, -eta, eta), 0, 1)
+    np.testing.assert_allclose(got, want, atol=1e-7)
+    assert np.all(np.abs(got - x_raw) <= eta + 1e-7) and np.all((got >= 0) & (got <= 1))
+    with pytest.raises(ValueError, match="eta"):
+        adlift.pgd_image_step(x, x_raw, g, eta=0.0, step=step)
+    with pytest.raises(TypeError, match="grad"):
+        adlift.pgd_image_step(x, x_raw, g[:3], eta=eta, step=step)
+
+
+def test_lifted_pgd_is_pgd_target_then_fit(key):
+    """Per view: render, truncated image gradient, projected sign step, then n_fit Adam
+    steps of the MSE to that constant target (Adam state carried across views)."""
+    raw, cams, theta, p = _setup(key)
+    eta, step, lr = 0.05, 0.02, 1e-2
+    res = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, eta=eta, step=step, fit_lr=lr, **KW)
+    opt = optax.adam(lr)
+    with jax.numpy_dtype_promotion("standard"):  # optax's int counter
+        state, want = opt.init(theta), theta
+        for v in range(2):
+            cam = jax.tree.map(lambda a, v=v: a[v], cams)
+
+            def rendered(th, cam=cam):
+                return splat.render(adlift.protected_scene(raw, th), cam, hw=HW)
+
+            x, x_raw = rendered(want), splat.render(raw, cam, hw=HW)
+            g = np.asarray(jax.grad(grey_loss, argnums=1)(p, x, x_raw))
+            d = np.clip(np.asarray(x) - step * np.sign(g) - x_raw, -eta, eta)
+            target = np.clip(x_raw + d, 0, 1)
+            for _ in range(2):
+                grads = jax.grad(lambda th, t=target: jnp.mean((rendered(th) - t) ** 2))(want)
+                up, state = opt.update(grads, state, want)
+                want = optax.apply_updates(want, up)
+    for a, b in zip(res.safeguards, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    # real truncation: the editor enters only through sign(grad_x L), so a monotone
+    # transform of the loss (c = 1 -> 5) leaves every safeguard unchanged
+    res5 = adlift.lifted_pgd(
+        raw, theta, cams, grey_loss, (p[0], jnp.float32(5.0)), eta=eta, step=step, fit_lr=lr, **KW
+    )
+    for a, b in zip(res.safeguards, res5.safeguards, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_end_to_end_differs_and_depends_on_the_loss_scale(key):
+    raw, cams, theta, p = _setup(key)
+    lifted = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, **KW).safeguards
+    e2e = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, mode="end_to_end", **KW)
+    assert float(jnp.max(jnp.abs(e2e.safeguards.means - lifted.means))) > 1e-5
+    assert bool(jnp.all(jnp.isfinite(e2e.fit_loss)))
+
+
+def test_means_stay_in_bounding_box_and_evaluation(key):
+    raw, cams, theta, w = _setup(key)
+    res = adlift.lifted_pgd(raw, theta, cams, grey_loss, w, fit_lr=0.5, **KW)
+    lo, hi = np.min(np.asarray(raw.means), 0), np.max(np.asarray(raw.means), 0)
+    m = np.asarray(res.safeguards.means)
+    assert np.all(m >= lo - 1e-6) and np.all(m <= hi + 1e-6)
+    assert res.fit_loss.shape == (1, 2) and bool(jnp.all(jnp.isfinite(res.fit_loss)))
+    # invisible safeguards: no protection, no perturbation
+    off = theta._replace(opacity_logits=jnp.full_like(theta.opacity_logits, -1e4))
+    p = adlift.evaluate_protection(raw, off, cams, grey_loss, w, hw=HW)
+    np.testing.assert_allclose(p.adv_rel, 1.0, atol=1e-6)
+    np.testing.assert_allclose(p.linf, 0.0, atol=1e-7)
+
+
+def test_lifted_pgd_bad_inputs(key):
+    raw, cams, theta, w = _setup(key)
+    with pytest.raises(ValueError, match="eta"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, w, hw=HW, eta=-1.0)
+    with pytest.raises(ValueError, match="mode"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, w, hw=HW, mode="fgsm")
+    with pytest.raises(TypeError, match="cameras.rotation"):
+        adlift.lifted_pgd(raw, theta, jax.tree.map(lambda a: a[0], cams), grey_loss, w, hw=HW)
+    with pytest.raises(TypeError, match="adv_loss"):
+        adlift.lifted_pgd(raw, theta, cams, "editor", w, hw=HW)
+    with pytest.raises(TypeError, match="theta.color_logits"):
+        adlift.lifted_pgd(raw, theta._replace(color_logits=theta.color_logits[:, :2]), cams,
+                          grey_loss, w, hw=HW)  # fmt: skip
