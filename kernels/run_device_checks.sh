@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one device-check script for every Pallas kernel of jaxkit (keep it under 6 minutes).
+# The one device-check script for every Pallas kernel of jaxkit (keep it under 7 minutes).
 #
 # Each kernel has a check module kernels/device_checks/<kernel>.py that compares its Pallas
 # kernel with the jnp reference (values and gradients), times it against the reference and
@@ -11,7 +11,8 @@
 # mode, tiny shapes) that checks the script itself. To add a kernel, add one line to
 # MODULES with its module name and its time budget in seconds. Besides the Pallas kernels,
 # two modules time hot loops on the same device: wedlm (the WeDLM decode loop, tokens/s vs
-# AR + KV cache) and soft_pav (soft PAV sort/rank at n = 1e4-1e5, fwd+bwd vs a hard sort).
+# AR + KV cache) and soft_pav (soft PAV sort/rank at n = 1e4-1e5, fwd+bwd vs a hard sort);
+# splat times the Gaussian rasterizer's fwd+bwd (tiled vs dense path, no Pallas kernel).
 # Each module runs under `timeout BUDGET` with DEVICE_CHECK_BUDGET_S=BUDGET in its
 # environment (modules that read it start no case past the budget and keep their rows).
 set -uo pipefail
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 
-# module  budget_s   (the budgets sum to under 6 minutes: 350 s; the --interpret dry run on a
+# module  budget_s   (the budgets sum to under 7 minutes: 400 s; the --interpret dry run on a
 # CPU, where compiling dominates and a shared machine can be 10x slower, runs without them:
 # it checks the script, not the speed)
 MODULES=(
@@ -39,6 +40,7 @@ MODULES=(
   "sampling 70"
   "wedlm 60"
   "soft_pav 60"
+  "splat 50"
 )
 
 STATUS=0

@@ -3,11 +3,14 @@
 * :func:`render`: projection of anisotropic 3D Gaussians through a pinhole camera (EWA 2D
   covariance), depth sort, front-to-back alpha compositing; a dense exact path and a tiled
   path with fixed-capacity per-tile lists (overflow is an error).
+* :func:`tile_counts`: per-tile list lengths, to size the tiled path's ``capacity``.
 * :class:`Gaussians`, :class:`Camera` and their constructors.
+* :mod:`jaxkit.splat.io`: host-side loaders (3DGS ``.ply``, COLMAP text, ``transforms.json``).
+* :mod:`jaxkit.splat.adlift`: AdLift safeguard Gaussians (Lifted PGD).
 """
 
 from jaxkit.splat import io
-from jaxkit.splat._raster import render
+from jaxkit.splat._raster import render, tile_counts
 from jaxkit.splat._types import (
     Camera,
     Gaussians,
@@ -30,4 +33,5 @@ __all__ = [
     "quaternion_to_rotation",
     "render",
     "stack_cameras",
+    "tile_counts",
 ]

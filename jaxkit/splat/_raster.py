@@ -122,12 +122,10 @@ def _dense(pr, colors, bg, hw, cutoff):
     return _composite(_alpha(pix, pr, cutoff), colors, bg).reshape(h, w, 3)
 
 
-def _tiled(pr, colors, bg, hw, tile, capacity, cutoff):
+def _tile_hits(pr, hw, tile, cutoff, dt):
+    """``(T, N)`` mask: Gaussian n's cutoff-ellipse box touches tile t (row-major tiles)."""
     h, w = hw
     nty, ntx = -(-h // tile), -(-w // tile)
-    dt = colors.dtype
-    k = min(capacity, pr.depth.shape[0])
-    # tile rectangles of pixel centres
     ty, tx = jnp.meshgrid(jnp.arange(nty, dtype=dt), jnp.arange(ntx, dtype=dt), indexing="ij")
     x0, y0 = (tx * tile + 0.5).reshape(-1), (ty * tile + 0.5).reshape(-1)
     x1, y1 = x0 + (tile - 1), y0 + (tile - 1)
@@ -140,7 +138,48 @@ def _tiled(pr, colors, bg, hw, tile, capacity, cutoff):
         & (m2[None, :, 0] - rad[None, :, 0] <= x1[:, None])
         & (m2[None, :, 1] + rad[None, :, 1] >= y0[:, None])
         & (m2[None, :, 1] - rad[None, :, 1] <= y1[:, None])
-    )  # (T, N)
+    )
+    return hit, x0, y0
+
+
+def _counts_core(g, cam, near, *, hw, tile, cutoff):
+    pr = _project(g, cam, jnp.asarray(near, g.means.dtype))
+    hit, _, _ = _tile_hits(pr, hw, tile, cutoff, g.means.dtype)
+    h, w = hw
+    return jnp.sum(hit, axis=1, dtype=jnp.int32).reshape(-(-h // tile), -(-w // tile))
+
+
+_counts_jit = jax.jit(_counts_core, static_argnames=("hw", "tile", "cutoff"))
+
+
+def tile_counts(
+    gaussians: Gaussians,
+    camera: Camera,
+    *,
+    hw: tuple[int, int],
+    tile: int = 16,
+    cutoff: float = DEFAULT_TILED_CUTOFF,
+    near=0.2,
+) -> jax.Array:
+    """``(ceil(H / tile), ceil(W / tile))`` int32: how many Gaussians each tile's list needs.
+
+    ``capacity >= max(tile_counts(...))`` makes ``render(..., method="tiled")`` exact (equal
+    to the dense path with the same ``cutoff``); use it to size ``capacity``.
+    """
+    hw = _hw(hw)
+    tile = _validate.python_int(tile, name="tile", minimum=1)
+    check_scene(gaussians)
+    check_camera(camera, dtype=gaussians.means.dtype)
+    near = _validate.guard_positive(jnp.asarray(near), near, name="near")
+    return _counts_jit(gaussians, camera, near, hw=hw, tile=tile, cutoff=float(cutoff))
+
+
+def _tiled(pr, colors, bg, hw, tile, capacity, cutoff):
+    h, w = hw
+    nty, ntx = -(-h // tile), -(-w // tile)
+    dt = colors.dtype
+    k = min(capacity, pr.depth.shape[0])
+    hit, x0, y0 = _tile_hits(pr, hw, tile, cutoff, dt)
     count = jnp.sum(hit, axis=1)
     score = jnp.where(hit, -jax.lax.stop_gradient(pr.depth), -jnp.inf)
     _, idx = jax.lax.top_k(score, k)  # (T, K): nearest first

@@ -159,3 +159,22 @@ def test_bad_inputs(key):
     bad = g._replace(covariances=g.covariances.at[0].multiply(-1.0))
     with pytest.raises(Exception, match="semi-definite"):
         jax.block_until_ready(jax.jit(lambda g: splat.render(g, cam, hw=HW))(bad))
+
+
+@pytest.mark.slow
+def test_tile_counts_size_the_capacity(key):
+    g, cam = scene(key, 5), camera(hw=(12, 10))
+    counts = np.asarray(splat.tile_counts(g, cam, hw=(12, 10), tile=4))
+    assert counts.shape == (3, 3)
+    # brute force: Gaussian n is needed by tile t iff it has a pixel there inside 3 sigma
+    dense = np.asarray(splat.render(g, cam, hw=(12, 10), cutoff=3.0))
+    need = np.zeros((3, 3), int)
+    for n in range(5):
+        one = jax.tree.map(lambda a, n=n: a[n : n + 1], g)
+        img = np.asarray(splat.render(one, cam, hw=(12, 10), cutoff=3.0, background=-1.0))
+        touched = np.any(img != -1.0, axis=-1)
+        need += np.array([[touched[4 * i : 4 * i + 4, 4 * j : 4 * j + 4].any() for j in range(3)]
+                          for i in range(3)])  # fmt: skip
+    assert np.all(counts >= need)  # the box contains every touched pixel
+    tiled = splat.render(g, cam, hw=(12, 10), method="tiled", tile=4, capacity=int(counts.max()))
+    np.testing.assert_allclose(tiled, dense, atol=1e-6)
