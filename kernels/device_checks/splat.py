@@ -66,15 +66,15 @@ def main() -> None:
                 return splat.render(g, c, hw=hw, cutoff=3.0)
 
             def fwdbwd(f, w=w):
-                return jax.value_and_grad(lambda g, c: jnp.sum(f(g, c) * w))
+                return jax.value_and_grad(lambda gs, cm, f=f, w=w: jnp.sum(f(gs, cm) * w))
 
             times = {"tiled": C.time_ms(fwdbwd(tiled), g, cam, repeats=repeats)}
             extra = {"capacity": cap}
             err = None
             if n * side * side <= DENSE_LIMIT:
                 img_t, img_d = jax.jit(tiled)(g, cam), jax.jit(dense)(g, cam)
-                gt = jax.jit(jax.grad(lambda g: jnp.sum(tiled(g, cam) * w)))(g).means
-                gd = jax.jit(jax.grad(lambda g: jnp.sum(dense(g, cam) * w)))(g).means
+                gt = jax.jit(jax.grad(lambda g, c=cam, w=w: jnp.sum(tiled(g, c) * w)))(g).means
+                gd = jax.jit(jax.grad(lambda g, c=cam, w=w: jnp.sum(dense(g, c) * w)))(g).means
                 err = max(float(np.max(np.abs(np.asarray(img_t - img_d)))), C.rel_err(gt, gd))
                 times["dense"] = C.time_ms(fwdbwd(dense), g, cam, repeats=repeats)
                 extra["speedup"] = times["dense"] / times["tiled"]

@@ -43,8 +43,8 @@ def main() -> None:
         cap = max(8, -(-cap // 8) * 8)
         weight = jax.random.normal(jax.random.key(1), (*hw, 3))
         fns = {
-            "dense": lambda g, c: splat.render(g, c, hw=hw, cutoff=3.0),
-            "tiled": lambda g, c, cap=cap: splat.render(
+            "dense": lambda g, c, hw=hw: splat.render(g, c, hw=hw, cutoff=3.0),
+            "tiled": lambda g, c, cap=cap, hw=hw: splat.render(
                 g, c, hw=hw, method="tiled", tile=16, capacity=cap
             ),
         }
@@ -54,7 +54,7 @@ def main() -> None:
             t = {}
             for name, f in fns.items():
                 if mode == "fwdbwd":
-                    fn = jax.value_and_grad(lambda g, c, f=f: jnp.sum(f(g, c) * weight))
+                    fn = jax.value_and_grad(lambda g, c, f=f, w=weight: jnp.sum(f(g, c) * w))
                 else:
                     fn = f
                 t[name] = H.time_jax(fn, g, cam, repeats=args.repeats)
