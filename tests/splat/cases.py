@@ -54,6 +54,7 @@ CASES = [
         _args,
         hparams={"near": (0.2, 0.5)},
         grad_argnums=(0, 1),
+        grad_modes=("rev",),
         dtypes=(jnp.float32,),
         shard_argnums=(),
         bad=_BAD,

@@ -40,6 +40,22 @@ def test_pgd_image_step_closed_form_and_bounds():
         adlift.pgd_image_step(x, x_raw, g[:3], eta=eta, step=step)
 
 
+@jax.jit
+def _render_prot(raw, th, cam):
+    return splat.render(adlift.protected_scene(raw, th), cam, hw=HW)
+
+
+@jax.jit
+def _image_grad(p, raw, th, cam):
+    x, x_raw = _render_prot(raw, th, cam), splat.render(raw, cam, hw=HW)
+    return x, x_raw, jax.grad(grey_loss, argnums=1)(p, x, x_raw)
+
+
+@jax.jit
+def _fit_grad(raw, th, cam, target):
+    return jax.grad(lambda t: jnp.mean((_render_prot(raw, t, cam) - target) ** 2))(th)
+
+
 def test_lifted_pgd_is_pgd_target_then_fit(key):
     """Per view: render, truncated image gradient, projected sign step, then n_fit Adam
     steps of the MSE to that constant target (Adam state carried across views)."""
@@ -51,17 +67,10 @@ def test_lifted_pgd_is_pgd_target_then_fit(key):
         state, want = opt.init(theta), theta
         for v in range(2):
             cam = jax.tree.map(lambda a, v=v: a[v], cams)
-
-            def rendered(th, cam=cam):
-                return splat.render(adlift.protected_scene(raw, th), cam, hw=HW)
-
-            x, x_raw = rendered(want), splat.render(raw, cam, hw=HW)
-            g = np.asarray(jax.grad(grey_loss, argnums=1)(p, x, x_raw))
-            d = np.clip(np.asarray(x) - step * np.sign(g) - x_raw, -eta, eta)
-            target = np.clip(x_raw + d, 0, 1)
+            x, x_raw, g = (np.asarray(a) for a in _image_grad(p, raw, want, cam))
+            target = np.clip(x_raw + np.clip(x - step * np.sign(g) - x_raw, -eta, eta), 0, 1)
             for _ in range(2):
-                grads = jax.grad(lambda th, t=target: jnp.mean((rendered(th) - t) ** 2))(want)
-                up, state = opt.update(grads, state, want)
+                up, state = opt.update(_fit_grad(raw, want, cam, target), state, want)
                 want = optax.apply_updates(want, up)
     for a, b in zip(res.safeguards, want, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
