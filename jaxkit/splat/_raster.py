@@ -204,16 +204,17 @@ def _tiled(pr, colors, bg, hw, tile, capacity, cutoff):
     )
 
 
-def _render_core(g, cam, bg, near, *, hw, method, tile, capacity, cutoff):
+def _render_core(g, cam, bg, near, *, hw, method, tile, capacity, cutoff, check_psd=True):
     dt = g.means.dtype
     bg = jnp.broadcast_to(jnp.asarray(bg, dt), (3,))
     near = jnp.asarray(near, dt)
-    cov = _validate.error_if(
-        g.covariances,
-        jnp.any(_psd_violation(g.covariances)),
-        "`gaussians.covariances` must be positive semi-definite.",
-    )
-    g = g._replace(covariances=cov)
+    if check_psd:  # off only for scenes whose covariances are PSD by construction
+        cov = _validate.error_if(
+            g.covariances,
+            jnp.any(_psd_violation(g.covariances)),
+            "`gaussians.covariances` must be positive semi-definite.",
+        )
+        g = g._replace(covariances=cov)
     if g.means.shape[0] == 0:
         return jnp.broadcast_to(bg, (*hw, 3))
     pr = _project(g, cam, near)

@@ -23,7 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import _validate
-from jaxkit.splat._raster import METHODS, _render_core, check_camera, check_scene
+from jaxkit.splat._raster import (
+    METHODS,
+    _concrete_psd_check,
+    _psd_violation,
+    _render_core,
+    check_camera,
+    check_scene,
+)
 from jaxkit.splat._types import Camera, Gaussians, _hw, covariance_from_scale_rotation
 
 MODES = ("lifted", "end_to_end")
@@ -146,7 +153,9 @@ def pgd_image_step(x, x_raw, grad, *, eta, step) -> jax.Array:
 
 
 def _render(g, cam, bg, near, rk):
-    return _render_core(g, cam, bg, near, **rk)
+    # the raw covariances are checked once by the public wrapper (a concrete check, or a
+    # runtime error under jit); safeguard covariances are PSD by construction
+    return _render_core(g, cam, bg, near, check_psd=False, **rk)
 
 
 def _adam_step(theta, grad, state, lr, b1=0.9, b2=0.999, eps=1e-8):
@@ -295,6 +304,7 @@ def lifted_pgd(
     m = _validate.guard_positive(m, fit_lr, name="fit_lr")
     m = _validate.guard_non_negative(m, hinge, name="hinge")
     m = _validate.guard_positive(m, near, name="near")
+    raw = _check_psd(raw)
     return _lifted_jit(
         raw._replace(means=m), theta0, cameras, loss_params, eta, step, fit_lr, hinge,
         background, near, adv_loss=adv_loss, hw=hw, n_outer=n_outer, n_fit=n_fit, mode=mode,
@@ -341,7 +351,21 @@ def evaluate_protection(
     check_scene(raw)
     _check_safeguards(theta, raw.means.dtype)
     _check_cameras(cameras, raw.means.dtype)
+    raw = _check_psd(raw)
     return _eval_jit(raw, theta, cameras, loss_params, background, near, adv_loss=adv_loss, hw=hw)
+
+
+def _check_psd(raw: Gaussians) -> Gaussians:
+    """``raw`` with its covariances checked PSD: at once when concrete, else at run time."""
+    if isinstance(raw.covariances, jax.core.Tracer):
+        cov = _validate.error_if(
+            raw.covariances,
+            jnp.any(_psd_violation(raw.covariances)),
+            "`raw.covariances` must be positive semi-definite.",
+        )
+        return raw._replace(covariances=cov)
+    _concrete_psd_check(raw.covariances)
+    return raw
 
 
 def _check_safeguards(theta, dtype) -> None:

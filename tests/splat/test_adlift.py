@@ -84,7 +84,7 @@ def test_lifted_pgd_is_pgd_target_then_fit(key):
 
 
 @pytest.mark.slow
-def test_end_to_end_differs_and_depends_on_the_loss_scale(key):
+def test_end_to_end_differs_from_lifted(key):
     raw, cams, theta, p = _setup(key)
     lifted = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, **KW).safeguards
     e2e = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, mode="end_to_end", **KW)
@@ -119,3 +119,10 @@ def test_lifted_pgd_bad_inputs(key):
     with pytest.raises(TypeError, match="theta.color_logits"):
         adlift.lifted_pgd(raw, theta._replace(color_logits=theta.color_logits[:, :2]), cams,
                           grey_loss, w, hw=HW)  # fmt: skip
+
+
+def test_non_psd_raw_asset_is_rejected(key):
+    raw, cams, theta, p = _setup(key)
+    bad = raw._replace(covariances=raw.covariances.at[1].multiply(-1.0))
+    with pytest.raises(ValueError, match="covariances"):
+        adlift.lifted_pgd(bad, theta, cams, grey_loss, p, **KW)
