@@ -9,7 +9,7 @@
 * :mod:`jaxkit.splat.adlift`: AdLift safeguard Gaussians (Lifted PGD).
 """
 
-from jaxkit.splat import io
+from jaxkit.splat import adlift, io
 from jaxkit.splat._raster import render, tile_counts
 from jaxkit.splat._types import (
     Camera,
@@ -25,6 +25,7 @@ from jaxkit.splat._types import (
 __all__ = [
     "Camera",
     "Gaussians",
+    "adlift",
     "covariance_from_scale_rotation",
     "from_scale_rotation",
     "io",
