@@ -10,7 +10,8 @@ views). The editor is a stand-in: a small U-Net (``jaxkit.nn.UNet``) trained on 
 perform a fixed "instruction" edit ``clip(1.2 x[..., ::-1])`` (channel swap and brighten).
 Attack (PhotoGuard-style, minimised): ``L_adv(x) = mean (Edit(x) - Edit(grey))^2``;
 reported per view as ``L_adv(protected) / L_adv(raw)`` (lower = more protection).
-Rows: 2D per-view PGD on the training images (no 3D asset, cannot cover novel views),
+Rows: 2D per-view PGD on the training images (full mode only; no 3D asset, so it cannot
+cover novel views),
 AdLift Lifted PGD (with the hinge that pulls the rendered perturbation toward eta), and a
 control: the same pipeline driven by random directions, then scaled per view in image
 space to the same PSNR as AdLift (a PSNR-matched random perturbation).
