@@ -33,7 +33,7 @@ from jaxkit.splat import adlift
 
 ETA, STEP = 8 / 255, 4 / 255
 FIT_LR = 2e-2  # tuned here: 5e-3 (the spec's start) fits too little in 4 rounds (0.94)
-HINGE = 0.05
+HINGE = 1.0  # measured: fewer values over eta (3% vs 30%) at less protection
 GREY = 0.5
 
 
@@ -142,7 +142,7 @@ def main(
         d = x - x_raw
         linf = jnp.max(jnp.abs(d), axis=(1, 2, 3))
         psnr = -10 * jnp.log10(jnp.mean(d**2, axis=(1, 2, 3)))
-        return split(adlift.Protection(_ratio(adv, x, x_raw), linf, psnr))
+        return split(adlift.Protection(_ratio(adv, x, x_raw), linf, psnr)), split(d)
 
     l2d = None
     if not quick:  # the 2D baseline (one more compile): full mode only
@@ -156,8 +156,9 @@ def main(
         ("random directions", rnd),
     )
     for name, theta in runs:
-        pt, pn = res[name] = ev(theta)
-        rows.append(_row(name, pt.adv_rel, pn.adv_rel, prot=(pt, pn)))
+        (pt, pn), dx = ev(theta)
+        res[name] = (pt, pn)
+        rows.append(_row(name, pt.adv_rel, pn.adv_rel, dx=dx))
     # PSNR-matched random control: scale each view's random perturbation to AdLift's MSE
     x_rnd = render_all(adlift.protected_scene(raw, rnd), cams)
     x_adl = render_all(adlift.protected_scene(raw, prot), cams)
@@ -201,20 +202,19 @@ def _ratio(params, x, x_raw):
     return _ratio_fn(params, x, x_raw)
 
 
-def _row(name, tr, nv, *, prot=None, dx=()):
-    """One table row; L-inf and PSNR from the Protection pair or the image differences."""
-    if prot is not None:
-        linf = max(float(jnp.max(p.linf)) for p in prot)
-        psnr = min(float(jnp.min(p.psnr)) for p in prot)
-    else:
-        linf = max(float(jnp.max(jnp.abs(d))) for d in dx)
-        psnr = min(float(jnp.min(-10 * jnp.log10(jnp.mean(d**2, axis=(1, 2, 3))))) for d in dx)
+def _row(name, tr, nv, *, dx=()):
+    """One table row: mean ratios; max L-inf, min PSNR and the share of pixel values whose
+    perturbation exceeds eta, from the image differences ``dx``."""
+    linf = max(float(jnp.max(jnp.abs(d))) for d in dx)
+    psnr = min(float(jnp.min(-10 * jnp.log10(jnp.mean(d**2, axis=(1, 2, 3))))) for d in dx)
+    over = float(jnp.mean(jnp.concatenate([jnp.ravel(jnp.abs(d) > ETA) for d in dx])))
     return {
         "method": name,
         "train": round(float(jnp.mean(tr)), 4),
         "novel": None if nv is None else round(float(jnp.mean(nv)), 4),
         "max_linf": round(linf, 4),
         "min_psnr_db": round(psnr, 2),
+        "over_eta": round(over, 4),
     }
 
 
