@@ -18,7 +18,11 @@ violation is measured relative to ``eps``. With an absolute hinge
 ``lam_t [Dbar - eps]_+`` the constraint binds only when ``lam_t > lam_m / (2 eps)``
 (otherwise the map settles where ``E[D] = lam_m / (2 lam_t)``, whatever ``eps``); the
 relative form binds whenever ``lam_t > lam_m / 2`` (log magnitude), so ``eps`` really
-is the tolerated discrepancy and ``eps -> 0`` drives ``s -> 0``. For a linear-softmax
+is the tolerated discrepancy and ``eps -> 0`` drives ``s -> 0``. The default
+``lam_t = 1`` (twice the binding threshold) keeps the hinge's bias small: a larger
+``lam_t`` acts like a smaller violation probability ``rho`` (a more conservative map;
+the spec's absolute-hinge defaults ``lam_t = 10, eps = 0.02`` are ``lam_t = 0.2`` here,
+which would not bind). For a linear-softmax
 head and small ``eps`` the optimum is the closed form ``s_i^2 = 2 eps / (n F_ii)``
 (``F`` the Fisher of the head at ``f``), the oracle of the tests.
 """
@@ -149,7 +153,7 @@ def featjnd_loss(
     *,
     key: jax.Array,
     eps: float | ArrayLike = 0.02,
-    lam_t: float | ArrayLike = 10.0,
+    lam_t: float | ArrayLike = 1.0,
     lam_m: float | ArrayLike = 1.0,
     n_noise: int = 2,
     magnitude: str = "log",
@@ -203,7 +207,10 @@ def _step(estimator, head, opt_state, f, key, eps, lam_t, lam_m, *, optimizer, *
     (loss, aux), g = jax.value_and_grad(_loss, has_aux=True)(
         estimator, head, f, key, eps, lam_t, lam_m, **static
     )
-    updates, opt_state = optimizer.update(g, opt_state, estimator)
+    # the optimizer is user code: optax's Adam mixes its int32 count with floats, which
+    # strict dtype promotion rejects (optax 0.2.8), so it is traced under standard rules
+    with jax.numpy_dtype_promotion("standard"):
+        updates, opt_state = optimizer.update(g, opt_state, estimator)
     return FeatJNDStep(optax.apply_updates(estimator, updates), opt_state, loss, aux)
 
 
@@ -217,9 +224,9 @@ def featjnd_step(
     f: Float[ArrayLike, "b ..."],
     *,
     key: jax.Array,
-    optimizer: optax.GradientTransformation,
+    optimizer: Any,
     eps: float | ArrayLike = 0.02,
-    lam_t: float | ArrayLike = 10.0,
+    lam_t: float | ArrayLike = 1.0,
     lam_m: float | ArrayLike = 1.0,
     n_noise: int = 2,
     magnitude: str = "log",
@@ -266,9 +273,9 @@ def _fit(estimator, head, features, key, eps, lam_t, lam_m, *, optimizer, steps,
                     optimizer=optimizer, **st)  # fmt: skip
         return (out.estimator, out.opt_state), out.loss
 
-    (est, state), losses = jax.lax.scan(
-        body, (estimator, optimizer.init(estimator)), jax.random.split(key, steps)
-    )
+    with jax.numpy_dtype_promotion("standard"):
+        state0 = optimizer.init(estimator)
+    (est, state), losses = jax.lax.scan(body, (estimator, state0), jax.random.split(key, steps))
     return FeatJNDFit(est, state, losses)
 
 
@@ -281,11 +288,11 @@ def fit_featjnd(
     features: Float[ArrayLike, "n ..."],
     *,
     key: jax.Array,
-    optimizer: optax.GradientTransformation,
+    optimizer: Any,
     steps: int = 300,
     batch_size: int = 64,
     eps: float | ArrayLike = 0.02,
-    lam_t: float | ArrayLike = 10.0,
+    lam_t: float | ArrayLike = 1.0,
     lam_m: float | ArrayLike = 1.0,
     n_noise: int = 2,
     magnitude: str = "log",
