@@ -81,8 +81,13 @@ def _train_net(key, train, steps, widths, batch):
     return run(net, k3)
 
 
+@jax.jit
+def _acc(head, f, y):
+    return jnp.mean((jnp.argmax(jax.vmap(head)(f), -1) == y).astype(jnp.float32))
+
+
 def _accuracy(head, f, y):
-    return float(jnp.mean(jnp.argmax(jax.vmap(head)(f), -1) == y))
+    return float(_acc(head, f, y))
 
 
 def main(
