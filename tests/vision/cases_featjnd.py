@@ -93,6 +93,7 @@ CASES = [
         _tolerance,
         _features,
         grad_modes=("rev",),
+        dtypes=(jnp.float32,),  # bf16 through the estimator: the featjnd_loss case
         slow_checks=_NOT_DEFAULT,
         bad=(Bad("f channels", _bad(_features, lambda f: ((f[:, :1],), {})), TypeError, "`f`"),),
     ),
@@ -101,6 +102,7 @@ CASES = [
         _perturb,
         _map,
         hparams={"alpha": (1.0, 2.0)},
+        grad_modes=("rev",),
         slow_checks=_NOT_DEFAULT,
         bad=(
             Bad("s < 0", _bad(_map, lambda s: ((-s,), {})), ValueError, "`s`"),
@@ -112,6 +114,7 @@ CASES = [
         "vision.featjnd.matched_gaussian",
         _matched,
         _map,
+        grad_modes=("rev",),
         slow_checks=_NOT_DEFAULT,
         bad=(Bad("delta int", lambda k: ((jnp.ones((8, 3), jnp.int32),), {}), TypeError),),
     ),
