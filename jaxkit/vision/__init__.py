@@ -1,5 +1,6 @@
-"""Vision methods: WBMM layers and network (FeatJND and IR detection live beside it)."""
+"""Vision methods: WBMM layers and network, FeatJND (``jaxkit.vision.featjnd``), IR detection."""
 
+from jaxkit.vision import featjnd as featjnd  # FeatJND tolerance maps (subpackage)
 from jaxkit.vision.wbmm import VARIANTS as VARIANTS
 from jaxkit.vision.wbmm import WBMM as WBMM
 from jaxkit.vision.wbmm import BatchNorm as BatchNorm

@@ -112,3 +112,7 @@ CASES = [
         ),
     ),
 ]
+
+from tests.vision.cases_featjnd import CASES as _FEATJND  # noqa: E402
+
+CASES += _FEATJND

@@ -1,0 +1,245 @@
+"""Uses of a FeatJND map: shaped distortion at matched strength, token-wise quantization.
+
+Spec ``vision.md`` section 3.2 ("Applications"; the quantization details are **[R]**).
+
+* Matched strength: ``delta_J = alpha * s * z`` (:func:`jnd_perturbation`) against a
+  Gaussian ``delta_G`` rescaled **per sample** to the same l2 norm
+  (:func:`matched_gaussian`), i.e. the same feature SNR (:func:`feature_snr_db`).
+* Token-wise quantization: tokens are the positions along ``token_axes`` (spatial
+  positions of ``[B, C, H, W]`` features by default); token ``t`` gets a uniform
+  quantiser of step ``Delta_t`` proportional to the mean of ``s`` over its other axes.
+  The budget ``(1/n) sum_t Delta_t^2 = budget_rms^2`` (nominal noise power
+  ``Delta^2 / 12``) is the same, per sample, for the three modes of
+  :func:`token_steps`: ``"featjnd"``, ``"permute"`` (the same multiset of steps
+  shuffled across tokens) and ``"uniform"`` (``Delta_t = budget_rms``).
+"""
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from jaxkit import _validate as V
+from jaxkit._typing import accumulation_dtype
+
+_MODES = ("featjnd", "uniform", "permute")
+
+
+def _like(x):
+    """The sharding of ``x`` (random draws of its shape get its layout)."""
+    return jax.typeof(x).sharding
+
+
+def _check_map(s, name="s"):
+    s = jnp.asarray(s)
+    V.floating(s, name=name)
+    V.min_ndim(s, 2, name=name)
+    s = V.all_finite(s, name=name)
+    return V.error_if(s, ~jnp.all(s >= 0), f"`{name}` must be >= 0 (a tolerance map).")
+
+
+def _perturb(s, key, alpha):
+    z = jax.random.normal(key, s.shape, accumulation_dtype(s.dtype), out_sharding=_like(s))
+    return (jnp.asarray(alpha, z.dtype) * s.astype(z.dtype) * z).astype(s.dtype)
+
+
+_perturb_jit = jax.jit(_perturb)
+
+
+def jnd_perturbation(
+    s: Float[ArrayLike, "b ..."], *, key: jax.Array, alpha: float | ArrayLike = 1.0
+) -> Float[Array, "b ..."]:
+    """FeatJND-shaped noise ``delta_J = alpha * s * z``, ``z ~ N(0, I)``.
+
+    Args:
+      s: Tolerance map ``[B, ...]`` (>= 0, finite).
+      key: Typed key for ``z``.
+      alpha: Strength, traced, >= 0.
+
+    Returns:
+      ``delta_J`` in the shape and dtype of ``s``. Jitted.
+    """
+    s = _check_map(s)
+    V.is_key(key)
+    s = V.guard_non_negative(s, alpha, name="alpha")
+    return _perturb_jit(s, key, alpha)
+
+
+def _sq_norms(x):
+    acc = accumulation_dtype(x.dtype)
+    return jnp.sum(jnp.square(x.astype(acc)).reshape(x.shape[0], -1), axis=1)
+
+
+def _matched(delta, key):
+    acc = accumulation_dtype(delta.dtype)
+    g = jax.random.normal(key, delta.shape, acc, out_sharding=_like(delta))
+    scale = jnp.sqrt(_sq_norms(delta) / _sq_norms(g))
+    return (g * scale.reshape((-1,) + (1,) * (delta.ndim - 1))).astype(delta.dtype)
+
+
+_matched_jit = jax.jit(_matched)
+
+
+def matched_gaussian(delta: Float[ArrayLike, "b ..."], *, key: jax.Array) -> Float[Array, "b ..."]:
+    """Isotropic Gaussian noise with the l2 norm of ``delta``, sample by sample.
+
+    ``delta_G[b] = g[b] * ||delta[b]|| / ||g[b]||`` with ``g ~ N(0, I)``: the same
+    energy (and feature SNR) per sample, not merely per batch. Jitted.
+    """
+    delta = jnp.asarray(delta)
+    V.floating(delta, name="delta")
+    V.min_ndim(delta, 2, name="delta")
+    delta = V.all_finite(delta, name="delta")
+    V.is_key(key)
+    return _matched_jit(delta, key)
+
+
+def _snr(f, delta):
+    return (10.0 * jnp.log10(_sq_norms(f) / _sq_norms(delta))).astype(f.dtype)
+
+
+_snr_jit = jax.jit(_snr)
+
+
+def feature_snr_db(
+    f: Float[ArrayLike, "b ..."], delta: Float[ArrayLike, "b ..."]
+) -> Float[Array, " b"]:
+    """Per-sample feature SNR ``10 log10(||f||^2 / ||delta||^2)`` in dB. Jitted."""
+    f, delta = jnp.asarray(f), jnp.asarray(delta)
+    V.floating(f, name="f")
+    V.min_ndim(f, 2, name="f")
+    V.same_shape(f=f, delta=delta)
+    if f.dtype != delta.dtype:
+        raise TypeError(f"`delta` must have dtype {f.dtype}, got {delta.dtype}.")
+    return _snr_jit(f, delta)
+
+
+def _steps(s, key, budget_rms, *, mode, token_axes):
+    acc = accumulation_dtype(s.dtype)
+    other = tuple(a for a in range(1, s.ndim) if a not in token_axes)
+    m = jnp.mean(s.astype(acc), axis=other, keepdims=True)  # per-token mean tolerance
+    b = jnp.asarray(budget_rms, acc)
+    flat = m.reshape(m.shape[0], -1)
+    if mode == "uniform":
+        steps = jnp.full_like(m, 1.0) * b
+    else:
+        rms = jnp.sqrt(jnp.mean(flat * flat, axis=1))
+        steps = b * m / rms.reshape((-1,) + (1,) * (m.ndim - 1))
+        if mode == "permute":  # a uniformly random permutation per sample: argsort of noise
+            flat = steps.reshape(m.shape[0], -1)
+            u = jax.random.uniform(key, flat.shape, acc, out_sharding=_like(flat))
+            perm = jnp.argsort(u, axis=1)
+            steps = jnp.take_along_axis(flat, perm, axis=1).reshape(m.shape)
+    return steps.astype(s.dtype)
+
+
+_steps_jit = jax.jit(_steps, static_argnames=("mode", "token_axes"))
+
+
+def token_steps(
+    s: Float[ArrayLike, "b ..."],
+    *,
+    budget_rms: float | ArrayLike,
+    mode: str = "featjnd",
+    key: jax.Array | None = None,
+    token_axes: Sequence[int] = (2, 3),
+) -> Float[Array, "b ..."]:
+    """Quantiser step sizes per token at a fixed budget ``mean_t Delta_t^2 = budget_rms^2``.
+
+    Args:
+      s: Tolerance map ``[B, ...]`` (>= 0; in ``"featjnd"``/``"permute"`` each sample
+        needs a positive mean on some token).
+      budget_rms: RMS step ``sqrt(mean_t Delta_t^2)`` of every sample, traced, > 0.
+      mode: ``"featjnd"`` (``Delta_t`` proportional to the mean of ``s`` over the
+        token's other axes), ``"permute"`` (those steps randomly permuted across the
+        tokens of each sample; needs ``key``) or ``"uniform"`` (``Delta_t = budget_rms``).
+      key: Typed key (``"permute"`` only; ignored otherwise).
+      token_axes: Static axes of ``s`` (not 0) that index tokens; the default is the
+        spatial positions of ``[B, C, H, W]`` features.
+
+    Returns:
+      Steps of the rank of ``s`` with size 1 on the non-token axes (they broadcast
+      against the features), dtype of ``s``. The budget is the same in all modes (the
+      permutation keeps the multiset exactly). Jitted.
+    """
+    s = _check_map(s)
+    V.one_of(_MODES, mode=mode)
+    axes = tuple(V.axis(V.python_int(a, name="token_axes"), s.ndim, name="token_axes")
+                 for a in token_axes)  # fmt: skip
+    if not axes or 0 in axes or len(set(axes)) != len(axes):
+        raise ValueError(f"`token_axes` must be distinct non-batch axes, got {tuple(token_axes)}.")
+    if mode == "permute":
+        if key is None:
+            raise ValueError("`key` is required for mode='permute'.")
+        V.is_key(key)
+    else:
+        key = jax.random.key(0)  # unused: one traced signature for every mode
+    if mode != "uniform":
+        pos = jnp.any(s.reshape(s.shape[0], -1) > 0, axis=1)
+        s = V.error_if(s, ~jnp.all(pos), "`s` must have a positive entry in every sample.")
+    s = V.guard_positive(s, budget_rms, name="budget_rms")
+    return _steps_jit(s, key, budget_rms, mode=mode, token_axes=tuple(sorted(axes)))
+
+
+def _quantize(f, steps, key, *, dither, ste):
+    acc = accumulation_dtype(f.dtype)
+    x, d = f.astype(acc), steps.astype(acc)
+    u = (
+        jax.random.uniform(key, f.shape, acc, -0.5, 0.5, out_sharding=_like(f))
+        if dither
+        else jnp.zeros((), acc)
+    )
+    q = d * (jnp.round(x / d + u) - u)
+    if ste:
+        q = x + jax.lax.stop_gradient(q - x)
+    return q.astype(f.dtype)
+
+
+_quantize_jit = jax.jit(_quantize, static_argnames=("dither", "ste"))
+
+
+def quantize(
+    f: Float[ArrayLike, "b ..."],
+    steps: Float[ArrayLike, "b ..."],
+    *,
+    key: jax.Array | None = None,
+    ste: bool = False,
+) -> Float[Array, "b ..."]:
+    """Uniform mid-tread quantisation ``steps * round(f / steps)``.
+
+    Args:
+      f: Features.
+      steps: Step sizes (> 0, finite) of the rank of ``f``, broadcasting against it
+        (e.g. from :func:`token_steps`).
+      key: Optional typed key for subtractive dither
+        ``steps * (round(f / steps + u) - u)``, ``u ~ U(-1/2, 1/2)``.
+      ste: Straight-through estimator: the gradient w.r.t. ``f`` is the identity
+        (otherwise it is 0 almost everywhere).
+
+    Returns:
+      The quantised features, shape and dtype of ``f``. Jitted.
+    """
+    f, steps = jnp.asarray(f), jnp.asarray(steps)
+    V.floating(f, name="f")
+    V.floating(steps, name="steps")
+    if steps.ndim != f.ndim:
+        raise TypeError(f"`steps` must have rank {f.ndim} (as `f`), got shape {steps.shape}.")
+    try:
+        if jnp.broadcast_shapes(f.shape, steps.shape) != f.shape:
+            raise ValueError
+    except ValueError:
+        raise TypeError(
+            f"`steps` of shape {steps.shape} must broadcast to `f` of shape {f.shape}."
+        ) from None
+    if steps.dtype != f.dtype:
+        raise TypeError(f"`steps` must have dtype {f.dtype}, got {steps.dtype}.")
+    f = V.all_finite(f, name="f")
+    steps = V.error_if(
+        steps, ~jnp.all((steps > 0) & jnp.isfinite(steps)), "`steps` must be finite and > 0."
+    )
+    if key is not None:
+        V.is_key(key)
+    dither = key is not None
+    key = jax.random.key(0) if key is None else key
+    return _quantize_jit(f, steps, key, dither=dither, ste=bool(ste))
