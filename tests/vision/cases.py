@@ -112,3 +112,7 @@ CASES = [
         ),
     ),
 ]
+
+from tests.vision.cases_irdet import CASES as _IRDET  # noqa: E402
+
+CASES += _IRDET

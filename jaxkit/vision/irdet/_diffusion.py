@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
+from jaxkit._numerics import iota_like
 from jaxkit._typing import KeyArray
 
 STABILITY = 0.8  # h * (4 D_max + 4 |v|_max) <= STABILITY keeps the scheme positive
@@ -63,12 +64,12 @@ def _check_image(image, name: str = "image") -> Array:
 
 
 def diffusivity(
-    image: Float[ArrayLike, "*batch h w"],
+    image: Float[ArrayLike, "..."],
     *,
-    d0: Real[ArrayLike, ""] = 3.2,
-    beta: Real[ArrayLike, ""] = 6.0,
-    alpha: Real[ArrayLike, ""] = 0.6,
-) -> Float[Array, "*batch h w"]:
+    d0: Real[ArrayLike, "..."] = 3.2,
+    beta: Real[ArrayLike, "..."] = 6.0,
+    alpha: Real[ArrayLike, "..."] = 0.6,
+) -> Float[Array, "..."]:
     """Edge-stopping diffusivity ``D = d0 * exp(-beta * (alpha |grad I| + (1-alpha) E))``.
 
     ``grad I`` is ``np.gradient``'s central difference; ``E`` is the 5x5 local standard
@@ -178,13 +179,13 @@ def stable_substeps(time: float, d_max: float, v_max: float = 0.0) -> int:
 
 
 def fokker_planck(
-    u0: Float[ArrayLike, "*batch h w"],
-    d: Float[ArrayLike, "*batch h w"],
-    velocity: Float[ArrayLike, "*batch 2 h w"] | None = None,
+    u0: Float[ArrayLike, "..."],
+    d: Float[ArrayLike, "..."],
+    velocity: Float[ArrayLike, "..."] | None = None,
     *,
-    time: Real[ArrayLike, "*#batch"],
+    time: Real[ArrayLike, "..."],
     substeps: int,
-) -> Float[Array, "*batch h w"]:
+) -> Float[Array, "..."]:
     """Evolve a density by ``du/dt = lap(D u) - div(u v)`` with reflecting walls.
 
     Deterministic and differentiable counterpart of :func:`particle_diffuse` (same Ito
@@ -221,7 +222,7 @@ def fokker_planck(
     if d.shape != u0.shape:
         raise TypeError(f"`d` must have the shape of `u0` {u0.shape}, got {d.shape}.")
     if velocity is None:
-        velocity = jnp.zeros((*u0.shape[:-2], 2, *u0.shape[-2:]), u0.dtype)
+        velocity = jnp.stack([jnp.zeros_like(u0)] * 2, axis=-3)  # keeps u0's sharding
     velocity = jnp.asarray(velocity)
     want = (*u0.shape[:-2], 2, *u0.shape[-2:])
     if velocity.shape != want:
@@ -262,8 +263,8 @@ def _particles_single(key, d, v, point, time, *, n_particles, steps):
         xi = jax.random.normal(jax.random.fold_in(key, i), pos.shape, dtp)
         pos = pos + vel * dt + sd * xi
         pos = jnp.where(pos < lo, 2 * lo - pos, pos)  # reflect at the walls
-        pos = jnp.where(pos > hi, 2 * hi - pos, pos)
-        return jnp.clip(pos, lo, hi)
+        pos = jnp.where(pos > hi[None], 2 * hi[None] - pos, pos)
+        return jnp.clip(pos, lo, hi[None])
 
     pos = jax.lax.fori_loop(0, steps, body, pos0)
     iy, ix = nearest(pos)
@@ -272,24 +273,37 @@ def _particles_single(key, d, v, point, time, *, n_particles, steps):
 
 
 def _particles_core(key, d, v, points, time, *, n_particles, steps):
-    keys = jax.random.split(key, points.shape[0])
+    lead = d.shape[:-2]
+    hw = d.shape[-2:]
+    d2 = d.reshape(-1, *hw)
+    v2 = v.reshape(-1, 2, *hw)
+    p2 = points.reshape(-1, *points.shape[-2:])
+    t2 = (jnp.zeros_like(d[..., 0, 0]) + time).reshape(-1)  # carries d's sharding
+    nk = p2.shape[1]
+    # one key per (image, point), built on an index array carrying the points' sharding
+    idx = (
+        iota_like(p2[..., 0], jnp.uint32) + jnp.uint32(nk) * iota_like(p2[:, :1, 0].T, jnp.uint32).T
+    )
+    keys = jax.vmap(jax.vmap(lambda i: jax.random.fold_in(key, i)))(idx)
     f = functools.partial(_particles_single, n_particles=n_particles, steps=steps)
-    return jax.vmap(f, in_axes=(0, None, None, 0, None))(keys, d, v, points, time)
+    per_target = jax.vmap(f, in_axes=(0, None, None, 0, None))
+    out = jax.vmap(per_target)(keys, d2, v2, p2, t2)
+    return out.reshape(*lead, *out.shape[1:])
 
 
 _particles_jit = jax.jit(_particles_core, static_argnames=("n_particles", "steps"))
 
 
 def particle_diffuse(
-    d: Float[ArrayLike, "h w"],
-    velocity: Float[ArrayLike, "2 h w"] | None,
-    points: Real[ArrayLike, "k 2"],
+    d: Float[ArrayLike, "..."],
+    velocity: Float[ArrayLike, "..."] | None,
+    points: Real[ArrayLike, "..."],
     *,
     key: KeyArray,
-    time: Real[ArrayLike, ""],
+    time: Real[ArrayLike, "..."],
     n_particles: int = 400,
     steps: int = 40,
-) -> Float[Array, "k h w"]:
+) -> Float[Array, "..."]:
     """Histogram of Euler-Maruyama particles of ``dX = v dt + sqrt(2 D) dW`` (the repo's path).
 
     ``n_particles`` start at each point (row, col) and take ``steps`` steps of
@@ -298,19 +312,20 @@ def particle_diffuse(
     border (pixel centres at 0..H-1, walls at -0.5 and H-0.5). Returns, per point, the
     fraction of particles ending on each pixel (each map sums to 1). In expectation
     this is the Fokker-Planck density of :func:`fokker_planck` as ``dt -> 0``. Not
-    differentiable (sampling). Jitted (``n_particles``, ``steps`` static).
+    differentiable (sampling). Jitted (``n_particles``, ``steps`` static); every
+    (image, point) pair draws from its own split of ``key``.
 
     Args:
-      d: Diffusivity ``[H, W]`` (>= 0).
-      velocity: Drift ``[2, H, W]`` or None.
-      points: Start points ``[K, 2]`` in pixel coordinates (row, col).
+      d: Diffusivity ``[..., H, W]`` (>= 0).
+      velocity: Drift ``[..., 2, H, W]`` or None.
+      points: Start points ``[..., K, 2]`` in pixel coordinates (row, col).
       key: A typed PRNG key.
-      time: Total time >= 0 (traced).
+      time: Total time >= 0 (traced; scalar or per image).
       n_particles: Particles per point (static int >= 1).
       steps: Euler-Maruyama steps (static int >= 1).
 
     Returns:
-      ``[K, H, W]`` occupation fractions, dtype of ``d``.
+      ``[..., K, H, W]`` occupation fractions, dtype of ``d``.
 
     Raises:
       TypeError: Wrong ranks or shapes, non-int sizes.
@@ -318,24 +333,28 @@ def particle_diffuse(
     """
     _validate.is_key(key)
     d = _check_image(d, "d")
-    _validate.ndim(d, 2, name="d")
+    lead = d.shape[:-2]
     if velocity is None:
-        velocity = jnp.zeros((2, *d.shape), d.dtype)
+        velocity = jnp.stack([jnp.zeros_like(d)] * 2, axis=-3)  # keeps d's sharding
     velocity = jnp.asarray(velocity)
-    if velocity.shape != (2, *d.shape):
-        raise TypeError(f"`velocity` must have shape {(2, *d.shape)}, got {velocity.shape}.")
+    if velocity.shape != (*lead, 2, *d.shape[-2:]):
+        raise TypeError(
+            f"`velocity` must have shape {(*lead, 2, *d.shape[-2:])}, got {velocity.shape}."
+        )
     points = jnp.asarray(points)
-    _validate.ndim(points, 2, name="points")
-    if points.shape[-1] != 2:
-        raise TypeError(f"`points` must have shape [K, 2], got {points.shape}.")
+    if points.ndim != len(lead) + 2 or points.shape[-1] != 2 or points.shape[:-2] != lead:
+        raise TypeError(f"`points` must have shape [*{lead}, K, 2], got {points.shape}.")
     n_particles = _validate.python_int(n_particles, name="n_particles", minimum=1)
     steps = _validate.python_int(steps, name="steps", minimum=1)
+    t = jnp.asarray(time, d.dtype)
+    if t.ndim > len(lead) or t.shape != lead[len(lead) - t.ndim :]:
+        raise TypeError(f"`time` must be a scalar or of shape {lead}, got {t.shape}.")
     out = _particles_jit(
         key,
         d,
         velocity.astype(d.dtype),
-        points,
-        jnp.asarray(time, d.dtype),
+        points.astype(d.dtype),
+        t,
         n_particles=n_particles,
         steps=steps,
     )
@@ -345,12 +364,12 @@ def particle_diffuse(
     )
 
 
-def point_sources(points: Real[ArrayLike, "k 2"], hw: tuple[int, int], dtype=jnp.float32) -> Array:
+def point_sources(points: Real[ArrayLike, "..."], hw: tuple[int, int], dtype=jnp.float32) -> Array:
     """Unit masses at the rounded, clipped points: ``[K, H, W]`` (jittable helper)."""
     points = jnp.asarray(points)
     h, w = hw
     iy = jnp.clip(jnp.round(points[:, 0]).astype(jnp.int32), 0, h - 1)
     ix = jnp.clip(jnp.round(points[:, 1]).astype(jnp.int32), 0, w - 1)
-    rows = jnp.arange(h)[None, :, None] == iy[:, None, None]
-    cols = jnp.arange(w)[None, None, :] == ix[:, None, None]
+    rows = jnp.arange(h, dtype=jnp.int32)[None, :, None] == iy[:, None, None]
+    cols = jnp.arange(w, dtype=jnp.int32)[None, None, :] == ix[:, None, None]
     return (rows & cols).astype(dtype)

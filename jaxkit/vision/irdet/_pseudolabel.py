@@ -29,9 +29,9 @@ class PseudoMask(NamedTuple):
       threshold: The Otsu threshold per image (0.5 where Otsu is undefined).
     """
 
-    score: Float[Array, "*b h w"]
-    mask: Bool[Array, "*b h w"]
-    threshold: Float[Array, "*b"]
+    score: Float[Array, "..."]
+    mask: Bool[Array, "..."]
+    threshold: Float[Array, "..."]
 
 
 def _minmax(img):
@@ -47,12 +47,7 @@ def _boxes(points, hh, ww, half):
     return (jnp.abs(yy - iy[:, None, None]) <= half) & (jnp.abs(xx - ix[:, None, None]) <= half)
 
 
-def otsu_threshold(values: Array, weights: Array, bins: int = 64) -> Array:
-    """Otsu's threshold of ``values`` in [0, 1] counted with ``weights``; 0.5 if undefined.
-
-    Undefined means fewer than two occupied histogram bins (a constant or empty map),
-    where the between-class variance is zero everywhere (spec pitfall: fall back to 0.5).
-    """
+def _otsu(values: Array, weights: Array, bins: int = 64) -> Array:
     dt = values.dtype
     idx = jnp.clip((values * bins).astype(jnp.int32), 0, bins - 1).reshape(-1)
     hist = jax.ops.segment_sum(weights.reshape(-1).astype(dt), idx, bins)
@@ -68,6 +63,32 @@ def otsu_threshold(values: Array, weights: Array, bins: int = 64) -> Array:
     between = jnp.where((w0 > 1e-9) & (w1 > 1e-9), between, 0.0)
     best = jnp.argmax(between)
     return jnp.where(between[best] > 0, centers[best], jnp.asarray(0.5, dt))
+
+
+_otsu_jit = jax.jit(_otsu, static_argnames=("bins",))
+
+
+def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> Array:
+    """Otsu's threshold of ``values`` in [0, 1] counted with ``weights``; 0.5 if undefined.
+
+    A ``bins``-bin histogram; the threshold is the upper edge of the last background
+    bin that maximises the between-class variance. Undefined means fewer than two
+    occupied bins (a constant or empty map), where that variance is zero everywhere
+    (spec pitfall: fall back to 0.5, never a NaN). Jitted (``bins`` static).
+
+    Raises:
+      TypeError: Non-floating ``values`` or ``weights`` of another shape.
+      ValueError: ``bins < 2``.
+    """
+    values = jnp.asarray(values)
+    _validate.floating(values, name="values")
+    weights = jnp.asarray(weights)
+    if weights.shape != values.shape:
+        raise TypeError(
+            f"`weights` must have the shape of `values` {values.shape}, got {weights.shape}."
+        )
+    bins = _validate.python_int(bins, name="bins", minimum=2)
+    return _otsu_jit(values, weights.astype(values.dtype), bins=bins)
 
 
 def _pseudo_single(image, points, valid, d0, beta, alpha, drift, time, weight, *, box, substeps):
@@ -86,7 +107,7 @@ def _pseudo_single(image, points, valid, d0, beta, alpha, drift, time, weight, *
     fused = jnp.where(inbox, weight * heat + (1 - weight) * inten, 0.0)
     score = jnp.max(fused, axis=0)
     region = jnp.any(inbox, axis=0)
-    thr = otsu_threshold(score, region.astype(img.dtype))
+    thr = _otsu(score, region.astype(img.dtype))
     pts = jnp.any((u0 > 0) & valid[:, None, None], axis=0)
     mask = (region & (score > thr)) | pts
     return PseudoMask(score.astype(image.dtype), mask, thr.astype(image.dtype))
@@ -123,16 +144,16 @@ def _check_points(image, points, valid):
 
 
 def pseudo_mask(
-    image: Float[ArrayLike, "*b h w"],
-    points: Real[ArrayLike, "*b k 2"],
-    valid: Bool[ArrayLike, "*b k"],
+    image: Float[ArrayLike, "..."],
+    points: Real[ArrayLike, "..."],
+    valid: ArrayLike,
     *,
-    d0: Real[ArrayLike, ""] = 3.2,
-    beta: Real[ArrayLike, ""] = 6.0,
-    alpha: Real[ArrayLike, ""] = 0.6,
-    drift: Real[ArrayLike, ""] = 1.0,
-    time: Real[ArrayLike, ""] = 0.5,
-    weight: Real[ArrayLike, ""] = 0.7,
+    d0: Real[ArrayLike, "..."] = 3.2,
+    beta: Real[ArrayLike, "..."] = 6.0,
+    alpha: Real[ArrayLike, "..."] = 0.6,
+    drift: Real[ArrayLike, "..."] = 1.0,
+    time: Real[ArrayLike, "..."] = 0.5,
+    weight: Real[ArrayLike, "..."] = 0.7,
     box: int = 17,
     substeps: int = 12,
 ) -> PseudoMask:
@@ -199,8 +220,9 @@ def pseudo_mask(
 @functools.partial(jax.jit, static_argnames=("hw",))
 def _disk_core(points, valid, radius, *, hw):
     hh, ww = hw
-    yy = jnp.arange(hh, dtype=points.dtype)[:, None]
-    xx = jnp.arange(ww, dtype=points.dtype)[None, :]
+    lead = (1,) * (points.ndim - 1)
+    yy = jnp.arange(hh, dtype=points.dtype).reshape(*lead, hh, 1)
+    xx = jnp.arange(ww, dtype=points.dtype).reshape(*lead, 1, ww)
     iy = jnp.round(points[..., 0])[..., None, None]
     ix = jnp.round(points[..., 1])[..., None, None]
     inside = (yy - iy) ** 2 + (xx - ix) ** 2 <= radius**2
@@ -208,12 +230,12 @@ def _disk_core(points, valid, radius, *, hw):
 
 
 def disk_mask(
-    points: Real[ArrayLike, "*b k 2"],
-    valid: Bool[ArrayLike, "*b k"],
+    points: Real[ArrayLike, "..."],
+    valid: ArrayLike,
     *,
     hw: tuple[int, int],
-    radius: Real[ArrayLike, ""] = 2.0,
-) -> Bool[Array, "*b h w"]:
+    radius: Real[ArrayLike, "..."] = 2.0,
+) -> Bool[Array, "..."]:
     """The disk-expansion baseline: pixels within ``radius`` of a (rounded) point."""
     points = jnp.asarray(points)
     _validate.floating(points, name="points")
@@ -237,9 +259,9 @@ class PointPrior(NamedTuple):
       contrast: Peak minus box median, in units of the box's robust std, ``[..., K]``.
     """
 
-    kind: Int[Array, "*b k"]
-    area: Float[Array, "*b k"]
-    contrast: Float[Array, "*b k"]
+    kind: Int[Array, "..."]
+    area: Float[Array, "..."]
+    contrast: Float[Array, "..."]
 
 
 @functools.partial(jax.jit, static_argnames=("box",))
@@ -267,8 +289,8 @@ def _prior_core(image, points, *, box):
 
 
 def point_priors(
-    image: Float[ArrayLike, "*b h w"],
-    points: Real[ArrayLike, "*b k 2"],
+    image: Float[ArrayLike, "..."],
+    points: Real[ArrayLike, "..."],
     *,
     box: int = 13,
 ) -> PointPrior:

@@ -33,11 +33,11 @@ class Scene(NamedTuple):
         For evaluation only: pseudo-labels never read it (no GT leak).
     """
 
-    image: Float[Array, "*b h w"]
-    mask: Bool[Array, "*b h w"]
-    points: Float[Array, "*b k 2"]
-    valid: Bool[Array, "*b k"]
-    types: Int[Array, "*b k"]
+    image: Float[Array, "..."]
+    mask: Bool[Array, "..."]
+    points: Float[Array, "..."]
+    valid: Bool[Array, "..."]
+    types: Int[Array, "..."]
 
 
 def _power_law(key, hh, ww, beta):
@@ -46,7 +46,7 @@ def _power_law(key, hh, ww, beta):
     f = jnp.sqrt(freq_y**2 + freq_x**2)
     amp = jnp.where(f > 0, jnp.maximum(f, 1.0 / max(hh, ww)) ** (-beta / 2), 0.0)
     noise = jax.random.normal(key, (hh, ww))
-    field = jnp.fft.irfft2(jnp.fft.rfft2(noise) * amp, s=(hh, ww))
+    field = jnp.fft.irfft2(jnp.fft.rfft2(noise) * amp.astype(jnp.complex64), s=(hh, ww))
     return (field - field.mean()) / (field.std() + 1e-12)
 
 
@@ -63,8 +63,8 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, 
         i = [next(take) for _ in range(n)]
         return u[i[0] : i[-1] + 1]
 
-    yy = jnp.arange(hh, dtype=jnp.float32)[:, None]
-    xx = jnp.arange(ww, dtype=jnp.float32)[None, :]
+    yy = jnp.arange(hh, dtype=jnp.float32)[None, :, None]
+    xx = jnp.arange(ww, dtype=jnp.float32)[None, None, :]
     img = 0.4 + clutter_std * _power_law(k_field, hh, ww, beta)
     # hot clutter: broad blobs (sigma 3..6 px), amplitude 1.5..3 clutter std
     n_hot = hot[0] + jnp.floor(nxt(1)[0] * (hot[1] - hot[0] + 1))
@@ -72,7 +72,7 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, 
     hx = nxt(nh) * (ww - 1)
     hs = 3.0 + 3.0 * nxt(nh)
     ha = clutter_std * (1.5 + 1.5 * nxt(nh))
-    on = jnp.arange(nh) < n_hot
+    on = jnp.arange(nh, dtype=jnp.float32) < n_hot
     blobs = ha[:, None, None] * jnp.exp(
         -((yy - hy[:, None, None]) ** 2 + (xx - hx[:, None, None]) ** 2)
         / (2 * hs[:, None, None] ** 2)
@@ -85,7 +85,7 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, 
     cx = margin + nxt(hi_n) * (ww - 1 - 2 * margin)
     sig = sigma[0] + (sigma[1] - sigma[0]) * jnp.stack([nxt(hi_n), nxt(hi_n)], axis=-1)
     amp = clutter_std * (scr[0] + (scr[1] - scr[0]) * nxt(hi_n))
-    valid = jnp.arange(hi_n) < n_t
+    valid = jnp.arange(hi_n, dtype=jnp.float32) < n_t
     prof = jnp.exp(
         -((yy - cy[:, None, None]) ** 2) / (2 * sig[:, 0, None, None] ** 2)
         - (xx - cx[:, None, None]) ** 2 / (2 * sig[:, 1, None, None] ** 2)
