@@ -56,7 +56,7 @@ def _features_core(logits, pseudo, surrogate, ema_loss, val_residual):
     flat = ar.reshape(ar.shape[0], -1)
     k = max(1, int(round(0.1 * flat.shape[1])))
     top = jnp.mean(jax.lax.top_k(flat, k)[0], axis=-1)
-    rv = val_residual
+    rv = val_residual[None]
     dot = jnp.mean(r * rv, axis=(-2, -1))
     nr = jnp.sqrt(jnp.sum(r * r, axis=(-2, -1)) + eps)
     nv = jnp.sqrt(jnp.sum(rv * rv) + eps)
@@ -174,7 +174,7 @@ def sample_weights(
 @jax.jit
 def _residual_core(p_train, y_train, p_val, y_val):
     rv = jnp.mean(p_val - y_val, axis=0)
-    s = jax.nn.relu(jnp.mean((p_train - y_train) * rv, axis=(-2, -1)))
+    s = jax.nn.relu(jnp.mean((p_train - y_train) * rv[None], axis=(-2, -1)))
     return (s - jnp.mean(s)) / (jnp.std(s) + jnp.asarray(1e-6, s.dtype))
 
 
