@@ -1,5 +1,7 @@
 """Conformance cases of jaxkit.vision.irdet (registered through tests/vision/cases.py)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -57,6 +59,35 @@ def _particle_args(key, dtype):
 
 def _disk(points, *, radius):
     return irdet.disk_mask(points, jnp.ones(points.shape[:-1], bool), hw=_HW, radius=radius)
+
+
+def _prob(key, dtype):
+    return jax.nn.sigmoid(2 * jax.random.normal(key, (8, *_HW), jnp.float32)).astype(dtype)
+
+
+def _pair(key, dtype):
+    k1, k2 = jax.random.split(key)
+    y = (jax.random.uniform(k2, (8, *_HW)) > 0.7).astype(dtype)
+    return (2 * jax.random.normal(k1, (8, *_HW), jnp.float32)).astype(dtype), y
+
+
+def _features(logits, pseudo):
+    sur = jax.nn.sigmoid(logits)
+    return irdet.weight_features(logits, pseudo, sur, jnp.mean(pseudo, axis=(1, 2)))
+
+
+@functools.cache
+def _weighter():
+    with jax.ensure_compile_time_eval():
+        return irdet.make_weighter(key=jax.random.key(7))
+
+
+def _weights(features, *, temperature):
+    return irdet.sample_weights(_weighter(), features, temperature=temperature)
+
+
+def _residual(pt, yt):
+    return irdet.residual_scores(pt, yt, pt[:3], yt[:3])
 
 
 CASES = [
@@ -181,5 +212,69 @@ CASES = [
         shard_argnums=(0, 1),
         slow_checks=_SLOW_MOST,
         bad=(Bad("box even", _pseudo_bad(lambda i, p: ((i, p), {"box": 6})), ValueError, "`box`"),),
+    ),
+    Case(
+        "vision.irdet.surrogate_refine",
+        irdet.surrogate_refine,
+        lambda key, dt: (_prob(key, dt),),
+        hparams={"d0": (3.2, 2.0), "beta": (6.0, 5.0), "rho": (0.84, 0.8), "alpha": (0.6, 0.5)},
+        grad_modes=("rev",),
+        grad_eps=1e-6,  # clip and top-k kinks: small steps so differences do not cross them
+        slow_checks=("vmap", "dtypes", "sharding", "eval_shape"),
+        bad=(
+            Bad(
+                "rho > 1", lambda key: ((jnp.ones((4, 4)) / 2,), {"rho": 2.0}), ValueError, "`rho`"
+            ),
+            Bad("rank 1", lambda key: ((jnp.ones(4),), {}), TypeError, "`prob`"),
+        ),
+    ),
+    Case(
+        "vision.irdet.soft_iou_loss",
+        irdet.soft_iou_loss,
+        _pair,
+        grad_modes=("fwd", "rev"),
+        slow_checks=_SLOW_MOST,
+        bad=(
+            Bad(
+                "target shape",
+                lambda key: ((jnp.ones((2, 4, 4)), jnp.ones((2, 4))), {}),
+                TypeError,
+                "`target`",
+            ),
+        ),
+    ),
+    Case(
+        "vision.irdet.weight_features",
+        _features,
+        _pair,
+        grad_modes=("rev",),
+        grad_argnums=(0,),
+        shard_argnums=(0, 1),
+        slow_checks=_SLOW_MOST,
+    ),
+    Case(
+        "vision.irdet.sample_weights",
+        _weights,
+        lambda key, dt: (jax.random.normal(key, (8, 15), jnp.float32).astype(dt),),
+        hparams={"temperature": (0.25, 0.5)},
+        grad_modes=("rev",),
+        slow_checks=_SLOW_MOST,
+        bad=(
+            Bad(
+                "temperature 0",
+                lambda key: ((jnp.ones((4, 15)),), {"temperature": 0.0}),
+                ValueError,
+                "`temperature`",
+            ),
+            Bad("rank 1", lambda key: ((jnp.ones(15),), {}), TypeError, "`features`"),
+        ),
+    ),
+    Case(
+        "vision.irdet.residual_scores",
+        _residual,
+        _pair,
+        grad_modes=("rev",),
+        shard_argnums=(),
+        slow_checks=_SLOW_MOST,
     ),
 ]
