@@ -9,7 +9,18 @@ from jaxkit.vision import irdet
 from tests.conformance import Bad, Case
 
 _HW = (10, 10)
-_SLOW_MOST = ("grads", "vmap", "dtypes", "traced_once", "sharding", "eval_shape")
+# fokker_planck and surrogate_refine run every check by default; the others keep their
+# bad inputs in the default run and the rest in the slow tier (test budget)
+_SLOW_MOST = (
+    "grads",
+    "vmap",
+    "dtypes",
+    "traced_once",
+    "sharding",
+    "eval_shape",
+    "jit",
+    "eager_cache",
+)
 
 
 def _img(key, dtype):
@@ -165,7 +176,7 @@ CASES = [
         grad_modes=(),
         dtypes=(jnp.float32,),
         shard_argnums=(0, 1),
-        slow_checks=("vmap", "traced_once", "eval_shape"),
+        slow_checks=_SLOW_MOST,
         bad=(
             Bad(
                 "d rank 1",
@@ -220,7 +231,7 @@ CASES = [
         hparams={"d0": (3.2, 2.0), "beta": (6.0, 5.0), "rho": (0.84, 0.8), "alpha": (0.6, 0.5)},
         grad_modes=("rev",),
         grad_eps=1e-6,  # clip and top-k kinks: small steps so differences do not cross them
-        slow_checks=("vmap", "dtypes", "sharding", "eval_shape"),
+        slow_checks=("dtypes", "sharding"),
         bad=(
             Bad(
                 "rho > 1", lambda key: ((jnp.ones((4, 4)) / 2,), {"rho": 2.0}), ValueError, "`rho`"

@@ -35,7 +35,7 @@ def test_phi_bounds_and_phi_loss_gradient_is_finite():
     np.testing.assert_allclose(np.asarray(jnp.stack(ph)), [3.2, 6.0, 0.84, 0.6], rtol=1e-6)
     big = irdet.phi_from_u(jnp.array([50.0, -50.0, 50.0, -50.0]))
     np.testing.assert_allclose(np.asarray(jnp.stack(big)), [4.16, 4.2, 0.89, 0.55], rtol=1e-5)
-    p = _prob(jax.random.key(1)).at[:, :2].set(0.0).at[:, -2:].set(1.0)  # saturated probs
+    p = _prob(jax.random.key(1), (2, 8, 8)).at[:, :2].set(0.0).at[:, -2:].set(1.0)  # saturated
     y = (p > 0.5).astype(jnp.float32)
     g = jax.grad(irdet.phi_loss)(jnp.zeros(4), p, y)
     assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).sum()) > 0
