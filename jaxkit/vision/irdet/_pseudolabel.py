@@ -203,9 +203,9 @@ def pseudo_mask(
     substeps = _validate.python_int(substeps, name="substeps", minimum=1)
     dt = image.dtype
     hp = [jnp.asarray(x, dt) for x in (d0, beta, alpha, drift, time, weight)]
-    out = _pseudo_core(image, points, valid, *hp, box=box, substeps=substeps)
-    g = out.score
-    g = _validate.guard_positive(g, d0, name="d0")
+    # guards on the input (concrete values fail before any compilation; traced ones
+    # become run-time checks on the data the core consumes)
+    g = _validate.guard_positive(image, d0, name="d0")
     g = _validate.guard_non_negative(g, beta, name="beta")
     g = _validate.guard_interval(g, alpha, name="alpha", low=0.0, high=1.0)
     g = _validate.guard_non_negative(g, drift, name="drift")
@@ -214,7 +214,7 @@ def pseudo_mask(
     cfl = hp[4] / substeps * (4 * hp[0] + 2 * hp[3])
     msg = f"`substeps` = {substeps} is too small for time, d0 and drift: (time / substeps)"
     g = _validate.error_if(g, ~(cfl <= dif.STABILITY), msg + " * (4 d0 + 2 drift) > 0.8.")
-    return out._replace(score=g)
+    return _pseudo_core(g, points, valid, *hp, box=box, substeps=substeps)
 
 
 @functools.partial(jax.jit, static_argnames=("hw",))

@@ -152,12 +152,12 @@ def surrogate_refine(
     steps = _validate.python_int(steps, name="steps", minimum=0)
     dt = prob.dtype
     hp = [jnp.asarray(x, dt) for x in (d0, beta, rho, alpha)]
+    prob = _validate.guard_non_negative(prob, d0, name="d0")  # before the core: no compile
+    prob = _validate.guard_non_negative(prob, beta, name="beta")
+    prob = _validate.guard_interval(prob, rho, name="rho", low=0.0, high=1.0)
+    prob = _validate.guard_interval(prob, alpha, name="alpha", low=0.0, high=1.0)
     z = _refine_core(prob, *hp, steps=steps)
-    out = z if logits else jax.nn.sigmoid(z)
-    out = _validate.guard_non_negative(out, d0, name="d0")
-    out = _validate.guard_non_negative(out, beta, name="beta")
-    out = _validate.guard_interval(out, rho, name="rho", low=0.0, high=1.0)
-    return _validate.guard_interval(out, alpha, name="alpha", low=0.0, high=1.0)
+    return z if logits else jax.nn.sigmoid(z)
 
 
 def _bce_logits(z, y):
