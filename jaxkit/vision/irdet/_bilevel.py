@@ -167,8 +167,8 @@ def sample_weights(
     """
     features = jnp.asarray(features)
     _validate.ndim(features, 2, name="features")
-    out = _weights_core(weighter, features, jnp.asarray(temperature, features.dtype))
-    return _validate.guard_positive(out, temperature, name="temperature")
+    features = _validate.guard_positive(features, temperature, name="temperature")
+    return _weights_core(weighter, features, jnp.asarray(temperature, features.dtype))
 
 
 @jax.jit
@@ -238,8 +238,8 @@ def grad_dot_scores(
     """
     _validate.real_scalar(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
-    out = _grad_dot_core(params, train_batch, val_batch, jnp.asarray(lr, dt), loss_fn=loss_fn)
-    return _validate.guard_positive(out, lr, name="lr")
+    lr_ = _validate.guard_positive(jnp.asarray(lr, dt), lr, name="lr")  # fails before compiling
+    return _grad_dot_core(params, train_batch, val_batch, lr_, loss_fn=loss_fn)
 
 
 def weighter_loss(
