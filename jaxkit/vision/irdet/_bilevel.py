@@ -85,7 +85,9 @@ def _features_core(logits, pseudo, surrogate, ema_loss, val_residual):
         axis=-1,
     )
     mu = jnp.mean(feats, axis=0, keepdims=True)
-    sd = jnp.std(feats, axis=0, keepdims=True)
+    # std with a floor inside the sqrt: a constant column (e.g. zero val residual) has a
+    # finite gradient instead of NaN
+    sd = jnp.sqrt(jnp.mean((feats - mu) ** 2, axis=0, keepdims=True) + jnp.asarray(1e-12, dt))
     return (feats - mu) / (sd + jnp.asarray(1e-6, dt))
 
 
@@ -130,7 +132,7 @@ def weight_features(
     if ema_loss.shape != logits.shape[:1]:
         raise TypeError(f"`ema_loss` must have shape {logits.shape[:1]}, got {ema_loss.shape}.")
     if val_residual is None:
-        val_residual = jnp.zeros_like(logits[0])
+        val_residual = jnp.zeros(logits.shape[1:], dt)
     val_residual = jnp.asarray(val_residual).astype(dt)
     if val_residual.shape != logits.shape[1:]:
         raise TypeError(
@@ -175,7 +177,9 @@ def sample_weights(
 def _residual_core(p_train, y_train, p_val, y_val):
     rv = jnp.mean(p_val - y_val, axis=0)
     s = jax.nn.relu(jnp.mean((p_train - y_train) * rv[None], axis=(-2, -1)))
-    return (s - jnp.mean(s)) / (jnp.std(s) + jnp.asarray(1e-6, s.dtype))
+    mu = jnp.mean(s)
+    sd = jnp.sqrt(jnp.mean((s - mu) ** 2) + jnp.asarray(1e-12, s.dtype))
+    return (s - mu) / (sd + jnp.asarray(1e-6, s.dtype))
 
 
 def residual_scores(

@@ -47,7 +47,8 @@ def _gradient(img: Array) -> tuple[Array, Array]:
 
 def _diffusivity_core(img, d0, beta, alpha):
     gy, gx = _gradient(img)
-    gmag = jnp.sqrt(gy * gy + gx * gx)
+    tiny = jnp.asarray(1e-12, img.dtype)
+    gmag = jnp.sqrt(gy * gy + gx * gx + tiny) - jnp.sqrt(tiny)  # finite gradient at 0
     mean = _box_mean(img, 5)
     var = jnp.maximum(_box_mean(img * img, 5) - mean * mean, 0.0)
     ent = jnp.sqrt(var + jnp.asarray(1e-12, img.dtype)) - jnp.asarray(1e-6, img.dtype)

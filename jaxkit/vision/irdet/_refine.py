@@ -72,7 +72,9 @@ def _sobel_mag(p):
 
 
 def _z(x):
-    return (x - jnp.mean(x)) / (jnp.std(x) + jnp.asarray(1e-6, x.dtype))
+    mu = jnp.mean(x)
+    sd = jnp.sqrt(jnp.mean((x - mu) ** 2) + jnp.asarray(1e-12, x.dtype))  # finite grad if flat
+    return (x - mu) / (sd + jnp.asarray(1e-6, x.dtype))
 
 
 def _laplacian(u):
