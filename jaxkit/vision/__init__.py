@@ -1,5 +1,6 @@
 """Vision methods: WBMM layers and network (FeatJND and IR detection live beside it)."""
 
+from jaxkit.vision import irdet as irdet  # point-supervised IR small-target detection
 from jaxkit.vision.wbmm import VARIANTS as VARIANTS
 from jaxkit.vision.wbmm import WBMM as WBMM
 from jaxkit.vision.wbmm import BatchNorm as BatchNorm
