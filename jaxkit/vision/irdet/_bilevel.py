@@ -37,7 +37,10 @@ def _dice(a, b):
 
 
 def _band(y):
-    yp = jnp.pad(y, ((0, 0), (1, 1), (1, 1)), mode="edge")
+    # edge padding of H and W by concatenation (jnp.pad's edge mode slices the batch
+    # axis too, which a batch-sharded input does not allow)
+    yp = jnp.concatenate([y[:, :1], y, y[:, -1:]], axis=1)
+    yp = jnp.concatenate([yp[:, :, :1], yp, yp[:, :, -1:]], axis=2)
     stack = jnp.stack(
         [yp[:, i : i + y.shape[1], j : j + y.shape[2]] for i in range(3) for j in range(3)]
     )

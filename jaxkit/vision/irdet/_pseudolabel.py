@@ -62,7 +62,9 @@ def _otsu(values: Array, weights: Array, bins: int = 64) -> Array:
     between = (mt * w0 - m0) ** 2 / jnp.maximum(w0 * w1, jnp.asarray(1e-12, dt))
     between = jnp.where((w0 > 1e-9) & (w1 > 1e-9), between, 0.0)
     best = jnp.argmax(between)
-    return jnp.where(between[best] > 0, centers[best], jnp.asarray(0.5, dt))
+    pick = jnp.arange(bins) == best  # a select, not a gather (batch-sharding friendly)
+    thr = jnp.sum(jnp.where(pick, centers, 0.0))
+    return jnp.where(jnp.max(between) > 0, thr, jnp.asarray(0.5, dt))
 
 
 _otsu_jit = jax.jit(_otsu, static_argnames=("bins",))
