@@ -1,6 +1,7 @@
 """Vision methods: WBMM layers and network, FeatJND (``jaxkit.vision.featjnd``), IR detection."""
 
 from jaxkit.vision import featjnd as featjnd  # FeatJND tolerance maps (subpackage)
+from jaxkit.vision import irdet as irdet  # point-supervised IR small-target detection
 from jaxkit.vision.wbmm import VARIANTS as VARIANTS
 from jaxkit.vision.wbmm import WBMM as WBMM
 from jaxkit.vision.wbmm import BatchNorm as BatchNorm

@@ -116,3 +116,6 @@ CASES = [
 from tests.vision.cases_featjnd import CASES as _FEATJND  # noqa: E402
 
 CASES += _FEATJND
+from tests.vision.cases_irdet import CASES as _IRDET  # noqa: E402
+
+CASES += _IRDET

@@ -1,0 +1,249 @@
+"""Diffuse-to-Detect on synthetic IR scenes: pseudo-labels from points, then a detector.
+
+Claim checked in miniature (Liu et al., arXiv 2605.20766; spec vision.md §4.6):
+
+1. Pseudo-label quality. On synthetic 128x128 scenes with known GT masks, point labels
+   are expanded into masks by (a) disks of radius 1/2/3, (b) Fokker-Planck diffusion
+   alone, (c) diffusion fused with local intensity. Assertion (``ok``): the fused
+   labels beat the best disk in mean per-image IoU by >= 0.05.
+2. Detector. A small U-Net (``jaxkit.nn.UNet``) trained with soft-IoU + BCE on 64x64
+   scenes (32x32, channels 8-16 and 80 steps in quick mode) from four label sources:
+   GT masks, the best disk, diffusion pseudo-masks, and diffusion + bi-level sample
+   weighting (15 features, residual proxy) + one detection-feedback refinement of the
+   diffusion parameters phi (``phi_loss`` on validation *pseudo-masks*, then
+   regenerated labels). Test IoU and Pd are reported as measured; the spec's expected
+   order GT > diffusion(+weights) > disk is reported in ``detector_order_holds`` (not
+   part of ``ok``: in a run this small it is measured, not guaranteed).
+
+Point labels are the rounded target centres; nothing reads the GT masks to make
+labels (the repo's prior script does: a leak). A full run (SIRST3 via
+``load_irstd_folder``, ALCL-Net, 400 epochs) needs a GPU and local data.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxkit.vision import irdet
+
+
+def _miou(pred, gt):
+    pred, gt = np.asarray(pred), np.asarray(gt)
+    inter = (pred & gt).sum((1, 2))
+    union = (pred | gt).sum((1, 2))
+    return float((inter / union).mean())  # GT never empty: union > 0
+
+
+def _loss(model, x, y, w):
+    # soft-IoU (the repo's loss) + pixel BCE: our runs are ~100x shorter than the repo's
+    # 400 epochs, and soft-IoU alone sometimes stalls with every pixel below 0.5 (measured
+    # here: one of three seeds); the BCE term removes that plateau
+    logits = jax.vmap(model)(x)
+    bce = jnp.mean(jax.nn.softplus(logits) - y * logits, axis=(1, 2))
+    return jnp.mean(w * (irdet.soft_iou_loss(logits, y) + bce)), logits
+
+
+OPT = optax.adamw(3e-3)  # built once: the jitted steps see the same optimizer object
+WOPT = optax.adamw(1e-3)
+
+
+@eqx.filter_jit
+def _train_step(model, opt_state, x, y, w):
+    (loss, logits), g = eqx.filter_value_and_grad(_loss, has_aux=True)(model, x, y, w)
+    upd, opt_state = OPT.update(g, opt_state, eqx.filter(model, eqx.is_array))
+    return eqx.apply_updates(model, upd), opt_state, irdet.soft_iou_loss(logits, y)
+
+
+@eqx.filter_jit
+def _weights(model, weighter, x, y, ema_b):
+    logits = jax.vmap(model)(x)
+    p = jax.nn.sigmoid(logits)
+    feats = irdet.weight_features(logits, y, irdet.surrogate_refine(p), ema_b)
+    return feats, irdet.sample_weights(weighter, feats), p
+
+
+@eqx.filter_jit
+def _predict(model, x):
+    return jax.nn.sigmoid(jax.vmap(model)(x))
+
+
+@eqx.filter_jit
+def _weighter_step(weighter, wstate, feats, scores):
+    loss, g = eqx.filter_value_and_grad(irdet.weighter_loss)(weighter, feats, scores)
+    upd, wstate = WOPT.update(g, wstate, eqx.filter(weighter, eqx.is_array))
+    return eqx.apply_updates(weighter, upd), wstate
+
+
+def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=None, phi_refine=None):
+    """Train one detector; optionally with bi-level weights and one phi refinement."""
+    x_tr = data["x"]
+    model = irdet.Detector(key=key, channels=channels)
+    opt_state = OPT.init(eqx.filter(model, eqx.is_array))
+    weighter = irdet.make_weighter(key=jax.random.fold_in(key, 1))
+    wstate = WOPT.init(eqx.filter(weighter, eqx.is_array))
+    ema = jnp.zeros(x_tr.shape[0])
+    rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**30)))
+    start_w = steps // 3
+    y_all = labels
+    for t in range(steps):
+        idx = rng.choice(x_tr.shape[0], batch, replace=False)
+        x, y = x_tr[idx], y_all[idx]
+        w = jnp.ones(batch)
+        if weighted and t >= start_w:
+            feats, w, p = _weights(model, weighter, x, y, ema[idx])
+            if t % 4 == 0:  # outer update of the weighter on a validation batch
+                pv = _predict(model, val["x"])
+                scores = irdet.residual_scores(p, y, pv, val["y"])
+                weighter, wstate = _weighter_step(weighter, wstate, feats, scores)
+        if phi_refine is not None and t == steps // 2:
+            y_all = phi_refine(model)
+        model, opt_state, per = _train_step(model, opt_state, x, y, w)
+        ema = ema.at[idx].set(0.9 * ema[idx] + 0.1 * per)
+    return model
+
+
+def _evaluate(model, test):
+    prob = _predict(model, test["x"])
+    pred = np.asarray(prob > 0.5)
+    gt = np.asarray(test["mask"])
+    out = {"iou": irdet.iou(pred, gt), "niou": irdet.niou(pred, gt, empty="one")}
+    r = irdet.pd_fa(pred, gt)
+    out.update(pd=r.pd, fa=r.fa)
+    return out
+
+
+def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
+    del data_dir  # synthetic data only
+    t0 = time.perf_counter()
+    key = jax.random.key(seed)
+    k_pl, k_tr, k_det = jax.random.split(key, 3)
+
+    # ---- 1. pseudo-label quality on 128x128 scenes
+    n_pl = 12 if quick else 40
+    sc = irdet.make_dataset(k_pl, n_pl, hw=(128, 128))
+    gt = np.asarray(sc.mask)
+    disk = {
+        r: _miou(irdet.disk_mask(sc.points, sc.valid, hw=(128, 128), radius=float(r)), gt)
+        for r in (1, 2, 3)
+    }
+    best_r = max(disk, key=disk.get)
+    fp_alone = _miou(irdet.pseudo_mask(sc.image, sc.points, sc.valid, weight=1.0).mask, gt)
+    fused = _miou(irdet.pseudo_mask(sc.image, sc.points, sc.valid).mask, gt)
+    margin = fused - disk[best_r]
+
+    # ---- 2. detector from four label sources
+    hw = (32, 32) if quick else (64, 64)
+    n_tr, n_te = (128, 64) if quick else (256, 128)
+    steps = 80 if quick else 300
+    channels = (8, 16) if quick else (8, 16, 32)
+    n_va = 16
+    # one generator call and one pseudo-label call for all splits (fewer compilations)
+    allsc = irdet.make_dataset(k_tr, n_tr + n_va + n_te, hw=hw)
+    tr, va, te = (
+        jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], allsc)
+        for lo, hi in ((0, n_tr), (n_tr, n_tr + n_va), (n_tr + n_va, n_tr + n_va + n_te))
+    )
+
+    def norm(x):  # per-dataset standardisation, as the repo's mean/std normalisation
+        return (x - 0.4) / 0.1
+
+    pl_all = irdet.pseudo_mask(allsc.image, allsc.points, allsc.valid).mask.astype(jnp.float32)
+    data = {"x": norm(tr.image)}
+    val = {"x": norm(va.image), "y": pl_all[n_tr : n_tr + n_va]}  # pseudo-masks, not GT
+    test = {"x": norm(te.image), "mask": te.mask}
+    disk_tr = irdet.disk_mask(tr.points, tr.valid, hw=hw, radius=float(best_r))
+    labels = {
+        "gt": tr.mask.astype(jnp.float32),
+        f"disk r={best_r}": disk_tr.astype(jnp.float32),
+        "diffusion": pl_all[:n_tr],
+    }
+    u_phi = {"u": jnp.zeros(4)}
+
+    def phi_refine(model):
+        """Detection feedback: a few AdamW steps on u (phi_loss), then regenerate labels."""
+        popt = optax.adamw(1e-2)
+        ps = popt.init(u_phi["u"])
+        pv = _predict(model, val["x"])
+        u = u_phi["u"]
+        for _ in range(5):
+            g = jax.grad(irdet.phi_loss)(u, pv, val["y"])
+            upd, ps = popt.update(g, ps, u)
+            u = optax.apply_updates(u, upd)
+        u_phi["u"] = u
+        ph = irdet.phi_from_u(u)
+        m = irdet.pseudo_mask(
+            allsc.image, allsc.points, allsc.valid, d0=ph.d0, beta=ph.beta, alpha=ph.alpha
+        )
+        return m.mask.astype(jnp.float32)[:n_tr]
+
+    batch = 16
+    results = {}
+    for name, y in labels.items():
+        model = _train(y, data, steps=steps, batch=batch, key=k_det, channels=channels)
+        results[name] = _evaluate(model, test)
+    model = _train(
+        labels["diffusion"],
+        data,
+        steps=steps,
+        batch=batch,
+        key=k_det,
+        channels=channels,
+        weighted=True,
+        val=val,
+        phi_refine=phi_refine,
+    )
+    results["diffusion+weights"] = _evaluate(model, test)
+    dname = f"disk r={best_r}"
+    dw = results["diffusion+weights"]
+    order = {m: bool(results["gt"][m] > dw[m] > results[dname][m]) for m in ("iou", "pd")}
+    ok = margin >= 0.05
+    table = [{"labels": k, **{m: round(v, 4) for m, v in r.items()}} for k, r in results.items()]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "irstd_synthetic.json"), "w") as f:
+        json.dump(
+            {"pseudo_label_iou": {**{f"disk r={r}": v for r, v in disk.items()}}, "table": table}, f
+        )
+    return {
+        "method": "vision.irdet: Diffuse-to-Detect pseudo-labels + detector",
+        "metric": "pseudo-label mean IoU, diffusion + local-intensity fusion",
+        "value": round(fused, 4),
+        "baseline": f"best disk (r={best_r}) {disk[best_r]:.3f}",
+        "ok": bool(ok),
+        "margin_over_best_disk": round(margin, 4),
+        "pseudo_label_iou": {
+            **{f"disk r={r}": round(v, 4) for r, v in disk.items()},
+            "diffusion alone": round(fp_alone, 4),
+            "diffusion + fusion": round(fused, 4),
+        },
+        "detector": {k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()},
+        "detector_order_holds": order,
+        "phi_after_feedback": [round(float(v), 4) for v in irdet.phi_from_u(u_phi["u"])],
+        "sizes": {
+            "pl_scenes": n_pl,
+            "hw": hw,
+            "train": n_tr,
+            "test": n_te,
+            "steps": steps,
+            "channels": channels,
+        },
+        "table": table,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="out")
+    p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
+    res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+    res.pop("table")
+    print(json.dumps(res))

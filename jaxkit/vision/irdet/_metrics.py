@@ -1,0 +1,194 @@
+"""IR small-target metrics: IoU, nIoU, Pd, Fa, and point labels from masks (host-side).
+
+These run in NumPy/SciPy on the host (connected components are not jittable), so they
+are plain functions, not jitted, and are tested directly. The rules follow the
+standard IRSTD evaluation used by the authors' code (``utils/metrics.py``):
+
+* binary predictions (threshold the probabilities first, e.g. at 0.5);
+* IoU: dataset-level ``sum(intersection) / sum(union)``; nIoU: mean of per-image IoU;
+* components are **8-connected**; a ground-truth component is detected when the
+  centroid of some not-yet-matched predicted component lies at Euclidean distance
+  **< 3 px** from its centroid (greedy one-to-one: GT components in label order, each
+  takes the first such predicted component in label order);
+* Pd: matched GT components / all GT components; Fa: pixels of the *unmatched*
+  predicted components / all pixels.
+
+Empty cases never give a silent NaN: an empty union (IoU), an image with an empty
+union (nIoU with ``empty="raise"``), or no ground-truth component at all (Pd) raise
+``ValueError`` with the reason.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy import ndimage
+
+_EIGHT = np.ones((3, 3), dtype=bool)
+
+
+def _as_masks(pred, gt):
+    pred = np.asarray(pred)
+    gt = np.asarray(gt)
+    for name, a in (("pred", pred), ("gt", gt)):
+        if a.dtype != np.bool_:
+            raise TypeError(
+                f"`{name}` must be a boolean mask (threshold probabilities first), got {a.dtype}."
+            )
+        if a.ndim not in (2, 3):
+            raise TypeError(f"`{name}` must be [H, W] or [N, H, W], got shape {a.shape}.")
+    if pred.shape != gt.shape:
+        raise TypeError(f"`pred` {pred.shape} and `gt` {gt.shape} must have the same shape.")
+    if pred.ndim == 2:
+        pred, gt = pred[None], gt[None]
+    return pred, gt
+
+
+def iou(pred, gt) -> float:
+    """Dataset-level IoU ``sum |P & G| / sum |P | G|`` over all images (host-side).
+
+    Args:
+      pred: Boolean predictions ``[H, W]`` or ``[N, H, W]``.
+      gt: Boolean ground truth of the same shape.
+
+    Raises:
+      TypeError: Non-boolean masks, wrong rank, mismatched shapes.
+      ValueError: Both masks empty everywhere (the union is empty: IoU undefined).
+    """
+    pred, gt = _as_masks(pred, gt)
+    union = np.logical_or(pred, gt).sum()
+    if union == 0:
+        raise ValueError("IoU is undefined: `pred` and `gt` are both empty (empty union).")
+    return float(np.logical_and(pred, gt).sum() / union)
+
+
+def niou(pred, gt, *, empty: str = "raise") -> float:
+    """Mean per-image IoU (nIoU, host-side).
+
+    Args:
+      pred: Boolean predictions ``[N, H, W]`` (or one ``[H, W]``).
+      gt: Boolean ground truth of the same shape.
+      empty: What an image with an empty union (no target, no prediction) counts as:
+        ``"raise"`` (ValueError naming the images), ``"one"`` (a perfect 1) or
+        ``"skip"`` (left out of the mean; ValueError if every image is skipped).
+
+    Raises:
+      TypeError: As :func:`iou`.
+      ValueError: Unknown ``empty``, or an undefined mean as described.
+    """
+    if empty not in ("raise", "one", "skip"):
+        raise ValueError(f"`empty` must be one of 'raise', 'one', 'skip', got {empty!r}.")
+    pred, gt = _as_masks(pred, gt)
+    inter = np.logical_and(pred, gt).sum(axis=(1, 2))
+    union = np.logical_or(pred, gt).sum(axis=(1, 2))
+    void = union == 0
+    if np.any(void) and empty == "raise":
+        raise ValueError(
+            f"nIoU is undefined for images {np.flatnonzero(void).tolist()} (empty union); "
+            "pass `empty`='one' or 'skip' to choose."
+        )
+    per = np.where(void, 1.0, inter / np.maximum(union, 1))
+    if empty == "skip":
+        per = per[~void]
+        if per.size == 0:
+            raise ValueError("nIoU is undefined: every image has an empty union (`empty`='skip').")
+    return float(per.mean())
+
+
+def _components(mask):
+    lab, n = ndimage.label(mask, structure=_EIGHT)
+    if n == 0:
+        return np.zeros((0, 2)), np.zeros((0,), int), lab
+    idx = np.arange(1, n + 1)
+    cent = np.asarray(ndimage.center_of_mass(mask, lab, idx), dtype=np.float64).reshape(n, 2)
+    area = np.asarray(ndimage.sum_labels(mask, lab, idx), dtype=np.int64)
+    return cent, area, lab
+
+
+class PdFa(NamedTuple):
+    """Result of :func:`pd_fa`.
+
+    Attributes:
+      pd: Probability of detection (matched GT components / GT components).
+      fa: False-alarm rate (unmatched predicted pixels / all pixels).
+      n_gt: Number of GT components.
+      n_matched: Number of matched GT components.
+      false_pixels: Pixels of unmatched predicted components.
+    """
+
+    pd: float
+    fa: float
+    n_gt: int
+    n_matched: int
+    false_pixels: int
+
+
+def pd_fa(pred, gt, *, distance: float = 3.0) -> PdFa:
+    """Pd and Fa with 8-connected components and the centroid rule (host-side).
+
+    Args:
+      pred: Boolean predictions ``[H, W]`` or ``[N, H, W]``.
+      gt: Boolean ground truth of the same shape.
+      distance: Match when the centroid distance is strictly below this (px, > 0).
+
+    Raises:
+      TypeError: As :func:`iou`.
+      ValueError: ``distance <= 0`` or no GT component in any image (Pd undefined).
+    """
+    if not (np.isfinite(distance) and distance > 0):
+        raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
+    pred, gt = _as_masks(pred, gt)
+    n_gt = n_matched = false_px = 0
+    for p, g in zip(pred, gt, strict=True):
+        gc, _, _ = _components(g)
+        pc, pa, _ = _components(p)
+        free = list(range(len(pc)))
+        for c in gc:
+            for j in free:
+                if np.linalg.norm(pc[j] - c) < distance:
+                    free.remove(j)
+                    n_matched += 1
+                    break
+        n_gt += len(gc)
+        false_px += int(pa[free].sum()) if free else 0
+    if n_gt == 0:
+        raise ValueError("Pd is undefined: `gt` has no target component in any image.")
+    return PdFa(n_matched / n_gt, false_px / pred.size, n_gt, n_matched, false_px)
+
+
+def points_from_masks(mask, *, max_targets: int | None = None):
+    """Point labels from GT masks: the rounded centroid of each 8-connected component.
+
+    Simulates the annotator's single click per target on datasets that ship dense masks
+    (SIRST, NUDT-SIRST, IRSTD-1k). It returns *only* the points: no target type and no
+    box size (the repo derives both from the mask, leaking mask information into the
+    point priors; use :func:`point_priors` for leak-free priors from the image).
+
+    Args:
+      mask: Boolean masks ``[N, H, W]`` (or one ``[H, W]``).
+      max_targets: Slots per image (default: the largest count); extra components are
+        an error, never dropped silently.
+
+    Returns:
+      ``(points [N, K, 2] float32 (row, col), valid [N, K] bool)`` as NumPy arrays.
+
+    Raises:
+      TypeError: Non-boolean mask or wrong rank.
+      ValueError: An image with more than ``max_targets`` components.
+    """
+    m = np.asarray(mask)
+    if m.dtype != np.bool_ or m.ndim not in (2, 3):
+        raise TypeError(f"`mask` must be a boolean [H, W] or [N, H, W], got {m.dtype} {m.shape}.")
+    if m.ndim == 2:
+        m = m[None]
+    cents = [_components(x)[0] for x in m]
+    k = max([len(c) for c in cents] + [1]) if max_targets is None else int(max_targets)
+    if k < 1:
+        raise ValueError(f"`max_targets` must be >= 1, got {max_targets!r}.")
+    pts = np.zeros((len(m), k, 2), np.float32)
+    valid = np.zeros((len(m), k), bool)
+    for i, c in enumerate(cents):
+        if len(c) > k:
+            raise ValueError(f"image {i} has {len(c)} targets > `max_targets`={k}.")
+        pts[i, : len(c)] = np.round(c)
+        valid[i, : len(c)] = True
+    return pts, valid

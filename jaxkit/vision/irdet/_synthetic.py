@@ -1,0 +1,194 @@
+"""Synthetic infrared scenes with known ground truth (spec §4.4).
+
+Clutter is a power-law (1/f^(beta/2) amplitude) random field, standardised to
+``clutter_std`` around 0.4, plus "hot clutter" blobs (broad, bright false-alarm
+sources) and sensor noise. Targets are anisotropic Gaussians at sub-pixel centres with
+amplitude ``SCR * clutter_std``; the ground-truth mask is each target's half-maximum
+region at pixel centres plus the pixel nearest the centre (never empty), and the point
+label is that nearest pixel (the rounded centroid). Everything comes from the key; no files.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray
+
+POINT, SPOT, EXTENDED = 0, 1, 2  # target types by GT area (<= 9, 10..81, > 81 px): eval only
+
+
+class Scene(NamedTuple):
+    """One synthetic IR frame (or a batch, with a leading axis).
+
+    Attributes:
+      image: Grey image ``[H, W]`` (float32, about 0.4 +- clutter, targets brighter).
+      mask: Ground-truth target mask ``[H, W]`` (bool): union of half-maximum regions.
+      points: Point labels ``[K, 2]`` (row, col) as float32, K = max targets.
+      valid: Which of the K targets exist ``[K]`` (bool).
+      types: GT-area type per target ``[K]`` (POINT/SPOT/EXTENDED; -1 if not valid).
+        For evaluation only: pseudo-labels never read it (no GT leak).
+    """
+
+    image: Float[Array, "..."]
+    mask: Bool[Array, "..."]
+    points: Float[Array, "..."]
+    valid: Bool[Array, "..."]
+    types: Int[Array, "..."]
+
+
+def _power_law(key, hh, ww, beta):
+    freq_y = jnp.fft.fftfreq(hh)[:, None]
+    freq_x = jnp.fft.rfftfreq(ww)[None, :]
+    f = jnp.sqrt(freq_y**2 + freq_x**2)
+    amp = jnp.where(f > 0, jnp.maximum(f, 1.0 / max(hh, ww)) ** (-beta / 2), 0.0)
+    noise = jax.random.normal(key, (hh, ww))
+    field = jnp.fft.irfft2(jnp.fft.rfft2(noise) * amp.astype(jnp.complex64), s=(hh, ww))
+    return (field - field.mean()) / (field.std() + 1e-12)
+
+
+def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, beta):
+    hh, ww = hw
+    lo_n, hi_n = n_targets
+    nh = max(hot[1], 1)
+    k_field, k_noise, k_u = jax.random.split(key, 3)
+    # every scalar draw from one uniform vector (few RNG ops: cheap to compile)
+    u = jax.random.uniform(k_u, (2 + 4 * nh + 7 * hi_n,))
+    take = iter(range(u.shape[0]))
+
+    def nxt(n):
+        i = [next(take) for _ in range(n)]
+        return u[i[0] : i[-1] + 1]
+
+    yy = jnp.arange(hh, dtype=jnp.float32)[None, :, None]
+    xx = jnp.arange(ww, dtype=jnp.float32)[None, None, :]
+    img = 0.4 + clutter_std * _power_law(k_field, hh, ww, beta)
+    # hot clutter: broad blobs (sigma 3..6 px), amplitude 1.5..3 clutter std
+    n_hot = hot[0] + jnp.floor(nxt(1)[0] * (hot[1] - hot[0] + 1))
+    hy = nxt(nh) * (hh - 1)
+    hx = nxt(nh) * (ww - 1)
+    hs = 3.0 + 3.0 * nxt(nh)
+    ha = clutter_std * (1.5 + 1.5 * nxt(nh))
+    on = jnp.arange(nh, dtype=jnp.float32) < n_hot
+    blobs = ha[:, None, None] * jnp.exp(
+        -((yy - hy[:, None, None]) ** 2 + (xx - hx[:, None, None]) ** 2)
+        / (2 * hs[:, None, None] ** 2)
+    )
+    img = img + jnp.sum(jnp.where(on[:, None, None], blobs, 0.0), axis=0)
+    # targets at sub-pixel centres, at least 6 px from the border
+    n_t = lo_n + jnp.floor(nxt(1)[0] * (hi_n - lo_n + 1))
+    margin = 6.0
+    cy = margin + nxt(hi_n) * (hh - 1 - 2 * margin)
+    cx = margin + nxt(hi_n) * (ww - 1 - 2 * margin)
+    sig = sigma[0] + (sigma[1] - sigma[0]) * jnp.stack([nxt(hi_n), nxt(hi_n)], axis=-1)
+    amp = clutter_std * (scr[0] + (scr[1] - scr[0]) * nxt(hi_n))
+    valid = jnp.arange(hi_n, dtype=jnp.float32) < n_t
+    prof = jnp.exp(
+        -((yy - cy[:, None, None]) ** 2) / (2 * sig[:, 0, None, None] ** 2)
+        - (xx - cx[:, None, None]) ** 2 / (2 * sig[:, 1, None, None] ** 2)
+    )
+    prof = jnp.where(valid[:, None, None], prof, 0.0)
+    img = img + jnp.sum(amp[:, None, None] * prof, axis=0)
+    img = img + noise_std * jax.random.normal(k_noise, (hh, ww))
+    points = jnp.round(jnp.stack([cy, cx], axis=-1))  # the annotator's click: nearest pixel
+    centre = (yy == points[:, 0, None, None]) & (xx == points[:, 1, None, None])
+    # half-maximum region at pixel centres; the centre pixel always belongs (a target
+    # narrower than a pixel still covers the pixel it lies on)
+    masks = ((prof >= 0.5) | centre) & valid[:, None, None]
+    mask = jnp.any(masks, axis=0)
+    area = jnp.sum(masks, axis=(1, 2))
+    types = jnp.where(area <= 9, POINT, jnp.where(area <= 81, SPOT, EXTENDED))
+    types = jnp.where(valid, types, -1).astype(jnp.int32)
+    return Scene(img.astype(jnp.float32), mask, points, valid, types)
+
+
+@functools.partial(jax.jit, static_argnames=("hw", "n_targets", "hot", "beta", "scr", "sigma", "n"))
+def _dataset_core(key, clutter_std, noise_std, *, n, hw, n_targets, hot, beta, scr, sigma):
+    keys = jax.random.split(key, n)
+    f = functools.partial(_scene_core, hw=hw, n_targets=n_targets, hot=hot, beta=beta)
+    return jax.vmap(lambda kk: f(kk, scr, sigma, clutter_std, noise_std))(keys)
+
+
+def _pair(v, name, *, integer=False):
+    if not (isinstance(v, tuple | list) and len(v) == 2):
+        raise TypeError(f"`{name}` must be a pair (low, high), got {v!r}.")
+    lo, hi = (int(v[0]), int(v[1])) if integer else (float(v[0]), float(v[1]))
+    if not lo <= hi or lo < 0:
+        raise ValueError(f"`{name}` must satisfy 0 <= low <= high, got {name}={v!r}.")
+    return lo, hi
+
+
+def make_dataset(
+    key: KeyArray,
+    n: int,
+    *,
+    hw: tuple[int, int] = (128, 128),
+    n_targets: tuple[int, int] = (1, 4),
+    scr: tuple[float, float] = (2.0, 8.0),
+    sigma: tuple[float, float] = (0.5, 2.5),
+    clutter_beta: float = 2.2,
+    clutter_std: float = 0.08,
+    noise_std: float = 0.02,
+    hot_clutter: tuple[int, int] = (0, 3),
+) -> Scene:
+    """``n`` synthetic IR scenes as a batched :class:`Scene` (leading axis ``n``).
+
+    Jitted (sizes and ranges static; ``clutter_std``, ``noise_std`` traced). Each scene
+    has between ``n_targets[0]`` and ``n_targets[1]`` targets (K = ``n_targets[1]``
+    slots with a ``valid`` flag), signal-to-clutter ratio uniform in ``scr``, per-axis
+    widths uniform in ``sigma`` px, and ``hot_clutter`` broad bright blobs.
+
+    Args:
+      key: A typed PRNG key.
+      n: Number of scenes (int >= 1).
+      hw: Image size (H, W), each >= 16.
+      n_targets: (min, max) targets per scene, 0 <= min <= max, max >= 1.
+      scr: (min, max) signal-to-clutter ratio.
+      sigma: (min, max) Gaussian target width (px), min > 0.
+      clutter_beta: Spectral exponent of the clutter field.
+      clutter_std: Clutter standard deviation (> 0).
+      noise_std: Sensor noise standard deviation (>= 0).
+      hot_clutter: (min, max) number of hot-clutter blobs.
+
+    Raises:
+      TypeError: Non-int sizes or malformed pairs.
+      ValueError: Out-of-range sizes or ranges.
+    """
+    _validate.is_key(key)
+    n = _validate.python_int(n, name="n", minimum=1)
+    if not (isinstance(hw, tuple | list) and len(hw) == 2):
+        raise TypeError(f"`hw` must be a pair (H, W), got {hw!r}.")
+    hw = (
+        _validate.python_int(hw[0], name="hw", minimum=16),
+        _validate.python_int(hw[1], name="hw", minimum=16),
+    )
+    n_targets = _pair(n_targets, "n_targets", integer=True)
+    if n_targets[1] < 1:
+        raise ValueError(f"`n_targets` must allow at least one target, got {n_targets!r}.")
+    hot = _pair(hot_clutter, "hot_clutter", integer=True)
+    scr = _pair(scr, "scr")
+    sigma = _pair(sigma, "sigma")
+    if sigma[0] <= 0:
+        raise ValueError(f"`sigma` must be > 0, got sigma={sigma!r}.")
+    _validate.positive(clutter_std=clutter_std)
+    _validate.non_negative(noise_std=noise_std)
+    return _dataset_core(
+        key,
+        jnp.asarray(clutter_std, jnp.float32),
+        jnp.asarray(noise_std, jnp.float32),
+        n=n,
+        hw=hw,
+        n_targets=n_targets,
+        hot=hot,
+        beta=float(clutter_beta),
+        scr=scr,
+        sigma=sigma,
+    )
+
+
+def make_scene(key: KeyArray, **kw) -> Scene:
+    """One synthetic scene (:func:`make_dataset` with ``n = 1``, leading axis removed)."""
+    return jax.tree.map(lambda a: a[0], make_dataset(key, 1, **kw))
