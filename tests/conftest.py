@@ -9,14 +9,21 @@ import os
 
 os.environ.setdefault("EQX_ON_ERROR", "raise")
 
-# The suite is compile-bound: most tests run tiny shapes, so XLA's LLVM back end, not the
-# programs, takes most of the time. Tests compile with the back end's optimisation off
-# (measured: 37% less CPU time for tests/nn + tests/decoding). The HLO, and so what every
-# program computes, is the same; only the generated machine code is less optimised. Benches
-# and examples (outside pytest) keep XLA's defaults, and so does the second pass of
-# `make test-slow` (JAXKIT_TEST_XLA_DEFAULTS=1), which runs the tests marked `xla_defaults`:
-# the examples end to end and the float32 OT solver checks (see tests/README.md).
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# The suite is compile-bound: most tests run tiny shapes, so XLA's CPU back end, not the
+# programs, takes most of the time. Tests compile with the back end's optimisation off and
+# with XLA's older (elemental) fusion emitters in one codegen unit instead of the MLIR fusion
+# emitters split for parallel codegen (measured: the first two flags cut 37% of the CPU time of
+# tests/nn + tests/decoding; the last two cut backend compile CPU by a further ~4x on a soft /
+# nn sample, and tests/soft/test_soft.py + test_parity.py from 50 to 22 s CPU). The HLO after
+# XLA's optimisation passes, and so what every program computes, is the same; only how
+# fusions become machine code differs. Benches and examples (outside pytest) keep XLA's
+# defaults, and so does the second pass of `make test-slow` (JAXKIT_TEST_XLA_DEFAULTS=1),
+# which runs the tests marked `xla_defaults`: the examples end to end and the float32 OT
+# solver checks (see tests/README.md).
+TEST_XLA_FLAGS = (
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    " --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+)
 if not os.environ.get("JAXKIT_TEST_XLA_DEFAULTS"):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 

@@ -28,10 +28,10 @@ def test_run_device_checks_interpret(tmp_path):
         timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for mod in ("wbmm", "sampling", "wedlm", "soft_pav"):
+    for mod in ("wbmm", "sampling", "wedlm", "soft_pav", "splat"):
         rows = json.loads((tmp_path / f"{mod}.json").read_text())
         assert rows and all(r["ok"] for r in rows), (mod, rows)
-    for kernel in ("windowed_matmul", "sampling", "wedlm_decode", "soft_pav"):
+    for kernel in ("windowed_matmul", "sampling", "wedlm_decode", "soft_pav", "splat_render"):
         assert kernel in proc.stdout
     # the two timing modules report their figures (tokens/s, speedup, slowdown)
     wedlm = json.loads((tmp_path / "wedlm.json").read_text())

@@ -15,7 +15,11 @@ from jax.test_util import check_grads
 from scipy import optimize
 
 import jaxkit.soft as S
-from jaxkit.soft._transport_pnorm import transport_pnorm
+from jaxkit.soft._transport_pnorm import transport_pnorm as _transport_pnorm
+
+# jitted once per (mode, tol, max_iter), as the public operators call it (eager, the solver
+# would dispatch op by op and compile every primitive and loop on its own)
+transport_pnorm = jax.jit(_transport_pnorm, static_argnames=("mode", "tol", "max_iter"))
 
 GOLD = dict(np.load(importlib.resources.files("jaxkit") / "_fixtures" / "soft_golden_ot.npz"))
 CFGS = json.loads(str(GOLD["configs"]))

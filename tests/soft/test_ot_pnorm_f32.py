@@ -11,7 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxkit.soft._transport_pnorm import transport_pnorm
+from jaxkit.soft._transport_pnorm import transport_pnorm as _transport_pnorm
+
+# jitted once per (mode, tol, max_iter), as the public operators call it (eager, the solver
+# would dispatch op by op and compile every primitive and loop on its own)
+transport_pnorm = jax.jit(_transport_pnorm, static_argnames=("mode", "tol", "max_iter"))
 
 ROWS, N, M, SOFTNESS = 128, 6, 4, 0.2
 
