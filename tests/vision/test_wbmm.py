@@ -18,6 +18,7 @@ from jaxkit.vision import (
 )
 
 
+@eqx.filter_jit  # one program per module structure instead of one per leaf shape, op by op
 def _randomize(module, key, scale=0.3):
     """Perturb every float leaf (so folds are tested away from the zero/one init)."""
     leaves, tdef = jax.tree.flatten(module)
@@ -29,6 +30,12 @@ def _randomize(module, key, scale=0.3):
         for leaf, k in zip(leaves, keys, strict=True)
     ]
     return jax.tree.unflatten(tdef, new)
+
+
+def _make(cls, *args, key, **kw):
+    """``eqx.nn.make_with_state(cls)(*args, **kw)`` traced as one program (the initialisers
+    would otherwise run op by op, compiling every primitive)."""
+    return eqx.filter_jit(lambda k: eqx.nn.make_with_state(cls)(*args, **kw, key=k))(key)
 
 
 @eqx.filter_jit
@@ -56,9 +63,7 @@ def _to64(tree):
 )
 def test_block_fold_identical_outputs(mixer, size, window, key):
     with jax.enable_x64(True):
-        blk, state = eqx.nn.make_with_state(WBMMBlock)(
-            3, mixer, window=window, layer_scale_init=0.5, key=key
-        )
+        blk, state = _make(WBMMBlock, 3, mixer, window=window, layer_scale_init=0.5, key=key)
         blk, state = _to64(_randomize(blk, jax.random.fold_in(key, 1))), _to64(state)
         x = jax.random.normal(key, (3, size, size, 3), jnp.float64)
         for i in range(2):  # populate the running statistics
@@ -98,14 +103,15 @@ def test_multikernel_fold_equals_dw_branches_single_window(key):
 
 
 def test_multikernel_requires_single_window(key):
-    blk, state = eqx.nn.make_with_state(WBMMBlock)(2, "M", window=3, key=key)
+    blk, state = _make(WBMMBlock, 2, "M", window=3, key=key)
     with pytest.raises(ValueError, match="window"):
         blk(jnp.ones((1, 6, 6, 2)), state)
 
 
 @pytest.mark.slow
 def test_network_train_step_and_fold(key):
-    net, state = eqx.nn.make_with_state(WBMMNet)(
+    net, state = _make(
+        WBMMNet,
         depths=(1, 1),
         dims=(4, 8),
         patterns=("W", "M"),  # W on 6x6 (four 3x3 windows), M on the 3x3 map after the downsample
@@ -146,7 +152,7 @@ def test_variants_and_errors(key):
 
 
 def test_drop_path_needs_a_key_in_training(key):
-    blk, state = eqx.nn.make_with_state(WBMMBlock)(2, "D", drop_path=0.5, key=key)
+    blk, state = _make(WBMMBlock, 2, "D", drop_path=0.5, key=key)
     x = jnp.ones((2, 3, 3, 2))
     with pytest.raises(ValueError, match="`key`"):
         blk(x, state)  # training without a key: no silent skip of drop-path
@@ -154,5 +160,5 @@ def test_drop_path_needs_a_key_in_training(key):
     assert y.shape == x.shape
     y_inf, _ = blk(x, state, inference=True)  # inference needs no key
     assert y_inf.shape == x.shape
-    blk0, state0 = eqx.nn.make_with_state(WBMMBlock)(2, "D", key=key)
+    blk0, state0 = _make(WBMMBlock, 2, "D", key=key)
     blk0(x, state0)  # no drop-path: no randomness, no key needed
