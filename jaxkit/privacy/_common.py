@@ -1,5 +1,6 @@
 """Shared helpers of the privacy transforms: pytree walking, stacked vmaps, checks."""
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,27 @@ def stackmap(fn: Callable, n: int) -> Callable:
     for _ in range(n):
         fn = jax.vmap(fn)
     return fn
+
+
+def stackloop(fn: Callable, n: int) -> Callable:
+    """``fn`` mapped over ``n`` leading (stacked-layer) axes one slice at a time (``lax.map``).
+
+    For functions that call LAPACK (QR, SVD, eigh). Under ``vmap`` those become
+    batched LAPACK custom calls, and jaxlib's CPU kernels split a batch whose work
+    passes a threshold (about ``2e5`` FLOP: e.g. two ``256 x 16`` QRs) into chunks
+    scheduled on the XLA intra-op thread pool, then block the calling pool worker
+    until the chunks finish. When as many such calls run concurrently as the pool
+    has threads (two on a 2-core machine), every worker waits on chunks that no
+    free worker can run: the program deadlocks (futex wait, 0% CPU; jax 0.10.2).
+    One slice per call keeps each LAPACK call unbatched, so it runs inline.
+    """
+    for _ in range(n):
+        fn = functools.partial(_map_leading, fn)
+    return fn
+
+
+def _map_leading(fn: Callable, *args: Any) -> Any:
+    return jax.lax.map(lambda xs: fn(*xs), args)
 
 
 def n_stack(p: LoraFactors) -> int:

@@ -102,7 +102,7 @@ def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
     example, instead of a ``vmap`` of small per-example products.
     """
     ns = C.n_stack(p)
-    cache = C.stackmap(lambda q: gram_cache(q, rcond=rcond), ns)(p)
+    cache = C.stackloop(lambda q: gram_cache(q, rcond=rcond), ns)(p)  # LAPACK: no vmap
     acc = cache.u.dtype
     ga, gb = g.a.astype(acc), g.b.astype(acc)
     gv = jnp.einsum("b...mr,...rs->b...ms", ga, cache.tb)

@@ -120,7 +120,7 @@ def _adaptive_update(
     for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
         if C.is_lora(p):
             t_acc = t.astype(C.acc_dtype(p.a))
-            fn = C.stackmap(
+            fn = C.stackloop(  # LAPACK inside: one stacked slice per call (see stackloop)
                 lambda p_, d_, mu_, nu_, ta=t_acc: _module(
                     p_, d_, mu_, nu_, ta, lr, std2, hp, **static
                 ),
