@@ -89,6 +89,7 @@ class _ReadsChannels(eqx.Module):
         return jnp.einsum("kchw,chw->k", self.w, f[:2])
 
 
+@pytest.mark.slow  # own compilation of the conv estimator fit (~7 s); oracle kept in slow
 def test_known_support_head():
     k = jax.random.key(4)
     head = _ReadsChannels(jax.random.normal(k, (5, 2, 4, 4)) / 4.0)

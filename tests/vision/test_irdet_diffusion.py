@@ -187,6 +187,7 @@ def test_otsu_matches_brute_force_and_falls_back():
     assert float(irdet.otsu_threshold(const, jnp.ones(50))) == 0.5
 
 
+@pytest.mark.slow  # compiles the scene generator and pseudo_mask afresh (~7 s)
 def test_pseudo_mask_properties_and_no_mask_input():
     sc = irdet.make_dataset(jax.random.key(2), 4, hw=(32, 32), n_targets=(1, 2))
     out = irdet.pseudo_mask(sc.image, sc.points, sc.valid)
