@@ -34,6 +34,7 @@ _SUBPACKAGES = (
     "robust",
     "sharding",
     "soft",
+    "steering",
     "vision",
 )
 
