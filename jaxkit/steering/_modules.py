@@ -19,6 +19,11 @@ def _normal(key, shape, gain=1.0):
     return std * jax.random.normal(key, shape, jnp.float32)
 
 
+def _row(v, x):
+    """``v [d]`` shaped to broadcast against ``x [..., d]`` (explicit rank)."""
+    return v.reshape((1,) * (x.ndim - 1) + v.shape)
+
+
 class Linear(eqx.Module):
     w: Array
     b: Array
@@ -28,7 +33,8 @@ class Linear(eqx.Module):
         self.b = jnp.zeros((n_out,), jnp.float32)
 
     def __call__(self, x):
-        return x.astype(jnp.float32) @ self.w + self.b
+        y = x.astype(jnp.float32) @ self.w
+        return y + _row(self.b, y)
 
 
 class LayerNorm(eqx.Module):
@@ -42,7 +48,7 @@ class LayerNorm(eqx.Module):
     def __call__(self, x):
         mu = jnp.mean(x, -1, keepdims=True)
         var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * self.g + self.b
+        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * _row(self.g, x) + _row(self.b, x)
 
 
 class Attention(eqx.Module):
@@ -104,7 +110,9 @@ class EncoderLayer(eqx.Module):
 
     def __call__(self, x, mask, key=None):
         k1, k2 = _keys(key, 2)
-        att = self.attn(x, x, mask[:, None, :] & mask[:, :, None] | jnp.eye(x.shape[1], dtype=bool))
+        att = self.attn(
+            x, x, mask[:, None, :] & mask[:, :, None] | jnp.eye(x.shape[1], dtype=bool)[None]
+        )
         x = self.ln1(x + _dropout(att, self.dropout, k1))
         ff = self.ff2(jax.nn.gelu(self.ff1(x)))
         return self.ln2(x + _dropout(ff, self.dropout, k2))

@@ -25,6 +25,7 @@ Reference: Stable Value Guidance Transformer (SVGT), ICML 2026; code Clervils/SV
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
@@ -111,9 +112,12 @@ value_correction_core = jax.jit(_value_correction)
 
 
 def value_correction(
-    disc: Discriminator, z: Float[ArrayLike, "B dv"], step: float | Array = 1.0
+    disc: eqx.Module, z: Float[ArrayLike, "B dv"], step: float | Array = 1.0
 ) -> Float[Array, "B dv"]:
     """``dz = -relu(s(z)) grad s / (||grad s||^2 + 1e-8) * step`` (detached).
+
+    ``disc``: a :class:`Discriminator` or any equinox module mapping one ``z [d_v]``
+    to a scalar score.
 
     One Newton step of the score onto the decision boundary ``s = 0``: exactly zero
     where ``s(z) <= 0`` (already safe); large ``s`` gives a large step (the bridge's

@@ -98,7 +98,7 @@ def stage3_loss(
     idx = jnp.clip(j + k - 1, 0, t + k - 1)
     lg = jnp.take_along_axis(f.logits, idx[:, :, None], axis=1).astype(jnp.float32)
     nll = -jnp.take_along_axis(jax.nn.log_softmax(lg), tokens[:, :, None], axis=-1)[..., 0]
-    ce = jnp.sum(jnp.where(resp, nll, 0.0)) / jnp.maximum(jnp.sum(resp), 1)
+    ce = jnp.sum(jnp.where(resp, nll, 0.0)) / jnp.maximum(jnp.sum(resp).astype(jnp.float32), 1.0)
     jx = jnp.arange(t + k, dtype=jnp.int32)[None, :]
     mp = jx < prompt_len[:, None]
     mr = (jx >= (prompt_len + k)[:, None]) & (jx < (length + k)[:, None])
@@ -170,7 +170,8 @@ def _step(vp, opt_state, batch, key, lm_params, *, stage, tx, lm_cfg, cfg):
         (loss, aux), g = jax.value_and_grad(stage3_loss, has_aux=True)(
             vp, lm_params, *batch, lm_cfg=lm_cfg, cfg=cfg, key=key
         )
-    updates, opt_state = tx.update(g, opt_state, vp)
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
+        updates, opt_state = tx.update(g, opt_state, vp)
     return optax.apply_updates(vp, updates), opt_state, loss, aux
 
 
