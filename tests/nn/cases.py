@@ -103,7 +103,7 @@ CASES = [
     ),
     Case(
         name="nn.apply/interventions",
-        slow_checks=("dtypes", "vmap", "traced_once"),
+        slow_checks=("dtypes", "vmap", "traced_once", "grads", "sharding"),
         fn=_intervened,
         make_args=_iv_args,
         grad_modes=("rev",),

@@ -68,7 +68,15 @@ CASES = [
     ),
     Case(
         name="steering.svgt_generate",
-        slow_checks=("vmap", "sharding", "eval_shape", "jit", "traced_once"),
+        slow_checks=(
+            "vmap",
+            "sharding",
+            "eval_shape",
+            "jit",
+            "traced_once",
+            "dtypes",
+            "eager_cache",
+        ),
         fn=_generate,
         make_args=_tok_args,
         hparams={"top_p": (0.9, 0.8)},
@@ -99,7 +107,7 @@ CASES = [
     ),
     Case(
         name="steering.steer_add/apply",
-        slow_checks=("dtypes", "vmap", "sharding"),
+        slow_checks=("dtypes", "vmap", "sharding", "grads"),
         fn=_steered,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 4, CFG.d_model), dtype),

@@ -51,11 +51,16 @@ def test_forward_prompt_logits_are_the_base_models():
     assert f.logits.shape == (2, 9 + K, CFG.vocab_size)
 
 
-def test_generation_cached_equals_recompute_and_off_equals_base():
+def test_generation_cached_equals_recompute():
     kw = dict(key=jax.random.key(0), max_new_tokens=4)
     cached = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, **kw)
     recomp = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, mode="recompute", **kw)
     np.testing.assert_array_equal(cached.tokens, recomp.tokens)
+
+
+@pytest.mark.slow
+def test_generation_adapter_off_equals_base():
+    kw = dict(key=jax.random.key(0), max_new_tokens=4)
     off = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, enabled=False, **kw)
     base = decoding.ar_generate(P, CFG, PROMPT, PLEN, **kw)
     np.testing.assert_array_equal(off.tokens, base.tokens)
@@ -86,6 +91,7 @@ def test_exact_refresh_equals_a_fresh_prefill():
     np.testing.assert_array_equal(got.length, lens)
 
 
+@pytest.mark.slow
 def test_stage3_gradient_reaches_only_the_generator():
     g = jax.grad(lambda vp: steering.stage3_loss(vp, P, SEQ, PLEN, SEQ_LEN, lm_cfg=CFG, cfg=SC)[0])(
         VP
