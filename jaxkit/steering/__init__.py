@@ -6,6 +6,12 @@ bridge tokens after the prompt at block ``l`` through ``jaxkit.nn.Interventions`
 three training stages with the backbone frozen; cached and recompute generation,
 an exact cache refresh. Baselines: mean-difference activation steering (CAA,
 :func:`caa_vector` + :func:`steer_add`) and a prompt prefix (:func:`prefix_prompts`).
+
+The backbone is any ``jaxkit.nn`` parameter dict, e.g. a local Hugging Face folder
+(Llama / Qwen2 names) read with ``jaxkit.io.config_from_hf`` +
+``jaxkit.io.load_safetensors``; it is never modified (every loss and generator takes
+it under ``stop_gradient`` and no optimizer sees it). The value side is saved and
+restored with orbax (``jaxkit[ckpt]``).
 """
 
 from jaxkit.steering._generate import caa_vector as caa_vector
