@@ -128,18 +128,6 @@ class Interventions(eqx.Module):
             self.n_insert = _validate.python_int(n_insert, name="n_insert", minimum=1)
         self.latents = latents
 
-    def without_latents(self) -> "Interventions":
-        """The same edits with the latents dropped (the span stays hidden below)."""
-        if self.insert_layer is None:
-            return self
-        return Interventions(
-            self.add,
-            insert_layer=self.insert_layer,
-            insert_at=self.insert_at,
-            n_insert=self.n_insert,
-            read_mlp=self.read_mlp,
-        )
-
 
 def is_empty(iv) -> bool:
     return iv is None or (not iv.add and iv.insert_layer is None and not iv.read_mlp)
