@@ -93,9 +93,8 @@ def test_exact_refresh_equals_a_fresh_prefill():
 
 @pytest.mark.slow
 def test_stage3_gradient_reaches_only_the_generator():
-    g = jax.grad(lambda vp: steering.stage3_loss(vp, P, SEQ, PLEN, SEQ_LEN, lm_cfg=CFG, cfg=SC)[0])(
-        VP
-    )
+    loss = lambda vp: steering.stage3_loss(vp, P, SEQ, PLEN, SEQ_LEN, lm_cfg=CFG, cfg=SC)[0]  # noqa: E731
+    g = jax.jit(jax.grad(loss))(VP)
     assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves((g.encoder, g.disc)))
     assert any(np.any(np.asarray(x) != 0) for x in jax.tree.leaves(g.bridge))
 
@@ -142,12 +141,11 @@ def test_stage1_and_2_losses_decrease_on_a_separable_toy():
 
 
 def test_caa_vector_is_the_mean_difference():
-    v = steering.caa_vector(P, CFG, SEQ, SEQ_LEN, PROMPT, PLEN, layer=L)
-    hs = nn.apply(P, CFG, SEQ, collect=(L,)).hidden[L]
-    hp = nn.apply(P, CFG, PROMPT, collect=(L,)).hidden[L]
-    want = np.mean([hs[b, n - 1] for b, n in enumerate(np.asarray(SEQ_LEN))], 0) - np.mean(
-        [hp[b, n - 1] for b, n in enumerate(np.asarray(PLEN))], 0
-    )
+    # negatives: the prompts inside SEQ (same array shape: one compiled program)
+    v = steering.caa_vector(P, CFG, SEQ, SEQ_LEN, SEQ, PLEN, layer=L)
+    hs = np.asarray(nn.apply(P, CFG, SEQ, collect=(L,)).hidden[L], np.float64)
+    rows = np.arange(2)
+    want = hs[rows, np.asarray(SEQ_LEN) - 1].mean(0) - hs[rows, np.asarray(PLEN) - 1].mean(0)
     np.testing.assert_allclose(v, want, atol=1e-5)
     iv = steering.steer_add(v, 2.0, layer=L)
     np.testing.assert_allclose(iv.add[L], 2.0 * v)
