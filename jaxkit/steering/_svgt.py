@@ -302,10 +302,19 @@ def refresh_bridge(
     forward gives. (The authors' refresh projects the raw bridge with each block's
     k/v weights, skipping norms and blocks: not reproduced.) Blocks ``<= layer`` and
     ``length`` are unchanged.
+
+    Raises:
+      ValueError: ``layer`` out of range; a prompt plus bridge longer than the cache.
+      TypeError: a bridge of the wrong shape.
     """
     bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len).astype(jnp.int32)
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
     _validate.shape(bridge, (cache.length.shape[0], None, lm_cfg.d_model), name="bridge")
+    cap = cache.k.shape[2]
+    bad = jnp.any(prompt_len + bridge.shape[1] > cap)
+    prompt_len = _validate.error_if(
+        prompt_len, bad, f"`cache` is too small: prompt + bridge exceed its capacity {cap}."
+    )
     return refresh_core(lm_params, cache, bridge, prompt_len, lm_cfg=lm_cfg, layer=layer)

@@ -198,3 +198,6 @@ def test_bad_inputs():
         )
     with pytest.raises(ValueError, match="stage"):
         steering.svgt_optimizer(4)
+    small = nn.init_cache(CFG, max_len=4, batch=2)  # prompt (5) + bridge do not fit
+    with pytest.raises(ValueError, match="cache|capacity|max_len"):
+        steering.refresh_bridge(P, CFG, small, jnp.zeros((2, K, 16)), PLEN, layer=L)
