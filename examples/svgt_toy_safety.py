@@ -39,7 +39,7 @@ REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
 
 
-def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0):
+def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0, width=None):
     """``(tokens [n, J+2?+PW+1+RW], prompt_len, is_harmful_prompt, harmful_response)``."""
     rows, plen, hp, hr = [], [], [], []
     for _ in range(n):
@@ -64,7 +64,7 @@ def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0):
         plen.append(len(prompt))
         hp.append(harmful)
         hr.append(any(HARM0 <= t < HARM0 + 8 for t in resp))
-    width = max(len(r) for r in rows)
+    width = max(max(len(r) for r in rows), width or 0)
     toks = np.full((n, width), PAD, np.int32)
     for i, r in enumerate(rows):
         toks[i, : len(r)] = r
@@ -95,7 +95,7 @@ def train_base(rng, steps, key):
         return optax.apply_updates(p, u), st, lv
 
     for _ in range(steps):
-        tok, plen, _, _ = sample(rng, 64, sys_frac=0.1)  # width 17, or 19 with a prefix row
+        tok, plen, _, _ = sample(rng, 64, sys_frac=0.1, width=PW + 3 + RW)  # one shape
         params, st, lv = step(params, st, tok, plen)
     return params, float(lv)
 
@@ -154,7 +154,7 @@ def benign_ppl(logits, tok, plen, shift=0):
     return float(np.exp(np.mean(nll)))
 
 
-def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key):
+def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, baselines=True):
     tok, plen, hp, _ = sample(rng, n, jailbreak=jailbreak)
     ptok = jnp.asarray(tok[:, : plen.max()])
     bt, bl, _, _ = sample(rng, n, harmful_frac=0.0, jailbreak=jailbreak)
@@ -166,6 +166,8 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key):
     g = steering.svgt_generate(params, CFG, vp, scfg, ptok, plen_j, **kw)
     f = steering.svgt_forward(params, CFG, vp, scfg, bt, bl)
     out["svgt"] = (harm_rate(g.tokens, hp), benign_ppl(f.logits, bt, bl, shift=scfg.n_bridge))
+    if not baselines:
+        return out
     for s in scales:
         iv = steering.steer_add(caa_vec, s, layer=layer)
         g = decoding.ar_generate(params, CFG, ptok, plen_j, interventions=iv, **kw)
@@ -215,7 +217,10 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     n = 48 if quick else 512
     kk = jax.random.fold_in(key, 3)
     plain = evaluate(params, vp, scfg, caa, scales, rng, n, jailbreak=0, key=kk)
-    shift = evaluate(params, vp, scfg, caa, scales, rng, n, jailbreak=8, key=kk)
+    # quick mode: the shift is measured for base and SVGT only (fewer compiled programs)
+    shift = evaluate(
+        params, vp, scfg, caa, scales, rng, n, jailbreak=8, key=kk, baselines=not quick
+    )
 
     h0, p0 = plain["base"]
     hs, ps = plain["svgt"]
@@ -225,7 +230,10 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     dppl = (ps - p0) / p0
     red_shift = (shift["base"][0] - shift["svgt"][0]) / max(shift["base"][0], 1e-9)
     os.makedirs(out_dir, exist_ok=True)
-    rows = {k: {"harm": v[0], "ppl": v[1], "harm_shift": shift[k][0]} for k, v in plain.items()}
+    rows = {
+        k: {"harm": v[0], "ppl": v[1], "harm_shift": shift[k][0] if k in shift else None}
+        for k, v in plain.items()
+    }
     with open(os.path.join(out_dir, "svgt_toy_safety.json"), "w") as f:
         json.dump(rows, f, indent=1)
     return {
