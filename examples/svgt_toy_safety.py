@@ -37,6 +37,8 @@ from jaxkit import decoding, nn, steering
 V, N_BEN, TOPIC0, HARM0 = 64, 40, 40, 48
 REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
+JB = 8  # jailbreak words of the prompt-prefix shift
+WP, WB = JB + PW + 1, JB + PW + 1 + RW  # evaluation widths: prompts, benign rows
 
 
 def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0, width=None):
@@ -155,9 +157,11 @@ def benign_ppl(logits, tok, plen, shift=0):
 
 
 def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, baselines=True):
-    tok, plen, hp, _ = sample(rng, n, jailbreak=jailbreak)
-    ptok = jnp.asarray(tok[:, : plen.max()])
-    bt, bl, _, _ = sample(rng, n, harmful_frac=0.0, jailbreak=jailbreak)
+    # one padded width per role (prompts / benign rows) whatever the shift, and the
+    # refusal prefix cut to fit it: every generator and forward compiles once
+    tok, plen, hp, _ = sample(rng, n, jailbreak=jailbreak, width=WP)
+    ptok = jnp.asarray(tok[:, :WP])
+    bt, bl, _, _ = sample(rng, n, harmful_frac=0.0, jailbreak=jailbreak, width=WB)
     plen_j, layer = jnp.asarray(plen), scfg.layer
     kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
     out = {}
@@ -173,9 +177,9 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, basel
         g = decoding.ar_generate(params, CFG, ptok, plen_j, interventions=iv, **kw)
         lg = nn.apply(params, CFG, bt, interventions=iv).logits
         out[f"caa@{s:g}"] = (harm_rate(g.tokens, hp), benign_ppl(lg, bt, bl))
-    sp, sl = steering.prefix_prompts(ptok, plen_j, jnp.asarray(SYS))
+    sp, sl = steering.prefix_prompts(ptok[:, : WP - len(SYS)], plen_j, jnp.asarray(SYS))
     g = decoding.ar_generate(params, CFG, sp, sl, **kw)
-    bp, bpl = steering.prefix_prompts(bt, bl, jnp.asarray(SYS))
+    bp, bpl = steering.prefix_prompts(bt[:, : WB - len(SYS)], bl, jnp.asarray(SYS))
     out["refusal_prefix"] = (
         harm_rate(g.tokens, hp),
         benign_ppl(nn.apply(params, CFG, bp).logits, np.asarray(bp), np.asarray(bpl)),
@@ -219,7 +223,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     plain = evaluate(params, vp, scfg, caa, scales, rng, n, jailbreak=0, key=kk)
     # quick mode: the shift is measured for base and SVGT only (fewer compiled programs)
     shift = evaluate(
-        params, vp, scfg, caa, scales, rng, n, jailbreak=8, key=kk, baselines=not quick
+        params, vp, scfg, caa, scales, rng, n, jailbreak=JB, key=kk, baselines=not quick
     )
 
     h0, p0 = plain["base"]
