@@ -35,6 +35,7 @@ _SUBPACKAGES = (
     "sharding",
     "soft",
     "splat",
+    "steering",
     "vision",
 )
 

@@ -61,6 +61,7 @@ def ar_run(params, cfg, s, prompt_len, key, o):
             o.sampling,
             static=o,
             overflow="drop",
+            iv=o.iv,
         )
         return (cache, nxt, out, n_gen, done, rows + act.astype(jnp.int32), i + 1, k + 1)
 

@@ -26,6 +26,7 @@ def ar_generate(
     stop_token_ids: tuple[int, ...] = (),
     max_len: int | None = None,
     pad_token_id: int = 0,
+    interventions: nn.Interventions | None = None,
 ) -> C.Generation:
     """Generate token by token with the next-token head and a KV cache (baseline).
 
@@ -56,6 +57,10 @@ def ar_generate(
       stop_token_ids: Static stop ids (kept in the output, end the row).
       max_len: Cache capacity (default ``P + max_new_tokens``).
       pad_token_id: Written after each row's end.
+      interventions: Optional :class:`~jaxkit.nn.Interventions` applied in the
+        prefill and in every decode step (edits of shape ``[D]`` or ``[B, D]``; an
+        inserted span lies in the prompt, its reserved tokens counted in
+        ``prompt_len``, and stays hidden from blocks ``<= insert_layer``).
 
     Returns:
       A :class:`~jaxkit.decoding.Generation` ``(tokens int32[B, N], lengths int32[B], stats)``;
@@ -85,18 +90,19 @@ def ar_generate(
         token_ids={"pad_token_id": pad_token_id},
         sampling=(temperature, top_k, top_p, min_p),
     )
-    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static)
+    iv = C.check_interventions(interventions, cfg, c.prompt.shape[0])
+    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static, iv)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "static"))
 def _ar_generate(
-    params, cfg, prompt, prompt_len, key, sampling: C.Sampling, static: C.Static
+    params, cfg, prompt, prompt_len, key, sampling: C.Sampling, static: C.Static, iv=None
 ) -> C.Generation:
     """Jitted core of :func:`ar_generate` (its loop body is traced once per program)."""
     n, stops, greedy = static.max_new_tokens, static.stop_token_ids, static.greedy
     max_len, pad_token_id = static.max_len, static.pad_token_id
     prompt_len = C.guard_sampling(prompt_len, sampling)
-    logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len)
+    logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len, interventions=iv)
     tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     out = C.write_at(
@@ -114,7 +120,18 @@ def _ar_generate(
         cache, tok, out, n_gen, done, rows, i = c
         k = jax.random.fold_in(key, i + 1)
         cache, nxt, out, n_gen, done, active = C.ar_step(
-            params, cfg, tok, cache, out, n_gen, done, k, sampling, static=static, overflow="error"
+            params,
+            cfg,
+            tok,
+            cache,
+            out,
+            n_gen,
+            done,
+            k,
+            sampling,
+            static=static,
+            overflow="error",
+            iv=iv,
         )
         return (cache, nxt, out, n_gen, done, rows + active.astype(jnp.int32), i + 1)
 

@@ -176,6 +176,23 @@ def check_generate_args(
     return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static)
 
 
+def check_interventions(iv, cfg, b: int):
+    """Python-level check of a generator's ``interventions`` (edits ``[D]``/``[B, D]``)."""
+    if iv is None:
+        return None
+    if not isinstance(iv, nn.Interventions):
+        raise TypeError(f"`interventions` must be an nn.Interventions, got {type(iv).__name__}.")
+    for layer, vec in iv.add.items():
+        if tuple(vec.shape) not in ((cfg.d_model,), (b, cfg.d_model)):
+            raise TypeError(
+                f"`interventions.add[{layer}]` must have shape ({cfg.d_model},) or "
+                f"({b}, {cfg.d_model}) in generation, got {vec.shape}."
+            )
+    if iv.read_mlp:
+        raise ValueError("`interventions.read_mlp` has no output in generation; leave it empty.")
+    return iv
+
+
 def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):
     """(any stop inside the first n_gen tokens, index of the first one)."""
     n = out.shape[1]
@@ -211,15 +228,18 @@ def write_at(out: Array, idx: Array, vals: Array) -> Array:
     return jnp.where(jnp.any(hit, axis=1), val.astype(out.dtype), out)
 
 
-def ar_step(params, cfg, tok, cache, out, n_gen, done, key, s: Sampling, *, static, overflow):
+def ar_step(
+    params, cfg, tok, cache, out, n_gen, done, key, s: Sampling, *, static, overflow, iv=None
+):
     """One AR decode step of the active rows: feed ``tok``, draw, write, update ``done``.
 
     The loop body shared by :func:`ar_generate` and WeDLM's one-token fallback; returns
-    ``(cache, next_token, out, n_gen, done, active)``.
+    ``(cache, next_token, out, n_gen, done, active)``. ``iv``: the generation's
+    :class:`~jaxkit.nn.Interventions` (or None).
     """
     n = static.max_new_tokens
     active = ~done
-    logits, cache = nn.decode_step(params, cfg, tok, cache, overflow=overflow)
+    logits, cache = nn.decode_step(params, cfg, tok, cache, overflow=overflow, interventions=iv)
     nxt = choose_tokens(logits, key, s, greedy=static.greedy)
     out = write_at(out, jnp.where(active, n_gen, n)[:, None], nxt[:, None])
     n_gen = n_gen + active.astype(jnp.int32)

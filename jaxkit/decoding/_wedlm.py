@@ -26,6 +26,7 @@ from jaxkit.decoding._common import (
     Sampling,
     Static,
     check_generate_args,
+    check_interventions,
     choose_tokens,
     finalize,
     guard_sampling,
@@ -81,6 +82,7 @@ class _Options(NamedTuple):
     greedy: bool = False
     min_accept: Array | None = None
     probe_every: int = 32
+    iv: object = None  # nn.Interventions or None
 
 
 def wedlm_generate(
@@ -104,6 +106,7 @@ def wedlm_generate(
     pad_token_id: int = 0,
     min_accept: RealScalarLike | None = None,
     probe_every: int = 32,
+    interventions: nn.Interventions | None = None,
 ) -> Generation:
     """Generate with WeDLM streaming parallel decoding (batched, ragged prompts).
 
@@ -164,6 +167,10 @@ def wedlm_generate(
         runs window steps.
       probe_every: One-token steps before the first probing window step (static
         int >= 1; doubled after each failed probe).
+      interventions: Optional :class:`~jaxkit.nn.Interventions` applied in every
+        forward (prefill, window steps, one-token steps): edits of shape ``[D]`` or
+        ``[B, D]``; an inserted span lies in the prompt (reserved tokens counted in
+        ``prompt_len``) and stays hidden from blocks ``<= insert_layer``.
 
     Returns:
       A :class:`~jaxkit.decoding.Generation` ``(tokens int32[B, N], lengths int32[B], stats)``;
@@ -202,6 +209,7 @@ def wedlm_generate(
         _validate.finite_scalar(min_accept=min_accept)
         _validate.non_negative(min_accept=min_accept)
     probe_every = _validate.python_int(probe_every, name="probe_every", minimum=1)
+    iv = check_interventions(interventions, cfg, c.prompt.shape[0])
     return _wedlm_generate(
         params,
         cfg,
@@ -213,6 +221,7 @@ def wedlm_generate(
         pos_penalty,
         c.static,
         min_accept,
+        iv,
         mask_token_id=int(mask_token_id),
         window=int(window),
         probe_every=probe_every,
@@ -233,6 +242,7 @@ def _wedlm_generate(
     pos_penalty,
     static: Static,
     min_accept,
+    iv=None,
     *,
     mask_token_id,
     window,
@@ -251,6 +261,7 @@ def _wedlm_generate(
         static.greedy,
         None if min_accept is None else jnp.asarray(min_accept, jnp.float32),
         probe_every,
+        iv,
     )
     prompt_len = guard_sampling(prompt_len, sampling)
     if min_accept is not None:
@@ -331,7 +342,9 @@ def _init_state(
     j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
     sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
     cache = nn.init_cache(cfg, max_len=max_len, dtype=params["embed"].dtype, like=zb)
-    res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees, overflow="drop")
+    res = nn.apply(
+        params, cfg, tokens, pos, cache=cache, attn_mask=sees, overflow="drop", interventions=o.iv
+    )
     cache = nn.commit(res.cache, prompt_len)
     state = WeDLMState(
         cache=cache,
@@ -385,7 +398,9 @@ def _step(
     perm, inv = window_order(filled2, valid2)
     tok_phys = jnp.take_along_axis(tok2, perm, axis=1)
     pos_phys = s.cache.length[:, None] + perm
-    res = nn.apply(params, cfg, tok_phys, pos_phys, cache=s.cache, overflow="drop")
+    res = nn.apply(
+        params, cfg, tok_phys, pos_phys, cache=s.cache, overflow="drop", interventions=o.iv
+    )
     cache = nn.commit(res.cache, n_lead)
     # Shift by the committed run: new slot j <- old logical slot j + n_lead.
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]

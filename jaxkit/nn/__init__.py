@@ -1,6 +1,8 @@
 """Shared neural-network backbone.
 
-A functional transformer with logical RoPE positions and a KV cache, the
+A functional transformer with logical RoPE positions, a KV cache and one
+intervention mechanism (``interventions=``: residual edits, inserted latents, MLP
+read sites), the
 bidirectional encoder (``causal=False``), MLP / small CNN / U-Net, and the synthetic
 tasks of the packaged tiny models (loaded with ``jaxkit.io.load_fixture``).
 """
@@ -22,6 +24,8 @@ from jaxkit.nn._forward import default_mask as default_mask
 from jaxkit.nn._forward import embed as embed
 from jaxkit.nn._forward import run_layers as run_layers
 from jaxkit.nn._forward import unembed as unembed
+from jaxkit.nn._intervene import Interventions as Interventions
+from jaxkit.nn._intervene import MLPRead as MLPRead
 from jaxkit.nn._layers import MLP as MLP
 from jaxkit.nn._layers import SmallCNN as SmallCNN
 from jaxkit.nn._layers import UNet as UNet

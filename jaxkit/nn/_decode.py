@@ -14,6 +14,8 @@ from jaxkit import _validate
 from jaxkit.nn._cache import KVCache, commit
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._forward import apply_traced, embed_traced, layers_core, unembed_traced
+from jaxkit.nn._intervene import Interventions
+from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cache,
     check_cfg,
@@ -37,7 +39,7 @@ class StepOutput(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
-def _prefill(params, tokens, lengths, *, cfg, max_len):
+def _prefill(params, tokens, lengths, iv, *, cfg, max_len):
     b, t = tokens.shape
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     out = layers_core(
@@ -51,6 +53,7 @@ def _prefill(params, tokens, lengths, *, cfg, max_len):
         stop=cfg.n_layers,
         collect=(),
         emit_kv=True,
+        iv=iv,
     )
     k, v = out.cache
     logits = unembed_traced(params, cfg, out.h)
@@ -74,6 +77,7 @@ def prefill(
     lengths: Int[ArrayLike, " B"],
     *,
     max_len: int,
+    interventions: Interventions | None = None,
 ) -> StepOutput:
     """Encode right-padded ragged prompts into a fresh cache.
 
@@ -83,10 +87,19 @@ def prefill(
       tokens: ``int[B, T]`` prompts, right-padded, ids in ``[0, V)``.
       lengths: ``int[B]`` prompt lengths in ``[1, T]``.
       max_len: Cache capacity S (>= T).
+      interventions: Optional :class:`~jaxkit.nn.Interventions` (additive edits
+        of shape ``[D]`` / ``[B, D]`` / ``[B, T, D]``; an inserted span lies in the
+        prompt, its reserved tokens counted in ``lengths``). Pass the same object
+        (minus ``[B, T, D]`` edits) to the following :func:`decode_step` calls.
 
     Returns:
       :class:`StepOutput` ``(logits [B, V] at position lengths-1, cache with
       length = lengths)``.
+
+    Raises:
+      TypeError: wrong types or shapes (an intervention of the wrong shape).
+      ValueError: ``max_len < T``, ``lengths`` outside ``[1, T]``, an intervention
+        layer outside ``[0, n_layers)``.
     """
     check_cfg(cfg)
     check_params(params, cfg)
@@ -102,12 +115,13 @@ def prefill(
     lengths = guard(
         lengths, jnp.any((lengths < 1) | (lengths > t)), f"`lengths` must lie in [1, {t}]."
     )
-    return _prefill(params, tokens, lengths, cfg=cfg, max_len=max_len)
+    iv = check_iv(interventions, cfg, b, t)
+    return _prefill(params, tokens, lengths, iv, cfg=cfg, max_len=max_len)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
-def _decode_step(params, tokens, cache, *, cfg):
-    out = apply_traced(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=())
+def _decode_step(params, tokens, cache, iv, *, cfg):
+    out = apply_traced(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=(), iv=iv)
     return StepOutput(out.logits[:, 0], commit(out.cache, jnp.ones_like(out.cache.length)))
 
 
@@ -118,6 +132,7 @@ def decode_step(
     cache: KVCache,
     *,
     overflow: str = "error",
+    interventions: Interventions | None = None,
 ) -> StepOutput:
     """Feed one token per row at logical position ``cache.length`` and commit it.
 
@@ -128,6 +143,9 @@ def decode_step(
       cache: Cache holding the committed prefix of each row.
       overflow: A row whose cache is full: ``"error"`` (default) raises, ``"drop"``
         drops its write and leaves its ``length`` at the capacity.
+      interventions: Optional :class:`~jaxkit.nn.Interventions`, the object given
+        to :func:`prefill` (edits of shape ``[D]`` or ``[B, D]``; an inserted span
+        stays hidden from the blocks ``<= insert_layer``).
 
     Returns:
       :class:`StepOutput` ``(logits [B, V] for the following token, cache with
@@ -139,4 +157,5 @@ def decode_step(
     tokens = guard_tokens(tokens, cfg)
     _validate.ndim(tokens, 1, name="tokens")
     cache = check_cache(cache, cfg, tokens.shape[0], 1, overflow)
-    return _decode_step(params, tokens, cache, cfg=cfg)
+    iv = check_iv(interventions, cfg, tokens.shape[0], 1)
+    return _decode_step(params, tokens, cache, iv, cfg=cfg)

@@ -35,6 +35,8 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span, site_layers
+from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
     check_h,
@@ -54,12 +56,14 @@ class LMOutput(NamedTuple):
       cache: The cache with the T new K/V rows written (``length`` NOT advanced),
         or ``None`` when no cache was given.
       hidden: Hidden states ``[B, T, D]`` after each layer listed in ``collect``
-        (key ``l`` = output of block ``l``, 0-based).
+        (key ``l`` = output of block ``l``, 0-based, after its interventions).
+      reads: ``{l: MLPRead}`` for the read sites ``interventions.read_mlp``.
     """
 
     logits: Array
     cache: KVCache | None
     hidden: dict[int, Array]
+    reads: dict[int, MLPRead] = {}
 
 
 class LayersOutput(NamedTuple):
@@ -70,11 +74,13 @@ class LayersOutput(NamedTuple):
       cache: The cache with the new K/V rows written (``length`` NOT advanced), or
         ``None`` when no cache was given.
       hidden: ``{l: output of block l}`` for the blocks listed in ``collect``.
+      reads: ``{l: MLPRead}`` for the read sites ``interventions.read_mlp``.
     """
 
     h: Array
     cache: KVCache | None
     hidden: dict[int, Array]
+    reads: dict[int, MLPRead] = {}
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -133,8 +139,8 @@ def unembed(
     return _unembed_jit(params, cfg, h)
 
 
-def _block(cfg, lp, h, positions, mask, kv, slots):
-    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new))."""
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False):
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -164,8 +170,9 @@ def _block(cfg, lp, h, positions, mask, kv, slots):
         new = (k, v)
     h = h + dense(merge_last(o, 2), lp["wo"])
     x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
-    h = h + dense(jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"]), lp["w_down"])
-    return h, new
+    a = jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"])
+    h = h + dense(a, lp["w_down"])
+    return (h, new, MLPRead(x, a)) if read else (h, new)
 
 
 def _default_mask(cfg, batch, t, cache):
@@ -209,15 +216,19 @@ def default_mask(
     return _default_mask_jit(cfg, batch, t, cache)
 
 
-def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv):
+def layers_core(
+    params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv, iv=None
+):
     """The traced body of :func:`run_layers` (inputs already checked).
 
     With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
+    ``iv``: checked :class:`Interventions` or None (then the plain forward).
     """
     b, t, _ = h.shape
     h = h.astype(params["embed"].dtype)
     mask = _default_mask(cfg, b, t, cache) if attn_mask is None else attn_mask
     slots = None if cache is None else (cache.length[:, None] + jnp.arange(t)[None, :])
+    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
     flags = jnp.asarray(cfg.window_layers, bool)
     if cfg.sliding_window is None:
         win = None
@@ -229,22 +240,37 @@ def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, col
         k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
         k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
         win = window_mask(positions, k_pos, cfg.sliding_window)
+    low = None  # blocks <= insert_layer: the inserted span is hidden
+    if iv is not None and iv.insert_layer is not None:
+        low = hide_span(iv, mask, base)
 
-    def layer_mask(flag):
-        return mask if win is None else jnp.where(flag, mask & win, mask)
+    def layer_mask(flag, lo):
+        m = mask if (low is None or lo > iv.insert_layer) else low
+        return m if win is None else jnp.where(flag, m & win, m)
 
-    bounds = [start] + [c + 1 for c in collect if c + 1 < stop] + [stop]
+    cuts = set(collect) | set(site_layers(iv))
+    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+    reads = () if iv is None else iv.read_mlp
     hidden: dict[int, Array] = {}
+    mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
         seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
-        if cache is None:
+        if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
+            lp = jax.tree.map(lambda a: a[0], seg)
+            kv = None if cache is None else (cache.k[lo], cache.v[lo])
+            m = layer_mask(flags[lo], lo)
+            h, (kb, vb), mlp[lo] = _block(cfg, lp, h, positions, m, kv, slots, read=True)
+            if cache is not None or emit_kv:
+                ks.append(kb[None])
+                vs.append(vb[None])
+        elif cache is None:
 
-            def body(carry, xs):
+            def body(carry, xs, lo=lo):
                 lp, flag = xs
-                out, kv = _block(cfg, lp, carry, positions, layer_mask(flag), None, None)
+                out, kv = _block(cfg, lp, carry, positions, layer_mask(flag, lo), None, None)
                 return out, (kv if emit_kv else None)
 
             h, kv = jax.lax.scan(body, h, (seg, flags[lo:hi]))
@@ -253,9 +279,9 @@ def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, col
                 vs.append(kv[1])
         else:
 
-            def body(carry, xs):
+            def body(carry, xs, lo=lo):
                 lp, flag, kb, vb = xs
-                m = layer_mask(flag)
+                m = layer_mask(flag, lo)
                 out, (kb, vb) = _block(cfg, lp, carry, positions, m, (kb, vb), slots)
                 return out, (kb, vb)
 
@@ -263,6 +289,8 @@ def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, col
             h, (kseg, vseg) = jax.lax.scan(body, h, xs)
             ks.append(kseg)
             vs.append(vseg)
+        if iv is not None:
+            h = edit(iv, hi - 1, h, base)
         if hi - 1 in collect:
             hidden[hi - 1] = h
     if cache is not None and stop > start:
@@ -270,8 +298,9 @@ def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, col
         v_new = jnp.concatenate([cache.v[:start], *vs, cache.v[stop:]], axis=0)
         cache = cache._replace(k=k_new, v=v_new)
     if emit_kv:
-        return LayersOutput(h, (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)), hidden)
-    return LayersOutput(h, cache, hidden)
+        kv = (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0))
+        return LayersOutput(h, kv, hidden, mlp)
+    return LayersOutput(h, cache, hidden, mlp)
 
 
 _run_layers_jit = jax.jit(
@@ -292,6 +321,7 @@ def run_layers(
     attn_mask: Bool[ArrayLike, "B T S"] | None = None,
     collect: tuple[int, ...] | list[int] = (),
     overflow: str = "error",
+    interventions: Interventions | None = None,
 ) -> LayersOutput:
     """Run blocks ``start .. stop-1`` on hidden states ``h`` (a split forward).
 
@@ -313,9 +343,16 @@ def run_layers(
       collect: Block indices in ``[start, stop)`` whose outputs are returned.
       overflow: New rows past the cache capacity: ``"error"`` raises, ``"drop"``
         drops them (their scatter has ``mode="drop"``).
+      interventions: Optional :class:`~jaxkit.nn.Interventions`; only its sites in
+        ``[start, stop)`` act (pass the same object to both halves of a split).
 
     Returns:
-      :class:`LayersOutput` ``(h, cache, hidden)``.
+      :class:`LayersOutput` ``(h, cache, hidden, reads)``.
+
+    Raises:
+      TypeError: wrong types or shapes (an intervention vector of the wrong shape).
+      ValueError: bad ``start``/``stop``/``collect``, an intervention layer outside
+        ``[0, n_layers)``, an overflow with ``overflow="error"``.
     """
     check_cfg(cfg)
     check_params(params, cfg)
@@ -326,12 +363,13 @@ def run_layers(
     if positions is None:
         raise TypeError("`positions` must be an int[B, T] array, got None.")
     positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
+    iv = check_iv(interventions, cfg, b, t)
     return _run_layers_jit(
-        params, cfg, h, positions, cache, mask, start=start, stop=stop, collect=collect
+        params, cfg, h, positions, cache, mask, start=start, stop=stop, collect=collect, iv=iv
     )
 
 
-def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect):
+def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None):
     h = embed_traced(params, tokens) if tokens is not None else embeds
     b, t = h.shape[:2]
     if positions is None:
@@ -352,11 +390,18 @@ def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, co
         stop=cfg.n_layers,
         collect=collect,
         emit_kv=False,
+        iv=iv,
     )
-    return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden)
+    return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
 
 
-apply_core = jax.jit(apply_traced, static_argnames=("cfg", "collect"))
+def _apply_core(params, tokens, embeds, positions, cache, attn_mask, iv, *, cfg, collect):
+    return apply_traced(
+        params, tokens, embeds, positions, cache, attn_mask, cfg=cfg, collect=collect, iv=iv
+    )
+
+
+apply_core = jax.jit(_apply_core, static_argnames=("cfg", "collect"))
 
 
 def apply(
@@ -370,6 +415,7 @@ def apply(
     attn_mask: Bool[ArrayLike, "B T S"] | None = None,
     collect: tuple[int, ...] | list[int] = (),
     overflow: str = "error",
+    interventions: Interventions | None = None,
 ) -> LMOutput:
     """Full forward: embed (or ``inputs_embeds``), all blocks, final norm, LM head.
 
@@ -390,14 +436,18 @@ def apply(
       collect: Block indices whose outputs are returned in ``hidden``.
       overflow: New rows past the cache capacity: ``"error"`` (default) raises,
         ``"drop"`` drops them.
+      interventions: Optional :class:`~jaxkit.nn.Interventions` (additive edits,
+        inserted latents, MLP read sites); None gives the plain forward bit for bit.
 
     Returns:
-      :class:`LMOutput` ``(logits [B,T,V], cache, hidden)``.
+      :class:`LMOutput` ``(logits [B,T,V], cache, hidden, reads)``.
 
     Raises:
+      TypeError: wrong types or shapes (an intervention of the wrong shape).
       ValueError: If both or neither of ``tokens`` and ``inputs_embeds`` are given,
-        a token id is outside ``[0, V)``, or (``overflow="error"``) the new rows do
-        not fit in the cache.
+        a token id is outside ``[0, V)``, an intervention layer is outside
+        ``[0, n_layers)``, or (``overflow="error"``) the new rows do not fit in the
+        cache.
     """
     check_cfg(cfg)
     check_overflow(overflow)
@@ -414,4 +464,5 @@ def apply(
         b, t = embeds.shape[:2]
     positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
     _, collect = check_range(0, None, collect, cfg)
-    return apply_core(params, tokens, embeds, positions, cache, mask, cfg=cfg, collect=collect)
+    iv = check_iv(interventions, cfg, b, t)
+    return apply_core(params, tokens, embeds, positions, cache, mask, iv, cfg=cfg, collect=collect)

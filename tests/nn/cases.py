@@ -40,6 +40,25 @@ def _prefill_then_step(tokens, prompt):
     return nn.decode_step(_P32, CFG, tokens, cache)
 
 
+def _intervened(inputs_embeds, vec, latents, params):
+    """Additive edit after block 0, one latent inserted after block 0 at slot 1."""
+    b = inputs_embeds.shape[0]
+    iv = nn.Interventions(
+        {1: vec}, insert_layer=0, insert_at=jnp.ones((b,), jnp.int32), latents=latents
+    )
+    return nn.apply(params, CFG, inputs_embeds=inputs_embeds, interventions=iv).logits
+
+
+def _iv_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return (
+        jax.random.normal(k1, (8, 4, CFG.d_model), dtype),
+        jax.random.normal(k2, (8, CFG.d_model), dtype),
+        jax.random.normal(k3, (8, 1, CFG.d_model), dtype),
+        _params(dtype),
+    )
+
+
 def _tokens(key, shape):
     return jax.random.randint(key, shape, 0, CFG.vocab_size)
 
@@ -79,6 +98,36 @@ CASES = [
                 lambda key: ((jnp.ones((8, 4, 3)), _P32), {}),
                 TypeError,
                 "inputs_embeds",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.apply/interventions",
+        slow_checks=("dtypes", "vmap", "traced_once", "grads", "sharding"),
+        fn=_intervened,
+        make_args=_iv_args,
+        grad_modes=("rev",),
+        grad_argnums=(0, 1, 2),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "edit of the wrong width",
+                lambda key: (
+                    (jnp.ones((8, 4, 8)), jnp.ones((8, 3)), jnp.ones((8, 1, 8)), _P32),
+                    {},
+                ),
+                TypeError,
+                "add",
+            ),
+            Bad(
+                "latents of the wrong width",
+                lambda key: (
+                    (jnp.ones((8, 4, 8)), jnp.ones((8, 8)), jnp.ones((8, 1, 5)), _P32),
+                    {},
+                ),
+                TypeError,
+                "latents",
             ),
         ),
     ),

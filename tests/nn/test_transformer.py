@@ -197,7 +197,7 @@ def test_run_layers_split_and_collect(p, toks):
     h0 = nn.embed(p, CFG, x)
     first = nn.run_layers(p, CFG, h0, pos, start=0, stop=1, collect=(0,))
     assert isinstance(first, nn.LayersOutput) and first.cache is None
-    h1, _, hid = first
+    h1, hid = first.h, first.hidden
     h2 = nn.run_layers(p, CFG, h1, pos, start=1).h
     c1 = nn.run_layers(
         p, CFG, h0, pos, start=0, stop=1, cache=nn.init_cache(CFG, batch=B, max_len=T)

@@ -1,0 +1,204 @@
+"""SVGT's three training stages: pure losses, optax optimizers, one jitted step.
+
+The backbone is frozen everywhere: it enters every loss under ``stop_gradient`` and
+is never an optimizer argument. Stages 1-2 read precomputed block-``l`` hidden
+states (:func:`hidden_at`, computed once); stage 3 runs the backbone around the
+bridge (the gradient reaches the generator through the frozen blocks).
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array
+
+from jaxkit import _validate, nn
+from jaxkit.steering._svgt import SVGTParams, _check_tokens, _forward, check_config
+
+
+@functools.partial(jax.jit, static_argnames=("lm_cfg", "layer"))
+def _hidden(lm_params, tokens, *, lm_cfg, layer):
+    pos = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    h = nn.embed(lm_params, lm_cfg, tokens)
+    return jax.lax.stop_gradient(nn.run_layers(lm_params, lm_cfg, h, pos, stop=layer + 1).h)
+
+
+def hidden_at(lm_params, lm_cfg: nn.TransformerConfig, tokens, *, layer: int) -> Array:
+    """Block-``layer`` outputs ``[B, T, D]`` of the frozen backbone (positions ``arange``)."""
+    layer = _validate.python_int(layer, name="layer")
+    if not 0 <= layer < lm_cfg.n_layers:
+        raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
+    tokens = jnp.asarray(tokens)
+    _validate.integer(tokens, name="tokens")
+    _validate.ndim(tokens, 2, name="tokens")
+    return _hidden(lm_params, tokens.astype(jnp.int32), lm_cfg=lm_cfg, layer=layer)
+
+
+def _bce(logit, label):
+    label = label.astype(jnp.float32)
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(logit, label))
+
+
+def stage1_loss(vp: SVGTParams, h, mask, labels, *, key=None):
+    """Stage 1: ``BCE(s(E_uncond(h)), label)`` on prompts (``h [B,T,D]``, ``mask [B,T]``)."""
+    return _bce(vp.disc(vp.encoder.unconditional(h, mask, key=key)), labels)
+
+
+def stage2_loss(vp: SVGTParams, h, prompt_mask, response_mask, labels, *, key=None):
+    """Stage 2: ``BCE(s(E_cond(h_p, h_r)), label)`` on (prompt, response) pairs.
+
+    ``h``: block-``l`` outputs of ``[prompt ; response]``; the masks select each part.
+    """
+    z = vp.encoder.conditional(h, prompt_mask, h, response_mask, key=key)
+    return _bce(vp.disc(z), labels)
+
+
+class Stage3Aux(NamedTuple):
+    """Parts of the stage-3 loss (means over the batch)."""
+
+    ce: Array
+    safe: Array
+    reg: Array
+    score: Array
+
+
+def stage3_loss(
+    vp: SVGTParams,
+    lm_params,
+    tokens,
+    prompt_len,
+    length,
+    *,
+    lm_cfg,
+    cfg,
+    key=None,
+    weights=(1.0, 0.5, 0.1),
+):
+    """Stage 3: ``l_ce CE(response | prompt, bridge) + l_safe safety + l_reg R``.
+
+    Only the bridge generator learns: the encoder and discriminator enter under
+    ``stop_gradient`` (their gradient is exactly zero), the backbone too.
+    ``safety = mean(softplus(s~) + 2 relu(s~))`` with ``s~`` the conditional score of
+    block ``l+1``'s output after insertion; ``R = max(0, |mean||bridge|| /
+    mean||h_trig|| - 1| - 0.2)``. CE on the response tokens (original indices
+    ``M_b .. length_b - 1``), read at expanded indices ``j + K - 1``.
+
+    Returns:
+      ``(loss, Stage3Aux)``.
+    """
+    frozen = jax.lax.stop_gradient((vp.encoder, vp.disc))
+    vp = vp._replace(encoder=frozen[0], disc=frozen[1])
+    k = cfg.n_bridge
+    f = _forward(lm_params, vp, tokens, prompt_len, key, lm_cfg=lm_cfg, cfg=cfg)
+    b, t = tokens.shape
+    j = jnp.arange(t, dtype=jnp.int32)[None, :]
+    resp = (j >= prompt_len[:, None]) & (j < length[:, None])
+    idx = jnp.clip(j + k - 1, 0, t + k - 1)
+    lg = jnp.take_along_axis(f.logits, idx[:, :, None], axis=1).astype(jnp.float32)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(lg), tokens[:, :, None], axis=-1)[..., 0]
+    ce = jnp.sum(jnp.where(resp, nll, 0.0)) / jnp.maximum(jnp.sum(resp).astype(jnp.float32), 1.0)
+    jx = jnp.arange(t + k, dtype=jnp.int32)[None, :]
+    mp = jx < prompt_len[:, None]
+    mr = (jx >= (prompt_len + k)[:, None]) & (jx < (length + k)[:, None])
+    score = vp.disc(vp.encoder.conditional(f.hidden, mp, f.hidden, mr))
+    safe = jnp.mean(jax.nn.softplus(score) + 2.0 * jax.nn.relu(score))
+    ratio = jnp.mean(jnp.linalg.norm(f.bridge, axis=-1)) / jnp.mean(
+        jnp.linalg.norm(f.h_trig.astype(jnp.float32), axis=-1)
+    )
+    reg = jax.nn.relu(jnp.abs(ratio - 1.0) - 0.2)
+    w = weights
+    loss = w[0] * ce + w[1] * safe + w[2] * reg
+    return loss, Stage3Aux(ce, safe, reg, jnp.mean(score))
+
+
+_NEW = ("prompt_proj", "cross", "ln_p", "ln_c", "cross_scale")
+
+
+def _labels(stage):
+    def label(path, _):
+        names = [getattr(p, "name", None) for p in path]
+        part = names[0]
+        if stage == 3:
+            return "train" if part == "bridge" else "frozen"
+        if part == "bridge":
+            return "frozen"
+        if stage == 2 and any(n in _NEW for n in names):
+            return "new"
+        return "train"
+
+    return lambda vp: jax.tree_util.tree_map_with_path(label, vp)
+
+
+def svgt_optimizer(
+    stage: int, *, lr: float | None = None, old_lr: float = 1e-5, weight_decay: float = 1e-5
+) -> optax.GradientTransformation:
+    """The optax transform of a stage (learning-rate groups by module path).
+
+    Stage 1: value encoder + discriminator, AdamW ``lr`` (default 1e-4). Stage 2:
+    the new conditional modules (``prompt_proj``, ``cross``, ``ln_p``, ``ln_c``,
+    ``cross_scale``) at ``lr`` (default 5e-4), the stage-1 modules at ``old_lr``,
+    clip 1.0. Stage 3: the bridge generator only, ``lr`` (default 5e-4), clip 1.0.
+    Parameters outside a stage's groups get zero updates.
+    """
+    stage = _validate.python_int(stage, name="stage")
+    _validate.one_of((1, 2, 3), stage=stage)
+    lr = {1: 1e-4, 2: 5e-4, 3: 5e-4}[stage] if lr is None else lr
+    _validate.positive(lr=lr)
+    train = optax.adamw(lr, weight_decay=weight_decay)
+    groups = {"train": train, "frozen": optax.set_to_zero()}
+    if stage == 2:
+        groups = {
+            "new": train,
+            "train": optax.adamw(old_lr, weight_decay=weight_decay),
+            "frozen": optax.set_to_zero(),
+        }
+    tx = optax.multi_transform(groups, _labels(stage))
+    return tx if stage == 1 else optax.chain(optax.clip_by_global_norm(1.0), tx)
+
+
+@functools.partial(jax.jit, static_argnames=("stage", "tx", "lm_cfg", "cfg"))
+def _step(vp, opt_state, batch, key, lm_params, *, stage, tx, lm_cfg, cfg):
+    if stage == 1:
+        loss, g = jax.value_and_grad(stage1_loss)(vp, *batch, key=key)
+        aux = None
+    elif stage == 2:
+        loss, g = jax.value_and_grad(stage2_loss)(vp, *batch, key=key)
+        aux = None
+    else:
+        (loss, aux), g = jax.value_and_grad(stage3_loss, has_aux=True)(
+            vp, lm_params, *batch, lm_cfg=lm_cfg, cfg=cfg, key=key
+        )
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
+        updates, opt_state = tx.update(g, opt_state, vp)
+    return optax.apply_updates(vp, updates), opt_state, loss, aux
+
+
+def svgt_step(
+    stage: int,
+    vp: SVGTParams,
+    opt_state,
+    batch: tuple,
+    *,
+    tx,
+    key,
+    lm_params=None,
+    lm_cfg=None,
+    cfg=None,
+):
+    """One optimizer step of a stage (jitted at module level; build ``tx`` once).
+
+    ``batch``: stage 1 ``(h, mask, labels)``; stage 2 ``(h, prompt_mask,
+    response_mask, labels)``; stage 3 ``(tokens, prompt_len, length)`` with
+    ``lm_params``, ``lm_cfg``, ``cfg``. Returns ``(vp, opt_state, loss, aux)``
+    (``aux`` a :class:`Stage3Aux` in stage 3, else None). The backbone is an input,
+    never updated.
+    """
+    stage = _validate.python_int(stage, name="stage")
+    _validate.one_of((1, 2, 3), stage=stage)
+    if stage == 3:
+        check_config(lm_cfg, cfg, upper=True)
+        tok, pl = _check_tokens(lm_cfg, batch[0], batch[1])
+        batch = (tok, pl, jnp.asarray(batch[2], jnp.int32))
+    return _step(vp, opt_state, batch, key, lm_params, stage=stage, tx=tx, lm_cfg=lm_cfg, cfg=cfg)

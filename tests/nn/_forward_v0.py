@@ -1,0 +1,421 @@
+"""Frozen copy of jaxkit/nn/_forward.py at main 85160a5, before ``interventions=``.
+
+The bit-identity oracle of tests/nn/test_interventions.py and the anchor
+(``no_interventions``) of scripts/bench/steering.py. Original doc: the forward
+pass of the transformer backbone: embed, blocks, LM head.
+
+Llama/Qwen2 architecture: RMSNorm pre-norm blocks, rotary position embeddings on
+*logical* positions passed explicitly, grouped-query attention (optionally with
+Qwen2's sliding window on blocks ``>= max_window_layers``), SwiGLU MLP, optional
+qk-norm and q/k/v biases. Layers run under ``lax.scan``. ``cfg.causal=False`` gives
+the bidirectional encoder variant. Every public function is jitted like jax.numpy
+(module level, ``cfg`` and discrete options static, arrays traced); argument checks
+run in the un-jitted wrapper.
+
+References:
+  Touvron et al., "LLaMA: Open and Efficient Foundation Language Models", 2023.
+  Liu et al., "WeDLM" (ICML 2026): logical positions and drop-mode cache writes.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
+
+from jaxkit import _validate
+from jaxkit.nn._attention import (
+    attend,
+    dense,
+    lead,
+    merge_last,
+    rms_norm,
+    rope,
+    set_rows,
+    split_last,
+    take_rows,
+    window_mask,
+)
+from jaxkit.nn._cache import KVCache
+from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._params import (
+    check_cfg,
+    check_h,
+    check_inputs,
+    check_overflow,
+    check_params,
+    check_range,
+    guard_tokens,
+)
+
+
+class LMOutput(NamedTuple):
+    """Output of :func:`apply`.
+
+    Attributes:
+      logits: ``[B, T, V]`` in the parameters' dtype.
+      cache: The cache with the T new K/V rows written (``length`` NOT advanced),
+        or ``None`` when no cache was given.
+      hidden: Hidden states ``[B, T, D]`` after each layer listed in ``collect``
+        (key ``l`` = output of block ``l``, 0-based).
+    """
+
+    logits: Array
+    cache: KVCache | None
+    hidden: dict[int, Array]
+
+
+class LayersOutput(NamedTuple):
+    """Output of :func:`run_layers`.
+
+    Attributes:
+      h: Hidden states ``[B, T, D]`` after block ``stop - 1``.
+      cache: The cache with the new K/V rows written (``length`` NOT advanced), or
+        ``None`` when no cache was given.
+      hidden: ``{l: output of block l}`` for the blocks listed in ``collect``.
+    """
+
+    h: Array
+    cache: KVCache | None
+    hidden: dict[int, Array]
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def embed_traced(params, tokens):
+    return take_rows(params["embed"], tokens)
+
+
+def unembed_traced(params, cfg, h):
+    h = rms_norm(h, params["final_norm"], cfg.norm_eps)
+    head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+    return dense(h, head)
+
+
+_embed_jit = jax.jit(embed_traced)
+_unembed_jit = jax.jit(unembed_traced, static_argnums=1)
+
+
+def embed(
+    params: PyTree, cfg: TransformerConfig, tokens: Int[ArrayLike, "B T"]
+) -> Float[Array, "B T D"]:
+    """Token embeddings ``params["embed"][tokens]`` (``[B, T, D]``).
+
+    Args:
+      params: Model parameters; only the ``embed`` table ``[V, D]`` is read.
+      cfg: Model configuration (gives V).
+      tokens: ``int[B, T]`` token ids in ``[0, V)`` (others raise).
+
+    Returns:
+      ``[B, T, D]`` in the parameters' dtype.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    tokens = guard_tokens(tokens, cfg)
+    _validate.ndim(tokens, 2, name="tokens")
+    return _embed_jit(params, tokens)
+
+
+def unembed(
+    params: PyTree, cfg: TransformerConfig, h: Float[ArrayLike, "B T D"]
+) -> Float[Array, "B T V"]:
+    """Final RMSNorm then the LM head (``embed.T`` when embeddings are tied).
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration.
+      h: Hidden states ``[B, T, D]``.
+
+    Returns:
+      Logits ``[B, T, V]`` in the dtype of ``h``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    h = check_h(h, cfg, "h")
+    return _unembed_jit(params, cfg, h)
+
+
+def _block(cfg, lp, h, positions, mask, kv, slots):
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new))."""
+    b, t, _ = h.shape
+    H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
+    q, k, v = dense(x, lp["wq"]), dense(x, lp["wk"]), dense(x, lp["wv"])
+    if cfg.qkv_bias:
+        q = q + lead(lp["bq"].astype(q.dtype), 3)
+        k = k + lead(lp["bk"].astype(k.dtype), 3)
+        v = v + lead(lp["bv"].astype(v.dtype), 3)
+    q = split_last(q, (H, Dh))
+    k = split_last(k, (Hkv, Dh))
+    v = split_last(v, (Hkv, Dh))
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+        k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
+    q = rope(q, positions, cfg)
+    k = rope(k, positions, cfg)
+    if kv is not None:
+        kb, vb = kv
+        rows = jnp.arange(b)[:, None]
+        # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
+        kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+        vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+        o = attend(q, kb, vb, mask)
+        new = (kb, vb)
+    else:
+        o = attend(q, k, v, mask)
+        new = (k, v)
+    h = h + dense(merge_last(o, 2), lp["wo"])
+    x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
+    h = h + dense(jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"]), lp["w_down"])
+    return h, new
+
+
+def _default_mask(cfg, batch, t, cache):
+    i = jnp.arange(t)[:, None]
+    if cache is None:
+        j = jnp.arange(t)[None, :]
+        m = (j <= i) if cfg.causal else jnp.ones((t, t), bool)
+        return jnp.broadcast_to(m, (batch, t, t))
+    s = cache.k.shape[2]
+    j = jnp.arange(s)[None, None, :]
+    lim = cache.length[:, None, None] + (i[None] + 1 if cfg.causal else t)
+    return j < lim
+
+
+_default_mask_jit = jax.jit(_default_mask, static_argnums=(0, 1, 2))
+
+
+def default_mask(
+    cfg: TransformerConfig, *, batch: int, t: int, cache: KVCache | None = None
+) -> Bool[Array, "B T S"]:
+    """The mask :func:`run_layers` uses when ``attn_mask`` is None.
+
+    Without a cache: causal ``j <= i`` (all True when ``cfg.causal`` is False),
+    ``[B, T, T]``. With a cache of capacity S: query ``i`` of row ``b`` sees slot
+    ``j`` iff ``j < length[b] + i + 1`` (``j < length[b] + T`` for an encoder),
+    ``[B, T, S]``. The sliding window (``cfg.sliding_window``) is applied on top of
+    this mask, per block, inside :func:`run_layers`.
+
+    Args:
+      cfg: Model configuration.
+      batch: B.
+      t: Query length T.
+      cache: Optional cache.
+
+    Returns:
+      ``bool[B, T, S]``.
+    """
+    check_cfg(cfg)
+    batch = _validate.python_int(batch, name="batch", minimum=1)
+    t = _validate.python_int(t, name="t", minimum=1)
+    return _default_mask_jit(cfg, batch, t, cache)
+
+
+def layers_core(params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv):
+    """The traced body of :func:`run_layers` (inputs already checked).
+
+    With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
+    """
+    b, t, _ = h.shape
+    h = h.astype(params["embed"].dtype)
+    mask = _default_mask(cfg, b, t, cache) if attn_mask is None else attn_mask
+    slots = None if cache is None else (cache.length[:, None] + jnp.arange(t)[None, :])
+    flags = jnp.asarray(cfg.window_layers, bool)
+    if cfg.sliding_window is None:
+        win = None
+    elif cache is None:
+        win = window_mask(positions, positions, cfg.sliding_window)
+    else:
+        # Committed slot j holds logical position j; the new rows hold `positions`.
+        s = cache.k.shape[2]
+        k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
+        k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
+        win = window_mask(positions, k_pos, cfg.sliding_window)
+
+    def layer_mask(flag):
+        return mask if win is None else jnp.where(flag, mask & win, mask)
+
+    bounds = [start] + [c + 1 for c in collect if c + 1 < stop] + [stop]
+    hidden: dict[int, Array] = {}
+    ks, vs = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi <= lo:
+            continue
+        seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
+        if cache is None:
+
+            def body(carry, xs):
+                lp, flag = xs
+                out, kv = _block(cfg, lp, carry, positions, layer_mask(flag), None, None)
+                return out, (kv if emit_kv else None)
+
+            h, kv = jax.lax.scan(body, h, (seg, flags[lo:hi]))
+            if emit_kv:
+                ks.append(kv[0])
+                vs.append(kv[1])
+        else:
+
+            def body(carry, xs):
+                lp, flag, kb, vb = xs
+                m = layer_mask(flag)
+                out, (kb, vb) = _block(cfg, lp, carry, positions, m, (kb, vb), slots)
+                return out, (kb, vb)
+
+            xs = (seg, flags[lo:hi], cache.k[lo:hi], cache.v[lo:hi])
+            h, (kseg, vseg) = jax.lax.scan(body, h, xs)
+            ks.append(kseg)
+            vs.append(vseg)
+        if hi - 1 in collect:
+            hidden[hi - 1] = h
+    if cache is not None and stop > start:
+        k_new = jnp.concatenate([cache.k[:start], *ks, cache.k[stop:]], axis=0)
+        v_new = jnp.concatenate([cache.v[:start], *vs, cache.v[stop:]], axis=0)
+        cache = cache._replace(k=k_new, v=v_new)
+    if emit_kv:
+        return LayersOutput(h, (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)), hidden)
+    return LayersOutput(h, cache, hidden)
+
+
+_run_layers_jit = jax.jit(
+    functools.partial(layers_core, emit_kv=False),
+    static_argnames=("cfg", "start", "stop", "collect"),
+)
+
+
+def run_layers(
+    params: PyTree,
+    cfg: TransformerConfig,
+    h: Float[ArrayLike, "B T D"],
+    positions: Int[ArrayLike, "B T"],
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    cache: KVCache | None = None,
+    attn_mask: Bool[ArrayLike, "B T S"] | None = None,
+    collect: tuple[int, ...] | list[int] = (),
+    overflow: str = "error",
+) -> LayersOutput:
+    """Run blocks ``start .. stop-1`` on hidden states ``h`` (a split forward).
+
+    With ``cache``, the T new K/V rows of each block are scattered to physical
+    slots ``cache.length[b] + arange(T)`` and attention runs over the whole buffer
+    under the mask; ``cache.length`` is not advanced (see :func:`jaxkit.nn.commit`).
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration.
+      h: Hidden states ``[B, T, D]`` entering block ``start``.
+      positions: Logical RoPE positions ``int[B, T]`` (independent of the
+        physical order).
+      start: First block to run.
+      stop: One past the last block (default ``cfg.n_layers``).
+      cache: Optional :class:`KVCache` (its layers ``start..stop-1`` are used).
+      attn_mask: Optional ``bool[B, T, S]`` (S = T without cache, capacity with
+        one), True = may attend; overrides :func:`default_mask`.
+      collect: Block indices in ``[start, stop)`` whose outputs are returned.
+      overflow: New rows past the cache capacity: ``"error"`` raises, ``"drop"``
+        drops them (their scatter has ``mode="drop"``).
+
+    Returns:
+      :class:`LayersOutput` ``(h, cache, hidden)``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    check_overflow(overflow)
+    stop, collect = check_range(start, stop, collect, cfg)
+    h = check_h(h, cfg, "h")
+    b, t, _ = h.shape
+    if positions is None:
+        raise TypeError("`positions` must be an int[B, T] array, got None.")
+    positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
+    return _run_layers_jit(
+        params, cfg, h, positions, cache, mask, start=start, stop=stop, collect=collect
+    )
+
+
+def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect):
+    h = embed_traced(params, tokens) if tokens is not None else embeds
+    b, t = h.shape[:2]
+    if positions is None:
+        base = jnp.arange(t, dtype=jnp.int32)[None, :]
+        positions = (
+            jnp.broadcast_to(base, (b, t))
+            if cache is None
+            else cache.length[:, None].astype(jnp.int32) + base
+        )
+    out = layers_core(
+        params,
+        cfg,
+        h,
+        positions,
+        cache,
+        attn_mask,
+        start=0,
+        stop=cfg.n_layers,
+        collect=collect,
+        emit_kv=False,
+    )
+    return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden)
+
+
+apply_core = jax.jit(apply_traced, static_argnames=("cfg", "collect"))
+
+
+def apply(
+    params: PyTree,
+    cfg: TransformerConfig,
+    tokens: Int[ArrayLike, "B T"] | None = None,
+    positions: Int[ArrayLike, "B T"] | None = None,
+    *,
+    inputs_embeds: Float[ArrayLike, "B T D"] | None = None,
+    cache: KVCache | None = None,
+    attn_mask: Bool[ArrayLike, "B T S"] | None = None,
+    collect: tuple[int, ...] | list[int] = (),
+    overflow: str = "error",
+) -> LMOutput:
+    """Full forward: embed (or ``inputs_embeds``), all blocks, final norm, LM head.
+
+    Jitted like jax.numpy (module level, ``cfg``/``collect`` static, arrays traced).
+
+    Args:
+      params: Model parameters (:func:`init_params` layout).
+      cfg: Model configuration.
+      tokens: ``int[B, T]`` token ids in ``[0, V)`` (others raise); give exactly one
+        of ``tokens`` and ``inputs_embeds``.
+      positions: Logical RoPE positions ``int[B, T]``; default ``arange(T)``
+        without a cache and ``cache.length[:, None] + arange(T)`` with one.
+      inputs_embeds: ``[B, T, D]`` embeddings used instead of ``tokens`` (cast to
+        the parameters' dtype).
+      cache: Optional :class:`KVCache`; the new rows are written at slots
+        ``length + arange(T)``, ``length`` is not advanced.
+      attn_mask: Optional ``bool[B, T, S]`` overriding the default mask.
+      collect: Block indices whose outputs are returned in ``hidden``.
+      overflow: New rows past the cache capacity: ``"error"`` (default) raises,
+        ``"drop"`` drops them.
+
+    Returns:
+      :class:`LMOutput` ``(logits [B,T,V], cache, hidden)``.
+
+    Raises:
+      ValueError: If both or neither of ``tokens`` and ``inputs_embeds`` are given,
+        a token id is outside ``[0, V)``, or (``overflow="error"``) the new rows do
+        not fit in the cache.
+    """
+    check_cfg(cfg)
+    check_overflow(overflow)
+    if (tokens is None) == (inputs_embeds is None):
+        raise ValueError("give exactly one of `tokens` and `inputs_embeds`.")
+    check_params(params, cfg)
+    if tokens is not None:
+        tokens = guard_tokens(tokens, cfg)
+        _validate.ndim(tokens, 2, name="tokens")
+        b, t = tokens.shape
+        embeds = None
+    else:
+        embeds = check_h(inputs_embeds, cfg, "inputs_embeds").astype(params["embed"].dtype)
+        b, t = embeds.shape[:2]
+    positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
+    _, collect = check_range(0, None, collect, cfg)
+    return apply_core(params, tokens, embeds, positions, cache, mask, cfg=cfg, collect=collect)

@@ -1,0 +1,171 @@
+"""``interventions=``: residual edits, inserted latents and MLP read sites.
+
+Oracles: the plain forward is bit-identical to a frozen copy of the forward before
+interventions existed (``_forward_v0``); an additive edit equals the hand-split
+forward (``run_layers`` halves); an insertion equals running the lower blocks on the
+sequence WITHOUT the span at gapped positions and the upper blocks on the expanded
+sequence (the SVGT convention); prefill + decode steps equal the uncached forward
+with the same object; generators equal host loops of uncached forwards.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import decoding, nn
+from tests.decoding import _reference as R
+from tests.nn import _forward_v0
+
+CFG = nn.TransformerConfig(
+    vocab_size=23, d_model=16, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=4, mlp_dim=24
+)
+B, T, K, L = 2, 10, 2, 1  # batch, width, inserted latents, insert layer
+M = np.array([3, 5])  # prompt lengths before the span (ragged)
+
+
+@pytest.fixture(scope="module")
+def p():
+    return nn.init_params(CFG, key=jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    toks = jnp.asarray(rng.integers(0, CFG.vocab_size, (B, T)), jnp.int32)
+    lat = jnp.asarray(rng.normal(size=(B, K, CFG.d_model)), jnp.float32)
+    vec = jnp.asarray(rng.normal(size=(B, CFG.d_model)), jnp.float32)
+    return toks, lat, vec
+
+
+def _iv(lat, vec, **kw):
+    return nn.Interventions({0: vec}, insert_layer=L, insert_at=M, latents=lat, **kw)
+
+
+def test_plain_forward_bit_identical(p, data):
+    toks = data[0]
+    old = _forward_v0.apply(p, CFG, toks, collect=(1,))
+    for iv in (None, nn.Interventions()):
+        new = nn.apply(p, CFG, toks, collect=(1,), interventions=iv)
+        np.testing.assert_array_equal(np.asarray(new.logits), np.asarray(old.logits))
+        np.testing.assert_array_equal(np.asarray(new.hidden[1]), np.asarray(old.hidden[1]))
+
+
+def test_add_and_reads_match_split_forward(p, data):
+    toks, _, vec = data
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    out = nn.apply(p, CFG, toks, interventions=nn.Interventions({1: vec[0]}, read_mlp=(2,)))
+    h = nn.run_layers(p, CFG, nn.embed(p, CFG, toks), pos, stop=2, collect=(1,)).h
+    h2 = nn.run_layers(p, CFG, h + vec[0][None, None], pos, start=2).h
+    np.testing.assert_allclose(out.logits, nn.unembed(p, CFG, h2), atol=1e-5)
+    # read site of block 2: h_out = h_mid + down_in @ w_down, mlp_in = rmsnorm(h_mid)
+    r = out.reads[2]
+    lp = jax.tree.map(lambda a: np.asarray(a[2], np.float64), p["layers"])
+    down, x = np.asarray(r.down_in, np.float64), np.asarray(r.mlp_in, np.float64)
+    h_mid = np.asarray(h2, np.float64) - down @ lp["w_down"]
+    norm = h_mid / np.sqrt((h_mid**2).mean(-1, keepdims=True) + CFG.norm_eps) * lp["mlp_norm"]
+    np.testing.assert_allclose(x, norm, atol=1e-4)
+    g = x @ lp["w_gate"]
+    np.testing.assert_allclose(down, g / (1 + np.exp(-g)) * (x @ lp["w_up"]), atol=1e-4)
+
+
+def test_insertion_equals_gapped_split_forward(p, data):
+    toks, lat, vec = data
+    out = nn.apply(p, CFG, toks, interventions=_iv(lat, vec)).logits
+    for b in range(B):
+        m = int(M[b])
+        keep = np.r_[0:m, m + K : T]  # the sequence without the span, gapped positions
+        tb = toks[b : b + 1, keep]
+        lo = nn.run_layers(p, CFG, nn.embed(p, CFG, tb), jnp.asarray(keep)[None], stop=1).h
+        lo = nn.run_layers(
+            p, CFG, lo + vec[b][None, None], jnp.asarray(keep)[None], start=1, stop=L + 1
+        ).h
+        h = jnp.concatenate([lo[:, :m], lat[b : b + 1], lo[:, m:]], axis=1)
+        hi = nn.run_layers(p, CFG, h, jnp.arange(T)[None], start=L + 1).h
+        want = nn.unembed(p, CFG, hi)[0]
+        np.testing.assert_allclose(out[b, keep], want[keep], atol=1e-5)
+
+
+def test_cached_steps_equal_uncached_forward(p, data):
+    toks, lat, vec = data
+    iv = _iv(lat, vec)
+    full = nn.apply(p, CFG, toks, interventions=iv).logits
+    plen = M + K + 1  # prompt = words, span, one more word
+    lg, cache = nn.prefill(p, CFG, toks, plen, max_len=T, interventions=iv)
+    np.testing.assert_allclose(lg, full[np.arange(B), plen - 1], atol=1e-5)
+    for s in range(2):
+        nxt = toks[np.arange(B), plen + s]
+        lg, cache = nn.decode_step(p, CFG, nxt, cache, interventions=iv)
+        np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
+
+
+def _host_logits(iv_row):
+    def logits(params, cfg, seq, pos):  # right-padded to a fixed width: causal => exact
+        n = len(seq)
+        t, q = np.zeros((1, 16), np.int32), np.zeros((1, 16), np.int32)
+        t[0, :n], q[0, :n] = seq, pos
+        out = nn.apply(params, cfg, t, q, interventions=iv_row).logits[0, :n]
+        return np.asarray(out, np.float32)
+
+    return logits
+
+
+@pytest.mark.slow
+def test_generators_equal_uncached_host_loops(p, data, monkeypatch):
+    toks, lat, vec = data
+    iv = _iv(lat, vec)
+    plen = jnp.asarray(M + K + 1)
+    n = 3
+    ar = decoding.ar_generate(
+        p, CFG, toks, plen, key=jax.random.key(0), max_new_tokens=n, interventions=iv
+    )
+    we = decoding.wedlm_generate(
+        p,
+        CFG,
+        toks,
+        plen,
+        key=jax.random.key(0),
+        mask_token_id=22,
+        max_new_tokens=n,
+        window=2,
+        interventions=iv,
+    )
+    for b in range(B):
+        row = nn.Interventions(
+            {0: vec[b]}, insert_layer=L, insert_at=M[b : b + 1], latents=lat[b : b + 1]
+        )
+        monkeypatch.setattr(R, "_logits", _host_logits(row))
+        prompt = list(np.asarray(toks[b, : int(plen[b])]))
+        np.testing.assert_array_equal(ar.tokens[b], R.ar_greedy_row(p, CFG, prompt, n_new=n))
+        want, _ = R.wedlm_reference_row(
+            p, CFG, prompt, mask=22, n_new=n, window=2, tau=0.4, lam=0.02
+        )
+        np.testing.assert_array_equal(we.tokens[b, : we.lengths[b]], want)
+
+
+def test_bad_interventions(p, data):
+    toks, lat, vec = data
+    with pytest.raises(ValueError, match="layer index"):
+        nn.apply(p, CFG, toks, interventions=nn.Interventions({3: vec}))
+    with pytest.raises(ValueError, match="layer index"):
+        nn.apply(p, CFG, toks, interventions=nn.Interventions(read_mlp=(-1,)))
+    with pytest.raises(TypeError, match="add"):
+        nn.apply(p, CFG, toks, interventions=nn.Interventions({0: jnp.ones(5)}))
+    with pytest.raises(TypeError, match="latents"):
+        nn.apply(p, CFG, toks, interventions=_iv(lat[:, :, :4], vec))
+    with pytest.raises(TypeError, match="insert_at"):
+        nn.Interventions(insert_layer=0, insert_at=jnp.ones(2), latents=lat)
+    with pytest.raises(ValueError, match="insert_layer"):
+        nn.Interventions(latents=lat)
+    with pytest.raises(TypeError, match="interventions"):
+        nn.apply(p, CFG, toks, interventions={0: vec})
+    with pytest.raises(TypeError, match="in generation"):
+        decoding.ar_generate(
+            p,
+            CFG,
+            toks,
+            jnp.array([4, 4]),
+            key=jax.random.key(0),
+            max_new_tokens=2,
+            interventions=nn.Interventions({0: jnp.ones((B, T, 16))}),
+        )
