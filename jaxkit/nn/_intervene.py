@@ -53,9 +53,14 @@ class Interventions(eqx.Module):
     """Residual-stream edits, inserted latents and MLP read sites (see the module doc).
 
     Example:
-      >>> iv = Interventions(add={1: steer_vec})                       # CAA at block 1
-      >>> iv = Interventions(insert_layer=1, insert_at=m, latents=z)   # K = z.shape[1]
-      >>> iv = Interventions(read_mlp=(0,))       # LMOutput.reads[0].mlp_in / .down_in
+      >>> import jax.numpy as jnp
+      >>> steer_vec = jnp.ones(16)                  # [D]: d_model = 16
+      >>> iv = Interventions(add={1: steer_vec})    # CAA: added after block 1
+      >>> m, z = jnp.array([3, 5]), jnp.zeros((2, 4, 16))  # rows' insert slots, [B, K, D]
+      >>> iv = Interventions(insert_layer=1, insert_at=m, latents=z)
+      >>> iv.n_insert                               # K = z.shape[1]
+      4
+      >>> iv = Interventions(read_mlp=(0,))  # LMOutput.reads[0].mlp_in / .down_in
     """
 
     add: dict
