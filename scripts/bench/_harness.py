@@ -87,6 +87,27 @@ def time_python(fn: Callable[[], Any], *, repeats: int = 7) -> Timing:
     return Timing(statistics.median(times), None, rss, out)
 
 
+def time_interleaved(
+    fns: dict[str, tuple[Callable[..., Any], tuple]], repeats: int
+) -> dict[str, Timing]:
+    """Compile each ``name -> (fn, args)``, warm it up, then time one call of each per round
+    (interleaved, so load drifts hit every side alike); median per name, compile excluded."""
+    compiled, comp_s, mem = {}, {}, {}
+    for name, (fn, a) in fns.items():
+        t0 = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(*a).compile()
+        comp_s[name] = time.perf_counter() - t0
+        mem[name] = _compiled_mem_mb(compiled[name])
+        jax.block_until_ready(compiled[name](*a))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, (_, a) in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled[name](*a))
+            times[name].append(time.perf_counter() - t0)
+    return {n: Timing(statistics.median(times[n]), comp_s[n], mem[n]) for n in fns}
+
+
 def _compiled_mem_mb(compiled: Any) -> float | None:
     try:
         m = compiled.memory_analysis()

@@ -10,9 +10,6 @@ The three compiled steps are timed interleaved (one call of each per round,
 median over rounds), so load drift on a shared machine hits all three alike.
 """
 
-import statistics
-import time
-
 import _harness as H  # noqa: I001
 import jax
 import jax.numpy as jnp
@@ -55,24 +52,6 @@ def _step(tx, loss):
     return step
 
 
-def _interleaved(fns, repeats):
-    """Compile each, warm up, then time one call of each per round; median per name."""
-    compiled, comp_s, mem = {}, {}, {}
-    for name, (fn, a) in fns.items():
-        t0 = time.perf_counter()
-        compiled[name] = jax.jit(fn).lower(*a).compile()
-        comp_s[name] = time.perf_counter() - t0
-        mem[name] = H._compiled_mem_mb(compiled[name])
-        jax.block_until_ready(compiled[name](*a))
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, (_, a) in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled[name](*a))
-            times[name].append(time.perf_counter() - t0)
-    return {n: H.Timing(statistics.median(times[n]), comp_s[n], mem[n]) for n in fns}
-
-
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     sizes = [dict(d_model=128, n_layers=2, seq=32, batch=64)]
@@ -90,7 +69,7 @@ def main() -> None:
                 ),
                 "nonprivate_lora": privacy.nonprivate_lora(1e-3),
             }
-            t = _interleaved(
+            t = H.time_interleaved(
                 {
                     name: (_step(tx, loss), (lora, tx.init(lora), tokens))
                     for name, tx in txs.items()
@@ -118,7 +97,7 @@ def main() -> None:
             g = jax.jit(lambda lo, tok, fn=loss: privacy.per_example_grads(fn, lo, tok))(
                 lora, tokens
             )
-            u = _interleaved(
+            u = H.time_interleaved(
                 {
                     name: (
                         lambda g_, s_, p_, tx=txs[name]: tx.update(g_, s_, p_),

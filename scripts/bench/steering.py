@@ -13,8 +13,6 @@ rounds), so load drift on a shared machine hits both alike.
 """
 
 import re
-import statistics
-import time
 
 import _harness as H  # noqa: I001
 import jax
@@ -22,23 +20,6 @@ import jax.numpy as jnp
 
 from jaxkit import decoding, nn
 from tests.nn import _forward_v0
-
-
-def _interleaved(fns, repeats):
-    compiled, comp_s, mem = {}, {}, {}
-    for name, (fn, a) in fns.items():
-        t0 = time.perf_counter()
-        compiled[name] = jax.jit(fn).lower(*a).compile()
-        comp_s[name] = time.perf_counter() - t0
-        mem[name] = H._compiled_mem_mb(compiled[name])
-        jax.block_until_ready(compiled[name](*a))
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, (_, a) in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled[name](*a))
-            times[name].append(time.perf_counter() - t0)
-    return {n: H.Timing(statistics.median(times[n]), comp_s[n], mem[n]) for n in fns}
 
 
 def _strip(text):
@@ -69,7 +50,7 @@ def bench_forward(sz, repeats):
     # ratio is pure timing noise
     hlo = {n: jax.jit(f).lower(*a).as_text() for n, (f, a) in fns.items()}
     same = [_strip(hlo["ours"]).replace("_apply_core", "apply_traced")] == [_strip(hlo["old"])]
-    t = _interleaved(fns, repeats)
+    t = H.time_interleaved(fns, repeats)
     H.emit(
         bench="steering",
         case="forward_no_interventions",
@@ -104,7 +85,7 @@ def bench_generate(sz, repeats):
         return decoding.ar_generate(pa, cfg, pr, pl, key=key, max_new_tokens=n).tokens
 
     args = (params, vparams, prompt, plen)
-    t = _interleaved({"on": (on, args), "off": (off, args)}, repeats)
+    t = H.time_interleaved({"on": (on, args), "off": (off, args)}, repeats)
     H.emit(
         bench="steering",
         case="svgt_generate_tokens_per_s",
