@@ -48,22 +48,10 @@ def ar_run(params, cfg, s, prompt_len, key, o):
         return jnp.any(~c[4]) & (c[7] < s.gap) & (c[6] < cap)
 
     def body(c):
-        cache, tok, out, n_gen, done, rows, i, k = c
-        cache, nxt, out, n_gen, done, act = ar_step(
-            params,
-            cfg,
-            tok,
-            cache,
-            out,
-            n_gen,
-            done,
-            jax.random.fold_in(key, i),
-            o.sampling,
-            static=o,
-            overflow="drop",
-            iv=o.iv,
-        )
-        return (cache, nxt, out, n_gen, done, rows + act.astype(jnp.int32), i + 1, k + 1)
+        rows, i, k = c[5:]
+        ki = jax.random.fold_in(key, i)
+        state, act = ar_step(params, cfg, c[:5], ki, o.sampling, static=o, overflow="drop", iv=o.iv)
+        return (*state, rows + act.astype(jnp.int32), i + 1, k + 1)
 
     carry = (s.cache, s.win_tok[:, 0], s.out, n_gen, s.done, s.row_forwards, s.n_forward, 0)
     cache, tok, out, n_gen, done, rows, i, _ = jax.lax.while_loop(cond, body, carry)

@@ -117,23 +117,12 @@ def _ar_generate(
         return jnp.any(~c[4]) & (c[6] < n - 1)
 
     def body(c):
-        cache, tok, out, n_gen, done, rows, i = c
+        rows, i = c[5], c[6]
         k = jax.random.fold_in(key, i + 1)
-        cache, nxt, out, n_gen, done, active = C.ar_step(
-            params,
-            cfg,
-            tok,
-            cache,
-            out,
-            n_gen,
-            done,
-            k,
-            sampling,
-            static=static,
-            overflow="error",
-            iv=iv,
+        state, active = C.ar_step(
+            params, cfg, c[:5], k, sampling, static=static, overflow="error", iv=iv
         )
-        return (cache, nxt, out, n_gen, done, rows + active.astype(jnp.int32), i + 1)
+        return (*state, rows + active.astype(jnp.int32), i + 1)
 
     _, _, out, n_gen, _, rows, i = jax.lax.while_loop(cond, body, carry)
     tokens, lengths = C.finalize(out, n_gen, stops, pad_token_id)

@@ -228,15 +228,15 @@ def write_at(out: Array, idx: Array, vals: Array) -> Array:
     return jnp.where(jnp.any(hit, axis=1), val.astype(out.dtype), out)
 
 
-def ar_step(
-    params, cfg, tok, cache, out, n_gen, done, key, s: Sampling, *, static, overflow, iv=None
-):
+def ar_step(params, cfg, state, key, s: Sampling, *, static, overflow, iv=None):
     """One AR decode step of the active rows: feed ``tok``, draw, write, update ``done``.
 
-    The loop body shared by :func:`ar_generate` and WeDLM's one-token fallback; returns
-    ``(cache, next_token, out, n_gen, done, active)``. ``iv``: the generation's
+    The loop body shared by :func:`ar_generate` and WeDLM's one-token fallback;
+    ``state`` is ``(cache, tok, out, n_gen, done)``; returns the next state (``tok``
+    the token just drawn) and the rows that were active. ``iv``: the generation's
     :class:`~jaxkit.nn.Interventions` (or None).
     """
+    cache, tok, out, n_gen, done = state
     n = static.max_new_tokens
     active = ~done
     logits, cache = nn.decode_step(params, cfg, tok, cache, overflow=overflow, interventions=iv)
@@ -245,4 +245,4 @@ def ar_step(
     n_gen = n_gen + active.astype(jnp.int32)
     has_stop, _ = stop_info(out, n_gen, static.stop_token_ids)
     done = done | has_stop | (n_gen >= n)
-    return cache, nxt, out, n_gen, done, active
+    return (cache, nxt, out, n_gen, done), active

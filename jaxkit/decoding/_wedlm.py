@@ -152,11 +152,9 @@ def wedlm_generate(
       window: W, open window width (static).
       entropy_threshold: tau in nats (traced); ``None`` fills one slot per step.
       pos_penalty: lambda, entropy penalty per slot of distance (traced).
-      temperature: 0 for greedy, else the sampling temperature (traced). A
-        concrete 0 selects the static greedy mode (the arg-max, no sampler in
-        the loop); a traced 0 goes through the sampler, also the arg-max.
-      top_k: Keep the ``top_k`` most likely tokens (traced int in [1, V]), or
-        ``None`` for no top-k.
+      temperature: Slot sampling temperature (traced); 0 is greedy (the arg-max),
+        the static greedy mode when concrete, exactly as in :func:`ar_generate`.
+      top_k: Top-k cut of the slot sampler (traced int in [1, V]) or ``None``.
       top_p: Nucleus mass in (0, 1] (traced; 1 disables it).
       min_p: Min-p ratio in [0, 1] (traced; 0 disables it).
       stop_token_ids: Static stop ids; a stop token is kept and ends its row.

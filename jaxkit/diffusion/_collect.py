@@ -168,23 +168,17 @@ def rescore_buffer(
     the stored unmasking order (the upstream tree kept a running sum of policy
     log-probabilities only, with no pretrained term: wrong after the policy moves).
     """
-    lq = trajectory_log_prob(
-        apply_fn,
-        ref_params,
-        buffer.tokens,
-        buffer.unmask_step,
-        mask_id=mask_id,
-        num_steps=num_steps,
-        valid=buffer.valid,
-    )
-    lp = trajectory_log_prob(
-        apply_fn,
-        params,
-        buffer.tokens,
-        buffer.unmask_step,
-        mask_id=mask_id,
-        num_steps=num_steps,
-        valid=buffer.valid,
+    lq, lp = (
+        trajectory_log_prob(
+            apply_fn,
+            p,
+            buffer.tokens,
+            buffer.unmask_step,
+            mask_id=mask_id,
+            num_steps=num_steps,
+            valid=buffer.valid,
+        )
+        for p in (ref_params, params)
     )
     lr = (lq - lp).astype(jnp.float32)
     lw = log_importance_weight(

@@ -129,6 +129,15 @@ def check_alphabet(tokens: Array, vocab: int, *, name: str, allow_mask: bool, ma
         )
 
 
+def checked_vocab(
+    apply_fn, params, tokens: Array, valid: Array, *, name: str, allow_mask: bool, mask_id: int
+) -> int:
+    """:func:`vocab_size`, then :func:`check_alphabet` of ``tokens`` against it."""
+    vocab = vocab_size(apply_fn, params, tokens, valid)
+    check_alphabet(tokens, vocab, name=name, allow_mask=allow_mask, mask_id=mask_id)
+    return vocab
+
+
 def guard_alphabet(x: Array, tokens: Array, vocab: int, *, name: str, allow_mask: bool, mask_id):
     """Traced counterpart of :func:`check_alphabet` (a runtime error under ``jit``)."""
     bad = (tokens < 0) | (tokens >= vocab)

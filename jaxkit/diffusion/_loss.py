@@ -34,8 +34,9 @@ def _check(apply_fn, params, x0, valid, mask_id, schedule, name="x0"):
     _common.check_apply_fn(apply_fn)
     x0, valid = _common.check_tokens(x0, valid, name=name, allow_mask=False, mask_id=mask_id)
     schedule = as_schedule(schedule)
-    vocab = _common.vocab_size(apply_fn, params, x0, valid)
-    _common.check_alphabet(x0, vocab, name=name, allow_mask=False, mask_id=mask_id)
+    vocab = _common.checked_vocab(
+        apply_fn, params, x0, valid, name=name, allow_mask=False, mask_id=mask_id
+    )
     return x0, valid, schedule, vocab
 
 

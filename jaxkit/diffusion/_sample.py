@@ -117,8 +117,9 @@ def sample(
     temperature = _validate.guard_non_negative(
         jnp.asarray(temperature), temperature, name="temperature"
     )
-    vocab = _common.vocab_size(apply_fn, params, tokens, valid)
-    _common.check_alphabet(tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id)
+    vocab = _common.checked_vocab(
+        apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
+    )
     return _sample(
         apply_fn,
         params,
@@ -245,8 +246,9 @@ def trajectory_log_prob(
             f"{unmask_step.shape} (length mismatch)."
         )
     num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
-    vocab = _common.vocab_size(apply_fn, params, tokens, valid)
-    _common.check_alphabet(tokens, vocab, name="tokens", allow_mask=False, mask_id=mask_id)
+    _common.checked_vocab(
+        apply_fn, params, tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
+    )
     return _traj_lp(
         apply_fn,
         params,

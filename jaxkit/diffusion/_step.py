@@ -53,20 +53,25 @@ def _pool(embed_fn, params, tokens, valid):
     )
 
 
-def _objective(
-    apply_fn,
-    embed_fn,
-    params,
-    ref_params,
-    buffer,
-    key,
-    hp,
-    *,
-    mask_id,
-    replicates,
-    reduction,
-    adaptive,
-):
+class _Weights(NamedTuple):
+    """The traced hyperparameters of the TD3B objective."""
+
+    kl_weight: RealScalarLike
+    contrastive_weight: RealScalarLike
+    margin: RealScalarLike
+    lam_clip: RealScalarLike
+
+
+class _Static(NamedTuple):
+    """The static (hashed) options of the TD3B objective."""
+
+    mask_id: int
+    replicates: int
+    reduction: str
+    adaptive: bool
+
+
+def _objective(params, apply_fn, embed_fn, ref_params, buffer, key, hp: _Weights, st: _Static):
     kw, kk = jax.random.split(key)
     wdce, wbar = wdce_terms(
         apply_fn,
@@ -75,22 +80,20 @@ def _objective(
         buffer.log_w,
         buffer.valid,
         kw,
-        mask_id=mask_id,
-        replicates=replicates,
-        lam_clip=hp["lam_clip"],
-        reduction=reduction,
+        mask_id=st.mask_id,
+        replicates=st.replicates,
+        lam_clip=hp.lam_clip,
+        reduction=st.reduction,
     )
     acc = wdce.dtype
-    kl = kl_terms(apply_fn, params, ref_params, buffer.tokens, buffer.valid, kk, mask_id=mask_id)
+    kl = kl_terms(apply_fn, params, ref_params, buffer.tokens, buffer.valid, kk, mask_id=st.mask_id)
     if embed_fn is None:
         ctr = jnp.zeros((), acc)
     else:
         emb = _pool(embed_fn, params, buffer.tokens, buffer.valid)
-        ctr = _contrastive(emb, buffer.direction, hp["margin"], adaptive=adaptive).astype(acc)
+        ctr = _contrastive(emb, buffer.direction, hp.margin, adaptive=st.adaptive).astype(acc)
     loss = (
-        wdce
-        + jnp.asarray(hp["kl_weight"], acc) * kl
-        + jnp.asarray(hp["contrastive_weight"], acc) * ctr
+        wdce + jnp.asarray(hp.kl_weight, acc) * kl + jnp.asarray(hp.contrastive_weight, acc) * ctr
     )
     metrics = {
         "loss": loss,
@@ -102,12 +105,17 @@ def _objective(
     return loss, metrics
 
 
-def _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp):
+def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
+    """Checks shared by :func:`td3b_loss` and :func:`td3b_train_step`.
+
+    Returns the checked buffer and the static options (``replicates`` as a Python int).
+    """
+    _validate.is_key(key)
     _common.check_apply_fn(apply_fn)
     if not isinstance(buffer, Buffer):
         raise TypeError(f"`buffer` must be a Buffer, got {type(buffer).__name__}.")
     tokens, _ = _common.check_tokens(
-        buffer.tokens, buffer.valid, name="buffer.tokens", allow_mask=False, mask_id=mask_id
+        buffer.tokens, buffer.valid, name="buffer.tokens", allow_mask=False, mask_id=st.mask_id
     )
     for name in ("direction", "log_w"):
         if jnp.shape(getattr(buffer, name)) != tokens.shape[:1]:
@@ -115,51 +123,29 @@ def _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp):
                 f"`buffer.{name}` must have shape {tokens.shape[:1]}, got "
                 f"{jnp.shape(getattr(buffer, name))} (length mismatch)."
             )
-    vocab = _common.vocab_size(apply_fn, params, tokens, buffer.valid)
-    _common.check_alphabet(tokens, vocab, name="buffer.tokens", allow_mask=False, mask_id=mask_id)
-    replicates = _validate.python_int(replicates, name="replicates", minimum=1)
-    _validate.one_of(REDUCTIONS, reduction=reduction)
-    if not isinstance(hp["adaptive_margin"], bool):
-        raise TypeError(f"`adaptive_margin` must be a bool, got {hp['adaptive_margin']!r}.")
-    for name in ("kl_weight", "contrastive_weight"):
-        _validate.real_scalar(hp[name], name=name)
-    guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
-    guarded = _validate.guard_non_negative(guarded, hp["kl_weight"], name="kl_weight")
-    guarded = _validate.guard_non_negative(
-        guarded, hp["contrastive_weight"], name="contrastive_weight"
+    _common.checked_vocab(
+        apply_fn,
+        params,
+        tokens,
+        buffer.valid,
+        name="buffer.tokens",
+        allow_mask=False,
+        mask_id=st.mask_id,
     )
-    guarded = _validate.guard_positive(guarded, hp["margin"], name="margin")
-    guarded = _validate.guard_positive(guarded, hp["lam_clip"], name="lam_clip")
-    return buffer._replace(log_w=guarded, tokens=tokens), replicates
-
-
-def _prepare(
-    apply_fn,
-    params,
-    buffer,
-    mask_id,
-    replicates,
-    reduction,
-    kl_weight,
-    contrastive_weight,
-    margin,
-    lam_clip,
-    adaptive_margin,
-):
-    """Checks shared by :func:`td3b_loss` and :func:`td3b_train_step`.
-
-    Returns the checked buffer, replicates and the traced hyperparameters.
-    """
-    hp = {
-        "kl_weight": kl_weight,
-        "contrastive_weight": contrastive_weight,
-        "margin": margin,
-        "lam_clip": lam_clip,
-        "adaptive_margin": adaptive_margin,
-    }
-    buffer, replicates = _check(apply_fn, params, buffer, mask_id, replicates, reduction, hp)
-    del hp["adaptive_margin"]  # static: passed to the core as `adaptive`
-    return buffer, replicates, hp
+    replicates = _validate.python_int(st.replicates, name="replicates", minimum=1)
+    _validate.one_of(REDUCTIONS, reduction=st.reduction)
+    if not isinstance(st.adaptive, bool):
+        raise TypeError(f"`adaptive_margin` must be a bool, got {st.adaptive!r}.")
+    for name in ("kl_weight", "contrastive_weight"):
+        _validate.real_scalar(getattr(hp, name), name=name)
+    guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
+    guarded = _validate.guard_non_negative(guarded, hp.kl_weight, name="kl_weight")
+    guarded = _validate.guard_non_negative(
+        guarded, hp.contrastive_weight, name="contrastive_weight"
+    )
+    guarded = _validate.guard_positive(guarded, hp.margin, name="margin")
+    guarded = _validate.guard_positive(guarded, hp.lam_clip, name="lam_clip")
+    return buffer._replace(log_w=guarded, tokens=tokens), st._replace(replicates=replicates)
 
 
 def td3b_loss(
@@ -203,66 +189,15 @@ def td3b_loss(
     References:
       TD3B (ICML 2026; code chq1155/TD3B_ICML, ``td3b_losses.py``); TR2-D2 (WDCE).
     """
-    _validate.is_key(key)
-    buffer, replicates, hp = _prepare(
-        apply_fn,
-        params,
-        buffer,
-        mask_id,
-        replicates,
-        reduction,
-        kl_weight,
-        contrastive_weight,
-        margin,
-        lam_clip,
-        adaptive_margin,
-    )
-    return _loss_core(
-        apply_fn,
-        embed_fn,
-        params,
-        ref_params,
-        buffer,
-        key,
-        hp,
-        mask_id=mask_id,
-        replicates=replicates,
-        reduction=reduction,
-        adaptive=adaptive_margin,
-    )
+    hp = _Weights(kl_weight, contrastive_weight, margin, lam_clip)
+    st = _Static(mask_id, replicates, reduction, adaptive_margin)
+    buffer, st = _prepare(apply_fn, params, buffer, key, hp, st)
+    return _loss_core(apply_fn, embed_fn, params, ref_params, buffer, key, hp, st)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("apply_fn", "embed_fn", "mask_id", "replicates", "reduction", "adaptive"),
-)
-def _loss_core(
-    apply_fn,
-    embed_fn,
-    params,
-    ref_params,
-    buffer,
-    key,
-    hp,
-    *,
-    mask_id,
-    replicates,
-    reduction,
-    adaptive,
-):
-    loss, m = _objective(
-        apply_fn,
-        embed_fn,
-        params,
-        ref_params,
-        buffer,
-        key,
-        hp,
-        mask_id=mask_id,
-        replicates=replicates,
-        reduction=reduction,
-        adaptive=adaptive,
-    )
+@functools.partial(jax.jit, static_argnames=("apply_fn", "embed_fn", "st"))
+def _loss_core(apply_fn, embed_fn, params, ref_params, buffer, key, hp, st):
+    loss, m = _objective(params, apply_fn, embed_fn, ref_params, buffer, key, hp, st)
     dt = _logits_dtype(params)
     return loss.astype(dt), {k: v.astype(dt) for k, v in m.items()}
 
@@ -295,80 +230,18 @@ def td3b_train_step(
       ``(params, opt_state, metrics)`` with the metrics of :func:`td3b_loss`
       (``ess`` included) evaluated at the parameters before the update.
     """
-    _validate.is_key(key)
-    buffer, replicates, hp = _prepare(
-        apply_fn,
-        params,
-        buffer,
-        mask_id,
-        replicates,
-        reduction,
-        kl_weight,
-        contrastive_weight,
-        margin,
-        lam_clip,
-        adaptive_margin,
-    )
+    hp = _Weights(kl_weight, contrastive_weight, margin, lam_clip)
+    st = _Static(mask_id, replicates, reduction, adaptive_margin)
+    buffer, st = _prepare(apply_fn, params, buffer, key, hp, st)
     return _step_core(
-        apply_fn,
-        embed_fn,
-        optimizer,
-        params,
-        opt_state,
-        ref_params,
-        buffer,
-        key,
-        hp,
-        mask_id=mask_id,
-        replicates=replicates,
-        reduction=reduction,
-        adaptive=adaptive_margin,
+        apply_fn, embed_fn, optimizer, params, opt_state, ref_params, buffer, key, hp, st
     )
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "apply_fn",
-        "embed_fn",
-        "optimizer",
-        "mask_id",
-        "replicates",
-        "reduction",
-        "adaptive",
-    ),
-)
-def _step_core(
-    apply_fn,
-    embed_fn,
-    optimizer,
-    params,
-    opt_state,
-    ref_params,
-    buffer,
-    key,
-    hp,
-    *,
-    mask_id,
-    replicates,
-    reduction,
-    adaptive,
-):
-    def f(p):
-        return _objective(
-            apply_fn,
-            embed_fn,
-            p,
-            ref_params,
-            buffer,
-            key,
-            hp,
-            mask_id=mask_id,
-            replicates=replicates,
-            reduction=reduction,
-            adaptive=adaptive,
-        )
-
-    (_, metrics), grads = jax.value_and_grad(f, has_aux=True)(params)
+@functools.partial(jax.jit, static_argnames=("apply_fn", "embed_fn", "optimizer", "st"))
+def _step_core(apply_fn, embed_fn, optimizer, params, opt_state, ref_params, buffer, key, hp, st):
+    (_, metrics), grads = jax.value_and_grad(_objective, has_aux=True)(
+        params, apply_fn, embed_fn, ref_params, buffer, key, hp, st
+    )
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, metrics

@@ -207,8 +207,7 @@ def wdce_loss(
     log_w = _check_log_w(log_w, x0)
     replicates = _validate.python_int(replicates, name="replicates", minimum=1)
     _validate.one_of(REDUCTIONS, reduction=reduction)
-    vocab = _common.vocab_size(apply_fn, params, x0, valid)
-    _common.check_alphabet(x0, vocab, name="x0", allow_mask=False, mask_id=mask_id)
+    _common.checked_vocab(apply_fn, params, x0, valid, name="x0", allow_mask=False, mask_id=mask_id)
     log_w = _validate.guard_positive(log_w, lam_clip, name="lam_clip")
     return _wdce(apply_fn, params, x0, log_w, valid, key, lam_clip, mask_id, replicates, reduction)
 
@@ -275,8 +274,7 @@ def kl_to_reference(
     _validate.is_key(key)
     _common.check_apply_fn(apply_fn)
     x0, valid = _common.check_tokens(x0, valid, name="x0", allow_mask=False, mask_id=mask_id)
-    vocab = _common.vocab_size(apply_fn, params, x0, valid)
-    _common.check_alphabet(x0, vocab, name="x0", allow_mask=False, mask_id=mask_id)
+    _common.checked_vocab(apply_fn, params, x0, valid, name="x0", allow_mask=False, mask_id=mask_id)
     return _kl(apply_fn, params, ref_params, x0, valid, key, mask_id)
 
 

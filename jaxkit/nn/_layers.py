@@ -60,6 +60,21 @@ def _check_act(name: str, value: str | None, allow_none: bool = False) -> None:
     _validate.one_of(tuple(_ACTIVATIONS), **{name: value})
 
 
+def _check_init(key, activations: dict, sizes: dict, channels=None, unit: str = "") -> None:
+    """Constructor checks shared by the layers.
+
+    Sizes > 0, known activations, a typed key and (``channels`` given) at least one
+    ``unit`` in ``channels``.
+    """
+    for name, value in sizes.items():
+        _validate.positive(**{name: value})
+    for name, value in activations.items():
+        _check_act(name, value)
+    _validate.is_key(key)
+    if channels is not None and len(channels) == 0:
+        raise ValueError(f"`channels` must name at least one {unit}.")
+
+
 class MLP(eqx.Module):
     """A multilayer perceptron on one vector ``x [in_size] -> [out_size]``.
 
@@ -99,11 +114,8 @@ class MLP(eqx.Module):
           key: A typed key from ``jax.random.key``.
           dtype: Parameter dtype.
         """
-        _validate.positive(in_size=in_size)
-        _validate.positive(out_size=out_size)
-        _check_act("activation", activation)
-        _check_act("final_activation", final_activation)
-        _validate.is_key(key)
+        acts = {"activation": activation, "final_activation": final_activation}
+        _check_init(key, acts, {"in_size": in_size, "out_size": out_size})
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
         for h in sizes:
             _validate.positive(hidden=h)
@@ -168,13 +180,8 @@ class SmallCNN(eqx.Module):
           key: A typed key from ``jax.random.key``.
           dtype: Parameter dtype.
         """
-        _validate.positive(in_channels=in_channels)
-        _validate.positive(out_size=out_size)
-        _validate.positive(kernel_size=kernel_size)
-        _check_act("activation", activation)
-        _validate.is_key(key)
-        if len(channels) == 0:
-            raise ValueError("`channels` must name at least one convolution.")
+        sizes = {"in_channels": in_channels, "out_size": out_size, "kernel_size": kernel_size}
+        _check_init(key, {"activation": activation}, sizes, channels, "convolution")
         specs, c_in = [], int(in_channels)
         for c in channels:
             specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size**2))
@@ -254,13 +261,8 @@ class UNet(eqx.Module):
           key: A typed key from ``jax.random.key``.
           dtype: Parameter dtype.
         """
-        _validate.positive(in_channels=in_channels)
-        _validate.positive(out_channels=out_channels)
-        _validate.positive(time_dim=time_dim)
-        _check_act("activation", activation)
-        _validate.is_key(key)
-        if len(channels) == 0:
-            raise ValueError("`channels` must name at least one level.")
+        sizes = {"in_channels": in_channels, "out_channels": out_channels, "time_dim": time_dim}
+        _check_init(key, {"activation": activation}, sizes, channels, "level")
         if time_dim % 2:
             raise ValueError(f"`time_dim` must be even, got time_dim={time_dim}.")
         chans = [int(c) for c in channels]

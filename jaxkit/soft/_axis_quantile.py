@@ -211,23 +211,21 @@ def quantile(
     return _quantile(**locals())
 
 
+# The median is the midpoint quantile at q = 0.5 (as ``jnp.median``).
+_MEDIAN = {"drop": ("q", "quantile_method"), "q": 0.5, "quantile_method": "midpoint"}
 median = F.mirror(
     quantile,
     _quantile,
     "median",
     """Soft median (``quantile(x, 0.5, quantile_method="midpoint")``, as ``jnp.median``).""",
-    drop=("q", "quantile_method"),
-    q=0.5,
-    quantile_method="midpoint",
+    **_MEDIAN,
 )
 argmedian = F.mirror(
     argquantile,
     _argquantile,
     "argmedian",
     "Soft index of the median (arguments of :func:`argquantile`).",
-    drop=("q", "quantile_method"),
-    q=0.5,
-    quantile_method="midpoint",
+    **_MEDIAN,
 )
 percentile = F.mirror(
     quantile,
