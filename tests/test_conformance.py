@@ -12,7 +12,7 @@ PAIRS = [
         case,
         check,
         id=f"{case.name}-{check}",
-        marks=[pytest.mark.slow] if check in case.slow_checks else [],
+        marks=[pytest.mark.slow] if conformance.is_slow(case, check) else [],
     )
     for case in CASES
     for check in sorted(conformance.CHECKS)

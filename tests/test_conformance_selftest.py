@@ -84,7 +84,7 @@ def test_good_function_passes_every_check(key, mesh8):
 @pytest.mark.parametrize(
     "fn, check",
     [
-        (retraces, "traced_once"),
+        (retraces, "jit"),
         (upcasts, "dtypes"),
         (wrong_grad, "grads"),
         (unchecked, "bad_inputs"),

@@ -9,7 +9,13 @@ import jax.numpy as jnp
 import jaxkit.equivariance as E
 from tests.conformance import Bad, Case
 
-_O3 = E.o3_irreps("2x0e+1x1o+1x2e", "1x0e+2x1o")
+
+@functools.cache
+def _o3():
+    """Built on first use, not at collection: o3_irreps imports e3nn-jax (~2 s per worker)."""
+    return E.o3_irreps("2x0e+1x1o+1x2e", "1x0e+2x1o")
+
+
 _C8 = E.cyclic_rot2d(8, mult_in=2, mult_out=1)
 
 
@@ -19,7 +25,7 @@ def _layer():
 
 
 def _reynolds(w):
-    return E.reynolds(w, _O3)
+    return E.reynolds(w, _o3())
 
 
 def _layer_apply(x, *, theta):
@@ -35,7 +41,7 @@ CASES = [
     Case(
         name="equivariance.reynolds/o3",
         fn=_reynolds,
-        make_args=lambda k, dt: (jax.random.normal(k, (8, _O3.d_out, _O3.d_in), dt),),
+        make_args=lambda k, dt: (jax.random.normal(k, (8, _o3().d_out, _o3().d_in), dt),),
         bad=(
             Bad(
                 "wrong trailing shape",

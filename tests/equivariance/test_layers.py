@@ -1,6 +1,5 @@
 """Oracles for the relaxed layers (spec 1.4 item 3) and their bad inputs."""
 
-import e3nn_jax as e3nn
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -115,6 +114,8 @@ def test_c4_conv_bad_inputs(key):
 
 @pytest.mark.slow  # default run: time budget (tests/README.md)
 def test_e3nn_layer_matches_e3nn_linear(key):
+    import e3nn_jax as e3nn  # imported here: ~2 s per xdist worker at collection
+
     irr_in, irr_out = "4x0e+3x1o+2x2e", "3x0e+2x1o+2x2e"
     layer = E.RECMe3nnLinear(irr_in, irr_out, key=key, theta_init=0.0)
     x = e3nn.normal(irr_in, jax.random.key(2), (6,))
@@ -141,6 +142,8 @@ def test_e3nn_layer_matches_e3nn_linear(key):
 
 
 def test_e3nn_irreps_mismatch(key):
+    import e3nn_jax as e3nn
+
     layer = E.RECMe3nnLinear("2x0e+1x1o", "1x1o", key=key)
     with pytest.raises(ValueError, match="irreps mismatch"):
         layer(e3nn.normal("2x0e+1x1e", key))

@@ -1,6 +1,5 @@
 """Oracles for groups, Reynolds projections, bases and the equivariance metric (spec 1.4)."""
 
-import e3nn_jax as e3nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,6 +75,8 @@ def test_basis_dims_rotations(n, k, m):
 
 
 def test_basis_dims_e3nn_and_orthonormal(key):
+    import e3nn_jax as e3nn  # imported here: ~2 s per xdist worker at collection
+
     irr_in, irr_out = "3x0e+2x1o+1x2e", "2x0e+1x1o+2x2e+1x1e"
     g = E.o3_irreps(irr_in, irr_out)
     basis = E.equivariant_basis(g)

@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import shapiq
 
 from jaxkit import retrieval
 
@@ -40,6 +39,8 @@ def test_all_masks_bit_order():
 
 
 def test_exact_equals_shapiq_f64():
+    import shapiq  # imported here: collecting it in every xdist worker costs ~4 s each
+
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):
         for n in (3, 6, 9):

@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from sklearn.covariance import ledoit_wolf as sk_ledoit_wolf
 
 from jaxkit import robust as R
 from jaxkit.robust import _calibrate
@@ -121,6 +120,8 @@ def test_box_and_hull_mass():
 
 
 def test_ledoit_wolf_matches_sklearn():
+    from sklearn.covariance import ledoit_wolf as sk_ledoit_wolf  # ~1 s per worker if global
+
     rng = np.random.default_rng(5)
     x = rng.normal(size=(30, 6)) @ rng.normal(size=(6, 6))
     with jax.enable_x64(True):

@@ -79,7 +79,9 @@ CASES = [
         _block,
         _x(2, _block_layer),
         grad_modes=("rev",),
-        slow_checks=("grads", "dtypes"),  # default-run derivative check: the fold case
+        # default-run derivative check: the fold case; 30 eager calls of an equinox block
+        # dispatch op by op (~6 s): slow tier
+        slow_checks=("grads", "dtypes", "eager_cache"),
     ),
     Case(
         "vision.WBMMNet/inference",
