@@ -1,0 +1,97 @@
+"""Griffe extension: public functions made by a factory get their runtime signature and docs.
+
+Griffe reads source statically, so ``rank = F.mirror(sort, ...)``,
+``greater = _comparison("greater", ...)`` or ``abs_st = _st.st(abs)`` look like attributes
+without a docstring, although at runtime they are functions whose ``__doc__`` and signature
+the factory set. For every module-level attribute of a ``jaxkit`` module that has no
+docstring and whose value is a call or a name (not a literal), this extension imports the
+module and, when the runtime object is a function with a docstring, replaces the attribute by
+a griffe ``Function`` with that signature and docstring. Constants keep the static reading
+(their docs are attribute docstrings in the source).
+
+Used by ``mkdocs.yml`` (mkdocstrings' python handler ``extensions``) and by
+``tests/test_docs.py`` (the docstring check), so both see the same objects.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+import griffe
+
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: griffe.ParameterKind.positional_only,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: griffe.ParameterKind.positional_or_keyword,
+    inspect.Parameter.VAR_POSITIONAL: griffe.ParameterKind.var_positional,
+    inspect.Parameter.KEYWORD_ONLY: griffe.ParameterKind.keyword_only,
+    inspect.Parameter.VAR_KEYWORD: griffe.ParameterKind.var_keyword,
+}
+
+
+def _annotation(a: Any) -> str | None:
+    if a is inspect.Parameter.empty:
+        return None
+    if isinstance(a, str):
+        return a
+    return inspect.formatannotation(a)
+
+
+def _function(attr: griffe.Attribute, obj: Any) -> griffe.Function | None:
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    params = griffe.Parameters(
+        *(
+            griffe.Parameter(
+                p.name,
+                annotation=_annotation(p.annotation),
+                kind=_KINDS[p.kind],
+                default=None if p.default is inspect.Parameter.empty else repr(p.default),
+            )
+            for p in sig.parameters.values()
+        )
+    )
+    fn = griffe.Function(
+        attr.name,
+        lineno=attr.lineno,
+        endlineno=attr.endlineno,
+        parameters=params,
+        returns=_annotation(sig.return_annotation),
+    )
+    fn.docstring = griffe.Docstring(
+        inspect.cleandoc(obj.__doc__), lineno=attr.lineno, parent=fn
+    )
+    return fn
+
+
+class RuntimeFunctions(griffe.Extension):
+    """Replace factory-made function attributes of jaxkit modules by runtime functions."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        """Walk the loaded package once it is complete."""
+        if pkg.name == "jaxkit":
+            self._walk(pkg)
+
+    def _walk(self, mod: griffe.Module) -> None:
+        for name, member in list(mod.members.items()):
+            if member.is_alias:
+                continue
+            if member.is_module:
+                self._walk(member)
+            elif (
+                member.is_attribute
+                and member.docstring is None
+                and member.value is not None
+                and not isinstance(member.value, str)  # a literal's source text is a str
+            ):
+                try:
+                    obj = getattr(importlib.import_module(mod.path), name)
+                except Exception:  # noqa: BLE001 (an optional dependency missing: keep it static)
+                    continue
+                if inspect.isfunction(obj) and (obj.__doc__ or "").strip():
+                    fn = _function(member, obj)
+                    if fn is not None:
+                        mod.set_member(name, fn)
