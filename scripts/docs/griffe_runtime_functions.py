@@ -61,9 +61,7 @@ def _function(attr: griffe.Attribute, obj: Any) -> griffe.Function | None:
         parameters=params,
         returns=_annotation(sig.return_annotation),
     )
-    fn.docstring = griffe.Docstring(
-        inspect.cleandoc(obj.__doc__), lineno=attr.lineno, parent=fn
-    )
+    fn.docstring = griffe.Docstring(inspect.cleandoc(obj.__doc__), lineno=attr.lineno, parent=fn)
     return fn
 
 

@@ -135,8 +135,12 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         if name == "readme":
             title, optional = args[0], "optional" in args[1:]
             sections = D.readme_sections()
-            if title in sections:
-                return sections[title]
+            # exact title, else the first section whose title starts with it
+            found = sections.get(title) or next(
+                (v for k, v in sections.items() if k.startswith(title)), None
+            )
+            if found is not None:
+                return found
             if optional:
                 return _note(
                     "note",
