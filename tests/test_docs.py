@@ -15,6 +15,7 @@ log has no 404 for an image or a stylesheet. Skips, saying why, without Chromium
 import functools
 import http.server
 import importlib
+import os
 import pathlib
 import re
 import shutil
@@ -148,6 +149,28 @@ def _browse(exe: str, url: str, shot: pathlib.Path) -> str:
     return dom.stdout
 
 
+def _fresh_site(tmp_path: pathlib.Path) -> pathlib.Path:
+    """``site/`` when ``make docs`` built it after every source changed (as in ``.ci/run``),
+    else a strict build into ``tmp_path``."""
+    site = ROOT / "site"
+    sources = [ROOT / "mkdocs.yml", ROOT / "README.md"]
+    for d in ("docs", "jaxkit", "scripts/docs", "benchmarks"):
+        sources += [
+            p for p in (ROOT / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        ]
+    if (site / "objects.inv").is_file():
+        built = (site / "objects.inv").stat().st_mtime
+        if all(p.stat().st_mtime < built for p in sources):
+            return site
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    return site
+
+
 def _inventory(path: pathlib.Path) -> set[str]:
     raw = path.read_bytes()
     body = raw.split(b"\n", 4)[4]  # four header lines, then zlib
@@ -160,14 +183,7 @@ def test_site_renders_in_chromium(tmp_path):
     if exe is None:
         pytest.skip("no Chromium found: `apt-get install chromium` (Debian) to run this check")
     pytest.importorskip("mkdocs", reason="the `docs` extra is not installed: run `make docs`")
-    site = tmp_path / "site"
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
-        **__import__("os").environ},
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-3000:]
-
+    site = _fresh_site(tmp_path)
     # every documented object is in the site's inventory (mkdocstrings wrote its anchor)
     inv = _inventory(site / "objects.inv")
     want = {p for a in AREAS for s in D.api_sections(a) for p in s.entries}
@@ -186,6 +202,7 @@ def test_site_renders_in_chromium(tmp_path):
         page = _browse(exe, f"{base}/areas/{area}/", out / f"{area}.png")
     finally:
         server.shutdown()
+        server.server_close()
 
     assert "<title>Getting started - jaxkit</title>" in index, index[:2000]
     assert "Design principles" in index and f'href="areas/{area}/"' in index

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from typing import Any
 
 import griffe
@@ -30,12 +31,36 @@ _KINDS = {
 }
 
 
+# runtime annotations come back expanded (``ArrayLike`` is a Union of eight types): shorten
+# them to what the source says
+_SHORTEN = (
+    (re.compile(r"\b(?:jax\.)?jaxlib\._jax\.Array\b"), "Array"),
+    (
+        re.compile(
+            r"Union\[Array, numpy\.ndarray, numpy\.bool, numpy\.number, bool, int, float, "
+            r"complex\]"
+        ),
+        "ArrayLike",
+    ),
+    (
+        re.compile(
+            r"Union\[jaxtyping\.(\w+)\[Array, ('[^']*')\], jaxtyping\.\1\[ndarray, \2\], "
+            r"numpy\.number, (?:bool, )?int, float(?:, complex)?\]"
+        ),
+        r"\1[ArrayLike, \2]",
+    ),
+    (re.compile(r"\bjaxtyping\."), ""),
+    (re.compile(r"\bnumpy\."), "np."),
+)
+
+
 def _annotation(a: Any) -> str | None:
     if a is inspect.Parameter.empty:
         return None
-    if isinstance(a, str):
-        return a
-    return inspect.formatannotation(a)
+    text = a if isinstance(a, str) else inspect.formatannotation(a)
+    for pattern, repl in _SHORTEN:
+        text = pattern.sub(repl, text)
+    return text
 
 
 def _function(attr: griffe.Attribute, obj: Any) -> griffe.Function | None:
