@@ -7,7 +7,8 @@ the factory set. For every module-level attribute of a ``jaxkit`` module that ha
 docstring and whose value is a call or a name (not a literal), this extension imports the
 module and, when the runtime object is a function with a docstring, replaces the attribute by
 a griffe ``Function`` with that signature and docstring. Constants keep the static reading
-(their docs are attribute docstrings in the source).
+(their docs are attribute docstrings in the source). It also shows Sphinx roles
+(``:func:`sort` ``) as plain code, since the pages are Markdown.
 
 Used by ``mkdocs.yml`` (mkdocstrings' python handler ``extensions``) and by
 ``tests/test_docs.py`` (the docstring check), so both see the same objects.
@@ -90,6 +91,20 @@ def _function(attr: griffe.Attribute, obj: Any) -> griffe.Function | None:
     return fn
 
 
+# Sphinx roles (``:func:`sort` ``) are not Markdown: show them as plain code (`` `sort` ``)
+_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|obj|exc|const):(?=`)")
+
+
+def _strip_roles(obj: griffe.Object) -> None:
+    """Drop Sphinx role prefixes from ``obj``'s docstring and its class members' ones."""
+    if obj.docstring is not None:
+        obj.docstring.value = _ROLE.sub("", obj.docstring.value)
+    if obj.is_class:
+        for m in obj.members.values():
+            if not m.is_alias:
+                _strip_roles(m)
+
+
 class RuntimeFunctions(griffe.Extension):
     """Replace factory-made function attributes of jaxkit modules by runtime functions."""
 
@@ -102,6 +117,7 @@ class RuntimeFunctions(griffe.Extension):
         for name, member in list(mod.members.items()):
             if member.is_alias:
                 continue
+            _strip_roles(member)
             if member.is_module:
                 self._walk(member)
             elif (
@@ -118,3 +134,4 @@ class RuntimeFunctions(griffe.Extension):
                     fn = _function(member, obj)
                     if fn is not None:
                         mod.set_member(name, fn)
+                        _strip_roles(fn)
