@@ -8,7 +8,7 @@ NAME ?=
 
 BENCH_STAMP := $(VENV)/.jaxkit-bench-stamp
 
-.PHONY: demo test test-slow lint bench report venv clean softjax-venv
+.PHONY: demo test test-slow lint bench report venv clean softjax-venv docs docs-figures
 
 # The venv is rebuilt whenever pyproject.toml or constraints.txt change.
 $(STAMP): pyproject.toml constraints.txt
@@ -60,6 +60,21 @@ report: $(BENCH_STAMP)
 	SOFTJAX_PYTHON=$${SOFTJAX_PYTHON:-$$(test -x .venv-softjax/bin/python && echo .venv-softjax/bin/python)} \
 	  $(PY) scripts/bench/report.py $(if $(RUN),--run $(RUN) --repeats-runs $(RUNS))
 
+# `make docs`: the documentation site in site/ (mkdocs-material + mkdocstrings; pages in docs/,
+# template in docs/README.md), built in strict mode: any warning fails. The `docs` extra is
+# installed into the same venv once; after that the build is offline.
+DOCS_STAMP := $(VENV)/.jaxkit-docs-stamp
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e ".[all,test,lint,docs]"
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# `make docs-figures`: docs/figures/ from out/ (after `make demo`) or quick runs of the examples.
+docs-figures: $(STAMP)
+	$(PY) scripts/docs/figures.py
+
 # softjax (the soft bench's anchor) needs Python >= 3.12: a separate venv, used as a subprocess.
 SOFTJAX_PY ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python))
 softjax-venv:
@@ -68,4 +83,4 @@ softjax-venv:
 	.venv-softjax/bin/pip install -q softjax==0.1.1
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out site .pytest_cache

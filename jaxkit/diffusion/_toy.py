@@ -12,6 +12,7 @@ import pathlib
 import numpy as np
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+"""The 20 amino-acid letters of the toy peptide vocabulary (token ``i`` is letter ``i``)."""
 TOY_MASK_ID = 20
 TOY_LENGTH = 12
 _HYDROPHOBIC = np.array([c in "AILMFVW" for c in AMINO_ACIDS])

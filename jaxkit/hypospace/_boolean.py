@@ -34,6 +34,7 @@ OPS = {
     "full": ("AND", "OR", "NOT", "NOR"),
 }
 TOP_OPS = ("VAR", "NOT", "AND", "OR", "NOR")  # stratum codes (NOR = NOT over an OR)
+"""Stratum codes of a Boolean expression's top operator (``NOR`` = NOT over an OR)."""
 _VAR_BITS = {"x": 0b1100, "y": 0b1010}  # row r = 2x + y
 
 

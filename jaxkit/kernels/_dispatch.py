@@ -19,6 +19,7 @@ import jax
 from jaxkit import _validate
 
 IMPLEMENTATIONS = ("auto", "xla", "pallas", "pallas_interpret")
+"""The values of every kernel's ``implementation=`` argument."""
 ACCELERATORS = ("gpu", "tpu", "cuda", "rocm")
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 

@@ -31,6 +31,7 @@ from jaxtyping import Array, ArrayLike, Int
 from jaxkit import _validate
 
 TINY_TASKS = ("counting", "noisy_counting", "copy")
+"""The task names ``tiny_task`` accepts."""
 _VOCAB = {"counting": 16, "noisy_counting": 36, "copy": 17}
 COUNT_STEPS = (1, 2, 3)
 NOISY_N = 32
@@ -56,6 +57,7 @@ class CountingSpec(NamedTuple):
 NOISY_COUNTING = CountingSpec(
     NOISY_N, NOISY_MASK_ID, NOISY_LEVEL_IDS, NOISY_RHO, NOISY_PROMPT_LEN, COUNT_STEPS, 36
 )
+"""The constants of the ``noisy_counting`` task."""
 
 
 class TinyTask(NamedTuple):

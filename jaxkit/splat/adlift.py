@@ -34,6 +34,7 @@ from jaxkit.splat._raster import (
 from jaxkit.splat._types import Camera, Gaussians, _hw, covariance_from_scale_rotation
 
 MODES = ("lifted", "end_to_end")
+"""The values of ``mode=``: ``"lifted"`` (Lifted PGD) or ``"end_to_end"`` (Adam on ``theta``)."""
 
 
 class Safeguards(NamedTuple):

@@ -15,6 +15,7 @@ import numpy as np
 from jaxkit.splat._types import Camera, Gaussians, from_scale_rotation, quaternion_to_rotation
 
 SH_C0 = 0.28209479177387814  # degree-0 real spherical harmonic
+"""Degree-0 real spherical harmonic constant (3DGS colour = ``0.5 + SH_C0 * f_dc``)."""
 _PLY_TYPES = {
     "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
     "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",

@@ -28,6 +28,7 @@ from jaxkit import nn as jnn
 from jaxkit.vision.irdet._diffusion import _check_image
 
 N_FEATURES = 15
+"""Length of the per-sample feature vector of ``weight_features``."""
 
 
 def _dice(a, b):

@@ -18,7 +18,12 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxkit import _validate
 from jaxkit._typing import KeyArray
 
-POINT, SPOT, EXTENDED = 0, 1, 2  # target types by GT area (<= 9, 10..81, > 81 px): eval only
+POINT = 0
+"""Target type of a ground-truth area <= 9 px (evaluation only)."""
+SPOT = 1
+"""Target type of a ground-truth area of 10..81 px (evaluation only)."""
+EXTENDED = 2
+"""Target type of a ground-truth area > 81 px (evaluation only)."""
 
 
 class Scene(NamedTuple):
