@@ -73,9 +73,10 @@ def group_aligned_r2(
     n_groups: int,
     n_groups_true: int | None = None,
 ) -> AlignedR2:
-    """Group-aligned latent R^2: how well each true latent group is recovered by one
-    predicted group, up to an affine map, after the best matching of groups.
+    """Group-aligned latent R^2: each true group regressed on its matched predicted group.
 
+    How well each true latent group is recovered by one predicted group, up to an affine
+    map, after the best matching of groups.
     ``matrix[g, h]`` is the R^2 (with intercept, variance-weighted over the true group's
     coordinates) of the least-squares regression of true group ``g`` on predicted group
     ``h``; the Hungarian assignment maximises the summed R^2 and ``score`` is its mean.
@@ -144,9 +145,9 @@ def component_aligned_r2(
 def sub_connectivity_r2(
     j_pred: Float[ArrayLike, "gp n n"], j_true: Float[ArrayLike, "gt n n"]
 ) -> AlignedR2:
-    """Sub-circuit recovery: R^2 of each true ``J_g`` by each predicted ``J_h`` (entries,
-    ``1 - SS_res/SS_tot`` without refitting), best group matching by Hungarian.
+    """Sub-circuit recovery: R^2 of each true ``J_g`` by its matched predicted ``J_h``.
 
+    Entry-wise ``1 - SS_res/SS_tot`` without refitting; best group matching by Hungarian.
     Sub-circuits ``A_g B_g`` are invariant to invertible maps within a group, so a model
     that recovers the true groups matches them up to a permutation. Host-side NumPy;
     not jitted.
@@ -218,8 +219,9 @@ _conn_jit = jax.jit(_conn)
 def connectivity_metrics(
     j_pred: Float[ArrayLike, "*batch n m"], j_true: Float[ArrayLike, "*batch n m"]
 ) -> ConnectivityMetrics:
-    """MAE, RMSE, R^2 (``1 - SS_res/SS_tot``, no refit) and Pearson r of a connectivity
-    matrix's entries against the truth (batched over leading axes). Jitted.
+    """MAE, RMSE, R^2 and Pearson r of a connectivity's entries against the truth.
+
+    R^2 is ``1 - SS_res/SS_tot`` (no refit); batched over leading axes. Jitted.
 
     Args:
       j_pred: Fitted connectivity, e.g. :func:`connectivity` ``[..., N, N]``.

@@ -105,8 +105,9 @@ class LowRankRNN(eqx.Module):
     def decode(
         self, z: Float[Array, "*batch k"], u: Float[Array, "*batch n"] | None = None
     ) -> Float[Array, "*batch n"]:
-        """Observation mean parameter: ``A z + a (+ u)``, ReLU-ed for ``relu_gaussian``;
-        for ``poisson`` the log-link-free pre-activation (rate = ``dt softplus(.)``).
+        """Read-out ``A z + a (+ u)``: the Gaussian mean (ReLU-ed for ``relu_gaussian``).
+
+        For ``poisson`` it is the pre-activation: the rate is ``bin_width softplus(.)``.
         """
         h = z @ self.A.T + _lead(self.a, z.ndim)
         if u is not None:
@@ -219,8 +220,8 @@ _smooth_jit = jax.jit(_smooth)
 
 
 def causal_smooth(
-    counts: Float[ArrayLike, "t *rest"], *, tau: RealScalarLike
-) -> Float[Array, "t *rest"]:
+    counts: Float[ArrayLike, "t ..."], *, tau: RealScalarLike
+) -> Float[Array, "t ..."]:
     """Causal exponential synaptic filter over time (axis 0): ``h_t = d h_{t-1} + (1-d) y_t``
     with ``d = exp(-1/tau)`` and ``h_{-1} = 0`` (FacRNN's smoothed read-in input). Jitted.
 
