@@ -222,8 +222,9 @@ _smooth_jit = jax.jit(_smooth)
 def causal_smooth(
     counts: Float[ArrayLike, "t ..."], *, tau: RealScalarLike
 ) -> Float[Array, "t ..."]:
-    """Causal exponential synaptic filter over time (axis 0): ``h_t = d h_{t-1} + (1-d) y_t``
-    with ``d = exp(-1/tau)`` and ``h_{-1} = 0`` (FacRNN's smoothed read-in input). Jitted.
+    """Causal exponential synaptic filter over time (axis 0), FacRNN's smoothed read-in.
+
+    ``h_t = d h_{t-1} + (1 - d) y_t`` with ``d = exp(-1/tau)`` and ``h_{-1} = 0``. Jitted.
 
     Args:
       counts: Activity or spike counts with time on axis 0 (cast to float).

@@ -48,8 +48,10 @@ def _check_latents(mu, log_std, z=None) -> tuple[int, int]:
 
 
 def _replicated(x):
-    """Every row ``i`` needs all columns ``j``: gather a batch-sharded ``mu``/``log_std``
-    (small ``[M, K]`` arrays) so each device computes its own row block of the pairs."""
+    """Gather a batch-sharded ``mu``/``log_std`` (small ``[M, K]``): every row needs all.
+
+    Each device then computes its own row block of the pairwise tensor.
+    """
     spec = getattr(jax.typeof(x).sharding, "spec", None)
     if spec is not None and any(a is not None for a in spec):
         return jax.sharding.reshard(x, jax.P())
@@ -268,8 +270,9 @@ def total_correlation(
     n_mc: int = 10,
     chunk: int = 1024,
 ) -> Float[Array, ""]:
-    """Total correlation of the aggregate posterior: :func:`partial_correlation_eval` with
-    one group per latent dimension (beta-TCVAE's TC). Jitted.
+    """Total correlation of the aggregate posterior (beta-TCVAE's TC).
+
+    :func:`partial_correlation_eval` with one group per latent dimension. Jitted.
 
     Args:
       mu: Posterior means ``[N, K]``.
