@@ -90,6 +90,7 @@ def test_offblock_penalty_and_connectivity():
     np.testing.assert_allclose(sub[1], m.A[:, 2:] @ m.B[2:], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_loss_gradients_match_finite_differences_x64():
     with jax.enable_x64(True):
         m = _model(dtype=jnp.float64)

@@ -117,6 +117,7 @@ def test_eval_estimator_matches_the_gaussian_closed_form():
     assert abs(pc0) < 0.02
 
 
+@pytest.mark.slow
 def test_training_estimator_averages_to_the_eval_estimator():
     """Minibatches of 256 out of 512 (the log of a minibatch mixture is biased low; the
     bias shrinks as M -> N_tot and vanishes at M = N_tot, see the test above)."""
