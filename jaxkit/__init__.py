@@ -28,6 +28,7 @@ _SUBPACKAGES = (
     "interop",
     "io",
     "kernels",
+    "neuro",
     "nn",
     "privacy",
     "retrieval",

@@ -1,0 +1,250 @@
+"""The low-rank RNN as a VAE (FacRNN's model) and its connectivity.
+
+Observed activity ``x_t in R^N``. Read-in (encoder):
+``q(z_t | x_{t-1}) = N(B tanh(x_{t-1}) + b, sigma_q^2 I)`` with ``sigma_q`` fixed,
+``ln sigma_q = -ln(N_tot)/(K + 4)`` (a Silverman-style bandwidth). Read-out (decoder):
+``p(x_t | z_t) = N(A z_t + a + u_t, diag sigma_x^2)`` (``obs="gaussian"``), the same with a
+ReLU on the mean (``"relu_gaussian"``, non-negative data) or, reconstructed [R],
+``y_t ~ Poisson(dt * softplus(A z_t + a + u_t))`` on spike counts (``"poisson"``; the
+encoder then reads causally smoothed counts, see :func:`causal_smooth`). The recurrent
+connectivity is ``J = A B`` (rank ``K``), split into group sub-circuits
+``J_g = A[:, g] B[g, :]`` over ``G`` equal contiguous latent groups.
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
+
+OBSERVATIONS = ("gaussian", "relu_gaussian", "poisson")
+
+
+class LowRankRNN(eqx.Module):
+    """A rank-``K`` RNN as a VAE over ``N`` neurons (unbatched parameters).
+
+    Attributes:
+      A: Read-out ``[N, K]``.
+      B: Read-in ``[K, N]``.
+      a: Read-out bias ``[N]``.
+      b: Read-in bias ``[K]``.
+      log_sigma_x: Per-neuron observation log standard deviation ``[N]`` (unused by the
+        Poisson path).
+      n_groups: Number of equal contiguous latent groups ``G`` (static).
+      obs: Observation model, one of ``"gaussian"``, ``"relu_gaussian"``, ``"poisson"``
+        (static).
+    """
+
+    A: Float[Array, "n k"]
+    B: Float[Array, "k n"]
+    a: Float[Array, " n"]
+    b: Float[Array, " k"]
+    log_sigma_x: Float[Array, " n"]
+    n_groups: int = eqx.field(static=True)
+    obs: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        n_neurons: int,
+        rank: int,
+        *,
+        n_groups: int = 1,
+        obs: str = "gaussian",
+        key: KeyArray,
+        dtype=jnp.float32,
+    ):
+        """Initialise ``A, B ~ N(0, 1/fan_in)``, zero biases, ``log sigma_x = -1``.
+
+        Args:
+          n_neurons: ``N``.
+          rank: Latent dimension ``K`` (the connectivity rank).
+          n_groups: Number of latent groups ``G``; must divide ``K``.
+          obs: Observation model.
+          key: PRNG key.
+          dtype: Parameter dtype.
+
+        Raises:
+          TypeError: If sizes are not Python ints or ``key`` is not a key.
+          ValueError: If a size is < 1, ``n_groups`` does not divide ``rank`` or ``obs`` is
+            unknown.
+        """
+        n = _validate.python_int(n_neurons, name="n_neurons", minimum=1)
+        k = _validate.python_int(rank, name="rank", minimum=1)
+        g = _validate.python_int(n_groups, name="n_groups", minimum=1)
+        if k % g:
+            raise ValueError(f"`n_groups` must divide `rank` = {k}, got n_groups={g}.")
+        _validate.one_of(OBSERVATIONS, obs=obs)
+        _validate.is_key(key)
+        ka, kb = jax.random.split(key)
+        self.A = jax.random.normal(ka, (n, k), dtype) / math.sqrt(k)
+        self.B = jax.random.normal(kb, (k, n), dtype) / math.sqrt(n)
+        self.a = jnp.zeros((n,), dtype)
+        self.b = jnp.zeros((k,), dtype)
+        self.log_sigma_x = jnp.full((n,), -1.0, dtype)
+        self.n_groups = g
+        self.obs = obs
+
+    @property
+    def rank(self) -> int:
+        """The latent dimension ``K``."""
+        return self.A.shape[1]
+
+    @property
+    def n_neurons(self) -> int:
+        """The number of neurons ``N``."""
+        return self.A.shape[0]
+
+    def encode(self, x_prev: Float[Array, "*batch n"]) -> Float[Array, "*batch k"]:
+        """Posterior mean ``B tanh(x_{t-1}) + b`` of ``z_t`` (the read-in)."""
+        return jnp.tanh(x_prev) @ self.B.T + _lead(self.b, x_prev.ndim)
+
+    def decode(
+        self, z: Float[Array, "*batch k"], u: Float[Array, "*batch n"] | None = None
+    ) -> Float[Array, "*batch n"]:
+        """Read-out ``A z + a (+ u)``: the Gaussian mean (ReLU-ed for ``relu_gaussian``).
+
+        For ``poisson`` it is the pre-activation: the rate is ``bin_width softplus(.)``.
+        """
+        h = z @ self.A.T + _lead(self.a, z.ndim)
+        if u is not None:
+            h = h + u
+        return jax.nn.relu(h) if self.obs == "relu_gaussian" else h
+
+
+def _lead(v, ndim):
+    """``v`` [d] reshaped to broadcast against a rank-``ndim`` array (explicit ranks)."""
+    return v.reshape((1,) * (ndim - 1) + v.shape)
+
+
+def posterior_log_std(n_total: RealScalarLike, rank: int) -> Array:
+    """FacRNN's fixed posterior log standard deviation ``-ln(n_total)/(rank + 4)``.
+
+    Args:
+      n_total: Number of training samples.
+      rank: Latent dimension ``K``.
+
+    Returns:
+      A scalar (f32, or f64 for an f64 ``n_total``).
+
+    Example:
+      >>> round(float(posterior_log_std(1000, 6)), 4)
+      -0.6908
+    """
+    _validate.real_scalar(n_total, name="n_total")
+    rank = _validate.python_int(rank, name="rank", minimum=1)
+    nt = jnp.asarray(n_total)
+    nt = nt.astype(accumulation_dtype(nt.dtype))
+    return -jnp.log(nt) / (rank + 4)
+
+
+def _j(A, B):
+    return A @ B
+
+
+_j_jit = jax.jit(_j)
+
+
+def connectivity(model: LowRankRNN) -> Float[Array, "n n"]:
+    """The recurrent connectivity ``J = A B`` (rank ``K``). Jitted.
+
+    Example:
+      >>> import jax
+      >>> connectivity(LowRankRNN(5, 2, key=jax.random.key(0))).shape
+      (5, 5)
+    """
+    return _j_jit(model.A, model.B)
+
+
+def _sub_j(A, B, n_groups):
+    n, k = A.shape
+    d = k // n_groups
+    Ag = A.reshape(n, n_groups, d).transpose(1, 0, 2)  # [G, N, d]
+    Bg = B.reshape(n_groups, d, -1)  # [G, d, N]
+    return Ag @ Bg
+
+
+_sub_j_jit = jax.jit(_sub_j, static_argnames=("n_groups",))
+
+
+def sub_connectivity(
+    A: Float[ArrayLike, "n k"], B: Float[ArrayLike, "k n"], *, n_groups: int
+) -> Float[Array, "g n n"]:
+    """Per-group sub-circuits ``J_g = A[:, g] B[g, :]`` (they sum to ``A B``). Jitted.
+
+    Args:
+      A: Read-out ``[N, K]`` (e.g. ``model.A``).
+      B: Read-in ``[K, N]``.
+      n_groups: Number of equal contiguous groups (must divide ``K``).
+
+    Returns:
+      ``[G, N, N]``.
+
+    Raises:
+      TypeError: If ``A``/``B`` are not floating matrices of transposed shapes.
+      ValueError: If ``n_groups`` does not divide ``K``.
+
+    Example:
+      >>> import jax
+      >>> m = LowRankRNN(5, 4, n_groups=2, key=jax.random.key(0))
+      >>> sub_connectivity(m.A, m.B, n_groups=2).shape
+      (2, 5, 5)
+    """
+    _validate.floating(A, name="A")
+    _validate.floating(B, name="B")
+    _validate.ndim(A, 2, name="A")
+    n, k = jnp.shape(A)
+    _validate.shape(B, (k, n), name="B")
+    g = _validate.python_int(n_groups, name="n_groups", minimum=1)
+    if k % g:
+        raise ValueError(f"`n_groups` must divide K = {k}, got n_groups={g}.")
+    return _sub_j_jit(jnp.asarray(A), jnp.asarray(B), g)
+
+
+def _smooth(counts, decay):
+    acc = accumulation_dtype(counts.dtype)
+    decay = jnp.asarray(decay, acc)
+
+    def step(h, y):
+        h = decay * h + (1 - decay) * y
+        return h, h
+
+    _, out = jax.lax.scan(step, jnp.zeros(counts.shape[1:], acc), counts.astype(acc))
+    return out.astype(counts.dtype)
+
+
+_smooth_jit = jax.jit(_smooth)
+
+
+def causal_smooth(
+    counts: Float[ArrayLike, "t ..."], *, tau: RealScalarLike
+) -> Float[Array, "t ..."]:
+    """Causal exponential synaptic filter over time (axis 0), FacRNN's smoothed read-in.
+
+    ``h_t = d h_{t-1} + (1 - d) y_t`` with ``d = exp(-1/tau)`` and ``h_{-1} = 0``. Jitted.
+
+    Args:
+      counts: Activity or spike counts with time on axis 0 (cast to float).
+      tau: Time constant in bins, ``> 0`` (traced).
+
+    Returns:
+      The filtered activity, same shape.
+
+    Raises:
+      TypeError: If ``counts`` has rank 0.
+      ValueError: If ``tau`` is not finite and > 0.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> [round(v, 3) for v in causal_smooth(jnp.array([1.0, 0.0]), tau=1.0).tolist()]
+      [0.632, 0.233]
+    """
+    _validate.min_ndim(counts, 1, name="counts")
+    c = jnp.asarray(counts)
+    if not jnp.issubdtype(c.dtype, jnp.floating):
+        c = c.astype(jnp.float32)
+    tau = _validate.guard_positive(jnp.asarray(tau), tau, name="tau")
+    return _smooth_jit(c, jnp.exp(-1 / tau.astype(accumulation_dtype(c.dtype))))

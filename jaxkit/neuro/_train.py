@@ -1,0 +1,149 @@
+"""Training FacRNN and its baselines: every optimiser step in one jitted ``lax.scan``."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, ArrayLike, Float
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray, RealScalarLike
+from jaxkit.neuro import _loss
+from jaxkit.neuro._model import LowRankRNN
+
+
+class FitResult(NamedTuple):
+    """Result of :func:`fit`.
+
+    Attributes:
+      model: The trained :class:`LowRankRNN`.
+      loss: ``[steps]`` minibatch loss per step.
+      pc: ``[steps]`` minibatch PC estimate per step.
+    """
+
+    model: LowRankRNN
+    loss: Float[Array, " steps"]
+    pc: Float[Array, " steps"]
+
+
+def _batch(key, s, batch_size):
+    if batch_size >= s:
+        return jnp.arange(s)
+    return jax.random.permutation(key, s)[:batch_size]
+
+
+def make_step(batch_size: int):
+    """The one training step (module-level construction, reused by the bench's loop)."""
+
+    def step(carry, i, *, data, hp):
+        model, opt_state = carry
+        x_prev, x_next, u, key = data
+        beta, alpha, lr, wd, bin_width = hp
+        kb, kz = jax.random.split(jax.random.fold_in(key, i))
+        idx = _batch(kb, x_prev.shape[0], batch_size)
+        ub = None if u is None else u[idx]
+        n_total = jnp.asarray(x_prev.shape[0], beta.dtype)
+
+        def f(mdl):
+            return _loss._loss(
+                mdl, x_prev[idx], x_next[idx], ub, kz, n_total, beta, alpha, bin_width
+            )
+
+        (loss, aux), g = jax.value_and_grad(f, has_aux=True)(model)
+        # optax's bias correction mixes an int32 count with Python floats: give it
+        # standard promotion whatever the caller's setting (strict in the test suite)
+        with jax.numpy_dtype_promotion("standard"):
+            opt = optax.adamw(lr, weight_decay=wd)
+            upd, opt_state = opt.update(g, opt_state, model)
+            model = optax.apply_updates(model, upd)
+        return (model, opt_state), (loss, aux.pc)
+
+    return step
+
+
+def _fit(model, x_prev, x_next, u, key, beta, alpha, lr, wd, bin_width, steps, batch_size):
+    opt = optax.adamw(lr, weight_decay=wd)
+    step = make_step(batch_size)
+    data = (x_prev, x_next, u, key)
+    hp = (beta, alpha, lr, wd, bin_width)
+    (model, _), (loss, pc) = jax.lax.scan(
+        lambda c, i: step(c, i, data=data, hp=hp), (model, opt.init(model)), jnp.arange(steps)
+    )
+    return FitResult(model, loss, pc)
+
+
+_fit_jit = jax.jit(_fit, static_argnames=("steps", "batch_size"))
+
+
+def fit(
+    model: LowRankRNN,
+    x_prev: Float[ArrayLike, "s n"],
+    x_next: Float[ArrayLike, "s n"],
+    *,
+    key: KeyArray,
+    steps: int,
+    batch_size: int = 128,
+    beta: RealScalarLike = 0.0,
+    alpha: RealScalarLike = 0.0,
+    learning_rate: RealScalarLike = 1e-3,
+    weight_decay: RealScalarLike = 1e-2,
+    bin_width: RealScalarLike = 1.0,
+    u: Float[ArrayLike, "s n"] | None = None,
+) -> FitResult:
+    """Train a :class:`LowRankRNN` with :func:`facrnn_loss` and AdamW, all steps scanned.
+
+    The ``S`` training pairs ``(x_prev[s], x_next[s])`` (read-in at ``t - 1``,
+    observation at ``t``) are the whole training set: ``n_total = S`` sets the posterior
+    width and the PC importance weights. Each step draws a minibatch of ``batch_size``
+    rows without replacement (the full set when ``batch_size >= S``). The whole run is
+    one jitted ``lax.scan`` (``steps`` and ``batch_size`` static; ``beta``, ``alpha``,
+    the learning rate, weight decay and bin width traced, so a sweep or ``jax.vmap`` over
+    them does not recompile). Use :func:`preset` for FacRNN/lrRNN/bdRNN settings.
+
+    Args:
+      model: Initial model (its ``n_groups`` and ``obs`` choose the penalty groups and
+        the likelihood).
+      x_prev: Read-in activity ``[S, N]``.
+      x_next: Observations one step later ``[S, N]``.
+      key: PRNG key (minibatches and reparameterised draws).
+      steps: Optimiser steps ``>= 1``.
+      batch_size: Minibatch size ``>= 2``.
+      beta: PC weight ``>= 0``.
+      alpha: Off-block penalty weight ``>= 0``.
+      learning_rate: AdamW learning rate ``> 0``.
+      weight_decay: AdamW decoupled weight decay ``>= 0``.
+      bin_width: Poisson bin width ``> 0``.
+      u: Optional read-out input ``[S, N]``.
+
+    Returns:
+      :class:`FitResult` (trained model, per-step loss and PC).
+
+    Raises:
+      TypeError: If the data do not match the model.
+      ValueError: If ``steps < 1``, ``batch_size < 2``, ``S < 2`` or a hyperparameter is
+        out of range.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> m = LowRankRNN(4, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (32, 4))
+      >>> res = fit(m, x[:-1], x[1:], key=jax.random.key(2), steps=3, batch_size=8)
+      >>> res.loss.shape
+      (3,)
+    """
+    s = _loss._check_data(model, x_prev, x_next, u)
+    if s < 2:
+        raise ValueError(f"`x_prev` must hold S >= 2 training pairs, got S = {s}.")
+    _validate.is_key(key)
+    steps = _validate.python_int(steps, name="steps", minimum=1)
+    batch_size = _validate.python_int(batch_size, name="batch_size", minimum=2)
+    x_prev = _loss._hparams(jnp.asarray(x_prev), beta, alpha, bin_width)
+    x_prev = _validate.guard_positive(x_prev, learning_rate, name="learning_rate")
+    x_prev = _validate.guard_non_negative(x_prev, weight_decay, name="weight_decay")
+    u = None if u is None else jnp.asarray(u)
+    dt = model.A.dtype
+    hp = [jnp.asarray(v, dt) for v in (beta, alpha, learning_rate, weight_decay, bin_width)]
+    return _fit_jit(
+        model, x_prev, jnp.asarray(x_next), u, key, *hp, steps=steps, batch_size=batch_size
+    )

@@ -1,0 +1,99 @@
+"""Disentanglement metrics (host-side alignment, jitted connectivity) and the synthetic data."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import neuro
+
+
+def _latents(seed=0, s=300, k=6):
+    return np.random.default_rng(seed).normal(size=(s, k))
+
+
+def test_group_aligned_r2_is_one_for_block_maps_with_swapped_groups():
+    z = _latents()
+    rng = np.random.default_rng(1)
+    m1, m2 = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    zp = np.concatenate([z[:, 3:] @ m2.T, z[:, :3] @ m1.T], 1) + 5.0
+    res = neuro.group_aligned_r2(zp, z, n_groups=2)
+    assert abs(res.score - 1) < 1e-6
+    assert res.match.tolist() == [1, 0]
+    # a rotation mixing the groups is not recovered group-wise (but is by all six dims)
+    q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    mixed = neuro.group_aligned_r2(z @ q.T, z, n_groups=2)
+    assert mixed.score < 0.9
+    assert abs(neuro.group_aligned_r2(z @ q.T, z, n_groups=1, n_groups_true=1).score - 1) < 1e-6
+
+
+def test_group_r2_with_one_dim_per_group_is_the_component_r2():
+    z = _latents(2, k=4)
+    zp = z[:, ::-1] * np.array([2.0, -1.0, 0.5, 3.0]) + 0.3 * _latents(3, k=4)
+    a = neuro.group_aligned_r2(zp, z, n_groups=4)
+    b = neuro.component_aligned_r2(zp, z)
+    np.testing.assert_allclose(a.score, b.score, rtol=1e-12)
+    # each entry is the squared correlation (1-D affine regression)
+    c = np.corrcoef(zp[:, 0], z[:, 3])[0, 1] ** 2
+    np.testing.assert_allclose(b.matrix[3, 0], c, rtol=1e-9)
+
+
+def test_connectivity_metrics_against_numpy():
+    rng = np.random.default_rng(4)
+    jt = rng.normal(size=(5, 5))
+    jp = jt + 0.3 * rng.normal(size=(5, 5))
+    got = neuro.connectivity_metrics(jnp.asarray(jp, jnp.float32), jnp.asarray(jt, jnp.float32))
+    d = (jp - jt).ravel()
+    np.testing.assert_allclose(got.mae, np.abs(d).mean(), rtol=1e-5)
+    np.testing.assert_allclose(got.rmse, np.sqrt((d**2).mean()), rtol=1e-5)
+    np.testing.assert_allclose(got.r2, 1 - (d**2).sum() / ((jt - jt.mean()) ** 2).sum(), rtol=1e-5)
+    np.testing.assert_allclose(got.pearson, np.corrcoef(jp.ravel(), jt.ravel())[0, 1], rtol=1e-5)
+
+
+def test_sub_connectivity_r2_matches_groups_up_to_within_group_maps():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(8, 4)), rng.normal(size=(4, 8))
+    m = np.kron(np.eye(2), np.ones((2, 2))) + np.diag([1.0, 2, 3, 4])  # block-diagonal, invertible
+    perm = [2, 3, 0, 1]
+    a2, b2 = (a @ np.linalg.inv(m))[:, perm], (m @ b)[perm]
+    jt = neuro.sub_connectivity(jnp.asarray(a), jnp.asarray(b), n_groups=2)
+    jp = neuro.sub_connectivity(jnp.asarray(a2), jnp.asarray(b2), n_groups=2)
+    res = neuro.sub_connectivity_r2(np.asarray(jp), np.asarray(jt))
+    assert abs(res.score - 1) < 1e-5 and res.match.tolist() == [1, 0]
+
+
+def test_metric_bad_inputs():
+    z = _latents()
+    with pytest.raises(ValueError, match="n_groups"):
+        neuro.group_aligned_r2(z, z, n_groups=4)
+    with pytest.raises(TypeError, match="z_pred"):
+        neuro.group_aligned_r2(z[:10], z, n_groups=2)
+    bad = z.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="z_pred"):
+        neuro.group_aligned_r2(bad, z, n_groups=2)
+    with pytest.raises(TypeError, match="j_pred"):
+        neuro.sub_connectivity_r2(np.zeros((2, 3, 4)), np.zeros((2, 3, 4)))
+
+
+def test_lorenz_thomas_is_converged_and_standardised():
+    z = neuro.lorenz_thomas(60, substeps=10)
+    z2 = neuro.lorenz_thomas(60, substeps=20)
+    assert z.shape == (60, 6)
+    np.testing.assert_allclose(z.mean(0), 0, atol=1e-4)
+    np.testing.assert_allclose(z.std(0), 1, rtol=1e-4)
+    np.testing.assert_allclose(z[:20], z2[:20], atol=1e-3)  # RK4 step-halving agreement
+    with pytest.raises(ValueError, match="dt"):
+        neuro.lorenz_thomas(10, dt=0.0)
+
+
+def test_synthetic_teacher_read_in_is_the_ridge_solution():
+    z = neuro.lorenz_thomas(200, dt=0.02, substeps=2)
+    d = neuro.synthetic_lowrank(z, key=jax.random.key(0), n_neurons=12, ridge=1e-2)
+    phi = np.tanh(np.asarray(z[:-1] @ d.A.T + d.u[:-1], np.float64))
+    resid = np.asarray(z[1:], np.float64) - phi @ np.asarray(d.B, np.float64).T
+    # normal equations: phi^T (z - phi B^T) = ridge B^T
+    np.testing.assert_allclose(phi.T @ resid, 1e-2 * np.asarray(d.B).T, atol=2e-3)
+    np.testing.assert_allclose(d.x, z @ d.A.T + d.u, atol=1.0)  # noise 0.1
+    with pytest.raises(ValueError, match="ridge"):
+        neuro.synthetic_lowrank(z, key=jax.random.key(0), ridge=0.0)

@@ -1,0 +1,185 @@
+"""The low-rank RNN VAE: likelihoods, loss terms, connectivity, gradients, scanned training."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from scipy.stats import norm, poisson
+
+from jaxkit import neuro
+from tests import conformance
+
+RUNTIME = (ValueError, eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+
+
+def _model(obs="gaussian", n=5, k=4, g=2, seed=0, dtype=jnp.float32):
+    m = neuro.LowRankRNN(n, k, n_groups=g, obs=obs, key=jax.random.key(seed), dtype=dtype)
+    ka, kb = jax.random.split(jax.random.key(seed + 1))
+    a = jax.random.normal(ka, (n,), dtype)
+    return eqx.tree_at(lambda t: (t.a, t.log_sigma_x), m, (a, 0.3 * a))
+
+
+def test_gaussian_and_poisson_likelihoods_match_scipy():
+    z = jax.random.normal(jax.random.key(0), (6, 4))
+    m = _model()
+    x = jax.random.normal(jax.random.key(1), (6, 5))
+    mean = np.asarray(z @ m.A.T + m.a[None])
+    want = norm.logpdf(np.asarray(x), mean, np.exp(np.asarray(m.log_sigma_x))[None]).sum(1)
+    np.testing.assert_allclose(neuro.observation_log_lik(m, z, x), want, rtol=1e-5, atol=1e-4)
+    mp = _model("poisson")
+    y = jax.random.poisson(jax.random.key(2), 3.0, (6, 5)).astype(jnp.float32)
+    rate = 0.05 * np.log1p(np.exp(np.asarray(z @ mp.A.T + mp.a[None], np.float64)))
+    want = poisson.logpmf(np.asarray(y), rate).sum(1)
+    got = neuro.observation_log_lik(mp, z, y, bin_width=0.05)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    # and jax.scipy's logpmf agrees on the same rates
+    np.testing.assert_allclose(
+        got, jax.scipy.stats.poisson.logpmf(y, jnp.asarray(rate, jnp.float32)).sum(1), rtol=1e-4
+    )
+
+
+def test_relu_gaussian_mean_is_non_negative():
+    m = _model("relu_gaussian")
+    assert bool(jnp.all(m.decode(jax.random.normal(jax.random.key(0), (9, 4))) >= 0))
+
+
+def test_loss_is_the_sum_of_its_terms_and_uses_the_fixed_posterior_width():
+    m = _model()
+    kx, kn, kz = jax.random.split(jax.random.key(3), 3)
+    xp, xn = jax.random.normal(kx, (16, 5)), jax.random.normal(kn, (16, 5))
+    loss, aux = neuro.facrnn_loss(m, xp, xn, key=kz, n_total=400, beta=3.0, alpha=2.0)
+    np.testing.assert_allclose(
+        loss, aux.nll + aux.kl + 3.0 * aux.pc + 2.0 * aux.offblock, rtol=1e-6
+    )
+    # reparameterised draw z = mu + sigma_q eps, eps = normal(key, [M, K]),
+    # ln sigma_q = -ln(n_total)/(K + 4)
+    ls = -np.log(400.0) / 8.0
+    mu = np.tanh(np.asarray(xp)) @ np.asarray(m.B).T + np.asarray(m.b)[None]
+    z = mu + np.exp(ls) * np.asarray(jax.random.normal(kz, (16, 4)))
+    nll = -np.mean(np.asarray(neuro.observation_log_lik(m, jnp.asarray(z, jnp.float32), xn)))
+    np.testing.assert_allclose(aux.nll, nll, rtol=1e-5)
+    kl = np.mean(0.5 * np.sum(mu**2 + np.exp(2 * ls) - 1 - 2 * ls, 1))
+    np.testing.assert_allclose(aux.kl, kl, rtol=1e-5)
+    pc = neuro.partial_correlation(
+        jnp.asarray(z, jnp.float32),
+        jnp.asarray(mu, jnp.float32),
+        jnp.full((16, 4), ls, jnp.float32),
+        n_groups=2,
+        n_total=400.0,
+    )
+    np.testing.assert_allclose(aux.pc, pc, rtol=1e-4, atol=1e-5)
+
+
+def test_offblock_penalty_and_connectivity():
+    m = _model(n=6, k=4, g=2)
+    ba = np.asarray(m.B @ m.A)
+    mask = np.kron(1 - np.eye(2), np.ones((2, 2)))
+    np.testing.assert_allclose(neuro.offblock_penalty(m), np.mean((mask * ba) ** 2), rtol=1e-5)
+    # block-diagonal B A -> zero penalty
+    bd = eqx.tree_at(
+        lambda t: t.A, m, jnp.linalg.pinv(m.B) @ jnp.asarray(np.kron(np.eye(2), np.ones((2, 2))))
+    )
+    assert float(neuro.offblock_penalty(bd)) < 1e-8 * float(jnp.sum(bd.A**2))
+    j = neuro.connectivity(m)
+    s = np.linalg.svd(np.asarray(j), compute_uv=False)
+    assert np.all(s[4:] < 1e-5 * s[0])  # rank <= K
+    sub = neuro.sub_connectivity(m.A, m.B, n_groups=2)
+    np.testing.assert_allclose(sub.sum(0), j, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sub[1], m.A[:, 2:] @ m.B[2:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_loss_gradients_match_finite_differences_x64():
+    with jax.enable_x64(True):
+        m = _model(dtype=jnp.float64)
+        xp = jax.random.normal(jax.random.key(4), (8, 5), jnp.float64)
+        xn = jax.random.normal(jax.random.key(5), (8, 5), jnp.float64)
+
+        def f(A, B):
+            mm = eqx.tree_at(lambda t: (t.A, t.B), m, (A, B))
+            return neuro.facrnn_loss(
+                mm, xp, xn, key=jax.random.key(6), n_total=50.0, beta=20.0, alpha=1.0
+            )[0]
+
+        check_grads(f, (m.A, m.B), order=1, modes=("rev",))
+        mp = _model("poisson", dtype=jnp.float64)
+        y = jax.random.poisson(jax.random.key(7), 2.0, (8, 5)).astype(jnp.float64)
+
+        def fp(A):
+            mm = eqx.tree_at(lambda t: t.A, mp, A)
+            return neuro.facrnn_loss(
+                mm, xp, y, key=jax.random.key(6), n_total=50.0, beta=5.0, bin_width=0.1
+            )[0]
+
+        check_grads(fp, (mp.A,), order=1, modes=("rev",))
+
+
+def test_fit_lowers_the_loss_and_never_recompiles_for_new_hyperparameters():
+    m = _model(n=6, k=4, g=2)
+    x = jax.random.normal(jax.random.key(8), (65, 6))
+    r = neuro.fit(
+        m,
+        x[:-1],
+        x[1:],
+        key=jax.random.key(9),
+        steps=60,
+        batch_size=16,
+        learning_rate=3e-2,
+        **neuro.preset("facrnn"),
+    )
+    assert r.loss.shape == (60,) and r.pc.shape == (60,)
+    assert float(jnp.mean(r.loss[-10:])) < float(jnp.mean(r.loss[:10]))
+    assert isinstance(r.model, neuro.LowRankRNN) and r.model.n_groups == 2
+    before = conformance.compile_count()
+    for name in ("lrrnn", "bdrnn"):
+        jax.block_until_ready(
+            neuro.fit(
+                m,
+                x[:-1],
+                x[1:],
+                key=jax.random.key(10),
+                steps=60,
+                batch_size=16,
+                learning_rate=1e-2,
+                **neuro.preset(name),
+            )
+        )
+    assert conformance.compile_count() == before
+
+
+def test_causal_smooth_is_the_exponential_recursion():
+    y = jax.random.poisson(jax.random.key(0), 2.0, (20, 3)).astype(jnp.float32)
+    d = np.exp(-1 / 3.0)
+    h = np.zeros(3)
+    want = []
+    for t in range(20):
+        h = d * h + (1 - d) * np.asarray(y[t])
+        want.append(h)
+    np.testing.assert_allclose(neuro.causal_smooth(y, tau=3.0), np.stack(want), rtol=1e-5)
+
+
+def test_bad_inputs():
+    m = _model()
+    x = jnp.zeros((8, 5))
+    with pytest.raises(ValueError, match="n_groups"):
+        neuro.LowRankRNN(5, 4, n_groups=3, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="obs"):
+        neuro.LowRankRNN(5, 4, obs="binomial", key=jax.random.key(0))
+    with pytest.raises(TypeError, match="model"):
+        neuro.facrnn_loss(m.A, x, x, key=jax.random.key(0), n_total=10)
+    with pytest.raises(ValueError, match="n_total"):
+        neuro.facrnn_loss(m, x, x, key=jax.random.key(0), n_total=4)
+    with pytest.raises(ValueError, match="steps"):
+        neuro.fit(m, x, x, key=jax.random.key(0), steps=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        neuro.fit(m, x, x, key=jax.random.key(0), steps=2, batch_size=1)
+    with pytest.raises(ValueError, match="learning_rate"):
+        neuro.fit(m, x, x, key=jax.random.key(0), steps=2, learning_rate=float("nan"))
+    with pytest.raises(RUNTIME, match="beta"):
+        jax.jit(lambda b: neuro.facrnn_loss(m, x, x, key=jax.random.key(0), n_total=10, beta=b))(
+            jnp.float32(-1.0)
+        )
+    with pytest.raises(ValueError, match="name"):
+        neuro.preset("lint")
