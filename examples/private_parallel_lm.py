@@ -122,9 +122,11 @@ def _fit(spec, shape, size):
 
 def placements(mesh, cfg, base, lora):
     """NamedShardings of the base weights (``nn.param_specs`` on axis ``model``) and of
-    the LoRA factors alike: ``a`` ``[*stack, m_out, r]`` split like the weight's output
-    axis, ``b`` ``[*stack, n_in, r]`` like its input axis. An axis that the ``model``
-    size does not divide (the 36-token vocabulary) is split on the leaf's other axis."""
+    the LoRA factors: ``a`` ``[*stack, m_out, r]`` and ``b`` ``[*stack, n_in, r]`` both
+    split on their long axis over ``model`` (so factors and optimizer moments take 1/size
+    of their bytes per device, whichever side of the weight is split). An axis that the
+    ``model`` size does not divide (the 36-token vocabulary) is split on the leaf's other
+    axis when that one divides."""
     size = mesh.shape["model"]
     specs = nn.param_specs(cfg)
     is_p = lambda x: isinstance(x, jax.P)  # noqa: E731
@@ -132,17 +134,27 @@ def placements(mesh, cfg, base, lora):
         lambda s, w: jax.NamedSharding(mesh, _fit(s, w.shape, size)), specs, base, is_leaf=is_p
     )
 
-    def factor(s, f):
+    def factor(f):
         if f is None:
             return None
-        parts = list(s) + [None] * (f.a.ndim - len(s))
-        stack, n_in, m_out = parts[:-2], parts[-2], parts[-1]
-        a = _fit(jax.P(*stack, m_out, None), f.a.shape, size)
-        b = _fit(jax.P(*stack, n_in, None), f.b.shape, size)
+        spec = jax.P(*([None] * (f.a.ndim - 2)), "model", None)
+        a, b = _fit(spec, f.a.shape, size), _fit(spec, f.b.shape, size)
         return lowrank.LoraFactors(jax.NamedSharding(mesh, a), jax.NamedSharding(mesh, b))
 
-    lora_sh = jax.tree.map(factor, specs, lora, is_leaf=lambda x: is_p(x) or _is_factor(x))
-    return base_sh, lora_sh
+    return base_sh, jax.tree.map(factor, lora, is_leaf=_is_factor)
+
+
+def place(tree, shardings):
+    """Put host values on (possibly multi-process) shardings: each process builds only
+    its own shards (``jax.make_array_from_callback``)."""
+
+    def one(x, sh):
+        if x is None:
+            return None
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree, shardings, is_leaf=lambda x: x is None)
 
 
 def _constrain(lora, state, lora_sh, mesh):
@@ -205,10 +217,12 @@ def _step(lora, state, t, base, data, key, lr, sigma, clip, q, *, method, cfg, m
     # a metric of the run (not privatized; the private output is the factors)
     per_ex = jax.vmap(loss_fn, in_axes=(None, 0))(lora, ex)
     loss = jnp.sum(jnp.where(mask, per_ex, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+    loss = jax.lax.with_sharding_constraint(loss, jax.NamedSharding(mesh, jax.P()))
     updates, state = tx.update(grads, state, lora)
     _, lora_sh = placements(mesh, cfg, base, lora)
     lora, state = _constrain(optax.apply_updates(lora, updates), state, lora_sh, mesh)
-    return lora, state, loss, pb.overflow
+    overflow = jax.lax.with_sharding_constraint(pb.overflow, jax.NamedSharding(mesh, jax.P()))
+    return lora, state, loss, overflow
 
 
 def _keys_to_data(tree):
@@ -248,13 +262,17 @@ def train(
     ckpt_dir: str | None = None,
     ckpt_every: int = 0,
     stop_after: int | None = None,
+    analyze: bool = False,
 ) -> dict:
     """Run ``steps`` steps of ``method`` (``"prism"`` or ``"naive"``; ``"nonprivate"`` is
     naive with ``clip=inf``, ``sigma=0``) from ``lora``, resuming from ``ckpt_dir``.
 
     Data and noise of step ``t`` depend only on ``(key, t)``, so a resumed run repeats
     an uninterrupted one bit for bit. ``stop_after`` ends the run after that step (an
-    interruption). Returns ``{"lora", "losses", "start_step", "overflow"}``.
+    interruption). Returns ``{"lora", "losses", "start_step", "overflow"}``; with
+    ``analyze`` also ``"memory"``: XLA's per-device argument bytes of the compiled step
+    less the data and scalars (= parameters + LoRA factors + optimizer state per device)
+    and the global bytes of parameters + factors + optimizer state.
     """
     import orbax.checkpoint as ocp
 
@@ -264,13 +282,21 @@ def train(
     static = dict(method=method, cfg=cfg, max_batch=max_batch, mesh=mesh)
     hyper = (jnp.float32(lr), jnp.float32(sigma), jnp.float32(clip))
     base_sh, lora_sh = placements(mesh, cfg, base, lora)
-    base = jax.device_put(base, base_sh)
-    lora = jax.device_put(lora, lora_sh)
     rep = jax.NamedSharding(mesh, jax.P())
-    data = jax.device_put(data, rep)
+    base, lora, data = place(base, base_sh), place(lora, lora_sh), place(data, (rep, rep))
     n = data[0].shape[0]
     lora, state = _init(lora, base, key, *hyper, jnp.float32(q * n), **static)
-    start, mngr = 0, None
+    start, mngr, memory = 0, None, None
+    if analyze:
+        args = (lora, state, jnp.int32(0), base, data, key, *hyper, jnp.float32(q))
+        ma = _step.lower(*args, **static).compile().memory_analysis()
+        scalars = sum(np.dtype(x.dtype).itemsize for x in args[2:3] + args[6:])
+        key_bytes = jax.random.key_data(key).nbytes
+        nonparam = data[0].nbytes + data[1].nbytes + scalars + key_bytes
+        memory = {
+            "per_device_bytes": int(ma.argument_size_in_bytes - nonparam),
+            "total_bytes": int(sum(x.nbytes for x in jax.tree.leaves(_keys_to_data(args[:4])))),
+        }
     if ckpt_dir is not None:
         mngr = ocp.CheckpointManager(
             os.path.abspath(ckpt_dir),
@@ -307,7 +333,63 @@ def train(
             break
     if mngr is not None:
         mngr.close()
-    return {"lora": lora, "losses": losses, "start_step": start, "overflow": overflow}
+    return {
+        "lora": lora,
+        "losses": losses,
+        "start_step": start,
+        "overflow": overflow,
+        "memory": memory,
+    }
+
+
+def private_job(
+    steps: int,
+    *,
+    model_parallel: int = 1,
+    devices=None,
+    seed: int = 0,
+    n: int = 512,
+    batch: int = 32,
+) -> dict:
+    """The PRISM job alone, scaled by configuration: mesh ``data x model`` over
+    ``devices`` (default: all devices of all processes), ``steps`` steps at eps = 8.
+
+    Returns ``{"losses", "lora" (host copy), "mesh", "memory"}`` (see :func:`train`)."""
+    params, cfg, _ = io.load_fixture("wedlm_counting")
+    key = jax.random.key(seed)
+    base, lora0 = privacy.lora_init(
+        params, targets=TARGETS, rank=RANK, key=jax.random.fold_in(key, 1), method="spectral"
+    )
+    mesh = sharding.make_mesh(model=model_parallel, devices=devices, explicit=False)
+    n_data = mesh.shape["data"]
+    max_batch = -(-int(batch + 4 * np.sqrt(batch)) // n_data) * n_data
+    q = batch / n
+    sigma = privacy.calibrate_sigma(epsilon=EPSILON, delta=DELTA, q=q, steps=steps)
+    res = train(
+        "prism",
+        lora0,
+        base=base,
+        cfg=cfg,
+        data=private_data(seed, n),
+        steps=steps,
+        q=q,
+        sigma=sigma,
+        key=jax.random.fold_in(key, 3),
+        mesh=mesh,
+        max_batch=max_batch,
+        analyze=True,
+    )
+    lora = res["lora"]
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        lora = multihost_utils.process_allgather(lora, tiled=True)
+    return {
+        "losses": res["losses"],
+        "lora": jax.tree.map(np.asarray, lora),
+        "mesh": dict(mesh.shape),
+        "memory": res["memory"],
+    }
 
 
 # --------------------------------------------------------------------------------- decode
@@ -570,7 +652,38 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
+    g = p.add_argument_group("the PRISM job alone (with --steps), on one or several processes")
+    g.add_argument("--steps", type=int, default=None)
+    g.add_argument("--model-parallel", type=int, default=1)
+    g.add_argument("--num-processes", type=int, default=1)
+    g.add_argument("--process-id", type=int, default=0)
+    g.add_argument("--coordinator", default=None, help="host:port of process 0")
+    a = vars(p.parse_args())
+    job = {k: a.pop(k) for k in ("steps", "model_parallel", "num_processes", "process_id")}
+    coordinator = a.pop("coordinator")
+    if job["num_processes"] > 1:  # CPU collectives across processes go through gloo
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=job["num_processes"],
+            process_id=job["process_id"],
+        )
+    if job["steps"] is not None:
+        out = private_job(job["steps"], model_parallel=job["model_parallel"], seed=a["seed"])
+        leaves = jax.tree.leaves(out["lora"])
+        print(
+            json.dumps(
+                {
+                    "losses": out["losses"],
+                    "lora_abs_sum": float(sum(np.abs(x).astype(np.float64).sum() for x in leaves)),
+                    "mesh": out["mesh"],
+                    **sharding.process_info(),
+                }
+            ),
+            flush=True,
+        )
+        raise SystemExit(0)
+    res = main(**a)
     for r in res.pop("rows"):
         print(json.dumps(r))
     print(json.dumps(res))
