@@ -36,6 +36,7 @@ _SUBPACKAGES = (
     "soft",
     "splat",
     "steering",
+    "timeseries",
     "vision",
 )
 
