@@ -5,6 +5,8 @@ label embedding]`` with a pooled history embedding give ``g_k = σ(MLP_k(φ_k))`
 is trained by BCE against ``gate_target = 1[pred_label == oracle_label]`` (train windows).
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -21,10 +23,32 @@ def check_labels(label_ids, sizes: tuple[int, ...], *, name: str = "label_ids"):
     _validate.integer(label_ids, name=name)
     if label_ids.ndim < 1 or label_ids.shape[-1] != len(sizes):
         raise TypeError(f"`{name}` must have last axis {len(sizes)}, got shape {label_ids.shape}.")
-    hi = jnp.asarray(sizes, label_ids.dtype)
-    bad = jnp.any((label_ids < 0) | (label_ids >= hi))
+    bad = jnp.any(label_ids < 0)
+    for k, s in enumerate(sizes):
+        bad = bad | jnp.any(label_ids[..., k] >= s)
     msg = f"`{name}` holds an unknown primitive label (ids must lie in [0, {list(sizes)}))."
     return label_ids + _validate.error_if(jnp.zeros((), label_ids.dtype), bad, msg)
+
+
+def lookup(table, ids):
+    """``table[k, ids[k]]`` for ``table [K, C, E]`` and ``ids [K]``.
+
+    A one-hot contraction, so it keeps the batch sharding of ``ids`` under ``vmap``.
+    """
+    onehot = jax.nn.one_hot(ids, table.shape[1], dtype=table.dtype)
+    return jnp.einsum("kc,kce->ke", onehot, table)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "c", "embed", "fin", "width", "dtype"))
+def _init_gate(key, *, k, c, embed, fin, width, dtype):
+    ks = jax.random.split(key, 3)
+    return (
+        (0.5 * jax.random.normal(ks[0], (k, c, embed))).astype(dtype),
+        (jax.random.normal(ks[1], (k, fin, width)) / fin**0.5).astype(dtype),
+        jnp.zeros((k, width), dtype),
+        (jax.random.normal(ks[2], (k, width)) / width**0.5).astype(dtype),
+        jnp.zeros((k,), dtype),
+    )
 
 
 class ConfidenceGate(eqx.Module):
@@ -57,13 +81,10 @@ class ConfidenceGate(eqx.Module):
         _validate.is_key(key)
         k, c = len(schema.primitives), max(schema.sizes)
         fin = N_CONF_FEATURES + embed + context_dim
-        ks = jax.random.split(key, 3)
         self.sizes = schema.sizes
-        self.label_table = (0.5 * jax.random.normal(ks[0], (k, c, embed))).astype(dtype)
-        self.w1 = (jax.random.normal(ks[1], (k, fin, width)) / fin**0.5).astype(dtype)
-        self.b1 = jnp.zeros((k, width), dtype)
-        self.w2 = (jax.random.normal(ks[2], (k, width)) / width**0.5).astype(dtype)
-        self.b2 = jnp.zeros((k,), dtype)
+        self.label_table, self.w1, self.b1, self.w2, self.b2 = _init_gate(
+            key, k=k, c=c, embed=embed, fin=fin, width=width, dtype=jnp.dtype(dtype)
+        )
 
     def __call__(
         self,
@@ -73,7 +94,7 @@ class ConfidenceGate(eqx.Module):
     ) -> Float[Array, " K"]:
         """Gate logits ``[K]`` (apply ``jax.nn.sigmoid`` for the gate values)."""
         dt = self.w1.dtype
-        emb = jnp.take_along_axis(self.label_table, label_ids[:, None, None], axis=1)[:, 0]
+        emb = lookup(self.label_table, label_ids)
         k = len(self.sizes)
         ctx = jnp.broadcast_to(jnp.asarray(context, dt)[None], (k, context.shape[-1]))
         phi = jnp.concatenate([jnp.asarray(conf, dt), emb, ctx], -1)

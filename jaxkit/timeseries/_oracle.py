@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxkit import _validate
+from jaxkit._numerics import iota_like
 from jaxkit.timeseries._schema import Schema, check_schema
 
 EPS = 1e-5
@@ -91,10 +92,8 @@ def _scores(hist, fut):
     dev = jnp.abs(fut - mh[..., None])
     tot = jnp.sum(dev, -1, keepdims=True)
     w = jnp.where(tot > 0, dev / jnp.where(tot > 0, tot, 1), 1.0 / n).astype(fut.dtype)
-    t = jnp.broadcast_to(jnp.arange(n, dtype=fut.dtype), w.shape)
-    onset = jnp.sum(w * t, -1) / (n - 1)
-    late = jnp.broadcast_to(3 * jnp.arange(n) >= 2 * n, w.shape)
-    tail = jnp.sum(jnp.where(late, w, jnp.zeros_like(w)), -1)
+    onset = (w @ jnp.arange(n, dtype=fut.dtype)) / (n - 1)
+    tail = jnp.sum(w[..., -(-2 * n // 3) :], -1)  # steps t >= 2H/3
     return Scores(shift, vol, onset, tail, jnp.max(w, -1))
 
 
@@ -122,32 +121,30 @@ def primitive_scores(hist: Float[ArrayLike, "W L"], fut: Float[ArrayLike, "W H"]
 
 
 def _sign_changes(s):
-    """Changes between consecutive nonzero signs of ``s [n]``: count and CV of their gaps."""
+    """Changes between consecutive nonzero signs of ``s [n]``.
 
-    def body(carry, xs):
-        last, last_pos, n, gsum, gsq = carry
-        si, i = xs
-        change = (si != 0) & (last != 0) & (si != last)
-        gap = (i - last_pos).astype(jnp.float32)
-        has_gap = change & (last_pos >= 0)
-        carry = (
-            jnp.where(si != 0, si, last),
-            jnp.where(change, i, last_pos),
-            n + change.astype(jnp.int32),
-            gsum + jnp.where(has_gap, gap, 0.0),
-            gsq + jnp.where(has_gap, gap * gap, 0.0),
-        )
-        return carry, None
-
-    init = (jnp.int32(0), jnp.int32(-1), jnp.int32(0), jnp.float32(0), jnp.float32(0))
-    idx = jnp.arange(s.shape[0], dtype=jnp.int32)
-    (_, _, n, gsum, gsq), _ = jax.lax.scan(body, init, (s.astype(jnp.int32), idx))
-    ng = jnp.maximum(n - 1, 1).astype(jnp.float32)
-    mean = gsum / ng
-    var = jnp.maximum(gsq / ng - mean * mean, 0.0)
-    cv = jnp.where(n >= 2, jnp.sqrt(var) / jnp.maximum(mean, 1e-6), jnp.inf)
-    first = s[jnp.argmax(s != 0)]
-    return n, cv, first
+    Returns their count, the CV of their gaps and the first nonzero sign (cumulative
+    maxima, no gather or scan: sharding-friendly).
+    """
+    n = s.shape[0]
+    i = iota_like(s)
+    si = s.astype(jnp.int32)
+    nz = si != 0
+    last = jax.lax.cummax(jnp.where(nz, i * 4 + si + 1, -1), axis=0)  # last nonzero (idx, sign)
+    prev = jnp.where(i == 0, -1, jnp.roll(last, 1))
+    prev_sign = jnp.where(prev >= 0, prev % 4 - 1, 0)
+    change = nz & (prev_sign != 0) & (si != prev_sign)
+    cpos = jax.lax.cummax(jnp.where(change, i, -1), axis=0)
+    prev_c = jnp.where(i == 0, -1, jnp.roll(cpos, 1))
+    has_gap = change & (prev_c >= 0)
+    gap = (i - prev_c).astype(jnp.float32)
+    nch = jnp.sum(change.astype(jnp.int32))
+    ng = jnp.maximum(nch - 1, 1).astype(jnp.float32)
+    mean = jnp.sum(jnp.where(has_gap, gap, 0.0)) / ng
+    var = jnp.maximum(jnp.sum(jnp.where(has_gap, gap * gap, 0.0)) / ng - mean * mean, 0.0)
+    cv = jnp.where(nch >= 2, jnp.sqrt(var) / jnp.maximum(mean, 1e-6), jnp.inf)
+    first = jnp.max(jnp.where(nz, (n - i) * 4 + si + 1, -1))
+    return nch, cv, jnp.where(first >= 0, first % 4 - 1, 0)
 
 
 def _slope(z):
