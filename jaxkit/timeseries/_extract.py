@@ -268,7 +268,7 @@ class RuleExtractor:
         self.eps = float(eps)
 
     def __call__(
-        self, text: str, history: np.ndarray, schema: Schema, *, key: jax.Array | None = None
+        self, text: str, history: np.ndarray | None, schema: Schema, *, key: jax.Array | None = None
     ) -> Extraction:
         del history, key  # deterministic, text only
         schema = check_schema(schema)

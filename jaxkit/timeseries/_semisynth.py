@@ -69,9 +69,13 @@ def load_statsmodels(name: str) -> np.ndarray:
     unemployment; ``elnino``: monthly sea-surface temperature, 1950-2010, flattened.
     """
     _validate.one_of(STATSMODELS, name=name)
-    import statsmodels.api as sm
+    import importlib
 
-    ds = sm.datasets
+    class _Datasets:  # import only the one dataset module (statsmodels.api is slow to import)
+        def __getattr__(self, mod):
+            return importlib.import_module(f"statsmodels.datasets.{mod}")
+
+    ds = _Datasets()
     if name == "co2":
         s = ds.co2.load_pandas().data["co2"].interpolate().bfill().to_numpy()[:, None]
     elif name == "sunspots":
