@@ -100,7 +100,7 @@ def main() -> None:
         anchor="patchtst",
         anchor_t=fits["patchtst"],
         target=None,
-        note=f"scanned training ({steps} steps, compile included) then test MSE on "
+        note=f"scanned training ({steps} steps, compile excluded) then test MSE on "
         f"{int(ev.sum())} event windows; target: TESS MSE >= 20% lower",
         ours_err=errs["tess"],
         anchor_err=errs["patchtst"],

@@ -114,3 +114,11 @@ def test_bad_inputs():
         ts.tess_forecast(tess, x, ids, conf, gate=np.full((B, 4), 2.0, np.float32))
     with pytest.raises(ValueError, match="patch_len"):
         ts.PatchTST(8, 2, patch_len=9, key=jax.random.key(0))
+
+
+def test_gate_targets():
+    a = np.asarray([[0, 1, 2], [3, 1, 0]])
+    b = np.asarray([[0, 2, 2], [3, 0, 0]])
+    np.testing.assert_array_equal(ts.gate_targets(a, b), [[1, 0, 1], [1, 0, 1]])
+    with pytest.raises(TypeError, match="oracle_ids"):
+        ts.gate_targets(a, b[:, :2])
