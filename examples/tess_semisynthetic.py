@@ -89,8 +89,9 @@ def _run_series(name, key, quick):
     opt = optax.adamw(2e-3, weight_decay=1e-4)
     fit = dict(optimizer=opt, steps=steps, batch_size=64, key=kf)
     # Unimodal PatchTST = TESS's backbone with the gate fixed at 0, which equals PatchTST bit
-    # for bit (tests/timeseries/test_model.py) and trains identically; one compiled program
-    # serves every variant. The full mode also trains the PatchTST module directly.
+    # for bit (tests/timeseries/test_model.py); the gate's BCE does not reach the backbone
+    # (stop_gradient), so it trains as PatchTST does, and one compiled program serves every
+    # variant. The full mode also trains the PatchTST module directly (`patchtst_direct`).
     zeros_tr = jnp.zeros(train.label_ids.shape, jnp.float32)
     ones_tr = jnp.ones(train.label_ids.shape, jnp.float32)
     patchtst, _ = ts.fit_forecaster(tess0, train, gate=zeros_tr, **fit)

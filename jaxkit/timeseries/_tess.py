@@ -71,7 +71,9 @@ class TESSForecaster(eqx.Module):
         """
         bb = self.backbone
         z, stats = bb.embed(x)
-        logits = self.gate(label_ids, conf, jnp.mean(z, (0, 1)))
+        # the gate reads the pooled history embedding without shaping it (stop_gradient):
+        # with the gate fixed at 0 the backbone then trains exactly as a PatchTST would
+        logits = self.gate(label_ids, conf, jax.lax.stop_gradient(jnp.mean(z, (0, 1))))
         g = jax.nn.sigmoid(logits)
         if gate is not None:
             g = jnp.where(learned, g, gate.astype(g.dtype))

@@ -123,3 +123,19 @@ def test_gate_targets():
     np.testing.assert_array_equal(ts.gate_targets(a, b), [[1, 0, 1], [1, 0, 1]])
     with pytest.raises(TypeError, match="oracle_ids"):
         ts.gate_targets(a, b[:, :2])
+
+
+@pytest.mark.slow
+def test_gate_off_trains_exactly_as_patchtst():
+    bb, tess = _models()
+    x, ids, conf = _inputs()
+    y = np.asarray(x[:, -H:] * 0.5, np.float32)
+    batch = ts.TESSBatch(x, y, ids, conf, np.ones((B, 4), np.int32))
+    opt = optax.sgd(1e-2, momentum=0.9)
+    kw = dict(key=jax.random.key(0), optimizer=opt, steps=10, batch_size=2)
+    p, _ = ts.fit_forecaster(bb, batch, **kw)
+    zeros = np.zeros((B, 4), np.float32)
+    t, _ = ts.fit_forecaster(tess, batch, gate=zeros, **kw)
+    np.testing.assert_array_equal(
+        ts.patchtst_forecast(p, x), ts.tess_forecast(t, x, ids, conf, gate=zeros).y_hat
+    )
