@@ -37,6 +37,7 @@ _SUBPACKAGES = (
     "soft",
     "splat",
     "steering",
+    "timeseries",
     "vision",
 )
 
