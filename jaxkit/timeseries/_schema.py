@@ -99,6 +99,7 @@ LEGACY_V1 = Schema(
         Primitive("temporal_influence", "lag", ("Immediate", "Delayed", "Sustained"), "Sustained"),
     ),
 )
+"""The authors' first schema: shift, volatility, shape, temporal influence (their label ids)."""
 
 V2 = Schema(
     "v2",
@@ -116,8 +117,10 @@ V2 = Schema(
         ),
     ),
 )
+"""The authors' second schema: distribution and volatility shifts, shape, lag & decay."""
 
 SCHEMAS = {"legacy_v1": LEGACY_V1, "v2": V2}
+"""Schemas by name: ``"legacy_v1"`` and ``"v2"``."""
 
 
 def check_schema(schema) -> Schema:

@@ -213,7 +213,9 @@ PHRASES_V2 = {
         "DIFFUSE": "spread evenly over the period",
     },
 }
+"""One rendered phrase per (primitive, label) of :data:`V2`, used by ``render_text``."""
 LEXICON_V2 = {p: {lab: (ph,) for lab, ph in d.items()} for p, d in PHRASES_V2.items()}
+"""The rule extractor's lexicon for :data:`V2`: the phrases of :data:`PHRASES_V2` by label."""
 _FRAMES = {
     "shift": ("Analysts say {}.", "According to the bulletin, {}.", "Officials note that {}."),
     "volatility": ("Traders warn that {}.", "The outlook says {}."),
@@ -230,6 +232,7 @@ DISTRACTORS = (
     "A local team won its match.",
     "The library extended its hours.",
 )
+"""Event-free sentences mixed into rendered text (the extractor must ignore them)."""
 NEUTRAL = "No notable events were reported."
 
 
