@@ -28,6 +28,7 @@ _SUBPACKAGES = (
     "interop",
     "io",
     "kernels",
+    "memory",
     "nn",
     "privacy",
     "retrieval",
