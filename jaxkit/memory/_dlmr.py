@@ -104,7 +104,7 @@ class DLMRConfig:
 
     @property
     def n_actions(self) -> int:
-        """``1 + 2 |budgets|``: action 0 is the null; ``1 + s |budgets| + j`` = (bank s, budgets[j])."""
+        """``1 + 2 |budgets|``: 0 is the null, ``1 + s |budgets| + j`` is (bank s, budgets[j])."""
         return 1 + 2 * len(self.budgets)
 
 
@@ -177,8 +177,11 @@ def action_table(cfg: DLMRConfig) -> tuple[Array, Array]:
 
 
 def action_mask(cfg: DLMRConfig, eligible: Array) -> Array:
-    """``bool[..., A]``: the null only when ineligible; every action (fixed_k: only
-    that budget, no null) when eligible."""
+    """``bool[..., A]``: the allowed actions.
+
+    Ineligible: the null only. Eligible: every action (``fixed_k``: only that
+    budget, no null).
+    """
     _, k = action_table(cfg)
     if cfg.fixed_k is None:
         at_elig = jnp.ones_like(k, dtype=bool)

@@ -1,6 +1,5 @@
 """DLMR inference: one jitted decode loop with adaptive, ragged memory injection."""
 
-import functools
 from typing import NamedTuple
 
 import jax
