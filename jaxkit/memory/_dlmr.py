@@ -176,6 +176,16 @@ def action_table(cfg: DLMRConfig) -> tuple[Array, Array]:
     return jnp.asarray(bank, jnp.int32), jnp.asarray(k, jnp.int32)
 
 
+def lookup(table: Array, idx: Array) -> Array:
+    """``table[idx]`` for a small 1-D table, as a masked sum (keeps ``idx``'s sharding)."""
+    hit = idx[..., None] == jnp.arange(table.shape[0], dtype=idx.dtype).reshape(
+        (1,) * idx.ndim + (-1,)
+    )
+    return jnp.sum(jnp.where(hit, table.reshape((1,) * idx.ndim + (-1,)), 0), axis=-1).astype(
+        table.dtype
+    )
+
+
 def action_mask(cfg: DLMRConfig, eligible: Array) -> Array:
     """``bool[..., A]``: the allowed actions.
 
@@ -213,9 +223,9 @@ def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array) -> Array:
     """``Z^(bank)_{1:k_max}`` per row, ``[B, k_max, D]`` (shared: one bank for both)."""
     km = cfg.k_max
     if cfg.shared_bank:
-        z = p.banks[0][:km]
-        return jnp.broadcast_to(z, (bank.shape[0], *z.shape))
-    zv, zr = p.banks[0][:km], p.banks[1][:km]
+        zv = zr = p.banks[0][:km]
+    else:
+        zv, zr = p.banks[0][:km], p.banks[1][:km]
     return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
 
 

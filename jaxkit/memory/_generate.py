@@ -15,6 +15,7 @@ from jaxkit.memory._dlmr import (
     action_table,
     check_config,
     inject_traced,
+    lookup,
     masked_router_logits,
     memory_interventions,
     split_forward,
@@ -60,21 +61,20 @@ def _choose(logits, key, temperature, top_p, greedy):
     return sample_tokens(logits, key=key, temperature=temperature, top_p=top_p).token
 
 
-def _set_rows(buf, at, vals):
-    """``buf[b, at[b] + t] = vals[b, t]`` (drop past the end)."""
-    t = vals.shape[1]
-    cols = at[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    rows = jnp.arange(buf.shape[0])[:, None]
-    return buf.at[rows, cols].set(vals.astype(buf.dtype), mode="drop")
+def _set_slot(buf, at, val):
+    """``buf[b, at[b]] = val[b]`` as a select (keeps a batch sharding; no scatter)."""
+    j = jnp.arange(buf.shape[1], dtype=jnp.int32)[None, :]
+    hit = (j == at[:, None]).reshape(buf.shape[:2] + (1,) * (buf.ndim - 2))
+    return jnp.where(hit, val.reshape(val.shape[:1] + (1,) + val.shape[1:]).astype(buf.dtype), buf)
 
 
 def _inject(lm_params, p, st, action, *, lm_cfg, cfg):
     bank_t, k_t = action_table(cfg)
-    bank, k = bank_t[action], k_t[action]
+    bank, k = lookup(bank_t, action), lookup(k_t, action)
     at = st.cache.length
     mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k)
     b, km = mem.shape[:2]
-    x = jnp.zeros((b, km, lm_cfg.d_model), lm_params["embed"].dtype)  # reserved slots
+    x = jnp.zeros_like(mem, dtype=lm_params["embed"].dtype)  # the reserved slots' input
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     iv = memory_interventions(cfg, mem.astype(x.dtype), at)
     logits, _, h_last, cache = split_forward(
@@ -104,8 +104,8 @@ def _feed(lm_params, st, tok, *, lm_cfg, cfg):
     )
     return st._replace(
         cache=nn.commit(cache, 1),
-        ctx=_set_rows(st.ctx, at, h_l.astype(st.ctx.dtype)),
-        ctx_valid=_set_rows(st.ctx_valid, at, jnp.ones_like(tok, bool)[:, None]),
+        ctx=_set_slot(st.ctx, at, h_l[:, 0]),
+        ctx_valid=_set_slot(st.ctx_valid, at, jnp.ones_like(tok, bool)),
         logits=logits[:, 0].astype(st.logits.dtype),
         h=h_last[:, 0].astype(st.h.dtype),
         last=tok,
@@ -143,26 +143,23 @@ def _generate(
         cache=cache,
         collect=(cfg.layer, L - 1),
     )
-    rows = jnp.arange(b)
-    ctx = jnp.zeros((b, s, d), jnp.float32).at[:, :t].set(out.hidden[cfg.layer])
+    ctx = jnp.pad(out.hidden[cfg.layer].astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
+    idx = (plen - 1)[:, None, None]
+    zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
+    zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
     st = _State(
         cache=nn.commit(out.cache, plen),
         ctx=ctx,
         ctx_valid=j < plen[:, None],
-        mem_slot=jnp.zeros((b, s), bool),
-        logits=out.logits[rows, plen - 1].astype(jnp.float32),
-        h=out.hidden[L - 1][rows, plen - 1].astype(jnp.float32),
-        last=jnp.full((b,), -1, jnp.int32),
-        n_inj=jnp.zeros((b,), jnp.int32),
-        injected=jnp.zeros((b,), jnp.int32),
+        mem_slot=(j < zero[:, None]),
+        logits=jnp.take_along_axis(out.logits, idx, axis=1)[:, 0].astype(jnp.float32),
+        h=jnp.take_along_axis(out.hidden[L - 1], idx, axis=1)[:, 0].astype(jnp.float32),
+        last=zero - 1,
+        n_inj=zero,
+        injected=zero,
     )
-    recs = (
-        jnp.zeros((b, n), jnp.int32),
-        jnp.zeros((b, n), jnp.int32),
-        jnp.zeros((b, n), bool),
-        jnp.zeros((b, n, d), jnp.float32),
-    )
+    recs = (zn, zn, zn > 0, zn[:, :, None].astype(jnp.float32) + jnp.zeros((1, 1, d), jnp.float32))
 
     def body(i, carry):
         st, (toks, acts, elig_r, hs) = carry
@@ -176,7 +173,7 @@ def _generate(
         else:
             act = jnp.argmax(lg, axis=-1).astype(jnp.int32)
         act = jnp.where(elig, act, 0)
-        hs = hs.at[:, i].set(st.h)
+        hs = _set_slot(hs, i + zero, st.h)
         st = jax.lax.cond(
             jnp.any(act > 0),
             lambda s_: _inject(lm_params, p, s_, act, lm_cfg=lm_cfg, cfg=cfg),
@@ -190,7 +187,13 @@ def _generate(
             lambda s_: s_._replace(last=tok),
             st,
         )
-        recs = (toks.at[:, i].set(tok), acts.at[:, i].set(act), elig_r.at[:, i].set(elig), hs)
+        at_i = i + zero
+        recs = (
+            _set_slot(toks, at_i, tok),
+            _set_slot(acts, at_i, act),
+            _set_slot(elig_r, at_i, elig),
+            hs,
+        )
         return st, recs
 
     st, (toks, acts, elig, hs) = jax.lax.fori_loop(0, n, body, (st, recs))

@@ -72,7 +72,7 @@ class CrossLayer(eqx.Module):
         b, k, d = z.shape
         h, dh = self.heads, d // self.heads
         kv = self.ln_kv(jnp.concatenate([c, z], axis=1))
-        mask = jnp.concatenate([c_mask, jnp.ones((b, k), bool)], axis=1)
+        mask = jnp.concatenate([c_mask, c_mask[:, :1] | jnp.ones((1, k), bool)], axis=1)
         q = self.wq(self.ln_q(z)).reshape(b, k, h, dh)
         kk = self.wk(kv).reshape(b, -1, h, dh)
         vv = self.wv(kv).reshape(b, -1, h, dh)
@@ -116,8 +116,9 @@ class Injector(eqx.Module):
         dist: Int[Array, "B S"],
         latents: Float[Array, "B K D"],
     ) -> Float[Array, "B K D"]:
-        r = jnp.clip(dist, 0, self.recency.shape[0] - 1)
-        c = self.w_ctx(ctx) + self.recency[r]
+        n_r = self.recency.shape[0]
+        r = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=jnp.float32)  # no gather:
+        c = self.w_ctx(ctx) + r @ self.recency  # keeps a batch sharding
         z = self.w_lat(latents)
         for layer in self.layers:
             z = layer(z, c, ctx_valid)

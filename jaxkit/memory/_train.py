@@ -27,6 +27,7 @@ from jaxkit.memory._dlmr import (
     action_table,
     check_config,
     inject_traced,
+    lookup,
 )
 
 
@@ -223,7 +224,7 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
     """
     lm_params = jax.lax.stop_gradient(lm_params)
     bank_t, k_t = action_table(cfg)
-    bank, k = bank_t[action], k_t[action]
+    bank, k = lookup(bank_t, action), lookup(k_t, action)
     j = jnp.arange(ctx.shape[1], dtype=jnp.int32)[None, :]
     mem, _ = inject_traced(p, cfg, ctx, jnp.ones(ctx.shape[:2], bool), at, bank, k)
     logits = _memory_forward(lm_params, embeds, mem, at, k, lm_cfg=lm_cfg, cfg=cfg)
