@@ -102,3 +102,47 @@ def test_bad_input():
         memory.inject(
             AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 4), bool), PLEN, PLEN * 0, PLEN * 3
         )
+
+
+@pytest.mark.slow
+def test_two_injections_equal_an_uncached_split_forward():
+    # every step eligible, n_max = 2: spans before tokens 0 and 1 (k = 3 each)
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": (), "n_max": 2})
+    g = memory.dlmr_generate(P, CFG, AP, cfg, nn.embed(P, CFG, PROMPT), PLEN, force_action=2, **KW)
+    k, L = 3, cfg.layer
+    for b in range(2):
+        m = int(PLEN[b])
+        t0 = int(g.tokens[b, 0])
+        iv1 = None
+        # span 1 from the prompt's block-l states
+        h_l = nn.apply(P, CFG, PROMPT[b : b + 1, :m], collect=(L,)).hidden[L]
+        one = jnp.ones((1, m), bool)
+        m1, _ = memory.inject(AP, cfg, h_l, one, jnp.array([m]), jnp.array([0]), jnp.array([k]))
+        iv1 = memory.memory_interventions(cfg, m1[:, :k], jnp.array([m]))
+        seq = jnp.concatenate([PROMPT[b, :m], jnp.zeros(k, jnp.int32), jnp.array([t0])])[None]
+        h2 = nn.apply(P, CFG, seq, interventions=iv1, collect=(L,)).hidden[L]
+        valid = jnp.arange(m + k + 1)[None] < m  # prompt and token 0, not span 1
+        valid = valid | (jnp.arange(m + k + 1)[None] == m + k)
+        m2, _ = memory.inject(
+            AP, cfg, h2, valid, jnp.array([m + k + 1]), jnp.array([0]), jnp.array([k])
+        )
+        # the full expanded row, uncached, blocks <= l hiding both spans
+        toks = [*np.asarray(PROMPT[b, :m]), *[0] * k, t0, *[0] * k, *np.asarray(g.tokens[b, 1:])]
+        toks = jnp.asarray(toks, jnp.int32)[None]
+        n = toks.shape[1]
+        e = jnp.arange(n)
+        span = ((e >= m) & (e < m + k)) | ((e >= m + k + 1) & (e < m + 2 * k + 1))
+        causal = e[None, :] <= e[:, None]
+        low = (causal & (~span[None, :] | (e[None, :] == e[:, None])))[None]
+        pos = e[None]
+        lo = nn.run_layers(P, CFG, nn.embed(P, CFG, toks), pos, stop=L + 1, attn_mask=low)
+        mem = jnp.zeros((1, n, CFG.d_model)).at[:, m : m + k].set(m1[:, :k])
+        mem = mem.at[:, m + k + 1 : m + 2 * k + 1].set(m2[:, :k])
+        h = jnp.where(span[None, :, None], mem, lo.h)
+        up = nn.run_layers(P, CFG, h, pos, start=L + 1, attn_mask=causal[None])
+        lg = nn.unembed(P, CFG, up.h)[0]
+        reads = [m + k - 1, m + 2 * k] + list(range(m + 2 * k + 1, n - 1))
+        np.testing.assert_array_equal(
+            np.argmax(np.asarray(lg[jnp.asarray(reads)]), -1), g.tokens[b]
+        )
+    np.testing.assert_array_equal(g.n_injections, 2)
