@@ -1,5 +1,6 @@
 """DLMR inference: one jitted decode loop with adaptive, ragged memory injection."""
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -173,7 +174,7 @@ def _generate(
         else:
             act = jnp.argmax(lg, axis=-1).astype(jnp.int32)
         act = jnp.where(elig, act, 0)
-        hs = _set_slot(hs, i + zero, st.h)
+        hs = jax.lax.dynamic_update_index_in_dim(hs, st.h, i, axis=1)
         st = jax.lax.cond(
             jnp.any(act > 0),
             lambda s_: _inject(lm_params, p, s_, act, lm_cfg=lm_cfg, cfg=cfg),
@@ -181,19 +182,10 @@ def _generate(
             st,
         )
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
-        st = jax.lax.cond(
-            i < n - 1,
-            lambda s_: _feed(lm_params, s_, tok, lm_cfg=lm_cfg, cfg=cfg),
-            lambda s_: s_._replace(last=tok),
-            st,
-        )
-        at_i = i + zero
-        recs = (
-            _set_slot(toks, at_i, tok),
-            _set_slot(acts, at_i, act),
-            _set_slot(elig_r, at_i, elig),
-            hs,
-        )
+        # fed every step (the last feed is unused): no conditional around the cache
+        st = _feed(lm_params, st, tok, lm_cfg=lm_cfg, cfg=cfg)
+        put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
+        recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs
 
     st, (toks, acts, elig, hs) = jax.lax.fori_loop(0, n, body, (st, recs))
