@@ -233,7 +233,9 @@ def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k):
     s = ctx.shape[1]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     valid = ctx_valid & (j < at[:, None])
-    mem = p.injector(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank))
+    last = jnp.clip(at - 1, 0, s - 1)[:, None, None]
+    now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
+    mem = p.injector(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank), now)
     mem_valid = jnp.arange(cfg.k_max, dtype=jnp.int32)[None, :] < k[:, None]
     return mem, mem_valid
 

@@ -89,13 +89,15 @@ class Injector(eqx.Module):
     The context is the frozen backbone's block-``l`` hidden states of the valid
     (non-memory) slots before the injection point, each tagged with a learned
     recency embedding of its distance to that point (clipped to ``recency - 1``).
-    The latents attend to ``[context ; latents]`` through ``n_layers`` pre-LN
-    cross blocks; ``M = Z_{1:k} + W_out(LN(z))`` with ``W_out`` zero at init (a
+    The latents, plus a projection of ``now`` (the state of the last context slot,
+    which says what is being asked), attend to ``[context ; latents]`` through
+    ``n_layers`` pre-LN cross blocks; ``M = Z_{1:k} + W_out(LN(z))`` with ``W_out`` zero at init (a
     fresh injector returns the bank's latents). [R] the spec's ``"tiny"`` injector.
     """
 
     w_ctx: Linear
     w_lat: Linear
+    w_now: Linear
     recency: Array
     layers: tuple
     ln_out: LayerNorm
@@ -104,7 +106,9 @@ class Injector(eqx.Module):
     def __init__(self, d_model: int, dim: int, *, heads: int, n_layers: int, recency: int, key):
         ks = jax.random.split(key, n_layers + 4)
         self.w_ctx, self.w_lat = Linear(d_model, dim, key=ks[0]), Linear(d_model, dim, key=ks[1])
-        self.recency = 0.02 * jax.random.normal(ks[2], (recency, dim), jnp.float32)
+        k_now, k_rec = jax.random.split(ks[2])
+        self.w_now = Linear(d_model, dim, key=k_now)
+        self.recency = 0.02 * jax.random.normal(k_rec, (recency, dim), jnp.float32)
         self.layers = tuple(CrossLayer(dim, heads, key=k) for k in ks[4:])
         self.ln_out = LayerNorm(dim)
         self.w_out = Linear(dim, d_model, key=ks[3], zero=True)
@@ -115,11 +119,12 @@ class Injector(eqx.Module):
         ctx_valid: Bool[Array, "B S"],
         dist: Int[Array, "B S"],
         latents: Float[Array, "B K D"],
+        now: Float[Array, "B D"],
     ) -> Float[Array, "B K D"]:
         n_r = self.recency.shape[0]
         r = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=jnp.float32)  # no gather:
         c = self.w_ctx(ctx) + r @ self.recency  # keeps a batch sharding
-        z = self.w_lat(latents)
+        z = self.w_lat(latents) + self.w_now(now)[:, None, :]
         for layer in self.layers:
             z = layer(z, c, ctx_valid)
         return latents.astype(jnp.float32) + self.w_out(self.ln_out(z))
