@@ -143,7 +143,7 @@ def init_dlmr(lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, *, key) -> DLMRPara
     """Fresh adapter parameters (f32): banks ``N(0, 0.02^2)`` (VisMem's init).
 
     A fresh router's arg-max is the null action and a fresh injector returns the
-    bank's latents.
+    injection point's state ``now`` plus the bank's latents.
     """
     check_config(lm_cfg, cfg)
     _validate.is_key(key)

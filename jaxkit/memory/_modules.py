@@ -95,6 +95,7 @@ class Injector(eqx.Module):
     fresh injector returns the bank's latents). [R] the spec's ``"tiny"`` injector.
     """
 
+    ln_in: LayerNorm
     w_ctx: Linear
     w_lat: Linear
     w_now: Linear
@@ -105,10 +106,11 @@ class Injector(eqx.Module):
 
     def __init__(self, d_model: int, dim: int, *, heads: int, n_layers: int, recency: int, key):
         ks = jax.random.split(key, n_layers + 4)
+        self.ln_in = LayerNorm(d_model)
         self.w_ctx, self.w_lat = Linear(d_model, dim, key=ks[0]), Linear(d_model, dim, key=ks[1])
         k_now, k_rec = jax.random.split(ks[2])
         self.w_now = Linear(d_model, dim, key=k_now)
-        self.recency = 0.02 * jax.random.normal(k_rec, (recency, dim), jnp.float32)
+        self.recency = jax.random.normal(k_rec, (recency, dim), jnp.float32)  # the LN'd ctx's scale
         self.layers = tuple(CrossLayer(dim, heads, key=k) for k in ks[4:])
         self.ln_out = LayerNorm(dim)
         self.w_out = Linear(dim, d_model, key=ks[3], zero=True)
@@ -122,12 +124,13 @@ class Injector(eqx.Module):
         now: Float[Array, "B D"],
     ) -> Float[Array, "B K D"]:
         n_r = self.recency.shape[0]
-        r = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=jnp.float32)  # no gather:
-        c = self.w_ctx(ctx) + r @ self.recency  # keeps a batch sharding
-        z = self.w_lat(latents) + self.w_now(now)[:, None, :]
+        r = jnp.take(self.recency, jnp.clip(dist, 0, n_r - 1), axis=0)
+        c = self.w_ctx(self.ln_in(ctx)) + r
+        z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
         for layer in self.layers:
             z = layer(z, c, ctx_valid)
-        return latents.astype(jnp.float32) + self.w_out(self.ln_out(z))
+        anchor = now.astype(jnp.float32)[:, None, :] + latents.astype(jnp.float32)
+        return anchor + self.w_out(self.ln_out(z))
 
 
 class Router(eqx.Module):
