@@ -17,7 +17,7 @@ try:
 except importlib.metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0"
 
-# Only subpackages that exist: ``hasattr(jaxkit, "memory")`` is False until it lands.
+# Only subpackages that exist: ``hasattr(jaxkit, name)`` is False for any other name.
 _SUBPACKAGES = (
     "data",
     "decoding",
@@ -28,6 +28,7 @@ _SUBPACKAGES = (
     "interop",
     "io",
     "kernels",
+    "memory",
     "neuro",
     "nn",
     "privacy",

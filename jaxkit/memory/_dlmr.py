@@ -1,0 +1,367 @@
+"""DLMR: dual latent memories, an injector and a router around a frozen causal LM.
+
+**[R] reconstructed.** The authors' code (Hunter-Wrynn/DLMR) and the paper body are
+unavailable; this follows the ICML 2026 abstract, a third-party reading of the
+paper's equations and the closest public code (VisMem), as
+``specs/sequence.md`` §4 lays out. Everything marked [R] is a guess.
+
+Two input-agnostic latent banks (visual ``Z^v``, reasoning ``Z^r``); an injector
+turns the first ``k`` latents of the chosen bank and the current context into ``k``
+memory tokens; a router picks, at rule-eligible decoding steps (the last token is a
+delimiter and fewer than ``n_max`` injections so far), the bank and the budget ``k``
+or no injection. The memory tokens enter the frozen backbone through
+``jaxkit.nn.Interventions``: inserted after block ``cfg.layer``, they occupy
+ordinary cache slots and logical positions (text positions advance by ``k``), and
+are hidden from the blocks ``<= cfg.layer``. The backbone is never modified.
+"""
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from jaxkit import _validate, nn
+from jaxkit.memory._modules import Injector, Router
+
+VISUAL, REASONING = 0, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class DLMRConfig:
+    """DLMR settings (static, hashable).
+
+    Attributes:
+      layer: Block ``l`` after which memory tokens are inserted (``0 <= l <
+        n_layers - 1``: some block must read them); the injector reads block-``l``
+        hidden states of the context.
+      bank_sizes: ``(M_v, M_r)`` latents per bank (each >= max budget).
+      budgets: Memory budgets ``k`` the router chooses among (each >= 1).
+      n_max: Most injections per sequence.
+      delimiter_ids: Token ids after which a step is eligible; empty: every
+        generated step is eligible. [R] (the paper's set is not published.)
+      injector_dim: Width of the injector.
+      injector_heads: Its attention heads (divide ``injector_dim``).
+      injector_layers: Its cross blocks.
+      recency: Distances (in slots) the injector's recency table tells apart.
+      router_hidden: Hidden width of the router MLP.
+      shared_bank: Ablation: one bank of ``M_v + M_r`` latents for both memories.
+      fixed_k: Ablation: every eligible step injects ``fixed_k`` tokens (the
+        router only picks the bank; no null at eligible steps). Must be a budget.
+    """
+
+    layer: int
+    bank_sizes: tuple[int, int] = (32, 32)
+    budgets: tuple[int, ...] = (4, 8, 16)
+    n_max: int = 4
+    delimiter_ids: tuple[int, ...] = ()
+    injector_dim: int = 64
+    injector_heads: int = 4
+    injector_layers: int = 2
+    recency: int = 64
+    router_hidden: int = 64
+    shared_bank: bool = False
+    fixed_k: int | None = None
+
+    def __post_init__(self):
+        _validate.python_int(self.layer, name="layer", minimum=0)
+        for name in ("bank_sizes", "budgets", "delimiter_ids"):
+            v = getattr(self, name)
+            if not isinstance(v, tuple | list):
+                raise TypeError(f"`{name}` must be a tuple of ints, got {type(v).__name__}.")
+            object.__setattr__(self, name, tuple(_validate.python_int(x, name=name) for x in v))
+        if len(self.bank_sizes) != 2:
+            raise ValueError(f"`bank_sizes` must hold 2 sizes, got {self.bank_sizes}.")
+        if not self.budgets:
+            raise ValueError("`budgets` must hold at least one memory budget.")
+        if min(self.budgets) <= 0:
+            raise ValueError(f"every memory budget must be >= 1, got budgets={self.budgets}.")
+        if len(set(self.budgets)) != len(self.budgets):
+            raise ValueError(f"`budgets` must be distinct, got {self.budgets}.")
+        if min(self.bank_sizes) < max(self.budgets):
+            raise ValueError(
+                f"`bank_sizes` {self.bank_sizes} must each be >= the largest budget "
+                f"{max(self.budgets)}."
+            )
+        _validate.python_int(self.n_max, name="n_max", minimum=1)
+        for name in ("injector_dim", "injector_heads", "injector_layers", "recency"):
+            _validate.python_int(getattr(self, name), name=name, minimum=1)
+        _validate.python_int(self.router_hidden, name="router_hidden", minimum=1)
+        if self.injector_dim % self.injector_heads:
+            raise ValueError("`injector_heads` must divide `injector_dim`.")
+        if not isinstance(self.shared_bank, bool):
+            raise TypeError("`shared_bank` must be a bool.")
+        if self.fixed_k is not None:
+            k = _validate.python_int(self.fixed_k, name="fixed_k", minimum=1)
+            if k not in self.budgets:
+                raise ValueError(f"`fixed_k`={k} must be one of the budgets {self.budgets}.")
+
+    @property
+    def k_max(self) -> int:
+        return max(self.budgets)
+
+    @property
+    def n_actions(self) -> int:
+        """``1 + 2 |budgets|``: 0 is the null, ``1 + s |budgets| + j`` is (bank s, budgets[j])."""
+        return 1 + 2 * len(self.budgets)
+
+
+class DLMRParams(NamedTuple):
+    """The trainable adapter (the backbone is never part of it).
+
+    Attributes:
+      banks: ``(Z^v [M_v, D], Z^r [M_r, D])``, or ``(Z [M_v + M_r, D],)`` with
+        ``shared_bank``.
+      injector: :class:`~jaxkit.memory.Injector`.
+      router: :class:`~jaxkit.memory.Router`.
+    """
+
+    banks: tuple
+    injector: Injector
+    router: Router
+
+
+def check_config(lm_cfg, cfg) -> None:
+    """TypeError / ValueError for a bad pair of configs (the layer out of range)."""
+    if not isinstance(cfg, DLMRConfig):
+        raise TypeError(f"`cfg` must be a DLMRConfig, got {type(cfg).__name__}.")
+    if not isinstance(lm_cfg, nn.TransformerConfig):
+        raise TypeError(f"`lm_cfg` must be an nn.TransformerConfig, got {type(lm_cfg).__name__}.")
+    if not lm_cfg.causal:
+        raise ValueError("DLMR needs a causal backbone (`lm_cfg.causal=True`).")
+    hi = lm_cfg.n_layers - 1
+    if not 0 <= cfg.layer < hi:
+        raise ValueError(
+            f"`cfg.layer` must lie in [0, {hi}) (a block above it must read the memory), "
+            f"got {cfg.layer}."
+        )
+
+
+def init_dlmr(lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, *, key) -> DLMRParams:
+    """Fresh adapter parameters (f32): banks ``N(0, 0.02^2)`` (VisMem's init).
+
+    A fresh router's arg-max is the null action and a fresh injector returns the
+    injection point's state ``now`` plus the bank's latents.
+    """
+    check_config(lm_cfg, cfg)
+    _validate.is_key(key)
+    kb, ki, kr = jax.random.split(key, 3)
+    d = lm_cfg.d_model
+    sizes = (sum(cfg.bank_sizes),) if cfg.shared_bank else cfg.bank_sizes
+    banks = tuple(
+        0.02 * jax.random.normal(k, (m, d), jnp.float32)
+        for k, m in zip(jax.random.split(kb, len(sizes)), sizes, strict=True)
+    )
+    inj = Injector(
+        d,
+        cfg.injector_dim,
+        heads=cfg.injector_heads,
+        n_layers=cfg.injector_layers,
+        recency=cfg.recency,
+        key=ki,
+    )
+    return DLMRParams(banks, inj, Router(d, cfg.router_hidden, cfg.n_actions, key=kr))
+
+
+# ----------------------------------------------------------------------------- actions
+
+
+def action_table(cfg: DLMRConfig) -> tuple[Array, Array]:
+    """``(bank int32[A], k int32[A])`` of every action (action 0: bank 0, k 0)."""
+    nb = len(cfg.budgets)
+    bank = [0] + [s for s in (VISUAL, REASONING) for _ in range(nb)]
+    k = [0] + list(cfg.budgets) * 2
+    return jnp.asarray(bank, jnp.int32), jnp.asarray(k, jnp.int32)
+
+
+def lookup(table: Array, idx: Array) -> Array:
+    """``table[idx]`` for a small 1-D table, as a masked sum (keeps ``idx``'s sharding)."""
+    hit = idx[..., None] == jnp.arange(table.shape[0], dtype=idx.dtype).reshape(
+        (1,) * idx.ndim + (-1,)
+    )
+    return jnp.sum(jnp.where(hit, table.reshape((1,) * idx.ndim + (-1,)), 0), axis=-1).astype(
+        table.dtype
+    )
+
+
+def action_mask(cfg: DLMRConfig, eligible: Array) -> Array:
+    """``bool[..., A]``: the allowed actions.
+
+    Ineligible: the null only. Eligible: every action (``fixed_k``: only that
+    budget, no null).
+    """
+    _, k = action_table(cfg)
+    if cfg.fixed_k is None:
+        at_elig = jnp.ones_like(k, dtype=bool)
+    else:
+        at_elig = k == cfg.fixed_k
+    null_only = k == 0
+    lead = (1,) * eligible.ndim
+    return jnp.where(
+        eligible[..., None], at_elig.reshape(lead + (-1,)), null_only.reshape(lead + (-1,))
+    )
+
+
+def masked_router_logits(router, cfg, h, eligible):
+    lg = router(h)
+    return jnp.where(action_mask(cfg, eligible), lg, -jnp.inf)
+
+
+def _is_delim(cfg, tok):
+    if not cfg.delimiter_ids:
+        return jnp.ones(tok.shape, bool)
+    ids = jnp.asarray(cfg.delimiter_ids, tok.dtype).reshape((1,) * tok.ndim + (-1,))
+    return jnp.any(tok[..., None] == ids, axis=-1)
+
+
+# ----------------------------------------------------------------------------- injection
+
+
+def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array) -> Array:
+    """``Z^(bank)_{1:k_max}`` per row, ``[B, k_max, D]`` (shared: one bank for both)."""
+    km = cfg.k_max
+    if cfg.shared_bank:
+        zv = zr = p.banks[0][:km]
+    else:
+        zv, zr = p.banks[0][:km], p.banks[1][:km]
+    return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
+
+
+def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k):
+    s = ctx.shape[1]
+    j = jnp.arange(s, dtype=jnp.int32)[None, :]
+    valid = ctx_valid & (j < at[:, None])
+    last = jnp.clip(at - 1, 0, s - 1)[:, None, None]
+    now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
+    mem = p.injector(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank), now)
+    mem_valid = jnp.arange(cfg.k_max, dtype=jnp.int32)[None, :] < k[:, None]
+    return mem, mem_valid
+
+
+_inject_core = jax.jit(inject_traced, static_argnames=("cfg",))
+
+
+def inject(
+    p: DLMRParams,
+    cfg: DLMRConfig,
+    ctx: Float[ArrayLike, "B S D"],
+    ctx_valid: Bool[ArrayLike, "B S"],
+    at: Int[ArrayLike, " B"],
+    bank: Int[ArrayLike, " B"],
+    k: Int[ArrayLike, " B"],
+) -> tuple[Float[Array, "B Kmax D"], Bool[Array, "B Kmax"]]:
+    """Memory tokens ``M = g_phi(context, Z^(bank)_{1:k})`` for an injection at slot ``at``.
+
+    The injector reads the context slots ``j < at`` with ``ctx_valid`` (block-``l``
+    hidden states of the non-memory slots). Static shapes: always ``k_max`` tokens;
+    ``mem_valid`` marks the first ``k`` of each row. Jitted (``cfg`` static).
+
+    Args:
+      p: Adapter parameters.
+      cfg: Its config.
+      ctx: ``[B, S, D]`` block-``l`` hidden states.
+      ctx_valid: ``bool[B, S]`` slots the injector may read.
+      at: ``int[B]`` slot of the first memory token (the injection point).
+      bank: ``int[B]`` 0 visual, 1 reasoning.
+      k: ``int[B]`` budget per row in ``[0, k_max]`` (0: no injection).
+
+    Returns:
+      ``(mem [B, k_max, D] f32, mem_valid bool[B, k_max])``.
+
+    Raises:
+      TypeError: shapes or dtypes that disagree.
+      ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}.
+    """
+    ctx = jnp.asarray(ctx)
+    _validate.floating(ctx, name="ctx")
+    _validate.ndim(ctx, 3, name="ctx")
+    b = ctx.shape[0]
+    ctx_valid = jnp.asarray(ctx_valid)
+    if ctx_valid.dtype != jnp.bool_:
+        raise TypeError(f"`ctx_valid` must be a bool array, got dtype {ctx_valid.dtype}.")
+    _validate.shape(ctx_valid, ctx.shape[:2], name="ctx_valid")
+    d = p.banks[0].shape[1]
+    if ctx.shape[2] != d:
+        raise TypeError(f"`ctx` must have last axis {d} (the banks' width), got {ctx.shape}.")
+    out = []
+    for name, v in (("at", at), ("bank", bank), ("k", k)):
+        v = jnp.asarray(v)
+        _validate.integer(v, name=name)
+        _validate.shape(v, (b,), name=name)
+        out.append(v.astype(jnp.int32))
+    at, bank, k = out
+    k = _validate.error_if(
+        k, jnp.any((k < 0) | (k > cfg.k_max)), f"`k` must lie in [0, {cfg.k_max}]."
+    )
+    bank = _validate.error_if(bank, jnp.any((bank < 0) | (bank > 1)), "`bank` must be 0 or 1.")
+    return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k)
+
+
+def memory_interventions(
+    cfg: DLMRConfig, memory: Float[ArrayLike, "B K D"], at: Int[ArrayLike, " B"]
+) -> nn.Interventions:
+    """``nn.Interventions`` inserting ``memory`` after block ``cfg.layer`` at slots ``at..``.
+
+    The caller reserves K slots (any token, e.g. a pad) at ``at[b]`` in each row's
+    token sequence; pass the result to ``nn.apply`` / ``nn.prefill`` +
+    ``nn.decode_step`` / ``decoding.ar_generate`` (one injection per row: what
+    :func:`dlmr_generate` does for one forced route, exactly).
+    """
+    return nn.Interventions(insert_layer=cfg.layer, insert_at=at, latents=memory)
+
+
+# ----------------------------------------------------------------------------- forward pieces
+
+
+def split_forward(lm_params, lm_cfg, layer, x, positions, cache, mem_slot, iv=None):
+    """Blocks ``<= layer`` with the memory slots hidden, blocks ``> layer`` seeing them.
+
+    The multi-span form of ``nn.Interventions``' insertion mask (several memory spans
+    per row, from earlier injections), through the public split forward
+    ``nn.run_layers``. ``x [B, T, D]`` input embeddings at cache slots
+    ``length + arange(T)``; ``mem_slot bool[B, S]`` the committed memory slots; ``iv``
+    an optional insertion for this chunk. Returns ``(logits, h_layer, h_last, cache)``
+    (cache NOT committed).
+    """
+    b, t, _ = x.shape
+    s = cache.k.shape[2]
+    j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
+    i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
+    full = j < cache.length[:, None, None] + i + 1
+    low = full & ~mem_slot[:, None, :]
+    lo = nn.run_layers(
+        lm_params,
+        lm_cfg,
+        x,
+        positions,
+        stop=layer + 1,
+        cache=cache,
+        attn_mask=low,
+        overflow="drop",
+        interventions=iv,
+    )
+    up = nn.run_layers(
+        lm_params,
+        lm_cfg,
+        lo.h,
+        positions,
+        start=layer + 1,
+        cache=lo.cache,
+        attn_mask=full,
+        overflow="drop",
+    )
+    return nn.unembed(lm_params, lm_cfg, up.h), lo.h, up.h, up.cache
+
+
+@functools.partial(jax.jit, static_argnames=("lm_cfg", "layer"))
+def hidden_states(lm_params, tokens_or_embeds, *, lm_cfg, layer):
+    """Block-``layer`` and last-block outputs of the frozen LM (positions ``arange``)."""
+    x = tokens_or_embeds
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        x = nn.embed(lm_params, lm_cfg, x)
+    b, t = x.shape[:2]
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    out = nn.run_layers(lm_params, lm_cfg, x, pos, collect=(layer,))
+    return jax.lax.stop_gradient((out.hidden[layer], out.h))

@@ -1,0 +1,151 @@
+"""The DLMR adapter's trainable modules: the injector and the router (equinox).
+
+Both are batched (leading ``B``), f32, and isolated from the backbone: they read
+backbone hidden states and never hold or edit backbone parameters. [R]: the
+authors' code is unavailable; the injector is the spec's ``"tiny"`` variant.
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+
+def _row(v, x):
+    return v.reshape((1,) * (x.ndim - 1) + v.shape)
+
+
+class Linear(eqx.Module):
+    """``x @ w + b`` in f32 (Xavier-normal ``w``; ``zero=True`` starts at zero)."""
+
+    w: Array
+    b: Array
+
+    def __init__(self, n_in: int, n_out: int, *, key, zero: bool = False):
+        std = 0.0 if zero else math.sqrt(2.0 / (n_in + n_out))
+        self.w = std * jax.random.normal(key, (n_in, n_out), jnp.float32)
+        self.b = jnp.zeros((n_out,), jnp.float32)
+
+    def __call__(self, x):
+        y = x.astype(jnp.float32) @ self.w
+        return y + _row(self.b, y)
+
+
+class LayerNorm(eqx.Module):
+    g: Array
+    b: Array
+
+    def __init__(self, d: int):
+        self.g = jnp.ones((d,), jnp.float32)
+        self.b = jnp.zeros((d,), jnp.float32)
+
+    def __call__(self, x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * _row(self.g, x) + _row(self.b, x)
+
+
+class CrossLayer(eqx.Module):
+    """Pre-LN block: the latents attend to ``[context ; latents]``, then a GELU MLP."""
+
+    wq: Linear
+    wk: Linear
+    wv: Linear
+    wo: Linear
+    ff1: Linear
+    ff2: Linear
+    ln_q: LayerNorm
+    ln_kv: LayerNorm
+    ln_ff: LayerNorm
+    heads: int = eqx.field(static=True)
+
+    def __init__(self, d: int, heads: int, *, key):
+        ks = jax.random.split(key, 6)
+        self.wq, self.wk, self.wv, self.wo = (Linear(d, d, key=k) for k in ks[:4])
+        self.ff1, self.ff2 = Linear(d, 2 * d, key=ks[4]), Linear(2 * d, d, key=ks[5])
+        self.ln_q, self.ln_kv, self.ln_ff = LayerNorm(d), LayerNorm(d), LayerNorm(d)
+        self.heads = int(heads)
+
+    def __call__(self, z, c, c_mask):
+        b, k, d = z.shape
+        h, dh = self.heads, d // self.heads
+        kv = self.ln_kv(jnp.concatenate([c, z], axis=1))
+        mask = jnp.concatenate([c_mask, c_mask[:, :1] | jnp.ones((1, k), bool)], axis=1)
+        q = self.wq(self.ln_q(z)).reshape(b, k, h, dh)
+        kk = self.wk(kv).reshape(b, -1, h, dh)
+        vv = self.wv(kv).reshape(b, -1, h, dh)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(dh)
+        s = jnp.where(mask[:, None, None, :], s, -1e30)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), vv).reshape(b, k, d)
+        z = z + self.wo(o)
+        return z + self.ff2(jax.nn.gelu(self.ff1(self.ln_ff(z))))
+
+
+class Injector(eqx.Module):
+    """``g_phi``: k memory tokens from the first k latents of a bank and the context.
+
+    The context is the frozen backbone's block-``l`` hidden states of the valid
+    (non-memory) slots before the injection point, each tagged with a learned
+    recency embedding of its distance to that point (clipped to ``recency - 1``).
+    The latents, plus a projection of ``now`` (the state of the last context slot,
+    which says what is being asked), attend to ``[context ; latents]`` through
+    ``n_layers`` pre-LN cross blocks; ``M = Z_{1:k} + W_out(LN(z))`` with ``W_out`` zero at init (a
+    fresh injector returns the bank's latents). [R] the spec's ``"tiny"`` injector.
+    """
+
+    ln_in: LayerNorm
+    w_ctx: Linear
+    w_lat: Linear
+    w_now: Linear
+    recency: Array
+    layers: tuple
+    ln_out: LayerNorm
+    w_out: Linear
+
+    def __init__(self, d_model: int, dim: int, *, heads: int, n_layers: int, recency: int, key):
+        ks = jax.random.split(key, n_layers + 4)
+        self.ln_in = LayerNorm(d_model)
+        self.w_ctx, self.w_lat = Linear(d_model, dim, key=ks[0]), Linear(d_model, dim, key=ks[1])
+        k_now, k_rec = jax.random.split(ks[2])
+        self.w_now = Linear(d_model, dim, key=k_now)
+        self.recency = jax.random.normal(k_rec, (recency, dim), jnp.float32)  # the LN'd ctx's scale
+        self.layers = tuple(CrossLayer(dim, heads, key=k) for k in ks[4:])
+        self.ln_out = LayerNorm(dim)
+        self.w_out = Linear(dim, d_model, key=ks[3], zero=True)
+
+    def __call__(
+        self,
+        ctx: Float[Array, "B S D"],
+        ctx_valid: Bool[Array, "B S"],
+        dist: Int[Array, "B S"],
+        latents: Float[Array, "B K D"],
+        now: Float[Array, "B D"],
+    ) -> Float[Array, "B K D"]:
+        n_r = self.recency.shape[0]
+        r = jnp.take(self.recency, jnp.clip(dist, 0, n_r - 1), axis=0)
+        c = self.w_ctx(self.ln_in(ctx)) + r
+        z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
+        for layer in self.layers:
+            z = layer(z, c, ctx_valid)
+        anchor = now.astype(jnp.float32)[:, None, :] + latents.astype(jnp.float32)
+        return anchor + self.w_out(self.ln_out(z))
+
+
+class Router(eqx.Module):
+    """``pi_psi``: action logits from the current hidden state (GELU MLP, last layer 0).
+
+    A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
+    """
+
+    l1: Linear
+    l2: Linear
+
+    def __init__(self, d_model: int, hidden: int, n_actions: int, *, key):
+        k1, k2 = jax.random.split(key)
+        self.l1 = Linear(d_model, hidden, key=k1)
+        self.l2 = Linear(hidden, n_actions, key=k2, zero=True)
+
+    def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
+        return self.l2(jax.nn.gelu(self.l1(h)))

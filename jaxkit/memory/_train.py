@@ -1,0 +1,413 @@
+"""DLMR's three training stages [R]: pure losses, optax optimizers, one jitted step.
+
+The backbone is frozen everywhere: it enters under ``stop_gradient`` and is never an
+optimizer argument. Stage 1 (latent memory construction) shapes the banks and the
+injector with an alignment, a cross-negative and a separation loss; stage 2
+(memory interface) trains them by cross-entropy on answers with one memory
+injection per sequence under the routes the caller draws; stage 3 trains the
+router alone by cost-aware GRPO on rollouts of :func:`dlmr_generate`. The exact
+forms of all three are not published: the ones here are the spec's [R] forms.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array
+
+from jaxkit import _validate, nn
+from jaxkit.memory._dlmr import (
+    REASONING,
+    VISUAL,
+    DLMRConfig,
+    DLMRParams,
+    action_mask,
+    action_table,
+    check_config,
+    inject_traced,
+    lookup,
+)
+
+
+def _ctx(lm_params, x, *, lm_cfg, layer):
+    b, t = x.shape[:2]
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    out = nn.run_layers(lm_params, lm_cfg, x, pos, collect=(layer,))
+    return jax.lax.stop_gradient((out.hidden[layer], out.h))
+
+
+_ctx_core = jax.jit(_ctx, static_argnames=("lm_cfg", "layer"))
+
+
+def context_states(lm_params, lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, inputs_embeds):
+    """Block-``cfg.layer`` and last-block outputs of the frozen LM (positions ``arange``).
+
+    ``inputs_embeds [B, T, D]`` (e.g. ``nn.embed`` of tokens, or visual embeddings
+    and text). Returns ``(h_layer [B, T, D], h_last [B, T, D])``, detached: the
+    injector's context and stage-1 role targets. Jitted (configs static).
+    """
+    check_config(lm_cfg, cfg)
+    x = jnp.asarray(inputs_embeds)
+    _validate.floating(x, name="inputs_embeds")
+    _validate.shape(x, (None, None, lm_cfg.d_model), name="inputs_embeds")
+    return _ctx_core(lm_params, x, lm_cfg=lm_cfg, layer=cfg.layer)
+
+
+# ----------------------------------------------------------------------------- stage 1
+
+
+class Stage1Aux(NamedTuple):
+    align: Array
+    xneg: Array
+    sep: Array
+
+
+def _cos(a, b):
+    a = a / (jnp.linalg.norm(a, axis=-1, keepdims=True) + 1e-8)
+    b = b / (jnp.linalg.norm(b, axis=-1, keepdims=True) + 1e-8)
+    return jnp.sum(a * b, axis=-1)
+
+
+def _pool(mem, valid):
+    w = valid.astype(jnp.float32)[..., None]
+    return jnp.sum(mem * w, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1.0)
+
+
+def stage1_loss(
+    p: DLMRParams,
+    ctx,
+    ctx_valid,
+    at,
+    k,
+    targets,
+    target_valid,
+    *,
+    cfg: DLMRConfig,
+    temperature=0.07,
+    margin=0.0,
+):
+    """Stage 1 [R]: ``L_align + L_xneg + L_sep``.
+
+    For each bank ``s`` the memory ``M^s`` of the same context (:func:`inject`) is
+    pooled (mean over its ``k`` tokens): ``L_align = 1 - cos(pool M^s, tau^s)``;
+    ``L_xneg = InfoNCE(q = pool M^s, pos = tau^s, neg = pool M^{other})`` at
+    ``temperature``; ``L_sep = relu(cos(mean Z^v, mean Z^r) - margin)`` (0 with a
+    shared bank). ``targets [B, 2, D]`` the role targets (``tau^v``: e.g. the mean
+    block-l state of the image tokens; ``tau^r``: the state of the latest step
+    conclusion), ``target_valid bool[B, 2]`` which exist.
+
+    Returns:
+      ``(loss, Stage1Aux)``.
+    """
+    b = ctx.shape[0]
+    mems = []
+    for s in (VISUAL, REASONING):
+        m, v = inject_traced(p, cfg, ctx, ctx_valid, at, jnp.full((b,), s, jnp.int32), k)
+        mems.append(_pool(m, v))
+    w = target_valid.astype(jnp.float32)
+    tgt = targets.astype(jnp.float32)
+    align, xneg = 0.0, 0.0
+    for s in (VISUAL, REASONING):
+        q, o = mems[s], mems[1 - s]
+        pos, neg = _cos(q, tgt[:, s]), _cos(q, o)
+        align = align + jnp.sum(w[:, s] * (1.0 - pos))
+        lg = jnp.stack([pos, neg], axis=-1) / temperature
+        xneg = xneg + jnp.sum(w[:, s] * -jax.nn.log_softmax(lg, axis=-1)[:, 0])
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    align, xneg = align / n, xneg / n
+    if cfg.shared_bank:
+        sep = jnp.zeros((), jnp.float32)
+    else:
+        sep = jax.nn.relu(_cos(jnp.mean(p.banks[0], 0), jnp.mean(p.banks[1], 0)) - margin)
+    return align + xneg + sep, Stage1Aux(align, xneg, sep)
+
+
+# ----------------------------------------------------------------------------- stage 2
+
+
+def _gather_expanded(x, at, k, k_max):
+    b, t = x.shape[:2]
+    e = jnp.arange(t + k_max, dtype=jnp.int32)[None, :]
+    src = jnp.where(e < at[:, None], e, e - k[:, None])
+    is_mem = (e >= at[:, None]) & (e < (at + k)[:, None])
+    src = jnp.clip(src, 0, t - 1)
+    idx = src.reshape(src.shape + (1,) * (x.ndim - 2))
+    out = jnp.take_along_axis(x, jnp.broadcast_to(idx, (b, t + k_max) + x.shape[2:]), axis=1)
+    return out, is_mem
+
+
+def _memory_forward(lm_params, embeds, mem, at, k, *, lm_cfg, cfg):
+    """Uncached forward with ``mem[:, :k]`` inserted at index ``at`` after block ``l``.
+
+    ``embeds [B, T, D]``; per row the expanded sequence is ``[x_<at ; k memory
+    slots ; x_>=at]`` (padded to ``T + k_max``) at positions ``arange``, the memory
+    slots hidden from blocks ``<= l`` (the masks of :func:`dlmr_generate`). Returns
+    ``[B, T + k_max, V]`` logits.
+    """
+    b, t, _ = embeds.shape
+    km = cfg.k_max
+    x, is_mem = _gather_expanded(embeds, at, k, km)
+    x = jnp.where(is_mem[..., None], jnp.zeros_like(x), x)
+    e = jnp.arange(t + km, dtype=jnp.int32)
+    pos = jnp.broadcast_to(e, (b, t + km))
+    causal = e[None, None, :] <= e[None, :, None]
+    own = e[None, None, :] == e[None, :, None]
+    full = jnp.broadcast_to(causal, (b, t + km, t + km))
+    low = full & (~is_mem[:, None, :] | own)
+    lo = nn.run_layers(lm_params, lm_cfg, x, pos, stop=cfg.layer + 1, attn_mask=low)
+    mi = jnp.clip(e[None, :] - at[:, None], 0, km - 1)
+    m = jnp.take_along_axis(mem.astype(lo.h.dtype), mi[:, :, None], axis=1)
+    h = jnp.where(is_mem[..., None], m, lo.h)
+    up = nn.run_layers(lm_params, lm_cfg, h, pos, start=cfg.layer + 1, attn_mask=full)
+    return nn.unembed(lm_params, lm_cfg, up.h)
+
+
+_memory_forward_core = jax.jit(_memory_forward, static_argnames=("lm_cfg", "cfg"))
+
+
+def memory_forward(
+    lm_params,
+    lm_cfg: nn.TransformerConfig,
+    cfg: DLMRConfig,
+    embeds,
+    memory,
+    at,
+    k,
+):
+    """The uncached forward of one injection (stage 2's forward; the recompute oracle).
+
+    ``embeds [B, T, D]``; ``memory [B, k_max, D]`` (from :func:`inject`); ``at``,
+    ``k`` ``int[B]``: row ``b`` becomes ``[x_<at ; memory[:k] ; x_>=at]`` padded to
+    ``T + k_max`` at positions ``arange``, the memory inserted after block
+    ``cfg.layer`` and hidden from blocks ``<= cfg.layer`` (the masks
+    :func:`dlmr_generate` uses). Jitted (configs static).
+
+    Returns:
+      ``[B, T + k_max, V]`` logits.
+
+    Raises:
+      TypeError: shapes that disagree; ValueError: ``k`` outside ``[0, k_max]``,
+        ``at`` outside ``[0, T]``.
+    """
+    check_config(lm_cfg, cfg)
+    embeds, memory = jnp.asarray(embeds), jnp.asarray(memory)
+    _validate.floating(embeds, name="embeds")
+    _validate.shape(embeds, (None, None, lm_cfg.d_model), name="embeds")
+    b, t, d = embeds.shape
+    _validate.floating(memory, name="memory")
+    _validate.shape(memory, (b, cfg.k_max, d), name="memory")
+    at, k = jnp.asarray(at), jnp.asarray(k)
+    for name, v in (("at", at), ("k", k)):
+        _validate.integer(v, name=name)
+        _validate.shape(v, (b,), name=name)
+    k = _validate.error_if(
+        k, jnp.any((k < 0) | (k > cfg.k_max)), f"`k` must lie in [0, {cfg.k_max}]."
+    )
+    at = _validate.error_if(at, jnp.any((at < 0) | (at > t)), f"`at` must lie in [0, {t}].")
+    return _memory_forward_core(
+        lm_params, embeds, memory, at.astype(jnp.int32), k.astype(jnp.int32), lm_cfg=lm_cfg, cfg=cfg
+    )
+
+
+def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm_cfg, cfg):
+    """Stage 2 [R]: cross-entropy of ``labels`` with one memory injection per row.
+
+    ``embeds [B, T, D]`` the teacher-forced sequence, ``labels int[B, T]`` the token
+    to predict after position ``t`` (-1: not scored), ``ctx [B, T, D]`` its block-l
+    states (:func:`context_states`), ``at int[B]`` the injection point (memory after
+    position ``at - 1``, e.g. a delimiter), ``action int[B]`` the route (0: none;
+    the caller draws random routes, spec §4.2). The prediction after position
+    ``t`` is read at the expanded index of token ``t + 1`` minus one (the last memory
+    slot after the injection point), as in generation.
+    """
+    lm_params = jax.lax.stop_gradient(lm_params)
+    bank_t, k_t = action_table(cfg)
+    bank, k = lookup(bank_t, action), lookup(k_t, action)
+    j = jnp.arange(ctx.shape[1], dtype=jnp.int32)[None, :]
+    mem, _ = inject_traced(p, cfg, ctx, jnp.ones(ctx.shape[:2], bool), at, bank, k)
+    logits = _memory_forward(lm_params, embeds, mem, at, k, lm_cfg=lm_cfg, cfg=cfg)
+    nxt = j + 1
+    read = nxt + jnp.where(nxt >= at[:, None], k[:, None], 0) - 1
+    lg = jnp.take_along_axis(logits, read[:, :, None], axis=1).astype(jnp.float32)
+    lab = jnp.clip(labels, 0, lm_cfg.vocab_size - 1)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(lg), lab[:, :, None], axis=-1)[..., 0]
+    w = (labels >= 0).astype(jnp.float32)
+    return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+# ----------------------------------------------------------------------------- stage 3
+
+
+class Stage3Aux(NamedTuple):
+    policy: Array
+    kl: Array
+    advantage_std: Array
+
+
+def group_advantages(rewards, group: int):
+    """``(R - mean_G R) / (std_G R + 1e-6)`` over consecutive groups of ``group`` rollouts."""
+    r = rewards.astype(jnp.float32).reshape(-1, group)
+    a = (r - jnp.mean(r, 1, keepdims=True)) / (jnp.std(r, 1, keepdims=True) + 1e-6)
+    return a.reshape(-1)
+
+
+def _log_policy(router, cfg, h, eligible):
+    lg = router(h)
+    mask = action_mask(cfg, eligible)
+    lg = jnp.where(mask, lg, -1e9)  # finite: masked probabilities are exactly 0, no NaN grads
+    return jax.nn.log_softmax(lg, axis=-1), mask
+
+
+def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg, group, kl_beta):
+    """Stage 3 [R]: cost-aware GRPO on the router alone.
+
+    ``-mean_r A_r mean_{eligible i} log pi(a_ri | h_ri) + kl_beta KL(pi || pi_ref)``
+    with group-normalised advantages (:func:`group_advantages`; zero when a group's
+    rewards are equal) and the KL averaged over eligible steps. Ineligible steps
+    (only the null is allowed) carry no gradient. Rewards: :func:`dlmr_reward`.
+    """
+    adv = jax.lax.stop_gradient(group_advantages(rewards, group))
+    logp, mask = _log_policy(router, cfg, router_h, eligible)
+    lp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
+    w = eligible.astype(jnp.float32)
+    n_e = jnp.maximum(jnp.sum(w, axis=1), 1.0)
+    lp_a = jnp.where(eligible, lp_a, 0.0)
+    policy = -jnp.mean(adv * jnp.sum(lp_a, axis=1) / n_e)
+    ref_logp, _ = _log_policy(jax.lax.stop_gradient(ref_router), cfg, router_h, eligible)
+    pr = jnp.exp(logp)
+    kl_i = jnp.sum(jnp.where(mask, pr * (logp - ref_logp), 0.0), -1)
+    kl = jnp.sum(kl_i * w) / jnp.maximum(jnp.sum(w), 1.0)
+    return policy + kl_beta * kl, Stage3Aux(policy, kl, jnp.std(adv))
+
+
+def dlmr_reward(correct, injected, generated, *, budget, lambda_eff):
+    """``R = R_task + lambda_eff R_task R_eff``, ``R_eff = -(injected + generated) / budget``.
+
+    [R] (the paper's R_eff is not recovered); gated by correctness so that the
+    efficiency term cannot teach "always null" on wrong answers.
+    """
+    c = jnp.asarray(correct, jnp.float32)
+    cost = (jnp.asarray(injected, jnp.float32) + jnp.asarray(generated, jnp.float32)) / budget
+    return c - lambda_eff * c * cost
+
+
+# ----------------------------------------------------------------------------- optimizers
+
+
+def dlmr_optimizer(
+    stage: int, *, lr: float = 1e-3, train_injector: bool = True
+) -> optax.GradientTransformation:
+    """The optax transform of a stage (groups by the adapter's top-level field).
+
+    Stages 1-2: the banks and the injector (``train_injector=False``: the frozen
+    injector ablation, the banks only), Adam ``lr``, clip 1.0; stage 3: the router
+    only. Everything else gets zero updates (the backbone is never an input).
+    """
+    stage = _validate.python_int(stage, name="stage")
+    _validate.one_of((1, 2, 3), stage=stage)
+    _validate.positive(lr=lr)
+    train = {1: ("banks", "injector"), 2: ("banks", "injector"), 3: ("router",)}[stage]
+    if not train_injector:
+        train = tuple(t for t in train if t != "injector")
+
+    def labels(p):
+        return DLMRParams(
+            *(
+                jax.tree.map(lambda _, f=f: "train" if f in train else "frozen", getattr(p, f))
+                for f in DLMRParams._fields
+            )
+        )
+
+    tx = optax.multi_transform({"train": optax.adam(lr), "frozen": optax.set_to_zero()}, labels)
+    return optax.chain(optax.clip_by_global_norm(1.0), tx)
+
+
+@functools.partial(jax.jit, static_argnames=("stage", "tx", "lm_cfg", "cfg", "group"))
+def _step(p, opt_state, batch, lm_params, ref_router, hp, *, stage, tx, lm_cfg, cfg, group):
+    if stage == 1:
+        (loss, aux), g = jax.value_and_grad(stage1_loss, has_aux=True)(
+            p, *batch, cfg=cfg, temperature=hp[0], margin=hp[1]
+        )
+    elif stage == 2:
+        loss, g = jax.value_and_grad(stage2_loss)(p, lm_params, *batch, lm_cfg=lm_cfg, cfg=cfg)
+        aux = None
+    else:
+
+        def f(router):
+            return stage3_loss(router, ref_router, *batch, cfg=cfg, group=group, kl_beta=hp[0])
+
+        (loss, aux), gr = jax.value_and_grad(f, has_aux=True)(p.router)
+        g = jax.tree.map(jnp.zeros_like, p)._replace(router=gr)
+    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
+        updates, opt_state = tx.update(g, opt_state, p)
+    return optax.apply_updates(p, updates), opt_state, loss, aux
+
+
+def dlmr_step(
+    stage: int,
+    p: DLMRParams,
+    opt_state,
+    batch: tuple,
+    *,
+    tx,
+    cfg: DLMRConfig,
+    lm_params=None,
+    lm_cfg=None,
+    ref_router=None,
+    group: int = 1,
+    temperature=0.07,
+    margin=0.0,
+    kl_beta=0.02,
+):
+    """One optimizer step of a stage (jitted at module level; build ``tx`` once).
+
+    ``batch``: stage 1 ``(ctx, ctx_valid, at, k, targets, target_valid)``; stage 2
+    ``(embeds, labels, ctx, at, action)`` with ``lm_params``/``lm_cfg``; stage 3
+    ``(router_h, actions, eligible, rewards)`` (a :class:`DLMRGeneration`'s fields
+    and :func:`dlmr_reward`) with ``ref_router`` and the static ``group`` size.
+    ``temperature``/``margin`` (stage 1) and ``kl_beta`` (stage 3) are traced.
+    Returns ``(p, opt_state, loss, aux)``. The backbone is an input, never updated.
+
+    Raises:
+      ValueError: a bad stage, rewards not a multiple of ``group``, bad configs.
+    """
+    stage = _validate.python_int(stage, name="stage")
+    _validate.one_of((1, 2, 3), stage=stage)
+    if not isinstance(cfg, DLMRConfig):
+        raise TypeError(f"`cfg` must be a DLMRConfig, got {type(cfg).__name__}.")
+    group = _validate.python_int(group, name="group", minimum=1)
+    if stage == 2:
+        check_config(lm_cfg, cfg)
+    if stage == 3:
+        if ref_router is None:
+            raise TypeError("stage 3 needs `ref_router` (the initial router).")
+        n = jnp.shape(batch[3])[0]
+        if n % group:
+            raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
+    for name, v in (("temperature", temperature), ("kl_beta", kl_beta)):
+        _validate.real_scalar(v, name=name)
+    hp = (
+        _validate.guard_positive(
+            jnp.asarray(temperature, jnp.float32), temperature, name="temperature"
+        )
+        if stage == 1
+        else _validate.guard_non_negative(
+            jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta"
+        ),
+        jnp.asarray(margin, jnp.float32),
+    )
+    return _step(
+        p,
+        opt_state,
+        tuple(batch),
+        lm_params,
+        ref_router,
+        hp,
+        stage=stage,
+        tx=tx,
+        lm_cfg=lm_cfg,
+        cfg=cfg,
+        group=group,
+    )

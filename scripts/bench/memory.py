@@ -1,0 +1,89 @@
+"""Memory (DLMR [R]): generation tokens/s with the adapter on vs off on the same backbone.
+
+1. ``dlmr_generate_tokens_per_s``: greedy generation with DLMR injecting (every
+   step eligible, the route forced to (visual, k=8), n_max=4: four 8-token
+   injections per row, each an injector pass over the context plus a chunk
+   forward through ``nn.Interventions``) against ``decoding.ar_generate`` on the
+   same backbone and prompts (anchor ``adapter_off``, target ratio >= 0.77, i.e.
+   overhead <= 1.3x).
+2. ``dlmr_generate_null_route``: the same loop with the router forced to the null
+   (no injection; the cost of the loop itself), same anchor and target.
+
+Compiled functions are timed interleaved (one call of each per round, median over
+rounds), so load drift on a shared machine hits both alike.
+"""
+
+import _harness as H  # noqa: I001
+import jax
+import jax.numpy as jnp
+
+from jaxkit import decoding, memory, nn
+
+
+def _cfg(d_model, n_layers):
+    return nn.TransformerConfig(
+        vocab_size=256,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=d_model // 4,
+        mlp_dim=2 * d_model,
+    )
+
+
+def bench_generate(sz, repeats):
+    cfg = _cfg(sz["d_model"], sz["n_layers"])
+    params = nn.init_params(cfg, key=jax.random.key(0))
+    mcfg = memory.DLMRConfig(
+        layer=sz["n_layers"] // 2 - 1, budgets=(4, 8, 16), n_max=4, injector_dim=64
+    )
+    ap = memory.init_dlmr(cfg, mcfg, key=jax.random.key(2))
+    b, p, n = sz["batch"], sz["prompt"], sz["new"]
+    prompt = jax.random.randint(jax.random.key(1), (b, p), 0, 256)
+    plen = jnp.full((b,), p, jnp.int32)
+    key = jax.random.key(3)
+    inject = 2  # action (visual, k=8)
+
+    def on(pa, ad, pr, pl, force=inject):
+        emb = nn.embed(pa, cfg, pr)
+        return memory.dlmr_generate(
+            pa, cfg, ad, mcfg, emb, pl, key=key, max_new_tokens=n, force_action=force
+        ).tokens
+
+    def null(pa, ad, pr, pl):
+        return on(pa, ad, pr, pl, force=0)
+
+    def off(pa, ad, pr, pl):
+        return decoding.ar_generate(pa, cfg, pr, pl, key=key, max_new_tokens=n).tokens
+
+    args = (params, ap, prompt, plen)
+    t = H.time_interleaved({"on": (on, args), "null": (null, args), "off": (off, args)}, repeats)
+    for case, name, note in (
+        ("dlmr_generate_tokens_per_s", "on", "4 injections of k=8 per row"),
+        ("dlmr_generate_null_route", "null", "router forced to null (no injection)"),
+    ):
+        H.emit(
+            bench="memory",
+            case=case,
+            sizes=sz,
+            ours=t[name],
+            anchor="adapter_off",
+            anchor_t=t["off"],
+            target=0.77,
+            note=f"greedy; {note}; tokens/s ours={b * n / t[name].median_s:.0f}, "
+            f"off={b * n / t['off'].median_s:.0f}",
+        )
+
+
+def main() -> None:
+    args = H.parse_args(__doc__.splitlines()[0])
+    gen = [dict(d_model=128, n_layers=4, batch=8, prompt=16, new=32)]
+    if args.full:
+        gen.append(dict(d_model=256, n_layers=8, batch=16, prompt=64, new=128))
+    for sz in gen:
+        bench_generate(sz, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

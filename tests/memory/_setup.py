@@ -1,0 +1,40 @@
+"""The tiny backbone and DLMR config shared by the memory tests and cases."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit import memory, nn
+
+CFG = nn.TransformerConfig(
+    vocab_size=23, d_model=16, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=4, mlp_dim=24
+)
+DELIM = 5
+MC = memory.DLMRConfig(
+    layer=1,
+    bank_sizes=(4, 4),
+    budgets=(1, 3),
+    n_max=1,
+    delimiter_ids=(DELIM,),
+    injector_dim=8,
+    injector_heads=2,
+    injector_layers=1,
+    recency=8,
+    router_hidden=8,
+)
+P = nn.init_params(CFG, key=jax.random.key(0))
+AP = memory.init_dlmr(CFG, MC, key=jax.random.key(1))
+# a trained-looking adapter: non-zero injector output and router head (fresh ones give
+# the bank's latents and a uniform router)
+AP = eqx.tree_at(
+    lambda p: (p.injector.w_out.w, p.router.l2.w),
+    AP,
+    (
+        0.3 * jax.random.normal(jax.random.key(7), AP.injector.w_out.w.shape),
+        jax.random.normal(jax.random.key(8), AP.router.l2.w.shape),
+    ),
+)
+_rng = np.random.default_rng(0)
+PROMPT = jnp.asarray(_rng.integers(6, 23, (2, 5)), jnp.int32)
+PLEN = jnp.array([3, 5], jnp.int32)

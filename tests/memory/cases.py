@@ -1,0 +1,164 @@
+"""Conformance cases for jaxkit.memory (see tests/conformance.py)."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import memory, nn
+from tests.conformance import Bad, Case
+from tests.memory._setup import AP, CFG, MC, P
+
+_S = 6  # context slots
+
+
+def _inject_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return (
+        jax.random.normal(k1, (8, _S, CFG.d_model), dtype),
+        jax.random.randint(k2, (8,), 1, _S + 1),
+        jax.random.randint(k3, (8,), 0, MC.k_max + 1),
+    )
+
+
+def _inject(ctx, at, k):
+    valid = jnp.ones(ctx.shape[:2], bool)
+    return memory.inject(AP, MC, ctx, valid, at, at % 2, k)[0]
+
+
+def _generate(tokens, prompt_len, *, top_p):
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    return memory.dlmr_generate(
+        P,
+        CFG,
+        AP,
+        cfg,
+        nn.embed(P, CFG, tokens),
+        prompt_len,
+        key=jax.random.key(0),
+        max_new_tokens=3,
+        router="sample",
+        temperature=1.0,
+        top_p=top_p,
+    ).tokens
+
+
+def _tok_args(key, dtype):
+    k1, k2 = jax.random.split(key)
+    return (
+        jax.random.randint(k1, (8, 5), 0, CFG.vocab_size),
+        jax.random.randint(k2, (8,), 1, 6),
+    )
+
+
+def _mem_forward(embeds, memory_, at):
+    return memory.memory_forward(P, CFG, MC, embeds, memory_, at, at % (MC.k_max + 1))
+
+
+def _mf_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return (
+        jax.random.normal(k1, (8, 5, CFG.d_model), dtype),
+        jax.random.normal(k2, (8, MC.k_max, CFG.d_model), dtype),
+        jax.random.randint(k3, (8,), 0, 6),
+    )
+
+
+def _grpo(router_h, rewards, *, kl_beta):
+    b, n = router_h.shape[:2]
+    elig = (jnp.arange(n)[None, :] % 2 == 0) & (jnp.arange(b)[:, None] >= 0)
+    acts = jnp.where(elig, 1 + (jnp.arange(n)[None, :] + jnp.arange(b)[:, None]) % 4, 0)
+    return memory.stage3_loss(
+        AP.router, AP.router, router_h, acts, elig, rewards, cfg=MC, group=2, kl_beta=kl_beta
+    )[0]
+
+
+CASES = [
+    Case(
+        name="memory.inject",
+        slow_checks=("sharding",),
+        fn=_inject,
+        make_args=_inject_args,
+        grad_modes=(),  # the injector computes in f32 (no x64 gradient check)
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "k above k_max",
+                lambda key: ((jnp.ones((8, _S, 16)), jnp.ones(8, jnp.int32), jnp.full(8, 9)), {}),
+                ValueError,
+                "k",
+            ),
+            Bad(
+                "ctx of the wrong width",
+                lambda key: (
+                    (jnp.ones((8, _S, 7)), jnp.ones(8, jnp.int32), jnp.ones(8, jnp.int32)),
+                    {},
+                ),
+                TypeError,
+                "ctx",
+            ),
+        ),
+    ),
+    Case(
+        name="memory.dlmr_generate",
+        slow_checks=(
+            "vmap",
+            "sharding",
+            "eval_shape",
+            "jit",
+            "traced_once",
+            "dtypes",
+            "eager_cache",
+        ),
+        fn=_generate,
+        make_args=_tok_args,
+        hparams={"top_p": (0.9, 0.8)},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "prompt_len 0",
+                lambda key: (
+                    (jnp.ones((8, 5), jnp.int32), jnp.zeros(8, jnp.int32)),
+                    {"top_p": 1.0},
+                ),
+                ValueError,
+                "prompt_len",
+            ),
+        ),
+    ),
+    Case(
+        name="memory.memory_forward",
+        slow_checks=("vmap", "sharding", "eval_shape", "dtypes", "traced_once"),
+        fn=_mem_forward,
+        make_args=_mf_args,
+        grad_modes=(),  # f32 backbone parameters: no x64 gradient check
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "at past the end",
+                lambda key: ((jnp.ones((8, 5, 16)), jnp.ones((8, 3, 16)), jnp.full(8, 9)), {}),
+                ValueError,
+                "at",
+            ),
+        ),
+    ),
+    Case(
+        name="memory.stage3_loss",
+        slow_checks=("sharding", "vmap", "dtypes"),
+        fn=_grpo,
+        make_args=lambda key, dtype: (
+            jax.random.normal(key, (8, 4, CFG.d_model), dtype),
+            jax.random.bernoulli(jax.random.fold_in(key, 1), 0.5, (8,)).astype(dtype),
+        ),
+        hparams={"kl_beta": (0.02, 0.1)},
+        grad_modes=(),  # the router computes in f32
+        dtypes=(jnp.float32,),
+        shard_argnums=(),
+        vmap=False,  # groups span rows
+        bad=(),
+    ),
+]

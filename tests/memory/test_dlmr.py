@@ -1,0 +1,148 @@
+"""DLMR inference: the spec's oracles (sequence.md §4.4), bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import decoding, memory, nn
+from tests.memory._setup import AP, CFG, DELIM, MC, PLEN, PROMPT, P
+
+N = 6
+KW = dict(key=jax.random.key(0), max_new_tokens=N)
+
+
+def test_router_forced_none_equals_the_base_model():
+    g = memory.dlmr_generate(P, CFG, AP, MC, nn.embed(P, CFG, PROMPT), PLEN, force_action=0, **KW)
+    base = decoding.ar_generate(P, CFG, PROMPT, PLEN, **KW)
+    np.testing.assert_array_equal(g.tokens, base.tokens)
+    assert int(jnp.sum(g.injected)) == 0 and not bool(jnp.any(g.actions))
+
+
+@pytest.mark.parametrize("action", [2, pytest.param(3, marks=pytest.mark.slow)])  # (v, 3), (r, 1)
+def test_forced_injection_equals_the_uncached_forward(action):
+    # every step eligible (no delimiter set) and n_max = 1: one injection, before token 0
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    emb = nn.embed(P, CFG, PROMPT)
+    g = memory.dlmr_generate(P, CFG, AP, cfg, emb, PLEN, force_action=action, **KW)
+    bank_t, k_t = memory.action_table(cfg)
+    k, bank = int(k_t[action]), int(bank_t[action])
+    # every step eligible, n_max = 1: the injection comes before token 0, at slot plen
+    np.testing.assert_array_equal(g.actions[:, 0], action)
+    np.testing.assert_array_equal(g.injected, k)
+    for b in range(2):
+        m = int(PLEN[b])
+        toks = np.concatenate([np.asarray(PROMPT[b, :m]), np.zeros(k, np.int32), g.tokens[b]])
+        toks = jnp.asarray(toks)[None]
+        h_l = nn.apply(P, CFG, toks[:, :m], collect=(cfg.layer,)).hidden[cfg.layer]
+        mem, _ = memory.inject(
+            AP, cfg, h_l, jnp.ones((1, m), bool), jnp.array([m]), jnp.array([bank]), jnp.array([k])
+        )
+        iv = memory.memory_interventions(cfg, mem[:, :k], jnp.array([m]))
+        logits = nn.apply(P, CFG, toks, interventions=iv).logits[0]
+        want = np.argmax(np.asarray(logits[m + k - 1 : m + k - 1 + N]), axis=-1)
+        np.testing.assert_array_equal(g.tokens[b], want)
+
+
+def test_injection_through_prefill_and_decode_steps_equals_the_full_forward():
+    b, m, k = 2, 4, 3
+    toks = jnp.asarray(np.random.default_rng(3).integers(0, 23, (b, m + k + 3)), jnp.int32)
+    h_l = nn.apply(P, CFG, toks[:, :m], collect=(MC.layer,)).hidden[MC.layer]
+    at = jnp.full((b,), m, jnp.int32)
+    mem, _ = memory.inject(AP, MC, h_l, jnp.ones((b, m), bool), at, jnp.array([0, 1]), at * 0 + k)
+    iv = memory.memory_interventions(MC, mem[:, :k], at)
+    full = nn.apply(P, CFG, toks, interventions=iv).logits
+    pre = nn.prefill(P, CFG, toks[:, : m + k], at + k, max_len=m + k + 3, interventions=iv)
+    np.testing.assert_allclose(pre.logits, full[:, m + k - 1], atol=1e-5)
+    cache = pre.cache
+    for i in range(3):
+        st = nn.decode_step(P, CFG, toks[:, m + k + i], cache, interventions=iv)
+        cache = st.cache
+        if i < 2:
+            np.testing.assert_allclose(st.logits, full[:, m + k + i], atol=1e-5)
+    assert not np.allclose(full, nn.apply(P, CFG, toks).logits, atol=1e-3)  # memory acts
+
+
+def test_delimiter_gating_and_n_max():
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "n_max": 2})
+    g = memory.dlmr_generate(P, CFG, AP, cfg, nn.embed(P, CFG, PROMPT), PLEN, force_action=1, **KW)
+    t, e, a = (np.asarray(x) for x in (g.tokens, g.eligible, g.actions))
+    prev = np.concatenate([np.full((2, 1), -1), t[:, :-1]], axis=1)
+    n_before = np.cumsum(np.concatenate([np.zeros((2, 1)), a[:, :-1] > 0], 1), 1)
+    np.testing.assert_array_equal(e, (prev == DELIM) & (n_before < 2))
+    np.testing.assert_array_equal(a > 0, e)
+    np.testing.assert_array_equal(g.n_injections, e.sum(1))
+
+
+def test_router_masking_gives_null_only_when_ineligible():
+    from jaxkit.memory._dlmr import action_mask
+
+    m = np.asarray(action_mask(MC, jnp.array([False, True])))
+    np.testing.assert_array_equal(m[0], [True] + [False] * 4)
+    assert m[1].all()
+    fixed = memory.DLMRConfig(**{**MC.__dict__, "fixed_k": 3})
+    m = np.asarray(action_mask(fixed, jnp.array([True])))
+    np.testing.assert_array_equal(m[0], [False, False, True, False, True])
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="budget"):
+        memory.DLMRConfig(layer=0, budgets=(0, 2))
+    with pytest.raises(ValueError, match="cfg.layer"):
+        memory.init_dlmr(
+            CFG, memory.DLMRConfig(layer=2, bank_sizes=(16, 16)), key=jax.random.key(0)
+        )
+    with pytest.raises(TypeError, match="prompt_embeds"):
+        memory.dlmr_generate(P, CFG, AP, MC, jnp.ones((2, 5, 7)), PLEN, **KW)
+    with pytest.raises(TypeError, match="ctx_valid"):
+        memory.inject(AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 3), bool), PLEN, PLEN, PLEN)
+    with pytest.raises(ValueError, match="force_action"):
+        memory.dlmr_generate(P, CFG, AP, MC, nn.embed(P, CFG, PROMPT), PLEN, force_action=9, **KW)
+    with pytest.raises(ValueError, match="`k`"):
+        memory.inject(
+            AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 4), bool), PLEN, PLEN * 0, PLEN * 3
+        )
+
+
+@pytest.mark.slow
+def test_two_injections_equal_an_uncached_split_forward():
+    # every step eligible, n_max = 2: spans before tokens 0 and 1 (k = 3 each)
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": (), "n_max": 2})
+    g = memory.dlmr_generate(P, CFG, AP, cfg, nn.embed(P, CFG, PROMPT), PLEN, force_action=2, **KW)
+    k, L = 3, cfg.layer
+    for b in range(2):
+        m = int(PLEN[b])
+        t0 = int(g.tokens[b, 0])
+        iv1 = None
+        # span 1 from the prompt's block-l states
+        h_l = nn.apply(P, CFG, PROMPT[b : b + 1, :m], collect=(L,)).hidden[L]
+        one = jnp.ones((1, m), bool)
+        m1, _ = memory.inject(AP, cfg, h_l, one, jnp.array([m]), jnp.array([0]), jnp.array([k]))
+        iv1 = memory.memory_interventions(cfg, m1[:, :k], jnp.array([m]))
+        seq = jnp.concatenate([PROMPT[b, :m], jnp.zeros(k, jnp.int32), jnp.array([t0])])[None]
+        h2 = nn.apply(P, CFG, seq, interventions=iv1, collect=(L,)).hidden[L]
+        valid = jnp.arange(m + k + 1)[None] < m  # prompt and token 0, not span 1
+        valid = valid | (jnp.arange(m + k + 1)[None] == m + k)
+        m2, _ = memory.inject(
+            AP, cfg, h2, valid, jnp.array([m + k + 1]), jnp.array([0]), jnp.array([k])
+        )
+        # the full expanded row, uncached, blocks <= l hiding both spans
+        toks = [*np.asarray(PROMPT[b, :m]), *[0] * k, t0, *[0] * k, *np.asarray(g.tokens[b, 1:])]
+        toks = jnp.asarray(toks, jnp.int32)[None]
+        n = toks.shape[1]
+        e = jnp.arange(n)
+        span = ((e >= m) & (e < m + k)) | ((e >= m + k + 1) & (e < m + 2 * k + 1))
+        causal = e[None, :] <= e[:, None]
+        low = (causal & (~span[None, :] | (e[None, :] == e[:, None])))[None]
+        pos = e[None]
+        lo = nn.run_layers(P, CFG, nn.embed(P, CFG, toks), pos, stop=L + 1, attn_mask=low)
+        mem = jnp.zeros((1, n, CFG.d_model)).at[:, m : m + k].set(m1[:, :k])
+        mem = mem.at[:, m + k + 1 : m + 2 * k + 1].set(m2[:, :k])
+        h = jnp.where(span[None, :, None], mem, lo.h)
+        up = nn.run_layers(P, CFG, h, pos, start=L + 1, attn_mask=causal[None])
+        lg = nn.unembed(P, CFG, up.h)[0]
+        reads = [m + k - 1, m + 2 * k] + list(range(m + 2 * k + 1, n - 1))
+        np.testing.assert_array_equal(
+            np.argmax(np.asarray(lg[jnp.asarray(reads)]), -1), g.tokens[b]
+        )
+    np.testing.assert_array_equal(g.n_injections, 2)

@@ -1,0 +1,138 @@
+"""DLMR training: frozen backbone, the stage oracles, ablations, orbax round trip."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import memory, nn
+from tests.memory._setup import AP, CFG, MC, P
+
+B, T = 2, 7
+_rng = np.random.default_rng(5)
+TOK = jnp.asarray(_rng.integers(0, 23, (B, T)), jnp.int32)
+EMB = nn.embed(P, CFG, TOK)
+AT = jnp.array([3, 5], jnp.int32)
+
+
+def test_memory_forward_equals_interventions_and_base():
+    ctx, _ = memory.context_states(P, CFG, MC, EMB)
+    k = 3
+    mem, _ = memory.inject(AP, MC, ctx, jnp.ones((B, T), bool), AT, jnp.array([0, 1]), AT * 0 + k)
+    got = memory.memory_forward(P, CFG, MC, EMB, mem, AT, AT * 0 + k)
+    for b in range(B):
+        m = int(AT[b])
+        toks = jnp.concatenate([TOK[b, :m], jnp.zeros(k, jnp.int32), TOK[b, m:]])[None]
+        iv = memory.memory_interventions(MC, mem[b : b + 1, :k], jnp.array([m]))
+        want = nn.apply(P, CFG, toks, interventions=iv).logits[0]
+        np.testing.assert_allclose(got[b, : T + k], want, atol=1e-5)
+    none = memory.memory_forward(P, CFG, MC, EMB, mem, AT, AT * 0)  # k = 0: the base
+    np.testing.assert_allclose(none[:, :T], nn.apply(P, CFG, TOK).logits, atol=1e-5)
+
+
+def _stage2_batch(action):
+    ctx, _ = memory.context_states(P, CFG, MC, EMB)
+    labels = jnp.concatenate([TOK[:, 1:], jnp.full((B, 1), -1, jnp.int32)], axis=1)
+    return (EMB, labels, ctx, AT, action)
+
+
+def test_stage2_keeps_the_backbone_bit_identical_and_learns():
+    before = jax.tree.map(np.array, P)
+    tx = memory.dlmr_optimizer(2, lr=3e-2)
+    p, st = AP, tx.init(AP)
+    batch = _stage2_batch(jnp.array([2, 4], jnp.int32))
+    losses = []
+    for _ in range(8):
+        p, st, loss, _ = memory.dlmr_step(2, p, st, batch, tx=tx, cfg=MC, lm_params=P, lm_cfg=CFG)
+        losses.append(float(loss))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, P), before)
+    jax.tree.map(np.testing.assert_array_equal, p.router, AP.router)  # not in stage 2
+    assert losses[-1] < losses[0], losses
+    # no memory anywhere: the loss is the base model's CE and has no adapter gradient
+    grad2 = jax.jit(jax.grad(memory.stage2_loss), static_argnames=("lm_cfg", "cfg"))
+    g = grad2(AP, P, *_stage2_batch(jnp.zeros(B, jnp.int32)), lm_cfg=CFG, cfg=MC)
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(g))
+
+
+@pytest.mark.slow
+def test_frozen_injector_ablation_updates_only_the_banks():
+    tx = memory.dlmr_optimizer(2, train_injector=False)
+    st = tx.init(AP)
+    p, *_ = memory.dlmr_step(
+        2, AP, st, _stage2_batch(jnp.array([2, 4])), tx=tx, cfg=MC, lm_params=P, lm_cfg=CFG
+    )
+    jax.tree.map(np.testing.assert_array_equal, p.injector, AP.injector)
+    assert any(np.any(a != b) for a, b in zip(p.banks, AP.banks, strict=True))
+
+
+def _rollouts(rewards):
+    rng = np.random.default_rng(1)
+    h = jnp.asarray(rng.normal(size=(4, 5, CFG.d_model)), jnp.float32)
+    elig = jnp.asarray(rng.random((4, 5)) < 0.6).at[:, 0].set(True)
+    acts = jnp.where(elig, jnp.asarray(rng.integers(1, MC.n_actions, (4, 5))), 0)
+    return (h, acts.astype(jnp.int32), elig, jnp.asarray(rewards, jnp.float32))
+
+
+def test_grpo_equal_rewards_zero_gradient_and_kl_zero_at_reference():
+    kw = dict(cfg=MC, group=2, kl_beta=0.0)
+    grad = jax.jit(jax.grad(lambda r, ro: memory.stage3_loss(r, AP.router, *ro, **kw)[0]))
+    g = grad(AP.router, _rollouts([1, 1, 0, 0]))
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(g))
+    loss, aux = memory.stage3_loss(AP.router, AP.router, *_rollouts([1, 0, 0, 1]), **kw)
+    assert float(aux.kl) == 0.0 and np.isfinite(float(loss))
+    g = grad(AP.router, _rollouts([1, 0, 0, 1]))
+    assert any(np.any(np.asarray(x) != 0) for x in jax.tree.leaves(g))
+    np.testing.assert_allclose(
+        memory.group_advantages(jnp.array([1.0, 3.0, 2.0, 2.0]), 2), [-1, 1, 0, 0], atol=1e-5
+    )
+
+
+def test_stage3_step_trains_only_the_router():
+    tx = memory.dlmr_optimizer(3, lr=1e-2)
+    st = tx.init(AP)
+    p, st, loss, aux = memory.dlmr_step(
+        3, AP, st, _rollouts([1, 0, 0, 1]), tx=tx, cfg=MC, ref_router=AP.router, group=2
+    )
+    jax.tree.map(np.testing.assert_array_equal, (p.banks, p.injector), (AP.banks, AP.injector))
+    assert any(
+        np.any(a != b)
+        for a, b in zip(jax.tree.leaves(p.router), jax.tree.leaves(AP.router), strict=True)
+    )
+    with pytest.raises(ValueError, match="group"):
+        memory.dlmr_step(
+            3, AP, st, _rollouts([1, 0, 0, 1]), tx=tx, cfg=MC, ref_router=AP.router, group=3
+        )
+
+
+@pytest.mark.slow
+def test_stage1_losses_and_shared_bank():
+    ctx, _ = memory.context_states(P, CFG, MC, EMB)
+    rng = np.random.default_rng(2)
+    tgt = jnp.asarray(rng.normal(size=(B, 2, CFG.d_model)), jnp.float32)
+    batch = (ctx, jnp.ones((B, T), bool), AT, AT * 0 + 3, tgt, jnp.ones((B, 2), bool))
+    tx = memory.dlmr_optimizer(1, lr=3e-2)
+    p, st = AP, tx.init(AP)
+    first = None
+    for _ in range(6):
+        p, st, loss, aux = memory.dlmr_step(1, p, st, batch, tx=tx, cfg=MC)
+        first = float(loss) if first is None else first
+    assert float(loss) < first
+    shared = memory.DLMRConfig(**{**MC.__dict__, "shared_bank": True})
+    sp = memory.init_dlmr(CFG, shared, key=jax.random.key(0))
+    assert len(sp.banks) == 1 and sp.banks[0].shape == (8, CFG.d_model)
+    _, aux = memory.stage1_loss(sp, *batch, cfg=shared)
+    assert float(aux.sep) == 0.0
+
+
+def test_reward_is_gated_by_correctness():
+    r = memory.dlmr_reward(jnp.array([1.0, 0.0]), jnp.array([4, 4]), 10, budget=20, lambda_eff=0.5)
+    np.testing.assert_allclose(r, [1 - 0.5 * 14 / 20, 0.0])
+
+
+def test_save_restore_round_trip(tmp_path):
+    memory.save_adapter(tmp_path / "a", AP)
+    like = memory.init_dlmr(CFG, MC, key=jax.random.key(9))
+    back = memory.restore_adapter(tmp_path / "a", like)
+    jax.tree.map(np.testing.assert_array_equal, back, AP)
+    with pytest.raises(FileNotFoundError):
+        memory.restore_adapter(tmp_path / "none", like)
