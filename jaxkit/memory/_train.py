@@ -59,6 +59,8 @@ def context_states(lm_params, lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, inp
 
 
 class Stage1Aux(NamedTuple):
+    """The terms of :func:`stage1_loss`: alignment, cross-bank InfoNCE, bank separation."""
+
     align: Array
     xneg: Array
     sep: Array
@@ -241,6 +243,8 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
 
 
 class Stage3Aux(NamedTuple):
+    """The terms of :func:`stage3_loss`: policy gradient, KL to the reference, advantage std."""
+
     policy: Array
     kl: Array
     advantage_std: Array
