@@ -119,7 +119,9 @@ def main(
     params = fx.params
     key = jax.random.key(seed)
     n_eval = 64 if quick else 512
-    iters, samples = (10, 64) if quick else (30, 128)
+    # quick: 32 samples per iteration (seed 0: direction 0.92 / 0.48 against pretrained
+    # 0.72 / 0.25; with 64 samples 0.97 / 0.84 at 1.4x the CPU time)
+    iters, samples = (10, 32) if quick else (30, 128)
     k = iter(jax.random.split(key, 16))
 
     pre = {d: _evaluate(apply_fn, params, next(k), n_eval, d) for d in (1, -1)}
