@@ -15,6 +15,7 @@ a chunker would give them), full forward kinematics, HumanML3D runs.
 """
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -66,14 +67,22 @@ def _make_train(cfg, steps, batch, lr):
     return train
 
 
-def _alignment_accuracy(params, cfg, data):
-    """Share of motion windows whose top-STII phrase is the phrase of their segment."""
-    motion, tokens = jnp.asarray(data.motion), jnp.asarray(data.tokens)
-    mask, phrases = jnp.asarray(data.token_mask), jnp.asarray(data.word_segment)
-    _, windows, _ = M.encode_motion(params, cfg, motion)
-    _, tp, pmask, _ = M.encode_text(params, cfg, tokens, mask, phrases)
+# the encoders and scores are host-called library functions: one compiled program for the
+# whole evaluation here, instead of one small program per eager operation
+@functools.partial(jax.jit, static_argnums=1)
+def _test_arrays(params, cfg, motion, tokens, mask, phrases):
+    """Stage scores ``[3, texts, motions]`` and the STII game of each positive pair."""
+    enc_m = M.encode_motion(params, cfg, motion)
+    enc_t = M.encode_text(params, cfg, tokens, mask, phrases)
+    scores = M._stage_scores(params, enc_m, enc_t, mask)
+    windows, tp, pmask = enc_m[1], enc_t[1], enc_t[2]
     sim = jnp.einsum("bad,bcd->bac", M._unit(windows), M._unit(tp))
-    wa, wb = windows @ params["w_motion"], tp @ params["w_text"]
+    return scores, (sim, windows @ params["w_motion"], tp @ params["w_text"], pmask)
+
+
+def _alignment_accuracy(game, cfg, data):
+    """Share of motion windows whose top-STII phrase is the phrase of their segment."""
+    sim, wa, wb, pmask = game
     phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, jnp.ones(wa.shape, bool), pmask))
     ok = np.asarray(pmask)
     win = cfg.length // cfg.n_windows
@@ -94,17 +103,8 @@ def _alignment_accuracy(params, cfg, data):
     return hits / max(total, 1), 1.0 / n_seg
 
 
-def _evaluate(params, cfg, data, weights, key):
-    scores = np.asarray(
-        M.pst_scores(
-            params,
-            cfg,
-            jnp.asarray(data.motion),
-            jnp.asarray(data.tokens),
-            jnp.asarray(data.token_mask),
-            jnp.asarray(data.word_segment),
-        )
-    )
+def _evaluate(scores, weights, key):
+    scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
     sims = scores[2] + gamma * (scores[1] + scores[0])
     out = {}
@@ -137,11 +137,15 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         jnp.asarray(train.word_segment),
         canon_ids,
     )
+    test_arrays = tuple(
+        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
+    )
     results = {}
     for name, w in VARIANTS.items():
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        res = _evaluate(params, cfg, test, w, jax.random.fold_in(key, 7))
-        acc, chance = _alignment_accuracy(params, cfg, test)
+        scores, game = _test_arrays(params, cfg, *test_arrays)
+        res = _evaluate(scores, w, jax.random.fold_in(key, 7))
+        acc, chance = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res
