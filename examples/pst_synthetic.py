@@ -15,7 +15,6 @@ a chunker would give them), full forward kinematics, HumanML3D runs.
 """
 
 import argparse
-import functools
 import json
 import os
 import time
@@ -67,23 +66,25 @@ def _make_train(cfg, steps, batch, lr):
     return train
 
 
-# the encoders and scores are host-called library functions: one compiled program for the
-# whole evaluation here, instead of one small program per eager operation
-@functools.partial(jax.jit, static_argnums=1)
-def _test_arrays(params, cfg, motion, tokens, mask, phrases):
-    """Stage scores ``[3, texts, motions]`` and the STII game of each positive pair."""
-    enc_m = M.encode_motion(params, cfg, motion)
-    enc_t = M.encode_text(params, cfg, tokens, mask, phrases)
-    scores = M._stage_scores(params, enc_m, enc_t, mask)
-    windows, tp, pmask = enc_m[1], enc_t[1], enc_t[2]
-    sim = jnp.einsum("bad,bcd->bac", M._unit(windows), M._unit(tp))
-    return scores, (sim, windows @ params["w_motion"], tp @ params["w_text"], pmask)
+def _unit(x):
+    """Rows of ``x`` scaled to unit length (zero rows stay zero), on the host."""
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.where(n > 1e-6, x / np.maximum(n, 1e-6), 0).astype(x.dtype)
+
+
+def _stii_game(params, cfg, arrays):
+    """The STII game of each positive pair: window-phrase cosines and both token weights."""
+    motion, tokens, mask, phrases = arrays
+    windows = np.asarray(M.encode_motion(params, cfg, motion)[1])
+    _, tp, pmask, _ = (np.asarray(a) for a in M.encode_text(params, cfg, tokens, mask, phrases))
+    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp))
+    return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
 
 
 def _alignment_accuracy(game, cfg, data):
     """Share of motion windows whose top-STII phrase is the phrase of their segment."""
     sim, wa, wb, pmask = game
-    phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, jnp.ones(wa.shape, bool), pmask))
+    phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, np.ones(wa.shape, bool), pmask))
     ok = np.asarray(pmask)
     win = cfg.length // cfg.n_windows
     hits, total = 0, 0
@@ -143,7 +144,8 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     results = {}
     for name, w in VARIANTS.items():
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        scores, game = _test_arrays(params, cfg, *test_arrays)
+        scores = M.pst_scores(params, cfg, *test_arrays)
+        game = _stii_game(params, cfg, test_arrays)
         res = _evaluate(scores, w, jax.random.fold_in(key, 7))
         acc, chance = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
