@@ -66,15 +66,25 @@ def _make_train(cfg, steps, batch, lr):
     return train
 
 
-def _alignment_accuracy(params, cfg, data):
+def _unit(x):
+    """Rows of ``x`` scaled to unit length (zero rows stay zero), on the host."""
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.where(n > 1e-6, x / np.maximum(n, 1e-6), 0).astype(x.dtype)
+
+
+def _stii_game(params, cfg, arrays):
+    """The STII game of each positive pair: window-phrase cosines and both token weights."""
+    motion, tokens, mask, phrases = arrays
+    windows = np.asarray(M.encode_motion(params, cfg, motion)[1])
+    _, tp, pmask, _ = (np.asarray(a) for a in M.encode_text(params, cfg, tokens, mask, phrases))
+    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp))
+    return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
+
+
+def _alignment_accuracy(game, cfg, data):
     """Share of motion windows whose top-STII phrase is the phrase of their segment."""
-    motion, tokens = jnp.asarray(data.motion), jnp.asarray(data.tokens)
-    mask, phrases = jnp.asarray(data.token_mask), jnp.asarray(data.word_segment)
-    _, windows, _ = M.encode_motion(params, cfg, motion)
-    _, tp, pmask, _ = M.encode_text(params, cfg, tokens, mask, phrases)
-    sim = jnp.einsum("bad,bcd->bac", M._unit(windows), M._unit(tp))
-    wa, wb = windows @ params["w_motion"], tp @ params["w_text"]
-    phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, jnp.ones(wa.shape, bool), pmask))
+    sim, wa, wb, pmask = game
+    phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, np.ones(wa.shape, bool), pmask))
     ok = np.asarray(pmask)
     win = cfg.length // cfg.n_windows
     hits, total = 0, 0
@@ -94,17 +104,8 @@ def _alignment_accuracy(params, cfg, data):
     return hits / max(total, 1), 1.0 / n_seg
 
 
-def _evaluate(params, cfg, data, weights, key):
-    scores = np.asarray(
-        M.pst_scores(
-            params,
-            cfg,
-            jnp.asarray(data.motion),
-            jnp.asarray(data.tokens),
-            jnp.asarray(data.token_mask),
-            jnp.asarray(data.word_segment),
-        )
-    )
+def _evaluate(scores, weights, key):
+    scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
     sims = scores[2] + gamma * (scores[1] + scores[0])
     out = {}
@@ -137,11 +138,16 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         jnp.asarray(train.word_segment),
         canon_ids,
     )
+    test_arrays = tuple(
+        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
+    )
     results = {}
     for name, w in VARIANTS.items():
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        res = _evaluate(params, cfg, test, w, jax.random.fold_in(key, 7))
-        acc, chance = _alignment_accuracy(params, cfg, test)
+        scores = M.pst_scores(params, cfg, *test_arrays)
+        game = _stii_game(params, cfg, test_arrays)
+        res = _evaluate(scores, w, jax.random.fold_in(key, 7))
+        acc, chance = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res

@@ -158,15 +158,18 @@ def benign_ppl(logits, tok, plen, shift=0):
 
 def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, baselines=True):
     # one padded width per role (prompts / benign rows) whatever the shift, and the
-    # refusal prefix cut to fit it: every generator and forward compiles once
+    # refusal prefix cut to fit it; the unsteered model runs as CAA at scale 0 (x + 0 v is
+    # x exactly), so base, CAA and refusal prefix share one compiled generator and forward
     tok, plen, hp, _ = sample(rng, n, jailbreak=jailbreak, width=WP)
     ptok = jnp.asarray(tok[:, :WP])
     bt, bl, _, _ = sample(rng, n, harmful_frac=0.0, jailbreak=jailbreak, width=WB)
     plen_j, layer = jnp.asarray(plen), scfg.layer
     kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
+    iv0 = steering.steer_add(caa_vec, 0.0, layer=layer)
     out = {}
-    g = decoding.ar_generate(params, CFG, ptok, plen_j, **kw)
-    out["base"] = (harm_rate(g.tokens, hp), benign_ppl(nn.apply(params, CFG, bt).logits, bt, bl))
+    g = decoding.ar_generate(params, CFG, ptok, plen_j, interventions=iv0, **kw)
+    lg = nn.apply(params, CFG, bt, interventions=iv0).logits
+    out["base"] = (harm_rate(g.tokens, hp), benign_ppl(lg, bt, bl))
     g = steering.svgt_generate(params, CFG, vp, scfg, ptok, plen_j, **kw)
     f = steering.svgt_forward(params, CFG, vp, scfg, bt, bl)
     out["svgt"] = (harm_rate(g.tokens, hp), benign_ppl(f.logits, bt, bl, shift=scfg.n_bridge))
@@ -178,11 +181,13 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, basel
         lg = nn.apply(params, CFG, bt, interventions=iv).logits
         out[f"caa@{s:g}"] = (harm_rate(g.tokens, hp), benign_ppl(lg, bt, bl))
     sp, sl = steering.prefix_prompts(ptok[:, : WP - len(SYS)], plen_j, jnp.asarray(SYS))
-    g = decoding.ar_generate(params, CFG, sp, sl, **kw)
+    g = decoding.ar_generate(params, CFG, sp, sl, interventions=iv0, **kw)
     bp, bpl = steering.prefix_prompts(bt[:, : WB - len(SYS)], bl, jnp.asarray(SYS))
     out["refusal_prefix"] = (
         harm_rate(g.tokens, hp),
-        benign_ppl(nn.apply(params, CFG, bp).logits, np.asarray(bp), np.asarray(bpl)),
+        benign_ppl(
+            nn.apply(params, CFG, bp, interventions=iv0).logits, np.asarray(bp), np.asarray(bpl)
+        ),
     )
     return out
 

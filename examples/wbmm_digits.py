@@ -5,7 +5,7 @@ The paper's claim (WBMM, ICML 2026) is training speed at equal accuracy: the win
 matmul replaces a large-kernel depthwise convolution, whose gradient is slow in XLA
 (jax-ml/jax#13800). Here the 8x8 digits are resized to 14x14; both networks are
 stem (3x3 conv) -> [mixer block, 3x3 depthwise block] -> head, width 24, trained with
-AdamW (cosine decay) for 600 steps of 64 (quick: width 16, 150 steps of 32); mixer =
+AdamW (cosine decay) for 600 steps of 64 (quick: width 16, 100 steps of 32); mixer =
 WBMM window 7 (2x2 windows) or a 7x7 ``lax`` depthwise conv. We report test accuracy
 and the median time of a jitted training step (ok: accuracy within 2 points or better,
 and a faster step), and check that the re-parameterised (folded) WBMM net gives the
@@ -110,7 +110,7 @@ def main(
 ) -> dict:
     del data_dir  # the digits ship with scikit-learn
     data = _data(seed)
-    steps, batch, width = (150, 32, 16) if quick else (600, 64, 24)
+    steps, batch, width = (100, 32, 16) if quick else (600, 64, 24)
     res = {
         name: _train(mixer, data, steps=steps, batch=batch, width=width, seed=seed)
         for name, mixer in (("wbmm_w7", "W"), ("depthwise_7x7", 7))

@@ -97,8 +97,9 @@ def check_tokens(
     tokens = jnp.asarray(tokens)
     _validate.integer(tokens, name=name)
     _validate.ndim(tokens, 2, name=name)
-    if valid is None:
-        valid = jnp.ones_like(tokens, dtype=jnp.bool_)
+    if valid is None:  # built on the host for concrete tokens (no eager program per shape)
+        traced = isinstance(tokens, jax.core.Tracer)
+        valid = jnp.ones_like(tokens, jnp.bool_) if traced else np.ones(tokens.shape, np.bool_)
     valid = jnp.asarray(valid)
     if valid.dtype != jnp.bool_:
         raise TypeError(f"`valid` must be a boolean array, got dtype {valid.dtype}.")
@@ -108,7 +109,7 @@ def check_tokens(
             "(length mismatch)."
         )
     _validate.python_int(mask_id, name="mask_id", minimum=0)
-    return tokens.astype(jnp.int32), valid
+    return (tokens if tokens.dtype == jnp.int32 else tokens.astype(jnp.int32)), valid
 
 
 def check_alphabet(tokens: Array, vocab: int, *, name: str, allow_mask: bool, mask_id: int):

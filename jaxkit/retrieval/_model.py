@@ -87,8 +87,11 @@ def _part_matrix(cfg):
     return m
 
 
-def encode_motion(params, cfg: PSTConfig, motion):
-    """``motion [B, L, J, 3]`` -> (joint-stage ``[B, W*P, D]``, segment ``[B, W, D]``, global)."""
+def _encode_motion(params, cfg: PSTConfig, motion):
+    """``motion [B, L, J, 3]`` -> (joint-stage ``[B, W*P, D]``, segment ``[B, W, D]``, global).
+
+    Public as ``encode_motion``, jitted at module level (``cfg`` static).
+    """
     b, length = motion.shape[:2]
     rel = motion - motion[:, :, :1]  # root-relative
     vel = jnp.concatenate([jnp.zeros_like(motion[:, :1]), jnp.diff(motion, axis=1)], axis=1)
@@ -109,10 +112,11 @@ def encode_motion(params, cfg: PSTConfig, motion):
     return joint, segment, glob
 
 
-def encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
+def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
     """Text pyramid: (words ``[B, T, D]``, phrases ``[B, K, D]``, phrase mask, global).
 
     ``phrase_ids [B, T]`` assigns each word to a phrase in ``[0, K)`` (-1: none).
+    Public as ``encode_text``, jitted at module level (``cfg`` static).
     """
     b, t = tokens.shape
     tcfg = cfg.transformer(cfg.vocab_size)
@@ -146,11 +150,21 @@ def _stage_scores(params, motion_enc, text_enc, mask):
     return jnp.stack([s_joint, s_seg, _cos_matrix(mg, tg)])
 
 
-def pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids):
-    """Batch score matrices ``[3, texts, motions]``: joint, segment and global stages."""
-    enc_m = encode_motion(params, cfg, motion)
-    enc_t = encode_text(params, cfg, tokens, mask, phrase_ids)
+def _pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids):
+    """Batch score matrices ``[3, texts, motions]``: joint, segment and global stages.
+
+    Public as ``pst_scores``, jitted at module level (``cfg`` static).
+    """
+    enc_m = _encode_motion(params, cfg, motion)
+    enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
     return _stage_scores(params, enc_m, enc_t, mask)
+
+
+# host callers get one compiled program per shape (``cfg`` static), not one per eager op;
+# under an outer trace they inline like any jitted function
+encode_motion = jax.jit(_encode_motion, static_argnames=("cfg",))
+encode_text = jax.jit(_encode_text, static_argnames=("cfg",))
+pst_scores = jax.jit(_pst_scores, static_argnames=("cfg",))
 
 
 def pst_loss(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids, neg_mask, weights, tau=0.1):
@@ -161,8 +175,8 @@ def pst_loss(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids, neg_mask,
     STII targets (:func:`cross_modal_stii`, ``stop_gradient``). Weights ``(0, 0, 0)`` give
     the global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5)`` full PST.
     """
-    enc_m = encode_motion(params, cfg, motion)
-    enc_t = encode_text(params, cfg, tokens, mask, phrase_ids)
+    enc_m = _encode_motion(params, cfg, motion)
+    enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
     scores = _stage_scores(params, enc_m, enc_t, mask)
     nce = [_losses._info_nce(s, neg_mask, tau) for s in scores]
     ms, tp, ok_b = enc_m[1], enc_t[1], enc_t[2]

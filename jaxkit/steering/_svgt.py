@@ -28,6 +28,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
@@ -221,6 +222,8 @@ svgt_forward_core = jax.jit(_forward, static_argnames=("lm_cfg", "cfg"))
 
 
 def _check_tokens(lm_cfg, tokens, prompt_len):
+    if not isinstance(tokens, jax.core.Tracer) and not isinstance(prompt_len, jax.core.Tracer):
+        return _check_tokens_host(lm_cfg, tokens, prompt_len)
     tokens, prompt_len = jnp.asarray(tokens), jnp.asarray(prompt_len)
     _validate.integer(tokens, name="tokens")
     _validate.ndim(tokens, 2, name="tokens")
@@ -232,6 +235,28 @@ def _check_tokens(lm_cfg, tokens, prompt_len):
     bad = jnp.any((tokens < 0) | (tokens >= lm_cfg.vocab_size))
     tokens = _validate.error_if(tokens, bad, "`tokens` holds ids outside [0, vocab_size).")
     return tokens.astype(jnp.int32), prompt_len.astype(jnp.int32)
+
+
+def _as_int32(x, host: np.ndarray) -> Array:
+    """``x`` as an int32 device array without an eager program (a host cast if needed)."""
+    if isinstance(x, jax.Array) and x.dtype == jnp.int32:
+        return x
+    return jnp.asarray(host.astype(np.int32))
+
+
+def _check_tokens_host(lm_cfg, tokens, prompt_len):
+    """:func:`_check_tokens` for concrete inputs: the same checks in NumPy on the host."""
+    tok, pl = np.asarray(tokens), np.asarray(prompt_len)  # dtype checks canonicalize
+    _validate.integer(tok, name="tokens")
+    _validate.ndim(tok, 2, name="tokens")
+    _validate.integer(pl, name="prompt_len")
+    _validate.shape(pl, (tok.shape[0],), name="prompt_len")
+    t = tok.shape[1]
+    if np.any((pl < 1) | (pl > t)):
+        raise ValueError(f"`prompt_len` must lie in [1, {t}].")
+    if np.any((tok < 0) | (tok >= lm_cfg.vocab_size)):
+        raise ValueError("`tokens` holds ids outside [0, vocab_size).")
+    return _as_int32(tokens, tok), _as_int32(prompt_len, pl)
 
 
 def svgt_forward(
