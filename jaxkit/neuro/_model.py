@@ -239,8 +239,8 @@ def causal_smooth(
 
     Example:
       >>> import jax.numpy as jnp
-      >>> [round(v, 3) for v in causal_smooth(jnp.array([1.0, 0.0]), tau=1.0).tolist()]
-      [0.632, 0.233]
+      >>> print(*(round(v, 3) for v in causal_smooth(jnp.array([1.0, 0.0]), tau=1.0).tolist()))
+      0.632 0.233
     """
     _validate.min_ndim(counts, 1, name="counts")
     c = jnp.asarray(counts)

@@ -164,8 +164,9 @@ def inject_event(
     unchanged).
 
     Raises:
-      TypeError: wrong shapes/dtypes. ValueError: an unknown label id, NaN/inf windows,
-      a non-finite or negative ``strength``.
+      TypeError: wrong shapes/dtypes.
+      ValueError: an unknown label id, NaN/inf windows, a non-finite or negative
+        ``strength``.
     """
     schema = check_schema(schema)
     hist, fut = jnp.asarray(hist), jnp.asarray(fut)

@@ -257,8 +257,9 @@ def tess_loss(
       ``(loss, {"mse", "bce", "gate_mean"})``.
 
     Raises:
-      TypeError: wrong types or shapes. ValueError: NaN/inf data, ``lambda_gate < 0``,
-      an unknown label id, a gate outside [0, 1].
+      TypeError: wrong types or shapes.
+      ValueError: NaN/inf data, ``lambda_gate < 0``, an unknown label id, a gate outside
+        ``[0, 1]``.
     """
     batch, gate, learned = _check_batch(model, batch, lambda_gate, gate)
     return _loss_jit(model, batch, jnp.asarray(lambda_gate), gate, learned)
