@@ -10,6 +10,8 @@ from jaxkit.io._fixtures import load_fixture as load_fixture
 from jaxkit.io._fixtures import save_fixture as save_fixture
 from jaxkit.io._hf_config import config_from_hf as config_from_hf
 from jaxkit.io._hf_config import config_to_hf as config_to_hf
+from jaxkit.io._orbax import restore_checkpoint as restore_checkpoint
+from jaxkit.io._orbax import save_checkpoint as save_checkpoint
 from jaxkit.io._safetensors import load_safetensors as load_safetensors
 from jaxkit.io._safetensors import load_tensors as load_tensors
 from jaxkit.io._safetensors import save_safetensors as save_safetensors

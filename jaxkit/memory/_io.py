@@ -1,25 +1,18 @@
 """Save and restore the DLMR adapter with orbax (host-side, not jitted)."""
 
-import pathlib
-
-import jax
-
+from jaxkit import io
 from jaxkit.memory._dlmr import DLMRParams
 
 
 def save_adapter(path, params: DLMRParams) -> None:
     """Write the adapter's arrays (banks, injector, router) to the folder ``path``.
 
-    orbax ``StandardCheckpointer`` (``jaxkit[ckpt]``); never the backbone. Host-side
-    I/O; overwrites.
+    Through :func:`jaxkit.io.save_checkpoint` (orbax, ``jaxkit[ckpt]``); never the backbone.
+    Host-side I/O; overwrites.
     """
-    import orbax.checkpoint as ocp
-
     if not isinstance(params, DLMRParams):
         raise TypeError(f"`params` must be DLMRParams, got {type(params).__name__}.")
-    path = pathlib.Path(path).absolute()
-    with ocp.StandardCheckpointer() as ck:
-        ck.save(path, params, force=True)
+    io.save_checkpoint(path, params)
 
 
 def restore_adapter(path, like: DLMRParams) -> DLMRParams:
@@ -30,11 +23,4 @@ def restore_adapter(path, like: DLMRParams) -> DLMRParams:
     Raises:
       FileNotFoundError: no checkpoint at ``path``.
     """
-    import orbax.checkpoint as ocp
-
-    path = pathlib.Path(path).absolute()
-    if not path.exists():
-        raise FileNotFoundError(f"`path` has no adapter checkpoint: {path}.")
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), like)
-    with ocp.StandardCheckpointer() as ck:
-        return ck.restore(path, abstract)
+    return io.restore_checkpoint(path, like)

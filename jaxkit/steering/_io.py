@@ -1,24 +1,18 @@
 """Save and restore the SVGT value side with orbax (host-side, not jitted)."""
 
-import pathlib
-
-import jax
-
+from jaxkit import io
 from jaxkit.steering._svgt import SVGTParams
 
 
 def save_adapter(path, vparams: SVGTParams) -> None:
-    """Write the adapter's arrays to the folder ``path`` (orbax ``StandardCheckpointer``).
+    """Write the value side's arrays to the folder ``path`` (never the backbone).
 
-    Only the value side is written (never the backbone). Host-side I/O; overwrites.
+    Through :func:`jaxkit.io.save_checkpoint` (orbax, ``jaxkit[ckpt]``). Host-side I/O;
+    overwrites.
     """
-    import orbax.checkpoint as ocp
-
     if not isinstance(vparams, SVGTParams):
         raise TypeError(f"`vparams` must be SVGTParams, got {type(vparams).__name__}.")
-    path = pathlib.Path(path).absolute()
-    with ocp.StandardCheckpointer() as ck:
-        ck.save(path, vparams, force=True)
+    io.save_checkpoint(path, vparams)
 
 
 def restore_adapter(path, like: SVGTParams) -> SVGTParams:
@@ -29,11 +23,4 @@ def restore_adapter(path, like: SVGTParams) -> SVGTParams:
     Raises:
       FileNotFoundError: no checkpoint at ``path``.
     """
-    import orbax.checkpoint as ocp
-
-    path = pathlib.Path(path).absolute()
-    if not path.exists():
-        raise FileNotFoundError(f"`path` has no adapter checkpoint: {path}.")
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), like)
-    with ocp.StandardCheckpointer() as ck:
-        return ck.restore(path, abstract)
+    return io.restore_checkpoint(path, like)

@@ -1,0 +1,45 @@
+"""A pytree of arrays to and from an orbax checkpoint folder (host-side, not jitted)."""
+
+import pathlib
+from typing import Any
+
+import jax
+
+
+def _ocp():
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("checkpoints need orbax: pip install 'jaxkit[ckpt]'") from e
+    return ocp
+
+
+def save_checkpoint(path, tree: Any) -> None:
+    """Write a pytree of arrays to the folder ``path`` with orbax's ``StandardCheckpointer``.
+
+    Host-side I/O; overwrites. The adapters' ``save_adapter`` (``jaxkit.steering``,
+    ``jaxkit.memory``) write their parameters through it, never the backbone.
+
+    Raises:
+      ImportError: Without orbax (``pip install 'jaxkit[ckpt]'``).
+    """
+    ocp = _ocp()
+    with ocp.StandardCheckpointer() as ck:
+        ck.save(pathlib.Path(path).absolute(), tree, force=True)
+
+
+def restore_checkpoint(path, like: Any) -> Any:
+    """Read a :func:`save_checkpoint` folder into the structure, shapes and dtypes of ``like``.
+
+    Host-side I/O.
+
+    Raises:
+      FileNotFoundError: No checkpoint at ``path``.
+      ImportError: Without orbax (``pip install 'jaxkit[ckpt]'``).
+    """
+    path = pathlib.Path(path).absolute()
+    if not path.exists():
+        raise FileNotFoundError(f"`path` has no checkpoint: {path}.")
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), like)
+    with _ocp().StandardCheckpointer() as ck:
+        return ck.restore(path, abstract)
