@@ -63,9 +63,12 @@ def _choose(logits, key, temperature, top_p, greedy):
 
 
 def _set_slot(buf, at, val):
-    """``buf[b, at[b]] = val[b]`` (a row-indexed scatter: O(B D) per step, not O(B S D))."""
-    rows = jnp.arange(buf.shape[0], dtype=jnp.int32)
-    return buf.at[rows, at].set(val.astype(buf.dtype), mode="drop")
+    """``buf[b, at[b]] = val[b]``, dropped where ``at[b]`` is out of range.
+
+    A per-row scatter under ``vmap`` (O(B D) per step, not O(B S D)); its batch dimension keeps
+    the batch sharding (a scatter indexed by a row iota does not).
+    """
+    return jax.vmap(lambda b, a, v: b.at[a].set(v, mode="drop"))(buf, at, val.astype(buf.dtype))
 
 
 def _inject(lm_params, p, st, action, *, lm_cfg, cfg):

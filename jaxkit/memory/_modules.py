@@ -124,7 +124,9 @@ class Injector(eqx.Module):
         now: Float[Array, "B D"],
     ) -> Float[Array, "B K D"]:
         n_r = self.recency.shape[0]
-        r = jnp.take(self.recency, jnp.clip(dist, 0, n_r - 1), axis=0)
+        # a one-hot product, not a gather: it keeps the batch sharding of ``dist``
+        hot = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=self.recency.dtype)
+        r = hot @ self.recency
         c = self.w_ctx(self.ln_in(ctx)) + r
         z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
         for layer in self.layers:
