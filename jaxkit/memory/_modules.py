@@ -12,39 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-
-def _row(v, x):
-    return v.reshape((1,) * (x.ndim - 1) + v.shape)
-
-
-class Linear(eqx.Module):
-    """``x @ w + b`` in f32 (Xavier-normal ``w``; ``zero=True`` starts at zero)."""
-
-    w: Array
-    b: Array
-
-    def __init__(self, n_in: int, n_out: int, *, key, zero: bool = False):
-        std = 0.0 if zero else math.sqrt(2.0 / (n_in + n_out))
-        self.w = std * jax.random.normal(key, (n_in, n_out), jnp.float32)
-        self.b = jnp.zeros((n_out,), jnp.float32)
-
-    def __call__(self, x):
-        y = x.astype(jnp.float32) @ self.w
-        return y + _row(self.b, y)
-
-
-class LayerNorm(eqx.Module):
-    g: Array
-    b: Array
-
-    def __init__(self, d: int):
-        self.g = jnp.ones((d,), jnp.float32)
-        self.b = jnp.zeros((d,), jnp.float32)
-
-    def __call__(self, x):
-        mu = jnp.mean(x, -1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * _row(self.g, x) + _row(self.b, x)
+from jaxkit._adapter_layers import LayerNorm, Linear
 
 
 class CrossLayer(eqx.Module):
@@ -113,7 +81,7 @@ class Injector(eqx.Module):
         self.recency = jax.random.normal(k_rec, (recency, dim), jnp.float32)  # the LN'd ctx's scale
         self.layers = tuple(CrossLayer(dim, heads, key=k) for k in ks[4:])
         self.ln_out = LayerNorm(dim)
-        self.w_out = Linear(dim, d_model, key=ks[3], zero=True)
+        self.w_out = Linear(dim, d_model, key=ks[3], gain=0.0)
 
     def __call__(
         self,
@@ -147,7 +115,7 @@ class Router(eqx.Module):
     def __init__(self, d_model: int, hidden: int, n_actions: int, *, key):
         k1, k2 = jax.random.split(key)
         self.l1 = Linear(d_model, hidden, key=k1)
-        self.l2 = Linear(hidden, n_actions, key=k2, zero=True)
+        self.l2 = Linear(hidden, n_actions, key=k2, gain=0.0)
 
     def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
         return self.l2(jax.nn.gelu(self.l1(h)))

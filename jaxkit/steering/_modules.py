@@ -12,43 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-
-def _normal(key, shape, gain=1.0):
-    fan_in, fan_out = shape[0], shape[-1]
-    std = gain * math.sqrt(2.0 / (fan_in + fan_out))  # Xavier normal
-    return std * jax.random.normal(key, shape, jnp.float32)
-
-
-def _row(v, x):
-    """``v [d]`` shaped to broadcast against ``x [..., d]`` (explicit rank)."""
-    return v.reshape((1,) * (x.ndim - 1) + v.shape)
-
-
-class Linear(eqx.Module):
-    w: Array
-    b: Array
-
-    def __init__(self, n_in, n_out, *, key, gain=1.0):
-        self.w = _normal(key, (n_in, n_out), gain)
-        self.b = jnp.zeros((n_out,), jnp.float32)
-
-    def __call__(self, x):
-        y = x.astype(jnp.float32) @ self.w
-        return y + _row(self.b, y)
-
-
-class LayerNorm(eqx.Module):
-    g: Array
-    b: Array
-
-    def __init__(self, d):
-        self.g = jnp.ones((d,), jnp.float32)
-        self.b = jnp.zeros((d,), jnp.float32)
-
-    def __call__(self, x):
-        mu = jnp.mean(x, -1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * _row(self.g, x) + _row(self.b, x)
+from jaxkit._adapter_layers import LayerNorm, Linear
 
 
 class Attention(eqx.Module):
