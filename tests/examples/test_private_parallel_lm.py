@@ -1,16 +1,13 @@
 """Slow tests of examples/private_parallel_lm.py: the PRISM job on 64 simulated devices
 (data 8 x model 8) against one device, and as a real two-process jax.distributed job."""
 
-import json
-import os
-import pathlib
-import socket
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests._subprocess import ROOT, cpu_env, last_json, run_processes
+
 SCRIPT = ROOT / "examples" / "private_parallel_lm.py"
 
 # run in a subprocess with 64 CPU devices: one device, then the data 8 x model 8 mesh
@@ -29,30 +26,17 @@ print(json.dumps({"one": one["losses"], "big": big["losses"], "mesh": big["mesh"
 """
 
 
-def _env(n_devices):
-    env = dict(os.environ)
-    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}"
-    env["XLA_FLAGS"] = flags.strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    return env
-
-
-def _last_json(out):
-    return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
-
-
 @pytest.mark.slow
 def test_64_devices_give_the_one_device_losses_and_split_the_memory():
     res = subprocess.run(
         [sys.executable, "-c", _SCALE, str(SCRIPT)],
-        env=_env(64),
+        env=cpu_env(64),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    out = _last_json(res.stdout)
+    out = last_json(res.stdout)
     assert out["devices"] == 64 and out["mesh"] == {"data": 8, "model": 8}
     assert len(out["one"]) == 3
     for a, b in zip(out["one"], out["big"], strict=True):
@@ -62,35 +46,9 @@ def test_64_devices_give_the_one_device_losses_and_split_the_memory():
     assert 0 < mem["per_device_bytes"] <= 1.25 * mem["total_bytes"] / 8, mem
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_run_one_private_job():
-    port = _free_port()
-    args = ["--steps", "2", "--num-processes", "2", "--coordinator", f"127.0.0.1:{port}"]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPT), *args, "--process-id", str(i)],
-            env=_env(4),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, err[-3000:]
-            outs.append(_last_json(out))
-    finally:
-        for p in procs:
-            p.kill()
+    outs = run_processes(SCRIPT, ["--steps", 2], n_processes=2, local_devices=4)
     assert [o["process_index"] for o in outs] == [0, 1]
     for o in outs:
         assert o["process_count"] == 2 and o["devices"] == 8 and o["local_devices"] == 4

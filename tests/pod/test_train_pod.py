@@ -1,11 +1,7 @@
 """Tests of examples/train_pod.py: device-count invariance, resume, two processes."""
 
 import importlib.util
-import json
-import os
-import pathlib
 import signal
-import socket
 import subprocess
 import sys
 
@@ -13,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests._subprocess import ROOT, cpu_env, last_json, run_processes
+
 SCRIPT = ROOT / "examples" / "train_pod.py"
 
 
@@ -95,20 +92,8 @@ def test_resume_in_process_continues_from_checkpoint(tmp_path):
 # ----------------------------------------------------------------- subprocess tests
 
 
-def _env(n_devices):
-    env = dict(os.environ)
-    flags = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}"
-    env["XLA_FLAGS"] = flags.strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
-
-
 def _cmd(*args):
     return [sys.executable, str(SCRIPT), *map(str, args)]
-
-
-def _last_json(out):
-    return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
 
 
 def _flat(params):  # the names examples/train_pod.py --params-out writes
@@ -130,7 +115,7 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
     ck = tmp_path / "crash"
     with subprocess.Popen(
         _cmd(*common, "--ckpt-dir", ck, "--hang-after", 4),
-        env=_env(8),
+        env=cpu_env(8),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -149,13 +134,13 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
 
     res = subprocess.run(
         _cmd(*common, "--ckpt-dir", ck, "--params-out", tmp_path / "resumed.npz"),
-        env=_env(8),
+        env=cpu_env(8),
         capture_output=True,
         text=True,
         timeout=600,
         check=True,
     )
-    resumed = _last_json(res.stdout)
+    resumed = last_json(res.stdout)
     assert resumed["start_step"] == 4
     assert resumed["losses"] == ref_res["losses"][4:]
     a, b = _flat(ref_res["params"]), _npz(tmp_path / "resumed.npz")
@@ -164,48 +149,10 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path):
         assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k  # bit-identical
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_train_one_model(tmp_path):
-    port = _free_port()
-    args = (
-        "--steps",
-        6,
-        "--ckpt-every",
-        3,
-        "--model-parallel",
-        2,
-        "--ckpt-dir",
-        tmp_path / "ck",
-        "--num-processes",
-        2,
-        "--coordinator",
-        f"127.0.0.1:{port}",
-    )
-    procs = [
-        subprocess.Popen(
-            _cmd(*args, "--process-id", i),
-            env=_env(2),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, err[-3000:]
-            outs.append(_last_json(out))
-    finally:
-        for p in procs:
-            p.kill()
+    args = ("--steps", 6, "--ckpt-every", 3, "--model-parallel", 2, "--ckpt-dir", tmp_path / "ck")
+    outs = run_processes(SCRIPT, args, n_processes=2, local_devices=2)
     assert [o["process_id"] for o in outs] == [0, 1]
     for o in outs:
         assert o["process_count"] == 2 and o["devices"] == 4 and o["local_devices"] == 2
