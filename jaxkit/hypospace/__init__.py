@@ -56,11 +56,15 @@ from jaxkit.hypospace._metrics import expected_metrics as expected_metrics
 from jaxkit.hypospace._metrics import metrics as metrics
 from jaxkit.hypospace._metrics import uniform_admissible as uniform_admissible
 from jaxkit.hypospace._metrics import uniform_space as uniform_space
+from jaxkit.hypospace._parse import boolean_key as boolean_key
+from jaxkit.hypospace._parse import extract_boolean as extract_boolean
+from jaxkit.hypospace._parse import parse_voxel as parse_voxel
 from jaxkit.hypospace._samplers import collapsed as collapsed
 from jaxkit.hypospace._samplers import collapsed_probs as collapsed_probs
 from jaxkit.hypospace._samplers import expected_metrics_stratified as expected_metrics_stratified
 from jaxkit.hypospace._samplers import stratified as stratified
 from jaxkit.hypospace._samplers import stratum_quotas as stratum_quotas
+from jaxkit.hypospace._upstream import load_upstream_json as load_upstream_json
 from jaxkit.hypospace._voxel import VoxelTask as VoxelTask
 from jaxkit.hypospace._voxel import enumerate_admissible as enumerate_admissible
 from jaxkit.hypospace._voxel import heights_from_layers as heights_from_layers

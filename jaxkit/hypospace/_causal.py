@@ -44,7 +44,7 @@ class CausalTask(NamedTuple):
     """One observation set of a collection (host-side record).
 
     Attributes:
-      name: upstream-style id ``n{k}_{counter:03d}`` (counter per k, from 0).
+      name: upstream's id ``n{k}_{counter:03d}`` (counter per k, from 1).
       obs: the observations (``k_max = k``, all rows real).
       admissible: ``int32[K]`` sorted canonical ids of the admissible DAGs ``H_O``.
     """
@@ -292,7 +292,8 @@ def generate_collection(
     (lexicographic, node order); for each ``k`` in ``ks`` (default ``1..n``) take every
     k-combination (``itertools.combinations`` order) with distinct perturbed nodes, keep
     it iff some DAG reproduces all its rows, and record those DAGs as ``H_O``. Names are
-    ``n{k}_{counter:03d}``. Counts: n=3: 12/30/19 (61); n=4: 32/204/392/219 (847).
+    upstream's ``n{k}_{counter:03d}`` (counter from 1). Counts: n=3: 12/30/19 (61);
+    n=4: 32/204/392/219 (847).
     """
     dags = enumerate_dags(n, max_edges)
     if ks is None:
@@ -322,8 +323,8 @@ def generate_collection(
                 mask=np.ones((k,), bool),
             )
             adm = np.sort(ids[ok]).astype(np.int32)
+            counter += 1  # upstream numbers from 1
             tasks.append(CausalTask(f"n{k}_{counter:03d}", obs, adm))
-            counter += 1
     return tasks
 
 

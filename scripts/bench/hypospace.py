@@ -57,8 +57,8 @@ def _nx_collection(n: int) -> list[tuple[str, frozenset]]:
                 continue
             adm = frozenset(e for e, rows in dags if all(rows[i] == ef for i, ef in combo))
             if adm:
-                out.append((f"n{k}_{c:03d}", adm))
                 c += 1
+                out.append((f"n{k}_{c:03d}", adm))
     return out
 
 

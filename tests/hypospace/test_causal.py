@@ -75,9 +75,9 @@ def test_collection_counts_and_order():
     for coll, per_k in ((c3, [12, 30, 19]), (c4, [32, 204, 392, 219])):
         got = [sum(t.name.startswith(f"n{k}_") for t in coll) for k in range(1, len(per_k) + 1)]
         assert got == per_k
-        # names run n{k}_000, 001, ... in generation order, k ascending
+        # names run n{k}_001, 002, ... (upstream counts from 1) in generation order
         names = [t.name for t in coll]
-        want = [f"n{k}_{i:03d}" for k, m in enumerate(per_k, 1) for i in range(m)]
+        want = [f"n{k}_{i:03d}" for k, m in enumerate(per_k, 1) for i in range(1, m + 1)]
         assert names == want
     assert np.isclose(np.mean([len(t.admissible) for t in c4]), 9.616, atol=5e-4)
     # order: singles sorted by (perturbed node, effect vector)
