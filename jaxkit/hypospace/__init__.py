@@ -49,6 +49,11 @@ from jaxkit.hypospace._llm import format_graph as format_graph
 from jaxkit.hypospace._llm import openai_client as openai_client
 from jaxkit.hypospace._llm import parse_causal as parse_causal
 from jaxkit.hypospace._llm import run_causal as run_causal
+from jaxkit.hypospace._llm_domains import boolean_prompt as boolean_prompt
+from jaxkit.hypospace._llm_domains import format_structure as format_structure
+from jaxkit.hypospace._llm_domains import run_boolean as run_boolean
+from jaxkit.hypospace._llm_domains import run_voxel as run_voxel
+from jaxkit.hypospace._llm_domains import voxel_prompt as voxel_prompt
 from jaxkit.hypospace._metrics import Expected as Expected
 from jaxkit.hypospace._metrics import Metrics as Metrics
 from jaxkit.hypospace._metrics import enumerative as enumerative

@@ -5,10 +5,12 @@ r"""Answer parsers for the Boolean and 3D voxel domains (spec eval_robust.md §1
   \lnot \neg \wedge \vee``, ``∧ ∨ ¬``, ``\text{}``, trailing ``*``, quotes and ``.,;``
   cleaned; else the first non-comment line holding an operator word or only alphanumerics,
   parentheses and spaces. ``None`` only when no text can be extracted (a parse failure,
-  retried). Upstream then hands the text to sympy; we parse it with our own
-  recursive-descent grammar (``boolean_key``): ``OR`` / ``|`` below ``AND`` / ``&`` below
-  ``NOT`` / ``~``, parentheses, ``NOR(a, b, ...)``; operators upper case (sympy's string
-  replacement is case sensitive). The result is the mechanistic key of
+  retried). Upstream then rewrites the text (``NOR(a, b)`` without nested parentheses to
+  ``~(a | b)``, then plain replacement of ``AND OR NOT XOR`` by ``& | ~ ^``) and hands it
+  to sympy; we apply the same rewriting and parse with our own recursive-descent grammar
+  (``boolean_key``): ``|`` below ``&`` below ``~``, parentheses, names. Operators are
+  upper case (the replacement is case sensitive; sympy would read a lower-case ``x and
+  y`` as Python's ``and``, we reject it). The result is the mechanistic key of
   :func:`enumerate_expressions` (AND/OR children as a set, cascades flattened), or ``None``
   when the text is not an expression.
 - ``parse_voxel`` applies upstream's 3D rules [C]: start at the first line containing
@@ -63,10 +65,16 @@ def extract_boolean(text) -> str | None:
     return None
 
 
-_TOKEN = re.compile(r"\s*(?:(\()|(\))|(,)|(&)|(\|)|(~)|([A-Za-z_][A-Za-z_0-9]*))")
+_TOKEN = re.compile(r"\s*(?:(\()|(\))|(&)|(\|)|(~)|([A-Za-z_][A-Za-z_0-9]*))")
+_NOR = re.compile(r"\bNOR\s*\(([^)]*)\)", re.IGNORECASE)
 
 
 def _tokens(s: str):
+    # upstream's rewriting before sympy: NOR(a, b) (no nested parentheses) -> ~(a | b),
+    # then plain string replacement AND -> &, OR -> |, NOT -> ~, XOR -> ^ (so "NOTx" is
+    # ~x, and XOR ends up as an unreadable "X|")
+    s = _NOR.sub(lambda m: "~(" + " | ".join(p.strip() for p in m.group(1).split(",")) + ")", s)
+    s = s.replace("AND", "&").replace("OR", "|").replace("NOT", "~").replace("XOR", "^")
     out, pos = [], 0
     s = s.rstrip()
     while pos < len(s):
@@ -127,15 +135,7 @@ class _Parser:
             e = self.expr()
             self.take(")")
             return e
-        if tok.upper() == "NOR" and self.peek() == "(":  # upstream's regex is case-blind
-            self.take("(")
-            kids = [self.expr()]
-            while self.peek() == ",":
-                self.take()
-                kids.append(self.expr())
-            self.take(")")
-            return ("NOT", kids[0] if len(kids) == 1 else _and_or("OR", kids))
-        if tok in _OPWORDS or tok in "(),":
+        if tok in ("AND", "OR", "NOT", ")"):
             raise ValueError(tok)
         if tok in ("True", "False", "true", "false"):
             return ("CONST", tok.lower() == "true")
