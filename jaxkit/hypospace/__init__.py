@@ -34,6 +34,7 @@ from jaxkit.hypospace._causal import generate_collection as generate_collection
 from jaxkit.hypospace._causal import is_dag as is_dag
 from jaxkit.hypospace._causal import reachability as reachability
 from jaxkit.hypospace._causal import validate as validate
+from jaxkit.hypospace._dagenum import enumerate_dag_ids as enumerate_dag_ids
 from jaxkit.hypospace._harness import Candidates as Candidates
 from jaxkit.hypospace._harness import Report as Report
 from jaxkit.hypospace._harness import SamplerSpec as SamplerSpec
