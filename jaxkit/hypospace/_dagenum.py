@@ -2,7 +2,7 @@
 
 Every DAG has a unique, non-empty set of sources (in-degree 0). Removing them leaves a
 DAG on the other nodes, so the DAGs on a node set ``S`` are, without repetition: a
-non-empty source set ``T``, a DAG ``D'`` on ``R = S \\ T``, and edges from ``T`` into
+non-empty source set ``T``, a DAG ``D'`` on ``R = S - T``, and edges from ``T`` into
 ``R`` such that every source of ``D'`` receives at least one (else it would be a source
 of the whole graph) while any other node of ``R`` receives any subset. Built bottom-up
 over the ``2^n`` node subsets, each step a vectorised expansion of ``uint32`` codes
