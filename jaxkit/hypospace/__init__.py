@@ -5,14 +5,17 @@ sampler asked ``N`` times for a hypothesis explaining an observation set whose a
 set ``H_O`` is exactly enumerable. Semantics follow the authors' code [C] (spec
 ``eval_robust.md`` §1); the closed-form expectations are ours [R].
 
-Built: the causal-graph domain (``validate`` / ``admissible_mask``, ``enumerate_dags`` for
-n <= 5, ``generate_collection`` in upstream order), the Boolean domain
-(``enumerate_expressions``, ``validate_boolean``, ``boolean_collection``), the 3D voxel
-domain (``validate_voxel``, ``enumerate_admissible``, ``voxel_collection``), the metrics,
-the samplers (``uniform_space``, ``uniform_admissible``, ``enumerative``, ``collapsed``,
-``stratified``) with exact expectations, the harness (``evaluate``, ``by_k``) and the
-host-side LLM path for the causal domain (``openai_client``, ``run_causal``). Not yet:
-n = 6 enumeration, the upstream JSON loader, Boolean / 3D prompts and parsers.
+Built: the causal-graph domain (``validate`` / ``admissible_mask``, ``enumerate_dags`` and
+the packed ``enumerate_dag_ids`` for n <= 6, ``generate_collection`` in upstream order),
+the Boolean domain (``enumerate_expressions``, ``validate_boolean``,
+``boolean_collection``), the 3D voxel domain (``validate_voxel``, ``enumerate_admissible``,
+``voxel_collection``), the metrics with upstream's ``compat`` or a ``strict`` scorer
+(``metrics(valid=, counted=)``, ``evaluate(mode=)``), the samplers (``uniform_space``,
+``uniform_admissible``, ``enumerative``, ``collapsed``, ``stratified``) with exact
+expectations, the harness (``evaluate``, ``by_k``), the reader of the authors' dataset JSON
+(``load_upstream_json``) and the host-side LLM path for all three domains
+(``openai_client``; ``run_causal``, ``run_boolean``, ``run_voxel`` with their prompts and
+answer parsers).
 """
 
 from jaxkit.hypospace._boolean import TOP_OPS as TOP_OPS
