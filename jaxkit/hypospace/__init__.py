@@ -13,9 +13,9 @@ the Boolean domain (``enumerate_expressions``, ``validate_boolean``,
 (``metrics(valid=, counted=)``, ``evaluate(mode=)``), the samplers (``uniform_space``,
 ``uniform_admissible``, ``enumerative``, ``collapsed``, ``stratified``) with exact
 expectations, the harness (``evaluate``, ``by_k``), the reader of the authors' dataset JSON
-(``load_upstream_json``) and the host-side LLM path for all three domains
-(``openai_client``; ``run_causal``, ``run_boolean``, ``run_voxel`` with their prompts and
-answer parsers).
+(``load_upstream_json``), upstream's seeded draw of the scored sets (``sample_sets``) and
+the host-side LLM path for all three domains (``openai_client``; ``run_causal``,
+``run_boolean``, ``run_voxel`` with their prompts and answer parsers).
 """
 
 from jaxkit.hypospace._boolean import TOP_OPS as TOP_OPS
@@ -74,6 +74,7 @@ from jaxkit.hypospace._samplers import expected_metrics_stratified as expected_m
 from jaxkit.hypospace._samplers import stratified as stratified
 from jaxkit.hypospace._samplers import stratum_quotas as stratum_quotas
 from jaxkit.hypospace._upstream import load_upstream_json as load_upstream_json
+from jaxkit.hypospace._upstream import sample_sets as sample_sets
 from jaxkit.hypospace._voxel import VoxelTask as VoxelTask
 from jaxkit.hypospace._voxel import enumerate_admissible as enumerate_admissible
 from jaxkit.hypospace._voxel import heights_from_layers as heights_from_layers

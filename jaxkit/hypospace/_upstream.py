@@ -24,6 +24,7 @@ Nothing is downloaded: a missing file is a ``FileNotFoundError``, a malformed on
 
 import json
 import os
+import random
 
 import numpy as np
 
@@ -167,3 +168,20 @@ def load_upstream_json(path: str | os.PathLike) -> list:
         if str(e).startswith(where):
             raise
         raise ValueError(f"{where}: {e}") from e
+
+
+def sample_sets(tasks, n_samples: int, *, seed: int | None = 33550336) -> list:
+    """Upstream's draw of the observation sets a run scores (host-side).
+
+    ``random.seed(seed); random.sample(tasks, min(n_samples, len(tasks)))`` over the
+    flattened collection in upstream order [C] (README seed 33550336), through a private
+    ``random.Random`` so the global generator is untouched. With the collections in
+    upstream order this reproduces the sets of a published upstream run.
+    """
+    import operator
+
+    tasks = list(tasks)
+    n_samples = operator.index(n_samples)
+    if n_samples < 1:
+        raise ValueError(f"`n_samples` must be >= 1, got {n_samples}.")
+    return random.Random(seed).sample(tasks, min(n_samples, len(tasks)))

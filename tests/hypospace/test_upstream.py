@@ -185,3 +185,17 @@ def test_loader_errors(tmp_path):
         H.load_upstream_json(bad)
     with pytest.raises(TypeError, match="path"):
         H.load_upstream_json(3)
+
+
+def test_sample_sets_reproduces_a_published_run():
+    """A third-party run of the authors' causal runner (NUS-ML/_HypoSpace,
+    causal/results/n3_all_observations_gpt-4o.json: 20 sets, seed 33550336) scored these
+    sets first, with these K; upstream's draw over our n = 3 collection gives the same."""
+    published = [("n3_006", 1), ("n3_017", 1), ("n2_016", 2), ("n3_004", 1), ("n2_022", 4),
+                 ("n3_010", 2), ("n2_003", 4), ("n2_029", 3)]  # fmt: skip
+    got = H.sample_sets(H.generate_collection(3), 20, seed=33550336)
+    assert len(got) == 20 and len({t.name for t in got}) == 20
+    assert [(t.name, len(t.admissible)) for t in got[:8]] == published
+    assert len(H.sample_sets(got, 50)) == 20
+    with pytest.raises(ValueError, match="`n_samples`"):
+        H.sample_sets(got, 0)
