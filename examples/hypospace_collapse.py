@@ -10,10 +10,13 @@ bucket, plots recovery vs K to ``out/hypospace_collapse.png``, and checks the
 i.i.d. pair (no invalid mass, no history) against the closed-form expectations. The full
 run adds the Boolean domain (full operators, depth 2; strata = top operator).
 
-The LLM path runs on one task with a scripted fake client (malformed answers included) to
-exercise prompts, parsers and retries; with ``JAXKIT_LLM_BASE_URL`` and
+The LLM path runs on one task per domain with scripted fake clients (malformed answers
+included) to exercise prompts, parsers and retries, scored by upstream's ``compat`` scorer
+and the ``strict`` one; with ``JAXKIT_LLM_BASE_URL`` and
 ``JAXKIT_LLM_MODEL`` (and ``JAXKIT_LLM_API_KEY``) set, the same task also goes to that
-OpenAI-compatible endpoint (this script is the only place that reads them).
+OpenAI-compatible endpoint (this script is the only place that reads them). With
+``data_dir`` holding the authors' ``causal_n4.json`` (their generator's output), the causal
+sets are read from it by ``load_upstream_json`` instead of generated (they are identical).
 """
 
 import json
@@ -106,18 +109,49 @@ def _llm_demo(out_dir):
         res[name] = {f: float(v) for f, v in zip(m._fields, m, strict=True)}
         res[name]["usage"] = {"calls": r.usage.calls, "parse_failures": r.usage.parse_failures}
         print(f"LLM {name} on {task.name} (K={len(task.admissible)}): {res[name]}")
+    # Boolean and 3D with fake clients, scored by both modes (they differ on these answers)
+    bt = next(t for t in H.boolean_collection("full", 2) if t.name == "n2_inputs_00_11_outputs_00")
+    vt = H.voxel_collection(3, 3, 1)[0]
+    tall = "Structure:\n" + "\n".join(f"Layer {z}:\n1 0 0\n0 0 0\n0 0 0" for z in range(1, 5))
+    for mode in ("compat", "strict"):
+        rb = H.run_boolean(_Cycle(_BOOL), bt, 6, ops="full", depth=2, mode=mode)
+        rv = H.run_voxel(_Cycle([tall, *_VOX]), vt, 4, max_height=3, mode=mode)
+        for dom, r, a in (("boolean", rb, bt.admissible), ("voxel", rv, vt.admissible)):
+            m = H.metrics(r.ids, a, valid=r.valid, counted=r.counted)
+            res[f"{dom}_{mode}"] = {f: float(v) for f, v in zip(m._fields, m, strict=True)}
+            print(f"LLM fake {dom} ({mode}) on {a.size} admissible: {res[f'{dom}_{mode}']}")
     return res
+
+
+_BOOL = ("Expression: x AND NOT (x OR y)", "nonsense!", "Expression: x AND NOT x",
+         "Expression: NOT x AND x", "Expression: NOR(x, y)", "Expression: y AND NOT y")  # fmt: skip
+_VOX = ("Structure:\nLayer 1:\n1 0 0\n0 0 0\n0 0 0", "no idea",
+        "Layer 1:\n1 0 0\n0 0 0\n0 0 0\nLayer 2:\n1 0 0\n0 0 0\n0 0 0")  # fmt: skip
+
+
+class _Cycle:
+    """A scripted client cycling through fixed answers."""
+
+    def __init__(self, answers):
+        self.answers, self.i = list(answers), 0
+
+    def __call__(self, prompt):
+        self.i += 1
+        return self.answers[(self.i - 1) % len(self.answers)]
 
 
 def main(
     *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
 ) -> dict:
-    del data_dir  # collections are generated in process (identical to upstream's JSON)
     t0 = time.perf_counter()
     key = jax.random.key(seed)
     seeds = 1 if quick else 20
     cands = H.causal_candidates(4)
-    tasks = H.generate_collection(4)
+    upstream = os.path.join(data_dir, "causal_n4.json") if data_dir else None
+    if upstream and os.path.isfile(upstream):  # the authors' file, when one is at hand
+        tasks = H.load_upstream_json(upstream)
+    else:  # generated in process: identical sets, order and names
+        tasks = H.generate_collection(4)
     if quick:  # every other set (all K buckets stay populated)
         tasks = tasks[::2]
     adm = H.task_masks([t.admissible for t in tasks], cands.ids)
@@ -165,6 +199,9 @@ def main(
         "sampled = closed form": mc_ok,
         "LLM retries rescue malformed answers": llm["fake"]["parse_rate"] == 1.0
         and llm["fake"]["usage"]["parse_failures"] > 0,
+        "compat and strict differ on the quirks": llm["boolean_compat"]["recovery"]
+        < llm["boolean_strict"]["recovery"]
+        and llm["voxel_compat"]["validity"] > llm["voxel_strict"]["validity"],
     }
     ok = all(checks.values())
     for name, passed in checks.items():

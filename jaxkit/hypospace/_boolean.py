@@ -221,7 +221,8 @@ def boolean_collection(ops: str, depth: int) -> list[BooleanTask]:
 
     For ``k = 1..4``, every ``k``-subset of the rows (``itertools.combinations``) and
     every output assignment (``itertools.product`` over {0, 1}) that some expression
-    reproduces. Names ``{ops}_d{depth}_k{k}_{counter:03d}`` (ours). Counts [C]: basic
+    reproduces. Names are upstream's ``n{k}_inputs_{xy_xy..}_outputs_{bits}`` (e.g.
+    ``n2_inputs_00_11_outputs_10``). Counts [C]: basic
     6/13/12/4 (both depths), extended 8/22/20/6 (d1), 8/24/32/14 (d2); full 8/22/22/7
     (d1), 8/24/32/16 (d2).
     """
@@ -229,7 +230,6 @@ def boolean_collection(ops: str, depth: int) -> list[BooleanTask]:
     truth = table.truth
     tasks = []
     for k in range(1, 5):
-        counter = 0
         for rows in itertools.combinations(range(4), k):
             mask = sum(1 << r for r in rows)
             for vals in itertools.product((0, 1), repeat=k):
@@ -237,6 +237,7 @@ def boolean_collection(ops: str, depth: int) -> list[BooleanTask]:
                 adm = np.flatnonzero(((truth ^ out) & mask) == 0).astype(np.int32)
                 if adm.size:
                     obs = BooleanObs(np.int32(mask), np.int32(out))
-                    tasks.append(BooleanTask(f"{ops}_d{depth}_k{k}_{counter:03d}", obs, adm))
-                    counter += 1
+                    ins = "_".join(f"{r >> 1}{r & 1}" for r in rows)
+                    outs = "".join(map(str, vals))
+                    tasks.append(BooleanTask(f"n{k}_inputs_{ins}_outputs_{outs}", obs, adm))
     return tasks

@@ -22,8 +22,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
+from jaxkit.hypospace._dagenum import enumerate_dag_ids
 
-MAX_ENUM_NODES = 5  # 2**(n(n-1)) masks; n = 6 needs the permutation route (not built yet)
+MAX_ENUM_NODES = 6  # int32 edge codes (30 bits at n = 6)
 
 
 class CausalObs(NamedTuple):
@@ -44,7 +45,7 @@ class CausalTask(NamedTuple):
     """One observation set of a collection (host-side record).
 
     Attributes:
-      name: upstream-style id ``n{k}_{counter:03d}`` (counter per k, from 0).
+      name: upstream's id ``n{k}_{counter:03d}`` (counter per k, from 1).
       obs: the observations (``k_max = k``, all rows real).
       admissible: ``int32[K]`` sorted canonical ids of the admissible DAGs ``H_O``.
     """
@@ -263,23 +264,21 @@ def from_canonical_id(ids: Int[ArrayLike, "..."], *, n: int) -> Int[Array, "... 
 
 
 def enumerate_dags(n: int, max_edges: int | None = None) -> Int[Array, "M n n"]:
-    """All labelled DAGs on ``n <= 5`` nodes (optionally <= ``max_edges`` edges).
+    """All labelled DAGs on ``n <= 6`` nodes (optionally <= ``max_edges`` edges).
 
-    Host-side driver over jitted pieces: decodes all ``2**(n(n-1))`` edge masks and keeps
-    the acyclic ones, sorted by canonical id. Counts 1, 3, 25, 543, 29281 (OEIS A003024).
-    ``n = 6`` (3 781 503 DAGs, by permutations of triangular masks) is not built yet.
+    Host-side: :func:`enumerate_dag_ids` (source layering in NumPy, no ``2^(n(n-1))``
+    scan) decoded by the jitted :func:`from_canonical_id`; sorted by canonical id. Counts
+    1, 3, 25, 543, 29 281, 3 781 503 (OEIS A003024). At ``n = 6`` the ``int8`` adjacency
+    is 136 MB; prefer the packed codes of :func:`enumerate_dag_ids` (15 MB) there.
     """
     n = V.python_int(n, name="n", minimum=1)
     if n > MAX_ENUM_NODES:
         raise ValueError(f"`n` must be <= {MAX_ENUM_NODES} for enumeration, got n={n}.")
+    ids = enumerate_dag_ids(n)
     if max_edges is not None:
         max_edges = V.python_int(max_edges, name="max_edges", minimum=0)
-    ids = jnp.arange(2 ** (n * (n - 1)), dtype=jnp.int32)
-    adj = _decode_jit(ids, n)
-    keep = np.array(_is_dag_jit(adj))
-    if max_edges is not None:
-        keep &= np.asarray(jnp.sum(adj, axis=(-2, -1), dtype=jnp.int32)) <= max_edges
-    return adj[np.flatnonzero(keep)]
+        ids = ids[np.bitwise_count(ids) <= max_edges]
+    return _decode_jit(jnp.asarray(ids.astype(np.int32)), n)
 
 
 def generate_collection(
@@ -292,7 +291,8 @@ def generate_collection(
     (lexicographic, node order); for each ``k`` in ``ks`` (default ``1..n``) take every
     k-combination (``itertools.combinations`` order) with distinct perturbed nodes, keep
     it iff some DAG reproduces all its rows, and record those DAGs as ``H_O``. Names are
-    ``n{k}_{counter:03d}``. Counts: n=3: 12/30/19 (61); n=4: 32/204/392/219 (847).
+    upstream's ``n{k}_{counter:03d}`` (counter from 1). Counts: n=3: 12/30/19 (61);
+    n=4: 32/204/392/219 (847).
     """
     dags = enumerate_dags(n, max_edges)
     if ks is None:
@@ -322,8 +322,8 @@ def generate_collection(
                 mask=np.ones((k,), bool),
             )
             adm = np.sort(ids[ok]).astype(np.int32)
+            counter += 1  # upstream numbers from 1
             tasks.append(CausalTask(f"n{k}_{counter:03d}", obs, adm))
-            counter += 1
     return tasks
 
 

@@ -5,6 +5,14 @@ vmaps a sampler and the metrics over tasks. A task is a row of a boolean admissi
 over a candidate table (``Candidates``: ids, a simplicity score, a stratum per candidate);
 the query budget is upstream's ``N = max(1, int(K * query_multiplier))`` [C]. Queries are
 padded to a static ``n_max`` and masked, so one compile serves every K.
+
+``mode`` (spec §1.3): ``"strict"`` scores a proposal valid iff it is admissible and counts
+every parsed proposal towards uniqueness; ``"compat"`` reproduces upstream's scorer: only
+candidates passing upstream's in-space test (``Candidates.in_space``; Boolean: sympy depth,
+NOR as two levels, NOT over OR read as the disallowed NOR in ``extended``) are valid and
+counted for uniqueness, and an optional per-task ``compat_valid`` mask adds proposals
+upstream accepts outside ``H_O`` (3D: over the height cap). The closed-form ``expected``
+metrics are the strict ones.
 """
 
 import dataclasses
@@ -29,19 +37,22 @@ from jaxkit.hypospace._samplers import (
 )
 
 KINDS = ("uniform_space", "uniform_admissible", "enumerative", "collapsed")
+MODES = ("compat", "strict")
 
 
 class Candidates(NamedTuple):
     """A domain's candidate table.
 
     ``ids int32[M]``, ``score float32[M]`` (simplicity, e.g. edge count), ``strata
-    int32[M]`` in ``[0, num_strata)``.
+    int32[M]`` in ``[0, num_strata)``; ``in_space bool[M]`` upstream's in-space test
+    (``mode="compat"``; ``None``: every candidate passes).
     """
 
     ids: np.ndarray
     score: np.ndarray
     strata: np.ndarray
     num_strata: int
+    in_space: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +98,7 @@ class Report(NamedTuple):
     expected: Expected
 
 
-def _task_core(key, table, adm, score, strata, n, params, n_max, n_strata):
+def _task_core(key, table, adm, valid, counted, score, strata, n, params, n_max, n_strata):
     """One task; every entry of ``params`` is traced (one compile serves every sampler).
 
     ``params = (kind code, stratified, blind, lam, zeta, temperature, p_invalid, kappa)``.
@@ -115,15 +126,16 @@ def _task_core(key, table, adm, score, strata, n, params, n_max, n_strata):
     enum = code == 2
     ids = jnp.where(qi < n, jnp.where(enum, ids_enum, ids), -1)
     expected = jax.tree.map(lambda a, b: jnp.where(enum, a, b), e_enum, e_iid)
-    m = _metrics_core(ids, jnp.where(adm, table, -1))
+    idx = jnp.argmax(table[None, :] == ids[:, None], axis=1)  # ids are table entries
+    m = _metrics_core(ids, jnp.where(adm, table, -1), valid[idx], counted[idx])
     scale = f(n_max) / n.astype(f)
     m = Metrics(m.validity * scale, m.uniqueness * scale, m.recovery, m.parse_rate * scale)
     return m, expected
 
 
 _tasks_jit = jax.jit(
-    jax.vmap(_task_core, in_axes=(0, None, 0, None, None, 0, None, None, None)),
-    static_argnums=(7, 8),
+    jax.vmap(_task_core, in_axes=(0, None, 0, 0, None, None, None, 0, None, None, None)),
+    static_argnums=(9, 10),
 )
 
 
@@ -145,7 +157,7 @@ def boolean_candidates(ops: str, depth: int) -> Candidates:
     """Every expression of the Boolean space; score = node count, stratum = top operator."""
     t = enumerate_expressions(ops, depth)
     ids = np.arange(len(t.keys), dtype=np.int32)
-    return Candidates(ids, t.size.astype(np.float32), t.top_op, len(TOP_OPS))
+    return Candidates(ids, t.size.astype(np.float32), t.top_op, len(TOP_OPS), t.in_space_compat)
 
 
 def evaluate(
@@ -157,12 +169,17 @@ def evaluate(
     query_multiplier: float = 1.0,
     n_queries: int | None = None,
     chunk: int = 256,
+    mode: str = "compat",
+    compat_valid: Bool[np.ndarray, "T M"] | None = None,
 ) -> Report:
     """Run ``spec`` once on every task (row of ``admissible``) and score it.
 
     Host-side driver. ``N = max(1, int(K * query_multiplier))`` per task [C], or the fixed
     ``n_queries``. Task ``t`` uses ``jax.random.fold_in(key, t)``. Tasks run in vmapped
     chunks of ``chunk``; ``n_max`` (the padded query axis) is ``max N`` rounded up to 8.
+    ``mode`` is ``"compat"`` (upstream's scorer, the default as in the spec) or
+    ``"strict"`` (see the module docstring); ``compat_valid`` (``bool[T, M]``, a superset
+    of ``admissible``) is only read in compat mode.
     """
     if not isinstance(candidates, Candidates):
         raise TypeError(f"`candidates` must be a Candidates, got {type(candidates).__name__}.")
@@ -173,6 +190,19 @@ def evaluate(
         raise TypeError(
             f"`admissible` must be bool[T, {len(candidates.ids)}], got {adm.dtype}{adm.shape}."
         )
+    V.one_of(MODES, mode=mode)
+    cv = adm if compat_valid is None else np.asarray(compat_valid)
+    if cv.dtype != bool or cv.shape != adm.shape:
+        raise TypeError(f"`compat_valid` must be bool{adm.shape}, got {cv.dtype}{cv.shape}.")
+    if np.any(adm & ~cv):
+        raise ValueError("`compat_valid` must include every admissible candidate.")
+    in_space = np.ones(adm.shape[1], bool)
+    if candidates.in_space is not None:
+        in_space = np.asarray(candidates.in_space, bool)
+    if mode == "strict":
+        valid_m, counted = adm, np.ones_like(in_space)
+    else:
+        valid_m, counted = cv & in_space[None, :], in_space
     V.is_key(key)
     V.positive(query_multiplier=query_multiplier)
     chunk = V.python_int(chunk, name="chunk", minimum=1)
@@ -196,6 +226,8 @@ def evaluate(
     chunk = min(chunk, t)
     pad = -t % chunk  # the last chunk is padded with repeats: one compile per shape
     adm_p = np.concatenate([adm, adm[:pad]]) if pad else adm
+    val_p = np.concatenate([valid_m, valid_m[:pad]]) if pad else valid_m
+    counted_j = jnp.asarray(counted)
     n_p = np.concatenate([n, n[:pad]]) if pad else n
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(t + pad))
     outs = []
@@ -203,7 +235,8 @@ def evaluate(
         sl = slice(s, s + chunk)
         outs.append(
             _tasks_jit(
-                keys[sl], table, jnp.asarray(adm_p[sl]), score, strata,
+                keys[sl], table, jnp.asarray(adm_p[sl]), jnp.asarray(val_p[sl]), counted_j,
+                score, strata,
                 jnp.asarray(n_p[sl], jnp.int32), params, n_max, candidates.num_strata,
             )
         )  # fmt: skip

@@ -31,6 +31,7 @@ from jaxkit import _validate as V
 from jaxkit.hypospace._causal import CausalTask, format_observation
 
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MODES = ("compat", "strict")
 
 
 def openai_client(
@@ -114,15 +115,20 @@ _ARROWS = re.compile(r"\s*(?:→|-->|=>|->)\s*")
 _EMPTY = {"no edge", "no edges", "empty", "none", "null", ""}
 
 
-def parse_causal(text: str, n: int, *, max_edges: int | None = None) -> np.ndarray | None:
+def parse_causal(
+    text: str, n: int, *, max_edges: int | None = None, mode: str = "compat"
+) -> np.ndarray | None:
     r"""``int8[n, n]`` adjacency of an answer, or ``None`` when it does not parse.
 
     Upstream's rules [C]: drop code fences; the first line matching ``graph\s*:``
     (case-insensitive) else the first line; strip quotes and trailing `` .;``; arrow
     variants normalised; ``no edges`` / ``empty`` / ``none`` / ``null`` is the empty graph;
     each comma piece must be ``X -> Y`` with known names and ``X != Y``; duplicates
-    merged. More than ``max_edges`` edges or a cycle: ``None`` (a parse failure).
+    merged. More than ``max_edges`` edges or a cycle: ``None`` (a parse failure, so
+    upstream retries it) when ``mode="compat"``; ``mode="strict"`` returns the graph, a
+    proposal that :func:`validate` then scores invalid.
     """
+    V.one_of(MODES, mode=mode)
     if not isinstance(text, str):
         return None
     body = re.sub(r"```[a-zA-Z]*", "", text)
@@ -145,6 +151,8 @@ def parse_causal(text: str, n: int, *, max_edges: int | None = None) -> np.ndarr
         if i == j:
             return None
         adj[i, j] = 1
+    if mode == "strict":
+        return adj
     if max_edges is not None and int(adj.sum()) > max_edges:
         return None
     reach = adj.astype(bool)
@@ -172,16 +180,87 @@ class Usage:
 
 @dataclasses.dataclass
 class LLMRun:
-    """Result of :func:`run_causal`.
+    """Result of :func:`run_causal`, ``run_boolean`` or ``run_voxel``.
 
-    ``ids`` (``int32[N]``, -1 = never parsed), the raw answers of every attempt, the
-    history lines shown, and ``usage``.
+    ``ids`` (``int32[N]``, -1 = never parsed), ``valid`` and ``counted`` (``bool[N]``, the
+    mode's validity and uniqueness flags: score with ``metrics(run.ids, admissible,
+    valid=run.valid, counted=run.counted)``), the raw answers of every attempt, the
+    history entries shown, ``usage`` and the scoring ``mode``.
     """
 
     ids: np.ndarray
     answers: list
     history: list
     usage: Usage
+    valid: np.ndarray
+    counted: np.ndarray
+    mode: str = "compat"
+
+
+def _run_loop(client, name, n_queries, prompt_fn, answer_fn, *, max_retries, checkpoint,
+              mode, error_entry=None):  # fmt: skip
+    """The shared sequential query loop (host-side).
+
+    ``prompt_fn(history) -> str``; ``answer_fn(text) -> (id, valid, counted, entry) | None``
+    (``None``: a parse failure, retried; ``entry`` is appended to the history, or nothing
+    when it is ``None``). After ``max_retries`` failed attempts the query is id -1 and,
+    when ``error_entry(last_error)`` is given and an API error occurred, its string joins
+    the history (upstream's Boolean runner). The JSON ``checkpoint`` holds the whole state.
+    """
+    n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
+    max_retries = V.python_int(max_retries, name="max_retries", minimum=1)
+    V.one_of(MODES, mode=mode)
+    if not callable(client):
+        raise TypeError(f"`client` must be callable, got {type(client).__name__}.")
+    state = {"task": name, "mode": mode, "ids": [], "valid": [], "counted": [], "answers": [],
+             "history": [], "usage": {}}  # fmt: skip
+    if checkpoint is not None and os.path.exists(checkpoint):
+        with open(checkpoint) as fh:
+            saved = json.load(fh)
+        if saved.get("task") == name and saved.get("mode", "compat") == mode:
+            state.update(saved)
+    usage = Usage(**state["usage"])
+    while len(state["ids"]) < n_queries:
+        prompt = prompt_fn(state["history"])
+        got, last_error = None, None
+        for _ in range(max_retries):
+            usage.calls += 1
+            try:
+                out = client(prompt)
+            except Exception as e:  # noqa: BLE001 (API errors are retried, then counted)
+                usage.errors += 1
+                last_error = f"{type(e).__name__}: {e}"
+                state["answers"].append(f"[ERROR {last_error}]")
+                continue
+            text, meta = out if isinstance(out, tuple) else (out, {})
+            usage.add(meta or {})
+            state["answers"].append(text)
+            got = answer_fn(text)
+            if got is None:
+                usage.parse_failures += 1
+                continue
+            break
+        if got is None:
+            got = (-1, False, False, None)
+            if error_entry is not None and last_error is not None:
+                got = (-1, False, False, error_entry(last_error, max_retries))
+        ident, ok, counted, entry = got
+        state["ids"].append(int(ident))
+        state["valid"].append(bool(ok))
+        state["counted"].append(bool(counted))
+        if entry is not None:
+            state["history"].append(entry)
+        state["usage"] = dataclasses.asdict(usage)
+        if checkpoint is not None:
+            tmp = f"{checkpoint}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(state, fh)
+            os.replace(tmp, checkpoint)
+    return LLMRun(
+        np.asarray(state["ids"][:n_queries], np.int32), state["answers"], state["history"],
+        usage, np.asarray(state["valid"][:n_queries], bool),
+        np.asarray(state["counted"][:n_queries], bool), mode,
+    )  # fmt: skip
 
 
 def _edge_id(adj) -> int:
@@ -203,57 +282,33 @@ def run_causal(
     max_edges: int | None = None,
     max_retries: int = 3,
     checkpoint: str | os.PathLike | None = None,
+    mode: str = "compat",
 ) -> LLMRun:
     """Query ``client`` ``n_queries`` times on one causal task (host-side, sequential).
 
     Each query shows every earlier parsed proposal (duplicates and invalid ones included,
     as upstream). An exception from the client or a parse failure is retried, up to
     ``max_retries`` attempts in all. Ids are :func:`canonical_id` codes (n <= 6), scored
-    by :func:`metrics` against ``task.admissible``. With ``checkpoint`` (a JSON path) the
-    state is saved after every query and a run with the same task name resumes there.
+    by :func:`metrics` against ``task.admissible``. ``mode="compat"`` makes a cyclic or
+    over-``max_edges`` answer a parse failure (retried, as upstream); ``"strict"`` keeps
+    it as an invalid proposal. With ``checkpoint`` (a JSON path) the state is saved after
+    every query and a run with the same task name and mode resumes there.
     """
-    n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
-    max_retries = V.python_int(max_retries, name="max_retries", minimum=1)
-    if not callable(client):
-        raise TypeError(f"`client` must be callable, got {type(client).__name__}.")
     n = int(np.asarray(task.obs.effects).shape[1])
     if n * (n - 1) > 31:
         raise ValueError(f"`task` has n={n} nodes; ids fit int32 only for n <= 6.")
-    state = {"task": task.name, "ids": [], "answers": [], "history": [], "usage": {}}
-    if checkpoint is not None and os.path.exists(checkpoint):
-        with open(checkpoint) as fh:
-            saved = json.load(fh)
-        if saved.get("task") == task.name:
-            state = saved
-    usage = Usage(**state["usage"])
-    while len(state["ids"]) < n_queries:
-        prompt = causal_prompt(task, state["history"], max_edges=max_edges)
-        got = -1
-        for _ in range(max_retries):
-            usage.calls += 1
-            try:
-                out = client(prompt)
-            except Exception as e:  # noqa: BLE001 (API errors are retried, then counted)
-                usage.errors += 1
-                state["answers"].append(f"[ERROR {type(e).__name__}: {e}]")
-                continue
-            text, meta = out if isinstance(out, tuple) else (out, {})
-            usage.add(meta or {})
-            state["answers"].append(text)
-            adj = parse_causal(text, n, max_edges=max_edges)
-            if adj is None:
-                usage.parse_failures += 1
-                continue
-            got = _edge_id(adj)
-            state["history"].append(format_graph(adj))
-            break
-        state["ids"].append(got)
-        state["usage"] = dataclasses.asdict(usage)
-        if checkpoint is not None:
-            tmp = f"{checkpoint}.tmp"
-            with open(tmp, "w") as fh:
-                json.dump(state, fh)
-            os.replace(tmp, checkpoint)
-    return LLMRun(
-        np.asarray(state["ids"][:n_queries], np.int32), state["answers"], state["history"], usage
-    )
+    V.one_of(MODES, mode=mode)
+    adm = {int(a) for a in np.asarray(task.admissible)}
+
+    def answer(text):
+        adj = parse_causal(text, n, max_edges=max_edges, mode=mode)
+        if adj is None:
+            return None
+        ident = _edge_id(adj)
+        return ident, ident in adm, True, format_graph(adj)
+
+    return _run_loop(
+        client, task.name, n_queries,
+        lambda hist: causal_prompt(task, hist, max_edges=max_edges), answer,
+        max_retries=max_retries, checkpoint=checkpoint, mode=mode,
+    )  # fmt: skip

@@ -8,6 +8,9 @@ queries returning canonical ids (``-1`` = a query that never parsed):
 - recovery ``R = |distinct valid proposals| / K``, ``K = |H_O|``;
 - parse rate ``= n_parsed / N``.
 
+``metrics(..., valid=, counted=)`` takes a mode's per-query judgement where upstream's scorer
+departs from membership in ``H_O`` (``compat`` vs ``strict``, spec §1.3).
+
 A proposal is valid iff its id is in the admissible set (the validator is exact, so the
 admissible set is the valid set). Expectations for i.i.d. samplers (spec §1.2.7, [R]):
 ``E[V] = sum_{H_O} p``, ``E[U] = sum_h (1 - (1 - p_h)^N) / N``,
@@ -32,7 +35,7 @@ class Metrics(NamedTuple):
     parse_rate: Float[Array, "..."]
 
 
-def _metrics_core(ids, admissible):
+def _metrics_core(ids, admissible, valid=None, counted=None):
     n = ids.shape[-1]
     ids = ids.astype(jnp.int32)
     adm = admissible.astype(jnp.int32)
@@ -40,11 +43,13 @@ def _metrics_core(ids, admissible):
     parsed = ids >= 0
     # membership by an [N, K] comparison (N, K are query / answer counts, small)
     eq = ids[:, None] == jnp.broadcast_to(adm[None, :], (n, adm.shape[0]))
-    valid = parsed & jnp.any(eq, axis=1)
-    s = jnp.sort(ids)
+    member = parsed & jnp.any(eq, axis=1)
+    valid = member if valid is None else parsed & valid.astype(bool)
+    counted = parsed if counted is None else parsed & counted.astype(bool)
+    s = jnp.sort(jnp.where(counted, ids, -1))
     first = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
     n_distinct = jnp.sum(first & (s >= 0))
-    sv = jnp.sort(jnp.where(valid, ids, -1))
+    sv = jnp.sort(jnp.where(valid & member, ids, -1))
     firstv = jnp.concatenate([jnp.ones((1,), bool), sv[1:] != sv[:-1]])
     n_found = jnp.sum(firstv & (sv >= 0))
     f = jnp.float32
@@ -59,13 +64,26 @@ def _metrics_core(ids, admissible):
 _metrics_jit = jax.jit(_metrics_core)
 
 
-def metrics(ids: Int[ArrayLike, " N"], admissible: Int[ArrayLike, " K"]) -> Metrics:
+def metrics(
+    ids: Int[ArrayLike, " N"],
+    admissible: Int[ArrayLike, " K"],
+    *,
+    valid: Bool[ArrayLike, " N"] | None = None,
+    counted: Bool[ArrayLike, " N"] | None = None,
+) -> Metrics:
     """Validity, uniqueness, recovery and parse rate of one run (jitted; vmap over runs).
 
     Args:
       ids: ``int[N]`` proposed canonical ids, ``-1`` (any negative) for a failed query.
       admissible: ``int[K_max]`` distinct admissible ids, padded with ``-1``; ``K`` is the
         number of non-negative entries (recovery is 0 when ``K = 0``).
+      valid: optional ``bool[N]`` validity of each query as a mode's validator judged it
+        (default: the id is admissible, ``mode="strict"``). Upstream's scorer differs
+        (``mode="compat"``, spec §1.3): a 3D answer over the height cap is valid yet never
+        in ``H_O``; a Boolean ground truth outside upstream's in-space test is invalid.
+        Recovery only counts proposals that are both valid and admissible.
+      counted: optional ``bool[N]``, which parsed proposals count towards uniqueness
+        (default all; upstream's Boolean scorer counts only in-space ones).
     """
     V.ndim(ids, 1, name="ids")
     V.ndim(admissible, 1, name="admissible")
@@ -75,7 +93,12 @@ def metrics(ids: Int[ArrayLike, " N"], admissible: Int[ArrayLike, " K"]) -> Metr
         raise ValueError("`ids` must hold at least one query, got shape (0,).")
     if jnp.shape(admissible)[0] == 0:
         raise ValueError("`admissible` must have K_max >= 1 entries (pad with -1).")
-    return _metrics_jit(ids, admissible)
+    for name, x in (("valid", valid), ("counted", counted)):
+        if x is not None:
+            V.shape(x, jnp.shape(ids), name=name)
+            if jnp.result_type(x) != jnp.bool_:
+                raise TypeError(f"`{name}` must be bool, got dtype {jnp.result_type(x)}.")
+    return _metrics_jit(ids, admissible, valid, counted)
 
 
 def _sample_masked(key, mask, n_queries):

@@ -155,7 +155,8 @@ def voxel_collection(
     """Top views with exactly ``max_blocks`` occupied cells (``fixed``) or 1..max_blocks.
 
     Host-side; placements in ``itertools.combinations`` order over row-major cells, per
-    ``b`` ascending; names ``g{g}_h{H}_b{b}_{counter:03d}`` (counter per ``b``). Counts
+    ``b`` ascending; names upstream's ``g{g}_h{H}_b{b}_{counter:03d}`` (counter per ``b``,
+    from 1). Counts
     (g = 3, H = 3, b <= 3, not fixed): 9 + 36 + 84 = 129 sets, K in {3, 9, 27}.
     """
     g, max_height = _check_ids(g, max_height)
@@ -164,7 +165,7 @@ def voxel_collection(
         raise ValueError(f"`max_blocks` must be <= g*g = {g * g}, got {max_blocks}.")
     tasks = []
     for b in [max_blocks] if fixed else range(1, max_blocks + 1):
-        for counter, cells in enumerate(itertools.combinations(range(g * g), b)):
+        for counter, cells in enumerate(itertools.combinations(range(g * g), b), start=1):
             top = np.zeros(g * g, np.int8)
             top[list(cells)] = 1
             top = top.reshape(g, g)

@@ -8,6 +8,13 @@ identical). Default 2**16 graphs (a shared 2-core machine); ``--full`` runs 2**2
 vs an itertools + networkx generator of the same rules (informational; sets identical).
 (c) metrics of 10**4 simulated runs (10**5 with ``--full``): vmapped ``metrics`` vs Python
 sets (informational; identical values).
+(d) Boolean domain (full operators, depth 2; 65 expressions, 80 observation sets):
+validate 2**12 proposed expressions (2**16 with ``--full``) against every set — jitted
+``validate_boolean`` on truth tables vs a plain-Python recursive evaluation of each
+expression tree on the observed rows (anchor ``python``; identical verdicts).
+(e) 3D voxel domain (3x3 grid, 4 layers): validate 2**14 random layer stacks (2**17 with
+``--full``) against one top view, compat and strict — jitted ``validate_voxel`` vs
+upstream's explicit layer loop in plain Python (anchor ``python``; identical verdicts).
 """
 
 import itertools
@@ -57,8 +64,8 @@ def _nx_collection(n: int) -> list[tuple[str, frozenset]]:
                 continue
             adm = frozenset(e for e, rows in dags if all(rows[i] == ef for i, ef in combo))
             if adm:
-                out.append((f"n{k}_{c:03d}", adm))
                 c += 1
+                out.append((f"n{k}_{c:03d}", adm))
     return out
 
 
@@ -156,11 +163,111 @@ def bench_metrics(runs: int, repeats: int) -> None:
     )
 
 
+def _py_eval(key, x: int, y: int) -> int:
+    if key[0] == "VAR":
+        return x if key[1] == "x" else y
+    if key[0] == "NOT":
+        return 1 - _py_eval(key[1], x, y)
+    vals = [_py_eval(c, x, y) for c in key[1]]
+    return int(all(vals)) if key[0] == "AND" else int(any(vals))
+
+
+def bench_boolean(m: int, repeats: int) -> None:
+    table = hs.enumerate_expressions("full", 2)
+    tasks = hs.boolean_collection("full", 2)
+    rng = np.random.default_rng(0)
+    prop = rng.integers(0, len(table.keys), size=m)
+    masks = np.asarray([int(t.obs.mask) for t in tasks], np.int32)
+    outs = np.asarray([int(t.obs.out) for t in tasks], np.int32)
+    truth = jnp.asarray(table.truth[prop])
+
+    def ours_fn(tr, mk, ot):
+        return hs.validate_boolean(tr[None, :], hs.BooleanObs(mk[:, None], ot[:, None]))
+
+    ours = H.time_jax(ours_fn, truth, jnp.asarray(masks), jnp.asarray(outs), repeats=repeats)
+    keys = [table.keys[i] for i in prop]
+    rows = [[(r >> 1, r & 1, (o >> r) & 1) for r in range(4) if (mk >> r) & 1]
+            for mk, o in zip(masks.tolist(), outs.tolist(), strict=True)]  # fmt: skip
+
+    def py():
+        return np.array([[all(_py_eval(k, x, y) == v for x, y, v in obs) for k in keys]
+                         for obs in rows])  # fmt: skip
+
+    anchor = H.time_python(py, repeats=1)
+    same = bool(np.array_equal(np.asarray(ours.output), anchor.output))
+    H.emit(
+        bench="hypospace",
+        case="boolean_validate_full_d2",
+        sizes={"proposals": m, "sets": len(tasks), "expressions": len(table.keys)},
+        ours=ours,
+        anchor="python",
+        anchor_t=anchor,
+        target=None,
+        note=f"identical verdicts: {same} ({int(anchor.output.sum())} valid pairs); "
+        f"ours {m * len(tasks) / ours.median_s:.3g} checks/s",
+        identical=same,
+    )
+
+
+def _py_voxel(layers: np.ndarray, top: np.ndarray, max_height: int, strict: bool) -> bool:
+    """Upstream's validator as a layer loop (plus the cap when strict)."""
+    if not np.isin(layers, (0, 1)).all():
+        return False
+    seen = np.zeros_like(top)
+    for layer in layers:
+        seen = seen | layer
+    if not np.array_equal(seen, top):
+        return False
+    for z in range(1, len(layers)):
+        for r in range(top.shape[0]):
+            for c in range(top.shape[1]):
+                if layers[z, r, c] == 1 and layers[z - 1, r, c] != 1:
+                    return False
+    if strict:
+        return bool(layers.sum(axis=0).max() <= max_height)
+    return True
+
+
+def bench_voxel(m: int, repeats: int) -> None:
+    rng = np.random.default_rng(0)
+    top = np.zeros((3, 3), np.int8)
+    top[0, 0] = top[1, 2] = 1
+    # candidate stacks near the admissible set: random heights 0..4 on the top view's
+    # cells plus 5 % stray blocks, so every verdict occurs
+    h = rng.integers(1, 5, size=(m, 3, 3)) * top[None]
+    layers = (np.arange(4)[None, :, None, None] < h[:, None]).astype(np.int8)
+    layers |= (rng.random(layers.shape) < 0.02).astype(np.int8)
+    lj = jnp.asarray(layers)
+    for strict in (False, True):
+        ours = H.time_jax(
+            lambda a, t, s=strict: hs.validate_voxel(a, t, max_height=3, strict=s),
+            lj, jnp.asarray(top), repeats=repeats,
+        )  # fmt: skip
+        anchor = H.time_python(
+            lambda s=strict: np.array([_py_voxel(a, top, 3, s) for a in layers]), repeats=1
+        )
+        same = bool(np.array_equal(np.asarray(ours.output), anchor.output))
+        H.emit(
+            bench="hypospace",
+            case="voxel_validate_3x3",
+            sizes={"stacks": m, "layers": 4, "grid": 3, "mode": "strict" if strict else "compat"},
+            ours=ours,
+            anchor="python",
+            anchor_t=anchor,
+            target=None,
+            note=f"identical verdicts: {same} ({int(anchor.output.sum())} valid); ours "
+            f"{m / ours.median_s:.3g} stacks/s, python {m / anchor.median_s:.3g} stacks/s",
+            identical=same,
+        )
+
+
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     bench_validate(2**20 if args.full else 2**16, args.repeats)
     bench_collection()
     bench_metrics(10**5 if args.full else 10**4, args.repeats)
+    bench_boolean(2**16 if args.full else 2**12, args.repeats)
+    bench_voxel(2**17 if args.full else 2**14, args.repeats)
 
 
 if __name__ == "__main__":
