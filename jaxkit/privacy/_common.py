@@ -212,9 +212,17 @@ def norm_dtype(leaves: list[Any]) -> jnp.dtype:
 
 
 def weighted_sum(w: ArrayLike, g: ArrayLike) -> jax.Array:
-    """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis)."""
+    """``sum_i w_i g_i`` over the leading axis (a reduction, fine on a sharded batch axis).
+
+    Written as a contraction (one GEMV), not ``sum(g * w[:, None, ...], axis=0)``: XLA's
+    CPU back end lowers that multiply-reduce over the leading axis to a fusion measured
+    about 100x slower (19 ms vs 0.15 ms for ``[64, 2, 256, 16]``, jax 0.10.2).
+    """
     w, g = jnp.asarray(w), jnp.asarray(g)
-    return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)
+    spec = getattr(jax.typeof(g).sharding, "spec", None)
+    if spec and spec[0] is not None:  # batch sharded under an Explicit mesh: a reduction
+        return jnp.sum(g * w.reshape((-1,) + (1,) * (g.ndim - 1)), axis=0)
+    return jnp.einsum("b,b...->...", w.astype(g.dtype), g)
 
 
 def adam_direction(g: jax.Array, m: jax.Array, v: jax.Array, t: jax.Array, b1, b2, eps):
