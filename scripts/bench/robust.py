@@ -46,7 +46,7 @@ def _interleaved(ours_fn, ours_args, anchor_fn, repeats):
     )
 
 
-def _lad_case(z, y, bulk, eps, steps, repeats, case, sizes):
+def _lad_case(z, y, bulk, eps, steps, repeats, case, sizes, target):
     fam = R.lad()
     p0 = R.LinearParams(jnp.zeros(z.shape[1]), jnp.asarray(0.0))
     prob = R.build_conic(fam, (np.asarray(z), np.asarray(y)), bulk)
@@ -67,7 +67,7 @@ def _lad_case(z, y, bulk, eps, steps, repeats, case, sizes):
         ours=t_ours,
         anchor="cvxpy",
         anchor_t=t_anchor,
-        target=2.0,
+        target=target,
         note=f"ok needs gap <= 1e-4 too: gap {gap:.2e}; steps/stage {steps}, 4 stages; "
         f"cvxpy status {t_anchor.output.status}, DPP re-solve (canonicalisation cached)",
         ours_err=gap,
@@ -95,6 +95,9 @@ def main() -> None:
             args.repeats,
             "credal_lad_ellipsoid",
             {"n": 442, "d": 10, "eps": 0.1, "alpha": 0.1, "steps": steps},
+            # the target (>= 2x at gap <= 1e-4) is judged at the step budget that reaches
+            # the gap; the 150-step solve (gap ~5e-6) is an informational tighter line
+            2.0 if steps == 40 else None,
         )
 
     # newsvendor: closed form vmapped over 64 eps vs 64 LP re-solves
