@@ -23,6 +23,9 @@ from jaxkit.data._features import center_cosine as center_cosine
 from jaxkit.data._features import el2n as el2n
 from jaxkit.data._features import knn_label_agreement as knn_label_agreement
 from jaxkit.data._features import nearest_cosines as nearest_cosines
+from jaxkit.data._forgetting import ForgettingState as ForgettingState
+from jaxkit.data._forgetting import forgetting_init as forgetting_init
+from jaxkit.data._forgetting import forgetting_update as forgetting_update
 from jaxkit.data._hobit import HobitBatches as HobitBatches
 from jaxkit.data._hobit import SparseHardness as SparseHardness
 from jaxkit.data._hobit import greedy_select as greedy_select

@@ -352,3 +352,32 @@ CASES = [
         slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
     ),
 ]
+
+
+# ---------------------------------------------------------------- MTS (wave 6)
+def _forget_args(key, dtype):
+    k1, k2 = jax.random.split(key)
+    return jax.random.bernoulli(k1, 0.5, (N,)), jax.random.permutation(k2, 2 * N)[:N]
+
+
+def _forget(correct, idx):
+    prev = jnp.arange(2 * N) % 2 == 0
+    st = data.ForgettingState(prev, jnp.zeros(2 * N, jnp.int32), prev)
+    return data.forgetting_update(st, correct, idx)
+
+
+def _bad_forget_idx(key):
+    c, idx = _forget_args(key, jnp.float32)
+    return (c, idx.at[0].set(2 * N)), {}
+
+
+CASES += [
+    Case(
+        "data.forgetting_update",
+        _forget,
+        _forget_args,
+        grad_modes=(),
+        bad=(Bad("idx out of range", _bad_forget_idx, ValueError, "idx"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once", "sharding"),
+    ),
+]
