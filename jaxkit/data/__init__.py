@@ -35,6 +35,9 @@ from jaxkit.data._infonce import infonce as infonce
 from jaxkit.data._mts import GSNR as GSNR
 from jaxkit.data._mts import gsnr as gsnr
 from jaxkit.data._mts import normalize_weights as normalize_weights
+from jaxkit.data._mts_baselines import L2RWStep as L2RWStep
+from jaxkit.data._mts_baselines import l2rw_step as l2rw_step
+from jaxkit.data._mts_baselines import mwn_meta_step as mwn_meta_step
 from jaxkit.data._mts_step import MTSHypergrad as MTSHypergrad
 from jaxkit.data._mts_step import MTSMetaStep as MTSMetaStep
 from jaxkit.data._mts_step import mts_hypergrad as mts_hypergrad

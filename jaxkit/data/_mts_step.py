@@ -38,8 +38,9 @@ def _scores(meta_net, features, class_w):
     return s if class_w is None else s * class_w.astype(s.dtype)
 
 
-def _weights(meta_net, features, class_w, axis_name=None):
-    return _normalize(_scores(meta_net, features, class_w), None, axis_name=axis_name)
+def _weights(meta_net, features, class_w, axis_name=None, normalize=True):
+    s = _scores(meta_net, features, class_w)
+    return _normalize(s, None, axis_name=axis_name) if normalize else s
 
 
 def _step(params, g, lr):
@@ -62,40 +63,47 @@ class MTSHypergrad(NamedTuple):
     meta_loss: Float[Array, ""]  # L_meta(theta') after the inner step
 
 
-def _unrolled(loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr):
+def _unrolled(loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, normalize):
     """Reference: reverse mode through the inner step and the normalisation (one device)."""
 
     def meta_of_w(w):
         g = jax.grad(lambda p: jnp.mean(w * loss_fn(p, batch)))(params)
         return jnp.mean(loss_fn(_step(params, g, lr), meta_batch))
 
-    meta_loss, gw = jax.value_and_grad(meta_of_w)(_weights(meta_net, features, class_w))
-    grad = jax.grad(lambda m: meta_of_w(_weights(m, features, class_w)))(meta_net)
+    wfn = lambda m: _weights(m, features, class_w, None, normalize)  # noqa: E731
+    meta_loss, gw = jax.value_and_grad(meta_of_w)(wfn(meta_net))
+    grad = jax.grad(lambda m: meta_of_w(wfn(m)))(meta_net)
     return grad, gw, meta_loss
 
 
 def _hypergrad(
-    loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode, axis_name
-):
-    s, s_vjp = jax.vjp(lambda m: _scores(m, features, class_w), meta_net)
-    w = _normalize(s, None, axis_name=axis_name)
-    if mode == "unrolled":
-        grad, gw, meta_loss = _unrolled(
-            loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr
-        )
-        return MTSHypergrad(grad, gw.astype(w.dtype), w, meta_loss.astype(w.dtype))
-    nb = _psum(jnp.asarray(w.shape[0], w.dtype), axis_name)  # global batch size
+    loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode, axis_name,
+    normalize=True,
+):  # fmt: skip
+    """``features=None``: the meta-network reads each example's loss (Meta-Weight-Net)."""
     losses = lambda p: loss_fn(p, batch)  # noqa: E731
     if mode == "jvp":  # one linearisation of the per-example losses serves both passes
         l0, lin = jax.linearize(losses, params)
-        (g,) = jax.linear_transpose(lin, params)((w / nb).astype(l0.dtype))
+        inner_vjp = jax.linear_transpose(lin, params)
+    elif mode == "finite_diff":
+        l0, inner_vjp = jax.vjp(losses, params)
     else:
-        l0, vjp = jax.vjp(losses, params)
-        (g,) = vjp((w / nb).astype(l0.dtype))
+        l0 = losses(params)
+    if features is None:
+        features = jax.lax.stop_gradient(l0)[:, None]
+    s, s_vjp = jax.vjp(lambda m: _scores(m, features, class_w), meta_net)
+    w = _normalize(s, None, axis_name=axis_name) if normalize else s
+    if mode == "unrolled":
+        grad, gw, meta_loss = _unrolled(
+            loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, normalize
+        )
+        return MTSHypergrad(grad, gw.astype(w.dtype), w, meta_loss.astype(w.dtype))
+    nb = _psum(jnp.asarray(w.shape[0], w.dtype), axis_name)  # global batch size
+    (g,) = inner_vjp((w / nb).astype(l0.dtype))
     theta1 = _step(params, _psum(g, axis_name), lr)
-    meta_loss, gamma = jax.value_and_grad(lambda p: _mean_loss(loss_fn, p, meta_batch, axis_name))(
-        theta1
-    )
+    meta_loss, gamma = jax.value_and_grad(
+        lambda p: _mean_loss(loss_fn, p, meta_batch, axis_name)
+    )(theta1)  # fmt: skip
     meta_loss, gamma = _psum((meta_loss, gamma), axis_name)
     gamma = jax.tree.map(lambda p, g: g.astype(p.dtype), params, gamma)
     if mode == "jvp":  # a_i = <grad l_i(theta), gamma>, all i by the linear map at theta
@@ -107,12 +115,15 @@ def _hypergrad(
         a = (losses(shift(eps)) - losses(shift(-eps))) / (2 * eps)
         a = jnp.where(norm > 0, a, 0.0)
     gw = ((-lr / nb) * a).astype(w.dtype)
-    # chain through w_i = B s_i / S (S summed over the global batch): ds_j gets
-    # (B / S) (gw_j - sum_i gw_i s_i / S), whatever device holds i
-    acc = accumulation_dtype(s.dtype)
-    sa, ga = s.astype(acc), gw.astype(acc)
-    tot, dot = _psum((jnp.sum(sa), jnp.sum(ga * sa)), axis_name)
-    (grad,) = s_vjp(((nb.astype(acc) / tot) * (ga - dot / tot)).astype(s.dtype))
+    if normalize:  # chain through w_i = B s_i / S (S over the global batch): ds_j gets
+        # (B / S) (gw_j - sum_i gw_i s_i / S), whatever device holds i
+        acc = accumulation_dtype(s.dtype)
+        sa, ga = s.astype(acc), gw.astype(acc)
+        tot, dot = _psum((jnp.sum(sa), jnp.sum(ga * sa)), axis_name)
+        ds = ((nb.astype(acc) / tot) * (ga - dot / tot)).astype(s.dtype)
+    else:
+        ds = gw
+    (grad,) = s_vjp(ds)
     return MTSHypergrad(_psum(grad, axis_name), gw, w, meta_loss.astype(w.dtype))
 
 
@@ -211,20 +222,24 @@ class MTSMetaStep(NamedTuple):
 
 def _meta_step(
     loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch, class_w, lr,
-    fd_eps, mode, axis_name,
+    fd_eps, mode, axis_name, normalize=True,
 ):  # fmt: skip
+    if features is None:  # Meta-Weight-Net: the meta-network reads the losses at theta
+        features = jax.lax.stop_gradient(loss_fn(params, batch))[:, None]
     h = _hypergrad(
         loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode,
-        axis_name,
+        axis_name, normalize,
     )  # fmt: skip
     updates, opt_state = optimizer.update(h.grad, opt_state, meta_net)
     meta_net = optax.apply_updates(meta_net, updates)
-    w = jax.lax.stop_gradient(_weights(meta_net, features, class_w, axis_name))
+    w = jax.lax.stop_gradient(_weights(meta_net, features, class_w, axis_name, normalize))
     norm = jnp.sqrt(_tree_vdot(h.grad, h.grad)).astype(w.dtype)
     return MTSMetaStep(meta_net, opt_state, w, h.meta_loss, norm)
 
 
-_meta_step_jit = jax.jit(_meta_step, static_argnames=("loss_fn", "optimizer", "mode", "axis_name"))
+_meta_step_jit = jax.jit(
+    _meta_step, static_argnames=("loss_fn", "optimizer", "mode", "axis_name", "normalize")
+)
 
 
 def mts_meta_step(

@@ -381,3 +381,52 @@ CASES += [
         slow_checks=("dtypes", "eval_shape", "traced_once", "sharding"),
     ),
 ]
+
+
+def _l2rw_args(key, dtype):
+    params, _, _, batch, meta = _mts_args(key, dtype)
+    return params, _MTS_OPT.init(params), batch, meta
+
+
+def _l2rw(params, opt_state, batch, meta):
+    return data.l2rw_step(_mts_loss, _MTS_OPT, params, opt_state, batch, meta)
+
+
+def _mwn_args(key, dtype):
+    params, _, _, batch, meta = _mts_args(key, dtype)
+    net = nn.MLP(1, 1, hidden=(4,), key=jax.random.fold_in(key, 7), dtype=dtype)
+    return params, net, _MTS_OPT.init(net), batch, meta
+
+
+def _mwn(params, net, opt_state, batch, meta, *, lr):
+    return data.mwn_meta_step(_mts_loss, _MTS_OPT, params, net, opt_state, batch, meta, lr=lr)
+
+
+def _bad_mwn_lr(key):
+    return _mwn_args(key, jnp.float32), {"lr": jnp.nan}
+
+
+CASES += [
+    Case(
+        "data.l2rw_step",
+        _l2rw,
+        _l2rw_args,
+        grad_modes=(),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+    Case(
+        "data.mwn_meta_step",
+        _mwn,
+        _mwn_args,
+        hparams={"lr": (0.1, 0.3)},
+        grad_modes=(),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(Bad("NaN lr", _bad_mwn_lr, ValueError, "lr"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+]
