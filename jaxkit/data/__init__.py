@@ -8,12 +8,14 @@ swappable (``objective=``). ``knn_graph`` builds the sparse hardness graph,
 ``hobit_objective`` evaluates the set function, ``greedy_select`` is the exact
 sequential greedy on one pool, ``hobit_batches`` / ``hobit_permutation`` the jitted
 parallel greedy over a whole epoch; ``infonce`` the in-batch loss whose negatives
-are the global batch gathered over a mesh axis. MTS (issue 18, partial):
-``normalize_weights`` (global mean-1 example weights), the ``gsnr`` estimator,
-``mts_hypergrad`` (exact one-jvp hypergradient; ``unrolled`` / ``finite_diff``
-references), ``mts_meta_step`` (hypergradient + optax update of the meta-network)
-and the features ``el2n``, ``center_cosine``, ``nearest_cosines``,
-``knn_label_agreement``.
+are the global batch gathered over a mesh axis. MTS: ``normalize_weights`` (global
+mean-1 example weights), the ``gsnr`` estimator, ``mts_hypergrad`` (exact hypergradient
+by one linearisation; ``unrolled`` / ``finite_diff`` references; ``axis_name=`` for the
+multi-device step), ``mts_meta_step`` (hypergradient + optax update of the
+meta-network), the features ``el2n``, ``center_cosine``, ``nearest_cosines``,
+``knn_label_agreement`` and forgetting counts (``forgetting_init`` /
+``forgetting_update``), and the baselines ``l2rw_step`` (learning to reweight) and
+``mwn_meta_step`` (Meta-Weight-Net).
 """
 
 from jaxkit.data._baselines import kmeans_batches as kmeans_batches
