@@ -65,7 +65,9 @@ def forgetting_update(
     its previous presentation and is incorrect now. A never-learned example keeps
     count 0 (the authors' feature); ``ever_correct`` tells them apart. Pure and jitted,
     callable inside a jitted training loop (``lax.scan`` carry). Out-of-range or
-    repeated ``idx`` raise (``eqx.error_if``).
+    repeated ``idx`` raise (``eqx.error_if``). The state is dataset-sized and
+    unsharded: under an ``Explicit`` mesh pass ``correct`` / ``idx`` replicated (jax
+    cannot scatter rows split over a mesh axis into an unsplit array).
     """
     if not isinstance(state, ForgettingState):
         raise TypeError(f"`state` must be a ForgettingState, got {type(state).__name__}.")
