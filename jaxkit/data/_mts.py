@@ -2,7 +2,8 @@
 
 MTS (Du, Zhao & Li, ICML 2026; code ZILIN003/MTS) learns per-example weights with a
 meta-network; spec ``training.md`` section 2. The meta-step and hypergradient are in
-``_mts_step``; the feature set and the baselines are not built yet.
+``_mts_step``, the features in ``_features`` / ``_forgetting``, the baselines in
+``_mts_baselines``.
 """
 
 from typing import NamedTuple

@@ -18,6 +18,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from jaxkit import _validate as V
+from jaxkit._typing import accumulation_dtype
 from jaxkit.data._mts import _normalize
 
 _MODES = ("jvp", "unrolled", "finite_diff")
@@ -27,18 +28,30 @@ def _tree_vdot(a, b):
     return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
-def _weights(meta_net, features, class_w):
-    logits = jax.vmap(meta_net)(features).reshape(features.shape[0])
-    return _normalize(jax.nn.sigmoid(logits), class_w, axis_name=None)
+def _psum(x, axis_name):
+    return x if axis_name is None else jax.tree.map(lambda v: jax.lax.psum(v, axis_name), x)
 
 
-def _inner(loss_fn, params, batch, w, lr):
-    g = jax.grad(lambda p: jnp.mean(w * loss_fn(p, batch)))(params)
+def _scores(meta_net, features, class_w):
+    """Raw scores ``s_i = sigmoid(meta_net(f_i)) * class_w_i`` of this device's rows."""
+    s = jax.nn.sigmoid(jax.vmap(meta_net)(features).reshape(features.shape[0]))
+    return s if class_w is None else s * class_w.astype(s.dtype)
+
+
+def _weights(meta_net, features, class_w, axis_name=None, normalize=True):
+    s = _scores(meta_net, features, class_w)
+    return _normalize(s, None, axis_name=axis_name) if normalize else s
+
+
+def _step(params, g, lr):
     return jax.tree.map(lambda p, d: p - (lr * d).astype(p.dtype), params, g)
 
 
-def _meta_loss(loss_fn, params, meta_batch):
-    return jnp.mean(loss_fn(params, meta_batch))
+def _mean_loss(loss_fn, params, batch, axis_name):
+    """Global mean per-example loss: this device's sum over the global count."""
+    per = loss_fn(params, batch)
+    count = _psum(jnp.asarray(per.shape[0], per.dtype), axis_name)
+    return jnp.sum(per) / jax.lax.stop_gradient(count)
 
 
 class MTSHypergrad(NamedTuple):
@@ -50,37 +63,76 @@ class MTSHypergrad(NamedTuple):
     meta_loss: Float[Array, ""]  # L_meta(theta') after the inner step
 
 
-def _hypergrad(loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode):
-    w, w_vjp = jax.vjp(lambda m: _weights(m, features, class_w), meta_net)
-    w0 = jax.lax.stop_gradient(w)
-    b = w.shape[0]
-    if mode == "unrolled":  # reverse mode through the inner SGD step
-        meta_loss, gw = jax.value_and_grad(
-            lambda ww: _meta_loss(loss_fn, _inner(loss_fn, params, batch, ww, lr), meta_batch)
-        )(w0)
+def _unrolled(loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, normalize):
+    """Reference: reverse mode through the inner step and the normalisation (one device)."""
+
+    def meta_of_w(w):
+        g = jax.grad(lambda p: jnp.mean(w * loss_fn(p, batch)))(params)
+        return jnp.mean(loss_fn(_step(params, g, lr), meta_batch))
+
+    wfn = lambda m: _weights(m, features, class_w, None, normalize)  # noqa: E731
+    meta_loss, gw = jax.value_and_grad(meta_of_w)(wfn(meta_net))
+    grad = jax.grad(lambda m: meta_of_w(wfn(m)))(meta_net)
+    return grad, gw, meta_loss
+
+
+def _hypergrad(
+    loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode, axis_name,
+    normalize=True,
+):  # fmt: skip
+    """``features=None``: the meta-network reads each example's loss (Meta-Weight-Net)."""
+    losses = lambda p: loss_fn(p, batch)  # noqa: E731
+    if mode == "jvp":  # one linearisation of the per-example losses serves both passes
+        l0, lin = jax.linearize(losses, params)
+        inner_vjp = jax.linear_transpose(lin, params)
+    elif mode == "finite_diff":
+        l0, inner_vjp = jax.vjp(losses, params)
     else:
-        theta1 = _inner(loss_fn, params, batch, w0, lr)
-        meta_loss, gamma = jax.value_and_grad(lambda p: _meta_loss(loss_fn, p, meta_batch))(theta1)
-        gamma = jax.tree.map(lambda p, g: g.astype(p.dtype), params, gamma)
-        losses = lambda p: loss_fn(p, batch)  # noqa: E731
-        if mode == "jvp":  # a_i = <grad l_i(theta), gamma>, all i in one forward-mode pass
-            a = jax.jvp(losses, (params,), (gamma,))[1]
-        else:  # the authors' central difference of l_i along gamma
-            norm = jnp.sqrt(_tree_vdot(gamma, gamma))
-            eps = fd_eps / jnp.where(norm > 0, norm, 1.0)
-            shift = lambda s: jax.tree.map(lambda p, g: p + (s * g).astype(p.dtype), params, gamma)  # noqa: E731
-            a = (losses(shift(eps)) - losses(shift(-eps))) / (2 * eps)
-            a = jnp.where(norm > 0, a, 0.0)
-        gw = (-lr / b) * a
-    gw = gw.astype(w.dtype)
-    (grad,) = w_vjp(gw)
-    return MTSHypergrad(grad, gw, w0, meta_loss.astype(w.dtype))
+        l0 = losses(params)
+    if features is None:
+        features = jax.lax.stop_gradient(l0)[:, None]
+    s, s_vjp = jax.vjp(lambda m: _scores(m, features, class_w), meta_net)
+    w = _normalize(s, None, axis_name=axis_name) if normalize else s
+    if mode == "unrolled":
+        grad, gw, meta_loss = _unrolled(
+            loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, normalize
+        )
+        return MTSHypergrad(grad, gw.astype(w.dtype), w, meta_loss.astype(w.dtype))
+    nb = _psum(jnp.asarray(w.shape[0], w.dtype), axis_name)  # global batch size
+    (g,) = inner_vjp((w / nb).astype(l0.dtype))
+    theta1 = _step(params, _psum(g, axis_name), lr)
+    meta_loss, gamma = jax.value_and_grad(
+        lambda p: _mean_loss(loss_fn, p, meta_batch, axis_name)
+    )(theta1)  # fmt: skip
+    meta_loss, gamma = _psum((meta_loss, gamma), axis_name)
+    gamma = jax.tree.map(lambda p, g: g.astype(p.dtype), params, gamma)
+    if mode == "jvp":  # a_i = <grad l_i(theta), gamma>, all i by the linear map at theta
+        a = lin(gamma)
+    else:  # the authors' central difference of l_i along gamma
+        norm = jnp.sqrt(_tree_vdot(gamma, gamma))
+        eps = fd_eps / jnp.where(norm > 0, norm, 1.0)
+        shift = lambda e: jax.tree.map(lambda p, g: p + (e * g).astype(p.dtype), params, gamma)  # noqa: E731
+        a = (losses(shift(eps)) - losses(shift(-eps))) / (2 * eps)
+        a = jnp.where(norm > 0, a, 0.0)
+    gw = ((-lr / nb) * a).astype(w.dtype)
+    if normalize:  # chain through w_i = B s_i / S (S over the global batch): ds_j gets
+        # (B / S) (gw_j - sum_i gw_i s_i / S), whatever device holds i
+        acc = accumulation_dtype(s.dtype)
+        sa, ga = s.astype(acc), gw.astype(acc)
+        tot, dot = _psum((jnp.sum(sa), jnp.sum(ga * sa)), axis_name)
+        ds = ((nb.astype(acc) / tot) * (ga - dot / tot)).astype(s.dtype)
+    else:
+        ds = gw
+    (grad,) = s_vjp(ds)
+    return MTSHypergrad(_psum(grad, axis_name), gw, w, meta_loss.astype(w.dtype))
 
 
-def _check(loss_fn, features, class_w, lr, fd_eps, mode):
+def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
     if not callable(loss_fn):
         raise TypeError(f"`loss_fn` must be callable, got {type(loss_fn).__name__}.")
     V.one_of(_MODES, mode=mode)
+    if axis_name is not None and mode == "unrolled":
+        raise ValueError("`mode`='unrolled' is a single-device reference: use `axis_name`=None.")
     features = jnp.asarray(features)
     V.ndim(features, 2, name="features")
     V.floating(features, name="features")
@@ -95,7 +147,7 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode):
     return features, class_w
 
 
-_hypergrad_jit = jax.jit(_hypergrad, static_argnames=("loss_fn", "mode"))
+_hypergrad_jit = jax.jit(_hypergrad, static_argnames=("loss_fn", "mode", "axis_name"))
 
 
 def mts_hypergrad(
@@ -110,6 +162,7 @@ def mts_hypergrad(
     mode: str = "jvp",
     fd_eps: float | ArrayLike = 1e-2,
     class_w: Float[ArrayLike, " b"] | None = None,
+    axis_name: str | None = None,
 ) -> MTSHypergrad:
     """Hypergradient of the MTS meta loss w.r.t. the meta-network's parameters.
 
@@ -121,29 +174,40 @@ def mts_hypergrad(
     ``gamma = grad L(theta')``, exactly (no approximation).
 
     Modes (``mode`` static):
-      * ``"jvp"``: ``gamma`` by one reverse pass at ``theta'``; the alignments
-        ``a_i = <grad l_i(theta), gamma>`` for all ``i`` by ONE forward-mode pass
-        ``jax.jvp(theta -> [l_1..l_B](theta), theta, gamma)``; then
-        ``grad_phi = vjp(phi -> w(phi))(-(lr/B) a)`` (the chain through the sigmoid,
-        the meta-network and the normalisation). Exact.
-      * ``"unrolled"``: reference, ``dL/dw`` by reverse mode through the inner SGD
-        step (grad of a grad), then the same vjp to ``phi``.
+      * ``"jvp"``: the per-example losses are linearised once at ``theta``
+        (``jax.linearize``): the transpose of that linear map gives the inner
+        gradient, ``gamma`` comes from one reverse pass at ``theta'``, and the same
+        linear map applied to ``gamma`` gives every alignment
+        ``a_i = <grad l_i(theta), gamma>`` (one forward-mode pass, the primal forward
+        shared with the inner step). Then the chain ``-(lr/B) a`` -> ``phi`` through
+        the normalisation (closed form) and the sigmoid / meta-network (one vjp). Exact.
+      * ``"unrolled"``: reference, reverse mode through the inner SGD step and the
+        normalisation (grad of a grad, no closed form); single device only.
       * ``"finite_diff"``: the authors' scheme, ``a_i`` by central differences
         ``(l_i(theta + eps gamma) - l_i(theta - eps gamma)) / (2 eps)``,
-        ``eps = fd_eps / ||gamma||``; error O(fd_eps^2).
+        ``eps = fd_eps / ||gamma||`` (two extra forward passes); error O(fd_eps^2).
 
     ``lr`` and ``fd_eps`` are traced (finite, > 0; NaN raises). ``class_w`` (``[B]``,
-    > 0) multiplies the raw scores before normalisation. Single device (the
-    ``axis_name`` of :func:`normalize_weights` is not threaded through here yet).
+    > 0) multiplies the raw scores before normalisation.
+
+    Multi-device (``axis_name``, static): call it inside ``jax.shard_map`` with the
+    train rows (``features``, ``batch``, ``class_w``) and the meta batch split over
+    that mesh axis (e.g. ``"data"`` of :func:`jaxkit.sharding.make_mesh`), ``params``
+    and ``meta_net`` replicated. The weights are normalised over the *global* batch
+    (mean exactly 1 across devices), the inner gradient, the meta loss and ``gamma``
+    are global (``psum``), and ``grad`` / ``meta_loss`` come back replicated, equal
+    to the single-device result on the concatenated batches; ``weight_grad`` and
+    ``weights`` stay split like the rows. Not with ``mode="unrolled"`` (ValueError).
     Jitted.
 
     Returns:
       :class:`MTSHypergrad` ``(grad, weight_grad, weights, meta_loss)``.
     """
-    features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode)
+    features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name)
     return _hypergrad_jit(
-        loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode=mode
-    )
+        loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode=mode,
+        axis_name=axis_name,
+    )  # fmt: skip
 
 
 class MTSMetaStep(NamedTuple):
@@ -158,19 +222,24 @@ class MTSMetaStep(NamedTuple):
 
 def _meta_step(
     loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch, class_w, lr,
-    fd_eps, mode,
+    fd_eps, mode, axis_name, normalize=True,
 ):  # fmt: skip
+    if features is None:  # Meta-Weight-Net: the meta-network reads the losses at theta
+        features = jax.lax.stop_gradient(loss_fn(params, batch))[:, None]
     h = _hypergrad(
-        loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode
-    )
+        loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode,
+        axis_name, normalize,
+    )  # fmt: skip
     updates, opt_state = optimizer.update(h.grad, opt_state, meta_net)
     meta_net = optax.apply_updates(meta_net, updates)
-    w = jax.lax.stop_gradient(_weights(meta_net, features, class_w))
+    w = jax.lax.stop_gradient(_weights(meta_net, features, class_w, axis_name, normalize))
     norm = jnp.sqrt(_tree_vdot(h.grad, h.grad)).astype(w.dtype)
     return MTSMetaStep(meta_net, opt_state, w, h.meta_loss, norm)
 
 
-_meta_step_jit = jax.jit(_meta_step, static_argnames=("loss_fn", "optimizer", "mode"))
+_meta_step_jit = jax.jit(
+    _meta_step, static_argnames=("loss_fn", "optimizer", "mode", "axis_name", "normalize")
+)
 
 
 def mts_meta_step(
@@ -187,6 +256,7 @@ def mts_meta_step(
     mode: str = "jvp",
     fd_eps: float | ArrayLike = 1e-2,
     class_w: Float[ArrayLike, " b"] | None = None,
+    axis_name: str | None = None,
 ) -> MTSMetaStep:
     """One MTS meta update (spec 2.2 steps 2-6): hypergradient, then an optax step on phi.
 
@@ -195,16 +265,18 @@ def mts_meta_step(
     weight_decay=1e-4)``) is static: keep one object across calls;
     ``opt_state = optimizer.init(meta_net)``. The returned ``weights`` are those of the
     *updated* meta-network, under ``stop_gradient``, for the real (weighted) training
-    step of the model, which stays with the caller. Pure and jitted.
+    step of the model, which stays with the caller. ``axis_name``: the multi-device
+    step of :func:`mts_hypergrad` (the replicated meta-network stays in sync on every
+    device; the returned weights have mean 1 over the global batch). Pure and jitted.
     """
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(
             f"`optimizer` must be an optax.GradientTransformation, got {type(optimizer).__name__}."
         )
-    features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode)
+    features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name)
     return _meta_step_jit(
         loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch, class_w,
-        lr, fd_eps, mode=mode,
+        lr, fd_eps, mode=mode, axis_name=axis_name,
     )  # fmt: skip
 
 

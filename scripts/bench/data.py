@@ -17,12 +17,19 @@ apricot's sequential side at 100k in a quick run; ``--full`` adds N = 32768.
 MTS meta-step (``mts_meta_step_vs_finite_diff``): one ``data.mts_meta_step`` (the
 hypergradient then an optax AdamW step of the 22 -> 100 -> 100 -> 1 meta-network) on
 an MLP classifier (64 -> 256 -> 256 -> 10), train batch B, meta batch 256. Ours:
-``mode="jvp"`` (alignments by one forward-mode pass); anchor ``finite_diff``: the
-same step with the authors' central-difference scheme (two extra forward passes at
-``theta +- eps gamma``). ``cosine`` is between the two hypergradients (target > 0.999).
-Target: ratio >= 2 (not reachable against this anchor: it costs two forward passes of
-the per-example loss, the jvp one forward pass with tangents, about the same flops;
-the jvp's gain is exactness). An informational line times ``mode="unrolled"``.
+``mode="jvp"``: the per-example losses linearised once at theta, the transpose of
+that linear map gives the virtual step's gradient, the map applied to gamma gives all
+alignments. Anchor ``finite_diff``: the same step with the authors' central-difference
+scheme, the passes of ZILIN003/MTS ``training/main_parallel.py`` per meta step: one
+forward + backward of the classifier for the virtual step, one forward + backward on
+the meta batch for gamma, two forwards at ``theta +- eps gamma`` (each followed by a
+backward through the meta-network only). ``cosine`` is between the two
+hypergradients (target > 0.999). Target: ratio >= 2, not reachable against this
+anchor: the jvp replaces the anchor's two extra forwards by one tangent pass (its
+primal forward shared with the virtual step), and a tangent pass of a dense layer
+costs about the two matmuls of a forward pair (``x dW + dx W``); both sides pay the
+same backward, meta-batch pass and meta-network work. An informational line times
+``mode="unrolled"``.
 """
 
 import time
@@ -145,7 +152,8 @@ def mts_bench(repeats: int, full: bool) -> None:
                       "meta_net": "22-100-100-1"},
                ours=ours, anchor="finite_diff", anchor_t=anchor, target=2.0,
                note="anchor: the authors' central differences along gamma (2 extra forwards); "
-               "both modes share the inner step and gamma", cosine=cos)  # fmt: skip
+               "ours: one linearisation shared by the virtual step and the alignments",
+               cosine=cos)  # fmt: skip
         H.emit(bench="data", case="mts_meta_step_vs_unrolled", sizes={"batch": b},
                ours=ours, anchor="unrolled", anchor_t=unrolled, target=None,
                note="informational: reverse mode through the inner SGD step")  # fmt: skip

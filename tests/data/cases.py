@@ -352,3 +352,82 @@ CASES = [
         slow_checks=("jit", "dtypes", "eval_shape", "traced_once", "vmap"),
     ),
 ]
+
+
+# ---------------------------------------------------------------- MTS (wave 6)
+def _forget_args(key, dtype):
+    k1, k2 = jax.random.split(key)
+    return jax.random.bernoulli(k1, 0.5, (N,)), jax.random.permutation(k2, 2 * N)[:N]
+
+
+def _forget(correct, idx):
+    prev = jnp.arange(2 * N) % 2 == 0
+    st = data.ForgettingState(prev, jnp.zeros(2 * N, jnp.int32), prev)
+    return data.forgetting_update(st, correct, idx)
+
+
+def _bad_forget_idx(key):
+    c, idx = _forget_args(key, jnp.float32)
+    return (c, idx.at[0].set(2 * N)), {}
+
+
+CASES += [
+    Case(
+        "data.forgetting_update",
+        _forget,
+        _forget_args,
+        grad_modes=(),
+        shard_argnums=(),  # a scatter of Explicit-sharded rows into the [N] state: not supported
+        bad=(Bad("idx out of range", _bad_forget_idx, ValueError, "idx"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+]
+
+
+def _l2rw_args(key, dtype):
+    params, _, _, batch, meta = _mts_args(key, dtype)
+    return params, _MTS_OPT.init(params), batch, meta
+
+
+def _l2rw(params, opt_state, batch, meta):
+    return data.l2rw_step(_mts_loss, _MTS_OPT, params, opt_state, batch, meta)
+
+
+def _mwn_args(key, dtype):
+    params, _, _, batch, meta = _mts_args(key, dtype)
+    net = nn.MLP(1, 1, hidden=(4,), key=jax.random.fold_in(key, 7), dtype=dtype)
+    return params, net, _MTS_OPT.init(net), batch, meta
+
+
+def _mwn(params, net, opt_state, batch, meta, *, lr):
+    return data.mwn_meta_step(_mts_loss, _MTS_OPT, params, net, opt_state, batch, meta, lr=lr)
+
+
+def _bad_mwn_lr(key):
+    return _mwn_args(key, jnp.float32), {"lr": jnp.nan}
+
+
+CASES += [
+    Case(
+        "data.l2rw_step",
+        _l2rw,
+        _l2rw_args,
+        grad_modes=(),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+    Case(
+        "data.mwn_meta_step",
+        _mwn,
+        _mwn_args,
+        hparams={"lr": (0.1, 0.3)},
+        grad_modes=(),
+        vmap=False,
+        shard_argnums=(),
+        rtol=1e-4,
+        bad=(Bad("NaN lr", _bad_mwn_lr, ValueError, "lr"),),
+        slow_checks=("dtypes", "eval_shape", "traced_once"),
+    ),
+]

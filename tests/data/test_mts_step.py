@@ -138,3 +138,47 @@ def test_mts_step_bad_inputs():
         data.mts_hypergrad(ce_loss, params, net, feats, batch, meta, lr=0.1, class_w=jnp.ones(3))
     with pytest.raises(TypeError, match="optimizer"):
         data.mts_meta_step(ce_loss, "adam", params, net, None, feats, batch, meta, lr=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["jvp", "finite_diff"])
+def test_meta_step_over_8_devices_equals_single_device(mesh8, mode):
+    rng = np.random.default_rng(5)
+    n, m = 32, 16
+    x, y = rng.normal(size=(n, D)).astype(np.float32), rng.integers(0, C, n).astype(np.int32)
+    xv, yv = rng.normal(size=(m, D)).astype(np.float32), rng.integers(0, C, m).astype(np.int32)
+    feats = rng.normal(size=(n, F)).astype(np.float32)
+    feats[:4] += 3.0  # device 0's rows score differently: a per-device mean would differ
+    cw = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    params, _, _, _ = _problem(jnp.float32)
+    net = nn.MLP(F, 1, hidden=(6,), key=jax.random.key(2))
+    opt = optax.sgd(5.0, momentum=0.9)  # adam trips strict dtype promotion
+    st = opt.init(net)
+    one = data.mts_meta_step(ce_loss, opt, params, net, st, feats, (x, y), (xv, yv), lr=0.5,
+                             class_w=cw, mode=mode)  # fmt: skip
+
+    def local(f, b, mb, c):
+        r = data.mts_meta_step(ce_loss, opt, params, net, st, f, b, mb, lr=0.5, class_w=c,
+                               mode=mode, axis_name="data")  # fmt: skip
+        return r, jnp.mean(r.weights)[None]
+
+    row = jax.P("data")
+    specs = (jax.P(), jax.P(), row, jax.P(), jax.P())
+    out_specs = (data.MTSMetaStep(*specs), row)
+    f = jax.shard_map(local, mesh=mesh8, in_specs=(row, (row, row), (row, row), row),
+                      out_specs=out_specs, check_vma=False)  # fmt: skip
+    with jax.set_mesh(mesh8):
+        put = lambda a: jax.device_put(a, jax.NamedSharding(mesh8, row))  # noqa: E731
+        many, local_means = jax.jit(f)(put(feats), (put(x), put(y)), (put(xv), put(yv)), put(cw))
+    tol = 1e-5 if mode == "jvp" else 2e-4  # f32 central differences: summation order
+    w = np.asarray(many.weights)
+    assert abs(w.mean() - 1.0) < 1e-6  # mean 1 over the global batch, not per device
+    assert np.abs(np.asarray(local_means) - 1.0).max() > 0.05
+    np.testing.assert_allclose(w, np.asarray(one.weights), rtol=tol)
+    np.testing.assert_allclose(_flat(many.meta_net), _flat(one.meta_net), rtol=tol, atol=1e-7)
+    np.testing.assert_allclose(float(many.meta_loss), float(one.meta_loss), rtol=1e-5)
+    np.testing.assert_allclose(float(many.hypergrad_norm), float(one.hypergrad_norm), rtol=1e-4)
+    assert float(one.hypergrad_norm) > 1e-4
+    with pytest.raises(ValueError, match="unrolled"):
+        data.mts_hypergrad(ce_loss, params, net, feats, (x, y), (xv, yv), lr=0.5,
+                           mode="unrolled", axis_name="data")  # fmt: skip
