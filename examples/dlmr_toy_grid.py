@@ -194,7 +194,7 @@ def query_batch(params, enc, rng, n, *, types=(1, 2)):
     return cells, toks, np.asarray(pick)
 
 
-def train_dlmr(params, enc, cfg, rng, key, steps, *, train_injector=True):
+def train_dlmr(params, enc, cfg, rng, key, steps, w_oracle, *, train_injector=True):
     ap = memory.init_dlmr(CFG, cfg, key=key)
     bsz = 32
     rows = np.arange(bsz)
@@ -211,17 +211,22 @@ def train_dlmr(params, enc, cfg, rng, key, steps, *, train_injector=True):
             at = jnp.asarray(q[:, 2] + 1, jnp.int32)
             kidx = rng.integers(0, nb, bsz)
             if stage == 1:
-                ev = jnp.asarray(np.clip(q[:, 4], 0, T - 1))
-                tgt = ctx[jnp.asarray(rows), ev]
+                # targets: the oracle memory of the query (its anchor + the answer's vector);
+                # evidence: the slot holding the cell / the referred answer
+                tgt = _oracle_mem(w_oracle, ctx, at, jnp.asarray(q[:, 3]), 1)[:, 0]
                 tgt = jnp.stack([tgt, tgt], axis=1)
-                valid = jnp.asarray(np.stack([q[:, 1] == 1, q[:, 1] == 2], 1))
+                role = (q[:, 1] == 2).astype(np.int64)
+                valid = np.stack([q[:, 1] == 1, q[:, 1] == 2], 1)
+                ev = np.zeros((bsz, 2, T), bool)
+                ev[rows, role, np.clip(q[:, 4], 0, T - 1)] = q[:, 4] >= 0
                 batch = (
                     ctx,
                     jnp.ones(ctx.shape[:2], bool),
                     at,
                     jnp.asarray(budgets[kidx], jnp.int32),
                     tgt,
-                    valid,
+                    jnp.asarray(valid),
+                    jnp.asarray(ev),
                 )
                 ap, st, loss, _ = memory.dlmr_step(1, ap, st, batch, tx=tx, cfg=cfg)
             else:
@@ -375,12 +380,12 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     cfg = mcfg(injector_layers=1) if quick else mcfg()  # quick: a cheaper compile
     # quick: no stage 1 and no router training (compiles dominate a quick run): the
     # router stays fresh (its arg-max is the null), so DLMR = base there
-    steps = (0, 30, 0) if quick else (300, 1500, 80)
-    ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2])
+    steps = (int(os.environ.get("S1", 0)), int(os.environ.get("S2", 30)), 0) if quick else (300, 1500, 80)
+    w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
+    ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
     ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
     n_eval = 24 if quick else 200
     cells, toks, q = sample_streams(np.random.default_rng(10_000 + seed), n_eval)
-    w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
     oracle_late = oracle_late_accuracy(w_or, params, enc, cfg, cells, toks, q)
     prompts, plen = eval_prompts(params, enc, cells, toks, q)
     kk = jax.random.fold_in(key, 4)
@@ -394,14 +399,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     )
     if not quick:  # the ablations that retrain: full mode only
         frz, _ = train_dlmr(
-            params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], train_injector=False
+            params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or, train_injector=False
         )
         frz = frz._replace(router=ap.router)
         res["frozen_injector"] = summarize(
             *evaluate(params, frz, cfg, prompts, plen, q, kk), q, n_eval
         )
         scfg = mcfg(shared_bank=True)
-        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 5), steps[:2])
+        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 5), steps[:2], w_or)
         sh = train_router(params, sh, scfg, enc, rng, jax.random.fold_in(key, 6), steps[2])
         res["shared_bank"] = summarize(*evaluate(params, sh, scfg, prompts, plen, q, kk), q, n_eval)
 
