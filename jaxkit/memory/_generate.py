@@ -101,9 +101,12 @@ def _inject(lm_params, p, st, action, *, lm_cfg, cfg, width):
 
 
 def _chunk_width(cfg, force):
-    """The widest injection a loop can take (static): the forced action's k, else
-    ``cfg.fixed_k``, else ``k_max``. It sizes the injection chunk and the ``n_max`` x
-    width memory slots reserved per row, which every attention of the loop reads."""
+    """The widest injection a loop can take (static).
+
+    The forced action's k, else ``cfg.fixed_k``, else ``k_max``. It sizes the injection
+    chunk and the ``n_max`` x width memory slots reserved per row, which every attention
+    of the loop reads.
+    """
     if force is not None:
         return ([0] + list(cfg.budgets) * 2)[force]  # action_table's k, in Python
     return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k

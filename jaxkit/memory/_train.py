@@ -60,8 +60,11 @@ def context_states(lm_params, lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, inp
 
 
 class Stage1Aux(NamedTuple):
-    """The terms of :func:`stage1_loss`: alignment, cross-bank InfoNCE, bank separation,
-    evidence reading (0 without ``evidence``)."""
+    """The terms of :func:`stage1_loss`.
+
+    Alignment, cross-bank InfoNCE, bank separation, evidence reading (0 without
+    ``evidence``).
+    """
 
     align: Array
     xneg: Array
@@ -140,7 +143,7 @@ def stage1_loss(
     else:
         ev = evidence.astype(jnp.float32)
         hit = jnp.stack([jnp.sum(reads[s] * ev[:, s], -1) for s in (VISUAL, REASONING)], 1)
-        wr = w * (jnp.sum(ev, -1) > 0)
+        wr = w * (jnp.sum(ev, -1) > 0).astype(jnp.float32)
         read = jnp.sum(wr * -jnp.log(hit + 1e-6)) / jnp.maximum(jnp.sum(wr), 1.0)
     return align + xneg + sep + read, Stage1Aux(align, xneg, sep, read)
 
