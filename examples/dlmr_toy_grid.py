@@ -14,30 +14,30 @@ at this length). A query is *late* when its evidence (the cell's visual token, o
 the referred answer) lies outside the window: the base cannot see it.
 
 DLMR (layer 0, banks 2x16, budgets {1, 2, 4}, the tiny injector, a router MLP):
-stage 1 aligns each bank's memory with its evidence (visual: the queried cell's
-block-0 state; reasoning: the referred answer's), stage 2 trains banks and
-injector by CE on answers with the type's bank and a random k, stage 3 trains the
-router by cost-aware GRPO on sampled rollouts. Evaluation (held-out streams): each
-query is a prompt ending at its query token; greedy generation of ``=`` and the
-answer with the router deciding at the ``=``. Reported: late-query accuracy of
-base vs DLMR per type, route confusion (type -> null / visual / reasoning), memory
-tokens injected per stream for DLMR vs a fixed k = 4 at every eligible step
-(VisMem-like always-invoke), and the frozen-injector ablation (stage 2 trains the
-banks only); the shared-bank ablation runs in full mode only.
+stage 1 is supervised toward the evidence: its alignment target is the query's oracle
+memory (below: the injection point's state plus a learned vector of the answer) and
+its evidence term (``stage1_loss(evidence=...)``, [R] a jaxkit addition) teaches the
+injector to read the slot holding the evidence (the queried cell's image token, the
+referred answer); without that term the injector's read stays uniform and stage 2's
+CE never leaves the base's level (2.14 -> 2.12 before this change). Stage 2 trains
+banks and injector by CE on answers with the type's bank and a random k, stage 3
+trains the router by cost-aware GRPO on sampled rollouts. Evaluation (held-out
+streams): each query is a prompt ending at its query token; greedy generation of
+``=`` and the answer with the router deciding at the ``=``. Reported: late-query
+accuracy of base vs DLMR per type, route confusion (type -> null / visual /
+reasoning), memory tokens injected per stream for DLMR vs a fixed k = 4 at every
+eligible step (VisMem-like always-invoke: the learned memory really injected), and
+the frozen-injector and shared-bank ablations (full mode only).
 
 ``ok``: what genuinely works, measured. (1) The interface: an oracle memory that
 holds the evidence (the injector's anchor ``now`` plus a learned vector per answer
-digit) lets the frozen base answer late queries (late accuracy >= base + 0.3;
-measured 0.97 vs 0.29 in the quick run). (2) The learned memory, really injected
-(k = 4 at every eligible step), does not break the base (late accuracy >= base -
-0.1). ``memory_helps`` (DLMR's late accuracy >= the base's + 0.05) is reported, not
-required, and is False: the injector does not learn the retrieval (stage-2 CE stays
-at the base's level, ~2.1, for hundreds of steps; see ``jaxkit.memory.Injector``
-for the anchoring that brought it down from ~ln 10). ``spec_targets_met`` and
-``adaptive_beats_fixed`` are reported only (the router learns the null, which
-"beats" fixed k trivially). Quick mode skips stage 1 and the router's stage 3 (one
-compile each; the fresh router never injects, so DLMR = base there) and uses a
-1-layer injector. The base model
+digit) lets the frozen base answer late queries (late accuracy >= base + 0.3).
+(2) The learned memory, injected at every eligible step (k = 4), lifts late-query
+accuracy by >= 0.1 over the base (``learned_memory_late``). ``memory_helps`` (DLMR
+with its router >= base + 0.05), ``spec_targets_met`` and ``adaptive_beats_fixed``
+are reported only. Quick mode skips the router's stage 3 (its sampled rollouts are
+one more compile): the fresh router never injects, so DLMR = base there, and the
+learned memory is measured through the fixed-k row; it uses a 1-layer injector. The base model
 is the fixture ``dlmr_grid`` (made by ``scripts/train_dlmr_fixture.py``); full
 mode (``--train-base``) can retrain it.
 """
@@ -194,7 +194,7 @@ def query_batch(params, enc, rng, n, *, types=(1, 2)):
     return cells, toks, np.asarray(pick)
 
 
-def train_dlmr(params, enc, cfg, rng, key, steps, *, train_injector=True):
+def train_dlmr(params, enc, cfg, rng, key, steps, w_oracle, *, train_injector=True):
     ap = memory.init_dlmr(CFG, cfg, key=key)
     bsz = 32
     rows = np.arange(bsz)
@@ -211,17 +211,22 @@ def train_dlmr(params, enc, cfg, rng, key, steps, *, train_injector=True):
             at = jnp.asarray(q[:, 2] + 1, jnp.int32)
             kidx = rng.integers(0, nb, bsz)
             if stage == 1:
-                ev = jnp.asarray(np.clip(q[:, 4], 0, T - 1))
-                tgt = ctx[jnp.asarray(rows), ev]
+                # targets: the oracle memory of the query (its anchor + the answer's vector);
+                # evidence: the slot holding the cell / the referred answer
+                tgt = _oracle_mem(w_oracle, ctx, at, jnp.asarray(q[:, 3]), 1)[:, 0]
                 tgt = jnp.stack([tgt, tgt], axis=1)
-                valid = jnp.asarray(np.stack([q[:, 1] == 1, q[:, 1] == 2], 1))
+                role = (q[:, 1] == 2).astype(np.int64)
+                valid = np.stack([q[:, 1] == 1, q[:, 1] == 2], 1)
+                ev = np.zeros((bsz, 2, T), bool)
+                ev[rows, role, np.clip(q[:, 4], 0, T - 1)] = q[:, 4] >= 0
                 batch = (
                     ctx,
                     jnp.ones(ctx.shape[:2], bool),
                     at,
                     jnp.asarray(budgets[kidx], jnp.int32),
                     tgt,
-                    valid,
+                    jnp.asarray(valid),
+                    jnp.asarray(ev),
                 )
                 ap, st, loss, _ = memory.dlmr_step(1, ap, st, batch, tx=tx, cfg=cfg)
             else:
@@ -375,12 +380,12 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     cfg = mcfg(injector_layers=1) if quick else mcfg()  # quick: a cheaper compile
     # quick: no stage 1 and no router training (compiles dominate a quick run): the
     # router stays fresh (its arg-max is the null), so DLMR = base there
-    steps = (0, 30, 0) if quick else (300, 1500, 80)
-    ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2])
+    steps = (300, 100, 0) if quick else (400, 1500, 80)
+    w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
+    ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
     ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
     n_eval = 24 if quick else 200
     cells, toks, q = sample_streams(np.random.default_rng(10_000 + seed), n_eval)
-    w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
     oracle_late = oracle_late_accuracy(w_or, params, enc, cfg, cells, toks, q)
     prompts, plen = eval_prompts(params, enc, cells, toks, q)
     kk = jax.random.fold_in(key, 4)
@@ -394,14 +399,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     )
     if not quick:  # the ablations that retrain: full mode only
         frz, _ = train_dlmr(
-            params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], train_injector=False
+            params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or, train_injector=False
         )
         frz = frz._replace(router=ap.router)
         res["frozen_injector"] = summarize(
             *evaluate(params, frz, cfg, prompts, plen, q, kk), q, n_eval
         )
         scfg = mcfg(shared_bank=True)
-        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 5), steps[:2])
+        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 5), steps[:2], w_or)
         sh = train_router(params, sh, scfg, enc, rng, jax.random.fold_in(key, 6), steps[2])
         res["shared_bank"] = summarize(*evaluate(params, sh, scfg, prompts, plen, q, kk), q, n_eval)
 
@@ -427,10 +432,11 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
         ),
         # ok: what genuinely works. The frozen base reads an injected memory that holds
         # the evidence (oracle), and the learned memory injected at every eligible step
-        # (fixed k = 4, so it is really injected) does not hurt it.
-        # Whether the learned memory helps is reported, not required: it does not yet.
-        "ok": bool(oracle_late >= base_late + 0.3 and fx[0]["late"] >= base_late - 0.1),
+        # (fixed k = 4, so it is really injected) lifts late-query accuracy.
+        # Whether DLMR's router uses it well is reported, not required.
+        "ok": bool(oracle_late >= base_late + 0.3 and fx[0]["late"] >= base_late + 0.1),
         "memory_helps": bool(dl_late >= base_late + 0.05),
+        "learned_memory_late": fx[0]["late"],
         "oracle_memory_late": oracle_late,
         "base_late": base_late,
         "spec_targets_met": bool(

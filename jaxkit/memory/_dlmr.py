@@ -229,15 +229,20 @@ def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array) -> Array:
     return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
 
 
-def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k):
+def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k):
+    """``(mem, mem_valid, reads [B, S])``: :func:`inject` plus where the injector read."""
     s = ctx.shape[1]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     valid = ctx_valid & (j < at[:, None])
     last = jnp.clip(at - 1, 0, s - 1)[:, None, None]
     now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
-    mem = p.injector(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank), now)
+    mem, reads = p.injector.forward(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank), now)
     mem_valid = jnp.arange(cfg.k_max, dtype=jnp.int32)[None, :] < k[:, None]
-    return mem, mem_valid
+    return mem, mem_valid, reads
+
+
+def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k):
+    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k)[:2]
 
 
 _inject_core = jax.jit(inject_traced, static_argnames=("cfg",))

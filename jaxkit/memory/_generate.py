@@ -71,11 +71,12 @@ def _set_slot(buf, at, val):
     return jax.vmap(lambda b, a, v: b.at[a].set(v, mode="drop"))(buf, at, val.astype(buf.dtype))
 
 
-def _inject(lm_params, p, st, action, *, lm_cfg, cfg):
+def _inject(lm_params, p, st, action, *, lm_cfg, cfg, width):
     bank_t, k_t = action_table(cfg)
     bank, k = lookup(bank_t, action), lookup(k_t, action)
     at = st.cache.length
     mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k)
+    mem = mem[:, :width]  # the chunk: the widest k this loop can take (same values)
     b, km = mem.shape[:2]
     x = jnp.zeros_like(mem, dtype=lm_params["embed"].dtype)  # the reserved slots' input
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
@@ -97,6 +98,18 @@ def _inject(lm_params, p, st, action, *, lm_cfg, cfg):
         n_inj=st.n_inj + hit.astype(jnp.int32),
         injected=st.injected + k,
     )
+
+
+def _chunk_width(cfg, force):
+    """The widest injection a loop can take (static).
+
+    The forced action's k, else ``cfg.fixed_k``, else ``k_max``. It sizes the injection
+    chunk and the ``n_max`` x width memory slots reserved per row, which every attention
+    of the loop reads.
+    """
+    if force is not None:
+        return ([0] + list(cfg.budgets) * 2)[force]  # action_table's k, in Python
+    return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k
 
 
 def _feed(lm_params, st, tok, *, lm_cfg, cfg):
@@ -133,9 +146,10 @@ def _generate(
 ):
     lm_params = jax.lax.stop_gradient(lm_params)
     b, t, d = embeds.shape
-    km, L = cfg.k_max, lm_cfg.n_layers
-    can_inject = force != 0  # force_action=0 (static): no injection, no reserved slots
-    s = t + n + (cfg.n_max * km if can_inject else 0)
+    L = lm_cfg.n_layers
+    km = _chunk_width(cfg, force)  # 0: force_action=0, no injection, no reserved slots
+    can_inject = km > 0
+    s = t + n + cfg.n_max * km
     dtype = lm_params["embed"].dtype
     cache = nn.init_cache(lm_cfg, max_len=s, like=plen, dtype=dtype)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
@@ -181,7 +195,7 @@ def _generate(
         if can_inject:
             st = jax.lax.cond(
                 jnp.any(act > 0),
-                lambda s_: _inject(lm_params, p, s_, act, lm_cfg=lm_cfg, cfg=cfg),
+                lambda s_: _inject(lm_params, p, s_, act, lm_cfg=lm_cfg, cfg=cfg, width=km),
                 lambda s_: s_,
                 st,
             )

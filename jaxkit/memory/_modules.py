@@ -37,6 +37,10 @@ class CrossLayer(eqx.Module):
         self.heads = int(heads)
 
     def __call__(self, z, c, c_mask):
+        return self.attend(z, c, c_mask)[0]
+
+    def attend(self, z, c, c_mask):
+        """``(z', probs [B, H, k, S + k])``: the block's output and its attention."""
         b, k, d = z.shape
         h, dh = self.heads, d // self.heads
         kv = self.ln_kv(jnp.concatenate([c, z], axis=1))
@@ -46,9 +50,10 @@ class CrossLayer(eqx.Module):
         vv = self.wv(kv).reshape(b, -1, h, dh)
         s = jnp.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(dh)
         s = jnp.where(mask[:, None, None, :], s, -1e30)
-        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), vv).reshape(b, k, d)
+        probs = jax.nn.softmax(s, -1)
+        o = jnp.einsum("bhqk,bkhd->bqhd", probs, vv).reshape(b, k, d)
         z = z + self.wo(o)
-        return z + self.ff2(jax.nn.gelu(self.ff1(self.ln_ff(z))))
+        return z + self.ff2(jax.nn.gelu(self.ff1(self.ln_ff(z)))), probs
 
 
 class Injector(eqx.Module):
@@ -78,7 +83,7 @@ class Injector(eqx.Module):
         self.w_ctx, self.w_lat = Linear(d_model, dim, key=ks[0]), Linear(d_model, dim, key=ks[1])
         k_now, k_rec = jax.random.split(ks[2])
         self.w_now = Linear(d_model, dim, key=k_now)
-        self.recency = jax.random.normal(k_rec, (recency, dim), jnp.float32)  # the LN'd ctx's scale
+        self.recency = 0.1 * jax.random.normal(k_rec, (recency, dim), jnp.float32)
         self.layers = tuple(CrossLayer(dim, heads, key=k) for k in ks[4:])
         self.ln_out = LayerNorm(dim)
         self.w_out = Linear(dim, d_model, key=ks[3], gain=0.0)
@@ -91,16 +96,34 @@ class Injector(eqx.Module):
         latents: Float[Array, "B K D"],
         now: Float[Array, "B D"],
     ) -> Float[Array, "B K D"]:
+        return self.forward(ctx, ctx_valid, dist, latents, now)[0]
+
+    def forward(
+        self,
+        ctx: Float[Array, "B S D"],
+        ctx_valid: Bool[Array, "B S"],
+        dist: Int[Array, "B S"],
+        latents: Float[Array, "B K D"],
+        now: Float[Array, "B D"],
+    ) -> tuple[Float[Array, "B K D"], Float[Array, "B S"]]:
+        """``(memory [B, K, D], reads [B, S])``: the memory and where it read.
+
+        ``reads`` is the first cross block's attention on the context slots, averaged
+        over heads and latents (what stage 1's evidence term supervises).
+        """
         n_r = self.recency.shape[0]
         # a one-hot product, not a gather: it keeps the batch sharding of ``dist``
         hot = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=self.recency.dtype)
         r = hot @ self.recency
         c = self.w_ctx(self.ln_in(ctx)) + r
         z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
+        reads = None
         for layer in self.layers:
-            z = layer(z, c, ctx_valid)
+            z, probs = layer.attend(z, c, ctx_valid)
+            if reads is None:
+                reads = jnp.mean(probs[..., : ctx.shape[1]], axis=(1, 2))
         anchor = now.astype(jnp.float32)[:, None, :] + latents.astype(jnp.float32)
-        return anchor + self.w_out(self.ln_out(z))
+        return anchor + self.w_out(self.ln_out(z)), reads
 
 
 class Router(eqx.Module):

@@ -26,6 +26,7 @@ from jaxkit.memory._dlmr import (
     action_mask,
     action_table,
     check_config,
+    inject_reads,
     inject_traced,
     lookup,
 )
@@ -59,11 +60,16 @@ def context_states(lm_params, lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, inp
 
 
 class Stage1Aux(NamedTuple):
-    """The terms of :func:`stage1_loss`: alignment, cross-bank InfoNCE, bank separation."""
+    """The terms of :func:`stage1_loss`.
+
+    Alignment, cross-bank InfoNCE, bank separation, evidence reading (0 without
+    ``evidence``).
+    """
 
     align: Array
     xneg: Array
     sep: Array
+    read: Array
 
 
 def _cos(a, b):
@@ -85,12 +91,13 @@ def stage1_loss(
     k,
     targets,
     target_valid,
+    evidence=None,
     *,
     cfg: DLMRConfig,
     temperature=0.07,
     margin=0.0,
 ):
-    """Stage 1 [R]: ``L_align + L_xneg + L_sep``.
+    """Stage 1 [R]: ``L_align + L_xneg + L_sep (+ L_read)``.
 
     For each bank ``s`` the memory ``M^s`` of the same context (:func:`inject`) is
     pooled (mean over its ``k`` tokens): ``L_align = 1 - cos(pool M^s, tau^s)``;
@@ -100,14 +107,22 @@ def stage1_loss(
     block-l state of the image tokens; ``tau^r``: the state of the latest step
     conclusion), ``target_valid bool[B, 2]`` which exist.
 
+    ``evidence bool[B, 2, S]`` (optional, [R] a jaxkit addition): the context slots
+    that hold each role's evidence (e.g. the queried image cell, the referred step
+    conclusion). ``L_read = -log sum_{j in evidence} reads_j`` teaches the injector
+    *where* to read (``reads``: its first cross block's attention on the context,
+    :meth:`~jaxkit.memory.Injector.forward`); the alignment alone gives the pointer a
+    weak, averaged signal and on the toy grid never leaves the uniform read.
+
     Returns:
       ``(loss, Stage1Aux)``.
     """
     b = ctx.shape[0]
-    mems = []
+    mems, reads = [], []
     for s in (VISUAL, REASONING):
-        m, v = inject_traced(p, cfg, ctx, ctx_valid, at, jnp.full((b,), s, jnp.int32), k)
+        m, v, r = inject_reads(p, cfg, ctx, ctx_valid, at, jnp.full((b,), s, jnp.int32), k)
         mems.append(_pool(m, v))
+        reads.append(r)
     w = target_valid.astype(jnp.float32)
     tgt = targets.astype(jnp.float32)
     align, xneg = 0.0, 0.0
@@ -123,7 +138,14 @@ def stage1_loss(
         sep = jnp.zeros((), jnp.float32)
     else:
         sep = jax.nn.relu(_cos(jnp.mean(p.banks[0], 0), jnp.mean(p.banks[1], 0)) - margin)
-    return align + xneg + sep, Stage1Aux(align, xneg, sep)
+    if evidence is None:
+        read = jnp.zeros((), jnp.float32)
+    else:
+        ev = evidence.astype(jnp.float32)
+        hit = jnp.stack([jnp.sum(reads[s] * ev[:, s], -1) for s in (VISUAL, REASONING)], 1)
+        wr = w * (jnp.sum(ev, -1) > 0).astype(jnp.float32)
+        read = jnp.sum(wr * -jnp.log(hit + 1e-6)) / jnp.maximum(jnp.sum(wr), 1.0)
+    return align + xneg + sep + read, Stage1Aux(align, xneg, sep, read)
 
 
 # ----------------------------------------------------------------------------- stage 2
@@ -367,7 +389,7 @@ def dlmr_step(
 ):
     """One optimizer step of a stage (jitted at module level; build ``tx`` once).
 
-    ``batch``: stage 1 ``(ctx, ctx_valid, at, k, targets, target_valid)``; stage 2
+    ``batch``: stage 1 ``(ctx, ctx_valid, at, k, targets, target_valid[, evidence])``; stage 2
     ``(embeds, labels, ctx, at, action)`` with ``lm_params``/``lm_cfg``; stage 3
     ``(router_h, actions, eligible, rewards)`` (a :class:`DLMRGeneration`'s fields
     and :func:`dlmr_reward`) with ``ref_router`` and the static ``group`` size.

@@ -19,7 +19,8 @@ def test_router_forced_none_equals_the_base_model():
     assert int(jnp.sum(g.injected)) == 0 and not bool(jnp.any(g.actions))
 
 
-@pytest.mark.parametrize("action", [2, pytest.param(3, marks=pytest.mark.slow)])  # (v, 3), (r, 1)
+# (r, 1): a forced k below k_max narrows the chunk and the reserved slots; (v, 3): k_max
+@pytest.mark.parametrize("action", [3, pytest.param(2, marks=pytest.mark.slow)])
 def test_forced_injection_equals_the_uncached_forward(action):
     # every step eligible (no delimiter set) and n_max = 1: one injection, before token 0
     cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})

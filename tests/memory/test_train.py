@@ -136,3 +136,26 @@ def test_save_restore_round_trip(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, back, AP)
     with pytest.raises(FileNotFoundError):
         memory.restore_adapter(tmp_path / "none", like)
+
+
+_stage1 = jax.jit(memory.stage1_loss, static_argnames=("cfg",))
+
+
+def test_stage1_evidence_term_is_the_log_read_mass():
+    ctx, _ = memory.context_states(P, CFG, MC, EMB)
+    tgt = jnp.zeros((B, 2, CFG.d_model), jnp.float32) + 1.0
+    valid = jnp.array([[True, False], [False, True]])
+    j = jnp.arange(T)[None, :]
+    before = j < AT[:, None]
+    base = (ctx, jnp.ones((B, T), bool), AT, AT * 0 + 3, tgt, valid)
+    _, aux0 = _stage1(AP, *base, cfg=MC)
+    assert float(aux0.read) == 0.0  # no evidence given
+    # evidence = every slot the injector may read: the term is -log(mass on the context)
+    ev_all = jnp.stack([before, before], 1)
+    loss, aux = _stage1(AP, *base, ev_all, cfg=MC)
+    np.testing.assert_allclose(float(loss - aux.read), float(aux0.align + aux0.xneg + aux0.sep))
+    assert 0.0 < float(aux.read) < np.log(T)  # the latents take some mass, not all
+    # slots at or after the injection point are never read: evidence there is -log(1e-6)
+    ev_after = jnp.stack([~before, ~before], 1)
+    _, aux_after = _stage1(AP, *base, ev_after, cfg=MC)
+    np.testing.assert_allclose(float(aux_after.read), -np.log(1e-6), rtol=1e-4)
