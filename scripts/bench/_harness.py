@@ -55,6 +55,23 @@ def parse_args(description: str) -> argparse.Namespace:
     return p.parse_args()
 
 
+def transformer_config(d_model: int, n_layers: int, **overrides: Any) -> Any:
+    """The benches' small ``jaxkit.nn`` transformer: vocab 256, 4 query and 2 KV heads of
+    width ``d_model // 4``, MLP ``2 d_model``; ``overrides`` replace any field."""
+    from jaxkit import nn
+
+    fields = dict(
+        vocab_size=256,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=d_model // 4,
+        mlp_dim=2 * d_model,
+    )
+    return nn.TransformerConfig(**{**fields, **overrides})
+
+
 def time_jax(fn: Callable[..., Any], *args: Any, repeats: int = 7, jit: bool = True) -> Timing:
     """Compile ``fn`` (unless ``jit=False``), warm up, and time ``repeats`` calls."""
     compile_s = None

@@ -20,20 +20,8 @@ import jax.numpy as jnp
 from jaxkit import decoding, memory, nn
 
 
-def _cfg(d_model, n_layers):
-    return nn.TransformerConfig(
-        vocab_size=256,
-        d_model=d_model,
-        n_layers=n_layers,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=d_model // 4,
-        mlp_dim=2 * d_model,
-    )
-
-
 def bench_generate(sz, repeats):
-    cfg = _cfg(sz["d_model"], sz["n_layers"])
+    cfg = H.transformer_config(sz["d_model"], sz["n_layers"])
     params = nn.init_params(cfg, key=jax.random.key(0))
     mcfg = memory.DLMRConfig(
         layer=sz["n_layers"] // 2 - 1, budgets=(4, 8, 16), n_max=4, injector_dim=64

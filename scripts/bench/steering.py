@@ -26,20 +26,8 @@ def _strip(text):
     return re.sub(r"loc\([^)]*\)", "", text)
 
 
-def _cfg(d_model, n_layers):
-    return nn.TransformerConfig(
-        vocab_size=256,
-        d_model=d_model,
-        n_layers=n_layers,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=d_model // 4,
-        mlp_dim=2 * d_model,
-    )
-
-
 def bench_forward(sz, repeats):
-    cfg = _cfg(sz["d_model"], sz["n_layers"])
+    cfg = H.transformer_config(sz["d_model"], sz["n_layers"])
     params = nn.init_params(cfg, key=jax.random.key(0))
     tok = jax.random.randint(jax.random.key(1), (sz["batch"], sz["seq"]), 0, 256)
     fns = {
@@ -69,7 +57,7 @@ def bench_generate(sz, repeats):
         from jaxkit import steering
     except ImportError:
         return
-    cfg = _cfg(sz["d_model"], sz["n_layers"])
+    cfg = H.transformer_config(sz["d_model"], sz["n_layers"])
     params = nn.init_params(cfg, key=jax.random.key(0))
     scfg = steering.SVGTConfig(layer=sz["n_layers"] - 2, n_bridge=5, value_dim=64)
     vparams = steering.init_svgt(cfg, scfg, key=jax.random.key(2))
