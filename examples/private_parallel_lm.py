@@ -8,10 +8,10 @@ One ``jaxkit.nn`` transformer goes through four jaxkit methods:
   spectral init);
 * it is fine-tuned privately with PRISM (``privacy.prism``; per-example gradients,
   Poisson sampling, ``calibrate_sigma`` for a target epsilon, dp-accounting) on a
-  held-out "private" task of ``nn.tiny_task``: ``counting`` (mod 16, no level token),
-  where the base model keeps counting mod 32 and fails once the count wraps. The
-  objective is WeDLM's dual-stream loss (``decoding.wedlm_loss``), so the private
-  model still decodes in parallel;
+  held-out "private" task of ``nn.tiny_task``: ``counting`` (mod 16), written in the
+  fixture's format (its "clean" level token first), where the base model keeps counting
+  mod 32 and fails once the count wraps. The objective is WeDLM's dual-stream loss
+  (``decoding.wedlm_loss``), so the private model still decodes in parallel;
 * each step is data-parallel over all devices (the Poisson batch is split over mesh
   axis ``data``; the clipped per-example sum is reduced across devices and the noise
   is drawn once, after the reduction, inside the aggregator); weights, LoRA factors
@@ -28,6 +28,19 @@ every gauge: its release depends on ``Z = a b^T`` only). Accuracy is the fractio
 generated positions that follow the counting rule (``nn.tiny_task_accuracy``) on
 held-out prompts, decoded greedily by AR. Learning rates (PRISM 3e-2, Adam 1e-2)
 were picked once by hand on this set-up.
+
+WeDLM on the private model (the issue asks >= 2x AR's tokens per forward at <= 1 point
+of accuracy loss; ``wedlm_target_met`` is computed, tau chosen on validation prompts).
+The fixture's parallel head is tied to its format: on bare ``[s, s+d]`` prompts it fills
+1.16 tokens per forward at tau = 0.3, with its clean level token first 3.67 (hence the
+format). The private steps then train the ``[MASK]``-slot side less than the AR side, and
+the noise is what costs it, not the LoRA (24 steps, N = 512, batch 32: noise-free PRISM
+gives WeDLM 0.899 at 1.26 tokens/forward vs AR 0.938; at epsilon = 8, 0.49 at 1.09).
+Larger Poisson batches at the same epsilon help most, hence the full mode's N = 2048,
+batch 128, 96 steps (its PRISM run alone, 64 prompts): AR 1.000, WeDLM tau = 1 0.976
+at 2.50 tokens/forward (2.3x AR), tau = 0.3 0.989 at 1.21; the target is missed by
+about 1.4 points. More steps at a smaller rate (N = 4096, 192 steps) or a lower AR
+weight (0.3) did not close it.
 """
 
 import argparse
@@ -47,8 +60,12 @@ from jaxkit.privacy import lowrank
 
 TASK, LENGTH, BLOCK = "counting", 16, 8
 MASK_ID = nn.NOISY_COUNTING.mask_id  # the fixture's [MASK]; never a counting token
+# the fixture's "clean" noise-level token (rho = 0): every private sequence starts with it,
+# in the fixture's own format, so the count follows the token its parallel head was trained on
+LEVEL_ID = nn.NOISY_COUNTING.level_ids[0]
 TARGETS = r"layers/(w_gate|w_up|w_down)"
 RANK, CLIP, DELTA, EPSILON = 4, 1.0, 1e-5, 8.0
+AR_WEIGHT, WEIGHTING = 1.0, "weighted"  # the WeDLM objective's w_ar and MLM weighting
 LR = {"prism": 3e-2, "naive": 1e-2, "nonprivate": 1e-2}
 # The programs are tiny and run few steps, so on CPU compiling them costs more than
 # running them: compile with XLA's back-end optimisation off (as the test tier does;
@@ -65,10 +82,19 @@ _jit = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 # ----------------------------------------------------------------------------- data, model
 
 
+def task_rows(key, n: int):
+    """``n`` sequences of the held-out task in the fixture's format: the clean level token,
+    then ``counting`` (mod 16) of length ``LENGTH - 1``. Returns (tokens, loss mask, prompt
+    length)."""
+    d = nn.tiny_task(TASK, key=key, batch=n, length=LENGTH - 1)
+    head = jnp.full((n, 1), LEVEL_ID, jnp.int32)
+    mask = jnp.concatenate([jnp.zeros((n, 1), bool), d.loss_mask], axis=1)
+    return jnp.concatenate([head, d.tokens], axis=1), mask, d.prompt_len + 1
+
+
 def private_data(seed: int, n: int):
     """The private training set: ``n`` sequences of the held-out task (tokens, loss mask)."""
-    d = nn.tiny_task(TASK, key=jax.random.key(seed + 11), batch=n, length=LENGTH)
-    return d.tokens, d.loss_mask
+    return task_rows(jax.random.key(seed + 11), n)[:2]
 
 
 def example_loss(lora, ex, base, cfg):
@@ -79,7 +105,8 @@ def example_loss(lora, ex, base, cfg):
     def apply_fn(p, tokens, positions, mask):
         return nn.apply(p, cfg, tokens, positions, attn_mask=mask).logits
 
-    return decoding.wedlm_loss(apply_fn, privacy.lora_merge(base, lora), batch)[0]
+    model = privacy.lora_merge(base, lora)
+    return decoding.wedlm_loss(apply_fn, model, batch, ar_weight=AR_WEIGHT, weighting=WEIGHTING)[0]
 
 
 def _tx(method, lr, sigma, clip, denom, key):
@@ -427,8 +454,8 @@ def _decode(params, prompt, key, tau, temperature, *, cfg, new, window, wedlm):
 
 
 def _accuracy(prompt, tokens):
-    full = jnp.concatenate([prompt, tokens], axis=1)
-    return float(jnp.mean(nn.tiny_task_accuracy(TASK, full, start=prompt.shape[1])))
+    full = jnp.concatenate([prompt, tokens], axis=1)[:, 1:]  # without the level token
+    return float(jnp.mean(nn.tiny_task_accuracy(TASK, full, start=prompt.shape[1] - 1)))
 
 
 def evaluate(params, cfg, prompt, *, key, tau=0.0, temperature=0.0, wedlm=False, window=8):
@@ -472,7 +499,7 @@ def main(
     t_start = time.perf_counter()
     params, cfg, _ = io.load_fixture("wedlm_counting")
     key = jax.random.key(seed)
-    n, batch, steps = (512, 32, 24) if quick else (2048, 64, 120)
+    n, batch, steps = (512, 32, 20) if quick else (2048, 128, 96)
     gauges_prism = [1.0, 10.0] if quick else [0.1, 1.0, 10.0]
     gauges_naive = [1.0, 10.0] if quick else [0.1, 1.0, 10.0]
     q = batch / n
@@ -486,10 +513,8 @@ def main(
     base, lora0 = privacy.lora_init(
         params, targets=TARGETS, rank=RANK, key=jax.random.fold_in(key, 1), method="spectral"
     )
-    ev = nn.tiny_task(
-        TASK, key=jax.random.fold_in(key, 99), batch=32 if quick else 128, length=LENGTH
-    )
-    prompt = ev.tokens[:, : ev.prompt_len]
+    ev_tokens, _, prompt_len = task_rows(jax.random.fold_in(key, 99), 32 if quick else 128)
+    prompt = ev_tokens[:, :prompt_len]
     k_dec = jax.random.fold_in(key, 7)
     acc_base = evaluate(params, cfg, prompt, key=k_dec)[0]
 
@@ -533,14 +558,22 @@ def main(
     # ---- decode the private model: AR + KV cache vs WeDLM (greedy and sampled)
     priv = jax.device_put(privacy.lora_merge(base, ref["lora"]), jax.devices()[0])
     acc_ar, tpf_ar = evaluate(priv, cfg, prompt, key=k_dec)
-    taus = [0.3, 1.0] if quick else [0.1, 0.3, 0.6, 1.0, 2.0]
+    # tau is chosen on separate validation prompts (the most tokens per forward within one
+    # point of AR's accuracy there); the figures are those of the evaluation prompts
+    val = task_rows(jax.random.fold_in(key, 98), prompt.shape[0])[0][:, : prompt.shape[1]]
+    acc_ar_val = evaluate(priv, cfg, val, key=k_dec)[0]
+    taus = [0.3, 1.0] if quick else [0.1, 0.3, 0.5, 0.7, 1.0, 1.5]
     sweep = []
     for tau in taus:
         a, tpf = evaluate(priv, cfg, prompt, key=k_dec, tau=tau, wedlm=True)
         a_s, tpf_s = evaluate(priv, cfg, prompt, key=k_dec, tau=tau, temperature=0.5, wedlm=True)
-        sweep.append({"tau": tau, "acc": a, "tpf": tpf, "acc_sampled": a_s, "tpf_sampled": tpf_s})
-    good = [r for r in sweep if r["acc"] >= acc_ar - 0.01]
-    best = max(good, key=lambda r: r["tpf"]) if good else max(sweep, key=lambda r: r["acc"])
+        a_v, tpf_v = evaluate(priv, cfg, val, key=k_dec, tau=tau, wedlm=True)
+        sweep.append(
+            {"tau": tau, "acc": a, "tpf": tpf, "acc_sampled": a_s, "tpf_sampled": tpf_s}
+            | {"acc_val": a_v, "tpf_val": tpf_v}
+        )
+    good = [r for r in sweep if r["acc_val"] >= acc_ar_val - 0.01]
+    best = max(good, key=lambda r: r["tpf_val"]) if good else min(sweep, key=lambda r: r["tau"])
     tp = prompt  # the evaluated prompts (same shapes: no new compile)
     nt = LENGTH - tp.shape[1]
     ts = _timed(
@@ -552,7 +585,7 @@ def main(
                 priv, tp, k_dec, best["tau"], 0.0, cfg=cfg, new=nt, window=8, wedlm=True
             ),
         },
-        repeats=3 if quick else 10,
+        repeats=2 if quick else 10,
     )
     speedup = ts["ar"] / ts["wedlm"]
 
@@ -564,8 +597,8 @@ def main(
         "naive_dp_lora_best_gauge": naive_best["acc"],
         "prism": acc_prism[0],
     }
-    # the WeDLM target (>= 2x AR's tokens per forward at <= 1 point accuracy loss) is
-    # reported, not gated: a 24-step quick run does not train the parallel head enough
+    # the WeDLM target (>= 2x AR's tokens per forward at <= 1 point accuracy loss, on the
+    # evaluation prompts at the tau chosen on the validation prompts) is reported, not gated
     wedlm_target_met = best["tpf"] >= 2.0 * tpf_ar and best["acc"] >= acc_ar - 0.01
     ok = (
         prism_spread <= 0.01
