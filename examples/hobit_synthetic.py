@@ -111,7 +111,7 @@ def _run(method, seed, epochs, q, d, dup, test):
     }
     state = _OPT.init(params)
     dup_j = jnp.asarray(dup)
-    t_perm, t_train, rate = [], [], 0.0
+    t_perm, t_train, first, rate = [], [], {}, 0.0
     for e in range(epochs):
         k = jax.random.fold_in(key, 100 + e)
         t0 = time.perf_counter()
@@ -120,6 +120,9 @@ def _run(method, seed, epochs, q, d, dup, test):
         t1 = time.perf_counter()
         params, state, _ = jax.block_until_ready(_epoch(params, state, q, d, perm))
         t2 = time.perf_counter()
+        first.setdefault("train", t2 - t1)  # epoch 0: includes the training step's compile
+        if e == 1:  # first call of the method: includes its compile
+            first["perm"] = t1 - t0
         if e >= 1 and (epochs < 4 or e >= 2):  # steady state: compiles done
             t_perm.append(t1 - t0)
             t_train.append(t2 - t1)
@@ -127,12 +130,17 @@ def _run(method, seed, epochs, q, d, dup, test):
             qe, de = (np.asarray(_encode(params, x, w)) for x, w in ((q, "q"), (d, "d")))
             rate = _contradiction_rate(perm, qe, de, dup)
     r1, mrr = _retrieval(params, *test)
+    perm_s = float(np.median(t_perm)) if t_perm else None
+    train_s = float(np.median(t_train)) if t_train else None
     return {
         "r1": float(r1),
         "mrr": float(mrr),
         "contradiction_rate": rate,
-        "perm_s": float(np.median(t_perm)) if t_perm else None,
-        "train_epoch_s": float(np.median(t_train)) if t_train else None,
+        "perm_s": perm_s,
+        "train_epoch_s": train_s,
+        # compile (and first-call) overhead: first call minus the steady-state median
+        "perm_compile_s": first["perm"] - perm_s if perm_s and "perm" in first else None,
+        "train_compile_s": first["train"] - train_s if train_s else None,
     }
 
 
@@ -166,7 +174,10 @@ def main(
         f"naive NN {res['naive_nn']['mrr']:.3f}",
         "ok": bool(ok),
         "table": table,
-        "hobit_perm_over_train_epoch": share,
+        "hobit_perm_over_train_epoch": share,  # target <= 0.05 (spec 3.4.7)
+        "hobit_perm_s": h["perm_s"],  # kNN graph + greedy, compile excluded (median)
+        "hobit_perm_compile_s": h["perm_compile_s"],
+        "train_epoch_s": h["train_epoch_s"],
         "epochs": epochs,
         "seconds": round(time.perf_counter() - t0, 1),
     }
