@@ -220,6 +220,7 @@ def fine_tune(
     ess_warn: float = 0.05,
     ref_params: PyTree | None = None,
     objective: str = "td3b",
+    reduction: str = "sum_weights",
 ) -> tuple[PyTree, list[dict]]:
     """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
 
@@ -231,6 +232,11 @@ def fine_tune(
     the mean reward, direction accuracy of the fresh samples and the oracle calls so
     far. When ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
     ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
+    ``reduction`` is passed to :func:`td3b_train_step`: with ``"sum_weights"`` the
+    WDCE term is a per-sequence cross-entropy (about ``L`` nats) while the KL anchor is
+    a per-slot mean, so ``kl_weight`` (and ``contrastive_weight``) act about ``N``
+    times more weakly than in the authors' code, whose WDCE is ``"reference"``
+    (divided by the buffer size ``N``); use ``"reference"`` for their balance.
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     iterations = _validate.python_int(iterations, name="iterations", minimum=0)
@@ -293,6 +299,7 @@ def fine_tune(
                 replicates=replicates,
                 kl_weight=kl_weight,
                 contrastive_weight=contrastive_weight,
+                reduction=reduction,
             )
         f = np.asarray(fresh.p_agonist)
         rec = {k: float(v) for k, v in m.items()} if steps_per_iter else {"ess": ess}

@@ -59,9 +59,13 @@ def subs_log_probs(logits: Array, mask_id: int) -> Array:
     return jax.nn.log_softmax(x, axis=-1)
 
 
-def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int) -> Array:
-    """SUBS log-probabilities ``[B, L, V]`` of the denoiser at the noisy tokens ``z``."""
-    pos, attn = positions_and_mask(z, valid)
+def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int, pos_attn=None) -> Array:
+    """SUBS log-probabilities ``[B, L, V]`` of the denoiser at the noisy tokens ``z``.
+
+    ``pos_attn``: :func:`positions_and_mask` of ``valid``, built once outside a loop
+    (it does not change between steps or replicates).
+    """
+    pos, attn = positions_and_mask(z, valid) if pos_attn is None else pos_attn
     logits = apply_fn(params, z, pos, attn)
     if logits.ndim != 3 or logits.shape[:2] != z.shape:
         raise TypeError(
@@ -74,8 +78,40 @@ def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int) -> Array:
     return subs_log_probs(logits, mask_id)
 
 
+def _abstract(x):
+    return (tuple(jnp.shape(x)), str(jnp.result_type(x)))
+
+
 def vocab_size(apply_fn, params, tokens: Array, valid: Array) -> int:
-    """The vocabulary size of ``apply_fn``'s logits (abstract evaluation, nothing compiled)."""
+    """The vocabulary size of ``apply_fn``'s logits (abstract evaluation, nothing compiled).
+
+    Cached per ``apply_fn`` and abstract shapes: the host loops call the public
+    functions many times with the same shapes, and tracing the denoiser each time
+    costs more than a small step itself.
+    """
+    leaves, tree = jax.tree.flatten(params)
+    sig = (tree, tuple(_abstract(x) for x in leaves), _abstract(tokens))
+    try:
+        hash(apply_fn)
+        hash(sig)
+    except TypeError:
+        return _vocab_size(apply_fn, params, tokens, valid)
+    return _vocab_cached(apply_fn, sig, params, tokens, valid)
+
+
+_VOCAB_CACHE: dict = {}
+
+
+def _vocab_cached(apply_fn, sig, params, tokens, valid):
+    k = (apply_fn, sig)
+    if k not in _VOCAB_CACHE:
+        if len(_VOCAB_CACHE) > 256:
+            _VOCAB_CACHE.clear()
+        _VOCAB_CACHE[k] = _vocab_size(apply_fn, params, tokens, valid)
+    return _VOCAB_CACHE[k]
+
+
+def _vocab_size(apply_fn, params, tokens, valid) -> int:
     pos, attn = positions_and_mask(tokens, valid)
     out = jax.eval_shape(apply_fn, params, tokens, pos, attn)
     if len(out.shape) != 3 or tuple(out.shape[:2]) != tuple(tokens.shape):

@@ -165,13 +165,14 @@ def _sample(
     zero_row = jnp.zeros_like(n0)
     step0 = jnp.where(gen, jnp.int32(0), jnp.int32(-1))
     init = (tokens, step0, zero_row, zero_row)
+    pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
 
     def body(carry, inputs):
         z, step, lp, lr = carry
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
         t, s = _grid(schedule, k, num_steps, acc)
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
         draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
         masked = valid & (z == mask_id)
         if order == "ancestral":
@@ -189,7 +190,7 @@ def _sample(
         lp_tok = _common.gather_log_prob(log_p, draw.token)
         lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
         if ref_params is not None:
-            log_q = _common.denoise(apply_fn, ref_params, z, valid, mask_id)
+            log_q = _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
             lq_new = jnp.sum(jnp.where(new, _common.gather_log_prob(log_q, draw.token), 0.0), -1)
             lr = lr + lq_new.astype(acc) - lp_new
         z = jnp.where(new, draw.token, z)
@@ -264,10 +265,11 @@ def trajectory_log_prob(
 def _traj_lp(apply_fn, params, tokens, unmask_step, valid, *, mask_id, num_steps):
     out_dt = _logits_dtype(params)
     acc = jnp.float64 if out_dt == jnp.float64 else jnp.float32
+    pos_attn = _common.positions_and_mask(tokens, valid)
 
     def body(total, k):
         z = jnp.where(unmask_step < k, tokens, jnp.int32(mask_id))
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
         here = valid & (unmask_step == k)
         lp = jnp.where(here, _common.gather_log_prob(log_p, tokens), 0.0)
         return total + jnp.sum(lp, axis=-1).astype(acc), None

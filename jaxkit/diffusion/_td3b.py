@@ -157,11 +157,12 @@ def wdce_terms(
     acc = accumulation_dtype(_logits_dtype(params))
     wbar = jax.nn.softmax(jax.lax.stop_gradient(log_w).astype(acc))
     n = x0.shape[0]
+    pos_attn = _common.positions_and_mask(x0, valid)  # the same for every replicate
 
     def one(total, k):
         lam, masked = _lam_mask(k, valid, acc)
         z = jnp.where(masked, jnp.int32(mask_id), x0)
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
+        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
         nll = jnp.where(masked, -_common.gather_log_prob(log_p, x0), 0.0)
         weight = jnp.minimum(1.0 / jnp.maximum(lam, 1e-30), jnp.asarray(lam_clip, acc))
         return total + weight * jnp.sum(nll, axis=-1), None
@@ -244,8 +245,11 @@ def kl_terms(apply_fn, params, ref_params, x0, valid, key, *, mask_id):
     acc = accumulation_dtype(_logits_dtype(params))
     _, masked = _lam_mask(key, valid, acc)
     z = jnp.where(masked, jnp.int32(mask_id), x0)
-    log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
-    log_q = jax.lax.stop_gradient(_common.denoise(apply_fn, ref_params, z, valid, mask_id))
+    pos_attn = _common.positions_and_mask(x0, valid)
+    log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
+    log_q = jax.lax.stop_gradient(
+        _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
+    )
     p = jnp.exp(log_p)
     # 0 log 0 := 0 (the [MASK] column and any other zero of p); finite where q has zeros
     # that p shares
