@@ -43,6 +43,8 @@ def page_figures() -> list[dict]:
 
 
 def _shrink(path: pathlib.Path, max_width: int) -> None:
+    if path.suffix == ".svg":  # vector figures scale by themselves
+        return
     from PIL import Image
 
     with Image.open(path) as im:
