@@ -80,6 +80,7 @@ def test_bow_forecast_reads_the_bag_not_the_order():
         ts.BoWForecaster(m, 3, key=jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_bow_trains_through_fit_forecaster():
     r = np.random.default_rng(1)
     n = 32
