@@ -64,6 +64,7 @@ def _train(x_in, x_out, u, *, obs, steps, seed, bin_width):
 def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width, seed):
     mu = model.encode(x_in)
     g = neuro.group_aligned_r2(mu, z_true, n_groups=GROUPS)
+    rows = np.arange(GROUPS)  # GROUPS = 2: the other group of row r is 1 - match[r]
     pred = model.decode(mu, u)
     if obs == "poisson":
         pred = bin_width * jax.nn.softplus(pred)
@@ -77,9 +78,11 @@ def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width
     return {
         "reconstruction_r2": rec,
         "group_r2": g.score,
-        # R^2 of each true group (rows: Lorenz, Thomas) on each matched model group, then
-        # the other one: the off-diagonal says how much a model group mixes in the other
-        "group_r2_matrix": np.round(g.matrix[:, np.r_[g.match, 1 - g.match]], 3).tolist(),
+        # [[R^2 of Lorenz on its matched model group, on the other group], [same, Thomas]]:
+        # the second column says how much of a system leaks into the other model group
+        "group_r2_matrix": np.round(
+            np.stack([g.matrix[rows, g.match], g.matrix[rows, 1 - g.match]], 1), 3
+        ).tolist(),
         "component_r2": neuro.component_aligned_r2(mu, z_true).score,
         "pc": float(neuro.partial_correlation_eval(mu, ls, n_groups=GROUPS, key=key, n_mc=2)),
         "tc": float(neuro.total_correlation(mu, ls, key=key, n_mc=2)),
