@@ -16,8 +16,9 @@ training): unimodal PatchTST; TESS on clean text; TESS on text with 40% per-prim
 noise (rendered as conflicting or wrong reports), with the learned gate and ungated (gate
 fixed to 1); the bag-of-words raw-text fusion baseline (``BoWForecaster``: the text's
 normalised word counts, vocabulary fitted on the train texts, projected to 4 ungated prefix
-tokens, the same budget as TESS's 4 primitive tokens). The gate is trained with the
-class-balanced BCE (``balanced_gate=True``, spec §4.7: wrong labels are the rare class).
+tokens, the same budget as TESS's 4 primitive tokens; full mode only). The gate is trained
+with the class-balanced BCE (``balanced_gate=True``, spec §4.7: wrong labels are the rare
+class).
 Metric: MSE on the test event windows (chronological 70/30 split). The full mode adds the
 macrodata real-GDP growth series (L = 16, H = 8) and more training. Not done here: LLM
 extraction (an ``LLMExtractor`` takes any ``generate_fn``; none is downloaded).
@@ -109,7 +110,6 @@ def _run_series(name, key, quick):
     tess, _ = ts.fit_forecaster(tess0, train, **fit)
     tess_noisy, _ = ts.fit_forecaster(tess0, ntrain, **fit)
     tess_ungated, _ = ts.fit_forecaster(tess0, ntrain, gate=ones_tr, **fit)
-    bow, _ = ts.fit_forecaster(bow0, train, **fit)
 
     ev = np.asarray(clean.event[n_tr:])
     y = np.asarray(test.y)
@@ -128,7 +128,6 @@ def _run_series(name, key, quick):
         "tess_rule": mse(out_clean.y_hat),
         "tess_noisy_gated": mse(out_noisy.y_hat),
         "tess_noisy_ungated": mse(ungated.y_hat),
-        "bow_text": mse(ts.bow_forecast(bow, test.x, test.text)),
     }
     g_noisy = np.asarray(jax.nn.sigmoid(out_noisy.gate_logits))
     wrong = np.asarray(ntest.gate_target) == 0
@@ -147,6 +146,10 @@ def _run_series(name, key, quick):
     }
     agree = None
     if not quick:
+        # the bag-of-words fusion baseline (its own compiled program: full mode only, to
+        # keep the quick mode's compile time down; the bench's `bow_event_mse` line has it)
+        bow, _ = ts.fit_forecaster(bow0, train, **fit)
+        res["bow_text"] = mse(ts.bow_forecast(bow, test.x, test.text))
         direct, _ = ts.fit_forecaster(bb, train, **fit)
         res["patchtst_direct"] = mse(ts.patchtst_forecast(direct, test.x))
         bow_noisy, _ = ts.fit_forecaster(bow0, ntrain, **fit)
@@ -207,7 +210,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     r = results["co2"]["mse_event"]
     reduction = 1.0 - r["tess_rule"] / r["patchtst"]
     rescue = r["tess_noisy_gated"] < r["tess_noisy_ungated"]
-    bow_reduction = 1.0 - r["bow_text"] / r["patchtst"]
+    bow_reduction = 1.0 - r["bow_text"] / r["patchtst"] if "bow_text" in r else None
     for v in results.values():
         v.pop("example")
     claim = bool(reduction >= 0.20 and rescue)
@@ -218,8 +221,8 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         "baseline": r["patchtst"],
         "ok": claim,
         "gate_rescues_noisy_labels": bool(rescue),
-        "bow_reduction": round(bow_reduction, 3),
-        "tess_beats_bow": bool(r["tess_rule"] < r["bow_text"]),
+        "bow_reduction": None if bow_reduction is None else round(bow_reduction, 3),
+        "tess_beats_bow": None if bow_reduction is None else bool(r["tess_rule"] < r["bow_text"]),
         "gate_wrong_below_0.2": bool(results["co2"]["gate"]["noisy_wrong_labels"] < 0.2),
         "series": results,
         "quick": quick,
