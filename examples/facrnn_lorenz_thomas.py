@@ -13,7 +13,15 @@ connectivity / sub-circuit R^2 (Gaussian run). A second run observes Poisson spi
 ``ok`` checks what the method claims and this run can measure robustly: FacRNN's PC is at
 most a third of lrRNN's at a reconstruction within 0.1 R^2 of it (Gaussian and Poisson).
 Whether FacRNN also has the best group-latent R^2 (the paper's disentanglement claim) is
-reported as ``group_r2_claim_met`` (with these short CPU runs it is not reliably met).
+reported as ``group_r2_claim_met`` (vs lrRNN and bdRNN) and
+``group_r2_best_of_all_baselines`` (also vs lrRNN+ICA and LINT, the authors' post-hoc
+baselines, computed from the fitted lrRNN by ``ica_baseline`` / ``lint_baseline``).
+
+What limits that claim here: the objective is the authors' (constant beta = 20, no
+annealing; they train 5000 epochs of 8 minibatches = 40k AdamW steps at lr 1e-3, we 8000 at
+3e-3), but on this data the plain lrRNN already finds nearly group-separated latents by
+itself (``group_r2_matrix``: the off-group R^2 is small for lrRNN too), so FacRNN's
+penalty can only lower PC, not raise the group R^2 much above lrRNN's.
 """
 
 import argparse
@@ -55,6 +63,8 @@ def _train(x_in, x_out, u, *, obs, steps, seed, bin_width):
 
 def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width, seed):
     mu = model.encode(x_in)
+    g = neuro.group_aligned_r2(mu, z_true, n_groups=GROUPS)
+    rows = np.arange(GROUPS)  # GROUPS = 2: the other group of row r is 1 - match[r]
     pred = model.decode(mu, u)
     if obs == "poisson":
         pred = bin_width * jax.nn.softplus(pred)
@@ -67,7 +77,12 @@ def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width
     conn = obs != "poisson"
     return {
         "reconstruction_r2": rec,
-        "group_r2": neuro.group_aligned_r2(mu, z_true, n_groups=GROUPS).score,
+        "group_r2": g.score,
+        # [[R^2 of Lorenz on its matched model group, on the other group], [same, Thomas]]:
+        # the second column says how much of a system leaks into the other model group
+        "group_r2_matrix": np.round(
+            np.stack([g.matrix[rows, g.match], g.matrix[rows, 1 - g.match]], 1), 3
+        ).tolist(),
         "component_r2": neuro.component_aligned_r2(mu, z_true).score,
         "pc": float(neuro.partial_correlation_eval(mu, ls, n_groups=GROUPS, key=key, n_mc=2)),
         "tc": float(neuro.total_correlation(mu, ls, key=key, n_mc=2)),
@@ -100,8 +115,11 @@ def _run(obs, *, steps, seed):
     res = _train(x_in[tr], x_out[tr], ut, obs=obs, steps=steps, seed=seed, bin_width=bin_width)
     n_total = x_in[tr].shape[0]
     out = {}
-    for i, name in enumerate(MODELS):
-        model = jax.tree.map(lambda v, i=i: v[i], res.model)
+    models = {name: jax.tree.map(lambda v, i=i: v[i], res.model) for i, name in enumerate(MODELS)}
+    # post-hoc baselines on the fitted lrRNN (the authors' lrRNN+ICA and LINT): no training
+    models["lrrnn_ica"] = neuro.ica_baseline(models["lrrnn"], x_in[tr], seed=seed)
+    models["lint"] = neuro.lint_baseline(models["lrrnn"])
+    for name, model in models.items():
         out[name] = _evaluate(
             model,
             x_in[te],
@@ -144,13 +162,11 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
     del data_dir  # synthetic, generated here
     steps = 1000 if quick else 8000
     results = {obs: _run(obs, steps=steps, seed=seed) for obs in ("gaussian", "poisson")}
-    print(
-        f"{'obs':>9} {'model':>7} "
-        + " ".join(f"{k[:12]:>12}" for k in results["gaussian"]["facrnn"])
-    )
+    cols = [k for k, v in results["gaussian"]["facrnn"].items() if isinstance(v, float)]
+    print(f"{'obs':>9} {'model':>9} " + " ".join(f"{k[:12]:>12}" for k in cols))
     for obs, per in results.items():
         for name, vals in per.items():
-            print(f"{obs:>9} {name:>7} " + " ".join(f"{v:12.3f}" for v in vals.values()))
+            print(f"{obs:>9} {name:>9} " + " ".join(f"{vals[k]:12.3f}" for k in cols))
     pc_ok = all(r["facrnn"]["pc"] <= r["lrrnn"]["pc"] / 3 for r in results.values())
     rec_ok = all(
         r["facrnn"]["reconstruction_r2"] >= r["lrrnn"]["reconstruction_r2"] - 0.1
@@ -158,6 +174,10 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
     )
     group_claim = all(
         r["facrnn"]["group_r2"] >= max(r["lrrnn"]["group_r2"], r["bdrnn"]["group_r2"])
+        for r in results.values()
+    )
+    group_all = all(
+        r["facrnn"]["group_r2"] >= max(v["group_r2"] for k, v in r.items() if k != "facrnn")
         for r in results.values()
     )
     os.makedirs(out_dir, exist_ok=True)
@@ -170,6 +190,7 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
         "baseline": g["lrrnn"]["pc"],
         "ok": bool(pc_ok and rec_ok),
         "group_r2_claim_met": bool(group_claim),
+        "group_r2_best_of_all_baselines": bool(group_all),
         "steps": steps,
         "results": results,
         "plot": plot,

@@ -9,6 +9,8 @@ read from the authors' code (JerrySoybean/facrnn) and re-derived; the Poisson ob
 path is reconstructed [R].
 """
 
+from jaxkit.neuro._baselines import ica_baseline as ica_baseline
+from jaxkit.neuro._baselines import lint_baseline as lint_baseline
 from jaxkit.neuro._data import SyntheticRNN as SyntheticRNN
 from jaxkit.neuro._data import lorenz_thomas as lorenz_thomas
 from jaxkit.neuro._data import synthetic_lowrank as synthetic_lowrank
@@ -28,6 +30,8 @@ from jaxkit.neuro._model import causal_smooth as causal_smooth
 from jaxkit.neuro._model import connectivity as connectivity
 from jaxkit.neuro._model import posterior_log_std as posterior_log_std
 from jaxkit.neuro._model import sub_connectivity as sub_connectivity
+from jaxkit.neuro._nwb import NWBData as NWBData
+from jaxkit.neuro._nwb import load_nwb as load_nwb
 from jaxkit.neuro._pc import gaussian_group_tc as gaussian_group_tc
 from jaxkit.neuro._pc import kl_std_normal as kl_std_normal
 from jaxkit.neuro._pc import pairwise_log_q as pairwise_log_q

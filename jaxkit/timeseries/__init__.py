@@ -9,6 +9,9 @@ deterministic rule lexicon, the authors' cached JSON), a JAX PatchTST with RevIN
 forecaster and its loss, and a semi-synthetic event injector with rendered text.
 """
 
+from jaxkit.timeseries._bow import BoWForecaster as BoWForecaster
+from jaxkit.timeseries._bow import bag_of_words as bag_of_words
+from jaxkit.timeseries._bow import bow_forecast as bow_forecast
 from jaxkit.timeseries._cache import CachedExtractions as CachedExtractions
 from jaxkit.timeseries._cache import load_cache as load_cache
 from jaxkit.timeseries._cache import save_cache as save_cache

@@ -173,6 +173,20 @@ class EncoderLayer(eqx.Module):
         return z_out, self._mlp(prefix + p_att @ self.wo)
 
 
+def check_x(backbone, x, name: str = "x") -> Array:
+    """``x [B, L, C]`` floating, finite and shaped for ``backbone`` (a :class:`PatchTST`)."""
+    x = jnp.asarray(x)
+    _validate.floating(x, name=name)
+    _validate.ndim(x, 3, name=name)
+    c = backbone.revin.weight.shape[0]
+    if x.shape[1] != backbone.context_len or x.shape[2] != c:
+        raise TypeError(
+            f"`{name}` must have shape (B, {backbone.context_len}, {c}) for this model, "
+            f"got {x.shape}."
+        )
+    return _validate.all_finite(x, name=name)
+
+
 class PatchTST(eqx.Module):
     """PatchTST with RevIN: ``model(x [L, C]) -> [H, C]`` (channel independent)."""
 

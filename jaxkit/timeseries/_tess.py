@@ -18,9 +18,10 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate
+from jaxkit.timeseries._bow import BoWForecaster, check_bow
 from jaxkit.timeseries._extract import N_CONF_FEATURES
 from jaxkit.timeseries._gate import ConfidenceGate, check_labels, lookup
-from jaxkit.timeseries._model import PatchTST
+from jaxkit.timeseries._model import PatchTST, check_x
 from jaxkit.timeseries._schema import Schema, check_schema
 
 
@@ -91,16 +92,7 @@ class TESSOutput(NamedTuple):
 
 
 def _check_x(model, x, name="x"):
-    x = jnp.asarray(x)
-    _validate.floating(x, name=name)
-    _validate.ndim(x, 3, name=name)
-    bb = model if isinstance(model, PatchTST) else model.backbone
-    c = bb.revin.weight.shape[0]
-    if x.shape[1] != bb.context_len or x.shape[2] != c:
-        raise TypeError(
-            f"`{name}` must have shape (B, {bb.context_len}, {c}) for this model, got {x.shape}."
-        )
-    return _validate.all_finite(x, name=name)
+    return check_x(model if isinstance(model, PatchTST) else model.backbone, x, name)
 
 
 def _check_model(model, cls):
@@ -192,7 +184,8 @@ class TESSBatch(NamedTuple):
     """Training data of B windows.
 
     ``x [B, L, C]``, ``y [B, H, C]``, ``label_ids [B, K]``, ``conf [B, K, 4]``,
-    ``gate_target [B, K]`` (0/1).
+    ``gate_target [B, K]`` (0/1) and, optionally, ``text [B, V]`` bag-of-words vectors
+    (only the :class:`BoWForecaster` baseline reads them).
     """
 
     x: Array
@@ -200,31 +193,53 @@ class TESSBatch(NamedTuple):
     label_ids: Array
     conf: Array
     gate_target: Array
+    text: Array | None = None
 
 
-def _loss(model, batch, lambda_gate, gate, learned):
+def _gate_bce(logits, target, balanced):
+    """BCE with logits per primitive, averaged; ``balanced`` averages the two classes' means.
+
+    Balanced: for primitive k, ``(mean_{t=1} BCE + mean_{t=0} BCE) / (#classes present)``,
+    so the rarer class (usually the wrong labels) carries half the weight (spec §4.7).
+    """
+    t = target.astype(logits.dtype)
+    ell = jax.nn.softplus(logits) - t * logits
+    if not balanced:
+        return jnp.mean(ell)
+    n1, n0 = jnp.sum(t, 0), jnp.sum(1 - t, 0)
+    m1 = jnp.sum(t * ell, 0) / jnp.maximum(n1, 1)
+    m0 = jnp.sum((1 - t) * ell, 0) / jnp.maximum(n0, 1)
+    present = (n1 > 0).astype(ell.dtype) + (n0 > 0).astype(ell.dtype)
+    return jnp.mean((m1 + m0) / jnp.maximum(present, 1))
+
+
+def _loss(model, batch, lambda_gate, gate, learned, balanced=False):
     if isinstance(model, PatchTST):
         y_hat = jax.vmap(model)(batch.x)
         mse = jnp.mean(jnp.square(y_hat - batch.y))
         zero = jnp.zeros((), mse.dtype)
         return mse, {"mse": mse, "bce": zero, "gate_mean": zero}
+    if isinstance(model, BoWForecaster):
+        y_hat = jax.vmap(model)(batch.x, batch.text)
+        mse = jnp.mean(jnp.square(y_hat - batch.y))
+        zero = jnp.zeros((), mse.dtype)
+        return mse, {"mse": mse, "bce": zero, "gate_mean": jnp.ones((), mse.dtype)}
     out = _tess_core(model, batch.x, batch.label_ids, batch.conf, gate, learned)
     mse = jnp.mean(jnp.square(out.y_hat - batch.y))
-    t = batch.gate_target.astype(out.gate_logits.dtype)
     lg = out.gate_logits
-    bce = jnp.mean(jax.nn.softplus(lg) - t * lg)  # BCE with logits
+    bce = _gate_bce(lg, batch.gate_target, balanced)
     g = jnp.where(learned, jax.nn.sigmoid(lg), gate.astype(lg.dtype))
     loss = mse + jnp.asarray(lambda_gate, mse.dtype) * bce
     return loss, {"mse": mse, "bce": bce, "gate_mean": jnp.mean(g)}
 
 
-_loss_jit = jax.jit(_loss)
+_loss_jit = jax.jit(_loss, static_argnames=("balanced",))
 
 
 def _check_batch(model, batch, lambda_gate, gate):
     if not isinstance(batch, TESSBatch):
         raise TypeError(f"`batch` must be a TESSBatch, got {type(batch).__name__}.")
-    _check_model(model, PatchTST | TESSForecaster)
+    _check_model(model, PatchTST | TESSForecaster | BoWForecaster)
     x = _check_x(model, batch.x, "batch.x")
     bb = model if isinstance(model, PatchTST) else model.backbone
     y = jnp.asarray(batch.y)
@@ -233,77 +248,104 @@ def _check_batch(model, batch, lambda_gate, gate):
     y = _validate.all_finite(y, name="batch.y")
     _validate.real_scalar(lambda_gate, name="lambda_gate")
     x = _validate.guard_non_negative(x, lambda_gate, name="lambda_gate")
-    if isinstance(model, PatchTST):
+    if isinstance(model, PatchTST | BoWForecaster):
+        if isinstance(model, BoWForecaster):
+            if batch.text is None:
+                raise TypeError("`batch.text` (bag-of-words vectors) is required for BoW.")
+            batch = batch._replace(text=check_bow(model, batch.text, x.shape[0], "batch.text"))
         return batch._replace(x=x, y=y), jnp.zeros((x.shape[0], 1), x.dtype), jnp.asarray(True)
     ids, conf, gate = _check_side(model, x, batch.label_ids, batch.conf, gate)
     tg = jnp.asarray(batch.gate_target)
     _validate.shape(tg, ids.shape, name="batch.gate_target")
-    return (TESSBatch(x, y, ids, conf, tg), *_fixed(gate, ids, x.dtype))
+    return (TESSBatch(x, y, ids, conf, tg, batch.text), *_fixed(gate, ids, x.dtype))
+
+
+def _check_balanced(balanced_gate):
+    if not isinstance(balanced_gate, bool):
+        raise TypeError(f"`balanced_gate` must be a bool, got {type(balanced_gate).__name__}.")
+    return balanced_gate
 
 
 def tess_loss(
-    model: PatchTST | TESSForecaster,
+    model: PatchTST | TESSForecaster | BoWForecaster,
     batch: TESSBatch,
     *,
     lambda_gate: float | Array = 0.1,
     gate: Float[ArrayLike, "B K"] | None = None,
+    balanced_gate: bool = False,
 ) -> tuple[Array, dict]:
     """``MSE(ŷ, y) + λ_gate · BCE(gate, gate_target)`` and its parts (jitted).
 
-    A :class:`PatchTST` gives the unimodal MSE (the BCE part is 0), so one training
-    routine serves the baseline and TESS on identical windows.
+    A :class:`PatchTST` gives the unimodal MSE and a :class:`BoWForecaster` the
+    bag-of-words fusion MSE (reading ``batch.text``; the BCE part is 0 for both), so one
+    training routine serves the baselines and TESS on identical windows.
+    ``balanced_gate`` (static) averages the BCE of correct and of wrong labels per
+    primitive instead of over all labels: the rarer class (usually the wrong labels) then
+    carries half the weight (spec §4.7, class imbalance); False is the authors' plain BCE.
 
     Returns:
       ``(loss, {"mse", "bce", "gate_mean"})``.
 
     Raises:
-      TypeError: wrong types or shapes.
+      TypeError: wrong types or shapes; ``balanced_gate`` not a bool; ``batch.text``
+        missing for a :class:`BoWForecaster`.
       ValueError: NaN/inf data, ``lambda_gate < 0``, an unknown label id, a gate outside
         ``[0, 1]``.
     """
     batch, gate, learned = _check_batch(model, batch, lambda_gate, gate)
-    return _loss_jit(model, batch, jnp.asarray(lambda_gate), gate, learned)
+    balanced = _check_balanced(balanced_gate)
+    return _loss_jit(model, batch, jnp.asarray(lambda_gate), gate, learned, balanced=balanced)
 
 
-def _step(model, opt_state, batch, lambda_gate, gate, learned, optimizer):
+def _step(model, opt_state, batch, lambda_gate, gate, learned, optimizer, balanced=False):
     (loss, aux), grads = jax.value_and_grad(_loss, has_aux=True)(
-        model, batch, lambda_gate, gate, learned
+        model, batch, lambda_gate, gate, learned, balanced
     )
     updates, opt_state = optimizer.update(grads, opt_state, model)
     return optax.apply_updates(model, updates), opt_state, loss, aux
 
 
-_step_jit = jax.jit(_step, static_argnames=("optimizer",))
+_step_jit = jax.jit(_step, static_argnames=("optimizer", "balanced"))
 
 
 def tess_train_step(
-    model: PatchTST | TESSForecaster,
+    model: PatchTST | TESSForecaster | BoWForecaster,
     opt_state: optax.OptState,
     batch: TESSBatch,
     *,
     optimizer: optax.GradientTransformation,
     lambda_gate: float | Array = 0.1,
     gate: Float[ArrayLike, "B K"] | None = None,
+    balanced_gate: bool = False,
 ):
     """One jitted optax step on :func:`tess_loss`.
 
-    ``optimizer`` is static, ``lambda_gate`` traced. Returns ``(model, opt_state, loss, aux)``.
+    ``optimizer`` and ``balanced_gate`` are static, ``lambda_gate`` traced. Returns
+    ``(model, opt_state, loss, aux)``.
     """
     batch, gate, learned = _check_batch(model, batch, lambda_gate, gate)
+    balanced = _check_balanced(balanced_gate)
     return _step_jit(
-        model, opt_state, batch, jnp.asarray(lambda_gate), gate, learned, optimizer=optimizer
+        model,
+        opt_state,
+        batch,
+        jnp.asarray(lambda_gate),
+        gate,
+        learned,
+        optimizer=optimizer,
+        balanced=balanced,
     )
 
 
-@functools.partial(jax.jit, static_argnames=("optimizer", "steps", "batch_size"))
-def _fit(model, data, key, lambda_gate, gate, learned, *, optimizer, steps, batch_size):
+@functools.partial(jax.jit, static_argnames=("optimizer", "steps", "batch_size", "balanced"))
+def _fit(model, data, key, lambda_gate, gate, learned, *, optimizer, steps, batch_size, balanced):
     n = data.x.shape[0]
 
     def body(carry, k):
         m, s = carry
         idx = jax.random.choice(k, n, (batch_size,), replace=False)
         b = jax.tree.map(lambda a: a[idx], data)
-        m, s, loss, _ = _step(m, s, b, lambda_gate, gate[idx], learned, optimizer)
+        m, s, loss, _ = _step(m, s, b, lambda_gate, gate[idx], learned, optimizer, balanced)
         return (m, s), loss
 
     (model, _), losses = jax.lax.scan(
@@ -313,7 +355,7 @@ def _fit(model, data, key, lambda_gate, gate, learned, *, optimizer, steps, batc
 
 
 def fit_forecaster(
-    model: PatchTST | TESSForecaster,
+    model: PatchTST | TESSForecaster | BoWForecaster,
     data: TESSBatch,
     *,
     key: jax.Array,
@@ -322,11 +364,14 @@ def fit_forecaster(
     batch_size: int,
     lambda_gate: float | Array = 0.1,
     gate: Float[ArrayLike, "N K"] | None = None,
+    balanced_gate: bool = False,
 ):
     """Train for ``steps`` minibatch steps as one ``lax.scan`` inside one jit.
 
     Returns ``(model, losses [steps])``. ``gate`` (optional, per window) fixes the gate
-    (e.g. ones: the ungated prefix).
+    (e.g. ones: the ungated prefix). ``model`` may be a :class:`PatchTST`, a
+    :class:`TESSForecaster` or a :class:`BoWForecaster`; ``balanced_gate`` as in
+    :func:`tess_loss`.
     """
     _validate.is_key(key)
     steps = _validate.python_int(steps, name="steps", minimum=1)
@@ -344,4 +389,5 @@ def fit_forecaster(
         optimizer=optimizer,
         steps=steps,
         batch_size=batch_size,
+        balanced=_check_balanced(balanced_gate),
     )

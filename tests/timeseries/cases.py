@@ -206,3 +206,35 @@ CASES += [
         slow_checks=_SLOW,
     ),
 ]
+
+
+def _bow_args(key, dtype):
+    bb, _, x, _, _ = _model_args(key, dtype)
+    bow_model = _bow_model(jnp.dtype(dtype).name)
+    bow = jax.random.dirichlet(jax.random.fold_in(key, 9), jnp.ones(6), (8,)).astype(dtype)
+    return bow_model, x, bow
+
+
+@functools.cache
+def _bow_model(dtype_name):
+    bb, _ = _models(dtype_name)
+    return ts.BoWForecaster(bb, 6, key=jax.random.key(2), n_tokens=2)
+
+
+def _bow_nan(key):
+    m, x, bow = _bow_args(key, jnp.float32)
+    return (m, x, bow.at[0, 1].set(jnp.nan)), {}
+
+
+CASES += [
+    Case(
+        name="timeseries.bow_forecast",
+        fn=ts.bow_forecast,
+        make_args=_bow_args,
+        grad_argnums=(1, 2),
+        shard_argnums=(1, 2),
+        rtol=1e-4,
+        bad=(Bad("non-finite bag of words", _bow_nan, ValueError, "bow"),),
+        slow_checks=("vmap", "grads", "dtypes", "sharding", "traced_once"),
+    ),
+]
