@@ -172,6 +172,9 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     # one generator call and one pseudo-label call for all splits (fewer compilations)
     allsc = irdet.make_dataset(k_tr, n_tr + n_va + n_te, hw=hw)
     pl_all = irdet.pseudo_mask(allsc.image, allsc.points, allsc.valid).mask
+    # host copies: the splits below are NumPy slices (eager jax slices of each new shape
+    # compiled one program each)
+    allsc, pl_all = jax.tree.map(np.asarray, allsc), np.asarray(pl_all)
 
     # ---- 1. pseudo-label quality: 128x128 scenes; quick mode reuses the detector's
     # 32x32 training scenes (no second compilation of the generator and the solver)
@@ -201,7 +204,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     def norm(x):  # per-dataset standardisation, as the repo's mean/std normalisation
         return (x - 0.4) / 0.1
 
-    pl_all = pl_all.astype(jnp.float32)
+    pl_all = pl_all.astype(np.float32)
     data = {"x": norm(tr.image)}
     val = {"x": norm(va.image), "y": pl_all[n_tr : n_tr + n_va]}  # pseudo-masks, not GT
     test = {"x": norm(te.image), "mask": te.mask}
