@@ -11,10 +11,14 @@ perform a fixed "instruction" edit ``clip(1.2 x[..., ::-1])`` (channel swap and 
 Attack (PhotoGuard-style, minimised): ``L_adv(x) = mean (Edit(x) - Edit(grey))^2``;
 reported per view as ``L_adv(protected) / L_adv(raw)`` (lower = more protection).
 Rows: 2D per-view PGD on the training images (full mode only; no 3D asset, so it cannot
-cover novel views),
-AdLift Lifted PGD (with the hinge that pulls the rendered perturbation toward eta), and a
+cover novel views), plain AdLift Lifted PGD without any bound handling (full mode only: its
+rendered L-inf is 3-4x eta), AdLift bounded (the headline: an augmented-Lagrangian penalty
+of the eta bound in every fit, a 10% margin, then a projection phase that runs only while a
+training view or one of 8 random "bound" poses still exceeds the margin bound), and a
 control: the same pipeline driven by random directions, then scaled per view in image
-space to the same PSNR as AdLift (a PSNR-matched random perturbation).
+space to the same PSNR as bounded AdLift (a PSNR-matched random perturbation).
+Training views are within eta exactly (the projection phase's stopping rule); novel views
+are reported with their L-inf and the share of values over eta (not guaranteed).
 A full run (trained .ply assets, COLMAP cameras, an InstructPix2Pix VAE) needs a GPU.
 """
 
@@ -33,7 +37,10 @@ from jaxkit.splat import adlift
 
 ETA, STEP = 8 / 255, 4 / 255
 FIT_LR = 2e-2  # tuned here: 5e-3 (the spec's start) fits too little in 4 rounds (0.94)
-HINGE = 1.0  # measured: fewer values over eta (3% vs 30%) at less protection
+# measured (quick): hinge 10 -> 100 and 12 rounds instead of 4 restore the protection the
+# projection costs; the margin and bound poses cut novel-view excess from 2-4% of values to 0.3%
+BOUND = {"hinge": 100.0, "margin": 0.1, "n_project": 200}
+N_BOUND_VIEWS = 8
 GREY = 0.5
 
 
@@ -107,7 +114,7 @@ def main(
     key = jax.random.key(seed)
     n_raw, n_safe = (100, 100) if quick else (300, 150)
     n_cams, hw = (8, (24, 24)) if quick else (16, (32, 32))
-    n_outer, editor_steps = (4, 60) if quick else (8, 300)
+    n_outer, editor_steps = (12, 60) if quick else (12, 300)
     raw = _random_scene(seed * 1000 + 1, n_raw)
     cams = splat.orbit_cameras(n_cams, radius=4.0, height=1.0, focal=1.15 * hw[0], hw=hw)
     train = jax.tree.map(lambda a: a[0::2], cams)
@@ -127,9 +134,10 @@ def main(
 
     theta0 = adlift.init_safeguards(raw, n_safe, key=jax.random.fold_in(key, 4))
     kw = {"hw": hw, "eta": ETA, "step": STEP, "n_outer": n_outer, "n_fit": 10, "fit_lr": FIT_LR}
-    prot = adlift.lifted_pgd(raw, theta0, train, attack_loss, adv, **kw).safeguards
-    hinged = adlift.lifted_pgd(raw, theta0, train, attack_loss, adv, hinge=HINGE, **kw)
-    rnd = adlift.lifted_pgd(raw, theta0, train, attack_loss, ctl, **kw).safeguards
+    bkw = {**kw, **BOUND, "bound_cameras": _bound_cameras(seed, N_BOUND_VIEWS, hw)}
+    bounded = adlift.lifted_pgd(raw, theta0, train, attack_loss, adv, **bkw)
+    rnd = adlift.lifted_pgd(raw, theta0, train, attack_loss, ctl, **bkw).safeguards
+    prot = bounded.safeguards
 
     def split(tree):  # (train, novel) halves of an all-camera result
         return jax.tree.map(lambda a: a[0::2], tree), jax.tree.map(lambda a: a[1::2], tree)
@@ -150,11 +158,10 @@ def main(
         x2d = _per_view_pgd(adv, x_raw_tr, 8)
         l2d = _ratio(adv, x2d, x_raw_tr)
         rows.append(_row("2D per-view PGD (8 steps)", l2d, None, dx=(x2d - x_raw_tr,)))
-    runs = (
-        ("AdLift Lifted PGD", prot),
-        (f"AdLift + hinge {HINGE:g}", hinged.safeguards),
-        ("random directions", rnd),
-    )
+    runs = [("AdLift bounded", prot), ("random directions", rnd)]
+    if not quick:  # plain Lifted PGD, no bound handling (another compile): full mode only
+        runs.insert(0, ("AdLift plain", adlift.lifted_pgd(raw, theta0, train, attack_loss, adv,
+                                                            **kw).safeguards))  # fmt: skip
     for name, theta in runs:
         (pt, pn), dx = ev(theta)
         res[name] = (pt, pn)
@@ -170,27 +177,50 @@ def main(
     dx = split(x_ctl - x_raw)
     rows.append(_row("random, PSNR-matched", *ctl_ratio, dx=dx))
     ctrl = {"novel": ctl_ratio}
-    pt, pn = res["AdLift Lifted PGD"]
+    pt, pn = res["AdLift bounded"]
     novel_ratio = float(jnp.mean(pn.adv_rel))
     ctrl_ratio = float(jnp.mean(ctrl["novel"][1]))
     psnr_min = float(jnp.minimum(jnp.min(pt.psnr), jnp.min(pn.psnr)))
+    (_, dn), dtr = split(x_adl - x_raw), x_adl[0::2] - x_raw[0::2]
+    train_linf = float(jnp.max(pt.linf))
+    plain = res.get("AdLift plain")
     return {
         "method": "adlift",
         "metric": "novel-view L_adv(protected)/L_adv(raw) (lower = more protection)",
         "value": round(novel_ratio, 4),
         "baseline": round(ctrl_ratio, 4),
-        "ok": bool(novel_ratio < 0.95 and novel_ratio < ctrl_ratio and psnr_min > 28.0),
+        "ok": bool(
+            novel_ratio < 0.95
+            and novel_ratio < ctrl_ratio
+            and psnr_min > 28.0
+            and train_linf <= ETA + 1e-6
+        ),
         "train_ratio": round(float(jnp.mean(pt.adv_rel)), 4),
         "per_view_2d_ratio": None if l2d is None else round(float(jnp.mean(l2d)), 4),
-        "linf_max": round(float(jnp.maximum(jnp.max(pt.linf), jnp.max(pn.linf))), 4),
         "eta": round(ETA, 4),
+        "train_linf_max": round(train_linf, 4),
+        "novel_linf_max": round(float(jnp.max(pn.linf)), 4),
+        "train_over_eta": round(float(jnp.mean(jnp.abs(dtr) > ETA)), 4),
+        "novel_over_eta": round(float(jnp.mean(jnp.abs(dn) > ETA)), 4),
+        "project_steps": int(bounded.project_steps),
         "psnr_min_db": round(psnr_min, 2),
-        "hinge_novel_ratio": round(float(jnp.mean(res[runs[1][0]][1].adv_rel)), 4),
-        "hinge_linf_max": round(float(jnp.max(res[runs[1][0]][1].linf)), 4),
+        "plain_novel_ratio": None if plain is None else round(float(jnp.mean(plain[1].adv_rel)), 4),
+        "plain_linf_max": None if plain is None else round(float(jnp.max(plain[1].linf)), 4),
         "editor_mse": round(editor_mse, 4),
         "table": rows,
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _bound_cameras(seed, n, hw):
+    """``n`` random poses on the orbit (random azimuth, height 1 +- 0.3) for the projection
+    phase's bound; drawn from their own seed, never the evaluation's novel poses."""
+    rng = np.random.default_rng(seed * 1000 + 7)
+    eyes = [(4.0 * np.cos(a), 4.0 * np.sin(a), 1.0 + rng.uniform(-0.3, 0.3))
+            for a in rng.uniform(0, 2 * np.pi, n)]  # fmt: skip
+    return splat.stack_cameras(
+        [splat.look_at(e, (0.0, 0.0, 0.0), focal=1.15 * hw[0], hw=hw) for e in eyes]
+    )
 
 
 _ratio_fn = jax.jit(

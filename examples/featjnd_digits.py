@@ -57,10 +57,18 @@ def _data(seed):
     return (x[:1200], y[:1200]), (x[1200:], y[1200:])
 
 
-def _train_net(key, train, steps, widths, batch):
-    k1, k2, k3 = jax.random.split(key, 3)
+@eqx.filter_jit
+def _init(key, widths, hidden):
+    """Every network built in one compiled program (eager inits compile each random draw
+    of each new shape on its own: 60 of the quick mode's 150 compilations). The keys are
+    the ones the eager build used, so the figures are unchanged."""
+    k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
     c = widths[1]
     net = (Backbone(widths, k1), SmallCNN(c, 10, channels=(c,), key=k2))
+    return net, J.FeatJNDEstimator(c, hidden=hidden, key=jax.random.fold_in(key, 2)), k3
+
+
+def _train_net(net, k3, train, steps, batch):
     opt = optax.adam(1e-2)
     x, y = map(jnp.asarray, train)
 
@@ -99,33 +107,28 @@ def main(
     key = jax.random.key(seed)
     train, test = _data(seed)
     widths = (8, 16) if quick else (16, 32)  # quick: a narrower net (CPU time / 8)
-    backbone, head = _train_net(
-        jax.random.fold_in(key, 1), train, 200 if quick else 400, widths, 64 if quick else 128
-    )
+    net0, est, k_train = _init(key, widths, 8 if quick else 32)
+    backbone, head = _train_net(net0, k_train, train, 200 if quick else 400, 64 if quick else 128)
     f_all = jax.jit(jax.vmap(backbone))(jnp.asarray(np.concatenate([train[0], test[0]])))
     f_tr, f_te = f_all[: len(train[0])], f_all[len(train[0]) :]  # one compilation, one call
     y_te = jnp.asarray(test[1])
     clean_acc = _accuracy(head, f_te, y_te)
 
-    est = J.FeatJNDEstimator(widths[1], hidden=8 if quick else 32, key=jax.random.fold_in(key, 2))
     fit = J.fit_featjnd(
         est, head, f_tr, key=jax.random.fold_in(key, 3), optimizer=optax.adam(1e-2),
         steps=150 if quick else 500, batch_size=32 if quick else 64, eps=0.02, n_noise=2,
     )  # fmt: skip
     s = J.tolerance_map(fit.estimator, f_te)
 
-    rows = []
-    for a in (1.0, 2.0, 4.0, 8.0):
-        dj = J.jnd_perturbation(s, key=jax.random.fold_in(key, 10), alpha=a)
-        dg = J.matched_gaussian(dj, key=jax.random.fold_in(key, 11))
-        rows.append(
-            {
-                "alpha": a,
-                "snr_db": float(jnp.median(J.feature_snr_db(f_te, dj))),
-                "acc_featjnd": _accuracy(head, f_te + dj, y_te),
-                "acc_gaussian": _accuracy(head, f_te + dg, y_te),
-            }
-        )
+    alphas = (1.0, 2.0, 4.0, 8.0)
+    curve = J.matched_strength_curve(  # one jitted sweep over alpha
+        head, f_te, y_te, s, jnp.asarray(alphas), key=jax.random.fold_in(key, 10)
+    )
+    rows = [
+        {"alpha": a, "snr_db": float(curve.snr_db[i]),
+         "acc_featjnd": float(curve.acc_featjnd[i]), "acc_gaussian": float(curve.acc_gaussian[i])}
+        for i, a in enumerate(alphas)
+    ]  # fmt: skip
 
     rms = float(jnp.sqrt(jnp.mean(f_te**2)))
     qrows = []
@@ -164,13 +167,48 @@ def main(
     return res
 
 
+def summarize(runs):
+    """Mean and spread (sample std, min, max) over seeds of the accuracies per alpha and
+    per budget, and of the two headline gains."""
+
+    def stat(v):
+        v = np.asarray(v, float)
+        sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+        return {"mean": round(float(v.mean()), 4), "std": round(sd, 4),
+                "min": round(float(v.min()), 4), "max": round(float(v.max()), 4)}  # fmt: skip
+
+    dist = [
+        {"alpha": row["alpha"], **{k: stat([r["distortion"][i][k] for r in runs])
+                                   for k in ("acc_featjnd", "acc_gaussian")}}
+        for i, row in enumerate(runs[0]["distortion"])
+    ]  # fmt: skip
+    modes = ("acc_featjnd", "acc_uniform", "acc_permute")
+    quant = [
+        {"budget_x_feature_rms": row["budget_x_feature_rms"],
+         **{k: stat([r["quantization"][i][k] for r in runs]) for k in modes}}
+        for i, row in enumerate(runs[0]["quantization"])
+    ]  # fmt: skip
+    return {
+        "seeds": len(runs),
+        "gain_over_gaussian": stat([r["value"] for r in runs]),
+        "quant_gain_coarse": stat([r["quant_gain_coarse"] for r in runs]),
+        "ok_in_seeds": sum(r["ok"] for r in runs),
+        "distortion": dist,
+        "quantization": quant,
+    }
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+n-1, summarize")
     p.add_argument("--out", default="out")
     a = p.parse_args()
-    r = main(quick=a.quick, seed=a.seed, out_dir=a.out)
+    runs = [main(quick=a.quick, seed=s, out_dir=a.out) for s in range(a.seed, a.seed + a.seeds)]
+    if a.seeds > 1:
+        print(json.dumps(summarize(runs), indent=1))
+    r = runs[0]
     print(f"clean accuracy {r['clean_acc']:.3f}")
     print("alpha  SNR(dB)  acc FeatJND  acc Gaussian")
     for row in r["distortion"]:

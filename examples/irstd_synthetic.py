@@ -84,14 +84,26 @@ def _weighter_step(weighter, wstate, feats, scores):
     return eqx.apply_updates(weighter, upd), wstate
 
 
+@eqx.filter_jit
+def _init(key, channels, n):
+    """Detector, weighter, their optimizer states and the loss EMA in one compiled
+    program (built eagerly, each random draw and zeros_like of a new shape compiled on
+    its own: most of the quick mode's compile count)."""
+    model = irdet.Detector(key=key, channels=channels)
+    weighter = irdet.make_weighter(key=jax.random.fold_in(key, 1))
+    return (model, OPT.init(eqx.filter(model, eqx.is_array)), weighter,
+            WOPT.init(eqx.filter(weighter, eqx.is_array)), jnp.zeros(n))  # fmt: skip
+
+
+@jax.jit
+def _ema(ema, idx, per):
+    return ema.at[idx].set(0.9 * ema[idx] + 0.1 * per)
+
+
 def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=None, phi_refine=None):
     """Train one detector; optionally with bi-level weights and one phi refinement."""
     x_tr = data["x"]
-    model = irdet.Detector(key=key, channels=channels)
-    opt_state = OPT.init(eqx.filter(model, eqx.is_array))
-    weighter = irdet.make_weighter(key=jax.random.fold_in(key, 1))
-    wstate = WOPT.init(eqx.filter(weighter, eqx.is_array))
-    ema = jnp.zeros(x_tr.shape[0])
+    model, opt_state, weighter, wstate, ema = _init(key, channels, x_tr.shape[0])
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**30)))
     start_w = steps // 3
     y_all = labels
@@ -108,8 +120,28 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
         if phi_refine is not None and t == steps // 2:
             y_all = phi_refine(model)
         model, opt_state, per = _train_step(model, opt_state, x, y, w)
-        ema = ema.at[idx].set(0.9 * ema[idx] + 0.1 * per)
+        ema = _ema(ema, idx, per)
     return model
+
+
+def _pd_by_size(pred, gt, small=9):
+    """Pd split by GT component area (<= ``small`` px: the repo's "Point" type, or
+    larger), each component matched on its own (the greedy one-to-one order across
+    components is ignored: a diagnostic, not the metric)."""
+    from scipy import ndimage
+
+    hit = {"small": [0, 0], "large": [0, 0]}
+    for p, g in zip(pred, gt, strict=True):
+        lab, n = ndimage.label(g, structure=np.ones((3, 3), bool))
+        for c in range(1, n + 1):
+            comp = lab == c
+            b = hit["small" if comp.sum() <= small else "large"]
+            b[0] += irdet.pd_fa(p, comp).n_matched
+            b[1] += 1
+    return {k: (v[0] / v[1] if v[1] else None) for k, v in hit.items()} | {
+        "n_small": hit["small"][1],
+        "n_large": hit["large"][1],
+    }
 
 
 def _evaluate(model, test):
@@ -119,6 +151,9 @@ def _evaluate(model, test):
     out = {"iou": irdet.iou(pred, gt), "niou": irdet.niou(pred, gt, empty="one")}
     r = irdet.pd_fa(pred, gt)
     out.update(pd=r.pd, fa=r.fa)
+    by = _pd_by_size(pred, gt)
+    out.update(pd_small=by["small"], pd_large=by["large"])
+    out["n_small_large"] = (by["n_small"], by["n_large"])
     return out
 
 
@@ -137,6 +172,9 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     # one generator call and one pseudo-label call for all splits (fewer compilations)
     allsc = irdet.make_dataset(k_tr, n_tr + n_va + n_te, hw=hw)
     pl_all = irdet.pseudo_mask(allsc.image, allsc.points, allsc.valid).mask
+    # host copies: the splits below are NumPy slices (eager jax slices of each new shape
+    # compiled one program each)
+    allsc, pl_all = jax.tree.map(np.asarray, allsc), np.asarray(pl_all)
 
     # ---- 1. pseudo-label quality: 128x128 scenes; quick mode reuses the detector's
     # 32x32 training scenes (no second compilation of the generator and the solver)
@@ -166,7 +204,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     def norm(x):  # per-dataset standardisation, as the repo's mean/std normalisation
         return (x - 0.4) / 0.1
 
-    pl_all = pl_all.astype(jnp.float32)
+    pl_all = pl_all.astype(np.float32)
     data = {"x": norm(tr.image)}
     val = {"x": norm(va.image), "y": pl_all[n_tr : n_tr + n_va]}  # pseudo-masks, not GT
     test = {"x": norm(te.image), "mask": te.mask}
@@ -215,7 +253,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     dw = results["diffusion+weights"]
     order = {m: bool(results["gt"][m] > dw[m] > results[dname][m]) for m in ("iou", "pd")}
     ok = margin >= 0.05
-    table = [{"labels": k, **{m: round(v, 4) for m, v in r.items()}} for k, r in results.items()]
+    table = [{"labels": k, **{m: _r4(v) for m, v in r.items()}} for k, r in results.items()]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "irstd_synthetic.json"), "w") as f:
         json.dump(
@@ -233,7 +271,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
             "diffusion alone": round(fp_alone, 4),
             "diffusion + fusion": round(fused, 4),
         },
-        "detector": {k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()},
+        "detector": {k: {m: _r4(v) for m, v in r.items()} for k, r in results.items()},
         "detector_order_holds": order,
         "phi_after_feedback": [round(float(v), 4) for v in irdet.phi_from_u(u_phi["u"])],
         "sizes": {
@@ -250,12 +288,39 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     }
 
 
+def _r4(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def summarize(runs):
+    """Mean and spread (sample std, min, max) over seeds of each detector's IoU, nIoU, Pd
+    and the size-split Pd, and how often each order holds."""
+    out = {}
+    for k in runs[0]["detector"]:
+        out[k] = {}
+        for m in ("iou", "niou", "pd", "pd_small", "pd_large"):
+            v = np.asarray([r["detector"][k][m] for r in runs], float)
+            out[k][m] = {"mean": _r4(float(v.mean())), "std": _r4(float(v.std(ddof=1)))
+                         if len(v) > 1 else 0.0, "min": _r4(float(v.min())),
+                         "max": _r4(float(v.max()))}  # fmt: skip
+    holds = {m: sum(r["detector_order_holds"][m] for r in runs) for m in ("iou", "pd")}
+    return {"seeds": len(runs), "detector": out, "order_holds_in_seeds": holds}
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+n-1, summarize")
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
-    res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
-    res.pop("table")
-    print(json.dumps(res))
+    a = vars(p.parse_args())
+    n = a.pop("seeds")
+    runs = []
+    for s in range(a["seed"], a["seed"] + n):
+        res = main(**{**{k.replace("-", "_"): v for k, v in a.items()}, "seed": s})
+        res.pop("table")
+        print(json.dumps(res), flush=True)
+        runs.append(res)
+    if n > 1:
+        print(json.dumps(summarize(runs)))

@@ -5,13 +5,17 @@ frozen. Lifted PGD, per training view and round:
 
 1. Render ``x = R(G, v)``; take ``g = grad_x L_adv(x)`` with ``x`` a leaf (a real
    ``stop_gradient``: nothing flows from the editor into the Gaussians) and the projected
-   sign step ``x~ = clip_[0,1](x_raw + clip_[-eta,eta](x - a sign(g) - x_raw))``.
+   sign step ``x~ = clip_[0,1](x_raw + clip_[-e,e](x - a sign(g) - x_raw))`` with the
+   fitting bound ``e = eta (1 - margin)``.
 2. Fit ``theta`` to ``x~`` for ``n_fit`` Adam steps on ``mean (R(G, v) - x~)^2`` plus the
-   optional hinge ``hinge * mean(relu(|R(G, v) - x_raw| - eta))`` that pulls the rendered
-   perturbation inside ``eta`` (fitting alone does not enforce the bound).
+   optional augmented-Lagrangian term of ``|R(G, v) - x_raw| <= e`` (penalty ``hinge``,
+   per-view multipliers updated after each visit): fitting alone does not bound the render.
+
+After the rounds an optional projection phase (``n_project``) takes Adam steps on the
+squared excess over ``e`` of all training views at once, only while some value exceeds it.
 
 ``mode="end_to_end"`` is the other baseline: Adam on ``theta`` directly through the renderer,
-on ``L_adv(R(G, v)) + hinge term``. Safeguard means are clamped to the asset's bounding box
+on ``L_adv(R(G, v))`` plus the same penalty. Safeguard means are clamped to the asset's bounding box
 after every step. The editor enters only through ``adv_loss(loss_params, x, x_raw)`` (a
 differentiable callable, minimised; e.g. an encoder attack toward a grey target).
 """
@@ -58,11 +62,17 @@ class LiftedPGDResult(NamedTuple):
     Attributes:
       safeguards: The trained :class:`Safeguards`.
       fit_loss: ``(n_outer, V)`` last fitting loss per round and view (lifted: MSE to the
-        PGD target plus hinge; end_to_end: adversarial loss plus hinge).
+        PGD target plus penalty; end_to_end: adversarial loss plus penalty).
+      train_linf: ``(V,)`` rendered L-infinity perturbation ``max |R(G) - R(G_raw)|`` of
+        each training view after the projection phase.
+      project_steps: Number of projection steps taken (int32 scalar; 0 when the training
+        views already met the fitting bound or ``n_project = 0``).
     """
 
     safeguards: Safeguards
     fit_loss: Any
+    train_linf: Any
+    project_steps: Any
 
 
 class Protection(NamedTuple):
@@ -173,61 +183,124 @@ def _adam_step(theta, grad, state, lr, b1=0.9, b2=0.999, eps=1e-8):
     return theta, (count, m, v)
 
 
-def _hinge(x, x_raw, eta):
-    return jnp.mean(jax.nn.relu(jnp.abs(x - x_raw) - eta))
+def _al_penalty(r, x_raw, lam, eta, rho):
+    """PHR augmented-Lagrangian term of ``|r - x_raw| <= eta`` (per value, mean over values).
+
+    ``mean(relu(lam + rho * g)^2) / (2 rho)`` with ``g = |r - x_raw| - eta``; its gradient is
+    ``relu(lam + rho g) * dg``. The ``-lam^2 / (2 rho)`` constant is dropped. ``rho = 0``
+    (with ``lam = 0``) switches it off.
+    """
+    g = jnp.abs(r - x_raw) - eta
+    safe = jnp.where(rho > 0, rho, jnp.ones_like(rho))
+    return jnp.mean(jnp.square(jax.nn.relu(lam + rho * g))) / (2 * safe)
 
 
 def _lifted_core(
-    raw, theta0, cams, loss_params, eta, step, fit_lr, hinge, bg, near, *, adv_loss, hw,
-    n_outer, n_fit, mode, method, tile, capacity, cutoff,
+    raw, theta0, cams, bound_cams, loss_params, eta, step, fit_lr, hinge, margin, bg, near, *,
+    adv_loss,
+    hw, n_outer, n_fit, n_project, mode, method, tile, capacity, cutoff,
 ):  # fmt: skip
     rk = {"hw": hw, "method": method, "tile": tile, "capacity": capacity, "cutoff": cutoff}
-    x_raw_all = jax.vmap(lambda c: _render(raw, c, bg, near, rk))(cams)
+
+    def raw_renders(cs):
+        return jax.vmap(lambda c: _render(raw, c, bg, near, rk))(cs)
+
+    x_raw_all = raw_renders(cams)
     lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
+    eta_fit = eta * (1 - margin)  # the bound the fitting aims at (a safety margin under eta)
+
+    def rendered(th, cam):
+        return _render(protected_scene(raw, th), cam, bg, near, rk)
+
+    def adam_fit(loss_fn, th, st):
+        val, gr = jax.value_and_grad(loss_fn)(th)
+        th, st = _adam_step(th, gr, st, fit_lr)
+        return th._replace(means=jnp.clip(th.means, lo[None, :], hi[None, :])), st, val
 
     def view(carry, inp):
         theta, state = carry
-        cam, x_raw = inp
-
-        def rendered(th):
-            return _render(protected_scene(raw, th), cam, bg, near, rk)
+        cam, x_raw, lam = inp
 
         if mode == "lifted":
-            x = jax.lax.stop_gradient(rendered(theta))  # gradient truncation at the image
+            x = jax.lax.stop_gradient(rendered(theta, cam))  # gradient truncation at the image
             g = jax.grad(adv_loss, argnums=1)(loss_params, x, x_raw)
-            target = _pgd_step(x, x_raw, g, eta, step)
+            target = _pgd_step(x, x_raw, g, eta_fit, step)  # projected onto the fitting bound
 
             def loss_fn(th):
-                r = rendered(th)
-                return jnp.mean((r - target) ** 2) + hinge * _hinge(r, x_raw, eta)
+                r = rendered(th, cam)
+                return jnp.mean((r - target) ** 2) + _al_penalty(r, x_raw, lam, eta_fit, hinge)
 
         else:
 
             def loss_fn(th):
-                r = rendered(th)
-                return adv_loss(loss_params, r, x_raw) + hinge * _hinge(r, x_raw, eta)
+                r = rendered(th, cam)
+                return adv_loss(loss_params, r, x_raw) + _al_penalty(r, x_raw, lam, eta_fit, hinge)
 
         def fit(_, c):
-            th, st, _ = c
-            val, gr = jax.value_and_grad(loss_fn)(th)
-            th, st = _adam_step(th, gr, st, fit_lr)
-            th = th._replace(means=jnp.clip(th.means, lo[None, :], hi[None, :]))
-            return th, st, val
+            return adam_fit(loss_fn, *c[:2])
 
         theta, state, val = jax.lax.fori_loop(
             0, n_fit, fit, (theta, state, jnp.zeros((), raw.means.dtype))
         )
-        return (theta, state), val
+        # multiplier update of this view's constraint (stays 0 when hinge = 0)
+        gap = jnp.abs(rendered(theta, cam) - x_raw) - eta_fit
+        return (theta, state), (val, jax.nn.relu(lam + hinge * gap))
 
     def round_(carry, _):
-        return jax.lax.scan(view, carry, (cams, x_raw_all))
+        (theta, state), lam = carry
+        new, (val, lam) = jax.lax.scan(view, (theta, state), (cams, x_raw_all, lam))
+        return (new, lam), val
 
-    state = (jnp.zeros((), raw.means.dtype), *(jax.tree.map(jnp.zeros_like, theta0),) * 2)
-    (theta, _), hist = jax.lax.scan(round_, (theta0, state), None, length=n_outer)
-    return LiftedPGDResult(theta, hist)
+    def zeros_state(th):
+        return (jnp.zeros((), raw.means.dtype), *(jax.tree.map(jnp.zeros_like, th),) * 2)
+
+    lam0 = jnp.zeros_like(x_raw_all)
+    ((theta, _), _), hist = jax.lax.scan(
+        round_, ((theta0, zeros_state(theta0)), lam0), None, length=n_outer
+    )
+
+    if n_project == 0:
+        r = jax.vmap(rendered, in_axes=(None, 0))(theta, cams)
+        linf = jnp.max(jnp.abs(r - x_raw_all), axis=(1, 2, 3))
+        return LiftedPGDResult(theta, hist, linf, jnp.zeros((), jnp.int32))
+
+    # projection phase: Adam on the mean squared excess over eta_fit of all bound views
+    # (training views plus bound_cams), run only while some rendered value still exceeds
+    # the bound (at most n_project steps)
+    pc, pr = cams, x_raw_all
+    if bound_cams is not None:
+        pc = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), cams, bound_cams)
+        pr = jnp.concatenate([x_raw_all, raw_renders(bound_cams)])
+
+    def render_p(th):
+        return jax.vmap(rendered, in_axes=(None, 0))(th, pc)
+
+    def proj_loss(th):  # aims 10% inside the bound: Adam's fixed-size steps hover around
+        # the level they aim at, so aiming at the stopping level itself may never stop
+        return jnp.mean(jnp.square(jax.nn.relu(jnp.abs(render_p(th) - pr) - 0.9 * eta_fit)))
+
+    def worst(r):
+        return jnp.max(jnp.abs(r - pr) - eta_fit)
+
+    def p_cond(c):
+        return (c[2] < n_project) & (c[3] > 0)
+
+    def p_body(c):
+        th, st, i, _ = c
+        th, st, _ = adam_fit(proj_loss, th, st)
+        return th, st, i + 1, worst(render_p(th))
+
+    init = (theta, zeros_state(theta), jnp.zeros((), jnp.int32), worst(render_p(theta)))
+    theta, _, n_proj, _ = jax.lax.while_loop(p_cond, p_body, init)
+    r = jax.vmap(rendered, in_axes=(None, 0))(theta, cams)
+    linf = jnp.max(jnp.abs(r - x_raw_all), axis=(1, 2, 3))
+    return LiftedPGDResult(theta, hist, linf, n_proj)
 
 
-_STATIC = ("adv_loss", "hw", "n_outer", "n_fit", "mode", "method", "tile", "capacity", "cutoff")
+_STATIC = (
+    "adv_loss", "hw", "n_outer", "n_fit", "n_project", "mode", "method", "tile", "capacity",
+    "cutoff",
+)  # fmt: skip
 _lifted_jit = jax.jit(_lifted_core, static_argnames=_STATIC)
 
 
@@ -243,8 +316,11 @@ def lifted_pgd(
     step=4 / 255,
     fit_lr=5e-3,
     hinge=0.0,
+    margin=0.0,
     n_outer: int = 8,
     n_fit: int = 10,
+    n_project: int = 0,
+    bound_cameras: Camera | None = None,
     mode: str = "lifted",
     background=0.0,
     near=0.2,
@@ -270,9 +346,26 @@ def lifted_pgd(
       eta: L-infinity bound of the image perturbation (traced, > 0).
       step: Sign-step size ``a`` (traced, > 0).
       fit_lr: Adam learning rate on ``theta`` (traced, > 0).
-      hinge: Weight of the hinge penalty (traced, >= 0; 0 switches it off).
+      hinge: Penalty parameter ``rho`` of the augmented Lagrangian of the bound
+        ``|R(G, v) - x_raw| <= eta (1 - margin)`` in every fit (traced, >= 0; 0 switches
+        the penalty and the multipliers off). Each view keeps per-value multipliers
+        ``lam <- relu(lam + rho g)`` (``g`` the excess over the bound after its fit),
+        carried across rounds, so a violation that persists is priced ever higher.
+      margin: Safety margin (traced, in [0, 1)): the PGD targets are projected onto, and the
+        penalty and projection phase aim at, ``eta (1 - margin)``, so that views never
+        fitted (novel views) keep some room under ``eta``.
       n_outer: Static number of rounds over the views.
       n_fit: Static Adam steps per view visit.
+      n_project: Static cap on the projection phase after the rounds: Adam steps on the
+        mean squared excess over ``0.9 eta (1 - margin)`` of all training views at once, taken
+        only while some rendered value of a training view exceeds that bound (a
+        ``lax.while_loop``; 0 switches it off). ``LiftedPGDResult.project_steps`` says
+        how many ran and ``train_linf`` what remains.
+      bound_cameras: Optional extra views (a :class:`Camera` with a leading view axis) on
+        which the projection phase also enforces the bound; no adversarial target is
+        computed on them. The bound is a property of the asset, checkable from any pose:
+        random poses here make it hold more densely between training views (keep the
+        evaluation's novel views out of them).
       mode: ``"lifted"`` (gradient truncation + image-space PGD + fitting) or
         ``"end_to_end"`` (the adversarial loss differentiated through the renderer).
       background: Background colour (as :func:`jaxkit.splat.render`).
@@ -285,13 +378,14 @@ def lifted_pgd(
     Raises:
       TypeError: bad scene/camera/safeguard shapes, ``adv_loss`` not callable.
       ValueError: unknown ``mode``/``method``; non-positive ``eta``, ``step``, ``fit_lr``;
-        negative ``hinge``.
+        negative ``hinge``, ``n_project``; ``margin`` outside [0, 1).
     """
     hw = _hw(hw)
     _validate.one_of(MODES, mode=mode)
     _validate.one_of(METHODS, method=method)
     n_outer = _validate.python_int(n_outer, name="n_outer", minimum=1)
     n_fit = _validate.python_int(n_fit, name="n_fit", minimum=1)
+    n_project = _validate.python_int(n_project, name="n_project", minimum=0)
     if not callable(adv_loss):
         raise TypeError(f"`adv_loss` must be callable, got {type(adv_loss).__name__}.")
     if method == "tiled" and cutoff is None:
@@ -299,17 +393,21 @@ def lifted_pgd(
     check_scene(raw)
     _check_safeguards(theta0, raw.means.dtype)
     _check_cameras(cameras, raw.means.dtype)
+    if bound_cameras is not None:
+        _check_cameras(bound_cameras, raw.means.dtype, name="bound_cameras")
     m = raw.means
     m = _validate.guard_positive(m, eta, name="eta")
     m = _validate.guard_positive(m, step, name="step")
     m = _validate.guard_positive(m, fit_lr, name="fit_lr")
     m = _validate.guard_non_negative(m, hinge, name="hinge")
+    m = _validate.guard_interval(m, margin, name="margin", low=0.0, high=1.0, closed="left")
     m = _validate.guard_positive(m, near, name="near")
     raw = _check_psd(raw)
     return _lifted_jit(
-        raw._replace(means=m), theta0, cameras, loss_params, eta, step, fit_lr, hinge,
-        background, near, adv_loss=adv_loss, hw=hw, n_outer=n_outer, n_fit=n_fit, mode=mode,
-        method=method, tile=int(tile), capacity=int(capacity), cutoff=cutoff,
+        raw._replace(means=m), theta0, cameras, bound_cameras, loss_params, eta, step, fit_lr,
+        hinge, margin, background, near, adv_loss=adv_loss, hw=hw, n_outer=n_outer,
+        n_fit=n_fit, n_project=n_project, mode=mode, method=method, tile=int(tile),
+        capacity=int(capacity), cutoff=cutoff,
     )  # fmt: skip
 
 
@@ -381,13 +479,13 @@ def _check_safeguards(theta, dtype) -> None:
             raise TypeError(f"`theta.{name}` must have the scene's dtype {dtype}.")
 
 
-def _check_cameras(cams, dtype) -> None:
+def _check_cameras(cams, dtype, name="cameras") -> None:
     if not isinstance(cams, Camera):
-        raise TypeError(f"`cameras` must be a jaxkit.splat.Camera, got {type(cams).__name__}.")
-    _validate.ndim(cams.rotation, 3, name="cameras.rotation")
+        raise TypeError(f"`{name}` must be a jaxkit.splat.Camera, got {type(cams).__name__}.")
+    _validate.ndim(cams.rotation, 3, name=f"{name}.rotation")
     one = jax.tree.map(lambda a: a[0], cams)
     check_camera(one, dtype=dtype)
     v = cams.rotation.shape[0]
-    for name in Camera._fields:
-        if jnp.shape(getattr(cams, name))[0] != v:
-            raise TypeError(f"`cameras.{name}` must have {v} views on its leading axis.")
+    for field in Camera._fields:
+        if jnp.shape(getattr(cams, field))[0] != v:
+            raise TypeError(f"`{name}.{field}` must have {v} views on its leading axis.")

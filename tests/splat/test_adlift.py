@@ -8,7 +8,7 @@ import pytest
 
 from jaxkit import splat
 from jaxkit.splat import adlift
-from tests.splat._scenes import grey_loss, scene
+from tests.splat._scenes import grey_loss, numpy_render, scene
 
 HW = (6, 6)
 
@@ -126,3 +126,31 @@ def test_non_psd_raw_asset_is_rejected(key):
     bad = raw._replace(covariances=raw.covariances.at[1].multiply(-1.0))
     with pytest.raises(ValueError, match="covariances"):
         adlift.lifted_pgd(bad, theta, cams, grey_loss, p, **KW)
+
+
+def test_projection_phase_bounds_training_and_bound_views(key):
+    """The projection phase stops only once every training view and every bound view is
+    within eta (1 - margin): checked on independent NumPy renders (tests/splat/_scenes)."""
+    raw, cams, theta, p = _setup(key)
+    theta = theta._replace(opacity_logits=jnp.full_like(theta.opacity_logits, 1.0))
+    bound = splat.orbit_cameras(3, radius=3.2, height=0.3, focal=7.0, hw=HW)
+    eta, margin = 0.04, 0.25
+    res = adlift.lifted_pgd(
+        raw, theta, cams, grey_loss, p, eta=eta, step=0.02, fit_lr=5e-2, hinge=10.0,
+        margin=margin, n_project=300, bound_cameras=bound, **KW,
+    )  # fmt: skip
+    assert 0 < int(res.project_steps) < 300  # it had work to do, and finished it
+    prot = adlift.protected_scene(raw, res.safeguards)
+    for cs, linf in ((cams, res.train_linf), (bound, None)):
+        for v in range(cs.rotation.shape[0]):
+            cam = jax.tree.map(lambda a, v=v: a[v], cs)
+            d = numpy_render(prot, cam, HW) - numpy_render(raw, cam, HW)
+            assert np.max(np.abs(d)) <= eta * (1 - margin) + 1e-5
+            if linf is not None:
+                np.testing.assert_allclose(linf[v], np.max(np.abs(d)), atol=1e-5)
+    with pytest.raises(ValueError, match="margin"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, p, hw=HW, margin=1.0)
+    with pytest.raises(ValueError, match="n_project"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, p, hw=HW, n_project=-1)
+    with pytest.raises(TypeError, match="bound_cameras"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, p, hw=HW, bound_cameras=cams.rotation)

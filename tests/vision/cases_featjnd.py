@@ -64,6 +64,18 @@ def _quant_args(key, dtype):
     return f, steps
 
 
+def _curve_args(key, dtype):
+    (f,) = _features(key, dtype)
+    return f, jnp.abs(f) + jnp.asarray(0.1, dtype)
+
+
+def _curve(f, s):
+    _, head = _modules()
+    y = jnp.arange(f.shape[0]) % 3
+    alphas = jnp.asarray([0.5, 1.0, 4.0], f.dtype)
+    return J.matched_strength_curve(head, f, y, s, alphas, key=_KEY)
+
+
 def _bad(make_args, edit):
     return lambda key: edit(*make_args(key, jnp.float32))
 
@@ -142,6 +154,18 @@ CASES = [
         bad=(
             Bad("steps <= 0", _bad(_quant_args, lambda f, d: ((f, 0 * d), {})), ValueError),
             Bad("steps shape", _bad(_quant_args, lambda f, d: ((f, d[:, :, :2]), {})), TypeError),
+        ),
+    ),
+    Case(
+        "vision.featjnd.matched_strength_curve",
+        _curve,
+        _curve_args,
+        grad_modes=(),  # accuracies: piecewise constant
+        vmap=False,  # a batch metric
+        slow_checks=_NOT_DEFAULT,
+        bad=(
+            Bad("s < 0", _bad(_curve_args, lambda f, s: ((f, -s), {})), ValueError, "`s`"),
+            Bad("s shape", _bad(_curve_args, lambda f, s: ((f, s[:, :1]), {})), TypeError, "`s`"),
         ),
     ),
 ]

@@ -210,3 +210,52 @@ def test_bad_inputs(key):
         J.kl_discrepancy(jnp.ones((2, 3)), jnp.ones((2, 3), jnp.bfloat16))
     with pytest.raises(TypeError, match="'f'|`f`"):  # jaxtyping's check, or ours without it
         J.FeatJNDEstimator(4, key=key)(jnp.ones((4, 4)))
+
+
+def _sq_norm_metric(logits, y):  # E ||logits||^2: with head = flatten, the noise energy
+    del y
+    return jnp.mean(jnp.sum(logits**2, axis=-1))
+
+
+def _flatten(x):
+    return x.reshape(-1)
+
+
+def test_matched_strength_curve_oracles():
+    """Equal per-sample energy at every alpha (exactly alpha^2 scaling), the exact SNR
+    shift, and a head that reads only zero-tolerance positions: FeatJND noise leaves its
+    accuracy at the clean value (NumPy) for every alpha, Gaussian noise does not."""
+    rng = np.random.default_rng(0)
+    b, shape = 64, (2, 4, 4)
+    s = rng.uniform(0.1, 1.0, (b, *shape)).astype(np.float32)
+    alphas = jnp.asarray([0.5, 1.0, 3.0], jnp.float32)
+    zero_f = jnp.zeros((b, *shape), jnp.float32)
+    y = jnp.zeros(b, jnp.int32)
+    c = J.matched_strength_curve(
+        _flatten, zero_f, y, s, alphas, key=jax.random.key(0), metric=_sq_norm_metric
+    )
+    np.testing.assert_allclose(c.acc_featjnd, c.acc_gaussian, rtol=1e-5)
+    np.testing.assert_allclose(c.acc_featjnd / c.acc_featjnd[1], np.asarray(alphas) ** 2, rtol=1e-5)
+    f = jnp.asarray(rng.normal(size=(b, *shape)), jnp.float32)
+    c2 = J.matched_strength_curve(  # same program as c (one compile)
+        _flatten, f, y, s, alphas, key=jax.random.key(0), metric=_sq_norm_metric
+    )
+    np.testing.assert_allclose(
+        c2.snr_db - c2.snr_db[1], -20 * np.log10(np.asarray(alphas)), atol=1e-4
+    )
+    # known support: the head reads channel 0 only, where s = 0
+    s_k = s.copy()
+    s_k[:, 0] = 0.0
+    w = rng.normal(size=(16, 3)).astype(np.float32)
+
+    def head(x):
+        return x[0].reshape(-1) @ w
+
+    y3 = jnp.asarray(np.argmax(np.asarray(f[:, 0]).reshape(b, -1) @ w, -1))  # clean: 1.0
+    c3 = J.matched_strength_curve(head, f, y3, s_k, alphas * 10, key=jax.random.key(1))
+    np.testing.assert_allclose(c3.acc_featjnd, 1.0, atol=1e-6)
+    assert float(c3.acc_gaussian[-1]) < 0.9
+    with pytest.raises(ValueError, match="alphas"):
+        J.matched_strength_curve(_flatten, f, y, s, jnp.asarray([0.0, 1.0]), key=jax.random.key(0))
+    with pytest.raises(TypeError, match="`y`"):
+        J.matched_strength_curve(_flatten, f, y[:3], s, alphas, key=jax.random.key(0))

@@ -8,9 +8,11 @@ objective is **reconstructed [R]** (the authors' code ``ruizhao26/FeatJND`` is
 unpublished): see :func:`featjnd_loss`.
 """
 
+from jaxkit.vision.featjnd._apply import StrengthCurve as StrengthCurve
 from jaxkit.vision.featjnd._apply import feature_snr_db as feature_snr_db
 from jaxkit.vision.featjnd._apply import jnd_perturbation as jnd_perturbation
 from jaxkit.vision.featjnd._apply import matched_gaussian as matched_gaussian
+from jaxkit.vision.featjnd._apply import matched_strength_curve as matched_strength_curve
 from jaxkit.vision.featjnd._apply import quantize as quantize
 from jaxkit.vision.featjnd._apply import token_steps as token_steps
 from jaxkit.vision.featjnd._estimator import FeatJNDEstimator as FeatJNDEstimator
