@@ -22,8 +22,8 @@ from jaxkit.privacy import _common as C
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     _balance_from_cache,
+    _horizontal,
     gram_cache,
-    horizontal_lift,
     retract,
 )
 
@@ -57,9 +57,15 @@ def _module(p, d, mu, nu, t, lr, std2, hp, *, rcond, horizontal, adaptive, debia
     pb, g, git = _balance_from_cache(p, cache)
     pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
     da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-    cb = gram_cache(pb, rcond=rcond)
+    # the balanced factors' Gram matrices; their pseudo-inverses (the LAPACK part of
+    # gram_cache) only where the de-biasing or the geometry floor reads them
+    if debias or floor_mode == "geometry":
+        cb = gram_cache(pb, rcond=rcond)
+        mg, ng = cb.m_gram, cb.n_gram
+    else:
+        mg, ng = pb.a.T @ pb.a, pb.b.T @ pb.b
     if horizontal:
-        da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
+        da, db = _horizontal(pb, LoraFactors(da, db), mg, ng)
     m, r = pb.a.shape
     n = pb.b.shape[0]
     if adaptive:
