@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
-from jaxkit.privacy._prism_adaptive import prism_adaptive
+from jaxkit.privacy._prism_adaptive import _lr, adaptive_body, prism_adaptive
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     TangentCoords,
@@ -144,6 +144,15 @@ def _privatize_update(
     updates, state, params, clip_norm, noise_multiplier, denom, *, axis_name, rcond
 ):
     """The body of ``prism_privatize``'s update, jitted once at module level."""
+    return _privatize_body(
+        updates, state, params, clip_norm, noise_multiplier, denom, axis_name=axis_name, rcond=rcond
+    )[:2]
+
+
+def _privatize_body(
+    updates, state, params, clip_norm, noise_multiplier, denom, *, axis_name, rcond
+):
+    """``prism_privatize``'s update plus the per-node caches ``gram_cache(params)``."""
     nd = C.norm_dtype(jax.tree.leaves(params))
     cn, std, den = C.dp_constants(
         nd, clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom
@@ -212,7 +221,7 @@ def _privatize_update(
                 for c, r in zip(caches, refs, strict=True)
             ]
         )
-    return treedef.unflatten(out), _next_state(state, energy, den, frame)
+    return treedef.unflatten(out), _next_state(state, energy, den, frame), caches
 
 
 def prism_privatize(
@@ -355,7 +364,7 @@ def prism(
       Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
     """
     std = C.scalar_std(noise_multiplier, clip_norm, denom)
-    return optax.chain(
+    chained = optax.chain(
         prism_privatize(
             clip_norm=clip_norm,
             noise_multiplier=noise_multiplier,
@@ -380,3 +389,85 @@ def prism(
             rcond=rcond,
         ),
     )
+    hp = (b1, b2, eps, floor_factor, cond_max, weight_decay)
+
+    def update(updates, state, params=None, **extra_args):
+        # the chain's update, fused: the aggregator's frame gram_cache(params) is reused
+        # by the adaptive step instead of being recomputed (same result up to round-off)
+        del extra_args
+        C.check_per_example(updates, params)
+        for p in jax.tree.leaves(params, is_leaf=C.is_lora):
+            if C.is_lora(p):
+                check_factors(p, name="params")
+        s_priv, s_adapt = state
+        return _prism_update(
+            updates,
+            s_priv,
+            s_adapt,
+            params,
+            clip_norm,
+            noise_multiplier,
+            denom,
+            _lr(learning_rate, s_adapt.count),
+            std,
+            hp,
+            axis_name=axis_name,
+            rcond=rcond,
+            horizontal=horizontal,
+            adaptive=adaptive,
+            debias=debias,
+            floor_mode=floor_mode,
+        )
+
+    return optax.GradientTransformationExtraArgs(chained.init, update)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("axis_name", "rcond", "horizontal", "adaptive", "debias", "floor_mode"),
+)
+def _prism_update(
+    updates,
+    s_priv,
+    s_adapt,
+    params,
+    clip_norm,
+    noise_multiplier,
+    denom,
+    lr,
+    std,
+    hp,
+    *,
+    axis_name,
+    rcond,
+    horizontal,
+    adaptive,
+    debias,
+    floor_mode,
+):
+    """``prism``'s update: privatize, then the adaptive step on the same frames."""
+    priv, s_priv, caches = _privatize_body(
+        updates,
+        s_priv,
+        params,
+        clip_norm,
+        noise_multiplier,
+        denom,
+        axis_name=axis_name,
+        rcond=rcond,
+    )
+    out, s_adapt = adaptive_body(
+        priv,
+        s_adapt,
+        params,
+        lr,
+        std,
+        hp,
+        caches,
+        rcond=rcond,
+        horizontal=horizontal,
+        adaptive=adaptive,
+        debias=debias,
+        floor_mode=floor_mode,
+    )
+    return out, (s_priv, s_adapt)
