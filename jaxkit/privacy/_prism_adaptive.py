@@ -22,8 +22,8 @@ from jaxkit.privacy import _common as C
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     _balance_from_cache,
+    _horizontal,
     gram_cache,
-    horizontal_lift,
     retract,
 )
 
@@ -50,16 +50,25 @@ def _precond(v, floor, cond_max, eps):
     return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
 
 
-def _module(p, d, mu, nu, t, lr, std2, hp, *, rcond, horizontal, adaptive, debias, floor_mode):
+def _module(
+    p, d, mu, nu, cache, t, lr, std2, hp, *, rcond, horizontal, adaptive, debias, floor_mode
+):
     b1, b2, eps, floor_factor, cond_max, weight_decay = hp
-    cache = gram_cache(p, rcond=rcond)
+    if cache is None:  # else gram_cache(p) from the aggregator (column signs may differ)
+        cache = gram_cache(p, rcond=rcond)
     acc = cache.u.dtype
     pb, g, git = _balance_from_cache(p, cache)
     pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
     da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-    cb = gram_cache(pb, rcond=rcond)
+    # the balanced factors' Gram matrices; their pseudo-inverses (the LAPACK part of
+    # gram_cache) only where the de-biasing or the geometry floor reads them
+    if debias or floor_mode == "geometry":
+        cb = gram_cache(pb, rcond=rcond)
+        mg, ng = cb.m_gram, cb.n_gram
+    else:
+        mg, ng = pb.a.T @ pb.a, pb.b.T @ pb.b
     if horizontal:
-        da, db = horizontal_lift(pb, LoraFactors(da, db), cb)
+        da, db = _horizontal(pb, LoraFactors(da, db), mg, ng)
     m, r = pb.a.shape
     n = pb.b.shape[0]
     if adaptive:
@@ -105,6 +114,32 @@ def _adaptive_update(
     updates, state, params, lr, noise_std, hp, *, rcond, horizontal, adaptive, debias, floor_mode
 ):
     """The body of ``prism_adaptive``'s update, jitted once at module level."""
+    static = dict(
+        rcond=rcond, horizontal=horizontal, adaptive=adaptive, debias=debias, floor_mode=floor_mode
+    )
+    return adaptive_body(updates, state, params, lr, noise_std, hp, None, **static)
+
+
+def adaptive_body(
+    updates,
+    state,
+    params,
+    lr,
+    noise_std,
+    hp,
+    caches,
+    *,
+    rcond,
+    horizontal,
+    adaptive,
+    debias,
+    floor_mode,
+):
+    """``prism_adaptive``'s update, given (or not) the frames of ``params``.
+
+    ``caches``: per flattened node, ``gram_cache(params)`` (column signs may be
+    flipped; the result is invariant to them) or ``None`` (computed here).
+    """
     count = state.count + jnp.ones_like(state.count)
     t = count.astype(jnp.float32)
     std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
@@ -116,17 +151,19 @@ def _adaptive_update(
     d_nodes = treedef.flatten_up_to(updates)
     mu_nodes = treedef.flatten_up_to(state.mu)
     nu_nodes = treedef.flatten_up_to(state.nu)
+    if caches is None:
+        caches = [None] * len(p_nodes)
     outs, mus, nus = [], [], []
-    for p, d, mu, nu in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, strict=True):
+    for p, d, mu, nu, ca in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, caches, strict=True):
         if C.is_lora(p):
             t_acc = t.astype(C.acc_dtype(p.a))
             fn = C.stackloop(  # LAPACK inside: one stacked slice per call (see stackloop)
-                lambda p_, d_, mu_, nu_, ta=t_acc: _module(
-                    p_, d_, mu_, nu_, ta, lr, std2, hp, **static
+                lambda p_, d_, mu_, nu_, ca_, ta=t_acc: _module(
+                    p_, d_, mu_, nu_, ca_, ta, lr, std2, hp, **static
                 ),
                 C.n_stack(p),
             )
-            u, mu2, nu2 = fn(p, d, mu, nu)
+            u, mu2, nu2 = fn(p, d, mu, nu, ca)
         else:
             acc = C.acc_dtype(p)
             dd = d.astype(acc)

@@ -254,10 +254,15 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
     ``N`` and returns ``(dA + a Om, dB - b Om^T)``, which is orthogonal to the
     vertical space ``{(a W, -b W^T)}`` and leaves ``dA b^T + a dB^T`` unchanged.
     """
-    acc = cache.u.dtype
+    return _horizontal(f, d, cache.m_gram, cache.n_gram)
+
+
+def _horizontal(f, d, m_gram, n_gram):
+    """:func:`horizontal_lift` from the Gram matrices ``a^T a``, ``b^T b`` alone."""
+    acc = m_gram.dtype
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
-    lm, um = jnp.linalg.eigh(cache.m_gram)
-    ln, vn = jnp.linalg.eigh(cache.n_gram)
+    lm, um = jnp.linalg.eigh(m_gram)
+    ln, vn = jnp.linalg.eigh(n_gram)
     rhs = db.T @ b - a.T @ da
     den = lm[:, None] + ln[None, :]
     tiny = jnp.finfo(acc).tiny
