@@ -332,3 +332,15 @@ def format_observation(perturbed: int, effects, names: str | None = None) -> str
     e = [int(v) for v in np.asarray(effects)]
     names = names or "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(e)]
     return f"Perturb({names[perturbed]}) -> " + " ".join(f"{names[j]}:{v}" for j, v in enumerate(e))
+
+
+def _edge_code(adj) -> int:
+    """The upstream graph id: off-diagonal adjacency entries, row-major, as bits (host-side)."""
+    n = adj.shape[0]
+    bit, code = 0, 0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                code |= int(adj[i, j] != 0) << bit
+                bit += 1
+    return code

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jaxkit import _validate as V
-from jaxkit.hypospace._causal import CausalTask, format_observation
+from jaxkit.hypospace._causal import CausalTask, _edge_code, format_observation
 
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MODES = ("compat", "strict")
@@ -263,17 +263,6 @@ def _run_loop(client, name, n_queries, prompt_fn, answer_fn, *, max_retries, che
     )  # fmt: skip
 
 
-def _edge_id(adj) -> int:
-    n = adj.shape[0]
-    bit, code = 0, 0
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                code |= int(adj[i, j] != 0) << bit
-                bit += 1
-    return code
-
-
 def run_causal(
     client,
     task: CausalTask,
@@ -304,7 +293,7 @@ def run_causal(
         adj = parse_causal(text, n, max_edges=max_edges, mode=mode)
         if adj is None:
             return None
-        ident = _edge_id(adj)
+        ident = _edge_code(adj)
         return ident, ident in adm, True, format_graph(adj)
 
     return _run_loop(

@@ -29,20 +29,9 @@ import random
 import numpy as np
 
 from jaxkit.hypospace._boolean import OPS, BooleanObs, BooleanTask, enumerate_expressions
-from jaxkit.hypospace._causal import CausalObs, CausalTask
+from jaxkit.hypospace._causal import CausalObs, CausalTask, _edge_code
 from jaxkit.hypospace._parse import boolean_key
 from jaxkit.hypospace._voxel import VoxelTask, _check_ids
-
-
-def _edge_code(adj: np.ndarray) -> int:
-    n = adj.shape[0]
-    bit, code = 0, 0
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                code |= int(adj[i, j] != 0) << bit
-                bit += 1
-    return code
 
 
 def _sets(doc: dict, where: str) -> list:
