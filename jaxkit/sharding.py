@@ -106,6 +106,21 @@ def rowwise(
     return wrapped
 
 
+def gather_sharded(x: jax.Array) -> jax.Array:
+    """Replicate ``x`` when an explicit mesh axis shards it; return it unchanged otherwise.
+
+    For operations that need every row on every device (a sort or median over the
+    batch axis, all pairs of a batch): under an ``AxisType.Explicit`` mesh jax refuses
+    them on a sharded axis. Under ``Auto`` axes or outside a mesh this is the identity.
+    Unlike :func:`replicate` it is traceable (``jax.sharding.reshard``), so library
+    functions may call it inside ``jit``.
+    """
+    spec = getattr(jax.typeof(x).sharding, "spec", None)
+    if spec is not None and any(a is not None for a in spec):
+        return jax.sharding.reshard(x, jax.P())
+    return x
+
+
 def _lead(nd: int, axis: str) -> jax.sharding.PartitionSpec:
     return jax.P(axis, *([None] * (nd - 1))) if nd else jax.P()
 

@@ -18,6 +18,7 @@ from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
 from jaxkit.diffusion import _common
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._loss import _logits_dtype
+from jaxkit.sharding import gather_sharded
 
 EmbedFn = Callable[[PyTree, Array, Array, Array], Array]
 REDUCTIONS = ("sum_weights", "reference")
@@ -317,19 +318,11 @@ def contrastive_margin(
     return _contrastive(e, lab, margin, adaptive=adaptive)
 
 
-def _replicated(x):
-    """All pairs need every row: gather a batch-sharded operand (explicit mesh axes)."""
-    spec = getattr(jax.typeof(x).sharding, "spec", None)
-    if spec is not None and any(a is not None for a in spec):
-        return jax.sharding.reshard(x, jax.P())
-    return x
-
-
 @functools.partial(jax.jit, static_argnames=("adaptive",))
 def _contrastive(e, lab, margin, *, adaptive):
     dt = e.dtype
     acc = accumulation_dtype(dt)
-    x, lab = _replicated(e.astype(acc)), _replicated(lab)
+    x, lab = gather_sharded(e.astype(acc)), gather_sharded(lab)  # all pairs need every row
     diff = x[:, None, :] - x[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     off = ~jnp.eye(x.shape[0], dtype=bool)

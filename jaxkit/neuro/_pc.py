@@ -21,6 +21,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
+from jaxkit.sharding import gather_sharded
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -47,20 +48,10 @@ def _check_latents(mu, log_std, z=None) -> tuple[int, int]:
     return m, k
 
 
-def _replicated(x):
-    """Gather a batch-sharded ``mu``/``log_std`` (small ``[M, K]``): every row needs all.
-
-    Each device then computes its own row block of the pairwise tensor.
-    """
-    spec = getattr(jax.typeof(x).sharding, "spec", None)
-    if spec is not None and any(a is not None for a in spec):
-        return jax.sharding.reshard(x, jax.P())
-    return x
-
-
 def _pairwise(z, mu, log_std, n_groups):
     """``[M, M', G]``: ``ln q(z_{i,g} | x_j)`` summed over group ``g``'s coordinates."""
-    mu, log_std = _replicated(mu), _replicated(log_std)
+    # every row needs all of ``mu``/``log_std``; each device computes its own row block
+    mu, log_std = gather_sharded(mu), gather_sharded(log_std)
     m1, k = z.shape
     m2 = mu.shape[0]
     d = k // n_groups
@@ -300,7 +291,7 @@ def total_correlation(
 
 def _group_tc(cov, n_groups):
     acc = accumulation_dtype(cov.dtype)
-    c = _replicated(cov.astype(acc))  # a small [K, K] matrix: blocks need whole rows
+    c = gather_sharded(cov.astype(acc))  # a small [K, K] matrix: blocks need whole rows
     k = c.shape[-1]
     d = k // n_groups
     blocks = jnp.stack([c[g * d : (g + 1) * d, g * d : (g + 1) * d] for g in range(n_groups)])

@@ -24,6 +24,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate as V
 from jaxkit._typing import accumulation_dtype
+from jaxkit.sharding import gather_sharded
 
 _MODES = ("featjnd", "uniform", "permute")
 
@@ -275,9 +276,7 @@ def _curve(head_params, f, y, s, alphas, key, *, head_static, metric):
     base = _perturb(s, k1, jnp.ones((), acc))  # s * z: one draw, scaled by alpha
     gauss = _matched(base, k2)  # its per-sample l2 match (scales with alpha too)
     snr0 = _snr(f, base).astype(acc)
-    spec = getattr(jax.typeof(snr0).sharding, "spec", None)
-    if spec is not None and any(a is not None for a in spec):  # the median sorts the batch
-        snr0 = jax.sharding.reshard(snr0, jax.P())
+    snr0 = gather_sharded(snr0)  # the median sorts the batch axis
     score = _accuracy if metric is None else metric
 
     def one(a):
