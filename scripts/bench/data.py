@@ -44,7 +44,9 @@ same backward, meta-batch pass and meta-network work. Measured interleaved in CP
 passes alone 1.01x / 1.12x / 1.05x. A per-layer shortcut (alignments from the virtual step's own
 activations and back-propagated signals, ``rowsum((h @ gamma_W) * delta)`` per dense
 layer: one matmul instead of two) would need the model's layer structure, not a generic
-``loss_fn``, and bounds the ratio near 1.25x, so it is not implemented. The three modes
+``loss_fn``, and bounds the ratio near 1.25x (a hand-written version for this MLP,
+equal to the jvp alignments to 3e-7: classifier passes 1.30x / 1.22x at B = 1024 / 4096,
+CPU time), so it is not implemented. The three modes
 are timed interleaved. An informational line times ``mode="unrolled"``.
 """
 
