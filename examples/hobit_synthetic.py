@@ -15,6 +15,35 @@ all 4096 documents. Linear dual encoder 64 -> 32, L2-normalised, in-batch InfoNC
 B = 32. Batching per epoch from the current encoder's embeddings: random, TAS-style
 k-means on queries, naive nearest neighbours (no filter) and HOBIT (margin 0.1,
 duplicate ids, K = 32). Epoch 0 is random for all.
+
+R@1 below k-means and naive NN. The spec's default margin is delta = 0.1; the demo uses
+delta = 0, the loosest filter the objective allows (only documents scored at or above
+the query's own positive are kept out). The filter is not what costs most: it drops the
+negatives the encoder currently ranks above the positive, and about half the training
+queries have one (``queries_with_filtered_negative``), but with the score filter removed
+(duplicate ids only) R@1 rose only from 0.389 to 0.394 (seed 0, full; naive NN 0.410).
+The larger cost is the [recon] objective: ``F`` sums over the whole candidate pool with
+diminishing returns, so it picks documents that are hard for many pool queries, not
+batches whose members are hard for each other. Measured on the embeddings after 4 random
+epochs (seed 0), the mean in-batch InfoNCE loss of the batches is 0.66 for HOBIT vs 1.60
+for k-means and 1.24 for naive NN (random 0.08), and still 0.66 vs 1.21 / 0.95 counting
+only the negatives HOBIT's filter allows. Shrinking the pool towards the batch
+(``pool_factor`` 4 -> 2 -> 1, the spec's P = 4B is kept) moves R@1 0.389 -> 0.394 ->
+0.405 (seed 0, full; k-means 0.409). The spec's probe (no duplicates, easier data: R@1
+about 0.6) had HOBIT slightly above k-means; this demo's data (R@1 about 0.4) does not.
+
+Cost. The permutation is timed per epoch (kNN graph from the current embeddings +
+parallel greedy, compile excluded) against one epoch of training. The spec's guard
+(permutation <= 5% of an epoch, section 3.4 item 7) is not met and cannot be with this
+demo's encoder: one epoch of the linear 64 -> 32 encoder is 96 tiny steps (a few ms of
+CPU), so 5% would be a fraction of a millisecond, less than the k-means baseline or
+one 3072 x 3072 similarity product, which the exact kNN graph needs. CPU time per call
+(seed 0, after 3 epochs): training epoch 4.5 ms; HOBIT kNN graph 74 ms + greedy 194 ms
+(59x the epoch); k-means batching 34 ms (7x); naive NN batching 241 ms. The permutation
+meets the spec's absolute target (< 1 s per epoch at N = 3072); its share of an epoch
+only becomes small with an encoder whose epoch costs seconds. We neither reuse the graph
+across epochs (the spec refreshes it every epoch) nor swap in a heavier encoder to
+make the ratio look small; ``hobit_perm_over_train_epoch`` reports it as measured.
 """
 
 import argparse
@@ -91,6 +120,15 @@ def _contradiction_rate(perm, qe, de, dup):
     return float(np.sum(bad & off) / (b.shape[0] * B * (B - 1)))
 
 
+def _filtered_share(qe, de, dup):
+    """Share of training queries with a non-duplicate document scored within the margin of
+    (or above) their own: the negatives HOBIT's false-negative filter keeps out of batches."""
+    s = qe @ de.T
+    diag = np.diag(s)
+    real_neg = dup[:, None] != dup[None, :]
+    return float(np.mean(np.any(real_neg & (s >= diag[:, None] - MARGIN), axis=1)))
+
+
 def _batches(method, key, params, q, d, dup_j):
     qe, de = _encode(params, q, "q"), _encode(params, d, "d")
     if method == "random":
@@ -111,7 +149,7 @@ def _run(method, seed, epochs, q, d, dup, test):
     }
     state = _OPT.init(params)
     dup_j = jnp.asarray(dup)
-    t_perm, t_train, first, rate = [], [], {}, 0.0
+    t_perm, t_train, first, rate, filt = [], [], {}, 0.0, 0.0
     for e in range(epochs):
         k = jax.random.fold_in(key, 100 + e)
         t0 = time.perf_counter()
@@ -129,6 +167,7 @@ def _run(method, seed, epochs, q, d, dup, test):
         if e == epochs - 1:
             qe, de = (np.asarray(_encode(params, x, w)) for x, w in ((q, "q"), (d, "d")))
             rate = _contradiction_rate(perm, qe, de, dup)
+            filt = _filtered_share(qe, de, dup)
     r1, mrr = _retrieval(params, *test)
     perm_s = float(np.median(t_perm)) if t_perm else None
     train_s = float(np.median(t_train)) if t_train else None
@@ -136,6 +175,7 @@ def _run(method, seed, epochs, q, d, dup, test):
         "r1": float(r1),
         "mrr": float(mrr),
         "contradiction_rate": rate,
+        "queries_with_filtered_negative": filt,
         "perm_s": perm_s,
         "train_epoch_s": train_s,
         # compile (and first-call) overhead: first call minus the steady-state median

@@ -15,9 +15,29 @@ top-3 cosines to clean examples (input space), EL2N and forgetting counts from a
 no-selection warm-up run. Classifier: MLP 64-64-10, SGD + Nesterov. Runs with the same
 number of classifier steps (batch 64): no selection; Meta-Weight-Net (loss -> weight,
 meta batch 32, ``data.mwn_meta_step``); MTS with meta batch B = 32 and B = 512
-(``data.mts_meta_step``, exact jvp hypergradient). GSNR (``data.gsnr``) of K
-minibatch hypergradients at a fixed (theta, phi) with the clean set as the fixed meta
-batch, for B = 16 ... 1024.
+(``data.mts_meta_step``, exact jvp hypergradient); the meta optimiser is the spec's
+(AdamW, lr 1e-3, weight decay 1e-4, warm-up then cosine decay; spec 2.2 step 6). GSNR
+(``data.gsnr``) of K minibatch hypergradients at a fixed (theta, phi) with the clean
+set as the fixed meta batch, for B = 16 ... 1024.
+
+What it shows and what it does not. GSNR grows about linearly with the meta batch
+(log-log slope 0.87 quick, 0.98 full) and MTS separates clean from corrupted examples (AUROC
+> 0.9) and beats no selection. The spec's expected accuracy ordering MTS(B=512) >
+MTS(B=32) is *not* seen in the full run (3000 steps; seeds 0-2: B=32 ahead by 0.8-2.6
+points: 0.936 / 0.964 / 0.944 vs 0.910 / 0.956 / 0.926). Not a bug of the hypergradient:
+at every classifier state we checked (warm-up, both final states; three seeds), the
+B=512 meta-network lowers the one-step meta objective (validation loss after the
+weighted virtual step over the whole training set) *more* than the B=32 one, i.e. the
+larger batch optimises the objective better, as its GSNR predicts. But that objective is
+linear in the weights, so its optimum concentrates weight on the examples best aligned
+with the validation gradient, and the low-noise B=512 gradient moves further towards it:
+the share of weight on corrupted examples is 2-6% at B=512 vs 1-1.6% at B=32 (seeds
+0-2), and in two of the three seeds the weights' effective sample size falls to about
+0.2 of the training set (B=32: about 0.55). The noisier B=32 gradient acts as a
+regulariser here, and the features are so informative that B=32 already reaches AUROC
+0.98-0.997. ``weight_ess_fraction`` and ``weight_share_on_corrupted`` report both
+effects. (With the earlier meta optimiser, Adam 1e-2 constant, ten times the spec's
+largest meta lr, B=512 degraded further: accuracy 0.854, AUROC 0.76.)
 """
 
 import argparse
@@ -74,8 +94,14 @@ def ce(params, batch):
 
 
 OPT = optax.sgd(0.05, momentum=0.9, nesterov=True)
-META_OPT = optax.adam(1e-2)
 PSEUDO_LR = 0.05
+META_LR = 1e-3  # spec 2.2 step 6: AdamW, meta lr searched in {1e-3, 5e-4, 1e-4}, wd 1e-4
+
+
+def meta_opt(steps):
+    """The spec's meta optimiser: AdamW with linear warm-up then cosine decay."""
+    sched = optax.warmup_cosine_decay_schedule(0.0, META_LR, min(100, steps // 10), steps)
+    return optax.adamw(sched, weight_decay=1e-4)
 
 
 def _warmup(xtr, ytr, key, epochs):
@@ -131,6 +157,7 @@ def _train(kind, tr, val, feats, key, steps, sel_batch):
     kp, kn, ks = jax.random.split(key, 3)
     in_dim = 1 if kind == "mwn" else feats.shape[1]
     net = nn.MLP(in_dim, 1, hidden=(32,), key=kn)
+    mopt = meta_opt(steps)
 
     @jax.jit
     def run(params, net, key):
@@ -145,13 +172,13 @@ def _train(kind, tr, val, feats, key, steps, sel_batch):
             if kind == "none":
                 w = jnp.ones(CLS_BATCH)
             elif kind == "mwn":
-                r = data.mwn_meta_step(ce, META_OPT, params, net, mst, (x[isel], y[isel]), mb,
+                r = data.mwn_meta_step(ce, mopt, params, net, mst, (x[isel], y[isel]), mb,
                                        lr=PSEUDO_LR)  # fmt: skip
                 net, mst = r.meta_net, r.opt_state
                 li = jax.lax.stop_gradient(ce(params, b))[:, None]
                 w = jax.nn.sigmoid(jax.vmap(net)(li)[:, 0])
             else:
-                r = data.mts_meta_step(ce, META_OPT, params, net, mst, f[isel],
+                r = data.mts_meta_step(ce, mopt, params, net, mst, f[isel],
                                        (x[isel], y[isel]), mb, lr=PSEUDO_LR)  # fmt: skip
                 net, mst = r.meta_net, r.opt_state
                 w = data.normalize_weights(jax.nn.sigmoid(jax.vmap(net)(f[ic])[:, 0]))
@@ -160,7 +187,7 @@ def _train(kind, tr, val, feats, key, steps, sel_batch):
             u, st = OPT.update(g, st, params)
             return (optax.apply_updates(params, u), st, net, mst), None
 
-        init = (params, OPT.init(params), net, META_OPT.init(net))
+        init = (params, OPT.init(params), net, mopt.init(net))
         out = jax.lax.scan(step, init, jax.random.split(key, steps))[0]
         return out[0], out[2]
 
@@ -210,7 +237,7 @@ def main(
 
     runs = {"none": ("none", 32), "mwn_b32": ("mwn", 32), "mts_b32": ("mts", 32),
             "mts_b512": ("mts", 512)}  # fmt: skip
-    acc, auroc = {}, {}
+    acc, auroc, ess, bad_share = {}, {}, {}, {}
     clean = (~bad).astype(int)
     phase = {"warmup_and_gsnr": round(t_gsnr - t0, 1)}
     for name, (kind, sel) in runs.items():
@@ -219,8 +246,12 @@ def main(
         phase[name] = round(time.process_time() - t1, 1)
         acc[name] = _acc(params, *test)
         if kind == "mts":
-            s = np.asarray(jax.nn.sigmoid(jax.vmap(net)(jnp.asarray(feats))[:, 0]))
+            s = np.asarray(jax.nn.sigmoid(jax.vmap(net)(jnp.asarray(feats))[:, 0]), np.float64)
             auroc[name] = float(roc_auc_score(clean, s))
+            # how concentrated the weights are (effective sample size / n) and how much
+            # of the total weight sits on corrupted examples
+            ess[name] = float(s.sum() ** 2 / np.sum(s**2) / len(s))
+            bad_share[name] = float(s[bad].sum() / s.sum())
         elif kind == "mwn":
             li = np.asarray(ce(params, (jnp.asarray(xtr), jnp.asarray(ytr))))[:, None]
             s = np.asarray(jax.nn.sigmoid(jax.vmap(net)(jnp.asarray(li))[:, 0]))
@@ -236,6 +267,8 @@ def main(
         "ok": ok,
         "accuracy": acc,
         "auroc_clean_vs_corrupted": auroc,
+        "weight_ess_fraction": ess,
+        "weight_share_on_corrupted": bad_share,
         "gsnr_aggregate_by_batch": {str(b): table[b]["aggregate"] for b in sizes},
         "gsnr_median_by_batch": {str(b): table[b]["median"] for b in sizes},
         "gsnr_loglog_slope": slope,
