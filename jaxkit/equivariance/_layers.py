@@ -388,7 +388,8 @@ class RECMe3nnLinear(eqx.Module):
                     f"`x` has irreps {x.irreps}, but the layer expects {g.irreps_in} "
                     "(irreps mismatch)."
                 )
-            x = x.regroup()
+            if x.irreps != g.irreps_in:  # regroup() splits and re-concatenates the array
+                x = x.regroup()
         else:
             x = jnp.asarray(x)
             if x.ndim < 1 or x.shape[-1] != g.d_in:

@@ -224,6 +224,17 @@ def _privatize_body(
     return treedef.unflatten(out), _next_state(state, energy, den, frame), caches
 
 
+def _check_update_args(updates, params) -> None:
+    """Eager checks shared by ``prism_privatize``'s and ``prism``'s updates.
+
+    Per-example gradients mirroring ``params``, valid factors in every LoRA module.
+    """
+    C.check_per_example(updates, params)
+    for p in jax.tree.leaves(params, is_leaf=C.is_lora):
+        if C.is_lora(p):
+            check_factors(p, name="params")
+
+
 def prism_privatize(
     *,
     clip_norm: Real[ArrayLike, ""],
@@ -282,10 +293,7 @@ def prism_privatize(
     C.check_dp_hparams(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom)
 
     def update(updates, state, params=None):
-        C.check_per_example(updates, params)
-        for p in jax.tree.leaves(params, is_leaf=C.is_lora):
-            if C.is_lora(p):
-                check_factors(p, name="params")
+        _check_update_args(updates, params)
         return _privatize_update(
             updates,
             state,
@@ -395,10 +403,7 @@ def prism(
         # the chain's update, fused: the aggregator's frame gram_cache(params) is reused
         # by the adaptive step instead of being recomputed (same result up to round-off)
         del extra_args
-        C.check_per_example(updates, params)
-        for p in jax.tree.leaves(params, is_leaf=C.is_lora):
-            if C.is_lora(p):
-                check_factors(p, name="params")
+        _check_update_args(updates, params)
         s_priv, s_adapt = state
         return _prism_update(
             updates,

@@ -19,15 +19,7 @@ from jaxkit import nn, privacy
 
 
 def _setup(r, *, d_model, n_layers, seq, batch):
-    cfg = nn.TransformerConfig(
-        vocab_size=256,
-        d_model=d_model,
-        n_layers=n_layers,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=d_model // 4,
-        mlp_dim=2 * d_model,
-    )
+    cfg = H.transformer_config(d_model, n_layers)
     key = jax.random.key(0)
     params = nn.init_params(cfg, key=key)
     params, lora = privacy.lora_init(
