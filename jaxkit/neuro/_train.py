@@ -78,7 +78,7 @@ _fit_jit = jax.jit(_fit, static_argnames=("steps", "batch_size"))
 
 def fit(
     model: LowRankRNN,
-    x_prev: Float[ArrayLike, "s n"],
+    x_prev: Float[ArrayLike, "s *w n"],
     x_next: Float[ArrayLike, "s n"],
     *,
     key: KeyArray,
@@ -104,7 +104,7 @@ def fit(
     Args:
       model: Initial model (its ``n_groups`` and ``obs`` choose the penalty groups and
         the likelihood).
-      x_prev: Read-in activity ``[S, N]``.
+      x_prev: Read-in activity ``[S, N]`` (GRU encoder: causal windows ``[S, W, N]``).
       x_next: Observations one step later ``[S, N]``.
       key: PRNG key (minibatches and reparameterised draws).
       steps: Optimiser steps ``>= 1``.
