@@ -250,3 +250,27 @@ def test_gru_encoder_bad_inputs():
         neuro.lagged_windows(jnp.zeros((4, 5)), window=0)
     with pytest.raises(TypeError, match="x"):
         neuro.lagged_windows(jnp.zeros((4,)), window=2)
+
+
+def test_beta_warmup_ramps_the_pc_weight_linearly():
+    m = _model(n=6, k=4, g=2)
+    x = jax.random.normal(jax.random.key(8), (33, 6))
+    kw = dict(key=jax.random.key(9), steps=3, batch_size=8, learning_rate=1e-2)
+    ramp = neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=3.0, **kw)
+    # step i uses beta (i + 1) / 3: its loss minus its (unchanged) other terms gives the weight
+    for i, b in enumerate((2.0, 4.0, 6.0)):
+        model_i = (
+            m
+            if i == 0
+            else neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=3.0, **{**kw, "steps": i}).model
+        )
+        kb, kz = jax.random.split(jax.random.fold_in(jax.random.key(9), i))
+        idx = jax.random.permutation(kb, 32)[:8]
+        loss, aux = neuro.facrnn_loss(model_i, x[:-1][idx], x[1:][idx], key=kz, n_total=32, beta=b)
+        np.testing.assert_allclose(ramp.loss[i], loss, rtol=1e-5)
+    # warm-up 0 and 1 are the constant schedule
+    const = neuro.fit(m, x[:-1], x[1:], beta=6.0, **kw)
+    one = neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=1.0, **kw)
+    np.testing.assert_array_equal(const.loss, one.loss)
+    with pytest.raises(ValueError, match="beta_warmup"):
+        neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=-1.0, **kw)
