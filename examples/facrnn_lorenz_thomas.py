@@ -27,9 +27,10 @@ each system), so the penalty lowers PC (4-10x) without raising the group R^2. On
 large beta collapses a group (both systems in one group; beta = 20: 0.586 / 0.623 / 0.373),
 which is why the authors use beta = 2 there; a linear beta warm-up (``fit(beta_warmup=)``)
 recovers only part of it (seed 0: 0.646). With the GRU encoder (``encoder="gru"``, 8 raw
-count bins, seed 0) FacRNN (beta = 20) beats lrRNN, 0.688 vs 0.664 at 3000 steps and
-0.685 vs 0.610 at 8000 (the GRU lrRNN overfits 1000 training pairs), but both stay below
-the linear read-in. The authors train 40k steps at lr 1e-3.
+count bins, 3000 steps) FacRNN (beta = 20) beats lrRNN on seeds 0/1/2: 0.688 / 0.686 /
+0.648 vs 0.664 / 0.614 / 0.534 (PC 0.08-0.10 vs 0.16-0.20; seed 0 at 8000 steps 0.685 vs
+0.610: the GRU lrRNN overfits 1000 training pairs), but both stay below the linear
+read-in. The authors train 40k steps at lr 1e-3.
 """
 
 import argparse
