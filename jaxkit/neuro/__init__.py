@@ -14,6 +14,8 @@ from jaxkit.neuro._baselines import lint_baseline as lint_baseline
 from jaxkit.neuro._data import SyntheticRNN as SyntheticRNN
 from jaxkit.neuro._data import lorenz_thomas as lorenz_thomas
 from jaxkit.neuro._data import synthetic_lowrank as synthetic_lowrank
+from jaxkit.neuro._encoder import GRUEncoder as GRUEncoder
+from jaxkit.neuro._encoder import lagged_windows as lagged_windows
 from jaxkit.neuro._loss import LossAux as LossAux
 from jaxkit.neuro._loss import facrnn_loss as facrnn_loss
 from jaxkit.neuro._loss import observation_log_lik as observation_log_lik

@@ -99,11 +99,13 @@ def _check_data(model, x_prev, x_next, u, name_prev="x_prev"):
     if not isinstance(model, LowRankRNN):
         raise TypeError(f"`model` must be a LowRankRNN, got {type(model).__name__}.")
     _validate.floating(x_prev, name=name_prev)
-    _validate.ndim(x_prev, 2, name=name_prev)
-    m, n = jnp.shape(x_prev)
+    gru = model.gru is not None
+    _validate.ndim(x_prev, 3 if gru else 2, name=name_prev)
+    m, n = jnp.shape(x_prev)[0], jnp.shape(x_prev)[-1]
     if n != model.n_neurons:
+        what = "windows [M, W, N]" if gru else "[M, N]"
         raise TypeError(
-            f"`{name_prev}` must have N = {model.n_neurons} neurons (columns), got shape "
+            f"`{name_prev}` must be {what} with N = {model.n_neurons} neurons, got shape "
             f"{jnp.shape(x_prev)}."
         )
     _validate.shape(x_next, (m, n), name="x_next")
@@ -123,7 +125,7 @@ def _hparams(x, beta, alpha, bin_width, n_total=None):
 
 def facrnn_loss(
     model: LowRankRNN,
-    x_prev: Float[ArrayLike, "m n"],
+    x_prev: Float[ArrayLike, "m *w n"],
     x_next: Float[ArrayLike, "m n"],
     *,
     key: KeyArray,
@@ -146,7 +148,8 @@ def facrnn_loss(
 
     Args:
       model: The :class:`LowRankRNN`.
-      x_prev: Read-in activity at ``t - 1``, ``[M, N]``.
+      x_prev: Read-in activity at ``t - 1``, ``[M, N]`` (GRU encoder: causal windows
+        ``[M, W, N]`` ending at ``t - 1``, see :func:`lagged_windows`).
       x_next: Observations at ``t``, ``[M, N]``.
       key: PRNG key for the reparameterised draw.
       n_total: Training-set size (sets ``sigma_q`` and the PC importance weights).

@@ -20,8 +20,10 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
+from jaxkit.neuro._encoder import GRUEncoder
 
 OBSERVATIONS = ("gaussian", "relu_gaussian", "poisson")
+ENCODERS = ("linear", "gru")
 
 
 class LowRankRNN(eqx.Module):
@@ -37,6 +39,9 @@ class LowRankRNN(eqx.Module):
       n_groups: Number of equal contiguous latent groups ``G`` (static).
       obs: Observation model, one of ``"gaussian"``, ``"relu_gaussian"``, ``"poisson"``
         (static).
+      gru: The amortised :class:`GRUEncoder` (``encoder="gru"``), else ``None``. It then
+        replaces the read-in ``B tanh(.) + b`` (``B``, ``b`` stay unused) and ``encode``
+        takes causal windows ``[..., W, N]`` (:func:`lagged_windows`).
     """
 
     A: Float[Array, "n k"]
@@ -46,6 +51,7 @@ class LowRankRNN(eqx.Module):
     log_sigma_x: Float[Array, " n"]
     n_groups: int = eqx.field(static=True)
     obs: str = eqx.field(static=True)
+    gru: GRUEncoder | None
 
     def __init__(
         self,
@@ -54,6 +60,8 @@ class LowRankRNN(eqx.Module):
         *,
         n_groups: int = 1,
         obs: str = "gaussian",
+        encoder: str = "linear",
+        hidden: int = 32,
         key: KeyArray,
         dtype=jnp.float32,
     ):
@@ -64,13 +72,16 @@ class LowRankRNN(eqx.Module):
           rank: Latent dimension ``K`` (the connectivity rank).
           n_groups: Number of latent groups ``G``; must divide ``K``.
           obs: Observation model.
+          encoder: ``"linear"`` (the RNN read-in ``B tanh(x_{t-1}) + b``, the authors') or
+            ``"gru"`` (amortised over a causal window, :class:`GRUEncoder`).
+          hidden: GRU hidden units (``encoder="gru"``).
           key: PRNG key.
           dtype: Parameter dtype.
 
         Raises:
           TypeError: If sizes are not Python ints or ``key`` is not a key.
-          ValueError: If a size is < 1, ``n_groups`` does not divide ``rank`` or ``obs`` is
-            unknown.
+          ValueError: If a size is < 1, ``n_groups`` does not divide ``rank`` or ``obs`` or
+            ``encoder`` is unknown.
         """
         n = _validate.python_int(n_neurons, name="n_neurons", minimum=1)
         k = _validate.python_int(rank, name="rank", minimum=1)
@@ -78,6 +89,8 @@ class LowRankRNN(eqx.Module):
         if k % g:
             raise ValueError(f"`n_groups` must divide `rank` = {k}, got n_groups={g}.")
         _validate.one_of(OBSERVATIONS, obs=obs)
+        _validate.one_of(ENCODERS, encoder=encoder)
+        hidden = _validate.python_int(hidden, name="hidden", minimum=1)
         _validate.is_key(key)
         ka, kb = jax.random.split(key)
         self.A = jax.random.normal(ka, (n, k), dtype) / math.sqrt(k)
@@ -87,6 +100,16 @@ class LowRankRNN(eqx.Module):
         self.log_sigma_x = jnp.full((n,), -1.0, dtype)
         self.n_groups = g
         self.obs = obs
+        self.gru = (
+            GRUEncoder(n, k, hidden=hidden, key=jax.random.fold_in(key, 2), dtype=dtype)
+            if encoder == "gru"
+            else None
+        )
+
+    @property
+    def encoder(self) -> str:
+        """``"gru"`` or ``"linear"``."""
+        return "linear" if self.gru is None else "gru"
 
     @property
     def rank(self) -> int:
@@ -98,8 +121,14 @@ class LowRankRNN(eqx.Module):
         """The number of neurons ``N``."""
         return self.A.shape[0]
 
-    def encode(self, x_prev: Float[Array, "*batch n"]) -> Float[Array, "*batch k"]:
-        """Posterior mean ``B tanh(x_{t-1}) + b`` of ``z_t`` (the read-in)."""
+    def encode(self, x_prev: Float[Array, "..."]) -> Float[Array, "..."]:
+        """Posterior mean of ``z_t``: the read-in ``B tanh(x_{t-1}) + b``, or the GRU's.
+
+        ``x_prev`` is ``[..., N]`` (returns ``[..., K]``); with ``encoder="gru"`` it holds
+        causal windows ``[..., W, N]``.
+        """
+        if self.gru is not None:
+            return self.gru(x_prev)
         return jnp.tanh(x_prev) @ self.B.T + _lead(self.b, x_prev.ndim)
 
     def decode(
@@ -155,7 +184,12 @@ def connectivity(model: LowRankRNN) -> Float[Array, "n n"]:
       >>> import jax
       >>> connectivity(LowRankRNN(5, 2, key=jax.random.key(0))).shape
       (5, 5)
+
+    Raises:
+      ValueError: If the model reads in through a GRU (it has no read-in matrix ``B``).
     """
+    if model.gru is not None:
+        raise ValueError("`model` has a GRU encoder: `J = A B` needs the linear read-in.")
     return _j_jit(model.A, model.B)
 
 

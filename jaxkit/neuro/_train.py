@@ -39,7 +39,11 @@ def make_step(batch_size: int):
     def step(carry, i, *, data, hp):
         model, opt_state = carry
         x_prev, x_next, u, key = data
-        beta, alpha, lr, wd, bin_width = hp
+        beta, alpha, lr, wd, bin_width = hp[:5]
+        if len(hp) > 5:  # linear warm-up of beta over the first `warmup` steps (0: none)
+            one = jnp.ones((), beta.dtype)
+            ramp = (i + 1).astype(beta.dtype) / jnp.maximum(hp[5], one)
+            beta = beta * jnp.minimum(one, ramp)
         kb, kz = jax.random.split(jax.random.fold_in(key, i))
         idx = _batch(kb, x_prev.shape[0], batch_size)
         ub = None if u is None else u[idx]
@@ -62,11 +66,11 @@ def make_step(batch_size: int):
     return step
 
 
-def _fit(model, x_prev, x_next, u, key, beta, alpha, lr, wd, bin_width, steps, batch_size):
+def _fit(model, x_prev, x_next, u, key, beta, alpha, lr, wd, bin_width, warmup, steps, batch_size):
     opt = optax.adamw(lr, weight_decay=wd)
     step = make_step(batch_size)
     data = (x_prev, x_next, u, key)
-    hp = (beta, alpha, lr, wd, bin_width)
+    hp = (beta, alpha, lr, wd, bin_width, warmup)
     (model, _), (loss, pc) = jax.lax.scan(
         lambda c, i: step(c, i, data=data, hp=hp), (model, opt.init(model)), jnp.arange(steps)
     )
@@ -78,7 +82,7 @@ _fit_jit = jax.jit(_fit, static_argnames=("steps", "batch_size"))
 
 def fit(
     model: LowRankRNN,
-    x_prev: Float[ArrayLike, "s n"],
+    x_prev: Float[ArrayLike, "s *w n"],
     x_next: Float[ArrayLike, "s n"],
     *,
     key: KeyArray,
@@ -89,6 +93,7 @@ def fit(
     learning_rate: RealScalarLike = 1e-3,
     weight_decay: RealScalarLike = 1e-2,
     bin_width: RealScalarLike = 1.0,
+    beta_warmup: RealScalarLike = 0,
     u: Float[ArrayLike, "s n"] | None = None,
 ) -> FitResult:
     """Train a :class:`LowRankRNN` with :func:`facrnn_loss` and AdamW, all steps scanned.
@@ -104,7 +109,7 @@ def fit(
     Args:
       model: Initial model (its ``n_groups`` and ``obs`` choose the penalty groups and
         the likelihood).
-      x_prev: Read-in activity ``[S, N]``.
+      x_prev: Read-in activity ``[S, N]`` (GRU encoder: causal windows ``[S, W, N]``).
       x_next: Observations one step later ``[S, N]``.
       key: PRNG key (minibatches and reparameterised draws).
       steps: Optimiser steps ``>= 1``.
@@ -114,6 +119,8 @@ def fit(
       learning_rate: AdamW learning rate ``> 0``.
       weight_decay: AdamW decoupled weight decay ``>= 0``.
       bin_width: Poisson bin width ``> 0``.
+      beta_warmup: Steps over which the PC weight ramps linearly from ``beta / warmup``
+        to ``beta`` (``0``: constant ``beta``, the authors' schedule). Traced, ``>= 0``.
       u: Optional read-out input ``[S, N]``.
 
     Returns:
@@ -141,9 +148,13 @@ def fit(
     x_prev = _loss._hparams(jnp.asarray(x_prev), beta, alpha, bin_width)
     x_prev = _validate.guard_positive(x_prev, learning_rate, name="learning_rate")
     x_prev = _validate.guard_non_negative(x_prev, weight_decay, name="weight_decay")
+    x_prev = _validate.guard_non_negative(x_prev, beta_warmup, name="beta_warmup")
     u = None if u is None else jnp.asarray(u)
     dt = model.A.dtype
-    hp = [jnp.asarray(v, dt) for v in (beta, alpha, learning_rate, weight_decay, bin_width)]
+    hp = [
+        jnp.asarray(v, dt)
+        for v in (beta, alpha, learning_rate, weight_decay, bin_width, beta_warmup)
+    ]
     return _fit_jit(
         model, x_prev, jnp.asarray(x_next), u, key, *hp, steps=steps, batch_size=batch_size
     )

@@ -59,6 +59,21 @@ def _loss(x_prev, x_next, *, beta, alpha):
     )
 
 
+def _windows(key, dtype):
+    k = jax.random.split(key)
+    return (
+        jax.random.normal(k[0], (8, 3, 4)).astype(dtype),
+        jax.random.normal(k[1], (8, 4)).astype(dtype),
+    )
+
+
+def _gru_loss(x_prev, x_next, *, beta):
+    model = neuro.LowRankRNN(
+        4, 2, n_groups=2, encoder="gru", hidden=5, key=jax.random.key(1), dtype=x_prev.dtype
+    )
+    return neuro.facrnn_loss(model, x_prev, x_next, key=jax.random.key(2), n_total=100, beta=beta)
+
+
 def _poisson_args(key, dtype):
     k = jax.random.split(key)
     z = jax.random.normal(k[0], (8, 2)).astype(dtype)
@@ -234,6 +249,31 @@ CASES = [
                 "x_next",
             ),
         ),
+    ),
+    Case(
+        name="neuro.facrnn_loss/gru",
+        fn=_gru_loss,
+        make_args=_windows,
+        hparams={"beta": (0.0, 20.0)},
+        grad_argnums=(0, 1),
+        shard_argnums=(0, 1),
+        rtol=1e-4,
+        grad_rtol=1e-3,
+        bad=(
+            Bad(
+                "flat read-in for a GRU encoder",
+                lambda key: ((jnp.zeros((8, 4)), jnp.zeros((8, 4))), {}),
+                TypeError,
+                "x_prev",
+            ),
+            Bad(
+                "window width",
+                lambda key: ((jnp.zeros((8, 3, 5)), jnp.zeros((8, 4))), {}),
+                TypeError,
+                "x_prev",
+            ),
+        ),
+        slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "grads", "sharding"),
     ),
     Case(
         name="neuro.observation_log_lik/poisson",

@@ -183,3 +183,94 @@ def test_bad_inputs():
         )
     with pytest.raises(ValueError, match="name"):
         neuro.preset("lint")
+
+
+def _np_gru(cell, xs):
+    """A float64 GRU (Cho et al. 2014 with PyTorch's gate order r, z, n and the reset gate
+    applied after the recurrent product), from the standard equations."""
+    wi, wh = np.asarray(cell.weight_ih, np.float64), np.asarray(cell.weight_hh, np.float64)
+    bi, bn = np.asarray(cell.bias, np.float64), np.asarray(cell.bias_n, np.float64)
+    hsz = wh.shape[1]
+    h = np.zeros(hsz)
+
+    def sig(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    for x in xs:
+        gi, gh = wi @ x + bi, wh @ h
+        r = sig(gi[:hsz] + gh[:hsz])
+        z = sig(gi[hsz : 2 * hsz] + gh[hsz : 2 * hsz])
+        n = np.tanh(gi[2 * hsz :] + r * (gh[2 * hsz :] + bn))
+        h = (1.0 - z) * n + z * h
+    return h
+
+
+def test_gru_encoder_matches_a_numpy_gru_and_windows_are_causal():
+    m = neuro.LowRankRNN(5, 4, n_groups=2, encoder="gru", hidden=7, key=jax.random.key(4))
+    assert m.encoder == "gru" and m.gru.hidden == 7
+    x = np.asarray(jax.random.normal(jax.random.key(5), (9, 5)), np.float64)
+    win = neuro.lagged_windows(jnp.asarray(x, jnp.float32), window=3)
+    # out[t] = x[t-2 : t+1], zero-padded before the start
+    pad = np.concatenate([np.zeros((2, 5)), x])
+    np.testing.assert_allclose(win, np.stack([pad[t : t + 3] for t in range(9)]), rtol=1e-6)
+    wo, bo = np.asarray(m.gru.out.weight, np.float64), np.asarray(m.gru.out.bias, np.float64)
+    want = np.stack([wo @ _np_gru(m.gru.cell, np.asarray(w, np.float64)) + bo for w in win])
+    got = m.encode(win)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # batched leading axes and jit give the same means
+    np.testing.assert_allclose(
+        eqx.filter_jit(m.encode)(win.reshape(3, 3, 3, 5)).reshape(9, 4), got, rtol=1e-5, atol=1e-6
+    )
+    # the loss's mean is the GRU's: the read-in B gets no gradient, the GRU does
+    g = eqx.filter_grad(
+        lambda mm: neuro.facrnn_loss(
+            mm,
+            win[:-1],
+            jnp.asarray(x[1:], jnp.float32),
+            key=jax.random.key(6),
+            n_total=50,
+            beta=2.0,
+        )[0]
+    )(m)
+    assert float(jnp.abs(g.B).max()) == 0.0
+    assert float(jnp.abs(g.gru.cell.weight_ih).max()) > 0.0
+
+
+def test_gru_encoder_bad_inputs():
+    with pytest.raises(ValueError, match="encoder"):
+        neuro.LowRankRNN(5, 4, encoder="lstm", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="hidden"):
+        neuro.LowRankRNN(5, 4, encoder="gru", hidden=0, key=jax.random.key(0))
+    m = neuro.LowRankRNN(5, 4, encoder="gru", key=jax.random.key(0))
+    with pytest.raises(ValueError, match="GRU"):
+        neuro.connectivity(m)
+    with pytest.raises(TypeError, match="x_prev"):
+        neuro.fit(m, jnp.zeros((8, 5)), jnp.zeros((8, 5)), key=jax.random.key(1), steps=2)
+    with pytest.raises(ValueError, match="window"):
+        neuro.lagged_windows(jnp.zeros((4, 5)), window=0)
+    with pytest.raises(TypeError, match="x"):
+        neuro.lagged_windows(jnp.zeros((4,)), window=2)
+
+
+def test_beta_warmup_ramps_the_pc_weight_linearly():
+    m = _model(n=6, k=4, g=2)
+    x = jax.random.normal(jax.random.key(8), (33, 6))
+    kw = dict(key=jax.random.key(9), steps=3, batch_size=8, learning_rate=1e-2)
+    ramp = neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=3.0, **kw)
+    # step i uses beta (i + 1) / 3: its loss minus its (unchanged) other terms gives the weight
+    for i, b in enumerate((2.0, 4.0, 6.0)):
+        model_i = (
+            m
+            if i == 0
+            else neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=3.0, **{**kw, "steps": i}).model
+        )
+        kb, kz = jax.random.split(jax.random.fold_in(jax.random.key(9), i))
+        idx = jax.random.permutation(kb, 32)[:8]
+        loss, aux = neuro.facrnn_loss(model_i, x[:-1][idx], x[1:][idx], key=kz, n_total=32, beta=b)
+        np.testing.assert_allclose(ramp.loss[i], loss, rtol=1e-5)
+    # warm-up 0 and 1 are the constant schedule
+    const = neuro.fit(m, x[:-1], x[1:], beta=6.0, **kw)
+    one = neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=1.0, **kw)
+    np.testing.assert_array_equal(const.loss, one.loss)
+    with pytest.raises(ValueError, match="beta_warmup"):
+        neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=-1.0, **kw)

@@ -1,0 +1,98 @@
+"""FacRNN's amortised GRU encoder (the read-in of the reconstructed spike-count path [R]).
+
+The released code reads ``z_t`` linearly from ``tanh(x_{t-1})``. For spike counts the
+previous bin is a poor summary of the state, so the spec's Poisson path amortises the
+posterior with a GRU (LFADS-style). Here the GRU runs causally over a window of the last
+``W`` bins (oldest first), so each training pair stays independent and minibatches keep
+FacRNN's importance-weighted PC estimator: ``h_w = GRU(h_{w-1}, x_{t-W+w})``, ``h_0 = 0``,
+``mu_t = W_out h_W + b_out``. The posterior width stays FacRNN's fixed ``sigma_q``.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+from jaxkit import _validate
+from jaxkit._typing import KeyArray
+
+
+class GRUEncoder(eqx.Module):
+    """A GRU over a causal window of activity, read out linearly to the latent mean.
+
+    Attributes:
+      cell: The GRU cell (``eqx.nn.GRUCell``; PyTorch's gate convention).
+      out: Linear map from the last hidden state to the ``K`` latent means.
+    """
+
+    cell: eqx.nn.GRUCell
+    out: eqx.nn.Linear
+
+    def __init__(self, n_neurons: int, rank: int, *, hidden: int = 32, key: KeyArray, dtype):
+        """Initialise the cell and the read-out (equinox's default uniform init).
+
+        Args:
+          n_neurons: Input size ``N``.
+          rank: Output size ``K``.
+          hidden: Hidden units.
+          key: PRNG key.
+          dtype: Parameter dtype.
+        """
+        kc, ko = jax.random.split(key)
+        self.cell = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kc)
+        self.out = eqx.nn.Linear(hidden, rank, dtype=dtype, key=ko)
+
+    @property
+    def hidden(self) -> int:
+        """The number of hidden units."""
+        return self.cell.hidden_size
+
+    def __call__(self, windows: Float[Array, "*batch w n"]) -> Float[Array, "*batch k"]:
+        """Latent means from windows ``[..., W, N]`` (oldest bin first, last = ``t - 1``)."""
+        lead = windows.shape[:-2]
+        flat = windows.reshape((-1,) + windows.shape[-2:])
+
+        def one(xs):
+            h0 = jnp.zeros((self.cell.hidden_size,), xs.dtype)
+            h, _ = jax.lax.scan(lambda h, x: (self.cell(x, h), None), h0, xs)
+            return self.out(h)
+
+        return jax.vmap(one)(flat).reshape(lead + (self.out.out_features,))
+
+
+def _windows(x, window):
+    t = x.shape[0]
+    pad = jnp.concatenate([jnp.zeros((window - 1,) + x.shape[1:], x.dtype), x], 0)
+    idx = jnp.arange(t)[:, None] + jnp.arange(window)[None, :]
+    return pad[idx]
+
+
+_windows_jit = jax.jit(_windows, static_argnames=("window",))
+
+
+def lagged_windows(x: Float[ArrayLike, "t n"], *, window: int) -> Float[Array, "t w n"]:
+    """Causal windows ``out[t] = x[t - W + 1 : t + 1]`` (zeros before the start). Jitted.
+
+    The GRU encoder's read-in: pair ``t`` (observation ``x_{t+1}``) reads ``out[t]``,
+    whose last row is ``x_t``.
+
+    Args:
+      x: Activity ``[T, N]`` (time first).
+      window: Window length ``W >= 1``.
+
+    Returns:
+      ``[T, W, N]``.
+
+    Raises:
+      TypeError: If ``x`` is not a floating ``[T, N]`` array or ``window`` not an int.
+      ValueError: If ``window < 1``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> lagged_windows(jnp.arange(3.0)[:, None], window=2)[:, :, 0].tolist()
+      [[0.0, 0.0], [0.0, 1.0], [1.0, 2.0]]
+    """
+    _validate.floating(x, name="x")
+    _validate.ndim(x, 2, name="x")
+    w = _validate.python_int(window, name="window", minimum=1)
+    return _windows_jit(jnp.asarray(x), w)
