@@ -127,16 +127,28 @@ def _row_slots(at, width):
     return jnp.arange(b)[:, None], at[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
 
 
+def _explicit_spec(x):
+    """``x``'s PartitionSpec on an Explicit mesh, else None (the gathers below name it)."""
+    sh = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
+    )
+    return sh.spec if explicit else None
+
+
 def _take_rows(buf, at, width):
     """``buf[:, b, at[b] : at[b] + width]`` of a stacked ``[L, B, S, ...]`` buffer."""
     rows, slots = _row_slots(at, width)
-    return buf.at[:, rows, slots].get(mode="clip")
+    return buf.at[:, rows, slots].get(mode="clip", out_sharding=_explicit_spec(buf))
 
 
 def _put_rows(buf, at, upd):
     """``buf[:, b, at[b] + arange(W)] = upd[:, b]``; slots past the end are dropped."""
     rows, slots = _row_slots(at, upd.shape[2])
-    return buf.at[:, rows, slots].set(upd.astype(buf.dtype), mode="drop")
+    return buf.at[:, rows, slots].set(
+        upd.astype(buf.dtype), mode="drop", out_sharding=_explicit_spec(buf)
+    )
 
 
 def _inject_rows(hv, p, st, bank, k, *, cfg, width):
@@ -180,9 +192,9 @@ def _inject(hv, p, st, act, *, cfg, width):
     def run(st):
         return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width)
 
-    def skip(st):
-        shape = jax.eval_shape(run, st)
-        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
+    def skip(st):  # zeros sliced from the state: they keep its batch sharding
+        rows = (jnp.zeros_like(st.hi.k[:, :, :width]), jnp.zeros_like(st.hi.v[:, :, :width]))
+        return rows, jnp.zeros_like(st.logits), jnp.zeros_like(st.h)
 
     (kh, vh), lg, hh = jax.lax.cond(jnp.any(hit), run, skip, st)
     at = st.hi.length
