@@ -35,9 +35,10 @@ digit) lets the frozen base answer late queries (late accuracy >= base + 0.3).
 (2) The learned memory, injected at every eligible step (k = 4), lifts late-query
 accuracy by >= 0.1 over the base (``learned_memory_late``). ``memory_helps`` (DLMR
 with its router >= base + 0.05), ``spec_targets_met`` and ``adaptive_beats_fixed``
-are reported only. Quick mode skips the router's stage 3 (its sampled rollouts are
-one more compile): the fresh router never injects, so DLMR = base there, and the
-learned memory is measured through the fixed-k row; it uses a 1-layer injector. The base model
+are reported only. Quick mode trains the router by the same GRPO step on one-decision
+rollouts (:func:`train_router_one_step`: each toy query has one routing decision, scored
+through the teacher-forced memory forward; no generation loop to compile) and uses a
+1-layer injector; full mode samples whole rollouts from ``dlmr_generate``. The base model
 is the fixture ``dlmr_grid`` (made by ``scripts/train_dlmr_fixture.py``); full
 mode (``--train-base``) can retrain it.
 """
@@ -332,6 +333,50 @@ def train_router(params, ap, cfg, enc, rng, key, steps, *, group=4, lambda_eff=0
     return ap
 
 
+def train_router_one_step(params, ap, cfg, enc, rng, key, steps, *, group=4, lambda_eff=0.1):
+    """Stage 3 on one-decision rollouts: the cheap form of :func:`train_router`.
+
+    Each toy query has one routing decision (at its ``=``), so a rollout is that
+    decision and the answer read after it: the router (its input: the frozen base's
+    last-block state at the ``=``, what :func:`memory.dlmr_generate` feeds it) samples
+    an action per group member, the memory it picks is injected by the teacher-forced
+    forward :func:`memory.memory_forward` (stage 2's forward; the null reads the base),
+    and the same cost-aware GRPO step (:func:`memory.dlmr_step` stage 3) follows. No
+    generation loop is compiled. [R] a jaxkit shortcut for single-decision tasks.
+    """
+    tx = memory.dlmr_optimizer(3, lr=1e-2)
+    st = tx.init(ap)
+    ref = ap.router
+    bank_t, k_t = memory.action_table(cfg)
+    n = 32 // group  # 32 rows: the shapes stage 2 compiled
+    for i in range(steps):
+        if i % 2:  # one late visual / reasoning query per stream (where memory matters)
+            cells, toks, q = query_batch(params, enc, rng, n)
+        else:  # queries of every type (filler included: the null is the right route there)
+            cells, toks, q = sample_streams(rng, n)
+            q = q[rng.choice(len(q), n, replace=False)]
+        q = np.repeat(q, group, axis=0)
+        x = embeds(params, enc, cells, toks)[jnp.asarray(q[:, 0])]
+        ctx, h_last = memory.context_states(params, CFG, cfg, x)
+        eq = jnp.asarray(q[:, 2], jnp.int32)
+        h = jnp.take_along_axis(h_last, eq[:, None, None], axis=1)[:, 0]
+        act = jax.random.categorical(jax.random.fold_in(key, i), ap.router(h)).astype(jnp.int32)
+        bank, k = bank_t[act], k_t[act]
+        at = eq + 1
+        mem, _ = memory.inject(ap, cfg, ctx, jnp.ones(ctx.shape[:2], bool), at, bank, k)
+        lg = memory.memory_forward(params, CFG, cfg, x, mem, at, k)
+        pred = jnp.argmax(jnp.take_along_axis(lg, (at + k - 1)[:, None, None], axis=1)[:, 0], -1)
+        r = memory.dlmr_reward(
+            pred == jnp.asarray(q[:, 3]), k, 2, budget=4.0, lambda_eff=lambda_eff
+        )
+        elig = jnp.ones((len(q), 1), bool)
+        batch = (h[:, None], act[:, None], elig, r)
+        ap, st, _, _ = memory.dlmr_step(
+            3, ap, st, batch, tx=tx, cfg=cfg, ref_router=ref, group=group, kl_beta=0.02
+        )
+    return ap
+
+
 def null_router(ap):
     """A router whose arg-max is always the null: DLMR's program, the base model's output."""
     return eqx.tree_at(lambda p: p.router.l2.b, ap, ap.router.l2.b.at[0].set(1e4))
@@ -378,12 +423,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     enc = vision_encoder()
     params = load_base(enc, rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1))
     cfg = mcfg(injector_layers=1) if quick else mcfg()  # quick: a cheaper compile
-    # quick: no stage 1 and no router training (compiles dominate a quick run): the
-    # router stays fresh (its arg-max is the null), so DLMR = base there
+    # quick: stage 3 on one-decision rollouts (no sampled generation loop to compile)
     steps = (300, 100, 0) if quick else (400, 1500, 80)
     w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
     ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
-    ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
+    if quick:
+        ap = train_router_one_step(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), 120)
+    else:
+        ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
     n_eval = 24 if quick else 200
     cells, toks, q = sample_streams(np.random.default_rng(10_000 + seed), n_eval)
     oracle_late = oracle_late_accuracy(w_or, params, enc, cfg, cells, toks, q)

@@ -219,9 +219,9 @@ def _is_delim(cfg, tok):
 # ----------------------------------------------------------------------------- injection
 
 
-def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array) -> Array:
-    """``Z^(bank)_{1:k_max}`` per row, ``[B, k_max, D]`` (shared: one bank for both)."""
-    km = cfg.k_max
+def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array, width: int | None = None) -> Array:
+    """``Z^(bank)_{1:width}`` per row, ``[B, width, D]`` (default ``k_max``; shared: one bank)."""
+    km = cfg.k_max if width is None else width
     if cfg.shared_bank:
         zv = zr = p.banks[0][:km]
     else:
@@ -229,23 +229,29 @@ def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array) -> Array:
     return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
 
 
-def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k):
-    """``(mem, mem_valid, reads [B, S])``: :func:`inject` plus where the injector read."""
+def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width=None):
+    """``(mem, mem_valid, reads [B, S])``: :func:`inject` plus where the injector read.
+
+    ``width`` (static, >= every ``k``; default ``k_max``): the latents computed. Latents
+    past a row's ``k`` are hidden, so a narrower call gives the same first tokens.
+    """
+    width = cfg.k_max if width is None else width
     s = ctx.shape[1]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     valid = ctx_valid & (j < at[:, None])
     last = jnp.clip(at - 1, 0, s - 1)[:, None, None]
     now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
-    mem, reads = p.injector.forward(ctx, valid, at[:, None] - j, latents_for(p, cfg, bank), now)
-    mem_valid = jnp.arange(cfg.k_max, dtype=jnp.int32)[None, :] < k[:, None]
+    mem_valid = jnp.arange(width, dtype=jnp.int32)[None, :] < k[:, None]
+    lat = latents_for(p, cfg, bank, width)
+    mem, reads = p.injector.forward(ctx, valid, at[:, None] - j, lat, now, mem_valid)
     return mem, mem_valid, reads
 
 
-def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k):
-    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k)[:2]
+def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k, width=None):
+    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width)[:2]
 
 
-_inject_core = jax.jit(inject_traced, static_argnames=("cfg",))
+_inject_core = jax.jit(inject_traced, static_argnames=("cfg", "width"))
 
 
 def inject(

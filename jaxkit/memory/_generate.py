@@ -1,5 +1,6 @@
 """DLMR inference: one jitted decode loop with adaptive, ragged memory injection."""
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -18,8 +19,6 @@ from jaxkit.memory._dlmr import (
     inject_traced,
     lookup,
     masked_router_logits,
-    memory_interventions,
-    split_forward,
 )
 
 
@@ -45,7 +44,8 @@ class DLMRGeneration(NamedTuple):
 
 
 class _State(NamedTuple):
-    cache: nn.KVCache
+    lo: nn.KVCache  # blocks <= l (the backbone's lower half)
+    hi: nn.KVCache  # blocks > l
     ctx: Array  # [B, S, D] block-l hidden of every non-memory slot
     ctx_valid: Array  # [B, S]
     mem_slot: Array  # [B, S]
@@ -54,6 +54,57 @@ class _State(NamedTuple):
     last: Array  # [B] last token (-1: none yet)
     n_inj: Array
     injected: Array
+
+
+class _Halves(NamedTuple):
+    """The frozen backbone cut after block l into two stand-alone models.
+
+    Each half is an ``nn`` parameter dict (its own ``layers`` stack) with its own
+    config, so a decode step runs two whole-model ``run_layers`` calls: no per-step
+    slicing of the weights and no concatenation of the cache (what ``start``/``stop``
+    on one stack costs inside the loop: a copy of the weights and the cache per step).
+    """
+
+    lo: dict
+    hi: dict
+    lo_cfg: nn.TransformerConfig
+    hi_cfg: nn.TransformerConfig
+
+
+def _halves(lm_params, lm_cfg, layer) -> _Halves:
+    cut = layer + 1
+
+    def part(a, b):
+        return {**lm_params, "layers": jax.tree.map(lambda x: x[a:b], lm_params["layers"])}
+
+    lo_cfg = dataclasses.replace(lm_cfg, n_layers=cut)
+    # Qwen2's window rule `block >= max_window_layers`, in the upper half's numbering
+    hi_cfg = dataclasses.replace(
+        lm_cfg,
+        n_layers=lm_cfg.n_layers - cut,
+        max_window_layers=max(0, lm_cfg.max_window_layers - cut),
+    )
+    return _Halves(part(0, cut), part(cut, lm_cfg.n_layers), lo_cfg, hi_cfg)
+
+
+def _cut_cache(cache, cut):
+    lo = nn.KVCache(cache.k[:cut], cache.v[:cut], cache.length)
+    return lo, nn.KVCache(cache.k[cut:], cache.v[cut:], cache.length)
+
+
+def _forward(hv, x, pos, st, iv=None):
+    """:func:`split_forward` on the two halves: ``(logits, h_l, h_last, lo, hi)`` (uncommitted)."""
+    s = st.lo.k.shape[2]
+    t = x.shape[1]
+    j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
+    i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
+    full = j < st.lo.length[:, None, None] + i + 1
+    low = full & ~st.mem_slot[:, None, :]
+    lo = nn.run_layers(
+        hv.lo, hv.lo_cfg, x, pos, cache=st.lo, attn_mask=low, overflow="drop", interventions=iv
+    )
+    up = nn.run_layers(hv.hi, hv.hi_cfg, lo.h, pos, cache=st.hi, attn_mask=full, overflow="drop")
+    return nn.unembed(hv.hi, hv.hi_cfg, up.h), lo.h, up.h, lo.cache, up.cache
 
 
 def _choose(logits, key, temperature, top_p, greedy):
@@ -71,30 +122,94 @@ def _set_slot(buf, at, val):
     return jax.vmap(lambda b, a, v: b.at[a].set(v, mode="drop"))(buf, at, val.astype(buf.dtype))
 
 
-def _inject(lm_params, p, st, action, *, lm_cfg, cfg, width):
-    bank_t, k_t = action_table(cfg)
-    bank, k = lookup(bank_t, action), lookup(k_t, action)
-    at = st.cache.length
-    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k)
-    mem = mem[:, :width]  # the chunk: the widest k this loop can take (same values)
-    b, km = mem.shape[:2]
-    x = jnp.zeros_like(mem, dtype=lm_params["embed"].dtype)  # the reserved slots' input
-    pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
-    iv = memory_interventions(cfg, mem.astype(x.dtype), at)
-    logits, _, h_last, cache = split_forward(
-        lm_params, lm_cfg, cfg.layer, x, pos, st.cache, st.mem_slot, iv
+def _row_slots(at, width):
+    b = at.shape[0]
+    return jnp.arange(b)[:, None], at[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
+
+
+def _explicit_spec(x):
+    """``x``'s PartitionSpec on an Explicit mesh, else None (the gathers below name it)."""
+    sh = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
     )
-    hit = k > 0
+    return sh.spec if explicit else None
+
+
+def _take_rows(buf, at, width):
+    """``buf[:, b, at[b] : at[b] + width]`` of a stacked ``[L, B, S, ...]`` buffer."""
+    rows, slots = _row_slots(at, width)
+    return buf.at[:, rows, slots].get(mode="clip", out_sharding=_explicit_spec(buf))
+
+
+def _put_rows(buf, at, upd):
+    """``buf[:, b, at[b] + arange(W)] = upd[:, b]``; slots past the end are dropped."""
+    rows, slots = _row_slots(at, upd.shape[2])
+    return buf.at[:, rows, slots].set(
+        upd.astype(buf.dtype), mode="drop", out_sharding=_explicit_spec(buf)
+    )
+
+
+def _inject_rows(hv, p, st, bank, k, *, cfg, width):
+    """The injection chunk's forward: its new upper-half K/V rows, logits and router input.
+
+    The memory tokens enter after block l, so the chunk runs the blocks > l only: blocks
+    <= l hide the memory slots from every other query (``mem_slot``), so what they would
+    compute at those slots is never read (``nn.Interventions``' insertion, whose lower
+    half only feeds the discarded reserved slots; the tests check the two agree). Only
+    these small arrays leave the ``lax.cond`` that guards an injection (the caches are
+    read-only operands there; the rows are written outside), so a step without
+    injection copies nothing.
+    """
+    at = st.hi.length
+    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width)
+    km = mem.shape[1]
+    pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
+    s = st.hi.k.shape[2]
+    full = jnp.arange(s, dtype=jnp.int32)[None, None, :] < pos[:, :, None] + 1
+    up = nn.run_layers(
+        hv.hi,
+        hv.hi_cfg,
+        mem.astype(hv.hi["embed"].dtype),
+        pos,
+        cache=st.hi,
+        attn_mask=full,
+        overflow="drop",
+    )
     idx = jnp.clip(k - 1, 0, km - 1)[:, None, None]
-    lg = jnp.take_along_axis(logits, idx, axis=1)[:, 0]
-    hh = jnp.take_along_axis(h_last, idx, axis=1)[:, 0]
-    j = jnp.arange(st.mem_slot.shape[1], dtype=jnp.int32)[None, :]
+    hh = jnp.take_along_axis(up.h, idx, axis=1)  # [B, 1, D]
+    lg = nn.unembed(hv.hi, hv.hi_cfg, hh)[:, 0].astype(st.logits.dtype)
+    rows = (_take_rows(up.cache.k, at, km), _take_rows(up.cache.v, at, km))
+    return rows, lg, hh[:, 0].astype(st.h.dtype)
+
+
+def _inject(hv, p, st, act, *, cfg, width):
+    bank_t, k_t = action_table(cfg)
+    bank, k = lookup(bank_t, act), lookup(k_t, act)
+    hit = k > 0
+
+    def run(st):
+        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width)
+
+    def skip(st):  # zeros sliced from the state: they keep its batch sharding
+        rows = (jnp.zeros_like(st.hi.k[:, :, :width]), jnp.zeros_like(st.hi.v[:, :, :width]))
+        return rows, jnp.zeros_like(st.logits), jnp.zeros_like(st.h)
+
+    (kh, vh), lg, hh = jax.lax.cond(jnp.any(hit), run, skip, st)
+    at = st.hi.length
+    s = st.mem_slot.shape[1]
+    wat = jnp.where(hit, at, s)  # rows that do not inject write nothing
+    hi = st.hi._replace(k=_put_rows(st.hi.k, wat, kh), v=_put_rows(st.hi.v, wat, vh))
+    # blocks <= l never read a memory slot: their cache rows there are left as they are
+    j = jnp.arange(s, dtype=jnp.int32)[None, :]
     span = (j >= at[:, None]) & (j < (at + k)[:, None])
     return st._replace(
-        cache=nn.commit(cache, k),
+        lo=nn.commit(st.lo, k),
+        hi=nn.commit(hi, k),
         mem_slot=st.mem_slot | span,
-        logits=jnp.where(hit[:, None], lg.astype(st.logits.dtype), st.logits),
-        h=jnp.where(hit[:, None], hh.astype(st.h.dtype), st.h),
+        logits=jnp.where(hit[:, None], lg, st.logits),
+        h=jnp.where(hit[:, None], hh, st.h),
         n_inj=st.n_inj + hit.astype(jnp.int32),
         injected=st.injected + k,
     )
@@ -112,14 +227,13 @@ def _chunk_width(cfg, force):
     return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k
 
 
-def _feed(lm_params, st, tok, *, lm_cfg, cfg):
-    x = nn.embed(lm_params, lm_cfg, tok[:, None])
-    at = st.cache.length
-    logits, h_l, h_last, cache = split_forward(
-        lm_params, lm_cfg, cfg.layer, x, at[:, None], st.cache, st.mem_slot
-    )
+def _feed(hv, st, tok, *, lm_cfg):
+    x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
+    at = st.lo.length
+    logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
     return st._replace(
-        cache=nn.commit(cache, 1),
+        lo=nn.commit(lo, 1),
+        hi=nn.commit(hi, 1),
         ctx=_set_slot(st.ctx, at, h_l[:, 0]),
         ctx_valid=_set_slot(st.ctx_valid, at, jnp.ones_like(tok, bool)),
         logits=logits[:, 0].astype(st.logits.dtype),
@@ -166,8 +280,11 @@ def _generate(
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
+    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1)
+    hv = _halves(lm_params, lm_cfg, cfg.layer)
     st = _State(
-        cache=nn.commit(out.cache, plen),
+        lo=lo,
+        hi=hi,
         ctx=ctx,
         ctx_valid=j < plen[:, None],
         mem_slot=(j < zero[:, None]),
@@ -193,15 +310,10 @@ def _generate(
         act = jnp.where(elig, act, 0)
         hs = jax.lax.dynamic_update_index_in_dim(hs, st.h, i, axis=1)
         if can_inject:
-            st = jax.lax.cond(
-                jnp.any(act > 0),
-                lambda s_: _inject(lm_params, p, s_, act, lm_cfg=lm_cfg, cfg=cfg, width=km),
-                lambda s_: s_,
-                st,
-            )
+            st = _inject(hv, p, st, act, cfg=cfg, width=km)
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
         # fed every step (the last feed is unused): no conditional around the cache
-        st = _feed(lm_params, st, tok, lm_cfg=lm_cfg, cfg=cfg)
+        st = _feed(hv, st, tok, lm_cfg=lm_cfg)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs

@@ -36,15 +36,21 @@ class CrossLayer(eqx.Module):
         self.ln_q, self.ln_kv, self.ln_ff = LayerNorm(d), LayerNorm(d), LayerNorm(d)
         self.heads = int(heads)
 
-    def __call__(self, z, c, c_mask):
-        return self.attend(z, c, c_mask)[0]
+    def __call__(self, z, c, c_mask, z_mask=None):
+        return self.attend(z, c, c_mask, z_mask)[0]
 
-    def attend(self, z, c, c_mask):
-        """``(z', probs [B, H, k, S + k])``: the block's output and its attention."""
+    def attend(self, z, c, c_mask, z_mask=None):
+        """``(z', probs [B, H, k, S + k])``: the block's output and its attention.
+
+        ``z_mask bool[B, k]``: the latents the others may read (default all), so the
+        first ``k`` outputs never depend on latents past ``k``.
+        """
         b, k, d = z.shape
         h, dh = self.heads, d // self.heads
         kv = self.ln_kv(jnp.concatenate([c, z], axis=1))
-        mask = jnp.concatenate([c_mask, c_mask[:, :1] | jnp.ones((1, k), bool)], axis=1)
+        if z_mask is None:
+            z_mask = c_mask[:, :1] | jnp.ones((1, k), bool)
+        mask = jnp.concatenate([c_mask, z_mask], axis=1)
         q = self.wq(self.ln_q(z)).reshape(b, k, h, dh)
         kk = self.wk(kv).reshape(b, -1, h, dh)
         vv = self.wv(kv).reshape(b, -1, h, dh)
@@ -95,8 +101,9 @@ class Injector(eqx.Module):
         dist: Int[Array, "B S"],
         latents: Float[Array, "B K D"],
         now: Float[Array, "B D"],
+        latents_valid: Bool[Array, "B K"] | None = None,
     ) -> Float[Array, "B K D"]:
-        return self.forward(ctx, ctx_valid, dist, latents, now)[0]
+        return self.forward(ctx, ctx_valid, dist, latents, now, latents_valid)[0]
 
     def forward(
         self,
@@ -105,8 +112,13 @@ class Injector(eqx.Module):
         dist: Int[Array, "B S"],
         latents: Float[Array, "B K D"],
         now: Float[Array, "B D"],
+        latents_valid: Bool[Array, "B K"] | None = None,
     ) -> tuple[Float[Array, "B K D"], Float[Array, "B S"]]:
         """``(memory [B, K, D], reads [B, S])``: the memory and where it read.
+
+        ``latents_valid``: the latents ``Z_{1:k}`` of each row (default all); the
+        others are hidden as keys, so memory token ``i < k`` depends on ``Z_{1:k}``
+        only and a call with more latents gives the same first ``k`` tokens.
 
         ``reads`` is the first cross block's attention on the context slots, averaged
         over heads and latents (what stage 1's evidence term supervises).
@@ -119,7 +131,7 @@ class Injector(eqx.Module):
         z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
         reads = None
         for layer in self.layers:
-            z, probs = layer.attend(z, c, ctx_valid)
+            z, probs = layer.attend(z, c, ctx_valid, latents_valid)
             if reads is None:
                 reads = jnp.mean(probs[..., : ctx.shape[1]], axis=(1, 2))
         anchor = now.astype(jnp.float32)[:, None, :] + latents.astype(jnp.float32)

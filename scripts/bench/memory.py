@@ -3,7 +3,7 @@
 1. ``dlmr_generate_tokens_per_s``: greedy generation with DLMR injecting (every
    step eligible, the route forced to (visual, k=8), n_max=4: four 8-token
    injections per row, each an injector pass over the context plus a chunk
-   forward through ``nn.Interventions``) against ``decoding.ar_generate`` on the
+   forward of the blocks above l) against ``decoding.ar_generate`` on the
    same backbone and prompts (anchor ``adapter_off``, target ratio >= 0.77, i.e.
    overhead <= 1.3x).
 2. ``dlmr_generate_null_route``: the same loop with the router forced to the null

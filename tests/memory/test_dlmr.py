@@ -147,3 +147,14 @@ def test_two_injections_equal_an_uncached_split_forward():
             np.argmax(np.asarray(lg[jnp.asarray(reads)]), -1), g.tokens[b]
         )
     np.testing.assert_array_equal(g.n_injections, 2)
+
+
+def test_memory_of_budget_k_reads_only_the_first_k_latents():
+    # Z_{1:k} only (spec Eq. 5): latents past k change nothing in the first k tokens
+    h = jax.random.normal(jax.random.key(4), (2, 5, CFG.d_model))
+    args = (h, jnp.ones((2, 5), bool), PLEN, jnp.array([0, 1]), jnp.array([1, 1]))
+    m1, _ = memory.inject(AP, MC, *args)
+    banks = tuple(z.at[1:].add(1.0) for z in AP.banks)
+    m2, _ = memory.inject(AP._replace(banks=banks), MC, *args)
+    np.testing.assert_allclose(m1[:, :1], m2[:, :1], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(m1[:, 1:], m2[:, 1:])
