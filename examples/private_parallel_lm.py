@@ -27,7 +27,9 @@ best of several factor gauges ``(a c, b / c)``) and PRISM (the same accuracy for
 every gauge: its release depends on ``Z = a b^T`` only). Accuracy is the fraction of
 generated positions that follow the counting rule (``nn.tiny_task_accuracy``) on
 held-out prompts, decoded greedily by AR. Learning rates (PRISM 3e-2, Adam 1e-2)
-were picked once by hand on this set-up.
+were picked once by hand on this set-up. In full mode every fine-tuning reaches accuracy
+1.000, so the gauge dependence of naive DP-LoRA is read from its final losses (``ok``
+asks for either spread, PRISM's staying flat).
 
 WeDLM on the private model (the issue asks >= 2x AR's tokens per forward at <= 1 point
 of accuracy loss; ``wedlm_target_met`` is computed; window and tau are chosen on
@@ -37,13 +39,14 @@ The fixture's parallel head is tied to its format: on bare ``[s, s+d]`` prompts 
 format). The private steps then train the ``[MASK]``-slot side less than the AR side, and
 the noise is what costs it, not the LoRA (24 steps, N = 512, batch 32: noise-free PRISM
 gives WeDLM 0.899 at 1.26 tokens/forward vs AR 0.938; at epsilon = 8, 0.49 at 1.09).
-Larger Poisson batches at the same epsilon (same q, so the same sigma; the noise per
-example shrinks as 1 / batch) help most: N = 2048, batch 128, 96 steps gave AR 1.000 and
-WeDLM 0.976 at 2.50 tokens/forward (window 8, tau = 1), 1.4 points short; N = 4096,
-batch 256 (the full mode) gives WeDLM 0.996 at 3.13 (window 4, tau = 1; PRISM run alone,
-128 prompts). A smaller window helps too (far slots are the ones filled wrongly): at
-N = 2048, window 4 gave 0.984 at 2.30 where window 8 gave 0.969 at 2.49. More steps at a
-smaller rate (N = 4096, 192 steps) or a lower AR weight (0.3) did not help.
+Larger Poisson batches at the same epsilon help most (same q, hence the same sigma, while
+the noise on the mean gradient, sigma C / batch, shrinks): N = 2048, batch 128, 96 steps
+gave AR 1.000 and WeDLM 0.976 at 2.50 tokens/forward (window 8, tau = 1), 1.4 points
+short; N = 4096, batch 256 (the full mode) gives WeDLM 0.996 at 3.13 vs AR 1.000 at 1.08
+(window 4, tau = 1): the target is met. A smaller window helps too (far slots are the
+ones filled wrongly): at N = 2048, window 4 gave 0.984 at 2.30 where window 8 gave 0.969
+at 2.49. More steps at a smaller rate (N = 4096, 192 steps) or a lower AR weight (0.3)
+did not help.
 """
 
 import argparse
@@ -558,6 +561,14 @@ def main(
     prism_spread = max(acc_prism) - min(acc_prism)
     naive_spread = max(accs("naive")) - min(accs("naive"))
 
+    def loss_spread(m):  # the gauge dependence where the accuracies saturate (full mode)
+        ls = [r["final_loss"] for r in rows if r["method"] == m]
+        return max(ls) - min(ls)
+
+    gauge_dependent = naive_spread > prism_spread or loss_spread("naive") > 10 * max(
+        loss_spread("prism"), 1e-4
+    )
+
     # ---- decode the private model: AR + KV cache vs WeDLM (greedy and sampled)
     priv = jax.device_put(privacy.lora_merge(base, ref["lora"]), jax.devices()[0])
     acc_ar, tpf_ar = evaluate(priv, cfg, prompt, key=k_dec)
@@ -616,7 +627,7 @@ def main(
     wedlm_target_met = best["tpf"] >= 2.0 * tpf_ar and best["acc"] >= acc_ar - 0.01
     ok = (
         prism_spread <= 0.01
-        and naive_spread > prism_spread
+        and gauge_dependent
         and acc_prism[0] > acc_base + 0.1
         and resume_identical
         and abs(eps - EPSILON) < 0.05
@@ -637,6 +648,7 @@ def main(
         "rows": rows,
         "prism_spread": prism_spread,
         "naive_spread": naive_spread,
+        "loss_spread": {"naive": loss_spread("naive"), "prism": loss_spread("prism")},
         "naive_best_gauge": naive_best["gauge"],
         "resume_bit_identical": bool(resume_identical),
         "acc_ar": acc_ar,
