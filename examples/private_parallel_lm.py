@@ -27,20 +27,26 @@ best of several factor gauges ``(a c, b / c)``) and PRISM (the same accuracy for
 every gauge: its release depends on ``Z = a b^T`` only). Accuracy is the fraction of
 generated positions that follow the counting rule (``nn.tiny_task_accuracy``) on
 held-out prompts, decoded greedily by AR. Learning rates (PRISM 3e-2, Adam 1e-2)
-were picked once by hand on this set-up.
+were picked once by hand on this set-up. In full mode every fine-tuning reaches accuracy
+1.000, so the gauge dependence of naive DP-LoRA is read from its final losses (``ok``
+asks for either spread, PRISM's staying flat).
 
 WeDLM on the private model (the issue asks >= 2x AR's tokens per forward at <= 1 point
-of accuracy loss; ``wedlm_target_met`` is computed, tau chosen on validation prompts).
+of accuracy loss; ``wedlm_target_met`` is computed; window and tau are chosen on
+validation prompts: the most tokens per forward within one point of AR there).
 The fixture's parallel head is tied to its format: on bare ``[s, s+d]`` prompts it fills
 1.16 tokens per forward at tau = 0.3, with its clean level token first 3.67 (hence the
 format). The private steps then train the ``[MASK]``-slot side less than the AR side, and
 the noise is what costs it, not the LoRA (24 steps, N = 512, batch 32: noise-free PRISM
 gives WeDLM 0.899 at 1.26 tokens/forward vs AR 0.938; at epsilon = 8, 0.49 at 1.09).
-Larger Poisson batches at the same epsilon help most, hence the full mode's N = 2048,
-batch 128, 96 steps (its PRISM run alone, 64 prompts): AR 1.000, WeDLM tau = 1 0.976
-at 2.50 tokens/forward (2.3x AR), tau = 0.3 0.989 at 1.21; the target is missed by
-about 1.4 points. More steps at a smaller rate (N = 4096, 192 steps) or a lower AR
-weight (0.3) did not close it.
+Larger Poisson batches at the same epsilon help most (same q, hence the same sigma, while
+the noise on the mean gradient, sigma C / batch, shrinks): N = 2048, batch 128, 96 steps
+gave AR 1.000 and WeDLM 0.976 at 2.50 tokens/forward (window 8, tau = 1), 1.4 points
+short; N = 4096, batch 256 (the full mode) gives WeDLM 0.996 at 3.13 vs AR 1.000 at 1.08
+(window 4, tau = 1): the target is met. A smaller window helps too (far slots are the
+ones filled wrongly): at N = 2048, window 4 gave 0.984 at 2.30 where window 8 gave 0.969
+at 2.49. More steps at a smaller rate (N = 4096, 192 steps) or a lower AR weight (0.3)
+did not help.
 """
 
 import argparse
@@ -499,7 +505,7 @@ def main(
     t_start = time.perf_counter()
     params, cfg, _ = io.load_fixture("wedlm_counting")
     key = jax.random.key(seed)
-    n, batch, steps = (512, 32, 20) if quick else (2048, 128, 96)
+    n, batch, steps = (512, 32, 20) if quick else (4096, 256, 96)
     gauges_prism = [1.0, 10.0] if quick else [0.1, 1.0, 10.0]
     gauges_naive = [1.0, 10.0] if quick else [0.1, 1.0, 10.0]
     q = batch / n
@@ -555,23 +561,34 @@ def main(
     prism_spread = max(acc_prism) - min(acc_prism)
     naive_spread = max(accs("naive")) - min(accs("naive"))
 
+    def loss_spread(m):  # the gauge dependence where the accuracies saturate (full mode)
+        ls = [r["final_loss"] for r in rows if r["method"] == m]
+        return max(ls) - min(ls)
+
+    gauge_dependent = naive_spread > prism_spread or loss_spread("naive") > 10 * max(
+        loss_spread("prism"), 1e-4
+    )
+
     # ---- decode the private model: AR + KV cache vs WeDLM (greedy and sampled)
     priv = jax.device_put(privacy.lora_merge(base, ref["lora"]), jax.devices()[0])
     acc_ar, tpf_ar = evaluate(priv, cfg, prompt, key=k_dec)
-    # tau is chosen on separate validation prompts (the most tokens per forward within one
+    # window and tau are chosen on validation prompts (the most tokens per forward within one
     # point of AR's accuracy there); the figures are those of the evaluation prompts
     val = task_rows(jax.random.fold_in(key, 98), prompt.shape[0])[0][:, : prompt.shape[1]]
     acc_ar_val = evaluate(priv, cfg, val, key=k_dec)[0]
-    taus = [0.3, 1.0] if quick else [0.1, 0.3, 0.5, 0.7, 1.0, 1.5]
+    taus = [0.3, 1.0] if quick else [0.3, 0.5, 0.7, 1.0, 1.3]
+    windows = [8] if quick else [4, 8]
     sweep = []
-    for tau in taus:
-        a, tpf = evaluate(priv, cfg, prompt, key=k_dec, tau=tau, wedlm=True)
-        a_s, tpf_s = evaluate(priv, cfg, prompt, key=k_dec, tau=tau, temperature=0.5, wedlm=True)
-        a_v, tpf_v = evaluate(priv, cfg, val, key=k_dec, tau=tau, wedlm=True)
-        sweep.append(
-            {"tau": tau, "acc": a, "tpf": tpf, "acc_sampled": a_s, "tpf_sampled": tpf_s}
-            | {"acc_val": a_v, "tpf_val": tpf_v}
-        )
+    for window in windows:
+        for tau in taus:
+            kw = dict(key=k_dec, tau=tau, wedlm=True, window=window)
+            a, tpf = evaluate(priv, cfg, prompt, **kw)
+            a_s, tpf_s = evaluate(priv, cfg, prompt, temperature=0.5, **kw)
+            a_v, tpf_v = evaluate(priv, cfg, val, **kw)
+            sweep.append(
+                {"window": window, "tau": tau, "acc": a, "tpf": tpf}
+                | {"acc_sampled": a_s, "tpf_sampled": tpf_s, "acc_val": a_v, "tpf_val": tpf_v}
+            )
     good = [r for r in sweep if r["acc_val"] >= acc_ar_val - 0.01]
     best = max(good, key=lambda r: r["tpf_val"]) if good else min(sweep, key=lambda r: r["tau"])
     tp = prompt  # the evaluated prompts (same shapes: no new compile)
@@ -582,7 +599,15 @@ def main(
                 priv, tp, k_dec, 0.0, 0.0, cfg=cfg, new=nt, window=8, wedlm=False
             ),
             "wedlm": lambda: _decode(
-                priv, tp, k_dec, best["tau"], 0.0, cfg=cfg, new=nt, window=8, wedlm=True
+                priv,
+                tp,
+                k_dec,
+                best["tau"],
+                0.0,
+                cfg=cfg,
+                new=nt,
+                window=best["window"],
+                wedlm=True,
             ),
         },
         repeats=2 if quick else 10,
@@ -602,7 +627,7 @@ def main(
     wedlm_target_met = best["tpf"] >= 2.0 * tpf_ar and best["acc"] >= acc_ar - 0.01
     ok = (
         prism_spread <= 0.01
-        and naive_spread > prism_spread
+        and gauge_dependent
         and acc_prism[0] > acc_base + 0.1
         and resume_identical
         and abs(eps - EPSILON) < 0.05
@@ -623,6 +648,7 @@ def main(
         "rows": rows,
         "prism_spread": prism_spread,
         "naive_spread": naive_spread,
+        "loss_spread": {"naive": loss_spread("naive"), "prism": loss_spread("prism")},
         "naive_best_gauge": naive_best["gauge"],
         "resume_bit_identical": bool(resume_identical),
         "acc_ar": acc_ar,
@@ -661,15 +687,15 @@ def _plot(out_dir, rows, acc_base, runs, sweep, acc_ar, tpf_ar, eps):
     ax[1].set_xlabel("step")
     ax[1].set_ylabel("WeDLM dual-stream loss")
     ax[1].legend(fontsize=6)
-    ax[2].plot([r["tpf"] for r in sweep], [r["acc"] for r in sweep], "o-", label="WeDLM greedy")
-    ax[2].plot(
-        [r["tpf_sampled"] for r in sweep],
-        [r["acc_sampled"] for r in sweep],
-        "^--",
-        label="WeDLM T=0.5",
-    )
-    for r in sweep:
-        ax[2].annotate(f"tau={r['tau']:g}", (r["tpf"], r["acc"]), fontsize=6)
+    for i, w in enumerate(sorted({r["window"] for r in sweep})):
+        sw = [r for r in sweep if r["window"] == w]
+        ax[2].plot([r["tpf"] for r in sw], [r["acc"] for r in sw], "o-", color=f"C{i}")
+        ax[2].plot(
+            [r["tpf_sampled"] for r in sw], [r["acc_sampled"] for r in sw], "^--", color=f"C{i}"
+        )
+        ax[2].plot([], [], "o-", color=f"C{i}", label=f"WeDLM W={w} (greedy; T=0.5 dashed)")
+        for r in sw:
+            ax[2].annotate(f"tau={r['tau']:g}", (r["tpf"], r["acc"]), fontsize=6)
     ax[2].plot([tpf_ar], [acc_ar], "s", color="k", label="AR + KV cache")
     ax[2].set_xlabel("tokens per forward")
     ax[2].set_ylabel("task accuracy")
