@@ -273,6 +273,29 @@ def test_fine_tune_loop_reports_ess_and_warns():
             alpha=100.0,
             ess_warn=0.1,
         )
+    # in the loop: alpha_k starts untilted, never increases, never passes alpha
+    with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", diffusion.ESSWarning)
+        _, hist = diffusion.fine_tune(
+            apply_fn,
+            None,
+            params,
+            oracle,
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=opt,
+            iterations=3,
+            samples_per_iter=16,
+            num_steps=4,
+            alpha=0.01,
+            ess_target=0.5,
+        )
+    alphas = [h["alpha"] for h in hist]
+    assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
+    moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
+    assert all(h["buffer_ess"] >= 0.5 * 16 - 1e-2 for h in moved), hist
 
 
 def test_temper_alpha_keeps_the_ess_target():
@@ -292,35 +315,7 @@ def test_temper_alpha_keeps_the_ess_target():
     # never a weaker tilt than before; the target alpha once its ESS suffices
     assert diffusion.temper_alpha(lr, r, lk, alpha=0.01, prev=a / 2, ess_target=0.5) == a / 2
     assert diffusion.temper_alpha(lr, r, lk, alpha=100.0, prev=math.inf, ess_target=0.5) == 100.0
-    # in the loop: alpha_k starts untilted, never increases, never passes alpha
     apply_fn, params = _toys.random_mlp(V, 4, seed=1)
-
-    def oracle(tokens):
-        t = np.asarray(tokens)
-        return {"affinity": (t == 2).mean(1) * 5.0, "p_agonist": (t[:, 0] == 1) * 0.8 + 0.1}
-
-    with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", diffusion.ESSWarning)
-        _, hist = diffusion.fine_tune(
-            apply_fn,
-            None,
-            params,
-            oracle,
-            key=jax.random.key(0),
-            direction=1,
-            length=4,
-            mask_id=V,
-            optimizer=optax.adam(1e-3),
-            iterations=3,
-            samples_per_iter=16,
-            num_steps=4,
-            alpha=0.01,
-            ess_target=0.5,
-        )
-    alphas = [h["alpha"] for h in hist]
-    assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
-    moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
-    assert all(h["buffer_ess"] >= 0.5 * 16 - 1e-2 for h in moved), hist
     with pytest.raises(ValueError, match="ess_target"):
         diffusion.fine_tune(
             apply_fn,
