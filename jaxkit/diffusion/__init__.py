@@ -19,6 +19,7 @@ from jaxkit.diffusion._collect import make_buffer as make_buffer
 from jaxkit.diffusion._collect import merge_best as merge_best
 from jaxkit.diffusion._collect import rescore_buffer as rescore_buffer
 from jaxkit.diffusion._collect import score as score
+from jaxkit.diffusion._collect import temper_alpha as temper_alpha
 from jaxkit.diffusion._common import subs_log_probs as subs_log_probs
 from jaxkit.diffusion._common import transformer_denoiser as transformer_denoiser
 from jaxkit.diffusion._common import transformer_embedder as transformer_embedder

@@ -123,13 +123,23 @@ def make_buffer(
     ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
     no confidence term.
     """
-    _validate.one_of(OBJECTIVES, objective=objective)
     g, f = score(reward_fn, tokens)
-    d = jnp.full((g.shape[0],), direction, jnp.int32)
+    return _buffer(tokens, unmask_step, log_ratio, g, f, direction, alpha, kappa_min, objective)
+
+
+def _reward(g, f, direction, objective):
+    """The reward the objective tilts by: gated (TD3B) or affinity alone."""
     if objective == "affinity":
-        s, kappa_min = jnp.asarray(g), 1.0
-    else:
-        s = gated_reward(jnp.asarray(g), jnp.asarray(f), direction=d)
+        return jnp.asarray(g)
+    d = jnp.full((g.shape[0],), direction, jnp.int32)
+    return gated_reward(jnp.asarray(g), jnp.asarray(f), direction=d)
+
+
+def _buffer(tokens, unmask_step, log_ratio, g, f, direction, alpha, kappa_min, objective):
+    _validate.one_of(OBJECTIVES, objective=objective)
+    d = jnp.full((g.shape[0],), direction, jnp.int32)
+    s = _reward(g, f, direction, objective)
+    kappa_min = 1.0 if objective == "affinity" else kappa_min
     lw = log_importance_weight(
         s,
         jnp.asarray(f),
@@ -149,6 +159,35 @@ def make_buffer(
         log_ratio=jnp.asarray(log_ratio, jnp.float32),
         log_w=lw,
     )
+
+
+def temper_alpha(log_ratio, reward, log_kappa, *, alpha: float, prev: float, ess_target: float):
+    """[R] Adaptive tempering: the smallest ``a`` in ``[alpha, prev]`` keeping the ESS up.
+
+    Returns the ``a`` whose weights ``log_ratio + reward / a + log_kappa`` have
+    ``ESS >= ess_target * N`` with the largest tilt ``1 / a`` (bisection on ``1/a``,
+    host NumPy): ``alpha`` when that already holds, ``prev`` (never a weaker
+    tilt than before, ``inf`` = none) when even ``prev`` falls short. Adaptive
+    tempering as in SMC samplers (Jasra et al. 2011); a jaxkit addition to TD3B
+    (which uses ``alpha`` from the first iteration).
+    """
+    lr, r, lk = (np.asarray(x, np.float64) for x in (log_ratio, reward, log_kappa))
+    n = lr.shape[0]
+
+    def ess(beta):
+        lw = lr + beta * r + lk
+        w = np.exp(lw - lw.max())
+        return w.sum() ** 2 / np.sum(w * w)
+
+    lo, hi = 0.0 if not np.isfinite(prev) else 1.0 / prev, 1.0 / alpha
+    if ess(hi) >= ess_target * n:
+        return float(alpha)
+    if ess(lo) < ess_target * n:
+        return float(prev)
+    for _ in range(40):  # ess(lo) >= target > ess(hi)
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ess(mid) >= ess_target * n else (lo, mid)
+    return float(1.0 / lo) if lo > 0 else float("inf")
 
 
 def rescore_buffer(
@@ -221,6 +260,7 @@ def fine_tune(
     ref_params: PyTree | None = None,
     objective: str = "td3b",
     reduction: str = "sum_weights",
+    ess_target: float | None = None,
 ) -> tuple[PyTree, list[dict]]:
     """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
 
@@ -237,31 +277,54 @@ def fine_tune(
     a per-slot mean, so ``kl_weight`` (and ``contrastive_weight``) act about ``N``
     times more weakly than in the authors' code, whose WDCE is ``"reference"``
     (divided by the buffer size ``N``); use ``"reference"`` for their balance.
+
+    ``ess_target`` **[R]** (a jaxkit addition; ``None``, the default, is the authors'
+    method): adaptive tempering of ``alpha``. Each iteration tilts by ``1 / alpha_k``,
+    the largest tilt not above ``1 / alpha`` whose fresh on-policy weights keep
+    ``ESS >= ess_target * N`` (:func:`temper_alpha`; ``alpha_k`` never increases and
+    starts untilted), so the policy follows ``p_pre exp(S / alpha_k)`` down to the
+    TD3B target instead of fitting a collapsed batch (at ``alpha = 0.1`` the
+    pretrained model's own batch has an ESS of a few rows). Once ``alpha_k = alpha``
+    the objective, hence its fixed point ``p*``, is TD3B's; ``history[i]["alpha"]``
+    records ``alpha_k``.
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
+    _validate.one_of(OBJECTIVES, objective=objective)
     iterations = _validate.python_int(iterations, name="iterations", minimum=0)
+    direction = _validate.python_int(direction, name="direction")
+    if direction not in (1, -1):
+        raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
+    if ess_target is not None and not 0.0 < float(ess_target) <= 1.0:
+        raise ValueError(f"`ess_target` must lie in (0, 1] or be None, got {ess_target}.")
+    template = jnp.full((samples_per_iter, length), mask_id, jnp.int32)
+    a_it = alpha if ess_target is None else float("inf")
     ref = params if ref_params is None else ref_params
     opt_state = optimizer.init(params)
     buffer = None
     history, calls = [], 0
     for it in range(iterations):
         k_s, k_t, key = jax.random.split(key, 3)
-        fresh = collect_onpolicy(
+        tr = sample(
             apply_fn,
             params,
-            ref,
-            reward_fn,
+            template,
             key=k_s,
-            num_samples=samples_per_iter,
-            length=length,
-            direction=direction,
             mask_id=mask_id,
             num_steps=num_steps,
-            alpha=alpha,
-            kappa_min=kappa_min,
-            objective=objective,
+            ref_params=ref,
         )
+        g, f = score(reward_fn, tr.tokens)
         calls += samples_per_iter
+        if ess_target is not None:
+            k_min = 1.0 if objective == "affinity" else kappa_min
+            log_kappa = np.log(np.maximum(np.maximum(f, 1.0 - f), k_min))
+            s = np.asarray(_reward(g, f, direction, objective))
+            a_it = temper_alpha(
+                tr.log_ratio, s, log_kappa, alpha=alpha, prev=a_it, ess_target=ess_target
+            )
+        fresh = _buffer(
+            tr.tokens, tr.unmask_step, tr.log_ratio, g, f, direction, a_it, kappa_min, objective
+        )
         if collection == "onpolicy" or buffer is None:
             buffer = fresh if collection == "onpolicy" else merge_best(fresh, fresh, buffer_size)
         else:
@@ -272,7 +335,7 @@ def fine_tune(
                 buffer,
                 mask_id=mask_id,
                 num_steps=num_steps,
-                alpha=alpha,
+                alpha=a_it,
                 kappa_min=1.0 if objective == "affinity" else kappa_min,
             )
             buffer = merge_best(buffer, fresh, buffer_size)
@@ -305,6 +368,7 @@ def fine_tune(
         rec = {k: float(v) for k, v in m.items()} if steps_per_iter else {"ess": ess}
         rec.update(
             iteration=it,
+            alpha=a_it,
             buffer_ess=ess,
             mean_reward=float(np.mean(np.asarray(fresh.reward))),
             mean_affinity=float(np.mean(np.asarray(fresh.affinity))),

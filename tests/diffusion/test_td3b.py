@@ -273,6 +273,63 @@ def test_fine_tune_loop_reports_ess_and_warns():
             alpha=100.0,
             ess_warn=0.1,
         )
+    # in the loop: alpha_k starts untilted, never increases, never passes alpha
+    with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", diffusion.ESSWarning)
+        _, hist = diffusion.fine_tune(
+            apply_fn,
+            None,
+            params,
+            oracle,
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=opt,
+            iterations=3,
+            samples_per_iter=16,
+            num_steps=4,
+            alpha=0.01,
+            ess_target=0.5,
+        )
+    alphas = [h["alpha"] for h in hist]
+    assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
+    moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
+    assert all(h["buffer_ess"] >= 0.5 * 16 - 1e-2 for h in moved), hist
+
+
+def test_temper_alpha_keeps_the_ess_target():
+    rng = np.random.default_rng(0)
+    n = 200
+    lr, r, lk = rng.normal(0, 0.3, n), rng.uniform(0, 1, n), np.log(rng.uniform(0.5, 1, n))
+
+    def ess(a):  # independent: normalised weights, 1 / sum(wbar^2)
+        lw = lr + r / a + lk
+        w = np.exp(lw - lw.max())
+        w = w / w.sum()
+        return 1.0 / np.sum(w**2)
+
+    a = diffusion.temper_alpha(lr, r, lk, alpha=0.01, prev=math.inf, ess_target=0.5)
+    assert 0.01 < a < math.inf
+    assert ess(a) >= 0.5 * n - 1e-6 and ess(a * 0.98) < 0.5 * n  # the strongest tilt that keeps it
+    # never a weaker tilt than before; the target alpha once its ESS suffices
+    assert diffusion.temper_alpha(lr, r, lk, alpha=0.01, prev=a / 2, ess_target=0.5) == a / 2
+    assert diffusion.temper_alpha(lr, r, lk, alpha=100.0, prev=math.inf, ess_target=0.5) == 100.0
+    apply_fn, params = _toys.random_mlp(V, 4, seed=1)
+    with pytest.raises(ValueError, match="ess_target"):
+        diffusion.fine_tune(
+            apply_fn,
+            None,
+            params,
+            lambda t: {},
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=optax.adam(1e-3),
+            iterations=1,
+            ess_target=1.5,
+        )
 
 
 @pytest.mark.slow
