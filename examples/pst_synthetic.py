@@ -29,7 +29,7 @@ from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
 # (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
-SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 60, 32, 32)}
+SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 40, 16, 32)}
 VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
 
 
