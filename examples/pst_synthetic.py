@@ -9,7 +9,14 @@ compositional train split (held-out ordered action pairs), evaluated on the comp
 test split: R@1/5/10 and MedR in both directions (``normal`` and ``guo`` protocols), and
 the STII alignment accuracy (the top-STII caption word of each motion window lies in the
 phrase of the segment that window belongs to; chance = 1 / #segments). Captions with the
-same canonical form are filtered as negatives (TMR). Not implemented: the DPC-KNN token
+same canonical form are filtered as negatives (TMR). Token stages are local
+(``PSTConfig.local``): a segment token attends only within its time window and a phrase's
+words only within the phrase; with full attention every token can carry the whole clip or
+caption and the alignment is not identifiable (accuracy 0.44, near chance). The STII
+target temperature is ``tau / 3`` (``pst_loss``), and the pyramid's local stages are
+stop-gradient targets. Measured (400 steps, 1000 train / 200 test, batch 32, d 32, seed
+0): R@1 t2m+m2t PST 64.5, token-wise 65.0, global-only 55.0; STII alignment 0.84 (PST).
+The quick mode (40 steps) is a smoke run. Not implemented: the DPC-KNN token
 compressor (phrases are the mean of their words, spans given by the caption grammar, as
 a chunker would give them), full forward kinematics, HumanML3D runs.
 """
@@ -29,7 +36,7 @@ from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
 # (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
-SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 60, 32, 32)}
+SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 40, 16, 32)}
 VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
 
 

@@ -43,7 +43,7 @@ from jaxkit import timeseries as ts
 
 # name -> (series, L, H, stride, patch, patch stride, d_model, steps quick, steps full)
 SERIES = {
-    "co2": ("co2", 48, 24, 4, 16, 8, 32, 150, 800),
+    "co2": ("co2", 48, 24, 4, 16, 8, 32, 400, 800),
     "gdp": ("macrodata", 16, 8, 1, 4, 2, 32, None, 800),
 }
 

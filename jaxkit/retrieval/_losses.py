@@ -275,7 +275,7 @@ def stii_alignment_loss(
 def _pyramid(local_scores, global_scores, tau):
     acc = accumulation_dtype(global_scores.dtype)
     g = global_scores.astype(acc)[None] / tau
-    loc = local_scores.astype(acc) / tau
+    loc = jax.lax.stop_gradient(local_scores.astype(acc)) / tau  # target: KL(target || model)
     full = jnp.ones(loc.shape, bool)
     per_stage = jax.vmap(lambda a, b, m: _kl_rows(a, b, m, -1) + _kl_rows(a, b, m, -2))(
         loc, jnp.broadcast_to(g, loc.shape), full
@@ -297,7 +297,9 @@ def pyramid_consistency(
     ``L = sum_s [KL(softmax_rows(s_s/tau) || softmax_rows(g/tau)) + KL(softmax_cols(s_s/tau)
     || softmax_cols(g/tau))]`` (HBI's hierarchical consistency), with the stage scores
     ``s_s`` (joint, segment) and the global scores ``g`` of the same batch; KL rows are
-    averaged over the batch. Gradients reach both sides. Jitted.
+    averaged over the batch. The local stages are the targets (``stop_gradient``, as the
+    STII targets: KL(target || model)), so the loss trains the global scores toward the
+    finer stages and never drags a local stage toward the global one. Jitted.
 
     Args:
       local_scores: ``[stages, n, n]`` stage score matrices (captions by motions).

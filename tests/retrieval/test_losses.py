@@ -92,11 +92,17 @@ def test_alignment_and_pyramid_formulas():
         loc, glob = rng.normal(size=(2, 5, 5)), rng.normal(size=(5, 5))
         pyr = float(retrieval.pyramid_consistency(jnp.asarray(loc), jnp.asarray(glob), tau=0.3))
         zero = float(retrieval.pyramid_consistency(jnp.asarray(glob)[None], jnp.asarray(glob)))
+        g_loc, g_glob = jax.grad(
+            lambda a, b: retrieval.pyramid_consistency(a, b, tau=0.3), argnums=(0, 1)
+        )(jnp.asarray(loc), jnp.asarray(glob))
     want = _kl_np(phi / 0.5, s / 0.2, 1) + _kl_np(phi / 0.5, s / 0.2, 0)
     assert abs(got - want) < 1e-12
     assert np.max(np.abs(np.asarray(g))) == 0.0  # targets are stop_gradient-ed
     want_pyr = sum(_kl_np(x / 0.3, glob / 0.3, 1) + _kl_np(x / 0.3, glob / 0.3, 0) for x in loc)
     assert abs(pyr - want_pyr) < 1e-12 and abs(zero) < 1e-12
+    # the local stages are targets: only the global scores learn from this loss
+    assert np.max(np.abs(np.asarray(g_loc))) == 0.0
+    assert np.max(np.abs(np.asarray(g_glob))) > 1e-3
 
 
 def test_alignment_masks_and_bad_inputs():

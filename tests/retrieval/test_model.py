@@ -50,3 +50,26 @@ def test_pst_loss_composition_and_gradients():
     leaves = [np.asarray(x) for x in jax.tree.leaves(g)]
     assert all(np.all(np.isfinite(x)) for x in leaves)
     assert any(np.any(x != 0) for x in leaves)
+
+
+def test_local_tokens_describe_their_own_span():
+    """``local=True``: a segment token sees only its window, a phrase token only its words."""
+    d = retrieval.synthetic_motion_text(2, key=jax.random.key(0), length=16, max_segments=2)
+    base = dict(vocab_size=len(S.WORDS), length=16, n_windows=2, n_phrases=2, dim=8, n_heads=2)
+    motion = jnp.asarray(d.motion)
+    late = motion.at[:, 9:].add(0.3)  # frames of the second window only (its first kept)
+    tokens, mask, seg = (jnp.asarray(a) for a in (d.tokens, d.token_mask, d.word_segment))
+    first = np.asarray(d.word_segment[0]) == 0
+    swapped = tokens.at[0].set(jnp.where(jnp.asarray(first), tokens[0], S.VOCAB["kicks"]))
+    for local in (True, False):
+        cfg = M.PSTConfig(**base, n_layers=1, local=local)
+        p = M.pst_init(cfg, key=jax.random.key(1))
+        a = np.asarray(M.encode_motion(p, cfg, motion)[1])
+        b = np.asarray(M.encode_motion(p, cfg, late)[1])
+        pa = np.asarray(M.encode_text(p, cfg, tokens, mask, seg)[1])
+        pb = np.asarray(M.encode_text(p, cfg, swapped, mask, seg)[1])
+        assert np.abs(a[:, 1] - b[:, 1]).max() > 1e-3  # the changed window moves
+        assert np.abs(pa[0, 1] - pb[0, 1]).max() > 1e-3 or not np.any(d.word_segment[0] == 1)
+        # the other window / phrase stays put only with local attention
+        assert (np.abs(a[:, 0] - b[:, 0]).max() < 1e-6) == local
+        assert (np.abs(pa[0, 0] - pb[0, 0]).max() < 1e-6) == local
