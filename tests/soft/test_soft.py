@@ -143,13 +143,31 @@ def test_pav_solvers_match_reference(solver):
 
 
 def test_pav_hybrid_stack_phase_matches_reference():
-    # rows longer than SMALL_N whose parallel rounds do not converge within 2 log2 n
-    # rounds, so the hybrid's sequential stack phase runs (and "sequential" itself)
+    # rows longer than SMALL_N whose parallel rounds do not converge within the hybrid's
+    # round cap (one more block pools per round), so its stack phase runs (and
+    # "sequential" itself)
     n = _pav.SMALL_N + 72
-    y = np.r_[np.arange(n - 1.0), 1e4]
+    y = np.r_[-np.arange(n - 1.0), 1e4]
     for solver in ("hybrid", "sequential"):
         got = S.isotonic(jnp.asarray(y, jnp.float32), solver=solver)
         np.testing.assert_allclose(got, _pav_np(y), rtol=1e-5, atol=1e-3)
+
+
+def test_pav_hybrid_mixed_batch_stack_phase_per_row():
+    # under vmap the stack phase runs when some row needs it; rows that converged in the
+    # rounds keep their partition, the others get the stack's (both against the reference)
+    n = _pav.SMALL_N + 72
+    rng = np.random.default_rng(3)
+    # decreasing, then a large last value: the rounds pool one more block per round
+    cascade = np.r_[-np.arange(n - 1.0), 1e4]
+    rows = np.stack([cascade, -np.sort(rng.normal(size=n)), rng.normal(size=n), cascade[::-1]])
+    _, done = jax.vmap(lambda r: _pav._rounds(r, jnp.zeros_like(r), "l2", _pav.hybrid_rounds(n)))(
+        jnp.asarray(rows, jnp.float32)
+    )
+    assert not done[0] and bool(done[1]) and bool(done[3])  # a mixed batch
+    got = S.isotonic(jnp.asarray(rows, jnp.float32), solver="hybrid")
+    want = np.stack([_pav_np(r) for r in rows])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
 
 
 def _unrolled(z, w, reg):
