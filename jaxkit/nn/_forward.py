@@ -139,8 +139,13 @@ def unembed(
     return _unembed_jit(params, cfg, h)
 
 
-def _block(cfg, lp, h, positions, mask, kv, slots, read=False):
-    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead]).
+
+    With ``layer`` (a traced int), ``kv`` is the whole stacked cache ``[L, B, S, ...]``:
+    only the T new rows of block ``layer`` are scattered into it (in place under a
+    scan carry) and the stacked buffers are returned.
+    """
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -161,9 +166,15 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False):
         kb, vb = kv
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
-        kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
-        vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
-        o = attend(q, kb, vb, mask)
+        if layer is None:
+            kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+            vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+            o = attend(q, kb, vb, mask)
+        else:
+            kb = set_rows(kb, (layer, rows), slots, k.astype(kb.dtype))
+            vb = set_rows(vb, (layer, rows), slots, v.astype(vb.dtype))
+            at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
+            o = attend(q, at(kb), at(vb), mask)
         new = (kb, vb)
     else:
         o = attend(q, k, v, mask)
@@ -254,19 +265,22 @@ def layers_core(
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
+    kc = None if cache is None else (cache.k, cache.v)  # carried whole, written in place
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
-        seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
         if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
-            lp = jax.tree.map(lambda a: a[0], seg)
-            kv = None if cache is None else (cache.k[lo], cache.v[lo])
+            lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
             m = layer_mask(flags[lo], lo)
-            h, (kb, vb), mlp[lo] = _block(cfg, lp, h, positions, m, kv, slots, read=True)
-            if cache is not None or emit_kv:
-                ks.append(kb[None])
-                vs.append(vb[None])
+            lay = None if cache is None else jnp.int32(lo)
+            h, kv, mlp[lo] = _block(cfg, lp, h, positions, m, kc, slots, read=True, layer=lay)
+            if cache is not None:
+                kc = kv
+            elif emit_kv:
+                ks.append(kv[0][None])
+                vs.append(kv[1][None])
         elif cache is None:
+            seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
 
             def body(carry, xs, lo=lo):
                 lp, flag = xs
@@ -279,24 +293,22 @@ def layers_core(
                 vs.append(kv[1])
         else:
 
-            def body(carry, xs, lo=lo):
-                lp, flag, kb, vb = xs
-                m = layer_mask(flag, lo)
-                out, (kb, vb) = _block(cfg, lp, carry, positions, m, (kb, vb), slots)
-                return out, (kb, vb)
+            def body(carry, layer, lo=lo):
+                x, kv = carry
+                lp = jax.tree.map(
+                    lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
+                    params["layers"],
+                )
+                m = layer_mask(flags[layer], lo)
+                return _block(cfg, lp, x, positions, m, kv, slots, layer=layer), None
 
-            xs = (seg, flags[lo:hi], cache.k[lo:hi], cache.v[lo:hi])
-            h, (kseg, vseg) = jax.lax.scan(body, h, xs)
-            ks.append(kseg)
-            vs.append(vseg)
+            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
         if iv is not None:
             h = edit(iv, hi - 1, h, base)
         if hi - 1 in collect:
             hidden[hi - 1] = h
-    if cache is not None and stop > start:
-        k_new = jnp.concatenate([cache.k[:start], *ks, cache.k[stop:]], axis=0)
-        v_new = jnp.concatenate([cache.v[:start], *vs, cache.v[stop:]], axis=0)
-        cache = cache._replace(k=k_new, v=v_new)
+    if cache is not None:
+        cache = cache._replace(k=kc[0], v=kc[1])
     if emit_kv:
         kv = (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0))
         return LayersOutput(h, kv, hidden, mlp)
