@@ -35,7 +35,7 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span, site_layers
+from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
@@ -255,13 +255,26 @@ def layers_core(
     if iv is not None and iv.insert_layer is not None:
         low = hide_span(iv, mask, base)
 
-    def layer_mask(flag, lo):
-        m = mask if (low is None or lo > iv.insert_layer) else low
-        return m if win is None else jnp.where(flag, m & win, m)
+    def layer_mask(layer):
+        m = mask if low is None else jnp.where(layer <= iv.insert_layer, low, mask)
+        return m if win is None else jnp.where(flags[layer], m & win, m)
 
-    cuts = set(collect) | set(site_layers(iv))
-    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+    # Edits act inside the scan, chosen by the traced layer index (exact: a select of
+    # the edited or the unedited value). Segments are cut only where hidden states
+    # are collected or a read site's block must run alone.
     reads = () if iv is None else iv.read_mlp
+    sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
+    cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
+    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+
+    def step(x, kv, layer, lp, read=False):
+        lay = None if kv is None else layer
+        out = _block(cfg, lp, x, positions, layer_mask(layer), kv, slots, read=read, layer=lay)
+        x = out[0]
+        for site in sites:
+            x = jnp.where(layer == site, edit(iv, site, x, base), x)
+        return (x, *out[1:])
+
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
@@ -271,40 +284,29 @@ def layers_core(
             continue
         if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
             lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
-            m = layer_mask(flags[lo], lo)
-            lay = None if cache is None else jnp.int32(lo)
-            h, kv, mlp[lo] = _block(cfg, lp, h, positions, m, kc, slots, read=True, layer=lay)
+            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, read=True)
             if cache is not None:
                 kc = kv
             elif emit_kv:
                 ks.append(kv[0][None])
                 vs.append(kv[1][None])
-        elif cache is None:
-            seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
-
-            def body(carry, xs, lo=lo):
-                lp, flag = xs
-                out, kv = _block(cfg, lp, carry, positions, layer_mask(flag, lo), None, None)
-                return out, (kv if emit_kv else None)
-
-            h, kv = jax.lax.scan(body, h, (seg, flags[lo:hi]))
-            if emit_kv:
-                ks.append(kv[0])
-                vs.append(kv[1])
         else:
 
-            def body(carry, layer, lo=lo):
+            def body(carry, layer):
                 x, kv = carry
                 lp = jax.tree.map(
                     lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
                     params["layers"],
                 )
-                m = layer_mask(flags[layer], lo)
-                return _block(cfg, lp, x, positions, m, kv, slots, layer=layer), None
+                x, new = step(x, kv, layer, lp)
+                if kv is not None:
+                    return (x, new), None
+                return (x, None), (new if emit_kv else None)
 
-            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
-        if iv is not None:
-            h = edit(iv, hi - 1, h, base)
+            (h, kc), kv = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
+            if cache is None and emit_kv:
+                ks.append(kv[0])
+                vs.append(kv[1])
         if hi - 1 in collect:
             hidden[hi - 1] = h
     if cache is not None:
