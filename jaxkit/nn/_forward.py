@@ -255,9 +255,9 @@ def layers_core(
     if iv is not None and iv.insert_layer is not None:
         low = hide_span(iv, mask, base)
 
-    def layer_mask(layer):
+    def layer_mask(layer, flag):
         m = mask if low is None else jnp.where(layer <= iv.insert_layer, low, mask)
-        return m if win is None else jnp.where(flags[layer], m & win, m)
+        return m if win is None else jnp.where(flag, m & win, m)
 
     # Edits act inside the scan, chosen by the traced layer index (exact: a select of
     # the edited or the unedited value). Segments are cut only where hidden states
@@ -267,9 +267,10 @@ def layers_core(
     cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
     bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
 
-    def step(x, kv, layer, lp, read=False):
+    def step(x, kv, layer, lp, flag, read=False):
         lay = None if kv is None else layer
-        out = _block(cfg, lp, x, positions, layer_mask(layer), kv, slots, read=read, layer=lay)
+        m = layer_mask(layer, flag)
+        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
         x = out[0]
         for site in sites:
             x = jnp.where(layer == site, edit(iv, site, x, base), x)
@@ -284,12 +285,28 @@ def layers_core(
             continue
         if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
             lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
-            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, read=True)
+            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, flags[lo], read=True)
             if cache is not None:
                 kc = kv
             elif emit_kv:
                 ks.append(kv[0][None])
                 vs.append(kv[1][None])
+        elif cache is None:
+            seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
+            xs = (seg, flags[lo:hi])
+            if iv is not None:  # the traced layer index picks the edits and the mask
+                xs = (*xs, jnp.arange(lo, hi, dtype=jnp.int32))
+
+            def body(carry, xs):
+                lp, flag = xs[:2]
+                layer = xs[2] if len(xs) > 2 else None
+                out, kv = step(carry, None, layer, lp, flag)
+                return out, (kv if emit_kv else None)
+
+            h, kv = jax.lax.scan(body, h, xs)
+            if emit_kv:
+                ks.append(kv[0])
+                vs.append(kv[1])
         else:
 
             def body(carry, layer):
@@ -298,15 +315,9 @@ def layers_core(
                     lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
                     params["layers"],
                 )
-                x, new = step(x, kv, layer, lp)
-                if kv is not None:
-                    return (x, new), None
-                return (x, None), (new if emit_kv else None)
+                return step(x, kv, layer, lp, flags[layer]), None
 
-            (h, kc), kv = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
-            if cache is None and emit_kv:
-                ks.append(kv[0])
-                vs.append(kv[1])
+            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
         if hi - 1 in collect:
             hidden[hi - 1] = h
     if cache is not None:
