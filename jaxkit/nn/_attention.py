@@ -40,12 +40,16 @@ def take_rows(table: Array, idx: Array) -> Array:
     return table.at[idx].get(out_sharding=spec, mode="clip")
 
 
-def set_rows(buf: Array, rows: Array, slots: Array, upd: Array) -> Array:
-    """``buf.at[rows, slots].set(upd, mode="drop")``, keeping ``buf``'s explicit sharding."""
+def set_rows(buf: Array, rows: Array | tuple, slots: Array, upd: Array) -> Array:
+    """``buf.at[rows, slots].set(upd, mode="drop")``, keeping ``buf``'s explicit sharding.
+
+    ``rows`` may be a tuple of leading indices (``buf.at[*rows, slots]``).
+    """
     spec = _explicit_spec(buf)
+    idx = (*rows, slots) if isinstance(rows, tuple) else (rows, slots)
     if spec is None:
-        return buf.at[rows, slots].set(upd, mode="drop")
-    return buf.at[rows, slots].set(upd, mode="drop", out_sharding=spec)
+        return buf.at[idx].set(upd, mode="drop")
+    return buf.at[idx].set(upd, mode="drop", out_sharding=spec)
 
 
 def dense(x: Array, w: Array) -> Array:

@@ -35,7 +35,7 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span, site_layers
+from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
@@ -139,8 +139,13 @@ def unembed(
     return _unembed_jit(params, cfg, h)
 
 
-def _block(cfg, lp, h, positions, mask, kv, slots, read=False):
-    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead]).
+
+    With ``layer`` (a traced int), ``kv`` is the whole stacked cache ``[L, B, S, ...]``:
+    only the T new rows of block ``layer`` are scattered into it (in place under a
+    scan carry) and the stacked buffers are returned.
+    """
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -161,9 +166,15 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False):
         kb, vb = kv
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
-        kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
-        vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
-        o = attend(q, kb, vb, mask)
+        if layer is None:
+            kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+            vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+            o = attend(q, kb, vb, mask)
+        else:
+            kb = set_rows(kb, (layer, rows), slots, k.astype(kb.dtype))
+            vb = set_rows(vb, (layer, rows), slots, v.astype(vb.dtype))
+            at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
+            o = attend(q, at(kb), at(vb), mask)
         new = (kb, vb)
     else:
         o = attend(q, k, v, mask)
@@ -244,59 +255,73 @@ def layers_core(
     if iv is not None and iv.insert_layer is not None:
         low = hide_span(iv, mask, base)
 
-    def layer_mask(flag, lo):
-        m = mask if (low is None or lo > iv.insert_layer) else low
+    def layer_mask(layer, flag):
+        m = mask if low is None else jnp.where(layer <= iv.insert_layer, low, mask)
         return m if win is None else jnp.where(flag, m & win, m)
 
-    cuts = set(collect) | set(site_layers(iv))
-    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+    # Edits act inside the scan, chosen by the traced layer index (exact: a select of
+    # the edited or the unedited value). Segments are cut only where hidden states
+    # are collected or a read site's block must run alone.
     reads = () if iv is None else iv.read_mlp
+    sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
+    cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
+    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+
+    def step(x, kv, layer, lp, flag, read=False):
+        lay = None if kv is None else layer
+        m = layer_mask(layer, flag)
+        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
+        x = out[0]
+        for site in sites:
+            x = jnp.where(layer == site, edit(iv, site, x, base), x)
+        return (x, *out[1:])
+
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
+    kc = None if cache is None else (cache.k, cache.v)  # carried whole, written in place
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
-        seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
         if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
-            lp = jax.tree.map(lambda a: a[0], seg)
-            kv = None if cache is None else (cache.k[lo], cache.v[lo])
-            m = layer_mask(flags[lo], lo)
-            h, (kb, vb), mlp[lo] = _block(cfg, lp, h, positions, m, kv, slots, read=True)
-            if cache is not None or emit_kv:
-                ks.append(kb[None])
-                vs.append(vb[None])
+            lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
+            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, flags[lo], read=True)
+            if cache is not None:
+                kc = kv
+            elif emit_kv:
+                ks.append(kv[0][None])
+                vs.append(kv[1][None])
         elif cache is None:
+            seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
+            xs = (seg, flags[lo:hi])
+            if iv is not None:  # the traced layer index picks the edits and the mask
+                xs = (*xs, jnp.arange(lo, hi, dtype=jnp.int32))
 
-            def body(carry, xs, lo=lo):
-                lp, flag = xs
-                out, kv = _block(cfg, lp, carry, positions, layer_mask(flag, lo), None, None)
+            def body(carry, xs):
+                lp, flag = xs[:2]
+                layer = xs[2] if len(xs) > 2 else None
+                out, kv = step(carry, None, layer, lp, flag)
                 return out, (kv if emit_kv else None)
 
-            h, kv = jax.lax.scan(body, h, (seg, flags[lo:hi]))
+            h, kv = jax.lax.scan(body, h, xs)
             if emit_kv:
                 ks.append(kv[0])
                 vs.append(kv[1])
         else:
 
-            def body(carry, xs, lo=lo):
-                lp, flag, kb, vb = xs
-                m = layer_mask(flag, lo)
-                out, (kb, vb) = _block(cfg, lp, carry, positions, m, (kb, vb), slots)
-                return out, (kb, vb)
+            def body(carry, layer):
+                x, kv = carry
+                lp = jax.tree.map(
+                    lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
+                    params["layers"],
+                )
+                return step(x, kv, layer, lp, flags[layer]), None
 
-            xs = (seg, flags[lo:hi], cache.k[lo:hi], cache.v[lo:hi])
-            h, (kseg, vseg) = jax.lax.scan(body, h, xs)
-            ks.append(kseg)
-            vs.append(vseg)
-        if iv is not None:
-            h = edit(iv, hi - 1, h, base)
+            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
         if hi - 1 in collect:
             hidden[hi - 1] = h
-    if cache is not None and stop > start:
-        k_new = jnp.concatenate([cache.k[:start], *ks, cache.k[stop:]], axis=0)
-        v_new = jnp.concatenate([cache.v[:start], *vs, cache.v[stop:]], axis=0)
-        cache = cache._replace(k=k_new, v=v_new)
+    if cache is not None:
+        cache = cache._replace(k=kc[0], v=kc[1])
     if emit_kv:
         kv = (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0))
         return LayersOutput(h, kv, hidden, mlp)

@@ -198,16 +198,6 @@ def check(iv, cfg, b: int, t: int, *, generation: bool = False):
 # ----------------------------------------------------------------------------- traced pieces
 
 
-def site_layers(iv) -> tuple[int, ...]:
-    """Blocks after which the forward must stop its scan (edits or reads)."""
-    if iv is None:
-        return ()
-    s = set(iv.add) | set(iv.read_mlp) | {r - 1 for r in iv.read_mlp if r > 0}
-    if iv.insert_layer is not None:
-        s.add(iv.insert_layer)
-    return tuple(sorted(s))
-
-
 def hide_span(iv, mask: Array, base: Array) -> Array:
     """``mask [B, T, S]`` with the inserted span's key slots hidden from other queries.
 
