@@ -80,7 +80,7 @@ SOFTJAX_PY ?= $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python))
 softjax-venv:
 	@test -n "$(SOFTJAX_PY)" || { echo "softjax needs Python >= 3.12: make softjax-venv SOFTJAX_PY=/path/to/python3.12"; exit 2; }
 	test -x .venv-softjax/bin/python || $(SOFTJAX_PY) -m venv .venv-softjax
-	.venv-softjax/bin/pip install -q softjax==0.1.1
+	.venv-softjax/bin/pip install -q -c constraints.txt softjax==0.1.1  # the same jax as ours
 
 clean:
 	rm -rf out site .pytest_cache
