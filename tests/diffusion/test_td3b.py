@@ -1,5 +1,6 @@
 """TD3B: reward, weights, WDCE, KL, contrastive, buffer re-scoring, ESS, exact-target toy."""
 
+import functools
 import math
 import warnings
 
@@ -230,24 +231,27 @@ def test_fine_tune_loop_reports_ess_and_warns():
         t = np.asarray(tokens)
         return {"affinity": (t == 2).mean(1) * 5.0, "p_agonist": (t[:, 0] == 1) * 0.8 + 0.1}
 
-    opt = optax.adam(1e-3)
+    # one loop configuration; each call below sets only what it varies
+    tune = functools.partial(
+        diffusion.fine_tune,
+        apply_fn,
+        None,
+        params,
+        oracle,
+        key=jax.random.key(0),
+        length=4,
+        mask_id=V,
+        optimizer=optax.adam(1e-3),
+        samples_per_iter=16,
+        num_steps=4,
+    )
     with (
         jax.numpy_dtype_promotion("standard"),
         pytest.warns(diffusion.ESSWarning, match="effective sample size"),
     ):
-        out, hist = diffusion.fine_tune(
-            apply_fn,
-            None,
-            params,
-            oracle,
-            key=jax.random.key(0),
+        out, hist = tune(
             direction=1,
-            length=4,
-            mask_id=V,
-            optimizer=opt,
             iterations=2,
-            samples_per_iter=16,
-            num_steps=4,
             collection="best_of_buffer",
             buffer_size=16,
             alpha=0.01,
@@ -257,41 +261,11 @@ def test_fine_tune_loop_reports_ess_and_warns():
     assert hist[-1]["oracle_calls"] == 32
     with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
         warnings.simplefilter("error", diffusion.ESSWarning)
-        diffusion.fine_tune(
-            apply_fn,
-            None,
-            params,
-            oracle,
-            key=jax.random.key(0),
-            direction=-1,
-            length=4,
-            mask_id=V,
-            optimizer=opt,
-            iterations=1,
-            samples_per_iter=16,
-            num_steps=4,
-            alpha=100.0,
-            ess_warn=0.1,
-        )
+        tune(direction=-1, iterations=1, alpha=100.0, ess_warn=0.1)
     # in the loop: alpha_k starts untilted, never increases, never passes alpha
     with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
         warnings.simplefilter("ignore", diffusion.ESSWarning)
-        _, hist = diffusion.fine_tune(
-            apply_fn,
-            None,
-            params,
-            oracle,
-            key=jax.random.key(0),
-            direction=1,
-            length=4,
-            mask_id=V,
-            optimizer=opt,
-            iterations=3,
-            samples_per_iter=16,
-            num_steps=4,
-            alpha=0.01,
-            ess_target=0.5,
-        )
+        _, hist = tune(direction=1, iterations=3, alpha=0.01, ess_target=0.5)
     alphas = [h["alpha"] for h in hist]
     assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
     moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
