@@ -256,8 +256,10 @@ def layers_core(
         low = hide_span(iv, mask, base)
 
     def layer_mask(layer, flag):
-        m = mask if low is None else jnp.where(layer <= iv.insert_layer, low, mask)
-        return m if win is None else jnp.where(flag, m & win, m)
+        # boolean algebra, not jnp.where: a select needs equal shardings, and under an
+        # Explicit mesh `low` / `win` are batch-sharded while the default mask is not
+        m = mask if low is None else mask & (low | (layer > iv.insert_layer))  # low <= mask
+        return m if win is None else m & (win | ~flag)
 
     # Edits act inside the scan, chosen by the traced layer index (exact: a select of
     # the edited or the unedited value). Segments are cut only where hidden states
