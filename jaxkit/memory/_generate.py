@@ -227,7 +227,7 @@ def _chunk_width(cfg, force):
     return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k
 
 
-def _feed(hv, st, tok, *, lm_cfg):
+def _feed(hv, st, tok):
     x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
     at = st.lo.length
     logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
@@ -313,7 +313,7 @@ def _generate(
             st = _inject(hv, p, st, act, cfg=cfg, width=km)
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
         # fed every step (the last feed is unused): no conditional around the cache
-        st = _feed(hv, st, tok, lm_cfg=lm_cfg)
+        st = _feed(hv, st, tok)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs
