@@ -317,8 +317,9 @@ def fine_tune(
         calls += samples_per_iter
         if ess_target is not None:
             k_min = 1.0 if objective == "affinity" else kappa_min
-            log_kappa = np.log(np.maximum(np.maximum(f, 1.0 - f), k_min))
             s = np.asarray(_reward(g, f, direction, objective))
+            zero = np.zeros_like(s)  # the weight's log-kappa term alone, by its own formula
+            log_kappa = log_importance_weight(zero, f, log_ratio=zero, alpha=1.0, kappa_min=k_min)
             a_it = temper_alpha(
                 tr.log_ratio, s, log_kappa, alpha=alpha, prev=a_it, ess_target=ess_target
             )
