@@ -115,10 +115,24 @@ def gather_sharded(x: jax.Array) -> jax.Array:
     Unlike :func:`replicate` it is traceable (``jax.sharding.reshard``), so library
     functions may call it inside ``jit``.
     """
-    spec = getattr(jax.typeof(x).sharding, "spec", None)
+    spec = explicit_spec(x)
     if spec is not None and any(a is not None for a in spec):
         return jax.sharding.reshard(x, jax.P())
     return x
+
+
+def explicit_spec(x: jax.Array) -> jax.sharding.PartitionSpec | None:
+    """``x``'s ``PartitionSpec`` when its mesh has an ``Explicit`` axis, else ``None``.
+
+    Traceable: what an ``out_sharding=`` argument (a gather or scatter under an
+    Explicit mesh) or :func:`gather_sharded` needs to know about an operand.
+    """
+    sh = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sh, "mesh", None)
+    explicit = mesh is not None and any(
+        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
+    )
+    return sh.spec if explicit else None
 
 
 def _lead(nd: int, axis: str) -> jax.sharding.PartitionSpec:

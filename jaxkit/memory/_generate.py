@@ -20,6 +20,7 @@ from jaxkit.memory._dlmr import (
     lookup,
     masked_router_logits,
 )
+from jaxkit.sharding import explicit_spec
 
 
 class DLMRGeneration(NamedTuple):
@@ -127,27 +128,17 @@ def _row_slots(at, width):
     return jnp.arange(b)[:, None], at[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
 
 
-def _explicit_spec(x):
-    """``x``'s PartitionSpec on an Explicit mesh, else None (the gathers below name it)."""
-    sh = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sh, "mesh", None)
-    explicit = mesh is not None and any(
-        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
-    )
-    return sh.spec if explicit else None
-
-
 def _take_rows(buf, at, width):
     """``buf[:, b, at[b] : at[b] + width]`` of a stacked ``[L, B, S, ...]`` buffer."""
     rows, slots = _row_slots(at, width)
-    return buf.at[:, rows, slots].get(mode="clip", out_sharding=_explicit_spec(buf))
+    return buf.at[:, rows, slots].get(mode="clip", out_sharding=explicit_spec(buf))
 
 
 def _put_rows(buf, at, upd):
     """``buf[:, b, at[b] + arange(W)] = upd[:, b]``; slots past the end are dropped."""
     rows, slots = _row_slots(at, upd.shape[2])
     return buf.at[:, rows, slots].set(
-        upd.astype(buf.dtype), mode="drop", out_sharding=_explicit_spec(buf)
+        upd.astype(buf.dtype), mode="drop", out_sharding=explicit_spec(buf)
     )
 
 
