@@ -200,7 +200,8 @@ def pst_loss(
     with ``L_ST`` on the positive pairs' segment-stage token similarities and their exact
     STII targets (:func:`cross_modal_stii`, ``stop_gradient``). Weights ``(0, 0, 0)`` give
     the global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5)`` full PST.
-    ``tau_phi`` (STII target temperature) defaults to ``tau / 3``, not the spec's
+    ``tau_phi`` (STII target temperature) defaults to 0.03, about ``tau / 3`` at the
+    default ``tau = 0.1`` (a fixed value: it does not follow ``tau``), not the spec's
     ``tau_phi = tau_S``: the STII of this game is about a third of ``S`` in spread, so with
     equal temperatures the target is a flattened copy of ``S`` and the KL only flattens the
     token similarities (measured: full PST R@1 sum 49.5 vs 64.5, examples/pst_synthetic.py).
