@@ -38,3 +38,16 @@ def test_run_device_checks_interpret(tmp_path):
     assert all(r["extra"]["tok/s wedlm"] > 0 and r["extra"]["speedup"] > 0 for r in wedlm)
     pav = json.loads((tmp_path / "soft_pav.json").read_text())
     assert {r["case"].split()[0] for r in pav} == {"sort", "rank"}
+
+
+def test_device_check_budgets_fit_six_minutes():
+    """Every module of the script has a budget; together they leave 20 s of 6 minutes."""
+    import re
+
+    text = (ROOT / "kernels" / "run_device_checks.sh").read_text()
+    block = re.search(r"MODULES=\((.*?)\)", text, re.S).group(1)
+    entries = re.findall(r'"(\w+) (\d+)"', block)
+    mods = {m for m, _ in entries}
+    checks = {p.stem for p in (ROOT / "kernels" / "device_checks").glob("*.py")}
+    assert mods == checks - {"_common", "table", "__init__"}, (mods, checks)
+    assert sum(int(b) for _, b in entries) <= 6 * 60 - 20, entries
