@@ -1,4 +1,4 @@
-"""FacRNN's amortised GRU encoder (the read-in of the reconstructed spike-count path [R]).
+"""FacRNN's amortised GRU encoders (the read-in of the reconstructed spike-count path [R]).
 
 The released code reads ``z_t`` linearly from ``tanh(x_{t-1})``. For spike counts the
 previous bin is a poor summary of the state, so the spec's Poisson path amortises the
@@ -6,6 +6,10 @@ posterior with a GRU (LFADS-style). Here the GRU runs causally over a window of 
 ``W`` bins (oldest first), so each training pair stays independent and minibatches keep
 FacRNN's importance-weighted PC estimator: ``h_w = GRU(h_{w-1}, x_{t-W+w})``, ``h_0 = 0``,
 ``mu_t = W_out h_W + b_out``. The posterior width stays FacRNN's fixed ``sigma_q``.
+
+:class:`BiGRUEncoder` is the spec's LFADS-style encoder: a forward and a backward GRU over
+the whole sequence, ``q(z_t | y_{1:T})`` with ``mu_t = W_out [h^f_t ; h^b_t] + b_out``,
+``h^f_t = GRU_f(h^f_{t-1}, y_t)``, ``h^b_t = GRU_b(h^b_{t+1}, y_t)`` (both start at 0).
 """
 
 import equinox as eqx
@@ -58,6 +62,62 @@ class GRUEncoder(eqx.Module):
             return self.out(h)
 
         return jax.vmap(one)(flat).reshape(lead + (self.out.out_features,))
+
+
+class BiGRUEncoder(eqx.Module):
+    """A bidirectional GRU over whole sequences, read out linearly to the latent means.
+
+    Attributes:
+      fwd: The forward GRU cell (``eqx.nn.GRUCell``; PyTorch's gate convention).
+      bwd: The backward GRU cell.
+      out: Linear map from the concatenated ``[h^f_t ; h^b_t]`` to the ``K`` latent means.
+    """
+
+    fwd: eqx.nn.GRUCell
+    bwd: eqx.nn.GRUCell
+    out: eqx.nn.Linear
+
+    def __init__(self, n_neurons: int, rank: int, *, hidden: int = 32, key: KeyArray, dtype):
+        """Initialise both cells and the read-out (equinox's default uniform init).
+
+        Args:
+          n_neurons: Input size ``N``.
+          rank: Output size ``K``.
+          hidden: Hidden units per direction.
+          key: PRNG key.
+          dtype: Parameter dtype.
+        """
+        kf, kb, ko = jax.random.split(key, 3)
+        self.fwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kf)
+        self.bwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kb)
+        self.out = eqx.nn.Linear(2 * hidden, rank, dtype=dtype, key=ko)
+
+    @property
+    def hidden(self) -> int:
+        """The number of hidden units per direction."""
+        return self.fwd.hidden_size
+
+    def __call__(self, seqs: Float[Array, "*batch t n"]) -> Float[Array, "*batch t k"]:
+        """Latent means ``[..., T, K]`` of every step of sequences ``[..., T, N]``."""
+        lead = seqs.shape[:-2]
+        flat = seqs.reshape((-1,) + seqs.shape[-2:])
+        hsz = self.fwd.hidden_size
+
+        def run(cell, xs, reverse):
+            h0 = jnp.zeros((hsz,), xs.dtype)
+
+            def step(h, x):
+                h = cell(x, h)
+                return h, h
+
+            return jax.lax.scan(step, h0, xs, reverse=reverse)[1]
+
+        def one(xs):
+            h = jnp.concatenate([run(self.fwd, xs, False), run(self.bwd, xs, True)], -1)
+            return jax.vmap(self.out)(h)
+
+        out = jax.vmap(one)(flat)
+        return out.reshape(lead + out.shape[-2:])
 
 
 def _windows(x, window):
