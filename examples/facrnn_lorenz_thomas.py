@@ -48,8 +48,10 @@ N_NEURONS, RANK, GROUPS = 20, 6, 2
 POISSON_BETA = 2.0
 
 
-def _train(x_in, x_out, u, *, obs, steps, seed, bin_width):
-    m0 = neuro.LowRankRNN(N_NEURONS, RANK, n_groups=GROUPS, obs=obs, key=jax.random.key(seed))
+def _train(x_in, x_out, u, *, obs, steps, seed, bin_width, encoder="linear"):
+    m0 = neuro.LowRankRNN(
+        N_NEURONS, RANK, n_groups=GROUPS, obs=obs, encoder=encoder, key=jax.random.key(seed)
+    )
     # the authors use beta = 20 on synthetic currents and beta = 2 on spike data (monkey M1)
     spikes = {"facrnn": POISSON_BETA} if obs == "poisson" else {}
     beta = jnp.asarray([spikes.get(n, neuro.preset(n)["beta"]) for n in MODELS])
@@ -66,6 +68,9 @@ def _train(x_in, x_out, u, *, obs, steps, seed, bin_width):
             beta=b,
             alpha=a,
             learning_rate=3e-3,
+            # a linear ramp of beta over the first quarter: at constant beta = 20 seed 2
+            # locks into mixed groups early (Gaussian group R^2 0.621; 0.903 with the ramp)
+            beta_warmup=steps // 4,
             bin_width=bin_width,
             u=u,
         )
@@ -147,6 +152,51 @@ def _run(obs, *, steps, seed):
     return out
 
 
+def _run_bigru(*, steps, seed, trial_len=100):
+    """Spike counts through the bidirectional whole-sequence GRU with the dynamics prior.
+
+    The 2000 steps are cut into trials of ``trial_len``; even trials train, odd trials
+    test (contiguous blocks: the encoder reads whole sequences). ``z_t`` is inferred from
+    the whole trial and decodes ``y_t`` (no one-step shift).
+    """
+    z = neuro.lorenz_thomas(2000, dt=0.02)
+    d = neuro.synthetic_lowrank(z, key=jax.random.key(seed))
+    bin_width = 0.5
+    rate = bin_width * jax.nn.softplus(2.0 * d.x)
+    y = jax.random.poisson(jax.random.key(seed + 3), rate).astype(jnp.float32)
+    r = z.shape[0] // trial_len
+
+    def split(v, part):
+        return v[: r * trial_len].reshape(r, trial_len, -1)[part::2]
+
+    res = _train(
+        split(y, 0),
+        split(y, 0),
+        None,
+        obs="poisson",
+        steps=steps,
+        seed=seed,
+        bin_width=bin_width,
+        encoder="bigru",
+    )
+    n_total = split(y, 0).shape[0] * trial_len
+    out = {}
+    for i, name in enumerate(MODELS):
+        model = jax.tree.map(lambda v, i=i: v[i], res.model)
+        mu = model.encode(split(y, 1)).reshape(-1, RANK)
+        ls = jnp.full_like(mu, neuro.posterior_log_std(n_total, RANK))
+        key = jax.random.key(seed + 7)
+        pred = bin_width * jax.nn.softplus(model.decode(mu))
+        target = split(rate, 1).reshape(-1, N_NEURONS)
+        rec = 1 - float(jnp.sum((pred - target) ** 2) / jnp.sum((target - target.mean(0)) ** 2))
+        out[name] = {
+            "reconstruction_r2": rec,
+            "group_r2": neuro.group_aligned_r2(mu, split(z, 1).reshape(-1, RANK), n_groups=2).score,
+            "pc": float(neuro.partial_correlation_eval(mu, ls, n_groups=GROUPS, key=key, n_mc=2)),
+        }
+    return out
+
+
 def _plot(results, out_dir):
     try:
         import matplotlib
@@ -174,11 +224,15 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
     del data_dir  # synthetic, generated here
     steps = 1000 if quick else 8000
     results = {obs: _run(obs, steps=steps, seed=seed) for obs in ("gaussian", "poisson")}
+    # the spec's spike-count encoder (bidirectional GRU, dynamics prior): full mode only
+    bigru = None if quick else _run_bigru(steps=3000, seed=seed)
     cols = [k for k, v in results["gaussian"]["facrnn"].items() if isinstance(v, float)]
     print(f"{'obs':>9} {'model':>9} " + " ".join(f"{k[:12]:>12}" for k in cols))
     for obs, per in results.items():
         for name, vals in per.items():
             print(f"{obs:>9} {name:>9} " + " ".join(f"{vals[k]:12.3f}" for k in cols))
+    for name, vals in (bigru or {}).items():
+        print(f"{'bigru':>9} {name:>9} " + " ".join(f"{k}={v:.3f}" for k, v in vals.items()))
     pc_ok = all(r["facrnn"]["pc"] <= r["lrrnn"]["pc"] / 3 for r in results.values())
     rec_ok = all(
         r["facrnn"]["reconstruction_r2"] >= r["lrrnn"]["reconstruction_r2"] - 0.1
@@ -203,8 +257,12 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
         "ok": bool(pc_ok and rec_ok),
         "group_r2_claim_met": bool(group_claim),
         "group_r2_best_of_all_baselines": bool(group_all),
+        "group_r2_claim_met_bigru": None
+        if bigru is None
+        else bool(bigru["facrnn"]["group_r2"] >= bigru["lrrnn"]["group_r2"] + 0.1),
         "steps": steps,
         "results": results,
+        "results_bigru": bigru,
         "plot": plot,
     }
 
