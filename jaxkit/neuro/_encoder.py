@@ -78,15 +78,7 @@ class BiGRUEncoder(eqx.Module):
     out: eqx.nn.Linear
 
     def __init__(self, n_neurons: int, rank: int, *, hidden: int = 32, key: KeyArray, dtype):
-        """Initialise both cells and the read-out (equinox's default uniform init).
-
-        Args:
-          n_neurons: Input size ``N``.
-          rank: Output size ``K``.
-          hidden: Hidden units per direction.
-          key: PRNG key.
-          dtype: Parameter dtype.
-        """
+        """Both cells and the read-out; arguments as :class:`GRUEncoder`'s, per direction."""
         kf, kb, ko = jax.random.split(key, 3)
         self.fwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kf)
         self.bwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kb)

@@ -8,34 +8,14 @@ import pytest
 from scipy.stats import norm
 
 from jaxkit import neuro
+from tests.neuro.test_model import np_gru_states
 
 RUNTIME = (ValueError, eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
 
 
-def _sig(v):
-    return 1.0 / (1.0 + np.exp(-v))
-
-
-def _np_gru_states(cell, xs):
-    """Every hidden state of a float64 GRU (PyTorch's gates r, z, n; the reset gate applied
-    after the recurrent product), written from the standard equations."""
-    wi, wh = np.asarray(cell.weight_ih, np.float64), np.asarray(cell.weight_hh, np.float64)
-    bi, bn = np.asarray(cell.bias, np.float64), np.asarray(cell.bias_n, np.float64)
-    hsz = wh.shape[1]
-    h, out = np.zeros(hsz), []
-    for x in xs:
-        gi, gh = wi @ x + bi, wh @ h
-        r = _sig(gi[:hsz] + gh[:hsz])
-        z = _sig(gi[hsz : 2 * hsz] + gh[hsz : 2 * hsz])
-        n = np.tanh(gi[2 * hsz :] + r * (gh[2 * hsz :] + bn))
-        h = (1.0 - z) * n + z * h
-        out.append(h)
-    return np.stack(out)
-
-
 def _np_bigru_means(enc, xs):
-    hf = _np_gru_states(enc.fwd, xs)
-    hb = _np_gru_states(enc.bwd, xs[::-1])[::-1]
+    hf = np_gru_states(enc.fwd, xs)
+    hb = np_gru_states(enc.bwd, xs[::-1])[::-1]
     wo, bo = np.asarray(enc.out.weight, np.float64), np.asarray(enc.out.bias, np.float64)
     return np.concatenate([hf, hb], 1) @ wo.T + bo
 
