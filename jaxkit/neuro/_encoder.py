@@ -53,15 +53,7 @@ class GRUEncoder(eqx.Module):
 
     def __call__(self, windows: Float[Array, "*batch w n"]) -> Float[Array, "*batch k"]:
         """Latent means from windows ``[..., W, N]`` (oldest bin first, last = ``t - 1``)."""
-        lead = windows.shape[:-2]
-        flat = windows.reshape((-1,) + windows.shape[-2:])
-
-        def one(xs):
-            h0 = jnp.zeros((self.cell.hidden_size,), xs.dtype)
-            h, _ = jax.lax.scan(lambda h, x: (self.cell(x, h), None), h0, xs)
-            return self.out(h)
-
-        return jax.vmap(one)(flat).reshape(lead + (self.out.out_features,))
+        return _map_lead(lambda xs: self.out(_states(self.cell, xs)[-1]), windows)
 
 
 class BiGRUEncoder(eqx.Module):
@@ -91,25 +83,28 @@ class BiGRUEncoder(eqx.Module):
 
     def __call__(self, seqs: Float[Array, "*batch t n"]) -> Float[Array, "*batch t k"]:
         """Latent means ``[..., T, K]`` of every step of sequences ``[..., T, N]``."""
-        lead = seqs.shape[:-2]
-        flat = seqs.reshape((-1,) + seqs.shape[-2:])
-        hsz = self.fwd.hidden_size
-
-        def run(cell, xs, reverse):
-            h0 = jnp.zeros((hsz,), xs.dtype)
-
-            def step(h, x):
-                h = cell(x, h)
-                return h, h
-
-            return jax.lax.scan(step, h0, xs, reverse=reverse)[1]
 
         def one(xs):
-            h = jnp.concatenate([run(self.fwd, xs, False), run(self.bwd, xs, True)], -1)
-            return jax.vmap(self.out)(h)
+            h = [_states(self.fwd, xs), _states(self.bwd, xs, reverse=True)]
+            return jax.vmap(self.out)(jnp.concatenate(h, -1))
 
-        out = jax.vmap(one)(flat)
-        return out.reshape(lead + out.shape[-2:])
+        return _map_lead(one, seqs)
+
+
+def _states(cell, xs, *, reverse=False):
+    """Every hidden state of ``cell`` run over ``xs`` ``[T, N]`` from a zero state."""
+
+    def step(h, x):
+        h = cell(x, h)
+        return h, h
+
+    return jax.lax.scan(step, jnp.zeros((cell.hidden_size,), xs.dtype), xs, reverse=reverse)[1]
+
+
+def _map_lead(fn, x):
+    """``fn`` over the ``[T, N]`` slices of ``x`` ``[..., T, N]``, leading axes restored."""
+    out = jax.vmap(fn)(x.reshape((-1,) + x.shape[-2:]))
+    return out.reshape(x.shape[:-2] + out.shape[1:])
 
 
 def _windows(x, window):
