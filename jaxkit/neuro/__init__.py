@@ -14,6 +14,7 @@ from jaxkit.neuro._baselines import lint_baseline as lint_baseline
 from jaxkit.neuro._data import SyntheticRNN as SyntheticRNN
 from jaxkit.neuro._data import lorenz_thomas as lorenz_thomas
 from jaxkit.neuro._data import synthetic_lowrank as synthetic_lowrank
+from jaxkit.neuro._encoder import BiGRUEncoder as BiGRUEncoder
 from jaxkit.neuro._encoder import GRUEncoder as GRUEncoder
 from jaxkit.neuro._encoder import lagged_windows as lagged_windows
 from jaxkit.neuro._loss import LossAux as LossAux

@@ -1,4 +1,4 @@
-"""FacRNN's amortised GRU encoder (the read-in of the reconstructed spike-count path [R]).
+"""FacRNN's amortised GRU encoders (the read-in of the reconstructed spike-count path [R]).
 
 The released code reads ``z_t`` linearly from ``tanh(x_{t-1})``. For spike counts the
 previous bin is a poor summary of the state, so the spec's Poisson path amortises the
@@ -6,6 +6,10 @@ posterior with a GRU (LFADS-style). Here the GRU runs causally over a window of 
 ``W`` bins (oldest first), so each training pair stays independent and minibatches keep
 FacRNN's importance-weighted PC estimator: ``h_w = GRU(h_{w-1}, x_{t-W+w})``, ``h_0 = 0``,
 ``mu_t = W_out h_W + b_out``. The posterior width stays FacRNN's fixed ``sigma_q``.
+
+:class:`BiGRUEncoder` is the spec's LFADS-style encoder: a forward and a backward GRU over
+the whole sequence, ``q(z_t | y_{1:T})`` with ``mu_t = W_out [h^f_t ; h^b_t] + b_out``,
+``h^f_t = GRU_f(h^f_{t-1}, y_t)``, ``h^b_t = GRU_b(h^b_{t+1}, y_t)`` (both start at 0).
 """
 
 import equinox as eqx
@@ -49,15 +53,58 @@ class GRUEncoder(eqx.Module):
 
     def __call__(self, windows: Float[Array, "*batch w n"]) -> Float[Array, "*batch k"]:
         """Latent means from windows ``[..., W, N]`` (oldest bin first, last = ``t - 1``)."""
-        lead = windows.shape[:-2]
-        flat = windows.reshape((-1,) + windows.shape[-2:])
+        return _map_lead(lambda xs: self.out(_states(self.cell, xs)[-1]), windows)
+
+
+class BiGRUEncoder(eqx.Module):
+    """A bidirectional GRU over whole sequences, read out linearly to the latent means.
+
+    Attributes:
+      fwd: The forward GRU cell (``eqx.nn.GRUCell``; PyTorch's gate convention).
+      bwd: The backward GRU cell.
+      out: Linear map from the concatenated ``[h^f_t ; h^b_t]`` to the ``K`` latent means.
+    """
+
+    fwd: eqx.nn.GRUCell
+    bwd: eqx.nn.GRUCell
+    out: eqx.nn.Linear
+
+    def __init__(self, n_neurons: int, rank: int, *, hidden: int = 32, key: KeyArray, dtype):
+        """Both cells and the read-out; arguments as :class:`GRUEncoder`'s, per direction."""
+        kf, kb, ko = jax.random.split(key, 3)
+        self.fwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kf)
+        self.bwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kb)
+        self.out = eqx.nn.Linear(2 * hidden, rank, dtype=dtype, key=ko)
+
+    @property
+    def hidden(self) -> int:
+        """The number of hidden units per direction."""
+        return self.fwd.hidden_size
+
+    def __call__(self, seqs: Float[Array, "*batch t n"]) -> Float[Array, "*batch t k"]:
+        """Latent means ``[..., T, K]`` of every step of sequences ``[..., T, N]``."""
 
         def one(xs):
-            h0 = jnp.zeros((self.cell.hidden_size,), xs.dtype)
-            h, _ = jax.lax.scan(lambda h, x: (self.cell(x, h), None), h0, xs)
-            return self.out(h)
+            h = [_states(self.fwd, xs), _states(self.bwd, xs, reverse=True)]
+            return jax.vmap(self.out)(jnp.concatenate(h, -1))
 
-        return jax.vmap(one)(flat).reshape(lead + (self.out.out_features,))
+        return _map_lead(one, seqs)
+
+
+def _states(cell, xs, *, reverse=False):
+    """Every hidden state of ``cell`` run over ``xs`` ``[T, N]`` from a zero state."""
+
+    def step(h, x):
+        h = cell(x, h)
+        return h, h
+
+    return jax.lax.scan(step, jnp.zeros((cell.hidden_size,), xs.dtype), xs, reverse=reverse)[1]
+
+
+def _map_lead(fn, x):
+    """``fn`` over the ``[T, N]`` slices of ``x`` ``[..., T, N]``, leading axes restored."""
+    out = jax.vmap(fn)(x.reshape((-1,) + x.shape[-2:]))
+    return out.reshape(x.shape[:-2] + out.shape[1:])
 
 
 def _windows(x, window):

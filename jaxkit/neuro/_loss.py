@@ -5,6 +5,12 @@
 ``alpha > 0`` the block-diagonal bdRNN baseline, ``beta > 0`` FacRNN (``n_groups = K``:
 FacRNN-full, i.e. a total-correlation penalty). Read from the authors' code (objective,
 defaults) and re-derived; the Poisson likelihood is reconstructed [R].
+
+With the bidirectional-GRU encoder (``encoder="bigru"``, reconstructed [R]) the loss runs on
+whole sequences: ``q(z_t | x_{1:T}) = N(mu_t, sigma_q^2 I)`` and the KL is to the RNN's
+dynamics prior ``p(z_t | z_{t-1}) = N(B tanh(A z_{t-1} + u_{t-1}) + b, diag sigma_z^2)``,
+``p(z_1) = N(0, I)``: the analytic entropy of ``q`` minus a one-path Monte Carlo estimate of
+``E_q[ln p(z_{1:T})]`` (Pals et al. 2024 style).
 """
 
 import math
@@ -78,13 +84,56 @@ def _offblock(A, B, n_groups):
     return jnp.mean(jnp.where(off, m * m, 0)).astype(A.dtype)
 
 
-def _loss(model, x_prev, x_next, u, key, n_total, beta, alpha, bin_width):
+def _prior_log_prob(model, z, u):
+    """``ln p(z_{1:T})`` per trial under the dynamics prior: ``z`` ``[R, T, K]`` -> ``[R]``."""
+    acc = z.dtype
+    h = z[:, :-1] @ model.A.T.astype(acc)
+    if u is not None:
+        h = h + u[:, :-1].astype(acc)
+    mean = jnp.tanh(h) @ model.B.T.astype(acc) + _lead(model.b.astype(acc), 3)
+    ls = _lead(model.log_sigma_z.astype(acc), 3)
+    r = (z[:, 1:] - mean) * jnp.exp(-ls)
+    lp = jnp.sum(-0.5 * r * r - ls - 0.5 * _LOG_2PI, axis=(1, 2))
+    return lp + jnp.sum(-0.5 * z[:, 0] ** 2 - 0.5 * _LOG_2PI, axis=-1)
+
+
+def _seq_terms(model, seqs, obs, u, key, n_total, rows, bin_width):
+    """Terms of the sequence path (``encoder="bigru"``) on ``seqs`` ``[R, T, N]``.
+
+    The reconstruction and KL are means over all ``R T`` steps; ``(z, mu, log_std)`` are
+    returned for the flat rows ``rows`` (all when ``None``), the PC term's samples.
+    """
+    acc = accumulation_dtype(seqs.dtype)
+    r, t, _ = seqs.shape
+    mu = model.encode(seqs.astype(model.A.dtype)).astype(acc)  # [R, T, K]
+    k = mu.shape[-1]
+    ls = posterior_log_std(n_total, k).astype(acc)
+    z = mu + jnp.exp(ls) * jax.random.normal(key, mu.shape, acc)
+    nll = -jnp.mean(_log_lik(model, z.astype(model.A.dtype), obs, u, bin_width))
+    kl = -jnp.sum(_prior_log_prob(model, z, u)) / (r * t) - k * (ls + 0.5 * (1 + _LOG_2PI))
+    if rows is not None:
+        z, mu = z.reshape(r * t, k)[rows], mu.reshape(r * t, k)[rows]
+    else:
+        z, mu = z.reshape(r * t, k), mu.reshape(r * t, k)
+    return nll, kl, z, mu, jnp.broadcast_to(ls, mu.shape)
+
+
+def _step_terms(model, x_prev, x_next, u, key, n_total, bin_width):
     acc = accumulation_dtype(x_prev.dtype)
     mu = model.encode(x_prev.astype(model.A.dtype)).astype(acc)
     ls = jnp.broadcast_to(posterior_log_std(n_total, model.rank).astype(acc), mu.shape)
     z = mu + jnp.exp(ls) * jax.random.normal(key, mu.shape, acc)
     nll = -jnp.mean(_log_lik(model, z.astype(model.A.dtype), x_next, u, bin_width))
-    kl = jnp.mean(_pc._kl(mu, ls))
+    return nll, jnp.mean(_pc._kl(mu, ls)), z, mu, ls
+
+
+def _loss(model, x_prev, x_next, u, key, n_total, beta, alpha, bin_width, rows=None):
+    acc = accumulation_dtype(x_prev.dtype)
+    if model.encoder == "bigru":
+        terms = _seq_terms(model, x_prev, x_next, u, key, n_total, rows, bin_width)
+    else:
+        terms = _step_terms(model, x_prev, x_next, u, key, n_total, bin_width)
+    nll, kl, z, mu, ls = terms
     pc = _pc._pc_train(z, mu, ls, n_total, model.n_groups)
     off = _offblock(model.A, model.B, model.n_groups).astype(acc)
     loss = nll + kl + jnp.asarray(beta, acc) * pc + jnp.asarray(alpha, acc) * off
@@ -96,22 +145,33 @@ _loss_jit = jax.jit(_loss)
 
 
 def _check_data(model, x_prev, x_next, u, name_prev="x_prev"):
+    """Check the data against the model; returns the number of samples (rows of ``z``)."""
     if not isinstance(model, LowRankRNN):
         raise TypeError(f"`model` must be a LowRankRNN, got {type(model).__name__}.")
     _validate.floating(x_prev, name=name_prev)
-    gru = model.gru is not None
-    _validate.ndim(x_prev, 3 if gru else 2, name=name_prev)
-    m, n = jnp.shape(x_prev)[0], jnp.shape(x_prev)[-1]
-    if n != model.n_neurons:
-        what = "windows [M, W, N]" if gru else "[M, N]"
+    shp = jnp.shape(x_prev)
+    if model.encoder == "bigru":
+        what = "sequences [T, N] or [R, T, N]"
+        ok = len(shp) in (2, 3) and shp[-1] == model.n_neurons and shp[-2] >= 2
+    else:
+        what = "windows [M, W, N]" if model.encoder == "gru" else "[M, N]"
+        ok = len(shp) == (3 if model.gru is not None else 2) and shp[-1] == model.n_neurons
+    if not ok:
         raise TypeError(
-            f"`{name_prev}` must be {what} with N = {model.n_neurons} neurons, got shape "
-            f"{jnp.shape(x_prev)}."
+            f"`{name_prev}` must be {what} with N = {model.n_neurons} neurons, got shape {shp}."
         )
-    _validate.shape(x_next, (m, n), name="x_next")
+    want = shp if model.encoder == "bigru" else (shp[0], shp[-1])
+    _validate.shape(x_next, want, name="x_next")
     if u is not None:
-        _validate.shape(u, (m, n), name="u")
-    return m
+        _validate.shape(u, want, name="u")
+    return math.prod(shp[:-1]) if model.encoder == "bigru" else shp[0]
+
+
+def _as_trials(model, v):
+    """Sequences ``[T, N]`` -> ``[1, T, N]`` for the bigru path (others unchanged)."""
+    if v is None or model.encoder != "bigru" or jnp.ndim(v) == 3:
+        return v
+    return jnp.asarray(v)[None]
 
 
 def _hparams(x, beta, alpha, bin_width, n_total=None):
@@ -126,14 +186,14 @@ def _hparams(x, beta, alpha, bin_width, n_total=None):
 def facrnn_loss(
     model: LowRankRNN,
     x_prev: Float[ArrayLike, "m *w n"],
-    x_next: Float[ArrayLike, "m n"],
+    x_next: Float[ArrayLike, "m *t n"],
     *,
     key: KeyArray,
     n_total: RealScalarLike,
     beta: RealScalarLike = 0.0,
     alpha: RealScalarLike = 0.0,
     bin_width: RealScalarLike = 1.0,
-    u: Float[ArrayLike, "m n"] | None = None,
+    u: Float[ArrayLike, "m *t n"] | None = None,
 ) -> tuple[Float[Array, ""], LossAux]:
     """FacRNN's minibatch loss and its terms.
 
@@ -146,17 +206,31 @@ def facrnn_loss(
     counts (:func:`causal_smooth`); the rate is ``bin_width * softplus(A z + a + u)``.
     Jitted; ``beta``, ``alpha``, ``bin_width`` and ``n_total`` are traced.
 
+    Bidirectional-GRU encoder (``encoder="bigru"``): ``x_prev`` holds whole sequences
+    ``[R, T, N]`` (or one ``[T, N]``), the encoder's input, and ``x_next`` the observations
+    at the same steps; ``mu_t`` comes from the whole sequence, the KL is to the dynamics
+    prior (module docstring) and the reconstruction and KL are means over all ``M = R T``
+    steps. Each step is one sample of the aggregate posterior
+    ``q(z) = (1/n_total) sum_s q(z | x_{1:T}, s)``: its ``q`` is a fixed-width Gaussian
+    whatever the encoder, so the PC estimator is the same formula over the ``M`` steps'
+    ``(z_s, mu_s)`` with importance weights ``(n_total - 1)/(M - 1)``; it is exact for the
+    mixture when ``M = n_total``. :func:`fit` passes every training sequence and draws
+    ``batch_size`` of the ``R T`` steps uniformly without replacement for the PC term,
+    which is the situation the weights assume (a minibatch of trials would not be).
+
     Args:
       model: The :class:`LowRankRNN`.
       x_prev: Read-in activity at ``t - 1``, ``[M, N]`` (GRU encoder: causal windows
-        ``[M, W, N]`` ending at ``t - 1``, see :func:`lagged_windows`).
-      x_next: Observations at ``t``, ``[M, N]``.
+        ``[M, W, N]`` ending at ``t - 1``, see :func:`lagged_windows`; bidirectional GRU:
+        sequences ``[R, T, N]`` or ``[T, N]``).
+      x_next: Observations at ``t``, ``[M, N]`` (bidirectional GRU: ``x_prev``'s shape).
       key: PRNG key for the reparameterised draw.
       n_total: Training-set size (sets ``sigma_q`` and the PC importance weights).
       beta: PC weight ``>= 0``.
       alpha: Off-block penalty weight ``>= 0``.
       bin_width: Poisson bin width ``> 0`` (ignored by Gaussian observations).
-      u: Optional input added to the read-out, ``[M, N]``.
+      u: Optional input added to the read-out, ``[M, N]`` (bidirectional GRU: ``x_prev``'s
+        shape; it also drives the dynamics prior).
 
     Returns:
       ``(loss, LossAux(nll, kl, pc, offblock))``.
@@ -184,7 +258,8 @@ def facrnn_loss(
         x_prev, ~((nt >= m) & jnp.isfinite(nt)), f"`n_total` must be finite and >= M = {m}."
     )
     u = None if u is None else jnp.asarray(u)
-    return _loss_jit(model, x_prev, jnp.asarray(x_next), u, key, nt, beta, alpha, bin_width)
+    x_prev, x_next, u = (_as_trials(model, v) for v in (x_prev, jnp.asarray(x_next), u))
+    return _loss_jit(model, x_prev, x_next, u, key, nt, beta, alpha, bin_width)
 
 
 def _ll_core(model, z, x, u, bin_width):

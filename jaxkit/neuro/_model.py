@@ -20,10 +20,10 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
-from jaxkit.neuro._encoder import GRUEncoder
+from jaxkit.neuro._encoder import BiGRUEncoder, GRUEncoder
 
 OBSERVATIONS = ("gaussian", "relu_gaussian", "poisson")
-ENCODERS = ("linear", "gru")
+ENCODERS = ("linear", "gru", "bigru")
 
 
 class LowRankRNN(eqx.Module):
@@ -39,9 +39,16 @@ class LowRankRNN(eqx.Module):
       n_groups: Number of equal contiguous latent groups ``G`` (static).
       obs: Observation model, one of ``"gaussian"``, ``"relu_gaussian"``, ``"poisson"``
         (static).
-      gru: The amortised :class:`GRUEncoder` (``encoder="gru"``), else ``None``. It then
+      log_sigma_z: Log standard deviation of the dynamics prior ``[K]`` (``encoder=
+        "bigru"``; initialised at 0, unused otherwise).
+      gru: The amortised encoder, else ``None``. :class:`GRUEncoder` (``encoder="gru"``)
         replaces the read-in ``B tanh(.) + b`` (``B``, ``b`` stay unused) and ``encode``
         takes causal windows ``[..., W, N]`` (:func:`lagged_windows`).
+        :class:`BiGRUEncoder` (``encoder="bigru"``) reads whole sequences ``[..., T, N]``
+        and the prior becomes the RNN's own dynamics
+        ``p(z_t | z_{t-1}) = N(B tanh(A z_{t-1} + u_{t-1}) + b, diag sigma_z^2)``,
+        ``p(z_0) = N(0, I)`` (see :func:`facrnn_loss`), so ``J = A B`` stays the model's
+        connectivity.
     """
 
     A: Float[Array, "n k"]
@@ -49,9 +56,10 @@ class LowRankRNN(eqx.Module):
     a: Float[Array, " n"]
     b: Float[Array, " k"]
     log_sigma_x: Float[Array, " n"]
+    log_sigma_z: Float[Array, " k"]
     n_groups: int = eqx.field(static=True)
     obs: str = eqx.field(static=True)
-    gru: GRUEncoder | None
+    gru: GRUEncoder | BiGRUEncoder | None
 
     def __init__(
         self,
@@ -72,9 +80,11 @@ class LowRankRNN(eqx.Module):
           rank: Latent dimension ``K`` (the connectivity rank).
           n_groups: Number of latent groups ``G``; must divide ``K``.
           obs: Observation model.
-          encoder: ``"linear"`` (the RNN read-in ``B tanh(x_{t-1}) + b``, the authors') or
-            ``"gru"`` (amortised over a causal window, :class:`GRUEncoder`).
-          hidden: GRU hidden units (``encoder="gru"``).
+          encoder: ``"linear"`` (the RNN read-in ``B tanh(x_{t-1}) + b``, the authors'),
+            ``"gru"`` (amortised over a causal window, :class:`GRUEncoder`) or ``"bigru"``
+            (bidirectional over the whole sequence with a dynamics prior,
+            :class:`BiGRUEncoder`; the spec's spike-count path [R]).
+          hidden: GRU hidden units (per direction for ``"bigru"``).
           key: PRNG key.
           dtype: Parameter dtype.
 
@@ -98,18 +108,19 @@ class LowRankRNN(eqx.Module):
         self.a = jnp.zeros((n,), dtype)
         self.b = jnp.zeros((k,), dtype)
         self.log_sigma_x = jnp.full((n,), -1.0, dtype)
+        self.log_sigma_z = jnp.zeros((k,), dtype)
         self.n_groups = g
         self.obs = obs
-        self.gru = (
-            GRUEncoder(n, k, hidden=hidden, key=jax.random.fold_in(key, 2), dtype=dtype)
-            if encoder == "gru"
-            else None
-        )
+        kg = jax.random.fold_in(key, 2)
+        enc = {"gru": GRUEncoder, "bigru": BiGRUEncoder}.get(encoder)
+        self.gru = None if enc is None else enc(n, k, hidden=hidden, key=kg, dtype=dtype)
 
     @property
     def encoder(self) -> str:
-        """``"gru"`` or ``"linear"``."""
-        return "linear" if self.gru is None else "gru"
+        """``"linear"``, ``"gru"`` or ``"bigru"``."""
+        if self.gru is None:
+            return "linear"
+        return "bigru" if isinstance(self.gru, BiGRUEncoder) else "gru"
 
     @property
     def rank(self) -> int:
@@ -125,7 +136,8 @@ class LowRankRNN(eqx.Module):
         """Posterior mean of ``z_t``: the read-in ``B tanh(x_{t-1}) + b``, or the GRU's.
 
         ``x_prev`` is ``[..., N]`` (returns ``[..., K]``); with ``encoder="gru"`` it holds
-        causal windows ``[..., W, N]``.
+        causal windows ``[..., W, N]``; with ``encoder="bigru"`` whole sequences
+        ``[..., T, N]`` (returns ``[..., T, K]``: ``mu_t`` of ``q(z_t | x_{1:T})``).
         """
         if self.gru is not None:
             return self.gru(x_prev)
@@ -186,9 +198,10 @@ def connectivity(model: LowRankRNN) -> Float[Array, "n n"]:
       (5, 5)
 
     Raises:
-      ValueError: If the model reads in through a GRU (it has no read-in matrix ``B``).
+      ValueError: If the model reads in through a windowed GRU (``encoder="gru"``: it has
+        no read-in matrix ``B``; ``"bigru"`` models keep ``B`` in their dynamics prior).
     """
-    if model.gru is not None:
+    if model.encoder == "gru":
         raise ValueError("`model` has a GRU encoder: `J = A B` needs the linear read-in.")
     return _j_jit(model.A, model.B)
 

@@ -45,11 +45,17 @@ def make_step(batch_size: int):
             ramp = (i + 1).astype(beta.dtype) / jnp.maximum(hp[5], one)
             beta = beta * jnp.minimum(one, ramp)
         kb, kz = jax.random.split(jax.random.fold_in(key, i))
-        idx = _batch(kb, x_prev.shape[0], batch_size)
-        ub = None if u is None else u[idx]
-        n_total = jnp.asarray(x_prev.shape[0], beta.dtype)
+        seq = model.encoder == "bigru"  # whole sequences [R, T, N]; PC on `batch_size` steps
+        s = x_prev.shape[0] * x_prev.shape[1] if seq else x_prev.shape[0]
+        idx = _batch(kb, s, batch_size)
+        n_total = jnp.asarray(s, beta.dtype)
 
         def f(mdl):
+            if seq:
+                return _loss._loss(
+                    mdl, x_prev, x_next, u, kz, n_total, beta, alpha, bin_width, rows=idx
+                )
+            ub = None if u is None else u[idx]
             return _loss._loss(
                 mdl, x_prev[idx], x_next[idx], ub, kz, n_total, beta, alpha, bin_width
             )
@@ -83,7 +89,7 @@ _fit_jit = jax.jit(_fit, static_argnames=("steps", "batch_size"))
 def fit(
     model: LowRankRNN,
     x_prev: Float[ArrayLike, "s *w n"],
-    x_next: Float[ArrayLike, "s n"],
+    x_next: Float[ArrayLike, "s *t n"],
     *,
     key: KeyArray,
     steps: int,
@@ -94,14 +100,19 @@ def fit(
     weight_decay: RealScalarLike = 1e-2,
     bin_width: RealScalarLike = 1.0,
     beta_warmup: RealScalarLike = 0,
-    u: Float[ArrayLike, "s n"] | None = None,
+    u: Float[ArrayLike, "s *t n"] | None = None,
 ) -> FitResult:
     """Train a :class:`LowRankRNN` with :func:`facrnn_loss` and AdamW, all steps scanned.
 
     The ``S`` training pairs ``(x_prev[s], x_next[s])`` (read-in at ``t - 1``,
     observation at ``t``) are the whole training set: ``n_total = S`` sets the posterior
     width and the PC importance weights. Each step draws a minibatch of ``batch_size``
-    rows without replacement (the full set when ``batch_size >= S``). The whole run is
+    rows without replacement (the full set when ``batch_size >= S``). With the
+    bidirectional-GRU encoder (``encoder="bigru"``) the data are whole sequences
+    ``[R, T, N]`` (or ``[T, N]``): every step runs the encoder over all of them
+    (reconstruction and KL to the dynamics prior averaged over all ``S = R T`` steps) and
+    the PC term takes ``batch_size`` of the ``S`` steps drawn uniformly without
+    replacement (see :func:`facrnn_loss`). The whole run is
     one jitted ``lax.scan`` (``steps`` and ``batch_size`` static; ``beta``, ``alpha``,
     the learning rate, weight decay and bin width traced, so a sweep or ``jax.vmap`` over
     them does not recompile). Use :func:`preset` for FacRNN/lrRNN/bdRNN settings.
@@ -109,8 +120,10 @@ def fit(
     Args:
       model: Initial model (its ``n_groups`` and ``obs`` choose the penalty groups and
         the likelihood).
-      x_prev: Read-in activity ``[S, N]`` (GRU encoder: causal windows ``[S, W, N]``).
-      x_next: Observations one step later ``[S, N]``.
+      x_prev: Read-in activity ``[S, N]`` (GRU encoder: causal windows ``[S, W, N]``;
+        bidirectional GRU: the encoder's input sequences ``[R, T, N]`` or ``[T, N]``).
+      x_next: Observations one step later ``[S, N]`` (bidirectional GRU: the
+        observations at the same steps, ``x_prev``'s shape).
       key: PRNG key (minibatches and reparameterised draws).
       steps: Optimiser steps ``>= 1``.
       batch_size: Minibatch size ``>= 2``.
@@ -121,7 +134,7 @@ def fit(
       bin_width: Poisson bin width ``> 0``.
       beta_warmup: Steps over which the PC weight ramps linearly from ``beta / warmup``
         to ``beta`` (``0``: constant ``beta``, the authors' schedule). Traced, ``>= 0``.
-      u: Optional read-out input ``[S, N]``.
+      u: Optional read-out input ``[S, N]`` (bidirectional GRU: ``x_prev``'s shape).
 
     Returns:
       :class:`FitResult` (trained model, per-step loss and PC).
@@ -150,11 +163,10 @@ def fit(
     x_prev = _validate.guard_non_negative(x_prev, weight_decay, name="weight_decay")
     x_prev = _validate.guard_non_negative(x_prev, beta_warmup, name="beta_warmup")
     u = None if u is None else jnp.asarray(u)
+    x_prev, x_next, u = (_loss._as_trials(model, v) for v in (x_prev, jnp.asarray(x_next), u))
     dt = model.A.dtype
     hp = [
         jnp.asarray(v, dt)
         for v in (beta, alpha, learning_rate, weight_decay, bin_width, beta_warmup)
     ]
-    return _fit_jit(
-        model, x_prev, jnp.asarray(x_next), u, key, *hp, steps=steps, batch_size=batch_size
-    )
+    return _fit_jit(model, x_prev, x_next, u, key, *hp, steps=steps, batch_size=batch_size)

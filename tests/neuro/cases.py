@@ -67,11 +67,40 @@ def _windows(key, dtype):
     )
 
 
-def _gru_loss(x_prev, x_next, *, beta):
-    model = neuro.LowRankRNN(
-        4, 2, n_groups=2, encoder="gru", hidden=5, key=jax.random.key(1), dtype=x_prev.dtype
+def _encoder_loss(encoder):
+    def loss(x_prev, x_next, *, beta):
+        model = neuro.LowRankRNN(
+            4, 2, n_groups=2, encoder=encoder, hidden=3, key=jax.random.key(1), dtype=x_prev.dtype
+        )
+        return neuro.facrnn_loss(
+            model, x_prev, x_next, key=jax.random.key(2), n_total=100, beta=beta
+        )
+
+    return loss
+
+
+def _seqs(key, dtype):
+    k = jax.random.split(key)
+    return (
+        jax.random.normal(k[0], (8, 5, 4)).astype(dtype),
+        jax.random.normal(k[1], (8, 5, 4)).astype(dtype),
     )
-    return neuro.facrnn_loss(model, x_prev, x_next, key=jax.random.key(2), n_total=100, beta=beta)
+
+
+def _encoder_case(encoder, make_args, bad):
+    """``facrnn_loss`` with an amortised encoder (``"gru"`` windows, ``"bigru"`` sequences)."""
+    return Case(
+        name=f"neuro.facrnn_loss/{encoder}",
+        fn=_encoder_loss(encoder),
+        make_args=make_args,
+        hparams={"beta": (0.0, 20.0)},
+        grad_argnums=(0, 1),
+        shard_argnums=(0, 1),
+        rtol=1e-4,
+        grad_rtol=1e-3,
+        bad=bad,
+        slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "grads", "sharding"),
+    )
 
 
 def _poisson_args(key, dtype):
@@ -250,16 +279,10 @@ CASES = [
             ),
         ),
     ),
-    Case(
-        name="neuro.facrnn_loss/gru",
-        fn=_gru_loss,
-        make_args=_windows,
-        hparams={"beta": (0.0, 20.0)},
-        grad_argnums=(0, 1),
-        shard_argnums=(0, 1),
-        rtol=1e-4,
-        grad_rtol=1e-3,
-        bad=(
+    _encoder_case(
+        "gru",
+        _windows,
+        (
             Bad(
                 "flat read-in for a GRU encoder",
                 lambda key: ((jnp.zeros((8, 4)), jnp.zeros((8, 4))), {}),
@@ -273,7 +296,18 @@ CASES = [
                 "x_prev",
             ),
         ),
-        slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "grads", "sharding"),
+    ),
+    _encoder_case(
+        "bigru",
+        _seqs,
+        (
+            Bad(
+                "observations not aligned with the sequences",
+                lambda key: ((jnp.zeros((8, 5, 4)), jnp.zeros((8, 4))), {}),
+                TypeError,
+                "x_next",
+            ),
+        ),
     ),
     Case(
         name="neuro.observation_log_lik/poisson",

@@ -27,6 +27,22 @@ def test_group_aligned_r2_is_one_for_block_maps_with_swapped_groups():
     assert abs(neuro.group_aligned_r2(z @ q.T, z, n_groups=1, n_groups_true=1).score - 1) < 1e-6
 
 
+def test_group_r2_entry_is_the_uniform_mean_of_coordinate_r2s():
+    # the authors' metric: torcheval's r2_score with uniform averaging over the true
+    # group's coordinates (not variance-weighted); unequal scales tell the two apart
+    from sklearn.linear_model import LinearRegression
+    from sklearn.metrics import r2_score
+
+    z = _latents(4, s=400) * np.array([1.0, 5.0, 0.2, 1.0, 1.0, 1.0])
+    zp = z @ np.random.default_rng(5).normal(size=(6, 6)) + _latents(6, s=400)
+    res = neuro.group_aligned_r2(zp, z, n_groups=2)
+    for g in range(2):
+        for h in range(2):
+            x, y = zp[:, 3 * h : 3 * h + 3], z[:, 3 * g : 3 * g + 3]
+            want = r2_score(y, LinearRegression().fit(x, y).predict(x))
+            np.testing.assert_allclose(res.matrix[g, h], want, rtol=1e-9)
+
+
 def test_group_r2_with_one_dim_per_group_is_the_component_r2():
     z = _latents(2, k=4)
     zp = z[:, ::-1] * np.array([2.0, -1.0, 0.5, 3.0]) + 0.3 * _latents(3, k=4)
