@@ -420,12 +420,31 @@ def null_router(ap):
     return eqx.tree_at(lambda p: p.router.l2.b, ap, ap.router.l2.b.at[0].set(1e4))
 
 
+class FixedKRouter(eqx.Module):
+    """The fixed-k ablation's router: the trained router picks the bank (its probability
+    summed over the bank's budgets), every eligible step injects ``k`` tokens."""
+
+    inner: memory.Router
+    bank: tuple = eqx.field(static=True)
+    k: tuple = eqx.field(static=True)
+    fixed: int = eqx.field(static=True)
+
+    def __call__(self, h):
+        lg = self.inner(h)
+        bank, k = np.asarray(self.bank), np.asarray(self.k)
+        pref = [jax.nn.logsumexp(lg[..., (bank == s) & (k > 0)], axis=-1) for s in (0, 1)]
+        out = jnp.full(lg.shape, -1e4, lg.dtype)
+        for s in (0, 1):
+            j = int(np.flatnonzero((bank == s) & (k == self.fixed))[0])
+            out = out.at[..., j].set(pref[s])
+        return out
+
+
 def fixed_k_router(ap, cfg, k):
-    """A router that injects ``k`` tokens at every eligible step (its own bank choice):
-    ``DLMRConfig(fixed_k=k)``'s routes through the same compiled generation."""
-    _, k_t = memory.action_table(cfg)
-    bias = jnp.where(k_t == k, ap.router.l2.b, -1e4)
-    return eqx.tree_at(lambda p: p.router.l2.b, ap, bias)
+    """A router that injects ``k`` tokens at every eligible step, in the bank the trained
+    router prefers (the same compiled generation; :class:`FixedKRouter`)."""
+    bank_t, k_t = (tuple(int(x) for x in a) for a in memory.action_table(cfg))
+    return ap._replace(router=FixedKRouter(ap.router, bank_t, k_t, k))
 
 
 def evaluate(params, ap, cfg, prompts, plen, q, key):
