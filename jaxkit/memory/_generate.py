@@ -142,7 +142,7 @@ def _put_rows(buf, at, upd):
     )
 
 
-def _inject_rows(hv, p, st, bank, k, *, cfg, width):
+def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     """The injection chunk's forward: its new upper-half K/V rows, logits and router input.
 
     The memory tokens enter after block l, so the chunk runs the blocks > l only: blocks
@@ -154,7 +154,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width):
     injection copies nothing.
     """
     at = st.hi.length
-    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width)
+    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width, *lm)
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     s = st.hi.k.shape[2]
@@ -175,13 +175,13 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width):
     return rows, lg, hh[:, 0].astype(st.h.dtype)
 
 
-def _inject(hv, p, st, act, *, cfg, width):
+def _inject(hv, p, st, act, *, cfg, width, lm):
     bank_t, k_t = action_table(cfg)
     bank, k = lookup(bank_t, act), lookup(k_t, act)
     hit = k > 0
 
     def run(st):
-        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width)
+        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
 
     def skip(st):  # zeros sliced from the state: they keep its batch sharding
         rows = (jnp.zeros_like(st.hi.k[:, :, :width]), jnp.zeros_like(st.hi.v[:, :, :width]))
@@ -218,14 +218,14 @@ def _chunk_width(cfg, force):
     return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k
 
 
-def _feed(hv, st, tok):
+def _feed(hv, st, tok, embeds_ctx):
     x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
     at = st.lo.length
     logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
     return st._replace(
         lo=nn.commit(lo, 1),
         hi=nn.commit(hi, 1),
-        ctx=_set_slot(st.ctx, at, h_l[:, 0]),
+        ctx=_set_slot(st.ctx, at, (x if embeds_ctx else h_l)[:, 0]),
         ctx_valid=_set_slot(st.ctx_valid, at, jnp.ones_like(tok, bool)),
         logits=logits[:, 0].astype(st.logits.dtype),
         h=h_last[:, 0].astype(st.h.dtype),
@@ -266,7 +266,10 @@ def _generate(
         cache=cache,
         collect=(cfg.layer, L - 1),
     )
-    ctx = jnp.pad(out.hidden[cfg.layer].astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
+    # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
+    embeds_ctx = cfg.injector == "lora_replica"
+    ctx0 = embeds if embeds_ctx else out.hidden[cfg.layer]
+    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
@@ -301,10 +304,10 @@ def _generate(
         act = jnp.where(elig, act, 0)
         hs = jax.lax.dynamic_update_index_in_dim(hs, st.h, i, axis=1)
         if can_inject:
-            st = _inject(hv, p, st, act, cfg=cfg, width=km)
+            st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
         # fed every step (the last feed is unused): no conditional around the cache
-        st = _feed(hv, st, tok)
+        st = _feed(hv, st, tok, embeds_ctx)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs
