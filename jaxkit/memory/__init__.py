@@ -5,8 +5,8 @@ area is a reconstruction from the abstract and a reading of the paper, marked [R
 a visual and a reasoning latent bank, an injector that turns the first k latents
 of a bank and the context into k memory tokens (a tiny cross-attention module, or
 the spec's LoRA-adapted replica of the frozen LM, one adapter per bank), a router
-that picks at eligible decoding steps the bank and k or no injection, inference with adaptive injection
-(:func:`dlmr_generate`; the memory enters through ``jaxkit.nn.Interventions`` and
+that picks at eligible decoding steps the bank and k or no injection, inference with
+adaptive injection (:func:`dlmr_generate`; the memory enters through ``jaxkit.nn.Interventions`` and
 occupies cache slots and positions like ordinary tokens), three training stages
 with the backbone frozen, the ablations (shared bank, frozen injector, fixed k),
 and orbax save/restore of the adapter.
