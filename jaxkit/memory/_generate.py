@@ -45,8 +45,8 @@ class DLMRGeneration(NamedTuple):
 
 
 class _State(NamedTuple):
-    lo: nn.KVCache  # blocks <= l (the backbone's lower half)
-    hi: nn.KVCache  # blocks > l
+    lo: nn.KVCache  # blocks <= l (the backbone's lower half); text slots only when compact
+    hi: nn.KVCache  # blocks > l; its length is the next slot = the next logical position
     ctx: Array  # [B, S, D] block-l hidden of every non-memory slot
     ctx_valid: Array  # [B, S]
     mem_slot: Array  # [B, S]
@@ -70,6 +70,7 @@ class _Halves(NamedTuple):
     hi: dict
     lo_cfg: nn.TransformerConfig
     hi_cfg: nn.TransformerConfig
+    compact: bool  # the lower half's cache holds text slots only (:func:`_compact`)
 
 
 def _halves(lm_params, lm_cfg, layer) -> _Halves:
@@ -85,22 +86,42 @@ def _halves(lm_params, lm_cfg, layer) -> _Halves:
         n_layers=lm_cfg.n_layers - cut,
         max_window_layers=max(0, lm_cfg.max_window_layers - cut),
     )
-    return _Halves(part(0, cut), part(cut, lm_cfg.n_layers), lo_cfg, hi_cfg)
+    return _Halves(part(0, cut), part(cut, lm_cfg.n_layers), lo_cfg, hi_cfg, _compact(lm_cfg))
 
 
-def _cut_cache(cache, cut):
-    lo = nn.KVCache(cache.k[:cut], cache.v[:cut], cache.length)
+def _cut_cache(cache, cut, s_lo):
+    """The prefilled cache cut after block ``cut - 1``; the lower half keeps ``s_lo`` slots."""
+    lo = nn.KVCache(cache.k[:cut, :, :s_lo], cache.v[:cut, :, :s_lo], cache.length)
     return lo, nn.KVCache(cache.k[cut:], cache.v[cut:], cache.length)
 
 
+def _compact(lm_cfg) -> bool:
+    """Whether the lower half keeps text slots only (no slot for memory tokens).
+
+    Blocks ``<= l`` never read a memory slot, so their cache needs none, and every
+    step's attention there reads ``P + N`` slots instead of ``P + N + n_max k``. Exact
+    when no sliding window applies: keys carry their RoPE position, the mask is
+    explicit. With a window, ``nn`` reads a committed slot's index as its logical
+    position, so the lower half stays slot-aligned (memory slots hidden by the mask).
+    """
+    return lm_cfg.sliding_window is None
+
+
 def _forward(hv, x, pos, st, iv=None):
-    """:func:`split_forward` on the two halves: ``(logits, h_l, h_last, lo, hi)`` (uncommitted)."""
-    s = st.lo.k.shape[2]
+    """:func:`split_forward` on the two halves: ``(logits, h_l, h_last, lo, hi)`` (uncommitted).
+
+    ``pos`` the logical positions (= the upper half's slots); the lower half writes at
+    its own length (equal to the upper's unless compact) and hides memory slots.
+    """
     t = x.shape[1]
-    j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
     i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
-    full = j < st.lo.length[:, None, None] + i + 1
-    low = full & ~st.mem_slot[:, None, :]
+    j = jnp.arange(st.hi.k.shape[2], dtype=jnp.int32)[None, None, :]
+    full = j < st.hi.length[:, None, None] + i + 1
+    if hv.compact:
+        j_lo = jnp.arange(st.lo.k.shape[2], dtype=jnp.int32)[None, None, :]
+        low = j_lo < st.lo.length[:, None, None] + i + 1
+    else:
+        low = full & ~st.mem_slot[:, None, :]
     lo = nn.run_layers(
         hv.lo, hv.lo_cfg, x, pos, cache=st.lo, attn_mask=low, overflow="drop", interventions=iv
     )
@@ -196,7 +217,7 @@ def _inject(hv, p, st, act, *, cfg, width, lm):
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     span = (j >= at[:, None]) & (j < (at + k)[:, None])
     return st._replace(
-        lo=nn.commit(st.lo, k),
+        lo=st.lo if hv.compact else nn.commit(st.lo, k),
         hi=nn.commit(hi, k),
         mem_slot=st.mem_slot | span,
         logits=jnp.where(hit[:, None], lg, st.logits),
@@ -220,7 +241,7 @@ def _chunk_width(cfg, force):
 
 def _feed(hv, st, tok, embeds_ctx):
     x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
-    at = st.lo.length
+    at = st.hi.length
     logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
     return st._replace(
         lo=nn.commit(lo, 1),
@@ -274,8 +295,8 @@ def _generate(
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
-    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1)
     hv = _halves(lm_params, lm_cfg, cfg.layer)
+    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s)
     st = _State(
         lo=lo,
         hi=hi,
