@@ -97,10 +97,12 @@ def replica_memory(
     w = latents.shape[1]
     dt = lm_params["embed"].dtype
     x = jnp.concatenate([ctx.astype(dt), latents.astype(dt)], axis=1)
+    # batch-shaped pieces built from ``at`` keep its (batch) sharding
     lat_pos = at[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
-    pos = jnp.concatenate([jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s)), lat_pos], 1)
+    ctx_pos = jnp.zeros_like(at)[:, None] + jnp.arange(s, dtype=jnp.int32)[None, :]
+    pos = jnp.concatenate([ctx_pos, lat_pos], axis=1)
     e = jnp.arange(s + w, dtype=jnp.int32)
-    key_ok = jnp.concatenate([ctx_valid, jnp.ones((b, w), bool)], axis=1)
+    key_ok = jnp.concatenate([ctx_valid, lat_pos >= 0], axis=1)  # latents: always readable
     # causal over [ctx ; latents], invalid slots hidden (each query keeps itself: no empty row)
     mask = (e[None, None, :] <= e[None, :, None]) & key_ok[:, None, :]
     mask = mask | (e[None, None, :] == e[None, :, None])
