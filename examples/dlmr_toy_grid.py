@@ -13,7 +13,8 @@ stand-in for attention dilution (the tiny model cannot show O(L_v / n_t) dilutio
 at this length). A query is *late* when its evidence (the cell's visual token, or
 the referred answer) lies outside the window: the base cannot see it.
 
-DLMR (layer 0, banks 2x16, budgets {1, 2, 4}, the tiny injector, a router MLP):
+DLMR (layer 0, banks 2x16, budgets {1, 2, 4}, the tiny injector with one cross block (with
+two, stage 2's CE stayed at the base's level, 2.13 -> 2.11, seed 0), a router MLP):
 stage 1 is supervised toward the evidence: its alignment target is the query's oracle
 memory (below: the injection point's state plus a learned vector of the answer) and
 its evidence term (``stage1_loss(evidence=...)``, [R] a jaxkit addition) teaches the
@@ -35,16 +36,20 @@ digit) lets the frozen base answer late queries (late accuracy >= base + 0.3).
 (2) The learned memory, injected at every eligible step (k = 4), lifts late-query
 accuracy by >= 0.1 over the base (``learned_memory_late``). ``memory_helps`` (DLMR
 with its router >= base + 0.05), ``spec_targets_met`` and ``adaptive_beats_fixed``
-are reported only. Quick mode trains the router by the same GRPO step on one-decision
+are reported only. The router is trained by the same GRPO step first on one-decision
 rollouts (:func:`train_router_one_step`: each toy query has one routing decision, scored
-through the teacher-forced memory forward; no generation loop to compile) and uses a
-1-layer injector; full mode samples whole rollouts from ``dlmr_generate``. The base model
-is the fixture ``dlmr_grid`` (made by ``scripts/train_dlmr_fixture.py``); full
-mode (``--train-base``) can retrain it.
+through the teacher-forced memory forward; no generation loop to compile), then on whole
+rollouts sampled from ``dlmr_generate``. Quick mode trains nothing but the oracle memory:
+it loads the adapter this full training made (``python examples/dlmr_toy_grid.py
+--save-adapter jaxkit/_fixtures/dlmr_grid/adapter.npz``, seed 0; :func:`load_adapter`)
+and evaluates it on fewer held-out streams; the training itself is tested in
+``tests/memory``. The base model is the fixture ``dlmr_grid`` (made by
+``scripts/train_dlmr_fixture.py``); full mode (``--train-base-steps``) can retrain it.
 """
 
 import argparse
 import functools
+import importlib.resources
 import json
 import os
 
@@ -176,11 +181,44 @@ def mcfg(**kw):
         delimiter_ids=(EQ,),
         injector_dim=64,
         injector_heads=4,
-        injector_layers=2,
+        injector_layers=1,
         recency=64,
         router_hidden=64,
     )
     return memory.DLMRConfig(**{**base, **kw})
+
+
+# stage-1 / stage-2 / one-decision stage-3 / rollout stage-3 steps of the full training
+FULL_STEPS = (300, 1000, 300, 40)
+ADAPTER = "adapter.npz"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
+
+
+def dump_adapter(path, ap, info):
+    """Save ``ap``'s arrays (leaf order of its pytree) and ``info`` to the npz ``path``."""
+    leaves = {f"leaf_{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(ap))}
+    np.savez(path, info=np.asarray(json.dumps(info)), **leaves)
+
+
+def load_adapter(cfg, path=None):
+    """``(adapter, info)``: the trained adapter shipped with the ``dlmr_grid`` fixture.
+
+    Made by ``python examples/dlmr_toy_grid.py --save-adapter PATH`` (the full
+    training, seed 0); its structure is ``memory.init_dlmr(CFG, cfg)``'s."""
+    if path is None:
+        path = importlib.resources.files("jaxkit._fixtures").joinpath("dlmr_grid", ADAPTER)
+    like = memory.init_dlmr(CFG, cfg, key=jax.random.key(0))
+    leaves, tree = jax.tree.flatten(like)
+    with importlib.resources.as_file(path) as f, np.load(f) as z:
+        got = [z[f"leaf_{i:03d}"] for i in range(len(leaves))]
+        info = json.loads(str(z["info"]))
+    for a, b in zip(got, leaves, strict=True):
+        if a.shape != b.shape:
+            raise ValueError(
+                f"the shipped adapter does not fit this config: {a.shape} vs {b.shape}"
+            )
+    return jax.tree.unflatten(
+        tree, [jnp.asarray(a, b.dtype) for a, b in zip(got, leaves, strict=True)]
+    ), info
 
 
 def query_batch(params, enc, rng, n, *, types=(1, 2)):
@@ -382,12 +420,31 @@ def null_router(ap):
     return eqx.tree_at(lambda p: p.router.l2.b, ap, ap.router.l2.b.at[0].set(1e4))
 
 
+class FixedKRouter(eqx.Module):
+    """The fixed-k ablation's router: the trained router picks the bank (its probability
+    summed over the bank's budgets), every eligible step injects ``k`` tokens."""
+
+    inner: memory.Router
+    bank: tuple = eqx.field(static=True)
+    k: tuple = eqx.field(static=True)
+    fixed: int = eqx.field(static=True)
+
+    def __call__(self, h):
+        lg = self.inner(h)
+        bank, k = np.asarray(self.bank), np.asarray(self.k)
+        pref = [jax.nn.logsumexp(lg[..., (bank == s) & (k > 0)], axis=-1) for s in (0, 1)]
+        out = jnp.full(lg.shape, -1e4, lg.dtype)
+        for s in (0, 1):
+            j = int(np.flatnonzero((bank == s) & (k == self.fixed))[0])
+            out = out.at[..., j].set(pref[s])
+        return out
+
+
 def fixed_k_router(ap, cfg, k):
-    """A router that injects ``k`` tokens at every eligible step (its own bank choice):
-    ``DLMRConfig(fixed_k=k)``'s routes through the same compiled generation."""
-    _, k_t = memory.action_table(cfg)
-    bias = jnp.where(k_t == k, ap.router.l2.b, -1e4)
-    return eqx.tree_at(lambda p: p.router.l2.b, ap, bias)
+    """A router that injects ``k`` tokens at every eligible step, in the bank the trained
+    router prefers (the same compiled generation; :class:`FixedKRouter`)."""
+    bank_t, k_t = (tuple(int(x) for x in a) for a in memory.action_table(cfg))
+    return ap._replace(router=FixedKRouter(ap.router, bank_t, k_t, k))
 
 
 def evaluate(params, ap, cfg, prompts, plen, q, key):
@@ -416,26 +473,37 @@ def summarize(ok, route, injected, q, n_streams):
     return acc, conf, float(injected.sum() / n_streams)
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=None):
+def main(
+    *,
+    quick=False,
+    seed=0,
+    out_dir="out",
+    data_dir=None,
+    train_base_steps=None,
+    save_adapter=None,
+):
     del data_dir
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
     enc = vision_encoder()
     params = load_base(enc, rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1))
-    cfg = mcfg(injector_layers=1) if quick else mcfg()  # quick: a cheaper compile
-    # quick: stage 3 on one-decision rollouts (no sampled generation loop to compile)
-    steps = (300, 100, 0) if quick else (400, 1500, 80)
+    cfg = mcfg()
+    steps = FULL_STEPS
     w_or = oracle_memory(params, enc, cfg, rng, 25 if quick else 150)
-    ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
-    if quick:
-        ap = train_router_one_step(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), 120)
+    if quick:  # the shipped adapter (made by this example's full training, see load_adapter)
+        ap, info = load_adapter(cfg)
+        ce2 = tuple(info["stage2_ce_first_last"])
     else:
-        ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
+        ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
+        ap = train_router_one_step(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
+        ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 4), steps[3])
+        if save_adapter:
+            dump_adapter(save_adapter, ap, dict(seed=seed, steps=steps, stage2_ce_first_last=ce2))
     n_eval = 24 if quick else 200
     cells, toks, q = sample_streams(np.random.default_rng(10_000 + seed), n_eval)
     oracle_late = oracle_late_accuracy(w_or, params, enc, cfg, cells, toks, q)
     prompts, plen = eval_prompts(params, enc, cells, toks, q)
-    kk = jax.random.fold_in(key, 4)
+    kk = jax.random.fold_in(key, 5)
     res = {}
     res["base"] = summarize(
         *evaluate(params, null_router(ap), cfg, prompts, plen, q, kk), q, n_eval
@@ -453,8 +521,10 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
             *evaluate(params, frz, cfg, prompts, plen, q, kk), q, n_eval
         )
         scfg = mcfg(shared_bank=True)
-        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 5), steps[:2], w_or)
-        sh = train_router(params, sh, scfg, enc, rng, jax.random.fold_in(key, 6), steps[2])
+        sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 6), steps[:2], w_or)
+        kr = jax.random.fold_in(key, 7)
+        sh = train_router_one_step(params, sh, scfg, enc, rng, kr, steps[2])
+        sh = train_router(params, sh, scfg, enc, rng, jax.random.fold_in(key, 8), steps[3])
         res["shared_bank"] = summarize(*evaluate(params, sh, scfg, prompts, plen, q, kk), q, n_eval)
 
     base_late, dl_late = res["base"][0]["late"], res["dlmr"][0]["late"]
@@ -529,6 +599,7 @@ if __name__ == "__main__":
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
     p.add_argument("--train-base-steps", type=int, default=None)
+    p.add_argument("--save-adapter", default=None, help="write the trained adapter (npz) here")
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     for k, v in res["rows"].items():
         print(k, json.dumps(v))

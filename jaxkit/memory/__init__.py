@@ -3,9 +3,10 @@
 Dual-Latent Memory Routing (ICML 2026; the authors' code is unavailable, so this
 area is a reconstruction from the abstract and a reading of the paper, marked [R]):
 a visual and a reasoning latent bank, an injector that turns the first k latents
-of a bank and the context into k memory tokens, a router that picks at eligible
-decoding steps the bank and k or no injection, inference with adaptive injection
-(:func:`dlmr_generate`; the memory enters through ``jaxkit.nn.Interventions`` and
+of a bank and the context into k memory tokens (a tiny cross-attention module, or
+the spec's LoRA-adapted replica of the frozen LM, one adapter per bank), a router
+that picks at eligible decoding steps the bank and k or no injection, inference with
+adaptive injection (:func:`dlmr_generate`; the memory enters through ``jaxkit.nn.Interventions`` and
 occupies cache slots and positions like ordinary tokens), three training stages
 with the backbone frozen, the ablations (shared bank, frozen injector, fixed k),
 and orbax save/restore of the adapter.
@@ -21,6 +22,8 @@ from jaxkit.memory._generate import DLMRGeneration as DLMRGeneration
 from jaxkit.memory._generate import dlmr_generate as dlmr_generate
 from jaxkit.memory._io import restore_adapter as restore_adapter
 from jaxkit.memory._io import save_adapter as save_adapter
+from jaxkit.memory._lora import LoraInjector as LoraInjector
+from jaxkit.memory._lora import lora_apply as lora_apply
 from jaxkit.memory._modules import Injector as Injector
 from jaxkit.memory._modules import Router as Router
 from jaxkit.memory._train import Stage1Aux as Stage1Aux

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxkit import _validate, nn
+from jaxkit.memory._lora import TARGETS, LoraInjector, replica_memory
 from jaxkit.memory._modules import Injector, Router
 
 VISUAL, REASONING = 0, 1
@@ -42,10 +43,19 @@ class DLMRConfig:
       n_max: Most injections per sequence.
       delimiter_ids: Token ids after which a step is eligible; empty: every
         generated step is eligible. [R] (the paper's set is not published.)
-      injector_dim: Width of the injector.
+      injector: ``"tiny"`` (:class:`~jaxkit.memory.Injector`, a small cross-attention
+        module over the block-``l`` states of the context) or ``"lora_replica"``
+        (the spec's injector, :class:`~jaxkit.memory.LoraInjector`: the frozen LM
+        with a LoRA adapter per bank, run on the context's embeddings and the
+        latents). The default stays ``"tiny"`` (the spec's is ``"lora_replica"``):
+        the replica re-runs the whole LM over the context at every injection.
+      lora_rank: LoRA rank ``r`` (``"lora_replica"``).
+      lora_alpha: LoRA ``alpha`` (scale ``alpha / r``).
+      lora_targets: Adapted weights, among ``q k v o gate up down``.
+      injector_dim: Width of the tiny injector.
       injector_heads: Its attention heads (divide ``injector_dim``).
       injector_layers: Its cross blocks.
-      recency: Distances (in slots) the injector's recency table tells apart.
+      recency: Distances (in slots) the tiny injector's recency table tells apart.
       router_hidden: Hidden width of the router MLP.
       shared_bank: Ablation: one bank of ``M_v + M_r`` latents for both memories.
       fixed_k: Ablation: every eligible step injects ``fixed_k`` tokens (the
@@ -57,6 +67,10 @@ class DLMRConfig:
     budgets: tuple[int, ...] = (4, 8, 16)
     n_max: int = 4
     delimiter_ids: tuple[int, ...] = ()
+    injector: str = "tiny"
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
     injector_dim: int = 64
     injector_heads: int = 4
     injector_layers: int = 2
@@ -86,6 +100,16 @@ class DLMRConfig:
                 f"{max(self.budgets)}."
             )
         _validate.python_int(self.n_max, name="n_max", minimum=1)
+        _validate.one_of(("tiny", "lora_replica"), injector=self.injector)
+        _validate.python_int(self.lora_rank, name="lora_rank", minimum=1)
+        if not isinstance(self.lora_alpha, int | float) or not self.lora_alpha > 0:
+            raise ValueError(f"`lora_alpha` must be a positive number, got {self.lora_alpha!r}.")
+        if not isinstance(self.lora_targets, tuple | list) or not self.lora_targets:
+            raise TypeError("`lora_targets` must be a non-empty tuple of names.")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        bad = [t for t in self.lora_targets if t not in TARGETS]
+        if bad:
+            raise ValueError(f"`lora_targets` must be among {tuple(TARGETS)}, got {bad}.")
         for name in ("injector_dim", "injector_heads", "injector_layers", "recency"):
             _validate.python_int(getattr(self, name), name=name, minimum=1)
         _validate.python_int(self.router_hidden, name="router_hidden", minimum=1)
@@ -114,7 +138,7 @@ class DLMRParams(NamedTuple):
     Attributes:
       banks: ``(Z^v [M_v, D], Z^r [M_r, D])``, or ``(Z [M_v + M_r, D],)`` with
         ``shared_bank``.
-      injector: :class:`~jaxkit.memory.Injector`.
+      injector: :class:`~jaxkit.memory.Injector` or :class:`~jaxkit.memory.LoraInjector`.
       router: :class:`~jaxkit.memory.Router`.
     """
 
@@ -142,8 +166,9 @@ def check_config(lm_cfg, cfg) -> None:
 def init_dlmr(lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, *, key) -> DLMRParams:
     """Fresh adapter parameters (f32): banks ``N(0, 0.02^2)`` (VisMem's init).
 
-    A fresh router's arg-max is the null action and a fresh injector returns the
-    injection point's state ``now`` plus the bank's latents.
+    A fresh router's arg-max is the null action; a fresh tiny injector returns the
+    injection point's state ``now`` plus the bank's latents, a fresh LoRA replica
+    (``a = 0``) is the frozen LM.
     """
     check_config(lm_cfg, cfg)
     _validate.is_key(key)
@@ -154,14 +179,24 @@ def init_dlmr(lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, *, key) -> DLMRPara
         0.02 * jax.random.normal(k, (m, d), jnp.float32)
         for k, m in zip(jax.random.split(kb, len(sizes)), sizes, strict=True)
     )
-    inj = Injector(
-        d,
-        cfg.injector_dim,
-        heads=cfg.injector_heads,
-        n_layers=cfg.injector_layers,
-        recency=cfg.recency,
-        key=ki,
-    )
+    if cfg.injector == "lora_replica":
+        inj = LoraInjector(
+            lm_cfg,
+            n_banks=len(sizes),
+            rank=cfg.lora_rank,
+            alpha=cfg.lora_alpha,
+            targets=cfg.lora_targets,
+            key=ki,
+        )
+    else:
+        inj = Injector(
+            d,
+            cfg.injector_dim,
+            heads=cfg.injector_heads,
+            n_layers=cfg.injector_layers,
+            recency=cfg.recency,
+            key=ki,
+        )
     return DLMRParams(banks, inj, Router(d, cfg.router_hidden, cfg.n_actions, key=kr))
 
 
@@ -229,11 +264,12 @@ def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array, width: int | None =
     return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
 
 
-def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width=None):
+def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None):
     """``(mem, mem_valid, reads [B, S])``: :func:`inject` plus where the injector read.
 
     ``width`` (static, >= every ``k``; default ``k_max``): the latents computed. Latents
     past a row's ``k`` are hidden, so a narrower call gives the same first tokens.
+    ``reads`` is zero for the LoRA replica (it has no single read pointer).
     """
     width = cfg.k_max if width is None else width
     s = ctx.shape[1]
@@ -243,15 +279,28 @@ def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width=None):
     now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
     mem_valid = jnp.arange(width, dtype=jnp.int32)[None, :] < k[:, None]
     lat = latents_for(p, cfg, bank, width)
+    if cfg.injector == "lora_replica":
+        mem = replica_memory(p.injector, lm_params, lm_cfg, ctx, valid, at, lat, bank)
+        return mem, mem_valid, jnp.zeros(valid.shape, jnp.float32)
     mem, reads = p.injector.forward(ctx, valid, at[:, None] - j, lat, now, mem_valid)
     return mem, mem_valid, reads
 
 
-def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k, width=None):
-    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width)[:2]
+def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None):
+    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width, lm_params, lm_cfg)[:2]
 
 
-_inject_core = jax.jit(inject_traced, static_argnames=("cfg", "width"))
+_inject_core = jax.jit(inject_traced, static_argnames=("cfg", "width", "lm_cfg"))
+
+
+def check_lm_for_injector(cfg, lm_params, lm_cfg, where):
+    """The LoRA replica needs the frozen LM: TypeError naming ``lm_params`` otherwise."""
+    if cfg.injector == "lora_replica":
+        if lm_params is None:
+            raise TypeError(
+                f"{where} with `injector='lora_replica'` needs `lm_params` and `lm_cfg`."
+            )
+        check_config(lm_cfg, cfg)
 
 
 def inject(
@@ -262,29 +311,36 @@ def inject(
     at: Int[ArrayLike, " B"],
     bank: Int[ArrayLike, " B"],
     k: Int[ArrayLike, " B"],
+    *,
+    lm_params=None,
+    lm_cfg: nn.TransformerConfig | None = None,
 ) -> tuple[Float[Array, "B Kmax D"], Bool[Array, "B Kmax"]]:
     """Memory tokens ``M = g_phi(context, Z^(bank)_{1:k})`` for an injection at slot ``at``.
 
-    The injector reads the context slots ``j < at`` with ``ctx_valid`` (block-``l``
-    hidden states of the non-memory slots). Static shapes: always ``k_max`` tokens;
-    ``mem_valid`` marks the first ``k`` of each row. Jitted (``cfg`` static).
+    The injector reads the context slots ``j < at`` with ``ctx_valid`` (the tiny
+    injector: block-``l`` hidden states of the non-memory slots; the LoRA replica: their
+    input embeddings, see :func:`context_states`). Static shapes: always ``k_max``
+    tokens; ``mem_valid`` marks the first ``k`` of each row. Jitted (``cfg`` static).
 
     Args:
       p: Adapter parameters.
       cfg: Its config.
-      ctx: ``[B, S, D]`` block-``l`` hidden states.
+      ctx: ``[B, S, D]`` the injector's context (above).
       ctx_valid: ``bool[B, S]`` slots the injector may read.
       at: ``int[B]`` slot of the first memory token (the injection point).
       bank: ``int[B]`` 0 visual, 1 reasoning.
       k: ``int[B]`` budget per row in ``[0, k_max]`` (0: no injection).
+      lm_params: The frozen backbone (``"lora_replica"`` only).
+      lm_cfg: Its config (``"lora_replica"`` only).
 
     Returns:
       ``(mem [B, k_max, D] f32, mem_valid bool[B, k_max])``.
 
     Raises:
-      TypeError: shapes or dtypes that disagree.
+      TypeError: shapes or dtypes that disagree; no ``lm_params`` for the LoRA replica.
       ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}.
     """
+    check_lm_for_injector(cfg, lm_params, lm_cfg, "`inject`")
     ctx = jnp.asarray(ctx)
     _validate.floating(ctx, name="ctx")
     _validate.ndim(ctx, 3, name="ctx")
@@ -307,7 +363,7 @@ def inject(
         k, jnp.any((k < 0) | (k > cfg.k_max)), f"`k` must lie in [0, {cfg.k_max}]."
     )
     bank = _validate.error_if(bank, jnp.any((bank < 0) | (bank > 1)), "`bank` must be 0 or 1.")
-    return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k)
+    return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k, lm_params=lm_params, lm_cfg=lm_cfg)
 
 
 def memory_interventions(

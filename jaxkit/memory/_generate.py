@@ -45,8 +45,8 @@ class DLMRGeneration(NamedTuple):
 
 
 class _State(NamedTuple):
-    lo: nn.KVCache  # blocks <= l (the backbone's lower half)
-    hi: nn.KVCache  # blocks > l
+    lo: nn.KVCache  # blocks <= l (the backbone's lower half); text slots only when compact
+    hi: nn.KVCache  # blocks > l; its length is the next slot = the next logical position
     ctx: Array  # [B, S, D] block-l hidden of every non-memory slot
     ctx_valid: Array  # [B, S]
     mem_slot: Array  # [B, S]
@@ -70,6 +70,7 @@ class _Halves(NamedTuple):
     hi: dict
     lo_cfg: nn.TransformerConfig
     hi_cfg: nn.TransformerConfig
+    compact: bool  # the lower half's cache holds text slots only (:func:`_compact`)
 
 
 def _halves(lm_params, lm_cfg, layer) -> _Halves:
@@ -85,22 +86,42 @@ def _halves(lm_params, lm_cfg, layer) -> _Halves:
         n_layers=lm_cfg.n_layers - cut,
         max_window_layers=max(0, lm_cfg.max_window_layers - cut),
     )
-    return _Halves(part(0, cut), part(cut, lm_cfg.n_layers), lo_cfg, hi_cfg)
+    return _Halves(part(0, cut), part(cut, lm_cfg.n_layers), lo_cfg, hi_cfg, _compact(lm_cfg))
 
 
-def _cut_cache(cache, cut):
-    lo = nn.KVCache(cache.k[:cut], cache.v[:cut], cache.length)
+def _cut_cache(cache, cut, s_lo):
+    """The prefilled cache cut after block ``cut - 1``; the lower half keeps ``s_lo`` slots."""
+    lo = nn.KVCache(cache.k[:cut, :, :s_lo], cache.v[:cut, :, :s_lo], cache.length)
     return lo, nn.KVCache(cache.k[cut:], cache.v[cut:], cache.length)
 
 
+def _compact(lm_cfg) -> bool:
+    """Whether the lower half keeps text slots only (no slot for memory tokens).
+
+    Blocks ``<= l`` never read a memory slot, so their cache needs none, and every
+    step's attention there reads ``P + N`` slots instead of ``P + N + n_max k``. Exact
+    when no sliding window applies: keys carry their RoPE position, the mask is
+    explicit. With a window, ``nn`` reads a committed slot's index as its logical
+    position, so the lower half stays slot-aligned (memory slots hidden by the mask).
+    """
+    return lm_cfg.sliding_window is None
+
+
 def _forward(hv, x, pos, st, iv=None):
-    """:func:`split_forward` on the two halves: ``(logits, h_l, h_last, lo, hi)`` (uncommitted)."""
-    s = st.lo.k.shape[2]
+    """:func:`split_forward` on the two halves: ``(logits, h_l, h_last, lo, hi)`` (uncommitted).
+
+    ``pos`` the logical positions (= the upper half's slots); the lower half writes at
+    its own length (equal to the upper's unless compact) and hides memory slots.
+    """
     t = x.shape[1]
-    j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
     i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
-    full = j < st.lo.length[:, None, None] + i + 1
-    low = full & ~st.mem_slot[:, None, :]
+    j = jnp.arange(st.hi.k.shape[2], dtype=jnp.int32)[None, None, :]
+    full = j < st.hi.length[:, None, None] + i + 1
+    if hv.compact:
+        j_lo = jnp.arange(st.lo.k.shape[2], dtype=jnp.int32)[None, None, :]
+        low = j_lo < st.lo.length[:, None, None] + i + 1
+    else:
+        low = full & ~st.mem_slot[:, None, :]
     lo = nn.run_layers(
         hv.lo, hv.lo_cfg, x, pos, cache=st.lo, attn_mask=low, overflow="drop", interventions=iv
     )
@@ -142,7 +163,7 @@ def _put_rows(buf, at, upd):
     )
 
 
-def _inject_rows(hv, p, st, bank, k, *, cfg, width):
+def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     """The injection chunk's forward: its new upper-half K/V rows, logits and router input.
 
     The memory tokens enter after block l, so the chunk runs the blocks > l only: blocks
@@ -154,7 +175,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width):
     injection copies nothing.
     """
     at = st.hi.length
-    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width)
+    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width, *lm)
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     s = st.hi.k.shape[2]
@@ -175,13 +196,13 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width):
     return rows, lg, hh[:, 0].astype(st.h.dtype)
 
 
-def _inject(hv, p, st, act, *, cfg, width):
+def _inject(hv, p, st, act, *, cfg, width, lm):
     bank_t, k_t = action_table(cfg)
     bank, k = lookup(bank_t, act), lookup(k_t, act)
     hit = k > 0
 
     def run(st):
-        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width)
+        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
 
     def skip(st):  # zeros sliced from the state: they keep its batch sharding
         rows = (jnp.zeros_like(st.hi.k[:, :, :width]), jnp.zeros_like(st.hi.v[:, :, :width]))
@@ -196,7 +217,7 @@ def _inject(hv, p, st, act, *, cfg, width):
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     span = (j >= at[:, None]) & (j < (at + k)[:, None])
     return st._replace(
-        lo=nn.commit(st.lo, k),
+        lo=st.lo if hv.compact else nn.commit(st.lo, k),
         hi=nn.commit(hi, k),
         mem_slot=st.mem_slot | span,
         logits=jnp.where(hit[:, None], lg, st.logits),
@@ -218,14 +239,14 @@ def _chunk_width(cfg, force):
     return cfg.k_max if cfg.fixed_k is None else cfg.fixed_k
 
 
-def _feed(hv, st, tok):
+def _feed(hv, st, tok, embeds_ctx):
     x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
-    at = st.lo.length
+    at = st.hi.length
     logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
     return st._replace(
         lo=nn.commit(lo, 1),
         hi=nn.commit(hi, 1),
-        ctx=_set_slot(st.ctx, at, h_l[:, 0]),
+        ctx=_set_slot(st.ctx, at, (x if embeds_ctx else h_l)[:, 0]),
         ctx_valid=_set_slot(st.ctx_valid, at, jnp.ones_like(tok, bool)),
         logits=logits[:, 0].astype(st.logits.dtype),
         h=h_last[:, 0].astype(st.h.dtype),
@@ -266,13 +287,16 @@ def _generate(
         cache=cache,
         collect=(cfg.layer, L - 1),
     )
-    ctx = jnp.pad(out.hidden[cfg.layer].astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
+    # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
+    embeds_ctx = cfg.injector == "lora_replica"
+    ctx0 = embeds if embeds_ctx else out.hidden[cfg.layer]
+    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
-    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1)
     hv = _halves(lm_params, lm_cfg, cfg.layer)
+    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s)
     st = _State(
         lo=lo,
         hi=hi,
@@ -301,10 +325,10 @@ def _generate(
         act = jnp.where(elig, act, 0)
         hs = jax.lax.dynamic_update_index_in_dim(hs, st.h, i, axis=1)
         if can_inject:
-            st = _inject(hv, p, st, act, cfg=cfg, width=km)
+            st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
         # fed every step (the last feed is unused): no conditional around the cache
-        st = _feed(hv, st, tok)
+        st = _feed(hv, st, tok, embeds_ctx)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs

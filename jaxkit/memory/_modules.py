@@ -94,16 +94,9 @@ class Injector(eqx.Module):
         self.ln_out = LayerNorm(dim)
         self.w_out = Linear(dim, d_model, key=ks[3], gain=0.0)
 
-    def __call__(
-        self,
-        ctx: Float[Array, "B S D"],
-        ctx_valid: Bool[Array, "B S"],
-        dist: Int[Array, "B S"],
-        latents: Float[Array, "B K D"],
-        now: Float[Array, "B D"],
-        latents_valid: Bool[Array, "B K"] | None = None,
-    ) -> Float[Array, "B K D"]:
-        return self.forward(ctx, ctx_valid, dist, latents, now, latents_valid)[0]
+    def __call__(self, *args, **kwargs) -> Float[Array, "B K D"]:
+        """The memory of :meth:`forward` (same arguments), without the reads."""
+        return self.forward(*args, **kwargs)[0]
 
     def forward(
         self,

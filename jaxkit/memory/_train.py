@@ -26,34 +26,38 @@ from jaxkit.memory._dlmr import (
     action_mask,
     action_table,
     check_config,
+    check_lm_for_injector,
     inject_reads,
     inject_traced,
     lookup,
 )
 
 
-def _ctx(lm_params, x, *, lm_cfg, layer):
+def _ctx(lm_params, x, *, lm_cfg, layer, embeds):
     b, t = x.shape[:2]
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     out = nn.run_layers(lm_params, lm_cfg, x, pos, collect=(layer,))
-    return jax.lax.stop_gradient((out.hidden[layer], out.h))
+    ctx = x.astype(jnp.float32) if embeds else out.hidden[layer]
+    return jax.lax.stop_gradient((ctx, out.h))
 
 
-_ctx_core = jax.jit(_ctx, static_argnames=("lm_cfg", "layer"))
+_ctx_core = jax.jit(_ctx, static_argnames=("lm_cfg", "layer", "embeds"))
 
 
 def context_states(lm_params, lm_cfg: nn.TransformerConfig, cfg: DLMRConfig, inputs_embeds):
-    """Block-``cfg.layer`` and last-block outputs of the frozen LM (positions ``arange``).
+    """The injector's context and the last-block outputs of the frozen LM (positions ``arange``).
 
     ``inputs_embeds [B, T, D]`` (e.g. ``nn.embed`` of tokens, or visual embeddings
-    and text). Returns ``(h_layer [B, T, D], h_last [B, T, D])``, detached: the
-    injector's context and stage-1 role targets. Jitted (configs static).
+    and text). Returns ``(ctx [B, T, D], h_last [B, T, D])``, detached: ``ctx`` is the
+    block-``cfg.layer`` output for the tiny injector and ``inputs_embeds`` itself (f32)
+    for the LoRA replica (it re-runs the LM over the context). Jitted (configs static).
     """
     check_config(lm_cfg, cfg)
     x = jnp.asarray(inputs_embeds)
     _validate.floating(x, name="inputs_embeds")
     _validate.shape(x, (None, None, lm_cfg.d_model), name="inputs_embeds")
-    return _ctx_core(lm_params, x, lm_cfg=lm_cfg, layer=cfg.layer)
+    embeds = cfg.injector == "lora_replica"
+    return _ctx_core(lm_params, x, lm_cfg=lm_cfg, layer=cfg.layer, embeds=embeds)
 
 
 # ----------------------------------------------------------------------------- stage 1
@@ -96,6 +100,8 @@ def stage1_loss(
     cfg: DLMRConfig,
     temperature=0.07,
     margin=0.0,
+    lm_params=None,
+    lm_cfg=None,
 ):
     """Stage 1 [R]: ``L_align + L_xneg + L_sep (+ L_read)``.
 
@@ -112,15 +118,21 @@ def stage1_loss(
     conclusion). ``L_read = -log sum_{j in evidence} reads_j`` teaches the injector
     *where* to read (``reads``: its first cross block's attention on the context,
     :meth:`~jaxkit.memory.Injector.forward`); the alignment alone gives the pointer a
-    weak, averaged signal and on the toy grid never leaves the uniform read.
+    weak, averaged signal and on the toy grid never leaves the uniform read. The tiny
+    injector only (the LoRA replica, which needs ``lm_params``/``lm_cfg``, has no
+    read pointer).
 
     Returns:
       ``(loss, Stage1Aux)``.
     """
+    if evidence is not None and cfg.injector != "tiny":
+        raise TypeError("`evidence`: the read term needs the tiny injector.")
     b = ctx.shape[0]
     mems, reads = [], []
+    lm = (jax.lax.stop_gradient(lm_params), lm_cfg) if lm_params is not None else (None, lm_cfg)
     for s in (VISUAL, REASONING):
-        m, v, r = inject_reads(p, cfg, ctx, ctx_valid, at, jnp.full((b,), s, jnp.int32), k)
+        bank = jnp.full((b,), s, jnp.int32)
+        m, v, r = inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, None, *lm)
         mems.append(_pool(m, v))
         reads.append(r)
     w = target_valid.astype(jnp.float32)
@@ -244,13 +256,15 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
     position ``at - 1``, e.g. a delimiter), ``action int[B]`` the route (0: none;
     the caller draws random routes, spec §4.2). The prediction after position
     ``t`` is read at the expanded index of token ``t + 1`` minus one (the last memory
-    slot after the injection point), as in generation.
+    slot after the injection point), as in generation. For the LoRA replica ``ctx`` is
+    the embeddings (:func:`context_states`).
     """
     lm_params = jax.lax.stop_gradient(lm_params)
     bank_t, k_t = action_table(cfg)
     bank, k = lookup(bank_t, action), lookup(k_t, action)
     j = jnp.arange(ctx.shape[1], dtype=jnp.int32)[None, :]
-    mem, _ = inject_traced(p, cfg, ctx, jnp.ones(ctx.shape[:2], bool), at, bank, k)
+    valid = jnp.ones(ctx.shape[:2], bool)
+    mem, _ = inject_traced(p, cfg, ctx, valid, at, bank, k, None, lm_params, lm_cfg)
     logits = _memory_forward(lm_params, embeds, mem, at, k, lm_cfg=lm_cfg, cfg=cfg)
     nxt = j + 1
     read = nxt + jnp.where(nxt >= at[:, None], k[:, None], 0) - 1
@@ -354,7 +368,7 @@ def dlmr_optimizer(
 def _step(p, opt_state, batch, lm_params, ref_router, hp, *, stage, tx, lm_cfg, cfg, group):
     if stage == 1:
         (loss, aux), g = jax.value_and_grad(stage1_loss, has_aux=True)(
-            p, *batch, cfg=cfg, temperature=hp[0], margin=hp[1]
+            p, *batch, cfg=cfg, temperature=hp[0], margin=hp[1], lm_params=lm_params, lm_cfg=lm_cfg
         )
     elif stage == 2:
         loss, g = jax.value_and_grad(stage2_loss)(p, lm_params, *batch, lm_cfg=lm_cfg, cfg=cfg)
@@ -389,7 +403,8 @@ def dlmr_step(
 ):
     """One optimizer step of a stage (jitted at module level; build ``tx`` once).
 
-    ``batch``: stage 1 ``(ctx, ctx_valid, at, k, targets, target_valid[, evidence])``; stage 2
+    ``batch``: stage 1 ``(ctx, ctx_valid, at, k, targets, target_valid[, evidence])``
+    (with ``lm_params``/``lm_cfg`` for the LoRA replica); stage 2
     ``(embeds, labels, ctx, at, action)`` with ``lm_params``/``lm_cfg``; stage 3
     ``(router_h, actions, eligible, rewards)`` (a :class:`DLMRGeneration`'s fields
     and :func:`dlmr_reward`) with ``ref_router`` and the static ``group`` size.
@@ -406,6 +421,8 @@ def dlmr_step(
     group = _validate.python_int(group, name="group", minimum=1)
     if stage == 2:
         check_config(lm_cfg, cfg)
+    if stage == 1:
+        check_lm_for_injector(cfg, lm_params, lm_cfg, "stage 1")
     if stage == 3:
         if ref_router is None:
             raise TypeError("stage 3 needs `ref_router` (the initial router).")

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from jaxkit import memory, nn
+from jaxkit import memory, nn, privacy
 from tests.conformance import Bad, Case
 from tests.memory._setup import AP, CFG, MC, P
 
@@ -22,6 +22,25 @@ def _inject_args(key, dtype):
 def _inject(ctx, at, k):
     valid = jnp.ones(ctx.shape[:2], bool)
     return memory.inject(AP, MC, ctx, valid, at, at % 2, k)[0]
+
+
+_LC = memory.DLMRConfig(
+    layer=1, bank_sizes=(4, 4), budgets=(1, 3), injector="lora_replica", lora_rank=2
+)
+_AL = memory.init_dlmr(CFG, _LC, key=jax.random.key(3))
+# a trained-looking replica: non-zero ``a`` factors (a fresh one is the frozen LM)
+_AL = _AL._replace(
+    injector=jax.tree.map(
+        lambda f: f._replace(a=0.3 * jax.random.normal(jax.random.key(4), f.a.shape)),
+        _AL.injector,
+        is_leaf=lambda x: isinstance(x, privacy.LoraFactors),
+    )
+)
+
+
+def _inject_lora(ctx, at, k):
+    valid = jnp.ones(ctx.shape[:2], bool)
+    return memory.inject(_AL, _LC, ctx, valid, at, at % 2, k, lm_params=P, lm_cfg=CFG)[0]
 
 
 def _generate(tokens, prompt_len, *, top_p):
@@ -96,6 +115,24 @@ CASES = [
                 ),
                 TypeError,
                 "ctx",
+            ),
+        ),
+    ),
+    Case(
+        name="memory.inject[lora_replica]",
+        slow_checks=("sharding", "vmap", "eval_shape", "traced_once"),
+        fn=_inject_lora,
+        make_args=_inject_args,
+        grad_modes=(),  # f32 backbone and adapters: no x64 gradient check
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "k above k_max",
+                lambda key: ((jnp.ones((8, _S, 16)), jnp.ones(8, jnp.int32), jnp.full(8, 9)), {}),
+                ValueError,
+                "k",
             ),
         ),
     ),

@@ -1,5 +1,7 @@
 """DLMR inference: the spec's oracles (sequence.md §4.4), bad input."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 
 from jaxkit import decoding, memory, nn
 from tests.memory._setup import AP, CFG, DELIM, MC, PLEN, PROMPT, P
+from tests.memory._setup import CFG as LM
 
 N = 6
 KW = dict(key=jax.random.key(0), max_new_tokens=N)
@@ -19,11 +22,20 @@ def test_router_forced_none_equals_the_base_model():
     assert int(jnp.sum(g.injected)) == 0 and not bool(jnp.any(g.actions))
 
 
-# (r, 1): a forced k below k_max narrows the chunk and the reserved slots; (v, 3): k_max
-@pytest.mark.parametrize("action", [3, pytest.param(2, marks=pytest.mark.slow)])
-def test_forced_injection_equals_the_uncached_forward(action):
+# (r, 1): a forced k below k_max narrows the chunk and the reserved slots; (v, 3): k_max;
+# a sliding window: the lower half's cache stays slot-aligned (no window: text slots only)
+@pytest.mark.parametrize(
+    "action, window",
+    [
+        (3, None),
+        pytest.param(2, None, marks=pytest.mark.slow),
+        pytest.param(2, 4, marks=pytest.mark.slow),
+    ],
+)
+def test_forced_injection_equals_the_uncached_forward(action, window):
     # every step eligible (no delimiter set) and n_max = 1: one injection, before token 0
     cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    CFG = LM if window is None else dataclasses.replace(LM, sliding_window=window, family="qwen2")
     emb = nn.embed(P, CFG, PROMPT)
     g = memory.dlmr_generate(P, CFG, AP, cfg, emb, PLEN, force_action=action, **KW)
     bank_t, k_t = memory.action_table(cfg)
