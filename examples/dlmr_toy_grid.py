@@ -41,7 +41,7 @@ rollouts (:func:`train_router_one_step`: each toy query has one routing decision
 through the teacher-forced memory forward; no generation loop to compile), then on whole
 rollouts sampled from ``dlmr_generate``. Quick mode trains nothing but the oracle memory:
 it loads the adapter this full training made (``python examples/dlmr_toy_grid.py
---save-adapter jaxkit/_fixtures/dlmr_grid/adapter.npz``, seed 0; :func:`load_adapter`)
+--save-adapter jaxkit/_fixtures/dlmr_grid/adapter.safetensors``, seed 0; :func:`load_adapter`)
 and evaluates it on fewer held-out streams; the training itself is tested in
 ``tests/memory``. The base model is the fixture ``dlmr_grid`` (made by
 ``scripts/train_dlmr_fixture.py``); full mode (``--train-base-steps``) can retrain it.
@@ -190,34 +190,41 @@ def mcfg(**kw):
 
 # stage-1 / stage-2 / one-decision stage-3 / rollout stage-3 steps of the full training
 FULL_STEPS = (300, 1000, 300, 40)
-ADAPTER = "adapter.npz"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
+ADAPTER = "adapter.safetensors"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
 
 
 def dump_adapter(path, ap, info):
-    """Save ``ap``'s arrays (leaf order of its pytree) and ``info`` to the npz ``path``."""
-    leaves = {f"leaf_{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(ap))}
-    np.savez(path, info=np.asarray(json.dumps(info)), **leaves)
+    """Save ``ap``'s arrays (named by their key paths) to ``path``, ``info`` to its task.json."""
+    flat = jax.tree_util.tree_flatten_with_path(ap)[0]
+    out = io.save_tensors({jax.tree_util.keystr(k): v for k, v in flat}, path)
+    meta = out.parent / "task.json"  # the fixture folder's metadata file
+    task = json.loads(meta.read_text()) if meta.exists() else {}
+    meta.write_text(json.dumps({**task, "adapter": info}, indent=2) + "\n")
 
 
 def load_adapter(cfg, path=None):
     """``(adapter, info)``: the trained adapter shipped with the ``dlmr_grid`` fixture.
 
     Made by ``python examples/dlmr_toy_grid.py --save-adapter PATH`` (the full
-    training, seed 0); its structure is ``memory.init_dlmr(CFG, cfg)``'s."""
-    if path is None:
-        path = importlib.resources.files("jaxkit._fixtures").joinpath("dlmr_grid", ADAPTER)
+    training, seed 0); its structure is ``memory.init_dlmr(CFG, cfg)``'s, its arrays
+    are named by their key paths and read with :func:`jaxkit.io.load_fixture_tensors`."""
+    got = io.load_fixture_tensors("dlmr_grid", ADAPTER) if path is None else io.load_tensors(path)
+    with importlib.resources.as_file(
+        importlib.resources.files("jaxkit._fixtures").joinpath("dlmr_grid", "task.json")
+    ) as f:
+        info = json.loads(f.read_text())["adapter"]
     like = memory.init_dlmr(CFG, cfg, key=jax.random.key(0))
-    leaves, tree = jax.tree.flatten(like)
-    with importlib.resources.as_file(path) as f, np.load(f) as z:
-        got = [z[f"leaf_{i:03d}"] for i in range(len(leaves))]
-        info = json.loads(str(z["info"]))
-    for a, b in zip(got, leaves, strict=True):
-        if a.shape != b.shape:
+    flat, tree = jax.tree_util.tree_flatten_with_path(like)
+    names = [jax.tree_util.keystr(k) for k, _ in flat]
+    if sorted(names) != sorted(got):
+        raise ValueError("the shipped adapter does not fit this config (its array names differ)")
+    for n, (_, b) in zip(names, flat, strict=True):
+        if got[n].shape != b.shape:
             raise ValueError(
-                f"the shipped adapter does not fit this config: {a.shape} vs {b.shape}"
+                f"the shipped adapter does not fit this config: {n} {got[n].shape} vs {b.shape}"
             )
     return jax.tree.unflatten(
-        tree, [jnp.asarray(a, b.dtype) for a, b in zip(got, leaves, strict=True)]
+        tree, [jnp.asarray(got[n], b.dtype) for n, (_, b) in zip(names, flat, strict=True)]
     ), info
 
 

@@ -7,6 +7,7 @@ with one on-disk format for every packaged fixture.
 
 from jaxkit.io._fixtures import Fixture as Fixture
 from jaxkit.io._fixtures import load_fixture as load_fixture
+from jaxkit.io._fixtures import load_fixture_tensors as load_fixture_tensors
 from jaxkit.io._fixtures import save_fixture as save_fixture
 from jaxkit.io._hf_config import config_from_hf as config_from_hf
 from jaxkit.io._hf_config import config_to_hf as config_to_hf

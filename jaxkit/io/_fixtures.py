@@ -2,7 +2,10 @@
 
 One on-disk format for every fixture: a Hugging Face layout checkpoint folder
 (``config.json`` + ``model.safetensors``, see :func:`save_safetensors`) plus a
-``task.json`` with the training metadata (task, steps, measured accuracy, ...).
+``task.json`` with the training metadata (task, steps, measured accuracy, ...). A
+fixture may also ship trained adapter arrays beside its model, as named tensors in a
+``.safetensors`` file (:func:`jaxkit.io.save_tensors`), read by
+:func:`load_fixture_tensors`.
 """
 
 import importlib.resources
@@ -14,7 +17,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from jaxkit.io._hf_config import config_from_hf
-from jaxkit.io._safetensors import load_safetensors, save_safetensors
+from jaxkit.io._safetensors import load_safetensors, load_tensors, save_safetensors
 from jaxkit.nn import TransformerConfig
 
 _INFO = "task.json"
@@ -64,6 +67,36 @@ def load_fixture(name: str = "tiny_lm") -> Fixture:
         info = json.loads(info_path.read_text()) if info_path.exists() else {}
         params = load_safetensors(folder, cfg, dtype=jnp.float32)
     return Fixture(params, cfg, info)
+
+
+def load_fixture_tensors(name: str, filename: str) -> dict:
+    """Named arrays shipped beside a fixture's model (e.g. a trained adapter).
+
+    Args:
+      name: Fixture folder name (as :func:`load_fixture`'s).
+      filename: A ``.safetensors`` file in that folder, written by
+        :func:`jaxkit.io.save_tensors`.
+
+    Returns:
+      ``{name: numpy array}`` (:func:`jaxkit.io.load_tensors`).
+
+    Raises:
+      ValueError: If the fixture or the file is not shipped (the message lists what is).
+    """
+    for arg, val in (("name", name), ("filename", filename)):
+        if not isinstance(val, str):
+            raise TypeError(f"`{arg}` must be a str, got {type(val).__name__}.")
+    root = importlib.resources.files("jaxkit._fixtures").joinpath(name)
+    if not root.joinpath("config.json").is_file():
+        raise ValueError(
+            f"`name`: no fixture named {name!r} in jaxkit/_fixtures "
+            f"(available: {', '.join(map(repr, _names()))})."
+        )
+    if not filename.endswith(".safetensors") or not root.joinpath(filename).is_file():
+        have = sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors"))
+        raise ValueError(f"`filename`: fixture {name!r} ships no {filename!r} (it has {have}).")
+    with importlib.resources.as_file(root.joinpath(filename)) as f:
+        return load_tensors(f)
 
 
 def save_fixture(params: dict, cfg: TransformerConfig, out_dir, info: dict) -> pathlib.Path:

@@ -1,3 +1,5 @@
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,3 +65,20 @@ def test_fixtures_load_through_io_and_solve_their_task():
     assert clean.sum() >= 3 and np.mean(pred == np.asarray(d.tokens)[clean, 4:]) > 0.95
     with pytest.raises(ValueError, match="wedlm_counting"):
         io.load_fixture("does_not_exist")
+
+
+def test_fixture_tensors_load_through_io(tmp_path):
+    """Arrays shipped beside a fixture's model (the DLMR adapter) load by name, errors name."""
+    got = io.load_fixture_tensors("dlmr_grid", "adapter.safetensors")
+    assert got and all(isinstance(v, np.ndarray) and np.all(np.isfinite(v)) for v in got.values())
+    # the same file read directly equals what the fixture loader returns
+    path = pathlib.Path(io.__file__).parents[1] / "_fixtures" / "dlmr_grid" / "adapter.safetensors"
+    direct = io.load_tensors(path)
+    assert sorted(direct) == sorted(got)
+    assert all(np.array_equal(direct[k], got[k]) for k in got)
+    with pytest.raises(ValueError, match="filename"):
+        io.load_fixture_tensors("dlmr_grid", "nope.safetensors")
+    with pytest.raises(ValueError, match="name"):
+        io.load_fixture_tensors("does_not_exist", "adapter.safetensors")
+    with pytest.raises(TypeError, match="filename"):
+        io.load_fixture_tensors("dlmr_grid", 3)
