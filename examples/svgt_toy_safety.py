@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxkit import decoding, nn, steering
+from jaxkit import decoding, io, nn, steering
 
 V, N_BEN, TOPIC0, HARM0 = 64, 40, 40, 48
 REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
@@ -100,6 +100,42 @@ def train_base(rng, steps, key):
         tok, plen, _, _ = sample(rng, 64, sys_frac=0.1, width=PW + 3 + RW)  # one shape
         params, st, lv = step(params, st, tok, plen)
     return params, float(lv)
+
+
+def base_quality(params, rng, n):
+    """Teacher-forced quality of a base model on fresh rows (the fixture's claims).
+
+    ``benign_token_acc``: arg-max accuracy on benign (reversed-prompt) responses;
+    ``harm_mass``: mean probability of a harmful content at a harmful prompt's first
+    response token (the world's 0.7); ``sys_refusal_mass``: mean probability of REFUSE
+    there after the system prompt (1.0).
+    """
+    tok, plen, _, _ = sample(rng, n, harmful_frac=0.0, width=PW + 3 + RW)
+    lp = jax.nn.log_softmax(nn.apply(params, CFG, jnp.asarray(tok)).logits.astype(jnp.float32))
+    j = np.arange(tok.shape[1])[None]
+    resp = (j >= plen[:, None]) & (j < plen[:, None] + RW)
+    pred = np.asarray(jnp.argmax(lp, -1))
+    acc = float(np.mean((pred[:, :-1] == tok[:, 1:])[resp[:, 1:]]))
+    first = []
+    for sys_frac in (0.0, 1.0):
+        tok, plen, _, _ = sample(rng, n, harmful_frac=1.0, sys_frac=sys_frac, width=PW + 3 + RW)
+        p = np.asarray(jax.nn.softmax(nn.apply(params, CFG, jnp.asarray(tok)).logits, -1))
+        first.append(p[np.arange(n), plen - 1])
+    return {
+        "benign_token_acc": acc,
+        "harm_mass": float(np.mean(first[0][:, HARM0 : HARM0 + 8].sum(-1))),
+        "sys_refusal_mass": float(np.mean(first[1][:, REFUSE])),
+    }
+
+
+def load_base(rng, *, train_steps=None, key=None):
+    """The frozen base: the fixture ``svgt_toy_base`` or, with ``train_steps``, retrained."""
+    if train_steps:
+        return train_base(rng, train_steps, key)
+    fx = io.load_fixture("svgt_toy_base")
+    if fx.cfg != CFG:
+        raise ValueError("the svgt_toy_base fixture's config differs from this example's CFG")
+    return fx.params, float(fx.info["final_loss"])
 
 
 def run_stages(params, scfg, rng, steps, key):
@@ -192,11 +228,13 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, basel
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
+def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=None):
     del data_dir
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
-    params, base_loss = train_base(rng, 200 if quick else 1500, jax.random.fold_in(key, 1))
+    params, base_loss = load_base(
+        rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1)
+    )
     scfg = steering.SVGTConfig(
         layer=CFG.n_layers - 2,
         n_bridge=3,
@@ -272,6 +310,7 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
+    p.add_argument("--train-base-steps", type=int, default=None)
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     for k, v in res["rows"].items():
         print(k, json.dumps(v))

@@ -8,6 +8,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
 from jaxkit.kernels.sampling import sample_tokens
+from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
     SVGTParams,
@@ -92,7 +93,29 @@ def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, 
     )
 
 
-_MODES = {"cached": _cached, "recompute": _recompute, "off": _off}
+def _refreshing(gen):
+    def run(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+        greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+
+        def choose(logits, k):
+            return _choose(logits, k, temperature, top_p, greedy)
+
+        out = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
+        b = prompt.shape[0]
+        steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # loop steps after the first token
+        stats = decoding.DecodeStats(steps[0], steps)
+        return decoding.Generation(out, jnp.full((b,), n, jnp.int32), stats)
+
+    return run
+
+
+_MODES = {
+    "cached": _cached,
+    "recompute": _recompute,
+    "off": _off,
+    "cached_refresh": _refreshing(cached_refresh),
+    "recompute_refresh": _refreshing(recompute_refresh),
+}
 
 
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "cfg", "n", "mode", "greedy"))
@@ -175,7 +198,7 @@ def svgt_generate(
         lm_cfg=lm_cfg,
         cfg=cfg,
         n=n,
-        mode=mode if enabled else "off",
+        mode=(mode + ("_refresh" if cfg.refresh_every else "")) if enabled else "off",
         greedy=greedy,
     )
 

@@ -1,0 +1,91 @@
+"""SVGT's EMA bridge refresh during generation and the attention-pooling variant."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import steering
+from jaxkit.steering._modules import pool_attention
+from tests.steering._setup import CFG, PLEN, PROMPT, SC, VP, P
+
+# sampled at T = 1 with one key: a token changes when its logits move, so equal
+# token streams over 7 steps mean equal logits (greedy arg-maxes hide most changes)
+KW = dict(key=jax.random.key(5), max_new_tokens=7, temperature=1.0)
+
+
+def _gen(cfg, mode="cached"):
+    return np.asarray(steering.svgt_generate(P, CFG, VP, cfg, PROMPT, PLEN, mode=mode, **KW).tokens)
+
+
+def test_cached_refresh_equals_the_uncached_recomputation():
+    # R = 2: refreshes at steps 2, 4, 6; the cache rewrites the bridge's K/V and every
+    # generated token's K/V above l, recompute runs the whole sequence every step
+    sc = SC._replace(refresh_every=2, ema=0.5)
+    np.testing.assert_array_equal(_gen(sc), _gen(sc, "recompute"))
+
+
+@pytest.mark.slow
+def test_refresh_with_ema_one_is_no_refresh_and_ema_zero_changes_tokens():
+    static = _gen(SC)
+    np.testing.assert_array_equal(_gen(SC._replace(refresh_every=2, ema=1.0)), static)
+    # beta = 0 every step: the bridge follows the current token (a different stream)
+    assert np.any(_gen(SC._replace(refresh_every=1, ema=0.0)) != static)
+
+
+def test_attention_pooling_weights_only_valid_positions():
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(2, 5, 8)), jnp.float32)
+    mask = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    enc = steering.init_svgt(
+        CFG, SC._replace(pooling="attention", value_dim=8), key=jax.random.key(0)
+    ).encoder
+    # a zero query scores every position alike: the mean of the valid rows
+    zero = pool_attention(x, mask, jnp.zeros(8), enc.pool_key)
+    np.testing.assert_allclose(zero[0], np.mean(np.asarray(x)[0, :3], 0), rtol=1e-6)
+    np.testing.assert_allclose(zero[1], np.mean(np.asarray(x)[1], 0), rtol=1e-6)
+    # the learned query: a softmax of <wk x_t, q> / sqrt(d) over the valid rows
+    q = jnp.asarray(rng.normal(size=8), jnp.float32)
+    got = pool_attention(x, mask, q, enc.pool_key)
+    s = np.asarray(enc.pool_key(x)) @ np.asarray(q) / np.sqrt(8)
+    w = np.exp(s[0, :3] - s[0, :3].max())
+    np.testing.assert_allclose(got[0], (w / w.sum()) @ np.asarray(x)[0, :3], rtol=1e-5)
+
+
+def test_attention_pooling_encoder_ignores_padding_and_trains_its_query():
+    sc = SC._replace(pooling="attention")
+    enc = steering.init_svgt(CFG, sc, key=jax.random.key(1)).encoder
+    assert enc.pool_query.shape == (sc.value_dim,)
+    assert steering.init_svgt(CFG, SC, key=jax.random.key(1)).encoder.pool_query is None
+    rng = np.random.default_rng(4)
+    h = jnp.asarray(rng.normal(size=(2, 6, CFG.d_model)), jnp.float32)
+    mask = jnp.arange(6)[None] < jnp.array([4, 6])[:, None]
+    z = enc.trigger(h, mask)
+    z2 = enc.trigger(h.at[0, 4:].set(99.0), mask)  # row 0's padding changes
+    np.testing.assert_allclose(z2, z, atol=1e-6)
+    assert np.any(np.abs(np.asarray(enc.trigger(h.at[0, 1].add(1.0), mask) - z)[0]) > 1e-4)
+    g = jax.grad(lambda e: jnp.sum(e.trigger(h, mask) ** 2))(enc)
+    assert np.any(np.asarray(g.pool_query) != 0) and np.any(np.asarray(g.pool_key.w) != 0)
+
+
+def test_bad_refresh_and_pooling_config():
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="pooling"):
+        steering.init_svgt(CFG, SC._replace(pooling="max"), key=key)
+    with pytest.raises(ValueError, match="refresh_every"):
+        steering.init_svgt(CFG, SC._replace(refresh_every=-1), key=key)
+    with pytest.raises(ValueError, match="ema"):
+        steering.init_svgt(CFG, SC._replace(ema=1.5), key=key)
+    with pytest.raises(ValueError, match="ema"):
+        steering.svgt_generate(
+            P, CFG, VP, SC._replace(refresh_every=2, ema=-0.1), PROMPT, PLEN, **KW
+        )
+
+
+def test_attention_pooled_adapter_round_trips(tmp_path):
+    vp = steering.init_svgt(CFG, SC._replace(pooling="attention"), key=jax.random.key(2))
+    steering.save_adapter(tmp_path / "a", vp)
+    like = steering.init_svgt(CFG, SC._replace(pooling="attention"), key=jax.random.key(3))
+    back = steering.restore_adapter(tmp_path / "a", like)
+    assert eqx.tree_equal(back, vp)
