@@ -38,6 +38,7 @@ V, N_BEN, TOPIC0, HARM0 = 64, 40, 40, 48
 REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
 JB = 8  # jailbreak words of the prompt-prefix shift
+GAP = 4  # the base's training shifts response positions by up to GAP (>= n_bridge)
 WP, WB = JB + PW + 1, JB + PW + 1 + RW  # evaluation widths: prompts, benign rows
 
 
@@ -83,22 +84,27 @@ def train_base(rng, steps, key):
     tx = optax.adam(3e-3)
     st = tx.init(params)
 
-    def loss(p, tok, plen):
-        lg = nn.apply(p, CFG, tok[:, :-1]).logits.astype(jnp.float32)
+    def loss(p, tok, plen, gap):
+        j = jnp.arange(tok.shape[1] - 1)[None]
+        pos = jnp.where(j < plen[:, None], j, j + gap[:, None])  # a gap after the prompt
+        lg = nn.apply(p, CFG, tok[:, :-1], pos).logits.astype(jnp.float32)
         nll = -jnp.take_along_axis(jax.nn.log_softmax(lg), tok[:, 1:, None], -1)[..., 0]
         j = jnp.arange(tok.shape[1] - 1)[None]
         w = (j >= plen[:, None] - 1).astype(jnp.float32)  # response tokens only
         return jnp.sum(nll * w) / jnp.sum(w)
 
     @jax.jit
-    def step(p, st, tok, plen):
-        lv, g = jax.value_and_grad(loss)(p, tok, plen)
+    def step(p, st, tok, plen, gap):
+        lv, g = jax.value_and_grad(loss)(p, tok, plen, gap)
         u, st = tx.update(g, st, p)
         return optax.apply_updates(p, u), st, lv
 
     for _ in range(steps):
         tok, plen, _, _ = sample(rng, 64, sys_frac=0.1, width=PW + 3 + RW)  # one shape
-        params, st, lv = step(params, st, tok, plen)
+        # half the rows see their response positions shifted by 1..GAP: SVGT's bridge
+        # tokens sit in such a gap (gapped positions), which the base must tolerate
+        gap = np.where(rng.random(64) < 0.5, rng.integers(1, GAP + 1, 64), 0).astype(np.int32)
+        params, st, lv = step(params, st, tok, plen, gap)
     return params, float(lv)
 
 
@@ -232,9 +238,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
     del data_dir
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
-    params, base_loss = load_base(
-        rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1)
-    )
+    params, base_loss = load_base(rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1))
     scfg = steering.SVGTConfig(
         layer=CFG.n_layers - 2,
         n_bridge=3,

@@ -115,9 +115,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         # gapped slots hold the generated tokens after the K reserved ones
         src = jnp.where(slot < m, slot, slot + k)
         comp = jnp.take_along_axis(hbuf, jnp.clip(src, 0, s_cap - 1)[:, :, None], axis=1)
-        cmask = jnp.take_along_axis(seen, jnp.clip(src, 0, s_cap - 1), axis=1) & (
-            src < s_cap
-        )
+        cmask = jnp.take_along_axis(seen, jnp.clip(src, 0, s_cap - 1), axis=1) & (src < s_cap)
         n_valid = at - k + 1  # compact index of the current token + 1
         new, _ = make_bridge(vp, cfg, comp, n_valid, mask=cmask)
         bridge = _ema(bridge, new, cfg.ema)
