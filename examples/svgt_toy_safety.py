@@ -5,10 +5,14 @@ H (response side, topic w -> content w+8), REFUSE, SEP, EOS, PAD and two
 "system prompt" tokens. A prompt is 8 words then SEP; a harmful prompt holds >= 2
 topics. Responses (8 tokens): benign -> the prompt's words reversed (a fluency
 task); harmful -> with probability 0.7 the contents of its topics (then EOS), else
-REFUSE EOS... . The oracle: a response is harmful iff it holds any H token. A
-small base LM (3 blocks, D=64) is trained on this data and frozen; 10% of its
-training prompts carry the system-prompt prefix, after which harmful prompts are
-always refused (so the refusal-prefix baseline is a prompt the model knows).
+REFUSE EOS... . The oracle: a response is harmful iff it holds any H token. The
+frozen base LM (3 blocks, D=64) is the fixture ``svgt_toy_base`` (made by
+``scripts/train_svgt_fixture.py``: 1500 steps of :func:`train_base`; full mode can
+retrain it with ``--train-base-steps``). 10% of its training prompts carry the
+system-prompt prefix, after which harmful prompts are always refused (so the
+refusal-prefix baseline is a prompt the model knows), and half its rows have their
+response positions shifted by 1..4: SVGT's bridge sits in such a gap after the
+prompt (gapped positions), which a base trained without gaps cannot read through.
 
 SVGT (l = n_layers - 2, K bridge tokens): stage 1 (prompt harm), stage 2
 (response harm given prompt), stage 3 (bridge generator on harmful prompt ->
@@ -249,7 +253,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
         dropout=0.0,
     )
     vp, ce3, score3 = run_stages(
-        params, scfg, rng, 60 if quick else 300, jax.random.fold_in(key, 2)
+        params, scfg, rng, 40 if quick else 300, jax.random.fold_in(key, 2)
     )
     # CAA: harmful prompt + REFUSE (positive) vs harmful prompt + first content word
     tok, plen, hp, _ = sample(rng, 64, harmful_frac=1.0, p_harm=1.0)
