@@ -124,7 +124,7 @@ def _refreshing(gen):
         def choose(logits, k):
             return _choose(logits, k, temperature, top_p, greedy)
 
-        out = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
+        out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
         b = prompt.shape[0]
         steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # loop steps after the first token
         stats = decoding.DecodeStats(steps[0], steps)

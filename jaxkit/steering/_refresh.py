@@ -50,7 +50,7 @@ def _lower(lm_params, lm_cfg, tokens, positions, layer, cache=None, iv=None):
 
 
 def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
-    """The uncached generator with the refresh (see the module doc)."""
+    """The uncached generator with the refresh: ``(tokens [B, N], logits [B, N, V])``."""
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
     buf = jnp.concatenate([prompt, jnp.zeros((b, n), jnp.int32)], axis=1)
@@ -71,17 +71,20 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
     bridge0, _ = make_bridge(vp, cfg, h0, prompt_len)
 
     def body(s, c):
-        buf, out, bridge = c
+        buf, out, bridge, lg = c
         logits, bridge = logits_at(buf, bridge, s)
         tok = choose(logits, jax.random.fold_in(key, s))
-        return buf.at[rows, prompt_len + s].set(tok), out.at[:, s].set(tok), bridge
+        lg = lg.at[:, s].set(logits.astype(jnp.float32))
+        return buf.at[rows, prompt_len + s].set(tok), out.at[:, s].set(tok), bridge, lg
 
-    init = (buf, jnp.zeros((b, n), jnp.int32), bridge0)
-    return jax.lax.fori_loop(0, n, body, init)[1]
+    lg0 = jnp.zeros((b, n, lm_cfg.vocab_size), jnp.float32)
+    init = (buf, jnp.zeros((b, n), jnp.int32), bridge0, lg0)
+    _, out, _, lg = jax.lax.fori_loop(0, n, body, init)
+    return out, lg
 
 
 def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
-    """The cached generator with the exact refresh (see the module doc)."""
+    """The cached generator with the exact refresh: ``(tokens [B, N], logits [B, N, V])``."""
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
     s_cap = p + k + n
@@ -143,7 +146,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         return nn.unembed(lm_params, lm_cfg, up.h)[:, 0], up.cache, bridge
 
     def body(s, c):
-        cache, hbuf, bridge, tok, out = c
+        cache, hbuf, bridge, tok, out, lg = c
         at = cache.length  # the current token's slot (= its logical position)
         low = _lower(lm_params, lm_cfg, tok[:, None], at[:, None], layer, cache, mask_iv)
         hbuf = hbuf.at[rows, at].set(low.h[:, 0])
@@ -151,8 +154,11 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
             s % r == 0, refresh, plain, (low.cache, hbuf, bridge, at)
         )
         tok = choose(logits, jax.random.fold_in(key, s))
-        return nn.commit(cache, jnp.ones_like(at)), hbuf, bridge, tok, out.at[:, s].set(tok)
+        out, lg = out.at[:, s].set(tok), lg.at[:, s].set(logits.astype(jnp.float32))
+        return nn.commit(cache, jnp.ones_like(at)), hbuf, bridge, tok, out, lg
 
     out = jnp.zeros((b, n), jnp.int32).at[:, 0].set(tok0)
-    init = (cache, hbuf, bridge, tok0, out)
-    return jax.lax.fori_loop(1, n, body, init)[4]
+    lg = jnp.zeros((b, n, lm_cfg.vocab_size), jnp.float32).at[:, 0].set(logits)
+    init = (cache, hbuf, bridge, tok0, out, lg)
+    _, _, _, _, out, lg = jax.lax.fori_loop(1, n, body, init)
+    return out, lg

@@ -1,5 +1,7 @@
 """SVGT's EMA bridge refresh during generation and the attention-pooling variant."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -8,30 +10,52 @@ import pytest
 
 from jaxkit import steering
 from jaxkit.steering._modules import pool_attention
+from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from tests.steering._setup import CFG, PLEN, PROMPT, SC, VP, P
 
-# sampled at T = 1 with one key: a token changes when its logits move, so equal
-# token streams over 7 steps mean equal logits (greedy arg-maxes hide most changes)
-KW = dict(key=jax.random.key(5), max_new_tokens=7, temperature=1.0)
+N = 7
 
 
-def _gen(cfg, mode="cached"):
-    return np.asarray(steering.svgt_generate(P, CFG, VP, cfg, PROMPT, PLEN, mode=mode, **KW).tokens)
+def _greedy(logits, key):
+    del key
+    return jnp.argmax(logits, -1).astype(jnp.int32)
+
+
+def _run(gen, cfg):
+    """(tokens [B, N], logits [B, N, V]) of a refreshing generator (greedy)."""
+    fn = functools.partial(gen, choose=_greedy, lm_cfg=CFG, cfg=cfg, n=N)
+    return jax.jit(fn)(P, VP, PROMPT, PLEN, jax.random.key(0))
 
 
 def test_cached_refresh_equals_the_uncached_recomputation():
     # R = 2: refreshes at steps 2, 4, 6; the cache rewrites the bridge's K/V and every
-    # generated token's K/V above l, recompute runs the whole sequence every step
-    sc = SC._replace(refresh_every=2, ema=0.5)
-    np.testing.assert_array_equal(_gen(sc), _gen(sc, "recompute"))
+    # generated token's K/V above l, recompute runs the whole sequence every step.
+    # l = 0: two blocks above l, so a generated token's K/V in the top block read the
+    # bridge (a refresh that rewrote only the bridge's rows would fail here)
+    sc = SC._replace(layer=0, refresh_every=2, ema=0.5)
+    tok_c, lg_c = _run(cached_refresh, sc)
+    tok_r, lg_r = _run(recompute_refresh, sc)
+    np.testing.assert_array_equal(tok_c, tok_r)
+    np.testing.assert_allclose(lg_c, lg_r, atol=2e-5, rtol=1e-5)
+    # and the refresh moved the logits (else the oracle above proves nothing)
+    _, lg_static = _run(cached_refresh, sc._replace(refresh_every=N + 1))
+    assert np.max(np.abs(np.asarray(lg_c[:, 2:] - lg_static[:, 2:]))) > 1e-3
+    np.testing.assert_allclose(lg_c[:, :2], lg_static[:, :2], atol=1e-6)  # before any refresh
 
 
 @pytest.mark.slow
-def test_refresh_with_ema_one_is_no_refresh_and_ema_zero_changes_tokens():
-    static = _gen(SC)
-    np.testing.assert_array_equal(_gen(SC._replace(refresh_every=2, ema=1.0)), static)
-    # beta = 0 every step: the bridge follows the current token (a different stream)
-    assert np.any(_gen(SC._replace(refresh_every=1, ema=0.0)) != static)
+def test_refresh_with_ema_one_is_no_refresh():
+    # beta = 1 keeps the bridge; the exact rewrite then restores the same K/V
+    _, lg_one = _run(cached_refresh, SC._replace(refresh_every=2, ema=1.0))
+    _, lg_none = _run(cached_refresh, SC._replace(refresh_every=N + 1, ema=1.0))
+    np.testing.assert_allclose(lg_one, lg_none, atol=2e-5, rtol=1e-5)
+    # and the public generator without a refresh (its own prefill and loop) agrees
+    kw = dict(key=jax.random.key(0), max_new_tokens=N)
+    static = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, **kw).tokens
+    refreshed = steering.svgt_generate(
+        P, CFG, VP, SC._replace(refresh_every=2, ema=1.0), PROMPT, PLEN, **kw
+    ).tokens
+    np.testing.assert_array_equal(refreshed, static)
 
 
 def test_attention_pooling_weights_only_valid_positions():
@@ -61,11 +85,18 @@ def test_attention_pooling_encoder_ignores_padding_and_trains_its_query():
     rng = np.random.default_rng(4)
     h = jnp.asarray(rng.normal(size=(2, 6, CFG.d_model)), jnp.float32)
     mask = jnp.arange(6)[None] < jnp.array([4, 6])[:, None]
-    z = enc.trigger(h, mask)
-    z2 = enc.trigger(h.at[0, 4:].set(99.0), mask)  # row 0's padding changes
+
+    @eqx.filter_jit
+    def run(enc, h):
+        z = enc.trigger(h, mask)
+        z2 = enc.trigger(h.at[0, 4:].set(99.0), mask)  # row 0's padding changes
+        z3 = enc.trigger(h.at[0, 1].add(1.0), mask)  # a valid row changes
+        g = jax.grad(lambda e: jnp.sum(e.trigger(h, mask) ** 2))(enc)
+        return z, z2, z3, g
+
+    z, z2, z3, g = run(enc, h)
     np.testing.assert_allclose(z2, z, atol=1e-6)
-    assert np.any(np.abs(np.asarray(enc.trigger(h.at[0, 1].add(1.0), mask) - z)[0]) > 1e-4)
-    g = jax.grad(lambda e: jnp.sum(e.trigger(h, mask) ** 2))(enc)
+    assert np.any(np.abs(np.asarray(z3 - z)[0]) > 1e-4)
     assert np.any(np.asarray(g.pool_query) != 0) and np.any(np.asarray(g.pool_key.w) != 0)
 
 
@@ -79,7 +110,14 @@ def test_bad_refresh_and_pooling_config():
         steering.init_svgt(CFG, SC._replace(ema=1.5), key=key)
     with pytest.raises(ValueError, match="ema"):
         steering.svgt_generate(
-            P, CFG, VP, SC._replace(refresh_every=2, ema=-0.1), PROMPT, PLEN, **KW
+            P,
+            CFG,
+            VP,
+            SC._replace(refresh_every=2, ema=-0.1),
+            PROMPT,
+            PLEN,
+            key=key,
+            max_new_tokens=2,
         )
 
 
