@@ -47,8 +47,8 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     low = nn.run_layers(
         lm_params, lm_cfg, x, pos, stop=layer + 1, cache=cache, interventions=hide, overflow="drop"
     )
-    # rows < M_b of `low.h` are the prompt's (the reserved rows are hidden from them)
-    bridge, _ = make_bridge(vp, cfg, low.h, prompt_len)
+    # rows < M_b <= P of `low.h` are the prompt's (the reserved rows are hidden from them)
+    bridge, _ = make_bridge(vp, cfg, low.h[:, :p], prompt_len)
     j = pos - prompt_len[:, None]
     span = (j >= 0) & (j < k)
     br = jnp.take_along_axis(bridge, jnp.clip(j, 0, k - 1)[:, :, None], axis=1)
