@@ -37,8 +37,9 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     b, p = prompt.shape
     k, layer = cfg.n_bridge, cfg.layer
     greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     reserved = _reserve(prompt, prompt_len, k, 0)
-    pos = jnp.broadcast_to(jnp.arange(p + k, dtype=jnp.int32), (b, p + k))
+    pos = zb[:, None] + jnp.arange(p + k, dtype=jnp.int32)[None, :]
     cache = nn.init_cache(
         lm_cfg, max_len=p + k + n, like=prompt_len, dtype=lm_params["embed"].dtype
     )
@@ -60,7 +61,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     logits = nn.unembed(lm_params, lm_cfg, last)[:, 0]
     cache = up.cache._replace(length=prompt_len + k)
     tok = _choose(logits, jax.random.fold_in(key, 0), temperature, top_p, greedy)
-    out = jnp.zeros((b, n), jnp.int32).at[:, 0].set(tok)
+    out = (zb[:, None] + jnp.zeros((1, n), jnp.int32)).at[:, 0].set(tok)
 
     def body(i, c):
         cache, tok, out = c
@@ -71,10 +72,8 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         return cache, tok, out.at[:, i].set(tok)
 
     _, _, out = jax.lax.fori_loop(1, n, body, (cache, tok, out))
-    steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # decode steps after the prefill
-    return decoding.Generation(
-        out, jnp.full((b,), n, jnp.int32), decoding.DecodeStats(steps[0], steps)
-    )
+    steps = zb + (n - 1)  # decode steps after the prefill
+    return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
 
 def _choose(logits, key, temperature, top_p, greedy):
