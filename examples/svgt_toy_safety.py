@@ -5,10 +5,14 @@ H (response side, topic w -> content w+8), REFUSE, SEP, EOS, PAD and two
 "system prompt" tokens. A prompt is 8 words then SEP; a harmful prompt holds >= 2
 topics. Responses (8 tokens): benign -> the prompt's words reversed (a fluency
 task); harmful -> with probability 0.7 the contents of its topics (then EOS), else
-REFUSE EOS... . The oracle: a response is harmful iff it holds any H token. A
-small base LM (3 blocks, D=64) is trained on this data and frozen; 10% of its
-training prompts carry the system-prompt prefix, after which harmful prompts are
-always refused (so the refusal-prefix baseline is a prompt the model knows).
+REFUSE EOS... . The oracle: a response is harmful iff it holds any H token. The
+frozen base LM (3 blocks, D=64) is the fixture ``svgt_toy_base`` (made by
+``scripts/train_svgt_fixture.py``: 1500 steps of :func:`train_base`; full mode can
+retrain it with ``--train-base-steps``). 10% of its training prompts carry the
+system-prompt prefix, after which harmful prompts are always refused (so the
+refusal-prefix baseline is a prompt the model knows), and half its rows have their
+response positions shifted by 1..4: SVGT's bridge sits in such a gap after the
+prompt (gapped positions), which a base trained without gaps cannot read through.
 
 SVGT (l = n_layers - 2, K bridge tokens): stage 1 (prompt harm), stage 2
 (response harm given prompt), stage 3 (bridge generator on harmful prompt ->
@@ -32,12 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxkit import decoding, nn, steering
+from jaxkit import decoding, io, nn, steering
 
 V, N_BEN, TOPIC0, HARM0 = 64, 40, 40, 48
 REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
 JB = 8  # jailbreak words of the prompt-prefix shift
+GAP = 4  # the base's training shifts response positions by up to GAP (>= n_bridge)
 WP, WB = JB + PW + 1, JB + PW + 1 + RW  # evaluation widths: prompts, benign rows
 
 
@@ -83,23 +88,64 @@ def train_base(rng, steps, key):
     tx = optax.adam(3e-3)
     st = tx.init(params)
 
-    def loss(p, tok, plen):
-        lg = nn.apply(p, CFG, tok[:, :-1]).logits.astype(jnp.float32)
+    def loss(p, tok, plen, gap):
+        j = jnp.arange(tok.shape[1] - 1)[None]
+        pos = jnp.where(j < plen[:, None], j, j + gap[:, None])  # a gap after the prompt
+        lg = nn.apply(p, CFG, tok[:, :-1], pos).logits.astype(jnp.float32)
         nll = -jnp.take_along_axis(jax.nn.log_softmax(lg), tok[:, 1:, None], -1)[..., 0]
         j = jnp.arange(tok.shape[1] - 1)[None]
         w = (j >= plen[:, None] - 1).astype(jnp.float32)  # response tokens only
         return jnp.sum(nll * w) / jnp.sum(w)
 
     @jax.jit
-    def step(p, st, tok, plen):
-        lv, g = jax.value_and_grad(loss)(p, tok, plen)
+    def step(p, st, tok, plen, gap):
+        lv, g = jax.value_and_grad(loss)(p, tok, plen, gap)
         u, st = tx.update(g, st, p)
         return optax.apply_updates(p, u), st, lv
 
     for _ in range(steps):
         tok, plen, _, _ = sample(rng, 64, sys_frac=0.1, width=PW + 3 + RW)  # one shape
-        params, st, lv = step(params, st, tok, plen)
+        # half the rows see their response positions shifted by 1..GAP: SVGT's bridge
+        # tokens sit in such a gap (gapped positions), which the base must tolerate
+        gap = np.where(rng.random(64) < 0.5, rng.integers(1, GAP + 1, 64), 0).astype(np.int32)
+        params, st, lv = step(params, st, tok, plen, gap)
     return params, float(lv)
+
+
+def base_quality(params, rng, n):
+    """Teacher-forced quality of a base model on fresh rows (the fixture's claims).
+
+    ``benign_token_acc``: arg-max accuracy on benign (reversed-prompt) responses;
+    ``harm_mass``: mean probability of a harmful content at a harmful prompt's first
+    response token (the world's 0.7); ``sys_refusal_mass``: mean probability of REFUSE
+    there after the system prompt (1.0).
+    """
+    tok, plen, _, _ = sample(rng, n, harmful_frac=0.0, width=PW + 3 + RW)
+    lp = jax.nn.log_softmax(nn.apply(params, CFG, jnp.asarray(tok)).logits.astype(jnp.float32))
+    j = np.arange(tok.shape[1])[None]
+    resp = (j >= plen[:, None]) & (j < plen[:, None] + RW)
+    pred = np.asarray(jnp.argmax(lp, -1))
+    acc = float(np.mean((pred[:, :-1] == tok[:, 1:])[resp[:, 1:]]))
+    first = []
+    for sys_frac in (0.0, 1.0):
+        tok, plen, _, _ = sample(rng, n, harmful_frac=1.0, sys_frac=sys_frac, width=PW + 3 + RW)
+        p = np.asarray(jax.nn.softmax(nn.apply(params, CFG, jnp.asarray(tok)).logits, -1))
+        first.append(p[np.arange(n), plen - 1])
+    return {
+        "benign_token_acc": acc,
+        "harm_mass": float(np.mean(first[0][:, HARM0 : HARM0 + 8].sum(-1))),
+        "sys_refusal_mass": float(np.mean(first[1][:, REFUSE])),
+    }
+
+
+def load_base(rng, *, train_steps=None, key=None):
+    """The frozen base: the fixture ``svgt_toy_base`` or, with ``train_steps``, retrained."""
+    if train_steps:
+        return train_base(rng, train_steps, key)
+    fx = io.load_fixture("svgt_toy_base")
+    if fx.cfg != CFG:
+        raise ValueError("the svgt_toy_base fixture's config differs from this example's CFG")
+    return fx.params, float(fx.info["final_loss"])
 
 
 def run_stages(params, scfg, rng, steps, key):
@@ -192,11 +238,11 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, basel
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
+def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=None):
     del data_dir
     rng = np.random.default_rng(seed)
     key = jax.random.key(seed)
-    params, base_loss = train_base(rng, 200 if quick else 1500, jax.random.fold_in(key, 1))
+    params, base_loss = load_base(rng, train_steps=train_base_steps, key=jax.random.fold_in(key, 1))
     scfg = steering.SVGTConfig(
         layer=CFG.n_layers - 2,
         n_bridge=3,
@@ -207,7 +253,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         dropout=0.0,
     )
     vp, ce3, score3 = run_stages(
-        params, scfg, rng, 60 if quick else 300, jax.random.fold_in(key, 2)
+        params, scfg, rng, 40 if quick else 300, jax.random.fold_in(key, 2)
     )
     # CAA: harmful prompt + REFUSE (positive) vs harmful prompt + first content word
     tok, plen, hp, _ = sample(rng, 64, harmful_frac=1.0, p_harm=1.0)
@@ -272,6 +318,7 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
+    p.add_argument("--train-base-steps", type=int, default=None)
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     for k, v in res["rows"].items():
         print(k, json.dumps(v))

@@ -3,9 +3,11 @@
 SVGT (Stable Value Guidance Transformer, ICML 2026): an independent value module
 reads block-``l`` hidden states, scores harm in its own value space, and inserts K
 bridge tokens after the prompt at block ``l`` through ``jaxkit.nn.Interventions``;
-three training stages with the backbone frozen; cached and recompute generation,
-an exact cache refresh. Baselines: mean-difference activation steering (CAA,
-:func:`caa_vector` + :func:`steer_add`) and a prompt prefix (:func:`prefix_prompts`).
+three training stages with the backbone frozen; cached and recompute generation
+with an optional EMA bridge refresh from the current token (exact in the cache); a
+last-token or learned attention-pooling value encoder. Baselines: mean-difference
+activation steering (CAA, :func:`caa_vector` + :func:`steer_add`) and a prompt prefix
+(:func:`prefix_prompts`).
 
 The backbone is any ``jaxkit.nn`` parameter dict, e.g. a local Hugging Face folder
 (Llama / Qwen2 names) read with ``jaxkit.io.config_from_hf`` +

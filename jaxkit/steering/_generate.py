@@ -8,6 +8,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
 from jaxkit.kernels.sampling import sample_tokens
+from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
     SVGTParams,
@@ -29,27 +30,50 @@ def _reserve(tokens, prompt_len, k, fill):
 
 
 def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+    # One pass over the prompt: blocks <= l fill the cache (the K reserved slots hidden)
+    # and give the value module its block-l hidden, the bridge replaces the reserved
+    # rows, blocks > l finish the prefill. Decode steps carry only the masking
+    # (``n_insert``): the bridge's K/V are in the cache already.
+    b, p = prompt.shape
     k, layer = cfg.n_bridge, cfg.layer
-    h = nn.run_layers(
-        lm_params,
-        lm_cfg,
-        nn.embed(lm_params, lm_cfg, prompt),
-        jnp.broadcast_to(jnp.arange(prompt.shape[1], dtype=jnp.int32), prompt.shape),
-        stop=layer + 1,
-    ).h
-    bridge, _ = make_bridge(vp, cfg, h, prompt_len)
-    iv = nn.Interventions(insert_layer=layer, insert_at=prompt_len, latents=bridge)
-    return decoding.ar_generate(
-        lm_params,
-        lm_cfg,
-        _reserve(prompt, prompt_len, k, 0),
-        prompt_len + k,
-        key=key,
-        max_new_tokens=n,
-        temperature=temperature,
-        top_p=top_p,
-        interventions=iv,
+    greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+    reserved = _reserve(prompt, prompt_len, k, 0)
+    pos = zb[:, None] + jnp.arange(p + k, dtype=jnp.int32)[None, :]
+    cache = nn.init_cache(
+        lm_cfg, max_len=p + k + n, like=prompt_len, dtype=lm_params["embed"].dtype
     )
+    hide = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
+    x = nn.embed(lm_params, lm_cfg, reserved)
+    low = nn.run_layers(
+        lm_params, lm_cfg, x, pos, stop=layer + 1, cache=cache, interventions=hide, overflow="drop"
+    )
+    # rows < M_b <= P of `low.h` are the prompt's (the reserved rows are hidden from them)
+    bridge, _ = make_bridge(vp, cfg, low.h[:, :p], prompt_len)
+    j = pos - prompt_len[:, None]
+    span = (j >= 0) & (j < k)
+    br = jnp.take_along_axis(bridge, jnp.clip(j, 0, k - 1)[:, :, None], axis=1)
+    hx = jnp.where(span[:, :, None], br.astype(low.h.dtype), low.h)
+    up = nn.run_layers(
+        lm_params, lm_cfg, hx, pos, start=layer + 1, cache=low.cache, overflow="drop"
+    )
+    last = jnp.take_along_axis(up.h, (prompt_len + k - 1)[:, None, None], axis=1)
+    logits = nn.unembed(lm_params, lm_cfg, last)[:, 0]
+    cache = up.cache._replace(length=prompt_len + k)
+    tok = _choose(logits, jax.random.fold_in(key, 0), temperature, top_p, greedy)
+    out = (zb[:, None] + jnp.zeros((1, n), jnp.int32)).at[:, 0].set(tok)
+
+    def body(i, c):
+        cache, tok, out = c
+        logits, cache = nn.decode_step(
+            lm_params, lm_cfg, tok, cache, overflow="drop", interventions=hide
+        )
+        tok = _choose(logits, jax.random.fold_in(key, i), temperature, top_p, greedy)
+        return cache, tok, out.at[:, i].set(tok)
+
+    _, _, out = jax.lax.fori_loop(1, n, body, (cache, tok, out))
+    steps = zb + (n - 1)  # decode steps after the prefill
+    return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
 
 def _choose(logits, key, temperature, top_p, greedy):
@@ -92,7 +116,29 @@ def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, 
     )
 
 
-_MODES = {"cached": _cached, "recompute": _recompute, "off": _off}
+def _refreshing(gen):
+    def run(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+        greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+
+        def choose(logits, k):
+            return _choose(logits, k, temperature, top_p, greedy)
+
+        out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
+        b = prompt.shape[0]
+        steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # loop steps after the first token
+        stats = decoding.DecodeStats(steps[0], steps)
+        return decoding.Generation(out, jnp.full((b,), n, jnp.int32), stats)
+
+    return run
+
+
+_MODES = {
+    "cached": _cached,
+    "recompute": _recompute,
+    "off": _off,
+    "cached_refresh": _refreshing(cached_refresh),
+    "recompute_refresh": _refreshing(recompute_refresh),
+}
 
 
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "cfg", "n", "mode", "greedy"))
@@ -123,16 +169,21 @@ def svgt_generate(
 ) -> decoding.Generation:
     """Generate with the bridge inserted after each row's prompt at block ``cfg.layer``.
 
-    The bridge is built once from the prompt (trigger = the last prompt token's
-    block-``l`` hidden; the authors' refresh with that trigger is a no-op, so the
-    bridge is static; :func:`~jaxkit.steering.refresh_bridge` rewrites a cache exactly
-    when a bridge changes). ``"cached"``: the prompt gets K reserved slots after
-    position ``M_b``, ``nn.Interventions`` inserts the bridge there, and
-    ``decoding.ar_generate`` decodes with the span hidden from blocks ``<= l`` and
-    the gapped positions ``M+K..`` (KV cache). ``"recompute"``: every token runs the
-    full :func:`svgt_forward` on ``[prompt ; generated]`` (no cache; the oracle of the
-    cached path). ``enabled=False`` is ``decoding.ar_generate`` on the base model,
-    exactly. Jitted at module level (configs, sizes, mode static).
+    The bridge is built from the prompt (trigger = the last prompt token's block-``l``
+    hidden). With ``cfg.refresh_every = 0`` it stays fixed (the authors' refresh,
+    whose trigger stays the last prompt token, is a no-op). With ``R > 0`` every R
+    steps a new bridge is built from the *current* token (its block-``l`` hidden is
+    the trigger; the value encoder reads the prompt and the tokens so far) and
+    smoothed, ``b <- cfg.ema * b + (1 - cfg.ema) * b_new``; each step's logits are
+    those of ``[prompt ; b ; generated]``. ``"cached"``: the prompt gets K reserved
+    slots after position ``M_b``; one pass fills the cache (blocks ``<= l`` with the
+    span hidden, the bridge inserted after block ``l``, blocks ``> l``) and the decode
+    steps keep the span hidden below ``l`` at the gapped positions ``M+K..``; a
+    refresh rewrites the K/V of the bridge *and* of every generated token above ``l``
+    exactly (a chunk forward; the current token is re-run). ``"recompute"``: every
+    token runs the blocks on ``[prompt ; generated]`` and the bridge (no cache; the
+    oracle of the cached path). ``enabled=False`` is ``decoding.ar_generate`` on the
+    base model, exactly. Jitted at module level (configs, sizes, mode static).
 
     Args:
       lm_params: The frozen backbone's parameters (``jaxkit.nn`` layout).
@@ -175,7 +226,7 @@ def svgt_generate(
         lm_cfg=lm_cfg,
         cfg=cfg,
         n=n,
-        mode=mode if enabled else "off",
+        mode=(mode + ("_refresh" if cfg.refresh_every else "")) if enabled else "off",
         greedy=greedy,
     )
 

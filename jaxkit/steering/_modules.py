@@ -89,6 +89,19 @@ def pool_last(x: Float[Array, "B T d"], mask: Bool[Array, "B T"]) -> Float[Array
     return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
 
 
+def pool_attention(
+    x: Float[Array, "B T d"], mask: Bool[Array, "B T"], query: Float[Array, " d"], wk: Linear
+) -> Float[Array, "B d"]:
+    """Attention pooling: ``sum_t softmax_t(<wk(x_t), query> / sqrt(d)) x_t`` over valid t.
+
+    The query is learned (the reference's attention-pooling variant); masked
+    positions get weight exactly 0.
+    """
+    s = wk(x) @ query / math.sqrt(x.shape[-1])
+    a = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
+    return jnp.einsum("bt,btd->bd", jnp.where(mask, a, 0.0), x)
+
+
 class ValueEncoder(eqx.Module):
     """Maps layer-l hidden states into the value space (d_v).
 
@@ -96,7 +109,8 @@ class ValueEncoder(eqx.Module):
     read against its prompt through a cross-attention whose projections start at gain
     0.1 with ``cross_scale`` 3.0 so stage 2 starts near stage 1), ``trigger``
     (stage 3 and generation, a prompt through ``prompt_proj``). Pooling: the last
-    valid token; aggregate: MLP + GELU + LayerNorm.
+    valid token (``pooling="last"``) or a learned attention-pooling query
+    (``"attention"``, :func:`pool_attention`); aggregate: MLP + GELU + LayerNorm.
     """
 
     response_proj: Linear
@@ -109,10 +123,20 @@ class ValueEncoder(eqx.Module):
     cross_scale: Array
     agg: Linear
     agg_ln: LayerNorm
+    pool_query: Array | None
+    pool_key: Linear | None
     dropout: float = eqx.field(static=True)
 
-    def __init__(self, d_model, value_dim, *, n_heads, n_layers, dropout, key):
+    def __init__(self, d_model, value_dim, *, n_heads, n_layers, dropout, key, pooling="last"):
         ks = jax.random.split(key, n_layers + 4)
+        if pooling == "attention":  # its own keys: "last" keeps its initialisation
+            kq, kk = jax.random.split(jax.random.fold_in(key, 1_000_003))
+            self.pool_query = 0.02 * jax.random.normal(kq, (value_dim,), jnp.float32)
+            self.pool_key = Linear(value_dim, value_dim, key=kk)
+        elif pooling == "last":
+            self.pool_query, self.pool_key = None, None
+        else:
+            raise ValueError(f"`pooling` must be 'last' or 'attention', got {pooling!r}.")
         self.response_proj = Linear(d_model, value_dim, key=ks[0])
         self.prompt_proj = Linear(d_model, value_dim, key=ks[1], gain=0.1)
         self.layers = tuple(
@@ -132,7 +156,11 @@ class ValueEncoder(eqx.Module):
         ks = _keys(key, len(self.layers) + 1)
         for layer, k in zip(self.layers, ks[1:], strict=True):
             u = layer(u, mask, k)
-        z = jax.nn.gelu(self.agg(pool_last(u, mask)))
+        if self.pool_query is None:
+            pooled = pool_last(u, mask)
+        else:
+            pooled = pool_attention(u, mask, self.pool_query, self.pool_key)
+        z = jax.nn.gelu(self.agg(pooled))
         return self.agg_ln(_dropout(z, self.dropout, ks[0]))
 
     def unconditional(self, h, mask, *, key=None) -> Float[Array, "B dv"]:

@@ -48,6 +48,11 @@ class SVGTConfig(NamedTuple):
       dropout: Dropout rate of the value encoder (training only: with a key).
       vlp_heads: Heads of the bridge generator's attention (divides D).
       grad_step: eta of the value correction (a Newton step; 1 lands on s = 0).
+      pooling: ``"last"`` (last valid token) or ``"attention"`` (a learned
+        attention-pooling query) in the value encoder.
+      refresh_every: R: generation refreshes the bridge every R steps from the
+        current token (0: never, a static bridge built from the prompt).
+      ema: beta of the refresh ``b <- beta b + (1 - beta) b_new`` in ``[0, 1]``.
     """
 
     layer: int
@@ -58,6 +63,9 @@ class SVGTConfig(NamedTuple):
     dropout: float = 0.1
     vlp_heads: int = 4
     grad_step: float = 1.0
+    pooling: str = "last"
+    refresh_every: int = 0
+    ema: float = 0.8
 
 
 class SVGTParams(NamedTuple):
@@ -85,6 +93,9 @@ def check_config(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, upper: bool =
     if lm_cfg.d_model % cfg.vlp_heads:
         raise ValueError(f"`cfg.vlp_heads`={cfg.vlp_heads} must divide d_model.")
     _validate.in_interval(low=0, high=1, closed="left", dropout=cfg.dropout)
+    _validate.one_of(("last", "attention"), **{"cfg.pooling": cfg.pooling})
+    _validate.python_int(cfg.refresh_every, name="cfg.refresh_every", minimum=0)
+    _validate.in_interval(low=0, high=1, closed="both", **{"cfg.ema": cfg.ema})
 
 
 def init_svgt(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, key) -> SVGTParams:
@@ -94,7 +105,13 @@ def init_svgt(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, key) -> SVGTPara
     k1, k2, k3 = jax.random.split(key, 3)
     d, dv = lm_cfg.d_model, cfg.value_dim
     enc = ValueEncoder(
-        d, dv, n_heads=cfg.n_heads, n_layers=cfg.n_value_layers, dropout=cfg.dropout, key=k1
+        d,
+        dv,
+        n_heads=cfg.n_heads,
+        n_layers=cfg.n_value_layers,
+        dropout=cfg.dropout,
+        key=k1,
+        pooling=cfg.pooling,
     )
     return SVGTParams(
         enc, Discriminator(dv, key=k2), BridgeVLP(d, dv, cfg.n_bridge, cfg.vlp_heads, key=k3)
@@ -177,10 +194,15 @@ def gapped_positions(prompt_len: Array, t: int, k: int) -> Array:
     return jnp.where(j < prompt_len[:, None], j, j + k)
 
 
-def make_bridge(vp: SVGTParams, cfg: SVGTConfig, h_l, prompt_len, key=None):
-    """Bridge ``[B, K, D]`` from block-``l`` hidden states of the prompts (traced)."""
+def make_bridge(vp: SVGTParams, cfg: SVGTConfig, h_l, prompt_len, key=None, mask=None):
+    """Bridge ``[B, K, D]`` from block-``l`` hidden states of the prompts (traced).
+
+    The trigger is row ``prompt_len - 1`` (the last prompt token, or the current
+    token in a refresh); the value encoder reads ``h_l`` under ``mask`` (default:
+    ``j < prompt_len``).
+    """
     t = h_l.shape[1]
-    pmask = jnp.arange(t)[None, :] < prompt_len[:, None]
+    pmask = jnp.arange(t)[None, :] < prompt_len[:, None] if mask is None else mask
     h_trig = jnp.take_along_axis(h_l, (prompt_len - 1)[:, None, None], axis=1)
     z = vp.encoder.trigger(h_l, pmask, key=key)
     dz = _value_correction(vp.disc, z, cfg.grad_step)
