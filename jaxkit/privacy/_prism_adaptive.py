@@ -22,9 +22,9 @@ from jaxkit.privacy import _common as C
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     _balance_from_cache,
-    _horizontal,
+    _horizontal_eig,
+    _retract_balanced,
     gram_cache,
-    retract,
 )
 
 
@@ -57,18 +57,19 @@ def _module(
     if cache is None:  # else gram_cache(p) from the aggregator (column signs may differ)
         cache = gram_cache(p, rcond=rcond)
     acc = cache.u.dtype
-    pb, g, git = _balance_from_cache(p, cache)
+    pb, g, git, q = _balance_from_cache(p, cache)
     pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
     da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-    # the balanced factors' Gram matrices; their pseudo-inverses (the LAPACK part of
-    # gram_cache) only where the de-biasing or the geometry floor reads them
+    # balanced and aligned: pb = (u sqrt(S) Q, v sqrt(S) Q), so both Gram matrices are
+    # Q^T S Q with the known eigendecomposition (s, Q^T) (no eigh), and u, v are
+    # orthonormal bases of their column spaces (the retraction's QRs shrink to m x r).
+    # The pseudo-inverses (gram_cache's LAPACK part) only where the de-biasing or the
+    # geometry floor reads them.
     if debias or floor_mode == "geometry":
         cb = gram_cache(pb, rcond=rcond)
-        mg, ng = cb.m_gram, cb.n_gram
-    else:
-        mg, ng = pb.a.T @ pb.a, pb.b.T @ pb.b
     if horizontal:
-        da, db = _horizontal(pb, LoraFactors(da, db), mg, ng)
+        eig = (cache.s.astype(acc), q.T)
+        da, db = _horizontal_eig(pb, LoraFactors(da, db), eig, eig)
     m, r = pb.a.shape
     n = pb.b.shape[0]
     if adaptive:
@@ -100,7 +101,7 @@ def _module(
         new_mu, new_nu = mu, nu
     wd = jnp.asarray(weight_decay, acc)
     ua, ub = ua + wd * pb.a, ub + wd * pb.b
-    new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
+    new = _retract_balanced(cache, q, pb, LoraFactors(-ua, -ub), eta=lr.astype(acc))
     upd = LoraFactors(
         (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
     )

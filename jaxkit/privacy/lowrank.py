@@ -259,10 +259,20 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
 
 def _horizontal(f, d, m_gram, n_gram):
     """:func:`horizontal_lift` from the Gram matrices ``a^T a``, ``b^T b`` alone."""
-    acc = m_gram.dtype
-    a, b, da, db = (x.astype(acc) for x in (*f, *d))
     lm, um = jnp.linalg.eigh(m_gram)
     ln, vn = jnp.linalg.eigh(n_gram)
+    return _horizontal_eig(f, d, (lm, um), (ln, vn))
+
+
+def _horizontal_eig(f, d, m_eig, n_eig):
+    """:func:`horizontal_lift` from the eigendecompositions ``(lambda, E)`` of ``a^T a``, ``b^T b``.
+
+    For balanced, aligned factors ``(u sqrt(S) Q, v sqrt(S) Q)`` both Grams are
+    ``Q^T S Q``: ``(s, Q^T)`` serves for both and no ``eigh`` is needed.
+    """
+    (lm, um), (ln, vn) = m_eig, n_eig
+    acc = um.dtype
+    a, b, da, db = (x.astype(acc) for x in (*f, *d))
     rhs = db.T @ b - a.T @ da
     den = lm[:, None] + ln[None, :]
     tiny = jnp.finfo(acc).tiny
@@ -306,10 +316,20 @@ def retract(
     f = check_factors(f)
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
-    eta = jnp.asarray(eta).astype(acc)
-    r = a.shape[-1]
     qu, ru = jnp.linalg.qr(jnp.concatenate([a, da], axis=1))
     qv, rv = jnp.linalg.qr(jnp.concatenate([b, db], axis=1))
+    return _retract_core(a, b, (qu, ru), (qv, rv), eta, align, f.a.dtype)
+
+
+def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
+    """:func:`retract` given factorisations ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v``.
+
+    ``Q`` needs orthonormal columns; ``R`` (``2r x 2r``) need not be triangular.
+    """
+    (qu, ru), (qv, rv) = qr_u, qr_v
+    acc = ru.dtype
+    eta = jnp.asarray(eta).astype(acc)
+    r = a.shape[-1]
     eye = jnp.eye(r, dtype=acc)
     k = jnp.block([[eye, eta * eye], [eta * eye, jnp.zeros_like(eye)]])
     uc, s, vct = jnp.linalg.svd(ru @ k @ rv.T)
@@ -319,7 +339,36 @@ def retract(
     if align:
         q = _polar(ap.T @ a + bp.T @ b)
         ap, bp = ap @ q, bp @ q
-    return LoraFactors(ap.astype(f.a.dtype), bp.astype(f.a.dtype))
+    return LoraFactors(ap.astype(dtype), bp.astype(dtype))
+
+
+def _frame_qr(u, r0, d):
+    """``[u r0, d] = Q R`` with ``Q = [u, Q_p]`` for orthonormal ``u`` (``[m, r]``).
+
+    The part of ``d`` orthogonal to ``u`` (projected twice, so orthogonality holds to
+    round-off) gets a thin QR of ``m x r`` instead of the ``m x 2r`` one of ``[u r0, d]``.
+    """
+    c1 = u.T @ d
+    p = d - u @ c1
+    c2 = u.T @ p
+    qp, rp = jnp.linalg.qr(p - u @ c2)
+    top = jnp.concatenate([r0, c1 + c2], axis=1)
+    bot = jnp.concatenate([jnp.zeros_like(r0), rp], axis=1)
+    return jnp.concatenate([u, qp], axis=1), jnp.concatenate([top, bot], axis=0)
+
+
+def _retract_balanced(cache, q, pb, d, *, eta):
+    """:func:`retract` (aligned) of balanced factors ``pb = (u sqrt(S) Q, v sqrt(S) Q)``.
+
+    ``cache`` holds ``u, v, s`` and ``q`` the gauge ``Q`` (from :func:`_balance_from_cache`):
+    the frame ``u`` (``v``) is already an orthonormal basis of ``col(pb.a)`` (``col(pb.b)``).
+    """
+    acc = cache.u.dtype
+    r0 = jnp.sqrt(jnp.maximum(cache.s, 0.0))[:, None] * q
+    a, b, da, db = (x.astype(acc) for x in (*pb, *d))
+    qr_u = _frame_qr(cache.u, r0, da)
+    qr_v = _frame_qr(cache.v, r0, db)
+    return _retract_core(a, b, qr_u, qr_v, eta, True, pb.a.dtype)
 
 
 @functools.partial(
@@ -336,18 +385,22 @@ def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraF
 
 
 def _balance_from_cache(f, cache, *, align=True):
-    """Balanced factors and the gauge ``(G, G^{-T})`` with ``a_b = a G``, ``b_b = b G^{-T}``."""
+    """Balanced factors, the gauge ``(G, G^{-T})`` (``a_b = a G``, ``b_b = b G^{-T}``) and ``Q``.
+
+    ``a_b = u sqrt(S) Q``, ``b_b = v sqrt(S) Q`` (``Q`` the Procrustes rotation, or ``I``).
+    """
     acc = cache.u.dtype
     rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
     g = cache.ta * rs
     git = cache.tb * rs
+    q = jnp.eye(g.shape[-1], dtype=acc)
     if align:
         a, b = f.a.astype(acc), f.b.astype(acc)
         ab, bb = cache.u * rs, cache.v * rs
         q = _polar(ab.T @ a + bb.T @ b)
         g, git = g @ q, git @ q
     a, b = f.a.astype(acc), f.b.astype(acc)
-    return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git
+    return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git, q
 
 
 @functools.partial(jax.jit, static_argnames=("dtype",))
