@@ -254,22 +254,11 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
     ``N`` and returns ``(dA + a Om, dB - b Om^T)``, which is orthogonal to the
     vertical space ``{(a W, -b W^T)}`` and leaves ``dA b^T + a dB^T`` unchanged.
     """
-    return _horizontal(f, d, cache.m_gram, cache.n_gram)
+    return _horizontal(f, d, jnp.linalg.eigh(cache.m_gram), jnp.linalg.eigh(cache.n_gram))
 
 
-def _horizontal(f, d, m_gram, n_gram):
-    """:func:`horizontal_lift` from the Gram matrices ``a^T a``, ``b^T b`` alone."""
-    lm, um = jnp.linalg.eigh(m_gram)
-    ln, vn = jnp.linalg.eigh(n_gram)
-    return _horizontal_eig(f, d, (lm, um), (ln, vn))
-
-
-def _horizontal_eig(f, d, m_eig, n_eig):
-    """:func:`horizontal_lift` from the eigendecompositions ``(lambda, E)`` of ``a^T a``, ``b^T b``.
-
-    For balanced, aligned factors ``(u sqrt(S) Q, v sqrt(S) Q)`` both Grams are
-    ``Q^T S Q``: ``(s, Q^T)`` serves for both and no ``eigh`` is needed.
-    """
+def _horizontal(f, d, m_eig, n_eig):
+    """:func:`horizontal_lift` given ``eigh(a^T a)``, ``eigh(b^T b)`` (balanced: ``(s, Q^T)``)."""
     (lm, um), (ln, vn) = m_eig, n_eig
     acc = um.dtype
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
@@ -322,10 +311,7 @@ def retract(
 
 
 def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
-    """:func:`retract` given factorisations ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v``.
-
-    ``Q`` needs orthonormal columns; ``R`` (``2r x 2r``) need not be triangular.
-    """
+    """:func:`retract` from ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v`` (orthonormal Q's)."""
     (qu, ru), (qv, rv) = qr_u, qr_v
     acc = ru.dtype
     eta = jnp.asarray(eta).astype(acc)
@@ -342,35 +328,6 @@ def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
     return LoraFactors(ap.astype(dtype), bp.astype(dtype))
 
 
-def _frame_qr(u, r0, d):
-    """``[u r0, d] = Q R`` with ``Q = [u, Q_p]`` for orthonormal ``u`` (``[m, r]``).
-
-    The part of ``d`` orthogonal to ``u`` (projected twice, so orthogonality holds to
-    round-off) gets a thin QR of ``m x r`` instead of the ``m x 2r`` one of ``[u r0, d]``.
-    """
-    c1 = u.T @ d
-    p = d - u @ c1
-    c2 = u.T @ p
-    qp, rp = jnp.linalg.qr(p - u @ c2)
-    top = jnp.concatenate([r0, c1 + c2], axis=1)
-    bot = jnp.concatenate([jnp.zeros_like(r0), rp], axis=1)
-    return jnp.concatenate([u, qp], axis=1), jnp.concatenate([top, bot], axis=0)
-
-
-def _retract_balanced(cache, q, pb, d, *, eta):
-    """:func:`retract` (aligned) of balanced factors ``pb = (u sqrt(S) Q, v sqrt(S) Q)``.
-
-    ``cache`` holds ``u, v, s`` and ``q`` the gauge ``Q`` (from :func:`_balance_from_cache`):
-    the frame ``u`` (``v``) is already an orthonormal basis of ``col(pb.a)`` (``col(pb.b)``).
-    """
-    acc = cache.u.dtype
-    r0 = jnp.sqrt(jnp.maximum(cache.s, 0.0))[:, None] * q
-    a, b, da, db = (x.astype(acc) for x in (*pb, *d))
-    qr_u = _frame_qr(cache.u, r0, da)
-    qr_v = _frame_qr(cache.v, r0, db)
-    return _retract_core(a, b, qr_u, qr_v, eta, True, pb.a.dtype)
-
-
 @functools.partial(
     jax.jit,
     static_argnames=(
@@ -385,10 +342,7 @@ def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraF
 
 
 def _balance_from_cache(f, cache, *, align=True):
-    """Balanced factors, the gauge ``(G, G^{-T})`` (``a_b = a G``, ``b_b = b G^{-T}``) and ``Q``.
-
-    ``a_b = u sqrt(S) Q``, ``b_b = v sqrt(S) Q`` (``Q`` the Procrustes rotation, or ``I``).
-    """
+    """Balanced ``(a G, b G^{-T}) = (u sqrt(S) Q, v sqrt(S) Q)``, ``G``, ``G^{-T}``, ``Q``."""
     acc = cache.u.dtype
     rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
     g = cache.ta * rs

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxkit.privacy import lowrank as L
+from jaxkit.privacy._prism_adaptive import _retract_balanced
 from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
 
 
@@ -218,13 +219,13 @@ def test_balanced_frame_geometry_equals_gram_and_qr_formulas(key, in_span):
         )
         if in_span:
             d = L.LoraFactors(pb.a @ d.a[:4], pb.b @ d.b[:4])
-        want = L._horizontal(pb, d, pb.a.T @ pb.a, pb.b.T @ pb.b)
+        want = L.horizontal_lift(pb, d, L.gram_cache(pb))
         eig = (cache.s, q.T)
-        got = L._horizontal_eig(pb, d, eig, eig)
+        got = L._horizontal(pb, d, eig, eig)
         for x, y in zip(got, want, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
         for eta in (0.3, 1e-3):
             want = L.retract(pb, d, eta=eta, align=True)
-            got = L._retract_balanced(cache, q, pb, d, eta=eta)
+            got = _retract_balanced(cache, q, pb, d, eta=eta)
             for x, y in zip(got, want, strict=True):
                 np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
