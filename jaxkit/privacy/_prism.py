@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
-from jaxkit.privacy._prism_adaptive import _lr, adaptive_body, prism_adaptive
+from jaxkit.privacy._prism_adaptive import AdaptiveOpts, _lr, adaptive_body, prism_adaptive
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     TangentCoords,
@@ -140,19 +140,17 @@ def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
 
 
 @functools.partial(jax.jit, static_argnames=("axis_name", "rcond"))
-def _privatize_update(
-    updates, state, params, clip_norm, noise_multiplier, denom, *, axis_name, rcond
-):
+def _privatize_update(updates, state, params, dp, *, axis_name, rcond):
     """The body of ``prism_privatize``'s update, jitted once at module level."""
-    return _privatize_body(
-        updates, state, params, clip_norm, noise_multiplier, denom, axis_name=axis_name, rcond=rcond
-    )[:2]
+    return _privatize_body(updates, state, params, dp, axis_name=axis_name, rcond=rcond)[:2]
 
 
-def _privatize_body(
-    updates, state, params, clip_norm, noise_multiplier, denom, *, axis_name, rcond
-):
-    """``prism_privatize``'s update plus the per-node caches ``gram_cache(params)``."""
+def _privatize_body(updates, state, params, dp, *, axis_name, rcond):
+    """``prism_privatize``'s update plus the per-node caches ``gram_cache(params)``.
+
+    ``dp``: ``(clip_norm, noise_multiplier, denom)``.
+    """
+    clip_norm, noise_multiplier, denom = dp
     nd = C.norm_dtype(jax.tree.leaves(params))
     cn, std, den = C.dp_constants(
         nd, clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom
@@ -294,16 +292,8 @@ def prism_privatize(
 
     def update(updates, state, params=None):
         _check_update_args(updates, params)
-        return _privatize_update(
-            updates,
-            state,
-            params,
-            clip_norm,
-            noise_multiplier,
-            denom,
-            axis_name=axis_name,
-            rcond=rcond,
-        )
+        dp = (clip_norm, noise_multiplier, denom)
+        return _privatize_update(updates, state, params, dp, axis_name=axis_name, rcond=rcond)
 
     return optax.GradientTransformation(_init_privatize(key, with_frame=True), update)
 
@@ -398,81 +388,28 @@ def prism(
         ),
     )
     hp = (b1, b2, eps, floor_factor, cond_max, weight_decay)
+    dp = (clip_norm, noise_multiplier, denom)
+    opts = AdaptiveOpts(rcond, horizontal, adaptive, debias, floor_mode)
 
     def update(updates, state, params=None, **extra_args):
         # the chain's update, fused: the aggregator's frame gram_cache(params) is reused
         # by the adaptive step instead of being recomputed (same result up to round-off)
         del extra_args
         _check_update_args(updates, params)
-        s_priv, s_adapt = state
+        lr = _lr(learning_rate, state[1].count)
         return _prism_update(
-            updates,
-            s_priv,
-            s_adapt,
-            params,
-            clip_norm,
-            noise_multiplier,
-            denom,
-            _lr(learning_rate, s_adapt.count),
-            std,
-            hp,
-            axis_name=axis_name,
-            rcond=rcond,
-            horizontal=horizontal,
-            adaptive=adaptive,
-            debias=debias,
-            floor_mode=floor_mode,
+            updates, state, params, dp, lr, std, hp, axis_name=axis_name, opts=opts
         )
 
     return optax.GradientTransformationExtraArgs(chained.init, update)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("axis_name", "rcond", "horizontal", "adaptive", "debias", "floor_mode"),
-)
-def _prism_update(
-    updates,
-    s_priv,
-    s_adapt,
-    params,
-    clip_norm,
-    noise_multiplier,
-    denom,
-    lr,
-    std,
-    hp,
-    *,
-    axis_name,
-    rcond,
-    horizontal,
-    adaptive,
-    debias,
-    floor_mode,
-):
+@functools.partial(jax.jit, static_argnames=("axis_name", "opts"))
+def _prism_update(updates, state, params, dp, lr, std, hp, *, axis_name, opts):
     """``prism``'s update: privatize, then the adaptive step on the same frames."""
+    s_priv, s_adapt = state
     priv, s_priv, caches = _privatize_body(
-        updates,
-        s_priv,
-        params,
-        clip_norm,
-        noise_multiplier,
-        denom,
-        axis_name=axis_name,
-        rcond=rcond,
+        updates, s_priv, params, dp, axis_name=axis_name, rcond=opts.rcond
     )
-    out, s_adapt = adaptive_body(
-        priv,
-        s_adapt,
-        params,
-        lr,
-        std,
-        hp,
-        caches,
-        rcond=rcond,
-        horizontal=horizontal,
-        adaptive=adaptive,
-        debias=debias,
-        floor_mode=floor_mode,
-    )
+    out, s_adapt = adaptive_body(priv, s_adapt, params, lr, std, hp, caches, opts)
     return out, (s_priv, s_adapt)

@@ -23,8 +23,8 @@ from jaxkit.privacy.lowrank import (
     LoraFactors,
     _balance_from_cache,
     _horizontal,
+    _retract_core,
     gram_cache,
-    retract,
 )
 
 
@@ -36,10 +36,49 @@ class PrismAdaptiveState(NamedTuple):
     nu: PyTree
 
 
+class AdaptiveOpts(NamedTuple):
+    """The static options of :func:`prism_adaptive` (one hashable jit argument)."""
+
+    rcond: float
+    horizontal: bool
+    adaptive: bool
+    debias: bool
+    floor_mode: str
+
+
 def _lr(learning_rate, count):
     if callable(learning_rate):
         return jnp.asarray(learning_rate(count))
     return jnp.asarray(learning_rate)
+
+
+def _frame_qr(u, r0, d):
+    """``[u r0, d] = Q R`` with ``Q = [u, Q_p]`` for orthonormal ``u`` (``[m, r]``).
+
+    The part of ``d`` orthogonal to ``u`` (projected twice, so orthogonality holds to
+    round-off) gets a thin QR of ``m x r`` instead of the ``m x 2r`` one of ``[u r0, d]``.
+    """
+    c1 = u.T @ d
+    p = d - u @ c1
+    c2 = u.T @ p
+    qp, rp = jnp.linalg.qr(p - u @ c2)
+    top = jnp.concatenate([r0, c1 + c2], axis=1)
+    bot = jnp.concatenate([jnp.zeros_like(r0), rp], axis=1)
+    return jnp.concatenate([u, qp], axis=1), jnp.concatenate([top, bot], axis=0)
+
+
+def _retract_balanced(cache, q, pb, d, *, eta):
+    """:func:`retract` (aligned) of balanced factors ``pb = (u sqrt(S) Q, v sqrt(S) Q)``.
+
+    ``cache`` holds ``u, v, s`` and ``q`` the gauge ``Q`` (from :func:`_balance_from_cache`):
+    the frame ``u`` (``v``) is already an orthonormal basis of ``col(pb.a)`` (``col(pb.b)``).
+    """
+    acc = cache.u.dtype
+    r0 = jnp.sqrt(jnp.maximum(cache.s, 0.0))[:, None] * q
+    a, b, da, db = (x.astype(acc) for x in (*pb, *d))
+    qr_u = _frame_qr(cache.u, r0, da)
+    qr_v = _frame_qr(cache.v, r0, db)
+    return _retract_core(a, b, qr_u, qr_v, eta, True, pb.a.dtype)
 
 
 def _precond(v, floor, cond_max, eps):
@@ -50,25 +89,25 @@ def _precond(v, floor, cond_max, eps):
     return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
 
 
-def _module(
-    p, d, mu, nu, cache, t, lr, std2, hp, *, rcond, horizontal, adaptive, debias, floor_mode
-):
+def _module(p, d, mu, nu, cache, t, lr, std2, hp, opts: AdaptiveOpts):
     b1, b2, eps, floor_factor, cond_max, weight_decay = hp
+    rcond, horizontal, adaptive, debias, floor_mode = opts
     if cache is None:  # else gram_cache(p) from the aggregator (column signs may differ)
         cache = gram_cache(p, rcond=rcond)
     acc = cache.u.dtype
-    pb, g, git = _balance_from_cache(p, cache)
+    pb, g, git, q = _balance_from_cache(p, cache)
     pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
     da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
-    # the balanced factors' Gram matrices; their pseudo-inverses (the LAPACK part of
-    # gram_cache) only where the de-biasing or the geometry floor reads them
+    # balanced and aligned: pb = (u sqrt(S) Q, v sqrt(S) Q), so both Gram matrices are
+    # Q^T S Q with the known eigendecomposition (s, Q^T) (no eigh), and u, v are
+    # orthonormal bases of their column spaces (the retraction's QRs shrink to m x r).
+    # The pseudo-inverses (gram_cache's LAPACK part) only where the de-biasing or the
+    # geometry floor reads them.
     if debias or floor_mode == "geometry":
         cb = gram_cache(pb, rcond=rcond)
-        mg, ng = cb.m_gram, cb.n_gram
-    else:
-        mg, ng = pb.a.T @ pb.a, pb.b.T @ pb.b
     if horizontal:
-        da, db = _horizontal(pb, LoraFactors(da, db), mg, ng)
+        eig = (cache.s.astype(acc), q.T)
+        da, db = _horizontal(pb, LoraFactors(da, db), eig, eig)
     m, r = pb.a.shape
     n = pb.b.shape[0]
     if adaptive:
@@ -100,41 +139,20 @@ def _module(
         new_mu, new_nu = mu, nu
     wd = jnp.asarray(weight_decay, acc)
     ua, ub = ua + wd * pb.a, ub + wd * pb.b
-    new = retract(pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), align=True)
+    new = _retract_balanced(cache, q, pb, LoraFactors(-ua, -ub), eta=lr.astype(acc))
     upd = LoraFactors(
         (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
     )
     return upd, new_mu, new_nu
 
 
-@functools.partial(
-    jax.jit, static_argnames=("rcond", "horizontal", "adaptive", "debias", "floor_mode")
-)
-def _adaptive_update(
-    updates, state, params, lr, noise_std, hp, *, rcond, horizontal, adaptive, debias, floor_mode
-):
+@functools.partial(jax.jit, static_argnames=("opts",))
+def _adaptive_update(updates, state, params, lr, noise_std, hp, *, opts):
     """The body of ``prism_adaptive``'s update, jitted once at module level."""
-    static = dict(
-        rcond=rcond, horizontal=horizontal, adaptive=adaptive, debias=debias, floor_mode=floor_mode
-    )
-    return adaptive_body(updates, state, params, lr, noise_std, hp, None, **static)
+    return adaptive_body(updates, state, params, lr, noise_std, hp, None, opts)
 
 
-def adaptive_body(
-    updates,
-    state,
-    params,
-    lr,
-    noise_std,
-    hp,
-    caches,
-    *,
-    rcond,
-    horizontal,
-    adaptive,
-    debias,
-    floor_mode,
-):
+def adaptive_body(updates, state, params, lr, noise_std, hp, caches, opts: AdaptiveOpts):
     """``prism_adaptive``'s update, given (or not) the frames of ``params``.
 
     ``caches``: per flattened node, ``gram_cache(params)`` (column signs may be
@@ -144,9 +162,6 @@ def adaptive_body(
     t = count.astype(jnp.float32)
     std2 = jnp.square(jnp.asarray(noise_std, jnp.float32))
     b1, b2, eps, floor_factor, cond_max, weight_decay = hp
-    static = dict(
-        rcond=rcond, horizontal=horizontal, adaptive=adaptive, debias=debias, floor_mode=floor_mode
-    )
     p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
     d_nodes = treedef.flatten_up_to(updates)
     mu_nodes = treedef.flatten_up_to(state.mu)
@@ -159,7 +174,7 @@ def adaptive_body(
             t_acc = t.astype(C.acc_dtype(p.a))
             fn = C.stackloop(  # LAPACK inside: one stacked slice per call (see stackloop)
                 lambda p_, d_, mu_, nu_, ca_, ta=t_acc: _module(
-                    p_, d_, mu_, nu_, ca_, ta, lr, std2, hp, **static
+                    p_, d_, mu_, nu_, ca_, ta, lr, std2, hp, opts
                 ),
                 C.n_stack(p),
             )
@@ -167,7 +182,7 @@ def adaptive_body(
         else:
             acc = C.acc_dtype(p)
             dd = d.astype(acc)
-            if adaptive:
+            if opts.adaptive:
                 dirn, mu2, nu2 = C.adam_direction(dd, mu, nu, t, b1, b2, eps)
             else:
                 mu2, nu2, dirn = mu, nu, dd
@@ -260,6 +275,8 @@ def prism_adaptive(
             treedef.unflatten([q[1] for q in pairs]),
         )
 
+    opts = AdaptiveOpts(rcond, horizontal, adaptive, debias, floor_mode)
+
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("`params` must be given to prism_adaptive.update.")
@@ -270,11 +287,7 @@ def prism_adaptive(
             _lr(learning_rate, state.count),
             noise_std,
             (b1, b2, eps, floor_factor, cond_max, weight_decay),
-            rcond=rcond,
-            horizontal=horizontal,
-            adaptive=adaptive,
-            debias=debias,
-            floor_mode=floor_mode,
+            opts=opts,
         )
 
     return optax.GradientTransformation(init, update)

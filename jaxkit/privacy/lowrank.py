@@ -254,15 +254,14 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
     ``N`` and returns ``(dA + a Om, dB - b Om^T)``, which is orthogonal to the
     vertical space ``{(a W, -b W^T)}`` and leaves ``dA b^T + a dB^T`` unchanged.
     """
-    return _horizontal(f, d, cache.m_gram, cache.n_gram)
+    return _horizontal(f, d, jnp.linalg.eigh(cache.m_gram), jnp.linalg.eigh(cache.n_gram))
 
 
-def _horizontal(f, d, m_gram, n_gram):
-    """:func:`horizontal_lift` from the Gram matrices ``a^T a``, ``b^T b`` alone."""
-    acc = m_gram.dtype
+def _horizontal(f, d, m_eig, n_eig):
+    """:func:`horizontal_lift` given ``eigh(a^T a)``, ``eigh(b^T b)`` (balanced: ``(s, Q^T)``)."""
+    (lm, um), (ln, vn) = m_eig, n_eig
+    acc = um.dtype
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
-    lm, um = jnp.linalg.eigh(m_gram)
-    ln, vn = jnp.linalg.eigh(n_gram)
     rhs = db.T @ b - a.T @ da
     den = lm[:, None] + ln[None, :]
     tiny = jnp.finfo(acc).tiny
@@ -306,10 +305,17 @@ def retract(
     f = check_factors(f)
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
-    eta = jnp.asarray(eta).astype(acc)
-    r = a.shape[-1]
     qu, ru = jnp.linalg.qr(jnp.concatenate([a, da], axis=1))
     qv, rv = jnp.linalg.qr(jnp.concatenate([b, db], axis=1))
+    return _retract_core(a, b, (qu, ru), (qv, rv), eta, align, f.a.dtype)
+
+
+def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
+    """:func:`retract` from ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v`` (orthonormal Q's)."""
+    (qu, ru), (qv, rv) = qr_u, qr_v
+    acc = ru.dtype
+    eta = jnp.asarray(eta).astype(acc)
+    r = a.shape[-1]
     eye = jnp.eye(r, dtype=acc)
     k = jnp.block([[eye, eta * eye], [eta * eye, jnp.zeros_like(eye)]])
     uc, s, vct = jnp.linalg.svd(ru @ k @ rv.T)
@@ -319,7 +325,7 @@ def retract(
     if align:
         q = _polar(ap.T @ a + bp.T @ b)
         ap, bp = ap @ q, bp @ q
-    return LoraFactors(ap.astype(f.a.dtype), bp.astype(f.a.dtype))
+    return LoraFactors(ap.astype(dtype), bp.astype(dtype))
 
 
 @functools.partial(
@@ -336,18 +342,19 @@ def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraF
 
 
 def _balance_from_cache(f, cache, *, align=True):
-    """Balanced factors and the gauge ``(G, G^{-T})`` with ``a_b = a G``, ``b_b = b G^{-T}``."""
+    """Balanced ``(a G, b G^{-T}) = (u sqrt(S) Q, v sqrt(S) Q)``, ``G``, ``G^{-T}``, ``Q``."""
     acc = cache.u.dtype
     rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
     g = cache.ta * rs
     git = cache.tb * rs
+    q = jnp.eye(g.shape[-1], dtype=acc)
     if align:
         a, b = f.a.astype(acc), f.b.astype(acc)
         ab, bb = cache.u * rs, cache.v * rs
         q = _polar(ab.T @ a + bb.T @ b)
         g, git = g @ q, git @ q
     a, b = f.a.astype(acc), f.b.astype(acc)
-    return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git
+    return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git, q
 
 
 @functools.partial(jax.jit, static_argnames=("dtype",))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxkit.privacy import lowrank as L
+from jaxkit.privacy._prism_adaptive import _retract_balanced
 from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
 
 
@@ -196,3 +197,35 @@ def test_jit_vmap_dtype(key):
     d = jax.jit(jax.vmap(L.tangent_lift, in_axes=(None, 0, None)))(f, g, c)
     assert d.a.dtype == jnp.bfloat16 and d.a.shape == (5, 8, 2)
     assert L.retract(f, jax.tree.map(lambda x: x[0], d), eta=0.1).a.dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("in_span", [False, True])
+def test_balanced_frame_geometry_equals_gram_and_qr_formulas(key, in_span):
+    """PRISM's adaptive step reuses the balanced frame: against the general formulas (f64).
+
+    Balanced, aligned factors ``(u sqrt(S) Q, v sqrt(S) Q)`` have both Grams ``Q^T S Q``,
+    so the horizontal lift takes ``(s, Q^T)`` for both ``eigh``s, and the retraction's
+    QR of ``[a, dA]`` is ``[u, Q_p] R`` with a thin QR of the part of ``dA`` orthogonal
+    to ``u``. ``in_span``: ``dA`` (and ``dB``) inside the factors' column spaces, so
+    that orthogonal part is round-off.
+    """
+    with jax.enable_x64(True):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        f = gauge(factors(k1, 11, 9, 4, jnp.float64), random_gl(k2, 4, cond=1e2, dtype=jnp.float64))
+        cache = L.gram_cache(f)
+        pb, _, _, q = L._balance_from_cache(f, cache)
+        d = L.LoraFactors(
+            jax.random.normal(k3, (11, 4), jnp.float64), jax.random.normal(k4, (9, 4), jnp.float64)
+        )
+        if in_span:
+            d = L.LoraFactors(pb.a @ d.a[:4], pb.b @ d.b[:4])
+        want = L.horizontal_lift(pb, d, L.gram_cache(pb))
+        eig = (cache.s, q.T)
+        got = L._horizontal(pb, d, eig, eig)
+        for x, y in zip(got, want, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
+        for eta in (0.3, 1e-3):
+            want = L.retract(pb, d, eta=eta, align=True)
+            got = _retract_balanced(cache, q, pb, d, eta=eta)
+            for x, y in zip(got, want, strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
