@@ -153,6 +153,14 @@ def test_synthetic_scene_ground_truth():
         jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1)
     )
     np.testing.assert_array_equal(np.asarray(again.image), np.asarray(sc.image))
+    # the mask level (traced: no recompile) moves only the masks' edges, nested
+    half = irdet.make_dataset(
+        jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1), mask_level=0.5
+    )
+    np.testing.assert_array_equal(np.asarray(half.image), np.asarray(sc.image))
+    assert np.all(mask | ~np.asarray(half.mask)) and mask.sum() > np.asarray(half.mask).sum()
+    with pytest.raises(ValueError, match="`mask_level`"):
+        irdet.make_dataset(jax.random.key(0), 2, mask_level=1.0)
     with pytest.raises(ValueError, match="`hw`"):
         irdet.make_dataset(jax.random.key(0), 2, hw=(8, 32))
     with pytest.raises(ValueError, match="`n_targets`"):
