@@ -281,17 +281,7 @@ def render(
       (8, 8, 3)
     """
     hw = _hw(hw)
-    _validate.one_of(METHODS, method=method)
-    tile = _validate.python_int(tile, name="tile", minimum=1)
-    capacity = _validate.python_int(capacity, name="capacity", minimum=1)
-    if cutoff is not None:
-        if isinstance(cutoff, bool) or not isinstance(cutoff, int | float):
-            raise TypeError(f"`cutoff` must be a Python float or None, got {cutoff!r}.")
-        if not math.isfinite(cutoff) or cutoff <= 0:
-            raise ValueError(f"`cutoff` must be finite and > 0, got cutoff={cutoff!r}.")
-        cutoff = float(cutoff)
-    elif method == "tiled":
-        cutoff = DEFAULT_TILED_CUTOFF
+    method, tile, capacity, cutoff = render_options(method, tile, capacity, cutoff)
     check_scene(gaussians)
     check_camera(camera, dtype=gaussians.means.dtype)
     _validate.real_scalar(background, name="background")
@@ -312,6 +302,23 @@ def render(
         capacity=capacity,
         cutoff=cutoff,
     )
+
+
+def render_options(method, tile, capacity, cutoff):
+    """Checked static rasterizer options ``(method, tile, capacity, cutoff)``.
+
+    ``cutoff=None`` becomes 3.0 on the tiled path (which needs a finite footprint).
+    """
+    _validate.one_of(METHODS, method=method)
+    tile = _validate.python_int(tile, name="tile", minimum=1)
+    capacity = _validate.python_int(capacity, name="capacity", minimum=1)
+    if cutoff is None:
+        return method, tile, capacity, DEFAULT_TILED_CUTOFF if method == "tiled" else None
+    if isinstance(cutoff, bool) or not isinstance(cutoff, int | float):
+        raise TypeError(f"`cutoff` must be a Python float or None, got {cutoff!r}.")
+    if not math.isfinite(cutoff) or cutoff <= 0:
+        raise ValueError(f"`cutoff` must be finite and > 0, got cutoff={cutoff!r}.")
+    return method, tile, capacity, float(cutoff)
 
 
 def check_scene(g) -> None:

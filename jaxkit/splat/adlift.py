@@ -13,6 +13,9 @@ frozen. Lifted PGD, per training view and round:
 
 After the rounds an optional projection phase (``n_project``) takes Adam steps on the
 squared excess over ``e`` of all training views at once, only while some value exceeds it.
+These bound the views they see. ``certify=True`` bounds every view instead: after every step
+the safeguard opacities are scaled so that :func:`certified_linf`, a view-independent bound of
+the rendered change (alpha compositing is convex per pixel), stays under ``e``.
 
 ``mode="end_to_end"`` is the other baseline: Adam on ``theta`` directly through the renderer,
 on ``L_adv(R(G, v))`` plus the same penalty. Safeguard means are clamped to the asset's bounding box
@@ -27,33 +30,18 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import _validate
-from jaxkit.splat._raster import (
-    METHODS,
-    _concrete_psd_check,
-    _psd_violation,
-    _render_core,
-    check_camera,
-    check_scene,
-)
-from jaxkit.splat._types import Camera, Gaussians, _hw, covariance_from_scale_rotation
+from jaxkit.splat import _certify
+from jaxkit.splat._raster import _render_core, render_options
+from jaxkit.splat._safeguards import Safeguards as Safeguards
+from jaxkit.splat._safeguards import _check_cameras, _checked
+from jaxkit.splat._safeguards import certified_linf as certified_linf
+from jaxkit.splat._safeguards import init_safeguards as init_safeguards
+from jaxkit.splat._safeguards import protected_scene as protected_scene
+from jaxkit.splat._safeguards import safeguard_gaussians as safeguard_gaussians
+from jaxkit.splat._types import Camera, Gaussians
 
 MODES = ("lifted", "end_to_end")
 """The values of ``mode=``: ``"lifted"`` (Lifted PGD) or ``"end_to_end"`` (Adam on ``theta``)."""
-
-
-class Safeguards(NamedTuple):
-    """Trainable safeguard Gaussians ``theta`` (colours through a sigmoid).
-
-    Attributes:
-      means: ``(S, 3)``. log_scales: ``(S, 3)``. quaternions: ``(S, 4)`` ``(w, x, y, z)``.
-      opacity_logits: ``(S,)``. color_logits: ``(S, 3)`` (colour = sigmoid).
-    """
-
-    means: Any
-    log_scales: Any
-    quaternions: Any
-    opacity_logits: Any
-    color_logits: Any
 
 
 class LiftedPGDResult(NamedTuple):
@@ -87,52 +75,6 @@ class Protection(NamedTuple):
     adv_rel: Any
     linf: Any
     psnr: Any
-
-
-def safeguard_gaussians(theta: Safeguards) -> Gaussians:
-    """The renderable :class:`Gaussians` of ``theta``."""
-    return Gaussians(
-        theta.means,
-        covariance_from_scale_rotation(theta.log_scales, theta.quaternions),
-        theta.opacity_logits,
-        jax.nn.sigmoid(theta.color_logits),
-    )
-
-
-def protected_scene(raw: Gaussians, theta: Safeguards) -> Gaussians:
-    """``G_raw U G_s(theta)`` (raw Gaussians first)."""
-    sg = safeguard_gaussians(theta)
-    return Gaussians(*(jnp.concatenate([a, b]) for a, b in zip(raw, sg, strict=True)))
-
-
-def init_safeguards(
-    raw: Gaussians,
-    n: int,
-    *,
-    key: jax.Array,
-    opacity_logit: float = -3.0,
-    log_scale_range: tuple[float, float] = (-3.5, -2.5),
-) -> Safeguards:
-    """``n`` safeguards uniform in the raw asset's bounding box, nearly invisible.
-
-    Random rotations, log-scales uniform in ``log_scale_range``, opacity logit
-    ``opacity_logit`` (-3: sigmoid 0.047), colour logits standard normal.
-    """
-    n = _validate.python_int(n, name="n", minimum=1)
-    _validate.is_key(key)
-    check_scene(raw)
-    dt = raw.means.dtype
-    lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
-    ks = jax.random.split(key, 4)
-    u = jax.random.uniform(ks[0], (n, 3), dt)
-    ls = jax.random.uniform(ks[1], (n, 3), dt, log_scale_range[0], log_scale_range[1])
-    return Safeguards(
-        lo[None, :] + u * (hi - lo)[None, :],
-        ls,
-        jax.random.normal(ks[2], (n, 4), dt),
-        jnp.full((n,), opacity_logit, dt),
-        jax.random.normal(ks[3], (n, 3), dt),
-    )
 
 
 def _pgd_step(x, x_raw, grad, eta, step):
@@ -198,7 +140,7 @@ def _al_penalty(r, x_raw, lam, eta, rho):
 def _lifted_core(
     raw, theta0, cams, bound_cams, loss_params, eta, step, fit_lr, hinge, margin, bg, near, *,
     adv_loss,
-    hw, n_outer, n_fit, n_project, mode, method, tile, capacity, cutoff,
+    hw, n_outer, n_fit, n_project, mode, method, tile, capacity, cutoff, certify,
 ):  # fmt: skip
     rk = {"hw": hw, "method": method, "tile": tile, "capacity": capacity, "cutoff": cutoff}
 
@@ -209,13 +151,21 @@ def _lifted_core(
     lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
     eta_fit = eta * (1 - margin)  # the bound the fitting aims at (a safety margin under eta)
 
+    def feasible(th):  # means in the box; with certify, the certificate under eta_fit
+        th = th._replace(means=jnp.clip(th.means, lo[None, :], hi[None, :]))
+        if not certify:
+            return th
+        budget = eta_fit * (1 - 1e-4)  # float rounding of the scaled logits stays under
+        o = _certify.scale_to_budget(th.opacity_logits, th.color_logits, raw.colors, bg, budget)
+        return th._replace(opacity_logits=o)
+
     def rendered(th, cam):
         return _render(protected_scene(raw, th), cam, bg, near, rk)
 
     def adam_fit(loss_fn, th, st):
         val, gr = jax.value_and_grad(loss_fn)(th)
         th, st = _adam_step(th, gr, st, fit_lr)
-        return th._replace(means=jnp.clip(th.means, lo[None, :], hi[None, :])), st, val
+        return feasible(th), st, val
 
     def view(carry, inp):
         theta, state = carry
@@ -255,6 +205,7 @@ def _lifted_core(
         return (jnp.zeros((), raw.means.dtype), *(jax.tree.map(jnp.zeros_like, th),) * 2)
 
     lam0 = jnp.zeros_like(x_raw_all)
+    theta0 = feasible(theta0)
     ((theta, _), _), hist = jax.lax.scan(
         round_, ((theta0, zeros_state(theta0)), lam0), None, length=n_outer
     )
@@ -299,7 +250,7 @@ def _lifted_core(
 
 _STATIC = (
     "adv_loss", "hw", "n_outer", "n_fit", "n_project", "mode", "method", "tile", "capacity",
-    "cutoff",
+    "cutoff", "certify",
 )  # fmt: skip
 _lifted_jit = jax.jit(_lifted_core, static_argnames=_STATIC)
 
@@ -321,6 +272,7 @@ def lifted_pgd(
     n_fit: int = 10,
     n_project: int = 0,
     bound_cameras: Camera | None = None,
+    certify: bool = False,
     mode: str = "lifted",
     background=0.0,
     near=0.2,
@@ -366,6 +318,11 @@ def lifted_pgd(
         computed on them. The bound is a property of the asset, checkable from any pose:
         random poses here make it hold more densely between training views (keep the
         evaluation's novel views out of them).
+      certify: Static. Keep :func:`certified_linf` ``<= eta (1 - margin)`` from the start
+        and after every step (all opacities scaled by one factor when it is exceeded): the
+        rendered change is then within the bound at every pixel of every view, novel ones
+        included, not only on the views checked. A worst-case bound: it leaves little
+        opacity to perturb with (measured in ``examples/adlift_toy.py``).
       mode: ``"lifted"`` (gradient truncation + image-space PGD + fitting) or
         ``"end_to_end"`` (the adversarial loss differentiated through the renderer).
       background: Background colour (as :func:`jaxkit.splat.render`).
@@ -380,19 +337,14 @@ def lifted_pgd(
       ValueError: unknown ``mode``/``method``; non-positive ``eta``, ``step``, ``fit_lr``;
         negative ``hinge``, ``n_project``; ``margin`` outside [0, 1).
     """
-    hw = _hw(hw)
     _validate.one_of(MODES, mode=mode)
-    _validate.one_of(METHODS, method=method)
+    method, tile, capacity, cutoff = render_options(method, tile, capacity, cutoff)
+    if not isinstance(certify, bool):
+        raise TypeError(f"`certify` must be a bool, got {certify!r}.")
     n_outer = _validate.python_int(n_outer, name="n_outer", minimum=1)
     n_fit = _validate.python_int(n_fit, name="n_fit", minimum=1)
     n_project = _validate.python_int(n_project, name="n_project", minimum=0)
-    if not callable(adv_loss):
-        raise TypeError(f"`adv_loss` must be callable, got {type(adv_loss).__name__}.")
-    if method == "tiled" and cutoff is None:
-        cutoff = 3.0
-    check_scene(raw)
-    _check_safeguards(theta0, raw.means.dtype)
-    _check_cameras(cameras, raw.means.dtype)
+    hw, raw = _checked(raw, theta0, cameras, adv_loss, hw)
     if bound_cameras is not None:
         _check_cameras(bound_cameras, raw.means.dtype, name="bound_cameras")
     m = raw.means
@@ -402,12 +354,11 @@ def lifted_pgd(
     m = _validate.guard_non_negative(m, hinge, name="hinge")
     m = _validate.guard_interval(m, margin, name="margin", low=0.0, high=1.0, closed="left")
     m = _validate.guard_positive(m, near, name="near")
-    raw = _check_psd(raw)
     return _lifted_jit(
         raw._replace(means=m), theta0, cameras, bound_cameras, loss_params, eta, step, fit_lr,
         hinge, margin, background, near, adv_loss=adv_loss, hw=hw, n_outer=n_outer,
-        n_fit=n_fit, n_project=n_project, mode=mode, method=method, tile=int(tile),
-        capacity=int(capacity), cutoff=cutoff,
+        n_fit=n_fit, n_project=n_project, mode=mode, method=method, tile=tile,
+        capacity=capacity, cutoff=cutoff, certify=certify,
     )  # fmt: skip
 
 
@@ -444,48 +395,5 @@ def evaluate_protection(
     ``adv_loss`` as in :func:`lifted_pgd`; it must be positive on the raw renders (the
     ratio's denominator). Evaluate novel views that were never used in fitting.
     """
-    hw = _hw(hw)
-    if not callable(adv_loss):
-        raise TypeError(f"`adv_loss` must be callable, got {type(adv_loss).__name__}.")
-    check_scene(raw)
-    _check_safeguards(theta, raw.means.dtype)
-    _check_cameras(cameras, raw.means.dtype)
-    raw = _check_psd(raw)
+    hw, raw = _checked(raw, theta, cameras, adv_loss, hw)
     return _eval_jit(raw, theta, cameras, loss_params, background, near, adv_loss=adv_loss, hw=hw)
-
-
-def _check_psd(raw: Gaussians) -> Gaussians:
-    """``raw`` with its covariances checked PSD: at once when concrete, else at run time."""
-    if isinstance(raw.covariances, jax.core.Tracer):
-        cov = _validate.error_if(
-            raw.covariances,
-            jnp.any(_psd_violation(raw.covariances)),
-            "`raw.covariances` must be positive semi-definite.",
-        )
-        return raw._replace(covariances=cov)
-    _concrete_psd_check(raw.covariances)
-    return raw
-
-
-def _check_safeguards(theta, dtype) -> None:
-    if not isinstance(theta, Safeguards):
-        raise TypeError(f"`theta` must be a Safeguards, got {type(theta).__name__}.")
-    _validate.ndim(theta.means, 2, name="theta.means")
-    s = jnp.shape(theta.means)[0]
-    for name, shp in zip(Safeguards._fields, ((s, 3), (s, 3), (s, 4), (s,), (s, 3)), strict=True):
-        a = getattr(theta, name)
-        _validate.shape(a, shp, name=f"theta.{name}")
-        if jnp.result_type(a) != dtype:
-            raise TypeError(f"`theta.{name}` must have the scene's dtype {dtype}.")
-
-
-def _check_cameras(cams, dtype, name="cameras") -> None:
-    if not isinstance(cams, Camera):
-        raise TypeError(f"`{name}` must be a jaxkit.splat.Camera, got {type(cams).__name__}.")
-    _validate.ndim(cams.rotation, 3, name=f"{name}.rotation")
-    one = jax.tree.map(lambda a: a[0], cams)
-    check_camera(one, dtype=dtype)
-    v = cams.rotation.shape[0]
-    for field in Camera._fields:
-        if jnp.shape(getattr(cams, field))[0] != v:
-            raise TypeError(f"`{name}.{field}` must have {v} views on its leading axis.")

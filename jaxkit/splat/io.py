@@ -247,6 +247,18 @@ def read_colmap_text(folder: str | os.PathLike) -> CameraSet:
 _GL_TO_CV = np.diag([1.0, -1.0, -1.0])
 
 
+def _focal(m, axis, size):
+    """Focal length along ``axis`` ("x"/"y"), or None when the frame gives neither key.
+
+    From ``fl_<axis>``, else from ``camera_angle_<axis>`` over ``size`` pixels.
+    """
+    if f"fl_{axis}" in m:
+        return float(m[f"fl_{axis}"])
+    if f"camera_angle_{axis}" in m:
+        return 0.5 * size / np.tan(0.5 * float(m[f"camera_angle_{axis}"]))
+    return None
+
+
 def read_transforms_json(
     path: str | os.PathLike, *, hw: tuple[int, int] | None = None
 ) -> CameraSet:
@@ -276,18 +288,11 @@ def read_transforms_json(
             h, w = int(hw[0]), int(hw[1])
         else:
             raise ValueError(f"{path} gives no image size (w, h); pass `hw`.")
-        if "fl_x" in m:
-            fx = float(m["fl_x"])
-        elif "camera_angle_x" in m:
-            fx = 0.5 * w / np.tan(0.5 * float(m["camera_angle_x"]))
-        else:
+        fx = _focal(m, "x", w)
+        if fx is None:
             raise ValueError(f"{path} gives neither fl_x nor camera_angle_x.")
-        if "fl_y" in m:
-            fy = float(m["fl_y"])
-        elif "camera_angle_y" in m:
-            fy = 0.5 * h / np.tan(0.5 * float(m["camera_angle_y"]))
-        else:
-            fy = fx
+        fy = _focal(m, "y", h)
+        fy = fx if fy is None else fy
         c2w = np.asarray(fr.get("transform_matrix"), np.float64)
         if c2w.shape not in ((4, 4), (3, 4)):
             raise ValueError(f"frame {fr.get('file_path')!r}: transform_matrix is {c2w.shape}.")

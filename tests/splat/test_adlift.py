@@ -154,3 +154,60 @@ def test_projection_phase_bounds_training_and_bound_views(key):
         adlift.lifted_pgd(raw, theta, cams, grey_loss, p, hw=HW, n_project=-1)
     with pytest.raises(TypeError, match="bound_cameras"):
         adlift.lifted_pgd(raw, theta, cams, grey_loss, p, hw=HW, bound_cameras=cams.rotation)
+
+
+def _random_views(n, seed, hw=HW):
+    """``n`` poses on random directions (distance 1.8..4, random focal length)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        d = rng.normal(size=3)
+        eye = d / np.linalg.norm(d) * rng.uniform(1.8, 4.0)
+        tgt = rng.uniform(-0.3, 0.3, 3)
+        out.append(splat.look_at(tuple(eye), tuple(tgt), focal=float(rng.uniform(4, 14)), hw=hw))
+    return out
+
+
+def test_certificate_bounds_every_view_and_is_attained(key):
+    """certified_linf bounds the rendered change on random poses and focal lengths (NumPy
+    oracle renders), and one safeguard seen head-on over the background attains it."""
+    raw, _, theta, _ = _setup(key)
+    theta = theta._replace(opacity_logits=jnp.asarray([-2.0, -3.0, -2.5]))
+    cert = float(adlift.certified_linf(raw, theta, background=0.2))
+    assert 0 < cert < 0.5
+    prot = adlift.protected_scene(raw, theta)
+    worst = max(
+        np.max(np.abs(numpy_render(prot, c, HW, bg=0.2) - numpy_render(raw, c, HW, bg=0.2)))
+        for c in _random_views(12, 0)
+    )
+    assert 0 < worst <= cert + 1e-6
+    # tight: nothing behind the safeguard but a black background; the raw Gaussian is
+    # behind the camera (culled), colour 0: the change at the centre pixel is sigma(o) c
+    one = adlift.Safeguards(jnp.zeros((1, 3)), jnp.full((1, 3), -2.0),
+                            jnp.asarray([[1.0, 0, 0, 0]]), jnp.asarray([0.5]),
+                            jnp.asarray([[1.0, -1.0, 0.3]]))  # fmt: skip
+    far = splat.Gaussians(jnp.asarray([[0.0, -10.0, 0.0]]), 0.01 * jnp.eye(3)[None],
+                          jnp.zeros(1), jnp.zeros((1, 3)))  # fmt: skip
+    cam = splat.look_at((0.0, -3.0, 0.0), (0.0, 0.0, 0.0), focal=6.0, hw=(5, 5))
+    d = numpy_render(adlift.protected_scene(far, one), cam, (5, 5))
+    want = float(jax.nn.sigmoid(0.5) * jax.nn.sigmoid(1.0))
+    assert float(adlift.certified_linf(far, one)) == pytest.approx(want, rel=1e-6)
+    assert np.max(np.abs(d[2, 2])) == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_certify_bounds_novel_views(key):
+    """certify=True keeps the certificate under eta through training, so random novel
+    views (never seen by any step) stay within eta; a bad flag is a TypeError."""
+    raw, cams, theta, p = _setup(key)
+    eta = 0.03
+    res = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, eta=eta, certify=True, **KW)
+    assert float(adlift.certified_linf(raw, res.safeguards)) <= eta
+    prot = adlift.protected_scene(raw, res.safeguards)
+    worst = max(
+        np.max(np.abs(numpy_render(prot, c, HW) - numpy_render(raw, c, HW)))
+        for c in _random_views(16, 1)
+    )
+    assert 0 < worst <= eta + 1e-6
+    with pytest.raises(TypeError, match="certify"):
+        adlift.lifted_pgd(raw, theta, cams, grey_loss, p, certify="yes", **KW)

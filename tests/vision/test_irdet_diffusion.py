@@ -153,6 +153,14 @@ def test_synthetic_scene_ground_truth():
         jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1)
     )
     np.testing.assert_array_equal(np.asarray(again.image), np.asarray(sc.image))
+    # the mask level (traced: no recompile) moves only the masks' edges, nested
+    half = irdet.make_dataset(
+        jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1), mask_level=0.5
+    )
+    np.testing.assert_array_equal(np.asarray(half.image), np.asarray(sc.image))
+    assert np.all(mask | ~np.asarray(half.mask)) and mask.sum() > np.asarray(half.mask).sum()
+    with pytest.raises(ValueError, match="`mask_level`"):
+        irdet.make_dataset(jax.random.key(0), 2, mask_level=1.0)
     with pytest.raises(ValueError, match="`hw`"):
         irdet.make_dataset(jax.random.key(0), 2, hw=(8, 32))
     with pytest.raises(ValueError, match="`n_targets`"):
@@ -212,6 +220,14 @@ def test_pseudo_mask_properties_and_no_mask_input():
     np.testing.assert_array_equal(
         np.asarray(irdet.pseudo_mask(sc.image, moved, sc.valid).mask), np.asarray(out.mask)
     )
+    # the centre prior (same compiled program: `center` is traced) only lowers scores, and
+    # only on targets the leak-free prior calls Point
+    plain = np.asarray(irdet.pseudo_mask(sc.image, sc.points, sc.valid, center=0.0).score)
+    assert np.all(score <= plain + 1e-6)
+    kind = np.asarray(irdet.point_priors(sc.image, sc.points).kind)
+    has_point = np.any((kind == irdet.POINT) & valid, axis=1)
+    lowered = np.any(score < plain - 1e-6, axis=(1, 2))
+    assert np.all(lowered <= has_point) and np.any(lowered)
 
 
 def test_pseudo_mask_bad_inputs():
@@ -226,3 +242,5 @@ def test_pseudo_mask_bad_inputs():
         irdet.pseudo_mask(img, pts, ok, time=2.0, substeps=1)
     with pytest.raises(ValueError, match="`weight`"):  # NaN fails the check too
         irdet.pseudo_mask(img, pts, ok, weight=float("nan"))
+    with pytest.raises(ValueError, match="`center`"):
+        irdet.pseudo_mask(img, pts, ok, center=1.5)

@@ -25,6 +25,7 @@ from jaxtyping import Array, ArrayLike, Float
 from jaxkit import _validate as V
 from jaxkit._typing import accumulation_dtype
 from jaxkit.sharding import gather_sharded
+from jaxkit.vision.featjnd._estimator import _check_pair
 
 _MODES = ("featjnd", "uniform", "permute")
 
@@ -109,12 +110,7 @@ def feature_snr_db(
     f: Float[ArrayLike, "b ..."], delta: Float[ArrayLike, "b ..."]
 ) -> Float[Array, " b"]:
     """Per-sample feature SNR ``10 log10(||f||^2 / ||delta||^2)`` in dB. Jitted."""
-    f, delta = jnp.asarray(f), jnp.asarray(delta)
-    V.floating(f, name="f")
-    V.min_ndim(f, 2, name="f")
-    V.same_shape(f=f, delta=delta)
-    if f.dtype != delta.dtype:
-        raise TypeError(f"`delta` must have dtype {f.dtype}, got {delta.dtype}.")
+    f, delta = _check_pair(f, delta, names=("f", "delta"), min_ndim=2)
     return _snr_jit(f, delta)
 
 

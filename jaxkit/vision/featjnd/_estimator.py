@@ -107,6 +107,18 @@ def tolerance_map(estimator: eqx.Module, f: Float[ArrayLike, "b ..."]) -> Float[
     return _tolerance_map_jit(estimator, f)
 
 
+def _check_pair(a, b, *, names, min_ndim):
+    """Two floating arrays of one shape and dtype (``names``: theirs, for the errors)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    V.floating(a, name=names[0])
+    V.floating(b, name=names[1])
+    V.min_ndim(a, min_ndim, name=names[0])
+    V.same_shape(**{names[0]: a, names[1]: b})
+    if a.dtype != b.dtype:
+        raise TypeError(f"`{names[1]}` must have dtype {a.dtype}, got {b.dtype}.")
+    return a, b
+
+
 def _check_features(f, *, name):
     f = jnp.asarray(f)
     V.floating(f, name=name)

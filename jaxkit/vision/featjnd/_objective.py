@@ -38,7 +38,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate as V
 from jaxkit._typing import accumulation_dtype
-from jaxkit.vision.featjnd._estimator import _check_features
+from jaxkit.vision.featjnd._estimator import _check_features, _check_pair
 
 _MAGNITUDES = ("log", "l1", "l2")
 
@@ -66,13 +66,8 @@ def kl_discrepancy(
     Computed from log-softmax in f32 (f64 for f64 input), returned in the input
     dtype. Jitted.
     """
-    clean, noisy = jnp.asarray(clean_logits), jnp.asarray(noisy_logits)
-    V.floating(clean, name="clean_logits")
-    V.floating(noisy, name="noisy_logits")
-    V.min_ndim(clean, 1, name="clean_logits")
-    V.same_shape(clean_logits=clean, noisy_logits=noisy)
-    if clean.dtype != noisy.dtype:
-        raise TypeError(f"`noisy_logits` must have dtype {clean.dtype}, got {noisy.dtype}.")
+    names = ("clean_logits", "noisy_logits")
+    clean, noisy = _check_pair(clean_logits, noisy_logits, names=names, min_ndim=1)
     return _kl_jit(clean, noisy)
 
 

@@ -98,7 +98,7 @@ def _surrogate_logit(p, d0, beta, rho, alpha, steps):
     for _ in range(steps):
         u = jnp.clip(u + STEP * d * _laplacian(u), 0.0, 1.0)
     flat = p.reshape(-1)
-    k = max(1, int(round(0.005 * flat.shape[0])))
+    k = max(1, int(0.005 * flat.shape[0]))  # the repo truncates (torch: int(0.005 * H W))
     kth = jax.lax.top_k(flat, k)[0][-1]
     src = jnp.where(p >= kth, p, 0.0)
     src = src / jnp.maximum(jnp.max(src), eps)
@@ -136,6 +136,13 @@ def surrogate_refine(
     through a sigmoid. With ``rho = 1`` and ``d0 = 0`` it is exactly
     ``sigmoid(P - 0.15 |Sobel P|)``. Sobel is the 3x3 kernel / 8 (a unit-slope
     derivative). Jitted (``steps``, ``logits`` static; parameters traced).
+
+    Open differences from the repo's ``_pde_surrogate_from_pred`` (found in wave 8, not
+    yet aligned): it standardises the mixed cost once (``z(alpha |Sobel| + (1 - alpha)
+    H)``, statistics without gradient, ``H`` in bits, raw Sobel 8x ours) where we mix
+    two standardised terms; its ``src`` is ``relu(P - kth)`` normalised, ours keeps
+    ``P`` above ``kth``; its edge penalty uses the raw Sobel (8x); it clamps ``U`` once
+    after the steps.
 
     Args:
       prob: Probabilities ``[..., H, W]`` in [0, 1].

@@ -3,9 +3,25 @@
 Clutter is a power-law (1/f^(beta/2) amplitude) random field, standardised to
 ``clutter_std`` around 0.4, plus "hot clutter" blobs (broad, bright false-alarm
 sources) and sensor noise. Targets are anisotropic Gaussians at sub-pixel centres with
-amplitude ``SCR * clutter_std``; the ground-truth mask is each target's half-maximum
-region at pixel centres plus the pixel nearest the centre (never empty), and the point
-label is that nearest pixel (the rounded centroid). Everything comes from the key; no files.
+amplitude ``SCR * clutter_std``; the ground-truth mask is the region where each target's
+profile reaches ``mask_level`` (default 0.35) of its peak, at pixel centres, plus the pixel
+nearest the centre (never empty), and the point label is that nearest pixel (the rounded
+centroid). Everything comes from the key; no files.
+
+Why 0.35 and not the half maximum (the spec's §4.4 choice, used here until wave 8): human
+annotators of real IR data draw the mask out to where the target fades into its
+surroundings, below half of its peak contrast. Measured on SIRST v1 (YimianDai/sirst: 427
+images, 530 annotated targets, the NUAA part of the authors' SIRST3), with one estimator for
+real and synthetic targets (local background = median of a ring 3..8 px outside the mask,
+contrast = mask maximum - background, edge level = mean contrast-normalised intensity on the
+mask's inner and outer 4-neighbour boundaries): at the synthetic scenes' contrast (peak
+3..20 ring std, 192 targets) the real inner / outer edge levels are 0.56 / 0.21 and the
+masks are 1.25x the estimated half-maximum region (over all 530 targets 0.51 / 0.16,
+1.48x). Half-maximum synthetic masks sit higher, 0.70 / 0.31 and 0.93x; ``mask_level =
+0.35`` gives 0.55 / 0.20 and 1.33x (0.40: 0.60 / 0.24, 1.20x). The level was chosen from
+these edge statistics alone, before any detector was trained on the new masks. Real masks
+also widen with contrast (inner edge 0.57 -> 0.46 from the lowest to the highest contrast
+third), which a single level does not model.
 """
 
 import functools
@@ -31,7 +47,8 @@ class Scene(NamedTuple):
 
     Attributes:
       image: Grey image ``[H, W]`` (float32, about 0.4 +- clutter, targets brighter).
-      mask: Ground-truth target mask ``[H, W]`` (bool): union of half-maximum regions.
+      mask: Ground-truth target mask ``[H, W]`` (bool): union of the regions where each
+        target's profile is >= ``mask_level`` of its peak (see the module docstring).
       points: Point labels ``[K, 2]`` (row, col) as float32, K = max targets.
       valid: Which of the K targets exist ``[K]`` (bool).
       types: GT-area type per target ``[K]`` (POINT/SPOT/EXTENDED; -1 if not valid).
@@ -55,7 +72,7 @@ def _power_law(key, hh, ww, beta):
     return (field - field.mean()) / (field.std() + 1e-12)
 
 
-def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, beta):
+def _scene_core(key, scr, sigma, clutter_std, noise_std, mask_level, *, hw, n_targets, hot, beta):
     hh, ww = hw
     lo_n, hi_n = n_targets
     nh = max(hot[1], 1)
@@ -100,9 +117,9 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, 
     img = img + noise_std * jax.random.normal(k_noise, (hh, ww))
     points = jnp.round(jnp.stack([cy, cx], axis=-1))  # the annotator's click: nearest pixel
     centre = (yy == points[:, 0, None, None]) & (xx == points[:, 1, None, None])
-    # half-maximum region at pixel centres; the centre pixel always belongs (a target
-    # narrower than a pixel still covers the pixel it lies on)
-    masks = ((prof >= 0.5) | centre) & valid[:, None, None]
+    # the region above mask_level of the peak at pixel centres; the centre pixel always
+    # belongs (a target narrower than a pixel still covers the pixel it lies on)
+    masks = ((prof >= mask_level) | centre) & valid[:, None, None]
     mask = jnp.any(masks, axis=0)
     area = jnp.sum(masks, axis=(1, 2))
     types = jnp.where(area <= 9, POINT, jnp.where(area <= 81, SPOT, EXTENDED))
@@ -111,10 +128,12 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, *, hw, n_targets, hot, 
 
 
 @functools.partial(jax.jit, static_argnames=("hw", "n_targets", "hot", "beta", "scr", "sigma", "n"))
-def _dataset_core(key, clutter_std, noise_std, *, n, hw, n_targets, hot, beta, scr, sigma):
+def _dataset_core(
+    key, clutter_std, noise_std, mask_level, *, n, hw, n_targets, hot, beta, scr, sigma
+):
     keys = jax.random.split(key, n)
     f = functools.partial(_scene_core, hw=hw, n_targets=n_targets, hot=hot, beta=beta)
-    return jax.vmap(lambda kk: f(kk, scr, sigma, clutter_std, noise_std))(keys)
+    return jax.vmap(lambda kk: f(kk, scr, sigma, clutter_std, noise_std, mask_level))(keys)
 
 
 def _pair(v, name, *, integer=False):
@@ -138,10 +157,12 @@ def make_dataset(
     clutter_std: float = 0.08,
     noise_std: float = 0.02,
     hot_clutter: tuple[int, int] = (0, 3),
+    mask_level: float = 0.35,
 ) -> Scene:
     """``n`` synthetic IR scenes as a batched :class:`Scene` (leading axis ``n``).
 
-    Jitted (sizes and ranges static; ``clutter_std``, ``noise_std`` traced). Each scene
+    Jitted (sizes and ranges static; ``clutter_std``, ``noise_std``, ``mask_level``
+    traced). Each scene
     has between ``n_targets[0]`` and ``n_targets[1]`` targets (K = ``n_targets[1]``
     slots with a ``valid`` flag), signal-to-clutter ratio uniform in ``scr``, per-axis
     widths uniform in ``sigma`` px, and ``hot_clutter`` broad bright blobs.
@@ -157,6 +178,9 @@ def make_dataset(
       clutter_std: Clutter standard deviation (> 0).
       noise_std: Sensor noise standard deviation (>= 0).
       hot_clutter: (min, max) number of hot-clutter blobs.
+      mask_level: Fraction of a target's peak at which its GT mask ends, in (0, 1).
+        0.35 matches the edge levels of real SIRST annotations (module docstring); 0.5
+        gives the half-maximum masks of the spec and of jaxkit before wave 8.
 
     Raises:
       TypeError: Non-int sizes or malformed pairs.
@@ -180,10 +204,13 @@ def make_dataset(
         raise ValueError(f"`sigma` must be > 0, got sigma={sigma!r}.")
     _validate.positive(clutter_std=clutter_std)
     _validate.non_negative(noise_std=noise_std)
+    _validate.real_scalar(mask_level, name="mask_level")
+    _validate.in_interval(low=0.0, high=1.0, closed="neither", mask_level=mask_level)
     return _dataset_core(
         key,
         jnp.asarray(clutter_std, jnp.float32),
         jnp.asarray(noise_std, jnp.float32),
+        jnp.asarray(mask_level, jnp.float32),
         n=n,
         hw=hw,
         n_targets=n_targets,
