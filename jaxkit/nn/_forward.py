@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from jaxkit import _validate
@@ -257,21 +258,30 @@ def layers_core(
         m = mask if low is None else mask & (low | (layer > iv.insert_layer))  # low <= mask
         return m if win is None else m & (win | ~flag)
 
-    # Edits act inside the scan, chosen by the traced layer index (exact: a select of
-    # the edited or the unedited value). Segments are cut only where hidden states
+    # Edits act inside the scan, chosen by the traced layer index (exact: the edited or
+    # the unedited value). Segments are cut only where hidden states
     # are collected or a read site's block must run alone.
     reads = () if iv is None else iv.read_mlp
     sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
     cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
     bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
 
+    def edits(x, layer):
+        # One site: a select of the edited or the unedited value. More: a switch on the
+        # layer's site (branch 0 = no edit), so each block computes only its own edit
+        # (a select per site would cost L x sites edits for an edit at every layer).
+        if len(sites) == 1:
+            return jnp.where(layer == sites[0], edit(iv, sites[0], x, base), x)
+        branch = np.zeros(cfg.n_layers, np.int32)
+        branch[list(sites)] = np.arange(1, len(sites) + 1)
+        fns = [lambda x: x] + [functools.partial(edit, iv, site, base=base) for site in sites]
+        return jax.lax.switch(jnp.asarray(branch)[layer], fns, x)
+
     def step(x, kv, layer, lp, flag, read=False):
         lay = None if kv is None else layer
         m = layer_mask(layer, flag)
         out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
-        x = out[0]
-        for site in sites:
-            x = jnp.where(layer == site, edit(iv, site, x, base), x)
+        x = out[0] if not sites else edits(out[0], layer)
         return (x, *out[1:])
 
     hidden: dict[int, Array] = {}
