@@ -141,11 +141,11 @@ def unembed(
 
 
 def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
-    """One pre-norm block; returns (h, (k_new, v_new)[, MLPRead]).
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead]).
 
-    With ``kv`` (the whole stacked cache ``[L, B, S, ...]``, read only) ``layer`` is the
-    traced block index: attention sees block ``layer``'s slice with the T new rows in
-    place, and the new rows are returned for the caller to write.
+    With ``layer`` (a traced int), ``kv`` is the whole stacked cache ``[L, B, S, ...]``:
+    only the T new rows of block ``layer`` are scattered into it (in place under a
+    scan carry) and the stacked buffers are returned.
     """
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -164,15 +164,19 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
     q = rope(q, positions, cfg)
     k = rope(k, positions, cfg)
     if kv is not None:
-        # The stacked cache is read only: block `layer` attends over its slice with the
-        # T new rows scattered in (mode="drop": rows past the buffer end vanish); the
-        # caller writes the returned rows into the stack after the layer scan.
         kb, vb = kv
         rows = jnp.arange(b)[:, None]
-        at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
-        k, v = k.astype(kb.dtype), v.astype(vb.dtype)
-        o = attend(q, set_rows(at(kb), rows, slots, k), set_rows(at(vb), rows, slots, v), mask)
-        new = (k, v)
+        # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
+        if layer is None:
+            kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+            vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+            o = attend(q, kb, vb, mask)
+        else:
+            kb = set_rows(kb, (layer, rows), slots, k.astype(kb.dtype))
+            vb = set_rows(vb, (layer, rows), slots, v.astype(vb.dtype))
+            at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
+            o = attend(q, at(kb), at(vb), mask)
+        new = (kb, vb)
     else:
         o = attend(q, k, v, mask)
         new = (k, v)
@@ -286,15 +290,17 @@ def layers_core(
 
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
-    ks, vs = [], []  # new K/V rows per block: emitted (no cache) or written at the end
-    kc = None if cache is None else (cache.k, cache.v)  # read only inside the scan
+    ks, vs = [], []
+    kc = None if cache is None else (cache.k, cache.v)  # carried whole, written in place
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
         if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
             lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
             h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, flags[lo], read=True)
-            if cache is not None or emit_kv:
+            if cache is not None:
+                kc = kv
+            elif emit_kv:
                 ks.append(kv[0][None])
                 vs.append(kv[1][None])
         elif cache is None:
@@ -315,29 +321,19 @@ def layers_core(
                 vs.append(kv[1])
         else:
 
-            def body(x, layer):
+            def body(carry, layer):
+                x, kv = carry
                 lp = jax.tree.map(
                     lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
                     params["layers"],
                 )
-                return step(x, kc, layer, lp, flags[layer])
+                return step(x, kv, layer, lp, flags[layer]), None
 
-            h, kv = jax.lax.scan(body, h, jnp.arange(lo, hi, dtype=jnp.int32))
-            ks.append(kv[0])
-            vs.append(kv[1])
+            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
         if hi - 1 in collect:
             hidden[hi - 1] = h
     if cache is not None:
-        # One scatter of every block's T new rows after the scan: in place when the
-        # cache is a loop carry, and dead code when the caller drops the new cache.
-        idx = (
-            jnp.arange(start, stop, dtype=jnp.int32)[:, None, None],
-            jnp.arange(b)[None, :, None],
-        )
-        kn, vn = jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0)
-        cache = cache._replace(
-            k=set_rows(cache.k, idx, slots[None], kn), v=set_rows(cache.v, idx, slots[None], vn)
-        )
+        cache = cache._replace(k=kc[0], v=kc[1])
     if emit_kv:
         kv = (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0))
         return LayersOutput(h, kv, hidden, mlp)
