@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from jaxkit import _validate
@@ -36,7 +35,7 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span
+from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
@@ -270,22 +269,11 @@ def layers_core(
     cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
     bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
 
-    def edits(x, layer):
-        # One site: a select of the edited or the unedited value. More: a switch on the
-        # layer's site (branch 0 = no edit), so each block computes only its own edit
-        # (a select per site would cost L x sites edits for an edit at every layer).
-        if len(sites) == 1:
-            return jnp.where(layer == sites[0], edit(iv, sites[0], x, base), x)
-        branch = np.zeros(cfg.n_layers, np.int32)
-        branch[list(sites)] = np.arange(1, len(sites) + 1)
-        fns = [lambda x: x] + [functools.partial(edit, iv, site, base=base) for site in sites]
-        return jax.lax.switch(jnp.asarray(branch)[layer], fns, x)
-
     def step(x, kv, layer, lp, flag, read=False):
         lay = None if kv is None else layer
         m = layer_mask(layer, flag)
         out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
-        x = out[0] if not sites else edits(out[0], layer)
+        x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 
     hidden: dict[int, Array] = {}
