@@ -89,9 +89,9 @@ def ar_generate(
         stop_token_ids=stop_token_ids,
         token_ids={"pad_token_id": pad_token_id},
         sampling=(temperature, top_k, top_p, min_p),
+        interventions=interventions,
     )
-    iv = C.check_interventions(interventions, cfg, c.prompt.shape[0])
-    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static, iv)
+    return _ar_generate(params, cfg, c.prompt, c.prompt_len, key, c.sampling, c.static, c.iv)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "static"))

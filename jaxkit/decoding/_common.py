@@ -110,6 +110,7 @@ class Checked(NamedTuple):
     prompt_len: Array
     sampling: Sampling
     static: Static
+    iv: nn.Interventions | None = None
 
 
 def check_generate_args(
@@ -124,11 +125,14 @@ def check_generate_args(
     stop_token_ids,
     token_ids,
     sampling,
+    interventions=None,
 ) -> Checked:
     """Validate the common decoder inputs (Python-level; traced token ids get a guard).
 
     ``token_ids``: ``{name: id}`` of static ids that must lie in the vocabulary;
-    ``sampling``: ``(temperature, top_k, top_p, min_p)`` as passed by the user.
+    ``sampling``: ``(temperature, top_k, top_p, min_p)`` as passed by the user;
+    ``interventions``: the generator's :class:`~jaxkit.nn.Interventions` or None
+    (checked by :func:`check_interventions`, returned as ``iv``).
     """
     _validate.is_key(key)
     stops = tuple(_validate.python_int(s, name="stop_token_ids") for s in stop_token_ids)
@@ -173,7 +177,8 @@ def check_generate_args(
         max_new_tokens, max_len, stops, token_ids["pad_token_id"], is_greedy(sampling[0])
     )
     sampling = check_sampling(*sampling, vocab=v)
-    return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static)
+    iv = check_interventions(interventions, cfg, prompt.shape[0])
+    return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static, iv)
 
 
 def check_interventions(iv, cfg, b: int):

@@ -26,7 +26,6 @@ from jaxkit.decoding._common import (
     Sampling,
     Static,
     check_generate_args,
-    check_interventions,
     choose_tokens,
     finalize,
     guard_sampling,
@@ -198,6 +197,7 @@ def wedlm_generate(
         stop_token_ids=stop_token_ids,
         token_ids={"mask_token_id": mask_token_id, "pad_token_id": pad_token_id},
         sampling=(temperature, top_k, top_p, min_p),
+        interventions=interventions,
     )
     _validate.finite_scalar(pos_penalty=pos_penalty)
     if entropy_threshold is not None:
@@ -207,7 +207,6 @@ def wedlm_generate(
         _validate.finite_scalar(min_accept=min_accept)
         _validate.non_negative(min_accept=min_accept)
     probe_every = _validate.python_int(probe_every, name="probe_every", minimum=1)
-    iv = check_interventions(interventions, cfg, c.prompt.shape[0])
     return _wedlm_generate(
         params,
         cfg,
@@ -219,7 +218,7 @@ def wedlm_generate(
         pos_penalty,
         c.static,
         min_accept,
-        iv,
+        c.iv,
         mask_token_id=int(mask_token_id),
         window=int(window),
         probe_every=probe_every,

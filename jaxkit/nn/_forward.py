@@ -35,7 +35,7 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._intervene import Interventions, MLPRead, edit, hide_span
+from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
@@ -261,8 +261,8 @@ def layers_core(
         m = mask if low is None else mask & (low | (layer > iv.insert_layer))  # low <= mask
         return m if win is None else m & (win | ~flag)
 
-    # Edits act inside the scan, chosen by the traced layer index (exact: a select of
-    # the edited or the unedited value). Segments are cut only where hidden states
+    # Edits act inside the scan, chosen by the traced layer index (exact: the edited or
+    # the unedited value). Segments are cut only where hidden states
     # are collected or a read site's block must run alone.
     reads = () if iv is None else iv.read_mlp
     sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
@@ -273,9 +273,7 @@ def layers_core(
         lay = None if kv is None else layer
         m = layer_mask(layer, flag)
         out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
-        x = out[0]
-        for site in sites:
-            x = jnp.where(layer == site, edit(iv, site, x, base), x)
+        x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 
     hidden: dict[int, Array] = {}

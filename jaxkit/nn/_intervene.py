@@ -28,10 +28,13 @@ bit. Layer indices and ``read_mlp`` are static (part of the pytree structure: on
 compiled program per set of sites); vectors, latents and slots are traced.
 """
 
+import functools
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate
@@ -228,3 +231,18 @@ def edit(iv, layer: int, h: Array, base: Array) -> Array:
         vec = vec.astype(h.dtype)
         h = h + (vec if vec.ndim == 3 else vec.reshape((-1, 1, vec.shape[-1])))
     return h
+
+
+def edit_at(iv, sites: tuple[int, ...], layer: Array, h: Array, base: Array, n_layers: int):
+    """:func:`edit` of the block with the traced index ``layer`` (unedited off ``sites``).
+
+    One site: a select of the edited or the unedited value. More: a switch on the
+    block's site (branch 0 = no edit), so each block computes only its own edit (a
+    select per site would cost ``L x sites`` edits for an edit at every layer). Exact.
+    """
+    if len(sites) == 1:
+        return jnp.where(layer == sites[0], edit(iv, sites[0], h, base), h)
+    branch = np.zeros(n_layers, np.int32)
+    branch[list(sites)] = np.arange(1, len(sites) + 1)
+    fns = [lambda h: h] + [functools.partial(edit, iv, site, base=base) for site in sites]
+    return jax.lax.switch(jnp.asarray(branch)[layer], fns, h)

@@ -99,6 +99,38 @@ def test_cached_steps_equal_uncached_forward(p, data):
         np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
 
 
+def test_edit_at_every_layer_matches_per_layer_forward(p, data):
+    # One edit per block, of every accepted shape: the layer scan must add block l's
+    # vector after block l only (each block picks its own edit by its traced index).
+    toks, _, vec = data
+    rng = np.random.default_rng(1)
+    d = CFG.d_model
+    adds = {0: vec, 1: jnp.asarray(rng.normal(size=(d,)), jnp.float32)}
+    adds[2] = jnp.asarray(rng.normal(size=(B, T, d)), jnp.float32)
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    h, want_hidden = nn.embed(p, CFG, toks), {}
+    for layer in range(CFG.n_layers):  # the per-layer reference: one block per call
+        h = nn.run_layers(p, CFG, h, pos, start=layer, stop=layer + 1).h
+        a = adds[layer]
+        h = h + (a if a.ndim == 3 else a.reshape(-1, 1, d))
+        want_hidden[layer] = h
+    want = nn.unembed(p, CFG, h)
+    out = nn.apply(p, CFG, toks, collect=(0, 1), interventions=nn.Interventions(adds))
+    np.testing.assert_allclose(out.logits, want, atol=1e-5)
+    for layer in (0, 1):
+        np.testing.assert_allclose(out.hidden[layer], want_hidden[layer], atol=1e-5)
+    # cached: prefill + decode steps with an edit at every layer ([D] / [B, D] only)
+    adds[2] = adds[1][::-1]
+    iv = nn.Interventions(adds)
+    full = nn.apply(p, CFG, toks, interventions=iv).logits
+    plen = jnp.asarray([4, 6])
+    lg, cache = nn.prefill(p, CFG, toks, plen, max_len=T, interventions=iv)
+    np.testing.assert_allclose(lg, full[np.arange(B), plen - 1], atol=1e-5)
+    for s in range(2):
+        lg, cache = nn.decode_step(p, CFG, toks[np.arange(B), plen + s], cache, interventions=iv)
+        np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
+
+
 def _host_logits(iv_row):
     def logits(params, cfg, seq, pos):  # right-padded to a fixed width: causal => exact
         n = len(seq)
