@@ -56,7 +56,7 @@ def argtop_k(xs, k, softness, o):
 def sort(xs, descending, softness, o):
     """Soft-sorted values of the (squashed) ``xs``."""
     n = xs.shape[-1]
-    vals, _, _ = NW.forward(xs, softness, o.mode, o.network, o.standardize)
+    vals = NW.sort_values(xs, softness, o.mode, o.network, o.standardize)
     out = vals[..., :n]
     return jnp.flip(out, -1) if descending else out
 

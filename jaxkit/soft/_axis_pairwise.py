@@ -34,8 +34,14 @@ def neuralsort_a(xs, mode, softness, abs_mode):
     """A_j = sum_k |x_j - x_k| (exact O(n log n), or softjax's soft abs O(n^2))."""
     n = xs.shape[-1]
     if abs_mode == "soft":
-        d = xs[..., :, None] - xs[..., None, :]
-        return jnp.sum(soft_abs(d, softness=softness, mode=mode), axis=-2)
+        # chunks of elements j against the whole row, summed over the minor axis k (remat:
+        # O(B n CHUNK) memory; about 6x faster fwd+bwd on CPU than the dense (B, n, n) sum)
+        def f(ch):  # ch: (c, ...) elements
+            xc = jnp.moveaxis(ch, 0, -1)
+            d = xc[..., :, None] - xs[..., None, :]
+            return jnp.sum(soft_abs(d, softness=softness, mode=mode), axis=-1)
+
+        return map_chunks(f, jnp.moveaxis(xs, -1, 0))
     perm = SO.stable_argsort(xs)
     a = jnp.take_along_axis(xs, perm, axis=-1)
     S = jnp.cumsum(a, axis=-1)

@@ -98,6 +98,28 @@ def forward(x, softness, mode, kind, standardized):
     return jnp.moveaxis(xs, 0, -1), jnp.moveaxis(ms, 1, -1), partner
 
 
+def sort_values(x, softness, mode, kind, standardized):
+    """Sorted values only (ascending, padded length): :func:`forward`'s first output.
+
+    The same layers as :func:`forward`, unrolled (the partner tables are constants):
+    without a scan XLA fuses each layer and keeps no loop state, about twice as fast
+    fwd+bwd on CPU; the mixing weights are not kept (values only).
+    """
+    x, npad = _pad(x, standardized)
+    partner, low = schedule(npad, kind)
+    xt = jnp.moveaxis(x, -1, 0)  # wires first, as in forward
+    col = (npad,) + (1,) * (xt.ndim - 1)
+    wires = np.arange(npad)
+    for p, lo in zip(partner, low, strict=True):
+        xp = jnp.take(xt, jnp.asarray(p), axis=0)
+        sig = sigmoidal(xt - xp, softness, mode)
+        m = jnp.where(jnp.asarray(lo).reshape(col), sig, 1.0 - sig)
+        if np.any(p == wires):  # idle wires (odd_even) keep their value
+            m = jnp.where(jnp.asarray(p == wires).reshape(col), jnp.zeros_like(sig), m)
+        xt = (1.0 - m) * xt + m * xp
+    return jnp.moveaxis(xt, 0, -1)
+
+
 def apply(v, ms, partner):
     """``P v`` along the last axis (forward sweep)."""
 

@@ -106,3 +106,18 @@ def test_fast_softsort_ungated_gradient_is_transposed_kernel():
         )(x)
         P, _ = _dense_softsort(x, 0.1, False, "sort")
         np.testing.assert_allclose(g, jnp.einsum("bkn,bk->bn", P, w), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["bitonic", "odd_even"])
+def test_network_sort_values_match_scanned_sweep(kind):
+    # the unrolled values path against the scanned forward sweep (values and gradients)
+    from jaxkit.soft import _network as NW
+
+    x = jax.nn.sigmoid(jnp.asarray(np.random.default_rng(3).normal(size=(3, 37)), jnp.float32))
+    for mode in ("smooth", "c1"):
+        a = NW.forward(x, 0.1, mode, kind, True)[0]
+        b = NW.sort_values(x, 0.1, mode, kind, True)
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
+        ga = jax.grad(lambda v: jnp.sum(jnp.sin(NW.forward(v, 0.1, mode, kind, True)[0])))(x)  # noqa: B023
+        gb = jax.grad(lambda v: jnp.sum(jnp.sin(NW.sort_values(v, 0.1, mode, kind, True))))(x)  # noqa: B023
+        np.testing.assert_allclose(gb, ga, rtol=1e-5, atol=1e-5)
