@@ -234,17 +234,19 @@ def merge_best(buffer: Buffer, new: Buffer, size: int) -> Buffer:
     return jax.tree.map(lambda a: a[order], both)
 
 
-def _mixture_rows(past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps):
+def _mixture_rows(past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps, keep_first):
     """The window's rows and their log-ratios against the window's mixture (host).
 
     ``past`` holds one dict per batch (its trajectory, oracle values, ``log p_pre`` of
     the path and ``lp``: its path log-probability under each policy of the window, by
-    iteration); it is updated in place (the new batch in, the oldest out). Returns
+    iteration); it is updated in place (the new batch in, the oldest out; with
+    ``keep_first`` the oldest after the first, which stays). Returns
     ``(tokens, unmask_step, log_ratio, g, f)`` over the window's rows.
     """
     log_pre = np.asarray(tr.log_ratio, np.float64) + np.asarray(tr.log_prob, np.float64)
     past.append({"it": it, "params": params, "tr": tr, "g": g, "f": f, "pre": log_pre, "lp": {}})
-    del past[:-window]
+    if len(past) > window:
+        past[:] = [*past[:1], *past[1 - window :]] if keep_first else past[-window:]
     its = [pol["it"] for pol in past]
     for b in past:
         b["lp"] = {j: v for j, v in b["lp"].items() if j in its}
@@ -298,6 +300,7 @@ def fine_tune(
     reduction: str = "sum_weights",
     ess_target: float | None = None,
     proposal_window: int = 1,
+    defensive: bool = False,
 ) -> tuple[PyTree, list[dict]]:
     """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
 
@@ -335,6 +338,10 @@ def fine_tune(
     weights stay valid for the rows of older policies (plain replay under the current
     policy's ratio is not) and a row is down-weighted only where the whole window
     over-samples it, not where one policy does; the target ``p*`` is unchanged.
+    ``defensive=True`` keeps the first batch (drawn from the initial policy, the
+    pretrained model when ``ref_params`` is None) in the window for good: defensive
+    importance sampling (Hesterberg 1995), the path ratio ``p_pre / mixture`` is then at
+    most ``K`` whatever the policy does, so a collapsed policy cannot blow the weights up.
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     _validate.one_of(OBJECTIVES, objective=objective)
@@ -347,6 +354,8 @@ def fine_tune(
     window = _validate.python_int(proposal_window, name="proposal_window", minimum=1)
     if window > 1 and collection != "onpolicy":
         raise ValueError("`proposal_window` > 1 needs collection='onpolicy'.")
+    if defensive and window < 2:
+        raise ValueError("`defensive=True` needs proposal_window >= 2.")
     template = jnp.full((samples_per_iter, length), mask_id, jnp.int32)
     a_it = alpha if ess_target is None else float("inf")
     past: list[dict] = []  # proposal_window: the window's batches and policies
@@ -379,7 +388,9 @@ def fine_tune(
             tr.tokens, tr.unmask_step, tr.log_ratio, g, f, direction, a_it, kappa_min, objective
         )
         if window > 1:
-            rows = _mixture_rows(past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps)
+            rows = _mixture_rows(
+                past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps, defensive
+            )
             buffer = _buffer(*rows, direction, a_it, kappa_min, objective)
         elif collection == "onpolicy" or buffer is None:
             buffer = fresh if collection == "onpolicy" else merge_best(fresh, fresh, buffer_size)

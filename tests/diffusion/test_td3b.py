@@ -245,7 +245,7 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
         )
         trs.append(tr)
         g, f = np.full(n, i, np.float32), np.full(n, 0.1 * i, np.float32)
-        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps)
+        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps, False)
     tokens, st, log_ratio, g, f = rows
     np.testing.assert_array_equal(tokens, np.concatenate([trs[1].tokens, trs[2].tokens]))
     np.testing.assert_array_equal(g, np.repeat([1.0, 2.0], n))  # the oldest batch left
@@ -258,6 +258,16 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
     np.testing.assert_allclose(log_ratio, want, rtol=1e-4, atol=1e-4)
     replay = lp["pre"] - lp["b"]  # the current policy's ratio on old rows: not a valid weight
     assert np.max(np.abs(np.asarray(log_ratio) - replay)) > 0.1
+    # defensive: the first batch (here from pre itself) stays; the ratio is at most K = 2
+    tr0 = diffusion.sample(
+        apply_fn, pre, z, key=jax.random.key(9), mask_id=V, num_steps=steps, ref_params=pre
+    )
+    past = []
+    for i, (pol, tr) in enumerate(zip([pre, *pols[1:]], [tr0, *trs[1:]], strict=True)):
+        g = np.full(n, i, np.float32)
+        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, g, apply_fn, V, steps, True)
+    np.testing.assert_array_equal(rows[3], np.repeat([0.0, 2.0], n))
+    assert np.max(rows[2]) <= np.log(2.0) + 1e-5
     with pytest.raises(ValueError, match="proposal_window"):
         diffusion.fine_tune(
             apply_fn,
@@ -272,6 +282,20 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
             iterations=1,
             collection="best_of_buffer",
             proposal_window=2,
+        )
+    with pytest.raises(ValueError, match="defensive"):
+        diffusion.fine_tune(
+            apply_fn,
+            None,
+            pre,
+            lambda t: {},
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=optax.adam(1e-3),
+            iterations=1,
+            defensive=True,
         )
 
 
