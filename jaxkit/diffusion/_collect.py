@@ -272,6 +272,14 @@ def _mixture_rows(past, window, it, params, tr, g, f, apply_fn, mask_id, num_ste
     return tokens, steps, log_ratio, g, f
 
 
+def _weighted_hits(buffer: Buffer, direction: int) -> float:
+    """The direction accuracy the training buffer's normalised weights put on ``d*``."""
+    lw = np.asarray(buffer.log_w, np.float64)
+    w = np.exp(lw - lw.max())
+    hit = (np.asarray(buffer.p_agonist) >= 0.5) == (direction > 0)
+    return float(np.sum(w * hit) / np.sum(w))
+
+
 def fine_tune(
     apply_fn: ApplyFn,
     embed_fn: EmbedFn | None,
@@ -310,7 +318,9 @@ def fine_tune(
     each iteration. ``ref_params`` (default: the initial ``params``) is the
     pretrained anchor. ``history[i]`` holds the step metrics (``ess`` included),
     the mean reward, direction accuracy of the fresh samples and the oracle calls so
-    far. When ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
+    far, and ``weighted_direction_accuracy``: the direction accuracy of the training
+    buffer under its normalised weights (what the update fits towards). When
+    ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
     ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
     ``reduction`` is passed to :func:`td3b_train_step`: with ``"sum_weights"`` the
     WDCE term is a per-sequence cross-entropy (about ``L`` nats) while the KL anchor is
@@ -440,6 +450,7 @@ def fine_tune(
             mean_reward=float(np.mean(np.asarray(fresh.reward))),
             mean_affinity=float(np.mean(np.asarray(fresh.affinity))),
             direction_accuracy=float(np.mean((f >= 0.5) == (direction > 0))),
+            weighted_direction_accuracy=_weighted_hits(buffer, direction),
             oracle_calls=calls,
         )
         history.append(rec)
