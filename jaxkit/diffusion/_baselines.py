@@ -18,7 +18,7 @@ from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.diffusion import _common
 from jaxkit.diffusion._collect import RewardFn, score
 from jaxkit.diffusion._common import ApplyFn
-from jaxkit.diffusion._sample import sample
+from jaxkit.diffusion._sample import ancestral_unmask, sample
 from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
 from jaxkit.diffusion._td3b import gated_reward
 from jaxkit.kernels.sampling import sample_tokens
@@ -101,12 +101,8 @@ def _reverse_step(apply_fn, params, z, valid, k, key, *, mask_id, num_steps, sch
     k_tok, k_u = jax.random.split(key)
     log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
     draw = sample_tokens(log_p, key=k_tok)
-    t = 1.0 - k.astype(jnp.float32) / num_steps
-    s = 1.0 - (k + 1).astype(jnp.float32) / num_steps
-    p_un = jnp.where(k >= num_steps - 1, 1.0, schedule.unmask_probability(t, s))
-    u = jax.random.uniform(k_u, z.shape, jnp.float32, out_sharding=jax.typeof(z).sharding)
-    masked = valid & (z == mask_id)
-    z = jnp.where(masked & (u < p_un), draw.token, z)
+    new = ancestral_unmask(schedule, k, num_steps, valid & (z == mask_id), k_u, jnp.float32)
+    z = jnp.where(new, draw.token, z)
     x_hat = jnp.where(z == mask_id, jnp.argmax(log_p, axis=-1).astype(jnp.int32), z)
     return z, x_hat
 

@@ -234,6 +234,52 @@ def merge_best(buffer: Buffer, new: Buffer, size: int) -> Buffer:
     return jax.tree.map(lambda a: a[order], both)
 
 
+def _mixture_rows(past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps, keep_first):
+    """The window's rows and their log-ratios against the window's mixture (host).
+
+    ``past`` holds one dict per batch (its trajectory, oracle values, ``log p_pre`` of
+    the path and ``lp``: its path log-probability under each policy of the window, by
+    iteration); it is updated in place (the new batch in, the oldest out; with
+    ``keep_first`` the oldest after the first, which stays). Returns
+    ``(tokens, unmask_step, log_ratio, g, f)`` over the window's rows.
+    """
+    log_pre = np.asarray(tr.log_ratio, np.float64) + np.asarray(tr.log_prob, np.float64)
+    past.append({"it": it, "params": params, "tr": tr, "g": g, "f": f, "pre": log_pre, "lp": {}})
+    if len(past) > window:
+        past[:] = [*past[:1], *past[1 - window :]] if keep_first else past[-window:]
+    its = [pol["it"] for pol in past]
+    for b in past:
+        b["lp"] = {j: v for j, v in b["lp"].items() if j in its}
+        for pol in past:
+            if pol["it"] not in b["lp"]:
+                lp = trajectory_log_prob(
+                    apply_fn,
+                    pol["params"],
+                    b["tr"].tokens,
+                    b["tr"].unmask_step,
+                    mask_id=mask_id,
+                    num_steps=num_steps,
+                )
+                b["lp"][pol["it"]] = np.asarray(lp, np.float64)
+    lp = np.stack([np.concatenate([b["lp"][j] for b in past]) for j in its])
+    log_mix = np.logaddexp.reduce(lp, axis=0) - np.log(len(past))
+    log_ratio = (np.concatenate([b["pre"] for b in past]) - log_mix).astype(np.float32)
+    tokens, steps = (
+        np.concatenate([np.asarray(getattr(b["tr"], n)) for b in past])
+        for n in ("tokens", "unmask_step")
+    )
+    g, f = (np.concatenate([b[n] for b in past]) for n in ("g", "f"))
+    return tokens, steps, log_ratio, g, f
+
+
+def _weighted_hits(buffer: Buffer, direction: int) -> float:
+    """The direction accuracy the training buffer's normalised weights put on ``d*``."""
+    lw = np.asarray(buffer.log_w, np.float64)
+    w = np.exp(lw - lw.max())
+    hit = (np.asarray(buffer.p_agonist) >= 0.5) == (direction > 0)
+    return float(np.sum(w * hit) / np.sum(w))
+
+
 def fine_tune(
     apply_fn: ApplyFn,
     embed_fn: EmbedFn | None,
@@ -261,6 +307,8 @@ def fine_tune(
     objective: str = "td3b",
     reduction: str = "sum_weights",
     ess_target: float | None = None,
+    proposal_window: int = 1,
+    defensive: bool = False,
 ) -> tuple[PyTree, list[dict]]:
     """The TD3B outer loop (host): collect, (re)weight, update; returns ``(params, history)``.
 
@@ -270,7 +318,9 @@ def fine_tune(
     each iteration. ``ref_params`` (default: the initial ``params``) is the
     pretrained anchor. ``history[i]`` holds the step metrics (``ess`` included),
     the mean reward, direction accuracy of the fresh samples and the oracle calls so
-    far. When ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
+    far, and ``weighted_direction_accuracy``: the direction accuracy of the training
+    buffer under its normalised weights (what the update fits towards). When
+    ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
     ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
     ``reduction`` is passed to :func:`td3b_train_step`: with ``"sum_weights"`` the
     WDCE term is a per-sequence cross-entropy (about ``L`` nats) while the KL anchor is
@@ -287,6 +337,21 @@ def fine_tune(
     pretrained model's own batch has an ESS of a few rows). Once ``alpha_k = alpha``
     the objective, hence its fixed point ``p*``, is TD3B's; ``history[i]["alpha"]``
     records ``alpha_k``.
+
+    ``proposal_window`` **[R]** (a jaxkit addition; ``1``, the default, is the authors'
+    on-policy batch; needs ``collection="onpolicy"``): train on the fresh batches of
+    the last ``K = proposal_window`` policies together, each row weighted against the
+    mixture that produced the window (deterministic-mixture importance sampling,
+    Veach & Guibas 1995; Owen & Zhou 2000):
+    ``log_ratio = log p_pre(path) - log mean_j p_theta_j(path)``, every path
+    re-scored under every policy of the window (:func:`trajectory_log_prob`). The
+    weights stay valid for the rows of older policies (plain replay under the current
+    policy's ratio is not) and a row is down-weighted only where the whole window
+    over-samples it, not where one policy does; the target ``p*`` is unchanged.
+    ``defensive=True`` keeps the first batch (drawn from the initial policy, the
+    pretrained model when ``ref_params`` is None) in the window for good: defensive
+    importance sampling (Hesterberg 1995), the path ratio ``p_pre / mixture`` is then at
+    most ``K`` whatever the policy does, so a collapsed policy cannot blow the weights up.
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     _validate.one_of(OBJECTIVES, objective=objective)
@@ -296,8 +361,14 @@ def fine_tune(
         raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
     if ess_target is not None and not 0.0 < float(ess_target) <= 1.0:
         raise ValueError(f"`ess_target` must lie in (0, 1] or be None, got {ess_target}.")
+    window = _validate.python_int(proposal_window, name="proposal_window", minimum=1)
+    if window > 1 and collection != "onpolicy":
+        raise ValueError("`proposal_window` > 1 needs collection='onpolicy'.")
+    if defensive and window < 2:
+        raise ValueError("`defensive=True` needs proposal_window >= 2.")
     template = jnp.full((samples_per_iter, length), mask_id, jnp.int32)
     a_it = alpha if ess_target is None else float("inf")
+    past: list[dict] = []  # proposal_window: the window's batches and policies
     ref = params if ref_params is None else ref_params
     opt_state = optimizer.init(params)
     buffer = None
@@ -326,7 +397,12 @@ def fine_tune(
         fresh = _buffer(
             tr.tokens, tr.unmask_step, tr.log_ratio, g, f, direction, a_it, kappa_min, objective
         )
-        if collection == "onpolicy" or buffer is None:
+        if window > 1:
+            rows = _mixture_rows(
+                past, window, it, params, tr, g, f, apply_fn, mask_id, num_steps, defensive
+            )
+            buffer = _buffer(*rows, direction, a_it, kappa_min, objective)
+        elif collection == "onpolicy" or buffer is None:
             buffer = fresh if collection == "onpolicy" else merge_best(fresh, fresh, buffer_size)
         else:
             buffer = rescore_buffer(
@@ -374,6 +450,7 @@ def fine_tune(
             mean_reward=float(np.mean(np.asarray(fresh.reward))),
             mean_affinity=float(np.mean(np.asarray(fresh.affinity))),
             direction_accuracy=float(np.mean((f >= 0.5) == (direction > 0))),
+            weighted_direction_accuracy=_weighted_hits(buffer, direction),
             oracle_calls=calls,
         )
         history.append(rec)

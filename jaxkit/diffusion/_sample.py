@@ -38,10 +38,20 @@ class Trajectory(NamedTuple):
     log_ratio: Array
 
 
-def _grid(schedule, k, num_steps, dtype):
+def _grid(k, num_steps, dtype):
     t = 1.0 - k.astype(dtype) / num_steps
     s = 1.0 - (k + 1).astype(dtype) / num_steps
     return t, s
+
+
+def ancestral_unmask(schedule, k, num_steps, masked, key, dtype):
+    """The slots of ``masked`` the ancestral step ``t_k -> t_{k+1}`` unmasks.
+
+    Each w.p. ``(alpha(s) - alpha(t)) / (1 - alpha(t))``; the last step unmasks all.
+    """
+    t, s = _grid(k, num_steps, dtype)
+    p_un = jnp.where(k >= num_steps - 1, 1.0, schedule.unmask_probability(t, s))
+    return masked & (_uniform(key, masked, dtype) < p_un)
 
 
 def sample(
@@ -120,41 +130,23 @@ def sample(
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
     )
-    return _sample(
-        apply_fn,
-        params,
-        ref_params,
-        tokens,
-        valid,
-        key,
-        temperature,
-        mask_id=mask_id,
-        num_steps=num_steps,
-        schedule=schedule,
-        order=order,
-        vocab=vocab,
-    )
+    opts = _Opts(mask_id, num_steps, schedule, order, vocab)
+    return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("apply_fn", "mask_id", "num_steps", "schedule", "order", "vocab"),
-)
-def _sample(
-    apply_fn,
-    params,
-    ref_params,
-    tokens,
-    valid,
-    key,
-    temperature,
-    *,
-    mask_id,
-    num_steps,
-    schedule,
-    order,
-    vocab,
-):
+class _Opts(NamedTuple):
+    """The sampler's static (hashed) options."""
+
+    mask_id: int
+    num_steps: int
+    schedule: MaskingSchedule
+    order: str
+    vocab: int
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
+def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts):
+    mask_id, num_steps, schedule, order, vocab = opts
     tokens = _common.guard_alphabet(
         tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
     )
@@ -171,14 +163,13 @@ def _sample(
         z, step, lp, lr = carry
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
-        t, s = _grid(schedule, k, num_steps, acc)
         log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
         draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
         masked = valid & (z == mask_id)
         if order == "ancestral":
-            p_un = jnp.where(k == num_steps - 1, 1.0, schedule.unmask_probability(t, s))
-            new = masked & (_uniform(k_u, z, acc) < p_un)
+            new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
         else:
+            _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
             frac = (1.0 - schedule.alpha(s)) / (1.0 - a1)
             keep = jnp.floor(n0 * frac + 1e-6).astype(jnp.int32)

@@ -11,6 +11,7 @@ import optax
 import pytest
 
 from jaxkit import diffusion
+from jaxkit.diffusion import _collect
 from tests.diffusion import _toys
 
 V = 3
@@ -221,6 +222,81 @@ def test_rescored_log_ratio_is_pre_minus_policy_not_running_sum():
     np.testing.assert_allclose(new.log_ratio, want, rtol=1e-4, atol=1e-4)
     expected_w = want + 1.0 / 0.1 + np.log(0.9)
     np.testing.assert_allclose(new.log_w, expected_w, rtol=1e-4, atol=1e-4)
+
+
+def _np_path_log_prob(log_p_fn, toks, st, steps):
+    """NumPy: sum over steps of the log-probabilities of the tokens unmasked at that step."""
+    out = np.zeros(toks.shape[0])
+    for k in range(steps):
+        lp = np.take_along_axis(log_p_fn(np.where(st < k, toks, V)), toks[..., None], -1)[..., 0]
+        out += np.sum(np.where(st == k, lp, 0.0), axis=1)
+    return out
+
+
+def test_proposal_window_weights_rows_against_the_window_mixture():
+    apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
+    pols = [_toys.random_mlp(V, 4, seed=s)[1] for s in (2, 3, 4)]
+    steps, n = 4, 8
+    z = jnp.full((n, 4), V, jnp.int32)
+    past, trs = [], []
+    for i, pol in enumerate(pols):  # one batch per policy; a window of the last two
+        tr = diffusion.sample(
+            apply_fn, pol, z, key=jax.random.key(i), mask_id=V, num_steps=steps, ref_params=pre
+        )
+        trs.append(tr)
+        g, f = np.full(n, i, np.float32), np.full(n, 0.1 * i, np.float32)
+        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps, False)
+    tokens, st, log_ratio, g, f = rows
+    np.testing.assert_array_equal(tokens, np.concatenate([trs[1].tokens, trs[2].tokens]))
+    np.testing.assert_array_equal(g, np.repeat([1.0, 2.0], n))  # the oldest batch left
+    # independent: every path scored in NumPy under pre and both policies of the window
+    lp = {
+        name: _np_path_log_prob(_np_log_p(apply_fn, p, V), tokens, st, steps)
+        for name, p in (("pre", pre), ("a", pols[1]), ("b", pols[2]))
+    }
+    want = lp["pre"] - np.logaddexp(lp["a"], lp["b"]) + np.log(2.0)
+    np.testing.assert_allclose(log_ratio, want, rtol=1e-4, atol=1e-4)
+    replay = lp["pre"] - lp["b"]  # the current policy's ratio on old rows: not a valid weight
+    assert np.max(np.abs(np.asarray(log_ratio) - replay)) > 0.1
+    # defensive: the first batch (here from pre itself) stays; the ratio is at most K = 2
+    tr0 = diffusion.sample(
+        apply_fn, pre, z, key=jax.random.key(9), mask_id=V, num_steps=steps, ref_params=pre
+    )
+    past = []
+    for i, (pol, tr) in enumerate(zip([pre, *pols[1:]], [tr0, *trs[1:]], strict=True)):
+        g = np.full(n, i, np.float32)
+        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, g, apply_fn, V, steps, True)
+    np.testing.assert_array_equal(rows[3], np.repeat([0.0, 2.0], n))
+    assert np.max(rows[2]) <= np.log(2.0) + 1e-5
+    with pytest.raises(ValueError, match="proposal_window"):
+        diffusion.fine_tune(
+            apply_fn,
+            None,
+            pre,
+            lambda t: {},
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=optax.adam(1e-3),
+            iterations=1,
+            collection="best_of_buffer",
+            proposal_window=2,
+        )
+    with pytest.raises(ValueError, match="defensive"):
+        diffusion.fine_tune(
+            apply_fn,
+            None,
+            pre,
+            lambda t: {},
+            key=jax.random.key(0),
+            direction=1,
+            length=4,
+            mask_id=V,
+            optimizer=optax.adam(1e-3),
+            iterations=1,
+            defensive=True,
+        )
 
 
 @pytest.mark.slow  # an integration loop (sampler + oracle + jitted step); the example runs it too
