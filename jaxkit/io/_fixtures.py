@@ -36,6 +36,19 @@ def _names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.joinpath("config.json").is_file())
 
 
+def _root(name):
+    """The packaged folder of fixture ``name``; errors name the argument."""
+    if not isinstance(name, str):
+        raise TypeError(f"`name` must be a str, got {type(name).__name__}.")
+    root = importlib.resources.files("jaxkit._fixtures").joinpath(name)
+    if not root.joinpath("config.json").is_file():
+        raise ValueError(
+            f"`name`: no fixture named {name!r} in jaxkit/_fixtures "
+            f"(available: {', '.join(map(repr, _names()))})."
+        )
+    return root
+
+
 def load_fixture(name: str = "tiny_lm") -> Fixture:
     """Load a tiny trained model shipped in ``jaxkit/_fixtures/<name>/``.
 
@@ -53,14 +66,7 @@ def load_fixture(name: str = "tiny_lm") -> Fixture:
     Raises:
       ValueError: If no fixture of that name is shipped (the message lists them).
     """
-    if not isinstance(name, str):
-        raise TypeError(f"`name` must be a str, got {type(name).__name__}.")
-    root = importlib.resources.files("jaxkit._fixtures").joinpath(name)
-    if not root.joinpath("config.json").is_file():
-        raise ValueError(
-            f"`name`: no fixture named {name!r} in jaxkit/_fixtures "
-            f"(available: {', '.join(map(repr, _names()))})."
-        )
+    root = _root(name)
     with importlib.resources.as_file(root) as folder:
         cfg = config_from_hf(json.loads((folder / "config.json").read_text()))
         info_path = folder / _INFO
@@ -83,15 +89,9 @@ def load_fixture_tensors(name: str, filename: str) -> dict:
     Raises:
       ValueError: If the fixture or the file is not shipped (the message lists what is).
     """
-    for arg, val in (("name", name), ("filename", filename)):
-        if not isinstance(val, str):
-            raise TypeError(f"`{arg}` must be a str, got {type(val).__name__}.")
-    root = importlib.resources.files("jaxkit._fixtures").joinpath(name)
-    if not root.joinpath("config.json").is_file():
-        raise ValueError(
-            f"`name`: no fixture named {name!r} in jaxkit/_fixtures "
-            f"(available: {', '.join(map(repr, _names()))})."
-        )
+    if not isinstance(filename, str):
+        raise TypeError(f"`filename` must be a str, got {type(filename).__name__}.")
+    root = _root(name)
     if not filename.endswith(".safetensors") or not root.joinpath(filename).is_file():
         have = sorted(p.name for p in root.iterdir() if p.name.endswith(".safetensors"))
         raise ValueError(f"`filename`: fixture {name!r} ships no {filename!r} (it has {have}).")
