@@ -8,38 +8,17 @@ Writes ``config.json`` + ``model.safetensors`` + ``task.json`` (steps, seed, fin
 loss, answer accuracy of early and late queries) with ``jaxkit.io.save_fixture``.
 """
 
-import argparse
-import importlib.util
-import pathlib
-import sys
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _fixture_cli import load_example, parse_args
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from jaxkit import io, nn  # noqa: E402
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location(
-        "dlmr_toy_grid", ROOT / "examples" / "dlmr_toy_grid.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from jaxkit import io, nn
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(ROOT / "jaxkit" / "_fixtures" / "dlmr_grid"))
-    a = p.parse_args()
-    ex = _example()
+    a = parse_args(__doc__, "dlmr_grid")
+    ex = load_example("dlmr_toy_grid")
     enc = ex.vision_encoder()
     rng = np.random.default_rng(a.seed)
     params, loss = ex.train_base(rng, a.steps, jax.random.key(a.seed), enc)

@@ -12,38 +12,18 @@ at a harmful prompt's first response token (the world's 0.7), and of REFUSE afte
 the system prompt (1.0).
 """
 
-import argparse
-import importlib.util
-import pathlib
-import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import jax
+import numpy as np
+from _fixture_cli import load_example, parse_args
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from jaxkit import io  # noqa: E402
-
-
-def _example():
-    spec = importlib.util.spec_from_file_location(
-        "svgt_toy_safety", ROOT / "examples" / "svgt_toy_safety.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from jaxkit import io
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(ROOT / "jaxkit" / "_fixtures" / "svgt_toy_base"))
-    a = p.parse_args()
-    ex = _example()
+    a = parse_args(__doc__, "svgt_toy_base")
+    ex = load_example("svgt_toy_safety")
     t0 = time.process_time()
     params, loss = ex.train_base(
         np.random.default_rng(a.seed), a.steps, jax.random.fold_in(jax.random.key(a.seed), 1)
