@@ -268,35 +268,14 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
         rows = _collect._mixture_rows(past, 2, i, pol, tr, g, g, apply_fn, V, steps, True)
     np.testing.assert_array_equal(rows[3], np.repeat([0.0, 2.0], n))
     assert np.max(rows[2]) <= np.log(2.0) + 1e-5
+    bad = functools.partial(
+        diffusion.fine_tune, apply_fn, None, pre, lambda t: {}, key=jax.random.key(0),
+        direction=1, length=4, mask_id=V, optimizer=optax.adam(1e-3), iterations=1,
+    )  # fmt: skip
     with pytest.raises(ValueError, match="proposal_window"):
-        diffusion.fine_tune(
-            apply_fn,
-            None,
-            pre,
-            lambda t: {},
-            key=jax.random.key(0),
-            direction=1,
-            length=4,
-            mask_id=V,
-            optimizer=optax.adam(1e-3),
-            iterations=1,
-            collection="best_of_buffer",
-            proposal_window=2,
-        )
+        bad(collection="best_of_buffer", proposal_window=2)
     with pytest.raises(ValueError, match="defensive"):
-        diffusion.fine_tune(
-            apply_fn,
-            None,
-            pre,
-            lambda t: {},
-            key=jax.random.key(0),
-            direction=1,
-            length=4,
-            mask_id=V,
-            optimizer=optax.adam(1e-3),
-            iterations=1,
-            defensive=True,
-        )
+        bad(defensive=True)
 
 
 @pytest.mark.slow  # an integration loop (sampler + oracle + jitted step); the example runs it too
