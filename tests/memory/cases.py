@@ -1,5 +1,7 @@
 """Conformance cases for jaxkit.memory (see tests/conformance.py)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -90,23 +92,29 @@ def _grpo(router_h, rewards, *, kl_beta):
     )[0]
 
 
+# the two injectors' cases: same arguments; f32 backbone and adapters (no x64 gradient check)
+_inject_case = functools.partial(
+    Case,
+    make_args=_inject_args,
+    grad_modes=(),
+    dtypes=(jnp.float32,),
+    shard_argnums=(0, 1, 2),
+    rtol=1e-4,
+)
+_BAD_K = Bad(
+    "k above k_max",
+    lambda key: ((jnp.ones((8, _S, 16)), jnp.ones(8, jnp.int32), jnp.full(8, 9)), {}),
+    ValueError,
+    "k",
+)
+
 CASES = [
-    Case(
+    _inject_case(
         name="memory.inject",
         slow_checks=("sharding",),
         fn=_inject,
-        make_args=_inject_args,
-        grad_modes=(),  # the injector computes in f32 (no x64 gradient check)
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1, 2),
-        rtol=1e-4,
         bad=(
-            Bad(
-                "k above k_max",
-                lambda key: ((jnp.ones((8, _S, 16)), jnp.ones(8, jnp.int32), jnp.full(8, 9)), {}),
-                ValueError,
-                "k",
-            ),
+            _BAD_K,
             Bad(
                 "ctx of the wrong width",
                 lambda key: (
@@ -118,23 +126,11 @@ CASES = [
             ),
         ),
     ),
-    Case(
+    _inject_case(
         name="memory.inject[lora_replica]",
         slow_checks=("sharding", "vmap", "eval_shape", "traced_once"),
         fn=_inject_lora,
-        make_args=_inject_args,
-        grad_modes=(),  # f32 backbone and adapters: no x64 gradient check
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1, 2),
-        rtol=1e-4,
-        bad=(
-            Bad(
-                "k above k_max",
-                lambda key: ((jnp.ones((8, _S, 16)), jnp.ones(8, jnp.int32), jnp.full(8, 9)), {}),
-                ValueError,
-                "k",
-            ),
-        ),
+        bad=(_BAD_K,),
     ),
     Case(
         name="memory.dlmr_generate",
