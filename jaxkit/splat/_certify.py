@@ -19,6 +19,13 @@ ray, so keeping it under ``eta`` costs most of the opacity a perturbation could 
 import jax
 import jax.numpy as jnp
 
+from jaxkit.splat._raster import ALPHA_MAX
+
+
+def _alpha_cap(opacity_logits):
+    """The largest alpha a safeguard reaches at any pixel: the renderer's own cap."""
+    return jnp.minimum(ALPHA_MAX, jax.nn.sigmoid(opacity_logits))
+
 
 def certified_linf(opacity_logits, color_logits, raw_colors, background):
     """The certificate ``max_channel sum_s a_s max(c_s - lo, hi - c_s)`` (module docstring)."""
@@ -27,7 +34,7 @@ def certified_linf(opacity_logits, color_logits, raw_colors, background):
     every = jnp.concatenate([raw_colors, sg, bg])
     lo, hi = jnp.min(every, axis=0), jnp.max(every, axis=0)
     w = jnp.maximum(sg - lo[None, :], hi[None, :] - sg)  # (S, 3): worst colour offset
-    a = jnp.minimum(0.99, jax.nn.sigmoid(opacity_logits))
+    a = _alpha_cap(opacity_logits)
     return jnp.max(a @ w)
 
 
@@ -40,6 +47,6 @@ def scale_to_budget(opacity_logits, color_logits, raw_colors, background, budget
     """
     cert = certified_linf(opacity_logits, color_logits, raw_colors, background)
     k = jnp.minimum(1.0, budget / jnp.maximum(cert, jnp.finfo(cert.dtype).tiny))
-    a = k * jnp.minimum(0.99, jax.nn.sigmoid(opacity_logits))
+    a = k * _alpha_cap(opacity_logits)
     scaled = jnp.log(a) - jnp.log1p(-a)
     return jnp.where(k < 1, scaled, opacity_logits)
