@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import ndimage
 
 from jaxkit.vision import irdet
 
@@ -161,10 +162,29 @@ def test_synthetic_scene_ground_truth():
     assert np.all(mask | ~np.asarray(half.mask)) and mask.sum() > np.asarray(half.mask).sum()
     with pytest.raises(ValueError, match="`mask_level`"):
         irdet.make_dataset(jax.random.key(0), 2, mask_level=1.0)
-    with pytest.raises(ValueError, match="`hw`"):
-        irdet.make_dataset(jax.random.key(0), 2, hw=(8, 32))
-    with pytest.raises(ValueError, match="`n_targets`"):
-        irdet.make_dataset(jax.random.key(0), 2, n_targets=(3, 1))
+    with pytest.raises(ValueError, match="`min_separation`"):
+        irdet.make_dataset(jax.random.key(0), 2, min_separation=-1.0)
+
+
+def test_synthetic_min_separation_spreads_targets_and_keeps_the_rest():
+    kw = dict(hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1))  # the test above's program
+    free = irdet.make_dataset(jax.random.key(0), 6, **kw)
+    sep = irdet.make_dataset(jax.random.key(0), 6, min_separation=10.0, **kw)
+
+    def closest(sc):  # least distance between valid centres (rounded: within sqrt(2) px)
+        c, v = np.asarray(sc.points, np.float64), np.asarray(sc.valid)
+        d = np.linalg.norm(c[:, :, None] - c[:, None], axis=-1)
+        pair = v[:, :, None] & v[:, None] & ~np.eye(c.shape[1], dtype=bool)
+        return np.where(pair, d, np.inf).min()
+
+    assert closest(free) < 10.0 - np.sqrt(2)  # independent draws crowd: the oracle can fail
+    assert closest(sep) >= 10.0 - np.sqrt(2)
+    # the clutter, the target count and the first target come from the same draws
+    np.testing.assert_array_equal(np.asarray(sep.valid), np.asarray(free.valid))
+    np.testing.assert_array_equal(np.asarray(sep.points[:, 0]), np.asarray(free.points[:, 0]))
+    # separated targets never share a GT component: one 8-connected component each
+    n_comp = [ndimage.label(m, structure=np.ones((3, 3)))[1] for m in np.asarray(sep.mask)]
+    assert n_comp == np.asarray(sep.valid).sum(1).tolist()
 
 
 def _otsu_brute(values, weights, bins=64):

@@ -22,6 +22,16 @@ masks are 1.25x the estimated half-maximum region (over all 530 targets 0.51 / 0
 these edge statistics alone, before any detector was trained on the new masks. Real masks
 also widen with contrast (inner edge 0.57 -> 0.46 from the lowest to the highest contrast
 third), which a single level does not model.
+
+Target spacing (``min_separation``, wave 9). With independent uniform centres, small images
+crowd targets far more than real data: in SIRST v1 84 % of images hold one target and 15 of
+172 pairs of annotated components (9 %) lie closer than 6 px (edge to edge); in 32x32
+synthetic scenes with 1-4 targets 36 % of component pairs do and 14 % of the targets share a
+GT component with another (64x64: 5 %, 3 %). A detector trained on exact masks learns to
+join such close targets, and the joined component's centroid then misses both targets under
+the 3 px rule. ``min_separation = 10`` px (chosen from these pair statistics before any
+detector was trained) gives 6 % of pairs under 6 px and no shared component at 32x32 (64x64:
+0.4 %, none). The default stays 0: the spec's independent draws.
 """
 
 import functools
@@ -72,11 +82,44 @@ def _power_law(key, hh, ww, beta):
     return (field - field.mean()) / (field.std() + 1e-12)
 
 
-def _scene_core(key, scr, sigma, clutter_std, noise_std, mask_level, *, hw, n_targets, hot, beta):
+def _separate(key, cy, cx, min_sep, hh, ww, margin, n_cand=16):
+    """Centres at least ``min_sep`` px apart where room allows (best of ``n_cand``).
+
+    Target k keeps its first draw when it is ``min_sep`` from every earlier target;
+    otherwise it takes the first of ``n_cand - 1`` extra draws (from ``key``) that is,
+    or the draw farthest from the earlier targets. ``min_sep = 0`` keeps every first
+    draw: the scenes of a key do not change.
+    """
+    k = cy.shape[0]
+    extra = jax.random.uniform(key, (2, k, n_cand - 1))
+    cand_y = jnp.concatenate([cy[:, None], margin + extra[0] * (hh - 1 - 2 * margin)], 1)
+    cand_x = jnp.concatenate([cx[:, None], margin + extra[1] * (ww - 1 - 2 * margin)], 1)
+    ys, xs = [], []
+    for i in range(k):  # K is small and static: a short unrolled loop
+        if i == 0:
+            ys.append(cand_y[0, 0])
+            xs.append(cand_x[0, 0])
+            continue
+        py, px = jnp.stack(ys), jnp.stack(xs)
+        d = jnp.sqrt(
+            (cand_y[i][:, None] - py[None]) ** 2 + (cand_x[i][:, None] - px[None]) ** 2
+        ).min(axis=1)
+        ok = d >= min_sep
+        pick = jnp.where(jnp.any(ok), jnp.argmax(ok), jnp.argmax(d))
+        sel = jnp.arange(n_cand) == pick  # a select, not a gather
+        ys.append(jnp.sum(jnp.where(sel, cand_y[i], 0.0)))
+        xs.append(jnp.sum(jnp.where(sel, cand_x[i], 0.0)))
+    return jnp.stack(ys), jnp.stack(xs)
+
+
+def _scene_core(
+    key, scr, sigma, clutter_std, noise_std, mask_level, min_sep, *, hw, n_targets, hot, beta
+):
     hh, ww = hw
     lo_n, hi_n = n_targets
     nh = max(hot[1], 1)
     k_field, k_noise, k_u = jax.random.split(key, 3)
+    k_sep = jax.random.fold_in(key, 3)  # its own stream: the draws above are unchanged
     # every scalar draw from one uniform vector (few RNG ops: cheap to compile)
     u = jax.random.uniform(k_u, (2 + 4 * nh + 7 * hi_n,))
     take = iter(range(u.shape[0]))
@@ -105,6 +148,7 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, mask_level, *, hw, n_ta
     margin = 6.0
     cy = margin + nxt(hi_n) * (hh - 1 - 2 * margin)
     cx = margin + nxt(hi_n) * (ww - 1 - 2 * margin)
+    cy, cx = _separate(k_sep, cy, cx, min_sep, hh, ww, margin)
     sig = sigma[0] + (sigma[1] - sigma[0]) * jnp.stack([nxt(hi_n), nxt(hi_n)], axis=-1)
     amp = clutter_std * (scr[0] + (scr[1] - scr[0]) * nxt(hi_n))
     valid = jnp.arange(hi_n, dtype=jnp.float32) < n_t
@@ -129,11 +173,11 @@ def _scene_core(key, scr, sigma, clutter_std, noise_std, mask_level, *, hw, n_ta
 
 @functools.partial(jax.jit, static_argnames=("hw", "n_targets", "hot", "beta", "scr", "sigma", "n"))
 def _dataset_core(
-    key, clutter_std, noise_std, mask_level, *, n, hw, n_targets, hot, beta, scr, sigma
+    key, clutter_std, noise_std, mask_level, min_sep, *, n, hw, n_targets, hot, beta, scr, sigma
 ):
     keys = jax.random.split(key, n)
     f = functools.partial(_scene_core, hw=hw, n_targets=n_targets, hot=hot, beta=beta)
-    return jax.vmap(lambda kk: f(kk, scr, sigma, clutter_std, noise_std, mask_level))(keys)
+    return jax.vmap(lambda kk: f(kk, scr, sigma, clutter_std, noise_std, mask_level, min_sep))(keys)
 
 
 def _pair(v, name, *, integer=False):
@@ -158,6 +202,7 @@ def make_dataset(
     noise_std: float = 0.02,
     hot_clutter: tuple[int, int] = (0, 3),
     mask_level: float = 0.35,
+    min_separation: float = 0.0,
 ) -> Scene:
     """``n`` synthetic IR scenes as a batched :class:`Scene` (leading axis ``n``).
 
@@ -181,6 +226,11 @@ def make_dataset(
       mask_level: Fraction of a target's peak at which its GT mask ends, in (0, 1).
         0.35 matches the edge levels of real SIRST annotations (module docstring); 0.5
         gives the half-maximum masks of the spec and of jaxkit before wave 8.
+      min_separation: Least distance (px, >= 0) between target centres, kept where the
+        image has room (each target takes the first of 16 draws that is this far from
+        the earlier ones, else the farthest draw). 0 (default) places targets
+        independently, as the spec does; small images then crowd targets far more than
+        real data (module docstring), and close targets share one GT component.
 
     Raises:
       TypeError: Non-int sizes or malformed pairs.
@@ -206,11 +256,14 @@ def make_dataset(
     _validate.non_negative(noise_std=noise_std)
     _validate.real_scalar(mask_level, name="mask_level")
     _validate.in_interval(low=0.0, high=1.0, closed="neither", mask_level=mask_level)
+    _validate.real_scalar(min_separation, name="min_separation")
+    _validate.non_negative(min_separation=min_separation)
     return _dataset_core(
         key,
         jnp.asarray(clutter_std, jnp.float32),
         jnp.asarray(noise_std, jnp.float32),
         jnp.asarray(mask_level, jnp.float32),
+        jnp.asarray(min_separation, jnp.float32),
         n=n,
         hw=hw,
         n_targets=n_targets,
