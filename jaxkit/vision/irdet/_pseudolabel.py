@@ -206,6 +206,13 @@ def pseudo_mask(
       size (32x32 vs 256x256); the box pixels make it size-free.
     * ``E`` is the local standard deviation (differentiable), not the 5x5 rank entropy
       (:func:`diffusivity`).
+    * Min-max over the whole image instead of CLAHE. Its scale (and with it ``D`` and
+      the drift) depends on how extreme the image's darkest and brightest pixels are,
+      so on the image's size: on the same 32x32 windows of 128x128 synthetic scenes
+      (seeds 0-2, 96-111 windows each) labels made on the window score IoU
+      0.546 / 0.530 / 0.523 against 0.595 / 0.578 / 0.560 made on the whole image, and
+      0.593 / 0.577 / 0.558 on the window at the whole image's scale. A size-free scale
+      is not chosen yet.
 
     Leak-free by construction: the box size is one constant for all targets and no
     mask is read (the repo's prior script sizes boxes from GT masks). Jitted
