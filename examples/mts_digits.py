@@ -96,12 +96,22 @@ def ce(params, batch):
 OPT = optax.sgd(0.05, momentum=0.9, nesterov=True)
 PSEUDO_LR = 0.05
 META_LR = 1e-3  # spec 2.2 step 6: AdamW, meta lr searched in {1e-3, 5e-4, 1e-4}, wd 1e-4
+# meta-networks as in the authors' code: MTS in -> 100 -> 100 -> 1, MWN 1 -> 100 -> 1
+MTS_HIDDEN, MWN_HIDDEN = (100, 100), (100,)
 
 
-def meta_opt(steps):
-    """The spec's meta optimiser: AdamW with linear warm-up then cosine decay."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, META_LR, min(100, steps // 10), steps)
-    return optax.adamw(sched, weight_decay=1e-4)
+def _decay_mask(net):
+    """Weight decay on the weight matrices only, not the biases (the authors' code)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: "biases" not in jax.tree_util.keystr(path), net
+    )
+
+
+def meta_opt(steps, lr=META_LR):
+    """The authors' meta optimiser: AdamW (wd 1e-4 off the biases), linear warm-up over
+    the first tenth of training, then cosine decay (ZILIN003/MTS ``scripts.sh``)."""
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 10), steps)
+    return optax.adamw(sched, weight_decay=1e-4, mask=_decay_mask)
 
 
 def _warmup(xtr, ytr, key, epochs):
@@ -148,7 +158,7 @@ def _features(xtr, ytr, xv, yv, el2n, forget):
     return ((f - f.mean(0)) / np.where(sd > 0, sd, 1.0)).astype(np.float32)
 
 
-def _train(kind, tr, val, feats, key, steps, sel_batch):
+def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR):
     """``kind``: "none", "mwn" or "mts"; returns (params, meta_net)."""
     x, y = jnp.asarray(tr[0]), jnp.asarray(tr[1])
     xv, yv = jnp.asarray(val[0]), jnp.asarray(val[1])
@@ -156,8 +166,8 @@ def _train(kind, tr, val, feats, key, steps, sel_batch):
     n, nv = len(tr[0]), len(val[0])
     kp, kn, ks = jax.random.split(key, 3)
     in_dim = 1 if kind == "mwn" else feats.shape[1]
-    net = nn.MLP(in_dim, 1, hidden=(32,), key=kn)
-    mopt = meta_opt(steps)
+    net = nn.MLP(in_dim, 1, hidden=MWN_HIDDEN if kind == "mwn" else MTS_HIDDEN, key=kn)
+    mopt = meta_opt(steps, meta_lr)
 
     @jax.jit
     def run(params, net, key):
@@ -227,7 +237,7 @@ def main(
     steps = 400 if quick else 3000
     params_w, el2n, forget = _warmup(xtr, ytr, jax.random.fold_in(key, 0), 6 if quick else 20)
     feats = _features(xtr, ytr, val[0], val[1], el2n, forget)
-    net0 = nn.MLP(feats.shape[1], 1, hidden=(32,), key=jax.random.key(seed + 1))
+    net0 = nn.MLP(feats.shape[1], 1, hidden=MTS_HIDDEN, key=jax.random.key(seed + 1))
     sizes = (16, 128, 1024) if quick else (16, 64, 256, 1024)
     table = _gsnr_table(params_w, net0, (xtr, ytr), val, feats, jax.random.fold_in(key, 1),
                         sizes, 16 if quick else 64)  # fmt: skip
