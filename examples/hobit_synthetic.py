@@ -28,7 +28,7 @@ The spec's probe setting (``probe_table``, ``--probe``: no duplicates, observati
 3.4 so that random batching reproduces the probe's random row), 12 epochs, R@1 / MRR,
 seeds 0 / 1 / 2: random 0.566 / 0.567 / 0.570 (MRR 0.721 / 0.716 / 0.724; probe 0.567 /
 0.723); k-means 0.606 / 0.626 / 0.628 (MRR 0.754 / 0.761 / 0.765; probe 0.623 / 0.762);
-naive NN 0.606 / 0.616 / 0.639; HOBIT 0.591 / 0.596 / 0.638 (MRR 0.739 / 0.743 / 0.772;
+naive NN 0.603 / 0.606 / 0.637; HOBIT 0.591 / 0.596 / 0.638 (MRR 0.739 / 0.743 / 0.772;
 probe 0.636 / 0.766); with ``exclude="margin"`` 0.572 (seed 0). So the probe's HOBIT >
 k-means is not reproduced: HOBIT is above random everywhere, level with k-means on seed 2
 and 1-3 points below on seeds 0-1. A plain sequential greedy exactly as spec 3.2 words it
