@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int
 from jaxkit import _validate as V
 from jaxkit._typing import KeyArray, RealScalarLike, accumulation_dtype
 from jaxkit.data._hobit import SparseHardness, _check_emb, _knn_graph_jit
-from jaxkit.data._permute import _batches_jit, check_batch_size
+from jaxkit.data._permute import _batches_jit, check_batch_size, pool_sizes
 
 
 def _random(key, *, n):
@@ -123,11 +123,9 @@ def nn_batches(
     k = V.python_int(k, name="k", minimum=1)
     if k >= n:
         raise ValueError(f"`k` must be < n={n}, got k={k}.")
-    pf = V.python_int(pool_factor, name="pool_factor", minimum=1)
+    p, p2 = pool_sizes(pool_factor, bsz, k, n)
     q = V.guard_positive(q, tau, name="tau")
     g: SparseHardness = _knn_graph_jit(q, d, None, tau, -jnp.inf, k=k, block=min(1024, n))
-    p = min(pf * bsz, 1 + k + k * k, n)
-    p2 = min(pf * bsz, bsz * (1 + k), n)
     out = _batches_jit(
         g.nbr, g.w, q, d, None, key, -jnp.inf, 1.0,
         batch_size=bsz, p=p, p2=p2, rounds=3, refills=2, waves=min(4, n // bsz), obj="log",

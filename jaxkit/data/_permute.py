@@ -164,9 +164,12 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj):
 
 def _batches(
     nbr, w, q, d, dup_ids, key, margin, hard_fraction, *,
-    batch_size, p, p2, rounds, refills, waves, obj,
+    batch_size, p, p2, rounds, refills, waves, obj, exclude="margin",
 ):  # fmt: skip
     n = nbr.shape[0]
+    # pairs barred from sharing a greedy batch: within the margin or duplicates ("margin"),
+    # or duplicates only ("dup"; margin pairs then only weigh 0 in the objective)
+    cmargin = margin if exclude == "margin" else -jnp.inf
     bsz = batch_size
     nb = n // bsz
     dup = jnp.arange(n, dtype=jnp.int32) if dup_ids is None else dup_ids
@@ -175,7 +178,7 @@ def _batches(
     active = bidx.astype(jnp.float32) < jnp.round(jnp.asarray(hard_fraction, jnp.float32) * nb)
     assigned = jnp.zeros(n + 1, bool)
     grow = functools.partial(
-        _grow, nbr=nbr, w=w, q=q, d=d, dup=dup, margin=margin, bsz=bsz, rounds=rounds, obj=obj
+        _grow, nbr=nbr, w=w, q=q, d=d, dup=dup, margin=cmargin, bsz=bsz, rounds=rounds, obj=obj
     )
     per = -(-nb // waves)
     active = jnp.pad(active, (0, per * waves - nb)).reshape(waves, per)
@@ -213,8 +216,21 @@ def _batches(
 
 
 _batches_jit = jax.jit(
-    _batches, static_argnames=("batch_size", "p", "p2", "rounds", "refills", "waves", "obj")
+    _batches,
+    static_argnames=("batch_size", "p", "p2", "rounds", "refills", "waves", "obj", "exclude"),
 )
+
+_EXCLUDE = ("margin", "dup")
+
+
+def pool_sizes(pool_factor: int, batch_size: int, k: int, n: int) -> tuple[int, int]:
+    """Static pool sizes ``(P, P_refill)`` of the parallel greedy.
+
+    ``P = pool_factor * B``, capped by what a 2-hop (first pool) or the members' 1-hop
+    (refills) neighbourhood can hold, and by ``n``.
+    """
+    pf = V.python_int(pool_factor, name="pool_factor", minimum=1)
+    return min(pf * batch_size, 1 + k + k * k, n), min(pf * batch_size, batch_size * (1 + k), n)
 
 
 def check_batch_size(n: int, batch_size: int) -> int:
@@ -243,6 +259,7 @@ def hobit_batches(
     refills: int = 2,
     waves: int = 4,
     objective: str = "log",
+    exclude: str = "margin",
 ) -> HobitBatches:
     """One epoch's HOBIT permutation from a sparse hardness graph (jitted parallel greedy).
 
@@ -253,6 +270,14 @@ def hobit_batches(
     the greedy leaves empty (no positive gain left in the pool) and the batches beyond
     the first ``round(hard_fraction * n / batch_size)`` are filled uniformly at random
     (``greedy`` marks the greedy slots; the random fill is not contradiction-checked).
+
+    ``exclude`` says which pairs may never share a greedy batch. ``"margin"`` (default):
+    both the margin pairs and the duplicates (zero contradictions, spec 3.4 item 6).
+    ``"dup"``: duplicates only; a pair within the margin still weighs 0 in the objective
+    (the filter of spec 3.2 is on the weights) but may share a batch. The margin is
+    measured with the current encoder, so early in training most queries have some
+    true negatives within it (the demo: 99% of queries, 12 on average at ``delta =
+    0.1``), and barring them all leaves batches about as easy as random ones.
 
     Args:
       g: graph from :func:`knn_graph` on the same embeddings.
@@ -269,6 +294,8 @@ def hobit_batches(
       waves: batches are built in this many sequential waves, each seeded from the
         items still unassigned (static, >= 1; capped at ``n // batch_size``).
       objective: concave ``phi``: ``'log'`` (HOBIT recon) or ``'sqrt'`` (static).
+      exclude: ``'margin'`` or ``'dup'``: the pairs barred from sharing a greedy batch
+        (see above; static).
 
     Returns:
       ``HobitBatches(perm [n] int32, greedy [n] bool)``.
@@ -281,20 +308,18 @@ def hobit_batches(
     V.is_key(key)
     bsz = check_batch_size(n, batch_size)
     V.one_of(_OBJECTIVES, objective=objective)
-    pf = V.python_int(pool_factor, name="pool_factor", minimum=1)
+    V.one_of(_EXCLUDE, exclude=exclude)
     rounds = V.python_int(rounds, name="rounds", minimum=1)
     refills = V.python_int(refills, name="refills", minimum=0)
     waves = min(V.python_int(waves, name="waves", minimum=1), n // bsz)
     dup_ids = _check_dup(dup_ids, n)
     q = V.guard_non_negative(q, margin, name="margin", allow_inf=True)
     q = V.guard_interval(q, hard_fraction, name="hard_fraction", low=0.0, high=1.0)
-    k = g.nbr.shape[1]
-    p = min(pf * bsz, 1 + k + k * k, n)
-    p2 = min(pf * bsz, bsz * (1 + k), n)
+    p, p2 = pool_sizes(pool_factor, bsz, g.nbr.shape[1], n)
     return _batches_jit(
         g.nbr, g.w, q, d, dup_ids, key, margin, hard_fraction,
         batch_size=bsz, p=p, p2=p2, rounds=rounds, refills=refills,
-        waves=waves, obj=objective,
+        waves=waves, obj=objective, exclude=exclude,
     )  # fmt: skip
 
 
@@ -311,13 +336,14 @@ def hobit_permutation(
     dup_ids: Int[Array, " n"] | None = None,
     pool_factor: int = 4,
     objective: str = "log",
+    exclude: str = "margin",
 ) -> HobitBatches:
     """:func:`knn_graph` then :func:`hobit_batches` (reuse the graph when sweeping keys)."""
     g = knn_graph(q, d, k=k, tau=tau, margin=margin, dup_ids=dup_ids)
     return hobit_batches(
         g, q, d, key=key, batch_size=batch_size, margin=margin, hard_fraction=hard_fraction,
-        dup_ids=dup_ids, pool_factor=pool_factor, objective=objective,
+        dup_ids=dup_ids, pool_factor=pool_factor, objective=objective, exclude=exclude,
     )  # fmt: skip
 
 
-__all__ = ["check_batch_size", "hobit_batches", "hobit_permutation"]
+__all__ = ["check_batch_size", "hobit_batches", "hobit_permutation", "pool_sizes"]

@@ -290,3 +290,24 @@ def test_naive_nn_has_contradictions_hobit_none():
     r = data.hobit_permutation(qj, dj, key=jax.random.key(0), batch_size=bsz, k=8, tau=tau,
                                margin=margin, dup_ids=dupj)  # fmt: skip
     assert _contradictions(r.perm, q, d, margin, bsz, dup, np.asarray(r.greedy)) == 0
+
+
+def test_exclude_dup_keeps_duplicates_out_but_lets_margin_pairs_in():
+    n, bsz, tau, margin = 96, 8, 0.1, 0.5  # wide margin: many true negatives inside it
+    q, d = _emb(n, 8, 3, noise=0.3)
+    dup = np.arange(n) // 3
+    qj, dj, dupj = jnp.asarray(q), jnp.asarray(d), jnp.asarray(dup)
+    g = data.knn_graph(qj, dj, k=8, tau=tau, margin=margin, dup_ids=dupj)
+    kw = dict(key=jax.random.key(0), batch_size=bsz, margin=margin, dup_ids=dupj)
+    strict = data.hobit_batches(g, qj, dj, **kw)
+    loose = data.hobit_batches(g, qj, dj, exclude="dup", **kw)
+    assert sorted(np.asarray(loose.perm).tolist()) == list(range(n))
+    gl, gs = np.asarray(loose.greedy), np.asarray(strict.greedy)
+    # duplicates never share a greedy batch in either mode ...
+    assert _contradictions(loose.perm, q, d, -np.inf, bsz, dup, gl) == 0
+    assert _contradictions(strict.perm, q, d, margin, bsz, dup, gs) == 0
+    # ... margin pairs only under "dup", where the greedy also fills more slots
+    assert _contradictions(loose.perm, q, d, margin, bsz, dup, gl) > 0
+    assert gl.sum() > gs.sum()
+    with pytest.raises(ValueError, match="exclude"):
+        data.hobit_batches(g, qj, dj, exclude="none", **kw)
