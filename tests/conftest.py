@@ -58,9 +58,27 @@ def _map_count() -> int:
         return 0
 
 
+# Reading /proc/self/maps costs about 1 us per line (~20 ms of CPU at 25k maps), so it is
+# read only after enough compilations to matter: each compiled program adds about 3-4 maps,
+# and MAP_CHECK_COMPILES of them stay far below the headroom to the kernel's limit.
+MAP_CHECK_COMPILES = 400
+_COMPILES_SINCE_CHECK = [MAP_CHECK_COMPILES]
+
+
+def _count_compile(event: str, duration: float, **_) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES_SINCE_CHECK[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
 @pytest.fixture(autouse=True)
 def _bound_compiled_code():
     yield
+    if _COMPILES_SINCE_CHECK[0] < MAP_CHECK_COMPILES:
+        return
+    _COMPILES_SINCE_CHECK[0] = 0
     if _map_count() > MAP_SOFT_LIMIT:
         jax.clear_caches()
         gc.collect()

@@ -121,7 +121,7 @@ class RECMLinear(eqx.Module):
         ka, kb = jax.random.split(key)
         self.group = group
         self.eps = float(eps)
-        scale = 1.0 / np.sqrt(max(group.d_in, 1))
+        scale = float(1.0 / np.sqrt(max(group.d_in, 1)))  # weak: no f64 promotion under x64
         self.weight_eq = scale * jax.random.normal(ka, (group.d_out, group.d_in), dtype)
         self.weight_free = jax.random.normal(kb, (group.d_out, group.d_in), dtype)
         self.theta = jnp.asarray(theta_init, dtype)

@@ -109,19 +109,19 @@ class _Parser:
         self.i += 1
         return tok
 
-    def expr(self):
-        kids = [self.conj()]
-        while self.peek() == "OR":
+    def _chain(self, op, operand):
+        """``operand (op operand)*``: one operand alone, or an ``op`` node of them."""
+        kids = [operand()]
+        while self.peek() == op:
             self.take()
-            kids.append(self.conj())
-        return kids[0] if len(kids) == 1 else _and_or("OR", kids)
+            kids.append(operand())
+        return kids[0] if len(kids) == 1 else _and_or(op, kids)
+
+    def expr(self):
+        return self._chain("OR", self.conj)
 
     def conj(self):
-        kids = [self.neg()]
-        while self.peek() == "AND":
-            self.take()
-            kids.append(self.neg())
-        return kids[0] if len(kids) == 1 else _and_or("AND", kids)
+        return self._chain("AND", self.neg)
 
     def neg(self):
         if self.peek() == "NOT":

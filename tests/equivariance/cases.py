@@ -13,15 +13,18 @@ from tests.conformance import Bad, Case
 @functools.cache
 def _o3():
     """Built on first use, not at collection: o3_irreps imports e3nn-jax (~2 s per worker)."""
-    return E.o3_irreps("2x0e+1x1o+1x2e", "1x0e+2x1o")
+    with jax.ensure_compile_time_eval():  # concrete even if first reached under a trace
+        return E.o3_irreps("2x0e+1x1o+1x2e", "1x0e+2x1o")
 
 
 _C8 = E.cyclic_rot2d(8, mult_in=2, mult_out=1)
 
 
-@functools.cache
+_LAYER = E.RECMLinear(_C8, key=jax.random.key(0), use_bias=False)  # concrete: never in a trace
+
+
 def _layer():
-    return E.RECMLinear(_C8, key=jax.random.key(0), use_bias=False)
+    return _LAYER
 
 
 def _reynolds(w):

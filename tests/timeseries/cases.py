@@ -90,6 +90,11 @@ CASES = [
 @functools.cache
 def _models(dtype_name):
     """One tiny model pair per dtype (building them eagerly is most of a case's time)."""
+    with jax.ensure_compile_time_eval():  # concrete even if first reached under a trace
+        return _build_models(dtype_name)
+
+
+def _build_models(dtype_name):
     dtype = jnp.dtype(dtype_name)
     bb = ts.PatchTST(
         8,
@@ -218,7 +223,8 @@ def _bow_args(key, dtype):
 @functools.cache
 def _bow_model(dtype_name):
     bb, _ = _models(dtype_name)
-    return ts.BoWForecaster(bb, 6, key=jax.random.key(2), n_tokens=2)
+    with jax.ensure_compile_time_eval():  # concrete even if first reached under a trace
+        return ts.BoWForecaster(bb, 6, key=jax.random.key(2), n_tokens=2)
 
 
 def _bow_nan(key):
