@@ -18,9 +18,10 @@ stop-gradient targets. Measured (400 steps, 1000 train / 200 test, batch 32, d 3
 0), R@1 t2m+m2t PST / token-wise / global-only: compositional split 64.5 / 65.0 / 55.0,
 random split 85.5 / 86.5 / 86.0 (token stages help only on compositional captions; PST >
 token-wise is not met on either). Ablations on the compositional split: token-wise +
-pyramid alone 54.0 (the pyramid term, which trains the shared encoders through the global
-scores, costs 11 points), + STII alignment on top (full PST) 64.5. STII alignment 0.84 for
-PST and for token-wise alike (locality, not the STII loss, makes the alignment). The
+pyramid alone 54.0, token-wise + STII alignment alone 57.5, both (full PST) 64.5: each
+extra term alone costs 7-11 points (one seed; a 200-pair R@1 sum has a standard error of
+about 4), together they cancel. STII alignment 0.84 for PST and for token-wise alike
+(locality, not the STII loss, makes the alignment). The
 spec's full size (1500 steps, batch 64, d 64) costs 0.66-0.70 s CPU a step, about 17 min
 CPU per variant, and was not run. ``split="random"`` runs the random split.
 The quick mode (40 steps) is a smoke run. Not implemented: the DPC-KNN token
