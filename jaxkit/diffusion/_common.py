@@ -30,7 +30,7 @@ def sinusoidal_positions(positions: Array, d_model: int) -> Array:
     """
     half = (d_model + 1) // 2
     freq = jnp.exp(-jnp.log(10000.0) * jnp.arange(half, dtype=jnp.float32) * 2.0 / d_model)
-    ang = positions.astype(jnp.float32)[..., None] * freq
+    ang = positions.astype(jnp.float32)[..., None] * freq.reshape((1,) * positions.ndim + (half,))
     code = jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(*ang.shape[:-1], 2 * half)
     return code[..., :d_model]
 
@@ -43,7 +43,6 @@ def _inputs(nn, params, cfg, tokens, positions, absolute_positions):
     return None, h + sinusoidal_positions(positions, cfg.d_model).astype(h.dtype)
 
 
-@functools.cache
 def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     """``apply_fn(params, tokens, positions, attn_mask) -> logits`` for a ``jaxkit.nn`` model.
 
@@ -60,11 +59,15 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     first four slots). The authors' RoFormer reads SMILES framed by special tokens,
     which anchor positions; this is the anchor for unframed sequences.
     """
-    from jaxkit import nn
-
-    _check_cfg(cfg, absolute_positions)
+    _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
         raise ValueError("`cfg` must be bidirectional (TransformerConfig(causal=False)).")
+    return _denoiser(cfg, absolute_positions)
+
+
+@functools.cache
+def _denoiser(cfg, absolute_positions: bool) -> ApplyFn:
+    from jaxkit import nn
 
     def apply_fn(params, tokens, positions, attn_mask):
         toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
@@ -228,7 +231,6 @@ def gather_log_prob(log_p: Array, tokens: Array) -> Array:
     return jnp.take_along_axis(log_p, tokens[..., None], axis=-1)[..., 0]
 
 
-@functools.cache
 def transformer_embedder(cfg, *, absolute_positions: bool = False):
     """``embed_fn(params, tokens, positions, attn_mask) -> hidden [B, L, D]`` (last block).
 
@@ -236,9 +238,14 @@ def transformer_embedder(cfg, *, absolute_positions: bool = False):
     slots). Cached per config like :func:`transformer_denoiser` (whose
     ``absolute_positions`` it takes too).
     """
+    _check_cfg(cfg, absolute_positions)
+    return _embedder(cfg, absolute_positions)
+
+
+@functools.cache
+def _embedder(cfg, absolute_positions: bool):
     from jaxkit import nn
 
-    _check_cfg(cfg, absolute_positions)
     last = cfg.n_layers - 1
 
     def embed_fn(params, tokens, positions, attn_mask):
