@@ -134,7 +134,10 @@ def main(
         except FileNotFoundError as e:
             print(f"note: {e}")
     fx = io.load_fixture("td3b_toy_mdlm")
-    apply_fn = diffusion.transformer_denoiser(fx.cfg)
+    # the fixture's denoiser adds absolute position codes (RoPE alone is position-blind on
+    # a fully masked input, and the direction lives in the first four slots)
+    absolute = bool(fx.info.get("absolute_positions", False))
+    apply_fn = diffusion.transformer_denoiser(fx.cfg, absolute_positions=absolute)
     params = fx.params
     key = jax.random.key(seed)
     # quick: 32 samples per iteration, and the evaluations draw as many rows, so they

@@ -45,9 +45,15 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(ROOT, "jaxkit", "_fixtures", "td3b_toy_mdlm"))
+    p.add_argument(
+        "--no-absolute-positions",
+        dest="absolute_positions",
+        action="store_false",
+        help="RoPE only (position-blind on a fully masked input; the fixture before wave 9)",
+    )
     args = p.parse_args()
     cfg = config()
-    apply_fn = diffusion.transformer_denoiser(cfg)
+    apply_fn = diffusion.transformer_denoiser(cfg, absolute_positions=args.absolute_positions)
     params = nn.init_params(cfg, key=jax.random.key(args.seed))
     data = diffusion.toy_nature_sample(20000, seed=args.seed + 1)
     sched = optax.warmup_cosine_decay_schedule(
@@ -85,6 +91,7 @@ def main() -> None:
         "length": 12,
         "steps": args.steps,
         "seed": args.seed,
+        "absolute_positions": args.absolute_positions,
         "final_loss": float(np.mean(losses[-50:])),
         "heldout_nelbo_per_token": nll,
     }

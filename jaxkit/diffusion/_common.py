@@ -14,24 +14,65 @@ from jaxkit._typing import PyTree, accumulation_dtype
 ApplyFn = Callable[[PyTree, Array, Array, Array], Array]
 
 
-@functools.cache
-def transformer_denoiser(cfg) -> ApplyFn:
+def _check_cfg(cfg, absolute_positions):
+    from jaxkit import nn
+
+    if not isinstance(cfg, nn.TransformerConfig):
+        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    if not isinstance(absolute_positions, bool):
+        raise TypeError(f"`absolute_positions` must be a bool, got {absolute_positions!r}.")
+
+
+def sinusoidal_positions(positions: Array, d_model: int) -> Array:
+    """Fixed absolute position codes ``[..., D]`` (Vaswani et al. 2017), unit amplitude.
+
+    ``code[p, 2i] = sin(p / 10000^(2i/D))``, ``code[p, 2i+1] = cos(...)`` (float32).
+    """
+    half = (d_model + 1) // 2
+    freq = jnp.exp(-jnp.log(10000.0) * jnp.arange(half, dtype=jnp.float32) * 2.0 / d_model)
+    ang = positions.astype(jnp.float32)[..., None] * freq.reshape((1,) * positions.ndim + (half,))
+    code = jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(*ang.shape[:-1], 2 * half)
+    return code[..., :d_model]
+
+
+def _inputs(nn, params, cfg, tokens, positions, absolute_positions):
+    """``(tokens, None)`` or, with absolute positions, ``(None, embed + position code)``."""
+    if not absolute_positions:
+        return tokens, None
+    h = nn.embed(params, cfg, tokens)
+    return None, h + sinusoidal_positions(positions, cfg.d_model).astype(h.dtype)
+
+
+def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     """``apply_fn(params, tokens, positions, attn_mask) -> logits`` for a ``jaxkit.nn`` model.
 
     The same function object is returned for equal configs, so the samplers' and
     losses' compile caches (keyed on ``apply_fn``) are hit across calls. Use a
     bidirectional config (``TransformerConfig(causal=False)``); MDLM needs no time
     input.
-    """
-    from jaxkit import nn
 
-    if not isinstance(cfg, nn.TransformerConfig):
-        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    ``absolute_positions`` **[R]** adds :func:`sinusoidal_positions` to the token
+    embeddings (same parameters). A RoPE-only bidirectional encoder sees relative
+    offsets only: on a fully masked input every position gets the same prediction
+    (all keys and values are equal), so without a boundary token it cannot give
+    position ``i`` its own marginal (the toy peptides' direction depends on the
+    first four slots). The authors' RoFormer reads SMILES framed by special tokens,
+    which anchor positions; this is the anchor for unframed sequences.
+    """
+    _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
         raise ValueError("`cfg` must be bidirectional (TransformerConfig(causal=False)).")
+    return _denoiser(cfg, absolute_positions)
+
+
+@functools.cache
+def _denoiser(cfg, absolute_positions: bool) -> ApplyFn:
+    from jaxkit import nn
 
     def apply_fn(params, tokens, positions, attn_mask):
-        return nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask).logits
+        toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
+        out = nn.apply(params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask)
+        return out.logits
 
     return apply_fn
 
@@ -190,21 +231,28 @@ def gather_log_prob(log_p: Array, tokens: Array) -> Array:
     return jnp.take_along_axis(log_p, tokens[..., None], axis=-1)[..., 0]
 
 
-@functools.cache
-def transformer_embedder(cfg):
+def transformer_embedder(cfg, *, absolute_positions: bool = False):
     """``embed_fn(params, tokens, positions, attn_mask) -> hidden [B, L, D]`` (last block).
 
     The per-token features TD3B's contrastive term pools (masked mean over valid
-    slots). Cached per config like :func:`transformer_denoiser`.
+    slots). Cached per config like :func:`transformer_denoiser` (whose
+    ``absolute_positions`` it takes too).
     """
+    _check_cfg(cfg, absolute_positions)
+    return _embedder(cfg, absolute_positions)
+
+
+@functools.cache
+def _embedder(cfg, absolute_positions: bool):
     from jaxkit import nn
 
-    if not isinstance(cfg, nn.TransformerConfig):
-        raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
     last = cfg.n_layers - 1
 
     def embed_fn(params, tokens, positions, attn_mask):
-        out = nn.apply(params, cfg, tokens, positions, attn_mask=attn_mask, collect=(last,))
+        toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
+        out = nn.apply(
+            params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask, collect=(last,)
+        )
         return out.hidden[last]
 
     return embed_fn

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jaxkit import diffusion
+from jaxkit import diffusion, nn
 from tests.diffusion import _toys
 
 V, L = 3, 3  # letters 0..2, [MASK] = 3
@@ -202,3 +202,28 @@ def test_bad_inputs():
         diffusion.mdlm_loss(f, params, x, key=jax.random.key(0), mask_id=V, t_min=float("nan"))
     with pytest.raises(ValueError, match="causal"):
         diffusion.transformer_denoiser(cfg.__class__(**{**cfg.__dict__, "causal": True}))
+
+
+def test_absolute_positions_break_the_all_mask_symmetry():
+    # RoPE alone: on a fully masked row every key and value is the same, so every
+    # position gets the same prediction; the [R] absolute codes give each its own.
+    cfg, params = _toys.tiny_transformer(V, seed=3)
+    z = jnp.full((1, 5), V, jnp.int32)
+    pos = jnp.arange(5, dtype=jnp.int32)[None]
+    attn = jnp.ones((1, 5, 5), bool)
+    rope = np.asarray(diffusion.transformer_denoiser(cfg)(params, z, pos, attn))[0]
+    np.testing.assert_allclose(rope, np.broadcast_to(rope[0], rope.shape), atol=1e-5)
+    f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
+    got = np.asarray(f(params, z, pos, attn))[0]
+    assert np.abs(got - got[0]).max() > 1e-2
+    # the codes, written here from the formula (sin on even, cos on odd features)
+    d = cfg.d_model
+    ang = np.arange(5)[:, None] / 10000.0 ** (2 * (np.arange(d) // 2) / d)[None]
+    code = np.where(np.arange(d) % 2 == 0, np.sin(ang), np.cos(ang))
+    h = np.asarray(params["embed"])[np.asarray(z)] + code[None]
+    want = nn.apply(params, cfg, inputs_embeds=jnp.asarray(h, jnp.float32), attn_mask=attn)
+    np.testing.assert_allclose(got, np.asarray(want.logits)[0], atol=1e-5)
+    emb = diffusion.transformer_embedder(cfg, absolute_positions=True)(params, z, pos, attn)
+    assert emb.shape == (1, 5, d)
+    with pytest.raises(TypeError, match="absolute_positions"):
+        diffusion.transformer_denoiser(cfg, absolute_positions=1)
