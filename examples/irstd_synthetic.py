@@ -44,6 +44,7 @@ labels (the repo's prior script does: a leak). A full run (SIRST3 via
 """
 
 import argparse
+import copy
 import json
 import os
 import time
@@ -88,11 +89,18 @@ def _train_step(model, opt_state, x, y, w):
 
 
 @eqx.filter_jit
-def _weights(model, weighter, x, y, ema_b):
+def _weighted_step(model, opt_state, weighter, x, y, ema_b):
+    """Bi-level weights from the current model, then the weighted train step, in one
+    program (the weights' forward and the step's are the same computation: XLA shares
+    it). Returns the step's outputs and the weighter's inputs (features, probabilities)."""
     logits = jax.vmap(model)(x)
     p = jax.nn.sigmoid(logits)
     feats = irdet.weight_features(logits, y, irdet.surrogate_refine(p), ema_b)
-    return feats, irdet.sample_weights(weighter, feats), p
+    w = jax.lax.stop_gradient(irdet.sample_weights(weighter, feats))
+    (_, logits2), g = eqx.filter_value_and_grad(_loss, has_aux=True)(model, x, y, w)
+    upd, opt_state = OPT.update(g, opt_state, eqx.filter(model, eqx.is_array))
+    model = eqx.apply_updates(model, upd)
+    return model, opt_state, irdet.soft_iou_loss(logits2, y), feats, p
 
 
 @eqx.filter_jit
@@ -123,28 +131,45 @@ def _ema(ema, idx, per):
     return ema.at[idx].set(0.9 * ema[idx] + 0.1 * per)
 
 
-def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=None, phi_refine=None):
-    """Train one detector; optionally with bi-level weights and one phi refinement."""
+def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=None, phi_refine=None,
+           snapshot_at=None, resume=None):  # fmt: skip
+    """Train one detector; optionally with bi-level weights and one phi refinement.
+
+    ``snapshot_at=t`` also returns the state before step ``t`` (model, optimizer states,
+    loss EMA, batch sampler); ``resume=`` continues from such a state. The weighted run
+    equals the unweighted one on the same labels until its weights start, so it resumes
+    from that run's snapshot (the same steps, not run twice)."""
     x_tr = data["x"]
-    model, opt_state, weighter, wstate, ema = _init(key, channels, x_tr.shape[0])
-    rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**30)))
+    if resume is None:
+        model, opt_state, weighter, wstate, ema = _init(key, channels, x_tr.shape[0])
+        rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**30)))
+        t0 = 0
+    else:
+        model, opt_state, weighter, wstate, ema, rng, t0 = resume
+        rng = copy.deepcopy(rng)
     start_w = steps // 3
     y_all = labels
-    for t in range(steps):
+    snap = None
+    for t in range(t0, steps):
+        if t == snapshot_at:
+            snap = (model, opt_state, weighter, wstate, ema, copy.deepcopy(rng), t)
         idx = rng.choice(x_tr.shape[0], batch, replace=False)
         x, y = x_tr[idx], y_all[idx]
-        w = jnp.ones(batch)
+        if phi_refine is not None and t == steps // 2:
+            y_all = phi_refine(model)  # the labels of later steps (this batch is drawn)
         if weighted and t >= start_w:
-            feats, w, p = _weights(model, weighter, x, y, ema[idx])
+            model_before = model
+            model, opt_state, per, feats, p = _weighted_step(
+                model, opt_state, weighter, x, y, ema[idx]
+            )
             if t % 4 == 0:  # outer update of the weighter on a validation batch
-                pv = _predict(model, val["x"])
+                pv = _predict(model_before, val["x"])
                 scores = irdet.residual_scores(p, y, pv, val["y"])
                 weighter, wstate = _weighter_step(weighter, wstate, feats, scores)
-        if phi_refine is not None and t == steps // 2:
-            y_all = phi_refine(model)
-        model, opt_state, per = _train_step(model, opt_state, x, y, w)
+        else:
+            model, opt_state, per = _train_step(model, opt_state, x, y, jnp.ones(batch))
         ema = _ema(ema, idx, per)
-    return model
+    return model if snapshot_at is None else (model, snap)
 
 
 def _pd_by_size(pred, gt, small=9):
@@ -228,7 +253,11 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         for r in (1, 2, 3)
     }
     best_r = max(disk, key=disk.get)
-    fp_alone = _miou(irdet.pseudo_mask(sc.image, sc.points, sc.valid, weight=1.0).mask, gt)
+    # quick: diffusion alone on the same 208 scenes as the fused call (one compiled
+    # program for both; each image is labelled on its own, so the slice is the same)
+    src = allsc if quick else sc
+    alone = irdet.pseudo_mask(src.image, src.points, src.valid, weight=1.0).mask
+    fp_alone = _miou(np.asarray(alone)[:n_pl], gt)
     fused = _miou(fused_mask, gt)
     margin = fused - disk[best_r]
 
@@ -276,8 +305,12 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
 
     batch = 16
     results, probs = {}, {}
+    snap = None
     for name, y in labels.items():
-        model = _train(y, data, steps=steps, batch=batch, key=k_det, channels=channels)
+        kw = {"snapshot_at": steps // 3} if name == "diffusion" else {}
+        model = _train(y, data, steps=steps, batch=batch, key=k_det, channels=channels, **kw)
+        if name == "diffusion":
+            model, snap = model
         results[name], probs[name] = _evaluate(model, test)
     model = _train(
         labels["diffusion"],
@@ -289,6 +322,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         weighted=True,
         val=val,
         phi_refine=phi_refine,
+        resume=snap,  # its first steps // 3 steps are the diffusion run's
     )
     results["diffusion+weights"], probs["diffusion+weights"] = _evaluate(model, test)
     # Pd at GT's false-alarm level: at the one threshold 0.5 the detectors sit at different

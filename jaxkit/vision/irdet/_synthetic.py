@@ -171,7 +171,14 @@ def _scene_core(
     return Scene(img.astype(jnp.float32), mask, points, valid, types)
 
 
-@functools.partial(jax.jit, static_argnames=("hw", "n_targets", "hot", "beta", "scr", "sigma", "n"))
+# A one-shot program whose compile dominates its cost: LLVM at -O0 compiles it in ~1 s
+# CPU instead of ~5 s (the many unrolled threefry hashes) and runs 208 32x32 scenes in
+# 0.2 s; masks, points, types are identical and images agree to 7e-7 (measured).
+@functools.partial(
+    jax.jit,
+    static_argnames=("hw", "n_targets", "hot", "beta", "scr", "sigma", "n"),
+    compiler_options={"xla_backend_optimization_level": 0},
+)
 def _dataset_core(
     key, clutter_std, noise_std, mask_level, min_sep, *, n, hw, n_targets, hot, beta, scr, sigma
 ):
