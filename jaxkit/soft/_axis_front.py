@@ -25,6 +25,7 @@ from jaxkit.soft._common import (
     guard_softness,
     scal,
     standardize_and_squash,
+    tied_check,
 )
 from jaxkit.soft._elementwise import SIGMOID_MODES
 from jaxkit.soft._simplex import proj_simplex
@@ -204,9 +205,15 @@ _nonfinite = jax.jit(lambda x: ~jnp.all(jnp.isfinite(x)))  # one dispatch when e
 
 
 def finite_input(x: Any, name: str = "x") -> jax.Array:
-    """``x`` as a float array; NaN/inf raise (``ValueError`` eagerly, error_if traced)."""
+    """``x`` as a float array; NaN/inf raise (``ValueError`` eagerly, error_if traced).
+
+    Traced, the check rides on a scalar zero subtracted from ``x`` (:func:`tied_check`).
+    """
     x = as_float(x)
-    return V.error_if(x, _nonfinite(x), f"`{name}` must be finite (no NaN or inf).")
+    bad, msg = _nonfinite(x), f"`{name}` must be finite (no NaN or inf)."
+    if not isinstance(bad, jax.core.Tracer):
+        return V.error_if(x, bad, msg)  # concrete: raises now or returns x
+    return tied_check(x, lambda z: V.error_if(z, bad, msg))
 
 
 def prep(x, axis):

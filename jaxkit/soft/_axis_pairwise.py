@@ -17,29 +17,71 @@ References:
   relaxations (NeuralSort) <https://arxiv.org/abs/1903.08850>, 2019.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from jaxkit import _numerics as NU
 from jaxkit.soft import _sorting as SO
 from jaxkit.soft._axis_front import CHUNK, map_chunks, simplex
 from jaxkit.soft._common import scal
-from jaxkit.soft._elementwise import abs as soft_abs
+from jaxkit.soft._elementwise import abs_unguarded
 from jaxkit.soft._simplex import proj_simplex
 from jaxkit.soft._sorting import sort_values
+
+
+def _soft_abs(d, softness, mode):
+    return jnp.abs(d) if mode == "hard" else abs_unguarded(d, softness, mode)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def soft_abs_sums(xs, softness, mode):
+    """``A_j = sum_k softabs(xs_j - xs_k)`` in one ``(..., n, n)`` block (``n <= CHUNK``).
+
+    Its JVP uses that ``softabs'`` is odd: ``dA_j = sum_k softabs'(d_jk) (dx_j - dx_k)``
+    is a row sum and one batched mat-vec with ``M = softabs'(D)``, whose transpose (the
+    reverse mode) is the mat-vec with ``M^T``: the backward pass reads one stored
+    ``(..., n, n)`` block instead of re-deriving the elementwise soft ``|.|`` with its
+    two-sided reductions (about 2x faster fwd+bwd at n = 100 on CPU). Forward and reverse
+    mode and higher derivatives all go through the rule; the ``softness`` tangent too.
+    """
+    d = xs[..., :, None] - xs[..., None, :]
+    return jnp.sum(_soft_abs(d, softness, mode), axis=-1)
+
+
+def _soft_abs_sums_jvp(mode, primals, tangents):
+    xs, t = primals
+    dxs, dt = tangents
+    d = xs[..., :, None] - xs[..., None, :]
+    phi, dphi = jax.jvp(lambda d: _soft_abs(d, t, mode), (d,), (jnp.ones_like(d),))
+    out = jnp.sum(phi, axis=-1)
+    dout = jnp.zeros_like(out)
+    if not isinstance(dxs, SymbolicZero):
+        dout = jnp.sum(dphi, axis=-1) * dxs - jnp.einsum("...jk,...k->...j", dphi, dxs)
+    if not isinstance(dt, SymbolicZero):
+        dout = dout + jnp.sum(jax.jvp(lambda t: _soft_abs(d, t, mode), (t,), (dt,))[1], -1)
+    return out, dout
+
+
+soft_abs_sums.defjvp(_soft_abs_sums_jvp, symbolic_zeros=True)
 
 
 def neuralsort_a(xs, mode, softness, abs_mode):
     """A_j = sum_k |x_j - x_k| (exact O(n log n), or softjax's soft abs O(n^2))."""
     n = xs.shape[-1]
     if abs_mode == "soft":
+        if n <= CHUNK:  # one block: the stored-derivative JVP (n^2 residual, small here)
+            return soft_abs_sums(xs, scal(softness, xs.dtype), mode)
+
         # chunks of elements j against the whole row, summed over the minor axis k (remat:
         # O(B n CHUNK) memory; about 6x faster fwd+bwd on CPU than the dense (B, n, n) sum)
         def f(ch):  # ch: (c, ...) elements
             xc = jnp.moveaxis(ch, 0, -1)
             d = xc[..., :, None] - xs[..., None, :]
-            return jnp.sum(soft_abs(d, softness=softness, mode=mode), axis=-1)
+            return jnp.sum(_soft_abs(d, softness, mode), axis=-1)
 
         return map_chunks(f, jnp.moveaxis(xs, -1, 0))
     perm = SO.stable_argsort(xs)
@@ -86,6 +128,20 @@ def row_scores(xs, rows_param, kind, A=None):
     return -(c * xs[..., None, :] + A[..., None, :])
 
 
+def anchored_values(xs, anchors, xl, softness, gated_grad):
+    """``sum_j P_kj xl_j`` for the smooth SoftSort rows whose anchors are entries of ``xs``.
+
+    ``P_k = softmax_j(-|a_k - xs_j| / softness)``: with ``a_k`` one of the ``xs_j`` every
+    row's largest score is exactly 0, so softmax's max pass is skipped (subtracting 0
+    changes nothing), and the values contract the unnormalised rows ``e`` and divide by
+    their sums afterwards instead of forming ``P = e / sum(e)``: two passes over the
+    ``(..., r, n)`` rows fewer, forward and backward (same values to round-off).
+    """
+    e = jnp.exp(row_scores(xs, anchors, "softsort") / scal(softness, xs.dtype))
+    e = e if gated_grad else lax.stop_gradient(e)
+    return jnp.einsum("...kn,...n->...k", e, xl) / jnp.sum(e, axis=-1)
+
+
 def _rows(xs, rows_param, kind, softness, mode, A=None):
     return proj_simplex(row_scores(xs, rows_param, kind, A), softness, mode)
 
@@ -119,12 +175,19 @@ def argmax(xs, softness, o, log):
     )
 
 
+def top_k_anchors(xs, k, idx=None):
+    """The ``k`` largest entries of ``xs`` (``idx``: their indices, if already known)."""
+    if idx is None:
+        return lax.top_k(xs, k)[0]
+    # the squash is increasing, so the top-k of x index the top-k values of xs
+    return jnp.take_along_axis(xs, idx, -1, mode="promise_in_bounds")
+
+
 def argtop_k(xs, k, softness, o, log, idx=None):
     """Soft top-k rows; ``idx``: the hard top-k indices of ``xs`` if already known."""
     n = xs.shape[-1]
     if o.method == "softsort":
-        # the squash is increasing, so the top-k of x index the top-k values of xs
-        anchors = lax.top_k(xs, k)[0] if idx is None else jnp.take_along_axis(xs, idx, -1)
+        anchors = top_k_anchors(xs, k, idx)
         return simplex(row_scores(xs, anchors, "softsort"), softness, o.mode, log)
     A = neuralsort_a(xs, o.mode, softness, o.abs_mode)
     coef = ns_coef(n, xs.dtype, False, jnp.arange(n - k + 1, n + 1)[::-1])

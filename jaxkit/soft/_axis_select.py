@@ -204,6 +204,10 @@ def _top_k_core(x, softness, *, k, axis, o, bound=False):
         v = b if bound else v
     elif o.method in F.DIRECT:
         v = sort_last(xl, True, softness, o)[..., :k]
+    elif o.method == "softsort" and o.mode == "smooth":
+        xs, _, _ = F.squash(xl, o.standardize)
+        a = PW.top_k_anchors(xs, k, ti)
+        v = PW.anchored_values(xs, a, xl, softness, o.gated_grad)
     else:
         p, _ = argtop_k_last(xl, k, softness, o, False, ti)
         p = p if o.gated_grad else lax.stop_gradient(p)

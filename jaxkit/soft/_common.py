@@ -22,14 +22,29 @@ def check_softness(softness: Any) -> None:
     V.positive(softness=softness)
 
 
+def tied_check(x: jax.Array, check: Any) -> jax.Array:
+    """``x - check(0)``: a traced runtime check of float ``x`` carried by a scalar zero.
+
+    ``check`` guards a scalar zero (``eqx.error_if`` inside); subtracting it from ``x`` is
+    exact (signed zeros included) and makes every use of ``x`` depend on the check, as
+    guarding ``x`` itself does, while the check's conditional carries one scalar instead
+    of a copy of ``x`` (the whole-array conditionals of the input and softness checks
+    cost about 15-20 % of a soft top-k's fwd+bwd on CPU).
+    """
+    return x - check(jnp.zeros((), x.dtype))
+
+
 def guard_softness(x: jax.Array, softness: Any) -> jax.Array:
     """Return ``x`` guarded so that ``softness`` (concrete or traced, NaN included) is > 0.
 
     The one softness guard of ``jaxkit.soft``: a concrete bad value raises ``ValueError``
-    at once, a traced one an ``eqx.error_if`` error at run time. Always use the result.
+    at once, a traced one an ``eqx.error_if`` error at run time (:func:`tied_check`).
+    Always use the result.
     """
     check_softness(softness)
-    return V.guard_positive(x, softness, name="softness")
+    if not isinstance(softness, jax.core.Tracer):
+        return V.guard_positive(x, softness, name="softness")
+    return tied_check(x, lambda z: V.guard_positive(z, softness, name="softness"))
 
 
 def as_float(x: Any) -> jax.Array:
