@@ -17,6 +17,13 @@ prompt (gapped positions), which a base trained without gaps cannot read through
 SVGT (l = n_layers - 2, K bridge tokens): stage 1 (prompt harm), stage 2
 (response harm given prompt), stage 3 (bridge generator on harmful prompt ->
 refusal and benign prompt -> benign response), all with the backbone frozen.
+Stage 3 runs Adam at 3e-2: SVGT predicts a response's first token from the last
+bridge slot (index M+K-1), K positions past where the frozen base ever predicts
+from (K copies of the trigger hidden there cost 6.7 nats on the benign first
+token; the other seven tokens stay at ~0.001), so the generator must learn a bridge
+that carries that token. At 1e-2 the 120 quick steps ended on a plateau with it
+unlearned (3.6 nats: benign PPL 1.001 -> 1.63, +62%); the benign gate was off
+(``dz = 0`` on every benign prompt) and the objective's benign CE term present.
 Reported on held-out prompts with sampling T=1: harmful-response rate, benign
 perplexity (teacher-forced on the true benign responses), for the base model,
 SVGT, CAA (mean-difference vector at layer l, scale swept; the row shown is the
@@ -152,7 +159,7 @@ def run_stages(params, scfg, rng, steps, key):
     vp = steering.init_svgt(CFG, scfg, key=key)
     layer = scfg.layer
     tx1, tx2, tx3 = (
-        steering.svgt_optimizer(s, lr=lr) for s, lr in ((1, 3e-3), (2, 3e-3), (3, 1e-2))
+        steering.svgt_optimizer(s, lr=lr) for s, lr in ((1, 3e-3), (2, 3e-3), (3, 3e-2))
     )
     for stage, tx in ((1, tx1), (2, tx2)):
         st = tx.init(vp)
