@@ -15,6 +15,7 @@ from jaxkit.steering._svgt import (
     _check_tokens,
     _forward,
     check_config,
+    lower_pass,
     make_bridge,
 )
 
@@ -44,10 +45,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         lm_cfg, max_len=p + k + n, like=prompt_len, dtype=lm_params["embed"].dtype
     )
     hide = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
-    x = nn.embed(lm_params, lm_cfg, reserved)
-    low = nn.run_layers(
-        lm_params, lm_cfg, x, pos, stop=layer + 1, cache=cache, interventions=hide, overflow="drop"
-    )
+    low = lower_pass(lm_params, lm_cfg, reserved, pos, layer, cache=cache, interventions=hide)
     # rows < M_b <= P of `low.h` are the prompt's (the reserved rows are hidden from them)
     bridge, _ = make_bridge(vp, cfg, low.h[:, :p], prompt_len)
     j = pos - prompt_len[:, None]
@@ -242,13 +240,8 @@ def decoding_greedy(temperature) -> bool:
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "layer"))
 def _caa(lm_params, pos, pos_len, neg, neg_len, *, lm_cfg, layer):
     def mean_last(tok, ln):
-        h = nn.run_layers(
-            lm_params,
-            lm_cfg,
-            nn.embed(lm_params, lm_cfg, tok),
-            jnp.broadcast_to(jnp.arange(tok.shape[1], dtype=jnp.int32), tok.shape),
-            stop=layer + 1,
-        ).h
+        pos = jnp.broadcast_to(jnp.arange(tok.shape[1], dtype=jnp.int32), tok.shape)
+        h = lower_pass(lm_params, lm_cfg, tok, pos, layer).h
         last = jnp.take_along_axis(h, (ln - 1)[:, None, None], axis=1)[:, 0]
         return jnp.mean(last.astype(jnp.float32), axis=0)
 

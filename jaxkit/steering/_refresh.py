@@ -28,25 +28,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn
-from jaxkit.steering._svgt import _insert, gapped_positions, make_bridge
+from jaxkit.steering._svgt import _insert, gapped_positions, lower_pass, make_bridge
 
 
 def _ema(b, b_new, beta):
     return beta * b + (1.0 - beta) * b_new
-
-
-def _lower(lm_params, lm_cfg, tokens, positions, layer, cache=None, iv=None):
-    h = nn.embed(lm_params, lm_cfg, tokens)
-    return nn.run_layers(
-        lm_params,
-        lm_cfg,
-        h,
-        positions,
-        stop=layer + 1,
-        cache=cache,
-        interventions=iv,
-        overflow="drop",
-    )
 
 
 def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
@@ -58,7 +44,7 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
     pos = gapped_positions(prompt_len, p + n, k)
 
     def logits_at(buf, bridge, s):
-        h = _lower(lm_params, lm_cfg, buf, pos, layer).h
+        h = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
         valid = prompt_len + s
         new, _ = make_bridge(vp, cfg, h, valid)
         bridge = jnp.where((s > 0) & (s % r == 0), _ema(bridge, new, cfg.ema), bridge)
@@ -67,7 +53,7 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
         x = up[rows, prompt_len + k - 1 + s]
         return nn.unembed(lm_params, lm_cfg, x[:, None])[:, 0], bridge
 
-    h0 = _lower(lm_params, lm_cfg, buf, pos, layer).h
+    h0 = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
     bridge0, _ = make_bridge(vp, cfg, h0, prompt_len)
 
     def body(s, c):
@@ -90,7 +76,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     s_cap = p + k + n
     rows = jnp.arange(b)
     ar = jnp.arange(p, dtype=jnp.int32)
-    h_p = _lower(lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer).h
+    h_p = lower_pass(lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer).h
     bridge, _ = make_bridge(vp, cfg, h_p, prompt_len)
     # the prompt with K reserved slots after M_b; the bridge enters after block l
     j = jnp.arange(p + k, dtype=jnp.int32)[None, :]
@@ -148,7 +134,9 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     def body(s, c):
         cache, hbuf, bridge, tok, out, lg = c
         at = cache.length  # the current token's slot (= its logical position)
-        low = _lower(lm_params, lm_cfg, tok[:, None], at[:, None], layer, cache, mask_iv)
+        low = lower_pass(
+            lm_params, lm_cfg, tok[:, None], at[:, None], layer, cache=cache, interventions=mask_iv
+        )
         hbuf = hbuf.at[rows, at].set(low.h[:, 0])
         logits, cache, bridge = jax.lax.cond(
             s % r == 0, refresh, plain, (low.cache, hbuf, bridge, at)
