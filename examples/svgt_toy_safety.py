@@ -50,7 +50,10 @@ REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
 JB = 8  # jailbreak words of the prompt-prefix shift
 GAP = 4  # the base's training shifts response positions by up to GAP (>= n_bridge)
-WP, WB = JB + PW + 1, JB + PW + 1 + RW  # evaluation widths: prompts, benign rows
+# evaluation widths (prompts, benign rows): room for the jailbreak words and the refusal
+# prefix's system tokens (a shifted prompt plus that prefix is JB + 2 + PW + 1 long)
+WP = JB + len(SYS) + PW + 1
+WB = WP + RW
 
 
 def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0, width=None):
