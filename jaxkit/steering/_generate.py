@@ -122,10 +122,9 @@ def _refreshing(gen):
             return _choose(logits, k, temperature, top_p, greedy)
 
         out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
-        b = prompt.shape[0]
-        steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # loop steps after the first token
-        stats = decoding.DecodeStats(steps[0], steps)
-        return decoding.Generation(out, jnp.full((b,), n, jnp.int32), stats)
+        zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+        steps = zb + (n - 1)  # loop steps after the first token
+        return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
     return run
 
