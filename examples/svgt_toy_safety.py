@@ -17,6 +17,13 @@ prompt (gapped positions), which a base trained without gaps cannot read through
 SVGT (l = n_layers - 2, K bridge tokens): stage 1 (prompt harm), stage 2
 (response harm given prompt), stage 3 (bridge generator on harmful prompt ->
 refusal and benign prompt -> benign response), all with the backbone frozen.
+Stage 3 runs Adam at 3e-2: SVGT predicts a response's first token from the last
+bridge slot (index M+K-1), K positions past where the frozen base ever predicts
+from (K copies of the trigger hidden there cost 6.7 nats on the benign first
+token; the other seven tokens stay at ~0.001), so the generator must learn a bridge
+that carries that token. At 1e-2 the 120 quick steps ended on a plateau with it
+unlearned (3.6 nats: benign PPL 1.001 -> 1.63, +62%); the benign gate was off
+(``dz = 0`` on every benign prompt) and the objective's benign CE term present.
 Reported on held-out prompts with sampling T=1: harmful-response rate, benign
 perplexity (teacher-forced on the true benign responses), for the base model,
 SVGT, CAA (mean-difference vector at layer l, scale swept; the row shown is the
@@ -43,7 +50,10 @@ REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
 PW, RW = 8, 8  # prompt words, response tokens
 JB = 8  # jailbreak words of the prompt-prefix shift
 GAP = 4  # the base's training shifts response positions by up to GAP (>= n_bridge)
-WP, WB = JB + PW + 1, JB + PW + 1 + RW  # evaluation widths: prompts, benign rows
+# evaluation widths (prompts, benign rows): room for the jailbreak words and the refusal
+# prefix's system tokens (a shifted prompt plus that prefix is JB + 2 + PW + 1 long)
+WP = JB + len(SYS) + PW + 1
+WB = WP + RW
 
 
 def sample(rng, n, *, harmful_frac=0.5, p_harm=0.7, jailbreak=0, sys_frac=0.0, width=None):
@@ -152,7 +162,7 @@ def run_stages(params, scfg, rng, steps, key):
     vp = steering.init_svgt(CFG, scfg, key=key)
     layer = scfg.layer
     tx1, tx2, tx3 = (
-        steering.svgt_optimizer(s, lr=lr) for s, lr in ((1, 3e-3), (2, 3e-3), (3, 1e-2))
+        steering.svgt_optimizer(s, lr=lr) for s, lr in ((1, 3e-3), (2, 3e-3), (3, 3e-2))
     )
     for stage, tx in ((1, tx1), (2, tx2)):
         st = tx.init(vp)

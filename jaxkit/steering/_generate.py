@@ -15,6 +15,7 @@ from jaxkit.steering._svgt import (
     _check_tokens,
     _forward,
     check_config,
+    lower_pass,
     make_bridge,
 )
 
@@ -44,10 +45,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         lm_cfg, max_len=p + k + n, like=prompt_len, dtype=lm_params["embed"].dtype
     )
     hide = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
-    x = nn.embed(lm_params, lm_cfg, reserved)
-    low = nn.run_layers(
-        lm_params, lm_cfg, x, pos, stop=layer + 1, cache=cache, interventions=hide, overflow="drop"
-    )
+    low = lower_pass(lm_params, lm_cfg, reserved, pos, layer, cache=cache, interventions=hide)
     # rows < M_b <= P of `low.h` are the prompt's (the reserved rows are hidden from them)
     bridge, _ = make_bridge(vp, cfg, low.h[:, :p], prompt_len)
     j = pos - prompt_len[:, None]
@@ -124,10 +122,9 @@ def _refreshing(gen):
             return _choose(logits, k, temperature, top_p, greedy)
 
         out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
-        b = prompt.shape[0]
-        steps = jnp.zeros((b,), jnp.int32) + (n - 1)  # loop steps after the first token
-        stats = decoding.DecodeStats(steps[0], steps)
-        return decoding.Generation(out, jnp.full((b,), n, jnp.int32), stats)
+        zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+        steps = zb + (n - 1)  # loop steps after the first token
+        return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
     return run
 
@@ -242,13 +239,8 @@ def decoding_greedy(temperature) -> bool:
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "layer"))
 def _caa(lm_params, pos, pos_len, neg, neg_len, *, lm_cfg, layer):
     def mean_last(tok, ln):
-        h = nn.run_layers(
-            lm_params,
-            lm_cfg,
-            nn.embed(lm_params, lm_cfg, tok),
-            jnp.broadcast_to(jnp.arange(tok.shape[1], dtype=jnp.int32), tok.shape),
-            stop=layer + 1,
-        ).h
+        pos = jnp.broadcast_to(jnp.arange(tok.shape[1], dtype=jnp.int32), tok.shape)
+        h = lower_pass(lm_params, lm_cfg, tok, pos, layer).h
         last = jnp.take_along_axis(h, (ln - 1)[:, None, None], axis=1)[:, 0]
         return jnp.mean(last.astype(jnp.float32), axis=0)
 

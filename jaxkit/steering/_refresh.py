@@ -28,46 +28,32 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn
-from jaxkit.steering._svgt import _insert, gapped_positions, make_bridge
+from jaxkit.steering._svgt import _insert, gapped_positions, lower_pass, make_bridge
 
 
 def _ema(b, b_new, beta):
     return beta * b + (1.0 - beta) * b_new
 
 
-def _lower(lm_params, lm_cfg, tokens, positions, layer, cache=None, iv=None):
-    h = nn.embed(lm_params, lm_cfg, tokens)
-    return nn.run_layers(
-        lm_params,
-        lm_cfg,
-        h,
-        positions,
-        stop=layer + 1,
-        cache=cache,
-        interventions=iv,
-        overflow="drop",
-    )
-
-
 def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
     """The uncached generator with the refresh: ``(tokens [B, N], logits [B, N, V])``."""
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
-    buf = jnp.concatenate([prompt, jnp.zeros((b, n), jnp.int32)], axis=1)
-    rows = jnp.arange(b)
+    buf = jnp.pad(prompt, ((0, 0), (0, n)))  # pads keep the prompts' (batch) sharding
+    cols = jnp.arange(p + n, dtype=jnp.int32)[None, :]
     pos = gapped_positions(prompt_len, p + n, k)
 
     def logits_at(buf, bridge, s):
-        h = _lower(lm_params, lm_cfg, buf, pos, layer).h
+        h = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
         valid = prompt_len + s
         new, _ = make_bridge(vp, cfg, h, valid)
         bridge = jnp.where((s > 0) & (s % r == 0), _ema(bridge, new, cfg.ema), bridge)
         hx, posx = _insert(h, bridge, prompt_len)
         up = nn.run_layers(lm_params, lm_cfg, hx, posx, start=layer + 1).h
-        x = up[rows, prompt_len + k - 1 + s]
-        return nn.unembed(lm_params, lm_cfg, x[:, None])[:, 0], bridge
+        x = jnp.take_along_axis(up, (prompt_len + k - 1 + s)[:, None, None], axis=1)
+        return nn.unembed(lm_params, lm_cfg, x)[:, 0], bridge
 
-    h0 = _lower(lm_params, lm_cfg, buf, pos, layer).h
+    h0 = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
     bridge0, _ = make_bridge(vp, cfg, h0, prompt_len)
 
     def body(s, c):
@@ -75,10 +61,12 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
         logits, bridge = logits_at(buf, bridge, s)
         tok = choose(logits, jax.random.fold_in(key, s))
         lg = lg.at[:, s].set(logits.astype(jnp.float32))
-        return buf.at[rows, prompt_len + s].set(tok), out.at[:, s].set(tok), bridge, lg
+        buf = jnp.where(cols == (prompt_len + s)[:, None], tok[:, None], buf)
+        return buf, out.at[:, s].set(tok), bridge, lg
 
-    lg0 = jnp.zeros((b, n, lm_cfg.vocab_size), jnp.float32)
-    init = (buf, jnp.zeros((b, n), jnp.int32), bridge0, lg0)
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+    lg0 = (zb[:, None, None] + jnp.zeros((1, n, lm_cfg.vocab_size), jnp.int32)).astype(jnp.float32)
+    init = (buf, zb[:, None] + jnp.zeros((1, n), jnp.int32), bridge0, lg0)
     _, out, _, lg = jax.lax.fori_loop(0, n, body, init)
     return out, lg
 
@@ -88,9 +76,8 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
     s_cap = p + k + n
-    rows = jnp.arange(b)
     ar = jnp.arange(p, dtype=jnp.int32)
-    h_p = _lower(lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer).h
+    h_p = lower_pass(lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer).h
     bridge, _ = make_bridge(vp, cfg, h_p, prompt_len)
     # the prompt with K reserved slots after M_b; the bridge enters after block l
     j = jnp.arange(p + k, dtype=jnp.int32)[None, :]
@@ -103,7 +90,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     mask_iv = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
     # block-l hidden of every committed slot (prompt, then generated tokens); the
     # reserved slots are never read (the value encoder's mask leaves them out)
-    hbuf = jnp.zeros((b, s_cap, lm_cfg.d_model), h_p.dtype).at[:, :p].set(h_p)
+    hbuf = jnp.pad(h_p, ((0, 0), (0, s_cap - p), (0, 0)))  # keeps the batch sharding
     tok0 = choose(logits, jax.random.fold_in(key, 0))
     chunk = k + n - 1  # slots M .. M+K+N-2: the bridge and every generated token
     slot = jnp.arange(s_cap, dtype=jnp.int32)[None, :]
@@ -133,13 +120,13 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
             cache=cache._replace(length=prompt_len),
             overflow="drop",
         )
-        hx = up.h[rows, at - prompt_len]
-        logits = nn.unembed(lm_params, lm_cfg, hx[:, None])[:, 0]
+        hx = jnp.take_along_axis(up.h, (at - prompt_len)[:, None, None], axis=1)
+        logits = nn.unembed(lm_params, lm_cfg, hx)[:, 0]
         return logits, up.cache._replace(length=cache.length), bridge
 
     def plain(args):
         cache, hbuf, bridge, at = args
-        x = hbuf[rows, at][:, None]
+        x = jnp.take_along_axis(hbuf, at[:, None, None], axis=1)
         up = nn.run_layers(
             lm_params, lm_cfg, x, at[:, None], start=layer + 1, cache=cache, overflow="drop"
         )
@@ -148,8 +135,10 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     def body(s, c):
         cache, hbuf, bridge, tok, out, lg = c
         at = cache.length  # the current token's slot (= its logical position)
-        low = _lower(lm_params, lm_cfg, tok[:, None], at[:, None], layer, cache, mask_iv)
-        hbuf = hbuf.at[rows, at].set(low.h[:, 0])
+        low = lower_pass(
+            lm_params, lm_cfg, tok[:, None], at[:, None], layer, cache=cache, interventions=mask_iv
+        )
+        hbuf = jnp.where((slot == at[:, None])[:, :, None], low.h, hbuf)
         logits, cache, bridge = jax.lax.cond(
             s % r == 0, refresh, plain, (low.cache, hbuf, bridge, at)
         )
@@ -157,8 +146,8 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         out, lg = out.at[:, s].set(tok), lg.at[:, s].set(logits.astype(jnp.float32))
         return nn.commit(cache, jnp.ones_like(at)), hbuf, bridge, tok, out, lg
 
-    out = jnp.zeros((b, n), jnp.int32).at[:, 0].set(tok0)
-    lg = jnp.zeros((b, n, lm_cfg.vocab_size), jnp.float32).at[:, 0].set(logits)
+    out = jnp.pad(tok0[:, None], ((0, 0), (0, n - 1)))
+    lg = jnp.pad(logits.astype(jnp.float32)[:, None], ((0, 0), (0, n - 1), (0, 0)))
     init = (cache, hbuf, bridge, tok0, out, lg)
     _, _, _, _, out, lg = jax.lax.fori_loop(1, n, body, init)
     return out, lg

@@ -194,6 +194,27 @@ def gapped_positions(prompt_len: Array, t: int, k: int) -> Array:
     return jnp.where(j < prompt_len[:, None], j, j + k)
 
 
+def lower_pass(lm_params, lm_cfg, tokens, positions, layer, *, cache=None, interventions=None):
+    """The frozen backbone's lower pass: embed ``tokens``, run blocks ``0..layer``.
+
+    The one place SVGT, its training, its generators and CAA read block-``layer``
+    hidden states (``nn.LayersOutput``; ``.h`` is ``[B, T, D]``). With ``cache`` the
+    rows go to slots ``cache.length + arange(T)`` of blocks ``0..layer`` (rows past
+    the capacity are dropped: the generators size their caches).
+    """
+    h = nn.embed(lm_params, lm_cfg, tokens)
+    return nn.run_layers(
+        lm_params,
+        lm_cfg,
+        h,
+        positions,
+        stop=layer + 1,
+        cache=cache,
+        interventions=interventions,
+        overflow="drop",
+    )
+
+
 def make_bridge(vp: SVGTParams, cfg: SVGTConfig, h_l, prompt_len, key=None, mask=None):
     """Bridge ``[B, K, D]`` from block-``l`` hidden states of the prompts (traced).
 
@@ -230,8 +251,7 @@ def _forward(lm_params, vp, tokens, prompt_len, key, *, lm_cfg, cfg):
     lm_params = jax.lax.stop_gradient(lm_params)  # frozen backbone
     t = tokens.shape[1]
     k, layer = cfg.n_bridge, cfg.layer
-    pos = gapped_positions(prompt_len, t, k)
-    h = nn.run_layers(lm_params, lm_cfg, nn.embed(lm_params, lm_cfg, tokens), pos, stop=layer + 1).h
+    h = lower_pass(lm_params, lm_cfg, tokens, gapped_positions(prompt_len, t, k), layer).h
     bridge, h_trig = make_bridge(vp, cfg, h, prompt_len, key)
     hx, posx = _insert(h, bridge, prompt_len)
     collect = (layer + 1,) if layer + 1 < lm_cfg.n_layers else ()

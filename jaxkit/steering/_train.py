@@ -15,14 +15,19 @@ import optax
 from jaxtyping import Array
 
 from jaxkit import _validate, nn
-from jaxkit.steering._svgt import SVGTParams, _check_tokens, _forward, check_config
+from jaxkit.steering._svgt import (
+    SVGTParams,
+    _check_tokens,
+    _forward,
+    check_config,
+    lower_pass,
+)
 
 
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "layer"))
 def _hidden(lm_params, tokens, *, lm_cfg, layer):
     pos = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    h = nn.embed(lm_params, lm_cfg, tokens)
-    return jax.lax.stop_gradient(nn.run_layers(lm_params, lm_cfg, h, pos, stop=layer + 1).h)
+    return jax.lax.stop_gradient(lower_pass(lm_params, lm_cfg, tokens, pos, layer).h)
 
 
 def hidden_at(lm_params, lm_cfg: nn.TransformerConfig, tokens, *, layer: int) -> Array:

@@ -38,6 +38,52 @@ def _generate(tokens, prompt_len, *, top_p):
     ).tokens
 
 
+# l = 0 (two blocks above l) and R = 2 with 4 new tokens: the loop refreshes at step 2
+_SR = SC._replace(layer=0, refresh_every=2, ema=0.5)
+
+
+def _refreshing(tokens, prompt_len, *, top_p, mode):
+    return steering.svgt_generate(
+        _P,
+        CFG,
+        _VP,
+        _SR,
+        tokens,
+        prompt_len,
+        key=jax.random.key(0),
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=top_p,
+        mode=mode,
+    ).tokens
+
+
+def _refresh_case(mode):
+    """The EMA-refresh generators (``refresh_every > 0``): cached and recompute."""
+    return Case(
+        name=f"steering.svgt_generate/refresh_{mode}",
+        slow_checks=("vmap", "sharding", "eval_shape", "jit", "dtypes", "eager_cache"),
+        fn=_refreshing,
+        make_args=_tok_args,
+        hparams={"top_p": (0.9, 0.8)},
+        static={"mode": mode},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "prompt_len past the prompt",
+                lambda key: (
+                    (jnp.ones((8, 6), jnp.int32), jnp.full(8, 7, jnp.int32)),
+                    {"top_p": 1.0},
+                ),
+                ValueError,
+                "prompt_len",
+            ),
+        ),
+    )
+
+
 def _correction(z, *, step):
     return steering.value_correction(_VP.disc, z, step)
 
@@ -95,6 +141,8 @@ CASES = [
             ),
         ),
     ),
+    _refresh_case("cached"),
+    _refresh_case("recompute"),
     Case(
         name="steering.value_correction",
         slow_checks=("dtypes", "sharding"),
