@@ -37,8 +37,9 @@ B=512 meta-network lowers the one-step meta objective more than the B=32 one, as
 predicts; that objective is linear in the weights, so its better optimum piles weight on
 the examples best aligned with the validation gradient. A smaller meta lr at B=512 spreads
 the weights but separates worse (seeds 0 / 2: lr 1e-3 0.912 / 0.938; 3e-4 0.912 / 0.922,
-ESS 0.56 / 0.60; 1e-4 0.806 / 0.820, ESS 0.65 / 0.69), and the authors' larger meta-network (100-100) collapsed on one seed (see
-``MTS_HIDDEN``). (With the earlier meta optimiser, Adam 1e-2 constant, ten times the
+ESS 0.56 / 0.60; 1e-4 0.806 / 0.820, ESS 0.65 / 0.69), and the authors' larger
+meta-network (100-100) collapsed on one seed (see ``MTS_HIDDEN``). (With the earlier
+meta optimiser, Adam 1e-2 constant, ten times the
 spec's largest meta lr, B=512 degraded further: accuracy 0.854, AUROC 0.76.)
 """
 
