@@ -4,6 +4,7 @@ One copy of the environment set-up, the JSON read-back and the two-process
 ``jax.distributed`` launcher that the pod-training and private-LM tests share.
 """
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -12,6 +13,15 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_example(stem: str, module_name: str | None = None):
+    """Import ``examples/<stem>.py`` as a module named ``module_name`` (``examples.<stem>``)."""
+    path = ROOT / "examples" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(module_name or f"examples.{stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def cpu_env(n_devices: int) -> dict:

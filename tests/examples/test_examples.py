@@ -1,12 +1,10 @@
 """Run every example's main() in quick mode and assert its own `ok` (slow)."""
 
-import importlib.util
-import pathlib
-
 import jax
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests._subprocess import ROOT, load_example
+
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
 
 
@@ -16,9 +14,7 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.star
 @pytest.mark.xla_defaults
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example(path, tmp_path):
-    spec = importlib.util.spec_from_file_location(f"examples.{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_example(path.stem)
     # Examples are user programs: they run under jax's default (standard) promotion,
     # as `make demo` does; the library itself is tested under strict promotion.
     with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):

@@ -1,21 +1,14 @@
 """Tests of examples/pst_synthetic.py beyond the quick-mode run of test_examples.py."""
 
-import importlib.util
-
 import jax
 import numpy as np
 import pytest
 
-from tests._subprocess import ROOT
+from tests._subprocess import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location(
-        "pst_synthetic", ROOT / "examples" / "pst_synthetic.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("pst_synthetic", "pst_synthetic")
 
 
 def test_unknown_split_is_refused_before_any_work(tmp_path):

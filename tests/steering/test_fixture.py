@@ -1,24 +1,15 @@
 """The shipped base of examples/svgt_toy_safety.py (jaxkit/_fixtures/svgt_toy_base)."""
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import io, nn
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests._subprocess import ROOT, load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location(
-        "svgt_toy_safety_fx", ROOT / "examples" / "svgt_toy_safety.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("svgt_toy_safety", "svgt_toy_safety_fx")
 
 
 def test_svgt_fixture_loads_and_keeps_its_claimed_quality():
