@@ -23,19 +23,16 @@ def _forward(tokens, prompt_len):
     return steering.svgt_forward(_P, CFG, _VP, SC, tokens, prompt_len).logits
 
 
-def _generate(tokens, prompt_len, *, top_p):
+def _svgt_tokens(sc, new, tokens, prompt_len, **kw):
+    """``svgt_generate``'s tokens with settings ``sc``, ``new`` tokens, temperature 1."""
     return steering.svgt_generate(
-        _P,
-        CFG,
-        _VP,
-        SC,
-        tokens,
-        prompt_len,
-        key=jax.random.key(0),
-        max_new_tokens=3,
-        temperature=1.0,
-        top_p=top_p,
-    ).tokens
+        _P, CFG, _VP, sc, tokens, prompt_len,
+        key=jax.random.key(0), max_new_tokens=new, temperature=1.0, **kw,
+    ).tokens  # fmt: skip
+
+
+def _generate(tokens, prompt_len, *, top_p):
+    return _svgt_tokens(SC, 3, tokens, prompt_len, top_p=top_p)
 
 
 # l = 0 (two blocks above l) and R = 2 with 4 new tokens: the loop refreshes at step 2
@@ -43,19 +40,7 @@ _SR = SC._replace(layer=0, refresh_every=2, ema=0.5)
 
 
 def _refreshing(tokens, prompt_len, *, top_p, mode):
-    return steering.svgt_generate(
-        _P,
-        CFG,
-        _VP,
-        _SR,
-        tokens,
-        prompt_len,
-        key=jax.random.key(0),
-        max_new_tokens=4,
-        temperature=1.0,
-        top_p=top_p,
-        mode=mode,
-    ).tokens
+    return _svgt_tokens(_SR, 4, tokens, prompt_len, top_p=top_p, mode=mode)
 
 
 def _refresh_case(mode):
