@@ -9,6 +9,7 @@ only. (The synthetic :class:`Scene.types` come from GT areas and are for evaluat
 """
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -34,8 +35,13 @@ class PseudoMask(NamedTuple):
     threshold: Float[Array, "..."]
 
 
-def _minmax(img):
-    lo, hi = jnp.min(img), jnp.max(img)
+def _scale(img, lo, hi, per_image):
+    """``(img - lo) / (hi - lo)``: the caller's fixed range, or the image's own extremes.
+
+    With ``per_image`` the range is the image's min and max (which depend on its size).
+    """
+    if per_image:
+        lo, hi = jnp.min(img), jnp.max(img)
     return (img - lo) / jnp.maximum(hi - lo, jnp.asarray(1e-12, img.dtype))
 
 
@@ -94,15 +100,16 @@ def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> 
 
 
 def _pseudo_single(
-    image, points, valid, d0, beta, alpha, drift, time, weight, center, *, box, substeps
-):
+    image, points, valid, lo, hi, d0, beta, alpha, drift, time, weight, center, *, box,
+    substeps, per_image,
+):  # fmt: skip
     hh, ww = image.shape
-    img = _minmax(image)
+    img = _scale(image, lo, hi, per_image)
     d = dif._diffusivity_core(img, d0, beta, alpha)
     gy, gx = dif._gradient(img)
     v = drift * jnp.stack([gy, gx])
     u0 = dif.point_sources(points, (hh, ww), img.dtype)
-    heat = jax.vmap(lambda u: dif._fp_single(u, d, v, time, substeps)[0])(u0)
+    heat, cfl = jax.vmap(lambda u: dif._fp_single(u, d, v, time, substeps))(u0)
     heat = heat / jnp.maximum(jnp.max(heat, axis=(1, 2), keepdims=True), 1e-12)
     inbox = _boxes(points, hh, ww, box // 2) & valid[:, None, None]
     lo = jnp.min(jnp.where(inbox, img[None], jnp.inf), axis=(1, 2), keepdims=True)
@@ -124,20 +131,23 @@ def _pseudo_single(
     thr = _otsu(score, region.astype(img.dtype))
     pts = jnp.any((u0 > 0) & valid[:, None, None], axis=0)
     mask = (region & (score > thr)) | pts
-    return PseudoMask(score.astype(image.dtype), mask, thr.astype(image.dtype))
+    # the solver's own bound on this image's D and drift (exact where the hyperparameter
+    # bound assumes |grad I| <= 1/2: pixels outside a fixed range, one-sided edge slopes)
+    unstable = ~(jnp.max(jnp.where(valid, cfl, 0.0)) <= dif.STABILITY)
+    return PseudoMask(score.astype(image.dtype), mask, thr.astype(image.dtype)), unstable
 
 
-@functools.partial(jax.jit, static_argnames=("box", "substeps"))
-def _pseudo_core(image, points, valid, *hp, box, substeps):
-    f = functools.partial(_pseudo_single, box=box, substeps=substeps)
+@functools.partial(jax.jit, static_argnames=("box", "substeps", "per_image"))
+def _pseudo_core(image, points, valid, *hp, box, substeps, per_image):
+    f = functools.partial(_pseudo_single, box=box, substeps=substeps, per_image=per_image)
     lead = image.shape[:-2]
     flat = (
         image.reshape(-1, *image.shape[-2:]),
         points.reshape(-1, *points.shape[-2:]),
         valid.reshape(-1, valid.shape[-1]),
     )
-    out = jax.vmap(lambda i, p, v: f(i, p, v, *hp))(*flat)
-    return jax.tree.map(lambda a: a.reshape(*lead, *a.shape[1:]), out)
+    out, unstable = jax.vmap(lambda i, p, v: f(i, p, v, *hp))(*flat)
+    return jax.tree.map(lambda a: a.reshape(*lead, *a.shape[1:]), out), jnp.any(unstable)
 
 
 def _check_points(image, points, valid):
@@ -170,10 +180,12 @@ def pseudo_mask(
     center: Real[ArrayLike, "..."] = 0.25,
     box: int = 17,
     substeps: int = 12,
+    value_range: tuple[float, float] | None = (0.0, 1.0),
 ) -> PseudoMask:
     """Pseudo-masks from point labels: Fokker-Planck heat fused with local intensity.
 
-    Per image: min-max normalise (a stand-in for the repo's CLAHE), build
+    Per image: scale to ``I = (image - lo) / (hi - lo)`` with the fixed ``value_range``
+    (the repo reads 8-bit frames as ``gray / 255``), build
     ``D = diffusivity(I)`` and drift ``drift * grad I``, evolve a unit mass at each
     point for ``time`` with :func:`fokker_planck`'s stable sub-stepped scheme
     (reflecting walls), normalise each target's heat by its max, and fuse
@@ -206,19 +218,27 @@ def pseudo_mask(
       size (32x32 vs 256x256); the box pixels make it size-free.
     * ``E`` is the local standard deviation (differentiable), not the 5x5 rank entropy
       (:func:`diffusivity`).
-    * Min-max over the whole image instead of CLAHE. Its scale (and with it ``D`` and
-      the drift) depends on how extreme the image's darkest and brightest pixels are,
-      so on the image's size: on the same 32x32 windows of 128x128 synthetic scenes
-      (seeds 0-2, 96-111 windows each) labels made on the window score IoU
-      0.546 / 0.530 / 0.523 against 0.595 / 0.578 / 0.560 made on the whole image, and
-      0.593 / 0.577 / 0.558 on the window at the whole image's scale. A size-free scale
-      is not chosen yet.
+    * A fixed intensity scale without the repo's CLAHE (clip limit 1, 4x4 tiles of the
+      whole frame, applied before cropping). ``D`` and the drift are in units of the
+      scale, so the scale must not depend on the image: the repo's is the sensor's
+      fixed ``/ 255``, and ``value_range`` is its counterpart for float images
+      (``load_irstd_folder`` and the synthetic scenes are on [0, 1]). CLAHE's tiles
+      are a quarter of the frame, so its stretch again depends on the frame size; it
+      is not ported. ``value_range=None`` scales each image by its own min and max
+      (the behaviour before wave 10), which makes labels depend on the image's size:
+      on the same 32x32 windows of 128x128 synthetic scenes (seeds 0-2, 96-111
+      windows) labels made on the window scored IoU 0.543 / 0.521 / 0.548 against
+      0.599 / 0.575 / 0.604 made on the whole image; at the fixed scale 0.634 / 0.591
+      / 0.608 against 0.627 / 0.599 / 0.611.
 
     Leak-free by construction: the box size is one constant for all targets and no
     mask is read (the repo's prior script sizes boxes from GT masks). Jitted
-    (``box``, ``substeps`` static; the physical parameters traced). The stability
-    bound ``(time / substeps) (4 d0 + 4 drift / 2) <= 0.8`` is checked (``D <= d0``,
-    ``|grad I| <= 1/2`` per axis on a [0, 1] image).
+    (``box``, ``substeps`` static; ``value_range`` Python numbers; the physical
+    parameters traced).
+    The stability bound ``(time / substeps) (4 d0 + 4 drift / 2) <= 0.8`` is checked
+    on the parameters (``D <= d0``, ``|grad I| <= 1/2`` per axis inside the range)
+    and, exactly, on each image's ``D`` and drift at run time (pixels outside
+    ``value_range`` are not clipped; a steeper image needs more ``substeps``).
 
     Args:
       image: Grey images ``[..., H, W]``.
@@ -233,23 +253,27 @@ def pseudo_mask(
       center: Centre-prior weight in [0, 1] on estimated Point targets (0 = off).
       box: Odd window side (int >= 3) for the intensity term and the label's support.
       substeps: Explicit sub-steps (static int >= 1).
+      value_range: ``(lo, hi)`` mapped to [0, 1] before ``D`` and the drift are built,
+        the same for every image (finite, ``lo < hi``); None: each image's own min
+        and max (size-dependent, see above).
 
     Returns:
       :class:`PseudoMask` ``(score, mask, threshold)``.
 
     Raises:
       TypeError: Non-floating image, rank < 2, mismatched ``points``/``valid``.
-      ValueError: Out-of-range parameters, even or small ``box``, ``substeps`` too
-        small for the stability bound.
+      ValueError: Out-of-range parameters, even or small ``box``, a bad
+        ``value_range``, ``substeps`` too small for the stability bound.
     """
     image = dif._check_image(image)
+    lo, hi = _value_range(value_range)
     points, valid = _check_points(image, points, valid)
     box = _validate.python_int(box, name="box", minimum=3)
     if box % 2 == 0:
         raise ValueError(f"`box` must be odd, got box={box}.")
     substeps = _validate.python_int(substeps, name="substeps", minimum=1)
     dt = image.dtype
-    hp = [jnp.asarray(x, dt) for x in (d0, beta, alpha, drift, time, weight, center)]
+    hp = [jnp.asarray(x, dt) for x in (lo, hi, d0, beta, alpha, drift, time, weight, center)]
     # guards on the input (concrete values fail before any compilation; traced ones
     # become run-time checks on the data the core consumes)
     g = _validate.guard_positive(image, d0, name="d0")
@@ -259,10 +283,32 @@ def pseudo_mask(
     g = _validate.guard_non_negative(g, time, name="time")
     g = _validate.guard_interval(g, weight, name="weight", low=0.0, high=1.0)
     g = _validate.guard_interval(g, center, name="center", low=0.0, high=1.0)
-    cfl = hp[4] / substeps * (4 * hp[0] + 2 * hp[3])
+    cfl = hp[6] / substeps * (4 * hp[2] + 2 * hp[5])
     msg = f"`substeps` = {substeps} is too small for time, d0 and drift: (time / substeps)"
     g = _validate.error_if(g, ~(cfl <= dif.STABILITY), msg + " * (4 d0 + 2 drift) > 0.8.")
-    return _pseudo_core(g, points, valid, *hp, box=box, substeps=substeps)
+    out, unstable = _pseudo_core(
+        g, points, valid, *hp, box=box, substeps=substeps, per_image=value_range is None
+    )
+    msg = (
+        f"`substeps` = {substeps} is too small for this image's slopes: (time / substeps)"
+        f" * (4 max D + 4 max |drift grad I|) > {dif.STABILITY} (an image outside"
+        " `value_range`?)."
+    )
+    return _validate.error_if(out, unstable, msg)
+
+
+def _value_range(value_range):
+    """``(lo, hi)`` as Python floats (0, 1 for None: unused, the core takes min/max)."""
+    if value_range is None:
+        return 0.0, 1.0
+    if not isinstance(value_range, tuple | list) or len(value_range) != 2:
+        raise TypeError(f"`value_range` must be a pair (lo, hi) or None, got {value_range!r}.")
+    for v in value_range:
+        _validate.real_scalar(v, name="value_range")
+    lo, hi = (float(v) for v in value_range)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"`value_range` must be finite with lo < hi, got {value_range!r}.")
+    return lo, hi
 
 
 @functools.partial(jax.jit, static_argnames=("hw",))
