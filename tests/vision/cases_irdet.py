@@ -150,8 +150,8 @@ CASES = [
         hparams={"time": (0.5, 0.3), "weight": (0.7, 0.5), "d0": (3.2, 2.0)},
         static={"box": 5, "substeps": 12},
         shard_argnums=(0, 1),
-        # the score is piecewise smooth only (max over targets, in-box min-max, the
-        # image's min-max): not meant for gradients (surrogate_refine is the
+        # the score is piecewise smooth only (max over targets, in-box min-max, Otsu):
+        # not meant for gradients (surrogate_refine is the
         # differentiable module), so no finite-difference check
         grad_modes=(),
         slow_checks=_SLOW_MOST,
@@ -168,6 +168,12 @@ CASES = [
                 _pseudo_bad(lambda i, p: ((i, p), {"weight": 1.5})),
                 ValueError,
                 "`weight`",
+            ),
+            Bad(
+                "value_range lo >= hi",
+                _pseudo_bad(lambda i, p: ((i, p), {"value_range": (1.0, 1.0)})),
+                ValueError,
+                "`value_range`",
             ),
         ),
     ),

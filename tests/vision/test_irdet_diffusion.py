@@ -264,3 +264,44 @@ def test_pseudo_mask_bad_inputs():
         irdet.pseudo_mask(img, pts, ok, weight=float("nan"))
     with pytest.raises(ValueError, match="`center`"):
         irdet.pseudo_mask(img, pts, ok, center=1.5)
+    for bad, err in (((1.0, 0.0), ValueError), ((0.0, np.inf), ValueError), ("01", TypeError)):
+        with pytest.raises(err, match="value_range"):
+            irdet.pseudo_mask(img, pts, ok, value_range=bad)
+
+
+def test_pseudo_mask_checks_each_images_slopes():
+    """The parameter bound assumes |grad I| <= 1/2 inside ``value_range``; a steeper image
+    (here a step of 4 units at the fixed [0, 1] scale) fails the run-time check on its own
+    D and drift, eagerly and under jit, and passes at a scale that covers it."""
+    img = jnp.zeros((16, 16)).at[:, 8:].set(4.0)
+    pts, ok = jnp.array([[8.0, 4.0]]), jnp.array([True])
+    with pytest.raises(ValueError, match="`substeps`"):
+        irdet.pseudo_mask(img, pts, ok)
+    with pytest.raises(Exception, match="substeps"):
+        jax.block_until_ready(jax.jit(lambda i: irdet.pseudo_mask(i, pts, ok).mask)(img))
+    out = irdet.pseudo_mask(img, pts, ok, value_range=(0.0, 4.0))
+    assert bool(out.mask[8, 4]) and np.all(np.isfinite(np.asarray(out.score)))
+
+
+def test_pseudo_mask_scale_does_not_depend_on_the_frame():
+    """A target's label is the same on the whole frame and on a window around it: the
+    fixed scale does not see pixels far from the target (the per-image min-max did:
+    labels of 32x32 windows scored lower than the same targets labelled on 128x128)."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:48, :48]
+    img = 0.4 + 0.03 * rng.standard_normal((48, 48))
+    img += 0.35 * np.exp(-((yy - 24) ** 2 + (xx - 26) ** 2) / (2 * 1.5**2))
+    img[2, 2], img[45, 3] = 0.95, 0.0  # the frame's extremes, outside the window
+    img = jnp.asarray(img, jnp.float32)
+    win = img[8:40, 8:40]  # 32x32; the target 16 px from its border, beyond the
+    # reach of 12 sub-steps of the 5-point stencil plus the 5x5 texture window
+    p_full, p_win, ok = jnp.array([[24.0, 26.0]]), jnp.array([[16.0, 18.0]]), jnp.array([True])
+    for vr, same in (((0.0, 1.0), True), (None, False)):
+        full = irdet.pseudo_mask(img, p_full, ok, value_range=vr)
+        part = irdet.pseudo_mask(win, p_win, ok, value_range=vr)
+        gap = np.abs(np.asarray(full.score)[8:40, 8:40] - np.asarray(part.score)).max()
+        if same:
+            assert gap < 1e-5
+            np.testing.assert_array_equal(np.asarray(full.mask)[8:40, 8:40], part.mask)
+        else:
+            assert gap > 0.02  # the per-image min-max moves D and the drift
