@@ -45,6 +45,7 @@ labels (the repo's prior script does: a leak). A full run (SIRST3 via
 
 import argparse
 import copy
+import functools
 import json
 import os
 import time
@@ -78,7 +79,10 @@ SEP = 10.0  # least target-centre distance (px): make_dataset's min_separation, 
 OPT = optax.adamw(3e-3)  # built once: the jitted steps see the same optimizer object
 WOPT = optax.adamw(1e-3)
 POPT = optax.adamw(1e-2)  # phi feedback steps
-_phi_grad = jax.jit(jax.grad(irdet.phi_loss))  # one compiled gradient, reused
+# programs that run a few times on small arrays: their compile is most of their cost, so
+# LLVM compiles them at -O0 (as make_dataset's generator); the detector's step stays -O3
+_O0 = {"xla_backend_optimization_level": 0}
+_phi_grad = jax.jit(jax.grad(irdet.phi_loss), compiler_options=_O0)  # one, reused
 
 
 @eqx.filter_jit
@@ -88,31 +92,36 @@ def _train_step(model, opt_state, x, y, w):
     return eqx.apply_updates(model, upd), opt_state, irdet.soft_iou_loss(logits, y)
 
 
+@functools.partial(jax.jit, static_argnums=0, compiler_options=_O0)
+def _weights(w_static, w_params, logits, y, ema_b):
+    """Bi-level weights of a batch from the current model's logits (stop-gradient inputs of
+    the weighted step: the same program as the plain step, ``_train_step``, with ``w``)."""
+    weighter = eqx.combine(w_params, w_static)
+    feats = irdet.weight_features(logits, y, irdet.surrogate_refine(jax.nn.sigmoid(logits)), ema_b)
+    return irdet.sample_weights(weighter, feats), feats
+
+
 @eqx.filter_jit
-def _weighted_step(model, opt_state, weighter, x, y, ema_b):
-    """Bi-level weights from the current model, then the weighted train step, in one
-    program (the weights' forward and the step's are the same computation: XLA shares
-    it). Returns the step's outputs and the weighter's inputs (features, probabilities)."""
+def _forward(model, x):
     logits = jax.vmap(model)(x)
-    p = jax.nn.sigmoid(logits)
-    feats = irdet.weight_features(logits, y, irdet.surrogate_refine(p), ema_b)
-    w = jax.lax.stop_gradient(irdet.sample_weights(weighter, feats))
-    (_, logits2), g = eqx.filter_value_and_grad(_loss, has_aux=True)(model, x, y, w)
-    upd, opt_state = OPT.update(g, opt_state, eqx.filter(model, eqx.is_array))
-    model = eqx.apply_updates(model, upd)
-    return model, opt_state, irdet.soft_iou_loss(logits2, y), feats, p
+    return logits, jax.nn.sigmoid(logits)
 
 
-@eqx.filter_jit
 def _predict(model, x):
-    return jax.nn.sigmoid(jax.vmap(model)(x))
+    return _forward(model, x)[1]
 
 
-@eqx.filter_jit
+@functools.partial(jax.jit, static_argnums=0, compiler_options=_O0)
+def _weighter_core(w_static, w_params, wstate, feats, scores):
+    g = jax.grad(lambda q: irdet.weighter_loss(eqx.combine(q, w_static), feats, scores))(w_params)
+    upd, wstate = WOPT.update(g, wstate, w_params)
+    return eqx.apply_updates(w_params, upd), wstate
+
+
 def _weighter_step(weighter, wstate, feats, scores):
-    loss, g = eqx.filter_value_and_grad(irdet.weighter_loss)(weighter, feats, scores)
-    upd, wstate = WOPT.update(g, wstate, eqx.filter(weighter, eqx.is_array))
-    return eqx.apply_updates(weighter, upd), wstate
+    params, static = eqx.partition(weighter, eqx.is_array)
+    params, wstate = _weighter_core(static, params, wstate, feats, scores)
+    return eqx.combine(params, static), wstate
 
 
 @eqx.filter_jit
@@ -159,9 +168,9 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
             y_all = phi_refine(model)  # the labels of later steps (this batch is drawn)
         if weighted and t >= start_w:
             model_before = model
-            model, opt_state, per, feats, p = _weighted_step(
-                model, opt_state, weighter, x, y, ema[idx]
-            )
+            logits, p = _forward(model, x)  # the val batch's shape: compiled once for both
+            w, feats = _weights(*eqx.partition(weighter, eqx.is_array)[::-1], logits, y, ema[idx])
+            model, opt_state, per = _train_step(model, opt_state, x, y, w)
             if t % 4 == 0:  # outer update of the weighter on a validation batch
                 pv = _predict(model_before, val["x"])
                 scores = irdet.residual_scores(p, y, pv, val["y"])
@@ -202,8 +211,12 @@ def _pd_at_fa(prob, gt, fa_max):
     return None, None
 
 
-def _evaluate(model, test):
-    prob = np.asarray(_predict(model, test["x"]))
+def _evaluate(model, test, chunk=16):
+    # in training-batch chunks: the forward compiled for the batch shape serves the test set
+    x = test["x"]
+    prob = np.concatenate(
+        [np.asarray(_predict(model, x[i : i + chunk])) for i in range(0, len(x), chunk)]
+    )
     pred = prob > 0.5
     gt = np.asarray(test["mask"])
     out = {"iou": irdet.iou(pred, gt), "niou": irdet.niou(pred, gt, empty="one")}
