@@ -7,13 +7,13 @@ Claim checked in miniature (Liu et al., arXiv 2605.20766; spec vision.md §4.6):
    are expanded into masks by (a) disks of radius 1/2/3, (b) Fokker-Planck diffusion
    alone, (c) diffusion fused with local intensity, all at the authors' defaults (no
    parameter fitted to GT masks; ``irdet.pseudo_mask``). Assertion (``ok``): the fused
-   labels beat diffusion alone in mean per-image IoU, and in full mode also beat the
-   best disk. The spec's target, fused >= best disk + 0.05, is reported
-   (``margin_over_best_disk``, ``target_0.05``) and is not met under the SIRST-fitted
-   masks below: measured on seeds 0/1/2, full mode +0.067 / +0.037 / +0.054 (before the
-   target spacing below), quick mode +0.012 / -0.001 / -0.001 (at 32x32 the r=2 disk ties
-   the fused labels); fused over diffusion alone +0.062 / +0.050 / +0.060 (full),
-   +0.036 / +0.038 / +0.045 (quick).
+   labels beat diffusion alone and the best disk in mean per-image IoU. The spec's
+   target, fused >= best disk + 0.05, is reported (``margin_over_best_disk``,
+   ``target_0.05``). Measured on seeds 0/1/2 with the labeller's fixed intensity scale
+   (wave 10): quick mode +0.060 / +0.035 / +0.036, full-mode label set +0.101 / +0.075 /
+   +0.062; fused over diffusion alone +0.039 / +0.039 / +0.034 (quick). Before, each image
+   was scaled by its own min and max, which stretched 32x32 scenes more than 128x128 ones:
+   quick +0.012 / -0.001 / -0.001, full +0.069 / +0.036 / +0.057.
 2. Detector. A small U-Net (``jaxkit.nn.UNet``) trained with soft-IoU + BCE on 64x64
    scenes (32x32, channels 8-16 and 180 steps in quick mode) from four label sources:
    GT masks, the best disk, diffusion pseudo-masks, and diffusion + bi-level sample
@@ -346,7 +346,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     dw = results["diffusion+weights"]
     order = {m: bool(results["gt"][m] > dw[m] > results[dname][m]) for m in ("iou", "pd")}
     # ok: what every measured seed gives (docstring); the 0.05 target is reported, not asserted
-    ok = fused > fp_alone and (quick or margin > 0)
+    ok = fused > fp_alone and margin > 0
     table = [{"labels": k, **{m: _r4(v) for m, v in r.items()}} for k, r in results.items()]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "irstd_synthetic.json"), "w") as f:
@@ -360,7 +360,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         "baseline": f"diffusion alone {fp_alone:.3f}; best disk (r={best_r}) {disk[best_r]:.3f}",
         "ok": bool(ok),
         "margin_over_best_disk": round(margin, 4),
-        "target_0.05": "met" if margin >= 0.05 else "not met under SIRST-fitted masks",
+        "target_0.05": "met" if margin >= 0.05 else "not met",
         "margin_over_diffusion_alone": round(fused - fp_alone, 4),
         "pseudo_label_iou": {
             **{f"disk r={r}": round(v, 4) for r, v in disk.items()},
