@@ -222,9 +222,12 @@ def pseudo_mask(
       whole frame, applied before cropping). ``D`` and the drift are in units of the
       scale, so the scale must not depend on the image: the repo's is the sensor's
       fixed ``/ 255``, and ``value_range`` is its counterpart for float images
-      (``load_irstd_folder`` and the synthetic scenes are on [0, 1]). CLAHE's tiles
-      are a quarter of the frame, so its stretch again depends on the frame size; it
-      is not ported. ``value_range=None`` scales each image by its own min and max
+      (``load_irstd_folder`` reads PNGs as ``/ 255``; the synthetic scenes sit near
+      0.4, bright targets up to ~1.3). CLAHE's tiles are a quarter of the frame, so
+      its stretch again depends on the frame size; it is not ported (at clip 1 it
+      stretches a narrow histogram by up to 2x: a uniform 2x stretch lowered the
+      synthetic quick-mode labels from 0.58-0.60 to 0.40-0.43 IoU, seeds 0-2).
+      ``value_range=None`` scales each image by its own min and max
       (the behaviour before wave 10), which makes labels depend on the image's size:
       on the same 32x32 windows of 128x128 synthetic scenes (seeds 0-2, 96-111
       windows) labels made on the window scored IoU 0.543 / 0.521 / 0.548 against
