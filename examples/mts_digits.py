@@ -164,8 +164,13 @@ def _features(xtr, ytr, xv, yv, el2n, forget):
     return ((f - f.mean(0)) / np.where(sd > 0, sd, 1.0)).astype(np.float32)
 
 
-def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR):
-    """``kind``: "none", "mwn" or "mts"; returns (params, meta_net)."""
+def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR, cls_batch=CLS_BATCH):
+    """``kind``: "none", "mwn" or "mts"; returns (params, meta_net).
+
+    ``sel_batch``: the meta step's training batch; ``cls_batch``: the real step's batch,
+    over which the real step's weights are normalised (MTS runs pass the same B for both,
+    as the authors' scripts do: ``--batch_size 1024 --training_bz_for_selector 1024``).
+    """
     x, y = jnp.asarray(tr[0]), jnp.asarray(tr[1])
     xv, yv = jnp.asarray(val[0]), jnp.asarray(val[1])
     f = jnp.asarray(feats)
@@ -180,13 +185,13 @@ def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR):
         def step(carry, k):
             params, st, net, mst = carry
             k1, k2, k3 = jax.random.split(k, 3)
-            ic = jax.random.randint(k1, (CLS_BATCH,), 0, n)
+            ic = jax.random.randint(k1, (cls_batch,), 0, n)
             isel = jax.random.randint(k2, (sel_batch,), 0, n)
             iv = jax.random.randint(k3, (META_BATCH,), 0, nv)
             mb = (xv[iv], yv[iv])
             b = (x[ic], y[ic])
             if kind == "none":
-                w = jnp.ones(CLS_BATCH)
+                w = jnp.ones(cls_batch)
             elif kind == "mwn":
                 r = data.mwn_meta_step(ce, mopt, params, net, mst, (x[isel], y[isel]), mb,
                                        lr=PSEUDO_LR)  # fmt: skip
@@ -251,14 +256,16 @@ def main(
     agg = np.array([table[b]["aggregate"] for b in sizes])
     slope = float(np.polyfit(np.log(sizes), np.log(agg), 1)[0])
 
-    runs = {"none": ("none", 32), "mwn_b32": ("mwn", 32), "mts_b32": ("mts", 32),
-            "mts_b512": ("mts", 512)}  # fmt: skip
+    # (kind, meta-step batch, real-step batch): MTS(B) uses B for both (authors' scripts)
+    runs = {"none": ("none", 32, CLS_BATCH), "mwn_b32": ("mwn", 32, CLS_BATCH),
+            "mts_b32": ("mts", 32, 32), "mts_b512": ("mts", 512, 512)}  # fmt: skip
     acc, auroc, ess, bad_share = {}, {}, {}, {}
     clean = (~bad).astype(int)
     phase = {"warmup_and_gsnr": round(t_gsnr - t0, 1)}
-    for name, (kind, sel) in runs.items():
+    for name, (kind, sel, cls) in runs.items():
         t1 = time.process_time()
-        params, net = _train(kind, (xtr, ytr), val, feats, jax.random.fold_in(key, 2), steps, sel)
+        params, net = _train(kind, (xtr, ytr), val, feats, jax.random.fold_in(key, 2), steps, sel,
+                             cls_batch=cls)  # fmt: skip
         phase[name] = round(time.process_time() - t1, 1)
         acc[name] = _acc(params, *test)
         if kind == "mts":

@@ -149,6 +149,12 @@ def _mts_loss(params, batch):
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
 
+def _flops(fn, *args):
+    """XLA's flop count of the compiled ``jit(fn)(*args)``."""
+    ca = jax.jit(fn).lower(*args).compile().cost_analysis()
+    return float((ca[0] if isinstance(ca, list) else ca)["flops"])
+
+
 def mts_bench(repeats: int, full: bool) -> None:
     """MTS meta-step: jvp vs the finite-difference scheme (anchor ``finite_diff``)."""
     import optax
@@ -185,13 +191,23 @@ def mts_bench(repeats: int, full: bool) -> None:
             for m in ("jvp", "finite_diff")
         ]  # fmt: skip
         cos = float(hg[0] @ hg[1] / (np.linalg.norm(hg[0]) * np.linalg.norm(hg[1])))
+        # op counts of the timed programs (XLA cost analysis): the anchor's only work
+        # beyond ours is its two classifier forwards minus our tangent pass, so even
+        # alignments at no cost would give at most anchor / (anchor - 2 forwards)
+        fl = {m: _flops(step(m), *a) for m in ("jvp", "finite_diff")}
+        fwd = _flops(_mts_loss, params, batch)
         H.emit(bench="data", case="mts_meta_step_vs_finite_diff",
                sizes={"batch": b, "meta_batch": 256, "model": "64-256-256-10",
                       "meta_net": "22-100-100-1"},
                ours=ours, anchor="finite_diff", anchor_t=anchor, target=2.0,
                note="anchor: the authors' central differences along gamma (2 extra forwards); "
                "ours: one linearisation shared by the virtual step and the alignments",
-               cosine=cos)  # fmt: skip
+               cosine=cos, gflop_ours=round(fl["jvp"] / 1e9, 4),
+               gflop_anchor=round(fl["finite_diff"] / 1e9, 4),
+               gflop_ratio=round(fl["finite_diff"] / fl["jvp"], 3),
+               gflop_train_forward=round(fwd / 1e9, 4),
+               ratio_bound_free_alignments=round(
+                   fl["finite_diff"] / (fl["finite_diff"] - 2 * fwd), 3))  # fmt: skip
         H.emit(bench="data", case="mts_meta_step_vs_unrolled", sizes={"batch": b},
                ours=ours, anchor="unrolled", anchor_t=unrolled, target=None,
                note="informational: reverse mode through the inner SGD step")  # fmt: skip
