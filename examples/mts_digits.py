@@ -285,7 +285,7 @@ def main(
     os.makedirs(out_dir, exist_ok=True)
     return {
         "method": "data: MTS meta-network reweighting (exact jvp hypergradient)",
-        "metric": "test accuracy, MTS meta batch 512 (40% wrong labels in training)",
+        "metric": "test accuracy, MTS with batch 512 (meta and real step; 40% wrong labels)",
         "value": acc["mts_b512"],
         "baseline": f"none {acc['none']:.3f}; MWN(B=32) {acc['mwn_b32']:.3f}; "
         f"MTS(B=32) {acc['mts_b32']:.3f}",
