@@ -36,7 +36,12 @@ and 1-3 points below on seeds 0-1. A plain sequential greedy exactly as spec 3.2
 did no better (seed 0: 0.573 barring margin pairs, 0.581 not). What remains is the
 [recon] objective: it sums over the whole candidate pool, so it picks documents hard for
 many pool queries rather than batches whose members are hard for each other (mean
-in-batch InfoNCE 0.99 vs k-means 1.38).
+in-batch InfoNCE 0.99 vs k-means 1.38). Seeds 3 / 4 / 5 (wave 10): k-means 0.645 / 0.643 /
+0.627, HOBIT 0.637 / 0.631 / 0.648; over seeds 0-5 HOBIT 0.624 vs k-means 0.629 on average
+(HOBIT higher on 2 of 6), a gap inside the seed-to-seed spread (about 0.015). A pool of B
+(``pool_factor=1``, the objective then close to the batch's own hardness) gave 0.620 /
+0.642 / 0.628 / 0.629 / 0.639 / 0.640 (0.633 on average, above k-means on 3 of 6 seeds):
+not kept, the same spread and chosen on test queries.
 
 This demo's own data (10% duplicate pairs, noise 5.0), full, seeds 0 / 1 / 2: R@1 random
 0.377 / 0.383 / 0.388, k-means 0.409 / 0.427 / 0.431, naive NN 0.405 / 0.425 / 0.444,

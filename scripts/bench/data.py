@@ -26,28 +26,36 @@ runs: its first 32 batches reproduce apricot's objective, checked in the line).
 Target: ratio >= 10x at obj_ratio >= 0.99.
 
 MTS meta-step (``mts_meta_step_vs_finite_diff``): one ``data.mts_meta_step`` (the
-hypergradient then an optax AdamW step of the 22 -> 100 -> 100 -> 1 meta-network) on
-an MLP classifier (64 -> 256 -> 256 -> 10), train batch B, meta batch 256. Ours:
-``mode="jvp"``: the per-example losses linearised once at theta, the transpose of
-that linear map gives the virtual step's gradient, the map applied to gamma gives all
+hypergradient then an optax AdamW step of the 22 -> 100 -> 100 -> 1 meta-network) on an
+MLP classifier (64 -> 256 -> 256 -> 10), train batch B, meta batch 256. Ours:
+``mode="jvp"``: the per-example losses linearised once at theta, the transpose of that
+linear map gives the virtual step's gradient, the map applied to gamma gives all
 alignments. Anchor ``finite_diff``: the same step with the authors' central-difference
 scheme, the passes of ZILIN003/MTS ``training/main_parallel.py`` per meta step: one
-forward + backward of the classifier for the virtual step, one forward + backward on
-the meta batch for gamma, two forwards at ``theta +- eps gamma`` (each followed by a
-backward through the meta-network only). ``cosine`` is between the two
-hypergradients (target > 0.999). Target: ratio >= 2, not reachable against this
-anchor: the jvp replaces the anchor's two extra forwards by one tangent pass (its
-primal forward shared with the virtual step), and a tangent pass of a dense layer
-costs about the two matmuls of a forward pair (``x dW + dx W``); both sides pay the
-same backward, meta-batch pass and meta-network work. Measured interleaved in CPU time
-(2-core machine, load about 17): 0.94x / 1.03x / 1.07x at B = 256 / 1024 / 4096; the classifier
-passes alone 1.01x / 1.12x / 1.05x. A per-layer shortcut (alignments from the virtual step's own
-activations and back-propagated signals, ``rowsum((h @ gamma_W) * delta)`` per dense
-layer: one matmul instead of two) would need the model's layer structure, not a generic
-``loss_fn``, and bounds the ratio near 1.25x (a hand-written version for this MLP,
-equal to the jvp alignments to 3e-7: classifier passes 1.30x / 1.22x at B = 1024 / 4096,
-CPU time), so it is not implemented. The three modes
-are timed interleaved. An informational line times ``mode="unrolled"``.
+forward + backward of the classifier for the virtual step, one forward + backward on the
+meta batch for gamma, two forwards at ``theta +- eps gamma`` (the authors follow each by
+a backward through the meta-network only; here one meta-network backward of the
+difference). ``cosine`` is between the two hypergradients (target > 0.999). Target:
+ratio >= 2, not reachable against this anchor, shown by op counts: both sides pay the
+virtual step's forward and backward, the meta batch's forward and backward and the
+meta-network's work; the anchor's only extra is two classifier forwards, ours one
+tangent pass (``x dW + dx W`` per dense layer, about the same two matmuls). XLA's cost
+analysis of the two compiled steps (fields ``gflop_ours`` / ``gflop_anchor``): ours
+1.025 / 1.033 / 1.036x fewer flops at B = 256 / 1024 / 4096, 31 vs 32 dot ops (no inner
+step recomputed, no per-example gradient materialised). Even alignments at no cost would
+leave the ratio at most ``anchor / (anchor - 2 forwards)`` (field
+``ratio_bound_free_alignments``: 1.32 / 1.49 / 1.56 at B = 256 / 1024 / 4096). The
+spec's "two extra forward+backward passes" assumes the authors backpropagate through the
+classifier at ``theta +- eps gamma``; their ``torch.autograd.grad(pseudo_loss,
+meta_net.parameters())`` differentiates the meta-network only. Measured interleaved in
+CPU time (2-core machine, load about 17): 0.94x / 1.03x / 1.07x at B = 256 / 1024 /
+4096; the classifier passes alone 1.01x / 1.12x / 1.05x. A per-layer shortcut
+(alignments from the virtual step's own activations and back-propagated signals,
+``rowsum((h @ gamma_W) * delta)`` per dense layer: one matmul instead of two) would need
+the model's layer structure, not a generic ``loss_fn``, and bounds the ratio near 1.25x
+(a hand-written version for this MLP, equal to the jvp alignments to 3e-7: classifier
+passes 1.30x / 1.22x at B = 1024 / 4096, CPU time), so it is not implemented. The three
+modes are timed interleaved. An informational line times ``mode="unrolled"``.
 """
 
 import time
@@ -149,6 +157,12 @@ def _mts_loss(params, batch):
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
 
+def _flops(fn, *args):
+    """XLA's flop count of the compiled ``jit(fn)(*args)``."""
+    ca = jax.jit(fn).lower(*args).compile().cost_analysis()
+    return float((ca[0] if isinstance(ca, list) else ca)["flops"])
+
+
 def mts_bench(repeats: int, full: bool) -> None:
     """MTS meta-step: jvp vs the finite-difference scheme (anchor ``finite_diff``)."""
     import optax
@@ -185,13 +199,23 @@ def mts_bench(repeats: int, full: bool) -> None:
             for m in ("jvp", "finite_diff")
         ]  # fmt: skip
         cos = float(hg[0] @ hg[1] / (np.linalg.norm(hg[0]) * np.linalg.norm(hg[1])))
+        # op counts of the timed programs (XLA cost analysis): the anchor's only work
+        # beyond ours is its two classifier forwards minus our tangent pass, so even
+        # alignments at no cost would give at most anchor / (anchor - 2 forwards)
+        fl = {m: _flops(step(m), *a) for m in ("jvp", "finite_diff")}
+        fwd = _flops(_mts_loss, params, batch)
         H.emit(bench="data", case="mts_meta_step_vs_finite_diff",
                sizes={"batch": b, "meta_batch": 256, "model": "64-256-256-10",
                       "meta_net": "22-100-100-1"},
                ours=ours, anchor="finite_diff", anchor_t=anchor, target=2.0,
                note="anchor: the authors' central differences along gamma (2 extra forwards); "
                "ours: one linearisation shared by the virtual step and the alignments",
-               cosine=cos)  # fmt: skip
+               cosine=cos, gflop_ours=round(fl["jvp"] / 1e9, 4),
+               gflop_anchor=round(fl["finite_diff"] / 1e9, 4),
+               gflop_ratio=round(fl["finite_diff"] / fl["jvp"], 3),
+               gflop_train_forward=round(fwd / 1e9, 4),
+               ratio_bound_free_alignments=round(
+                   fl["finite_diff"] / (fl["finite_diff"] - 2 * fwd), 3))  # fmt: skip
         H.emit(bench="data", case="mts_meta_step_vs_unrolled", sizes={"batch": b},
                ours=ours, anchor="unrolled", anchor_t=unrolled, target=None,
                note="informational: reverse mode through the inner SGD step")  # fmt: skip
