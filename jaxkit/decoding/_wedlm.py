@@ -359,21 +359,26 @@ def _init_state(
     filled = _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
     if o.min_accept is None:
         return filled
-    # Adaptive: rows whose first window decides < min_accept tokens start like AR.
+    # Adaptive: rows whose first window decides < min_accept tokens start like AR. The
+    # AR start (a draw from the prompt's next-token logits) runs only if some row needs it.
     accept = jnp.sum(filled.filled, axis=1).astype(jnp.float32)
-    last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
-    tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
-    ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
     like_ar = accept < o.min_accept
-    pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
-    return filled._replace(
-        win_tok=pick(ar.win_tok, filled.win_tok),
-        filled=pick(ar.filled, filled.filled),
-        out=pick(ar.out, filled.out),
-        n_gen=pick(ar.n_gen, filled.n_gen),
-        done=pick(ar.done, filled.done),
-        accept=accept,
-    )
+
+    def ar_start(filled: WeDLMState) -> WeDLMState:
+        last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
+        tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
+        ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
+        pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+        return filled._replace(
+            win_tok=pick(ar.win_tok, filled.win_tok),
+            filled=pick(ar.filled, filled.filled),
+            out=pick(ar.out, filled.out),
+            n_gen=pick(ar.n_gen, filled.n_gen),
+            done=pick(ar.done, filled.done),
+        )
+
+    filled = filled._replace(accept=accept)
+    return jax.lax.cond(jnp.any(like_ar), ar_start, lambda f: f, filled)
 
 
 def _step(
