@@ -1,54 +1,61 @@
 """FacRNN on Lorenz + Thomas latents: group-wise independent latents vs lrRNN and bdRNN.
 
 Two independent chaotic systems (Lorenz, Thomas) give a 6-d latent trajectory in two groups
-of three; a teacher rank-6 RNN (read-in fitted by ridge regression) maps them to N = 20
-neurons. Three models are trained on the even time steps with identical settings (one
-jitted, vmapped scan over the three): the plain lrRNN (beta = 0), the block-diagonal
+of three, generated as the authors' ``data_generator`` does (dt = 0.1, Thomas b = 0); a
+teacher rank-6 RNN fitted to them as the authors fit theirs (read-out and read-in trained
+jointly, 10^4 full-batch AdamW steps; ``synthetic_lowrank(teacher_steps=)``) maps them to
+N = 20 neurons. Three models are trained on the even time steps with identical settings
+(one jitted, vmapped scan over the three): the plain lrRNN (beta = 0), the block-diagonal
 bdRNN (alpha = 1) and FacRNN (G = 2; beta = 20 on the Gaussian currents, beta = 2 on
-spike counts, the authors' settings for synthetic currents and for monkey spike data). On
-the odd steps we report reconstruction R^2, group-aligned latent R^2 (true Lorenz/Thomas
-groups vs the model's groups, affine maps, Hungarian matching), component R^2, PC and TC
-of the aggregate posterior, and connectivity / sub-circuit R^2 (Gaussian run). A second
-run observes Poisson spike counts (rate = dt softplus(2 x)) and reads in causally
-smoothed counts (reconstructed path: the authors' code has no Poisson model).
+spike counts, the authors' settings for synthetic currents and for monkey spike data),
+3000 steps (the spec's), lr 3e-3, beta ramped over the first quarter. On the odd steps we
+report reconstruction R^2, group-aligned latent R^2 (true Lorenz/Thomas groups vs the
+model's groups, affine maps, Hungarian matching), component R^2, PC and TC of the
+aggregate posterior, and connectivity / sub-circuit R^2 (Gaussian run). A second run
+observes Poisson spike counts (rate = 5 softplus(2 x), bin width 5) and reads in causally
+smoothed counts divided by the bin width (reconstructed path: the authors' code has no
+Poisson model); full mode adds the spec's spike-count encoder, a bidirectional GRU over
+whole trials with the RNN's dynamics as the prior (``encoder="bigru"``, trials of 100
+steps, even trials train, odd test).
 
-``ok`` checks what the method claims and this run can measure robustly: FacRNN's PC is at
-most a third of lrRNN's at a reconstruction within 0.1 R^2 of it (Gaussian and Poisson).
-Whether FacRNN also has the best group-latent R^2 (the paper's disentanglement claim) is
-reported as ``group_r2_claim_met`` (vs lrRNN and bdRNN) and
+``ok`` checks what this run measures robustly: FacRNN's PC is at most a third of lrRNN's
+at a reconstruction within 0.1 R^2 of it (Gaussian and Poisson). The paper's
+disentanglement claim is reported as ``group_r2_margin`` (FacRNN minus lrRNN group R^2;
+the spec asks >= 0.1), ``group_r2_claim_met`` (vs lrRNN and bdRNN),
 ``group_r2_best_of_all_baselines`` (also vs lrRNN+ICA and LINT, the authors' post-hoc
-baselines, computed from the fitted lrRNN by ``ica_baseline`` / ``lint_baseline``).
+baselines) and ``group_r2_claim_met_bigru``. Measured figures (seeds 0/1/2) are in
+``docs/areas/neuro.md``.
 
-What limits that claim here (measured, full mode = 8000 steps at lr 3e-3, beta ramped over
-the first 2000, seeds 0/1/2; 128-130 s CPU a seed): Gaussian group R^2 FacRNN 0.917 / 0.912 /
-0.903 vs lrRNN 0.908 / 0.907 / 0.843; Poisson (beta = 2) 0.740 / 0.774 / 0.739 vs 0.803 /
-0.783 / 0.709; PC 6-8x (Gaussian) and 4-18x (Poisson) lower. The plain lrRNN already reaches
-a high group R^2 on this data (a 3-d affine read-out of a mixed 6-d latent recovers most of
-each system), so the penalty lowers PC without raising the group R^2 by 0.1. Without the
-ramp (constant beta = 20, the authors' schedule) seed 2 locked into mixed groups early
-(0.621; lr 1e-3 instead of 3e-3: 0.620; ramps of 1000 / 2000 / 4000 steps: 0.906 / 0.903 /
-0.900). On spikes a large beta collapses a group (beta = 20: 0.586 / 0.623 / 0.373), which
-is why the authors use beta = 2 there. Full mode also runs the spec's spike-count encoder,
-a bidirectional GRU over whole trials with the RNN's dynamics as the prior
-(``encoder="bigru"``, trials of 100 steps, even trials train, odd test, 3000 steps): FacRNN
-0.810 / 0.815 / 0.736 vs lrRNN 0.846 / 0.864 / 0.806 (PC 0.17 / 0.19 / 0.11 vs 0.60 / 0.30 /
-0.34): both well above the linear read-in of smoothed counts, FacRNN below lrRNN. The
-authors train 40k steps at lr 1e-3.
+Earlier versions drew the teacher's read-out ``A ~ N(0, 1/K)`` and fitted only ``B`` by
+ridge regression (the spec's shortcut). That teacher mixes both systems in every neuron
+and puts 82-92 % of ``||A B||^2`` outside the six leading principal directions of
+``tanh(A z)`` (seeds 0/1), where the read-in noise hides it; the authors' fitted teacher
+reads mostly one system per neuron. On it the plain lrRNN already matched FacRNN's group
+R^2, and no model recovered its ``J``: one started AT the teacher drifted from
+connectivity R^2 1.0 to 0.68 (seed 0).
 """
 
 import argparse
+import functools
 import json
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from jaxkit import neuro
 
 MODELS = ("lrrnn", "bdrnn", "facrnn")
 N_NEURONS, RANK, GROUPS = 20, 6, 2
 POISSON_BETA = 2.0
+TEACHER_STEPS = 10_000  # the authors' data_generator: 10^4 full-batch AdamW steps
+# Poisson: rate = BIN_WIDTH softplus(2 x); the linear read-in sees the counts smoothed over
+# SMOOTH_TAU bins and divided by the bin width (a rate, so tanh does not saturate)
+BIN_WIDTH = 5.0
+SMOOTH_TAU = 0.5
 
 
 def _train(x_in, x_out, u, *, obs, steps, seed, bin_width, encoder="linear"):
@@ -117,15 +124,22 @@ def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width
     }
 
 
+@functools.lru_cache(maxsize=4)
+def _data(seed):
+    """The reference's latents (dt 0.1, Thomas b = 0) and its fitted teacher (10^4 steps)."""
+    z = neuro.lorenz_thomas(2000, dt=0.1, thomas_b=0.0)
+    return z, neuro.synthetic_lowrank(z, key=jax.random.key(seed), teacher_steps=TEACHER_STEPS)
+
+
 def _run(obs, *, steps, seed):
-    z = neuro.lorenz_thomas(2000, dt=0.02)
-    d = neuro.synthetic_lowrank(z, key=jax.random.key(seed))
+    z, d = _data(seed)
     j_true = neuro.sub_connectivity(d.A, d.B, n_groups=GROUPS)
-    bin_width = 0.5
+    bin_width = BIN_WIDTH
     if obs == "poisson":
         rate = bin_width * jax.nn.softplus(2.0 * d.x)
         y = jax.random.poisson(jax.random.key(seed + 3), rate).astype(jnp.float32)
-        x_in, x_out, target = neuro.causal_smooth(y, tau=2.0)[:-1], y[1:], rate[1:]
+        x_in = neuro.causal_smooth(y, tau=SMOOTH_TAU)[:-1] / bin_width
+        x_out, target = y[1:], rate[1:]
         u = None
     else:
         x_in, x_out, target, u = d.x[:-1], d.x[1:], d.x[1:], d.u[1:]
@@ -137,7 +151,12 @@ def _run(obs, *, steps, seed):
     out = {}
     models = {name: jax.tree.map(lambda v, i=i: v[i], res.model) for i, name in enumerate(MODELS)}
     # post-hoc baselines on the fitted lrRNN (the authors' lrRNN+ICA and LINT): no training
-    models["lrrnn_ica"] = neuro.ica_baseline(models["lrrnn"], x_in[tr], seed=seed)
+    # FastICA may not converge on spike-count latents (seed 0 Poisson, even at 10^4
+    # iterations); the authors' call ignores that too: we record it instead of failing
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        models["lrrnn_ica"] = neuro.ica_baseline(models["lrrnn"], x_in[tr], seed=seed)
+    ica_converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
     models["lint"] = neuro.lint_baseline(models["lrrnn"])
     for name, model in models.items():
         out[name] = _evaluate(
@@ -152,6 +171,7 @@ def _run(obs, *, steps, seed):
             bin_width=bin_width,
             seed=seed,
         )
+    out["lrrnn_ica"]["ica_converged"] = ica_converged
     return out
 
 
@@ -162,9 +182,8 @@ def _run_bigru(*, steps, seed, trial_len=100):
     test (contiguous blocks: the encoder reads whole sequences). ``z_t`` is inferred from
     the whole trial and decodes ``y_t`` (no one-step shift).
     """
-    z = neuro.lorenz_thomas(2000, dt=0.02)
-    d = neuro.synthetic_lowrank(z, key=jax.random.key(seed))
-    bin_width = 0.5
+    z, d = _data(seed)
+    bin_width = BIN_WIDTH
     rate = bin_width * jax.nn.softplus(2.0 * d.x)
     y = jax.random.poisson(jax.random.key(seed + 3), rate).astype(jnp.float32)
     r = z.shape[0] // trial_len
@@ -225,7 +244,7 @@ def _plot(results, out_dir):
 
 def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=None) -> dict:
     del data_dir  # synthetic, generated here
-    steps = 1000 if quick else 8000
+    steps = 1000 if quick else 3000  # the spec's 3000 scanned steps
     results = {obs: _run(obs, steps=steps, seed=seed) for obs in ("gaussian", "poisson")}
     # the spec's spike-count encoder (bidirectional GRU, dynamics prior): full mode only
     bigru = None if quick else _run_bigru(steps=3000, seed=seed)
@@ -263,6 +282,15 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
         "group_r2_claim_met_bigru": None
         if bigru is None
         else bool(bigru["facrnn"]["group_r2"] >= bigru["lrrnn"]["group_r2"] + 0.1),
+        # FacRNN's group R^2 minus lrRNN's (the claim: >= 0.1) per observation model
+        "group_r2_margin": {
+            obs: r["facrnn"]["group_r2"] - r["lrrnn"]["group_r2"] for obs, r in results.items()
+        }
+        | (
+            {}
+            if bigru is None
+            else {"bigru": bigru["facrnn"]["group_r2"] - bigru["lrrnn"]["group_r2"]}
+        ),
         "steps": steps,
         "results": results,
         "results_bigru": bigru,

@@ -4,6 +4,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
@@ -95,11 +96,15 @@ class SyntheticRNN(NamedTuple):
     """A teacher low-rank RNN and its activity (:func:`synthetic_lowrank`).
 
     Attributes:
-      x: Observed currents ``A z_t + u_t + noise`` ``[T, N]``.
+      x: Observed currents ``A z_t + a + u_t + noise`` ``[T, N]`` (``a = 0`` for the
+        ridge teacher).
       u: Small external input ``[T, N]``.
       z: True latents ``[T, K]``.
       A: Teacher read-out ``[N, K]``.
-      B: Teacher read-in ``[K, N]`` (ridge fit of ``z_t ~ B tanh(A z_{t-1} + u_{t-1})``).
+      B: Teacher read-in ``[K, N]`` (ridge or AdamW fit of
+        ``z_t ~ B tanh(A z_{t-1} + a + u_{t-1}) + b``).
+      a: Teacher read-out bias ``[N]`` (zero for the ridge teacher).
+      b: Teacher read-in bias ``[K]`` (zero for the ridge teacher).
     """
 
     x: Float[Array, "t n"]
@@ -107,21 +112,59 @@ class SyntheticRNN(NamedTuple):
     z: Float[Array, "t k"]
     A: Float[Array, "n k"]
     B: Float[Array, "k n"]
+    a: Float[Array, " n"]
+    b: Float[Array, " k"]
 
 
-def _synth(z, key, input_std, noise_std, ridge, n_neurons):
+def _synth(z, key, input_std, noise_std, ridge, n_neurons, teacher_steps, teacher_lr):
     t, k = z.shape
     ka, ku, kn = jax.random.split(key, 3)
-    A = jax.random.normal(ka, (n_neurons, k), z.dtype) / jnp.sqrt(jnp.asarray(k, z.dtype))
     u = input_std * jax.random.normal(ku, (t, n_neurons), z.dtype)
-    phi = jnp.tanh(z[:-1] @ A.T + u[:-1])  # [T-1, N]
-    gram = phi.T @ phi + ridge * jnp.eye(n_neurons, dtype=z.dtype)
-    B = jnp.linalg.solve(gram, phi.T @ z[1:]).T  # [K, N]
-    x = z @ A.T + u + noise_std * jax.random.normal(kn, (t, n_neurons), z.dtype)
-    return SyntheticRNN(x, u, z, A, B)
+    if teacher_steps:
+        A, a, B, b = _gradient_teacher(z, u, ka, n_neurons, teacher_steps, teacher_lr)
+    else:
+        A = jax.random.normal(ka, (n_neurons, k), z.dtype) / jnp.sqrt(jnp.asarray(k, z.dtype))
+        a, b = jnp.zeros((n_neurons,), z.dtype), jnp.zeros((k,), z.dtype)
+        phi = jnp.tanh(z[:-1] @ A.T + u[:-1])  # [T-1, N]
+        gram = phi.T @ phi + ridge * jnp.eye(n_neurons, dtype=z.dtype)
+        B = jnp.linalg.solve(gram, phi.T @ z[1:]).T  # [K, N]
+    x = z @ A.T + a[None] + u + noise_std * jax.random.normal(kn, (t, n_neurons), z.dtype)
+    return SyntheticRNN(x, u, z, A, B, a, b)
 
 
-_synth_jit = jax.jit(_synth, static_argnames=("n_neurons",))
+def _gradient_teacher(z, u, key, n, steps, lr):
+    """The authors' teacher: ``z_{t+1} ~ B (tanh(A z_t + a) + u_t) + b`` fitted by AdamW.
+
+    Full batch, mean squared error, PyTorch ``nn.Linear`` initialisation (uniform
+    ``+-1/sqrt(fan_in)``), AdamW with weight decay 1e-2, ``steps`` scanned steps.
+    """
+    k = z.shape[1]
+    keys = jax.random.split(key, 4)
+    shapes = ((n, k), (n,), (k, n), (k,))
+    fan = (k, k, n, n)
+    p = tuple(
+        jax.random.uniform(kk, sh, z.dtype, -1.0, 1.0) / jnp.sqrt(jnp.asarray(f, z.dtype))
+        for kk, sh, f in zip(keys, shapes, fan, strict=True)
+    )
+
+    def loss(p):
+        A, a, B, b = p
+        h = jnp.tanh(z[:-1] @ A.T + a[None]) + u[:-1]
+        return jnp.mean((h @ B.T + b[None] - z[1:]) ** 2)
+
+    with jax.numpy_dtype_promotion("standard"):
+        opt = optax.adamw(lr, weight_decay=1e-2)
+
+        def step(c, _):
+            p, s = c
+            upd, s = opt.update(jax.grad(loss)(p), s, p)
+            return (optax.apply_updates(p, upd), s), None
+
+        (p, _), _ = jax.lax.scan(step, (p, opt.init(p)), None, length=steps)
+    return p
+
+
+_synth_jit = jax.jit(_synth, static_argnames=("n_neurons", "teacher_steps"))
 
 
 def synthetic_lowrank(
@@ -132,14 +175,31 @@ def synthetic_lowrank(
     input_std: RealScalarLike = 5e-3,
     noise_std: RealScalarLike = 0.1,
     ridge: RealScalarLike = 1e-3,
+    teacher_steps: int = 0,
+    teacher_lr: RealScalarLike = 1e-3,
 ) -> SyntheticRNN:
-    """A teacher lrRNN whose latents are ``z``, fitted in closed form, and its activity.
+    """A teacher lrRNN whose latents are ``z``, and its activity.
 
-    Draws ``A ~ N(0, 1/K)`` and an input ``u ~ N(0, input_std^2)``, fits the read-in ``B``
-    by ridge regression so that ``z_t ~= B tanh(A z_{t-1} + u_{t-1})`` (replacing the
-    reference's long gradient fit), and returns ``x_t = A z_t + u_t + noise_std eps``.
-    The teacher's sub-circuits ``A_g B_g`` are the ground truth for
-    :func:`sub_connectivity_r2`. Jitted (``n_neurons`` static).
+    Draws an input ``u ~ N(0, input_std^2)`` and fits a teacher. ``teacher_steps = 0``
+    (default): ``A ~ N(0, 1/K)`` is drawn and the read-in ``B`` fitted in closed form by
+    ridge regression so that ``z_t ~= B tanh(A z_{t-1} + u_{t-1})``, read-out bias
+    ``a = 0``. ``teacher_steps > 0``: the authors' teacher (their ``data_generator``):
+    ``A, a, B, b`` fitted jointly by full-batch AdamW (``teacher_lr``, weight decay 1e-2,
+    PyTorch's linear-layer initialisation) on the mean squared error of
+    ``z_t ~= B (tanh(A z_{t-1} + a) + u_{t-1}) + b``; the authors run 10^4 steps. The
+    two teachers give different data: the fitted ``A`` comes out nearly block-sparse
+    (most neurons read one latent group only), the drawn one mixes the groups in every
+    neuron. Returns ``x_t = A z_t + a + u_t + noise_std eps``. The teacher's sub-circuits
+    ``A_g B_g`` are the ground truth for :func:`sub_connectivity_r2`. Jitted
+    (``n_neurons`` and ``teacher_steps`` static).
+
+    How much of ``J = A B`` the observations identify: a model reading ``tanh(x_{t-1})``
+    sees ``J`` only through the regression of ``x_t`` on ``tanh(x_{t-1})``; the
+    components of ``J`` along directions of ``tanh(A z)`` whose variance is below the
+    noise's are attenuated for every estimator (the least-squares regression on 1000
+    noisy samples reaches connectivity R^2 0.67 / 0.38 for the ridge teacher at
+    ``dt = 0.02``, seeds 0 / 1; 0.73 / 0.90 / 0.86 for the fitted teacher at
+    ``dt = 0.1``, seeds 0 / 1 / 2; 0.82 on the authors' own data).
 
     Args:
       z: Latent trajectory ``[T, K]`` (e.g. :func:`lorenz_thomas`).
@@ -147,7 +207,9 @@ def synthetic_lowrank(
       n_neurons: ``N``.
       input_std: Input standard deviation ``>= 0``.
       noise_std: Observation noise standard deviation ``>= 0``.
-      ridge: Ridge penalty ``> 0``.
+      ridge: Ridge penalty ``> 0`` (the drawn-``A`` teacher).
+      teacher_steps: ``0`` for the ridge teacher, else AdamW steps of the fitted teacher.
+      teacher_lr: Learning rate of the fitted teacher ``> 0`` (traced).
 
     Returns:
       :class:`SyntheticRNN`.
@@ -168,11 +230,13 @@ def synthetic_lowrank(
         raise ValueError(f"`z` must hold T >= 2 time steps, got shape {jnp.shape(z)}.")
     _validate.is_key(key)
     n = _validate.python_int(n_neurons, name="n_neurons", minimum=1)
+    teacher_steps = _validate.python_int(teacher_steps, name="teacher_steps", minimum=0)
     z = jnp.asarray(z)
+    z = _validate.guard_positive(z, teacher_lr, name="teacher_lr")
     z = _validate.guard_non_negative(z, input_std, name="input_std")
     z = _validate.guard_non_negative(z, noise_std, name="noise_std")
     z = _validate.guard_positive(z, ridge, name="ridge")
     dt = z.dtype
-    return _synth_jit(
-        z, key, jnp.asarray(input_std, dt), jnp.asarray(noise_std, dt), jnp.asarray(ridge, dt), n
-    )
+    hp = (jnp.asarray(v, dt) for v in (input_std, noise_std, ridge))
+    lr = jnp.asarray(teacher_lr, dt)
+    return _synth_jit(z, key, *hp, n, teacher_steps, lr)

@@ -113,3 +113,21 @@ def test_synthetic_teacher_read_in_is_the_ridge_solution():
     np.testing.assert_allclose(d.x, z @ d.A.T + d.u, atol=1.0)  # noise 0.1
     with pytest.raises(ValueError, match="ridge"):
         neuro.synthetic_lowrank(z, key=jax.random.key(0), ridge=0.0)
+
+
+def test_fitted_teacher_fits_the_latent_dynamics():
+    # the authors' teacher: A, a, B, b trained jointly by AdamW on z_t ~ B(tanh(A z + a) + u) + b
+    z = neuro.lorenz_thomas(200, dt=0.1, thomas_b=0.0, substeps=2)
+    d = neuro.synthetic_lowrank(z, key=jax.random.key(0), n_neurons=12, teacher_steps=1500)
+    f64 = [np.asarray(v, np.float64) for v in (z, d.A, d.a, d.B, d.b, d.u, d.x)]
+    zz, A, a, B, b, u, x = f64
+    pred = (np.tanh(zz[:-1] @ A.T + a) + u[:-1]) @ B.T + b
+    mse = np.mean((pred - zz[1:]) ** 2)
+    ridge = neuro.synthetic_lowrank(z, key=jax.random.key(0), n_neurons=12)
+    assert mse < 0.1, mse  # z is standardised: a constant predictor has mse 1
+    assert not np.allclose(A, np.asarray(ridge.A))  # a fitted, not a drawn, read-out
+    assert np.all(np.asarray(ridge.a) == 0) and np.all(np.asarray(ridge.b) == 0)
+    noise = x - zz @ A.T - a - u
+    assert abs(noise.std() - 0.1) < 0.02 and abs(noise.mean()) < 0.02
+    with pytest.raises(ValueError, match="teacher_lr"):
+        neuro.synthetic_lowrank(z, key=jax.random.key(0), teacher_steps=5, teacher_lr=0.0)
