@@ -219,6 +219,47 @@ def _data(seed, n_train=1300):
     )
 
 
+# One-shot programs (evaluation, the layer gaps) compile with XLA's back-end optimisation
+# off: on CPU compiling them costs more than running them. The training steps keep XLA's
+# defaults.
+FAST_COMPILE = {
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_parallel_codegen_split_count": 1,
+}
+
+
+class _Static:
+    """The non-array leaves of a pytree and its structure, hashable (a static argument)."""
+
+    def __init__(self, tree):
+        self.leaves, self.treedef = jax.tree.flatten(tree)
+        self.key = (self.treedef, tuple(self.leaves))
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self.key == other.key
+
+
+def _fast_jit(fn):
+    """``eqx.filter_jit`` for a one-shot program, compiled with :data:`FAST_COMPILE`."""
+
+    @functools.partial(jax.jit, static_argnames="static", compiler_options=FAST_COMPILE)
+    def run(arrays, *, static):
+        a, k = eqx.combine(arrays, jax.tree.unflatten(static.treedef, static.leaves))
+        return fn(*a, **k)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        arrays, static = eqx.partition((args, kwargs), eqx.is_array)
+        return run(arrays, static=_Static(static))
+
+    return call
+
+
 COSINE = True  # Adam's rate decays to 0 (cosine) for every model
 
 
@@ -278,7 +319,7 @@ def _c4_step(model, state, i, pi, relax, key, xtr, ytr, *, mode, steps, batch):
     return model, state, jnp.stack([m.theta for m in (*model.layers, model.head)])
 
 
-@eqx.filter_jit
+@_fast_jit
 def _c4_eval(model, mode, pi, xte, yte):
     ws = _weights(model, mode, jnp.zeros([]))  # CR: free branches off
     return _weighted_acc(_forward(model, ws, xte)[0], yte, pi)
@@ -296,7 +337,7 @@ def _cnn_step(model, state, i, pi, key, xtr, ytr, *, steps, batch):
     return eqx.combine(optax.apply_updates(params, upd), static), state
 
 
-@eqx.filter_jit
+@_fast_jit
 def _cnn_eval(model, pi, xte, yte):
     return _weighted_acc(jax.vmap(jax.vmap(model))(xte), yte, pi)
 
@@ -351,7 +392,7 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
     return acc, models, traces, (xtr, ytr)
 
 
-@eqx.filter_jit
+@_fast_jit
 def _gaps_one(model, x, onehot, key):
     """MMD statistic per layer of one trained RECM model on ``n`` images ``x``."""
     n, width = x.shape[0], model.layers[0].weight_eq.shape[0]
