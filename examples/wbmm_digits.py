@@ -57,9 +57,9 @@ def _make(mixer, key, width):
     """(model, BN state), initialised in one compiled program."""
     build = functools.partial(_build, mixer, width=width)
     structure = eqx.filter_eval_shape(build, key)
-    arrays = jax.jit(
-        lambda k: eqx.filter(build(k), eqx.is_array), compiler_options=FAST_COMPILE
-    )(key)
+    arrays = jax.jit(lambda k: eqx.filter(build(k), eqx.is_array), compiler_options=FAST_COMPILE)(
+        key
+    )
     return eqx.combine(arrays, structure)
 
 
