@@ -47,8 +47,9 @@ class DLMRGeneration(NamedTuple):
 class _State(NamedTuple):
     lo: nn.KVCache  # blocks <= l (the backbone's lower half); text slots only when compact
     hi: nn.KVCache  # blocks > l; its length is the next slot = the next logical position
-    ctx: Array  # [B, S, D] block-l hidden of every non-memory slot
-    ctx_valid: Array  # [B, S]
+    ctx: Array  # [B, P + N, D] the injector's context: one entry per text (non-memory) slot
+    ctx_valid: Array  # [B, P + N]
+    ctx_pos: Array  # [B, P + N] the slot of each entry (S: none yet)
     mem_slot: Array  # [B, S]
     logits: Array  # [B, V] next-token logits
     h: Array  # [B, D] router input
@@ -175,7 +176,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     injection copies nothing.
     """
     at = st.hi.length
-    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width, *lm)
+    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width, *lm, st.ctx_pos)
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     s = st.hi.k.shape[2]
@@ -243,11 +244,13 @@ def _feed(hv, st, tok, embeds_ctx):
     x = nn.embed(hv.lo, hv.lo_cfg, tok[:, None])
     at = st.hi.length
     logits, h_l, h_last, lo, hi = _forward(hv, x, at[:, None], st)
+    ti = at - st.injected  # the entry of this text slot in the injector's context
     return st._replace(
         lo=nn.commit(lo, 1),
         hi=nn.commit(hi, 1),
-        ctx=_set_slot(st.ctx, at, (x if embeds_ctx else h_l)[:, 0]),
-        ctx_valid=_set_slot(st.ctx_valid, at, jnp.ones_like(tok, bool)),
+        ctx=_set_slot(st.ctx, ti, (x if embeds_ctx else h_l)[:, 0]),
+        ctx_valid=_set_slot(st.ctx_valid, ti, jnp.ones_like(tok, bool)),
+        ctx_pos=_set_slot(st.ctx_pos, ti, at),
         logits=logits[:, 0].astype(st.logits.dtype),
         h=h_last[:, 0].astype(st.h.dtype),
         last=tok,
@@ -290,7 +293,10 @@ def _generate(
     # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
     embeds_ctx = cfg.injector == "lora_replica"
     ctx0 = embeds if embeds_ctx else out.hidden[cfg.layer]
-    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, s - t), (0, 0)))
+    # text slots only (the memory slots never enter the injector's context): entry i is
+    # the i-th text slot of the row, ``ctx_pos`` its slot
+    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, n), (0, 0)))
+    jt = jnp.arange(t + n, dtype=jnp.int32)[None, :]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
@@ -301,7 +307,8 @@ def _generate(
         lo=lo,
         hi=hi,
         ctx=ctx,
-        ctx_valid=j < plen[:, None],
+        ctx_valid=jt < plen[:, None],
+        ctx_pos=jnp.where(jt < plen[:, None], jt, s),
         mem_slot=(j < zero[:, None]),
         logits=jnp.take_along_axis(out.logits, idx, axis=1)[:, 0].astype(jnp.float32),
         h=jnp.take_along_axis(out.hidden[L - 1], idx, axis=1)[:, 0].astype(jnp.float32),
