@@ -179,19 +179,49 @@ def _put_rows(buf, at, upd):
     )
 
 
+def _context_widths(total):
+    """The injector's context widths (static): a quarter, a half and all of ``P + N``."""
+
+    def up8(x):
+        return -(-x // 8) * 8
+
+    return tuple(sorted({min(total, up8(-(-total // d))) for d in (4, 2)} | {total}))
+
+
+def _memory(p, st, at, bank, k, *, cfg, width, lm):
+    """:func:`inject` on the filled prefix of the injector's context.
+
+    The context's entries are the text slots in order, so every row's entries past its
+    text length are empty and hidden from the injector. It runs on the narrowest of
+    :func:`_context_widths` that holds every row's filled entries (``lax.switch``): the
+    same memory (the hidden entries add exact zeros to its attention), for the work of
+    the context so far instead of the whole generation's.
+    """
+    widths = _context_widths(st.ctx.shape[1])
+    need = jnp.max(at - st.injected)  # the longest filled prefix in the batch
+
+    def branch(w):
+        def f(ctx, valid, pos):
+            return inject_traced(
+                p, cfg, ctx[:, :w], valid[:, :w], at, bank, k, width, *lm, pos[:, :w]
+            )[0]
+
+        return f
+
+    idx = jnp.sum(need > jnp.asarray(widths[:-1], need.dtype))
+    return jax.lax.switch(idx, [branch(w) for w in widths], st.ctx, st.ctx_valid, st.ctx_pos)
+
+
 def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     """The injection chunk's forward: its new upper-half K/V rows, logits and router input.
 
     The memory tokens enter after block l, so the chunk runs the blocks > l only: blocks
     <= l hide the memory slots from every other query (``mem_slot``), so what they would
     compute at those slots is never read (``nn.Interventions``' insertion, whose lower
-    half only feeds the discarded reserved slots; the tests check the two agree). Only
-    these small arrays leave the ``lax.cond`` that guards an injection (the caches are
-    read-only operands there; the rows are written outside), so a step without
-    injection copies nothing.
+    half only feeds the discarded reserved slots; the tests check the two agree).
     """
     at = st.hi[0].length
-    mem, _ = inject_traced(p, cfg, st.ctx, st.ctx_valid, at, bank, k, width, *lm, st.ctx_pos)
+    mem = _memory(p, st, at, bank, k, cfg=cfg, width=width, lm=lm)
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     s = st.hi[0].k.shape[2]
@@ -210,34 +240,29 @@ def _inject(hv, p, st, act, *, cfg, width, lm):
     hit = k > 0
 
     def run(st):
-        return _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
-
-    def skip(st):  # zeros sliced from the state: they keep its batch sharding
-        rows = tuple(
-            (jnp.zeros_like(c.k[:, :, :width]), jnp.zeros_like(c.v[:, :, :width])) for c in st.hi
+        rows, lg, hh = _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
+        at = st.hi[0].length
+        s = st.mem_slot.shape[1]
+        wat = jnp.where(hit, at, s)  # rows that do not inject write nothing
+        hi = tuple(
+            c._replace(k=_put_rows(c.k, wat, kh), v=_put_rows(c.v, wat, vh))
+            for c, (kh, vh) in zip(st.hi, rows, strict=True)
         )
-        return rows, jnp.zeros_like(st.logits), jnp.zeros_like(st.h)
+        # blocks <= l never read a memory slot: their cache rows there are left as they are
+        j = jnp.arange(s, dtype=jnp.int32)[None, :]
+        span = (j >= at[:, None]) & (j < (at + k)[:, None])
+        return st._replace(
+            lo=st.lo if hv.compact else _commit(st.lo, k),
+            hi=_commit(hi, k),
+            mem_slot=st.mem_slot | span,
+            logits=jnp.where(hit[:, None], lg, st.logits),
+            h=jnp.where(hit[:, None], hh, st.h),
+            n_inj=st.n_inj + hit.astype(jnp.int32),
+            injected=st.injected + k,
+        )
 
-    rows, lg, hh = jax.lax.cond(jnp.any(hit), run, skip, st)
-    at = st.hi[0].length
-    s = st.mem_slot.shape[1]
-    wat = jnp.where(hit, at, s)  # rows that do not inject write nothing
-    hi = tuple(
-        c._replace(k=_put_rows(c.k, wat, kh), v=_put_rows(c.v, wat, vh))
-        for c, (kh, vh) in zip(st.hi, rows, strict=True)
-    )
-    # blocks <= l never read a memory slot: their cache rows there are left as they are
-    j = jnp.arange(s, dtype=jnp.int32)[None, :]
-    span = (j >= at[:, None]) & (j < (at + k)[:, None])
-    return st._replace(
-        lo=st.lo if hv.compact else _commit(st.lo, k),
-        hi=_commit(hi, k),
-        mem_slot=st.mem_slot | span,
-        logits=jnp.where(hit[:, None], lg, st.logits),
-        h=jnp.where(hit[:, None], hh, st.h),
-        n_inj=st.n_inj + hit.astype(jnp.int32),
-        injected=st.injected + k,
-    )
+    # the whole update under the cond: a step where no row injects touches nothing
+    return jax.lax.cond(jnp.any(hit), run, lambda st: st, st)
 
 
 def _chunk_width(cfg, force):

@@ -89,10 +89,10 @@ def replica_memory(
     """Last-block states at the latent slots of the adapted LM on ``[ctx ; latents]``.
 
     ``ctx`` (embeddings) at positions ``ctx_pos`` (default ``0..S-1``, its slot index,
-    gaps included; increasing over the valid entries), ``ctx_valid`` the slots the latents may read; latent ``i`` at position ``at + i``.
-    Causal attention, so latent ``i`` reads ``Z_{1:i+1}`` only. Row ``b`` uses the
-    adapter of ``bank[b]`` (each adapter runs on the whole batch: two passes with
-    two banks). f32 result.
+    gaps included; increasing over the valid entries), ``ctx_valid`` the slots the
+    latents may read; latent ``i`` at position ``at + i``. Causal attention, so latent
+    ``i`` reads ``Z_{1:i+1}`` only. Row ``b`` uses the adapter of ``bank[b]`` (each
+    adapter runs on the whole batch: two passes with two banks). f32 result.
     """
     b, s, _ = ctx.shape
     w = latents.shape[1]
