@@ -20,7 +20,6 @@ from jaxkit.memory._dlmr import (
     lookup,
     masked_router_logits,
 )
-from jaxkit.sharding import explicit_spec
 
 
 class DLMRGeneration(NamedTuple):
@@ -160,25 +159,6 @@ def _set_slot(buf, at, val):
     return jax.vmap(lambda b, a, v: b.at[a].set(v, mode="drop"))(buf, at, val.astype(buf.dtype))
 
 
-def _row_slots(at, width):
-    b = at.shape[0]
-    return jnp.arange(b)[:, None], at[:, None] + jnp.arange(width, dtype=jnp.int32)[None, :]
-
-
-def _take_rows(buf, at, width):
-    """``buf[:, b, at[b] : at[b] + width]`` of a stacked ``[L, B, S, ...]`` buffer."""
-    rows, slots = _row_slots(at, width)
-    return buf.at[:, rows, slots].get(mode="clip", out_sharding=explicit_spec(buf))
-
-
-def _put_rows(buf, at, upd):
-    """``buf[:, b, at[b] + arange(W)] = upd[:, b]``; slots past the end are dropped."""
-    rows, slots = _row_slots(at, upd.shape[2])
-    return buf.at[:, rows, slots].set(
-        upd.astype(buf.dtype), mode="drop", out_sharding=explicit_spec(buf)
-    )
-
-
 def _context_widths(total):
     """The injector's context widths (static): a quarter, a half and all of ``P + N``."""
 
@@ -213,12 +193,15 @@ def _memory(p, st, at, bank, k, *, cfg, width, lm):
 
 
 def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
-    """The injection chunk's forward: its new upper-half K/V rows, logits and router input.
+    """The injection chunk's forward: the upper blocks' caches, logits and router input.
 
     The memory tokens enter after block l, so the chunk runs the blocks > l only: blocks
     <= l hide the memory slots from every other query (``mem_slot``), so what they would
     compute at those slots is never read (``nn.Interventions``' insertion, whose lower
-    half only feeds the discarded reserved slots; the tests check the two agree).
+    half only feeds the discarded reserved slots; the tests check the two agree). The
+    chunk writes ``width`` rows at every row's ``length``; only an injecting row's first
+    ``k`` are committed, the rest lie past the length, hidden, and are overwritten by
+    the next tokens (WeDLM's chunk + ragged commit).
     """
     at = st.hi[0].length
     mem = _memory(p, st, at, bank, k, cfg=cfg, width=width, lm=lm)
@@ -230,8 +213,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     idx = jnp.clip(k - 1, 0, km - 1)[:, None, None]
     hh = jnp.take_along_axis(h, idx, axis=1)  # [B, 1, D]
     lg = nn.unembed(*hv.hi[-1], hh)[:, 0].astype(st.logits.dtype)
-    rows = tuple((_take_rows(c.k, at, km), _take_rows(c.v, at, km)) for c in caches)
-    return rows, lg, hh[:, 0].astype(st.h.dtype)
+    return caches, lg, hh[:, 0].astype(st.h.dtype)
 
 
 def _inject(hv, p, st, act, *, cfg, width, lm):
@@ -240,14 +222,9 @@ def _inject(hv, p, st, act, *, cfg, width, lm):
     hit = k > 0
 
     def run(st):
-        rows, lg, hh = _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
+        hi, lg, hh = _inject_rows(hv, p, st, bank, k, cfg=cfg, width=width, lm=lm)
         at = st.hi[0].length
         s = st.mem_slot.shape[1]
-        wat = jnp.where(hit, at, s)  # rows that do not inject write nothing
-        hi = tuple(
-            c._replace(k=_put_rows(c.k, wat, kh), v=_put_rows(c.v, wat, vh))
-            for c, (kh, vh) in zip(st.hi, rows, strict=True)
-        )
         # blocks <= l never read a memory slot: their cache rows there are left as they are
         j = jnp.arange(s, dtype=jnp.int32)[None, :]
         span = (j >= at[:, None]) & (j < (at + k)[:, None])
