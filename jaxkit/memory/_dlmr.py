@@ -279,9 +279,9 @@ def inject_reads(
     """
     width = cfg.k_max if width is None else width
     s = ctx.shape[1]
-    j = jnp.arange(s, dtype=jnp.int32)[None, :]
+    given = ctx_pos
     if ctx_pos is None:
-        ctx_pos = j
+        ctx_pos = jnp.arange(s, dtype=jnp.int32)[None, :]
         last = jnp.clip(at - 1, 0, s - 1)
     else:
         last = jnp.argmax(jnp.where(ctx_pos < at[:, None], ctx_pos, -1), axis=1)
@@ -290,8 +290,7 @@ def inject_reads(
     mem_valid = jnp.arange(width, dtype=jnp.int32)[None, :] < k[:, None]
     lat = latents_for(p, cfg, bank, width)
     if cfg.injector == "lora_replica":
-        pos = jnp.broadcast_to(ctx_pos, valid.shape)
-        mem = replica_memory(p.injector, lm_params, lm_cfg, ctx, valid, at, lat, bank, pos)
+        mem = replica_memory(p.injector, lm_params, lm_cfg, ctx, valid, at, lat, bank, given)
         return mem, mem_valid, jnp.zeros(valid.shape, jnp.float32)
     mem, reads = p.injector.forward(ctx, valid, at[:, None] - ctx_pos, lat, now, mem_valid)
     return mem, mem_valid, reads
