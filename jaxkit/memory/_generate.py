@@ -47,8 +47,7 @@ class _State(NamedTuple):
     lo: tuple  # KVCache per block <= l; text slots only when compact
     hi: tuple  # KVCache per block > l; their length is the next slot = the next logical position
     ctx: Array  # [B, P + N, D] the injector's context: one entry per text (non-memory) slot
-    ctx_valid: Array  # [B, P + N]
-    ctx_pos: Array  # [B, P + N] the slot of each entry (S: none yet)
+    ctx_pos: Array  # [B, P + N] the slot of each entry (S: none yet, so ctx_pos < S = valid)
     mem_slot: Array  # [B, S]
     logits: Array  # [B, V] next-token logits
     h: Array  # [B, D] router input
@@ -189,7 +188,8 @@ def _memory(p, st, at, bank, k, *, cfg, width, lm):
         return f
 
     idx = jnp.sum(need > jnp.asarray(widths[:-1], need.dtype))
-    return jax.lax.switch(idx, [branch(w) for w in widths], st.ctx, st.ctx_valid, st.ctx_pos)
+    valid = st.ctx_pos < st.mem_slot.shape[1]
+    return jax.lax.switch(idx, [branch(w) for w in widths], st.ctx, valid, st.ctx_pos)
 
 
 def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
@@ -263,7 +263,6 @@ def _feed(hv, st, tok, embeds_ctx):
         lo=_commit(lo, 1),
         hi=_commit(hi, 1),
         ctx=_set_slot(st.ctx, ti, (x if embeds_ctx else h_l)[:, 0]),
-        ctx_valid=_set_slot(st.ctx_valid, ti, jnp.ones_like(tok, bool)),
         ctx_pos=_set_slot(st.ctx_pos, ti, at),
         logits=logits[:, 0].astype(st.logits.dtype),
         h=h_last[:, 0].astype(st.h.dtype),
@@ -321,7 +320,6 @@ def _generate(
         lo=lo,
         hi=hi,
         ctx=ctx,
-        ctx_valid=jt < plen[:, None],
         ctx_pos=jnp.where(jt < plen[:, None], jt, s),
         mem_slot=(j < zero[:, None]),
         logits=jnp.take_along_axis(out.logits, idx, axis=1)[:, 0].astype(jnp.float32),

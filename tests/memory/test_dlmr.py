@@ -191,7 +191,7 @@ def test_the_injector_on_the_filled_prefix_equals_it_on_the_whole_context():
         n = jnp.array(filled, jnp.int32)
         valid = j < n[:, None]
         pos = jnp.where(valid, jnp.where(j < 2, j, j + injected[:, None]), 99)
-        st = SimpleNamespace(ctx=ctx, ctx_valid=valid, ctx_pos=pos, injected=injected)
+        st = SimpleNamespace(ctx=ctx, ctx_pos=pos, injected=injected, mem_slot=jnp.zeros((2, 99)))
         at = n + injected
         got = _memory(AP, st, at, bank, k, cfg=MC, width=width, lm=(None, None))
         want, _ = inject_traced(AP, MC, ctx, valid, at, bank, k, width, None, None, pos)
