@@ -477,7 +477,10 @@ def summarize(ok, route, injected, q, n_streams):
     conf = np.zeros((3, 3), int)
     for t, r in zip(q[:, 1], route, strict=True):
         conf[t, r] += 1
-    return acc, conf, float(injected.sum() / n_streams)
+    conf_late = np.zeros((3, 3), int)  # late queries only: where the base lacks the evidence
+    for t, r in zip(q[late, 1], route[late], strict=True):
+        conf_late[t, r] += 1
+    return acc, conf, float(injected.sum() / n_streams), conf_late
 
 
 def main(
@@ -540,7 +543,12 @@ def main(
     null_filler = conf[0, 0] / max(conf[0].sum(), 1)
     os.makedirs(out_dir, exist_ok=True)
     rows = {
-        k: {"acc": v[0], "route_confusion": v[1].tolist(), "injected_per_stream": v[2]}
+        k: {
+            "acc": v[0],
+            "route_confusion": v[1].tolist(),
+            "route_confusion_late": v[3].tolist(),
+            "injected_per_stream": v[2],
+        }
         for k, v in res.items()
     }
     with open(os.path.join(out_dir, "dlmr_toy_grid.json"), "w") as f:
@@ -567,6 +575,11 @@ def main(
             base_late <= 0.2 and dl_late >= 0.9 and null_filler >= 0.9 and type_ok >= 0.9
         ),
         "type_correct_routing": float(type_ok),
+        # the same on late queries only (early ones the base answers; a cost-aware router
+        # may rightly skip them, which the spec's all-query figure counts as wrong)
+        "type_correct_routing_late": float(
+            (res["dlmr"][3][1, 1] + res["dlmr"][3][2, 2]) / max(res["dlmr"][3][1:].sum(), 1)
+        ),
         "null_rate_on_filler": float(null_filler),
         "injected_per_stream": res["dlmr"][2],
         "injected_per_stream_fixed_k4": fx[2],

@@ -264,30 +264,42 @@ def latents_for(p: DLMRParams, cfg: DLMRConfig, bank: Array, width: int | None =
     return jnp.where((bank == VISUAL)[:, None, None], zv[None], zr[None])
 
 
-def inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None):
+def inject_reads(
+    p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None, ctx_pos=None
+):
     """``(mem, mem_valid, reads [B, S])``: :func:`inject` plus where the injector read.
 
     ``width`` (static, >= every ``k``; default ``k_max``): the latents computed. Latents
     past a row's ``k`` are hidden, so a narrower call gives the same first tokens.
-    ``reads`` is zero for the LoRA replica (it has no single read pointer).
+    ``ctx_pos int[B, S]`` (default ``arange(S)``): the slot of each context entry, so a
+    context holding the non-memory slots only (:func:`dlmr_generate`'s) reads the same
+    slots at the same distances; entries at or past ``at`` are hidden, and ``now`` is
+    the entry at the largest slot before ``at``. ``reads`` is zero for the LoRA replica
+    (it has no single read pointer).
     """
     width = cfg.k_max if width is None else width
     s = ctx.shape[1]
-    j = jnp.arange(s, dtype=jnp.int32)[None, :]
-    valid = ctx_valid & (j < at[:, None])
-    last = jnp.clip(at - 1, 0, s - 1)[:, None, None]
-    now = jnp.take_along_axis(ctx, last, axis=1)[:, 0]
+    given = ctx_pos
+    if ctx_pos is None:
+        ctx_pos = jnp.arange(s, dtype=jnp.int32)[None, :]
+        last = jnp.clip(at - 1, 0, s - 1)
+    else:
+        last = jnp.argmax(jnp.where(ctx_pos < at[:, None], ctx_pos, -1), axis=1)
+    valid = ctx_valid & (ctx_pos < at[:, None])
+    now = jnp.take_along_axis(ctx, last[:, None, None], axis=1)[:, 0]
     mem_valid = jnp.arange(width, dtype=jnp.int32)[None, :] < k[:, None]
     lat = latents_for(p, cfg, bank, width)
     if cfg.injector == "lora_replica":
-        mem = replica_memory(p.injector, lm_params, lm_cfg, ctx, valid, at, lat, bank)
+        mem = replica_memory(p.injector, lm_params, lm_cfg, ctx, valid, at, lat, bank, given)
         return mem, mem_valid, jnp.zeros(valid.shape, jnp.float32)
-    mem, reads = p.injector.forward(ctx, valid, at[:, None] - j, lat, now, mem_valid)
+    mem, reads = p.injector.forward(ctx, valid, at[:, None] - ctx_pos, lat, now, mem_valid)
     return mem, mem_valid, reads
 
 
-def inject_traced(p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None):
-    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width, lm_params, lm_cfg)[:2]
+def inject_traced(
+    p, cfg, ctx, ctx_valid, at, bank, k, width=None, lm_params=None, lm_cfg=None, ctx_pos=None
+):
+    return inject_reads(p, cfg, ctx, ctx_valid, at, bank, k, width, lm_params, lm_cfg, ctx_pos)[:2]
 
 
 _inject_core = jax.jit(inject_traced, static_argnames=("cfg", "width", "lm_cfg"))

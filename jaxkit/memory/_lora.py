@@ -84,14 +84,15 @@ def replica_memory(
     at: Int[Array, " B"],
     latents: Float[Array, "B W D"],
     bank: Int[Array, " B"],
+    ctx_pos: Int[Array, "B S"] | None = None,
 ) -> Float[Array, "B W D"]:
     """Last-block states at the latent slots of the adapted LM on ``[ctx ; latents]``.
 
-    ``ctx`` (embeddings) at positions ``0..S-1`` (its slot index, gaps included),
-    ``ctx_valid`` the slots the latents may read; latent ``i`` at position ``at + i``.
-    Causal attention, so latent ``i`` reads ``Z_{1:i+1}`` only. Row ``b`` uses the
-    adapter of ``bank[b]`` (each adapter runs on the whole batch: two passes with
-    two banks). f32 result.
+    ``ctx`` (embeddings) at positions ``ctx_pos`` (default ``0..S-1``, its slot index,
+    gaps included; increasing over the valid entries), ``ctx_valid`` the slots the
+    latents may read; latent ``i`` at position ``at + i``. Causal attention, so latent
+    ``i`` reads ``Z_{1:i+1}`` only. Row ``b`` uses the adapter of ``bank[b]`` (each
+    adapter runs on the whole batch: two passes with two banks). f32 result.
     """
     b, s, _ = ctx.shape
     w = latents.shape[1]
@@ -99,7 +100,8 @@ def replica_memory(
     x = jnp.concatenate([ctx.astype(dt), latents.astype(dt)], axis=1)
     # batch-shaped pieces built from ``at`` keep its (batch) sharding
     lat_pos = at[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
-    ctx_pos = jnp.zeros_like(at)[:, None] + jnp.arange(s, dtype=jnp.int32)[None, :]
+    if ctx_pos is None:
+        ctx_pos = jnp.zeros_like(at)[:, None] + jnp.arange(s, dtype=jnp.int32)[None, :]
     pos = jnp.concatenate([ctx_pos, lat_pos], axis=1)
     e = jnp.arange(s + w, dtype=jnp.int32)
     key_ok = jnp.concatenate([ctx_valid, lat_pos >= 0], axis=1)  # latents: always readable

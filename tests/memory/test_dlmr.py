@@ -170,3 +170,31 @@ def test_memory_of_budget_k_reads_only_the_first_k_latents():
     m2, _ = memory.inject(AP._replace(banks=banks), MC, *args)
     np.testing.assert_allclose(m1[:, :1], m2[:, :1], rtol=1e-6, atol=1e-6)
     assert not np.allclose(m1[:, 1:], m2[:, 1:])
+
+
+def test_the_injector_on_the_filled_prefix_equals_it_on_the_whole_context():
+    # dlmr_generate's injector context: text entries in order, ``ctx_pos`` their slots; it
+    # runs on the narrowest static width that holds every row's filled entries
+    from types import SimpleNamespace
+
+    from jaxkit.memory._dlmr import inject_traced
+    from jaxkit.memory._generate import _context_widths, _memory
+
+    assert _context_widths(20) == (8, 16, 20) and _context_widths(48) == (16, 24, 48)
+    assert _context_widths(5) == (5,)
+    width = 3
+    ctx = jax.random.normal(jax.random.key(4), (2, 20, CFG.d_model))
+    bank, k = jnp.array([0, 1]), jnp.array([3, 1])
+    injected = jnp.array([0, 4], jnp.int32)  # row 1: a 4-token memory after its slot 1
+    j = jnp.arange(20, dtype=jnp.int32)[None, :]
+    for filled in ((3, 7), (9, 12), (3, 17)):  # widths 8, 16, 20
+        n = jnp.array(filled, jnp.int32)
+        valid = j < n[:, None]
+        pos = jnp.where(valid, jnp.where(j < 2, j, j + injected[:, None]), 99)
+        st = SimpleNamespace(ctx=ctx, ctx_pos=pos, injected=injected, mem_slot=jnp.zeros((2, 99)))
+        at = n + injected
+        got = _memory(AP, st, at, bank, k, cfg=MC, width=width, lm=(None, None))
+        want, _ = inject_traced(AP, MC, ctx, valid, at, bank, k, width, None, None, pos)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # the slots matter (row 1's distances): the default slots (entry index) differ
+    assert not np.allclose(got, memory.inject(AP, MC, ctx, valid, at, bank, k)[0][:, :width])
