@@ -293,7 +293,7 @@ def fine_tune(
     optimizer: optax.GradientTransformation,
     iterations: int,
     samples_per_iter: int = 128,
-    steps_per_iter: int = 1,
+    steps_per_iter: int = 10,
     num_steps: int = 12,
     collection: str = "onpolicy",
     buffer_size: int = 128,
@@ -322,6 +322,9 @@ def fine_tune(
     buffer under its normalised weights (what the update fits towards). When
     ``ess < ess_warn * N`` an :class:`ESSWarning` is issued (never an error).
     ``objective="affinity"`` trains the affinity-only baseline (reward = affinity).
+    ``steps_per_iter`` optimiser steps are taken on each collected buffer, each on a
+    fresh masking of it: the authors' ``resample_every_n_step = 10`` (one step per
+    epoch, a new collection every 10 epochs), the default.
     ``reduction`` is passed to :func:`td3b_train_step`: with ``"sum_weights"`` the
     WDCE term is a per-sequence cross-entropy (about ``L`` nats) while the KL anchor is
     a per-slot mean, so ``kl_weight`` (and ``contrastive_weight``) act about ``N``

@@ -298,6 +298,7 @@ def test_fine_tune_loop_reports_ess_and_warns():
         mask_id=V,
         optimizer=optax.adam(1e-3),
         samples_per_iter=16,
+        steps_per_iter=1,
         num_steps=4,
     )
     with (
