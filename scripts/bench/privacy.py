@@ -90,56 +90,51 @@ def main() -> None:
             g = jax.jit(lambda lo, tok, fn=loss: privacy.per_example_grads(fn, lo, tok))(
                 lora, tokens
             )
-            u = H.time_interleaved(
-                {
-                    name: (
-                        lambda g_, s_, p_, tx=txs[name]: tx.update(g_, s_, p_),
-                        (g, txs[name].init(lora), lora),
-                    )
-                    for name in ("prism", "naive_dp_lora")
-                },
-                3 * args.repeats,
-            )
-            H.emit(
-                bench="privacy",
-                case="prism_update_vs_naive_update",
-                sizes=sizes_d,
-                ours=u["prism"],
-                anchor="naive_dp_lora",
-                anchor_t=u["naive_dp_lora"],
-                target=0.769,
-                note="clip+noise+optimizer only, given the per-example gradients "
+
+            def update_pair(txs, case, target, note, g=g, lora=lora, sizes_d=sizes_d):
+                """Time ``tx.update`` of PRISM's and naive's transforms, interleaved."""
+                r = H.time_interleaved(
+                    {
+                        name: (
+                            lambda g_, s_, p_, tx=tx: tx.update(g_, s_, p_),
+                            (g, tx.init(lora), lora),
+                        )
+                        for name, tx in txs.items()
+                    },
+                    3 * args.repeats,
+                )
+                H.emit(
+                    bench="privacy",
+                    case=case,
+                    sizes=sizes_d,
+                    ours=r["prism"],
+                    anchor="naive_dp_lora",
+                    anchor_t=r["naive_dp_lora"],
+                    target=target,
+                    note=note,
+                )
+
+            update_pair(
+                {name: txs[name] for name in ("prism", "naive_dp_lora")},
+                "prism_update_vs_naive_update",
+                0.769,
+                "clip+noise+optimizer only, given the per-example gradients "
                 "(PRISM's O((m+n)r^2) per-example norms, batched as einsums, show here)",
             )
             # the privatisation alone (spec steps 3-6: frame, lift, global clip, tangent
             # noise) against naive's clip + noise (dp_aggregate), no optimizer on either side
-            aggs = {
-                "prism": privacy.prism_privatize(
-                    clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key
-                ),
-                "naive_dp_lora": privacy.dp_aggregate(
-                    clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key
-                ),
-            }
-            v = H.time_interleaved(
+            update_pair(
                 {
-                    name: (
-                        lambda g_, s_, p_, tx=tx: tx.update(g_, s_, p_),
-                        (g, tx.init(lora), lora),
-                    )
-                    for name, tx in aggs.items()
+                    "prism": privacy.prism_privatize(
+                        clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key
+                    ),
+                    "naive_dp_lora": privacy.dp_aggregate(
+                        clip_norm=1.0, noise_multiplier=1.0, denom=b, key=key
+                    ),
                 },
-                3 * args.repeats,
-            )
-            H.emit(
-                bench="privacy",
-                case="prism_privatize_vs_naive_clip_noise",
-                sizes=sizes_d,
-                ours=v["prism"],
-                anchor="naive_dp_lora",
-                anchor_t=v["naive_dp_lora"],
-                target=None,
-                note="informational: the update line without either optimizer "
+                "prism_privatize_vs_naive_clip_noise",
+                None,
+                "informational: the update line without either optimizer "
                 "(prism_privatize vs dp_aggregate on the same per-example gradients)",
             )
             H.emit(
