@@ -83,6 +83,12 @@ class LayersOutput(NamedTuple):
     reads: dict[int, MLPRead] = {}
 
 
+# A cached forward unrolls its layer scan up to this many blocks: each block's weight slice
+# is then invariant in a caller's decode loop, so XLA hoists it out of that loop (a rolled
+# scan copies every block's weights every step), and the layer loop's own cost goes. Same
+# ops, same values; compile time grows ~linearly with the blocks unrolled.
+_UNROLL_LAYERS = 32
+
 # ----------------------------------------------------------------------------- pieces
 
 
@@ -317,7 +323,8 @@ def layers_core(
                 )
                 return step(x, kv, layer, lp, flags[layer]), None
 
-            (h, kc), _ = jax.lax.scan(body, (h, kc), jnp.arange(lo, hi, dtype=jnp.int32))
+            ix, unroll = jnp.arange(lo, hi, dtype=jnp.int32), hi - lo <= _UNROLL_LAYERS
+            (h, kc), _ = jax.lax.scan(body, (h, kc), ix, unroll=unroll)
         if hi - 1 in collect:
             hidden[hi - 1] = h
     if cache is not None:
