@@ -83,11 +83,10 @@ class LayersOutput(NamedTuple):
     reads: dict[int, MLPRead] = {}
 
 
-# A cached forward unrolls its layer scan up to this many blocks: each block's weight slice
-# is then invariant in a caller's decode loop, so XLA hoists it out of that loop (a rolled
-# scan copies every block's weights every step), and the layer loop's own cost goes. Same
-# ops, same values; compile time grows ~linearly with the blocks unrolled.
-_UNROLL_LAYERS = 32
+# A cached forward of T <= _UNROLL_T rows (decode step) unrolls <= _UNROLL_LAYERS blocks: each
+# block's weight slice is then invariant in the caller's loop, which XLA hoists (a rolled scan
+# copies all weights every step); same values. Windows stay rolled (WeDLM: 1.2x slower).
+_UNROLL_LAYERS, _UNROLL_T = 32, 1
 
 # ----------------------------------------------------------------------------- pieces
 
@@ -323,7 +322,8 @@ def layers_core(
                 )
                 return step(x, kv, layer, lp, flags[layer]), None
 
-            ix, unroll = jnp.arange(lo, hi, dtype=jnp.int32), hi - lo <= _UNROLL_LAYERS
+            unroll = t <= _UNROLL_T and hi - lo <= _UNROLL_LAYERS
+            ix = jnp.arange(lo, hi, dtype=jnp.int32)
             (h, kc), _ = jax.lax.scan(body, (h, kc), ix, unroll=unroll)
         if hi - 1 in collect:
             hidden[hi - 1] = h
