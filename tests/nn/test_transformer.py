@@ -3,6 +3,8 @@ block 1 and YaRN RoPE scaling, so cached decoding, logical positions and the spl
 forward are all checked with both switched on) and the shapes (B, T) = (2, 8), so the
 module-level jitted functions compile once for the whole file."""
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxkit import nn
+from tests.nn import _forward_v0
 
 CFG = nn.TransformerConfig(
     vocab_size=23,
@@ -98,6 +101,53 @@ def test_cached_greedy_decode_equals_full_recompute(p, toks):
         np.testing.assert_array_equal(tok, cached_toks[s])
         np.testing.assert_allclose(lg, cached_logits[s], atol=1e-5, rtol=1e-5)
         buf = buf.at[rows, lengths + s].set(tok)
+
+
+def test_decode_step_equals_the_rolled_layer_scan_bit_for_bit(p, toks):
+    # A one-token cached forward unrolls its layer scan; the frozen pre-intervention
+    # forward (_forward_v0) runs the rolled scan with per-layer cache slices as xs/ys.
+    # Ragged lengths, the sliding window on block 1, biases, qk-norm and YaRN all on.
+    lengths = jnp.array([3, 8], jnp.int32)
+    logits, cache = nn.prefill(p, CFG, toks[:, :T], lengths, max_len=CAP)
+    for _ in range(3):
+        tok = jnp.argmax(logits, -1).astype(jnp.int32)
+        old = _forward_v0.apply(p, CFG, tok[:, None], cache=cache)
+        new = nn.apply(p, CFG, tok[:, None], cache=cache)
+        np.testing.assert_array_equal(new.logits, old.logits)
+        np.testing.assert_array_equal(new.cache.k, old.cache.k)
+        np.testing.assert_array_equal(new.cache.v, old.cache.v)
+        logits, cache = nn.decode_step(p, CFG, tok, cache)
+        np.testing.assert_array_equal(logits, old.logits[:, 0])
+        np.testing.assert_array_equal(cache.k, old.cache.k)
+
+
+def _while_bodies(hlo: str) -> list[str]:
+    names = set(re.findall(r"body=%([\w.\-]+)", hlo))
+    comps = re.split(r"\n(?=%|ENTRY)", hlo)
+    return [c for c in comps if c.lstrip("%").split(" ", 1)[0] in names]
+
+
+def test_decode_loop_reads_the_weights_without_a_per_step_copy(p, toks):
+    # In a caller's decode loop every block's weight slice is loop-invariant and hoisted:
+    # no while body (the decode loop's or a layer loop's) computes a [D, mlp] weight slice.
+    # (The rolled layer scan sliced, i.e. copied, every block's weights every step.)
+    cache = nn.prefill(p, CFG, toks[:, :T], jnp.array([3, 8], jnp.int32), max_len=CAP).cache
+
+    def loop(p, c):
+        def body(c, _):
+            tok = jnp.argmax(c[0], -1).astype(jnp.int32)
+            return tuple(nn.decode_step(p, CFG, tok, c[1])), tok
+
+        return jax.lax.scan(body, (jnp.zeros((B, CFG.vocab_size)), c), None, length=4)[1]
+
+    hlo = jax.jit(loop).lower(p, cache).compile().as_text()
+    bodies = _while_bodies(hlo)
+    assert bodies, "no while loop in the decode program"
+    d, f = CFG.d_model, CFG.mlp_dim
+    made = re.compile(
+        rf"= f32\[(1,)?({d},{f}|{f},{d})\]\S* (?!get-tuple-element|parameter|bitcast)"
+    )
+    assert not any(made.search(b) for b in bodies)
 
 
 def test_chunk_on_cache_then_commit_k_rows(p, toks):
