@@ -121,9 +121,13 @@ def prefill(
     return _prefill(params, tokens, lengths, iv, cfg=cfg, max_len=max_len)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _decode_step(params, tokens, cache, iv, *, cfg):
-    out = apply_traced(params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=(), iv=iv)
+@functools.partial(jax.jit, static_argnames=("cfg", "un"))
+def _decode_step(params, tokens, cache, iv, *, cfg, un=True):
+    # un: unroll the layer scan (traced calls: a caller's loop then hoists the weight slices;
+    # an eager step has no loop to hoist into and runs ~15 % faster rolled at L = 64)
+    out = apply_traced(
+        params, tokens[:, None], None, None, cache, None, cfg=cfg, collect=(), iv=iv, un=un
+    )
     return StepOutput(out.logits[:, 0], commit(out.cache, jnp.ones_like(out.cache.length)))
 
 
@@ -156,8 +160,9 @@ def decode_step(
     check_cfg(cfg)
     check_params(params, cfg)
     check_overflow(overflow)
+    traced = isinstance(tokens, jax.core.Tracer)
     tokens = guard_tokens(tokens, cfg)
     _validate.ndim(tokens, 1, name="tokens")
     cache = check_cache(cache, cfg, tokens.shape[0], 1, overflow)
     iv = check_iv(interventions, cfg, tokens.shape[0], 1)
-    return _decode_step(params, tokens, cache, iv, cfg=cfg)
+    return _decode_step(params, tokens, cache, iv, cfg=cfg, un=traced)

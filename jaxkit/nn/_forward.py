@@ -83,9 +83,8 @@ class LayersOutput(NamedTuple):
     reads: dict[int, MLPRead] = {}
 
 
-# A cached forward of T <= _UNROLL_T rows (decode step) unrolls <= _UNROLL_LAYERS blocks: each
-# block's weight slice is then invariant in the caller's loop, which XLA hoists (a rolled scan
-# copies all weights every step); same values. Windows stay rolled (WeDLM: 1.2x slower).
+# Traced cached forwards of T <= _UNROLL_T rows unroll <= _UNROLL_LAYERS blocks: weight slices
+# get hoisted out of the caller's loop; same values (see docs/areas/nn.md, "Cached decoding").
 _UNROLL_LAYERS, _UNROLL_T = 32, 1
 
 # ----------------------------------------------------------------------------- pieces
@@ -145,12 +144,9 @@ def unembed(
 
 
 def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
-    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead]).
-
-    With ``layer`` (a traced int), ``kv`` is the whole stacked cache ``[L, B, S, ...]``:
-    only the T new rows of block ``layer`` are scattered into it (in place under a
-    scan carry) and the stacked buffers are returned.
-    """
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
+    # With `layer` (a traced int), `kv` is the whole stacked cache [L, B, S, ...]: only the
+    # T new rows of block `layer` are scattered into it (in place under a scan carry).
     b, t, _ = h.shape
     H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -233,12 +229,13 @@ def default_mask(
 
 
 def layers_core(
-    params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv, iv=None
+    params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv, iv=None, un=True
 ):
     """The traced body of :func:`run_layers` (inputs already checked).
 
     With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
     ``iv``: checked :class:`Interventions` or None (then the plain forward).
+    ``un``: unroll a one-token cached layer scan (``_UNROLL_LAYERS``); values unchanged.
     """
     b, t, _ = h.shape
     h = h.astype(params["embed"].dtype)
@@ -322,7 +319,7 @@ def layers_core(
                 )
                 return step(x, kv, layer, lp, flags[layer]), None
 
-            unroll = t <= _UNROLL_T and hi - lo <= _UNROLL_LAYERS
+            unroll = un and t <= _UNROLL_T and hi - lo <= _UNROLL_LAYERS
             ix = jnp.arange(lo, hi, dtype=jnp.int32)
             (h, kc), _ = jax.lax.scan(body, (h, kc), ix, unroll=unroll)
         if hi - 1 in collect:
@@ -401,7 +398,9 @@ def run_layers(
     )
 
 
-def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None):
+def apply_traced(
+    params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None, un=True
+):
     h = embed_traced(params, tokens) if tokens is not None else embeds
     b, t = h.shape[:2]
     if positions is None:
@@ -423,6 +422,7 @@ def apply_traced(params, tokens, embeds, positions, cache, attn_mask, *, cfg, co
         collect=collect,
         emit_kv=False,
         iv=iv,
+        un=un,
     )
     return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
 
