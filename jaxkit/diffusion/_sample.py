@@ -13,6 +13,7 @@ from jaxkit.diffusion import _common
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._loss import _logits_dtype, _uniform
 from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
+from jaxkit.kernels.sampling import sample_tokens
 
 ORDERS = ("ancestral", "confidence")
 
@@ -53,41 +54,6 @@ def ancestral_unmask(schedule, k, num_steps, masked, key, dtype):
     return masked & (_uniform(key, masked, dtype) < p_un)
 
 
-def _argmax_lowest(x: Array) -> Array:
-    """Arg-max over the last axis, ties to the lowest index (``jnp.argmax``'s rule).
-
-    A max and a min: XLA:CPU's two-operand arg-max reduction is several times slower.
-    """
-    cols = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
-    hit = x == jnp.max(x, axis=-1, keepdims=True)
-    return jnp.min(jnp.where(hit, cols, jnp.int32(x.shape[-1])), axis=-1)
-
-
-def _draw(log_p: Array, key: KeyArray, temperature: Array) -> Array:
-    """The token ``sample_tokens(log_p, key=key, temperature=temperature)`` draws (no filters).
-
-    Same noise (``jax.random.gumbel(key, log_p.shape)`` in ``log_p``'s dtype), same
-    ``log_p / T`` and the same lowest-index arg-max, so the same token, without the
-    top-k / top-p / min-p machinery and statistics the sampler does not use. ``log_p``
-    is a log-softmax (``-inf`` only at ``[MASK]``); a NaN from the denoiser raises.
-    """
-    t = temperature.astype(log_p.dtype)
-    g = jax.random.gumbel(key, log_p.shape, log_p.dtype)
-    s = log_p / jnp.where(t > 0, t, jnp.ones_like(t))
-    tok = _argmax_lowest(jnp.where(t > 0, s + g, s))
-    bad = jnp.any(jnp.isnan(log_p))
-    return _validate.error_if(tok, bad, "`apply_fn` returned NaN logits.")
-
-
-def _probability(log_p: Array, tok: Array) -> Array:
-    """``softmax(log_p)[tok]`` as ``sample_tokens(stats="logits")`` computes it."""
-    keep = log_p > -jnp.inf
-    m = jnp.max(jnp.where(keep, log_p, -jnp.inf), axis=-1, keepdims=True)
-    e = jnp.where(keep, jnp.exp(jnp.where(keep, log_p - m, 0.0)), 0.0)
-    cols = jax.lax.broadcasted_iota(jnp.int32, log_p.shape, log_p.ndim - 1)
-    return jnp.sum(jnp.where(cols == tok[..., None], e, 0.0), axis=-1) / jnp.sum(e, axis=-1)
-
-
 def sample(
     apply_fn: ApplyFn,
     params: PyTree,
@@ -108,9 +74,8 @@ def sample(
     slots are kept (an all-``[MASK]`` input samples unconditionally, anything else
     infills). The grid is ``t_k = 1 - k / T``; at each step the denoiser gives
     ``p_theta(. | z_{t_k})`` (``[MASK]`` at ``-inf``) and a token per masked slot is
-    drawn by Gumbel-max at ``temperature`` (the token
-    :func:`jaxkit.kernels.sampling.sample_tokens` draws with the same key, without its
-    unused filters).
+    drawn with :func:`jaxkit.kernels.sampling.sample_tokens` (``temperature``, no
+    filter: its filter-free path).
 
     * ``order="ancestral"``: each masked slot is unmasked independently with
       probability ``(alpha(s) - alpha(t)) / (1 - alpha(t))`` (the exact reverse
@@ -200,7 +165,8 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
         log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
-        tok = _draw(log_p, k_tok, temperature)
+        draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
+        tok = draw.token
         masked = valid & (z == mask_id)
         if order == "ancestral":
             new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
@@ -211,7 +177,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             keep = jnp.floor(n0 * frac + 1e-6).astype(jnp.int32)
             keep = jnp.where(k == num_steps - 1, 0, keep)
             n_un = jnp.maximum(jnp.sum(masked, axis=-1) - keep, 0)
-            score = jnp.where(masked, _probability(log_p, tok), -1.0)
+            score = jnp.where(masked, draw.probability.astype(acc), -1.0)
             rank = jnp.argsort(jnp.argsort(-score, axis=-1, stable=True), axis=-1)
             new = masked & (rank < n_un[:, None])
         lp_tok = _common.gather_log_prob(log_p, tok)
