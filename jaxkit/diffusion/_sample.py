@@ -1,6 +1,7 @@
 """Ancestral and confidence-ordered MDLM samplers (one ``lax.scan`` over T steps)."""
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -131,7 +132,8 @@ def sample(
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
     )
-    opts = _Opts(mask_id, num_steps, schedule, order, vocab)
+    rows = _compact_rows(schedule, order, num_steps, tokens)
+    opts = _Opts(mask_id, num_steps, schedule, order, vocab, rows)
     return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
 
 
@@ -143,11 +145,36 @@ class _Opts(NamedTuple):
     schedule: MaskingSchedule
     order: str
     vocab: int
+    rows: int
+
+
+def _compact_rows(schedule, order, num_steps, tokens) -> int:
+    """Rows of the ancestral sampler's compacted forward (0: every step runs all rows).
+
+    A row's denoiser output at step ``k`` is used only if the step unmasks one of its
+    slots, which the ancestral sampler decides before the forward (independently of the
+    tokens). From an all-``[MASK]`` row of length ``L`` a slot is unmasked at step ``k``
+    w.p. ``q_k = (alpha(t_{k+1}) - alpha(t_k)) / (1 - alpha(1))`` (the last step takes
+    the rest), so a row is needed w.p. ``f_k = 1 - (1 - q_k)^L`` (less for infilling).
+    The compacted forward holds ``ceil(f B + 2 sd)`` rows (``f = max_k f_k``); a step
+    needing more runs all rows. Used when that is at most 0.8 B, outside explicit meshes.
+    """
+    b, length = tokens.shape
+    if order != "ancestral" or not jax.typeof(tokens).sharding.mesh.empty:
+        return 0
+    with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
+        a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
+        a1 = float(schedule.alpha(1.0))
+    q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
+    q.append((1.0 - a[-1]) / (1.0 - a1))
+    f = min(1.0, max(1.0 - (1.0 - min(max(qk, 0.0), 1.0)) ** length for qk in q))
+    rows = math.ceil(f * b + 2.0 * math.sqrt(b * f * (1.0 - f)))
+    return rows if rows <= 0.8 * b else 0
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
 def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts):
-    mask_id, num_steps, schedule, order, vocab = opts
+    mask_id, num_steps, schedule, order, vocab, rows = opts
     tokens = _common.guard_alphabet(
         tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
     )
@@ -160,17 +187,36 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
 
+    def forwards(z, need):
+        """``log p`` (and ``log q`` under ``ref_params``); rows not in ``need`` may be 0."""
+        if not rows:
+            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
+
+        def compact(z, need):
+            idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # fill: row 0, recomputed
+            sub = jax.tree.map(lambda a: a[idx], (z, valid, pos_attn))
+            outs = _forwards(apply_fn, params, ref_params, *sub[:2], mask_id, sub[2])
+            full = (*z.shape, vocab)
+            return jax.tree.map(lambda o: jnp.zeros(full, o.dtype).at[idx].set(o), outs)
+
+        def every(z, need):
+            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
+
+        return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
+
     def body(carry, inputs):
         z, step, lp, lr = carry
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
+        masked = valid & (z == mask_id)
+        if order == "ancestral":  # the unmasked slots first: only their rows need a forward
+            new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
+            log_p, log_q = forwards(z, jnp.any(new, axis=-1))
+        else:
+            log_p, log_q = forwards(z, None)
         draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
         tok = draw.token
-        masked = valid & (z == mask_id)
-        if order == "ancestral":
-            new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
-        else:
+        if order == "confidence":
             _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
             frac = (1.0 - schedule.alpha(s)) / (1.0 - a1)
@@ -183,7 +229,6 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         lp_tok = _common.gather_log_prob(log_p, tok)
         lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
         if ref_params is not None:
-            log_q = _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
             lq_new = jnp.sum(jnp.where(new, _common.gather_log_prob(log_q, tok), 0.0), -1)
             lr = lr + lq_new.astype(acc) - lp_new
         z = jnp.where(new, tok, z)
@@ -195,6 +240,13 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     (z, step, lp, lr), _ = jax.lax.scan(body, init, (ks, keys))
     step = jnp.where(gen, step, -1)
     return Trajectory(z, step, lp.astype(out_dt), lr.astype(out_dt))
+
+
+def _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn):
+    log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
+    if ref_params is None:
+        return log_p, None
+    return log_p, _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
 
 
 def trajectory_log_prob(
