@@ -193,11 +193,13 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
 
         def compact(z, need):
-            idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # fill: row 0, recomputed
+            idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # the needed rows first
             sub = jax.tree.map(lambda a: a[idx], (z, valid, pos_attn))
             outs = _forwards(apply_fn, params, ref_params, *sub[:2], mask_id, sub[2])
-            full = (*z.shape, vocab)
-            return jax.tree.map(lambda o: jnp.zeros(full, o.dtype).at[idx].set(o), outs)
+            # back by a gather (XLA:CPU scatters are slow): a needed row's place in the
+            # block; other rows get some needed row's output, which is never read
+            back = jnp.clip(jnp.cumsum(need) - 1, 0, rows - 1)
+            return jax.tree.map(lambda o: o[back], outs)
 
         def every(z, need):
             return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
