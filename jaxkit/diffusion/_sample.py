@@ -1,6 +1,7 @@
 """Ancestral and confidence-ordered MDLM samplers (one ``lax.scan`` over T steps)."""
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -13,6 +14,7 @@ from jaxkit.diffusion import _common
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._loss import _logits_dtype, _uniform
 from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
+from jaxkit.kernels.sampling import sample_tokens
 
 ORDERS = ("ancestral", "confidence")
 
@@ -53,41 +55,6 @@ def ancestral_unmask(schedule, k, num_steps, masked, key, dtype):
     return masked & (_uniform(key, masked, dtype) < p_un)
 
 
-def _argmax_lowest(x: Array) -> Array:
-    """Arg-max over the last axis, ties to the lowest index (``jnp.argmax``'s rule).
-
-    A max and a min: XLA:CPU's two-operand arg-max reduction is several times slower.
-    """
-    cols = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
-    hit = x == jnp.max(x, axis=-1, keepdims=True)
-    return jnp.min(jnp.where(hit, cols, jnp.int32(x.shape[-1])), axis=-1)
-
-
-def _draw(log_p: Array, key: KeyArray, temperature: Array) -> Array:
-    """The token ``sample_tokens(log_p, key=key, temperature=temperature)`` draws (no filters).
-
-    Same noise (``jax.random.gumbel(key, log_p.shape)`` in ``log_p``'s dtype), same
-    ``log_p / T`` and the same lowest-index arg-max, so the same token, without the
-    top-k / top-p / min-p machinery and statistics the sampler does not use. ``log_p``
-    is a log-softmax (``-inf`` only at ``[MASK]``); a NaN from the denoiser raises.
-    """
-    t = temperature.astype(log_p.dtype)
-    g = jax.random.gumbel(key, log_p.shape, log_p.dtype)
-    s = log_p / jnp.where(t > 0, t, jnp.ones_like(t))
-    tok = _argmax_lowest(jnp.where(t > 0, s + g, s))
-    bad = jnp.any(jnp.isnan(log_p))
-    return _validate.error_if(tok, bad, "`apply_fn` returned NaN logits.")
-
-
-def _probability(log_p: Array, tok: Array) -> Array:
-    """``softmax(log_p)[tok]`` as ``sample_tokens(stats="logits")`` computes it."""
-    keep = log_p > -jnp.inf
-    m = jnp.max(jnp.where(keep, log_p, -jnp.inf), axis=-1, keepdims=True)
-    e = jnp.where(keep, jnp.exp(jnp.where(keep, log_p - m, 0.0)), 0.0)
-    cols = jax.lax.broadcasted_iota(jnp.int32, log_p.shape, log_p.ndim - 1)
-    return jnp.sum(jnp.where(cols == tok[..., None], e, 0.0), axis=-1) / jnp.sum(e, axis=-1)
-
-
 def sample(
     apply_fn: ApplyFn,
     params: PyTree,
@@ -108,9 +75,8 @@ def sample(
     slots are kept (an all-``[MASK]`` input samples unconditionally, anything else
     infills). The grid is ``t_k = 1 - k / T``; at each step the denoiser gives
     ``p_theta(. | z_{t_k})`` (``[MASK]`` at ``-inf``) and a token per masked slot is
-    drawn by Gumbel-max at ``temperature`` (the token
-    :func:`jaxkit.kernels.sampling.sample_tokens` draws with the same key, without its
-    unused filters).
+    drawn with :func:`jaxkit.kernels.sampling.sample_tokens` (``temperature``, no
+    filter: its filter-free path).
 
     * ``order="ancestral"``: each masked slot is unmasked independently with
       probability ``(alpha(s) - alpha(t)) / (1 - alpha(t))`` (the exact reverse
@@ -166,7 +132,8 @@ def sample(
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
     )
-    opts = _Opts(mask_id, num_steps, schedule, order, vocab)
+    rows = _compact_rows(schedule, order, num_steps, tokens)
+    opts = _Opts(mask_id, num_steps, schedule, order, vocab, rows)
     return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
 
 
@@ -178,11 +145,36 @@ class _Opts(NamedTuple):
     schedule: MaskingSchedule
     order: str
     vocab: int
+    rows: int
+
+
+def _compact_rows(schedule, order, num_steps, tokens) -> int:
+    """Rows of the ancestral sampler's compacted forward (0: every step runs all rows).
+
+    A row's denoiser output at step ``k`` is used only if the step unmasks one of its
+    slots, which the ancestral sampler decides before the forward (independently of the
+    tokens). From an all-``[MASK]`` row of length ``L`` a slot is unmasked at step ``k``
+    w.p. ``q_k = (alpha(t_{k+1}) - alpha(t_k)) / (1 - alpha(1))`` (the last step takes
+    the rest), so a row is needed w.p. ``f_k = 1 - (1 - q_k)^L`` (less for infilling).
+    The compacted forward holds ``ceil(f B + 2 sd)`` rows (``f = max_k f_k``); a step
+    needing more runs all rows. Used when that is at most 0.8 B, outside explicit meshes.
+    """
+    b, length = tokens.shape
+    if order != "ancestral" or not jax.typeof(tokens).sharding.mesh.empty:
+        return 0
+    with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
+        a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
+        a1 = float(schedule.alpha(1.0))
+    q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
+    q.append((1.0 - a[-1]) / (1.0 - a1))
+    f = min(1.0, max(1.0 - (1.0 - min(max(qk, 0.0), 1.0)) ** length for qk in q))
+    rows = math.ceil(f * b + 2.0 * math.sqrt(b * f * (1.0 - f)))
+    return rows if rows <= 0.8 * b else 0
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
 def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts):
-    mask_id, num_steps, schedule, order, vocab = opts
+    mask_id, num_steps, schedule, order, vocab, rows = opts
     tokens = _common.guard_alphabet(
         tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
     )
@@ -195,29 +187,50 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
 
+    def forwards(z, need):
+        """``log p`` (and ``log q`` under ``ref_params``); rows not in ``need`` may be 0."""
+        if not rows:
+            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
+
+        def compact(z, need):
+            idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # the needed rows first
+            sub = jax.tree.map(lambda a: a[idx], (z, valid, pos_attn))
+            outs = _forwards(apply_fn, params, ref_params, *sub[:2], mask_id, sub[2])
+            # back by a gather (XLA:CPU scatters are slow): a needed row's place in the
+            # block; other rows get some needed row's output, which is never read
+            back = jnp.clip(jnp.cumsum(need) - 1, 0, rows - 1)
+            return jax.tree.map(lambda o: o[back], outs)
+
+        def every(z, need):
+            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
+
+        return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
+
     def body(carry, inputs):
         z, step, lp, lr = carry
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
-        tok = _draw(log_p, k_tok, temperature)
         masked = valid & (z == mask_id)
-        if order == "ancestral":
+        if order == "ancestral":  # the unmasked slots first: only their rows need a forward
             new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
+            log_p, log_q = forwards(z, jnp.any(new, axis=-1))
         else:
+            log_p, log_q = forwards(z, None)
+        draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
+        tok = draw.token
+        if order == "confidence":
             _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
             frac = (1.0 - schedule.alpha(s)) / (1.0 - a1)
             keep = jnp.floor(n0 * frac + 1e-6).astype(jnp.int32)
             keep = jnp.where(k == num_steps - 1, 0, keep)
             n_un = jnp.maximum(jnp.sum(masked, axis=-1) - keep, 0)
-            score = jnp.where(masked, _probability(log_p, tok), -1.0)
+            score = jnp.where(masked, draw.probability.astype(acc), -1.0)
             rank = jnp.argsort(jnp.argsort(-score, axis=-1, stable=True), axis=-1)
             new = masked & (rank < n_un[:, None])
         lp_tok = _common.gather_log_prob(log_p, tok)
         lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
         if ref_params is not None:
-            log_q = _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
             lq_new = jnp.sum(jnp.where(new, _common.gather_log_prob(log_q, tok), 0.0), -1)
             lr = lr + lq_new.astype(acc) - lp_new
         z = jnp.where(new, tok, z)
@@ -229,6 +242,13 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     (z, step, lp, lr), _ = jax.lax.scan(body, init, (ks, keys))
     step = jnp.where(gen, step, -1)
     return Trajectory(z, step, lp.astype(out_dt), lr.astype(out_dt))
+
+
+def _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn):
+    log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
+    if ref_params is None:
+        return log_p, None
+    return log_p, _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
 
 
 def trajectory_log_prob(

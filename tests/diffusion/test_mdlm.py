@@ -83,23 +83,31 @@ def test_loss_is_the_negated_bound_on_average():
     assert abs(vals.mean() + np.log(p[4])) <= 5 * se + 1e-3
 
 
-@pytest.mark.parametrize("order", ["ancestral", "confidence"])
-def test_sampler_distribution_matches_exact_chain(order):
+@pytest.mark.parametrize(
+    ("order", "steps"), [("ancestral", 2), ("confidence", 2), ("ancestral", 4)]
+)
+def test_sampler_distribution_matches_exact_chain(order, steps):
     # Exact distribution of the T-step chain (NumPy enumeration over all 4^3 states, using
     # the network's conditionals) vs 20k samples; chi-square at p > 1e-3 (fixed seed).
+    # Ancestral, T = 4: only ~58 % of rows unmask a slot per step, so the forward runs on
+    # those rows alone (the compacted path; T = 2 runs every row).
+    from jaxkit.diffusion._sample import _compact_rows
+
     apply_fn, params = _toys.random_mlp(2, 3, seed=4)
     sched = diffusion.MaskingSchedule("linear")
     exact = _toys.exact_sampler_distribution(
-        _np_log_p(apply_fn, params, 2), 2, 3, 2, order, lambda t: 1 - t
+        _np_log_p(apply_fn, params, 2), 2, 3, steps, order, lambda t: 1 - t
     )
     n = 20000
+    z = jnp.full((n, 3), 2, jnp.int32)
+    assert (_compact_rows(sched, order, steps, z) > 0) == (steps == 4)
     tr = diffusion.sample(
         apply_fn,
         params,
-        jnp.full((n, 3), 2, jnp.int32),
+        z,
         key=jax.random.key(11),
         mask_id=2,
-        num_steps=2,
+        num_steps=steps,
         schedule=sched,
         order=order,
     )
@@ -230,24 +238,52 @@ def test_absolute_positions_break_the_all_mask_symmetry():
         diffusion.transformer_denoiser(cfg, absolute_positions=1)
 
 
-def test_sampler_draw_equals_sample_tokens():
-    # The scan's lean draw is sample_tokens without filters: the same token for the same key
-    # (ties included: the logits are rounded to a coarse grid), the same "logits" probability.
-    from jaxkit.diffusion._sample import _draw, _probability
-    from jaxkit.kernels.sampling import sample_tokens
+def _nan_denoiser(params, tokens, positions, attn_mask):
+    logits = jnp.zeros((*tokens.shape, V + 1), jnp.float32)
+    return logits.at[:, 1, 0].set(jnp.where(params > 0, jnp.nan, 0.0))
 
-    draw = jax.jit(_draw)
-    for dtype, temps in ((jnp.float32, (0.0, 0.7, 1.0)), (jnp.float64, (0.7,))):
-        with jax.enable_x64(dtype == jnp.float64):
-            x = jnp.round(jax.random.normal(jax.random.key(0), (64, 5, 7), dtype) * 2) / 2
-            log_p = jax.nn.log_softmax(x.at[..., 3].set(-jnp.inf), axis=-1)
-            for t in temps:
-                k = jax.random.key(int(10 * t))
-                ref = sample_tokens(log_p, key=k, temperature=t, stats="logits")
-                tok = draw(log_p, k, jnp.asarray(t, dtype))
-                np.testing.assert_array_equal(tok, ref.token)
-                np.testing.assert_array_equal(_probability(log_p, tok), ref.probability)
-    bad = jnp.zeros((4, 3, 5)).at[1, 2, 0].set(jnp.nan)
+
+def test_sampler_raises_on_nan_logits():
+    # The token is drawn by sample_tokens, whose guard names NaN logits under the scan's jit;
+    # params = 0 gives finite logits (the control: the guard is the NaN, not the call).
+    z = jnp.full((4, L), V, jnp.int32)
+    ok = diffusion.sample(
+        _nan_denoiser, jnp.float32(0.0), z, key=jax.random.key(0), mask_id=V, num_steps=2
+    )
+    assert np.all(np.asarray(ok.tokens) < V)
     with pytest.raises((ValueError, eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)) as err:
-        jax.block_until_ready(draw(bad, jax.random.key(0), jnp.asarray(1.0)))
-    assert "NaN logits" in str(err.value), str(err.value)[-2000:]
+        out = diffusion.sample(
+            _nan_denoiser, jnp.float32(1.0), z, key=jax.random.key(0), mask_id=V, num_steps=2
+        )
+        jax.block_until_ready(out)
+    assert "NaN" in str(err.value), str(err.value)[-2000:]
+
+
+@pytest.mark.parametrize("first", [0, 5])
+def test_compacted_forward_equals_every_row(first):
+    # The ancestral sampler runs the denoiser only on rows that unmask a slot at the step
+    # (gathered, at most `rows` of them; more: every row). Same trajectory as running every
+    # row each step: tokens, steps, log-probabilities and log-ratios (a reference model).
+    # Rows first..first+9 generate, the others are given (row 0 generating or not: the
+    # gather's fill index); rows = 16 always fits, rows = 4 mostly falls back.
+    from jaxkit.diffusion import _sample as S
+
+    cfg, params = _toys.tiny_transformer(V, seed=5)
+    _, ref = _toys.tiny_transformer(V, seed=6)
+    f = diffusion.transformer_denoiser(cfg)
+    b, length, steps = 64, 6, 6
+    x = jax.random.randint(jax.random.key(1), (b, length), 0, V).astype(jnp.int32)
+    z = x.at[first : first + 10].set(V)
+    valid = jnp.ones_like(z, dtype=bool)
+    temp = jnp.asarray(1.0)
+    outs = {}
+    for rows in (0, 16, 4):
+        opts = S._Opts(V, steps, diffusion.MaskingSchedule("linear"), "ancestral", V + 1, rows)
+        outs[rows] = S._sample(f, params, ref, z, valid, jax.random.key(2), temp, opts)
+    assert np.all(np.asarray(outs[0].tokens)[first : first + 10] < V)
+    for rows in (16, 4):
+        np.testing.assert_array_equal(outs[rows].tokens, outs[0].tokens)
+        np.testing.assert_array_equal(outs[rows].unmask_step, outs[0].unmask_step)
+        np.testing.assert_allclose(outs[rows].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(outs[rows].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
+    assert np.abs(np.asarray(outs[0].log_ratio)).max() > 1e-3  # the reference is another model

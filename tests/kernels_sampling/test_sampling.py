@@ -213,6 +213,54 @@ def test_plain_equals_jax_random_categorical(key):
         np.testing.assert_array_equal(np.asarray(f(x, t)), np.asarray(g(x, t)))
 
 
+@pytest.mark.parametrize("impl", ["xla", "pallas_interpret"])
+def test_filter_free_path_equals_filtered_path(impl, key):
+    # top_k=None with top_p, min_p at their defaults takes the filter-free path (decided at
+    # trace time: no bisection loop in the program); traced filters that are off take the
+    # filtered one. Same token, probability and entropy, ties to the lowest index
+    # (logits on a coarse grid), masked columns, per-row temperature with greedy rows.
+    kx, ks = jax.random.split(key)
+    plain = jax.jit(
+        lambda x, key, t, mode: sampling.sample_tokens(
+            x, key=key, temperature=t, stats=mode, implementation=impl
+        ),
+        static_argnums=3,
+    )
+    cases = {
+        "xla": ((jnp.float32, "sampled"), (jnp.float32, "logits"), (jnp.float64, "sampled")),
+        "pallas_interpret": ((jnp.bfloat16, "sampled"), (jnp.float32, "logits")),
+    }[impl]
+    for dtype, mode in cases:
+        with jax.enable_x64(dtype == jnp.float64):
+            x = jnp.round(2.0 * jax.random.normal(kx, (3, 8, 13), jnp.float32)) / 2
+            x = x.at[..., 4].set(-jnp.inf).astype(dtype)
+            t = jnp.full((3, 8), 0.8, jnp.float32).at[0, :3].set(0.0).at[1].set(1.0)
+            got = plain(x, ks, t, mode)
+            want = sampler(impl, mode)(
+                x,
+                ks,
+                t,
+                jnp.full((3, 8), 13, jnp.int32),
+                jnp.ones((3, 8), jnp.float32),
+                jnp.zeros((3, 8), jnp.float32),
+            )
+            assert got.token.shape == (3, 8) and got.probability.dtype == dtype
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=mode)
+            greedy = np.argmax(np.asarray(x[0, :3], np.float32), -1)
+            np.testing.assert_array_equal(np.asarray(got.token[0, :3]), greedy)
+    x = jnp.zeros((2, 5))
+    plain_jaxpr = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks))(x))
+    assert "while" not in plain_jaxpr
+    top_p = np.ones(2, np.float32)  # concrete and off: still the filter-free path
+    jp = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks, top_p=top_p))(x))
+    assert "while" not in jp
+    jp = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks, top_p=0.9))(x))
+    assert "while" in jp  # the control: a filter on runs the bisection
+    with pytest.raises(TypeError, match="top_p"):  # shapes are still checked
+        sampling.sample_tokens(x, key=ks, top_p=np.ones(3))
+
+
 def test_bf16_documented_difference_from_categorical(key):
     # bf16 logits: we add f32 noise to f32 logits; jax.random.categorical adds bf16
     # noise in bf16. Ours equals categorical on the f32 upcast, token for token.

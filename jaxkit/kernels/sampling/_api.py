@@ -34,13 +34,15 @@ class SampleOutput(NamedTuple):
 # ----------------------------------------------------------------- kernel + VJP
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret):
-    return _pallas.sample_rows_pallas(x, noise, t, k, p, mp, stats=stats, interpret=interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8))
+def _kernel_with_vjp(x, noise, t, k, p, mp, stats, plain, interpret):
+    return _pallas.sample_rows_pallas(
+        x, noise, t, k, p, mp, stats=stats, plain=plain, interpret=interpret
+    )
 
 
-def _fwd(x, noise, t, k, p, mp, stats, interpret):
-    return _kernel_with_vjp(x, noise, t, k, p, mp, stats, interpret), (
+def _fwd(x, noise, t, k, p, mp, stats, plain, interpret):
+    return _kernel_with_vjp(x, noise, t, k, p, mp, stats, plain, interpret), (
         x,
         noise,
         t,
@@ -50,7 +52,7 @@ def _fwd(x, noise, t, k, p, mp, stats, interpret):
     )
 
 
-def _bwd(stats, interpret, res, g):
+def _bwd(stats, plain, interpret, res, g):
     # The backward pass is the VJP of the reference (which draws the same token from
     # the same noise): gradients flow to the logits and the temperature through the
     # probability and the entropy; the token, the thresholds and the noise have none.
@@ -61,7 +63,9 @@ def _bwd(stats, interpret, res, g):
         noise = jax.random.gumbel(key, x.shape, jnp.float32)
 
     def f(x, t):
-        out = _fused.sample_block(x, noise, t, k, p, mp, stats=stats, vocab=x.shape[-1])
+        out = _fused.sample_block(
+            x, noise, t, k, p, mp, stats=stats, vocab=x.shape[-1], plain=plain
+        )
         return out.probability, out.entropy
 
     _, vjp = jax.vjp(f, x, t)
@@ -107,6 +111,20 @@ def _guard(x: Array, pred: Array, msg: str) -> Array:
     return x + zero
 
 
+def _is_plain(top_k, top_p, min_p) -> bool:
+    """Whether every filter is surely off (a static decision).
+
+    ``top_k is None`` and concrete ``top_p == 1``, ``min_p == 0``; traced values take
+    the filtered path, whose bisections then run zero passes.
+    """
+    if top_k is not None:
+        return False
+    for value, off in ((top_p, 1), (min_p, 0)):
+        if isinstance(value, jax.core.Tracer) or not np.all(np.asarray(value) == off):
+            return False
+    return True
+
+
 def _check_top_k(top_k, vocab: int) -> None:
     if top_k is None:
         return
@@ -147,7 +165,11 @@ def sample_tokens(
     bf16 logits we compute in f32 (``categorical`` adds bf16 noise in bf16), so
     tokens equal ``categorical(key, logits.astype(f32) / temperature)``.
     ``temperature == 0`` gives the arg-max (ties to the lowest index), chosen with
-    ``jnp.where`` so a traced temperature may be 0 under ``jit``. Jitted like
+    ``jnp.where`` so a traced temperature may be 0 under ``jit``. With ``top_k=None``
+    and ``top_p``, ``min_p`` at their defaults (concrete values 1 and 0) the
+    threshold machinery is skipped at trace time: one arg-max of ``s + g``, the
+    same token, probability and entropy as the filtered path with the filters off.
+    Jitted like
     jax.numpy (module level, ``stats`` and ``implementation`` static,
     hyperparameters traced): eager calls after the first compile nothing.
 
@@ -206,6 +228,7 @@ def sample_tokens(
       (LLaDA), 2025, arXiv:2502.09992.
     """
     _validate.is_key(key)
+    plain = _is_plain(top_k, top_p, min_p)
     logits, top_k = _check(logits, temperature, top_k, top_p, min_p)
     _validate.one_of(("sampled", "logits"), stats=stats)
     _validate.one_of(_dispatch.IMPLEMENTATIONS, implementation=implementation)
@@ -217,6 +240,7 @@ def sample_tokens(
         top_p,
         min_p,
         stats=stats,
+        plain=plain,
         implementation=implementation,
     )
 
@@ -261,8 +285,11 @@ def _bad_logits(logits):
     )
 
 
-def _rows(logits, temperature, top_k, top_p, min_p):
+def _rows(logits, temperature, top_k, top_p, min_p, plain=False):
     """Flat per-row hyperparameters ``(t, k, p, mp)``, guarded (NaN fails too).
+
+    ``plain``: the filters are known to be off (their concrete values were checked),
+    so only the logits and the temperature are guarded.
 
     The logits checks guard the small per-row ``t`` (which every path consumes),
     not the (R, V) logits: under a mesh, eqx.error_if's result is computed on one
@@ -280,19 +307,21 @@ def _rows(logits, temperature, top_k, top_p, min_p):
     t = _guard(t, empty_row, _EMPTY_ROW)
     # ~(ok) forms: a NaN hyperparameter compares False and must fail the check.
     t = _guard(t, ~jnp.all(t >= 0), "`temperature` must be >= 0 (not NaN).")
+    if plain:
+        return t, k, p, mp
     p = _guard(p, ~jnp.all((p > 0) & (p <= 1)), "`top_p` must lie in (0, 1] (not NaN).")
     mp = _guard(mp, ~jnp.all((mp >= 0) & (mp <= 1)), "`min_p` must lie in [0, 1] (not NaN).")
     k = _guard(k, jnp.any((k < 1) | (k > vocab)), f"`top_k` must lie in [1, {vocab}].")
     return t, k, p, mp
 
 
-@functools.partial(jax.jit, static_argnames=("stats", "implementation"))
-def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, implementation):
+@functools.partial(jax.jit, static_argnames=("stats", "plain", "implementation"))
+def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, plain, implementation):
     """Jitted core of :func:`sample_tokens` (module level: eager calls hit the cache)."""
     *batch, vocab = logits.shape
     batch = tuple(batch)
     cd = jnp.dtype(accumulation_dtype(logits.dtype))
-    t, k, p, mp = _rows(logits, temperature, top_k, top_p, min_p)
+    t, k, p, mp = _rows(logits, temperature, top_k, top_p, min_p, plain)
     x2 = logits.reshape(-1, vocab)
 
     def noise():  # flat (R, V) noise equals gumbel over logits.shape (partitionable)
@@ -306,11 +335,13 @@ def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, impl
             if _pallas.hash_noise_supported(key, logits.dtype, logits.size)
             else noise()
         )
-        return _kernel_with_vjp(x2, g, t, k, p, mp, stats, interpret)
+        return _kernel_with_vjp(x2, g, t, k, p, mp, stats, plain, interpret)
 
     rows = _dispatch.dispatch(
         implementation,
-        reference=lambda: _fused.sample_block(x2, noise(), t, k, p, mp, stats=stats, vocab=vocab),
+        reference=lambda: _fused.sample_block(
+            x2, noise(), t, k, p, mp, stats=stats, vocab=vocab, plain=plain
+        ),
         kernel=kernel,
     )
     dt = logits.dtype

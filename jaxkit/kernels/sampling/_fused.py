@@ -6,7 +6,9 @@ f32, 64 for f64), skipped (zero passes) when no row of the block uses the filter
 Only elementwise ops, row reductions and a loop: the Pallas kernel runs
 :func:`sample_block` on its block and ``implementation="xla"`` runs it on the whole
 ``(R, V)`` array. The sort-based ``_reference.sample_rows_reference`` is the spec;
-tests check both agree token for token.
+tests check both agree token for token. With every filter off (decided statically by
+the caller) ``plain=True`` skips the threshold machinery: one arg-max of ``s + g``,
+the same token.
 """
 
 import jax
@@ -50,8 +52,41 @@ def _argmax_lowest(z: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(z == mx, cols, big), axis=-1)
 
 
-def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int) -> ref.RowStats:
-    """Sample every row of ``x`` (``vocab`` real columns; extra columns are -inf)."""
+def _stats(x, s, keep, t, tok, stats: str) -> ref.RowStats:
+    """Probability and entropy of the token (see ``sample_rows_reference``)."""
+    if stats == "logits":
+        xc = x.astype(s.dtype)
+        prob, ent = ref.row_stats(xc, xc > -jnp.inf, tok)
+    else:
+        prob, ent = ref.row_stats(s, keep, tok)
+        prob = jnp.where(t > 0, prob, jnp.ones_like(prob))
+        ent = jnp.where(t > 0, ent, jnp.zeros_like(ent))
+    return ref.RowStats(tok, prob, ent)
+
+
+def _sample_plain(x, g, t, *, stats: str) -> ref.RowStats:
+    """No filter: the kept set is the whole row.
+
+    The token is one lowest-index arg-max of ``s + g`` (of ``s`` where ``T == 0``),
+    the one :func:`sample_block` picks with ``k = V``, ``p = 1``, ``mp = 0``.
+    """
+    cd = jnp.dtype(accumulation_dtype(x.dtype))
+    t = t.astype(cd)
+    s = ref.tempered(x, t)
+    sg = jax.lax.stop_gradient(s)
+    z = jnp.where((t > 0)[:, None], sg + g.astype(cd), sg)
+    tok = _argmax_lowest(z).astype(jnp.int32)
+    return _stats(x, s, sg > -jnp.inf, t, tok, stats)
+
+
+def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int, plain: bool = False) -> ref.RowStats:
+    """Sample every row of ``x`` (``vocab`` real columns; extra columns are -inf).
+
+    ``plain``: the caller knows every filter is off (``k = vocab``, ``p = 1``,
+    ``mp = 0``); ``k``, ``p`` and ``mp`` are then not read.
+    """
+    if plain:
+        return _sample_plain(x, g, t, stats=stats)
     cd = jnp.dtype(accumulation_dtype(x.dtype))
     it = _int_dtype(cd)
     nbits = np.iinfo(it).bits
@@ -92,11 +127,4 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int) -> ref.RowStats:
     sampled = _argmax_lowest(jnp.where(keep, sg + g.astype(cd), jnp.full_like(sg, -jnp.inf)))
     greedy = _argmax_lowest(sg)
     tok = jnp.where(t > 0, sampled, greedy).astype(jnp.int32)
-    if stats == "logits":
-        xc = x.astype(cd)
-        prob, ent = ref.row_stats(xc, xc > -jnp.inf, tok)
-    else:
-        prob, ent = ref.row_stats(s, keep, tok)
-        prob = jnp.where(t > 0, prob, jnp.ones_like(prob))
-        ent = jnp.where(t > 0, ent, jnp.zeros_like(ent))
-    return ref.RowStats(tok, prob, ent)
+    return _stats(x, s, keep, t, tok, stats)

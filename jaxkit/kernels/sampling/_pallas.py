@@ -40,6 +40,7 @@ def _kernel(
     stats,
     hash_noise,
     vocab,
+    plain,
 ):
     x = x_ref[...]
     if hash_noise:  # g_ref holds the threefry key words; noise of flat element r*V + c
@@ -49,7 +50,7 @@ def _kernel(
     else:
         g = g_ref[...]
     tok, prob, ent = _fused.sample_block(
-        x, g, t_ref[...], k_ref[...], p_ref[...], mp_ref[...], stats=stats, vocab=vocab
+        x, g, t_ref[...], k_ref[...], p_ref[...], mp_ref[...], stats=stats, vocab=vocab, plain=plain
     )
     tok_ref[...] = tok
     prob_ref[...] = prob.astype(prob_ref.dtype)
@@ -76,7 +77,7 @@ def hash_noise_supported(key: jax.Array, dtype, size: int) -> bool:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("stats", "block_r", "interpret"))
+@functools.partial(jax.jit, static_argnames=("stats", "plain", "block_r", "interpret"))
 def sample_rows_pallas(
     logits,
     noise,
@@ -86,6 +87,7 @@ def sample_rows_pallas(
     min_p,
     *,
     stats="sampled",
+    plain=False,
     block_r=None,
     interpret=False,
 ):
@@ -94,6 +96,7 @@ def sample_rows_pallas(
     ``noise`` is either the ``(R, V)`` Gumbel noise, or the ``(2,)`` uint32 key data
     of a threefry key, in which case the kernel generates ``jax.random.gumbel(key,
     (R, V), f32)`` itself (bit-identical, see ``_hash``) and reads only the logits.
+    ``plain``: every filter is off (see ``_fused.sample_block``).
     """
     r, v = logits.shape
     mesh = jax.typeof(logits).sharding.mesh
@@ -134,7 +137,7 @@ def sample_rows_pallas(
     row = pl.BlockSpec((block_r, vp), lambda i: (i, 0))
     vec = pl.BlockSpec((block_r,), lambda i: (i,))
     tok, prob, ent = pl.pallas_call(
-        functools.partial(_kernel, stats=stats, hash_noise=hash_noise, vocab=v),
+        functools.partial(_kernel, stats=stats, hash_noise=hash_noise, vocab=v, plain=plain),
         out_shape=(
             jax.ShapeDtypeStruct((rp,), jnp.int32, manual_axis_type=mat),
             jax.ShapeDtypeStruct((rp,), cd, manual_axis_type=mat),
