@@ -321,6 +321,14 @@ def prism(
     factors. Defaults follow the authors' trainer (floor 0.5, scalar floors,
     ``cond_max`` 1e4, horizontal lift on, de-biasing off).
 
+    The state also carries the factors of the last retraction with their frame
+    (singular vectors and values of ``Z``, balancing rotation): when the next
+    ``params`` are those factors (to within 16 ulps, as ``optax.apply_updates`` leaves
+    them), that step takes its frame from the state instead of a QR, SVD and polar
+    decomposition per module (same result up to round-off); other ``params`` (the
+    first step, factors changed outside) get the frame recomputed. The frame is a
+    function of the released factors only, so the privacy argument is unchanged.
+
     Args:
       learning_rate: Step size or schedule.
       clip_norm: See :func:`prism_privatize`.
