@@ -26,6 +26,7 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
 from jaxkit.privacy._prism_adaptive import AdaptiveOpts, _lr, adaptive_body, prism_adaptive
+from jaxkit.privacy._prism_carry import follow, frame, init_carry
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     TangentCoords,
@@ -81,17 +82,6 @@ def _init_privatize(key, with_frame: bool = False):
     return init
 
 
-def _follow_signs(cache, ref):
-    """Flip frame columns so that ``u`` keeps the sign of the reference ``ref``.
-
-    Where a column's overlap with the reference is small (first step, a
-    singular-value crossing) the stateless rule of :func:`gram_cache` stays.
-    """
-    dots = jnp.sum(ref.astype(cache.u.dtype) * cache.u, axis=0)
-    sg = jnp.where(jnp.abs(dots) > 0.5, jnp.sign(dots), 1.0).astype(cache.u.dtype)[None, :]
-    return cache._replace(ta=cache.ta * sg, tb=cache.tb * sg, u=cache.u * sg, v=cache.v * sg)
-
-
 def _slice_norm_sq(ga, gb, ta, tb, u, v):
     """Per-example ``||gv||^2 + ||vp||^2`` [b] of one unstacked module, as 2-D GEMMs."""
     b, m, r = ga.shape
@@ -105,7 +95,7 @@ def _slice_norm_sq(ga, gb, ta, tb, u, v):
 _UNROLL_NORMS = 16
 
 
-def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
+def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float, cache=None):
     """Per-example intrinsic norm^2 [b] (summed over stacked axes) and the caches.
 
     ``||P_T(G_i)||^2 = ||core||^2 + ||up||^2 + ||vp||^2`` (:func:`tangent_coords`),
@@ -118,7 +108,8 @@ def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float):
     the whole gradient and run 2-3x slower at ``r = 16``.
     """
     ns = C.n_stack(p)
-    cache = C.stackloop(lambda q: gram_cache(q, rcond=rcond), ns)(p)  # LAPACK: no vmap
+    if cache is None:  # else the frame of p, given (see _prism_carry)
+        cache = C.stackloop(lambda q: gram_cache(q, rcond=rcond), ns)(p)  # LAPACK: no vmap
     acc = cache.u.dtype
     ga, gb = g.a.astype(acc), g.b.astype(acc)
     st = p.a.shape[:ns]
@@ -145,10 +136,13 @@ def _privatize_update(updates, state, params, dp, *, axis_name, rcond):
     return _privatize_body(updates, state, params, dp, axis_name=axis_name, rcond=rcond)[:2]
 
 
-def _privatize_body(updates, state, params, dp, *, axis_name, rcond):
+def _privatize_body(updates, state, params, dp, *, axis_name, rcond, frames=None):
     """``prism_privatize``'s update plus the per-node caches ``gram_cache(params)``.
 
-    ``dp``: ``(clip_norm, noise_multiplier, denom)``.
+    ``dp``: ``(clip_norm, noise_multiplier, denom)``. ``frames``: per flattened node,
+    ``(gram_cache(p), q)`` known beforehand (``None`` at other leaves), or ``None``
+    (computed here). Returns the release, the state, the caches and the ``q``'s (or
+    ``None``), column signs following the state's last frame.
     """
     clip_norm, noise_multiplier, denom = dp
     nd = C.norm_dtype(jax.tree.leaves(params))
@@ -161,9 +155,10 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond):
     # 1. per-example norms, global over modules
     sq = []
     caches = []
-    for p, g in zip(p_nodes, g_nodes, strict=True):
+    given = frames if frames is not None else [None] * len(p_nodes)
+    for p, g, fr in zip(p_nodes, g_nodes, given, strict=True):
         if C.is_lora(p):
-            s, cache = _lora_norm_sq(p, g, rcond)
+            s, cache = _lora_norm_sq(p, g, rcond, None if fr is None else fr[0])
             sq.append(s.astype(nd))
             caches.append(cache)
         else:
@@ -172,10 +167,11 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond):
     norms = jnp.sqrt(sum(sq))
     alpha = C.clip_factors(norms, cn, nd)
     refs = treedef.flatten_up_to(state.frame) if state.frame is not None else [None] * len(p_nodes)
-    caches = [
-        c if r is None or c is None else C.stackmap(_follow_signs, C.n_stack(p))(c, r)
-        for p, c, r in zip(p_nodes, caches, refs, strict=True)
-    ]
+    qs = [None if fr is None else fr[1] for fr in given]
+    for i, (p, c, r) in enumerate(zip(p_nodes, caches, refs, strict=True)):
+        if r is not None and c is not None:
+            caches[i], qs[i] = C.stackmap(follow, C.n_stack(p))(c, qs[i], r)
+    qs = None if frames is None else qs
 
     # 2. clipped sums, reduced across devices, then noise drawn once
     step_key = jax.random.fold_in(state.key, state.count)
@@ -219,7 +215,7 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond):
                 for c, r in zip(caches, refs, strict=True)
             ]
         )
-    return treedef.unflatten(out), _next_state(state, energy, den, frame), caches
+    return treedef.unflatten(out), _next_state(state, energy, den, frame), caches, qs
 
 
 def _check_update_args(updates, params) -> None:
@@ -325,6 +321,14 @@ def prism(
     factors. Defaults follow the authors' trainer (floor 0.5, scalar floors,
     ``cond_max`` 1e4, horizontal lift on, de-biasing off).
 
+    The state also carries the factors of the last retraction with their frame
+    (singular vectors and values of ``Z``, balancing rotation): when the next
+    ``params`` are those factors (to within 16 ulps, as ``optax.apply_updates`` leaves
+    them), that step takes its frame from the state instead of a QR, SVD and polar
+    decomposition per module (same result up to round-off); other ``params`` (the
+    first step, factors changed outside) get the frame recomputed. The frame is a
+    function of the released factors only, so the privacy argument is unchanged.
+
     Args:
       learning_rate: Step size or schedule.
       clip_norm: See :func:`prism_privatize`.
@@ -391,6 +395,10 @@ def prism(
     dp = (clip_norm, noise_multiplier, denom)
     opts = AdaptiveOpts(rcond, horizontal, adaptive, debias, floor_mode)
 
+    def init(params):
+        s_priv, s_adapt = chained.init(params)
+        return s_priv, s_adapt._replace(carry=init_carry(params))
+
     def update(updates, state, params=None, **extra_args):
         # the chain's update, fused: the aggregator's frame gram_cache(params) is reused
         # by the adaptive step instead of being recomputed (same result up to round-off)
@@ -401,15 +409,27 @@ def prism(
             updates, state, params, dp, lr, std, hp, axis_name=axis_name, opts=opts
         )
 
-    return optax.GradientTransformationExtraArgs(chained.init, update)
+    return optax.GradientTransformationExtraArgs(init, update)
 
 
 @functools.partial(jax.jit, static_argnames=("axis_name", "opts"))
 def _prism_update(updates, state, params, dp, lr, std, hp, *, axis_name, opts):
-    """``prism``'s update: privatize, then the adaptive step on the same frames."""
+    """``prism``'s update: privatize, then the adaptive step on the same frames.
+
+    The frames come from the last step's retraction when ``params`` are its result
+    (``_prism_carry``); the retraction of this step leaves the next step's.
+    """
     s_priv, s_adapt = state
-    priv, s_priv, caches = _privatize_body(
-        updates, s_priv, params, dp, axis_name=axis_name, rcond=opts.rcond
+    frames = None
+    if s_adapt.carry is not None:  # None: a state without the carry (frames computed)
+        p_nodes, treedef = jax.tree.flatten(params, is_leaf=C.is_lora)
+        c_nodes = treedef.flatten_up_to(s_adapt.carry)
+        frames = [
+            frame(p, c, opts.rcond) if C.is_lora(p) else None
+            for p, c in zip(p_nodes, c_nodes, strict=True)
+        ]
+    priv, s_priv, caches, qs = _privatize_body(
+        updates, s_priv, params, dp, axis_name=axis_name, rcond=opts.rcond, frames=frames
     )
-    out, s_adapt = adaptive_body(priv, s_adapt, params, lr, std, hp, caches, opts)
+    out, s_adapt = adaptive_body(priv, s_adapt, params, lr, std, hp, caches, opts, qs=qs)
     return out, (s_priv, s_adapt)

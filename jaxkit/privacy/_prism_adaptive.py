@@ -19,6 +19,7 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
+from jaxkit.privacy._prism_carry import next_carry
 from jaxkit.privacy.lowrank import (
     LoraFactors,
     _balance_from_cache,
@@ -29,11 +30,16 @@ from jaxkit.privacy.lowrank import (
 
 
 class PrismAdaptiveState(NamedTuple):
-    """Moments of :func:`prism_adaptive` (LoRA: ``mu`` factor-shaped, ``nu`` r x r)."""
+    """Moments of :func:`prism_adaptive` (LoRA: ``mu`` factor-shaped, ``nu`` r x r).
+
+    ``carry`` (:func:`prism` only, ``None`` elsewhere): per LoRA module, the factors
+    of the last retraction with their frame, so the next step needs no QR or SVD for it.
+    """
 
     count: Array
     mu: PyTree
     nu: PyTree
+    carry: PyTree = None
 
 
 class AdaptiveOpts(NamedTuple):
@@ -67,7 +73,7 @@ def _frame_qr(u, r0, d):
     return jnp.concatenate([u, qp], axis=1), jnp.concatenate([top, bot], axis=0)
 
 
-def _retract_balanced(cache, q, pb, d, *, eta):
+def _retract_balanced(cache, q, pb, d, *, eta, frame=False):
     """:func:`retract` (aligned) of balanced factors ``pb = (u sqrt(S) Q, v sqrt(S) Q)``.
 
     ``cache`` holds ``u, v, s`` and ``q`` the gauge ``Q`` (from :func:`_balance_from_cache`):
@@ -78,7 +84,7 @@ def _retract_balanced(cache, q, pb, d, *, eta):
     a, b, da, db = (x.astype(acc) for x in (*pb, *d))
     qr_u = _frame_qr(cache.u, r0, da)
     qr_v = _frame_qr(cache.v, r0, db)
-    return _retract_core(a, b, qr_u, qr_v, eta, True, pb.a.dtype)
+    return _retract_core(a, b, qr_u, qr_v, eta, True, pb.a.dtype, frame)
 
 
 def _precond(v, floor, cond_max, eps):
@@ -89,13 +95,15 @@ def _precond(v, floor, cond_max, eps):
     return (e * ((lam + eps) ** -0.5)[None, :]) @ e.T
 
 
-def _module(p, d, mu, nu, cache, t, lr, std2, hp, opts: AdaptiveOpts):
+def _module(p, d, mu, nu, cache, q, t, lr, std2, hp, opts: AdaptiveOpts):
+    """One (unstacked) module; with ``q`` also the retraction's frame ``(u, v, s, q)``."""
     b1, b2, eps, floor_factor, cond_max, weight_decay = hp
     rcond, horizontal, adaptive, debias, floor_mode = opts
     if cache is None:  # else gram_cache(p) from the aggregator (column signs may differ)
         cache = gram_cache(p, rcond=rcond)
     acc = cache.u.dtype
-    pb, g, git, q = _balance_from_cache(p, cache)
+    carry = q is not None  # q: the balancing rotation, known from the frame
+    pb, g, git, q = _balance_from_cache(p, cache, q=q)
     pb = LoraFactors(pb.a.astype(acc), pb.b.astype(acc))
     da, db = d.a.astype(acc) @ g, d.b.astype(acc) @ git
     # balanced and aligned: pb = (u sqrt(S) Q, v sqrt(S) Q), so both Gram matrices are
@@ -139,11 +147,12 @@ def _module(p, d, mu, nu, cache, t, lr, std2, hp, opts: AdaptiveOpts):
         new_mu, new_nu = mu, nu
     wd = jnp.asarray(weight_decay, acc)
     ua, ub = ua + wd * pb.a, ub + wd * pb.b
-    new = _retract_balanced(cache, q, pb, LoraFactors(-ua, -ub), eta=lr.astype(acc))
+    new = _retract_balanced(cache, q, pb, LoraFactors(-ua, -ub), eta=lr.astype(acc), frame=carry)
+    new, parts = new if carry else (new, None)
     upd = LoraFactors(
         (new.a - p.a.astype(acc)).astype(p.a.dtype), (new.b - p.b.astype(acc)).astype(p.b.dtype)
     )
-    return upd, new_mu, new_nu
+    return upd, new_mu, new_nu, (new, parts)
 
 
 @functools.partial(jax.jit, static_argnames=("opts",))
@@ -152,11 +161,13 @@ def _adaptive_update(updates, state, params, lr, noise_std, hp, *, opts):
     return adaptive_body(updates, state, params, lr, noise_std, hp, None, opts)
 
 
-def adaptive_body(updates, state, params, lr, noise_std, hp, caches, opts: AdaptiveOpts):
+def adaptive_body(updates, state, params, lr, noise_std, hp, caches, opts: AdaptiveOpts, qs=None):
     """``prism_adaptive``'s update, given (or not) the frames of ``params``.
 
     ``caches``: per flattened node, ``gram_cache(params)`` (column signs may be
-    flipped; the result is invariant to them) or ``None`` (computed here).
+    flipped; the result is invariant to them) or ``None`` (computed here). ``qs``:
+    per node the balancing rotation of that frame, or ``None``; given, the state's
+    ``carry`` receives the retraction's factors and frame (``_prism_carry``).
     """
     count = state.count + jnp.ones_like(state.count)
     t = count.astype(jnp.float32)
@@ -168,17 +179,21 @@ def adaptive_body(updates, state, params, lr, noise_std, hp, caches, opts: Adapt
     nu_nodes = treedef.flatten_up_to(state.nu)
     if caches is None:
         caches = [None] * len(p_nodes)
+    carries = None if qs is None else []
+    qs = [None] * len(p_nodes) if qs is None else qs
     outs, mus, nus = [], [], []
-    for p, d, mu, nu, ca in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, caches, strict=True):
+    for p, d, mu, nu, ca, q in zip(p_nodes, d_nodes, mu_nodes, nu_nodes, caches, qs, strict=True):
         if C.is_lora(p):
             t_acc = t.astype(C.acc_dtype(p.a))
             fn = C.stackloop(  # LAPACK inside: one stacked slice per call (see stackloop)
-                lambda p_, d_, mu_, nu_, ca_, ta=t_acc: _module(
-                    p_, d_, mu_, nu_, ca_, ta, lr, std2, hp, opts
+                lambda p_, d_, mu_, nu_, ca_, q_, ta=t_acc: _module(
+                    p_, d_, mu_, nu_, ca_, q_, ta, lr, std2, hp, opts
                 ),
                 C.n_stack(p),
             )
-            u, mu2, nu2 = fn(p, d, mu, nu, ca)
+            u, mu2, nu2, (new, parts) = fn(p, d, mu, nu, ca, q)
+            if carries is not None:
+                carries.append(next_carry(new, parts, ca.u))
         else:
             acc = C.acc_dtype(p)
             dd = d.astype(acc)
@@ -188,11 +203,14 @@ def adaptive_body(updates, state, params, lr, noise_std, hp, caches, opts: Adapt
                 mu2, nu2, dirn = mu, nu, dd
             dirn = dirn + jnp.asarray(weight_decay, acc) * p.astype(acc)
             u = (-lr.astype(acc) * dirn).astype(p.dtype)
+            if carries is not None:
+                carries.append(None)
         outs.append(u)
         mus.append(mu2)
         nus.append(nu2)
+    carry = None if carries is None else treedef.unflatten(carries)
     return treedef.unflatten(outs), PrismAdaptiveState(
-        count, treedef.unflatten(mus), treedef.unflatten(nus)
+        count, treedef.unflatten(mus), treedef.unflatten(nus), carry
     )
 
 

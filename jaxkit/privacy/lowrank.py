@@ -310,8 +310,11 @@ def retract(
     return _retract_core(a, b, (qu, ru), (qv, rv), eta, align, f.a.dtype)
 
 
-def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
-    """:func:`retract` from ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v`` (orthonormal Q's)."""
+def _retract_core(a, b, qr_u, qr_v, eta, align, dtype, frame=False):
+    """:func:`retract` from the QRs ``[a, dA] = Q_u R_u``, ``[b, dB] = Q_v R_v``.
+
+    ``frame``: also return ``(u, v, s, q)``, the result being ``(u sqrt(S) q, v sqrt(S) q)``.
+    """
     (qu, ru), (qv, rv) = qr_u, qr_v
     acc = ru.dtype
     eta = jnp.asarray(eta).astype(acc)
@@ -322,36 +325,34 @@ def _retract_core(a, b, qr_u, qr_v, eta, align, dtype):
     rs = jnp.sqrt(jnp.maximum(s[:r], 0.0))
     ap = qu @ (uc[:, :r] * rs[None, :])
     bp = qv @ (vct[:r].T * rs[None, :])
-    if align:
-        q = _polar(ap.T @ a + bp.T @ b)
-        ap, bp = ap @ q, bp @ q
-    return LoraFactors(ap.astype(dtype), bp.astype(dtype))
+    q = _polar(ap.T @ a + bp.T @ b) if align else eye
+    ap, bp = (ap @ q, bp @ q) if align else (ap, bp)
+    out = LoraFactors(ap.astype(dtype), bp.astype(dtype))
+    return (out, (qu @ uc[:, :r], qv @ vct[:r].T, s[:r], q)) if frame else out
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "align",
-        "rcond",
-    ),
-)
+@functools.partial(jax.jit, static_argnames=("align", "rcond"))
 def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraFactors:
     """Balanced representative ``(u sqrt(S), v sqrt(S))`` of ``Z``, Procrustes-aligned to ``f``."""
     cache = gram_cache(f, rcond=rcond)
     return _balance_from_cache(f, cache, align=align)[0]
 
 
-def _balance_from_cache(f, cache, *, align=True):
-    """Balanced ``(a G, b G^{-T}) = (u sqrt(S) Q, v sqrt(S) Q)``, ``G``, ``G^{-T}``, ``Q``."""
+def _balance_from_cache(f, cache, *, align=True, q=None):
+    """Balanced ``(a G, b G^{-T}) = (u sqrt(S) Q, v sqrt(S) Q)``, ``G``, ``G^{-T}``, ``Q``.
+
+    ``q``: the alignment ``Q`` when already known (no polar decomposition then).
+    """
     acc = cache.u.dtype
     rs = jnp.sqrt(jnp.maximum(cache.s, 0.0))[None, :]
     g = cache.ta * rs
     git = cache.tb * rs
-    q = jnp.eye(g.shape[-1], dtype=acc)
-    if align:
-        a, b = f.a.astype(acc), f.b.astype(acc)
+    if q is None and align:
         ab, bb = cache.u * rs, cache.v * rs
-        q = _polar(ab.T @ a + bb.T @ b)
+        q = _polar(ab.T @ f.a.astype(acc) + bb.T @ f.b.astype(acc))
+    if q is None:
+        q = jnp.eye(g.shape[-1], dtype=acc)
+    else:
         g, git = g @ q, git @ q
     a, b = f.a.astype(acc), f.b.astype(acc)
     return LoraFactors((a @ g).astype(f.a.dtype), (b @ git).astype(f.b.dtype)), g, git, q
