@@ -221,6 +221,8 @@ def main(
         ok = (
             all(acc[d] >= 0.9 for d in (1, -1))
             and min(td3b[d]["affinity"] for d in (1, -1)) >= pre[1]["affinity"]
+            # decoupling: affinity-only raises affinity, direction stays at the base rate
+            and aff[1]["affinity"] > pre[1]["affinity"]
             and abs(aff[1]["direction_acc"] - pre[1]["direction_acc"]) <= 0.15
         )
     res = {

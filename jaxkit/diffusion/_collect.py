@@ -226,10 +226,16 @@ def rescore_buffer(
     return buffer._replace(log_ratio=lr, log_w=lw)
 
 
-def merge_best(buffer: Buffer, new: Buffer, size: int) -> Buffer:
-    """Best-of-buffer: keep the ``size`` rows of ``buffer`` and ``new`` with the highest reward."""
+def merge_best(buffer: Buffer | None, new: Buffer, size: int) -> Buffer:
+    """Best-of-buffer: keep the ``size`` rows of ``buffer`` and ``new`` with the highest reward.
+
+    ``buffer=None`` (no earlier rows): the best ``size`` rows of ``new`` alone.
+    """
     size = _validate.python_int(size, name="size", minimum=1)
-    both = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), buffer, new)
+    if buffer is None:
+        both = new
+    else:
+        both = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), buffer, new)
     order = np.argsort(-np.asarray(both.reward), kind="stable")[:size]
     return jax.tree.map(lambda a: a[order], both)
 
@@ -406,7 +412,7 @@ def fine_tune(
             )
             buffer = _buffer(*rows, direction, a_it, kappa_min, objective)
         elif collection == "onpolicy" or buffer is None:
-            buffer = fresh if collection == "onpolicy" else merge_best(fresh, fresh, buffer_size)
+            buffer = fresh if collection == "onpolicy" else merge_best(None, fresh, buffer_size)
         else:
             buffer = rescore_buffer(
                 apply_fn,

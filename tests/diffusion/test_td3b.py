@@ -188,6 +188,20 @@ def test_contrastive_uses_requested_direction_not_reward_sign():
     assert float(m["kl"]) == 0.0  # model == reference
 
 
+def test_merge_best_first_collection_has_no_duplicate_rows():
+    # the loop's first best-of-buffer collection once merged the fresh rows with themselves,
+    # so the kept rows were each there twice (half as many distinct rows, double weight)
+    x = jnp.arange(24, dtype=jnp.int32).reshape(8, 3)
+    reward = jnp.array([0.1, 0.9, 0.9, 0.3, 0.5, 0.9, 0.2, 0.5])  # ties, as discrete oracles give
+    fresh = _buffer(x, jnp.zeros_like(x), jnp.ones((8,), jnp.int32), reward)
+    top = diffusion.merge_best(None, fresh, 4)
+    rows = [tuple(r) for r in np.asarray(top.tokens)]
+    assert len(set(rows)) == 4
+    assert sorted(np.asarray(top.reward).tolist(), reverse=True) == pytest.approx([0.9] * 3 + [0.5])
+    old = diffusion.merge_best(fresh, fresh, 4)  # the former first-collection call
+    assert len({tuple(r) for r in np.asarray(old.tokens)}) < 4
+
+
 def test_rescored_log_ratio_is_pre_minus_policy_not_running_sum():
     apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
     _, pol = _toys.random_mlp(V, 4, seed=2)
