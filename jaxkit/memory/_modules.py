@@ -134,12 +134,12 @@ class Injector(eqx.Module):
 class Router(eqx.Module):
     """``pi_psi``: action logits from the current hidden state (GELU MLP, last layer 0).
 
-    The input is normalised first (a LayerNorm without parameters): the router reads the
-    backbone's raw last-block residual stream, whose scale (and a component shared by
-    every position) dwarfs what tells the steps apart; HF pipelines, VisMem's among
-    them, hand a router ``hidden_states[-1]``, which is normalised too. Unnormalised,
-    the toy grid's router collapsed to the null within its first GRPO steps. A fresh
-    router is uniform (all logits 0; its arg-max is action 0, the null).
+    The input is normalised first (a LayerNorm without parameters): it is the backbone's
+    raw last-block residual stream, whose scale (norm ~64 on the toy grid, ~52 of it a
+    component every step shares) dwarfs what tells the steps apart, and Adam's first
+    router steps on it saturate the policy; HF models' ``hidden_states[-1]`` (what
+    VisMem's memory former reads) is normalised too. [R] (the paper's router input is not
+    published.) A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
     """
 
     l1: Linear
