@@ -529,7 +529,9 @@ def main(
         ap = train_router_one_step(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
         ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 4), steps[3])
         if save_adapter:
-            dump_adapter(save_adapter, ap, dict(seed=seed, steps=steps, stage2_ce_first_last=ce2))
+            dump_adapter(
+                save_adapter, ap, dict(seed=seed, steps=steps, mix=MIX, stage2_ce_first_last=ce2)
+            )
     n_eval = 24 if quick else 200
     cells, toks, q = sample_streams(np.random.default_rng(10_000 + seed), n_eval)
     oracle_late = oracle_late_accuracy(w_or, params, enc, cfg, cells, toks, q)
