@@ -134,7 +134,12 @@ class Injector(eqx.Module):
 class Router(eqx.Module):
     """``pi_psi``: action logits from the current hidden state (GELU MLP, last layer 0).
 
-    A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
+    The input is normalised first (a LayerNorm without parameters): it is the backbone's
+    raw last-block residual stream, whose scale (norm ~64 on the toy grid, ~52 of it a
+    component every step shares) dwarfs what tells the steps apart, and Adam's first
+    router steps on it saturate the policy; HF models' ``hidden_states[-1]`` (what
+    VisMem's memory former reads) is normalised too. [R] (the paper's router input is not
+    published.) A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
     """
 
     l1: Linear
@@ -146,4 +151,7 @@ class Router(eqx.Module):
         self.l2 = Linear(hidden, n_actions, key=k2, gain=0.0)
 
     def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
+        h = h.astype(jnp.float32)
+        h = h - jnp.mean(h, -1, keepdims=True)
+        h = h * jax.lax.rsqrt(jnp.mean(jnp.square(h), -1, keepdims=True) + 1e-5)
         return self.l2(jax.nn.gelu(self.l1(h)))

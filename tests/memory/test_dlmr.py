@@ -87,6 +87,16 @@ def test_delimiter_gating_and_n_max():
     np.testing.assert_array_equal(g.n_injections, e.sum(1))
 
 
+def test_router_reads_a_normalised_state():
+    # the residual stream's scale and a shift shared by its features do not move the router
+    # (its input is layer-normalised, without parameters); a different state does
+    h = jax.random.normal(jax.random.key(3), (4, LM.d_model)) * 5.0
+    lg = np.asarray(AP.router(h))
+    np.testing.assert_allclose(np.asarray(AP.router(40.0 * h + 7.0)), lg, rtol=1e-4, atol=1e-4)
+    other = np.asarray(AP.router(h[::-1]))
+    assert np.abs(other - lg).max() > 1e-2
+
+
 def test_router_masking_gives_null_only_when_ineligible():
     from jaxkit.memory._dlmr import action_mask
 
