@@ -35,9 +35,11 @@ rate and keeps benign PPL finite (the pipeline works).
 """
 
 import argparse
+import functools
 import json
 import os
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,9 +160,40 @@ def load_base(rng, *, train_steps=None, key=None):
     return fx.params, float(fx.info["final_loss"])
 
 
-def run_stages(params, scfg, rng, steps, key):
-    vp = steering.init_svgt(CFG, scfg, key=key)
+# One-shot programs (the value side's initialisation, the evaluation's generators and
+# forwards) compile with XLA's back-end optimisation off: on CPU compiling them costs more
+# than running them. Quick mode compiles its training steps (40 / 40 / 120 steps) the same
+# way (stage 3's step: 0.9 s to compile at -O0 vs 6.3 s, 29 ms a step vs 11 ms); full mode
+# keeps XLA's defaults for them.
+FAST_COMPILE = {
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_parallel_codegen_split_count": 1,
+}
+_fast = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
+
+
+def _init_svgt(scfg, key):
+    """``steering.init_svgt``, its random draws in one program compiled at -O0."""
+    init = functools.partial(steering.init_svgt, CFG, scfg)
+    structure = eqx.filter_eval_shape(lambda k: init(key=k), key)
+    arrays = _fast(lambda k: eqx.filter(init(key=k), eqx.is_array))(key)
+    return eqx.combine(arrays, structure)
+
+
+def _svgt_step(vp, st, batch, key, params, *, stage, tx, scfg):
+    kw = dict(lm_params=params, lm_cfg=CFG, cfg=scfg) if stage == 3 else {}
+    return steering.svgt_step(stage, vp, st, batch, tx=tx, key=key, **kw)
+
+
+_fast_step = _fast(_svgt_step, static_argnames=("stage", "tx", "scfg"))
+
+
+def run_stages(params, scfg, rng, steps, key, *, fast_steps=False):
+    vp = _init_svgt(scfg, key)
     layer = scfg.layer
+    step = functools.partial(_fast_step if fast_steps else _svgt_step, scfg=scfg)
     tx1, tx2, tx3 = (
         steering.svgt_optimizer(s, lr=lr) for s, lr in ((1, 3e-3), (2, 3e-3), (3, 3e-2))
     )
@@ -175,24 +208,14 @@ def run_stages(params, scfg, rng, steps, key):
                 batch = (h, pm, hp.astype(np.float32))
             else:
                 batch = (h, pm, ~pm & (tok != PAD), hr.astype(np.float32))
-            vp, st, loss, _ = steering.svgt_step(
-                stage, vp, st, batch, tx=tx, key=jax.random.fold_in(key, 1000 * stage + i)
-            )
+            k = jax.random.fold_in(key, 1000 * stage + i)
+            vp, st, loss, _ = step(vp, st, batch, k, None, stage=stage, tx=tx)
     st = tx3.init(vp)
     for i in range(3 * steps):
         tok, plen, hp, _ = sample(rng, 32, p_harm=0.0)  # harmful -> refusal, benign -> benign
         length = np.full_like(plen, tok.shape[1])
-        vp, st, loss, aux = steering.svgt_step(
-            3,
-            vp,
-            st,
-            (tok, plen, length),
-            tx=tx3,
-            key=jax.random.fold_in(key, 3000 + i),
-            lm_params=params,
-            lm_cfg=CFG,
-            cfg=scfg,
-        )
+        k = jax.random.fold_in(key, 3000 + i)
+        vp, st, loss, aux = step(vp, st, (tok, plen, length), k, params, stage=3, tx=tx3)
     return vp, float(aux.ce), float(aux.score)
 
 
@@ -212,6 +235,31 @@ def benign_ppl(logits, tok, plen, shift=0):
     return float(np.exp(np.mean(nll)))
 
 
+@_fast
+def _generate(params, prompts, prompt_len, iv, key):
+    """Base / CAA / refusal-prefix responses: RW tokens sampled at T = 1."""
+    kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
+    return decoding.ar_generate(params, CFG, prompts, prompt_len, interventions=iv, **kw).tokens
+
+
+@_fast
+def _logits(params, tokens, iv):
+    return nn.apply(params, CFG, tokens, interventions=iv).logits
+
+
+@functools.partial(_fast, static_argnames="scfg")
+def _svgt_eval(params, vp, prompts, prompt_len, rows, row_len, key, *, scfg):
+    """SVGT's sampled responses (as :func:`_generate`) and its logits on benign rows."""
+    kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
+    g = steering.svgt_generate(params, CFG, vp, scfg, prompts, prompt_len, **kw)
+    return g.tokens, steering.svgt_forward(params, CFG, vp, scfg, rows, row_len).logits
+
+
+@functools.partial(_fast, static_argnames="layer")
+def _caa_vector(params, pos, pos_len, neg, neg_len, *, layer):
+    return steering.caa_vector(params, CFG, pos, pos_len, neg, neg_len, layer=layer)
+
+
 def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, baselines=True):
     # one padded width per role (prompts / benign rows) whatever the shift, and the
     # refusal prefix cut to fit it; the unsteered model runs as CAA at scale 0 (x + 0 v is
@@ -220,31 +268,23 @@ def evaluate(params, vp, scfg, caa_vec, scales, rng, n, *, jailbreak, key, basel
     ptok = jnp.asarray(tok[:, :WP])
     bt, bl, _, _ = sample(rng, n, harmful_frac=0.0, jailbreak=jailbreak, width=WB)
     plen_j, layer = jnp.asarray(plen), scfg.layer
-    kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
     iv0 = steering.steer_add(caa_vec, 0.0, layer=layer)
     out = {}
-    g = decoding.ar_generate(params, CFG, ptok, plen_j, interventions=iv0, **kw)
-    lg = nn.apply(params, CFG, bt, interventions=iv0).logits
-    out["base"] = (harm_rate(g.tokens, hp), benign_ppl(lg, bt, bl))
-    g = steering.svgt_generate(params, CFG, vp, scfg, ptok, plen_j, **kw)
-    f = steering.svgt_forward(params, CFG, vp, scfg, bt, bl)
-    out["svgt"] = (harm_rate(g.tokens, hp), benign_ppl(f.logits, bt, bl, shift=scfg.n_bridge))
+    g = _generate(params, ptok, plen_j, iv0, key)
+    out["base"] = (harm_rate(g, hp), benign_ppl(_logits(params, bt, iv0), bt, bl))
+    g, lg = _svgt_eval(params, vp, ptok, plen_j, bt, bl, key, scfg=scfg)
+    out["svgt"] = (harm_rate(g, hp), benign_ppl(lg, bt, bl, shift=scfg.n_bridge))
     if not baselines:
         return out
     for s in scales:
         iv = steering.steer_add(caa_vec, s, layer=layer)
-        g = decoding.ar_generate(params, CFG, ptok, plen_j, interventions=iv, **kw)
-        lg = nn.apply(params, CFG, bt, interventions=iv).logits
-        out[f"caa@{s:g}"] = (harm_rate(g.tokens, hp), benign_ppl(lg, bt, bl))
+        g = _generate(params, ptok, plen_j, iv, key)
+        out[f"caa@{s:g}"] = (harm_rate(g, hp), benign_ppl(_logits(params, bt, iv), bt, bl))
     sp, sl = steering.prefix_prompts(ptok[:, : WP - len(SYS)], plen_j, jnp.asarray(SYS))
-    g = decoding.ar_generate(params, CFG, sp, sl, interventions=iv0, **kw)
+    g = _generate(params, sp, sl, iv0, key)
     bp, bpl = steering.prefix_prompts(bt[:, : WB - len(SYS)], bl, jnp.asarray(SYS))
-    out["refusal_prefix"] = (
-        harm_rate(g.tokens, hp),
-        benign_ppl(
-            nn.apply(params, CFG, bp, interventions=iv0).logits, np.asarray(bp), np.asarray(bpl)
-        ),
-    )
+    lg = _logits(params, bp, iv0)
+    out["refusal_prefix"] = (harm_rate(g, hp), benign_ppl(lg, np.asarray(bp), np.asarray(bpl)))
     return out
 
 
@@ -263,21 +303,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, train_base_steps=
         dropout=0.0,
     )
     vp, ce3, score3 = run_stages(
-        params, scfg, rng, 40 if quick else 300, jax.random.fold_in(key, 2)
+        params, scfg, rng, 40 if quick else 300, jax.random.fold_in(key, 2), fast_steps=quick
     )
     # CAA: harmful prompt + REFUSE (positive) vs harmful prompt + first content word
     tok, plen, hp, _ = sample(rng, 64, harmful_frac=1.0, p_harm=1.0)
     pos = tok.copy()
     pos[np.arange(64), plen] = REFUSE
-    caa = steering.caa_vector(
-        params,
-        CFG,
-        pos[:, : plen.max() + 1],
-        plen + 1,
-        tok[:, : plen.max() + 1],
-        plen + 1,
-        layer=scfg.layer,
-    )
+    w = plen.max() + 1
+    caa = _caa_vector(params, pos[:, :w], plen + 1, tok[:, :w], plen + 1, layer=scfg.layer)
     scales = (0.5, 1.0) if quick else (0.25, 0.5, 1.0, 2.0, 4.0)
     n = 48 if quick else 512
     kk = jax.random.fold_in(key, 3)
