@@ -16,7 +16,9 @@ sparse regions' items end in the random fill: 25% of slots instead of 11% on the
 bench, summed in-batch objective 0.85x instead of 1.07x apricot's sequential
 greedy). Zero-gain candidates are never proposed: slots the greedy leaves empty,
 and the batches beyond ``hard_fraction``, are filled with the unassigned items in
-uniformly random order. Batch order is shuffled last.
+uniformly random order. Batch order is shuffled last. ``ground`` says whose gains are
+summed: the whole pool's queries (``"pool"``, the submodular [recon] objective) or only
+the batch's own plus the candidate's (``"batch"``, the batch's in-batch loss).
 """
 
 import functools
