@@ -113,8 +113,11 @@ def nn_batches(
     """Naive nearest-neighbour batching: HOBIT's machinery with no false-negative filter.
 
     The kNN graph and the parallel greedy of :func:`hobit_batches` with the margin
-    filter, duplicate ids and contradiction checks all switched off (``margin=-inf``):
-    batches gather the hardest neighbours, false negatives included.
+    filter, duplicate ids and contradiction checks all switched off (``margin=-inf``)
+    and the gains summed over each batch's own queries (``ground="batch"``): every step
+    adds the neighbour that most raises the batch's in-batch loss, false negatives
+    included. (With the pool objective's gains, as before, its batches were less hard
+    than k-means' on the demo: mean in-batch InfoNCE 1.00 vs 1.77 after one epoch.)
     """
     _check_emb(q, d)
     n = q.shape[0]
@@ -129,6 +132,7 @@ def nn_batches(
     out = _batches_jit(
         g.nbr, g.w, q, d, None, key, -jnp.inf, 1.0,
         batch_size=bsz, p=p, p2=p2, rounds=3, refills=2, waves=min(4, n // bsz), obj="log",
+        ground="batch",
     )  # fmt: skip
     return out.perm
 

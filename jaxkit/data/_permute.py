@@ -16,7 +16,9 @@ sparse regions' items end in the random fill: 25% of slots instead of 11% on the
 bench, summed in-batch objective 0.85x instead of 1.07x apricot's sequential
 greedy). Zero-gain candidates are never proposed: slots the greedy leaves empty,
 and the batches beyond ``hard_fraction``, are filled with the unassigned items in
-uniformly random order. Batch order is shuffled last.
+uniformly random order. Batch order is shuffled last. ``ground`` says whose gains are
+summed: the whole pool's queries (``"pool"``, the submodular [recon] objective) or only
+the batch's own plus the candidate's (``"batch"``, the batch's in-batch loss).
 """
 
 import functools
@@ -81,11 +83,20 @@ def _pool_weights(nbr, w, pool):
     return jnp.where(hit, order[pos], p), jnp.where(hit, wv, 0.0)
 
 
-def _sparse_gains(cover, col, wv, obj):
-    """Marginal gains of every pool item: segment sums of ``phi(c_a + w) - phi(c_a)``."""
+def _sparse_gains(cover, col, wv, inb, obj, ground):
+    """Marginal gains of every pool item: segment sums of ``phi(c_a + w) - phi(c_a)``.
+
+    ``ground="pool"``: over every pool query ``a`` (the submodular [recon] objective).
+    ``ground="batch"``: over the batch's own queries only, plus the candidate's own term
+    ``phi(c_j)`` (its query against the batch's documents): the exact increase of the
+    batch's summed in-batch loss ``sum_{i in S} phi(sum_{j in S} w_ij)`` (not submodular).
+    """
     contrib = _phi(cover[:, None] + wv, obj) - _phi(cover, obj)[:, None]
+    if ground == "batch":
+        contrib = jnp.where(inb[:, None], contrib, 0.0)
     p = cover.shape[0]
-    return jnp.zeros(p + 1, contrib.dtype).at[col].add(contrib)[:p]
+    gain = jnp.zeros(p + 1, contrib.dtype).at[col].add(contrib)[:p]
+    return gain + _phi(cover, obj) if ground == "batch" else gain
 
 
 def _column(col, wv, j):
@@ -104,7 +115,7 @@ def _conflicts(q, d, dup, pool, margin):
     return c | c.T
 
 
-def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj):
+def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
     """Greedy growth of every batch from its candidate ``pool`` (members already in it).
 
     Steps until every batch is full or no batch can add a positive-gain item; each
@@ -148,7 +159,9 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj):
 
     def step(s):
         t, _, members, inb, cover, banned, assigned, cnt = s
-        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, None))(cover, col, wv, obj)
+        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, 0, None, None))(
+            cover, col, wv, inb, obj, ground
+        )
         s = (members, inb, cover, banned, assigned, cnt, jnp.zeros(nb, bool))
         s = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), s)
         return (t + 1, jnp.any(s[-1]), *s[:-1])
@@ -164,7 +177,7 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj):
 
 def _batches(
     nbr, w, q, d, dup_ids, key, margin, hard_fraction, *,
-    batch_size, p, p2, rounds, refills, waves, obj, exclude="margin",
+    batch_size, p, p2, rounds, refills, waves, obj, exclude="margin", ground="pool",
 ):  # fmt: skip
     n = nbr.shape[0]
     # pairs barred from sharing a greedy batch: within the margin or duplicates ("margin"),
@@ -178,7 +191,17 @@ def _batches(
     active = bidx.astype(jnp.float32) < jnp.round(jnp.asarray(hard_fraction, jnp.float32) * nb)
     assigned = jnp.zeros(n + 1, bool)
     grow = functools.partial(
-        _grow, nbr=nbr, w=w, q=q, d=d, dup=dup, margin=cmargin, bsz=bsz, rounds=rounds, obj=obj
+        _grow,
+        nbr=nbr,
+        w=w,
+        q=q,
+        d=d,
+        dup=dup,
+        margin=cmargin,
+        bsz=bsz,
+        rounds=rounds,
+        obj=obj,
+        ground=ground,
     )
     per = -(-nb // waves)
     active = jnp.pad(active, (0, per * waves - nb)).reshape(waves, per)
@@ -217,10 +240,21 @@ def _batches(
 
 _batches_jit = jax.jit(
     _batches,
-    static_argnames=("batch_size", "p", "p2", "rounds", "refills", "waves", "obj", "exclude"),
+    static_argnames=(
+        "batch_size",
+        "p",
+        "p2",
+        "rounds",
+        "refills",
+        "waves",
+        "obj",
+        "exclude",
+        "ground",
+    ),
 )
 
 _EXCLUDE = ("margin", "dup")
+_GROUND = ("pool", "batch")
 
 
 def pool_sizes(pool_factor: int, batch_size: int, k: int, n: int) -> tuple[int, int]:
@@ -260,6 +294,7 @@ def hobit_batches(
     waves: int = 4,
     objective: str = "log",
     exclude: str = "margin",
+    ground: str = "pool",
 ) -> HobitBatches:
     """One epoch's HOBIT permutation from a sparse hardness graph (jitted parallel greedy).
 
@@ -296,6 +331,15 @@ def hobit_batches(
       objective: concave ``phi``: ``'log'`` (HOBIT recon) or ``'sqrt'`` (static).
       exclude: ``'margin'`` or ``'dup'``: the pairs barred from sharing a greedy batch
         (see above; static).
+      ground: the queries whose gains the greedy sums (static). ``'pool'`` (default): the
+        whole candidate pool, the monotone submodular **[recon]** objective of
+        :func:`hobit_objective`. ``'batch'``: the batch's own queries, plus the
+        candidate's own query against the batch's documents, so each step adds the item
+        that most raises the batch's summed in-batch loss ``sum_{i in S} phi(sum_{j in
+        S} w_ij)`` (spec 3.2's ``in_batch`` variant; not submodular, no ``1 - 1/e``
+        bound). Pool gains reward documents hard for pool queries that end up in other
+        batches: on the demo the pool objective's batches are less mutually hard than
+        k-means' (see ``examples/hobit_synthetic.py``).
 
     Returns:
       ``HobitBatches(perm [n] int32, greedy [n] bool)``.
@@ -309,6 +353,7 @@ def hobit_batches(
     bsz = check_batch_size(n, batch_size)
     V.one_of(_OBJECTIVES, objective=objective)
     V.one_of(_EXCLUDE, exclude=exclude)
+    V.one_of(_GROUND, ground=ground)
     rounds = V.python_int(rounds, name="rounds", minimum=1)
     refills = V.python_int(refills, name="refills", minimum=0)
     waves = min(V.python_int(waves, name="waves", minimum=1), n // bsz)
@@ -319,7 +364,7 @@ def hobit_batches(
     return _batches_jit(
         g.nbr, g.w, q, d, dup_ids, key, margin, hard_fraction,
         batch_size=bsz, p=p, p2=p2, rounds=rounds, refills=refills,
-        waves=waves, obj=objective, exclude=exclude,
+        waves=waves, obj=objective, exclude=exclude, ground=ground,
     )  # fmt: skip
 
 
@@ -337,12 +382,14 @@ def hobit_permutation(
     pool_factor: int = 4,
     objective: str = "log",
     exclude: str = "margin",
+    ground: str = "pool",
 ) -> HobitBatches:
     """:func:`knn_graph` then :func:`hobit_batches` (reuse the graph when sweeping keys)."""
     g = knn_graph(q, d, k=k, tau=tau, margin=margin, dup_ids=dup_ids)
     return hobit_batches(
         g, q, d, key=key, batch_size=batch_size, margin=margin, hard_fraction=hard_fraction,
         dup_ids=dup_ids, pool_factor=pool_factor, objective=objective, exclude=exclude,
+        ground=ground,
     )  # fmt: skip
 
 

@@ -205,6 +205,27 @@ def _inbatch_sparse(perm, nbr, w, bsz):
                for b in perm.reshape(-1, bsz))  # fmt: skip
 
 
+def test_batch_ground_builds_mutually_harder_batches():
+    """``ground="batch"`` sums gains over the batch's own queries (plus the candidate's
+    own): its batches carry more in-batch loss than the pool objective's, still valid
+    and contradiction-free."""
+    n, bsz, tau, margin = 96, 8, 0.1, 0.1
+    q, d = _emb(n, 8, 3, noise=0.3)
+    dup = np.arange(n) // 3
+    qj, dj, dupj = jnp.asarray(q), jnp.asarray(d), jnp.asarray(dup)
+    g = data.knn_graph(qj, dj, k=8, tau=tau, margin=margin, dup_ids=dupj)
+    nbr, w = np.asarray(g.nbr), np.asarray(g.w, np.float64)
+    loss = {}
+    for ground in ("pool", "batch"):
+        r = data.hobit_batches(g, qj, dj, key=jax.random.key(1), batch_size=bsz,
+                               dup_ids=dupj, ground=ground)  # fmt: skip
+        assert sorted(np.asarray(r.perm).tolist()) == list(range(n))
+        greedy = np.asarray(r.greedy)
+        assert _contradictions(r.perm, q, d, margin, bsz, dup, greedy) == 0
+        loss[ground] = _inbatch_sparse(np.asarray(r.perm), nbr, w, bsz)
+    assert loss["batch"] > 1.1 * loss["pool"], loss
+
+
 def test_all_filtered_falls_back_to_uniform_fill():
     n, bsz = 96, 8  # the shapes of the test above: one compile for both
     q, d = _emb(n, 8, 4)
@@ -251,6 +272,8 @@ def test_bad_inputs():
         data.greedy_select(jnp.ones((3, 4)), 2, objective="exp")
     with pytest.raises(ValueError, match="`size`"):
         data.greedy_select(jnp.ones((3, 4)), 5)
+    with pytest.raises(ValueError, match="`ground`"):
+        data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=4, ground="all")
 
 
 def test_baselines_valid_and_behave():
