@@ -44,7 +44,11 @@ from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
 # (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
-SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 40, 16, 32)}
+SIZES = {
+    "full": (2000, 500, 1500, 64, 64),
+    "medium": (1000, 200, 400, 32, 32),  # the measured size of the README row
+    "quick": (256, 64, 40, 16, 32),
+}
 VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
 
 
@@ -119,7 +123,17 @@ def _alignment_accuracy(game, cfg, data):
     return hits / max(total, 1), 1.0 / n_seg
 
 
-def _evaluate(scores, weights, key):
+def _canonical_selfsim(canonical):
+    """Caption-caption similarity from the grammar's canonical form: 1 same, 0 otherwise.
+
+    The offline stand-in for TMR's sentence embeddings (spec §3.7): captions that differ
+    only by synonyms describe the same actions on the same parts in the same order.
+    """
+    c = np.asarray(canonical)
+    return (c[:, None] == c[None, :]).astype(np.float32)
+
+
+def _evaluate(scores, weights, key, text_selfsim=None):
     scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
     sims = scores[2] + gamma * (scores[1] + scores[0])
@@ -127,25 +141,32 @@ def _evaluate(scores, weights, key):
     for stage, sc in zip(("joint", "segment", "global"), scores, strict=True):
         m = retrieval.protocol_metrics(sc, "normal")  # each stage alone: where a variant wins
         out[f"stage_{stage}/R01_sum"] = round(m["t2m/R01"] + m["m2t/R01"], 2)
-    for proto in ("normal", "guo"):
-        m = retrieval.protocol_metrics(sims, proto, key=key if proto == "guo" else None)
+    protos = ("normal", "guo") + (() if text_selfsim is None else ("threshold",))
+    for proto in protos:
+        m = retrieval.protocol_metrics(
+            sims, proto, key=key if proto == "guo" else None, text_selfsim=text_selfsim
+        )
         for d in ("t2m", "m2t"):
             for k in ("R01", "R05", "R10", "MedR"):
                 out[f"{proto}/{d}/{k}"] = round(m[f"{d}/{k}"], 2)
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional"):
+def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional", size=None):
     """Train the three variants and compare retrieval and STII alignment.
 
     ``split="random"`` trains and tests on the random split instead (the reference for
-    "largest gain on compositional captions": run both and compare the gains).
+    "largest gain on compositional captions": run both and compare the gains). ``size``
+    (``"quick"``, ``"medium"`` or ``"full"``) overrides the size ``quick`` chooses.
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
         raise ValueError(f"`split` must be 'compositional' or 'random', got {split!r}.")
     t0 = time.perf_counter()
-    n_train, n_test, steps, batch, dim = SIZES["quick" if quick else "full"]
+    if size is not None and size not in SIZES:
+        raise ValueError(f"`size` must be one of {sorted(SIZES)} or None, got {size!r}.")
+    size = size or ("quick" if quick else "full")
+    n_train, n_test, steps, batch, dim = SIZES[size]
     key = jax.random.key(seed)
     kd = jax.random.split(key, 4)
     comp = split == "compositional"
@@ -169,18 +190,29 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
     test_arrays = tuple(
         jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
     )
+    selfsim = _canonical_selfsim(test.canonical)
     results = {}
     for name, w in VARIANTS.items():
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
         scores = M.pst_scores(params, cfg, *test_arrays)
         game = _stii_game(params, cfg, test_arrays)
-        res = _evaluate(scores, w, jax.random.fold_in(key, 7))
+        res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
         acc, chance = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res
-    r1 = {k: v["normal/t2m/R01"] + v["normal/m2t/R01"] for k, v in results.items()}
-    order_ok = r1["pst"] > r1["token_wise"] > r1["global_only"]
+
+    def r1(proto):
+        return {k: v[f"{proto}/t2m/R01"] + v[f"{proto}/m2t/R01"] for k, v in results.items()}
+
+    # headline: the `threshold` protocol with the grammar's canonical captions as the
+    # sentence identity (TMR's answer to duplicate captions): in the compositional test
+    # split many captions are the same up to synonyms (200 test pairs: 101-108 distinct),
+    # and `normal` counts retrieving such a twin as a miss, which caps its R@1 sum far
+    # below 200 (`normal_r1_ceiling`: a model exact up to synonyms and timing)
+    thr, nrm = r1("threshold"), r1("normal")
+    order_ok = thr["pst"] > thr["token_wise"] > thr["global_only"]
+    order_normal = nrm["pst"] > nrm["token_wise"] > nrm["global_only"]
     acc = results["pst"]["stii_alignment_acc"]
     claim = bool(order_ok and acc >= 0.70)
     # `ok`: the pipeline learns (every variant's R@1 in both directions at least 3x chance,
@@ -191,23 +223,28 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         v[f"normal/{d}/R01"] >= 3 * chance_r1 for v in results.values() for d in ("t2m", "m2t")
     )
     ok = bool(learned and acc > chance)
+    ceiling = retrieval.protocol_metrics(selfsim, "normal")
     os.makedirs(out_dir, exist_ok=True)
     return {
         "method": "pst",
-        "metric": f"R@1 t2m+m2t (normal, {split} test) / STII alignment acc",
+        "metric": f"R@1 t2m+m2t (threshold on canonical captions, {split} test) / STII acc",
         "split": split,
-        "value": round(r1["pst"], 2),
+        "value": round(thr["pst"], 2),
         "baseline": {
-            "token_wise": round(r1["token_wise"], 2),
-            "global_only": round(r1["global_only"], 2),
+            "token_wise": round(thr["token_wise"], 2),
+            "global_only": round(thr["global_only"], 2),
         },
+        "normal_r1": {k: round(v, 2) for k, v in nrm.items()},
+        "normal_r1_ceiling": round(ceiling["t2m/R01"] + ceiling["m2t/R01"], 2),
         "ok": ok,
         "claim_met": claim,
         "stii_alignment_acc": acc,
         "alignment_chance": round(chance, 3),
         "order_pst_gt_token_gt_global": bool(order_ok),
+        "order_normal": bool(order_normal),
         "variants": results,
         "quick": quick,
+        "size": size,
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -219,5 +256,6 @@ if __name__ == "__main__":
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
     p.add_argument("--split", default="compositional", choices=("compositional", "random"))
+    p.add_argument("--size", default=None, choices=tuple(SIZES))
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     print(json.dumps(res, indent=1))
