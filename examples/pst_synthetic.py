@@ -14,19 +14,35 @@ same canonical form are filtered as negatives (TMR). Token stages are local
 words only within the phrase; with full attention every token can carry the whole clip or
 caption and the alignment is not identifiable (accuracy 0.44, near chance). The STII
 target temperature is ``tau / 3`` (``pst_loss``), and the pyramid's local stages are
-stop-gradient targets. Measured (400 steps, 1000 train / 200 test, batch 32, d 32, seed
-0), R@1 t2m+m2t PST / token-wise / global-only: compositional split 64.5 / 65.0 / 55.0,
-random split 85.5 / 86.5 / 86.0 (token stages help only on compositional captions; PST >
-token-wise is not met on either). Ablations on the compositional split: token-wise +
-pyramid alone 54.0, token-wise + STII alignment alone 57.5, both (full PST) 64.5: each
-extra term alone costs 7-11 points (one seed; a 200-pair R@1 sum has a standard error of
-about 4), together they cancel. STII alignment 0.84 for PST and for token-wise alike
-(locality, not the STII loss, makes the alignment). The
-spec's full size (1500 steps, batch 64, d 64) costs 0.66-0.70 s CPU a step, about 17 min
-CPU per variant, and was not run. ``split="random"`` runs the random split.
-The quick mode (40 steps) is a smoke run. Not implemented: the DPC-KNN token
-compressor (phrases are the mean of their words, spans given by the caption grammar, as
-a chunker would give them), full forward kinematics, HumanML3D runs.
+stop-gradient targets.
+
+Protocols: the compositional test split holds few distinct captions (200 test pairs,
+seeds 0 / 1: 108 / 101 canonical captions), so ``normal`` counts retrieving a twin that
+differs only by synonyms (and the clip by its segment timing) as a miss and caps the R@1
+sum at 105-116 of 200 (``normal_r1_ceiling``; about 66-70 at the full 500). The headline
+``value`` and ``claim_met`` use TMR's ``threshold`` protocol with the grammar's canonical
+caption as the sentence identity (the spec's offline stand-in for sentence embeddings);
+``normal`` and ``guo`` are reported too. Measured (``size="medium"``: 400 steps, 1000
+train / 200 test, batch 32, d 32), R@1 t2m+m2t ``threshold`` PST / token-wise /
+global-only, seeds 0 / 1 / 2: 132.5 / 121.5 / 115.5, 126.5 / 131.5 / 121.5, 114.0 /
+132.0 / 117.5 (means 124.3 / 128.3 / 118.2); ``normal`` 64.5 / 65.0 / 55.0, 57.0 / 60.5
+/ 55.0, 61.5 / 65.5 / 54.0. Token-wise > global-only holds on 3 of 3 seeds under both
+protocols; full PST > token-wise holds on 1 of 3 (threshold R@1; R@5 on seed 1 only) and
+is not met. STII alignment 0.844 / 0.865 / 0.824 for PST (met; chance about 0.37;
+token-wise 0.844 / 0.882 / 0.881). Diagnosis (seed 0): the top-STII phrase of a window is
+its top-cosine phrase (accuracy 0.844 vs 0.854 from the cosines), so in this game the STII
+target adds no alignment the similarities do not already hold: the ST loss sharpens the
+positive pairs' own similarities. Variants on seed 0 (threshold not yet measured; normal
+R@1): pyramid with the global scores as target 58.5, ST loss rows only without pyramid
+64.5, both terms switched on after half the steps 58.5 (token-wise 65.0). Earlier single
+seed ablations: random split 85.5 / 86.5 / 86.0; token-wise + pyramid alone 54.0,
+token-wise + STII alone 57.5; equal STII/score temperatures (the spec's) 49.5; full
+attention: alignment 0.44. The spec's full size (1500 steps, batch 64, d 64) costs
+0.66-0.70 s CPU a step, about 17 min CPU per variant (51 min for the three), and was not
+run. ``split="random"`` runs the random split. The quick mode (40 steps) is a smoke run.
+Not implemented: the DPC-KNN token compressor (phrases are the mean of their words, spans
+given by the caption grammar, as a chunker would give them), full forward kinematics,
+HumanML3D runs.
 """
 
 import argparse
@@ -44,7 +60,11 @@ from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
 # (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
-SIZES = {"full": (2000, 500, 1500, 64, 64), "quick": (256, 64, 40, 16, 32)}
+SIZES = {
+    "full": (2000, 500, 1500, 64, 64),
+    "medium": (1000, 200, 400, 32, 32),  # the measured size of the README row
+    "quick": (256, 64, 40, 16, 32),
+}
 VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
 
 
@@ -119,7 +139,17 @@ def _alignment_accuracy(game, cfg, data):
     return hits / max(total, 1), 1.0 / n_seg
 
 
-def _evaluate(scores, weights, key):
+def _canonical_selfsim(canonical):
+    """Caption-caption similarity from the grammar's canonical form: 1 same, 0 otherwise.
+
+    The offline stand-in for TMR's sentence embeddings (spec §3.7): captions that differ
+    only by synonyms describe the same actions on the same parts in the same order.
+    """
+    c = np.asarray(canonical)
+    return (c[:, None] == c[None, :]).astype(np.float32)
+
+
+def _evaluate(scores, weights, key, text_selfsim=None):
     scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
     sims = scores[2] + gamma * (scores[1] + scores[0])
@@ -127,25 +157,32 @@ def _evaluate(scores, weights, key):
     for stage, sc in zip(("joint", "segment", "global"), scores, strict=True):
         m = retrieval.protocol_metrics(sc, "normal")  # each stage alone: where a variant wins
         out[f"stage_{stage}/R01_sum"] = round(m["t2m/R01"] + m["m2t/R01"], 2)
-    for proto in ("normal", "guo"):
-        m = retrieval.protocol_metrics(sims, proto, key=key if proto == "guo" else None)
+    protos = ("normal", "guo") + (() if text_selfsim is None else ("threshold",))
+    for proto in protos:
+        m = retrieval.protocol_metrics(
+            sims, proto, key=key if proto == "guo" else None, text_selfsim=text_selfsim
+        )
         for d in ("t2m", "m2t"):
             for k in ("R01", "R05", "R10", "MedR"):
                 out[f"{proto}/{d}/{k}"] = round(m[f"{d}/{k}"], 2)
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional"):
+def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional", size=None):
     """Train the three variants and compare retrieval and STII alignment.
 
     ``split="random"`` trains and tests on the random split instead (the reference for
-    "largest gain on compositional captions": run both and compare the gains).
+    "largest gain on compositional captions": run both and compare the gains). ``size``
+    (``"quick"``, ``"medium"`` or ``"full"``) overrides the size ``quick`` chooses.
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
         raise ValueError(f"`split` must be 'compositional' or 'random', got {split!r}.")
     t0 = time.perf_counter()
-    n_train, n_test, steps, batch, dim = SIZES["quick" if quick else "full"]
+    if size is not None and size not in SIZES:
+        raise ValueError(f"`size` must be one of {sorted(SIZES)} or None, got {size!r}.")
+    size = size or ("quick" if quick else "full")
+    n_train, n_test, steps, batch, dim = SIZES[size]
     key = jax.random.key(seed)
     kd = jax.random.split(key, 4)
     comp = split == "compositional"
@@ -169,18 +206,29 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
     test_arrays = tuple(
         jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
     )
+    selfsim = _canonical_selfsim(test.canonical)
     results = {}
     for name, w in VARIANTS.items():
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
         scores = M.pst_scores(params, cfg, *test_arrays)
         game = _stii_game(params, cfg, test_arrays)
-        res = _evaluate(scores, w, jax.random.fold_in(key, 7))
+        res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
         acc, chance = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res
-    r1 = {k: v["normal/t2m/R01"] + v["normal/m2t/R01"] for k, v in results.items()}
-    order_ok = r1["pst"] > r1["token_wise"] > r1["global_only"]
+
+    def r1(proto):
+        return {k: v[f"{proto}/t2m/R01"] + v[f"{proto}/m2t/R01"] for k, v in results.items()}
+
+    # headline: the `threshold` protocol with the grammar's canonical captions as the
+    # sentence identity (TMR's answer to duplicate captions): in the compositional test
+    # split many captions are the same up to synonyms (200 test pairs: 101-108 distinct),
+    # and `normal` counts retrieving such a twin as a miss, which caps its R@1 sum far
+    # below 200 (`normal_r1_ceiling`: a model exact up to synonyms and timing)
+    thr, nrm = r1("threshold"), r1("normal")
+    order_ok = thr["pst"] > thr["token_wise"] > thr["global_only"]
+    order_normal = nrm["pst"] > nrm["token_wise"] > nrm["global_only"]
     acc = results["pst"]["stii_alignment_acc"]
     claim = bool(order_ok and acc >= 0.70)
     # `ok`: the pipeline learns (every variant's R@1 in both directions at least 3x chance,
@@ -191,23 +239,28 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         v[f"normal/{d}/R01"] >= 3 * chance_r1 for v in results.values() for d in ("t2m", "m2t")
     )
     ok = bool(learned and acc > chance)
+    ceiling = retrieval.protocol_metrics(selfsim, "normal")
     os.makedirs(out_dir, exist_ok=True)
     return {
         "method": "pst",
-        "metric": f"R@1 t2m+m2t (normal, {split} test) / STII alignment acc",
+        "metric": f"R@1 t2m+m2t (threshold on canonical captions, {split} test) / STII acc",
         "split": split,
-        "value": round(r1["pst"], 2),
+        "value": round(thr["pst"], 2),
         "baseline": {
-            "token_wise": round(r1["token_wise"], 2),
-            "global_only": round(r1["global_only"], 2),
+            "token_wise": round(thr["token_wise"], 2),
+            "global_only": round(thr["global_only"], 2),
         },
+        "normal_r1": {k: round(v, 2) for k, v in nrm.items()},
+        "normal_r1_ceiling": round(ceiling["t2m/R01"] + ceiling["m2t/R01"], 2),
         "ok": ok,
         "claim_met": claim,
         "stii_alignment_acc": acc,
         "alignment_chance": round(chance, 3),
         "order_pst_gt_token_gt_global": bool(order_ok),
+        "order_normal": bool(order_normal),
         "variants": results,
         "quick": quick,
+        "size": size,
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -219,5 +272,6 @@ if __name__ == "__main__":
     p.add_argument("--out-dir", default="out")
     p.add_argument("--data-dir", default=os.environ.get("JAXKIT_DATA_DIR"))
     p.add_argument("--split", default="compositional", choices=("compositional", "random"))
+    p.add_argument("--size", default=None, choices=tuple(SIZES))
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     print(json.dumps(res, indent=1))

@@ -14,6 +14,23 @@ def _example():
 def test_unknown_split_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="split"):
         _example().main(quick=True, split="compositional_test", out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="size"):
+        _example().main(size="huge", out_dir=str(tmp_path))
+
+
+def test_threshold_protocol_counts_synonym_twins():
+    # captions 0 and 1 are the same up to synonyms: the model swaps them, so `normal`
+    # scores both as misses while `threshold` (canonical identity) counts them as hits
+    ex = _example()
+    n = 40  # the guo protocol needs >= 32 pairs
+    canon = np.array(["raise left arm"] * 2 + [f"kick right leg {i}" for i in range(n - 2)])
+    selfsim = ex._canonical_selfsim(canon)
+    assert selfsim[0, :3].tolist() == [1.0, 1.0, 0.0] and selfsim.sum() == n + 2
+    sims = np.eye(n, dtype=np.float32)[[1, 0, *range(2, n)]]
+    scores = np.stack([np.zeros_like(sims)] * 2 + [sims])
+    out = ex._evaluate(scores, (0.0, 0.0, 0.0), jax.random.key(0), selfsim)
+    assert out["normal/t2m/R01"] == 95.0 and out["normal/m2t/R01"] == 95.0
+    assert out["threshold/t2m/R01"] == 100.0 and out["threshold/m2t/R01"] == 100.0
 
 
 def test_stage_recall_reads_each_stage_alone():
