@@ -8,6 +8,9 @@ tasks of the packaged tiny models (loaded with ``jaxkit.io.load_fixture``).
 """
 
 from jaxkit.nn._attention import attention as attention
+from jaxkit.nn._blocks import LayersOutput as LayersOutput
+from jaxkit.nn._blocks import default_mask as default_mask
+from jaxkit.nn._blocks import run_layers as run_layers
 from jaxkit.nn._cache import KVCache as KVCache
 from jaxkit.nn._cache import commit as commit
 from jaxkit.nn._cache import init_cache as init_cache
@@ -17,12 +20,9 @@ from jaxkit.nn._config import rope_scaling_from_hf as rope_scaling_from_hf
 from jaxkit.nn._decode import StepOutput as StepOutput
 from jaxkit.nn._decode import decode_step as decode_step
 from jaxkit.nn._decode import prefill as prefill
-from jaxkit.nn._forward import LayersOutput as LayersOutput
 from jaxkit.nn._forward import LMOutput as LMOutput
 from jaxkit.nn._forward import apply as apply
-from jaxkit.nn._forward import default_mask as default_mask
 from jaxkit.nn._forward import embed as embed
-from jaxkit.nn._forward import run_layers as run_layers
 from jaxkit.nn._forward import unembed as unembed
 from jaxkit.nn._intervene import Interventions as Interventions
 from jaxkit.nn._intervene import MLPRead as MLPRead

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int, PyTree
 
 from jaxkit import _validate
+from jaxkit.nn._blocks import layers_core
 from jaxkit.nn._cache import KVCache, commit
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._forward import apply_traced, embed_traced, layers_core, unembed_traced
+from jaxkit.nn._forward import apply_traced, embed_traced, unembed_traced
 from jaxkit.nn._intervene import Interventions
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (

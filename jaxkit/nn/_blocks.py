@@ -1,0 +1,322 @@
+"""The transformer blocks: one pre-norm block, the default mask and the layer scan.
+
+:func:`run_layers` runs blocks ``start .. stop-1`` on hidden states (a split
+forward); :func:`layers_core` is its traced body, shared by :func:`jaxkit.nn.apply`
+and the cached decode step. Layers run under ``lax.scan``; ``cfg.causal=False`` gives
+the bidirectional encoder variant. Public functions are jitted like jax.numpy
+(module level, ``cfg`` and discrete options static, arrays traced); argument checks
+run in the un-jitted wrapper.
+
+References:
+  Touvron et al., "LLaMA: Open and Efficient Foundation Language Models", 2023.
+  Liu et al., "WeDLM" (ICML 2026): logical positions and drop-mode cache writes.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
+
+from jaxkit import _validate
+from jaxkit.nn._attention import (
+    attend,
+    dense,
+    lead,
+    merge_last,
+    rms_norm,
+    rope,
+    set_rows,
+    split_last,
+    window_mask,
+)
+from jaxkit.nn._cache import KVCache
+from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
+from jaxkit.nn._intervene import check as check_iv
+from jaxkit.nn._params import (
+    check_cfg,
+    check_h,
+    check_inputs,
+    check_overflow,
+    check_params,
+    check_range,
+)
+
+
+class LayersOutput(NamedTuple):
+    """Output of :func:`run_layers`.
+
+    Attributes:
+      h: Hidden states ``[B, T, D]`` after block ``stop - 1``.
+      cache: The cache with the new K/V rows written (``length`` NOT advanced), or
+        ``None`` when no cache was given.
+      hidden: ``{l: output of block l}`` for the blocks listed in ``collect``.
+      reads: ``{l: MLPRead}`` for the read sites ``interventions.read_mlp``.
+    """
+
+    h: Array
+    cache: KVCache | None
+    hidden: dict[int, Array]
+    reads: dict[int, MLPRead] = {}
+
+
+# Traced cached forwards of T <= _UNROLL_T rows unroll <= _UNROLL_LAYERS blocks: weight slices
+# get hoisted out of the caller's loop; same values (see docs/areas/nn.md, "Cached decoding").
+_UNROLL_LAYERS, _UNROLL_T = 32, 1
+
+
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
+    """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
+    # With `layer` (a traced int), `kv` is the whole stacked cache [L, B, S, ...]: only the
+    # T new rows of block `layer` are scattered into it (in place under a scan carry).
+    b, t, _ = h.shape
+    H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
+    q, k, v = dense(x, lp["wq"]), dense(x, lp["wk"]), dense(x, lp["wv"])
+    if cfg.qkv_bias:
+        q = q + lead(lp["bq"].astype(q.dtype), 3)
+        k = k + lead(lp["bk"].astype(k.dtype), 3)
+        v = v + lead(lp["bv"].astype(v.dtype), 3)
+    q = split_last(q, (H, Dh))
+    k = split_last(k, (Hkv, Dh))
+    v = split_last(v, (Hkv, Dh))
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+        k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
+    q = rope(q, positions, cfg)
+    k = rope(k, positions, cfg)
+    if kv is not None:
+        kb, vb = kv
+        rows = jnp.arange(b)[:, None]
+        # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
+        if layer is None:
+            kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+            vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+            o = attend(q, kb, vb, mask)
+        else:
+            kb = set_rows(kb, (layer, rows), slots, k.astype(kb.dtype))
+            vb = set_rows(vb, (layer, rows), slots, v.astype(vb.dtype))
+            at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
+            o = attend(q, at(kb), at(vb), mask)
+        new = (kb, vb)
+    else:
+        o = attend(q, k, v, mask)
+        new = (k, v)
+    h = h + dense(merge_last(o, 2), lp["wo"])
+    x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
+    a = jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"])
+    h = h + dense(a, lp["w_down"])
+    return (h, new, MLPRead(x, a)) if read else (h, new)
+
+
+def _default_mask(cfg, batch, t, cache):
+    i = jnp.arange(t)[:, None]
+    if cache is None:
+        j = jnp.arange(t)[None, :]
+        m = (j <= i) if cfg.causal else jnp.ones((t, t), bool)
+        return jnp.broadcast_to(m, (batch, t, t))
+    s = cache.k.shape[2]
+    j = jnp.arange(s)[None, None, :]
+    lim = cache.length[:, None, None] + (i[None] + 1 if cfg.causal else t)
+    return j < lim
+
+
+_default_mask_jit = jax.jit(_default_mask, static_argnums=(0, 1, 2))
+
+
+def default_mask(
+    cfg: TransformerConfig, *, batch: int, t: int, cache: KVCache | None = None
+) -> Bool[Array, "B T S"]:
+    """The mask :func:`run_layers` uses when ``attn_mask`` is None.
+
+    Without a cache: causal ``j <= i`` (all True when ``cfg.causal`` is False),
+    ``[B, T, T]``. With a cache of capacity S: query ``i`` of row ``b`` sees slot
+    ``j`` iff ``j < length[b] + i + 1`` (``j < length[b] + T`` for an encoder),
+    ``[B, T, S]``. The sliding window (``cfg.sliding_window``) is applied on top of
+    this mask, per block, inside :func:`run_layers`.
+
+    Args:
+      cfg: Model configuration.
+      batch: B.
+      t: Query length T.
+      cache: Optional cache.
+
+    Returns:
+      ``bool[B, T, S]``.
+    """
+    check_cfg(cfg)
+    batch = _validate.python_int(batch, name="batch", minimum=1)
+    t = _validate.python_int(t, name="t", minimum=1)
+    return _default_mask_jit(cfg, batch, t, cache)
+
+
+def layers_core(
+    params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv, iv=None, un=True
+):
+    """The traced body of :func:`run_layers` (inputs already checked).
+
+    With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
+    ``iv``: checked :class:`Interventions` or None (then the plain forward).
+    ``un``: unroll a one-token cached layer scan (``_UNROLL_LAYERS``); values unchanged.
+    """
+    b, t, _ = h.shape
+    h = h.astype(params["embed"].dtype)
+    mask = _default_mask(cfg, b, t, cache) if attn_mask is None else attn_mask
+    slots = None if cache is None else (cache.length[:, None] + jnp.arange(t)[None, :])
+    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
+    flags = jnp.asarray(cfg.window_layers, bool)
+    if cfg.sliding_window is None:
+        win = None
+    elif cache is None:
+        win = window_mask(positions, positions, cfg.sliding_window)
+    else:
+        # Committed slot j holds logical position j; the new rows hold `positions`.
+        s = cache.k.shape[2]
+        k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
+        k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
+        win = window_mask(positions, k_pos, cfg.sliding_window)
+    low = None  # blocks <= insert_layer: the inserted span is hidden
+    if iv is not None and iv.insert_layer is not None:
+        low = hide_span(iv, mask, base)
+
+    def layer_mask(layer, flag):
+        # boolean algebra, not jnp.where: a select needs equal shardings, and under an
+        # Explicit mesh `low` / `win` are batch-sharded while the default mask is not
+        m = mask if low is None else mask & (low | (layer > iv.insert_layer))  # low <= mask
+        return m if win is None else m & (win | ~flag)
+
+    # Edits act inside the scan, chosen by the traced layer index (exact: the edited or
+    # the unedited value). Segments are cut only where hidden states
+    # are collected or a read site's block must run alone.
+    reads = () if iv is None else iv.read_mlp
+    sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
+    cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
+    bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
+
+    def step(x, kv, layer, lp, flag, read=False):
+        lay = None if kv is None else layer
+        m = layer_mask(layer, flag)
+        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
+        x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
+        return (x, *out[1:])
+
+    hidden: dict[int, Array] = {}
+    mlp: dict[int, MLPRead] = {}
+    ks, vs = [], []
+    kc = None if cache is None else (cache.k, cache.v)  # carried whole, written in place
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi <= lo:
+            continue
+        if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
+            lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
+            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, flags[lo], read=True)
+            if cache is not None:
+                kc = kv
+            elif emit_kv:
+                ks.append(kv[0][None])
+                vs.append(kv[1][None])
+        elif cache is None:
+            seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
+            xs = (seg, flags[lo:hi])
+            if iv is not None:  # the traced layer index picks the edits and the mask
+                xs = (*xs, jnp.arange(lo, hi, dtype=jnp.int32))
+
+            def body(carry, xs):
+                lp, flag = xs[:2]
+                layer = xs[2] if len(xs) > 2 else None
+                out, kv = step(carry, None, layer, lp, flag)
+                return out, (kv if emit_kv else None)
+
+            h, kv = jax.lax.scan(body, h, xs)
+            if emit_kv:
+                ks.append(kv[0])
+                vs.append(kv[1])
+        else:
+
+            def body(carry, layer):
+                x, kv = carry
+                lp = jax.tree.map(
+                    lambda a: jax.lax.dynamic_index_in_dim(a, layer, keepdims=False),
+                    params["layers"],
+                )
+                return step(x, kv, layer, lp, flags[layer]), None
+
+            unroll = un and t <= _UNROLL_T and hi - lo <= _UNROLL_LAYERS
+            ix = jnp.arange(lo, hi, dtype=jnp.int32)
+            (h, kc), _ = jax.lax.scan(body, (h, kc), ix, unroll=unroll)
+        if hi - 1 in collect:
+            hidden[hi - 1] = h
+    if cache is not None:
+        cache = cache._replace(k=kc[0], v=kc[1])
+    if emit_kv:
+        kv = (jnp.concatenate(ks, axis=0), jnp.concatenate(vs, axis=0))
+        return LayersOutput(h, kv, hidden, mlp)
+    return LayersOutput(h, cache, hidden, mlp)
+
+
+_run_layers_jit = jax.jit(
+    functools.partial(layers_core, emit_kv=False),
+    static_argnames=("cfg", "start", "stop", "collect"),
+)
+
+
+def run_layers(
+    params: PyTree,
+    cfg: TransformerConfig,
+    h: Float[ArrayLike, "B T D"],
+    positions: Int[ArrayLike, "B T"],
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    cache: KVCache | None = None,
+    attn_mask: Bool[ArrayLike, "B T S"] | None = None,
+    collect: tuple[int, ...] | list[int] = (),
+    overflow: str = "error",
+    interventions: Interventions | None = None,
+) -> LayersOutput:
+    """Run blocks ``start .. stop-1`` on hidden states ``h`` (a split forward).
+
+    With ``cache``, the T new K/V rows of each block are scattered to physical
+    slots ``cache.length[b] + arange(T)`` and attention runs over the whole buffer
+    under the mask; ``cache.length`` is not advanced (see :func:`jaxkit.nn.commit`).
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration.
+      h: Hidden states ``[B, T, D]`` entering block ``start``.
+      positions: Logical RoPE positions ``int[B, T]`` (independent of the
+        physical order).
+      start: First block to run.
+      stop: One past the last block (default ``cfg.n_layers``).
+      cache: Optional :class:`KVCache` (its layers ``start..stop-1`` are used).
+      attn_mask: Optional ``bool[B, T, S]`` (S = T without cache, capacity with
+        one), True = may attend; overrides :func:`default_mask`.
+      collect: Block indices in ``[start, stop)`` whose outputs are returned.
+      overflow: New rows past the cache capacity: ``"error"`` raises, ``"drop"``
+        drops them (their scatter has ``mode="drop"``).
+      interventions: Optional :class:`~jaxkit.nn.Interventions`; only its sites in
+        ``[start, stop)`` act (pass the same object to both halves of a split).
+
+    Returns:
+      :class:`LayersOutput` ``(h, cache, hidden, reads)``.
+
+    Raises:
+      TypeError: wrong types or shapes (an intervention vector of the wrong shape).
+      ValueError: bad ``start``/``stop``/``collect``, an intervention layer outside
+        ``[0, n_layers)``, an overflow with ``overflow="error"``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    check_overflow(overflow)
+    stop, collect = check_range(start, stop, collect, cfg)
+    h = check_h(h, cfg, "h")
+    b, t, _ = h.shape
+    if positions is None:
+        raise TypeError("`positions` must be an int[B, T] array, got None.")
+    positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
+    iv = check_iv(interventions, cfg, b, t)
+    return _run_layers_jit(
+        params, cfg, h, positions, cache, mask, start=start, stop=stop, collect=collect, iv=iv
+    )
