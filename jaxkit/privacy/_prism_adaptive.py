@@ -19,14 +19,10 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
+from jaxkit.privacy._lowrank_retract import _balance_from_cache, _retract_core
+from jaxkit.privacy._lowrank_tangent import _horizontal
 from jaxkit.privacy._prism_carry import next_carry
-from jaxkit.privacy.lowrank import (
-    LoraFactors,
-    _balance_from_cache,
-    _horizontal,
-    _retract_core,
-    gram_cache,
-)
+from jaxkit.privacy.lowrank import LoraFactors, gram_cache
 
 
 class PrismAdaptiveState(NamedTuple):

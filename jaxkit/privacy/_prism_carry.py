@@ -18,13 +18,9 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from jaxkit.privacy import _common as C
-from jaxkit.privacy.lowrank import (
-    GramCache,
-    LoraFactors,
-    _balance_from_cache,
-    _sign_fix,
-    gram_cache,
-)
+from jaxkit.privacy._lowrank_retract import _balance_from_cache
+from jaxkit.privacy._lowrank_tangent import _sign_fix
+from jaxkit.privacy.lowrank import GramCache, LoraFactors, gram_cache
 
 # the carried frame is used when ``params`` differ from the factors it belongs to by at
 # most this many ulps of the factors' largest entry (``apply_updates`` rounds twice)

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from jaxkit.privacy import lowrank as L
+from jaxkit.privacy._lowrank_retract import _balance_from_cache
+from jaxkit.privacy._lowrank_tangent import _horizontal
 from jaxkit.privacy._prism_adaptive import _retract_balanced
 from tests.privacy._helpers import factor_grads, factors, gauge, random_gl, truncated
 
@@ -213,7 +215,7 @@ def test_balanced_frame_geometry_equals_gram_and_qr_formulas(key, in_span):
         k1, k2, k3, k4 = jax.random.split(key, 4)
         f = gauge(factors(k1, 11, 9, 4, jnp.float64), random_gl(k2, 4, cond=1e2, dtype=jnp.float64))
         cache = L.gram_cache(f)
-        pb, _, _, q = L._balance_from_cache(f, cache)
+        pb, _, _, q = _balance_from_cache(f, cache)
         d = L.LoraFactors(
             jax.random.normal(k3, (11, 4), jnp.float64), jax.random.normal(k4, (9, 4), jnp.float64)
         )
@@ -221,7 +223,7 @@ def test_balanced_frame_geometry_equals_gram_and_qr_formulas(key, in_span):
             d = L.LoraFactors(pb.a @ d.a[:4], pb.b @ d.b[:4])
         want = L.horizontal_lift(pb, d, L.gram_cache(pb))
         eig = (cache.s, q.T)
-        got = L._horizontal(pb, d, eig, eig)
+        got = _horizontal(pb, d, eig, eig)
         for x, y in zip(got, want, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-11)
         for eta in (0.3, 1e-3):
