@@ -1,14 +1,13 @@
 """The transformer blocks: one pre-norm block, the default mask and the layer scan.
 
-:func:`run_layers` runs blocks ``start .. stop-1`` on hidden states (a split
-forward); :func:`layers_core` is its traced body, shared by :func:`jaxkit.nn.apply`
-and the cached decode step. Layers run under ``lax.scan``; ``cfg.causal=False`` gives
-the bidirectional encoder variant. Public functions are jitted like jax.numpy
-(module level, ``cfg`` and discrete options static, arrays traced); argument checks
-run in the un-jitted wrapper.
+:func:`run_layers` runs blocks ``start .. stop-1`` on hidden states (a split forward);
+:func:`layers_core`, its traced body, serves :func:`jaxkit.nn.apply` and the cached
+decode step too. Layers run under ``lax.scan`` (unrolled for one-token cached steps under
+``jit``); ``cfg.causal=False`` gives the bidirectional encoder. The new K/V rows are
+scattered into the cache at ``length + arange(T)`` with ``mode="drop"``, so a window
+written past the end (WeDLM's, ``overflow="drop"``) loses only its overflowing rows.
 
 References:
-  Touvron et al., "LLaMA: Open and Efficient Foundation Language Models", 2023.
   Liu et al., "WeDLM" (ICML 2026): logical positions and drop-mode cache writes.
 """
 

@@ -1,16 +1,14 @@
-"""The forward pass of the transformer backbone: embed, blocks, LM head.
+"""The forward pass of the transformer backbone: embed, the blocks, the LM head.
 
-Llama/Qwen2 architecture: RMSNorm pre-norm blocks, rotary position embeddings on
-*logical* positions passed explicitly, grouped-query attention (optionally with
-Qwen2's sliding window on blocks ``>= max_window_layers``), SwiGLU MLP, optional
-qk-norm and q/k/v biases. Layers run under ``lax.scan``. ``cfg.causal=False`` gives
-the bidirectional encoder variant. Every public function is jitted like jax.numpy
-(module level, ``cfg`` and discrete options static, arrays traced); argument checks
-run in the un-jitted wrapper.
+Llama/Qwen2 architecture (RMSNorm pre-norm blocks, rotary position embeddings on
+*logical* positions passed explicitly, grouped-query attention with Qwen2's optional
+sliding window, SwiGLU MLP, optional qk-norm and q/k/v biases); the blocks and their
+layer scan are in ``_blocks``. Every public function is jitted like jax.numpy (module
+level, ``cfg`` and discrete options static, arrays traced); argument checks run in the
+un-jitted wrapper.
 
 References:
   Touvron et al., "LLaMA: Open and Efficient Foundation Language Models", 2023.
-  Liu et al., "WeDLM" (ICML 2026): logical positions and drop-mode cache writes.
 """
 
 from typing import NamedTuple
