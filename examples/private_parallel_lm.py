@@ -64,6 +64,11 @@ import optax
 from jaxkit import decoding, io, nn, privacy, sharding
 from jaxkit.privacy import lowrank
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 TASK, LENGTH, BLOCK = "counting", 16, 8
 MASK_ID = nn.NOISY_COUNTING.mask_id  # the fixture's [MASK]; never a counting token
 # the fixture's "clean" noise-level token (rho = 0): every private sequence starts with it,
@@ -76,13 +81,7 @@ LR = {"prism": 3e-2, "naive": 1e-2, "nonprivate": 1e-2}
 # The programs are tiny and run few steps, so on CPU compiling them costs more than
 # running them: compile with XLA's back-end optimisation off (as the test tier does;
 # measured here: quick-mode CPU time about halved). The computed values are the same.
-FAST_COMPILE = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
-_jit = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
+# (``fast_jit``: ``jax.jit`` with ``examples/_common.py``'s ``FAST_COMPILE``.)
 
 
 # ----------------------------------------------------------------------------- data, model
@@ -210,7 +209,7 @@ def _constrain(lora, state, lora_sh, mesh):
 # ---------------------------------------------------------------------------------- train
 
 
-@functools.partial(_jit, static_argnames=("method", "cfg", "max_batch", "mesh"))
+@functools.partial(fast_jit, static_argnames=("method", "cfg", "max_batch", "mesh"))
 def _init(lora, base, key, lr, sigma, clip, denom, *, method, cfg, max_batch, mesh):
     del max_batch
     tx = _tx(method, lr, sigma, clip, denom, jax.random.fold_in(key, 0))
@@ -218,7 +217,7 @@ def _init(lora, base, key, lr, sigma, clip, denom, *, method, cfg, max_batch, me
     return _constrain(lora, tx.init(lora), lora_sh, mesh)
 
 
-@functools.partial(_jit, static_argnames=("method", "cfg", "max_batch", "mesh"))
+@functools.partial(fast_jit, static_argnames=("method", "cfg", "max_batch", "mesh"))
 def _step(lora, state, t, base, data, key, lr, sigma, clip, q, *, method, cfg, max_batch, mesh):
     tokens, loss_mask = data
     n = tokens.shape[0]
@@ -428,7 +427,7 @@ def private_job(
 # --------------------------------------------------------------------------------- decode
 
 
-@functools.partial(_jit, static_argnames=("cfg", "new", "window", "wedlm"))
+@functools.partial(fast_jit, static_argnames=("cfg", "new", "window", "wedlm"))
 def _decode(params, prompt, key, tau, temperature, *, cfg, new, window, wedlm):
     """Decode every prompt alone (batch 1, one after the other in ``lax.map``: the
     latency regime of the WeDLM paper); returns tokens, lengths, row forwards."""

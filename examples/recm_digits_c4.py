@@ -57,6 +57,11 @@ import optax
 
 import jaxkit.equivariance as E
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init, fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init, fast_jit
+
 PIS = {"uniform": (0.25, 0.25, 0.25, 0.25), "skewed": (0.7, 0.1, 0.1, 0.1)}
 MODES = ("recm", "strict", "cr")
 LAM = 0.1  # RECM's coupled decay lambda_theta
@@ -221,14 +226,8 @@ def _data(seed, n_train=1300):
 
 
 # One-shot programs (evaluation, the layer gaps) compile with XLA's back-end optimisation
-# off: on CPU compiling them costs more than running them. The training steps keep XLA's
-# defaults.
-FAST_COMPILE = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
+# off (``fast_jit`` / ``fast_init``, ``examples/_common.py``): on CPU compiling them costs
+# more than running them. The training steps keep XLA's defaults.
 
 
 class _Static:
@@ -246,9 +245,9 @@ class _Static:
 
 
 def _fast_jit(fn):
-    """``eqx.filter_jit`` for a one-shot program, compiled with :data:`FAST_COMPILE`."""
+    """``eqx.filter_jit`` for a one-shot program, compiled with ``FAST_COMPILE``."""
 
-    @functools.partial(jax.jit, static_argnames="static", compiler_options=FAST_COMPILE)
+    @functools.partial(fast_jit, static_argnames="static")
     def run(arrays, *, static):
         a, k = eqx.combine(arrays, jax.tree.unflatten(static.treedef, static.leaves))
         return fn(*a, **k)
@@ -259,15 +258,6 @@ def _fast_jit(fn):
         return run(arrays, static=_Static(static))
 
     return call
-
-
-def _fast_init(make, key):
-    """``make(key=key)``, its random draws in one program compiled with :data:`FAST_COMPILE`."""
-    structure = eqx.filter_eval_shape(lambda k: make(key=k), key)
-    arrays = jax.jit(
-        lambda k: eqx.filter(make(key=k), eqx.is_array), compiler_options=FAST_COMPILE
-    )(key)
-    return eqx.combine(arrays, structure)
 
 
 COSINE = True  # Adam's rate decays to 0 (cosine) for every model
@@ -362,7 +352,7 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
     """
     xtr, ytr, xte, yte = _data(seed)
     key = jax.random.key(seed)
-    base = _fast_init(functools.partial(C4Net, width, theta_init=theta_init), key)
+    base = fast_init(functools.partial(C4Net, width, theta_init=theta_init), key)
 
     def scale_free(c):
         return eqx.tree_at(
@@ -372,7 +362,7 @@ def train_seed(seed, *, width, steps, batch, runs, theta_init=0.5, free_init=FRE
         )
 
     model0, cr0 = scale_free(free_init), scale_free(CR_INIT)
-    cnn0 = _fast_init(functools.partial(CNN, 4 * width), jax.random.fold_in(key, 1))
+    cnn0 = fast_init(functools.partial(CNN, 4 * width), jax.random.fold_in(key, 1))
     acc, models, traces = {}, {}, {}
     for variant, setting in runs:
         pi = jnp.asarray(PIS[setting], jnp.float32)

@@ -39,13 +39,17 @@ import functools
 import json
 import os
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from jaxkit import decoding, io, nn, steering
+
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init, fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init, fast_jit
 
 V, N_BEN, TOPIC0, HARM0 = 64, 40, 40, 48
 REFUSE, SEP, EOS, PAD, SYS = 56, 57, 58, 59, (60, 61)
@@ -164,22 +168,10 @@ def load_base(rng, *, train_steps=None, key=None):
 # forwards) compile with XLA's back-end optimisation off: on CPU compiling them costs more
 # than running them. Quick mode compiles its training steps (40 / 40 / 120 steps) the same
 # way (stage 3's step: 0.9 s to compile at -O0 vs 6.3 s, 29 ms a step vs 11 ms); full mode
-# keeps XLA's defaults for them.
-FAST_COMPILE = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
-_fast = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
-
-
+# keeps XLA's defaults for them. (``fast_jit`` / ``fast_init``: ``examples/_common.py``.)
 def _init_svgt(scfg, key):
     """``steering.init_svgt``, its random draws in one program compiled at -O0."""
-    init = functools.partial(steering.init_svgt, CFG, scfg)
-    structure = eqx.filter_eval_shape(lambda k: init(key=k), key)
-    arrays = _fast(lambda k: eqx.filter(init(key=k), eqx.is_array))(key)
-    return eqx.combine(arrays, structure)
+    return fast_init(functools.partial(steering.init_svgt, CFG, scfg), key)
 
 
 def _svgt_step(vp, st, batch, key, params, *, stage, tx, scfg):
@@ -187,7 +179,7 @@ def _svgt_step(vp, st, batch, key, params, *, stage, tx, scfg):
     return steering.svgt_step(stage, vp, st, batch, tx=tx, key=key, **kw)
 
 
-_fast_step = _fast(_svgt_step, static_argnames=("stage", "tx", "scfg"))
+_fast_step = fast_jit(_svgt_step, static_argnames=("stage", "tx", "scfg"))
 
 
 def run_stages(params, scfg, rng, steps, key, *, fast_steps=False):
@@ -235,19 +227,19 @@ def benign_ppl(logits, tok, plen, shift=0):
     return float(np.exp(np.mean(nll)))
 
 
-@_fast
+@fast_jit
 def _generate(params, prompts, prompt_len, iv, key):
     """Base / CAA / refusal-prefix responses: RW tokens sampled at T = 1."""
     kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
     return decoding.ar_generate(params, CFG, prompts, prompt_len, interventions=iv, **kw).tokens
 
 
-@_fast
+@fast_jit
 def _logits(params, tokens, iv):
     return nn.apply(params, CFG, tokens, interventions=iv).logits
 
 
-@functools.partial(_fast, static_argnames="scfg")
+@functools.partial(fast_jit, static_argnames="scfg")
 def _svgt_eval(params, vp, prompts, prompt_len, rows, row_len, key, *, scfg):
     """SVGT's sampled responses (as :func:`_generate`) and its logits on benign rows."""
     kw = dict(key=key, max_new_tokens=RW, temperature=1.0)
@@ -255,7 +247,7 @@ def _svgt_eval(params, vp, prompts, prompt_len, rows, row_len, key, *, scfg):
     return g.tokens, steering.svgt_forward(params, CFG, vp, scfg, rows, row_len).logits
 
 
-@functools.partial(_fast, static_argnames="layer")
+@functools.partial(fast_jit, static_argnames="layer")
 def _caa_vector(params, pos, pos_len, neg, neg_len, *, layer):
     return steering.caa_vector(params, CFG, pos, pos_len, neg, neg_len, layer=layer)
 

@@ -27,6 +27,11 @@ import optax
 
 from jaxkit.vision import WBMMNet, reparameterize
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init, fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init, fast_jit
+
 
 def _data(seed: int):
     from sklearn.datasets import load_digits
@@ -44,23 +49,10 @@ def _data(seed: int):
 # One-shot programs (initialisation, test predictions) compile with XLA's back-end
 # optimisation off: on CPU compiling them costs more than running them (the eager
 # initialisation compiled each random draw alone: ~6 s of CPU in quick mode). The timed
-# training steps keep XLA's defaults.
-FAST_COMPILE = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
-
-
+# training steps keep XLA's defaults. (``fast_jit`` / ``fast_init``: ``examples/_common.py``.)
 def _make(mixer, key, width):
     """(model, BN state), initialised in one compiled program."""
-    build = functools.partial(_build, mixer, width=width)
-    structure = eqx.filter_eval_shape(build, key)
-    arrays = jax.jit(lambda k: eqx.filter(build(k), eqx.is_array), compiler_options=FAST_COMPILE)(
-        key
-    )
-    return eqx.combine(arrays, structure)
+    return fast_init(functools.partial(_build, mixer, width=width), key)
 
 
 def _build(mixer, key, *, width):
@@ -78,7 +70,7 @@ def _build(mixer, key, *, width):
     )  # short runs: running BN stats must track the weights
 
 
-@functools.partial(jax.jit, static_argnames="static", compiler_options=FAST_COMPILE)
+@functools.partial(fast_jit, static_argnames="static")
 def _predict(arrays, xb, *, static):
     m, s = eqx.combine(arrays, static)
     return jnp.argmax(m(xb, s, inference=True)[0], axis=-1)
