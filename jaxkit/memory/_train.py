@@ -18,6 +18,7 @@ import optax
 from jaxtyping import Array
 
 from jaxkit import _validate, nn
+from jaxkit._optim import optax_update
 from jaxkit.memory._dlmr import (
     REASONING,
     VISUAL,
@@ -380,9 +381,8 @@ def _step(p, opt_state, batch, lm_params, ref_router, hp, *, stage, tx, lm_cfg, 
 
         (loss, aux), gr = jax.value_and_grad(f, has_aux=True)(p.router)
         g = jax.tree.map(jnp.zeros_like, p)._replace(router=gr)
-    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
-        updates, opt_state = tx.update(g, opt_state, p)
-    return optax.apply_updates(p, updates), opt_state, loss, aux
+    p, opt_state = optax_update(tx, g, opt_state, p)
+    return p, opt_state, loss, aux
 
 
 def dlmr_step(

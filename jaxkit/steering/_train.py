@@ -15,6 +15,7 @@ import optax
 from jaxtyping import Array
 
 from jaxkit import _validate, nn
+from jaxkit._optim import optax_update
 from jaxkit.steering._svgt import (
     SVGTParams,
     _check_tokens,
@@ -175,9 +176,8 @@ def _step(vp, opt_state, batch, key, lm_params, *, stage, tx, lm_cfg, cfg):
         (loss, aux), g = jax.value_and_grad(stage3_loss, has_aux=True)(
             vp, lm_params, *batch, lm_cfg=lm_cfg, cfg=cfg, key=key
         )
-    with jax.numpy_dtype_promotion("standard"):  # optax's adam: float ** int32 count
-        updates, opt_state = tx.update(g, opt_state, vp)
-    return optax.apply_updates(vp, updates), opt_state, loss, aux
+    vp, opt_state = optax_update(tx, g, opt_state, vp)
+    return vp, opt_state, loss, aux
 
 
 def svgt_step(

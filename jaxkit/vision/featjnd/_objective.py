@@ -37,6 +37,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate as V
+from jaxkit._optim import optax_update
 from jaxkit._typing import accumulation_dtype
 from jaxkit.vision.featjnd._estimator import _check_features, _check_pair
 
@@ -202,11 +203,8 @@ def _step(estimator, head, opt_state, f, key, eps, lam_t, lam_m, *, optimizer, *
     (loss, aux), g = jax.value_and_grad(_loss, has_aux=True)(
         estimator, head, f, key, eps, lam_t, lam_m, **static
     )
-    # the optimizer is user code: optax's Adam mixes its int32 count with floats, which
-    # strict dtype promotion rejects (optax 0.2.8), so it is traced under standard rules
-    with jax.numpy_dtype_promotion("standard"):
-        updates, opt_state = optimizer.update(g, opt_state, estimator)
-    return FeatJNDStep(optax.apply_updates(estimator, updates), opt_state, loss, aux)
+    estimator, opt_state = optax_update(optimizer, g, opt_state, estimator)  # user optimizer
+    return FeatJNDStep(estimator, opt_state, loss, aux)
 
 
 _step_jit = jax.jit(_step, static_argnames=("optimizer", *_STATIC))
