@@ -91,6 +91,14 @@ def task_rows(key, n: int):
     """``n`` sequences of the held-out task in the fixture's format: the clean level token,
     then ``counting`` (mod 16) of length ``LENGTH - 1``. Returns (tokens, loss mask, prompt
     length)."""
+    tokens, mask, prompt_len = _task_rows(key, n)
+    return tokens, mask, int(prompt_len)
+
+
+# integer draws and copies: the same tokens at any XLA optimisation level (checked), so
+# they compile with ``fast_jit`` (about 1 s of CPU less than eager -O3 programs)
+@functools.partial(fast_jit, static_argnums=1)
+def _task_rows(key, n):
     d = nn.tiny_task(TASK, key=key, batch=n, length=LENGTH - 1)
     head = jnp.full((n, 1), LEVEL_ID, jnp.int32)
     mask = jnp.concatenate([jnp.zeros((n, 1), bool), d.loss_mask], axis=1)
