@@ -287,3 +287,41 @@ def test_compacted_forward_equals_every_row(first):
         np.testing.assert_allclose(outs[rows].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outs[rows].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
     assert np.abs(np.asarray(outs[0].log_ratio)).max() > 1e-3  # the reference is another model
+
+
+@pytest.mark.parametrize("order", ["ancestral", "confidence"])
+def test_shared_first_step_equals_every_row(order):
+    # When every row starts from the same input (unconditional sampling), step 0 runs one
+    # block of `shared` copies of row 0 and hands its output to every row. Same trajectory
+    # as running every row: tokens, steps, log-probabilities, log-ratios (the confidence
+    # order ranks tied probabilities, so a last-bit difference would show). A template
+    # whose row 3 differs must not take that path (its row 3 would get row 0's output).
+    from jaxkit.diffusion import _sample as S
+
+    cfg, params = _toys.tiny_transformer(V, seed=5)
+    _, ref = _toys.tiny_transformer(V, seed=6)
+    f = diffusion.transformer_denoiser(cfg)
+    b, length, steps = 48, 6, 4
+    blank = jnp.full((b, length), V, jnp.int32)
+    sched = diffusion.MaskingSchedule("linear")
+    assert S._shared_rows(blank) == 43 and S._shared_rows(blank[:40]) == 0
+    for z in (blank, blank.at[3, 0].set(1)):
+        valid = jnp.ones_like(z, dtype=bool)
+        outs = [
+            S._sample(
+                f,
+                params,
+                ref,
+                z,
+                valid,
+                jax.random.key(4),
+                jnp.asarray(1.0),
+                S._Opts(V, steps, sched, order, V + 1, 0, shared),
+            )
+            for shared in (0, S._shared_rows(blank))
+        ]
+        np.testing.assert_array_equal(outs[1].tokens, outs[0].tokens)
+        np.testing.assert_array_equal(outs[1].unmask_step, outs[0].unmask_step)
+        np.testing.assert_allclose(outs[1].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(outs[1].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
+    assert np.unique(np.asarray(outs[0].tokens), axis=0).shape[0] > 4  # rows still differ
