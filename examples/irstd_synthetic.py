@@ -76,6 +76,7 @@ def _loss(model, x, y, w):
 
 
 SEP = 10.0  # least target-centre distance (px): make_dataset's min_separation, docstring
+FRAME = (128, 128)  # every scene is a window of a frame this size (clutter_hw), docstring
 OPT = optax.adamw(3e-3)  # built once: the jitted steps see the same optimizer object
 WOPT = optax.adamw(1e-3)
 POPT = optax.adamw(1e-2)  # phi feedback steps
@@ -244,7 +245,9 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     channels = (8, 16) if quick else (8, 16, 32)
     n_va = 16
     # one generator call and one pseudo-label call for all splits (fewer compilations)
-    allsc = irdet.make_dataset(k_tr, n_tr + n_va + n_te, hw=hw, min_separation=SEP)
+    allsc = irdet.make_dataset(
+        k_tr, n_tr + n_va + n_te, hw=hw, min_separation=SEP, clutter_hw=FRAME
+    )
     pl_all = irdet.pseudo_mask(allsc.image, allsc.points, allsc.valid).mask
     # host copies: the splits below are NumPy slices (eager jax slices of each new shape
     # compiled one program each)
@@ -258,7 +261,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         fused_mask = pl_all[:n_tr]
     else:
         n_pl, pl_hw = 40, (128, 128)
-        sc = irdet.make_dataset(k_pl, n_pl, hw=pl_hw, min_separation=SEP)
+        sc = irdet.make_dataset(k_pl, n_pl, hw=pl_hw, min_separation=SEP, clutter_hw=FRAME)
         fused_mask = irdet.pseudo_mask(sc.image, sc.points, sc.valid).mask
     gt = np.asarray(sc.mask)
     disk = {
