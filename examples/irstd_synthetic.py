@@ -349,6 +349,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         val=val,
         phi_refine=phi_refine,
         resume=snap,  # its first steps // 3 steps are the diffusion run's
+        val_term=True,
     )
     results["diffusion+weights"], probs["diffusion+weights"] = _evaluate(model, test)
     # Pd at GT's false-alarm level: at the one threshold 0.5 the detectors sit at different
@@ -402,18 +403,35 @@ def _r4(v):
 
 
 def summarize(runs):
-    """Mean and spread (sample std, min, max) over seeds of each detector's IoU, nIoU, Pd
-    and the size-split Pd, and how often each order holds."""
+    """Mean and spread (sample std, s.e., min, max) over seeds of each detector's IoU,
+    nIoU, Pd and the size-split Pd; paired differences between label sources (mean and
+    s.e. over seeds); the label margin; and how often each order holds."""
     out = {}
     for k in runs[0]["detector"]:
         out[k] = {}
         for m in ("iou", "niou", "pd", "pd_small", "pd_large", "pd_at_gt_fa"):
             v = np.asarray([np.nan if (x := r["detector"][k][m]) is None else x for r in runs])
-            out[k][m] = {"mean": _r4(float(v.mean())), "std": _r4(float(v.std(ddof=1)))
-                         if len(v) > 1 else 0.0, "min": _r4(float(v.min())),
+            sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            out[k][m] = {"mean": _r4(float(v.mean())), "std": _r4(sd),
+                         "se": _r4(sd / np.sqrt(len(v))), "min": _r4(float(v.min())),
                          "max": _r4(float(v.max()))}  # fmt: skip
     holds = {m: sum(r["detector_order_holds"][m] for r in runs) for m in ("iou", "pd")}
-    return {"seeds": len(runs), "detector": out, "order_holds_in_seeds": holds}
+    # paired differences over seeds (same test scenes within a seed): mean and s.e.
+    disk = next(k for k in runs[0]["detector"] if k.startswith("disk"))
+    pairs = {"gt - diffusion+weights": ("gt", "diffusion+weights"),
+             "diffusion+weights - disk": ("diffusion+weights", disk),
+             "diffusion+weights - diffusion": ("diffusion+weights", "diffusion")}  # fmt: skip
+    paired = {}
+    for name, (a, b) in pairs.items():
+        for m in ("iou", "pd"):
+            d = np.asarray([r["detector"][a][m] - r["detector"][b][m] for r in runs])
+            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+            paired[f"{name} {m}"] = {"mean": _r4(float(d.mean())), "se": _r4(se)}
+    margin = np.asarray([r["margin_over_best_disk"] for r in runs])
+    se = float(margin.std(ddof=1) / np.sqrt(len(margin))) if len(margin) > 1 else 0.0
+    return {"seeds": len(runs), "margin_over_best_disk": {"mean": _r4(float(margin.mean())),
+            "se": _r4(se), "met_0.05": int((margin >= 0.05).sum())}, "detector": out,
+            "paired": paired, "order_holds_in_seeds": holds}  # fmt: skip
 
 
 if __name__ == "__main__":
