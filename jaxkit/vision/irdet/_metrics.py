@@ -110,14 +110,18 @@ _EIGHT_STACK[1] = True  # 8-connected within an image, never across images
 
 
 def _stack_components(masks):
-    """Components of ``[N, H, W]`` masks: image index, centroid (row, col), area each."""
+    """Components of ``[N, H, W]`` masks: image index, centroid (row, col), area each.
+
+    Centroids are means of integer pixel coordinates (bincount sums: exact in float64,
+    the same values as ``ndimage.center_of_mass``, several times faster here).
+    """
     lab, n = ndimage.label(masks, structure=_EIGHT_STACK)
-    if n == 0:
-        return np.zeros((0,), int), np.zeros((0, 2)), np.zeros((0,), np.int64)
-    idx = np.arange(1, n + 1)
-    cent = np.asarray(ndimage.center_of_mass(masks, lab, idx), dtype=np.float64).reshape(n, 3)
-    area = np.asarray(ndimage.sum_labels(masks, lab, idx), dtype=np.int64)
-    return np.rint(cent[:, 0]).astype(int), cent[:, 1:], area
+    zz, yy, xx = np.nonzero(lab)
+    lv = lab[zz, yy, xx]
+    area = np.bincount(lv, minlength=n + 1)[1:]
+    safe = np.maximum(area, 1)  # every label has pixels; the floor only guards n == 0
+    mean = [np.bincount(lv, weights=c, minlength=n + 1)[1:] / safe for c in (zz, yy, xx)]
+    return np.rint(mean[0]).astype(int), np.stack(mean[1:], axis=-1), area.astype(np.int64)
 
 
 class PdFa(NamedTuple):
