@@ -169,7 +169,9 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
     ``snapshot_at=t`` also returns the state before step ``t`` (model, optimizer states,
     loss EMA, batch sampler); ``resume=`` continues from such a state. The weighted run
     equals the unweighted one on the same labels until its weights start, so it resumes
-    from that run's snapshot (the same steps, not run twice)."""
+    from that run's snapshot (the same steps, not run twice). ``val_term``: every 4th
+    weighted step is followed by one step on the validation batch with weight 1 / 1.2
+    (the repo's ``(1 / 1.2) (L_val + 0.1 BCE)``; our loss already holds the BCE term)."""
     x_tr = data["x"]
     if resume is None:
         model, opt_state, weighter, wstate, ema = _init(key, channels, x_tr.shape[0])
@@ -264,12 +266,14 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
 
     # ---- 2. detector from four label sources
     hw = (32, 32) if quick else (64, 64)
-    # quick: 256 test scenes (~600 targets), not 64 (~150): Pd's binomial s.e. 0.010, not
-    # 0.019, against differences between label sources of 1-3 targets in 150 (docstring)
+    # quick: 256 test scenes (~650 targets), not 64 (~150): one Pd's binomial s.e. 0.009,
+    # not 0.019, against differences between label sources of 1-3 targets in 150
+    # (docstring); pd_fa labels the batch in one call, so the evaluation stays cheap
     n_tr, n_te = (128, 256) if quick else (256, 128)
     # quick: 180 steps, not 60. Measured (seeds 0-2): at 60 and 120 steps the disk's
     # oversized labels lead in Pd (an under-trained detector fires first on the biggest
-    # labels); at 180 diffusion(+weights) >= disk in Pd in every seed
+    # labels); at 180 diffusion(+weights) >= disk in Pd in every seed (wave 9 scenes; now
+    # within the seed noise, docstring)
     steps = 180 if quick else 300
     channels = (8, 16) if quick else (8, 16, 32)
     n_va = 16
