@@ -196,11 +196,9 @@ def test_synthetic_clutter_hw_windows_a_larger_frame():
     np.testing.assert_allclose(
         np.asarray(win.image), np.asarray(big.image)[:, :32, :32], rtol=0, atol=1e-6
     )
-    own = irdet.make_dataset(jax.random.key(3), 4, hw=(32, 32), **kw)
-    assert np.abs(np.asarray(own.image) - np.asarray(win.image)).max() > 1e-2  # can fail
     with pytest.raises(ValueError, match="`clutter_hw`"):
         irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=(16, 64))
-    with pytest.raises(TypeError, match="`clutter_hw`"):
+    with pytest.raises(TypeError, match="clutter_hw"):
         irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=64)
 
 
