@@ -187,6 +187,21 @@ def test_synthetic_min_separation_spreads_targets_and_keeps_the_rest():
     assert n_comp == np.asarray(sep.valid).sum(1).tolist()
 
 
+def test_synthetic_clutter_hw_windows_a_larger_frame():
+    # clutter only (no targets, blobs or noise): the scene is the top-left window of the
+    # clutter of a clutter_hw frame drawn from the same key
+    kw = dict(n_targets=(1, 1), scr=(0.0, 0.0), hot_clutter=(0, 0), noise_std=0.0)
+    big = irdet.make_dataset(jax.random.key(3), 4, hw=(64, 64), **kw)
+    win = irdet.make_dataset(jax.random.key(3), 4, hw=(32, 32), clutter_hw=(64, 64), **kw)
+    np.testing.assert_allclose(
+        np.asarray(win.image), np.asarray(big.image)[:, :32, :32], rtol=0, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="`clutter_hw`"):
+        irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=(16, 64))
+    with pytest.raises(TypeError, match="clutter_hw"):
+        irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=64)
+
+
 def _otsu_brute(values, weights, bins=64):
     idx = np.clip((values * bins).astype(int), 0, bins - 1)
     hist = np.bincount(idx.ravel(), weights=weights.ravel(), minlength=bins)

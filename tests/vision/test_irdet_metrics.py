@@ -47,6 +47,51 @@ def test_eight_connectivity_and_fa_counts_only_unmatched():
     assert r2.n_gt == 2 and r2.n_matched == 1 and r2.pd == 0.5
 
 
+def test_pd_fa_batch_never_joins_components_across_images():
+    # image 0's bottom row and image 1's top row hold components in the same columns: as
+    # one [N, H, W] block they would be 8-connected through the image boundary
+    gt, pred = _blank(2), _blank(2)
+    gt[0, 19, 5] = gt[1, 0, 5] = True
+    pred[0, 19, 5:7] = True  # hits image 0's target
+    pred[1, 0, 15] = True  # a 1-pixel false alarm; image 1's target is missed
+    r = irdet.pd_fa(pred, gt)
+    assert (r.n_gt, r.n_matched, r.false_pixels) == (2, 1, 1)
+
+
+def _pd_fa_reference(pred, gt, distance=3.0):
+    """Per-image loop: scipy 8-connected labels, GT components in label order each take
+    the first free predicted component whose centroid is < ``distance`` px away."""
+    from scipy import ndimage
+
+    n_gt = hit = false_px = 0
+    for p, g in zip(pred, gt, strict=True):
+        comps = []
+        for m in (g, p):
+            lab, n = ndimage.label(m, structure=np.ones((3, 3)))
+            comps.append([np.argwhere(lab == i) for i in range(1, n + 1)])
+        free = list(comps[1])
+        for c in comps[0]:
+            for q in free:
+                if np.hypot(*(q.mean(0) - c.mean(0))) < distance:
+                    free = [f for f in free if f is not q]
+                    hit += 1
+                    break
+        n_gt += len(comps[0])
+        false_px += sum(len(f) for f in free)
+    return n_gt, hit, false_px
+
+
+def test_pd_fa_matches_a_per_image_reference_on_random_masks():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n, h, w = rng.integers(1, 5), rng.integers(3, 16), rng.integers(3, 16)
+        pred = rng.random((n, h, w)) < 0.25
+        gt = rng.random((n, h, w)) < 0.15
+        gt[0, 0, 0] = True
+        r = irdet.pd_fa(pred, gt)
+        assert (r.n_gt, r.n_matched, r.false_pixels) == _pd_fa_reference(pred, gt)
+
+
 def test_iou_niou_against_counts():
     gt = _blank(2)
     pred = _blank(2)

@@ -18,6 +18,7 @@ union (nIoU with ``empty="raise"``), or no ground-truth component at all (Pd) ra
 ``ValueError`` with the reason.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -104,6 +105,25 @@ def _components(mask):
     return cent, area, lab
 
 
+_EIGHT_STACK = np.zeros((3, 3, 3), dtype=bool)
+_EIGHT_STACK[1] = True  # 8-connected within an image, never across images
+
+
+def _stack_components(masks):
+    """Components of ``[N, H, W]`` masks: image index, centroid (row, col), area each.
+
+    Centroids are means of integer pixel coordinates (bincount sums: exact in float64,
+    the same values as ``ndimage.center_of_mass``, several times faster here).
+    """
+    lab, n = ndimage.label(masks, structure=_EIGHT_STACK)
+    zz, yy, xx = np.nonzero(lab)
+    lv = lab[zz, yy, xx]
+    area = np.bincount(lv, minlength=n + 1)[1:]
+    safe = np.maximum(area, 1)  # every label has pixels; the floor only guards n == 0
+    mean = [np.bincount(lv, weights=c, minlength=n + 1)[1:] / safe for c in (zz, yy, xx)]
+    return np.rint(mean[0]).astype(int), np.stack(mean[1:], axis=-1), area.astype(np.int64)
+
+
 class PdFa(NamedTuple):
     """Result of :func:`pd_fa`.
 
@@ -137,18 +157,23 @@ def pd_fa(pred, gt, *, distance: float = 3.0) -> PdFa:
     if not (np.isfinite(distance) and distance > 0):
         raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
     pred, gt = _as_masks(pred, gt)
-    n_gt = n_matched = false_px = 0
-    for p, g in zip(pred, gt, strict=True):
-        gc, _, _ = _components(g)
-        pc, pa, _ = _components(p)
-        free = list(range(len(pc)))
-        for c in gc:
+    # every image labelled in one call (no connection across images): the labels of an
+    # image are consecutive and in its own raster order, as labelling it alone would give
+    gi, gc, _ = _stack_components(gt)
+    pi, pc, pa = _stack_components(pred)
+    imgs = np.arange(len(pred))
+    g_lo, g_hi = np.searchsorted(gi, imgs, "left"), np.searchsorted(gi, imgs, "right")
+    p_lo, p_hi = np.searchsorted(pi, imgs, "left"), np.searchsorted(pi, imgs, "right")
+    n_gt, n_matched, false_px = len(gc), 0, 0
+    pc, gc = pc.tolist(), gc.tolist()  # Python floats: the pair loop below is host-bound
+    for b in range(len(pred)):
+        free = list(range(p_lo[b], p_hi[b]))
+        for cy, cx in gc[g_lo[b] : g_hi[b]]:
             for j in free:
-                if np.linalg.norm(pc[j] - c) < distance:
+                if math.sqrt((pc[j][0] - cy) ** 2 + (pc[j][1] - cx) ** 2) < distance:
                     free.remove(j)
                     n_matched += 1
                     break
-        n_gt += len(gc)
         false_px += int(pa[free].sum()) if free else 0
     if n_gt == 0:
         raise ValueError("Pd is undefined: `gt` has no target component in any image.")
