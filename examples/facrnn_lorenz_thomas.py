@@ -8,9 +8,12 @@ N = 20 neurons. Three models are trained on the even time steps with identical s
 (one jitted, vmapped scan over the three): the plain lrRNN (beta = 0), the block-diagonal
 bdRNN (alpha = 1) and FacRNN (G = 2; beta = 20 on the Gaussian currents, beta = 2 on
 spike counts, the authors' settings for synthetic currents and for monkey spike data),
-3000 steps (the spec's), lr 3e-3, beta ramped over the first quarter. On the odd steps we
-report reconstruction R^2, group-aligned latent R^2 (true Lorenz/Thomas groups vs the
-model's groups, affine maps, Hungarian matching), component R^2, PC and TC of the
+3000 steps (the spec's), lr 3e-3, beta ramped over the first quarter; in full mode each
+Gaussian model is trained from ``RESTARTS = 4`` initialisations and the one with the lowest
+training objective (its own loss on the whole training set, the exact mixture PC) is kept:
+the true latents never enter the choice, and every model gets the same restarts. On the
+odd steps we report reconstruction R^2, group-aligned latent R^2 (true Lorenz/Thomas groups
+vs the model's groups, affine maps, Hungarian matching), component R^2, PC and TC of the
 aggregate posterior, and connectivity / sub-circuit R^2 (Gaussian run). A second run
 observes Poisson spike counts (rate = 5 softplus(2 x), bin width 5) and reads in causally
 smoothed counts divided by the bin width (reconstructed path: the authors' code has no
@@ -56,18 +59,28 @@ TEACHER_STEPS = 10_000  # the authors' data_generator: 10^4 full-batch AdamW ste
 # SMOOTH_TAU bins and divided by the bin width (a rate, so tanh does not saturate)
 BIN_WIDTH = 5.0
 SMOOTH_TAU = 0.5
+# full mode, Gaussian run: initialisations per model, the lowest training objective kept
+RESTARTS = 4
 
 
-def _train(x_in, x_out, u, *, obs, steps, seed, bin_width, encoder="linear"):
-    m0 = neuro.LowRankRNN(
-        N_NEURONS, RANK, n_groups=GROUPS, obs=obs, encoder=encoder, key=jax.random.key(seed)
-    )
+def _train(x_in, x_out, u, *, obs, steps, seed, bin_width, encoder="linear", restarts=1):
+    """Train lrRNN, bdRNN and FacRNN from ``restarts`` initialisations each (one vmapped scan).
+
+    Restart 0 starts from ``key(seed)``, restart ``r >= 1`` from ``key(10 + r)``. Returns the
+    models ``{name: LowRankRNN}`` and, per name, the training objectives of its restarts;
+    each model is the restart with the lowest objective on the whole training set
+    (:func:`_objective`): the selection never sees the true latents.
+    """
     # the authors use beta = 20 on synthetic currents and beta = 2 on spike data (monkey M1)
     spikes = {"facrnn": POISSON_BETA} if obs == "poisson" else {}
     beta = jnp.asarray([spikes.get(n, neuro.preset(n)["beta"]) for n in MODELS])
     alpha = jnp.asarray([neuro.preset(n)["alpha"] for n in MODELS])
+    inits = jnp.asarray([seed] + [10 + r for r in range(1, restarts)])
 
-    def one(b, a):
+    def one(b, a, s):
+        m0 = neuro.LowRankRNN(
+            N_NEURONS, RANK, n_groups=GROUPS, obs=obs, encoder=encoder, key=jax.random.key(s)
+        )
         return neuro.fit(
             m0,
             x_in,
@@ -85,7 +98,44 @@ def _train(x_in, x_out, u, *, obs, steps, seed, bin_width, encoder="linear"):
             u=u,
         )
 
-    return jax.jit(jax.vmap(one))(beta, alpha)
+    grid = [v.repeat(restarts) for v in (beta, alpha)] + [jnp.tile(inits, len(MODELS))]
+    res = jax.jit(jax.vmap(one))(*grid)
+    models, objectives = {}, {}
+    for i, name in enumerate(MODELS):
+        cands = [
+            jax.tree.map(lambda v, j=i * restarts + r: v[j], res.model) for r in range(restarts)
+        ]
+        obj = (
+            [  # one candidate: nothing to choose, no objective computed
+                _objective(m, x_in, x_out, u, beta=beta[i], alpha=alpha[i], bin_width=bin_width)
+                for m in cands
+            ]
+            if restarts > 1
+            else [float("nan")]
+        )
+        models[name] = cands[int(np.argmin(obj))]
+        objectives[name] = [round(v, 4) for v in obj]
+    return models, objectives
+
+
+def _objective(model, x_in, x_out, u, *, beta, alpha, bin_width, draws=4):
+    """FacRNN's loss on the whole training set (M = n_total: the exact mixture PC)."""
+    s = x_in.shape[0] * (x_in.shape[1] if model.encoder == "bigru" else 1)
+    vals = [
+        neuro.facrnn_loss(
+            model,
+            x_in,
+            x_out,
+            key=jax.random.key(100 + k),
+            n_total=s,
+            beta=beta,
+            alpha=alpha,
+            bin_width=bin_width,
+            u=u,
+        )[0]
+        for k in range(draws)
+    ]
+    return float(np.mean(vals))
 
 
 def _evaluate(model, x_in, target, u, z_true, j_true, *, n_total, obs, bin_width, seed):
@@ -131,7 +181,7 @@ def _data(seed):
     return z, neuro.synthetic_lowrank(z, key=jax.random.key(seed), teacher_steps=TEACHER_STEPS)
 
 
-def _run(obs, *, steps, seed):
+def _run(obs, *, steps, seed, restarts=1):
     z, d = _data(seed)
     j_true = neuro.sub_connectivity(d.A, d.B, n_groups=GROUPS)
     bin_width = BIN_WIDTH
@@ -146,10 +196,18 @@ def _run(obs, *, steps, seed):
     zt = z[1:]  # z_t is read from x_{t-1}
     tr, te = slice(0, None, 2), slice(1, None, 2)  # the reference's even/odd split
     ut = None if u is None else u[tr]
-    res = _train(x_in[tr], x_out[tr], ut, obs=obs, steps=steps, seed=seed, bin_width=bin_width)
+    models, objectives = _train(
+        x_in[tr],
+        x_out[tr],
+        ut,
+        obs=obs,
+        steps=steps,
+        seed=seed,
+        bin_width=bin_width,
+        restarts=restarts,
+    )
     n_total = x_in[tr].shape[0]
     out = {}
-    models = {name: jax.tree.map(lambda v, i=i: v[i], res.model) for i, name in enumerate(MODELS)}
     # post-hoc baselines on the fitted lrRNN (the authors' lrRNN+ICA and LINT): no training
     # FastICA may not converge on spike-count latents (seed 0 Poisson, even at 10^4
     # iterations); the authors' call ignores that too: we record it instead of failing
@@ -172,6 +230,8 @@ def _run(obs, *, steps, seed):
             seed=seed,
         )
     out["lrrnn_ica"]["ica_converged"] = ica_converged
+    for name in MODELS:
+        out[name]["restart_objectives"] = objectives[name]
     return out
 
 
@@ -191,7 +251,7 @@ def _run_bigru(*, steps, seed, trial_len=100):
     def split(v, part):
         return v[: r * trial_len].reshape(r, trial_len, -1)[part::2]
 
-    res = _train(
+    models, _ = _train(
         split(y, 0),
         split(y, 0),
         None,
@@ -203,8 +263,7 @@ def _run_bigru(*, steps, seed, trial_len=100):
     )
     n_total = split(y, 0).shape[0] * trial_len
     out = {}
-    for i, name in enumerate(MODELS):
-        model = jax.tree.map(lambda v, i=i: v[i], res.model)
+    for name, model in models.items():
         mu = model.encode(split(y, 1)).reshape(-1, RANK)
         ls = jnp.full_like(mu, neuro.posterior_log_std(n_total, RANK))
         key = jax.random.key(seed + 7)
@@ -245,7 +304,10 @@ def _plot(results, out_dir):
 def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=None) -> dict:
     del data_dir  # synthetic, generated here
     steps = 1000 if quick else 3000  # the spec's 3000 scanned steps
-    results = {obs: _run(obs, steps=steps, seed=seed) for obs in ("gaussian", "poisson")}
+    # full mode: Gaussian models from RESTARTS initialisations, each kept by its training
+    # objective (seed 0's single start is a local optimum; restarts do not help spikes)
+    restarts = {"gaussian": 1 if quick else RESTARTS, "poisson": 1}
+    results = {obs: _run(obs, steps=steps, seed=seed, restarts=restarts[obs]) for obs in restarts}
     # the spec's spike-count encoder (bidirectional GRU, dynamics prior): full mode only
     bigru = None if quick else _run_bigru(steps=3000, seed=seed)
     cols = [k for k, v in results["gaussian"]["facrnn"].items() if isinstance(v, float)]
@@ -292,6 +354,7 @@ def main(*, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir=N
             else {"bigru": bigru["facrnn"]["group_r2"] - bigru["lrrnn"]["group_r2"]}
         ),
         "steps": steps,
+        "restarts": restarts,
         "results": results,
         "results_bigru": bigru,
         "plot": plot,
