@@ -194,9 +194,10 @@ def mcfg(**kw):
 
 # stage-1 / stage-2 / one-decision stage-3 / rollout stage-3 steps of the full training
 FULL_STEPS = (300, 1000, 300, 40)
-# stage 2's learning rate (Adam): at 1e-2, seed 2's stage 2 stalled (CE 1.91 -> 1.07, its
-# late-only phase at ~1.7; seed 0 1.21 -> 0.36); at 3e-3 seed 2 reaches 0.29. See train_dlmr.
-LR2 = 3e-3
+# stage 2's learning rate (Adam). At 1e-2 seed 2's stage 2 stalls (CE 1.91 -> 1.07; its late-only
+# phase sits at ~1.7, seed 0's reaches 0.36). At 3e-3 seed 2's stage 2 learns (0.82 -> 0.32), but
+# in seed 0's full run the router then collapsed to the null (late 0.21; wave 12, not shipped).
+LR2 = 1e-2
 # stage 2's last phase: early queries too (p_late, steps, lr); see train_dlmr
 MIX = (0.5, 500, 3e-3)
 ADAPTER = "adapter.safetensors"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
