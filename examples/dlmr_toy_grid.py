@@ -194,6 +194,10 @@ def mcfg(**kw):
 
 # stage-1 / stage-2 / one-decision stage-3 / rollout stage-3 steps of the full training
 FULL_STEPS = (300, 1000, 300, 40)
+# stage 2's learning rate (Adam). At 1e-2 seed 2's stage 2 stalls (CE 1.91 -> 1.07; its late-only
+# phase sits at ~1.7, seed 0's reaches 0.36). At 3e-3 seed 2's stage 2 learns (0.82 -> 0.32), but
+# in seed 0's full run the router then collapsed to the null (late 0.21; wave 12, not shipped).
+LR2 = 1e-2
 # stage 2's last phase: early queries too (p_late, steps, lr); see train_dlmr
 MIX = (0.5, 500, 3e-3)
 ADAPTER = "adapter.safetensors"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
@@ -264,7 +268,7 @@ def train_dlmr(params, enc, cfg, rng, key, steps, w_oracle, *, train_injector=Tr
     budgets = np.asarray(cfg.budgets)
     nb = len(budgets)
     ce = []
-    phases = ((1, steps[0], 1e-2, None), (2, steps[1], 1e-2, None), (2, mix[1], mix[2], mix[0]))
+    phases = ((1, steps[0], 1e-2, None), (2, steps[1], LR2, None), (2, mix[1], mix[2], mix[0]))
     for stage, n_steps, lr, p_late in phases:
         tx = memory.dlmr_optimizer(stage, lr=lr, train_injector=train_injector)
         st = tx.init(ap)

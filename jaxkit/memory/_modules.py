@@ -140,18 +140,21 @@ class Router(eqx.Module):
     router steps on it saturate the policy; HF models' ``hidden_states[-1]`` (what
     VisMem's memory former reads) is normalised too. [R] (the paper's router input is not
     published.) A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
+    The normalisation (``eqx.nn.LayerNorm`` without weight or bias) has no array leaves,
+    so saved routers keep their layout.
     """
 
+    norm: eqx.nn.LayerNorm
     l1: Linear
     l2: Linear
 
     def __init__(self, d_model: int, hidden: int, n_actions: int, *, key):
         k1, k2 = jax.random.split(key)
+        self.norm = eqx.nn.LayerNorm(d_model, use_weight=False, use_bias=False)
         self.l1 = Linear(d_model, hidden, key=k1)
         self.l2 = Linear(hidden, n_actions, key=k2, gain=0.0)
 
     def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
         h = h.astype(jnp.float32)
-        h = h - jnp.mean(h, -1, keepdims=True)
-        h = h * jax.lax.rsqrt(jnp.mean(jnp.square(h), -1, keepdims=True) + 1e-5)
+        h = jax.vmap(self.norm)(h.reshape(-1, h.shape[-1])).reshape(h.shape)
         return self.l2(jax.nn.gelu(self.l1(h)))
