@@ -21,14 +21,15 @@ def _emb(n, dim, seed, noise=0.5):
     return q.astype(np.float32), d.astype(np.float32)
 
 
-def _dense_w(q, d, tau, margin, dup=None):
+def _dense_w(q, d, tau, margin, dup=None, symmetric=True):
     """Reference filtered weights from the full n x n matrix (float64 numpy)."""
     s = q.astype(np.float64) @ d.T.astype(np.float64)
     diag = np.diag(s)
     n = len(q)
     dup = np.arange(n) if dup is None else dup
     bad = (s >= diag[:, None] - margin) | (dup[:, None] == dup[None, :])
-    bad = bad | bad.T  # a contradiction in either direction filters both weights
+    if symmetric:
+        bad = bad | bad.T  # either direction filters both weights (a shared batch has both)
     return np.where(bad, 0.0, np.exp((s - diag[:, None]) / tau)), bad
 
 
@@ -51,6 +52,28 @@ def test_knn_graph_matches_dense_reference():
         assert set(nbr[i]) == set(want)
         np.testing.assert_allclose(w[i], wd[i, nbr[i]], rtol=2e-4, atol=1e-7)
         assert not np.any(bad[i, nbr[i]] | bad[nbr[i], i])  # no false negative is a neighbour
+
+
+def test_knn_graph_per_direction_matches_dense_reference():
+    """``symmetric=False``: ``w_ij = 0`` iff ``q_i`` scores ``d_j`` within the margin of its
+    own positive (spec 3.2); a pair filtered one way keeps the other weight."""
+    q, d = _emb(40, 6, 0)
+    tau, margin, k = 0.2, 0.1, 5
+    dup = np.arange(40) // 2
+    g = data.knn_graph(jnp.asarray(q), jnp.asarray(d), k=k, tau=tau, margin=margin,
+                       dup_ids=jnp.asarray(dup), block=16, symmetric=False)  # fmt: skip
+    wd, bad = _dense_w(q, d, tau, margin, dup, symmetric=False)
+    score = np.where(bad & bad.T, -1.0, wd + wd.T)
+    nbr, w = np.asarray(g.nbr), np.asarray(g.w)
+    one_way = 0
+    for i in range(40):
+        assert set(nbr[i]) == set(np.argsort(-score[i], kind="stable")[:k])
+        np.testing.assert_allclose(w[i], wd[i, nbr[i]], rtol=2e-4, atol=1e-7)
+        assert not np.any(bad[i, nbr[i]] & bad[nbr[i], i])
+        one_way += int(np.sum(~bad[i, nbr[i]] & bad[nbr[i], i] & (w[i] > 0)))
+    assert one_way > 0  # filtered for the other query only: this direction keeps its weight
+    with pytest.raises(TypeError, match="symmetric"):
+        data.knn_graph(jnp.asarray(q), jnp.asarray(d), k=k, symmetric=1)
 
 
 def test_objective_equals_dense_and_is_monotone_submodular():
