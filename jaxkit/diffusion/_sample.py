@@ -219,7 +219,8 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
 
         return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
 
-    same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
+    if shared:  # off under explicit meshes (a row slice of a sharded batch)
+        same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
 
     def body(carry, inputs):
         z, step, lp, lr = carry
