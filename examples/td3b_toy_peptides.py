@@ -14,8 +14,10 @@ pretrained 2-layer bidirectional MDLM ships as the fixture ``td3b_toy_mdlm`` (ma
 3..8 - 3), direction = sigmoid(2 (#{K,R} - #{D,E}) at 0..3), independent features.
 TD3B: WDCE + KL anchor (beta 0.1), alpha 0.1, R = 4, T = 12 steps, on the best 128 by
 reward of each 512 policy samples (and of the buffer before), as the authors' tree search
-keeps its best rollouts. The authors' CSV (``td3b_binders.csv`` in ``--data-dir``) is only counted
-here when present; a full run needs the PepTune checkpoint and ESM-2 oracles.
+keeps its best rollouts. The affinity-only baseline trains with the authors' WDCE
+reduction (WDCE / N: the KL anchor at their weight). The authors' CSV (``td3b_binders.csv``
+in ``--data-dir``) is only counted here when present; a full run needs the PepTune
+checkpoint and ESM-2 oracles.
 """
 
 import argparse
