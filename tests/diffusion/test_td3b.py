@@ -340,6 +340,18 @@ def test_fine_tune_loop_reports_ess_and_warns():
     assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
     moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
     assert all(h["buffer_ess"] >= 0.5 * 16 - 1e-2 for h in moved), hist
+    # `reduction` reaches the step (the example's affinity-only baseline uses "reference"):
+    # same keys, same buffer, metrics before the update, so WDCE is divided by N = 16 and
+    # the KL anchor is untouched
+    with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", diffusion.ESSWarning)
+        (_, (h_sum,)), (_, (h_ref,)) = (
+            tune(direction=1, iterations=1, alpha=1.0, reduction=r)
+            for r in ("sum_weights", "reference")
+        )
+    np.testing.assert_allclose(h_ref["wdce"] * 16, h_sum["wdce"], rtol=1e-5)
+    np.testing.assert_allclose(h_ref["kl"], h_sum["kl"], rtol=1e-6)
+    assert h_sum["wdce"] > 0
 
 
 def test_temper_alpha_keeps_the_ess_target():
