@@ -56,14 +56,15 @@ def _pools(nbr, roots, assigned, hops, p):
     free = ~assigned[jnp.where(cand >= 0, cand, n)]
     is_root = jnp.arange(cand.shape[1]) < r
     cand = jnp.where((cand >= 0) & (is_root[None, :] | free), cand, n)  # n: dropped
-    order = jnp.argsort(cand, axis=1, stable=True)
-    srt = jnp.take_along_axis(cand, order, axis=1)
-    first_s = jnp.concatenate([jnp.ones((nb, 1), bool), srt[:, 1:] != srt[:, :-1]], axis=1)
-    first_s = first_s & (srt < n)
-    first = jnp.zeros_like(first_s).at[jnp.arange(nb)[:, None], order].set(first_s)
+    # first occurrences: each item's lowest position, by a scatter-min into an [nb, n + 1]
+    # table (no sort of the [nb, L] candidates)
+    pos = jnp.broadcast_to(jnp.arange(cand.shape[1], dtype=jnp.int32), cand.shape)
+    bi = jnp.arange(nb)[:, None]
+    lowest = jnp.full((nb, n + 1), cand.shape[1], jnp.int32).at[bi, cand].min(pos)
+    first = (lowest[bi, cand] == pos) & (cand < n)
     rank = jnp.cumsum(first, axis=1) - 1
     slot = jnp.where(first & (rank < p), rank, p)  # p = dump slot
-    pool = jnp.full((nb, p + 1), -1, jnp.int32).at[jnp.arange(nb)[:, None], slot].set(cand)
+    pool = jnp.full((nb, p + 1), -1, jnp.int32).at[bi, slot].set(cand)
     return pool[:, :p]
 
 
@@ -74,13 +75,18 @@ def _pool_weights(nbr, w, pool):
     and ``wv[a, k]`` its weight (0 when outside, or for empty pool slots).
     """
     p = pool.shape[0]
-    order = jnp.argsort(pool)
-    sp = pool[order]
+    n = nbr.shape[0]
+    valid = pool >= 0
+    # pool position of every item (p when outside): one scatter, then a gather per edge
+    where = (
+        jnp.full(n + 1, p, jnp.int32)
+        .at[jnp.where(valid, pool, n)]
+        .set(jnp.arange(p, dtype=jnp.int32))
+    )
     rows = jnp.maximum(pool, 0)
     nb, wv = nbr[rows], w[rows].astype(accumulation_dtype(w.dtype))  # [p, k]
-    pos = jnp.clip(jnp.searchsorted(sp, nb), 0, p - 1)
-    hit = (sp[pos] == nb) & (pool[:, None] >= 0)
-    return jnp.where(hit, order[pos], p), jnp.where(hit, wv, 0.0)
+    col = jnp.where(valid[:, None], where[nb], p)
+    return col, jnp.where(col < p, wv, 0.0)
 
 
 def _sparse_gains(cover, col, wv, inb, obj, ground):
