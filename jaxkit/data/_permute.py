@@ -89,20 +89,33 @@ def _pool_weights(nbr, w, pool):
     return col, jnp.where(col < p, wv, 0.0)
 
 
-def _sparse_gains(cover, col, wv, inb, obj, ground):
+def _sparse_gains(cover, col, wv, inb, obj, ground, bsz):
     """Marginal gains of every pool item: segment sums of ``phi(c_a + w) - phi(c_a)``.
 
     ``ground="pool"``: over every pool query ``a`` (the submodular [recon] objective).
     ``ground="batch"``: over the batch's own queries only, plus the candidate's own term
     ``phi(c_j)`` (its query against the batch's documents): the exact increase of the
     batch's summed in-batch loss ``sum_{i in S} phi(sum_{j in S} w_ij)`` (not submodular).
+    Only the (at most ``bsz``) member rows are gathered, in pool order, so the segment
+    sums add the same terms in the same order as over all ``p`` rows with zeros.
     """
-    contrib = _phi(cover[:, None] + wv, obj) - _phi(cover, obj)[:, None]
-    if ground == "batch":
-        contrib = jnp.where(inb[:, None], contrib, 0.0)
     p = cover.shape[0]
-    gain = jnp.zeros(p + 1, contrib.dtype).at[col].add(contrib)[:p]
-    return gain + _phi(cover, obj) if ground == "batch" else gain
+    if ground == "batch":
+        rank = jnp.cumsum(inb) - 1
+        rows = (
+            jnp.full(bsz + 1, p, jnp.int32)
+            .at[jnp.where(inb, rank, bsz)]
+            .set(jnp.arange(p, dtype=jnp.int32))[:bsz]
+        )  # member rows in pool order; p: padding (weight 0, dump column)
+        cover_pad = jnp.concatenate([cover, jnp.zeros(1, cover.dtype)])
+        col_pad = jnp.concatenate([col, jnp.full((1, col.shape[1]), p, col.dtype)])
+        wv_pad = jnp.concatenate([wv, jnp.zeros((1, wv.shape[1]), wv.dtype)])
+        c, cl, wm = cover_pad[rows], col_pad[rows], wv_pad[rows]
+        contrib = _phi(c[:, None] + wm, obj) - _phi(c, obj)[:, None]
+        gain = jnp.zeros(p + 1, contrib.dtype).at[cl].add(contrib)[:p]
+        return gain + _phi(cover, obj)
+    contrib = _phi(cover[:, None] + wv, obj) - _phi(cover, obj)[:, None]
+    return jnp.zeros(p + 1, contrib.dtype).at[col].add(contrib)[:p]
 
 
 def _column(col, wv, j):
@@ -165,8 +178,8 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
 
     def step(s):
         t, _, members, inb, cover, banned, assigned, cnt = s
-        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, 0, None, None))(
-            cover, col, wv, inb, obj, ground
+        gain = jax.vmap(_sparse_gains, in_axes=(0, 0, 0, 0, None, None, None))(
+            cover, col, wv, inb, obj, ground, bsz
         )
         s = (members, inb, cover, banned, assigned, cnt, jnp.zeros(nb, bool))
         s = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), s)
