@@ -153,6 +153,7 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
     hit = jnp.take_along_axis(inb_pad, col.reshape(nb, -1), axis=1).reshape(col.shape)
     cover = jnp.sum(jnp.where(hit, wv, 0.0), axis=2)
     banned = jnp.any(cp & inb[:, None, :], axis=2)
+    lower = bidx[None, :] < bidx[:, None]  # [b, c]: batch c has the lower index
 
     def propose(gain, s):
         members, inb, cover, banned, assigned, cnt, done = s
@@ -163,11 +164,11 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
         bg = jnp.take_along_axis(gain, best[:, None], axis=1)[:, 0]
         j = jnp.take_along_axis(pool, best[:, None], axis=1)[:, 0]
         prop = bg > 0
-        seg = jnp.where(prop, j, n)
-        gmax = jax.ops.segment_max(jnp.where(prop, bg, -jnp.inf), seg, num_segments=n + 1)
-        win = prop & (bg == gmax[seg])
-        bmin = jax.ops.segment_min(jnp.where(win, bidx, nb), seg, num_segments=n + 1)
-        win = win & (bidx == bmin[seg])
+        # a proposer wins unless another batch proposes the same item with a higher gain,
+        # or the same gain and a lower index ([nb, nb] comparisons, no [n] segment tables)
+        rival = prop[:, None] & prop[None, :] & (j[:, None] == j[None, :])
+        beats = (bg[None, :] > bg[:, None]) | ((bg[None, :] == bg[:, None]) & lower)
+        win = prop & ~jnp.any(rival & beats, axis=1)
         members = members.at[bidx, jnp.where(win, cnt, bsz)].set(j, mode="drop")
         inb = inb.at[bidx, best].set(inb[bidx, best] | win)
         cover = cover + jnp.where(win[:, None], jax.vmap(_column)(col, wv, best), 0.0)
