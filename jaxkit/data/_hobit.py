@@ -110,7 +110,7 @@ def knn_graph(
     tau: RealScalarLike = 0.05,
     margin: RealScalarLike = 0.1,
     dup_ids: Int[Array, " n"] | None = None,
-    block: int = 1024,
+    block: int = 512,
     symmetric: bool = True,
 ) -> SparseHardness:
     """Sparse hardness graph: for each ``i`` the top-``k`` ``j`` by ``w_ij + w_ji``.
