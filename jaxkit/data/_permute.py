@@ -175,7 +175,8 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
         ccol = jnp.take_along_axis(cp, best[:, None, None], axis=1)[:, 0, :]
         banned = banned | (ccol & win[:, None])
         assigned = assigned.at[jnp.where(win, j, n)].set(True)
-        return members, inb, cover, banned, assigned, cnt + win.astype(jnp.int32), done | win
+        s = (members, inb, cover, banned, assigned, cnt + win.astype(jnp.int32), done | win)
+        return s, jnp.any(prop & ~win)  # any loser left to re-propose
 
     def step(s):
         t, _, members, inb, cover, banned, assigned, cnt = s
@@ -183,7 +184,17 @@ def _grow(st, pool, nbr, w, q, d, dup, margin, *, bsz, rounds, obj, ground):
             cover, col, wv, inb, obj, ground, bsz
         )
         s = (members, inb, cover, banned, assigned, cnt, jnp.zeros(nb, bool))
-        s = jax.lax.fori_loop(0, rounds, lambda _r, s: propose(gain, s), s)
+
+        # a round without conflicts leaves no loser, and the rounds after it would change
+        # nothing (each batch's allowed candidates only shrink): stop there
+        def again(rs):
+            return (rs[0] < rounds) & rs[1]
+
+        def one_round(rs):
+            s, lost = propose(gain, rs[2])
+            return rs[0] + 1, lost, s
+
+        _, _, s = jax.lax.while_loop(again, one_round, (jnp.int32(0), jnp.array(True), s))
         return (t + 1, jnp.any(s[-1]), *s[:-1])
 
     def more(s):
