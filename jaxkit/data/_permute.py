@@ -124,13 +124,19 @@ def _column(col, wv, j):
 
 
 def _conflicts(q, d, dup, pool, margin):
-    """``C[a, c]``: pool items a, c contradict (either direction within ``margin``, or dup)."""
-    acc = accumulation_dtype(q.dtype)
+    """``C[a, c]``: pool items a, c contradict (either direction within ``margin``, or dup).
+
+    ``margin=None``: duplicates only (``exclude="dup"``; no similarity product).
+    """
     rows = jnp.maximum(pool, 0)
+    c = dup[rows][:, None] == dup[rows][None, :]
+    if margin is None:
+        return c
+    acc = accumulation_dtype(q.dtype)
     qp, dp = q[rows].astype(acc), d[rows].astype(acc)
     s = qp @ dp.T
     diag = jnp.sum(qp * dp, axis=-1)
-    c = (s >= diag[:, None] - margin) | (dup[rows][:, None] == dup[rows][None, :])
+    c = (s >= diag[:, None] - margin) | c
     return c | c.T
 
 
@@ -213,7 +219,7 @@ def _batches(
     n = nbr.shape[0]
     # pairs barred from sharing a greedy batch: within the margin or duplicates ("margin"),
     # or duplicates only ("dup"; margin pairs then only weigh 0 in the objective)
-    cmargin = margin if exclude == "margin" else -jnp.inf
+    cmargin = margin if exclude == "margin" else None
     bsz = batch_size
     nb = n // bsz
     dup = jnp.arange(n, dtype=jnp.int32) if dup_ids is None else dup_ids
