@@ -125,22 +125,22 @@ Cost. The permutation is timed per epoch (kNN graph from the current embeddings 
 parallel greedy, compile excluded) against one epoch of training. The spec's guard
 (permutation <= 5% of an epoch, section 3.4 item 7) is not met and cannot be with this
 demo's encoder: one epoch of the linear 64 -> 32 encoder is 96 tiny steps (a few ms of
-CPU), so 5% would be a fraction of a millisecond, less than the k-means baseline or
-one 3072 x 3072 similarity product, which the exact kNN graph needs. Wave 13 (issue 18),
-CPU time per call, same process, seed 0 after 3 epochs, the example's own calls, two
-interleaved runs each: before, kNN graph 91-93 ms + greedy 290 ms vs a training epoch of
-3.4 ms (112x); after, 79-81 ms + 91-94 ms vs 3.7-3.9 ms (45x; permutation 2.2x cheaper,
-the same batches bit for bit; no recompile from the second HOBIT epoch on, checked with
-``jax_log_compiles``). What is left: the kNN graph's exact ``lax.top_k`` over 3072
-candidates per row (about 60 of its 80 ms; two-stage exact top-k variants measured
-slower on CPU) and the greedy's ~120 sequential steps of ~0.5 ms each (4 waves x 31
-steps; the refills add a few). Wave 12's figures: k-means batching 34 ms (7x the
-epoch); naive NN batching 241 ms (it shares the greedy, so it is cheaper now). The
-permutation meets the spec's absolute target (< 1 s per epoch at N = 3072); its share of
-an epoch only becomes small with an encoder whose epoch costs seconds. We neither reuse
-the graph across epochs (the spec refreshes it every epoch) nor swap in a heavier
-encoder to make the ratio look small; ``hobit_perm_over_train_epoch`` reports it as
-measured.
+CPU), so 5% would be a fraction of a millisecond, less than the k-means baseline or one
+3072 x 3072 similarity product, which the exact kNN graph needs. Wave 13 (issue 18), CPU
+time per call, same process, seed 0 after 3 epochs, the example's own calls, two
+alternating runs (main, ours, main, ours): before, kNN graph 91-93 ms + greedy 290 ms vs
+a training epoch of 3.4 ms (112x); after, 79-81 ms + 91-94 ms vs 3.7-3.9 ms (45x;
+permutation 2.2x cheaper, the same batches bit for bit; no recompile from the second
+HOBIT epoch on, checked with ``jax_log_compiles``). What is left: the kNN graph's exact
+``lax.top_k`` over 3072 candidates per row (about 60 of its 80 ms; two-stage exact top-k
+variants measured slower on CPU) and the greedy's ~120 sequential steps of ~0.5 ms each
+(4 waves x 31 steps; the refills add a few). Wave 12's figures: k-means batching 34 ms
+(7x the epoch); naive NN batching 241 ms (it shares the greedy, so it is cheaper now).
+The permutation meets the spec's absolute target (< 1 s per epoch at N = 3072); its
+share of an epoch only becomes small with an encoder whose epoch costs seconds. We
+neither reuse the graph across epochs (the spec refreshes it every epoch) nor swap in a
+heavier encoder to make the ratio look small; ``hobit_perm_over_train_epoch`` reports it
+as measured.
 ``ground="batch"`` costs what the pool objective does: greedy CPU per call, seed 0 after
 3 epochs, 8 interleaved rounds: 0.287 s vs 0.289 s (ratio 0.99; under load).
 """
