@@ -79,6 +79,11 @@ import optax
 
 from jaxkit.vision import irdet
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 
 def _miou(pred, gt):
     pred, gt = np.asarray(pred), np.asarray(gt)
@@ -102,9 +107,9 @@ OPT = optax.adamw(3e-3)  # built once: the jitted steps see the same optimizer o
 WOPT = optax.adamw(1e-3)
 POPT = optax.adamw(1e-2)  # phi feedback steps
 # programs that run a few times on small arrays: their compile is most of their cost, so
-# LLVM compiles them at -O0 (as make_dataset's generator); the detector's step stays -O3
-_O0 = {"xla_backend_optimization_level": 0}
-_phi_grad = jax.jit(jax.grad(irdet.phi_loss), compiler_options=_O0)  # one, reused
+# they compile with ``fast_jit`` (examples/_common.py's FAST_COMPILE: LLVM at -O0, as
+# make_dataset's generator); the detector's step stays -O3
+_phi_grad = fast_jit(jax.grad(irdet.phi_loss))  # one, reused
 
 
 @eqx.filter_jit
@@ -114,7 +119,7 @@ def _train_step(model, opt_state, x, y, w):
     return eqx.apply_updates(model, upd), opt_state, irdet.soft_iou_loss(logits, y)
 
 
-@functools.partial(jax.jit, static_argnums=0, compiler_options=_O0)
+@functools.partial(fast_jit, static_argnums=0)
 def _weights(w_static, w_params, logits, y, ema_b):
     """Bi-level weights of a batch from the current model's logits (stop-gradient inputs of
     the weighted step: the same program as the plain step, ``_train_step``, with ``w``)."""
@@ -133,7 +138,7 @@ def _predict(model, x):
     return _forward(model, x)[1]
 
 
-@functools.partial(jax.jit, static_argnums=0, compiler_options=_O0)
+@functools.partial(fast_jit, static_argnums=0)
 def _weighter_core(w_static, w_params, wstate, feats, scores):
     g = jax.grad(lambda q: irdet.weighter_loss(eqx.combine(q, w_static), feats, scores))(w_params)
     upd, wstate = WOPT.update(g, wstate, w_params)

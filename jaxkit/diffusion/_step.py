@@ -9,6 +9,7 @@ import optax
 from jaxtyping import Array
 
 from jaxkit import _validate
+from jaxkit._optim import optax_update
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
 from jaxkit.diffusion import _common
 from jaxkit.diffusion._common import ApplyFn
@@ -243,5 +244,5 @@ def _step_core(apply_fn, embed_fn, optimizer, params, opt_state, ref_params, buf
     (_, metrics), grads = jax.value_and_grad(_objective, has_aux=True)(
         params, apply_fn, embed_fn, ref_params, buffer, key, hp, st
     )
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, metrics
+    params, opt_state = optax_update(optimizer, grads, opt_state, params)  # user optimizer
+    return params, opt_state, metrics

@@ -8,6 +8,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
+from jaxkit._optim import optax_update
 from jaxkit._typing import KeyArray, RealScalarLike
 
 
@@ -152,15 +153,13 @@ def _gradient_teacher(z, u, key, n, steps, lr):
         h = jnp.tanh(z[:-1] @ A.T + a[None]) + u[:-1]
         return jnp.mean((h @ B.T + b[None] - z[1:]) ** 2)
 
-    with jax.numpy_dtype_promotion("standard"):
-        opt = optax.adamw(lr, weight_decay=1e-2)
+    opt = optax.adamw(lr, weight_decay=1e-2)
 
-        def step(c, _):
-            p, s = c
-            upd, s = opt.update(jax.grad(loss)(p), s, p)
-            return (optax.apply_updates(p, upd), s), None
+    def step(c, _):
+        p, s = c
+        return optax_update(opt, jax.grad(loss)(p), s, p), None
 
-        (p, _), _ = jax.lax.scan(step, (p, opt.init(p)), None, length=steps)
+    (p, _), _ = jax.lax.scan(step, (p, opt.init(p)), None, length=steps)
     return p
 
 

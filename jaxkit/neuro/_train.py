@@ -8,6 +8,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
+from jaxkit._optim import optax_update
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.neuro import _loss
 from jaxkit.neuro._model import LowRankRNN
@@ -61,12 +62,7 @@ def make_step(batch_size: int):
             )
 
         (loss, aux), g = jax.value_and_grad(f, has_aux=True)(model)
-        # optax's bias correction mixes an int32 count with Python floats: give it
-        # standard promotion whatever the caller's setting (strict in the test suite)
-        with jax.numpy_dtype_promotion("standard"):
-            opt = optax.adamw(lr, weight_decay=wd)
-            upd, opt_state = opt.update(g, opt_state, model)
-            model = optax.apply_updates(model, upd)
+        model, opt_state = optax_update(optax.adamw(lr, weight_decay=wd), g, opt_state, model)
         return (model, opt_state), (loss, aux.pc)
 
     return step

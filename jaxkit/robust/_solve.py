@@ -17,6 +17,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
+from jaxkit._optim import optax_update
 from jaxkit._typing import RealScalarLike, accumulation_dtype
 from jaxkit.robust._bulk import Bulk, Interval, Union, _check_bulk
 from jaxkit.robust._calibrate import _weights, weighted_quantile
@@ -211,19 +212,17 @@ def _fit_core(family, data, bulk, eps, params0, weights, l2, eta, moment, schedu
         def update(carry):
             p, state, prev, _ = carry
             value, grad = vg(p, state=state)
-            # optax 0.2.8's L-BFGS adds int32 and int64 indices under x64, which strict
-            # promotion rejects; only the optimizer's own arithmetic is traced leniently.
-            with jax.numpy_dtype_promotion("standard"):
-                upd, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=fn)
+            # only the optimizer's own arithmetic is traced under standard promotion
+            p, state = optax_update(opt, grad, state, p, value=value, grad=grad, value_fn=fn)
             # converged: the objective stopped moving (relative change below ~machine eps)
             tol = 4 * jnp.finfo(value.dtype).eps * (1 + jnp.abs(value))
-            return optax.apply_updates(p, upd), state, value, jnp.abs(prev - value) <= tol
+            return p, state, value, jnp.abs(prev - value) <= tol
 
         def step(carry, _):
             # once converged the remaining iterations are skipped (cond runs one branch)
             return jax.lax.cond(carry[3], lambda c: c, update, carry), None
 
-        with jax.numpy_dtype_promotion("standard"):
+        with jax.numpy_dtype_promotion("standard"):  # as optax_update: L-BFGS's indices
             state0 = opt.init(params)
         inf = jnp.asarray(jnp.inf, schedule.dtype)
         carry0 = (params, state0, inf, jnp.asarray(False))
