@@ -340,7 +340,7 @@ def test_fine_tune_loop_reports_ess_and_warns():
     assert all(0.01 <= b <= a for a, b in zip(alphas, alphas[1:], strict=False)), alphas
     moved = [h for h, a in zip(hist, [math.inf, *alphas], strict=False) if 0.01 < h["alpha"] < a]
     assert all(h["buffer_ess"] >= 0.5 * 16 - 1e-2 for h in moved), hist
-    # `reduction` reaches the step (the example's affinity-only baseline uses "reference"):
+    # `reduction` reaches the step (the example's TD3B and affinity-only runs use "reference"):
     # same keys, same buffer, metrics before the update, so WDCE is divided by N = 16 and
     # the KL anchor is untouched
     with jax.numpy_dtype_promotion("standard"), warnings.catch_warnings():
