@@ -132,8 +132,8 @@ def sample(
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
     )
-    rows = _compact_rows(schedule, order, num_steps, tokens)
-    opts = _Opts(mask_id, num_steps, schedule, order, vocab, rows, _shared_rows(tokens))
+    rows, slots = _compact_sizes(schedule, order, num_steps, tokens)
+    opts = _Opts(mask_id, num_steps, schedule, order, vocab, rows, _shared(tokens), slots)
     return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
 
 
@@ -146,36 +146,46 @@ class _Opts(NamedTuple):
     order: str
     vocab: int
     rows: int
-    shared: int = 0
+    shared: bool = False
+    slots: int = 0
 
 
-def _compact_rows(schedule, order, num_steps, tokens) -> int:
-    """Rows of the ancestral sampler's compacted forward (0: every step runs all rows).
+def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[int, int]:
+    """Static sizes of the ancestral sampler's compacted forward and draw (0: off).
 
-    A row's denoiser output at step ``k`` is used only if the step unmasks one of its
-    slots, which the ancestral sampler decides before the forward (independently of the
-    tokens). From an all-``[MASK]`` row of length ``L`` a slot is unmasked at step ``k``
-    w.p. ``q_k = (alpha(t_{k+1}) - alpha(t_k)) / (1 - alpha(1))`` (the last step takes
-    the rest), so a row is needed w.p. ``f_k = 1 - (1 - q_k)^L`` (less for infilling).
-    The compacted forward holds ``ceil(f B + 2 sd)`` rows (``f = max_k f_k``); a step
-    needing more runs all rows. Used when that is at most 0.8 B, outside explicit meshes.
+    The sampler decides which slots a step unmasks before the forward (independently of
+    the tokens), and only those slots' tokens are used. From an all-``[MASK]`` row of
+    length ``L`` a slot is unmasked at step ``k`` w.p.
+    ``q_k = (alpha(t_{k+1}) - alpha(t_k)) / (1 - alpha(1))`` (the last step takes the
+    rest; less for infilling), so a row is needed w.p. ``f_k = 1 - (1 - q_k)^L``.
+
+    * ``rows``: the forward holds ``ceil(f B + 2 sd)`` rows (``f = max_k f_k``); a step
+      needing more runs all rows. Used when that is at most 0.8 B.
+    * ``slots``: the tokens are drawn at ``ceil(q N + 3 sd)`` slots (``q = max_k q_k``,
+      ``N = B L``); a step unmasking more draws at every slot. Used when that is at most
+      N / 2.
+
+    Both off outside the ancestral order and under explicit meshes.
     """
     b, length = tokens.shape
     if order != "ancestral" or not jax.typeof(tokens).sharding.mesh.empty:
-        return 0
+        return 0, 0
     with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
         a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
         a1 = float(schedule.alpha(1.0))
     q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
     q.append((1.0 - a[-1]) / (1.0 - a1))
-    f = min(1.0, max(1.0 - (1.0 - min(max(qk, 0.0), 1.0)) ** length for qk in q))
+    q = max(min(max(qk, 0.0), 1.0) for qk in q)
+    f = 1.0 - (1.0 - q) ** length
     rows = math.ceil(f * b + 2.0 * math.sqrt(b * f * (1.0 - f)))
-    return rows if rows <= 0.8 * b else 0
+    n = b * length
+    slots = math.ceil(q * n + 3.0 * math.sqrt(n * q * (1.0 - q)))
+    return (rows if rows <= 0.8 * b else 0), (slots if slots <= 0.5 * n else 0)
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
 def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts):
-    mask_id, num_steps, schedule, order, vocab, rows, shared = opts
+    mask_id, num_steps, schedule, order, vocab, rows, shared, slots = opts
     tokens = _common.guard_alphabet(
         tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
     )
@@ -187,67 +197,89 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     step0 = jnp.where(gen, jnp.int32(0), jnp.int32(-1))
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
+    fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
 
     def forwards(z, need, k):
         """``log p`` (and ``log q`` under ``ref_params``); rows not in ``need`` may be 0."""
         if not shared:
             return per_row(z, need)
 
-        def copies(z, need):  # every row's input is row 0's: a block of copies of it
-            sub = jax.tree.map(lambda a: a[:shared], (z, valid, pos_attn))
-            outs = _forwards(apply_fn, params, ref_params, *sub[:2], mask_id, sub[2])
+        def one(z, need):  # every row's input is row 0's: its output serves the batch
+            outs = fwd(*jax.tree.map(lambda a: a[:1], (z, valid, pos_attn)))
             return jax.tree.map(lambda o: o[jnp.zeros_like(n0, jnp.int32)], outs)
 
         # step 0 of a batch whose rows all start alike (unconditional sampling)
-        return jax.lax.cond((k == 0) & same, copies, per_row, z, need)
+        return jax.lax.cond((k == 0) & same, one, per_row, z, need)
 
     def per_row(z, need):
         if not rows:
-            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
+            return fwd(z, valid, pos_attn)
 
         def compact(z, need):
             idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # the needed rows first
-            sub = jax.tree.map(lambda a: a[idx], (z, valid, pos_attn))
-            outs = _forwards(apply_fn, params, ref_params, *sub[:2], mask_id, sub[2])
-            # back by a gather (XLA:CPU scatters are slow): a needed row's place in the
-            # block; other rows get some needed row's output, which is never read
-            back = jnp.clip(jnp.cumsum(need) - 1, 0, rows - 1)
-            return jax.tree.map(lambda o: o[back], outs)
+            outs = fwd(*jax.tree.map(lambda a: a[idx], (z, valid, pos_attn)))
+            return _back(outs, need, rows)
 
-        def every(z, need):
-            return _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn)
-
-        return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
+        return jax.lax.cond(
+            jnp.sum(need) <= rows, compact, lambda z, _: fwd(z, valid, pos_attn), z, need
+        )
 
     if shared:  # off under explicit meshes (a row slice of a sharded batch)
         same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
+
+    def draw(log_p, log_q, key):
+        """Token per slot of ``log_p [..., V]`` and its ``log p`` (``log q``)."""
+        d = sample_tokens(log_p, key=key, temperature=temperature, stats="logits")
+        lp, lq = (
+            None if x is None else _common.gather_log_prob(x, d.token) for x in (log_p, log_q)
+        )
+        return d, lp, lq
+
+    def draw_new(log_p, log_q, new, key):
+        """Tokens at the slots of ``new`` (elsewhere unused) and their ``log p`` (``log q``)."""
+        if not slots:
+            d, lp, lq = draw(log_p, log_q, key)
+            return d.token, lp, lq
+        flat = new.reshape(-1)
+
+        def few(log_p, log_q):  # drawn at the unmasked slots only
+            idx = jnp.nonzero(flat, size=slots, fill_value=0)[0]
+            sub = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1])[idx], (log_p, log_q))
+            d, lp, lq = draw(*sub, key)
+            outs = _back((d.token, lp, lq), flat, slots)
+            return jax.tree.map(lambda o: o.reshape(new.shape), outs)
+
+        def every(log_p, log_q):
+            d, lp, lq = draw(log_p, log_q, key)
+            return d.token, lp, lq
+
+        return jax.lax.cond(jnp.sum(flat) <= slots, few, every, log_p, log_q)
 
     def body(carry, inputs):
         z, step, lp, lr = carry
         k, kk = inputs
         k_tok, k_u = jax.random.split(kk)
         masked = valid & (z == mask_id)
-        if order == "ancestral":  # the unmasked slots first: only their rows need a forward
+        if order == "ancestral":  # the unmasked slots first: only they need a token
             new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
             log_p, log_q = forwards(z, jnp.any(new, axis=-1), k)
+            tok, lp_tok, lq_tok = draw_new(log_p, log_q, new, k_tok)
         else:
             log_p, log_q = forwards(z, None, k)
-        draw = sample_tokens(log_p, key=k_tok, temperature=temperature, stats="logits")
-        tok = draw.token
-        if order == "confidence":
+            d, lp_tok, lq_tok = draw(log_p, log_q, k_tok)
+            tok = d.token
             _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
             frac = (1.0 - schedule.alpha(s)) / (1.0 - a1)
             keep = jnp.floor(n0 * frac + 1e-6).astype(jnp.int32)
             keep = jnp.where(k == num_steps - 1, 0, keep)
             n_un = jnp.maximum(jnp.sum(masked, axis=-1) - keep, 0)
-            score = jnp.where(masked, draw.probability.astype(acc), -1.0)
+            score = jnp.where(masked, d.probability.astype(acc), -1.0)
             rank = jnp.argsort(jnp.argsort(-score, axis=-1, stable=True), axis=-1)
             new = masked & (rank < n_un[:, None])
-        lp_tok = _common.gather_log_prob(log_p, tok)
         lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
         if ref_params is not None:
-            lq_new = jnp.sum(jnp.where(new, _common.gather_log_prob(log_q, tok), 0.0), -1)
+            lq_new = jnp.sum(jnp.where(new, lq_tok, 0.0), -1)
             lr = lr + lq_new.astype(acc) - lp_new
         z = jnp.where(new, tok, z)
         step = jnp.where(new, k, step)
@@ -260,25 +292,28 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     return Trajectory(z, step, lp.astype(out_dt), lr.astype(out_dt))
 
 
-def _shared_rows(tokens) -> int:
-    """Rows of step 0's forward when every row starts from the same input (0: off).
+def _back(outs, need, size):
+    """Outputs of the first ``size`` entries of ``need`` back at their places, by a gather.
+
+    (XLA:CPU scatters are slow.) A needed entry's place in the block is the count of
+    needed entries before it; other entries get some needed entry's output, never read.
+    """
+    back = jnp.clip(jnp.cumsum(need) - 1, 0, size - 1)
+    return jax.tree.map(lambda o: o[back], outs)
+
+
+def _shared(tokens) -> bool:
+    """Whether step 0 may run one row when every row starts from the same input.
 
     Unconditional sampling starts every row from the same all-``[MASK]`` input, so one
-    row's step-0 output serves the batch (an exact saving: the denoiser is a function
-    of its input). The block holds ``ceil(256 / L)`` copies of row 0 rather than one:
-    XLA:CPU's matrix kernels round a block of a few rows differently in the last bit,
-    and with this block the bench's trajectories (B = 128, L = 12) are those of the
-    per-row forward bit for bit (at L = 24 with d_model = 128 the last bits still
-    differ). Off under explicit meshes and when the block would not be smaller than B.
+    row's step-0 output serves the batch (the denoiser is a function of its input; a
+    one-row forward may round differently from the batched one in the last bit). Off
+    under explicit meshes and for one row.
     """
-    b, length = tokens.shape
-    rows = -(-256 // max(length, 1))
-    if not jax.typeof(tokens).sharding.mesh.empty or rows >= b:
-        return 0
-    return rows
+    return tokens.shape[0] > 1 and jax.typeof(tokens).sharding.mesh.empty
 
 
-def _forwards(apply_fn, params, ref_params, z, valid, mask_id, pos_attn):
+def _forwards(apply_fn, params, ref_params, z, valid, pos_attn, *, mask_id):
     log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
     if ref_params is None:
         return log_p, None

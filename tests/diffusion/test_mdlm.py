@@ -90,8 +90,9 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
     # Exact distribution of the T-step chain (NumPy enumeration over all 4^3 states, using
     # the network's conditionals) vs 20k samples; chi-square at p > 1e-3 (fixed seed).
     # Ancestral, T = 4: only ~58 % of rows unmask a slot per step, so the forward runs on
-    # those rows alone (the compacted path; T = 2 runs every row).
-    from jaxkit.diffusion._sample import _compact_rows
+    # those rows alone and tokens are drawn at the ~25 % of slots unmasked (the compacted
+    # paths; T = 2 runs every row and draws at every slot).
+    from jaxkit.diffusion._sample import _compact_sizes
 
     apply_fn, params = _toys.random_mlp(2, 3, seed=4)
     sched = diffusion.MaskingSchedule("linear")
@@ -100,7 +101,8 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
     )
     n = 20000
     z = jnp.full((n, 3), 2, jnp.int32)
-    assert (_compact_rows(sched, order, steps, z) > 0) == (steps == 4)
+    rows, slots = _compact_sizes(sched, order, steps, z)
+    assert (rows > 0) == (slots > 0) == (steps == 4)
     tr = diffusion.sample(
         apply_fn,
         params,
@@ -265,7 +267,9 @@ def test_compacted_forward_equals_every_row(first):
     # (gathered, at most `rows` of them; more: every row). Same trajectory as running every
     # row each step: tokens, steps, log-probabilities and log-ratios (a reference model).
     # Rows first..first+9 generate, the others are given (row 0 generating or not: the
-    # gather's fill index); rows = 16 always fits, rows = 4 mostly falls back.
+    # gather's fill index); rows = 16 always fits, rows = 4 mostly falls back. Tokens are
+    # drawn at the unmasked slots only (at most 12 of them, ~10 expected; more: at every
+    # slot), the same draws whichever rows the forward ran on.
     from jaxkit.diffusion import _sample as S
 
     cfg, params = _toys.tiny_transformer(V, seed=5)
@@ -276,9 +280,10 @@ def test_compacted_forward_equals_every_row(first):
     z = x.at[first : first + 10].set(V)
     valid = jnp.ones_like(z, dtype=bool)
     temp = jnp.asarray(1.0)
+    sched = diffusion.MaskingSchedule("linear")
     outs = {}
     for rows in (0, 16, 4):
-        opts = S._Opts(V, steps, diffusion.MaskingSchedule("linear"), "ancestral", V + 1, rows)
+        opts = S._Opts(V, steps, sched, "ancestral", V + 1, rows, slots=12)
         outs[rows] = S._sample(f, params, ref, z, valid, jax.random.key(2), temp, opts)
     assert np.all(np.asarray(outs[0].tokens)[first : first + 10] < V)
     for rows in (16, 4):
@@ -287,26 +292,43 @@ def test_compacted_forward_equals_every_row(first):
         np.testing.assert_allclose(outs[rows].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outs[rows].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
     assert np.abs(np.asarray(outs[0].log_ratio)).max() > 1e-3  # the reference is another model
+    # the path's log-probabilities are those of the drawn tokens at the unmasked slots
+    lp = diffusion.trajectory_log_prob(
+        f, params, outs[0].tokens, outs[0].unmask_step, mask_id=V, num_steps=steps
+    )
+    np.testing.assert_allclose(lp, outs[0].log_prob, rtol=1e-5, atol=1e-5)
+    counts = np.bincount(np.asarray(outs[0].unmask_step).ravel() + 1, minlength=steps + 1)
+    assert counts[1:].max() > 12  # a step unmasking more than 12 slots drew at every slot
 
 
 @pytest.mark.parametrize("order", ["ancestral", "confidence"])
-def test_shared_first_step_equals_every_row(order):
-    # When every row starts from the same input (unconditional sampling), step 0 runs one
-    # block of `shared` copies of row 0 and hands its output to every row. Same trajectory
-    # as running every row: tokens, steps, log-probabilities, log-ratios (the confidence
-    # order ranks tied probabilities, so a last-bit difference would show). A template
-    # whose row 3 differs must not take that path (its row 3 would get row 0's output).
+def test_shared_first_step_matches_every_row(order):
+    # When every row starts from the same input (unconditional sampling), step 0 runs the
+    # denoiser on row 0 alone and hands its output to every row. The one-row forward is
+    # the batched one up to rounding (tight tolerance, not bit equality); on this seed the
+    # trajectories are those of running every row: tokens, steps, log-probabilities and
+    # log-ratios. Absolute positions: a RoPE-only denoiser gives every slot of a blank row
+    # the same prediction, and the confidence order would rank exact ties, which a
+    # last-bit difference reorders. A template whose row 3 differs must not take that
+    # path (its row 3 would get row 0's output).
+    from jaxkit.diffusion import _common
     from jaxkit.diffusion import _sample as S
 
     cfg, params = _toys.tiny_transformer(V, seed=5)
     _, ref = _toys.tiny_transformer(V, seed=6)
-    f = diffusion.transformer_denoiser(cfg)
+    f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
     b, length, steps = 48, 6, 4
     blank = jnp.full((b, length), V, jnp.int32)
+    valid = jnp.ones_like(blank, dtype=bool)
+    pos_attn = _common.positions_and_mask(blank, valid)
+    first = jax.tree.map(lambda a: a[:1], (blank, valid, pos_attn))
+    one = S._forwards(f, params, ref, *first, mask_id=V)
+    every = S._forwards(f, params, ref, blank, valid, pos_attn, mask_id=V)
+    for o, e in zip(one, every, strict=True):
+        np.testing.assert_allclose(np.broadcast_to(o, e.shape), e, rtol=1e-6, atol=1e-6)
     sched = diffusion.MaskingSchedule("linear")
-    assert S._shared_rows(blank) == 43 and S._shared_rows(blank[:40]) == 0
+    assert S._shared(blank) and not S._shared(blank[:1])
     for z in (blank, blank.at[3, 0].set(1)):
-        valid = jnp.ones_like(z, dtype=bool)
         outs = [
             S._sample(
                 f,
@@ -318,7 +340,7 @@ def test_shared_first_step_equals_every_row(order):
                 jnp.asarray(1.0),
                 S._Opts(V, steps, sched, order, V + 1, 0, shared),
             )
-            for shared in (0, S._shared_rows(blank))
+            for shared in (False, True)
         ]
         np.testing.assert_array_equal(outs[1].tokens, outs[0].tokens)
         np.testing.assert_array_equal(outs[1].unmask_step, outs[0].unmask_step)
