@@ -106,8 +106,16 @@ def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int, pos_attn=Non
     ``pos_attn``: :func:`positions_and_mask` of ``valid``, built once outside a loop
     (it does not change between steps or replicates).
     """
-    pos, attn = positions_and_mask(z, valid) if pos_attn is None else pos_attn
-    logits = apply_fn(params, z, pos, attn)
+    if pos_attn is None:
+        pos_attn = positions_and_mask(z, valid)
+    return subs_log_probs(
+        denoise_logits(apply_fn, params, z=z, pos_attn=pos_attn, mask_id=mask_id), mask_id
+    )
+
+
+def denoise_logits(apply_fn, params, *, z: Array, pos_attn, mask_id: int) -> Array:
+    """The denoiser's raw logits ``[B, L, V]`` at ``z``, shape and ``mask_id`` checked."""
+    logits = apply_fn(params, z, *pos_attn)
     if logits.ndim != 3 or logits.shape[:2] != z.shape:
         raise TypeError(
             f"`apply_fn` must return logits of shape {(*z.shape, '*')}, got {logits.shape}."
@@ -116,7 +124,7 @@ def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int, pos_attn=Non
         raise ValueError(
             f"`mask_id` must lie in [0, vocab size {logits.shape[-1]}), got mask_id={mask_id}."
         )
-    return subs_log_probs(logits, mask_id)
+    return logits
 
 
 def _abstract(x):

@@ -198,62 +198,75 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
     fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
+    length = tokens.shape[1]
 
-    def forwards(z, need, k):
-        """``log p`` (and ``log q`` under ``ref_params``); rows not in ``need`` may be 0."""
+    def forwards(z, need, k, at):
+        """``at(logits, row_of)`` of the denoiser's (and the reference's) raw logits.
+
+        ``logits`` is a block of rows and ``row_of[b]`` row ``b``'s place in it (``None``:
+        the whole batch in order); rows not in ``need`` may get any row's place.
+        """
         if not shared:
-            return per_row(z, need)
+            return per_row(z, need, at)
 
         def one(z, need):  # every row's input is row 0's: its output serves the batch
-            outs = fwd(*jax.tree.map(lambda a: a[:1], (z, valid, pos_attn)))
-            return jax.tree.map(lambda o: o[jnp.zeros_like(n0, jnp.int32)], outs)
+            outs = fwd(*jax.tree.map(lambda a: a[:1], (z, pos_attn)))
+            return at(outs, jnp.zeros_like(n0, jnp.int32))
 
         # step 0 of a batch whose rows all start alike (unconditional sampling)
-        return jax.lax.cond((k == 0) & same, one, per_row, z, need)
+        return jax.lax.cond((k == 0) & same, one, lambda z, n: per_row(z, n, at), z, need)
 
-    def per_row(z, need):
+    def per_row(z, need, at):
         if not rows:
-            return fwd(z, valid, pos_attn)
+            return at(fwd(z, pos_attn), None)
 
         def compact(z, need):
             idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # the needed rows first
-            outs = fwd(*jax.tree.map(lambda a: a[idx], (z, valid, pos_attn)))
-            return _back(outs, need, rows)
+            outs = fwd(*jax.tree.map(lambda a: a[idx], (z, pos_attn)))
+            return at(outs, _places(need, rows))
 
-        return jax.lax.cond(
-            jnp.sum(need) <= rows, compact, lambda z, _: fwd(z, valid, pos_attn), z, need
-        )
+        def every(z, need):
+            return at(fwd(z, pos_attn), None)
+
+        return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
 
     if shared:  # off under explicit meshes (a row slice of a sharded batch)
         same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
 
-    def draw(log_p, log_q, key):
-        """Token per slot of ``log_p [..., V]`` and its ``log p`` (``log q``)."""
+    def draw(logits, key):
+        """A token per slot from SUBS ``log p [..., V]`` of ``logits``; its ``log p``, ``log q``."""
+        log_p, log_q = (None if x is None else _common.subs_log_probs(x, mask_id) for x in logits)
         d = sample_tokens(log_p, key=key, temperature=temperature, stats="logits")
         lp, lq = (
             None if x is None else _common.gather_log_prob(x, d.token) for x in (log_p, log_q)
         )
         return d, lp, lq
 
-    def draw_new(log_p, log_q, new, key):
-        """Tokens at the slots of ``new`` (elsewhere unused) and their ``log p`` (``log q``)."""
+    def draw_new(z, new, k, key):
+        """Tokens at the slots of ``new`` (elsewhere unused) and their ``log p``, ``log q``."""
+        need = jnp.any(new, axis=-1)
         if not slots:
-            d, lp, lq = draw(log_p, log_q, key)
+            d, lp, lq = draw(forwards(z, need, k, _rows_at), key)
             return d.token, lp, lq
         flat = new.reshape(-1)
 
-        def few(log_p, log_q):  # drawn at the unmasked slots only
+        def few(z, need):  # forward on the needed rows, drawn at the unmasked slots only
             idx = jnp.nonzero(flat, size=slots, fill_value=0)[0]
-            sub = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1])[idx], (log_p, log_q))
-            d, lp, lq = draw(*sub, key)
-            outs = _back((d.token, lp, lq), flat, slots)
+            b_i, l_i = idx // length, idx % length
+
+            def at(logits, row_of):
+                r = b_i if row_of is None else row_of[b_i]
+                return jax.tree.map(lambda o: o[r, l_i], logits)
+
+            d, lp, lq = draw(forwards(z, need, k, at), key)
+            outs = jax.tree.map(lambda o: o[_places(flat, slots)], (d.token, lp, lq))
             return jax.tree.map(lambda o: o.reshape(new.shape), outs)
 
-        def every(log_p, log_q):
-            d, lp, lq = draw(log_p, log_q, key)
+        def every(z, need):  # more slots than the draw holds: every row, every slot
+            d, lp, lq = draw(fwd(z, pos_attn), key)
             return d.token, lp, lq
 
-        return jax.lax.cond(jnp.sum(flat) <= slots, few, every, log_p, log_q)
+        return jax.lax.cond(jnp.sum(flat) <= slots, few, every, z, need)
 
     def body(carry, inputs):
         z, step, lp, lr = carry
@@ -262,11 +275,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         masked = valid & (z == mask_id)
         if order == "ancestral":  # the unmasked slots first: only they need a token
             new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
-            log_p, log_q = forwards(z, jnp.any(new, axis=-1), k)
-            tok, lp_tok, lq_tok = draw_new(log_p, log_q, new, k_tok)
+            tok, lp_tok, lq_tok = draw_new(z, new, k, k_tok)
         else:
-            log_p, log_q = forwards(z, None, k)
-            d, lp_tok, lq_tok = draw(log_p, log_q, k_tok)
+            d, lp_tok, lq_tok = draw(forwards(z, None, k, _rows_at), k_tok)
             tok = d.token
             _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
@@ -275,8 +286,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             keep = jnp.where(k == num_steps - 1, 0, keep)
             n_un = jnp.maximum(jnp.sum(masked, axis=-1) - keep, 0)
             score = jnp.where(masked, d.probability.astype(acc), -1.0)
-            rank = jnp.argsort(jnp.argsort(-score, axis=-1, stable=True), axis=-1)
-            new = masked & (rank < n_un[:, None])
+            new = masked & (_rank(score) < n_un[:, None])
         lp_new = jnp.sum(jnp.where(new, lp_tok, 0.0), axis=-1).astype(acc)
         if ref_params is not None:
             lq_new = jnp.sum(jnp.where(new, lq_tok, 0.0), -1)
@@ -292,14 +302,32 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     return Trajectory(z, step, lp.astype(out_dt), lr.astype(out_dt))
 
 
-def _back(outs, need, size):
-    """Outputs of the first ``size`` entries of ``need`` back at their places, by a gather.
+def _places(need, size):
+    """Each entry's place in a block holding the first ``size`` entries of ``need``.
 
-    (XLA:CPU scatters are slow.) A needed entry's place in the block is the count of
-    needed entries before it; other entries get some needed entry's output, never read.
+    A needed entry's place is the count of needed entries before it (outputs come back
+    by a gather: XLA:CPU scatters are slow); other entries get some needed entry's
+    place, whose output is never read.
     """
-    back = jnp.clip(jnp.cumsum(need) - 1, 0, size - 1)
-    return jax.tree.map(lambda o: o[back], outs)
+    return jnp.clip(jnp.cumsum(need) - 1, 0, size - 1)
+
+
+def _rows_at(logits, row_of):
+    """The whole batch's logits from a block (``row_of``: each row's place; ``None``: all)."""
+    return logits if row_of is None else jax.tree.map(lambda o: o[row_of], logits)
+
+
+def _rank(score):
+    """Descending rank along the last axis, ties to the lower index (0 = highest).
+
+    ``rank_i = #{j : s_j > s_i} + #{j < i : s_j = s_i}``: one pairwise comparison
+    instead of two sorts (the rows are short); the stable double ``argsort`` of ``-s``.
+    """
+    si, sj = score[..., :, None], score[..., None, :]
+    n = score.shape[-1]
+    before = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]  # [i, j]: j < i
+    ahead = (sj > si) | ((sj == si) & before.reshape((1,) * (score.ndim - 1) + (n, n)))
+    return jnp.sum(ahead, axis=-1, dtype=jnp.int32)
 
 
 def _shared(tokens) -> bool:
@@ -313,11 +341,10 @@ def _shared(tokens) -> bool:
     return tokens.shape[0] > 1 and jax.typeof(tokens).sharding.mesh.empty
 
 
-def _forwards(apply_fn, params, ref_params, z, valid, pos_attn, *, mask_id):
-    log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
-    if ref_params is None:
-        return log_p, None
-    return log_p, _common.denoise(apply_fn, ref_params, z, valid, mask_id, pos_attn)
+def _forwards(apply_fn, params, ref_params, z, pos_attn, *, mask_id):
+    """Raw (checked) logits of the denoiser and, if given, of the reference."""
+    f = functools.partial(_common.denoise_logits, apply_fn, z=z, pos_attn=pos_attn, mask_id=mask_id)
+    return f(params), (None if ref_params is None else f(ref_params))
 
 
 def trajectory_log_prob(
