@@ -80,7 +80,8 @@ def sample(
 
     * ``order="ancestral"``: each masked slot is unmasked independently with
       probability ``(alpha(s) - alpha(t)) / (1 - alpha(t))`` (the exact reverse
-      transition; the last step unmasks everything).
+      transition; the last step unmasks everything); this is decided first, and
+      tokens are drawn only at the slots a step unmasks.
     * ``order="confidence"``: the number still masked after step ``k`` is
       ``floor(n0 (1 - alpha(s)) / (1 - alpha(1)))`` (``n0`` slots to generate);
       the slots unmasked are those whose drawn token has the highest model
