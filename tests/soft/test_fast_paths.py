@@ -4,7 +4,9 @@ Oracles: the top-k SoftSort values contract the dense soft rows of :func:`argtop
 generic simplex projection); the one-block NeuralSort soft-``|.|`` sums (custom JVP) are
 checked against plain autodiff of the elementwise :func:`jaxkit.soft.abs` summed over the
 row, in values, reverse and forward mode, the ``softness`` derivative and a second
-derivative; the traced input / softness checks still raise under ``jit(grad)``.
+derivative; so is the one-block smooth NeuralSort rank (custom JVP through mat-vecs with the
+stored blocks) against the dense soft permutation matrix of the plain formula; the traced
+input / softness checks still raise under ``jit(grad)``.
 """
 
 import jax
@@ -71,6 +73,41 @@ def test_one_block_soft_abs_sums_match_autodiff(mode):
 
         def hvp(f):  # a second derivative through the rule (forward over reverse)
             return jax.jvp(jax.grad(lambda x: jnp.sum(g * f(x, s))), (xs,), (t,))[1]
+
+        _close(hvp(fast), hvp(ref))
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_one_block_neuralsort_rank_matches_dense_formula(descending):
+    with jax.enable_x64(True):
+        x = jax.random.normal(jax.random.key(6), (2, 40), jnp.float64)
+        g = jax.random.normal(jax.random.key(7), (2, 40), jnp.float64)
+        t = jax.random.normal(jax.random.key(8), (2, 40), jnp.float64)
+        s = jnp.asarray(0.05)
+        n = x.shape[-1]
+        i = jnp.arange(1, n + 1, dtype=x.dtype)
+        c = (n + 1 - 2 * (i[::-1] if descending else i)).astype(x.dtype)
+
+        def ref(x, s):  # the dense soft permutation matrix, column-normalised
+            A = jnp.sum(S.abs(x[..., :, None] - x[..., None, :], softness=s), axis=-1)
+            sc = -(c[None, :, None] * x[..., None, :] + A[..., None, :]) / s
+            P = jax.nn.softmax(sc, axis=-1)
+            return jnp.einsum("...ij,i->...j", P, i) / jnp.sum(P, axis=-2)
+
+        def fast(x, s):
+            kw = dict(softness=s, method="neuralsort", standardize=False)
+            return S.rank(x, descending=descending, **kw)
+
+        _close(fast(x, s), ref(x, s))
+        for argnums in (0, 1):
+            _close(
+                jax.grad(lambda *a: jnp.sum(g * fast(*a)), argnums)(x, s),
+                jax.grad(lambda *a: jnp.sum(g * ref(*a)), argnums)(x, s),
+            )
+        _close(jax.jvp(fast, (x, s), (t, 0.3))[1], jax.jvp(ref, (x, s), (t, 0.3))[1])
+
+        def hvp(f):  # a second derivative through the rule (forward over reverse)
+            return jax.jvp(jax.grad(lambda x: jnp.sum(g * f(x, s))), (x,), (t,))[1]
 
         _close(hvp(fast), hvp(ref))
 
