@@ -87,15 +87,16 @@ def test_one_block_soft_abs_sums_match_autodiff(mode):
         _same_derivatives(fast, ref, xs, s, g, t)
 
 
-@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_one_block_neuralsort_rank_matches_dense_formula(descending):
     with jax.enable_x64(True):
-        x, g, t = _inputs(6, (2, 40), jax.random.normal)
+        x, g, t = _inputs(6, (2, 24), jax.random.normal)
         s = jnp.asarray(0.05)
         n = x.shape[-1]
         i = jnp.arange(1, n + 1, dtype=x.dtype)
         c = (n + 1 - 2 * (i[::-1] if descending else i)).astype(x.dtype)
 
+        @jax.jit
         def ref(x, s):  # the dense soft permutation matrix, column-normalised
             A = jnp.sum(S.abs(x[..., :, None] - x[..., None, :], softness=s), axis=-1)
             sc = -(c[None, :, None] * x[..., None, :] + A[..., None, :]) / s
