@@ -4,7 +4,9 @@ Oracles: the top-k SoftSort values contract the dense soft rows of :func:`argtop
 generic simplex projection); the one-block NeuralSort soft-``|.|`` sums (custom JVP) are
 checked against plain autodiff of the elementwise :func:`jaxkit.soft.abs` summed over the
 row, in values, reverse and forward mode, the ``softness`` derivative and a second
-derivative; the traced input / softness checks still raise under ``jit(grad)``.
+derivative; so is the one-block smooth NeuralSort rank (custom JVP through mat-vecs with the
+stored blocks) against the dense soft permutation matrix of the plain formula; the traced
+input / softness checks still raise under ``jit(grad)``.
 """
 
 import jax
@@ -20,6 +22,29 @@ TOL = dict(rtol=1e-9, atol=1e-9)
 
 def _close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), **TOL)
+
+
+def _inputs(seed, shape, draw):
+    """``x`` (from ``draw``), a cotangent ``g`` and a tangent ``t`` (float64 normal)."""
+    x = draw(jax.random.key(seed), shape, jnp.float64)
+    g = jax.random.normal(jax.random.key(seed + 1), shape, jnp.float64)
+    return x, g, jax.random.normal(jax.random.key(seed + 2), shape, jnp.float64)
+
+
+def _same_derivatives(fast, ref, x, s, g, t):
+    """``fast(x, s)`` equals ``ref(x, s)`` in values, grads (``x``, ``s``), JVP and an HVP."""
+    _close(fast(x, s), ref(x, s))
+    for argnums in (0, 1):
+        _close(
+            jax.grad(lambda *a: jnp.sum(g * fast(*a)), argnums)(x, s),
+            jax.grad(lambda *a: jnp.sum(g * ref(*a)), argnums)(x, s),
+        )
+    _close(jax.jvp(fast, (x, s), (t, 0.3))[1], jax.jvp(ref, (x, s), (t, 0.3))[1])
+
+    def hvp(f):  # a second derivative through the rule (forward over reverse)
+        return jax.jvp(jax.grad(lambda x: jnp.sum(g * f(x, s))), (x,), (t,))[1]
+
+    _close(hvp(fast), hvp(ref))
 
 
 @pytest.mark.parametrize(("gated", "standardize"), [(True, True), (False, False)])
@@ -49,9 +74,7 @@ def test_top_k_softsort_equals_dense_rows(gated, standardize):
 @pytest.mark.parametrize("mode", ["smooth", "c0"])
 def test_one_block_soft_abs_sums_match_autodiff(mode):
     with jax.enable_x64(True):
-        xs = jax.random.uniform(jax.random.key(3), (2, 30), jnp.float64)
-        g = jax.random.normal(jax.random.key(4), (2, 30), jnp.float64)
-        t = jax.random.normal(jax.random.key(5), (2, 30), jnp.float64)
+        xs, g, t = _inputs(3, (2, 30), jax.random.uniform)
         s = jnp.asarray(0.07)
 
         def ref(xs, s):
@@ -61,18 +84,30 @@ def test_one_block_soft_abs_sums_match_autodiff(mode):
         def fast(xs, s):
             return PW.soft_abs_sums(xs, s, mode)
 
-        _close(fast(xs, s), ref(xs, s))
-        for argnums in (0, 1):
-            _close(
-                jax.grad(lambda *a: jnp.sum(g * fast(*a)), argnums)(xs, s),
-                jax.grad(lambda *a: jnp.sum(g * ref(*a)), argnums)(xs, s),
-            )
-        _close(jax.jvp(fast, (xs, s), (t, 0.3))[1], jax.jvp(ref, (xs, s), (t, 0.3))[1])
+        _same_derivatives(fast, ref, xs, s, g, t)
 
-        def hvp(f):  # a second derivative through the rule (forward over reverse)
-            return jax.jvp(jax.grad(lambda x: jnp.sum(g * f(x, s))), (xs,), (t,))[1]
 
-        _close(hvp(fast), hvp(ref))
+@pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_one_block_neuralsort_rank_matches_dense_formula(descending):
+    with jax.enable_x64(True):
+        x, g, t = _inputs(6, (2, 24), jax.random.normal)
+        s = jnp.asarray(0.05)
+        n = x.shape[-1]
+        i = jnp.arange(1, n + 1, dtype=x.dtype)
+        c = (n + 1 - 2 * (i[::-1] if descending else i)).astype(x.dtype)
+
+        @jax.jit
+        def ref(x, s):  # the dense soft permutation matrix, column-normalised
+            A = jnp.sum(S.abs(x[..., :, None] - x[..., None, :], softness=s), axis=-1)
+            sc = -(c[None, :, None] * x[..., None, :] + A[..., None, :]) / s
+            P = jax.nn.softmax(sc, axis=-1)
+            return jnp.einsum("...ij,i->...j", P, i) / jnp.sum(P, axis=-2)
+
+        def fast(x, s):
+            kw = dict(softness=s, method="neuralsort", standardize=False)
+            return S.rank(x, descending=descending, **kw)
+
+        _same_derivatives(fast, ref, x, s, g, t)
 
 
 def test_traced_checks_survive_grad():
