@@ -362,8 +362,14 @@ def _generate(
         if can_inject:
             st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
-        # fed every step (the last feed is unused): no conditional around the cache
-        st = _feed(hv, st, tok, embeds_ctx)
+        # the last token is never fed (its logits would go unused; ``ar_generate`` runs
+        # N - 1 decode steps too): one step's forward saved
+        st = jax.lax.cond(
+            i < n - 1,
+            lambda st: _feed(hv, st, tok, embeds_ctx),
+            lambda st: st._replace(last=tok),
+            st,
+        )
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs
