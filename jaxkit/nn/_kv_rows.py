@@ -10,7 +10,7 @@ span's K/V are ever read.
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int, PyTree
+from jaxtyping import ArrayLike, Float, Int, PyTree
 
 from jaxkit import _validate
 from jaxkit.nn._attention import dense, lead, rms_norm, rope, set_rows, split_last
@@ -88,4 +88,3 @@ def write_kv(
         raise TypeError("`positions` (int[B, T]) and `cache` (a KVCache) are required.")
     positions, cache, _ = check_inputs(cfg, b, t, positions, cache, None, overflow)
     return _write_kv_jit(params, cfg, h, positions, cache, layer=layer)
-
