@@ -1,23 +1,17 @@
 """``nn.write_kv``: a block's K/V rows alone equal those the whole block writes."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxkit import nn
+from tests.nn import cases
 
-CFG = nn.TransformerConfig(
-    vocab_size=23,
-    d_model=16,
-    n_layers=3,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=8,
-    mlp_dim=24,
-    qkv_bias=True,
-    qk_norm=True,
-)
+# the conformance config (biases on), with a K norm and a third block
+CFG = dataclasses.replace(cases.CFG, qk_norm=True, n_layers=3)
 B, T, CAP = 2, 3, 9
 
 
