@@ -46,8 +46,8 @@ class DLMRGeneration(NamedTuple):
 class _State(NamedTuple):
     lo: tuple  # KVCache per block <= l; text slots only when compact
     hi: tuple  # KVCache per block > l; their length is the next slot = the next logical position
-    ctx: Array  # [B, P + N - 1, D] the injector's context: one entry per text (non-memory) slot
-    ctx_pos: Array  # [B, P + N - 1] the slot of each entry (S: none yet, so ctx_pos < S = valid)
+    ctx: Array  # [B, P + N, D] the injector's context: one entry per text (non-memory) slot
+    ctx_pos: Array  # [B, P + N] the slot of each entry (S: none yet, so ctx_pos < S = valid)
     mem_slot: Array  # [B, S]
     logits: Array  # [B, V] next-token logits
     h: Array  # [B, D] router input
@@ -103,7 +103,7 @@ def _compact(lm_cfg) -> bool:
     """Whether the lower half keeps text slots only (no slot for memory tokens).
 
     Blocks ``<= l`` never read a memory slot, so their cache needs none, and every
-    step's attention there reads ``P + N - 1`` slots instead of ``P + N - 1 + n_max k``. Exact
+    step's attention there reads ``P + N`` slots instead of ``P + N + n_max k``. Exact
     when no sliding window applies: keys carry their RoPE position, the mask is
     explicit. With a window, ``nn`` reads a committed slot's index as its logical
     position, so the lower half stays slot-aligned (memory slots hidden by the mask).
@@ -159,7 +159,7 @@ def _set_slot(buf, at, val):
 
 
 def _context_widths(total):
-    """The injector's context widths (static): a quarter, a half and all of ``P + N - 1``."""
+    """The injector's context widths (static): a quarter, a half and all of ``P + N``."""
 
     def up8(x):
         return -(-x // 8) * 8
@@ -307,8 +307,7 @@ def _generate(
     L = lm_cfg.n_layers
     km = _chunk_width(cfg, force)  # 0: force_action=0, no injection, no reserved slots
     can_inject = km > 0
-    text = t + n - 1  # text slots: the prompt and the N - 1 fed tokens (the last is not)
-    s = text + cfg.n_max * km
+    s = t + n + cfg.n_max * km
     dtype = lm_params["embed"].dtype
     cache = nn.init_cache(lm_cfg, max_len=s, like=plen, dtype=dtype)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
@@ -325,14 +324,14 @@ def _generate(
     ctx0 = embeds if embeds_ctx else out.hidden[cfg.layer]
     # text slots only (the memory slots never enter the injector's context): entry i is
     # the i-th text slot of the row, ``ctx_pos`` its slot
-    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, n - 1), (0, 0)))
-    jt = jnp.arange(text, dtype=jnp.int32)[None, :]
+    ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, n), (0, 0)))
+    jt = jnp.arange(t + n, dtype=jnp.int32)[None, :]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     idx = (plen - 1)[:, None, None]
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
     hv = _blocks(lm_params, lm_cfg, cfg.layer)
-    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, text if hv.compact else s)
+    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s)
     st = _State(
         lo=lo,
         hi=hi,
@@ -363,14 +362,8 @@ def _generate(
         if can_inject:
             st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
         tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
-        # the last token is never fed (its logits would go unused; ``ar_generate`` runs
-        # N - 1 decode steps too): one step's forward saved
-        st = jax.lax.cond(
-            i < n - 1,
-            lambda st: _feed(hv, st, tok, embeds_ctx),
-            lambda st: st._replace(last=tok),
-            st,
-        )
+        # fed every step (the last feed is unused): no conditional around the cache
+        st = _feed(hv, st, tok, embeds_ctx)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
         recs = (put(toks, tok), put(acts, act), put(elig_r, elig), hs)
         return st, recs
