@@ -208,12 +208,28 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
     s = st.hi[0].k.shape[2]
-    full = jnp.arange(s, dtype=jnp.int32)[None, None, :] < pos[:, :, None] + 1
-    h, caches = _run(hv.hi, st.hi, mem.astype(hv.hi[0][0]["embed"].dtype), pos, full)
-    idx = jnp.clip(k - 1, 0, km - 1)[:, None, None]
-    hh = jnp.take_along_axis(h, idx, axis=1)  # [B, 1, D]
-    lg = nn.unembed(*hv.hi[-1], hh)[:, 0].astype(st.logits.dtype)
-    return caches, lg, hh[:, 0].astype(st.h.dtype)
+    j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
+    full = j < pos[:, :, None] + 1
+    h, caches = _run(hv.hi[:-1], st.hi[:-1], mem.astype(hv.hi[0][0]["embed"].dtype), pos, full)
+    # the last block: only the memory rows' K/V are read later, and its output only at
+    # row k - 1 (the next token's logits and the router input): the K/V of all rows,
+    # then the whole block for that one row (its K/V rewritten alike)
+    (lp, lc), c = hv.hi[-1], st.hi[-1]
+    c = nn.write_kv(lp, lc, h, pos, cache=c, layer=0, overflow="drop")
+    idx = jnp.clip(k - 1, 0, km - 1)
+    one = jnp.take_along_axis(h, idx[:, None, None], axis=1)  # [B, 1, D]
+    r = nn.run_layers(
+        lp,
+        lc,
+        one,
+        (at + idx)[:, None],
+        cache=c._replace(length=at + idx),
+        attn_mask=j < (at + idx + 1)[:, None, None],
+        overflow="drop",
+    )
+    hh = r.h
+    lg = nn.unembed(lp, lc, hh)[:, 0].astype(st.logits.dtype)
+    return (*caches, r.cache._replace(length=at)), lg, hh[:, 0].astype(st.h.dtype)
 
 
 def _inject(hv, p, st, act, *, cfg, width, lm):

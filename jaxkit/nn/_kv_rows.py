@@ -1,0 +1,90 @@
+"""A block's K/V projection alone: the cache rows a block would write, without its outputs.
+
+A query row that no later computation reads still leaves its keys and values in the
+cache. :func:`write_kv` computes exactly those rows for one block (its input norm, K/V
+projections, K norm and RoPE, as :func:`jaxkit.nn.run_layers` does) and scatters them to
+the slots ``length + arange(T)``, skipping the queries, the attention, the output
+projection and the MLP: what an inserted span needs at the last block, where only the
+span's K/V are ever read.
+"""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import ArrayLike, Float, Int, PyTree
+
+from jaxkit import _validate
+from jaxkit.nn._attention import dense, lead, rms_norm, rope, set_rows, split_last
+from jaxkit.nn._cache import KVCache
+from jaxkit.nn._config import TransformerConfig
+from jaxkit.nn._params import check_cfg, check_h, check_inputs, check_overflow, check_params
+
+
+def write_kv_traced(params, cfg, h, positions, cache, *, layer):
+    """The traced body of :func:`write_kv` (inputs already checked)."""
+    b, t, _ = h.shape
+    lp = jax.tree.map(lambda a: a[layer], params["layers"])
+    x = rms_norm(h.astype(params["embed"].dtype), lp["attn_norm"], cfg.norm_eps)
+    k, v = dense(x, lp["wk"]), dense(x, lp["wv"])
+    if cfg.qkv_bias:
+        k = k + lead(lp["bk"].astype(k.dtype), 3)
+        v = v + lead(lp["bv"].astype(v.dtype), 3)
+    k = split_last(k, (cfg.n_kv_heads, cfg.head_dim))
+    v = split_last(v, (cfg.n_kv_heads, cfg.head_dim))
+    if cfg.qk_norm:
+        k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
+    k = rope(k, positions, cfg)
+    slots = cache.length[:, None] + jnp.arange(t)[None, :]
+    rows = (jnp.int32(layer), jnp.arange(b)[:, None])
+    kb = set_rows(cache.k, rows, slots, k.astype(cache.k.dtype))
+    vb = set_rows(cache.v, rows, slots, v.astype(cache.v.dtype))
+    return cache._replace(k=kb, v=vb)
+
+
+_write_kv_jit = jax.jit(write_kv_traced, static_argnames=("cfg", "layer"))
+
+
+def write_kv(
+    params: PyTree,
+    cfg: TransformerConfig,
+    h: Float[ArrayLike, "B T D"],
+    positions: Int[ArrayLike, "B T"],
+    *,
+    cache: KVCache,
+    layer: int,
+    overflow: str = "error",
+) -> KVCache:
+    """Write block ``layer``'s K/V rows for ``h`` into ``cache``, and nothing else.
+
+    The rows equal those :func:`jaxkit.nn.run_layers` writes for block ``layer`` given
+    the same hidden states entering it (norm, projections, K norm, RoPE at
+    ``positions``), at slots ``cache.length[b] + arange(T)``; no attention or MLP runs
+    and no hidden state is returned. ``cache.length`` is not advanced.
+
+    Args:
+      params: Model parameters.
+      cfg: Model configuration.
+      h: Hidden states ``[B, T, D]`` entering block ``layer``.
+      positions: Logical RoPE positions ``int[B, T]``.
+      cache: The :class:`KVCache` to write into.
+      layer: The block (static, in ``[0, n_layers)``).
+      overflow: Rows past the capacity: ``"error"`` raises, ``"drop"`` drops them.
+
+    Returns:
+      The cache with block ``layer``'s new rows written (``length`` unchanged).
+
+    Raises:
+      TypeError: wrong types or shapes.
+      ValueError: ``layer`` out of range, an overflow with ``overflow="error"``.
+    """
+    check_cfg(cfg)
+    check_params(params, cfg)
+    check_overflow(overflow)
+    layer = _validate.python_int(layer, name="layer", minimum=0)
+    if layer >= cfg.n_layers:
+        raise ValueError(f"`layer` must lie in [0, {cfg.n_layers}), got {layer}.")
+    h = check_h(h, cfg, "h")
+    b, t, _ = h.shape
+    if positions is None or cache is None:
+        raise TypeError("`positions` (int[B, T]) and `cache` (a KVCache) are required.")
+    positions, cache, _ = check_inputs(cfg, b, t, positions, cache, None, overflow)
+    return _write_kv_jit(params, cfg, h, positions, cache, layer=layer)
