@@ -25,8 +25,30 @@ banks and injector by CE on answers with the type's bank and a random k, first o
 queries, then (``MIX``, at a lower rate) on early ones too: trained on late queries only,
 the memory lowered the early queries the base answers (reasoning bank, teacher-forced,
 seed 0: early reasoning 0.93 -> 0.77), and those outnumber the late ones; mixed from the
-start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 3
-trains the router by cost-aware GRPO on sampled rollouts. Evaluation (held-out
+start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 2's rate warms up
+to 1e-2 and decays (``LR2``): at a constant 1e-2 seed 2 stalled. Stage 3 trains the router
+(:func:`train_router`): each toy query has one routing decision, so every action is scored
+(:func:`score_routes`, the teacher-forced memory forward) and the router maximises the exact
+expected reward (``stage3_loss`` with ``actions=None``; sampled GRPO, the wave-12 form, never
+took the reasoning bank) on its per-feature standardised input (``Router.standardize``).
+The reward (:func:`route_rewards`) is the spec's cost-aware one (``dlmr_reward``: correct
+answers, minus ``LAMBDA_EFF`` x tokens / 4) minus ``WRONG_BANK`` for the other type's bank
+and ``MISSED`` for the null on a late query ([R] shaping from the training streams' labels,
+in the spirit of VisMem's invocation penalties; the router itself sees only the base's
+last-block state at the ``=``). Without ``MISSED`` the router keeps the null on late
+reasoning queries the base often answers from what is left in its window (base 0.60 there,
+teacher-forced, seed 0; the state does not tell those from early ones).
+
+**The routing metric (the lead's decision, issue #17).** Under the spec's cost-aware
+reward (Eq. 12) the null is the right route for a query the base already answers, so
+type-correct routing is judged where memory is needed: on late queries (visual -> the
+visual bank, reasoning -> the reasoning bank; the null or the other bank counts as wrong),
+``type_correct_routing``. The all-query figure (``type_correct_routing_all``), the full
+confusion matrix and the null rate on filler (>= 0.9) stay reported. Targets
+(``spec_targets_met``): late-query accuracy >= 0.9, late type-correct routing >= 0.9,
+filler null rate >= 0.9, on seeds 0/1/2 in full mode.
+
+Evaluation (held-out
 streams): each query is a prompt ending at its query token; greedy generation of
 ``=`` and the answer with the router deciding at the ``=``. Reported: late-query
 accuracy of base vs DLMR per type, route confusion (type -> null / visual /
@@ -40,10 +62,7 @@ digit) lets the frozen base answer late queries (late accuracy >= base + 0.3).
 (2) The learned memory, injected at every eligible step (k = 4), lifts late-query
 accuracy by >= 0.1 over the base (``learned_memory_late``). ``memory_helps`` (DLMR
 with its router >= base + 0.05), ``spec_targets_met`` and ``adaptive_beats_fixed``
-are reported only. The router is trained by the same GRPO step first on one-decision
-rollouts (:func:`train_router_one_step`: each toy query has one routing decision, scored
-through the teacher-forced memory forward; no generation loop to compile), then on whole
-rollouts sampled from ``dlmr_generate``. Quick mode trains nothing but the oracle memory:
+are reported only. Quick mode trains nothing but the oracle memory:
 it loads the adapter this full training made (``python examples/dlmr_toy_grid.py
 --save-adapter jaxkit/_fixtures/dlmr_grid/adapter.safetensors``, seed 0; :func:`load_adapter`)
 and evaluates it on fewer held-out streams; the training itself is tested in
