@@ -25,8 +25,30 @@ banks and injector by CE on answers with the type's bank and a random k, first o
 queries, then (``MIX``, at a lower rate) on early ones too: trained on late queries only,
 the memory lowered the early queries the base answers (reasoning bank, teacher-forced,
 seed 0: early reasoning 0.93 -> 0.77), and those outnumber the late ones; mixed from the
-start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 3
-trains the router by cost-aware GRPO on sampled rollouts. Evaluation (held-out
+start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 2's rate warms up
+to 1e-2 and decays (``LR2``): at a constant 1e-2 seed 2 stalled. Stage 3 trains the router
+(:func:`train_router`): each toy query has one routing decision, so every action is scored
+(:func:`score_routes`, the teacher-forced memory forward) and the router maximises the exact
+expected reward (``stage3_loss`` with ``actions=None``; sampled GRPO, the wave-12 form, never
+took the reasoning bank) on its per-feature standardised input (``Router.standardize``).
+The reward (:func:`route_rewards`) is the spec's cost-aware one (``dlmr_reward``: correct
+answers, minus ``LAMBDA_EFF`` x tokens / 4) minus ``WRONG_BANK`` for the other type's bank
+and ``MISSED`` for the null on a late query ([R] shaping from the training streams' labels,
+in the spirit of VisMem's invocation penalties; the router itself sees only the base's
+last-block state at the ``=``). Without ``MISSED`` the router keeps the null on late
+reasoning queries the base often answers from what is left in its window (base 0.60 there,
+teacher-forced, seed 0; the state does not tell those from early ones).
+
+**The routing metric (the lead's decision, issue #17).** Under the spec's cost-aware
+reward (Eq. 12) the null is the right route for a query the base already answers, so
+type-correct routing is judged where memory is needed: on late queries (visual -> the
+visual bank, reasoning -> the reasoning bank; the null or the other bank counts as wrong),
+``type_correct_routing``. The all-query figure (``type_correct_routing_all``), the full
+confusion matrix and the null rate on filler (>= 0.9) stay reported. Targets
+(``spec_targets_met``): late-query accuracy >= 0.9, late type-correct routing >= 0.9,
+filler null rate >= 0.9, on seeds 0/1/2 in full mode.
+
+Evaluation (held-out
 streams): each query is a prompt ending at its query token; greedy generation of
 ``=`` and the answer with the router deciding at the ``=``. Reported: late-query
 accuracy of base vs DLMR per type, route confusion (type -> null / visual /
@@ -40,10 +62,7 @@ digit) lets the frozen base answer late queries (late accuracy >= base + 0.3).
 (2) The learned memory, injected at every eligible step (k = 4), lifts late-query
 accuracy by >= 0.1 over the base (``learned_memory_late``). ``memory_helps`` (DLMR
 with its router >= base + 0.05), ``spec_targets_met`` and ``adaptive_beats_fixed``
-are reported only. The router is trained by the same GRPO step first on one-decision
-rollouts (:func:`train_router_one_step`: each toy query has one routing decision, scored
-through the teacher-forced memory forward; no generation loop to compile), then on whole
-rollouts sampled from ``dlmr_generate``. Quick mode trains nothing but the oracle memory:
+are reported only. Quick mode trains nothing but the oracle memory:
 it loads the adapter this full training made (``python examples/dlmr_toy_grid.py
 --save-adapter jaxkit/_fixtures/dlmr_grid/adapter.safetensors``, seed 0; :func:`load_adapter`)
 and evaluates it on fewer held-out streams; the training itself is tested in
@@ -192,12 +211,13 @@ def mcfg(**kw):
     return memory.DLMRConfig(**{**base, **kw})
 
 
-# stage-1 / stage-2 / one-decision stage-3 / rollout stage-3 steps of the full training
-FULL_STEPS = (300, 1000, 300, 40)
-# stage 2's learning rate (Adam). At 1e-2 seed 2's stage 2 stalls (CE 1.91 -> 1.07; its late-only
-# phase sits at ~1.7, seed 0's reaches 0.36). At 3e-3 seed 2's stage 2 learns (0.82 -> 0.32), but
-# in seed 0's full run the router then collapsed to the null (late 0.21; wave 12, not shipped).
-LR2 = 1e-2
+# stage-1 / stage-2 / stage-3 (one decision, every route scored) steps of the full training
+FULL_STEPS = (300, 1000, 400)
+# stage 2's learning rate (Adam): 100 warm-up steps to 1e-2, then a cosine decay to 1e-3. At a
+# constant 1e-2 seed 2's stage 2 stalled (CE 1.91 -> 1.07; seed 0 reached 0.36); at a constant
+# 3e-3 it learned, but seed 0's router then collapsed to the null (wave 12). With the schedule
+# seed 2 goes 1.29 -> 0.33.
+LR2 = optax.warmup_cosine_decay_schedule(1e-3, 1e-2, 100, FULL_STEPS[1], 1e-3)
 # stage 2's last phase: early queries too (p_late, steps, lr); see train_dlmr
 MIX = (0.5, 500, 3e-3)
 ADAPTER = "adapter.safetensors"  # the shipped adapter, in the ``dlmr_grid`` fixture folder
@@ -381,68 +401,81 @@ def run(params, ap, cfg, prompts, plen, key, router="greedy"):
     return g
 
 
-def train_router(params, ap, cfg, enc, rng, key, steps, *, group=4, lambda_eff=0.2):
-    tx = memory.dlmr_optimizer(3, lr=1e-2)
-    st = tx.init(ap)
-    ref = ap.router
-    for i in range(steps):
-        cells, toks, q = sample_streams(rng, 8)
-        q = q[rng.choice(len(q), 16, replace=False)]
-        q = np.repeat(q, group, axis=0)
-        pr, pl = eval_prompts(params, enc, cells, toks, q)
-        g = run(params, ap, cfg, pr, pl, jax.random.fold_in(key, i), router="sample")
-        correct = np.asarray(g.tokens[:, 1]) == q[:, 3]
-        r = memory.dlmr_reward(correct, g.injected, 2, budget=4.0, lambda_eff=lambda_eff)
-        batch = (g.router_h, g.actions, g.eligible, r)
-        ap, st, loss, aux = memory.dlmr_step(
-            3, ap, st, batch, tx=tx, cfg=cfg, ref_router=ref, group=group, kl_beta=0.02
-        )
-    return ap
+def score_routes(params, ap, cfg, enc, cells, toks, q, rows=32):
+    """``(correct bool[n, A], h [n, D])``: every action's teacher-forced answer per query.
+
+    Each toy query has one routing decision (at its ``=``), so every route can be
+    scored: the action's memory is injected after the ``=`` by the uncached forward
+    :func:`memory.memory_forward` (stage 2's forward; the null reads the base) and the
+    answer is read after it. ``h``: the frozen base's last-block state at the ``=``,
+    what :func:`memory.dlmr_generate` feeds the router."""
+    bank_t, k_t = memory.action_table(cfg)
+    x_all = embeds(params, enc, cells, toks)
+    out_c, out_h = [], []
+    for s in range(0, len(q), rows):  # batches of ``rows`` (padded): one compiled shape
+        qq = q[s : s + rows]
+        n = len(qq)
+        qq = np.concatenate([qq, np.repeat(qq[-1:], rows - n, 0)])
+        x = x_all[jnp.asarray(qq[:, 0])]
+        ctx, h_last = memory.context_states(params, CFG, cfg, x)
+        eq = jnp.asarray(qq[:, 2], jnp.int32)
+        at = eq + 1
+        valid = jnp.ones(ctx.shape[:2], bool)
+        cs = []
+        for a in range(len(k_t)):
+            bank, k = jnp.full((rows,), bank_t[a]), jnp.full((rows,), k_t[a])
+            mem, _ = memory.inject(ap, cfg, ctx, valid, at, bank, k)
+            lg = memory.memory_forward(params, CFG, cfg, x, mem, at, k)
+            lg = jnp.take_along_axis(lg, (at + k - 1)[:, None, None], axis=1)[:, 0]
+            cs.append(np.asarray(jnp.argmax(lg, -1))[:n] == qq[:n, 3])
+        out_c.append(np.stack(cs, 1))
+        h = jnp.take_along_axis(h_last, eq[:, None, None], axis=1)[:, 0]
+        out_h.append(np.asarray(h, np.float32)[:n])
+    return np.concatenate(out_c), np.concatenate(out_h)
 
 
-def train_router_one_step(
-    params, ap, cfg, enc, rng, key, steps, *, group=4, lambda_eff=0.1, lr=1e-2, rows=32
-):
-    """Stage 3 on one-decision rollouts: the cheap form of :func:`train_router`.
+# stage 3's reward (besides dlmr_reward's correctness and token cost): penalties for the
+# wrong bank and for the null on a query that needs memory (a late one), from the training
+# streams' labels ([R] shaping in the spirit of VisMem's invocation penalties; the router
+# never sees a label, only the base's state at the ``=``)
+LAMBDA_EFF, WRONG_BANK, MISSED = 0.1, 0.2, 0.5
 
-    Each toy query has one routing decision (at its ``=``), so a rollout is that
-    decision and the answer read after it: the router (its input: the frozen base's
-    last-block state at the ``=``, what :func:`memory.dlmr_generate` feeds it) samples
-    an action per group member, the memory it picks is injected by the teacher-forced
-    forward :func:`memory.memory_forward` (stage 2's forward; the null reads the base),
-    and the same cost-aware GRPO step (:func:`memory.dlmr_step` stage 3) follows. No
-    generation loop is compiled. [R] a jaxkit shortcut for single-decision tasks.
-    """
+
+def route_rewards(correct, q, cfg, *, lambda_eff=LAMBDA_EFF, wrong_bank=WRONG_BANK, missed=MISSED):
+    """``[n, A]`` rewards of every action: :func:`memory.dlmr_reward` (budget 4 tokens, 2
+    generated), minus ``wrong_bank`` for the other type's bank and ``missed`` for the null
+    on a late query."""
+    bank_t, k_t = (np.asarray(a) for a in memory.action_table(cfg))
+    r = np.asarray(memory.dlmr_reward(correct, k_t[None], 2, budget=4.0, lambda_eff=lambda_eff))
+    inj, t = k_t[None] > 0, q[:, 1:2]
+    wrong = inj & (((t == 1) & (bank_t[None] == 1)) | ((t == 2) & (bank_t[None] == 0)))
+    miss = is_late(q)[:, None] & ~inj
+    return (r - wrong_bank * wrong - missed * miss).astype(np.float32)
+
+
+def train_router(params, ap, cfg, enc, rng, steps, *, n_streams=300, rows=64, lr=1e-2):
+    """Stage 3 on one-decision rollouts with every route scored: the exact expected reward.
+
+    The queries of ``n_streams`` training streams (filler included: the null is right
+    there) are scored under every action (:func:`score_routes`); the router's per-feature
+    standardisation is fitted to their states (:meth:`memory.Router.standardize`), then
+    ``steps`` stage-3 steps (:func:`memory.dlmr_step` with ``actions=None``,
+    :func:`memory.stage3_loss`) maximise ``sum_a pi(a | h) R_a`` on minibatches of
+    ``rows`` (:func:`route_rewards`; KL 0.02 to the fresh router). [R] a jaxkit shortcut
+    for single-decision tasks: sampled GRPO (the wave-12 form) never took the reasoning
+    bank; the exact expectation has no sampling noise."""
+    cells, toks, q = sample_streams(rng, n_streams)
+    correct, h = score_routes(params, ap, cfg, enc, cells, toks, q)
+    rew = route_rewards(correct, q, cfg)
+    ap = ap._replace(router=ap.router.standardize(jnp.asarray(h)))
     tx = memory.dlmr_optimizer(3, lr=lr)
     st = tx.init(ap)
     ref = ap.router
-    bank_t, k_t = memory.action_table(cfg)
-    n = rows // group  # 32 rows: the shapes stage 2 compiled
-    for i in range(steps):
-        if i % 2:  # one late visual / reasoning query per stream (where memory matters)
-            cells, toks, q = query_batch(params, enc, rng, n)
-        else:  # queries of every type (filler included: the null is the right route there)
-            cells, toks, q = sample_streams(rng, n)
-            q = q[rng.choice(len(q), n, replace=False)]
-        q = np.repeat(q, group, axis=0)
-        x = embeds(params, enc, cells, toks)[jnp.asarray(q[:, 0])]
-        ctx, h_last = memory.context_states(params, CFG, cfg, x)
-        eq = jnp.asarray(q[:, 2], jnp.int32)
-        h = jnp.take_along_axis(h_last, eq[:, None, None], axis=1)[:, 0]
-        act = jax.random.categorical(jax.random.fold_in(key, i), ap.router(h)).astype(jnp.int32)
-        bank, k = bank_t[act], k_t[act]
-        at = eq + 1
-        mem, _ = memory.inject(ap, cfg, ctx, jnp.ones(ctx.shape[:2], bool), at, bank, k)
-        lg = memory.memory_forward(params, CFG, cfg, x, mem, at, k)
-        pred = jnp.argmax(jnp.take_along_axis(lg, (at + k - 1)[:, None, None], axis=1)[:, 0], -1)
-        r = memory.dlmr_reward(
-            pred == jnp.asarray(q[:, 3]), k, 2, budget=4.0, lambda_eff=lambda_eff
-        )
-        elig = jnp.ones((len(q), 1), bool)
-        batch = (h[:, None], act[:, None], elig, r)
-        ap, st, _, _ = memory.dlmr_step(
-            3, ap, st, batch, tx=tx, cfg=cfg, ref_router=ref, group=group, kl_beta=0.02
-        )
+    elig = jnp.ones((rows, 1), bool)
+    for _ in range(steps):
+        i = rng.integers(0, len(q), rows)
+        batch = (jnp.asarray(h[i])[:, None], None, elig, jnp.asarray(rew[i]))
+        ap, st, _, _ = memory.dlmr_step(3, ap, st, batch, tx=tx, cfg=cfg, ref_router=ref)
     return ap
 
 
@@ -530,8 +563,7 @@ def main(
         ce2 = tuple(info["stage2_ce_first_last"])
     else:
         ap, ce2 = train_dlmr(params, enc, cfg, rng, jax.random.fold_in(key, 2), steps[:2], w_or)
-        ap = train_router_one_step(params, ap, cfg, enc, rng, jax.random.fold_in(key, 3), steps[2])
-        ap = train_router(params, ap, cfg, enc, rng, jax.random.fold_in(key, 4), steps[3])
+        ap = train_router(params, ap, cfg, enc, rng, steps[2])
         if save_adapter:
             dump_adapter(
                 save_adapter, ap, dict(seed=seed, steps=steps, mix=MIX, stage2_ce_first_last=ce2)
@@ -559,14 +591,14 @@ def main(
         )
         scfg = mcfg(shared_bank=True)
         sh, _ = train_dlmr(params, enc, scfg, rng, jax.random.fold_in(key, 6), steps[:2], w_or)
-        kr = jax.random.fold_in(key, 7)
-        sh = train_router_one_step(params, sh, scfg, enc, rng, kr, steps[2])
-        sh = train_router(params, sh, scfg, enc, rng, jax.random.fold_in(key, 8), steps[3])
+        sh = train_router(params, sh, scfg, enc, rng, steps[2])
         res["shared_bank"] = summarize(*evaluate(params, sh, scfg, prompts, plen, q, kk), q, n_eval)
 
     base_late, dl_late = res["base"][0]["late"], res["dlmr"][0]["late"]
-    conf = res["dlmr"][1]
-    type_ok = (conf[1, 1] + conf[2, 2]) / max(conf[1:].sum(), 1)
+    conf, conf_late = res["dlmr"][1], res["dlmr"][3]
+    type_ok_all = (conf[1, 1] + conf[2, 2]) / max(conf[1:].sum(), 1)
+    # the routing target: judged on late queries (where memory is needed), see the docstring
+    type_ok = (conf_late[1, 1] + conf_late[2, 2]) / max(conf_late[1:].sum(), 1)
     null_filler = conf[0, 0] / max(conf[0].sum(), 1)
     os.makedirs(out_dir, exist_ok=True)
     rows = {
@@ -598,15 +630,14 @@ def main(
         "learned_memory_late": fx[0]["late"],
         "oracle_memory_late": oracle_late,
         "base_late": base_late,
-        "spec_targets_met": bool(
-            base_late <= 0.2 and dl_late >= 0.9 and null_filler >= 0.9 and type_ok >= 0.9
-        ),
+        # the issue's targets (the routing one judged on late queries; the base's late
+        # accuracy, ~0.2 with this fixture, is reported as base_late)
+        "spec_targets_met": bool(dl_late >= 0.9 and null_filler >= 0.9 and type_ok >= 0.9),
+        # late visual -> v, late reasoning -> r (the null or the other bank: wrong)
         "type_correct_routing": float(type_ok),
-        # the same on late queries only (early ones the base answers; a cost-aware router
-        # may rightly skip them, which the spec's all-query figure counts as wrong)
-        "type_correct_routing_late": float(
-            (res["dlmr"][3][1, 1] + res["dlmr"][3][2, 2]) / max(res["dlmr"][3][1:].sum(), 1)
-        ),
+        # over every visual and reasoning query (reported: on early ones the base answers
+        # and the cost-aware reward rightly prefers the null)
+        "type_correct_routing_all": float(type_ok_all),
         "null_rate_on_filler": float(null_filler),
         "injected_per_stream": res["dlmr"][2],
         "injected_per_stream_fixed_k4": fx[2],

@@ -138,23 +138,50 @@ class Router(eqx.Module):
     raw last-block residual stream, whose scale (norm ~64 on the toy grid, ~52 of it a
     component every step shares) dwarfs what tells the steps apart, and Adam's first
     router steps on it saturate the policy; HF models' ``hidden_states[-1]`` (what
-    VisMem's memory former reads) is normalised too. [R] (the paper's router input is not
-    published.) A fresh router is uniform (all logits 0; its arg-max is action 0, the null).
-    The normalisation (``eqx.nn.LayerNorm`` without weight or bias) has no array leaves,
-    so saved routers keep their layout.
+    VisMem's memory former reads) is normalised too. Then it is standardised per feature
+    (``(x - mean) * scale``, constants: no gradient reaches them; identity until
+    :meth:`standardize` fits them to sample states): after the LayerNorm the states are
+    still mostly one direction every step shares, and the MLP's first layer at its init
+    scale hardly sees the rest. [R] (the paper's router input is not published.) A fresh
+    router is uniform (all logits 0; its arg-max is action 0, the null).
     """
 
     norm: eqx.nn.LayerNorm
+    mean: Array
+    scale: Array
     l1: Linear
     l2: Linear
 
     def __init__(self, d_model: int, hidden: int, n_actions: int, *, key):
         k1, k2 = jax.random.split(key)
         self.norm = eqx.nn.LayerNorm(d_model, use_weight=False, use_bias=False)
+        self.mean = jnp.zeros((d_model,), jnp.float32)
+        self.scale = jnp.ones((d_model,), jnp.float32)
         self.l1 = Linear(d_model, hidden, key=k1)
         self.l2 = Linear(hidden, n_actions, key=k2, gain=0.0)
 
-    def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
+    def features(self, h: Float[Array, "*B D"]) -> Float[Array, "*B D"]:
+        """The MLP's input: ``h`` layer-normalised, then standardised per feature."""
         h = h.astype(jnp.float32)
         h = jax.vmap(self.norm)(h.reshape(-1, h.shape[-1])).reshape(h.shape)
-        return self.l2(jax.nn.gelu(self.l1(h)))
+        lead = (1,) * (h.ndim - 1)
+        mean, scale = (
+            jax.lax.stop_gradient(a).reshape(lead + (-1,)) for a in (self.mean, self.scale)
+        )
+        return (h - mean) * scale
+
+    def standardize(self, h: Float[Array, "N D"], *, eps: float = 1e-4) -> "Router":
+        """This router with its per-feature constants fitted to sample states ``h``.
+
+        Afterwards :meth:`features` has mean 0 and standard deviation 1 per feature over
+        ``h`` (a feature constant over ``h`` keeps scale ``1 / sqrt(eps)`` at most).
+        Fit before training the MLP (e.g. on the states at the delimiters of a batch
+        of training streams): refitting changes what the trained layers read.
+        """
+        x = jnp.asarray(h, jnp.float32)
+        x = jax.vmap(self.norm)(x.reshape(-1, x.shape[-1]))
+        mu, var = jnp.mean(x, 0), jnp.var(x, 0)
+        return eqx.tree_at(lambda r: (r.mean, r.scale), self, (mu, jax.lax.rsqrt(var + eps)))
+
+    def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
+        return self.l2(jax.nn.gelu(self.l1(self.features(h))))

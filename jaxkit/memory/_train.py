@@ -308,7 +308,31 @@ def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg
     with group-normalised advantages (:func:`group_advantages`; zero when a group's
     rewards are equal) and the KL averaged over eligible steps. Ineligible steps
     (only the null is allowed) carry no gradient. Rewards: :func:`dlmr_reward`.
+
+    ``actions=None``: the exact expected reward of one decision per row, for tasks
+    where every route can be scored (e.g. by :func:`memory_forward`): ``router_h
+    [B, 1, D]``, ``eligible bool[B, 1]``, ``rewards [B, A]`` the reward of each action;
+    the loss is ``-mean_b sum_a pi(a | h_b) R_ba + kl_beta KL`` (no sampling noise;
+    ``group`` and the advantage std, reported 0, are unused). [R] a jaxkit addition.
     """
+    if actions is None:
+        logp, mask = _log_policy(router, cfg, router_h[:, 0], eligible[:, 0])
+        pi = jnp.where(mask, jnp.exp(logp), 0.0)
+        w = eligible[:, 0].astype(jnp.float32)
+        gain = jnp.sum(pi * jax.lax.stop_gradient(rewards.astype(jnp.float32)), -1)
+        policy = -jnp.sum(w * gain) / jnp.maximum(jnp.sum(w), 1.0)
+        return _with_kl(
+            policy,
+            logp,
+            mask,
+            w,
+            ref_router,
+            cfg,
+            router_h[:, 0],
+            eligible[:, 0],
+            kl_beta,
+            jnp.zeros((), jnp.float32),
+        )
     adv = jax.lax.stop_gradient(group_advantages(rewards, group))
     logp, mask = _log_policy(router, cfg, router_h, eligible)
     lp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
@@ -316,11 +340,17 @@ def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg
     n_e = jnp.maximum(jnp.sum(w, axis=1), 1.0)
     lp_a = jnp.where(eligible, lp_a, 0.0)
     policy = -jnp.mean(adv * jnp.sum(lp_a, axis=1) / n_e)
+    return _with_kl(
+        policy, logp, mask, w, ref_router, cfg, router_h, eligible, kl_beta, jnp.std(adv)
+    )
+
+
+def _with_kl(policy, logp, mask, w, ref_router, cfg, router_h, eligible, kl_beta, adv_std):
     ref_logp, _ = _log_policy(jax.lax.stop_gradient(ref_router), cfg, router_h, eligible)
     pr = jnp.exp(logp)
     kl_i = jnp.sum(jnp.where(mask, pr * (logp - ref_logp), 0.0), -1)
     kl = jnp.sum(kl_i * w) / jnp.maximum(jnp.sum(w), 1.0)
-    return policy + kl_beta * kl, Stage3Aux(policy, kl, jnp.std(adv))
+    return policy + kl_beta * kl, Stage3Aux(policy, kl, adv_std)
 
 
 def dlmr_reward(correct, injected, generated, *, budget, lambda_eff):
@@ -338,17 +368,20 @@ def dlmr_reward(correct, injected, generated, *, budget, lambda_eff):
 
 
 def dlmr_optimizer(
-    stage: int, *, lr: float = 1e-3, train_injector: bool = True
+    stage: int, *, lr: float | optax.Schedule = 1e-3, train_injector: bool = True
 ) -> optax.GradientTransformation:
     """The optax transform of a stage (groups by the adapter's top-level field).
 
     Stages 1-2: the banks and the injector (``train_injector=False``: the frozen
     injector ablation, the banks only), Adam ``lr``, clip 1.0; stage 3: the router
     only. Everything else gets zero updates (the backbone is never an input).
+    ``lr``: a number or an optax schedule (step -> rate, e.g.
+    ``optax.warmup_cosine_decay_schedule``).
     """
     stage = _validate.python_int(stage, name="stage")
     _validate.one_of((1, 2, 3), stage=stage)
-    _validate.positive(lr=lr)
+    if not callable(lr):
+        _validate.positive(lr=lr)
     train = {1: ("banks", "injector"), 2: ("banks", "injector"), 3: ("router",)}[stage]
     if not train_injector:
         train = tuple(t for t in train if t != "injector")
@@ -407,7 +440,9 @@ def dlmr_step(
     (with ``lm_params``/``lm_cfg`` for the LoRA replica); stage 2
     ``(embeds, labels, ctx, at, action)`` with ``lm_params``/``lm_cfg``; stage 3
     ``(router_h, actions, eligible, rewards)`` (a :class:`DLMRGeneration`'s fields
-    and :func:`dlmr_reward`) with ``ref_router`` and the static ``group`` size.
+    and :func:`dlmr_reward`) with ``ref_router`` and the static ``group`` size, or
+    ``(router_h [B, 1, D], None, eligible [B, 1], rewards [B, A])``: the exact expected
+    reward (:func:`stage3_loss` with ``actions=None``).
     ``temperature``/``margin`` (stage 1) and ``kl_beta`` (stage 3) are traced.
     Returns ``(p, opt_state, loss, aux)``. The backbone is an input, never updated.
 
@@ -427,7 +462,7 @@ def dlmr_step(
         if ref_router is None:
             raise TypeError("stage 3 needs `ref_router` (the initial router).")
         n = jnp.shape(batch[3])[0]
-        if n % group:
+        if batch[1] is not None and n % group:
             raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
     for name, v in (("temperature", temperature), ("kl_beta", kl_beta)):
         _validate.real_scalar(v, name=name)

@@ -208,3 +208,21 @@ def test_the_injector_on_the_filled_prefix_equals_it_on_the_whole_context():
         np.testing.assert_allclose(got, want, atol=1e-5)
     # the slots matter (row 1's distances): the default slots (entry index) differ
     assert not np.allclose(got, memory.inject(AP, MC, ctx, valid, at, bank, k)[0][:, :width])
+
+
+def test_router_standardize_fits_its_features():
+    # fresh: the constants are the identity; fitted: each feature has mean 0, std 1 over
+    # the sample states, the MLP reads them (logits change), and no gradient reaches them
+    h = (
+        jax.random.normal(jax.random.key(5), (64, LM.d_model))
+        + jnp.linspace(0.0, 5.0, LM.d_model)[None]
+    )
+    ln = jax.vmap(AP.router.norm)(h)
+    np.testing.assert_allclose(np.asarray(AP.router.features(h)), np.asarray(ln), atol=1e-6)
+    r = AP.router.standardize(h)
+    f = np.asarray(r.features(h))
+    np.testing.assert_allclose(f.mean(0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(f.std(0), 1.0, atol=1e-3)
+    assert np.abs(np.asarray(r(h)) - np.asarray(AP.router(h))).max() > 1e-2
+    g = jax.grad(lambda rt: jnp.sum(rt(h) ** 2))(r)
+    assert float(jnp.abs(g.mean).max()) == 0.0 and float(jnp.abs(g.scale).max()) == 0.0

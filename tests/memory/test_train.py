@@ -159,3 +159,47 @@ def test_stage1_evidence_term_is_the_log_read_mass():
     ev_after = jnp.stack([~before, ~before], 1)
     _, aux_after = _stage1(AP, *base, ev_after, cfg=MC)
     np.testing.assert_allclose(float(aux_after.read), -np.log(1e-6), rtol=1e-4)
+
+
+def _one_decision(rewards):
+    h = jax.random.normal(jax.random.key(4), (3, 1, CFG.d_model))
+    return (h, None, jnp.ones((3, 1), bool), jnp.asarray(rewards, jnp.float32))
+
+
+def test_stage3_exact_expected_reward():
+    # every action scored: the loss is -mean_b sum_a pi_ba R_ba; action-constant rewards
+    # give no policy gradient, a better action gains probability, the KL is 0 at the ref
+    kw = dict(cfg=MC, group=1, kl_beta=0.0)
+    a = MC.n_actions
+    r = np.zeros((3, a), np.float32)
+    r[:, 2] = 1.0
+    loss, aux = memory.stage3_loss(AP.router, AP.router, *_one_decision(r), **kw)
+    pi = np.asarray(jax.nn.softmax(AP.router(_one_decision(r)[0][:, 0]), -1))
+    np.testing.assert_allclose(float(loss), -pi[:, 2].mean(), rtol=1e-5)
+    assert float(aux.kl) == 0.0
+    grad = jax.grad(lambda rt, ro: memory.stage3_loss(rt, AP.router, *ro, **kw)[0])
+    g = grad(AP.router, _one_decision(np.tile(np.arange(3.0)[:, None], (1, a))))
+    assert max(float(np.abs(x).max()) for x in jax.tree.leaves(g)) < 1e-6
+    tx = memory.dlmr_optimizer(3, lr=1e-2)
+    p, st = AP, tx.init(AP)
+    for _ in range(5):
+        p, st, _, _ = memory.dlmr_step(
+            3, p, st, _one_decision(r), tx=tx, cfg=MC, ref_router=AP.router
+        )
+    after = np.asarray(jax.nn.softmax(p.router(_one_decision(r)[0][:, 0]), -1))
+    assert np.all(after[:, 2] > pi[:, 2] + 0.02)
+    jax.tree.map(np.testing.assert_array_equal, (p.banks, p.injector), (AP.banks, AP.injector))
+
+
+def test_optimizer_takes_a_schedule():
+    # the rate follows the schedule: an all-zero one gives zero updates, a constant one the
+    # float rate's updates (eager optax on the router's gradient-sized ones)
+    g = jax.tree.map(jnp.ones_like, AP)
+    outs = []
+    for lr in (lambda n: jnp.zeros((), jnp.float32), lambda n: jnp.full((), 3e-2), 3e-2):
+        tx = memory.dlmr_optimizer(3, lr=lr)
+        with jax.numpy_dtype_promotion("standard"):  # optax's eager Adam mixes int/float
+            outs.append(tx.update(g, tx.init(AP), AP)[0].router)
+    assert all(np.all(np.asarray(u) == 0) for u in jax.tree.leaves(outs[0]))
+    jax.tree.map(np.testing.assert_allclose, outs[1], outs[2])
+    assert all(np.all(np.asarray(u) != 0) for u in jax.tree.leaves(outs[1].l1))
