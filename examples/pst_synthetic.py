@@ -65,7 +65,15 @@ SIZES = {
     "medium": (1000, 200, 400, 32, 32),  # the measured size of the README row
     "quick": (256, 64, 40, 16, 32),
 }
-VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
+# loss weights (token-wise NCE, STII alignment, pyramid, segment-stage order prior)
+ORDER = 0.5
+VARIANTS = {
+    "global_only": (0.0, 0.0, 0.0, 0.0),
+    "token_wise": (1.0, 0.0, 0.0, 0.0),
+    "pst": (1.0, 1.0, 0.5, ORDER),
+}
+# `ablations=True`: where PST's gain comes from (the order prior alone; PST without it)
+ABLATIONS = {"token_wise_order": (1.0, 0.0, 0.0, ORDER), "pst_no_order": (1.0, 1.0, 0.5, 0.0)}
 
 
 def _neg_mask(canon_ids):
@@ -107,36 +115,49 @@ def _unit(x):
     return np.where(n > 1e-6, x / np.maximum(n, 1e-6), 0).astype(x.dtype)
 
 
-def _stii_game(params, cfg, arrays):
-    """The STII game of each positive pair: window-phrase cosines and both token weights."""
+def _stii_game(params, cfg, arrays, order):
+    """The STII game of each positive pair: its segment-stage similarities (window-phrase
+    cosines + ``order`` times the order prior, as in training) and both token weights."""
     motion, tokens, mask, phrases = arrays
     windows = np.asarray(M.encode_motion(params, cfg, motion)[1])
     _, tp, pmask, _ = (np.asarray(a) for a in M.encode_text(params, cfg, tokens, mask, phrases))
-    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp))
+    prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
+    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp)) + order * (prior - 1)
     return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
 
 
+def _window_truth(cfg, data):
+    """Ground truth (metrics only): the segment of each window's centre frame, -1 none."""
+    win = cfg.length // cfg.n_windows
+    centre = np.arange(cfg.n_windows) * win + win // 2  # [W]
+    f = data.seg_frames[:, None]  # [N, 1, S, 2]
+    c = centre[None, :, None]
+    inside = (f[..., 0] <= c) & (c < f[..., 1]) & (data.seg_part[:, None] >= 0)
+    return np.where(inside.any(-1), inside.argmax(-1), -1)  # [N, W]
+
+
+def _top_phrase_accuracy(scores, pmask, truth):
+    """Share of windows whose top-scoring phrase (``scores [N, W, K]``) is their segment's."""
+    top = np.argmax(np.where(np.asarray(pmask)[:, None], scores, -np.inf), axis=-1)
+    seen = truth >= 0
+    return float(np.sum((top == truth) & seen) / max(np.sum(seen), 1))
+
+
 def _alignment_accuracy(game, cfg, data):
-    """Share of motion windows whose top-STII phrase is the phrase of their segment."""
+    """STII alignment accuracy of the game, its chance level, and the order prior's alone.
+
+    The top-STII phrase of each motion window against the phrase of the segment holding the
+    window's centre frame (the generator's alignment: used here only, never as input).
+    ``prior`` is the accuracy of the order prior's own top phrase (no model), the share a
+    model could get from the caption's phrase order and count alone.
+    """
     sim, wa, wb, pmask = game
     phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, np.ones(wa.shape, bool), pmask))
-    ok = np.asarray(pmask)
-    win = cfg.length // cfg.n_windows
-    hits, total = 0, 0
-    for i in range(len(phi)):
-        for w in range(cfg.n_windows):
-            centre = w * win + win // 2
-            f = data.seg_frames[i]
-            s_true = [
-                s for s in range(len(f)) if data.seg_part[i, s] >= 0 and f[s, 0] <= centre < f[s, 1]
-            ]
-            if not s_true:
-                continue
-            top = int(np.argmax(np.where(ok[i], phi[i, w], -np.inf)))
-            hits += int(top == s_true[0])
-            total += 1
+    truth = _window_truth(cfg, data)
+    prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
     n_seg = np.mean(np.sum(data.seg_part >= 0, axis=1))
-    return hits / max(total, 1), 1.0 / n_seg
+    acc = _top_phrase_accuracy(phi, pmask, truth)
+    return acc, 1.0 / n_seg, _top_phrase_accuracy(prior, pmask, truth)
 
 
 def _canonical_selfsim(canonical):
@@ -149,10 +170,27 @@ def _canonical_selfsim(canonical):
     return (c[:, None] == c[None, :]).astype(np.float32)
 
 
-def _evaluate(scores, weights, key, text_selfsim=None):
+def _combined(scores, weights):
+    """Test-time score: ``global + gamma (segment + joint)``, gamma 0.5 with token stages."""
     scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
-    sims = scores[2] + gamma * (scores[1] + scores[0])
+    return scores[2] + gamma * (scores[1] + scores[0])
+
+
+def _order_errors(scores, weights, canonical):
+    """Text-to-motion top-1 hits on an order twin: a clip of the same actions on the same
+    parts in another order (canonical captions equal as multisets of segments, not as
+    sequences). Max-matching token stages cannot tell these apart."""
+    top = np.argmax(_combined(scores, weights), axis=1)  # [texts] -> motion
+    segs = [tuple(c.split(" then ")) for c in np.asarray(canonical)]
+    return int(
+        sum(segs[i] != segs[j] and sorted(segs[i]) == sorted(segs[j]) for i, j in enumerate(top))
+    )
+
+
+def _evaluate(scores, weights, key, text_selfsim=None):
+    scores = np.asarray(scores)
+    sims = _combined(scores, weights)
     out = {}
     for stage, sc in zip(("joint", "segment", "global"), scores, strict=True):
         m = retrieval.protocol_metrics(sc, "normal")  # each stage alone: where a variant wins
@@ -168,12 +206,22 @@ def _evaluate(scores, weights, key, text_selfsim=None):
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional", size=None):
+def main(
+    *,
+    quick=False,
+    seed=0,
+    out_dir="out",
+    data_dir=None,
+    split="compositional",
+    size=None,
+    ablations=False,
+):
     """Train the three variants and compare retrieval and STII alignment.
 
     ``split="random"`` trains and tests on the random split instead (the reference for
     "largest gain on compositional captions": run both and compare the gains). ``size``
     (``"quick"``, ``"medium"`` or ``"full"``) overrides the size ``quick`` chooses.
+    ``ablations=True`` also trains token-wise with the order prior and PST without it.
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
@@ -200,21 +248,27 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         jnp.asarray(train.motion),
         jnp.asarray(train.tokens),
         jnp.asarray(train.token_mask),
-        jnp.asarray(train.word_segment),
+        # phrase spans from the words (rule chunker), never the generator's alignment
+        jnp.asarray(S.chunk_phrases(train.tokens, train.token_mask)),
         canon_ids,
     )
+    test_phrases = S.chunk_phrases(test.tokens, test.token_mask)
     test_arrays = tuple(
-        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
+        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test_phrases)
     )
     selfsim = _canonical_selfsim(test.canonical)
     results = {}
-    for name, w in VARIANTS.items():
+    cpu = {}
+    for name, w in (VARIANTS | (ABLATIONS if ablations else {})).items():
+        c0 = time.process_time()
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        scores = M.pst_scores(params, cfg, *test_arrays)
-        game = _stii_game(params, cfg, test_arrays)
+        scores = M.pst_scores(params, cfg, *test_arrays, order=w[3])
+        game = _stii_game(params, cfg, test_arrays, w[3])
         res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
-        acc, chance = _alignment_accuracy(game, cfg, test)
+        acc, chance, prior_acc = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
+        res["order_errors_t2m"] = _order_errors(scores, w, test.canonical)
+        cpu[name] = round(time.process_time() - c0, 1)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res
 
@@ -256,6 +310,8 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         "claim_met": claim,
         "stii_alignment_acc": acc,
         "alignment_chance": round(chance, 3),
+        "alignment_prior_only": round(prior_acc, 3),
+        "cpu_seconds": cpu,
         "order_pst_gt_token_gt_global": bool(order_ok),
         "order_normal": bool(order_normal),
         "variants": results,
