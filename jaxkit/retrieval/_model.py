@@ -172,7 +172,7 @@ def order_prior(n_windows: int, phrase_mask, smooth: float):
     one-phrase caption). Needs only the phrase order and count.
     """
     n = jnp.maximum(jnp.sum(phrase_mask, axis=-1, keepdims=True), 1).astype(jnp.float32)
-    k = jnp.arange(phrase_mask.shape[-1], dtype=jnp.float32)
+    k = jnp.arange(phrase_mask.shape[-1], dtype=jnp.float32)[None]  # [1, K]
     # the first phrase is open to the clip's start and the last to its end
     lo = jnp.where(k == 0, -1.0, k / n)[:, None, :]  # [B, 1, K]
     hi = jnp.where(k + 1 >= n, 2.0, (k + 1) / n)[:, None, :]
