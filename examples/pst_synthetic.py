@@ -3,46 +3,50 @@
 PST (ICML 2026) is reconstructed here from its predecessors HBI and TMR (its code is not
 public). Three models with the same encoders (jaxkit.nn transformers, ``causal=False``)
 and one compiled training step (the loss weights are traced): (i) global-only InfoNCE
-(TMR-like), (ii) + joint- and segment-stage token-wise InfoNCE, (iii) full PST (+ exact
-Shapley-Taylor alignment at the segment stage, + pyramid consistency). Trained on the
-compositional train split (held-out ordered action pairs), evaluated on the compositional
-test split: R@1/5/10 and MedR in both directions (``normal`` and ``guo`` protocols), and
-the STII alignment accuracy (the top-STII caption word of each motion window lies in the
-phrase of the segment that window belongs to; chance = 1 / #segments). Captions with the
-same canonical form are filtered as negatives (TMR). Token stages are local
-(``PSTConfig.local``): a segment token attends only within its time window and a phrase's
-words only within the phrase; with full attention every token can carry the whole clip or
-caption and the alignment is not identifiable (accuracy 0.44, near chance). The STII
-target temperature is ``tau / 3`` (``pst_loss``), and the pyramid's local stages are
-stop-gradient targets.
+(TMR-like), (ii) + joint- and segment-stage token-wise InfoNCE (max-matching WTI),
+(iii) full PST: + an order-aware segment stage (a soft monotone prior over the caption's
+phrase order, ``PSTConfig``/``order_prior`` in ``jaxkit/retrieval/_model.py``, strength
+``ORDER`` = 0.5; [R]: spec §3 gives the segment level ordered segments and time
+embeddings, not this prior), exact Shapley-Taylor alignment at the segment stage on that
+order-aware game, and pyramid consistency. Trained on the compositional train split
+(held-out ordered action pairs), evaluated on the compositional test split: R@1/5/10 and
+MedR in both directions (``normal``, ``guo``, ``threshold``), the STII alignment accuracy
+(the top-STII phrase of each motion window is the phrase of the segment holding the
+window's centre; chance = 1 / #segments; ``alignment_prior_only``: the order prior's own
+top phrase, no model) and ``order_errors_t2m`` (text-to-motion top-1 hits on a clip of the
+same actions in another order). Phrase spans come from the words (``chunk_phrases``, a
+rule chunker); the generator's word/segment alignment is used only by the metrics.
+Captions with the same canonical form are filtered as negatives (TMR). Token stages are
+local (``PSTConfig.local``): with full attention the alignment is not identifiable
+(accuracy 0.44). The STII target temperature is ``tau / 3`` (``pst_loss``), and the
+pyramid's local stages are stop-gradient targets.
+
+Why the order prior: max-matching is permutation invariant and phrase tokens see only
+their own words (relative positions), so no token stage can tell "raise then kick" from
+"kick then raise", and the STII of the plain game only repeats the cosines (wave 11: top
+STII phrase = top cosine phrase, 0.844 vs 0.854).
 
 Protocols: the compositional test split holds few distinct captions (200 test pairs,
-seeds 0 / 1: 108 / 101 canonical captions), so ``normal`` counts retrieving a twin that
-differs only by synonyms (and the clip by its segment timing) as a miss and caps the R@1
-sum at 105-116 of 200 (``normal_r1_ceiling``; about 66-70 at the full 500). The headline
+101-108 canonical captions), so ``normal`` counts retrieving a synonym/timing twin as a
+miss and caps the R@1 sum at 105-116 of 200 (``normal_r1_ceiling``). The headline
 ``value`` and ``claim_met`` use TMR's ``threshold`` protocol with the grammar's canonical
-caption as the sentence identity (the spec's offline stand-in for sentence embeddings);
-``normal`` and ``guo`` are reported too. Measured (``size="medium"``: 400 steps, 1000
-train / 200 test, batch 32, d 32), R@1 t2m+m2t ``threshold`` PST / token-wise /
-global-only, seeds 0 / 1 / 2: 132.5 / 121.5 / 115.5, 126.5 / 131.5 / 121.5, 114.0 /
-132.0 / 117.5 (means 124.3 / 128.3 / 118.2); ``normal`` 64.5 / 65.0 / 55.0, 57.0 / 60.5
-/ 55.0, 61.5 / 65.5 / 54.0. Token-wise > global-only holds on 3 of 3 seeds under both
-protocols; full PST > token-wise holds on 1 of 3 (threshold R@1; R@5 on seed 1 only) and
-is not met. STII alignment 0.844 / 0.865 / 0.824 for PST (met; chance about 0.37;
-token-wise 0.844 / 0.882 / 0.881). Diagnosis (seed 0): the top-STII phrase of a window is
-its top-cosine phrase (accuracy 0.844 vs 0.854 from the cosines), so in this game the STII
-target adds no alignment the similarities do not already hold: the ST loss sharpens the
-positive pairs' own similarities. Variants on seed 0 (threshold not yet measured; normal
-R@1): pyramid with the global scores as target 58.5, ST loss rows only without pyramid
-64.5, both terms switched on after half the steps 58.5 (token-wise 65.0). Earlier single
-seed ablations: random split 85.5 / 86.5 / 86.0; token-wise + pyramid alone 54.0,
-token-wise + STII alone 57.5; equal STII/score temperatures (the spec's) 49.5; full
-attention: alignment 0.44. The spec's full size (1500 steps, batch 64, d 64) costs
-0.66-0.70 s CPU a step, about 17 min CPU per variant (51 min for the three), and was not
-run. ``split="random"`` runs the random split. The quick mode (40 steps) is a smoke run.
-Not implemented: the DPC-KNN token compressor (phrases are the mean of their words, spans
-given by the caption grammar, as a chunker would give them), full forward kinematics,
-HumanML3D runs.
+caption as the sentence identity (the spec's offline stand-in for sentence embeddings).
+Measured (wave 14, ``size="medium"``: 400 steps, 1000 train / 200 test, batch 32, d 32,
+about 50 s CPU a variant), R@1 t2m+m2t ``threshold`` PST / token-wise / global-only,
+seeds 0 / 1 / 2: 135.0 / 126.0 / 115.5, 158.5 / 134.5 / 121.5, 150.0 / 131.5 / 117.5
+(means 147.8 / 130.7 / 118.2): PST > token-wise > global-only on 3 of 3 seeds;
+``normal`` 61.0 / 67.0 / 55.0, 69.5 / 63.0 / 55.0, 73.5 / 64.0 / 54.0 (2 of 3). Order
+errors (of 200 queries) PST 10 / 5 / 5, token-wise 29 / 28 / 28, global-only 22 / 23 /
+24. STII alignment PST 0.828 / 0.829 / 0.812 (target 0.70: met; chance 0.37; the prior
+alone 0.71 / 0.70 / 0.70). Ablations (``ablations=True``): the gain is the order prior's,
+not the STII/pyramid terms': token-wise + order prior 156.5 / 165.5 / 161.0 (above full
+PST on all three seeds), PST without the prior 128.0 (seed 0). Earlier single seed
+ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wise + STII
+alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
+The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
+CPU for the three variants) was not run. ``split="random"`` runs the random split. The
+quick mode (40 steps) is a smoke run. Not implemented: the DPC-KNN token compressor
+(phrases are the mean of their words), full forward kinematics, HumanML3D runs.
 """
 
 import argparse
