@@ -169,7 +169,8 @@ def order_prior(n_windows: int, phrase_mask, smooth: float):
     ``[b/n, (b+1)/n)``; the prior is the mass of a Gaussian of width ``smooth`` around
     window ``a``'s centre ``(a + 1/2)/W`` inside that span, the first span open to the
     clip's start and the last to its end (1 deep inside, 0 far outside; all ones for a
-    one-phrase caption). Needs only the phrase order and count.
+    one-phrase caption). Needs only the phrase order and count; the valid phrases
+    are the first ``n`` slots of ``phrase_mask`` (as ``_synthetic.chunk_phrases`` numbers them).
     """
     n = jnp.maximum(jnp.sum(phrase_mask, axis=-1, keepdims=True), 1).astype(jnp.float32)
     k = jnp.arange(phrase_mask.shape[-1], dtype=jnp.float32)[None]  # [1, K]
