@@ -40,7 +40,9 @@ errors (of 200 queries) PST 10 / 5 / 5, token-wise 29 / 28 / 28, global-only 22 
 24. STII alignment PST 0.828 / 0.829 / 0.812 (target 0.70: met; chance 0.37; the prior
 alone 0.71 / 0.70 / 0.70). Ablations (``ablations=True``): the gain is the order prior's,
 not the STII/pyramid terms': token-wise + order prior 156.5 / 165.5 / 161.0 (above full
-PST on all three seeds), PST without the prior 128.0 (seed 0). Earlier single seed
+PST on all three seeds), PST without the prior 128.0 (seed 0); seed 0, each term on top
+of token-wise + prior (156.5): + STII alone 153.0, + pyramid alone 141.0, both (full PST)
+135.0: the pyramid consistency term costs the most. Earlier single seed
 ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wise + STII
 alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
 The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
