@@ -3,46 +3,52 @@
 PST (ICML 2026) is reconstructed here from its predecessors HBI and TMR (its code is not
 public). Three models with the same encoders (jaxkit.nn transformers, ``causal=False``)
 and one compiled training step (the loss weights are traced): (i) global-only InfoNCE
-(TMR-like), (ii) + joint- and segment-stage token-wise InfoNCE, (iii) full PST (+ exact
-Shapley-Taylor alignment at the segment stage, + pyramid consistency). Trained on the
-compositional train split (held-out ordered action pairs), evaluated on the compositional
-test split: R@1/5/10 and MedR in both directions (``normal`` and ``guo`` protocols), and
-the STII alignment accuracy (the top-STII caption word of each motion window lies in the
-phrase of the segment that window belongs to; chance = 1 / #segments). Captions with the
-same canonical form are filtered as negatives (TMR). Token stages are local
-(``PSTConfig.local``): a segment token attends only within its time window and a phrase's
-words only within the phrase; with full attention every token can carry the whole clip or
-caption and the alignment is not identifiable (accuracy 0.44, near chance). The STII
-target temperature is ``tau / 3`` (``pst_loss``), and the pyramid's local stages are
-stop-gradient targets.
+(TMR-like), (ii) + joint- and segment-stage token-wise InfoNCE (max-matching WTI),
+(iii) full PST: + an order-aware segment stage (a soft monotone prior over the caption's
+phrase order, ``PSTConfig``/``order_prior`` in ``jaxkit/retrieval/_model.py``, strength
+``ORDER`` = 0.5; [R]: spec §3 gives the segment level ordered segments and time
+embeddings, not this prior), exact Shapley-Taylor alignment at the segment stage on that
+order-aware game, and pyramid consistency. Trained on the compositional train split
+(held-out ordered action pairs), evaluated on the compositional test split: R@1/5/10 and
+MedR in both directions (``normal``, ``guo``, ``threshold``), the STII alignment accuracy
+(the top-STII phrase of each motion window is the phrase of the segment holding the
+window's centre; chance = 1 / #segments; ``alignment_prior_only``: the order prior's own
+top phrase, no model) and ``order_errors_t2m`` (text-to-motion top-1 hits on a clip of the
+same actions in another order). Phrase spans come from the words (``chunk_phrases``, a
+rule chunker); the generator's word/segment alignment is used only by the metrics.
+Captions with the same canonical form are filtered as negatives (TMR). Token stages are
+local (``PSTConfig.local``): with full attention the alignment is not identifiable
+(accuracy 0.44). The STII target temperature is ``tau / 3`` (``pst_loss``), and the
+pyramid's local stages are stop-gradient targets.
+
+Why the order prior: max-matching is permutation invariant and phrase tokens see only
+their own words (relative positions), so no token stage can tell "raise then kick" from
+"kick then raise", and the STII of the plain game only repeats the cosines (wave 11: top
+STII phrase = top cosine phrase, 0.844 vs 0.854).
 
 Protocols: the compositional test split holds few distinct captions (200 test pairs,
-seeds 0 / 1: 108 / 101 canonical captions), so ``normal`` counts retrieving a twin that
-differs only by synonyms (and the clip by its segment timing) as a miss and caps the R@1
-sum at 105-116 of 200 (``normal_r1_ceiling``; about 66-70 at the full 500). The headline
+101-108 canonical captions), so ``normal`` counts retrieving a synonym/timing twin as a
+miss and caps the R@1 sum at 105-116 of 200 (``normal_r1_ceiling``). The headline
 ``value`` and ``claim_met`` use TMR's ``threshold`` protocol with the grammar's canonical
-caption as the sentence identity (the spec's offline stand-in for sentence embeddings);
-``normal`` and ``guo`` are reported too. Measured (``size="medium"``: 400 steps, 1000
-train / 200 test, batch 32, d 32), R@1 t2m+m2t ``threshold`` PST / token-wise /
-global-only, seeds 0 / 1 / 2: 132.5 / 121.5 / 115.5, 126.5 / 131.5 / 121.5, 114.0 /
-132.0 / 117.5 (means 124.3 / 128.3 / 118.2); ``normal`` 64.5 / 65.0 / 55.0, 57.0 / 60.5
-/ 55.0, 61.5 / 65.5 / 54.0. Token-wise > global-only holds on 3 of 3 seeds under both
-protocols; full PST > token-wise holds on 1 of 3 (threshold R@1; R@5 on seed 1 only) and
-is not met. STII alignment 0.844 / 0.865 / 0.824 for PST (met; chance about 0.37;
-token-wise 0.844 / 0.882 / 0.881). Diagnosis (seed 0): the top-STII phrase of a window is
-its top-cosine phrase (accuracy 0.844 vs 0.854 from the cosines), so in this game the STII
-target adds no alignment the similarities do not already hold: the ST loss sharpens the
-positive pairs' own similarities. Variants on seed 0 (threshold not yet measured; normal
-R@1): pyramid with the global scores as target 58.5, ST loss rows only without pyramid
-64.5, both terms switched on after half the steps 58.5 (token-wise 65.0). Earlier single
-seed ablations: random split 85.5 / 86.5 / 86.0; token-wise + pyramid alone 54.0,
-token-wise + STII alone 57.5; equal STII/score temperatures (the spec's) 49.5; full
-attention: alignment 0.44. The spec's full size (1500 steps, batch 64, d 64) costs
-0.66-0.70 s CPU a step, about 17 min CPU per variant (51 min for the three), and was not
-run. ``split="random"`` runs the random split. The quick mode (40 steps) is a smoke run.
-Not implemented: the DPC-KNN token compressor (phrases are the mean of their words, spans
-given by the caption grammar, as a chunker would give them), full forward kinematics,
-HumanML3D runs.
+caption as the sentence identity (the spec's offline stand-in for sentence embeddings).
+Measured (wave 14, ``size="medium"``: 400 steps, 1000 train / 200 test, batch 32, d 32,
+about 50 s CPU a variant), R@1 t2m+m2t ``threshold`` PST / token-wise / global-only,
+seeds 0 / 1 / 2: 135.0 / 126.0 / 115.5, 158.5 / 134.5 / 121.5, 150.0 / 131.5 / 117.5
+(means 147.8 / 130.7 / 118.2): PST > token-wise > global-only on 3 of 3 seeds;
+``normal`` 61.0 / 67.0 / 55.0, 69.5 / 63.0 / 55.0, 73.5 / 64.0 / 54.0 (2 of 3). Order
+errors (of 200 queries) PST 10 / 5 / 5, token-wise 29 / 28 / 28, global-only 22 / 23 /
+24. STII alignment PST 0.828 / 0.829 / 0.812 (target 0.70: met; chance 0.37; the prior
+alone 0.71 / 0.70 / 0.70). Ablations (``ablations=True``): the gain is the order prior's,
+not the STII/pyramid terms': token-wise + order prior 156.5 / 165.5 / 161.0 (above full
+PST on all three seeds), PST without the prior 128.0 (seed 0); seed 0, each term on top
+of token-wise + prior (156.5): + STII alone 153.0, + pyramid alone 141.0, both (full PST)
+135.0: the pyramid consistency term costs the most. Earlier single seed
+ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wise + STII
+alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
+The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
+CPU for the three variants) was not run. ``split="random"`` runs the random split. The
+quick mode (40 steps) is a smoke run. Not implemented: the DPC-KNN token compressor
+(phrases are the mean of their words), full forward kinematics, HumanML3D runs.
 """
 
 import argparse
@@ -65,7 +71,15 @@ SIZES = {
     "medium": (1000, 200, 400, 32, 32),  # the measured size of the README row
     "quick": (256, 64, 40, 16, 32),
 }
-VARIANTS = {"global_only": (0.0, 0.0, 0.0), "token_wise": (1.0, 0.0, 0.0), "pst": (1.0, 1.0, 0.5)}
+# loss weights (token-wise NCE, STII alignment, pyramid, segment-stage order prior)
+ORDER = 0.5
+VARIANTS = {
+    "global_only": (0.0, 0.0, 0.0, 0.0),
+    "token_wise": (1.0, 0.0, 0.0, 0.0),
+    "pst": (1.0, 1.0, 0.5, ORDER),
+}
+# `ablations=True`: where PST's gain comes from (the order prior alone; PST without it)
+ABLATIONS = {"token_wise_order": (1.0, 0.0, 0.0, ORDER), "pst_no_order": (1.0, 1.0, 0.5, 0.0)}
 
 
 def _neg_mask(canon_ids):
@@ -107,36 +121,49 @@ def _unit(x):
     return np.where(n > 1e-6, x / np.maximum(n, 1e-6), 0).astype(x.dtype)
 
 
-def _stii_game(params, cfg, arrays):
-    """The STII game of each positive pair: window-phrase cosines and both token weights."""
+def _stii_game(params, cfg, arrays, order):
+    """The STII game of each positive pair: its segment-stage similarities (window-phrase
+    cosines + ``order`` times the order prior, as in training) and both token weights."""
     motion, tokens, mask, phrases = arrays
     windows = np.asarray(M.encode_motion(params, cfg, motion)[1])
     _, tp, pmask, _ = (np.asarray(a) for a in M.encode_text(params, cfg, tokens, mask, phrases))
-    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp))
+    prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
+    sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp)) + order * (prior - 1)
     return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
 
 
+def _window_truth(cfg, data):
+    """Ground truth (metrics only): the segment of each window's centre frame, -1 none."""
+    win = cfg.length // cfg.n_windows
+    centre = np.arange(cfg.n_windows) * win + win // 2  # [W]
+    f = data.seg_frames[:, None]  # [N, 1, S, 2]
+    c = centre[None, :, None]
+    inside = (f[..., 0] <= c) & (c < f[..., 1]) & (data.seg_part[:, None] >= 0)
+    return np.where(inside.any(-1), inside.argmax(-1), -1)  # [N, W]
+
+
+def _top_phrase_accuracy(scores, pmask, truth):
+    """Share of windows whose top-scoring phrase (``scores [N, W, K]``) is their segment's."""
+    top = np.argmax(np.where(np.asarray(pmask)[:, None], scores, -np.inf), axis=-1)
+    seen = truth >= 0
+    return float(np.sum((top == truth) & seen) / max(np.sum(seen), 1))
+
+
 def _alignment_accuracy(game, cfg, data):
-    """Share of motion windows whose top-STII phrase is the phrase of their segment."""
+    """STII alignment accuracy of the game, its chance level, and the order prior's alone.
+
+    The top-STII phrase of each motion window against the phrase of the segment holding the
+    window's centre frame (the generator's alignment: used here only, never as input).
+    ``prior`` is the accuracy of the order prior's own top phrase (no model), the share a
+    model could get from the caption's phrase order and count alone.
+    """
     sim, wa, wb, pmask = game
     phi = np.asarray(retrieval.cross_modal_stii(sim, wa, wb, np.ones(wa.shape, bool), pmask))
-    ok = np.asarray(pmask)
-    win = cfg.length // cfg.n_windows
-    hits, total = 0, 0
-    for i in range(len(phi)):
-        for w in range(cfg.n_windows):
-            centre = w * win + win // 2
-            f = data.seg_frames[i]
-            s_true = [
-                s for s in range(len(f)) if data.seg_part[i, s] >= 0 and f[s, 0] <= centre < f[s, 1]
-            ]
-            if not s_true:
-                continue
-            top = int(np.argmax(np.where(ok[i], phi[i, w], -np.inf)))
-            hits += int(top == s_true[0])
-            total += 1
+    truth = _window_truth(cfg, data)
+    prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
     n_seg = np.mean(np.sum(data.seg_part >= 0, axis=1))
-    return hits / max(total, 1), 1.0 / n_seg
+    acc = _top_phrase_accuracy(phi, pmask, truth)
+    return acc, 1.0 / n_seg, _top_phrase_accuracy(prior, pmask, truth)
 
 
 def _canonical_selfsim(canonical):
@@ -149,10 +176,27 @@ def _canonical_selfsim(canonical):
     return (c[:, None] == c[None, :]).astype(np.float32)
 
 
-def _evaluate(scores, weights, key, text_selfsim=None):
+def _combined(scores, weights):
+    """Test-time score: ``global + gamma (segment + joint)``, gamma 0.5 with token stages."""
     scores = np.asarray(scores)
     gamma = 0.5 if weights[0] > 0 else 0.0
-    sims = scores[2] + gamma * (scores[1] + scores[0])
+    return scores[2] + gamma * (scores[1] + scores[0])
+
+
+def _order_errors(scores, weights, canonical):
+    """Text-to-motion top-1 hits on an order twin: a clip of the same actions on the same
+    parts in another order (canonical captions equal as multisets of segments, not as
+    sequences). Max-matching token stages cannot tell these apart."""
+    top = np.argmax(_combined(scores, weights), axis=1)  # [texts] -> motion
+    segs = [tuple(c.split(" then ")) for c in np.asarray(canonical)]
+    return int(
+        sum(segs[i] != segs[j] and sorted(segs[i]) == sorted(segs[j]) for i, j in enumerate(top))
+    )
+
+
+def _evaluate(scores, weights, key, text_selfsim=None):
+    scores = np.asarray(scores)
+    sims = _combined(scores, weights)
     out = {}
     for stage, sc in zip(("joint", "segment", "global"), scores, strict=True):
         m = retrieval.protocol_metrics(sc, "normal")  # each stage alone: where a variant wins
@@ -168,12 +212,22 @@ def _evaluate(scores, weights, key, text_selfsim=None):
     return out
 
 
-def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositional", size=None):
+def main(
+    *,
+    quick=False,
+    seed=0,
+    out_dir="out",
+    data_dir=None,
+    split="compositional",
+    size=None,
+    ablations=False,
+):
     """Train the three variants and compare retrieval and STII alignment.
 
     ``split="random"`` trains and tests on the random split instead (the reference for
     "largest gain on compositional captions": run both and compare the gains). ``size``
     (``"quick"``, ``"medium"`` or ``"full"``) overrides the size ``quick`` chooses.
+    ``ablations=True`` also trains token-wise with the order prior and PST without it.
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
@@ -200,21 +254,27 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         jnp.asarray(train.motion),
         jnp.asarray(train.tokens),
         jnp.asarray(train.token_mask),
-        jnp.asarray(train.word_segment),
+        # phrase spans from the words (rule chunker), never the generator's alignment
+        jnp.asarray(S.chunk_phrases(train.tokens, train.token_mask)),
         canon_ids,
     )
+    test_phrases = S.chunk_phrases(test.tokens, test.token_mask)
     test_arrays = tuple(
-        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test.word_segment)
+        jnp.asarray(a) for a in (test.motion, test.tokens, test.token_mask, test_phrases)
     )
     selfsim = _canonical_selfsim(test.canonical)
     results = {}
-    for name, w in VARIANTS.items():
+    cpu = {}
+    for name, w in (VARIANTS | (ABLATIONS if ablations else {})).items():
+        c0 = time.process_time()
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        scores = M.pst_scores(params, cfg, *test_arrays)
-        game = _stii_game(params, cfg, test_arrays)
+        scores = M.pst_scores(params, cfg, *test_arrays, order=w[3])
+        game = _stii_game(params, cfg, test_arrays, w[3])
         res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
-        acc, chance = _alignment_accuracy(game, cfg, test)
+        acc, chance, prior_acc = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
+        res["order_errors_t2m"] = _order_errors(scores, w, test.canonical)
+        cpu[name] = round(time.process_time() - c0, 1)
         res["final_loss"] = round(float(losses[-1]), 4)
         results[name] = res
 
@@ -256,6 +316,8 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None, split="compositio
         "claim_met": claim,
         "stii_alignment_acc": acc,
         "alignment_chance": round(chance, 3),
+        "alignment_prior_only": round(prior_acc, 3),
+        "cpu_seconds": cpu,
         "order_pst_gt_token_gt_global": bool(order_ok),
         "order_normal": bool(order_normal),
         "variants": results,

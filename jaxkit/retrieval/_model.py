@@ -7,6 +7,13 @@ segment stage = time-window tokens, global = mean. Text: a ``jaxkit.nn`` transfo
 ``TransformerConfig(causal=False)``; words, phrases (mean of the words of each phrase,
 given as word -> phrase ids, e.g. from a chunker; a stand-in for the spec's DPC-KNN
 compressor, which is not implemented), global.
+The segment stage may be order-aware (``order > 0`` in :func:`pst_scores` /
+:func:`pst_loss`): its token similarities get a soft monotone (diagonal) prior that
+favours phrase ``k`` of ``n`` for the windows inside ``[k/n, (k+1)/n)`` of the clip, so
+"raise then kick" and "kick then raise" score differently (max-matching alone is
+permutation invariant). The prior uses only the window grid and the phrase order and
+count of the caption, never the clip's segment boundaries. [R]: the spec's §3 gives the
+segment stage ordered segments and time embeddings, not this prior.
 Reconstructed from HBI and TMR (PST's code is not public).
 """
 
@@ -34,6 +41,8 @@ class PSTConfig:
       n_heads: Attention heads (dim % n_heads == 0).
       parts: Joint indices of each body part (HumanML3D order by default).
       n_joints: Joints J.
+      order_smooth: Width (in clip fractions) of the soft edges of the segment-stage
+        order prior's phrase spans (:func:`order_prior`).
       local: Token-stage locality. True: motion tokens attend only within their time
         window and a phrase's words only within the phrase (the other words, e.g. the
         subject and ``then``, attend to all), so segment and phrase tokens describe their
@@ -52,6 +61,7 @@ class PSTConfig:
     n_heads: int = 4
     parts: tuple[tuple[int, ...], ...] = PART_JOINTS
     n_joints: int = 22
+    order_smooth: float = 0.1
     local: bool = True
 
     def transformer(self, vocab: int) -> nn.TransformerConfig:
@@ -152,27 +162,55 @@ def _cos_matrix(a, b):
     return _losses._unit(b) @ _losses._unit(a).T  # [texts, motions]
 
 
-def _stage_scores(params, motion_enc, text_enc, mask):
+def order_prior(n_windows: int, phrase_mask, smooth: float):
+    """Soft monotone prior ``[B, W, K]`` in ``[0, 1]`` of window ``a`` lying in phrase ``b``.
+
+    Phrase ``b`` of a caption with ``n`` phrases is expected over the clip fraction
+    ``[b/n, (b+1)/n)``; the prior is the mass of a Gaussian of width ``smooth`` around
+    window ``a``'s centre ``(a + 1/2)/W`` inside that span, the first span open to the
+    clip's start and the last to its end (1 deep inside, 0 far outside; all ones for a
+    one-phrase caption). Needs only the phrase order and count; the valid phrases
+    are the first ``n`` slots of ``phrase_mask`` (as ``_synthetic.chunk_phrases`` numbers them).
+    """
+    n = jnp.maximum(jnp.sum(phrase_mask, axis=-1, keepdims=True), 1).astype(jnp.float32)
+    k = jnp.arange(phrase_mask.shape[-1], dtype=jnp.float32)[None]  # [1, K]
+    # the first phrase is open to the clip's start and the last to its end
+    lo = jnp.where(k == 0, -1.0, k / n)[:, None, :]  # [B, 1, K]
+    hi = jnp.where(k + 1 >= n, 2.0, (k + 1) / n)[:, None, :]
+    u = ((jnp.arange(n_windows, dtype=jnp.float32) + 0.5) / n_windows)[None, :, None]
+    cdf = jax.scipy.stats.norm.cdf
+    inside = cdf((hi - u) / smooth) - cdf((lo - u) / smooth)
+    return jnp.where(phrase_mask[:, None, :], inside, 0.0)
+
+
+def _segment_sim(ms, tp, prior, order):
+    """Segment-stage similarities ``[..., W, K]``: cosine + ``order * (prior - 1)``."""
+    return _losses._cosine(ms, tp) + order * (prior - 1).astype(ms.dtype)
+
+
+def _stage_scores(params, cfg, motion_enc, text_enc, mask, order):
     mj, ms, mg = motion_enc
     tw, tp, pmask, tg = text_enc
     ones = lambda x: jnp.ones(x.shape[:2], bool)  # noqa: E731
     s_joint = _losses._wti_scores(
         mj, mj @ params["w_motion"], ones(mj), tw, tw @ params["w_text"], mask
     )
-    s_seg = _losses._wti_scores(
-        ms, ms @ params["w_motion"], ones(ms), tp, tp @ params["w_text"], pmask
-    )
+    prior = order_prior(cfg.n_windows, pmask, cfg.order_smooth)  # [texts, W, K]
+    sim = _segment_sim(ms[None], tp[:, None], prior[:, None], order)  # [texts, motions, W, K]
+    wm, wt = ms @ params["w_motion"], tp @ params["w_text"]
+    s_seg = _game._wti(sim, wm[None], wt[:, None], ones(ms)[None], pmask[:, None])
     return jnp.stack([s_joint, s_seg, _cos_matrix(mg, tg)])
 
 
-def _pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids):
+def _pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids, order=0.0):
     """Batch score matrices ``[3, texts, motions]``: joint, segment and global stages.
 
-    Public as ``pst_scores``, jitted at module level (``cfg`` static).
+    ``order`` (traced) is the strength of the segment stage's order prior (0: plain
+    max-matching). Public as ``pst_scores``, jitted at module level (``cfg`` static).
     """
     enc_m = _encode_motion(params, cfg, motion)
     enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
-    return _stage_scores(params, enc_m, enc_t, mask)
+    return _stage_scores(params, cfg, enc_m, enc_t, mask, order)
 
 
 # host callers get one compiled program per shape (``cfg`` static), not one per eager op;
@@ -194,24 +232,29 @@ def pst_loss(
     tau=0.1,
     tau_phi=0.03,
 ):
-    """Total PST loss; ``weights = (token-wise, STII alignment, pyramid)`` (traced).
+    """Total PST loss; ``weights = (token-wise, STII alignment, pyramid[, order])`` (traced).
 
     ``L = NCE(global) + w0 (NCE(joint) + NCE(segment)) + w1 L_ST(segment) + w2 L_pyr``
     with ``L_ST`` on the positive pairs' segment-stage token similarities and their exact
-    STII targets (:func:`cross_modal_stii`, ``stop_gradient``). Weights ``(0, 0, 0)`` give
-    the global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5)`` full PST.
+    STII targets (:func:`cross_modal_stii`, ``stop_gradient``). ``w3`` (0 when absent) is
+    the strength of the segment stage's order prior (:func:`order_prior`): it enters the
+    segment scores and the game whose STII is the target, so the target favours the
+    phrase at the window's place in the caption's order. Weights ``(0, 0, 0)`` give the
+    global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5, 0.5)`` full PST.
     ``tau_phi`` (STII target temperature) defaults to 0.03, about ``tau / 3`` at the
     default ``tau = 0.1`` (a fixed value: it does not follow ``tau``), not the spec's
     ``tau_phi = tau_S``: the STII of this game is about a third of ``S`` in spread, so with
     equal temperatures the target is a flattened copy of ``S`` and the KL only flattens the
     token similarities (measured: full PST R@1 sum 49.5 vs 64.5, examples/pst_synthetic.py).
     """
+    order = weights[3] if weights.shape[0] > 3 else 0.0
     enc_m = _encode_motion(params, cfg, motion)
     enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
-    scores = _stage_scores(params, enc_m, enc_t, mask)
+    scores = _stage_scores(params, cfg, enc_m, enc_t, mask, order)
     nce = [_losses._info_nce(s, neg_mask, tau) for s in scores]
     ms, tp, ok_b = enc_m[1], enc_t[1], enc_t[2]
-    sim = jnp.einsum("bad,bcd->bac", _unit(ms), _unit(tp))  # positives: [B, W, K]
+    prior = order_prior(cfg.n_windows, ok_b, cfg.order_smooth)
+    sim = _segment_sim(ms, tp, prior, order)  # positives: [B, W, K]
     wa, wb = ms @ params["w_motion"], tp @ params["w_text"]
     ok_a = jnp.ones(wa.shape, bool)
     sg = jax.lax.stop_gradient
@@ -220,6 +263,3 @@ def pst_loss(
     l_pyr = _losses._pyramid(scores[:2], scores[2], tau)
     total = nce[2] + weights[0] * (nce[0] + nce[1]) + weights[1] * l_st + weights[2] * l_pyr
     return total, {"nce_global": nce[2], "l_st": l_st, "l_pyr": l_pyr}
-
-
-_unit = _losses._unit

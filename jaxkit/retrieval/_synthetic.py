@@ -133,6 +133,26 @@ def _caption(segs, rng):
     return words, seg_of, " then ".join(canon)
 
 
+def chunk_phrases(tokens, mask):
+    """Phrase ids ``int32 [N, T]`` of captions of :data:`WORDS`, read from the words alone.
+
+    A rule chunker for the grammar of :func:`synthetic_motion_text`: the leading subject
+    (``a person`` / ``someone``), ``then`` and padding get -1; the words between two
+    ``then`` form one phrase, numbered in caption order. It never reads the generator's
+    alignment (``word_segment``), which it reproduces on this grammar (tested), so a model
+    can take phrase spans from the text as a chunker would give them. Host-side NumPy.
+    """
+    tokens = np.asarray(tokens)
+    real = np.asarray(mask, bool)
+    then = tokens == VOCAB["then"]
+    pos = np.arange(tokens.shape[-1])
+    subject = ((pos == 0) & np.isin(tokens, (VOCAB["a"], VOCAB["someone"]))) | (
+        (pos == 1) & (tokens[..., :1] == VOCAB["a"]) & (tokens == VOCAB["person"])
+    )
+    ids = np.cumsum(then, axis=-1)
+    return np.where(real & ~then & ~subject, ids, -1).astype(np.int32)
+
+
 def synthetic_motion_text(
     n: int,
     *,

@@ -8,6 +8,17 @@ from jaxkit import retrieval
 from jaxkit.retrieval import _synthetic as S
 
 
+@pytest.mark.parametrize("split", ["random", "compositional_test"])
+def test_chunker_reads_the_phrases_from_the_words(split):
+    # the rule chunker sees only tokens and mask; the generator's alignment is the oracle
+    d = retrieval.synthetic_motion_text(200, key=jax.random.key(3), split=split)
+    ids = S.chunk_phrases(d.tokens, d.token_mask)
+    assert ids.dtype == np.int32 and np.array_equal(ids, d.word_segment)
+    # a subject-less caption: its first word starts phrase 0
+    toks = np.array([[S.VOCAB[w] for w in ("waves", "his", "left", "arm", "then", "kicks")]])
+    assert S.chunk_phrases(toks, toks > 0).tolist() == [[0, 0, 0, 0, -1, 1]]
+
+
 def test_synthetic_alignment_is_consistent():
     d = retrieval.synthetic_motion_text(40, key=jax.random.key(0), length=40)
     assert d.motion.shape == (40, 40, 22, 3) and np.all(np.isfinite(d.motion))
