@@ -38,31 +38,10 @@ def stackloop(fn: Callable, n: int) -> Callable:
     has threads (two on a 2-core machine), every worker waits on chunks that no
     free worker can run: the program deadlocks (futex wait, 0% CPU; jax 0.10.2).
     One slice per call keeps each LAPACK call unbatched, so it runs inline.
-
-    Stacks of at most ``UNROLL_STACK`` slices are unrolled (one call per slice in the
-    program, results stacked) instead of a ``lax.map`` loop: at LoRA sizes the loop's
-    per-iteration overhead dominates, and unrolled slices are independent thunks that
-    XLA's CPU runtime can run concurrently (each LAPACK call still unbatched).
     """
-    if n == 0:
-        return fn
-
-    def mapped(*args: Any) -> Any:
-        leaves = [x for x in jax.tree.leaves(args) if x is not None]
-        shape = leaves[0].shape[:n] if leaves else ()
-        if math.prod(shape) > UNROLL_STACK:
-            f = fn
-            for _ in range(n):
-                f = functools.partial(_map_leading, f)
-            return f(*args)
-        outs = [fn(*jax.tree.map(lambda x, i=i: x[i], args)) for i in np.ndindex(*shape)]
-        return jax.tree.map(lambda *xs: jnp.stack(xs).reshape(*shape, *xs[0].shape), *outs)
-
-    return mapped
-
-
-# stacks up to this many slices are unrolled by ``stackloop`` (no ``lax.map`` loop)
-UNROLL_STACK = 16
+    for _ in range(n):
+        fn = functools.partial(_map_leading, fn)
+    return fn
 
 
 def _map_leading(fn: Callable, *args: Any) -> Any:

@@ -272,16 +272,10 @@ def sample_tangent_coords(
     gives the same noise on ``Z`` for every gauge.
     """
     acc = cache.u.dtype
+    dtype = acc if dtype is None else dtype
     ku, kv = jax.random.split(key)
     uu = jax.random.normal(ku, cache.u.shape, acc)
     vv = jax.random.normal(kv, cache.v.shape, acc)
-    return coords_of_normals(cache, uu, vv, std=std, dtype=dtype)
-
-
-def coords_of_normals(cache: GramCache, uu, vv, *, std, dtype=None) -> TangentCoords:
-    """:func:`sample_tangent_coords` given its normals ``uu`` ``[m, r]``, ``vv`` ``[n, r]``."""
-    acc = cache.u.dtype
-    dtype = acc if dtype is None else dtype
     std = jnp.asarray(std).astype(acc)
     up = uu - cache.u @ (cache.u.T @ uu)
     core = (cache.v.T @ vv).T

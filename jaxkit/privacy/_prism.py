@@ -25,7 +25,6 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
-from jaxkit.privacy._lowrank_tangent import coords_of_normals
 from jaxkit.privacy._prism_adaptive import AdaptiveOpts, _lr, adaptive_body, prism_adaptive
 from jaxkit.privacy._prism_carry import follow, frame, init_carry
 from jaxkit.privacy.lowrank import (
@@ -35,6 +34,7 @@ from jaxkit.privacy.lowrank import (
     coords_norm_sq,
     from_coords,
     gram_cache,
+    sample_tangent_coords,
     tangent_coords,
 )
 
@@ -130,32 +130,6 @@ def _lora_norm_sq(p: LoraFactors, g: LoraFactors, rcond: float, cache=None):
     return jnp.sum(gv * gv, axis=axes) + jnp.sum(vp * vp, axis=axes), cache
 
 
-def _lora_normals(p_nodes, key):
-    """Per node, the standard normals ``(uu, vv)`` of its tangent noise (``None`` elsewhere).
-
-    All LoRA modules' ``(m + n) r`` normals per slice come from one draw per
-    accumulation dtype (``fold_in(key, k)`` for the ``k``-th dtype met), cut in node
-    order: one random-bit generator call (a loop on XLA's CPU back end) instead of two
-    per module. The normals are iid either way, so the noise distribution is unchanged.
-    """
-    groups: dict = {}
-    for i, p in enumerate(p_nodes):
-        if C.is_lora(p):
-            groups.setdefault(C.acc_dtype(p.a), []).append(i)
-    out = [None] * len(p_nodes)
-    for k, (acc, idx) in enumerate(groups.items()):
-        sizes = [(p_nodes[i].a.size, p_nodes[i].b.size) for i in idx]
-        z = jax.random.normal(jax.random.fold_in(key, k), (sum(map(sum, sizes)),), acc)
-        start = 0
-        for i, (sa, sb) in zip(idx, sizes, strict=True):
-            p = p_nodes[i]
-            uu = z[start : start + sa].reshape(p.a.shape)
-            vv = z[start + sa : start + sa + sb].reshape(p.b.shape)
-            out[i] = (uu, vv)
-            start += sa + sb
-    return out
-
-
 @functools.partial(jax.jit, static_argnames=("axis_name", "rcond"))
 def _privatize_update(updates, state, params, dp, *, axis_name, rcond):
     """The body of ``prism_privatize``'s update, jitted once at module level."""
@@ -201,7 +175,6 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond, frames=None
 
     # 2. clipped sums, reduced across devices, then noise drawn once
     step_key = jax.random.fold_in(state.key, state.count)
-    normals = _lora_normals(p_nodes, jax.random.fold_in(step_key, len(p_nodes)))
     out = []
     energy = jnp.zeros([], jnp.float32)
     for i, (p, g, cache) in enumerate(zip(p_nodes, g_nodes, caches, strict=True)):
@@ -218,9 +191,9 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond, frames=None
             coords = C.stackmap(tangent_coords, ns)(
                 LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache
             )
-            uu, vv = normals[i]
-            noise = C.stackmap(lambda c, x, y: coords_of_normals(c, x, y, std=std), ns)(
-                cache, uu, vv
+            keys = C.stack_keys(k, p.a.shape[:ns])
+            noise = C.stackmap(lambda c, kk: sample_tangent_coords(c, std=std, key=kk), ns)(
+                cache, keys
             )
             energy = energy + jnp.sum(C.stackmap(coords_norm_sq, ns)(noise)).astype(jnp.float32)
             rel = TangentCoords(
