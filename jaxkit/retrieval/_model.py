@@ -19,6 +19,7 @@ Reconstructed from HBI and TMR (PST's code is not public).
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -188,7 +189,17 @@ def _segment_sim(ms, tp, prior, order):
     return _losses._cosine(ms, tp) + order * (prior - 1).astype(ms.dtype)
 
 
+def _checked_order(order):
+    """``order`` as an array; a clear error (eagerly and under ``jit``) unless finite, >= 0."""
+    order = jnp.asarray(order, jnp.float32)
+    bad = ~(jnp.isfinite(order) & (order >= 0))  # NaN compares False: guarded explicitly
+    return eqx.error_if(
+        order, bad, "order (the segment order prior's strength) must be finite and >= 0"
+    )
+
+
 def _stage_scores(params, cfg, motion_enc, text_enc, mask, order):
+    order = _checked_order(order)
     mj, ms, mg = motion_enc
     tw, tp, pmask, tg = text_enc
     ones = lambda x: jnp.ones(x.shape[:2], bool)  # noqa: E731
@@ -247,7 +258,7 @@ def pst_loss(
     equal temperatures the target is a flattened copy of ``S`` and the KL only flattens the
     token similarities (measured: full PST R@1 sum 49.5 vs 64.5, examples/pst_synthetic.py).
     """
-    order = weights[3] if weights.shape[0] > 3 else 0.0
+    order = _checked_order(weights[3] if weights.shape[0] > 3 else 0.0)
     enc_m = _encode_motion(params, cfg, motion)
     enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
     scores = _stage_scores(params, cfg, enc_m, enc_t, mask, order)
