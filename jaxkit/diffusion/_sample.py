@@ -318,14 +318,22 @@ def _rows_at(logits, row_of):
     return logits if row_of is None else jax.tree.map(lambda o: o[row_of], logits)
 
 
+_PAIRWISE_MAX = 64  # rows up to this length rank by one pairwise comparison
+
+
 def _rank(score):
     """Descending rank along the last axis, ties to the lower index (0 = highest).
 
     ``rank_i = #{j : s_j > s_i} + #{j < i : s_j = s_i}``: one pairwise comparison
-    instead of two sorts (the rows are short); the stable double ``argsort`` of ``-s``.
+    instead of two sorts for short rows (``n <= _PAIRWISE_MAX``); longer rows take the
+    stable double ``argsort`` of ``-s`` (the same ranks; the comparison's ``n x n`` block
+    per row would cost more than the sorts).
     """
-    si, sj = score[..., :, None], score[..., None, :]
     n = score.shape[-1]
+    if n > _PAIRWISE_MAX:
+        order = jnp.argsort(-score, axis=-1, stable=True)
+        return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
+    si, sj = score[..., :, None], score[..., None, :]
     before = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]  # [i, j]: j < i
     ahead = (sj > si) | ((sj == si) & before.reshape((1,) * (score.ndim - 1) + (n, n)))
     return jnp.sum(ahead, axis=-1, dtype=jnp.int32)

@@ -354,7 +354,8 @@ def test_confidence_rank_is_the_stable_descending_order():
     # comparison) must be the stable double argsort's: descending, ties to the lower index.
     from jaxkit.diffusion._sample import _rank
 
-    s = np.random.default_rng(0).integers(0, 4, size=(64, 9)).astype(np.float32) / 4
-    s[:, 0] = -1.0  # a still-given slot's score
-    want = np.argsort(np.argsort(-s, axis=-1, kind="stable"), axis=-1, kind="stable")
-    np.testing.assert_array_equal(_rank(jnp.asarray(s)), want)
+    for n in (9, 100):  # short rows: the pairwise comparison; long rows: two sorts
+        s = np.random.default_rng(0).integers(0, 4, size=(64, n)).astype(np.float32) / 4
+        s[:, 0] = -1.0  # a still-given slot's score
+        want = np.argsort(np.argsort(-s, axis=-1, kind="stable"), axis=-1, kind="stable")
+        np.testing.assert_array_equal(_rank(jnp.asarray(s)), want)
