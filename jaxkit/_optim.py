@@ -1,4 +1,4 @@
-"""The optimizer update shared by the training steps of every area (one copy)."""
+"""The optimizer update and its argument check, shared by the training steps of every area."""
 
 from typing import Any
 
@@ -26,3 +26,12 @@ def optax_update(
     with jax.numpy_dtype_promotion("standard"):
         updates, opt_state = tx.update(grads, opt_state, params, **extra_args)
     return optax.apply_updates(params, updates), opt_state
+
+
+def check_optimizer(optimizer: Any, *, name: str = "optimizer") -> optax.GradientTransformation:
+    """Return ``optimizer`` if it is an optax ``GradientTransformation``, else ``TypeError``."""
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(
+            f"`{name}` must be an optax.GradientTransformation, got {type(optimizer).__name__}."
+        )
+    return optimizer

@@ -126,8 +126,12 @@ def _knn_agree(emb, labels, ref, ref_labels, *, k, exclude_self):
 _knn_agree_jit = jax.jit(_knn_agree, static_argnames=("k", "exclude_self"))
 
 
-def _check_k(k, m, exclude_self):
+def _check_k(k, emb, ref, exclude_self):
+    """``k`` checked against the reference rows (``exclude_self``: one fewer, same row count)."""
+    if exclude_self and emb.shape[0] != ref.shape[0]:
+        raise TypeError("`exclude_self` needs `ref_emb` with as many rows as `emb`.")
     k = V.python_int(k, name="k", minimum=1)
+    m = ref.shape[0]
     if k > m - int(bool(exclude_self)):
         raise ValueError(f"`k` must be <= the number of reference rows available, got k={k}.")
     return k
@@ -147,9 +151,7 @@ def nearest_cosines(
     Jitted.
     """
     emb, ref = _check_emb(emb, ref_emb)
-    if exclude_self and emb.shape[0] != ref.shape[0]:
-        raise TypeError("`exclude_self` needs `ref_emb` with as many rows as `emb`.")
-    k = _check_k(k, ref.shape[0], exclude_self)
+    k = _check_k(k, emb, ref, exclude_self)
     return _nearest_jit(emb, ref, k=k, exclude_self=bool(exclude_self))
 
 
@@ -170,9 +172,7 @@ def knn_label_agreement(
     ``exclude_self`` as :func:`nearest_cosines`. Jitted (``k``, ``exclude_self`` static).
     """
     emb, ref = _check_emb(emb, ref_emb)
-    if exclude_self and emb.shape[0] != ref.shape[0]:
-        raise TypeError("`exclude_self` needs `ref_emb` with as many rows as `emb`.")
-    k = _check_k(k, ref.shape[0], exclude_self)
+    k = _check_k(k, emb, ref, exclude_self)
     labels = _labels(labels, emb.shape[0], "labels")
     ref_labels = _labels(ref_labels, ref.shape[0], "ref_labels")
     return _knn_agree_jit(emb, labels, ref, ref_labels, k=k, exclude_self=bool(exclude_self))

@@ -14,6 +14,7 @@ import optax
 from jaxtyping import Array, Float, PyTree
 
 from jaxkit import _validate as V
+from jaxkit._optim import check_optimizer
 from jaxkit.data._mts_step import MTSMetaStep, _meta_step_jit
 
 
@@ -51,10 +52,7 @@ _l2rw_jit = jax.jit(_l2rw, static_argnames=("loss_fn", "optimizer"))
 def _check_fn_opt(loss_fn, optimizer):
     if not callable(loss_fn):
         raise TypeError(f"`loss_fn` must be callable, got {type(loss_fn).__name__}.")
-    if not isinstance(optimizer, optax.GradientTransformation):
-        raise TypeError(
-            f"`optimizer` must be an optax.GradientTransformation, got {type(optimizer).__name__}."
-        )
+    check_optimizer(optimizer)
 
 
 def l2rw_step(

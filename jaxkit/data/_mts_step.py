@@ -18,6 +18,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from jaxkit import _validate as V
+from jaxkit._optim import check_optimizer
 from jaxkit._typing import accumulation_dtype
 from jaxkit.data._mts import _normalize
 
@@ -269,10 +270,7 @@ def mts_meta_step(
     step of :func:`mts_hypergrad` (the replicated meta-network stays in sync on every
     device; the returned weights have mean 1 over the global batch). Pure and jitted.
     """
-    if not isinstance(optimizer, optax.GradientTransformation):
-        raise TypeError(
-            f"`optimizer` must be an optax.GradientTransformation, got {type(optimizer).__name__}."
-        )
+    check_optimizer(optimizer)
     features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name)
     return _meta_step_jit(
         loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch, class_w,
