@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
+from jaxkit.hypospace._parse import key_truth as _truth  # 4-bit table, row r = 2x + y
 
 OPS = {
     "basic": ("AND", "OR"),
@@ -35,7 +36,6 @@ OPS = {
 }
 TOP_OPS = ("VAR", "NOT", "AND", "OR", "NOR")  # stratum codes (NOR = NOT over an OR)
 """Stratum codes of a Boolean expression's top operator (``NOR`` = NOT over an OR)."""
-_VAR_BITS = {"x": 0b1100, "y": 0b1010}  # row r = 2x + y
 
 
 def _and_or(op, a, b):
@@ -58,18 +58,6 @@ def _text(e) -> str:
         return f"NOT {inner}" if e[1][0] == "VAR" else f"NOT ({inner})"
     parts = sorted(_text(c) if c[0] in ("VAR", "NOT") else f"({_text(c)})" for c in e[1])
     return f" {e[0]} ".join(parts)
-
-
-def _truth(e) -> int:
-    if e[0] == "VAR":
-        return _VAR_BITS[e[1]]
-    if e[0] == "NOT":
-        return ~_truth(e[1]) & 0xF
-    vals = [_truth(c) for c in e[1]]
-    out = vals[0]
-    for v in vals[1:]:
-        out = out & v if e[0] == "AND" else out | v
-    return out
 
 
 def _ref_depth(e) -> int:
