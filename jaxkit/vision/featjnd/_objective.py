@@ -33,11 +33,10 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate as V
-from jaxkit._optim import optax_update
+from jaxkit._optim import check_optimizer, optax_update
 from jaxkit._typing import accumulation_dtype
 from jaxkit.vision.featjnd._estimator import _check_features, _check_pair
 
@@ -233,18 +232,11 @@ def featjnd_step(
     arguments as :func:`featjnd_loss`. Jitted.
     """
     f = _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy)
-    _check_optimizer(optimizer)
+    check_optimizer(optimizer)
     return _step_jit(
         estimator, head, opt_state, f, key, eps, lam_t, lam_m, optimizer=optimizer,
         n_noise=n_noise, magnitude=magnitude, discrepancy=discrepancy,
     )  # fmt: skip
-
-
-def _check_optimizer(optimizer):
-    if not isinstance(optimizer, optax.GradientTransformation):
-        raise TypeError(
-            f"`optimizer` must be an optax GradientTransformation, got {type(optimizer).__name__}."
-        )
 
 
 class FeatJNDFit(NamedTuple):
@@ -300,7 +292,7 @@ def fit_featjnd(
     """
     features = _check(features, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy,
                       name="features")  # fmt: skip
-    _check_optimizer(optimizer)
+    check_optimizer(optimizer)
     steps = V.python_int(steps, name="steps", minimum=1)
     batch_size = V.python_int(batch_size, name="batch_size", minimum=1)
     return _fit_jit(
