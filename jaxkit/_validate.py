@@ -139,6 +139,16 @@ def integer(x: Any, *, name: str) -> None:
         raise TypeError(f"`{name}` must be an integer array, got dtype {dt}.")
 
 
+def token_rows(
+    tokens: Any, lengths: Any, *, name: str = "tokens", lengths_name: str = "prompt_len"
+) -> None:
+    """Check integer token rows ``[B, T]`` and an integer length per row ``[B]`` (TypeError)."""
+    integer(tokens, name=name)
+    ndim(tokens, 2, name=name)
+    integer(lengths, name=lengths_name)
+    shape(lengths, (tokens.shape[0],), name=lengths_name)
+
+
 def axis(ax: int, nd: int, *, name: str = "axis") -> int:
     """Normalise a static axis against rank ``nd`` (raises ``ValueError`` if out of range)."""
     if not isinstance(ax, int | np.integer) or isinstance(ax, bool):

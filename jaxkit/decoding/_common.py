@@ -139,10 +139,7 @@ def check_generate_args(
     extra_ids = [*token_ids.items(), *[("stop_token_ids", s) for s in stops]]
     prompt = jnp.asarray(prompt)
     prompt_len = jnp.asarray(prompt_len)
-    _validate.integer(prompt, name="prompt")
-    _validate.ndim(prompt, 2, name="prompt")
-    _validate.integer(prompt_len, name="prompt_len")
-    _validate.shape(prompt_len, (prompt.shape[0],), name="prompt_len")
+    _validate.token_rows(prompt, prompt_len, name="prompt")
     max_new_tokens = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
     window = _validate.python_int(window, name="window", minimum=1)
     t = prompt.shape[1]
