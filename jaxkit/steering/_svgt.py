@@ -267,10 +267,7 @@ def _check_tokens(lm_cfg, tokens, prompt_len):
     if not isinstance(tokens, jax.core.Tracer) and not isinstance(prompt_len, jax.core.Tracer):
         return _check_tokens_host(lm_cfg, tokens, prompt_len)
     tokens, prompt_len = jnp.asarray(tokens), jnp.asarray(prompt_len)
-    _validate.integer(tokens, name="tokens")
-    _validate.ndim(tokens, 2, name="tokens")
-    _validate.integer(prompt_len, name="prompt_len")
-    _validate.shape(prompt_len, (tokens.shape[0],), name="prompt_len")
+    _validate.token_rows(tokens, prompt_len)
     t = tokens.shape[1]
     bad = jnp.any((prompt_len < 1) | (prompt_len > t))
     prompt_len = _validate.error_if(prompt_len, bad, f"`prompt_len` must lie in [1, {t}].")
@@ -289,10 +286,7 @@ def _as_int32(x, host: np.ndarray) -> Array:
 def _check_tokens_host(lm_cfg, tokens, prompt_len):
     """:func:`_check_tokens` for concrete inputs: the same checks in NumPy on the host."""
     tok, pl = np.asarray(tokens), np.asarray(prompt_len)  # dtype checks canonicalize
-    _validate.integer(tok, name="tokens")
-    _validate.ndim(tok, 2, name="tokens")
-    _validate.integer(pl, name="prompt_len")
-    _validate.shape(pl, (tok.shape[0],), name="prompt_len")
+    _validate.token_rows(tok, pl)
     t = tok.shape[1]
     if np.any((pl < 1) | (pl > t)):
         raise ValueError(f"`prompt_len` must lie in [1, {t}].")
