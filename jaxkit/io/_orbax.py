@@ -5,13 +5,11 @@ from typing import Any
 
 import jax
 
+from jaxkit._extras import require
+
 
 def _ocp():
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("checkpoints need orbax: pip install 'jaxkit[ckpt]'") from e
-    return ocp
+    return require("orbax.checkpoint", extra="ckpt", what="checkpoints need orbax")
 
 
 def save_checkpoint(path, tree: Any) -> None:

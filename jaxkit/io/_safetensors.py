@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkit._extras import require
 from jaxkit.io._hf_config import config_to_hf
 from jaxkit.nn import TransformerConfig, param_shapes, param_specs
 
@@ -60,12 +61,8 @@ _TOP_NAMES = {
 
 
 def _safe():
-    try:
-        import safetensors
-        import safetensors.numpy  # noqa: F401
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("jaxkit.io needs safetensors: pip install 'jaxkit[io]'") from e
-    return safetensors
+    require("safetensors.numpy", extra="io", what="jaxkit.io needs safetensors")
+    return require("safetensors", extra="io", what="jaxkit.io needs safetensors")
 
 
 def _layer_keys(cfg: TransformerConfig) -> list[str]:
