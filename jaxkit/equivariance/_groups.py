@@ -28,6 +28,7 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit._extras import require
 
 Kind = Literal["finite", "so2", "o3"]
 
@@ -175,11 +176,7 @@ def _check_mult(**kw: int) -> None:
 
 def e3nn_jax() -> Any:
     """Import ``e3nn_jax`` (the ``equivariance`` extra), or raise an ``ImportError`` naming it."""
-    try:
-        import e3nn_jax
-    except ImportError as e:  # a missing module, or sys.modules["e3nn_jax"] = None
-        raise ImportError("O(3) irreps need e3nn-jax: pip install 'jaxkit[equivariance]'") from e
-    return e3nn_jax
+    return require("e3nn_jax", extra="equivariance", what="O(3) irreps need e3nn-jax")
 
 
 def _check_orthogonal(mats: np.ndarray, *, name: str, tol: float = 1e-6) -> None:
