@@ -12,19 +12,14 @@ References:
 import math
 
 from jaxkit import _validate
+from jaxkit._extras import require
 
 _ACCOUNTANTS = ("rdp", "pld")
 
 
 def _dp_accounting():
     """Import ``dp_accounting`` (the ``privacy`` extra), or raise an ``ImportError`` naming it."""
-    try:
-        import dp_accounting
-    except ImportError as e:  # a missing module, or sys.modules["dp_accounting"] = None
-        raise ImportError(
-            "privacy accounting needs dp-accounting: pip install 'jaxkit[privacy]'"
-        ) from e
-    return dp_accounting
+    return require("dp_accounting", extra="privacy", what="privacy accounting needs dp-accounting")
 
 
 def _check(*, q: float, steps: int, delta: float, accountant: str) -> None:
