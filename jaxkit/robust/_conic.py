@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxkit._extras import require
 from jaxkit.robust._bulk import Box, Ellipsoid, Hull, Interval, Union
 from jaxkit.robust._losses import (
     LAD,
@@ -26,11 +27,7 @@ from jaxkit.robust._losses import (
 
 
 def _cp():
-    try:
-        import cvxpy as cp
-    except ImportError as e:  # pragma: no cover - the extra is in `all`
-        raise RuntimeError("fit_conic needs cvxpy: pip install 'jaxkit[robust]'.") from e
-    return cp
+    return require("cvxpy", extra="robust", what="fit_conic needs cvxpy")
 
 
 def _np(x):
