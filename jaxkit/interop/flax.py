@@ -14,14 +14,12 @@ Requires the ``flax`` extra: ``pip install 'jaxkit[flax]'``.
 
 from typing import Any
 
-try:
-    from flax import nnx
-except ImportError as e:  # pragma: no cover - exercised only without flax
-    raise ImportError("jaxkit.interop.flax needs flax: pip install 'jaxkit[flax]'") from e
-
 import jax
 
+from jaxkit._extras import require
 from jaxkit.interop import _tree
+
+nnx = require("flax.nnx", extra="flax", what="jaxkit.interop.flax needs flax")
 
 __all__ = ["Buffer", "NNXAdapter", "to_nnx"]
 

@@ -13,12 +13,10 @@ Requires the ``haiku`` extra: ``pip install 'jaxkit[haiku]'``.
 
 from typing import Any
 
-try:
-    import haiku as hk
-except ImportError as e:  # pragma: no cover - exercised only without haiku
-    raise ImportError("jaxkit.interop.haiku needs dm-haiku: pip install 'jaxkit[haiku]'") from e
-
+from jaxkit._extras import require
 from jaxkit.interop import _tree
+
+hk = require("haiku", extra="haiku", what="jaxkit.interop.haiku needs dm-haiku")
 
 __all__ = ["HaikuAdapter", "to_haiku"]
 
