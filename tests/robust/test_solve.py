@@ -1,5 +1,7 @@
 """Newsvendor closed form vs LP, limits, equivariance; JAX L-BFGS vs cvxpy + Clarabel."""
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -139,7 +141,7 @@ def test_fit_newsvendor_and_box_lad_vs_conic():
     assert abs(gap) <= 1e-4
 
 
-def test_conic_tail_and_errors():
+def test_conic_tail_and_errors(monkeypatch):
     xi = _demand(60)
     iv = R.calibrate_interval(xi, alpha=0.05)
     fam = R.newsvendor(H, B)
@@ -171,3 +173,6 @@ def test_conic_tail_and_errors():
             eta=0.5,
             moment=1.0,
         )
+    monkeypatch.setitem(sys.modules, "cvxpy", None)  # as if the robust extra were missing
+    with pytest.raises(ImportError, match=r"pip install 'jaxkit\[robust\]'"):
+        R.fit_conic(fam, xi, iv, 0.2)
