@@ -2,12 +2,11 @@
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array
 
 from jaxkit import _validate, nn
+from jaxkit._tokens import is_greedy
 from jaxkit.kernels.sampling import sample_tokens
 
 
@@ -72,13 +71,11 @@ def guard_sampling(x: Array, s: Sampling) -> Array:
     return _validate.guard_interval(x, s.min_p, name="min_p", low=0.0, high=1.0)
 
 
-def is_greedy(temperature) -> bool:
-    """The static greedy mode: a concrete (not traced) temperature equal to 0."""
-    return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
-
-
 def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
     """Tokens of ``logits [..., V]``: the fused sampler, or the arg-max in greedy mode.
+
+    The decoders' own call of the sampler, with all four filters (``s``); the adapters'
+    generators (``steering``, ``memory``) use :func:`jaxkit._tokens.choose_tokens`.
 
     ``greedy`` (static) is the mode of a concrete ``temperature == 0``: the arg-max
     (ties to the lowest index), the very tokens ``sample_tokens`` gives at temperature

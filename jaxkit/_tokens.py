@@ -1,0 +1,40 @@
+"""Token choice shared by the generators (``decoding``, ``steering``, ``memory``): one copy.
+
+A concrete ``temperature`` of 0 selects the static greedy mode, the arg-max (ties to the
+lowest index), which is bit for bit what :func:`jaxkit.kernels.sampling.sample_tokens`
+gives at temperature 0, without the sampler's noise and filters in the decode loop. A
+traced temperature always goes through the sampler (the arg-max where it is 0).
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from jaxkit.kernels.sampling import sample_tokens
+
+
+def is_greedy(temperature: Any) -> bool:
+    """The static greedy mode: a concrete (not traced) temperature equal to 0."""
+    return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
+
+
+def choose_tokens(
+    logits: Array,
+    key: Any,
+    *,
+    greedy: bool,
+    temperature: Any,
+    top_k: Any = None,
+    top_p: Any = 1.0,
+    min_p: Any = 0.0,
+) -> Array:
+    """Tokens of ``logits [..., V]``: the arg-max in greedy mode (static), else the sampler."""
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    out = sample_tokens(
+        logits, key=key, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+    )
+    return out.token
