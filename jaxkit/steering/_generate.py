@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit.kernels.sampling import sample_tokens
+from jaxkit._tokens import choose_tokens, is_greedy
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -37,7 +37,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     # (``n_insert``): the bridge's K/V are in the cache already.
     b, p = prompt.shape
     k, layer = cfg.n_bridge, cfg.layer
-    greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+    greedy = is_greedy(temperature)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     reserved = _reserve(prompt, prompt_len, k, 0)
     pos = zb[:, None] + jnp.arange(p + k, dtype=jnp.int32)[None, :]
@@ -75,15 +75,13 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
 
 
 def _choose(logits, key, temperature, top_p, greedy):
-    if greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return sample_tokens(logits, key=key, temperature=temperature, top_p=top_p).token
+    return choose_tokens(logits, key, greedy=greedy, temperature=temperature, top_p=top_p)
 
 
 def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
     b, p = prompt.shape
     k = cfg.n_bridge
-    greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+    greedy = is_greedy(temperature)
     buf = jnp.concatenate([prompt, jnp.zeros((b, n), jnp.int32)], axis=1)
     rows = jnp.arange(b)
 
@@ -116,7 +114,7 @@ def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, 
 
 def _refreshing(gen):
     def run(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
-        greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+        greedy = is_greedy(temperature)
 
         def choose(logits, k):
             return _choose(logits, k, temperature, top_p, greedy)
@@ -211,7 +209,7 @@ def svgt_generate(
     _validate.real_scalar(temperature, name="temperature")
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
-    greedy = decoding_greedy(temperature)
+    greedy = is_greedy(temperature)
     return _generate_core(
         lm_params,
         vparams,
@@ -226,11 +224,6 @@ def svgt_generate(
         mode=(mode + ("_refresh" if cfg.refresh_every else "")) if enabled else "off",
         greedy=greedy,
     )
-
-
-def decoding_greedy(temperature) -> bool:
-    """A concrete temperature of 0 selects the static greedy mode."""
-    return not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
 
 
 # ----------------------------------------------------------------------------- baselines
