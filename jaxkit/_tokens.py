@@ -21,20 +21,11 @@ def is_greedy(temperature: Any) -> bool:
     return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
 
 
-def choose_tokens(
-    logits: Array,
-    key: Any,
-    *,
-    greedy: bool,
-    temperature: Any,
-    top_k: Any = None,
-    top_p: Any = 1.0,
-    min_p: Any = 0.0,
-) -> Array:
-    """Tokens of ``logits [..., V]``: the arg-max in greedy mode (static), else the sampler."""
+def choose_tokens(logits: Array, key: Any, *, greedy: bool, temperature: Any, top_p: Any) -> Array:
+    """Tokens of ``logits [..., V]``: the arg-max in greedy mode (static), else the sampler.
+
+    The adapters' generators expose ``temperature`` and ``top_p`` only (no top-k, no min-p).
+    """
     if greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    out = sample_tokens(
-        logits, key=key, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
-    )
-    return out.token
+    return sample_tokens(logits, key=key, temperature=temperature, top_p=top_p).token
