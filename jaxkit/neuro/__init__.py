@@ -17,6 +17,7 @@ from jaxkit.neuro._data import synthetic_lowrank as synthetic_lowrank
 from jaxkit.neuro._encoder import BiGRUEncoder as BiGRUEncoder
 from jaxkit.neuro._encoder import GRUEncoder as GRUEncoder
 from jaxkit.neuro._encoder import lagged_windows as lagged_windows
+from jaxkit.neuro._init import principal_init as principal_init
 from jaxkit.neuro._loss import LossAux as LossAux
 from jaxkit.neuro._loss import facrnn_loss as facrnn_loss
 from jaxkit.neuro._loss import observation_log_lik as observation_log_lik

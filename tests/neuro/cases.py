@@ -1,7 +1,8 @@
 """Conformance cases for jaxkit.neuro (see tests/conformance.py).
 
-Host-side functions (the NumPy alignment metrics) and the training loop `fit` are tested
-directly in tests/neuro (fit's compile cache included), not through the suite.
+Host-side functions (the NumPy alignment metrics), the training loop `fit` and the initialiser
+`principal_init` are tested directly in tests/neuro (fit's compile cache included), not through
+the suite.
 """
 
 import jax

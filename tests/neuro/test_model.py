@@ -166,6 +166,12 @@ def test_bad_inputs():
         )
     with pytest.raises(ValueError, match="name"):
         neuro.preset("lint")
+    with pytest.raises(ValueError, match="K = 4"):
+        neuro.principal_init(m, x[:4], x[:4], key=jax.random.key(0))
+    with pytest.raises(ValueError, match="bin_width"):
+        neuro.principal_init(m, x, x, key=jax.random.key(0), bin_width=0.0)
+    with pytest.raises(TypeError, match="x_next"):
+        neuro.principal_init(m, x, x[:, :4], key=jax.random.key(0))
 
 
 def np_gru_states(cell, xs):
@@ -231,6 +237,8 @@ def test_gru_encoder_bad_inputs():
     m = neuro.LowRankRNN(5, 4, encoder="gru", key=jax.random.key(0))
     with pytest.raises(ValueError, match="GRU"):
         neuro.connectivity(m)
+    with pytest.raises(ValueError, match="encoder"):
+        neuro.principal_init(m, jnp.zeros((8, 5)), jnp.zeros((8, 5)), key=jax.random.key(1))
     with pytest.raises(TypeError, match="x_prev"):
         neuro.fit(m, jnp.zeros((8, 5)), jnp.zeros((8, 5)), key=jax.random.key(1), steps=2)
     with pytest.raises(ValueError, match="window"):
