@@ -182,8 +182,52 @@ def window_mask(q_pos: Array, k_pos: Array, window: int) -> Array:
     return (q_pos[:, :, None] - k_pos[:, None, :]) < window
 
 
+def _attend_one(q, k, v, mask):
+    """:func:`attend` for one query row: reads the K/V buffers in place.
+
+    The grouped form's head axis is a batch axis in the middle of the buffer, so XLA:CPU
+    copies the whole ``[B, S, Hkv, Dh]`` buffer (K and V) to a head-major layout every call.
+    Here the buffer is read as ``[B, S * Hkv, Dh]`` (a bitcast): every query head scores
+    every (slot, kv-head) row, and the kv-head ``h // G`` column is kept (an exact select,
+    the other columns are dropped); the output weights the same rows with zeros in the
+    other heads' columns. ``Hkv`` times the multiply-adds of the grouped form, no copy:
+    :func:`attend` takes it for ``Hkv <= 2`` (a one-token decode step ~20-50 % faster on
+    XLA:CPU at ``Hkv = 2``; slower from ``Hkv = 4``) outside explicit meshes (it mixes the
+    kv heads, which tensor parallelism shards). The last bits may differ from the grouped
+    form's (another summation order); every call with one query row takes the same form.
+    """
+    b, _, h, dh = q.shape
+    s, hkv = k.shape[1], k.shape[2]
+    g = h // hkv
+    acc = accumulation_dtype(q.dtype)
+    eye = jnp.eye(hkv, dtype=bool)[None, :, None, None, :]  # [1, Hkv, 1, 1, Hkv]
+    sc = jnp.einsum(
+        "bmd,bnd->bmn",
+        q[:, 0],
+        k.reshape(b, s * hkv, dh).astype(q.dtype),
+        preferred_element_type=acc,
+    ) / jnp.asarray(math.sqrt(dh), acc)
+    sc = jnp.sum(jnp.where(eye, sc.reshape(b, hkv, g, s, hkv), jnp.zeros((), acc)), axis=-1)
+    sc = jnp.where(mask[:, :1, :], sc.reshape(b, h, s), jnp.asarray(-1e30, acc))
+    p = jax.nn.softmax(sc, axis=-1).reshape(b, hkv, g, s, 1)
+    p = jnp.where(eye, p, jnp.zeros((), acc)).reshape(b, h, s * hkv)
+    o = jnp.einsum(
+        "bmn,bnd->bmd", p, v.reshape(b, s * hkv, dh).astype(acc), preferred_element_type=acc
+    )
+    return o[:, None].astype(q.dtype)
+
+
 def attend(q, k, v, mask):
     """:func:`attention` without the jit or the input conversion (for use inside a trace)."""
+    b, t, h, dh = q.shape
+    hkv = k.shape[2]
+    if t == 1 and hkv <= 2 and _explicit_spec(q) is None and _explicit_spec(k) is None:
+        return _attend_one(q, k, v, mask)
+    return _attend_grouped(q, k, v, mask)
+
+
+def _attend_grouped(q, k, v, mask):
+    """Grouped-query attention: one product per (batch, kv-head) pair."""
     b, t, h, dh = q.shape
     hkv = k.shape[2]
     g = h // hkv

@@ -34,6 +34,7 @@ from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
+from jaxkit.nn._kv_rows import kv_rows, scatter_kv
 from jaxkit.nn._params import (
     check_cfg,
     check_h,
@@ -70,33 +71,23 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
     """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
     # With `layer` (a traced int), `kv` is the whole stacked cache [L, B, S, ...]: only the
     # T new rows of block `layer` are scattered into it (in place under a scan carry).
-    b, t, _ = h.shape
-    H, Hkv, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
-    q, k, v = dense(x, lp["wq"]), dense(x, lp["wk"]), dense(x, lp["wv"])
+    b = h.shape[0]
+    x, k, v = kv_rows(cfg, lp, h, positions)
+    q = dense(x, lp["wq"])
     if cfg.qkv_bias:
         q = q + lead(lp["bq"].astype(q.dtype), 3)
-        k = k + lead(lp["bk"].astype(k.dtype), 3)
-        v = v + lead(lp["bv"].astype(v.dtype), 3)
-    q = split_last(q, (H, Dh))
-    k = split_last(k, (Hkv, Dh))
-    v = split_last(v, (Hkv, Dh))
+    q = split_last(q, (cfg.n_heads, cfg.head_dim))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-        k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
     q = rope(q, positions, cfg)
-    k = rope(k, positions, cfg)
     if kv is not None:
-        kb, vb = kv
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
         if layer is None:
-            kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
-            vb = set_rows(vb, rows, slots, v.astype(vb.dtype))
+            kb, vb = scatter_kv(*kv, rows, slots, k, v)
             o = attend(q, kb, vb, mask)
         else:
-            kb = set_rows(kb, (layer, rows), slots, k.astype(kb.dtype))
-            vb = set_rows(vb, (layer, rows), slots, v.astype(vb.dtype))
+            kb, vb = scatter_kv(*kv, (layer, rows), slots, k, v)
             at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
             o = attend(q, at(kb), at(vb), mask)
         new = (kb, vb)

@@ -19,11 +19,14 @@ from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._params import check_cfg, check_h, check_inputs, check_overflow, check_params
 
 
-def write_kv_traced(params, cfg, h, positions, cache, *, layer):
-    """The traced body of :func:`write_kv` (inputs already checked)."""
-    b, t, _ = h.shape
-    lp = jax.tree.map(lambda a: a[layer], params["layers"])
-    x = rms_norm(h.astype(params["embed"].dtype), lp["attn_norm"], cfg.norm_eps)
+def kv_rows(cfg, lp, h, positions):
+    """A block's input norm and new K/V rows: ``(x, k, v)``, the K/V ``[B, T, Hkv, Dh]``.
+
+    ``x`` is the normed input (the block's queries are projected from it); ``k`` has its
+    bias, K norm and RoPE at ``positions``, ``v`` its bias. Shared by the block itself
+    (:func:`jaxkit.nn.run_layers`) and :func:`write_kv`, so both write the same rows.
+    """
+    x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
     k, v = dense(x, lp["wk"]), dense(x, lp["wv"])
     if cfg.qkv_bias:
         k = k + lead(lp["bk"].astype(k.dtype), 3)
@@ -32,11 +35,26 @@ def write_kv_traced(params, cfg, h, positions, cache, *, layer):
     v = split_last(v, (cfg.n_kv_heads, cfg.head_dim))
     if cfg.qk_norm:
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
-    k = rope(k, positions, cfg)
+    return x, rope(k, positions, cfg), v
+
+
+def scatter_kv(kb, vb, rows, slots, k, v):
+    """``(kb, vb)`` with ``k``, ``v`` scattered at ``[*rows, slots]`` in the buffers' dtype.
+
+    ``mode="drop"``: rows past the buffer end vanish; explicit shardings are kept.
+    """
+    kb = set_rows(kb, rows, slots, k.astype(kb.dtype))
+    return kb, set_rows(vb, rows, slots, v.astype(vb.dtype))
+
+
+def write_kv_traced(params, cfg, h, positions, cache, *, layer):
+    """The traced body of :func:`write_kv` (inputs already checked)."""
+    b, t, _ = h.shape
+    lp = jax.tree.map(lambda a: a[layer], params["layers"])
+    _, k, v = kv_rows(cfg, lp, h.astype(params["embed"].dtype), positions)
     slots = cache.length[:, None] + jnp.arange(t)[None, :]
     rows = (jnp.int32(layer), jnp.arange(b)[:, None])
-    kb = set_rows(cache.k, rows, slots, k.astype(cache.k.dtype))
-    vb = set_rows(cache.v, rows, slots, v.astype(cache.v.dtype))
+    kb, vb = scatter_kv(cache.k, cache.v, rows, slots, k, v)
     return cache._replace(k=kb, v=vb)
 
 

@@ -59,6 +59,19 @@ def _iv_args(key, dtype):
     )
 
 
+def _write_kv(h, lengths, params, *, layer=1):
+    """Block ``layer``'s K/V rows of ``h`` written at each row's length (3 committed slots)."""
+    cache = nn.init_cache(CFG, max_len=6, like=lengths, dtype=h.dtype)._replace(length=lengths)
+    pos = lengths[:, None] + jnp.arange(h.shape[1], dtype=lengths.dtype)[None, :]
+    out = nn.write_kv(params, CFG, h, pos, cache=cache, layer=layer)
+    return out.k, out.v
+
+
+def _write_kv_args(key, dtype):
+    h = jax.random.normal(key, (8, 2, CFG.d_model), dtype)
+    return h, jax.random.randint(jax.random.fold_in(key, 1), (8,), 0, 5), _params(dtype)
+
+
 def _tokens(key, shape):
     return jax.random.randint(key, shape, 0, CFG.vocab_size)
 
@@ -168,6 +181,38 @@ CASES = [
                 lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
                 ValueError,
                 "tokens",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.write_kv",
+        slow_checks=("dtypes", "vmap", "eval_shape", "grads", "sharding"),
+        fn=_write_kv,
+        make_args=_write_kv_args,
+        grad_modes=("fwd", "rev"),
+        grad_argnums=(0, 2),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "h of the wrong width",
+                lambda key: ((jnp.ones((8, 2, 5)), jnp.zeros((8,), jnp.int32), _P32), {}),
+                TypeError,
+                "h",
+            ),
+            Bad(
+                "layer out of range",
+                lambda key: (
+                    (jnp.ones((8, 2, 8)), jnp.zeros((8,), jnp.int32), _P32),
+                    {"layer": 2},
+                ),
+                ValueError,
+                "layer",
+            ),
+            Bad(
+                "rows past the capacity",
+                lambda key: ((jnp.ones((8, 2, 8)), jnp.full((8,), 5, jnp.int32), _P32), {}),
+                ValueError,
+                "overflow",
             ),
         ),
     ),
