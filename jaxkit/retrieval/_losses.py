@@ -299,7 +299,10 @@ def pyramid_consistency(
     ``s_s`` (joint, segment) and the global scores ``g`` of the same batch; KL rows are
     averaged over the batch. The local stages are the targets (``stop_gradient``, as the
     STII targets: KL(target || model)), so the loss trains the global scores toward the
-    finer stages and never drags a local stage toward the global one. Jitted.
+    finer stages and never drags a local stage toward the global one (their encoders may
+    still move: a shared encoder passes the gradient on). Summed over stages and both
+    directions, it weighs ``2 * stages`` times :func:`info_nce` (which averages its two
+    directions) at the same loss weight. Jitted.
 
     Args:
       local_scores: ``[stages, n, n]`` stage score matrices (captions by motions).
