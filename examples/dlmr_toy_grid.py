@@ -31,13 +31,16 @@ to 1e-2 and decays (``LR2``): at a constant 1e-2 seed 2 stalled. Stage 3 trains 
 (:func:`score_routes`, the teacher-forced memory forward) and the router maximises the exact
 expected reward (``stage3_loss`` with ``actions=None``; sampled GRPO, the wave-12 form, never
 took the reasoning bank) on its per-feature standardised input (``Router.standardize``).
-The reward (:func:`route_rewards`) is the spec's cost-aware one (``dlmr_reward``: correct
-answers, minus ``LAMBDA_EFF`` x tokens / 4) minus ``WRONG_BANK`` for the other type's bank
-and ``MISSED`` for the null on a late query ([R] shaping from the training streams' labels,
-in the spirit of VisMem's invocation penalties; the router itself sees only the base's
-last-block state at the ``=``). Without ``MISSED`` the router keeps the null on late
-reasoning queries the base often answers from what is left in its window (base 0.60 there,
-teacher-forced, seed 0; the state does not tell those from early ones).
+The reward (:func:`route_rewards`) is the spec's cost-aware one (``dlmr_reward``, minus
+``LAMBDA_EFF`` x tokens / 4) on each route's *probability* of the right answer (its expected
+correctness; with 0/1 correctness a query the base answers by luck rewards the null as much
+as one it is sure of), minus ``WRONG_BANK`` for the other type's bank ([R] in the spirit of
+VisMem's invocation penalties). No late/early label enters it (wave 14 also took 0.5 off the
+null on late queries, a label the router cannot see at inference). The router sees only the
+base's last-block state at the ``=``. About half of the late reasoning queries have an
+earlier copy of the same query (and its answer) inside the window, which the base answers
+(0.90 teacher-forced, seed 0): there the null is cheap and nearly as right as the memory,
+yet the late-routing metric below counts it wrong.
 
 **The routing metric (the lead's decision, issue #17).** Under the spec's cost-aware
 reward (Eq. 12) the null is the right route for a query the base already answers, so
@@ -402,16 +405,17 @@ def run(params, ap, cfg, prompts, plen, key, router="greedy"):
 
 
 def score_routes(params, ap, cfg, enc, cells, toks, q, rows=32):
-    """``(correct bool[n, A], h [n, D])``: every action's teacher-forced answer per query.
+    """``(prob f32[n, A], h [n, D])``: every action's teacher-forced answer per query.
 
     Each toy query has one routing decision (at its ``=``), so every route can be
     scored: the action's memory is injected after the ``=`` by the uncached forward
-    :func:`memory.memory_forward` (stage 2's forward; the null reads the base) and the
-    answer is read after it. ``h``: the frozen base's last-block state at the ``=``,
+    :func:`memory.memory_forward` (stage 2's forward; the null reads the base) and
+    ``prob`` is the probability the model then gives the right answer (its expected
+    correctness when sampled). ``h``: the frozen base's last-block state at the ``=``,
     what :func:`memory.dlmr_generate` feeds the router."""
     bank_t, k_t = memory.action_table(cfg)
     x_all = embeds(params, enc, cells, toks)
-    out_c, out_h = [], []
+    out_p, out_h = [], []
     for s in range(0, len(q), rows):  # batches of ``rows`` (padded): one compiled shape
         qq = q[s : s + rows]
         n = len(qq)
@@ -421,36 +425,34 @@ def score_routes(params, ap, cfg, enc, cells, toks, q, rows=32):
         eq = jnp.asarray(qq[:, 2], jnp.int32)
         at = eq + 1
         valid = jnp.ones(ctx.shape[:2], bool)
-        cs = []
+        ps = []
         for a in range(len(k_t)):
             bank, k = jnp.full((rows,), bank_t[a]), jnp.full((rows,), k_t[a])
             mem, _ = memory.inject(ap, cfg, ctx, valid, at, bank, k)
             lg = memory.memory_forward(params, CFG, cfg, x, mem, at, k)
             lg = jnp.take_along_axis(lg, (at + k - 1)[:, None, None], axis=1)[:, 0]
-            cs.append(np.asarray(jnp.argmax(lg, -1))[:n] == qq[:n, 3])
-        out_c.append(np.stack(cs, 1))
+            pr = jax.nn.softmax(lg.astype(jnp.float32), axis=-1)
+            ps.append(np.asarray(pr)[np.arange(n), qq[:n, 3]])
+        out_p.append(np.stack(ps, 1))
         h = jnp.take_along_axis(h_last, eq[:, None, None], axis=1)[:, 0]
         out_h.append(np.asarray(h, np.float32)[:n])
-    return np.concatenate(out_c), np.concatenate(out_h)
+    return np.concatenate(out_p), np.concatenate(out_h)
 
 
-# stage 3's reward (besides dlmr_reward's correctness and token cost): penalties for the
-# wrong bank and for the null on a query that needs memory (a late one), from the training
-# streams' labels ([R] shaping in the spirit of VisMem's invocation penalties; the router
-# never sees a label, only the base's state at the ``=``)
-LAMBDA_EFF, WRONG_BANK, MISSED = 0.1, 0.2, 0.5
+# stage 3's reward: the spec's cost-aware one on each route's probability of the right answer,
+# minus a penalty for the other type's bank; no late/early label enters it
+LAMBDA_EFF, WRONG_BANK = 0.1, 0.2
 
 
-def route_rewards(correct, q, cfg, *, lambda_eff=LAMBDA_EFF, wrong_bank=WRONG_BANK, missed=MISSED):
+def route_rewards(prob, q, cfg, *, lambda_eff=LAMBDA_EFF, wrong_bank=WRONG_BANK):
     """``[n, A]`` rewards of every action: :func:`memory.dlmr_reward` (budget 4 tokens, 2
-    generated), minus ``wrong_bank`` for the other type's bank and ``missed`` for the null
-    on a late query."""
+    generated) with ``R_task`` the route's probability of the right answer (``prob``, its
+    expected correctness), minus ``wrong_bank`` for the other type's bank."""
     bank_t, k_t = (np.asarray(a) for a in memory.action_table(cfg))
-    r = np.asarray(memory.dlmr_reward(correct, k_t[None], 2, budget=4.0, lambda_eff=lambda_eff))
+    r = np.asarray(memory.dlmr_reward(prob, k_t[None], 2, budget=4.0, lambda_eff=lambda_eff))
     inj, t = k_t[None] > 0, q[:, 1:2]
     wrong = inj & (((t == 1) & (bank_t[None] == 1)) | ((t == 2) & (bank_t[None] == 0)))
-    miss = is_late(q)[:, None] & ~inj
-    return (r - wrong_bank * wrong - missed * miss).astype(np.float32)
+    return (r - wrong_bank * wrong).astype(np.float32)
 
 
 def train_router(params, ap, cfg, enc, rng, steps, *, n_streams=300, rows=64, lr=1e-2):
@@ -465,8 +467,8 @@ def train_router(params, ap, cfg, enc, rng, steps, *, n_streams=300, rows=64, lr
     for single-decision tasks: sampled GRPO (the wave-12 form) never took the reasoning
     bank; the exact expectation has no sampling noise."""
     cells, toks, q = sample_streams(rng, n_streams)
-    correct, h = score_routes(params, ap, cfg, enc, cells, toks, q)
-    rew = route_rewards(correct, q, cfg)
+    prob, h = score_routes(params, ap, cfg, enc, cells, toks, q)
+    rew = route_rewards(prob, q, cfg)
     ap = ap._replace(router=ap.router.standardize(jnp.asarray(h)))
     tx = memory.dlmr_optimizer(3, lr=lr)
     st = tx.init(ap)

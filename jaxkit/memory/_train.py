@@ -357,7 +357,9 @@ def dlmr_reward(correct, injected, generated, *, budget, lambda_eff):
     """``R = R_task + lambda_eff R_task R_eff``, ``R_eff = -(injected + generated) / budget``.
 
     [R] (the paper's R_eff is not recovered); gated by correctness so that the
-    efficiency term cannot teach "always null" on wrong answers.
+    efficiency term cannot teach "always null" on wrong answers. ``correct``: 1/0, or
+    the probability of a correct answer (the expected ``R_task`` of a sampled answer,
+    e.g. the softmax of the right token when every route is scored).
     """
     c = jnp.asarray(correct, jnp.float32)
     cost = (jnp.asarray(injected, jnp.float32) + jnp.asarray(generated, jnp.float32)) / budget

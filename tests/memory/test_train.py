@@ -1,5 +1,8 @@
 """DLMR training: frozen backbone, the stage oracles, ablations, orbax round trip."""
 
+import dataclasses
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -136,6 +139,28 @@ def test_save_restore_round_trip(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, back, AP)
     with pytest.raises(FileNotFoundError):
         memory.restore_adapter(tmp_path / "none", like)
+    # an adapter of the layout before the Router's standardisation leaves (mean, scale)
+    memory.save_adapter(tmp_path / "old", AP._replace(router=_OldRouter(AP.router)))
+    with pytest.raises(ValueError, match=r"missing.*'router\.mean', 'router\.scale'.*extra.*none"):
+        memory.restore_adapter(tmp_path / "old", like)
+    # the other way round (extra leaves), and another config's shapes
+    old_like = AP._replace(router=_OldRouter(AP.router))
+    with pytest.raises(ValueError, match=r"missing.*none.*extra.*'router\.mean', 'router\.scale'"):
+        memory.restore_adapter(tmp_path / "a", old_like)
+    wide = memory.init_dlmr(CFG, dataclasses.replace(MC, router_hidden=9), key=jax.random.key(9))
+    with pytest.raises(ValueError, match=r"router\.l1\.w \(16, 8\) vs \(16, 9\)"):
+        memory.restore_adapter(tmp_path / "a", wide)
+
+
+class _OldRouter(eqx.Module):
+    """The Router's layout before wave 14 (no standardisation constants)."""
+
+    norm: eqx.nn.LayerNorm
+    l1: object
+    l2: object
+
+    def __init__(self, r):
+        self.norm, self.l1, self.l2 = r.norm, r.l1, r.l2
 
 
 _stage1 = jax.jit(memory.stage1_loss, static_argnames=("cfg",))
