@@ -113,19 +113,37 @@ _phi_grad = fast_jit(jax.grad(irdet.phi_loss))  # one, reused
 
 
 @eqx.filter_jit
-def _train_step(model, opt_state, x, y, w):
-    (loss, logits), g = eqx.filter_value_and_grad(_loss, has_aux=True)(model, x, y, w)
+def _grads(model, x, y, w):
+    (_, logits), g = eqx.filter_value_and_grad(_loss, has_aux=True)(model, x, y, w)
+    return g, irdet.soft_iou_loss(logits, y)
+
+
+@eqx.filter_jit
+def _apply(model, opt_state, g):
     upd, opt_state = OPT.update(g, opt_state, eqx.filter(model, eqx.is_array))
-    return eqx.apply_updates(model, upd), opt_state, irdet.soft_iou_loss(logits, y)
+    return eqx.apply_updates(model, upd), opt_state
+
+
+_add = eqx.filter_jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+
+
+def _train_step(model, opt_state, x, y, w):
+    g, per = _grads(model, x, y, w)
+    return *_apply(model, opt_state, g), per
 
 
 @functools.partial(fast_jit, static_argnums=0)
-def _weights(w_static, w_params, logits, y, ema_b):
-    """Bi-level weights of a batch from the current model's logits (stop-gradient inputs of
-    the weighted step: the same program as the plain step, ``_train_step``, with ``w``)."""
+def _weights(w_static, w_params, logits, y, ema_b, val_residual):
+    """Bi-level weights of a batch from the model's logits (stop-gradient inputs of the
+    weighted step) and the features they come from. ``val_residual`` is zero in the inner
+    step and the mean validation residual in the outer update (the repo's, spec §4.2)."""
     weighter = eqx.combine(w_params, w_static)
-    feats = irdet.weight_features(logits, y, irdet.surrogate_refine(jax.nn.sigmoid(logits)), ema_b)
+    sur = irdet.surrogate_refine(jax.nn.sigmoid(logits))
+    feats = irdet.weight_features(logits, y, sur, ema_b, val_residual)
     return irdet.sample_weights(weighter, feats), feats
+
+
+_val_residual = fast_jit(lambda pv, yv: jnp.mean(pv - yv, axis=0))
 
 
 @eqx.filter_jit
@@ -175,8 +193,10 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
     loss EMA, batch sampler); ``resume=`` continues from such a state. The weighted run
     equals the unweighted one on the same labels until its weights start, so it resumes
     from that run's snapshot (the same steps, not run twice). ``val_term``: every 4th
-    weighted step is followed by one step on the validation batch with weight 1 / 1.2
-    (the repo's ``(1 / 1.2) (L_val + 0.1 BCE)``; our loss already holds the BCE term)."""
+    weighted step adds ``(1 / 1.2) L_val`` on the validation batch to that step's loss
+    (one gradient step, the repo's ``Ltr + (1 / 1.2) (L_val + 0.1 BCE)``; our loss already
+    holds a BCE term). The weighter's outer update follows the step and sees the updated
+    model, with the validation residual in its alignment features (the repo's order)."""
     x_tr = data["x"]
     if resume is None:
         model, opt_state, weighter, wstate, ema = _init(key, channels, x_tr.shape[0])
@@ -186,6 +206,7 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
         model, opt_state, weighter, wstate, ema, rng, t0 = resume
         rng = copy.deepcopy(rng)
     start_w = steps // 3
+    zero_rv = np.zeros(x_tr.shape[1:], np.float32)
     y_all = labels
     snap = None
     for t in range(t0, steps):
@@ -196,21 +217,24 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
         if phi_refine is not None and t == steps // 2:
             y_all = phi_refine(model)  # the labels of later steps (this batch is drawn)
         if weighted and t >= start_w:
-            model_before = model
-            logits, p = _forward(model, x)  # the val batch's shape: compiled once for both
-            w, feats = _weights(*eqx.partition(weighter, eqx.is_array)[::-1], logits, y, ema[idx])
-            model, opt_state, per = _train_step(model, opt_state, x, y, w)
-            if t % 4 == 0:  # outer update of the weighter on a validation batch
-                pv = _predict(model_before, val["x"])
+            w_split = eqx.partition(weighter, eqx.is_array)[::-1]
+            logits, _ = _forward(model, x)  # the val batch's shape: compiled once for both
+            w, _ = _weights(*w_split, logits, y, ema[idx], zero_rv)
+            g, per = _grads(model, x, y, w)
+            if val_term and t % 4 == 0:  # the repo's + (1 / 1.2) L_val, in the same step
+                g = _add(g, _grads(model, val["x"], val["y"], jnp.full(batch, 1 / 1.2))[0])
+            model, opt_state = _apply(model, opt_state, g)
+            ema = _ema(ema, idx, per)
+            if t % 4 == 0:  # outer update of the weighter, after the step (the repo's order)
+                logits, p = _forward(model, x)
+                pv = _predict(model, val["x"])
+                rv = _val_residual(pv, val["y"])  # the alignment features see it here
+                _, feats = _weights(*w_split, logits, y, ema[idx], rv)
                 scores = irdet.residual_scores(p, y, pv, val["y"])
                 weighter, wstate = _weighter_step(weighter, wstate, feats, scores)
-                if val_term:  # the repo's (1 / 1.2) L_val on the validation pseudo-masks
-                    model, opt_state, _ = _train_step(
-                        model, opt_state, val["x"], val["y"], jnp.full(batch, 1 / 1.2)
-                    )
         else:
             model, opt_state, per = _train_step(model, opt_state, x, y, jnp.ones(batch))
-        ema = _ema(ema, idx, per)
+            ema = _ema(ema, idx, per)
     return model if snapshot_at is None else (model, snap)
 
 
@@ -236,13 +260,24 @@ def _pd_by_size(pred, gt, small=9):
     }
 
 
-def _pd_at_fa(prob, gt, fa_max):
-    """Pd at the lowest threshold (grid 0.05..0.95) whose Fa is <= ``fa_max``: detectors
-    compared at one false-alarm level, not at one threshold (a diagnostic)."""
+FA_LEVELS = (5e-4, 1e-3)  # false-alarm levels of the ROC-style comparison (docstring)
+
+
+def _pd_curve(prob, gt):
+    """(threshold, Fa, Pd) at the thresholds 0.05..0.95: the detector's ROC-style curve."""
+    out = []
     for t in np.arange(0.05, 0.951, 0.05):
         r = irdet.pd_fa(prob > t, gt)
-        if r.fa <= fa_max:
-            return r.pd, round(float(t), 2)
+        out.append((round(float(t), 2), r.fa, r.pd))
+    return out
+
+
+def _pd_at_fa(curve, fa_max):
+    """Pd at the lowest threshold of ``curve`` whose Fa is <= ``fa_max``: detectors compared
+    at one false-alarm level, not at one threshold (a diagnostic)."""
+    for t, fa, pd in curve:
+        if fa <= fa_max:
+            return pd, t
     return None, None
 
 
@@ -385,10 +420,18 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     # Pd at GT's false-alarm level: at the one threshold 0.5 the detectors sit at different
     # Fa, and Pd rises with Fa (a diagnostic, not part of the order below)
     for name, r in results.items():
-        r["pd_at_gt_fa"], r["thr_at_gt_fa"] = _pd_at_fa(probs[name], te.mask, results["gt"]["fa"])
+        curve = _pd_curve(probs[name], np.asarray(te.mask))
+        r["pd_at_gt_fa"], r["thr_at_gt_fa"] = _pd_at_fa(curve, results["gt"]["fa"])
+        for lv in FA_LEVELS:
+            r[f"pd_at_fa_{lv:g}"] = _pd_at_fa(curve, lv)[0]
     dname = f"disk r={best_r}"
     dw = results["diffusion+weights"]
-    order = {m: bool(results["gt"][m] > dw[m] > results[dname][m]) for m in ("iou", "pd")}
+    order = {
+        m: bool(results["gt"][m] > dw[m] > results[dname][m])
+        if None not in (results["gt"][m], dw[m], results[dname][m])
+        else None
+        for m in ("iou", "pd", *(f"pd_at_fa_{lv:g}" for lv in FA_LEVELS))
+    }
     # ok: what every measured seed gives (docstring); the 0.05 target is reported, not asserted
     ok = fused > fp_alone and margin > 0
     table = [{"labels": k, **{m: _r4(v) for m, v in r.items()}} for k, r in results.items()]
@@ -439,13 +482,15 @@ def summarize(runs):
     out = {}
     for k in runs[0]["detector"]:
         out[k] = {}
-        for m in ("iou", "niou", "pd", "pd_small", "pd_large", "pd_at_gt_fa"):
+        for m in ("iou", "niou", "pd", "pd_small", "pd_large", "pd_at_gt_fa",
+                  *(f"pd_at_fa_{lv:g}" for lv in FA_LEVELS)):  # fmt: skip
             v = np.asarray([np.nan if (x := r["detector"][k][m]) is None else x for r in runs])
             sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
             out[k][m] = {"mean": _r4(float(v.mean())), "std": _r4(sd),
                          "se": _r4(sd / np.sqrt(len(v))), "min": _r4(float(v.min())),
                          "max": _r4(float(v.max()))}  # fmt: skip
-    holds = {m: sum(r["detector_order_holds"][m] for r in runs) for m in ("iou", "pd")}
+    holds = {m: sum(bool(r["detector_order_holds"][m]) for r in runs)
+             for m in runs[0]["detector_order_holds"]}  # fmt: skip
     # paired differences over seeds (same test scenes within a seed): mean and s.e.
     disk = next(k for k in runs[0]["detector"] if k.startswith("disk"))
     pairs = {"gt - diffusion+weights": ("gt", "diffusion+weights"),
@@ -453,8 +498,9 @@ def summarize(runs):
              "diffusion+weights - diffusion": ("diffusion+weights", "diffusion")}  # fmt: skip
     paired = {}
     for name, (a, b) in pairs.items():
-        for m in ("iou", "pd"):
-            d = np.asarray([r["detector"][a][m] - r["detector"][b][m] for r in runs])
+        for m in ("iou", "pd", "pd_at_fa_0.001"):
+            d = np.asarray([np.nan if None in (x := r["detector"][a][m], y := r["detector"][b][m])
+                            else x - y for r in runs])  # fmt: skip
             se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
             paired[f"{name} {m}"] = {"mean": _r4(float(d.mean())), "se": _r4(se)}
     margin = np.asarray([r["margin_over_best_disk"] for r in runs])
