@@ -44,6 +44,17 @@ and keeps the scene's window of it: a 32x32 scene with ``clutter_hw=(128, 128)``
 local statistics of a window of a 128x128 scene (exactly: the clutter-only scene equals the
 window of the larger frame's). Targets, blobs and noise are placed on the scene as before.
 The default (None: the scene's own size) leaves every scene unchanged.
+
+Difficulty against SIRST v1 (wave 15; same estimator on both: local contrast = mask
+maximum - median of a ring 3..8 px outside the mask, over the ring's std; global = the same
+contrast over the std of the image's non-target pixels). SIRST v1 (427 images, 533
+targets) against the example's scenes (32x32 windows of 128x128 clutter frames,
+``min_separation=10``, 643 targets; 64x64: alike): local contrast median 23.1 vs 5.3
+(10th percentile 7.6 vs 2.8; below 3: 1.3 % vs 14 %), global median 4.4 vs 4.5 (10th /
+90th percentiles 1.4 / 24.9 vs 2.5 / 7.3), target brightest in its image 62 % vs 74 %,
+area median 20 vs 13 px (> 81 px: 6.9 % vs none), one target per image in 84 % of SIRST
+images vs 1..4 here. The synthetic targets are locally much fainter than real ones, not
+easier; they are smaller and less often below brighter clutter.
 """
 
 import functools
