@@ -25,10 +25,12 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from jaxkit import _numerics as NU
+from jaxkit.soft import _neuralsort_block as NB
 from jaxkit.soft import _sorting as SO
 from jaxkit.soft._axis_front import CHUNK, map_chunks, simplex
 from jaxkit.soft._common import scal
 from jaxkit.soft._elementwise import abs_unguarded
+from jaxkit.soft._neuralsort_block import ns_coef
 from jaxkit.soft._simplex import proj_simplex
 from jaxkit.soft._sorting import sort_values
 
@@ -146,13 +148,6 @@ def _rows(xs, rows_param, kind, softness, mode, A=None):
     return proj_simplex(row_scores(xs, rows_param, kind, A), softness, mode)
 
 
-def ns_coef(n, dtype, descending, idx=None):
-    i = jnp.arange(1, n + 1) if idx is None else idx
-    if descending and idx is None:
-        i = i[::-1]
-    return (n + 1 - 2 * i).astype(dtype)
-
-
 # ----------------------------------------------------------------------------- soft indices
 
 
@@ -227,6 +222,12 @@ def sort(xl, xs, descending, softness, o):
             P = _rows(xs, jnp.moveaxis(ch, 0, -1), "softsort", softness, o.mode)
             P = P if o.gated_grad else lax.stop_gradient(P)
             return jnp.einsum("...kn,...n->...k", P, xl)
+    elif o.mode == "smooth" and o.abs_mode == "soft" and n <= CHUNK:
+        # one block: the custom JVP of mat-vecs with the stored rows (_neuralsort_block)
+        t = scal(softness, xs.dtype)
+        if o.gated_grad:
+            return NB.sort(xs, xl, t, descending)
+        return NB.sort(lax.stop_gradient(xs), xl, lax.stop_gradient(t), descending)
     else:
         A = neuralsort_a(xs, o.mode, softness, o.abs_mode)
         rows = ns_coef(n, xs.dtype, descending)
@@ -239,81 +240,11 @@ def sort(xl, xs, descending, softness, o):
     return map_chunks(f, rows)
 
 
-def _one_block_rank_primal(xs, t, descending):
-    n = xs.shape[-1]
-    nums = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
-    coef = jnp.broadcast_to(ns_coef(n, xs.dtype, descending), xs.shape)
-    d = xs[..., :, None] - xs[..., None, :]
-    th = jnp.tanh(d * (0.5 / t))  # smooth soft |d| = d (2 sigmoid(d / t) - 1) = d tanh(d / 2t)
-    A = jnp.sum(d * th, axis=-1)
-    it = 1.0 / t
-    sc = -(coef[..., :, None] * (xs * it)[..., None, :] + (A * it)[..., None, :])
-    e = jnp.exp(sc - lax.stop_gradient(jnp.max(sc, axis=-1, keepdims=True)))  # rows i, elts j
-    iz = 1.0 / jnp.sum(e, axis=-1)
-    # column sums of P = e / Z weighted by 1, i, c_i, i c_i (the last two for the JVP); the
-    # products with e here and in the reverse pass are laid out as (k, i) @ (i, j) or
-    # (i, j) @ (j, k) (XLA:CPU runs the transposed read of e about 3x slower at n = 100)
-    v = jnp.stack([iz, nums * iz, coef * iz, (coef * nums) * iz], -2)
-    cw = jnp.einsum("...ki,...ij->...kj", v, e)
-    csc = jnp.maximum(cw[..., 0, :], 1e-10)
-    return cw[..., 1, :] / csc, (d, th, A, e, iz, cw, csc)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def one_block_rank(xs, t, descending):
-    """Smooth NeuralSort ranks with softjax's soft ``|.|`` in one ``(..., n, n)`` block.
-
-    ``r_j = sum_i i P_ij / sum_i P_ij`` with ``P_i = softmax_j(-(c_i x_j + A_j) / t)``,
-    ``c_i = n + 1 - 2i`` and ``A_j = sum_k softabs(x_j - x_k)`` (``n <= CHUNK``). The JVP
-    is written through mat-vecs with the stored blocks only: ``e = exp(s - max)`` (the
-    unnormalised rows) and ``M = softabs'(D)``. A tangent of the scores has the form
-    ``ds_ij = c_i a_j + b_j``, so ``dP`` never forms: ``P a``, ``P b`` are one product with
-    ``e`` and the column sums of ``P_ij (c_i a_j + b_j - c_i (P a)_i - (P b)_i)`` another;
-    the ``softness`` tangent uses ``d softabs / dt = (softabs - d softabs') / t``. Its
-    transpose (reverse mode) is the same products with ``e^T`` and ``M``: the fwd+bwd
-    makes no elementwise pass over an ``n x n`` tangent (about 2x less CPU than autodiff
-    through the chunked rows at n = 100). Forward, reverse and higher derivatives all go
-    through the rule.
-    """
-    return _one_block_rank_primal(xs, t, descending)[0]
-
-
-def _one_block_rank_jvp(descending, primals, tangents):
-    xs, t = primals
-    dxs, dt = tangents
-    r, (d, th, A, e, iz, cw, csc) = _one_block_rank_primal(xs, t, descending)
-    n = xs.shape[-1]
-    nums = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=xs.dtype), xs.shape)
-    coef = jnp.broadcast_to(ns_coef(n, xs.dtype, descending), xs.shape)
-    it = 1.0 / t
-    M = th + (d * (0.5 * it)) * (1 - th * th)  # softabs'(d), odd in d
-    a = jnp.zeros_like(xs)  # ds_ij = c_i a_j + b_j
-    b = jnp.zeros_like(xs)
-    if not isinstance(dxs, SymbolicZero):
-        dA = jnp.sum(M, axis=-1) * dxs - jnp.einsum("...jk,...k->...j", M, dxs)
-        a = a - dxs * it
-        b = b - dA * it
-    if not isinstance(dt, SymbolicZero):
-        dA_t = (A - jnp.sum(d * M, axis=-1)) * it  # d softabs / dt = (softabs - d softabs') / t
-        a = a + xs * (it * it) * dt
-        b = b + (A * it - dA_t) * it * dt
-    pab = jnp.einsum("...ij,...kj->...ki", e, jnp.stack([a, b], -2)) * iz[..., None, :]
-    w = coef * pab[..., 0, :] + pab[..., 1, :]  # sum_k P_ik ds_ik
-    # weights stacked last here, on axis -2 above: so their transposes read e as (i, j)
-    pw = jnp.einsum("...ij,...ik->...jk", e, jnp.stack([w * iz, (nums * w) * iz], -1))
-    dcs = a * cw[..., 2, :] + b * cw[..., 0, :] - pw[..., 0]
-    dws = a * cw[..., 3, :] + b * cw[..., 1, :] - pw[..., 1]
-    return r, (dws - r * jnp.where(cw[..., 0, :] > 1e-10, dcs, 0.0)) / csc
-
-
-one_block_rank.defjvp(_one_block_rank_jvp, symbolic_zeros=True)
-
-
 def _neuralsort_rank(xs, descending, softness, o, nums):
     n = xs.shape[-1]
     mode = o.mode
     if mode == "smooth" and o.abs_mode == "soft" and n <= CHUNK:
-        return one_block_rank(xs, scal(softness, xs.dtype), descending)
+        return NB.rank(xs, scal(softness, xs.dtype), descending)
     A = neuralsort_a(xs, mode, softness, o.abs_mode)
     coef = ns_coef(n, xs.dtype, descending)
     k = -(-n // CHUNK)

@@ -25,6 +25,9 @@ no ``jit`` around the call, median of 50 calls after a warm-up call, against sof
 eager call in its subprocess (issue 13 item 9: ours was 434 ms per call before the
 public functions were jitted like jax.numpy).
 
+Timing: ``--repeats`` calls (median), raised on both sides for a fast cell so that its
+timed calls add up to at least 0.2 s (at most 200 calls).
+
 ``--pav-large`` runs only PAV sort / rank at n=10000, matched softness (heavy pooling).
 The OT rows run in float64 on both sides (softjax's OT aborts in float32 fwd+bwd).
 Banded cells use ``window="auto"`` (the band only where it pays); the ``*_forced`` lines
@@ -39,6 +42,7 @@ softjax NeuralSort at n=10000; every cell finite (``finite``) in float32.
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -62,6 +66,10 @@ SJ_NAME = {
     "neuralsort_forced": "neuralsort",
 }
 SOFTNESS = 0.1
+# fast cells: both sides time at least MIN_TIMED_S of calls (up to MAX_REPEATS), so that a
+# sub-millisecond cell is not the median of three calls
+MIN_TIMED_S = 0.2
+MAX_REPEATS = 200
 TARGET_RANK_ERR = 0.5
 K = 10
 Q = 0.5
@@ -80,7 +88,7 @@ import jax, jax.numpy as jnp
 import softjax as sj
 cells = json.loads(open(sys.argv[1]).read())
 data = np.load(sys.argv[2])
-reps = int(sys.argv[3])
+reps, maxr, mins = (float(v) for v in sys.argv[3].split(","))  # see MIN_TIMED_S
 def op(name, meth, x, s):
     kw = dict(softness=s, method=meth)
     if name == "sort":
@@ -130,8 +138,9 @@ def run(c):
         out = jax.block_until_ready(f(x))
         if not all(bool(jnp.all(jnp.isfinite(o))) for o in out):
             raise FloatingPointError("non-finite output or gradient")
+        t0 = time.perf_counter(); jax.block_until_ready(f(x)); t1 = time.perf_counter() - t0
         ts = []
-        for _ in range(reps):
+        for _ in range(int(max(reps, min(maxr, math.ceil(mins / max(t1, 1e-9)))))):
             t0 = time.perf_counter(); jax.block_until_ready(f(x)); ts.append(time.perf_counter() - t0)
         val = np.asarray(jax.jit(lambda x: op(c["op"], c["method"], x, s))(x))
         np.save(sys.argv[4] + "/" + c["id"] + ".npy", val)
@@ -244,7 +253,10 @@ def run_anchor(py, cells, data_path, reps):
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
         env.pop("XLA_FLAGS", None)
         r = subprocess.run(
-            [py, child, cp, data_path, str(reps), d], capture_output=True, text=True, env=env
+            [py, child, cp, data_path, f"{reps},{MAX_REPEATS},{MIN_TIMED_S}", d],
+            capture_output=True,
+            text=True,
+            env=env,
         )
         res = {}
         for line in r.stdout.splitlines():
@@ -345,6 +357,23 @@ def target_of(c):
     return 1.0
 
 
+def time_cell(f, x, repeats):
+    """``H.time_jax`` with ``repeats`` raised for a fast call (as the anchor's child does):
+    the timed calls add up to at least ``MIN_TIMED_S`` (at most ``MAX_REPEATS`` calls)."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(f).lower(x).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(x))
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(x))
+    t1 = time.perf_counter() - t0
+    reps = max(repeats, min(MAX_REPEATS, math.ceil(MIN_TIMED_S / max(t1, 1e-9))))
+    t = H.time_jax(compiled, x, repeats=reps, jit=False)
+    m = compiled.memory_analysis()
+    mem = m.temp_size_in_bytes + m.output_size_in_bytes + m.argument_size_in_bytes
+    return H.Timing(t.median_s, compile_s, round(mem / 2**20, 3), t.output)
+
+
 def cell_line(c, data, anchor, why, repeats):
     """Time one cell on our side and print its line (OT rows in float64 on both sides)."""
     n, op, m, temp = c["n"], c["op"], c["method"], c["temp"]
@@ -358,7 +387,7 @@ def cell_line(c, data, anchor, why, repeats):
     else:
         s = SOFTNESS
     f = jax.value_and_grad(lambda x, W=W, op=op, m=m, s=s: jnp.sum(W * ours_op(op, m, x, s)))
-    t = H.time_jax(f, x, repeats=repeats)
+    t = time_cell(f, x, repeats)
     val = np.asarray(jax.jit(lambda x, op=op, m=m, s=s: ours_op(op, m, x, s))(x))
     finite = bool(
         np.all(np.isfinite(val))

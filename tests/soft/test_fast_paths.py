@@ -4,8 +4,8 @@ Oracles: the top-k SoftSort values contract the dense soft rows of :func:`argtop
 generic simplex projection); the one-block NeuralSort soft-``|.|`` sums (custom JVP) are
 checked against plain autodiff of the elementwise :func:`jaxkit.soft.abs` summed over the
 row, in values, reverse and forward mode, the ``softness`` derivative and a second
-derivative; so is the one-block smooth NeuralSort rank (custom JVP through mat-vecs with the
-stored blocks) against the dense soft permutation matrix of the plain formula; the traced
+derivative; so are the one-block smooth NeuralSort rank and sort (custom JVPs through mat-vecs
+with the stored blocks) against the dense soft permutation matrix of the plain formula; the traced
 input / softness checks still raise under ``jit(grad)``.
 """
 
@@ -32,14 +32,15 @@ def _inputs(seed, shape, draw):
 
 
 def _same_derivatives(fast, ref, x, s, g, t):
-    """``fast(x, s)`` equals ``ref(x, s)`` in values, grads (``x``, ``s``), JVP and an HVP."""
-    _close(fast(x, s), ref(x, s))
-    for argnums in (0, 1):
-        _close(
-            jax.grad(lambda *a: jnp.sum(g * fast(*a)), argnums)(x, s),
-            jax.grad(lambda *a: jnp.sum(g * ref(*a)), argnums)(x, s),
-        )
-    _close(jax.jvp(fast, (x, s), (t, 0.3))[1], jax.jvp(ref, (x, s), (t, 0.3))[1])
+    """``fast(x, s)`` equals ``ref(x, s)`` in values, grads (``x``, ``s``), JVP and an HVP.
+
+    The values come with the JVP and both gradients from one ``grad`` (three programs per
+    side, not five).
+    """
+    jvps = jax.jvp(fast, (x, s), (t, 0.3)), jax.jvp(ref, (x, s), (t, 0.3))
+    grads = [jax.grad(lambda *a, f=f: jnp.sum(g * f(*a)), (0, 1))(x, s) for f in (fast, ref)]
+    for got, want in (*zip(*jvps, strict=True), *zip(*grads, strict=True)):
+        _close(got, want)
 
     def hvp(f):  # a second derivative through the rule (forward over reverse)
         return jax.jvp(jax.grad(lambda x: jnp.sum(g * f(x, s))), (x,), (t,))[1]
@@ -87,25 +88,57 @@ def test_one_block_soft_abs_sums_match_autodiff(mode):
         _same_derivatives(fast, ref, xs, s, g, t)
 
 
+def _dense_neuralsort_rows(xs, s, descending):
+    """The plain smooth NeuralSort rows ``softmax_j(-(c_i x_j + A_j) / s)`` (soft ``|.|``)."""
+    n = xs.shape[-1]
+    i = jnp.arange(1, n + 1, dtype=xs.dtype)
+    c = (n + 1 - 2 * (i[::-1] if descending else i)).astype(xs.dtype)
+    A = jnp.sum(S.abs(xs[..., :, None] - xs[..., None, :], softness=s), axis=-1)
+    return jax.nn.softmax(-(c[None, :, None] * xs[..., None, :] + A[..., None, :]) / s, axis=-1)
+
+
 @pytest.mark.parametrize("descending", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_one_block_neuralsort_rank_matches_dense_formula(descending):
     with jax.enable_x64(True):
         x, g, t = _inputs(6, (2, 24), jax.random.normal)
         s = jnp.asarray(0.05)
-        n = x.shape[-1]
-        i = jnp.arange(1, n + 1, dtype=x.dtype)
-        c = (n + 1 - 2 * (i[::-1] if descending else i)).astype(x.dtype)
+        i = jnp.arange(1, x.shape[-1] + 1, dtype=x.dtype)
 
         @jax.jit
         def ref(x, s):  # the dense soft permutation matrix, column-normalised
-            A = jnp.sum(S.abs(x[..., :, None] - x[..., None, :], softness=s), axis=-1)
-            sc = -(c[None, :, None] * x[..., None, :] + A[..., None, :]) / s
-            P = jax.nn.softmax(sc, axis=-1)
+            P = _dense_neuralsort_rows(x, s, descending)
             return jnp.einsum("...ij,i->...j", P, i) / jnp.sum(P, axis=-2)
 
         def fast(x, s):
             kw = dict(softness=s, method="neuralsort", standardize=False)
             return S.rank(x, descending=descending, **kw)
+
+        _same_derivatives(fast, ref, x, s, g, t)
+
+
+@pytest.mark.parametrize(
+    ("descending", "gated"),
+    [(False, True), pytest.param(True, True, marks=pytest.mark.slow),
+     pytest.param(False, False, marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_one_block_neuralsort_sort_matches_dense_formula(descending, gated):
+    with jax.enable_x64(True):
+        x, g, t = _inputs(8, (2, 24), jax.random.normal)
+        s = jnp.asarray(0.05)
+
+        @jax.jit
+        def ref(x, s):  # rows of the squashed copy applied to x itself
+            m = jnp.mean(x, axis=-1, keepdims=True)
+            xs = jax.nn.sigmoid(
+                (x - m) / jnp.sqrt(jnp.mean((x - m) ** 2, -1, keepdims=True) + 1e-6)
+            )
+            P = _dense_neuralsort_rows(xs, s, descending)
+            P = P if gated else jax.lax.stop_gradient(P)
+            return jnp.einsum("...ij,...j->...i", P, x)
+
+        def fast(x, s):
+            kw = dict(softness=s, method="neuralsort", gated_grad=gated)
+            return S.sort(x, descending=descending, **kw)
 
         _same_derivatives(fast, ref, x, s, g, t)
 
