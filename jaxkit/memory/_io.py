@@ -4,7 +4,7 @@ import pathlib
 
 import jax
 
-from jaxkit import io
+from jaxkit import _extras, io
 from jaxkit.memory._dlmr import DLMRParams
 
 
@@ -36,10 +36,7 @@ def _name(path) -> str:
 
 def _saved_shapes(path) -> dict:
     """``{dotted name: shape}`` of the arrays in an orbax checkpoint folder (its metadata)."""
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover
-        raise ImportError("checkpoints need orbax: pip install 'jaxkit[ckpt]'") from e
+    ocp = _extras.require("orbax.checkpoint", extra="ckpt", what="checkpoints need orbax")
     with ocp.StandardCheckpointer() as ck:
         meta = ck.metadata(path)
     tree = getattr(meta, "item_metadata", meta)
