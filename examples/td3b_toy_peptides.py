@@ -165,7 +165,7 @@ def main(
     # each collection samples `samples` rows and the best `keep` by reward stay in the
     # buffer; the evaluations draw as many rows as a collection, so they reuse the
     # fine-tuning loop's compiled sampler (one compile less)
-    iters, samples, keep = (10, 128, 32) if quick else (30, 512, 128)
+    iters, samples, keep = (5, 128, 32) if quick else (30, 512, 128)
     n_eval = samples
     k = iter(jax.random.split(key, 16))
 
