@@ -43,17 +43,33 @@ def test_zero_softness_limit_values(method):
     if method == "ot":
         kw.update(softness=1e-3)
         tol = 5e-2
-    np.testing.assert_allclose(S.sort(X, **kw), jnp.sort(X), atol=tol)
-    np.testing.assert_allclose(S.sort(X, descending=True, **kw), jnp.sort(X)[:, ::-1], atol=tol)
-    np.testing.assert_allclose(S.rank(X, **kw), hard_rank(X), atol=max(tol, 1e-3))
-    np.testing.assert_allclose(S.max(X, axis=-1, **kw), X.max(-1), atol=tol)
-    np.testing.assert_allclose(S.min(X, axis=-1, **kw), X.min(-1), atol=tol)
-    np.testing.assert_allclose(S.top_k(X, 2, **kw)[0], jax.lax.top_k(X, 2)[0], atol=tol)
     q = jnp.array([0.25, 0.5, 0.8])
-    np.testing.assert_allclose(
-        S.quantile(X, q, axis=-1, **kw), jnp.quantile(X, q, axis=-1), atol=tol
-    )
-    np.testing.assert_allclose(S.median(X, axis=-1, **kw), jnp.median(X, axis=-1), atol=tol)
+
+    @jax.jit  # every operator in one program (one compile, not eight)
+    def soft(x):
+        return [
+            S.sort(x, **kw),
+            S.sort(x, descending=True, **kw),
+            S.rank(x, **kw),
+            S.max(x, axis=-1, **kw),
+            S.min(x, axis=-1, **kw),
+            S.top_k(x, 2, **kw)[0],
+            S.quantile(x, q, axis=-1, **kw),
+            S.median(x, axis=-1, **kw),
+        ]
+
+    hard = [
+        jnp.sort(X),
+        jnp.sort(X)[:, ::-1],
+        hard_rank(X),
+        X.max(-1),
+        X.min(-1),
+        jax.lax.top_k(X, 2)[0],
+        jnp.quantile(X, q, axis=-1),
+        jnp.median(X, axis=-1),
+    ]
+    for i, (got, want) in enumerate(zip(soft(X), hard, strict=True)):
+        np.testing.assert_allclose(got, want, atol=max(tol, 1e-3) if i == 2 else tol)
 
 
 @pytest.mark.parametrize("method", _default(("softsort", "network"), INDEX_METHODS))
@@ -242,19 +258,23 @@ def test_permutation_invariance_and_equivariance(method):
 def test_network_matrix_free_equals_dense(kind):
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.normal(size=(2, 11)), jnp.float32)
-    P = S.argsort(x, softness=0.3, method="network", network=kind)
+    kw = dict(softness=0.3, method="network", network=kind)
+
+    @jax.jit  # the four calls in one program
+    def run(x):
+        return (
+            S.argsort(x, **kw),
+            S.rank(x, **kw),
+            S.argsort(x, descending=True, **kw),
+            S.argtop_k(x, 3, **kw),
+        )
+
+    P, rank, Pd, top = run(x)
     Pt = jnp.swapaxes(P, -1, -2)
     Pt = Pt / Pt.sum(-1, keepdims=True)
     dense_rank = Pt @ jnp.arange(1.0, 12.0)
-    np.testing.assert_allclose(
-        S.rank(x, softness=0.3, method="network", network=kind), dense_rank, rtol=1e-4
-    )
-    Pd = S.argsort(x, softness=0.3, method="network", network=kind, descending=True)
-    np.testing.assert_allclose(
-        S.argtop_k(x, 3, softness=0.3, method="network", network=kind),
-        Pd[..., :3, :],
-        atol=1e-5,
-    )
+    np.testing.assert_allclose(rank, dense_rank, rtol=1e-4)
+    np.testing.assert_allclose(top, Pd[..., :3, :], atol=1e-5)
 
 
 def test_odd_even_network_sorts():
@@ -389,13 +409,26 @@ def test_selection_with_one_hot_matches_hard():
 
 def test_straight_through():
     x = jnp.array([0.3, -1.2, 2.0, 0.9])
-    np.testing.assert_array_equal(S.sort_st(x), jnp.sort(x))
-    g_st = jax.grad(lambda v: jnp.sum(S.sort_st(v) * jnp.arange(4.0)))(x)
-    g_soft = jax.grad(lambda v: jnp.sum(S.sort(v) * jnp.arange(4.0)))(x)
-    np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
-    np.testing.assert_array_equal(S.heaviside_st(x), (x > 0).astype(x.dtype))
     f = S.grad_replace(lambda v, forward: jnp.round(v) if forward else v)
-    np.testing.assert_allclose(jax.grad(lambda v: jnp.sum(f(v)))(x), 1.0)
+
+    @jax.jit  # one program for the values and the three gradients
+    def run(x):
+        def g(fn):
+            return jax.grad(lambda v: jnp.sum(fn(v) * jnp.arange(4.0)))(x)
+
+        return (
+            S.sort_st(x),
+            g(S.sort_st),
+            g(S.sort),
+            S.heaviside_st(x),
+            jax.grad(lambda v: jnp.sum(f(v)))(x),
+        )
+
+    st, g_st, g_soft, heavi, g_f = run(x)
+    np.testing.assert_array_equal(st, jnp.sort(x))
+    np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
+    np.testing.assert_array_equal(heavi, (x > 0).astype(x.dtype))
+    np.testing.assert_allclose(g_f, 1.0)
 
 
 # ----------------------------------------------------------------------------- bad inputs, empty

@@ -113,7 +113,7 @@ def test_network_sort_values_match_scanned_sweep(kind):
     # the unrolled values path against the scanned forward sweep (values and gradients)
     from jaxkit.soft import _network as NW
 
-    x = jax.nn.sigmoid(jnp.asarray(np.random.default_rng(3).normal(size=(3, 37)), jnp.float32))
+    x = jax.nn.sigmoid(jnp.asarray(np.random.default_rng(3).normal(size=(3, 13)), jnp.float32))
     for mode in ("smooth", "c1"):
         a = NW.forward(x, 0.1, mode, kind, True)[0]
         b = NW.sort_values(x, 0.1, mode, kind, True)
