@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
-from jaxkit.kernels.sampling import sample_tokens
+from jaxkit._tokens import choose_tokens, is_greedy
 from jaxkit.memory._dlmr import (
     DLMRConfig,
     DLMRParams,
@@ -141,12 +141,6 @@ def _forward(hv, x, pos, st):
     h_l, lo = _run(hv.lo, st.lo, x, pos, low)
     h, hi = _run(hv.hi, st.hi, h_l, pos, full)
     return nn.unembed(*hv.hi[-1], h), h_l, h, lo, hi
-
-
-def _choose(logits, key, temperature, top_p, greedy):
-    if greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return sample_tokens(logits, key=key, temperature=temperature, top_p=top_p).token
 
 
 def _set_slot(buf, at, val):
@@ -361,7 +355,13 @@ def _generate(
         hs = jax.lax.dynamic_update_index_in_dim(hs, st.h, i, axis=1)
         if can_inject:
             st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
-        tok = _choose(st.logits, jax.random.fold_in(key, 2 * i), temperature, top_p, greedy)
+        tok = choose_tokens(
+            st.logits,
+            jax.random.fold_in(key, 2 * i),
+            greedy=greedy,
+            temperature=temperature,
+            top_p=top_p,
+        )
         # fed every step (the last feed is unused): no conditional around the cache
         st = _feed(hv, st, tok, embeds_ctx)
         put = functools.partial(jax.lax.dynamic_update_index_in_dim, index=i, axis=1)
@@ -453,7 +453,7 @@ def dlmr_generate(
     _validate.real_scalar(temperature, name="temperature")
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
-    greedy = not isinstance(temperature, jax.core.Tracer) and float(temperature) == 0.0
+    greedy = is_greedy(temperature)
     return _generate_core(
         lm_params,
         params,
