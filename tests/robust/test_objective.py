@@ -94,7 +94,7 @@ def test_monotonicity():
         iv = R.calibrate_interval(xi, alpha=0.05)
         eps = np.linspace(0, 1, 6)
         j = np.array([float(R.credal_objective(fam, x, xi, iv, e)) for e in eps])
-        slope = float(fam.sup(x, iv, 0.0)) - np.maximum(H * (100 - xi), B * (xi - 100)).mean()
+        slope = float(_sup(fam, x, iv, 0.0)) - np.maximum(H * (100 - xi), B * (xi - 100)).mean()
         np.testing.assert_allclose(np.diff(j) / np.diff(eps), slope, rtol=1e-9)
         # min_J(eps) is concave (a min of affine functions) with supergradient
         # s(x_eps) = sup_B loss - E loss at the minimiser: check both inequalities, and
