@@ -31,14 +31,27 @@ def _grads(key, p):
     return jax.tree.map(lambda x: jax.random.normal(key, (B, *x.shape), x.dtype), p)
 
 
+_TRANSFORMS: dict = {}
+
+
+def _transform(key):
+    """One prism transform and one jitted update per key for the whole module: the tests
+    that run the same state structure (carry or not) share one compiled step instead of
+    compiling a fresh ``jax.jit(tx.update)`` in every ``_run``."""
+    k = tuple(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    if k not in _TRANSFORMS:
+        tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=0.7, denom=B, key=key)
+        _TRANSFORMS[k] = (tx, jax.jit(tx.update))
+    return _TRANSFORMS[k]
+
+
 def _run(key, steps, *, carry=True, edit=None):
     """``steps`` prism steps; ``carry=False`` drops the carry (frames recomputed)."""
     p = _params(key)
-    tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=0.7, denom=B, key=key)
+    tx, update = _transform(key)
     s = tx.init(p)
     if not carry:
         s = (s[0], s[1]._replace(carry=None))
-    update = jax.jit(tx.update)
     for t in range(steps):
         if edit is not None and t == steps - 1:
             p, s = edit(p, s)

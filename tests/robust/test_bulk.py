@@ -125,7 +125,8 @@ def test_ledoit_wolf_matches_sklearn():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(30, 6)) @ rng.normal(size=(6, 6))
     with jax.enable_x64(True):
-        _, cov = _calibrate.ledoit_wolf(jnp.asarray(x), jnp.full(30, 1 / 30))
+        # jitted: one compilation instead of one per eager x64 op (same value)
+        _, cov = jax.jit(_calibrate.ledoit_wolf)(jnp.asarray(x), jnp.full(30, 1 / 30))
     np.testing.assert_allclose(cov, sk_ledoit_wolf(x)[0], rtol=1e-8)
 
 
