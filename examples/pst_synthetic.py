@@ -75,11 +75,12 @@ from jaxkit import retrieval
 from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
 
-# (n_train, n_test, steps, batch, dim): the spec's demo sizes, and a quick smoke run
+# (n_train, n_test, steps, batch, dim, layers per encoder): the spec's demo sizes, and a
+# quick smoke run (one layer: its time is mostly the training step's compile)
 SIZES = {
-    "full": (2000, 500, 1500, 64, 64),
-    "medium": (1000, 200, 400, 32, 32),  # the measured size of the README row
-    "quick": (256, 64, 40, 16, 32),
+    "full": (2000, 500, 1500, 64, 64, 2),
+    "medium": (1000, 200, 400, 32, 32, 2),  # the measured size of the README row
+    "quick": (256, 64, 40, 16, 32, 1),
 }
 # loss weights (token-wise NCE, STII alignment, pyramid, segment-stage order prior)
 ORDER = 0.5
@@ -252,7 +253,7 @@ def main(
     if size is not None and size not in SIZES:
         raise ValueError(f"`size` must be one of {sorted(SIZES)} or None, got {size!r}.")
     size = size or ("quick" if quick else "full")
-    n_train, n_test, steps, batch, dim = SIZES[size]
+    n_train, n_test, steps, batch, dim, layers = SIZES[size]
     key = jax.random.key(seed)
     kd = jax.random.split(key, 4)
     comp = split == "compositional"
@@ -263,7 +264,7 @@ def main(
     test = S.synthetic_motion_text(n_test, key=kd[1], split=test_split)
     canon = {c: i for i, c in enumerate(sorted(set(train.canonical)))}
     canon_ids = jnp.asarray([canon[c] for c in train.canonical], jnp.int32)
-    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim)
+    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim, n_layers=layers)
     fit = _make_train(cfg, steps, batch, 1e-3)
     init = M.pst_init(cfg, key=kd[2])
     arrays = (
