@@ -263,6 +263,13 @@ def pst_loss(
     segment scores and the game whose STII is the target, so the target favours the
     phrase at the window's place in the caption's order. Weights ``(0, 0, 0)`` give the
     global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5, 0.5)`` full PST.
+    ``L_pyr`` is :func:`pyramid_consistency` divided by 4 (two stages, both directions: one
+    InfoNCE's scale) with the joint and segment scores as ``stop_gradient`` targets and, as
+    the model side, the global scores recomputed on the encoders' pooled features under
+    ``stop_gradient``: it distils the local stages into the global projection heads only
+    and cannot move the encoders the stages share (with gradients through the encoders it
+    lowered every stage: wave 15, ``docs/areas/retrieval.md``). [R]: HBI's consistency
+    term, made head-only here.
     ``tau_phi`` (STII target temperature) defaults to 0.03, about ``tau / 3`` at the
     default ``tau = 0.1`` (a fixed value: it does not follow ``tau``), not the spec's
     ``tau_phi = tau_S``: the STII of this game is about a third of ``S`` in spread, so with
