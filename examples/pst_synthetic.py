@@ -37,7 +37,8 @@ variants): global-only 115.5, token-wise 126.5, token-wise + prior 156.0, PST 15
 seeds 1 / 2, token-wise + prior vs PST: 164.0 / 160.0 vs 163.0 / 162.5 (global-only and
 token-wise at seeds 1 / 2, wave 15, same code path: 121.5 / 117.5 and 134.5 / 131.5).
 PST > token-wise > global-only holds on every seed (seeds 1 / 2 against wave 15's two
-baselines), STII alignment PST 0.828 / 0.819 / 0.838 (target 0.70: met; chance 0.37; the prior alone 0.70-0.71).
+baselines), STII alignment PST 0.828 / 0.819 / 0.838 (target 0.70: met; chance 0.37;
+the prior alone 0.70-0.71).
 
 **Like for like, PST ties.** Against ``token_wise_order`` (token-wise with the same prior,
 same budget; ``baseline["token_wise_order"]``, ``margin_vs_token_wise_order``) the
@@ -52,8 +53,8 @@ ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wi
 alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
 The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
 CPU for the three variants) was not run. ``split="random"`` runs the random split. The
-quick mode (40 steps, one encoder layer) is a smoke run. Not implemented: the DPC-KNN token compressor
-(phrases are the mean of their words), full forward kinematics, HumanML3D runs.
+quick mode (40 steps, one encoder layer) is a smoke run. Not implemented: the DPC-KNN
+token compressor (phrases are the mean of their words), full forward kinematics, HumanML3D runs.
 """
 
 import argparse
