@@ -111,6 +111,12 @@ def _encode_motion(params, cfg: PSTConfig, motion):
 
     Public as ``encode_motion``, jitted at module level (``cfg`` static).
     """
+    joint, segment, pooled = _motion_tokens(params, cfg, motion)
+    return joint, segment, pooled @ params["proj"][0]
+
+
+def _motion_tokens(params, cfg: PSTConfig, motion):
+    """The motion encoder below the global head: (joint, segment, pooled ``[B, D]``)."""
     b, length = motion.shape[:2]
     rel = motion - motion[:, :, :1]  # root-relative
     vel = jnp.concatenate([jnp.zeros_like(motion[:, :1]), jnp.diff(motion, axis=1)], axis=1)
@@ -131,8 +137,7 @@ def _encode_motion(params, cfg: PSTConfig, motion):
     h = h.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
     joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
     segment = h.mean(axis=2)
-    glob = h.mean(axis=(1, 2)) @ params["proj"][0]
-    return joint, segment, glob
+    return joint, segment, h.mean(axis=(1, 2))
 
 
 def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
@@ -141,6 +146,12 @@ def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
     ``phrase_ids [B, T]`` assigns each word to a phrase in ``[0, K)`` (-1: none).
     Public as ``encode_text``, jitted at module level (``cfg`` static).
     """
+    h, phrase, phrase_mask, pooled = _text_tokens(params, cfg, tokens, mask, phrase_ids)
+    return h, phrase, phrase_mask, pooled @ params["proj"][1]
+
+
+def _text_tokens(params, cfg: PSTConfig, tokens, mask, phrase_ids):
+    """The text encoder below the global head: (words, phrases, phrase mask, pooled)."""
     b, t = tokens.shape
     tcfg = cfg.transformer(cfg.vocab_size)
     h = nn.embed(params["text"], tcfg, tokens)
@@ -155,8 +166,8 @@ def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
     phrase = jnp.einsum("bkt,btd->bkd", a, h) / jnp.maximum(a.sum(-1, keepdims=True), 1.0)
     phrase_mask = jnp.any(assign, axis=-1)
     m = mask[..., None].astype(h.dtype)
-    glob = (jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)) @ params["proj"][1]
-    return h, phrase, phrase_mask, glob
+    pooled = jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+    return h, phrase, phrase_mask, pooled
 
 
 def _cos_matrix(a, b):
@@ -252,6 +263,13 @@ def pst_loss(
     segment scores and the game whose STII is the target, so the target favours the
     phrase at the window's place in the caption's order. Weights ``(0, 0, 0)`` give the
     global-only baseline, ``(1, 0, 0)`` the token-wise one, ``(1, 1, 0.5, 0.5)`` full PST.
+    ``L_pyr`` is :func:`pyramid_consistency` divided by 4 (two stages, both directions: one
+    InfoNCE's scale) with the joint and segment scores as ``stop_gradient`` targets and, as
+    the model side, the global scores recomputed on the encoders' pooled features under
+    ``stop_gradient``: it distils the local stages into the global projection heads only
+    and cannot move the encoders the stages share (with gradients through the encoders it
+    lowered every stage: wave 15, ``docs/areas/retrieval.md``). [R]: HBI's consistency
+    term, made head-only here.
     ``tau_phi`` (STII target temperature) defaults to 0.03, about ``tau / 3`` at the
     default ``tau = 0.1`` (a fixed value: it does not follow ``tau``), not the spec's
     ``tau_phi = tau_S``: the STII of this game is about a third of ``S`` in spread, so with
@@ -259,8 +277,10 @@ def pst_loss(
     token similarities (measured: full PST R@1 sum 49.5 vs 64.5, examples/pst_synthetic.py).
     """
     order = _checked_order(weights[3] if weights.shape[0] > 3 else 0.0)
-    enc_m = _encode_motion(params, cfg, motion)
-    enc_t = _encode_text(params, cfg, tokens, mask, phrase_ids)
+    *tok_m, pool_m = _motion_tokens(params, cfg, motion)
+    *tok_t, pool_t = _text_tokens(params, cfg, tokens, mask, phrase_ids)
+    enc_m = (*tok_m, pool_m @ params["proj"][0])
+    enc_t = (*tok_t, pool_t @ params["proj"][1])
     scores = _stage_scores(params, cfg, enc_m, enc_t, mask, order)
     nce = [_losses._info_nce(s, neg_mask, tau) for s in scores]
     ms, tp, ok_b = enc_m[1], enc_t[1], enc_t[2]
@@ -271,6 +291,11 @@ def pst_loss(
     sg = jax.lax.stop_gradient
     phi = _game._cross_modal_stii_core(sg(sim), sg(wa), sg(wb), ok_a, ok_b)
     l_st = _losses._alignment(sim, phi, ok_a, ok_b, tau, tau_phi)
-    l_pyr = _losses._pyramid(scores[:2], scores[2], tau)
+    # pyramid: the global head distils the local stages (targets stop-gradient) on the
+    # encoders' pooled features with stop-gradient, so the term trains only the global
+    # projection heads and cannot move the encoders the stages share; / 4 puts its two
+    # stages x two directions on one InfoNCE's scale
+    sg_head = _cos_matrix(sg(pool_m) @ params["proj"][0], sg(pool_t) @ params["proj"][1])
+    l_pyr = _losses._pyramid(scores[:2], sg_head, tau) / (2 * 2)
     total = nce[2] + weights[0] * (nce[0] + nce[1]) + weights[1] * l_st + weights[2] * l_pyr
     return total, {"nce_global": nce[2], "l_st": l_st, "l_pyr": l_pyr}

@@ -34,9 +34,16 @@ def test_pst_loss_composition_and_gradients():
         (loss, aux), g = jax.value_and_grad(
             lambda r: M.pst_loss(r, cfg, *args, full), has_aux=True
         )(q)
-        return scores, loss0, loss, aux, g
+        g_pyr = jax.grad(lambda r: M.pst_loss(r, cfg, *args, full)[1]["l_pyr"])(q)
+        return scores, loss0, loss, aux, g, g_pyr
 
-    scores, loss0, loss, aux, g = run(p)
+    scores, loss0, loss, aux, g, g_pyr = run(p)
+    # the pyramid term trains only the global projection heads, never the shared encoders
+    assert float(aux["l_pyr"]) > 0 and np.any(np.asarray(g_pyr["proj"]) != 0)
+    moved = [
+        k for k, v in g_pyr.items() if k != "proj" and any(np.any(x) for x in jax.tree.leaves(v))
+    ]
+    assert moved == []
     assert scores.shape == (3, 4, 4) and bool(jnp.all(jnp.isfinite(scores)))
     # weights 0: the loss is the global InfoNCE of the global cosine scores
     assert abs(float(loss0) - float(retrieval.info_nce(scores[2], tau=0.1))) < 1e-5
