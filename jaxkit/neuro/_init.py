@@ -29,6 +29,28 @@ def _inverse_link(model, x_next, u, bin_width):
     return x_next if u is None else x_next - u
 
 
+def _haar(key, k, dtype):
+    """Haar-random orthogonal ``[K, K]``: Gram-Schmidt of a Gaussian matrix, without LAPACK.
+
+    Equals the QR factor with a positive ``R`` diagonal (the Haar sign convention), but is
+    built from matmuls: under ``jax.vmap`` over keys a QR would be one batched LAPACK call,
+    which this project avoids (``tests/privacy/test_lapack_unbatched.py`` says why). Each
+    column is orthogonalised twice against the earlier ones (classical Gram-Schmidt, re-run
+    once), which is accurate to rounding for the small ``K`` of a low-rank RNN.
+    """
+    g = jax.random.normal(key, (k, k), dtype)
+    cols = jnp.arange(k)
+
+    def one(j, q):
+        v = g[:, j]
+        earlier = jnp.where(cols[None, :] < j, q, jnp.zeros_like(q))
+        for _ in range(2):
+            v = v - earlier @ (earlier.T @ v)
+        return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+    return jax.lax.fori_loop(0, k, one, jnp.zeros_like(g))
+
+
 def _principal(model, x_prev, x_next, u, key, bin_width):
     acc = accumulation_dtype(model.A.dtype)
     k = model.rank
@@ -40,9 +62,7 @@ def _principal(model, x_prev, x_next, u, key, bin_width):
     # unit-variance latents: z = c V_K diag(sqrt(S) / sigma_K)
     scale = jnp.sqrt(jnp.asarray(s, acc)) / jnp.maximum(sv[:k], jnp.finfo(acc).tiny)
     b0 = vt[:k] * scale[:, None]  # [K, N]
-    q, r = jnp.linalg.qr(jax.random.normal(key, (k, k), acc))
-    q = q * jnp.where(jnp.diagonal(r) < 0, -1.0, 1.0).astype(acc)[None, :]  # Haar
-    B = q @ b0
+    B = _haar(key, k, acc) @ b0
     b = -(B @ m[0])
     z = c @ B.T
     h = _inverse_link(model, x_next.astype(acc), None if u is None else u.astype(acc), bin_width)
@@ -80,7 +100,9 @@ def principal_init(
     ``B f + b`` (Gaussian: ``x_next - u``, and ``log sigma_x`` the residual log std;
     Poisson: ``softplus^-1((y + 1/2) / bin_width)``). Vary ``key`` across restarts and keep
     the lowest training objective: different ``Q`` give the PC penalty different starting
-    partitions. Jitted; ``bin_width`` is traced.
+    partitions. Jitted; ``bin_width`` is traced. Safe to ``jax.vmap`` over ``key``
+    (restarts): the SVD depends on the data only and ``Q`` is built without LAPACK, so no
+    LAPACK call is batched (vmapping over the data would batch the SVD).
 
     Args:
       model: A :class:`LowRankRNN` with the linear read-in (its other fields are kept).

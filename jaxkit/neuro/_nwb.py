@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxkit import _validate
+from jaxkit import _extras, _validate
 
 LAYOUT = (
     "an NWB (HDF5) file with /units/spike_times and /units/spike_times_index (ragged "
@@ -91,16 +91,13 @@ def load_nwb(
     Raises:
       FileNotFoundError: No such file, or no ``*.nwb`` in the folder (the message gives
         the expected layout).
-      ImportError: ``h5py`` is not installed (``pip install jaxkit[neuro]``).
+      ImportError: ``h5py`` is not installed (``pip install 'jaxkit[neuro]'``).
       KeyError: The file lacks the units table or the named behaviour series.
       ValueError: ``bin_width`` not finite and > 0; an empty window; a malformed index.
     """
     _validate.positive(bin_width=bin_width)
     path = _find(root)
-    try:
-        import h5py
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("load_nwb reads NWB files with h5py: `pip install jaxkit[neuro]`.") from e
+    h5py = _extras.require("h5py", extra="neuro", what="load_nwb reads NWB files with h5py")
     with h5py.File(path, "r") as f:
         if "units/spike_times" not in f or "units/spike_times_index" not in f:
             raise KeyError(f"`{path}` has no /units/spike_times(_index); expected {LAYOUT}.")

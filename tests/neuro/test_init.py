@@ -1,10 +1,14 @@
 """principal_init: the read-in spans the leading principal directions; the read-out regresses."""
 
+import re
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxkit import neuro
+from jaxkit.neuro._init import _haar
 
 
 def _np_fit(z, h):
@@ -45,3 +49,22 @@ def test_principal_init_read_in_and_read_out_against_numpy():
     z0 = np.tanh(x[:-1]) @ bs[0].T + np.asarray(fitted[0].b)
     resid = x[1:] - z0 @ np.asarray(fitted[0].A).T - np.asarray(fitted[0].a)
     np.testing.assert_allclose(np.exp(fitted[0].log_sigma_x), resid.std(0), rtol=1e-3)
+
+
+def test_principal_init_vmapped_over_keys_has_no_batched_lapack():
+    # restarts vmap principal_init over keys; a batched LAPACK call (a QR per key, as this
+    # used to lower) can deadlock jaxlib's CPU pool: see tests/privacy/test_lapack_unbatched.py
+    m = neuro.LowRankRNN(5, 2, key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (40, 5))
+    keys = jax.random.split(jax.random.key(2), 3)
+    f = jax.vmap(lambda k: neuro.principal_init(m, x[:-1], x[1:], key=k).B)
+    text = jax.jit(f).lower(keys).as_text()  # lowered only: nothing compiles
+    calls = re.findall(r'custom_call @(lapack_\w+)\(.*?num_batch_dims = "(\d+)"', text)
+    assert calls and all(nb == "0" for _, nb in calls), calls  # the data's SVD, unbatched
+
+
+def test_haar_rotation_is_the_sign_fixed_qr_factor():
+    key, k = jax.random.key(6), 6  # one size: each compiles the loop (~0.8 s CPU)
+    g = np.asarray(jax.random.normal(key, (k, k)), np.float64)
+    q, r = np.linalg.qr(g)
+    np.testing.assert_allclose(_haar(key, k, jnp.float32), q * np.sign(np.diag(r)), atol=1e-5)

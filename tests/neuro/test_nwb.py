@@ -1,5 +1,7 @@
 """The NWB loader on a tiny HDF5 file written here in NWB layout (host side)."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -62,3 +64,6 @@ def test_load_nwb_errors(tmp_path, monkeypatch):
         neuro.load_nwb(tmp_path / "ok.nwb", behavior="hand_vel")
     with pytest.raises(ValueError, match="bin_width"):
         neuro.load_nwb(tmp_path / "ok.nwb", bin_width=0.0)
+    monkeypatch.setitem(sys.modules, "h5py", None)  # as if the neuro extra were missing
+    with pytest.raises(ImportError, match=r"pip install 'jaxkit\[neuro\]'"):
+        neuro.load_nwb(tmp_path / "ok.nwb")
