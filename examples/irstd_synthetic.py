@@ -111,13 +111,14 @@ def _train_step(model, opt_state, x, y, w):
 
 
 @functools.partial(fast_jit, static_argnums=0)
-def _weights(w_static, w_params, logits, y, ema_b, val_residual):
+def _weights(w_static, w_params, logits, y, ema, idx, val_residual):
     """Bi-level weights of a batch from the model's logits (stop-gradient inputs of the
     weighted step) and the features they come from. ``val_residual`` is zero in the inner
-    step and the mean validation residual in the outer update (the repo's, spec §4.2)."""
+    step and the mean validation residual in the outer update (the repo's, spec §4.2).
+    ``ema[idx]``: the batch's loss EMA, gathered here (not in an eager op per step)."""
     weighter = eqx.combine(w_params, w_static)
     sur = irdet.surrogate_refine(jax.nn.sigmoid(logits))
-    feats = irdet.weight_features(logits, y, sur, ema_b, val_residual)
+    feats = irdet.weight_features(logits, y, sur, ema[idx], val_residual)
     return irdet.sample_weights(weighter, feats), feats
 
 
@@ -185,7 +186,10 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
         rng = copy.deepcopy(rng)
     start_w = steps // 3
     zero_rv = np.zeros(x_tr.shape[1:], np.float32)
-    y_all = labels
+    # host arrays and constants built once: no eager gather or fill compiled per step, and
+    # a strong float32 validation weight (a weak-typed one compiled `_grads` a second time)
+    y_all = np.asarray(labels)
+    ones, w_val = jnp.ones(batch, jnp.float32), jnp.full(batch, 1 / 1.2, jnp.float32)
     snap = None
     for t in range(t0, steps):
         if t == snapshot_at:
@@ -193,25 +197,25 @@ def _train(labels, data, *, steps, batch, key, channels, weighted=False, val=Non
         idx = rng.choice(x_tr.shape[0], batch, replace=False)
         x, y = x_tr[idx], y_all[idx]
         if phi_refine is not None and t == steps // 2:
-            y_all = phi_refine(model)  # the labels of later steps (this batch is drawn)
+            y_all = np.asarray(phi_refine(model))  # the labels of later steps (batch drawn)
         if weighted and t >= start_w:
             w_split = eqx.partition(weighter, eqx.is_array)[::-1]
             logits, _ = _forward(model, x)  # the val batch's shape: compiled once for both
-            w, _ = _weights(*w_split, logits, y, ema[idx], zero_rv)
+            w, _ = _weights(*w_split, logits, y, ema, idx, zero_rv)
             g, per = _grads(model, x, y, w)
             if val_term and t % 4 == 0:  # the repo's + (1 / 1.2) L_val, in the same step
-                g = _add(g, _grads(model, val["x"], val["y"], jnp.full(batch, 1 / 1.2))[0])
+                g = _add(g, _grads(model, val["x"], val["y"], w_val)[0])
             model, opt_state = _apply(model, opt_state, g)
             ema = _ema(ema, idx, per)
             if t % 4 == 0:  # outer update of the weighter, after the step (the repo's order)
                 logits, p = _forward(model, x)
                 pv = _predict(model, val["x"])
                 rv = _val_residual(pv, val["y"])  # the alignment features see it here
-                _, feats = _weights(*w_split, logits, y, ema[idx], rv)
+                _, feats = _weights(*w_split, logits, y, ema, idx, rv)
                 scores = irdet.residual_scores(p, y, pv, val["y"])
                 weighter, wstate = _weighter_step(weighter, wstate, feats, scores)
         else:
-            model, opt_state, per = _train_step(model, opt_state, x, y, jnp.ones(batch))
+            model, opt_state, per = _train_step(model, opt_state, x, y, ones)
             ema = _ema(ema, idx, per)
     return model if snapshot_at is None else (model, snap)
 
@@ -241,12 +245,13 @@ FA_LEVELS = (1e-3,)  # the ROC-style comparison's Fa (5e-4: out of some detector
 
 
 def _pd_curve(prob, gt, fa_stop):
-    """(threshold, Fa, Pd) at thresholds 0.05..0.95 up to Fa <= ``fa_stop`` (ROC-style)."""
+    """(threshold, Fa, Pd) at thresholds 0.05..0.95 up to Fa <= ``fa_stop`` (ROC-style);
+    every threshold scored in one ``pd_fa_curve`` call (one labelling pass)."""
+    c = irdet.pd_fa_curve(prob, gt, thresholds=np.arange(0.05, 0.951, 0.05))
     out = []
-    for t in np.arange(0.05, 0.951, 0.05):
-        r = irdet.pd_fa(prob > t, gt)
-        out.append((round(float(t), 2), r.fa, r.pd))
-        if r.fa <= fa_stop:
+    for t, fa, pd in zip(c.threshold, c.fa, c.pd, strict=True):
+        out.append((round(float(t), 2), float(fa), float(pd)))
+        if fa <= fa_stop:
             break
     return out
 

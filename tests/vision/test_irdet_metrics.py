@@ -92,6 +92,36 @@ def test_pd_fa_matches_a_per_image_reference_on_random_masks():
         assert (r.n_gt, r.n_matched, r.false_pixels) == _pd_fa_reference(pred, gt)
 
 
+def test_pd_fa_curve_counts_equal_one_pd_fa_call_per_threshold():
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        n, h, w = rng.integers(1, 5), rng.integers(3, 16), rng.integers(3, 16)
+        prob = rng.random((n, h, w)) ** 2
+        gt = rng.random((n, h, w)) < 0.15
+        gt[-1, -1, -1] = True
+        th = np.array([0.9, 0.05, 0.5, 2.0, 0.3])  # any order; 2.0: nothing predicted
+        c = irdet.pd_fa_curve(prob, gt, thresholds=th, distance=2.5)
+        for i, t in enumerate(th):
+            r = irdet.pd_fa(prob > t, gt, distance=2.5)
+            got = (c.threshold[i], c.n_gt, c.n_matched[i], c.false_pixels[i], c.pd[i], c.fa[i])
+            assert got == (t, r.n_gt, r.n_matched, r.false_pixels, r.pd, r.fa)
+            # and the independent per-image loop (pd_fa shares the matching code)
+            assert got[1:4] == _pd_fa_reference(prob > t, gt, distance=2.5)
+        assert c.n_matched[3] == c.false_pixels[3] == 0
+    one = irdet.pd_fa_curve(prob[0], gt[0], thresholds=[0.5])  # one [H, W] image
+    assert one.n_matched[0] == irdet.pd_fa(prob[0] > 0.5, gt[0]).n_matched
+    with pytest.raises(TypeError, match="`prob`"):
+        irdet.pd_fa_curve(gt, gt, thresholds=[0.5])
+    with pytest.raises(TypeError, match="same shape"):
+        irdet.pd_fa_curve(prob[:, :2], gt, thresholds=[0.5])
+    with pytest.raises(TypeError, match="`thresholds`"):
+        irdet.pd_fa_curve(prob, gt, thresholds=[[0.5]])
+    with pytest.raises(ValueError, match="`thresholds`"):
+        irdet.pd_fa_curve(prob, gt, thresholds=[0.5, np.nan])
+    with pytest.raises(ValueError, match="Pd is undefined"):
+        irdet.pd_fa_curve(prob, np.zeros_like(gt), thresholds=[0.5])
+
+
 def test_iou_niou_against_counts():
     gt = _blank(2)
     pred = _blank(2)

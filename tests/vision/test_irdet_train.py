@@ -1,6 +1,7 @@
 """irdet training pieces: surrogate refine, phi, soft-IoU, bi-level weighting, loaders."""
 
 import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -144,7 +145,7 @@ def _png(path, arr):
     Image.fromarray(arr).save(path)
 
 
-def test_loaders_read_the_three_layouts(tmp_path):
+def test_loaders_read_the_three_layouts(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     img = (rng.uniform(size=(8, 10)) * 255).astype(np.uint8)
     mask = np.zeros((8, 10), np.uint8)
@@ -172,3 +173,6 @@ def test_loaders_read_the_three_layouts(tmp_path):
     os.remove(str(tmp_path / "nudt" / "masks" / "b2.png"))
     with pytest.raises(FileNotFoundError, match="mask for id 'b2'"):
         irdet.load_irstd_folder(str(tmp_path / "nudt"), "test")
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as if the irstd extra were missing
+    with pytest.raises(ImportError, match=r"needs Pillow: pip install 'jaxkit\[irstd\]'"):
+        irdet.load_irstd_folder(str(tmp_path / "sirst"), "test")

@@ -33,9 +33,11 @@ from jaxkit.vision.irdet._diffusion import particle_diffuse as particle_diffuse
 from jaxkit.vision.irdet._diffusion import point_sources as point_sources
 from jaxkit.vision.irdet._diffusion import stable_substeps as stable_substeps
 from jaxkit.vision.irdet._metrics import PdFa as PdFa
+from jaxkit.vision.irdet._metrics import PdFaCurve as PdFaCurve
 from jaxkit.vision.irdet._metrics import iou as iou
 from jaxkit.vision.irdet._metrics import niou as niou
 from jaxkit.vision.irdet._metrics import pd_fa as pd_fa
+from jaxkit.vision.irdet._metrics import pd_fa_curve as pd_fa_curve
 from jaxkit.vision.irdet._metrics import points_from_masks as points_from_masks
 from jaxkit.vision.irdet._pseudolabel import PointPrior as PointPrior
 from jaxkit.vision.irdet._pseudolabel import PseudoMask as PseudoMask

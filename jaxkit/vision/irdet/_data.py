@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxkit._extras import require
+
 IMAGE_DIRS = ("images", "IRSTD1k_Img")
 MASK_DIRS = ("masks", "labels", "full-supervised", "IRSTD1k_Label")
 MASK_SUFFIXES = ("", "_pixels0")
@@ -86,10 +88,7 @@ def load_irstd_folder(root: str, split: str, *, limit: int | None = None) -> IRS
             f"dataset folder {root!r} does not exist (download SIRST / NUDT-SIRST / IRSTD-1k "
             "yourself and pass its local path as `root`)."
         )
-    try:
-        from PIL import Image
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("load_irstd_folder needs Pillow: pip install 'jaxkit[irstd]'.") from e
+    pil_image = require("PIL.Image", extra="irstd", what="load_irstd_folder needs Pillow")
     img_dir = _first_dir(root, IMAGE_DIRS, "image")
     mask_dir = _first_dir(root, MASK_DIRS, "mask")
     with open(_split_file(root, split)) as f:
@@ -107,9 +106,9 @@ def load_irstd_folder(root: str, split: str, *, limit: int | None = None) -> IRS
             raise FileNotFoundError(
                 f"{missing} for id {i!r} not found in {img_dir!r} / {mask_dir!r}."
             )
-        with Image.open(ip) as im:
+        with pil_image.open(ip) as im:
             img = np.asarray(im.convert("L"), np.float32) / 255.0
-        with Image.open(mp) as im:
+        with pil_image.open(mp) as im:
             m = np.asarray(im.convert("L")) > 127
         if img.shape != m.shape:
             raise ValueError(f"id {i!r}: image {img.shape} and mask {m.shape} differ in size.")

@@ -142,6 +142,49 @@ class PdFa(NamedTuple):
     false_pixels: int
 
 
+def _by_image(masks):
+    """Components of ``[N, H, W]`` masks grouped by image: ``(lo, hi, centroids, areas)``.
+
+    Image ``b``'s components sit at ``lo[b]:hi[b]``, in its own raster label order.
+    """
+    img, cent, area = _stack_components(masks)
+    imgs = np.arange(len(masks))
+    lo, hi = np.searchsorted(img, imgs, "left"), np.searchsorted(img, imgs, "right")
+    return lo, hi, cent.tolist(), area  # Python floats: the pair loop is host-bound
+
+
+def _match(gt_parts, pred_parts, n_pred, distance):
+    """Matched GT components and false pixels of each of ``n_pred`` predicted images.
+
+    Predicted image ``b`` is scored against GT image ``b % n_gt_images`` (the greedy
+    centroid rule of :func:`pd_fa`).
+    """
+    g_lo, g_hi, gc, _ = gt_parts
+    p_lo, p_hi, pc, pa = pred_parts
+    matched = np.zeros(n_pred, np.int64)
+    false_px = np.zeros(n_pred, np.int64)
+    for b in range(n_pred):
+        g = b % len(g_lo)
+        free = list(range(p_lo[b], p_hi[b]))
+        for cy, cx in gc[g_lo[g] : g_hi[g]]:
+            for j in free:
+                if math.sqrt((pc[j][0] - cy) ** 2 + (pc[j][1] - cx) ** 2) < distance:
+                    free.remove(j)
+                    matched[b] += 1
+                    break
+        false_px[b] = int(pa[free].sum()) if free else 0
+    return matched, false_px
+
+
+def _check_distance(distance):
+    if not (np.isfinite(distance) and distance > 0):
+        raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
+
+
+def _no_target():
+    return ValueError("Pd is undefined: `gt` has no target component in any image.")
+
+
 def pd_fa(pred, gt, *, distance: float = 3.0) -> PdFa:
     """Pd and Fa with 8-connected components and the centroid rule (host-side).
 
@@ -154,30 +197,82 @@ def pd_fa(pred, gt, *, distance: float = 3.0) -> PdFa:
       TypeError: As :func:`iou`.
       ValueError: ``distance <= 0`` or no GT component in any image (Pd undefined).
     """
-    if not (np.isfinite(distance) and distance > 0):
-        raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
+    _check_distance(distance)
     pred, gt = _as_masks(pred, gt)
     # every image labelled in one call (no connection across images): the labels of an
     # image are consecutive and in its own raster order, as labelling it alone would give
-    gi, gc, _ = _stack_components(gt)
-    pi, pc, pa = _stack_components(pred)
-    imgs = np.arange(len(pred))
-    g_lo, g_hi = np.searchsorted(gi, imgs, "left"), np.searchsorted(gi, imgs, "right")
-    p_lo, p_hi = np.searchsorted(pi, imgs, "left"), np.searchsorted(pi, imgs, "right")
-    n_gt, n_matched, false_px = len(gc), 0, 0
-    pc, gc = pc.tolist(), gc.tolist()  # Python floats: the pair loop below is host-bound
-    for b in range(len(pred)):
-        free = list(range(p_lo[b], p_hi[b]))
-        for cy, cx in gc[g_lo[b] : g_hi[b]]:
-            for j in free:
-                if math.sqrt((pc[j][0] - cy) ** 2 + (pc[j][1] - cx) ** 2) < distance:
-                    free.remove(j)
-                    n_matched += 1
-                    break
-        false_px += int(pa[free].sum()) if free else 0
+    gt_parts = _by_image(gt)
+    matched, false_px = _match(gt_parts, _by_image(pred), len(pred), distance)
+    n_gt = len(gt_parts[2])
     if n_gt == 0:
-        raise ValueError("Pd is undefined: `gt` has no target component in any image.")
+        raise _no_target()
+    n_matched, false_px = int(matched.sum()), int(false_px.sum())
     return PdFa(n_matched / n_gt, false_px / pred.size, n_gt, n_matched, false_px)
+
+
+class PdFaCurve(NamedTuple):
+    """Result of :func:`pd_fa_curve`: one entry per threshold (NumPy arrays ``[T]``).
+
+    Attributes:
+      threshold: The thresholds, in the order given.
+      pd: Probability of detection at each threshold.
+      fa: False-alarm rate at each threshold.
+      n_gt: Number of GT components (the same at every threshold).
+      n_matched: Matched GT components at each threshold.
+      false_pixels: Pixels of unmatched predicted components at each threshold.
+    """
+
+    threshold: np.ndarray
+    pd: np.ndarray
+    fa: np.ndarray
+    n_gt: int
+    n_matched: np.ndarray
+    false_pixels: np.ndarray
+
+
+def pd_fa_curve(prob, gt, *, thresholds, distance: float = 3.0) -> PdFaCurve:
+    """Pd and Fa of ``prob > t`` for every threshold ``t`` at once (host-side, ROC-style).
+
+    The counts equal those of ``pd_fa(prob > t, gt, distance=distance)`` at each ``t``;
+    the ground truth is labelled once and every thresholded mask in one labelling pass.
+
+    Args:
+      prob: Real scores ``[H, W]`` or ``[N, H, W]`` (probabilities, logits, ...).
+      gt: Boolean ground truth of the same shape.
+      thresholds: 1-D real thresholds ``[T]`` (finite; any order).
+      distance: Match when the centroid distance is strictly below this (px, > 0).
+
+    Raises:
+      TypeError: Non-real or wrongly ranked ``prob``, non-1-D ``thresholds``, as
+        :func:`iou` for ``gt``.
+      ValueError: ``distance <= 0``, an empty or non-finite ``thresholds``, or no GT
+        component in any image (Pd undefined).
+    """
+    _check_distance(distance)
+    prob = np.asarray(prob)
+    if prob.dtype == np.bool_ or not np.issubdtype(prob.dtype, np.number):
+        raise TypeError(f"`prob` must hold real scores, got {prob.dtype}.")
+    th = np.asarray(thresholds)
+    if th.ndim != 1 or not np.issubdtype(th.dtype, np.number) or th.dtype == np.bool_:
+        raise TypeError(f"`thresholds` must be a 1-D real array, got {th.dtype} {th.shape}.")
+    if th.size == 0 or not np.all(np.isfinite(th)):
+        raise ValueError(f"`thresholds` must be non-empty and finite, got {th.tolist()}.")
+    if prob.ndim not in (2, 3):
+        raise TypeError(f"`prob` must be [H, W] or [N, H, W], got shape {prob.shape}.")
+    if np.shape(gt) != prob.shape:
+        raise TypeError(f"`prob` {prob.shape} and `gt` {np.shape(gt)} must have the same shape.")
+    _, gt = _as_masks(np.zeros(prob.shape, bool), gt)  # gt's dtype check; [N, H, W]
+    prob = prob.reshape(gt.shape)
+    gt_parts = _by_image(gt)
+    if len(gt_parts[2]) == 0:
+        raise _no_target()
+    # [T * N, H, W]: threshold-major, so predicted image b is GT image b % N
+    preds = (prob[None] > th.reshape(-1, 1, 1, 1)).reshape(-1, *gt.shape[1:])
+    matched, false_px = _match(gt_parts, _by_image(preds), len(preds), distance)
+    matched = matched.reshape(th.size, -1).sum(1)
+    false_px = false_px.reshape(th.size, -1).sum(1)
+    n_gt = len(gt_parts[2])
+    return PdFaCurve(th, matched / n_gt, false_px / gt.size, n_gt, matched, false_px)
 
 
 def points_from_masks(mask, *, max_targets: int | None = None):
