@@ -20,13 +20,14 @@ memory (below: the injection point's state plus a learned vector of the answer) 
 its evidence term (``stage1_loss(evidence=...)``, [R] a jaxkit addition) teaches the
 injector to read the slot holding the evidence (the queried cell's image token, the
 referred answer); without that term the injector's read stays uniform and stage 2's
-CE never leaves the base's level (2.14 -> 2.12 before this change). Stage 2 trains
-banks and injector by CE on answers with the type's bank and a random k, first on late
-queries, then (``MIX``, at a lower rate) on early ones too: trained on late queries only,
-the memory lowered the early queries the base answers (reasoning bank, teacher-forced,
-seed 0: early reasoning 0.93 -> 0.77), and those outnumber the late ones; mixed from the
-start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 2's rate warms up
-to 1e-2 and decays (``LR2``): at a constant 1e-2 seed 2 stalled. Stage 3 trains the router
+CE never leaves the base's level (2.14 -> 2.12 before this change). Stage 2 trains banks
+and injector by CE on answers with the type's bank and a random k, first on late queries,
+then (``MIX``, at a lower rate decaying to a tenth) on early ones too: trained on late
+queries only, the memory lowered the early queries the base answers (reasoning bank,
+teacher-forced, seed 0: early reasoning 0.93 -> 0.77), and those outnumber the late ones;
+mixed from the start, stage 2 did not learn (CE 1.19 -> 1.11, late visual 0.30). Stage 2's
+rate warms up to 1e-2 and decays (``LR2``): at a constant 1e-2 seed 2 stalled. Stage 3
+trains the router
 (:func:`train_router`): each toy query has one routing decision, so every action is scored
 (:func:`score_routes`, the teacher-forced memory forward) and the router maximises the exact
 expected reward (``stage3_loss`` with ``actions=None``; sampled GRPO, the wave-12 form, never
