@@ -120,6 +120,10 @@ def test_pd_fa_curve_counts_equal_one_pd_fa_call_per_threshold():
         irdet.pd_fa_curve(prob, gt, thresholds=[0.5, np.nan])
     with pytest.raises(ValueError, match="Pd is undefined"):
         irdet.pd_fa_curve(prob, np.zeros_like(gt), thresholds=[0.5])
+    bad = prob.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="`prob` must be finite"):
+        irdet.pd_fa_curve(bad, gt, thresholds=[0.5])
 
 
 def test_iou_niou_against_counts():

@@ -245,8 +245,8 @@ def pd_fa_curve(prob, gt, *, thresholds, distance: float = 3.0) -> PdFaCurve:
     Raises:
       TypeError: Non-real or wrongly ranked ``prob``, non-1-D ``thresholds``, as
         :func:`iou` for ``gt``.
-      ValueError: ``distance <= 0``, an empty or non-finite ``thresholds``, or no GT
-        component in any image (Pd undefined).
+      ValueError: ``distance <= 0``, a non-finite ``prob``, an empty or non-finite
+        ``thresholds``, or no GT component in any image (Pd undefined).
     """
     _check_distance(distance)
     prob = np.asarray(prob)
@@ -259,6 +259,9 @@ def pd_fa_curve(prob, gt, *, thresholds, distance: float = 3.0) -> PdFaCurve:
         raise ValueError(f"`thresholds` must be non-empty and finite, got {th.tolist()}.")
     if prob.ndim not in (2, 3):
         raise TypeError(f"`prob` must be [H, W] or [N, H, W], got shape {prob.shape}.")
+    if not np.all(np.isfinite(prob)):
+        # NaN compares False with every threshold: it would count as "no target" silently
+        raise ValueError("`prob` must be finite (it holds NaN or inf).")
     if np.shape(gt) != prob.shape:
         raise TypeError(f"`prob` {prob.shape} and `gt` {np.shape(gt)} must have the same shape.")
     _, gt = _as_masks(np.zeros(prob.shape, bool), gt)  # gt's dtype check; [N, H, W]
