@@ -122,6 +122,28 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
     assert pval > 1e-3, (counts, exact * n)
 
 
+@pytest.mark.parametrize("kind", ["linear", "cosine", "loglinear"])
+def test_max_unmask_probability_matches_numpy(kind):
+    # The compacted sizes' per-step unmasking probability, cached on the host (no eager
+    # schedule evaluation per `sample` call), against an independent NumPy formula.
+    from jaxkit.diffusion._sample import _max_unmask_probability
+
+    steps = 7
+    t = 1.0 - np.arange(steps + 1) / steps
+    if kind == "cosine":
+        a = np.cos(0.5 * np.pi * t)
+    else:
+        a = 1.0 - (1.0 - (1e-3 if kind == "loglinear" else 0.0)) * t
+    q = np.diff(a) / (1.0 - a[0])  # a[k] = alpha(t_k), t_0 = 1
+    q[-1] = (1.0 - a[-2]) / (1.0 - a[0])  # the last step takes the rest
+    sched = diffusion.MaskingSchedule(kind)
+    got = _max_unmask_probability(sched, steps)
+    assert abs(got - np.clip(q, 0.0, 1.0).max()) < 1e-6
+    hits = _max_unmask_probability.cache_info().hits
+    assert _max_unmask_probability(diffusion.MaskingSchedule(kind), steps) == got
+    assert _max_unmask_probability.cache_info().hits == hits + 1
+
+
 def test_trajectory_invariants():
     b, length, steps = 512, 6, 8
     apply_fn, params = _toys.random_mlp(V, length, seed=2)
