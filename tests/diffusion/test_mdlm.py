@@ -296,7 +296,8 @@ def test_compacted_forward_equals_every_row(first):
 
     cfg, params = _toys.tiny_transformer(V, seed=5)
     _, ref = _toys.tiny_transformer(V, seed=6)
-    f = diffusion.transformer_denoiser(cfg)
+    # the denoiser and shapes of the shared-first-step test below: one compiled program
+    f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
     b, length, steps = 64, 6, 6
     x = jax.random.randint(jax.random.key(1), (b, length), 0, V).astype(jnp.int32)
     z = x.at[first : first + 10].set(V)
@@ -339,7 +340,7 @@ def test_shared_first_step_matches_every_row(order):
     cfg, params = _toys.tiny_transformer(V, seed=5)
     _, ref = _toys.tiny_transformer(V, seed=6)
     f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
-    b, length, steps = 48, 6, 4
+    b, length, steps = 64, 6, 6
     blank = jnp.full((b, length), V, jnp.int32)
     valid = jnp.ones_like(blank, dtype=bool)
     pos_attn = _common.positions_and_mask(blank, valid)
@@ -360,7 +361,8 @@ def test_shared_first_step_matches_every_row(order):
                 valid,
                 jax.random.key(4),
                 jnp.asarray(1.0),
-                S._Opts(V, steps, sched, order, V + 1, 0, shared),
+                # ancestral, not shared: the every-row program of the compacted test above
+                S._Opts(V, steps, sched, order, V + 1, 0, shared, 12 * (order == "ancestral")),
             )
             for shared in (False, True)
         ]
