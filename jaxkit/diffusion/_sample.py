@@ -171,17 +171,27 @@ def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[int, int]:
     b, length = tokens.shape
     if order != "ancestral" or not jax.typeof(tokens).sharding.mesh.empty:
         return 0, 0
-    with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
-        a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
-        a1 = float(schedule.alpha(1.0))
-    q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
-    q.append((1.0 - a[-1]) / (1.0 - a1))
-    q = max(min(max(qk, 0.0), 1.0) for qk in q)
+    q = _max_unmask_probability(schedule, num_steps)
     f = 1.0 - (1.0 - q) ** length
     rows = math.ceil(f * b + 2.0 * math.sqrt(b * f * (1.0 - f)))
     n = b * length
     slots = math.ceil(q * n + 3.0 * math.sqrt(n * q * (1.0 - q)))
     return (rows if rows <= 0.8 * b else 0), (slots if slots <= 0.5 * n else 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _max_unmask_probability(schedule, num_steps: int) -> float:
+    """``max_k q_k`` of :func:`_compact_sizes` (host floats, cached per schedule and T).
+
+    Evaluating the schedule takes a few dozen eager dispatches, a millisecond of host
+    time that every :func:`sample` call paid before its compiled program ran.
+    """
+    with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
+        a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
+        a1 = float(schedule.alpha(1.0))
+    q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
+    q.append((1.0 - a[-1]) / (1.0 - a1))
+    return max(min(max(qk, 0.0), 1.0) for qk in q)
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))

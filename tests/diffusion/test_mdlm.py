@@ -122,6 +122,28 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
     assert pval > 1e-3, (counts, exact * n)
 
 
+@pytest.mark.parametrize("kind", ["linear", "cosine", "loglinear"])
+def test_max_unmask_probability_matches_numpy(kind):
+    # The compacted sizes' per-step unmasking probability, cached on the host (no eager
+    # schedule evaluation per `sample` call), against an independent NumPy formula.
+    from jaxkit.diffusion._sample import _max_unmask_probability
+
+    steps = 7
+    t = 1.0 - np.arange(steps + 1) / steps
+    if kind == "cosine":
+        a = np.cos(0.5 * np.pi * t)
+    else:
+        a = 1.0 - (1.0 - (1e-3 if kind == "loglinear" else 0.0)) * t
+    q = np.diff(a) / (1.0 - a[0])  # a[k] = alpha(t_k), t_0 = 1
+    q[-1] = (1.0 - a[-2]) / (1.0 - a[0])  # the last step takes the rest
+    sched = diffusion.MaskingSchedule(kind)
+    got = _max_unmask_probability(sched, steps)
+    assert abs(got - np.clip(q, 0.0, 1.0).max()) < 1e-6
+    hits = _max_unmask_probability.cache_info().hits
+    assert _max_unmask_probability(diffusion.MaskingSchedule(kind), steps) == got
+    assert _max_unmask_probability.cache_info().hits == hits + 1
+
+
 def test_trajectory_invariants():
     b, length, steps = 512, 6, 8
     apply_fn, params = _toys.random_mlp(V, length, seed=2)
@@ -274,7 +296,8 @@ def test_compacted_forward_equals_every_row(first):
 
     cfg, params = _toys.tiny_transformer(V, seed=5)
     _, ref = _toys.tiny_transformer(V, seed=6)
-    f = diffusion.transformer_denoiser(cfg)
+    # the denoiser and shapes of the shared-first-step test below: one compiled program
+    f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
     b, length, steps = 64, 6, 6
     x = jax.random.randint(jax.random.key(1), (b, length), 0, V).astype(jnp.int32)
     z = x.at[first : first + 10].set(V)
@@ -317,7 +340,7 @@ def test_shared_first_step_matches_every_row(order):
     cfg, params = _toys.tiny_transformer(V, seed=5)
     _, ref = _toys.tiny_transformer(V, seed=6)
     f = diffusion.transformer_denoiser(cfg, absolute_positions=True)
-    b, length, steps = 48, 6, 4
+    b, length, steps = 64, 6, 6
     blank = jnp.full((b, length), V, jnp.int32)
     valid = jnp.ones_like(blank, dtype=bool)
     pos_attn = _common.positions_and_mask(blank, valid)
@@ -338,7 +361,8 @@ def test_shared_first_step_matches_every_row(order):
                 valid,
                 jax.random.key(4),
                 jnp.asarray(1.0),
-                S._Opts(V, steps, sched, order, V + 1, 0, shared),
+                # ancestral, not shared: the every-row program of the compacted test above
+                S._Opts(V, steps, sched, order, V + 1, 0, shared, 12 * (order == "ancestral")),
             )
             for shared in (False, True)
         ]

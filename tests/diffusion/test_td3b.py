@@ -250,7 +250,7 @@ def _np_path_log_prob(log_p_fn, toks, st, steps):
 def test_proposal_window_weights_rows_against_the_window_mixture():
     apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
     pols = [_toys.random_mlp(V, 4, seed=s)[1] for s in (2, 3, 4)]
-    steps, n = 4, 8
+    steps, n = 4, 16  # the sampler shapes of the test above: its compiled program
     z = jnp.full((n, 4), V, jnp.int32)
     past, trs = [], []
     for i, pol in enumerate(pols):  # one batch per policy; a window of the last two
