@@ -50,6 +50,19 @@ class LayerNorm(eqx.Module):
         self.b = jnp.zeros((d,), jnp.float32)
 
     def __call__(self, x):
-        mu = jnp.mean(x, -1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-5) * row(self.g, x) + row(self.b, x)
+        return self.affine(normed(x))
+
+    def affine(self, x_hat):
+        """The scale and shift alone, on an already normalised ``x_hat`` (:func:`normed`)."""
+        return x_hat * row(self.g, x_hat) + row(self.b, x_hat)
+
+
+def normed(x):
+    """:class:`LayerNorm` without its scale and shift: ``(x - mean) / sqrt(var + 1e-5)``.
+
+    Row-wise: rows normalised once can take several LayerNorms' affines
+    (:meth:`LayerNorm.affine`).
+    """
+    mu = jnp.mean(x, -1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + 1e-5)

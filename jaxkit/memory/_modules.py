@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxkit._adapter_layers import LayerNorm, Linear
+from jaxkit._adapter_layers import LayerNorm, Linear, normed
 
 
 class CrossLayer(eqx.Module):
@@ -45,13 +45,23 @@ class CrossLayer(eqx.Module):
         ``z_mask bool[B, k]``: the latents the others may read (default all), so the
         first ``k`` outputs never depend on latents past ``k``.
         """
+        return self.attend_normed(z, normed(c), c_mask, z_mask)
+
+    def attend_normed(self, z, c_hat, c_mask, z_mask=None):
+        """:meth:`attend` given the context LayerNorm'd without its affine (``c_hat``).
+
+        ``ln_kv`` is row-wise, so the context rows' statistics do not depend on the
+        latents nor on the block: the injector takes them once for all its blocks. The
+        latents' rows share one statistic between ``ln_q`` and ``ln_kv``.
+        """
         b, k, d = z.shape
         h, dh = self.heads, d // self.heads
-        kv = self.ln_kv(jnp.concatenate([c, z], axis=1))
         if z_mask is None:
             z_mask = c_mask[:, :1] | jnp.ones((1, k), bool)
         mask = jnp.concatenate([c_mask, z_mask], axis=1)
-        q = self.wq(self.ln_q(z)).reshape(b, k, h, dh)
+        z_hat = normed(z)
+        kv = self.ln_kv.affine(jnp.concatenate([c_hat, z_hat], axis=1))
+        q = self.wq(self.ln_q.affine(z_hat)).reshape(b, k, h, dh)
         kk = self.wk(kv).reshape(b, -1, h, dh)
         vv = self.wv(kv).reshape(b, -1, h, dh)
         s = jnp.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(dh)
@@ -122,9 +132,10 @@ class Injector(eqx.Module):
         r = hot @ self.recency
         c = self.w_ctx(self.ln_in(ctx)) + r
         z = self.w_lat(latents) + self.w_now(self.ln_in(now))[:, None, :]
+        c_hat = normed(c)  # the context rows' LayerNorm statistics, shared by the blocks
         reads = None
         for layer in self.layers:
-            z, probs = layer.attend(z, c, ctx_valid, latents_valid)
+            z, probs = layer.attend_normed(z, c_hat, ctx_valid, latents_valid)
             if reads is None:
                 reads = jnp.mean(probs[..., : ctx.shape[1]], axis=(1, 2))
         anchor = now.astype(jnp.float32)[:, None, :] + latents.astype(jnp.float32)
