@@ -31,29 +31,45 @@ def test_lift_equals_dense_projection(key, m, n, r):
     np.testing.assert_allclose(d.a, da, rtol=1e-3, atol=1e-3)
 
 
+@jax.jit  # one compiled program for the oracle (eager, each glue op would compile alone)
+def _coords_quantities(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    f = factors(k1, 10, 8, 3, jnp.float64)
+    c = L.gram_cache(f)
+    gd = jax.random.normal(k2, (10, 8), jnp.float64)
+    co = L.tangent_coords(f, factor_grads(f, gd), c)
+    dense = L.project_tangent_dense(f, gd)
+    d = L.from_coords(f, co, c)
+    back = L.tangent_coords(f, factor_grads(f, L.tangent_dense(f, d)), c)
+    gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
+    co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
+    ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
+    return dict(
+        coords_sq=L.coords_norm_sq(co),
+        tangent_sq=L.tangent_norm_sq(f, d),
+        dense_sq=jnp.sum(dense**2),
+        back=back,
+        co=co,
+        ip=ip,
+        dense_ip=jnp.sum(dense * L.project_tangent_dense(f, gd2)),
+        u_up=c.u.T @ co.up,
+        v_vp=c.v.T @ co.vp,
+    )
+
+
 def test_norms_coords_isometry_and_inverse(key):
     with jax.enable_x64(True):
-        k1, k2, k3 = jax.random.split(key, 3)
-        f = factors(k1, 10, 8, 3, jnp.float64)
-        c = L.gram_cache(f)
-        gd = jax.random.normal(k2, (10, 8), jnp.float64)
-        co = L.tangent_coords(f, factor_grads(f, gd), c)
-        dense = L.project_tangent_dense(f, gd)
-        np.testing.assert_allclose(L.coords_norm_sq(co), np.sum(dense**2), rtol=1e-10)
-        d = L.from_coords(f, co, c)
-        np.testing.assert_allclose(L.tangent_norm_sq(f, d), np.sum(dense**2), rtol=1e-10)
+        q = _coords_quantities(key)
+        np.testing.assert_allclose(q["coords_sq"], q["dense_sq"], rtol=1e-10)
+        np.testing.assert_allclose(q["tangent_sq"], q["dense_sq"], rtol=1e-10)
         # from_coords . tangent_coords = id on T_Z: coordinates of a tangent vector
-        back = L.tangent_coords(f, factor_grads(f, L.tangent_dense(f, d)), c)
-        for x, y in zip(back, co, strict=True):
+        for x, y in zip(q["back"], q["co"], strict=True):
             np.testing.assert_allclose(x, y, atol=1e-10)
         # isometry: inner products preserved
-        gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
-        co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
-        ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
-        np.testing.assert_allclose(ip, np.sum(dense * L.project_tangent_dense(f, gd2)), rtol=1e-10)
+        np.testing.assert_allclose(q["ip"], q["dense_ip"], rtol=1e-10)
         # orthogonality constraints of the coordinates
-        np.testing.assert_allclose(c.u.T @ co.up, 0, atol=1e-10)
-        np.testing.assert_allclose(c.v.T @ co.vp, 0, atol=1e-10)
+        np.testing.assert_allclose(q["u_up"], 0, atol=1e-10)
+        np.testing.assert_allclose(q["v_vp"], 0, atol=1e-10)
 
 
 @pytest.mark.slow  # default run: time budget (tests/README.md)

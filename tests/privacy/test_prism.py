@@ -222,10 +222,16 @@ def test_sensitivity_bounded_by_clip(key, scale):
 
 
 def test_one_vs_eight_devices_same_step(key, mesh8):
-    """Noise is drawn once after the reduction: 8-device shard_map step == 1-device step."""
+    """Noise is drawn once after the reduction: 8-device shard_map step == 1-device step.
+
+    One LoRA module and one Euclidean leaf: both reductions (the factor sums and the dense
+    sum) cross the devices. A stacked module's sums go through the same ``psum`` line; it
+    made both programs about twice as large (its frame maths is a second ``lax.map`` body)
+    without a reduction of its own, and the carry tests keep it.
+    """
     f, gs = _setup(key, jnp.float32, b=16)
-    p = _tree(f)
-    g = _tree_grads(f, gs)
+    p = {"q": f, "head": jnp.ones((3,), f.a.dtype)}
+    g = {"q": factor_grads(f, gs), "head": gs[:, 0, :3]}
     tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0, key=jax.random.key(5))
     txs = privacy.prism(
         0.05,
