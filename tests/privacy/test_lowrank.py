@@ -23,11 +23,11 @@ def test_lift_equals_dense_projection(key, m, n, r):
     d = L.tangent_lift(f, g, L.gram_cache(f))
     want = L.project_tangent_dense(f, gd)
     np.testing.assert_allclose(L.tangent_dense(f, d), want, rtol=1e-5, atol=2e-5 * r)
-    # the spec's closed form of the lift
-    n_inv = jnp.linalg.inv(f.b.T @ f.b)
-    pu = f.a @ jnp.linalg.solve(f.a.T @ f.a, f.a.T)
-    with jax.enable_x64(False):
-        da = g.a @ n_inv - 0.5 * pu @ g.a @ n_inv
+    # the spec's closed form of the lift (in NumPy: no eager jax op compiles)
+    a, b, ga = (np.asarray(v, np.float64) for v in (f.a, f.b, g.a))
+    n_inv = np.linalg.inv(b.T @ b)
+    pu = a @ np.linalg.solve(a.T @ a, a.T)
+    da = ga @ n_inv - 0.5 * pu @ ga @ n_inv
     np.testing.assert_allclose(d.a, da, rtol=1e-3, atol=1e-3)
 
 
@@ -163,25 +163,28 @@ def test_retraction_oracles(key):
         d = L.tangent_lift(
             f, factor_grads(f, jax.random.normal(k2, (m, n), jnp.float64)), L.gram_cache(f)
         )
-        xi = L.tangent_dense(f, d)
+        # the checks' arithmetic in NumPy (f64, as the jax values): no eager op compiles
+        xi = np.asarray(L.tangent_dense(f, d))
+        z = np.asarray(L.to_dense(f))
         for eta in (0.3, 1e-2):
             out = L.retract(f, d, eta=eta)
-            np.testing.assert_allclose(
-                L.to_dense(out), truncated(L.to_dense(f) + eta * xi, r), atol=1e-10
-            )
-            np.testing.assert_allclose(out.a.T @ out.a, out.b.T @ out.b, atol=1e-10)
+            np.testing.assert_allclose(L.to_dense(out), truncated(z + eta * xi, r), atol=1e-10)
+            oa, ob = np.asarray(out.a), np.asarray(out.b)
+            np.testing.assert_allclose(oa.T @ oa, ob.T @ ob, atol=1e-10)
         # first order: ||Retr - (Z + eta xi)|| = O(eta^2)
         errs = [
-            float(jnp.linalg.norm(L.to_dense(L.retract(f, d, eta=e)) - (L.to_dense(f) + e * xi)))
+            float(np.linalg.norm(np.asarray(L.to_dense(L.retract(f, d, eta=e))) - (z + e * xi)))
             for e in (1e-2, 1e-3)
         ]
         assert errs[1] < errs[0] / 50
         # Procrustes alignment minimizes the distance over O(r)
         out = L.retract(f, d, eta=0.3)
-        best = float(jnp.sum((out.a - f.a) ** 2) + jnp.sum((out.b - f.b) ** 2))
-        for k in jax.random.split(k3, 20):
-            q, _ = jnp.linalg.qr(jax.random.normal(k, (r, r), jnp.float64))
-            other = float(jnp.sum((out.a @ q - f.a) ** 2) + jnp.sum((out.b @ q - f.b) ** 2))
+        oa, ob, fa, fb = (np.asarray(v) for v in (out.a, out.b, f.a, f.b))
+        best = float(np.sum((oa - fa) ** 2) + np.sum((ob - fb) ** 2))
+        gs = np.asarray(jax.random.normal(k3, (20, r, r), jnp.float64))
+        for g in gs:
+            q, _ = np.linalg.qr(g)
+            other = float(np.sum((oa @ q - fa) ** 2) + np.sum((ob @ q - fb) ** 2))
             assert best <= other + 1e-10
 
 
@@ -189,11 +192,14 @@ def test_inits(key):
     k1, k2 = jax.random.split(key)
     w = jax.random.normal(k1, (16, 12))
     si = L.spectral_init(w, rank=3, key=k2, scale=2.0)
-    np.testing.assert_allclose(si.residual + 2.0 * L.to_dense(si.factors), w, atol=1e-5)
-    np.testing.assert_allclose(2.0 * L.to_dense(si.factors), truncated(w, 3), atol=1e-3)
+    # the checks' arithmetic in NumPy: no eager op compiles
+    z = 2.0 * np.asarray(L.to_dense(si.factors))
+    np.testing.assert_allclose(np.asarray(si.residual) + z, w, atol=1e-5)
+    np.testing.assert_allclose(z, truncated(w, 3), atol=1e-3)
     f = L.balanced_random_init(key=k2, m=16, n=12, rank=3, scale=0.02)
-    np.testing.assert_allclose(f.a.T @ f.a, 4e-4 * np.eye(3), atol=1e-7)
-    np.testing.assert_allclose(f.b.T @ f.b, 4e-4 * np.eye(3), atol=1e-7)
+    a, b = np.asarray(f.a), np.asarray(f.b)
+    np.testing.assert_allclose(a.T @ a, 4e-4 * np.eye(3), atol=1e-7)
+    np.testing.assert_allclose(b.T @ b, 4e-4 * np.eye(3), atol=1e-7)
 
 
 def test_bad_inputs(key):
