@@ -230,25 +230,22 @@ def test_filter_free_path_equals_filtered_path(impl, key):
         "xla": ((jnp.float32, "sampled"), (jnp.float32, "logits"), (jnp.float64, "sampled")),
         "pallas_interpret": ((jnp.bfloat16, "sampled"), (jnp.float32, "logits")),
     }[impl]
+    # the inputs are built in NumPy (eager jax.numpy glue would compile op by op, per dtype)
+    x32 = np.round(2.0 * np.asarray(jax.random.normal(kx, (3, 8, 13), jnp.float32))) / 2
+    x32[..., 4] = -np.inf
+    t = np.full((3, 8), 0.8, np.float32)
+    t[0, :3], t[1] = 0.0, 1.0
+    off = (np.full((3, 8), 13, np.int32), np.ones((3, 8), np.float32), np.zeros((3, 8), np.float32))
     for dtype, mode in cases:
         with jax.enable_x64(dtype == jnp.float64):
-            x = jnp.round(2.0 * jax.random.normal(kx, (3, 8, 13), jnp.float32)) / 2
-            x = x.at[..., 4].set(-jnp.inf).astype(dtype)
-            t = jnp.full((3, 8), 0.8, jnp.float32).at[0, :3].set(0.0).at[1].set(1.0)
+            x = jnp.asarray(x32.astype(jnp.dtype(dtype)))
             got = plain(x, ks, t, mode)
-            want = sampler(impl, mode)(
-                x,
-                ks,
-                t,
-                jnp.full((3, 8), 13, jnp.int32),
-                jnp.ones((3, 8), jnp.float32),
-                jnp.zeros((3, 8), jnp.float32),
-            )
+            want = sampler(impl, mode)(x, ks, t, *off)
             assert got.token.shape == (3, 8) and got.probability.dtype == dtype
             for a, b in zip(got, want, strict=True):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=mode)
-            greedy = np.argmax(np.asarray(x[0, :3], np.float32), -1)
-            np.testing.assert_array_equal(np.asarray(got.token[0, :3]), greedy)
+            greedy = np.argmax(np.asarray(x, np.float32)[0, :3], -1)
+            np.testing.assert_array_equal(np.asarray(got.token)[0, :3], greedy)
     x = jnp.zeros((2, 5))
     plain_jaxpr = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks))(x))
     assert "while" not in plain_jaxpr
@@ -278,12 +275,15 @@ def test_pallas_interpret_equals_reference(dtype, block_r, key):
     r, v = 8, 40  # vocab padded to 64 inside the kernel; 2 row blocks or 1
     x = (2.0 * jax.random.normal(kx, (r, v))).astype(dtype)
     rng = np.random.default_rng(1)
-    t = jnp.asarray(rng.uniform(0.5, 1.5, r).astype(np.float32)).at[0].set(0.0)
-    k = jnp.asarray(rng.integers(1, v + 1, r).astype(np.int32))
-    p = jnp.asarray(rng.uniform(0.3, 1.0, r).astype(np.float32)).at[1].set(1.0)
-    mp = jnp.asarray(rng.uniform(0.0, 0.2, r).astype(np.float32))
+    t = rng.uniform(0.5, 1.5, r).astype(np.float32)
+    t[0] = 0.0
+    k = rng.integers(1, v + 1, r).astype(np.int32)
+    p = rng.uniform(0.3, 1.0, r).astype(np.float32)
+    p[1] = 1.0
+    mp = rng.uniform(0.0, 0.2, r).astype(np.float32)
+    t, k, p, mp = map(jnp.asarray, (t, k, p, mp))  # built in NumPy: no eager op compiles
     args = (x, jax.random.gumbel(ks, (r, v), jnp.float32), t, k, p, mp)
-    want = sampling.sample_rows_reference(*args)
+    want = jax.jit(sampling.sample_rows_reference)(*args)  # one program, not one per op
     # noise in-kernel from the key (threefry hash, flat index row * V + col), and,
     # for one block size, noise read from HBM (the path for f64 / non-threefry keys)
     noises = [jax.random.key_data(ks)] + ([args[1]] if dtype == jnp.float32 else [])

@@ -1,4 +1,10 @@
-"""Small shared builders for the privacy tests."""
+"""Small shared builders for the privacy tests.
+
+Each is jitted (sizes and dtypes static): called eagerly, every jax.numpy op in it would
+compile on its own, once per test module shape; jitted, a builder compiles once per shape.
+"""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -7,11 +13,13 @@ import numpy as np
 from jaxkit.privacy.lowrank import LoraFactors
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def factors(key, m, n, r, dtype=jnp.float32):
     ka, kb = jax.random.split(key)
     return LoraFactors(jax.random.normal(ka, (m, r), dtype), jax.random.normal(kb, (n, r), dtype))
 
 
+@jax.jit
 def factor_grads(f, gs):
     """Factor gradients (G b, G^T a) of dense per-example gradients gs [b, m, n] (or [m, n])."""
     if gs.ndim == 2:
@@ -19,11 +27,13 @@ def factor_grads(f, gs):
     return LoraFactors(jnp.einsum("bmn,nr->bmr", gs, f.b), jnp.einsum("bmn,mr->bnr", gs, f.a))
 
 
+@jax.jit
 def gauge(f, g):
     g = jnp.asarray(g, f.a.dtype)
     return LoraFactors(f.a @ g, f.b @ jnp.linalg.inv(g).T)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def random_gl(key, r, cond=100.0, dtype=jnp.float32):
     """Random G in GL(r) with condition number `cond`."""
     k1, k2 = jax.random.split(key)

@@ -1,6 +1,5 @@
 """Foundation III conventions in privacy: guarded clip_norm, named results, errors, extras."""
 
-import subprocess
 import sys
 
 import jax
@@ -98,9 +97,6 @@ def test_missing_dp_accounting_names_the_extra(monkeypatch):
         privacy.calibrate_sigma(epsilon=1.0, delta=1e-5, q=0.01, steps=10)
 
 
-def test_import_touches_no_optional_dependency():
-    code = (
-        "import sys; import jaxkit.privacy; "
-        "assert 'dp_accounting' not in sys.modules, 'dp_accounting imported'"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+# That `import jaxkit.privacy` leaves dp_accounting unimported is checked, with every other
+# subpackage, by tests/test_foundation.py::test_subpackage_imports_touch_no_optional_dependency
+# (one fresh interpreter for all of them instead of one more here).

@@ -23,37 +23,53 @@ def test_lift_equals_dense_projection(key, m, n, r):
     d = L.tangent_lift(f, g, L.gram_cache(f))
     want = L.project_tangent_dense(f, gd)
     np.testing.assert_allclose(L.tangent_dense(f, d), want, rtol=1e-5, atol=2e-5 * r)
-    # the spec's closed form of the lift
-    n_inv = jnp.linalg.inv(f.b.T @ f.b)
-    pu = f.a @ jnp.linalg.solve(f.a.T @ f.a, f.a.T)
-    with jax.enable_x64(False):
-        da = g.a @ n_inv - 0.5 * pu @ g.a @ n_inv
+    # the spec's closed form of the lift (in NumPy: no eager jax op compiles)
+    a, b, ga = (np.asarray(v, np.float64) for v in (f.a, f.b, g.a))
+    n_inv = np.linalg.inv(b.T @ b)
+    pu = a @ np.linalg.solve(a.T @ a, a.T)
+    da = ga @ n_inv - 0.5 * pu @ ga @ n_inv
     np.testing.assert_allclose(d.a, da, rtol=1e-3, atol=1e-3)
+
+
+@jax.jit  # one compiled program for the oracle (eager, each glue op would compile alone)
+def _coords_quantities(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    f = factors(k1, 10, 8, 3, jnp.float64)
+    c = L.gram_cache(f)
+    gd = jax.random.normal(k2, (10, 8), jnp.float64)
+    co = L.tangent_coords(f, factor_grads(f, gd), c)
+    dense = L.project_tangent_dense(f, gd)
+    d = L.from_coords(f, co, c)
+    back = L.tangent_coords(f, factor_grads(f, L.tangent_dense(f, d)), c)
+    gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
+    co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
+    ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
+    return dict(
+        coords_sq=L.coords_norm_sq(co),
+        tangent_sq=L.tangent_norm_sq(f, d),
+        dense_sq=jnp.sum(dense**2),
+        back=back,
+        co=co,
+        ip=ip,
+        dense_ip=jnp.sum(dense * L.project_tangent_dense(f, gd2)),
+        u_up=c.u.T @ co.up,
+        v_vp=c.v.T @ co.vp,
+    )
 
 
 def test_norms_coords_isometry_and_inverse(key):
     with jax.enable_x64(True):
-        k1, k2, k3 = jax.random.split(key, 3)
-        f = factors(k1, 10, 8, 3, jnp.float64)
-        c = L.gram_cache(f)
-        gd = jax.random.normal(k2, (10, 8), jnp.float64)
-        co = L.tangent_coords(f, factor_grads(f, gd), c)
-        dense = L.project_tangent_dense(f, gd)
-        np.testing.assert_allclose(L.coords_norm_sq(co), np.sum(dense**2), rtol=1e-10)
-        d = L.from_coords(f, co, c)
-        np.testing.assert_allclose(L.tangent_norm_sq(f, d), np.sum(dense**2), rtol=1e-10)
+        q = _coords_quantities(key)
+        np.testing.assert_allclose(q["coords_sq"], q["dense_sq"], rtol=1e-10)
+        np.testing.assert_allclose(q["tangent_sq"], q["dense_sq"], rtol=1e-10)
         # from_coords . tangent_coords = id on T_Z: coordinates of a tangent vector
-        back = L.tangent_coords(f, factor_grads(f, L.tangent_dense(f, d)), c)
-        for x, y in zip(back, co, strict=True):
+        for x, y in zip(q["back"], q["co"], strict=True):
             np.testing.assert_allclose(x, y, atol=1e-10)
         # isometry: inner products preserved
-        gd2 = jax.random.normal(k3, (10, 8), jnp.float64)
-        co2 = L.tangent_coords(f, factor_grads(f, gd2), c)
-        ip = sum(jnp.sum(x * y) for x, y in zip(co, co2, strict=True))
-        np.testing.assert_allclose(ip, np.sum(dense * L.project_tangent_dense(f, gd2)), rtol=1e-10)
+        np.testing.assert_allclose(q["ip"], q["dense_ip"], rtol=1e-10)
         # orthogonality constraints of the coordinates
-        np.testing.assert_allclose(c.u.T @ co.up, 0, atol=1e-10)
-        np.testing.assert_allclose(c.v.T @ co.vp, 0, atol=1e-10)
+        np.testing.assert_allclose(q["u_up"], 0, atol=1e-10)
+        np.testing.assert_allclose(q["v_vp"], 0, atol=1e-10)
 
 
 @pytest.mark.slow  # default run: time budget (tests/README.md)
@@ -147,25 +163,28 @@ def test_retraction_oracles(key):
         d = L.tangent_lift(
             f, factor_grads(f, jax.random.normal(k2, (m, n), jnp.float64)), L.gram_cache(f)
         )
-        xi = L.tangent_dense(f, d)
+        # the checks' arithmetic in NumPy (f64, as the jax values): no eager op compiles
+        xi = np.asarray(L.tangent_dense(f, d))
+        z = np.asarray(L.to_dense(f))
         for eta in (0.3, 1e-2):
             out = L.retract(f, d, eta=eta)
-            np.testing.assert_allclose(
-                L.to_dense(out), truncated(L.to_dense(f) + eta * xi, r), atol=1e-10
-            )
-            np.testing.assert_allclose(out.a.T @ out.a, out.b.T @ out.b, atol=1e-10)
+            np.testing.assert_allclose(L.to_dense(out), truncated(z + eta * xi, r), atol=1e-10)
+            oa, ob = np.asarray(out.a), np.asarray(out.b)
+            np.testing.assert_allclose(oa.T @ oa, ob.T @ ob, atol=1e-10)
         # first order: ||Retr - (Z + eta xi)|| = O(eta^2)
         errs = [
-            float(jnp.linalg.norm(L.to_dense(L.retract(f, d, eta=e)) - (L.to_dense(f) + e * xi)))
+            float(np.linalg.norm(np.asarray(L.to_dense(L.retract(f, d, eta=e))) - (z + e * xi)))
             for e in (1e-2, 1e-3)
         ]
         assert errs[1] < errs[0] / 50
         # Procrustes alignment minimizes the distance over O(r)
         out = L.retract(f, d, eta=0.3)
-        best = float(jnp.sum((out.a - f.a) ** 2) + jnp.sum((out.b - f.b) ** 2))
-        for k in jax.random.split(k3, 20):
-            q, _ = jnp.linalg.qr(jax.random.normal(k, (r, r), jnp.float64))
-            other = float(jnp.sum((out.a @ q - f.a) ** 2) + jnp.sum((out.b @ q - f.b) ** 2))
+        oa, ob, fa, fb = (np.asarray(v) for v in (out.a, out.b, f.a, f.b))
+        best = float(np.sum((oa - fa) ** 2) + np.sum((ob - fb) ** 2))
+        gs = np.asarray(jax.random.normal(k3, (20, r, r), jnp.float64))
+        for g in gs:
+            q, _ = np.linalg.qr(g)
+            other = float(np.sum((oa @ q - fa) ** 2) + np.sum((ob @ q - fb) ** 2))
             assert best <= other + 1e-10
 
 
@@ -173,11 +192,14 @@ def test_inits(key):
     k1, k2 = jax.random.split(key)
     w = jax.random.normal(k1, (16, 12))
     si = L.spectral_init(w, rank=3, key=k2, scale=2.0)
-    np.testing.assert_allclose(si.residual + 2.0 * L.to_dense(si.factors), w, atol=1e-5)
-    np.testing.assert_allclose(2.0 * L.to_dense(si.factors), truncated(w, 3), atol=1e-3)
+    # the checks' arithmetic in NumPy: no eager op compiles
+    z = 2.0 * np.asarray(L.to_dense(si.factors))
+    np.testing.assert_allclose(np.asarray(si.residual) + z, w, atol=1e-5)
+    np.testing.assert_allclose(z, truncated(w, 3), atol=1e-3)
     f = L.balanced_random_init(key=k2, m=16, n=12, rank=3, scale=0.02)
-    np.testing.assert_allclose(f.a.T @ f.a, 4e-4 * np.eye(3), atol=1e-7)
-    np.testing.assert_allclose(f.b.T @ f.b, 4e-4 * np.eye(3), atol=1e-7)
+    a, b = np.asarray(f.a), np.asarray(f.b)
+    np.testing.assert_allclose(a.T @ a, 4e-4 * np.eye(3), atol=1e-7)
+    np.testing.assert_allclose(b.T @ b, 4e-4 * np.eye(3), atol=1e-7)
 
 
 def test_bad_inputs(key):
