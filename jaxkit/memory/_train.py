@@ -314,24 +314,23 @@ def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg
     [B, 1, D]``, ``eligible bool[B, 1]``, ``rewards [B, A]`` the reward of each action;
     the loss is ``-mean_b sum_a pi(a | h_b) R_ba + kl_beta KL`` (no sampling noise;
     ``group`` and the advantage std, reported 0, are unused). [R] a jaxkit addition.
+    Jitted at module level (``cfg``, ``group`` static; ``kl_beta`` traced).
     """
+    return _stage3_core(
+        router, ref_router, router_h, actions, eligible, rewards, kl_beta, cfg=cfg, group=group
+    )
+
+
+def _stage3(router, ref_router, router_h, actions, eligible, rewards, kl_beta, *, cfg, group):
     if actions is None:
-        logp, mask = _log_policy(router, cfg, router_h[:, 0], eligible[:, 0])
+        h0, e0 = router_h[:, 0], eligible[:, 0]
+        logp, mask = _log_policy(router, cfg, h0, e0)
         pi = jnp.where(mask, jnp.exp(logp), 0.0)
-        w = eligible[:, 0].astype(jnp.float32)
+        w = e0.astype(jnp.float32)
         gain = jnp.sum(pi * jax.lax.stop_gradient(rewards.astype(jnp.float32)), -1)
         policy = -jnp.sum(w * gain) / jnp.maximum(jnp.sum(w), 1.0)
         return _with_kl(
-            policy,
-            logp,
-            mask,
-            w,
-            ref_router,
-            cfg,
-            router_h[:, 0],
-            eligible[:, 0],
-            kl_beta,
-            jnp.zeros((), jnp.float32),
+            policy, logp, mask, w, ref_router, cfg, h0, e0, kl_beta, jnp.zeros((), jnp.float32)
         )
     adv = jax.lax.stop_gradient(group_advantages(rewards, group))
     logp, mask = _log_policy(router, cfg, router_h, eligible)
@@ -343,6 +342,9 @@ def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg
     return _with_kl(
         policy, logp, mask, w, ref_router, cfg, router_h, eligible, kl_beta, jnp.std(adv)
     )
+
+
+_stage3_core = jax.jit(_stage3, static_argnames=("cfg", "group"))
 
 
 def _with_kl(policy, logp, mask, w, ref_router, cfg, router_h, eligible, kl_beta, adv_std):

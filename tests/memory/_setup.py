@@ -38,3 +38,18 @@ AP = eqx.tree_at(
 _rng = np.random.default_rng(0)
 PROMPT = jnp.asarray(_rng.integers(6, 23, (2, 5)), jnp.int32)
 PLEN = jnp.array([3, 5], jnp.int32)
+
+# A stage-2 batch and optimizer shared by the tests that take a stage-2 step: the optimizer
+# is a static argument of ``dlmr_step``, so one object (and one batch shape) is one compiled
+# step per worker.
+TOK = jnp.asarray(np.random.default_rng(5).integers(0, 23, (2, 7)), jnp.int32)
+AT = jnp.array([3, 5], jnp.int32)
+TX2 = memory.dlmr_optimizer(2, lr=3e-2)
+
+
+def stage2_batch(params, lm_cfg, action):
+    """``(embeds, labels, ctx, at, action)`` of :data:`TOK` on the backbone ``params``."""
+    emb = nn.embed(params, lm_cfg, TOK)
+    ctx, _ = memory.context_states(params, lm_cfg, MC, emb)
+    labels = jnp.concatenate([TOK[:, 1:], jnp.full((TOK.shape[0], 1), -1, jnp.int32)], axis=1)
+    return (emb, labels, ctx, AT, jnp.asarray(action, jnp.int32))

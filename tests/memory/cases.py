@@ -4,6 +4,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxkit import memory, nn, privacy
 from tests.conformance import Bad, Case
@@ -85,8 +86,10 @@ def _mf_args(key, dtype):
 
 def _grpo(router_h, rewards, *, kl_beta):
     b, n = router_h.shape[:2]
-    elig = (jnp.arange(n)[None, :] % 2 == 0) & (jnp.arange(b)[:, None] >= 0)
-    acts = jnp.where(elig, 1 + (jnp.arange(n)[None, :] + jnp.arange(b)[:, None]) % 4, 0)
+    # NumPy from the static shapes: no eager op of the fixture's own to compile
+    elig = np.broadcast_to(np.arange(n)[None, :] % 2 == 0, (b, n))
+    acts = np.where(elig, 1 + (np.arange(n)[None, :] + np.arange(b)[:, None]) % 4, 0)
+    elig, acts = jnp.asarray(elig), jnp.asarray(acts, jnp.int32)
     return memory.stage3_loss(
         AP.router, AP.router, router_h, acts, elig, rewards, cfg=MC, group=2, kl_beta=kl_beta
     )[0]

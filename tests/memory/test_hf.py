@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxkit import decoding, io, memory, nn
-from tests.memory._setup import AP, CFG, MC, PLEN, PROMPT, P
+from tests.memory._setup import AP, CFG, MC, PLEN, PROMPT, TX2, P, stage2_batch
 
 QWEN2 = dataclasses.replace(CFG, family="qwen2", qkv_bias=True)
 
@@ -32,11 +32,12 @@ def test_dlmr_runs_on_a_backbone_loaded_from_an_hf_folder(tmp_path, lm_cfg):
 
     ap = AP if lm_cfg is CFG else memory.init_dlmr(cfg, MC, key=jax.random.key(1))
     emb = nn.embed(loaded, cfg, PROMPT)
-    kw = dict(key=jax.random.key(0), max_new_tokens=5)
-    # router forced to the null: the loaded base model, token for token
+    kw = dict(key=jax.random.key(0), max_new_tokens=6)
+    # router forced to the null: the base model, token for token, and nothing injected
     null = memory.dlmr_generate(loaded, cfg, ap, MC, emb, PLEN, force_action=0, **kw)
     base = decoding.ar_generate(loaded, cfg, PROMPT, PLEN, **kw)
     np.testing.assert_array_equal(null.tokens, base.tokens)
+    assert int(jnp.sum(null.injected)) == 0 and not bool(jnp.any(null.actions))
     # a forced injection on the loaded backbone equals it on the in-memory one
     forced = memory.dlmr_generate(loaded, cfg, ap, MC, emb, PLEN, force_action=2, **kw)
     ref = memory.dlmr_generate(
@@ -45,10 +46,7 @@ def test_dlmr_runs_on_a_backbone_loaded_from_an_hf_folder(tmp_path, lm_cfg):
     np.testing.assert_array_equal(forced.tokens, ref.tokens)
     np.testing.assert_array_equal(forced.injected, ref.injected)
     # one stage-2 step: the adapter moves, the loaded backbone stays bit-identical
-    ctx, _ = memory.context_states(loaded, cfg, MC, emb)
-    labels = jnp.concatenate([PROMPT[:, 1:], jnp.full((2, 1), -1, jnp.int32)], axis=1)
-    tx = memory.dlmr_optimizer(2, lr=1e-2)
-    batch = (emb, labels, ctx, PLEN - 1, jnp.array([2, 4], jnp.int32))
+    tx, batch = TX2, stage2_batch(loaded, cfg, [2, 4])
     p2, _, loss, _ = memory.dlmr_step(
         2, ap, tx.init(ap), batch, tx=tx, cfg=MC, lm_params=loaded, lm_cfg=cfg
     )

@@ -9,13 +9,10 @@ import numpy as np
 import pytest
 
 from jaxkit import memory, nn
-from tests.memory._setup import AP, CFG, MC, P
+from tests.memory._setup import AP, AT, CFG, MC, TOK, TX2, P, stage2_batch
 
-B, T = 2, 7
-_rng = np.random.default_rng(5)
-TOK = jnp.asarray(_rng.integers(0, 23, (B, T)), jnp.int32)
+B, T = TOK.shape
 EMB = nn.embed(P, CFG, TOK)
-AT = jnp.array([3, 5], jnp.int32)
 
 
 def test_memory_forward_equals_interventions_and_base():
@@ -34,14 +31,12 @@ def test_memory_forward_equals_interventions_and_base():
 
 
 def _stage2_batch(action):
-    ctx, _ = memory.context_states(P, CFG, MC, EMB)
-    labels = jnp.concatenate([TOK[:, 1:], jnp.full((B, 1), -1, jnp.int32)], axis=1)
-    return (EMB, labels, ctx, AT, action)
+    return stage2_batch(P, CFG, action)
 
 
 def test_stage2_keeps_the_backbone_bit_identical_and_learns():
     before = jax.tree.map(np.array, P)
-    tx = memory.dlmr_optimizer(2, lr=3e-2)
+    tx = TX2
     p, st = AP, tx.init(AP)
     batch = _stage2_batch(jnp.array([2, 4], jnp.int32))
     losses = []
@@ -69,25 +64,28 @@ def test_frozen_injector_ablation_updates_only_the_banks():
 
 
 def _rollouts(rewards):
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(1)  # NumPy: no eager op to compile
     h = jnp.asarray(rng.normal(size=(4, 5, CFG.d_model)), jnp.float32)
-    elig = jnp.asarray(rng.random((4, 5)) < 0.6).at[:, 0].set(True)
-    acts = jnp.where(elig, jnp.asarray(rng.integers(1, MC.n_actions, (4, 5))), 0)
-    return (h, acts.astype(jnp.int32), elig, jnp.asarray(rewards, jnp.float32))
+    elig = rng.random((4, 5)) < 0.6
+    elig[:, 0] = True
+    acts = np.where(elig, rng.integers(1, MC.n_actions, (4, 5)), 0).astype(np.int32)
+    return (h, jnp.asarray(acts), jnp.asarray(elig), jnp.asarray(rewards, jnp.float32))
 
 
 def test_grpo_equal_rewards_zero_gradient_and_kl_zero_at_reference():
     kw = dict(cfg=MC, group=2, kl_beta=0.0)
+    # jitted: eager, each of the loss's small ops compiles on its own
     grad = jax.jit(jax.grad(lambda r, ro: memory.stage3_loss(r, AP.router, *ro, **kw)[0]))
     g = grad(AP.router, _rollouts([1, 1, 0, 0]))
     assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(g))
-    loss, aux = memory.stage3_loss(AP.router, AP.router, *_rollouts([1, 0, 0, 1]), **kw)
+    loss, aux = jax.jit(lambda ro: memory.stage3_loss(AP.router, AP.router, *ro, **kw))(
+        _rollouts([1, 0, 0, 1])
+    )
     assert float(aux.kl) == 0.0 and np.isfinite(float(loss))
     g = grad(AP.router, _rollouts([1, 0, 0, 1]))
     assert any(np.any(np.asarray(x) != 0) for x in jax.tree.leaves(g))
-    np.testing.assert_allclose(
-        memory.group_advantages(jnp.array([1.0, 3.0, 2.0, 2.0]), 2), [-1, 1, 0, 0], atol=1e-5
-    )
+    adv = jax.jit(memory.group_advantages, static_argnums=1)(jnp.array([1.0, 3.0, 2.0, 2.0]), 2)
+    np.testing.assert_allclose(adv, [-1, 1, 0, 0], atol=1e-5)
 
 
 def test_stage3_step_trains_only_the_router():
@@ -198,11 +196,15 @@ def test_stage3_exact_expected_reward():
     a = MC.n_actions
     r = np.zeros((3, a), np.float32)
     r[:, 2] = 1.0
-    loss, aux = memory.stage3_loss(AP.router, AP.router, *_one_decision(r), **kw)
-    pi = np.asarray(jax.nn.softmax(AP.router(_one_decision(r)[0][:, 0]), -1))
+    # jitted: eager, each of the loss's small ops compiles on its own
+    grad = jax.jit(jax.grad(lambda rt, ro: memory.stage3_loss(rt, AP.router, *ro, **kw)[0]))
+    policy = jax.jit(lambda rt, h: jax.nn.softmax(rt(h[:, 0]), -1))
+    loss, aux = jax.jit(lambda ro: memory.stage3_loss(AP.router, AP.router, *ro, **kw))(
+        _one_decision(r)
+    )
+    pi = np.asarray(policy(AP.router, _one_decision(r)[0]))
     np.testing.assert_allclose(float(loss), -pi[:, 2].mean(), rtol=1e-5)
     assert float(aux.kl) == 0.0
-    grad = jax.grad(lambda rt, ro: memory.stage3_loss(rt, AP.router, *ro, **kw)[0])
     g = grad(AP.router, _one_decision(np.tile(np.arange(3.0)[:, None], (1, a))))
     assert max(float(np.abs(x).max()) for x in jax.tree.leaves(g)) < 1e-6
     tx = memory.dlmr_optimizer(3, lr=1e-2)
@@ -211,20 +213,21 @@ def test_stage3_exact_expected_reward():
         p, st, _, _ = memory.dlmr_step(
             3, p, st, _one_decision(r), tx=tx, cfg=MC, ref_router=AP.router
         )
-    after = np.asarray(jax.nn.softmax(p.router(_one_decision(r)[0][:, 0]), -1))
+    after = np.asarray(policy(p.router, _one_decision(r)[0]))
     assert np.all(after[:, 2] > pi[:, 2] + 0.02)
     jax.tree.map(np.testing.assert_array_equal, (p.banks, p.injector), (AP.banks, AP.injector))
 
 
 def test_optimizer_takes_a_schedule():
     # the rate follows the schedule: an all-zero one gives zero updates, a constant one the
-    # float rate's updates (eager optax on the router's gradient-sized ones)
+    # float rate's updates (optax on the router's gradient-sized ones)
     g = jax.tree.map(jnp.ones_like, AP)
     outs = []
     for lr in (lambda n: jnp.zeros((), jnp.float32), lambda n: jnp.full((), 3e-2), 3e-2):
         tx = memory.dlmr_optimizer(3, lr=lr)
-        with jax.numpy_dtype_promotion("standard"):  # optax's eager Adam mixes int/float
-            outs.append(tx.update(g, tx.init(AP), AP)[0].router)
+        with jax.numpy_dtype_promotion("standard"):  # optax's Adam mixes int/float
+            # jitted: eager, each of Adam's small ops compiled on its own
+            outs.append(jax.jit(lambda g, p, tx=tx: tx.update(g, tx.init(p), p)[0].router)(g, AP))
     assert all(np.all(np.asarray(u) == 0) for u in jax.tree.leaves(outs[0]))
     jax.tree.map(np.testing.assert_allclose, outs[1], outs[2])
     assert all(np.all(np.asarray(u) != 0) for u in jax.tree.leaves(outs[1].l1))

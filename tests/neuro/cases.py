@@ -5,8 +5,11 @@ Host-side functions (the NumPy alignment metrics), the training loop `fit` and t
 the suite.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxkit import neuro
 from tests.conformance import Bad, Case
@@ -53,8 +56,17 @@ def _pairs(key, dtype):
     )
 
 
+@functools.cache
+def _model(dtype, **kw):
+    """The cases' model, built once per dtype (and options), eagerly even when first asked
+    for under a trace: the suite's eager and traced calls then share it instead of building
+    it (eager ops, or its initialiser traced into every program) on each call."""
+    with jax.ensure_compile_time_eval():
+        return neuro.LowRankRNN(4, 2, key=jax.random.key(1), dtype=dtype, **kw)
+
+
 def _loss(x_prev, x_next, *, beta, alpha):
-    model = neuro.LowRankRNN(4, 2, n_groups=2, key=jax.random.key(1), dtype=x_prev.dtype)
+    model = _model(x_prev.dtype, n_groups=2)
     return neuro.facrnn_loss(
         model, x_prev, x_next, key=jax.random.key(2), n_total=100, beta=beta, alpha=alpha
     )
@@ -70,9 +82,7 @@ def _windows(key, dtype):
 
 def _encoder_loss(encoder):
     def loss(x_prev, x_next, *, beta):
-        model = neuro.LowRankRNN(
-            4, 2, n_groups=2, encoder=encoder, hidden=3, key=jax.random.key(1), dtype=x_prev.dtype
-        )
+        model = _model(x_prev.dtype, n_groups=2, encoder=encoder, hidden=3)
         return neuro.facrnn_loss(
             model, x_prev, x_next, key=jax.random.key(2), n_total=100, beta=beta
         )
@@ -104,15 +114,22 @@ def _encoder_case(encoder, make_args, bad):
     )
 
 
+def _poisson_draw(key, shape, dtype):
+    """Poisson(2) counts, drawn by NumPy from ``key``'s bits (``jax.random.poisson`` compiles
+    a rejection loop per shape)."""
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)))
+    return jnp.asarray(rng.poisson(2.0, shape), dtype)
+
+
 def _poisson_args(key, dtype):
     k = jax.random.split(key)
     z = jax.random.normal(k[0], (8, 2)).astype(dtype)
-    y = jax.random.poisson(k[1], 2.0, (8, 4)).astype(dtype)
+    y = _poisson_draw(k[1], (8, 4), dtype)
     return (z, y)
 
 
 def _poisson_ll(z, y, *, bin_width):
-    model = neuro.LowRankRNN(4, 2, obs="poisson", key=jax.random.key(1), dtype=z.dtype)
+    model = _model(z.dtype, obs="poisson")
     return neuro.observation_log_lik(model, z, y, bin_width=bin_width)
 
 
@@ -137,7 +154,7 @@ def _sub(A, B):
 
 
 def _counts(key, dtype):
-    return (jax.random.poisson(key, 2.0, (8, 3)).astype(dtype),)
+    return (_poisson_draw(key, (8, 3), dtype),)
 
 
 def _smooth(counts, *, tau):

@@ -22,7 +22,7 @@ def test_principal_init_read_in_and_read_out_against_numpy():
     # bad inputs are checked in test_model.py's test_bad_inputs / test_gru_encoder_bad_inputs
     n, k, s = 5, 2, 40
     x = np.asarray(jax.random.normal(jax.random.key(1), (s + 1, n)), np.float64)
-    y = np.asarray(jax.random.poisson(jax.random.key(2), 3.0, (s + 1, n)), np.float64)
+    y = np.random.default_rng(2).poisson(3.0, (s + 1, n)).astype(np.float64)
     f = np.tanh(x[:-1]) - np.tanh(x[:-1]).mean(0)
     vk = np.linalg.svd(f, full_matrices=False)[2][:k].T  # [N, K] leading directions
     gauss = neuro.LowRankRNN(n, k, key=jax.random.key(0))

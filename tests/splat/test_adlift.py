@@ -63,6 +63,12 @@ def test_lifted_pgd_is_pgd_target_then_fit(key):
     eta, step, lr = 0.05, 0.02, 1e-2
     res = adlift.lifted_pgd(raw, theta, cams, grey_loss, p, eta=eta, step=step, fit_lr=lr, **KW)
     opt = optax.adam(lr)
+
+    @jax.jit  # one program per Adam step (eager, each of optax's small ops compiled alone)
+    def adam_step(want, state, cam, target):
+        up, state = opt.update(_fit_grad(raw, want, cam, target), state, want)
+        return optax.apply_updates(want, up), state
+
     with jax.numpy_dtype_promotion("standard"):  # optax's int counter
         state, want = opt.init(theta), theta
         for v in range(2):
@@ -70,8 +76,7 @@ def test_lifted_pgd_is_pgd_target_then_fit(key):
             x, x_raw, g = (np.asarray(a) for a in _image_grad(p, raw, want, cam))
             target = np.clip(x_raw + np.clip(x - step * np.sign(g) - x_raw, -eta, eta), 0, 1)
             for _ in range(2):
-                up, state = opt.update(_fit_grad(raw, want, cam, target), state, want)
-                want = optax.apply_updates(want, up)
+                want, state = adam_step(want, state, cam, target)
     for a, b in zip(res.safeguards, want, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
     # real truncation: the editor enters only through sign(grad_x L), so a monotone

@@ -72,8 +72,12 @@ def test_permutation_invariance(key):
 
 
 def test_matches_numpy_brute_force(key):
+    # the scene drawn in float32 (the other tests' compiled ops), then rendered in float64
+    g32, cam32 = scene(key, 4), camera()
     with jax.enable_x64(True):
-        g, cam = scene(key, 4, jnp.float64), camera(jnp.float64)
+        g, cam = (
+            jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in (g32, cam32)
+        )
         got = splat.render(g, cam, hw=HW, background=0.4)
         want = numpy_render(g, cam, HW, bg=0.4)
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-10)
@@ -116,11 +120,15 @@ def test_tile_overflow_is_an_error(key):
 
 def test_behind_camera_is_culled_without_nan(key):
     g, cam = scene(key, 5), camera()
-    behind = g._replace(means=g.means.at[0].set(cam.center + 2.0 * (cam.center - 0.0)))
-    on_plane = behind._replace(means=behind.means.at[1].set(cam.center))
-    rest = jax.tree.map(lambda a: a.at[:2].set(0.0), g)._replace(
-        opacity_logits=g.opacity_logits.at[:2].set(-1e4)
-    )  # the same scene with the first two invisible
+    # the scenes edited in NumPy (eager, each .at[].set compiles a scatter of its own)
+    gn, ctr = jax.tree.map(np.array, g), np.asarray(cam.center)
+    gn.means[0], gn.means[1] = ctr + 2.0 * (ctr - 0.0), ctr  # behind, on the camera plane
+    on_plane = jax.tree.map(jnp.asarray, gn)
+    rest = jax.tree.map(np.array, g)
+    for a in rest:
+        a[:2] = 0.0
+    rest.opacity_logits[:2] = -1e4
+    rest = jax.tree.map(jnp.asarray, rest)  # the same scene with the first two invisible
     np.testing.assert_allclose(
         splat.render(on_plane, cam, hw=HW), splat.render(rest, cam, hw=HW), atol=1e-6
     )
