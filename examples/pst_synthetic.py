@@ -53,8 +53,9 @@ ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wi
 alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
 The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
 CPU for the three variants) was not run. ``split="random"`` runs the random split. The
-quick mode (40 steps, one encoder layer) is a smoke run. Not implemented: the DPC-KNN
-token compressor (phrases are the mean of their words), full forward kinematics, HumanML3D runs.
+quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke run. Not
+implemented: the DPC-KNN token compressor (phrases are the mean of their words), full
+forward kinematics, HumanML3D runs.
 """
 
 import argparse
@@ -70,6 +71,11 @@ import optax
 from jaxkit import retrieval
 from jaxkit.retrieval import _model as M
 from jaxkit.retrieval import _synthetic as S
+
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
 
 # (n_train, n_test, steps, batch, dim, layers per encoder): the spec's demo sizes, and a
 # quick smoke run (one layer: its time is mostly the training step's compile)
@@ -100,10 +106,10 @@ def _neg_mask(canon_ids):
     return same & ~jnp.eye(len(canon_ids), dtype=bool)
 
 
-def _make_train(cfg, steps, batch, lr):
+def _make_train(cfg, steps, batch, lr, jit=jax.jit):
     opt = optax.adamw(lr, weight_decay=1e-4)
 
-    @jax.jit
+    @jit
     def train(params, key, weights, motion, tokens, mask, phrases, canon):
         def body(carry, k):
             p, s = carry
@@ -134,12 +140,12 @@ def _unit(x):
     return np.where(n > 1e-6, x / np.maximum(n, 1e-6), 0).astype(x.dtype)
 
 
-def _stii_game(params, cfg, arrays, order):
+def _stii_game(params, cfg, arrays, order, enc=(M.encode_motion, M.encode_text)):
     """The STII game of each positive pair: its segment-stage similarities (window-phrase
     cosines + ``order`` times the order prior, as in training) and both token weights."""
     motion, tokens, mask, phrases = arrays
-    windows = np.asarray(M.encode_motion(params, cfg, motion)[1])
-    _, tp, pmask, _ = (np.asarray(a) for a in M.encode_text(params, cfg, tokens, mask, phrases))
+    windows = np.asarray(enc[0](params, cfg, motion)[1])
+    _, tp, pmask, _ = (np.asarray(a) for a in enc[1](params, cfg, tokens, mask, phrases))
     prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
     sim = np.einsum("bad,bcd->bac", _unit(windows), _unit(tp)) + order * (prior - 1)
     return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
@@ -261,7 +267,15 @@ def main(
     canon = {c: i for i, c in enumerate(sorted(set(train.canonical)))}
     canon_ids = jnp.asarray([canon[c] for c in train.canonical], jnp.int32)
     cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim, n_layers=layers)
-    fit = _make_train(cfg, steps, batch, 1e-3)
+    # quick mode: its programs (training step, test scores, the game's encoders) compile
+    # with XLA's back-end optimisation off (examples/_common.py's fast_jit): their compile,
+    # not their 40 steps, is most of its time. Full and medium sizes keep jax.jit.
+    jit = fast_jit if size == "quick" else jax.jit
+    fit = _make_train(cfg, steps, batch, 1e-3, jit)
+    scores_fn = M.pst_scores if jit is jax.jit else jit(M.pst_scores, static_argnames="cfg")
+    enc = (M.encode_motion, M.encode_text)
+    if jit is not jax.jit:
+        enc = tuple(jit(f, static_argnames="cfg") for f in enc)
     init = M.pst_init(cfg, key=kd[2])
     arrays = (
         jnp.asarray(train.motion),
@@ -281,8 +295,8 @@ def main(
     for name, w in (VARIANTS | (ABLATIONS if ablations else {})).items():
         c0 = time.process_time()
         params, losses = fit(init, kd[3], jnp.asarray(w, jnp.float32), *arrays)
-        scores = M.pst_scores(params, cfg, *test_arrays, order=w[3])
-        game = _stii_game(params, cfg, test_arrays, w[3])
+        scores = scores_fn(params, cfg, *test_arrays, order=w[3])
+        game = _stii_game(params, cfg, test_arrays, w[3], enc)
         res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
         acc, chance, prior_acc = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = round(acc, 3)
