@@ -20,6 +20,7 @@ the nominal budget.
 """
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -32,6 +33,11 @@ import optax
 
 from jaxkit.nn import SmallCNN
 from jaxkit.vision import featjnd as J
+
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init, fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init, fast_jit
 
 
 class Backbone(eqx.Module):
@@ -57,55 +63,95 @@ def _data(seed):
     return (x[:1200], y[:1200]), (x[1200:], y[1200:])
 
 
-@eqx.filter_jit
-def _init(key, widths, hidden):
-    """Every network built in one compiled program (eager inits compile each random draw
-    of each new shape on its own: 60 of the quick mode's 150 compilations). The keys are
-    the ones the eager build used, so the figures are unchanged."""
+NET_OPT = optax.adam(1e-2)  # built once: the jitted steps see the same optimizer objects
+EST_OPT = optax.adam(1e-2)
+
+
+def _build(widths, hidden, net_steps, est_steps, *, key):
+    """Every network, optimizer state and the two trainings' per-step keys (the keys the
+    eager build and the scanned trainings used)."""
     k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
     c = widths[1]
     net = (Backbone(widths, k1), SmallCNN(c, 10, channels=(c,), key=k2))
-    return net, J.FeatJNDEstimator(c, hidden=hidden, key=jax.random.fold_in(key, 2)), k3
+    est = J.FeatJNDEstimator(c, hidden=hidden, key=jax.random.fold_in(key, 2))
+    with jax.numpy_dtype_promotion("standard"):  # as fit_featjnd's optimizer.init
+        est_state = EST_OPT.init(est)
+    keys = jax.random.split(k3, net_steps), jax.random.split(jax.random.fold_in(key, 3), est_steps)
+    return net, NET_OPT.init(net), est, est_state, keys
 
 
-def _train_net(net, k3, train, steps, batch):
-    opt = optax.adam(1e-2)
+def _init(key, widths, hidden, net_steps, est_steps):
+    """:func:`_build` in one program compiled with ``fast_jit`` (a one-shot: eager, each
+    random draw compiles on its own; at -O3 the one program took 5 s of CPU to compile)."""
+    return fast_init(functools.partial(_build, widths, hidden, net_steps, est_steps), key)
+
+
+def _net_loss(n, xb, yb):
+    logits = jax.vmap(lambda a: n[1](n[0](a)))(xb)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
+
+
+# Both trainings are Python loops over one jitted step, not a ``lax.scan``: XLA's CPU back
+# end runs these convolutions inside a while loop about 20x slower than in a step compiled
+# alone (measured: 80 vs 4 ms of CPU per network step). The steps and draws are the scan's.
+@functools.partial(jax.jit, static_argnames="batch")
+def _net_step(n, state, keys, i, x, y, *, batch):
+    idx = jax.random.randint(keys[i], (batch,), 0, x.shape[0])
+    g = jax.grad(_net_loss)(n, x[idx], y[idx])
+    u, state = NET_OPT.update(g, state, n)
+    return optax.apply_updates(n, u), state
+
+
+def _train_net(net, state, keys, train, batch):
     x, y = map(jnp.asarray, train)
-
-    def loss(n, xb, yb):
-        logits = jax.vmap(lambda a: n[1](n[0](a)))(xb)
-        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
-
-    @jax.jit
-    def run(n, k):
-        def body(carry, kk):
-            n, st = carry
-            idx = jax.random.randint(kk, (batch,), 0, x.shape[0])
-            g = jax.grad(loss)(n, x[idx], y[idx])
-            u, st = opt.update(g, st, n)
-            return (optax.apply_updates(n, u), st), None
-
-        return jax.lax.scan(body, (n, opt.init(n)), jax.random.split(k, steps))[0][0]
-
-    return run(net, k3)
+    for i in range(keys.shape[0]):
+        net, state = _net_step(net, state, keys, i, x, y, batch=batch)
+    return net
 
 
-@jax.jit
-def _acc(head, f, y):
-    return jnp.mean((jnp.argmax(jax.vmap(head)(f), -1) == y).astype(jnp.float32))
+def _est_step(est, state, head, f, keys, i, *, batch):
+    """One ``featjnd_step`` on a batch drawn as ``fit_featjnd`` draws it."""
+    k_idx, k_noise = jax.random.split(keys[i])
+    idx = jax.random.randint(k_idx, (batch,), 0, f.shape[0])
+    out = J.featjnd_step(est, head, state, f[idx], key=k_noise, optimizer=EST_OPT,
+                         eps=0.02, n_noise=2)  # fmt: skip
+    return out.estimator, out.opt_state, out.loss
+
+
+# quick mode's 150 small steps: compiled at -O0 (``fast_jit``: 0.3 s of CPU against 5 s,
+# running slower by less); full mode's: -O3
+_EST_STEP = {
+    True: fast_jit(_est_step, static_argnames="batch"),
+    False: jax.jit(_est_step, static_argnames="batch"),
+}
+
+
+def _fit(est, state, head, f, keys, batch, quick):
+    """The estimator's training: ``fit_featjnd``'s steps in a Python loop (see above);
+    returns the estimator and the last step's loss."""
+    for i in range(keys.shape[0]):
+        est, state, loss = _EST_STEP[quick](est, state, head, f, keys, i, batch=batch)
+    return est, loss
 
 
 def _accuracy(head, f, y):
-    return float(_acc(head, f, y))
+    return jnp.mean((jnp.argmax(jax.vmap(head)(f), -1) == y).astype(jnp.float32))
+
+
+# one-shot programs (each runs once): compiled with ``fast_jit``, LLVM at -O0
+@functools.partial(fast_jit, static_argnames="n_train")
+def _features(backbone, head, x, y_te, *, n_train):
+    """Features of the training and test images and the clean test accuracy."""
+    f = jax.vmap(backbone)(x)
+    return f[:n_train], f[n_train:], _accuracy(head, f[n_train:], y_te)
 
 
 _MODES = ("featjnd", "uniform", "permute")
 
 
-@eqx.filter_jit
 def _quant_table(head, f, y, s, budgets, key):
-    """The quantization table in one compiled program (per budget and mode: accuracy,
-    true MSE, nominal MSE ``mean Delta^2 / 12``); budgets in multiples of the feature RMS."""
+    """The quantization table (per budget and mode: accuracy, true MSE, nominal MSE
+    ``mean Delta^2 / 12``); budgets in multiples of the feature RMS."""
     rms = jnp.sqrt(jnp.mean(f**2))
     out = {}
     for mode in _MODES:
@@ -113,12 +159,20 @@ def _quant_table(head, f, y, s, budgets, key):
         for i in range(budgets.shape[0]):
             st = J.token_steps(s, budget_rms=budgets[i] * rms, mode=mode, key=key)
             q = J.quantize(f, st)
-            acc = jnp.mean((jnp.argmax(jax.vmap(head)(q), -1) == y).astype(jnp.float32))
-            rows.append((acc, jnp.mean((q - f) ** 2), jnp.mean(st**2) / 12))
+            rows.append((_accuracy(head, q, y), jnp.mean((q - f) ** 2), jnp.mean(st**2) / 12))
         out[mode] = dict(
             zip(("acc", "mse", "nominal"), map(jnp.stack, zip(*rows, strict=True)), strict=True)
         )
     return rms, out
+
+
+@jax.jit
+def _evaluate(head, est, f, y, alphas, budgets, key):
+    """Tolerance map, the distortion curve (one sweep over alpha) and the quantization
+    table, in one program."""
+    s = J.tolerance_map(est, f)
+    curve = J.matched_strength_curve(head, f, y, s, alphas, key=jax.random.fold_in(key, 10))
+    return curve, *_quant_table(head, f, y, s, budgets, jax.random.fold_in(key, 20))
 
 
 def main(
@@ -129,22 +183,17 @@ def main(
     key = jax.random.key(seed)
     train, test = _data(seed)
     widths = (8, 16) if quick else (16, 32)  # quick: a narrower net (CPU time / 8)
-    net0, est, k_train = _init(key, widths, 8 if quick else 32)
-    backbone, head = _train_net(net0, k_train, train, 200 if quick else 400, 64 if quick else 128)
-    f_all = jax.jit(jax.vmap(backbone))(jnp.asarray(np.concatenate([train[0], test[0]])))
-    f_tr, f_te = f_all[: len(train[0])], f_all[len(train[0]) :]  # one compilation, one call
+    steps = (200, 150) if quick else (400, 500)  # network, estimator
+    net0, net_state, est0, est_state, keys = _init(key, widths, 8 if quick else 32, *steps)
+    backbone, head = _train_net(net0, net_state, keys[0], train, 64 if quick else 128)
     y_te = jnp.asarray(test[1])
-    clean_acc = _accuracy(head, f_te, y_te)
+    x_all = jnp.asarray(np.concatenate([train[0], test[0]]))
+    f_tr, f_te, clean_acc = _features(backbone, head, x_all, y_te, n_train=len(train[0]))
 
-    fit = J.fit_featjnd(
-        est, head, f_tr, key=jax.random.fold_in(key, 3), optimizer=optax.adam(1e-2),
-        steps=150 if quick else 500, batch_size=32 if quick else 64, eps=0.02, n_noise=2,
-    )  # fmt: skip
-    s = J.tolerance_map(fit.estimator, f_te)
-
-    alphas = (1.0, 2.0, 4.0, 8.0)
-    curve = J.matched_strength_curve(  # one jitted sweep over alpha
-        head, f_te, y_te, s, jnp.asarray(alphas), key=jax.random.fold_in(key, 10)
+    est, last_loss = _fit(est0, est_state, head, f_tr, keys[1], 32 if quick else 64, quick)
+    alphas, budgets = (1.0, 2.0, 4.0, 8.0), (0.5, 1.0, 2.0, 3.0)
+    curve, rms, table = _evaluate(
+        head, est, f_te, y_te, jnp.asarray(alphas), jnp.asarray(budgets), key
     )
     rows = [
         {"alpha": a, "snr_db": float(curve.snr_db[i]),
@@ -152,10 +201,6 @@ def main(
         for i, a in enumerate(alphas)
     ]  # fmt: skip
 
-    budgets = (0.5, 1.0, 2.0, 3.0)
-    rms, table = _quant_table(
-        head, f_te, y_te, s, jnp.asarray(budgets), jax.random.fold_in(key, 20)
-    )
     rms, table = float(rms), jax.tree.map(np.asarray, table)
     qrows = []
     for i, c in enumerate(budgets):
@@ -177,11 +222,11 @@ def main(
         "value": float(np.mean(gains)),
         "baseline": 0.0,
         "ok": ok,
-        "clean_acc": clean_acc,
+        "clean_acc": float(clean_acc),
         "quant_gain_coarse": float(q_gain),
         "distortion": rows,
         "quantization": qrows,
-        "estimator_final_loss": float(fit.losses[-1]),
+        "estimator_final_loss": float(last_loss),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     os.makedirs(out_dir, exist_ok=True)
