@@ -67,23 +67,20 @@ NET_OPT = optax.adam(1e-2)  # built once: the jitted steps see the same optimize
 EST_OPT = optax.adam(1e-2)
 
 
-def _build(widths, hidden, net_steps, est_steps, *, key):
-    """Every network, optimizer state and the two trainings' per-step keys (the keys the
-    eager build and the scanned trainings used)."""
+def _build(widths, hidden, net_steps, *, key):
+    """Every network, the network's optimizer state and its training's per-step keys (the
+    keys the eager build and the scanned training used)."""
     k1, k2, k3 = jax.random.split(jax.random.fold_in(key, 1), 3)
     c = widths[1]
     net = (Backbone(widths, k1), SmallCNN(c, 10, channels=(c,), key=k2))
     est = J.FeatJNDEstimator(c, hidden=hidden, key=jax.random.fold_in(key, 2))
-    with jax.numpy_dtype_promotion("standard"):  # as fit_featjnd's optimizer.init
-        est_state = EST_OPT.init(est)
-    keys = jax.random.split(k3, net_steps), jax.random.split(jax.random.fold_in(key, 3), est_steps)
-    return net, NET_OPT.init(net), est, est_state, keys
+    return net, NET_OPT.init(net), est, jax.random.split(k3, net_steps)
 
 
-def _init(key, widths, hidden, net_steps, est_steps):
+def _init(key, widths, hidden, net_steps):
     """:func:`_build` in one program compiled with ``fast_jit`` (a one-shot: eager, each
     random draw compiles on its own; at -O3 the one program took 5 s of CPU to compile)."""
-    return fast_init(functools.partial(_build, widths, hidden, net_steps, est_steps), key)
+    return fast_init(functools.partial(_build, widths, hidden, net_steps), key)
 
 
 def _net_loss(n, xb, yb):
@@ -91,9 +88,9 @@ def _net_loss(n, xb, yb):
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
 
 
-# Both trainings are Python loops over one jitted step, not a ``lax.scan``: XLA's CPU back
-# end runs these convolutions inside a while loop about 20x slower than in a step compiled
-# alone (measured: 80 vs 4 ms of CPU per network step). The steps and draws are the scan's.
+# The network's training is a Python loop over one jitted step, not a ``lax.scan``: XLA's
+# CPU back end runs these convolutions inside a while loop about 20x slower than in a step
+# compiled alone (measured: 80 vs 4 ms of CPU per network step). The draws are the scan's.
 @functools.partial(jax.jit, static_argnames="batch")
 def _net_step(n, state, keys, i, x, y, *, batch):
     idx = jax.random.randint(keys[i], (batch,), 0, x.shape[0])
@@ -107,31 +104,6 @@ def _train_net(net, state, keys, train, batch):
     for i in range(keys.shape[0]):
         net, state = _net_step(net, state, keys, i, x, y, batch=batch)
     return net
-
-
-def _est_step(est, state, head, f, keys, i, *, batch):
-    """One ``featjnd_step`` on a batch drawn as ``fit_featjnd`` draws it."""
-    k_idx, k_noise = jax.random.split(keys[i])
-    idx = jax.random.randint(k_idx, (batch,), 0, f.shape[0])
-    out = J.featjnd_step(est, head, state, f[idx], key=k_noise, optimizer=EST_OPT,
-                         eps=0.02, n_noise=2)  # fmt: skip
-    return out.estimator, out.opt_state, out.loss
-
-
-# quick mode's 150 small steps: compiled at -O0 (``fast_jit``: 0.3 s of CPU against 5 s,
-# running slower by less); full mode's: -O3
-_EST_STEP = {
-    True: fast_jit(_est_step, static_argnames="batch"),
-    False: jax.jit(_est_step, static_argnames="batch"),
-}
-
-
-def _fit(est, state, head, f, keys, batch, quick):
-    """The estimator's training: ``fit_featjnd``'s steps in a Python loop (see above);
-    returns the estimator and the last step's loss."""
-    for i in range(keys.shape[0]):
-        est, state, loss = _EST_STEP[quick](est, state, head, f, keys, i, batch=batch)
-    return est, loss
 
 
 def _accuracy(head, f, y):
@@ -183,17 +155,19 @@ def main(
     key = jax.random.key(seed)
     train, test = _data(seed)
     widths = (8, 16) if quick else (16, 32)  # quick: a narrower net (CPU time / 8)
-    steps = (200, 150) if quick else (400, 500)  # network, estimator
-    net0, net_state, est0, est_state, keys = _init(key, widths, 8 if quick else 32, *steps)
-    backbone, head = _train_net(net0, net_state, keys[0], train, 64 if quick else 128)
+    net0, net_state, est0, keys = _init(key, widths, 8 if quick else 32, 200 if quick else 400)
+    backbone, head = _train_net(net0, net_state, keys, train, 64 if quick else 128)
     y_te = jnp.asarray(test[1])
     x_all = jnp.asarray(np.concatenate([train[0], test[0]]))
     f_tr, f_te, clean_acc = _features(backbone, head, x_all, y_te, n_train=len(train[0]))
 
-    est, last_loss = _fit(est0, est_state, head, f_tr, keys[1], 32 if quick else 64, quick)
+    fit = J.fit_featjnd(
+        est0, head, f_tr, key=jax.random.fold_in(key, 3), optimizer=EST_OPT,
+        steps=150 if quick else 500, batch_size=32 if quick else 64, eps=0.02, n_noise=2,
+    )  # fmt: skip
     alphas, budgets = (1.0, 2.0, 4.0, 8.0), (0.5, 1.0, 2.0, 3.0)
     curve, rms, table = _evaluate(
-        head, est, f_te, y_te, jnp.asarray(alphas), jnp.asarray(budgets), key
+        head, fit.estimator, f_te, y_te, jnp.asarray(alphas), jnp.asarray(budgets), key
     )
     rows = [
         {"alpha": a, "snr_db": float(curve.snr_db[i]),
@@ -226,7 +200,7 @@ def main(
         "quant_gain_coarse": float(q_gain),
         "distortion": rows,
         "quantization": qrows,
-        "estimator_final_loss": float(last_loss),
+        "estimator_final_loss": float(fit.losses[-1]),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     os.makedirs(out_dir, exist_ok=True)
