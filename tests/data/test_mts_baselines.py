@@ -18,6 +18,16 @@ def _per_example_grads(params, batch):
     return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(params, *batch)
 
 
+@jax.jit
+def _l2rw_reference(params, batch, meta, w):
+    """The reference step and both losses as one program (as eager glue, every op of the
+    loss and of the tree arithmetic compiled a program of its own)."""
+    pg = _per_example_grads(params, batch)
+    b = w.shape[0]
+    step = jax.tree.map(lambda p, g: p - 0.3 * jnp.tensordot(w, g, axes=1) / b, params, pg)
+    return step, ce_loss(params, batch), ce_loss(params, meta)
+
+
 def test_l2rw_step_matches_paper_definition():
     params, batch, meta, _ = _problem(jnp.float32, seed=4, corrupt=4)
     opt = optax.sgd(0.3)
@@ -36,15 +46,12 @@ def test_l2rw_step_matches_paper_definition():
     want_w = b * wt / wt.sum()
     np.testing.assert_allclose(np.asarray(r.weights), want_w, rtol=1e-4, atol=1e-6)
     # the step: theta - 0.3 * (1/B) sum_i w_i grad l_i, per-example gradients one by one
-    pg = _per_example_grads(params, batch)
-    ww = jnp.asarray(want_w, jnp.float32)
-    want = jax.tree.map(lambda p, g: p - 0.3 * jnp.tensordot(ww, g, axes=1) / b, params, pg)
+    want, l, lm = _l2rw_reference(params, batch, meta, jnp.asarray(want_w, jnp.float32))
     np.testing.assert_allclose(_flat(r.params), _flat(want), rtol=1e-4, atol=1e-6)
-    l = np.asarray(ce_loss(params, batch))
-    np.testing.assert_allclose(float(r.loss), np.mean(want_w * l), rtol=1e-5)
-    np.testing.assert_allclose(float(r.meta_loss), float(ce_loss(params, meta).mean()), rtol=1e-6)
+    np.testing.assert_allclose(float(r.loss), np.mean(want_w * np.asarray(l)), rtol=1e-5)
+    np.testing.assert_allclose(float(r.meta_loss), float(np.mean(lm)), rtol=1e-6)
     # a meta batch that every training example opposes: no positive weight, no update
-    anti = (batch[0], (batch[1] + 1) % 3)
+    anti = (batch[0], jnp.asarray((np.asarray(batch[1]) + 1) % 3, jnp.int32))
     r0 = data.l2rw_step(ce_loss, opt, params, opt.init(params), batch, anti)
     if np.all(np.asarray(r0.alignment) <= 0):
         np.testing.assert_array_equal(np.asarray(r0.weights), 0.0)
@@ -58,9 +65,9 @@ def test_mwn_meta_step_matches_unrolled_autodiff(normalize):
     opt = optax.sgd(2.0)
     r = data.mwn_meta_step(ce_loss, opt, params, net, opt.init(net), batch, meta, lr=0.5,
                            normalize=normalize)  # fmt: skip
-    l_in = jax.lax.stop_gradient(ce_loss(params, batch))[:, None]
 
     def weights(m):
+        l_in = jax.lax.stop_gradient(ce_loss(params, batch))[:, None]
         s = jax.nn.sigmoid(jax.vmap(m)(l_in)[:, 0])
         return s * (s.shape[0] / jnp.sum(s)) if normalize else s
 
@@ -69,11 +76,16 @@ def test_mwn_meta_step_matches_unrolled_autodiff(normalize):
         g = jax.grad(lambda p: jnp.mean(w * ce_loss(p, batch)))(params)
         return jnp.mean(ce_loss(jax.tree.map(lambda p, d: p - 0.5 * d, params, g), meta))
 
-    val, g = eqx.filter_jit(jax.value_and_grad(meta_of_phi))(net)
-    want_net = jax.tree.map(lambda p, d: p - 2.0 * d, net, g)
+    @eqx.filter_jit  # the reference as one program, not one per eager op
+    def reference(m):
+        val, g = jax.value_and_grad(meta_of_phi)(m)
+        new = jax.tree.map(lambda p, d: p - 2.0 * d, m, g)
+        return val, g, new, weights(new)
+
+    val, g, want_net, want_w = reference(net)
     np.testing.assert_allclose(_flat(r.meta_net), _flat(want_net), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(float(r.meta_loss), float(val), rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(r.weights), np.asarray(weights(want_net)), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(r.weights), np.asarray(want_w), rtol=1e-4)
     assert np.linalg.norm(_flat(g)) > 1e-5
     if normalize:
         np.testing.assert_allclose(np.asarray(r.weights).mean(), 1.0, rtol=1e-6)

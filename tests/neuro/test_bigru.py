@@ -20,6 +20,11 @@ def _np_bigru_means(enc, xs):
     return np.concatenate([hf, hb], 1) @ wo.T + bo
 
 
+# one compiled program per input shape (called eagerly, the encoder's two scans compiled
+# afresh on every call)
+_encode = eqx.filter_jit(lambda m, x: m.encode(x))
+
+
 def _bigru(n=5, k=4, g=2, hidden=6, seed=0, obs="gaussian"):
     m = neuro.LowRankRNN(
         n, k, n_groups=g, obs=obs, encoder="bigru", hidden=hidden, key=jax.random.key(seed)
@@ -33,25 +38,25 @@ def _bigru(n=5, k=4, g=2, hidden=6, seed=0, obs="gaussian"):
 def test_bigru_encoder_matches_a_float64_numpy_bidirectional_gru():
     m = _bigru()  # the shapes of every test here: one set of compiled programs
     assert m.encoder == "bigru" and m.gru.hidden == 6
-    x = np.asarray(jax.random.normal(jax.random.key(5), (2, 9, 5)), np.float64)
-    got = m.encode(jnp.asarray(x, jnp.float32))
+    x = np.random.default_rng(5).normal(size=(2, 9, 5))
+    got = _encode(m, jnp.asarray(x, jnp.float32))
     assert got.shape == (2, 9, 4)
     want = np.stack([_np_bigru_means(m.gru, xs) for xs in x])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # mu_t depends on the future (bidirectional): changing the last step moves mu_0
     x2 = x.copy()
     x2[:, -1] += 1.0
-    moved = m.encode(jnp.asarray(x2, jnp.float32))
+    moved = _encode(m, jnp.asarray(x2, jnp.float32))
     assert float(jnp.abs(moved[:, 0] - got[:, 0]).max()) > 1e-4
 
 
 def test_bigru_loss_terms_dynamics_prior_and_pc_rows():
     m = _bigru()
-    kx, kn, kz = jax.random.split(jax.random.key(3), 3)
+    kz = jax.random.key(3)
     r, t = 2, 9
-    xs = jax.random.normal(kx, (r, t, 5))
-    ys = jax.random.normal(kn, (r, t, 5))
-    u = 0.1 * jax.random.normal(jax.random.key(4), (r, t, 5))
+    rng = np.random.default_rng(3)  # data drawn on the host: no eager programs
+    xs, ys = (rng.normal(size=(r, t, 5)).astype(np.float32) for _ in range(2))
+    u = (0.1 * rng.normal(size=(r, t, 5))).astype(np.float32)
     nt = 60.0
     loss, aux = neuro.facrnn_loss(m, xs, ys, key=kz, n_total=nt, beta=3.0, alpha=2.0, u=u)
     np.testing.assert_allclose(
@@ -99,13 +104,19 @@ def test_bigru_fit_learns_and_its_pc_rows_are_the_estimator_on_a_uniform_draw():
     assert res.loss.shape == (80,)
     assert float(jnp.mean(res.loss[-10:])) < float(jnp.mean(res.loss[:10]))
     assert neuro.connectivity(res.model).shape == (5, 5)  # B stays in the dynamics prior
+
     # step 0: the loss on all 64 steps with PC over the 16 rows fit draws uniformly
-    kb, kz = jax.random.split(jax.random.fold_in(jax.random.key(9), 0))
-    rows = np.asarray(jax.random.permutation(kb, 64)[:16])
+    @jax.jit  # fit's step-0 draws, as one program (eagerly: one per random op)
+    def draws(key):
+        kb, kz = jax.random.split(jax.random.fold_in(key, 0))
+        return kz, jax.random.permutation(kb, 64)[:16], jax.random.normal(kz, (4, 16, 4))
+
+    kz, rows, eps = draws(jax.random.key(9))
+    rows = np.asarray(rows)
     loss, aux = neuro.facrnn_loss(m, y, y, key=kz, n_total=64, beta=2.0, bin_width=0.5)
-    mu = np.asarray(m.encode(y)).reshape(64, 4)
+    mu = np.asarray(_encode(m, y)).reshape(64, 4)
     ls = -np.log(64.0) / 8.0
-    z = mu + np.exp(ls) * np.asarray(jax.random.normal(kz, (4, 16, 4))).reshape(64, 4)
+    z = mu + np.exp(ls) * np.asarray(eps).reshape(64, 4)
     pc_rows = neuro.partial_correlation(
         z[rows], mu[rows], np.full((16, 4), ls, np.float32), n_groups=2, n_total=64.0
     )

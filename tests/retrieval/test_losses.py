@@ -51,22 +51,24 @@ def test_negative_filter_threshold_mapping():
 
 
 def test_token_scores_are_full_coalition_values():
-    k = jax.random.split(jax.random.key(0), 4)
-    m = jax.random.normal(k[0], (3, 4, 5))
-    t = jax.random.normal(k[1], (2, 3, 5))
-    wm, wt = jax.random.normal(k[2], (3, 4)), jax.random.normal(k[3], (2, 3))
-    mm = jnp.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 1, 0]], bool)
-    mt = jnp.array([[1, 1, 1], [1, 1, 0]], bool)
-    got = retrieval.token_scores(m, wm, mm, t, wt, mt)
+    # inputs and the reference on the host: eager jax.random draws and per-pair indexing
+    # compiled a program per op and shape (21 compiles)
+    rng = np.random.default_rng(0)
+    m, t = rng.normal(size=(3, 4, 5)), rng.normal(size=(2, 3, 5))
+    wm, wt = rng.normal(size=(3, 4)), rng.normal(size=(2, 3))
+    mm = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 1, 0]], bool)
+    mt = np.array([[1, 1, 1], [1, 1, 0]], bool)
+    got = retrieval.token_scores(
+        *(jnp.asarray(v, jnp.float32) if v.dtype != bool else v for v in (m, wm, mm, t, wt, mt))
+    )
     assert got.shape == (2, 3)
     for i in range(2):
         for j in range(3):
-            a = np.asarray(m[j])[np.asarray(mm[j])]
-            b = np.asarray(t[i])[np.asarray(mt[i])]
+            a, b = m[j][mm[j]], t[i][mt[i]]
             cos = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (
                 b / np.linalg.norm(b, axis=1, keepdims=True)
             ).T
-            wa, wb = np.asarray(wm[j])[np.asarray(mm[j])], np.asarray(wt[i])[np.asarray(mt[i])]
+            wa, wb = wm[j][mm[j]], wt[i][mt[i]]
             want = _wti_np(cos, wa, wb, range(len(a)), range(len(b)))
             assert abs(float(got[i, j]) - want) < 1e-5
 
@@ -86,14 +88,15 @@ def test_alignment_and_pyramid_formulas():
                 jnp.asarray(s), jnp.asarray(phi), ones_a, ones_b, tau_s=0.2, tau_phi=0.5
             )
         )
-        g = jax.grad(lambda p: retrieval.stii_alignment_loss(jnp.asarray(s), p, ones_a, ones_b))(
-            jnp.asarray(phi)
-        )
+        # gradients as one compiled program each (an eager grad compiles every op's JVP)
+        g = jax.jit(
+            jax.grad(lambda p: retrieval.stii_alignment_loss(jnp.asarray(s), p, ones_a, ones_b))
+        )(jnp.asarray(phi))
         loc, glob = rng.normal(size=(2, 5, 5)), rng.normal(size=(5, 5))
         pyr = float(retrieval.pyramid_consistency(jnp.asarray(loc), jnp.asarray(glob), tau=0.3))
         zero = float(retrieval.pyramid_consistency(jnp.asarray(glob)[None], jnp.asarray(glob)))
-        g_loc, g_glob = jax.grad(
-            lambda a, b: retrieval.pyramid_consistency(a, b, tau=0.3), argnums=(0, 1)
+        g_loc, g_glob = jax.jit(
+            jax.grad(lambda a, b: retrieval.pyramid_consistency(a, b, tau=0.3), argnums=(0, 1))
         )(jnp.asarray(loc), jnp.asarray(glob))
     want = _kl_np(phi / 0.5, s / 0.2, 1) + _kl_np(phi / 0.5, s / 0.2, 0)
     assert abs(got - want) < 1e-12

@@ -83,25 +83,32 @@ def test_local_tokens_describe_their_own_span():
         assert (np.abs(pa[0, 0] - pb[0, 0]).max() < 1e-6) == local
 
 
-def test_order_prior_tells_order_twins_apart():
-    """Max-matching is permutation invariant; the segment stage's order prior is not."""
+@jax.jit
+def _order_probe():
+    """The prior and the segment scores of order twins, as one compiled program (as eager
+    glue, each op below compiled a program of its own: 146 compiles for this test)."""
     e = jnp.eye(2)
     windows = e[jnp.array([0, 0, 1, 1])][None]  # action 0 in the first half, then action 1
     phrases = jnp.stack([e, e[::-1]])  # "0 then 1" and "1 then 0"
     pmask = jnp.ones((2, 2), bool)
     prior = M.order_prior(4, pmask, 0.1)
-    assert prior.shape == (2, 4, 2)
-    np.testing.assert_allclose(prior[0], prior[1])  # the prior reads order and count only
-    assert bool(jnp.all(prior[:, :2, 0] > 0.85)) and bool(jnp.all(prior[:, 2:, 0] < 0.15))
     one = M.order_prior(4, jnp.array([[True, False]]), 0.1)
-    np.testing.assert_allclose(one[0, :, 0], 1.0, atol=1e-6)  # one phrase: no preference
-    assert float(jnp.abs(one[0, :, 1]).max()) == 0.0
 
     def seg_score(order):
         sim = M._segment_sim(windows, phrases, prior, order)
         return _game._wti(sim, jnp.zeros((2, 4)), jnp.zeros((2, 2)), jnp.ones((2, 4), bool), pmask)
 
-    plain, ordered = seg_score(0.0), seg_score(0.5)
+    return prior, one, seg_score(0.0), seg_score(0.5)
+
+
+def test_order_prior_tells_order_twins_apart():
+    """Max-matching is permutation invariant; the segment stage's order prior is not."""
+    prior, one, plain, ordered = (np.asarray(v) for v in _order_probe())
+    assert prior.shape == (2, 4, 2)
+    np.testing.assert_allclose(prior[0], prior[1])  # the prior reads order and count only
+    assert np.all(prior[:, :2, 0] > 0.85) and np.all(prior[:, 2:, 0] < 0.15)
+    np.testing.assert_allclose(one[0, :, 0], 1.0, atol=1e-6)  # one phrase: no preference
+    assert float(np.abs(one[0, :, 1]).max()) == 0.0
     assert abs(float(plain[0] - plain[1])) < 1e-6  # order 0: the twins tie
     assert float(ordered[0]) > float(ordered[1]) + 0.2  # the order that happened wins
     assert abs(float(ordered[0] - plain[0])) < 0.05  # the right order is barely penalised
