@@ -114,7 +114,7 @@ def test_hypergrad_finite_diff_and_meta_loss():
 def test_meta_step_sign_and_mean_one():
     params, batch, meta, _ = _problem(jnp.float32, seed=3, corrupt=4)
     net = FreeLogits(jnp.zeros(B, jnp.float32))
-    ids = jnp.eye(B, dtype=jnp.float32)
+    ids = jnp.asarray(np.eye(B), jnp.float32)  # one-hot ids built on the host
     opt = optax.sgd(50.0)
     r = data.mts_meta_step(ce_loss, opt, params, net, opt.init(net), ids, batch, meta, lr=0.5)
     h = data.mts_hypergrad(ce_loss, params, net, ids, batch, meta, lr=0.5)

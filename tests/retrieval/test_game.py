@@ -32,11 +32,14 @@ def test_wti_all_masks_match_definition_and_no_nan(key):
     with jax.enable_x64(True):
         sim, wa, wb = _game(key, na, nb)
         vals = retrieval.game_values(retrieval.cross_modal_value, (sim, wa, wb), n_players=8)
-        grads = jax.grad(
-            lambda s: jnp.sum(
-                retrieval.game_values(retrieval.cross_modal_value, (s, wa, wb), n_players=8)
+        grads = jax.jit(  # one program (an eager grad compiles every op's JVP)
+            jax.grad(
+                lambda s: jnp.sum(
+                    retrieval.game_values(retrieval.cross_modal_value, (s, wa, wb), n_players=8)
+                )
             )
         )(sim)
+    vals = np.asarray(vals)  # indexed on the host below
     assert np.all(np.isfinite(np.asarray(vals))) and np.all(np.isfinite(np.asarray(grads)))
     s, a, b = (np.asarray(x) for x in (sim, wa, wb))
     masks = retrieval.all_masks(8)
@@ -61,6 +64,7 @@ def test_cross_modal_stii_equals_shapiq(key):
             *[_game(jax.random.fold_in(key, g), na, nb) for g in range(2)], strict=True
         )
         phi = retrieval.cross_modal_stii(jnp.stack(sims), jnp.stack(was), jnp.stack(wbs))
+    phi = np.asarray(phi)  # indexed on the host below
     for g in range(2):
         s, a, b = (np.asarray(x[g]) for x in (sims, was, wbs))
 
