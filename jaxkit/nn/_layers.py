@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
-from jaxkit.nn._init import normal_pieces
+from jaxkit.nn._init import init_pieces
 
 _ACTIVATIONS = {
     "relu": jax.nn.relu,
@@ -119,12 +119,14 @@ class MLP(eqx.Module):
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
         for h in sizes:
             _validate.positive(hidden=h)
-        self.weights = tuple(
-            normal_pieces(
-                key, [((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)], dtype
-            )
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)),
+            biases=tuple(sizes[1:]) if use_bias else (),
+            dtype=dtype,
         )
-        self.biases = tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None
+        self.weights = tuple(ws)
+        self.biases = tuple(bs) if use_bias else None
         self.activation = activation
         self.final_activation = final_activation
 
@@ -184,12 +186,18 @@ class SmallCNN(eqx.Module):
         _check_init(key, {"activation": activation}, sizes, channels, "convolution")
         specs, c_in = [], int(in_channels)
         for c in channels:
-            specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size**2))
+            k = int(kernel_size)
+            specs.append(((int(c), c_in, k, k), c_in * k**2))
             c_in = int(c)
         specs.append(((c_in, int(out_size)), c_in))
-        ws = normal_pieces(key, specs, dtype)
-        self.convs = tuple((w, jnp.zeros((w.shape[0],), dtype)) for w in ws[:-1])
-        self.head = (ws[-1], jnp.zeros((int(out_size),), dtype))
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(specs),
+            biases=(*(s[0][0] for s in specs[:-1]), int(out_size)),
+            dtype=dtype,
+        )
+        self.convs = tuple(zip(ws[:-1], bs[:-1], strict=True))
+        self.head = (ws[-1], bs[-1])
         self.activation = activation
 
     def __call__(self, x: Float[ArrayLike, "C H W"]) -> Float[Array, " out"]:
@@ -278,11 +286,17 @@ class UNet(eqx.Module):
             ]
         specs.append(((int(out_channels), chans[0], 1, 1), chans[0]))
         specs += [((time_dim, c), time_dim) for c in chans]
-        ws = iter(normal_pieces(key, specs, dtype))
+        n_conv = len(specs) - len(chans)  # the time projections' biases have length c
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(specs),
+            biases=(*(s[0][0] for s in specs[:n_conv]), *chans),
+            dtype=dtype,
+        )
+        ws, bs = iter(ws), iter(bs)
 
         def conv():
-            w = next(ws)
-            return w, jnp.zeros((w.shape[0],), dtype)
+            return next(ws), next(bs)
 
         down = []
         for _ in chans:
@@ -296,7 +310,7 @@ class UNet(eqx.Module):
             up.append((w1, b1, w2, b2))
         self.down, self.up = tuple(down), tuple(up)
         self.out = conv()
-        self.time_proj = tuple((next(ws), jnp.zeros((c,), dtype)) for c in chans)
+        self.time_proj = tuple((next(ws), next(bs)) for _ in chans)
         self.activation = activation
         self.time_dim = int(time_dim)
 
