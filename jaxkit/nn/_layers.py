@@ -4,6 +4,8 @@ All three are unbatched like equinox layers (use ``jax.vmap`` for batches), take
 ``key=`` in ``__init__``, keep configuration in static fields (so a module is a
 pytree of arrays only) and compute in the dtype of their input: weights are cast
 to ``x.dtype`` and matmuls/convolutions accumulate in f32 (f64 for f64 inputs).
+Construction and the forward are jitted like jax.numpy (module level, sizes static): an
+eager build or call compiles one program per configuration and input shape.
 
 References:
   Ronneberger et al., "U-Net: Convolutional Networks for Biomedical Image
@@ -75,6 +77,11 @@ def _check_init(key, activations: dict, sizes: dict, channels=None, unit: str = 
         raise ValueError(f"`channels` must name at least one {unit}.")
 
 
+# The forwards are jitted like jax.numpy (module level; a module's static fields are part of
+# its tree structure, so they are static): an eager call compiles one program per shape.
+# Argument checks stay eager, in ``__call__``.
+
+
 class MLP(eqx.Module):
     """A multilayer perceptron on one vector ``x [in_size] -> [out_size]``.
 
@@ -135,12 +142,7 @@ class MLP(eqx.Module):
         x = jnp.asarray(x)
         _validate.floating(x, name="x")
         _validate.shape(x, (self.weights[0].shape[0],), name="x")
-        act = _ACTIVATIONS[self.activation]
-        n = len(self.weights)
-        for i, w in enumerate(self.weights):
-            x = _linear(x, w, None if self.biases is None else self.biases[i])
-            x = act(x) if i < n - 1 else _ACTIVATIONS[self.final_activation](x)
-        return x
+        return _mlp_forward(self, x)
 
 
 class SmallCNN(eqx.Module):
@@ -209,11 +211,7 @@ class SmallCNN(eqx.Module):
             raise TypeError(
                 f"`x` must have {self.convs[0][0].shape[1]} channels, got shape {x.shape}."
             )
-        act = _ACTIVATIONS[self.activation]
-        for i, (w, b) in enumerate(self.convs):
-            x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
-        pooled = jnp.mean(x.astype(accumulation_dtype(x.dtype)), axis=(1, 2)).astype(x.dtype)
-        return _linear(pooled, *self.head)
+        return _cnn_forward(self, x)
 
 
 def _time_embedding(t: Array, dim: int, dtype) -> Array:
@@ -327,28 +325,52 @@ class UNet(eqx.Module):
         f = 2 ** (len(self.down) - 1)
         if x.shape[1] % f or x.shape[2] % f:
             raise TypeError(f"`x` spatial size must be divisible by {f}, got shape {x.shape}.")
-        act = _ACTIVATIONS[self.activation]
-        temb = None if t is None else _time_embedding(jnp.asarray(t), self.time_dim, x.dtype)
+        return _unet_forward(self, x, None if t is None else jnp.asarray(t))
 
-        def tbias(lvl, h):
-            if temb is None:
-                return h
-            w, b = self.time_proj[lvl]
-            return h + _linear(temb, w, b)[:, None, None]
 
-        skips = []
-        h = x
-        for lvl, (w1, b1, w2, b2) in enumerate(self.down):
-            if lvl > 0:
-                c, hh, ww = h.shape
-                h = h.reshape(c, hh // 2, 2, ww // 2, 2).mean(axis=(2, 4))
-            h = act(tbias(lvl, _conv(h, w1, b1)))
-            h = act(_conv(h, w2, b2))
-            skips.append(h)
-        for i, (w1, b1, w2, b2) in enumerate(self.up):
-            lvl = len(self.down) - 2 - i
-            h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
-            h = jnp.concatenate([h, skips[lvl]], axis=0)
-            h = act(tbias(lvl, _conv(h, w1, b1)))
-            h = act(_conv(h, w2, b2))
-        return _conv(h, *self.out)
+@jax.jit
+def _mlp_forward(m: MLP, x: Array) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    n = len(m.weights)
+    for i, w in enumerate(m.weights):
+        x = _linear(x, w, None if m.biases is None else m.biases[i])
+        x = act(x) if i < n - 1 else _ACTIVATIONS[m.final_activation](x)
+    return x
+
+
+@jax.jit
+def _cnn_forward(m: SmallCNN, x: Array) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    for i, (w, b) in enumerate(m.convs):
+        x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
+    pooled = jnp.mean(x.astype(accumulation_dtype(x.dtype)), axis=(1, 2)).astype(x.dtype)
+    return _linear(pooled, *m.head)
+
+
+@jax.jit
+def _unet_forward(m: UNet, x: Array, t: Array | None) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    temb = None if t is None else _time_embedding(t, m.time_dim, x.dtype)
+
+    def tbias(lvl, h):
+        if temb is None:
+            return h
+        w, b = m.time_proj[lvl]
+        return h + _linear(temb, w, b)[:, None, None]
+
+    skips = []
+    h = x
+    for lvl, (w1, b1, w2, b2) in enumerate(m.down):
+        if lvl > 0:
+            c, hh, ww = h.shape
+            h = h.reshape(c, hh // 2, 2, ww // 2, 2).mean(axis=(2, 4))
+        h = act(tbias(lvl, _conv(h, w1, b1)))
+        h = act(_conv(h, w2, b2))
+        skips.append(h)
+    for i, (w1, b1, w2, b2) in enumerate(m.up):
+        lvl = len(m.down) - 2 - i
+        h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
+        h = jnp.concatenate([h, skips[lvl]], axis=0)
+        h = act(tbias(lvl, _conv(h, w1, b1)))
+        h = act(_conv(h, w2, b2))
+    return _conv(h, *m.out)

@@ -10,14 +10,16 @@ from jaxkit import nn
 
 
 def _main_init(key, specs, biases, dtype):
-    """The layers' initialisation before wave 18, eagerly, op by op (the values' oracle):
-    one float32 normal draw of the total size times 1/sqrt(fan_in), cast, sliced; zero biases."""
+    """The layers' initialisation before wave 18 (the values' oracle): one float32 normal
+    draw of the total size (jax.random, one program) times 1/sqrt(fan_in), cast to dtype and
+    cut into the shapes in order; zero biases. The product and the cast are exact IEEE float32
+    operations, so NumPy gives the bits the eager jax ops gave."""
     sizes = [math.prod(s) for s, _ in specs]
     scale = np.concatenate(
         [np.full(n, f**-0.5, np.float32) for n, (_, f) in zip(sizes, specs, strict=True)]
     )
-    flat = (jax.random.normal(key, (sum(sizes),), jnp.float32) * jnp.asarray(scale)).astype(dtype)
-    flat, ends = np.asarray(flat), np.cumsum(sizes)
+    flat = (np.asarray(jax.random.normal(key, (sum(sizes),), jnp.float32)) * scale).astype(dtype)
+    ends = np.cumsum(sizes)
     ws = [flat[e - n : e].reshape(s) for e, n, (s, _) in zip(ends, sizes, specs, strict=True)]
     return ws, [np.zeros((n,), dtype) for n in biases]
 
