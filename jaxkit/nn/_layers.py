@@ -4,6 +4,8 @@ All three are unbatched like equinox layers (use ``jax.vmap`` for batches), take
 ``key=`` in ``__init__``, keep configuration in static fields (so a module is a
 pytree of arrays only) and compute in the dtype of their input: weights are cast
 to ``x.dtype`` and matmuls/convolutions accumulate in f32 (f64 for f64 inputs).
+Construction and the forward are jitted like jax.numpy (module level, sizes static): an
+eager build or call compiles one program per configuration and input shape.
 
 References:
   Ronneberger et al., "U-Net: Convolutional Networks for Biomedical Image
@@ -20,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
-from jaxkit.nn._init import normal_pieces
+from jaxkit.nn._init import init_pieces
 
 _ACTIVATIONS = {
     "relu": jax.nn.relu,
@@ -75,6 +77,11 @@ def _check_init(key, activations: dict, sizes: dict, channels=None, unit: str = 
         raise ValueError(f"`channels` must name at least one {unit}.")
 
 
+# The forwards are jitted like jax.numpy (module level; a module's static fields are part of
+# its tree structure, so they are static): an eager call compiles one program per shape.
+# Argument checks stay eager, in ``__call__``.
+
+
 class MLP(eqx.Module):
     """A multilayer perceptron on one vector ``x [in_size] -> [out_size]``.
 
@@ -119,12 +126,14 @@ class MLP(eqx.Module):
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
         for h in sizes:
             _validate.positive(hidden=h)
-        self.weights = tuple(
-            normal_pieces(
-                key, [((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)], dtype
-            )
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)),
+            biases=tuple(sizes[1:]) if use_bias else (),
+            dtype=dtype,
         )
-        self.biases = tuple(jnp.zeros((b,), dtype) for b in sizes[1:]) if use_bias else None
+        self.weights = tuple(ws)
+        self.biases = tuple(bs) if use_bias else None
         self.activation = activation
         self.final_activation = final_activation
 
@@ -133,12 +142,7 @@ class MLP(eqx.Module):
         x = jnp.asarray(x)
         _validate.floating(x, name="x")
         _validate.shape(x, (self.weights[0].shape[0],), name="x")
-        act = _ACTIVATIONS[self.activation]
-        n = len(self.weights)
-        for i, w in enumerate(self.weights):
-            x = _linear(x, w, None if self.biases is None else self.biases[i])
-            x = act(x) if i < n - 1 else _ACTIVATIONS[self.final_activation](x)
-        return x
+        return _mlp_forward(self, x)
 
 
 class SmallCNN(eqx.Module):
@@ -184,12 +188,18 @@ class SmallCNN(eqx.Module):
         _check_init(key, {"activation": activation}, sizes, channels, "convolution")
         specs, c_in = [], int(in_channels)
         for c in channels:
-            specs.append(((int(c), c_in, kernel_size, kernel_size), c_in * kernel_size**2))
+            k = int(kernel_size)
+            specs.append(((int(c), c_in, k, k), c_in * k**2))
             c_in = int(c)
         specs.append(((c_in, int(out_size)), c_in))
-        ws = normal_pieces(key, specs, dtype)
-        self.convs = tuple((w, jnp.zeros((w.shape[0],), dtype)) for w in ws[:-1])
-        self.head = (ws[-1], jnp.zeros((int(out_size),), dtype))
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(specs),
+            biases=(*(s[0][0] for s in specs[:-1]), int(out_size)),
+            dtype=dtype,
+        )
+        self.convs = tuple(zip(ws[:-1], bs[:-1], strict=True))
+        self.head = (ws[-1], bs[-1])
         self.activation = activation
 
     def __call__(self, x: Float[ArrayLike, "C H W"]) -> Float[Array, " out"]:
@@ -201,11 +211,7 @@ class SmallCNN(eqx.Module):
             raise TypeError(
                 f"`x` must have {self.convs[0][0].shape[1]} channels, got shape {x.shape}."
             )
-        act = _ACTIVATIONS[self.activation]
-        for i, (w, b) in enumerate(self.convs):
-            x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
-        pooled = jnp.mean(x.astype(accumulation_dtype(x.dtype)), axis=(1, 2)).astype(x.dtype)
-        return _linear(pooled, *self.head)
+        return _cnn_forward(self, x)
 
 
 def _time_embedding(t: Array, dim: int, dtype) -> Array:
@@ -278,11 +284,17 @@ class UNet(eqx.Module):
             ]
         specs.append(((int(out_channels), chans[0], 1, 1), chans[0]))
         specs += [((time_dim, c), time_dim) for c in chans]
-        ws = iter(normal_pieces(key, specs, dtype))
+        n_conv = len(specs) - len(chans)  # the time projections' biases have length c
+        ws, bs = init_pieces(
+            key,
+            specs=tuple(specs),
+            biases=(*(s[0][0] for s in specs[:n_conv]), *chans),
+            dtype=dtype,
+        )
+        ws, bs = iter(ws), iter(bs)
 
         def conv():
-            w = next(ws)
-            return w, jnp.zeros((w.shape[0],), dtype)
+            return next(ws), next(bs)
 
         down = []
         for _ in chans:
@@ -296,7 +308,7 @@ class UNet(eqx.Module):
             up.append((w1, b1, w2, b2))
         self.down, self.up = tuple(down), tuple(up)
         self.out = conv()
-        self.time_proj = tuple((next(ws), jnp.zeros((c,), dtype)) for c in chans)
+        self.time_proj = tuple((next(ws), next(bs)) for _ in chans)
         self.activation = activation
         self.time_dim = int(time_dim)
 
@@ -313,28 +325,52 @@ class UNet(eqx.Module):
         f = 2 ** (len(self.down) - 1)
         if x.shape[1] % f or x.shape[2] % f:
             raise TypeError(f"`x` spatial size must be divisible by {f}, got shape {x.shape}.")
-        act = _ACTIVATIONS[self.activation]
-        temb = None if t is None else _time_embedding(jnp.asarray(t), self.time_dim, x.dtype)
+        return _unet_forward(self, x, None if t is None else jnp.asarray(t))
 
-        def tbias(lvl, h):
-            if temb is None:
-                return h
-            w, b = self.time_proj[lvl]
-            return h + _linear(temb, w, b)[:, None, None]
 
-        skips = []
-        h = x
-        for lvl, (w1, b1, w2, b2) in enumerate(self.down):
-            if lvl > 0:
-                c, hh, ww = h.shape
-                h = h.reshape(c, hh // 2, 2, ww // 2, 2).mean(axis=(2, 4))
-            h = act(tbias(lvl, _conv(h, w1, b1)))
-            h = act(_conv(h, w2, b2))
-            skips.append(h)
-        for i, (w1, b1, w2, b2) in enumerate(self.up):
-            lvl = len(self.down) - 2 - i
-            h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
-            h = jnp.concatenate([h, skips[lvl]], axis=0)
-            h = act(tbias(lvl, _conv(h, w1, b1)))
-            h = act(_conv(h, w2, b2))
-        return _conv(h, *self.out)
+@jax.jit
+def _mlp_forward(m: MLP, x: Array) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    n = len(m.weights)
+    for i, w in enumerate(m.weights):
+        x = _linear(x, w, None if m.biases is None else m.biases[i])
+        x = act(x) if i < n - 1 else _ACTIVATIONS[m.final_activation](x)
+    return x
+
+
+@jax.jit
+def _cnn_forward(m: SmallCNN, x: Array) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    for i, (w, b) in enumerate(m.convs):
+        x = act(_conv(x, w, b, stride=1 if i == 0 else 2))
+    pooled = jnp.mean(x.astype(accumulation_dtype(x.dtype)), axis=(1, 2)).astype(x.dtype)
+    return _linear(pooled, *m.head)
+
+
+@jax.jit
+def _unet_forward(m: UNet, x: Array, t: Array | None) -> Array:
+    act = _ACTIVATIONS[m.activation]
+    temb = None if t is None else _time_embedding(t, m.time_dim, x.dtype)
+
+    def tbias(lvl, h):
+        if temb is None:
+            return h
+        w, b = m.time_proj[lvl]
+        return h + _linear(temb, w, b)[:, None, None]
+
+    skips = []
+    h = x
+    for lvl, (w1, b1, w2, b2) in enumerate(m.down):
+        if lvl > 0:
+            c, hh, ww = h.shape
+            h = h.reshape(c, hh // 2, 2, ww // 2, 2).mean(axis=(2, 4))
+        h = act(tbias(lvl, _conv(h, w1, b1)))
+        h = act(_conv(h, w2, b2))
+        skips.append(h)
+    for i, (w1, b1, w2, b2) in enumerate(m.up):
+        lvl = len(m.down) - 2 - i
+        h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
+        h = jnp.concatenate([h, skips[lvl]], axis=0)
+        h = act(tbias(lvl, _conv(h, w1, b1)))
+        h = act(_conv(h, w2, b2))
+    return _conv(h, *m.out)

@@ -44,13 +44,29 @@ def check_params(params, cfg) -> None:
 OVERFLOW = ("error", "drop")
 
 
+# The range predicates are jitted like jax.numpy (bounds traced): eagerly, a check is one
+# program per shape and dtype instead of one per comparison, ``|`` and ``any``.
+@jax.jit
+def any_outside(x: Array, lo, hi) -> Array:
+    """Whether any entry of ``x`` lies outside ``[lo, hi]``."""
+    return jnp.any((x < lo) | (x > hi))
+
+
+@jax.jit
+def _any_above(x: Array, hi) -> Array:
+    return jnp.any(x > hi)
+
+
 def guard(x, pred, msg: str) -> Array:
     """``x`` guarded by ``pred`` (ValueError eagerly, ``eqx.error_if`` under ``jit``).
 
     The traced check runs on a zero scalar added to ``x``, so ``x`` keeps its
-    sharding (an ``error_if`` on a sharded array gathers it to one device).
+    sharding (an ``error_if`` on a sharded array gathers it to one device). Eagerly
+    ``x`` is returned as it is once ``pred`` is known to be False.
     """
     x = jnp.asarray(x)
+    if not isinstance(x, jax.core.Tracer) and not isinstance(pred, jax.core.Tracer):
+        return _validate.error_if(x, pred, msg)
     return x + _validate.error_if(jnp.zeros((), x.dtype), pred, msg)
 
 
@@ -62,7 +78,7 @@ def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Arr
     tokens = jnp.asarray(tokens)
     _validate.integer(tokens, name=name)
     v = cfg.vocab_size
-    bad = jnp.any((tokens < 0) | (tokens >= v))
+    bad = any_outside(tokens, 0, v - 1)
     return guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
 
 
@@ -84,7 +100,7 @@ def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) ->
         s = cache.k.shape[2]
         length = guard(
             cache.length,
-            jnp.any(cache.length + t > s),
+            _any_above(cache.length, s - t),
             f"writing {t} new row(s) overflows the cache (capacity {s}): pass "
             "`overflow='drop'` to drop the rows past the end.",
         )
