@@ -318,14 +318,17 @@ def test_pallas_interpret_equals_reference(dtype, block_r, key):
 def test_xla_path_equals_sort_reference(key):
     # implementation="xla" runs the sort-free bisection (_fused) on the whole array;
     # the sort-based reference is the spec: same tokens, same statistics.
-    kx, ks, kr = jax.random.split(key, 3)
+    ks = jax.random.fold_in(key, 1)
     r, v = 64, 40
-    x = 2.0 * jax.random.normal(kx, (r, v), jnp.float32)
-    u = jax.random.uniform(kr, (4, r), jnp.float32)
-    t = (0.5 + u[0]).at[:4].set(0.0)
-    k = (1 + (u[1] * v).astype(jnp.int32)).at[4:8].set(v)
-    p = (0.2 + 0.8 * u[2]).at[8:12].set(1.0)
-    mp = (0.2 * u[3]).at[12:16].set(0.0)
+    # the inputs built in NumPy (eager jax.numpy glue would compile op by op)
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(2.0 * rng.standard_normal((r, v)), jnp.float32)
+    u = rng.uniform(size=(4, r))
+    t, p, mp = (0.5 + u[0]), (0.2 + 0.8 * u[2]), (0.2 * u[3])
+    k = 1 + (u[1] * v).astype(np.int32)
+    t[:4], k[4:8], p[8:12], mp[12:16] = 0.0, v, 1.0, 0.0
+    t, p, mp = (jnp.asarray(a, jnp.float32) for a in (t, p, mp))
+    k = jnp.asarray(k, jnp.int32)
     for stats in ("sampled",):  # "logits" stats: test_probability_and_entropy_exact
         got = sampler("xla", stats)(x, ks, t, k, p, mp)
         want = jax.jit(

@@ -87,26 +87,29 @@ def test_full_step_gauge_invariant(key):
             floor_mode="geometry",
             debias=True,
         )
-        res = []
 
-        @jax.jit  # one compiled step for every gauge (eager, each op would compile alone)
-        def step(p, st):
-            u, st = tx.update(factor_grads(p, gs), st, p)
-            p = optax.apply_updates(p, u)
-            return p, st, L.to_dense(p)
-
-        for gg in (
-            jnp.eye(R),
-            random_gl(jax.random.fold_in(key, 2), R, 1e3, jnp.float64),
-            jnp.linalg.qr(jax.random.normal(key, (R, R), jnp.float64))[0],
-        ):
+        # one compiled program for every gauge: the re-gauge, init and three steps (a scan)
+        # (eager, each glue op and init's constructors compiled alone: 33 compiles)
+        @jax.jit
+        def trajectory(gg):
             p = gauge(f, gg)
-            st = tx.init(p)
-            zs = []
-            for _ in range(3):
-                p, st, z = step(p, st)
-                zs.append(z)
-            res.append(zs)
+
+            def step(c, _):
+                p, st = c
+                u, st = tx.update(factor_grads(p, gs), st, p)
+                p = optax.apply_updates(p, u)
+                return (p, st), L.to_dense(p)
+
+            return jax.lax.scan(step, (p, tx.init(p)), None, length=3)[1]
+
+        # the gauges built in NumPy: the identity, G in GL(r) with condition number 1e3,
+        # and an orthogonal G
+        rng = np.random.default_rng(2)
+        q1, q2, q3 = (np.linalg.qr(rng.standard_normal((R, R)))[0] for _ in range(3))
+        res = [
+            np.asarray(trajectory(jnp.asarray(gg)))
+            for gg in (np.eye(R), (q1 * np.geomspace(1.0, 1e3, R)[None, :]) @ q2.T, q3)
+        ]
         np.testing.assert_allclose(res[1][0], res[0][0], atol=1e-9)  # GL(r), first step
         for k in range(3):  # O(r), all steps
             np.testing.assert_allclose(res[2][k], res[0][k], atol=1e-9)
