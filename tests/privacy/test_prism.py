@@ -179,11 +179,18 @@ def test_full_rank_is_dp_sgd_on_z(key):
         assert float(jnp.sum(nz**2)) > 0
 
 
+def _no_q(tree):
+    """``_tree`` without its unstacked module: the stacked one runs the same per-slice code
+    (``stackmap`` / ``stackloop`` over zero axes call it directly), and the clipped norm
+    still sums a LoRA module and a Euclidean leaf (measured: compiling the update took 1.9 s
+    of CPU with the unstacked module, 1.1 s without)."""
+    return {k: v for k, v in tree.items() if k != "q"}
+
+
 def _released_distance(p, d, d2):
-    """Frobenius distance between two released updates of ``_tree`` (as dense tangents)."""
+    """Frobenius distance between two released updates of ``_no_q(_tree)`` (dense tangents)."""
     return jnp.sqrt(
-        jnp.sum((L.tangent_dense(p["q"], d["q"]) - L.tangent_dense(p["q"], d2["q"])) ** 2)
-        + jnp.sum(
+        jnp.sum(
             (
                 jax.vmap(L.tangent_dense)(p["stack"], d["stack"])
                 - jax.vmap(L.tangent_dense)(p["stack"], d2["stack"])
@@ -199,7 +206,7 @@ def test_sensitivity_bounded_by_clip(key, scale):
     """Replacing one example by an adversarial huge gradient moves the pre-noise sum by <= C."""
     with jax.enable_x64(True):
         f, gs = _setup(key)
-        p, g = _tree(f), _tree_grads(f, gs)
+        p, g = _no_q(_tree(f)), _no_q(_tree_grads(f, gs))
         cn = 0.5
         tx = privacy.prism_privatize(clip_norm=cn, noise_multiplier=0.0, denom=1.0, key=key)
         upd = jax.jit(tx.update)
@@ -209,7 +216,7 @@ def test_sensitivity_bounded_by_clip(key, scale):
         # one compiled program per step of the loop below (eager, each op compiles alone)
         @jax.jit
         def neighbours(k, j):
-            adv = _tree_grads(f, scale * jax.random.normal(k, (B, M, N), jnp.float64))
+            adv = _no_q(_tree_grads(f, scale * jax.random.normal(k, (B, M, N), jnp.float64)))
             g2 = jax.tree.map(lambda x, y: x.at[j].set(y[j]), g, adv)
             return g2, jax.tree.map(lambda x: x.at[j].set(0.0), g2)
 
