@@ -69,7 +69,7 @@ def test_block_fold_identical_outputs(mixer, size, window, key):
         for i in range(2):  # populate the running statistics
             _, state = _run(blk, x + i, state, False)
         want, _ = _run(blk, x, state, True)
-        folded = reparameterize(blk, state)
+        folded = eqx.filter_jit(reparameterize)(blk, state)  # one program, not op by op
         got, _ = _run(folded, x, state, True)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
         assert folded.norm is None and folded.bn2 is None and folded.gamma is None
@@ -153,12 +153,13 @@ def test_variants_and_errors(key):
 
 def test_drop_path_needs_a_key_in_training(key):
     blk, state = _make(WBMMBlock, 2, "D", drop_path=0.5, key=key)
-    x = jnp.ones((2, 3, 3, 2))
+    x = np.ones((2, 3, 3, 2), np.float32)
+    # the calls jitted (the error is raised while tracing): eager, every op compiled alone
     with pytest.raises(ValueError, match="`key`"):
-        blk(x, state)  # training without a key: no silent skip of drop-path
-    y, state = blk(x, state, key=jax.random.key(1))
+        _run(blk, x, state, False)  # training without a key: no silent skip of drop-path
+    y, state = _run(blk, x, state, False, jax.random.key(1))
     assert y.shape == x.shape
-    y_inf, _ = blk(x, state, inference=True)  # inference needs no key
+    y_inf, _ = _run(blk, x, state, True)  # inference needs no key
     assert y_inf.shape == x.shape
     blk0, state0 = _make(WBMMBlock, 2, "D", key=key)
-    blk0(x, state0)  # no drop-path: no randomness, no key needed
+    _run(blk0, x, state0, False)  # no drop-path: no randomness, no key needed
