@@ -285,14 +285,18 @@ def test_sampler_raises_on_nan_logits():
     assert "NaN" in str(err.value), str(err.value)[-2000:]
 
 
+_BLOCKS = (6, 40)  # compacted forward sizes of the two tests below (one compiled program)
+
+
 @pytest.mark.parametrize("first", [0, 5])
 def test_compacted_forward_equals_every_row(first):
     # The ancestral sampler runs the denoiser only on rows that unmask a slot at the step
     # (gathered into the smallest block of `rows` that holds them; more: every row). Same
     # trajectory as running every row each step: tokens, steps, log-probabilities and
     # log-ratios (a reference model). Rows first..first+9 generate, the others are given
-    # (row 0 generating or not: the gather's fill index); blocks of 5 and 6 rows, so steps
-    # take either block or fall back to every row (4-8 rows needed). Tokens are
+    # (row 0 generating or not: the gather's fill index); blocks of 6 and 40 rows (4-8 rows
+    # needed: steps take either block; every row: the shared test below, whose program this
+    # is: rows that differ never read row 0's output). Tokens are
     # drawn at the unmasked slots only (at most 12 of them, ~10 expected; more: at every
     # slot), the same draws whichever rows the forward ran on.
     from jaxkit.diffusion import _sample as S
@@ -316,9 +320,9 @@ def test_compacted_forward_equals_every_row(first):
             valid,
             jax.random.key(2),
             temp,
-            S._Opts(V, steps, sched, "ancestral", V + 1, rows, slots=12),
+            S._Opts(V, steps, sched, "ancestral", V + 1, rows, bool(rows), 12),
         )
-        for rows in ((), (5, 6))
+        for rows in ((), _BLOCKS)
     )
     assert np.all(np.asarray(every.tokens)[first : first + 10] < V)
     np.testing.assert_array_equal(comp.tokens, every.tokens)
@@ -331,9 +335,9 @@ def test_compacted_forward_equals_every_row(first):
         f, params, every.tokens, every.unmask_step, mask_id=V, num_steps=steps
     )
     np.testing.assert_allclose(lp, every.log_prob, rtol=1e-5, atol=1e-5)
-    # 4-8 rows needed per step: the 5-row block, the 6-row one and every row all ran
+    # 4-8 rows needed per step: both blocks ran
     need = np.stack([(np.asarray(every.unmask_step) == k).any(-1) for k in range(steps)])
-    assert {0, 1, 2} <= set(np.searchsorted([5, 6], need.sum(-1), side="left"))
+    assert {0, 1} <= set(np.searchsorted(_BLOCKS, need.sum(-1)))
     counts = np.bincount(np.asarray(every.unmask_step).ravel() + 1, minlength=steps + 1)
     assert counts[1:].max() > 12  # a step unmasking more than 12 slots drew at every slot
 
@@ -342,8 +346,8 @@ def test_compacted_forward_equals_every_row(first):
 def test_shared_first_step_matches_every_row(order):
     # When every row starts from the same input (unconditional sampling), the denoiser runs
     # on row 0 alone and its output serves every row with nothing unmasked yet (all rows at
-    # step 0; ancestral: a block of 32 rows holds step 1's other rows, ~27, the rest
-    # fall back to every row). The one-row forward is
+    # step 0; ancestral: blocks of 6 and 40 rows, of which the 40 holds steps 1-3's other
+    # rows, 33-39 here, later steps fall back to every row). The one-row forward is
     # the batched one up to rounding (tight tolerance, not bit equality); on this seed the
     # trajectories are those of running every row: tokens, steps, log-probabilities and
     # log-ratios. Absolute positions: a RoPE-only denoiser gives every slot of a blank row
@@ -380,12 +384,16 @@ def test_shared_first_step_matches_every_row(order):
                 # ancestral, not shared: the every-row program of the compacted test above
                 S._Opts(V, steps, sched, order, V + 1, rows, shared, 12 * (order == "ancestral")),
             )
-            for shared, rows in ((False, ()), (True, (32,) * (order == "ancestral")))
+            for shared, rows in ((False, ()), (True, _BLOCKS * (order == "ancestral")))
         ]
         np.testing.assert_array_equal(outs[1].tokens, outs[0].tokens)
         np.testing.assert_array_equal(outs[1].unmask_step, outs[0].unmask_step)
         np.testing.assert_allclose(outs[1].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outs[1].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
+        us = np.asarray(outs[0].unmask_step)
+        if order == "ancestral" and z is blank:  # rows needing a forward of their own
+            fresh = [((us == k).any(-1) & (us < k).any(-1)).sum() for k in range(steps)]
+            assert fresh[0] == 0 and {1, 2} <= set(np.searchsorted(_BLOCKS, fresh)), fresh
     assert np.unique(np.asarray(outs[0].tokens), axis=0).shape[0] > 4  # rows still differ
 
 
