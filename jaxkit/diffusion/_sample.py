@@ -165,7 +165,8 @@ def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[tuple[int, ...],
     * ``rows``: block sizes for the forward, ascending: ``ceil(g_k B + 2 sd)`` per step,
       sizes within one ``sd`` of a larger one merged, at most three; each step runs the
       smallest block that holds its rows (more: all rows). Used when the largest,
-      ``ceil(f B + 2 sd)`` (``f = max_k f_k``), is at most 0.8 B.
+      ``ceil(f B + 2 sd)`` (``f = max_k f_k``), is at most 0.8 B; below
+      ``_MIN_LADDER_BATCH`` rows that one alone.
     * ``slots``: the tokens are drawn at ``ceil(q N + 3 sd)`` slots (``q = max_k q_k``,
       ``N = B L``); a step unmasking more draws at every slot. Used when that is at most
       N / 2.
@@ -189,6 +190,8 @@ def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[tuple[int, ...],
     rows = bound(f)
     if rows > 0.8 * b:
         return (), slots
+    if b < _MIN_LADDER_BATCH:
+        return (rows,), slots
     shared = _shared(tokens)
     per_step = set()
     for k in range(num_steps):
@@ -209,6 +212,9 @@ def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[tuple[int, ...],
 
 
 _MAX_BLOCKS = 3  # compacted forward sizes per sampler (each one a compiled forward)
+# Smaller batches keep one block: the extra blocks' compiles cost more than they save there
+# (the TD3B example's quick mode, 64 rows: about 3 s more CPU for ~1 ms saved per call).
+_MIN_LADDER_BATCH = 128
 
 
 @functools.lru_cache(maxsize=64)
@@ -402,12 +408,13 @@ def _rank(score):
 
 
 def _shared(tokens) -> bool:
-    """Whether step 0 may run one row when every row starts from the same input.
+    """Whether one row's forward may serve the rows still at their common input.
 
-    Unconditional sampling starts every row from the same all-``[MASK]`` input, so one
-    row's step-0 output serves the batch (the denoiser is a function of its input; a
-    one-row forward may round differently from the batched one in the last bit). Off
-    under explicit meshes and for one row.
+    Unconditional sampling starts every row from the same all-``[MASK]`` input, so the
+    first row's output serves every row at step 0 and each row with nothing unmasked yet
+    later (the denoiser is a function of its input; a one-row forward may round
+    differently from the batched one in the last bit). Off under explicit meshes and for
+    one row.
     """
     return tokens.shape[0] > 1 and jax.typeof(tokens).sharding.mesh.empty
 
