@@ -146,22 +146,27 @@ class _Opts(NamedTuple):
     schedule: MaskingSchedule
     order: str
     vocab: int
-    rows: int
+    rows: tuple[int, ...]
     shared: bool = False
     slots: int = 0
 
 
-def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[int, int]:
-    """Static sizes of the ancestral sampler's compacted forward and draw (0: off).
+def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[tuple[int, ...], int]:
+    """Static sizes of the ancestral sampler's compacted forwards and draw (empty / 0: off).
 
     The sampler decides which slots a step unmasks before the forward (independently of
     the tokens), and only those slots' tokens are used. From an all-``[MASK]`` row of
-    length ``L`` a slot is unmasked at step ``k`` w.p.
-    ``q_k = (alpha(t_{k+1}) - alpha(t_k)) / (1 - alpha(1))`` (the last step takes the
-    rest; less for infilling), so a row is needed w.p. ``f_k = 1 - (1 - q_k)^L``.
+    length ``L`` a slot is still masked at step ``k`` w.p. ``m_k`` and unmasked at it
+    w.p. ``q_k = m_k - m_{k+1}`` (the last step takes the rest; less for infilling), so
+    a row is needed w.p. ``f_k = 1 - (1 - q_k)^L``. When every row starts alike
+    (:func:`_shared`), a row with nothing unmasked yet reads the first row's output, and
+    only ``g_k = f_k - (m_k^L - m_{k+1}^L)`` of the rows need a forward.
 
-    * ``rows``: the forward holds ``ceil(f B + 2 sd)`` rows (``f = max_k f_k``); a step
-      needing more runs all rows. Used when that is at most 0.8 B.
+    * ``rows``: block sizes for the forward, ascending: ``ceil(g_k B + 2 sd)`` per step,
+      sizes within one ``sd`` of a larger one merged, at most three; each step runs the
+      smallest block that holds its rows (more: all rows). Used when the largest,
+      ``ceil(f B + 2 sd)`` (``f = max_k f_k``), is at most 0.8 B; below
+      ``_MIN_LADDER_BATCH`` rows that one alone.
     * ``slots``: the tokens are drawn at ``ceil(q N + 3 sd)`` slots (``q = max_k q_k``,
       ``N = B L``); a step unmasking more draws at every slot. Used when that is at most
       N / 2.
@@ -170,28 +175,70 @@ def _compact_sizes(schedule, order, num_steps, tokens) -> tuple[int, int]:
     """
     b, length = tokens.shape
     if order != "ancestral" or not jax.typeof(tokens).sharding.mesh.empty:
-        return 0, 0
-    q = _max_unmask_probability(schedule, num_steps)
-    f = 1.0 - (1.0 - q) ** length
-    rows = math.ceil(f * b + 2.0 * math.sqrt(b * f * (1.0 - f)))
+        return (), 0
+    m = _still_masked(schedule, num_steps)
+    qs = [m[k] - m[k + 1] for k in range(num_steps)]
+    q = max(qs)
     n = b * length
     slots = math.ceil(q * n + 3.0 * math.sqrt(n * q * (1.0 - q)))
-    return (rows if rows <= 0.8 * b else 0), (slots if slots <= 0.5 * n else 0)
+    slots = slots if slots <= 0.5 * n else 0
+
+    def bound(p):
+        return math.ceil(p * b + 2.0 * math.sqrt(b * p * (1.0 - p))) if p > 0 else 0
+
+    f = 1.0 - (1.0 - q) ** length
+    rows = bound(f)
+    if rows > 0.8 * b:
+        return (), slots
+    if b < _MIN_LADDER_BATCH:
+        return (rows,), slots
+    shared = _shared(tokens)
+    per_step = set()
+    for k in range(num_steps):
+        g = 1.0 - (1.0 - qs[k]) ** length
+        if shared:
+            g -= m[k] ** length - m[k + 1] ** length
+        per_step.add(min(bound(min(max(g, 0.0), 1.0)), rows))
+    gap = max(1.0, math.sqrt(b * f * (1.0 - f)))
+    sizes = [rows]
+    for size in sorted(per_step - {0}, reverse=True):
+        if sizes[-1] - size >= gap:
+            sizes.append(size)
+    sizes = sizes[::-1]
+    if len(sizes) > _MAX_BLOCKS:  # the smallest, the largest and evenly between
+        pick = (round(i * (len(sizes) - 1) / (_MAX_BLOCKS - 1)) for i in range(_MAX_BLOCKS))
+        sizes = [sizes[i] for i in pick]
+    return tuple(sizes), slots
+
+
+_MAX_BLOCKS = 3  # compacted forward sizes per sampler (each one a compiled forward)
+# Smaller batches keep one block: the extra blocks' compiles cost more than they save there
+# (the TD3B example's quick mode, 64 rows: about 3 s more CPU for ~1 ms saved per call).
+_MIN_LADDER_BATCH = 128
 
 
 @functools.lru_cache(maxsize=64)
-def _max_unmask_probability(schedule, num_steps: int) -> float:
-    """``max_k q_k`` of :func:`_compact_sizes` (host floats, cached per schedule and T).
+def _still_masked(schedule, num_steps: int) -> tuple[float, ...]:
+    """``m_0 .. m_T`` of :func:`_compact_sizes` (host floats, cached per schedule and T).
 
-    Evaluating the schedule takes a few dozen eager dispatches, a millisecond of host
-    time that every :func:`sample` call paid before its compiled program ran.
+    ``m_k = (1 - alpha(t_k)) / (1 - alpha(1))`` (``m_0 = 1``, ``m_T = 0``: the last step
+    unmasks all), kept non-increasing. Evaluating the schedule takes a few dozen eager
+    dispatches, a millisecond of host time that every :func:`sample` call paid before its
+    compiled program ran.
     """
     with jax.ensure_compile_time_eval():  # host numbers, also under an outer jit
         a = [float(schedule.alpha(1.0 - k / num_steps)) for k in range(num_steps)]
         a1 = float(schedule.alpha(1.0))
-    q = [(a[k + 1] - a[k]) / (1.0 - a1) for k in range(num_steps - 1)]
-    q.append((1.0 - a[-1]) / (1.0 - a1))
-    return max(min(max(qk, 0.0), 1.0) for qk in q)
+    m = [1.0]
+    for k in range(1, num_steps):
+        m.append(min(max((1.0 - a[k]) / (1.0 - a1), 0.0), m[-1]))
+    return (*m, 0.0)
+
+
+def _max_unmask_probability(schedule, num_steps: int) -> float:
+    """``max_k q_k`` of :func:`_compact_sizes`."""
+    m = _still_masked(schedule, num_steps)
+    return max(m[k] - m[k + 1] for k in range(num_steps))
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
@@ -211,38 +258,49 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
     length = tokens.shape[1]
 
-    def forwards(z, need, k, at):
+    if shared:  # off under explicit meshes (a row slice of a sharded batch)
+        # Every row starts from the same input (unconditional sampling): the first row's
+        # output serves each row that has nothing unmasked yet (all rows at step 0).
+        same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
+        first = jax.tree.map(lambda a: a[:1], (tokens, pos_attn))
+        shapes = jax.eval_shape(fwd, *first)
+        first_out = jax.lax.cond(
+            same,
+            lambda: fwd(*first),
+            lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+        )
+    sizes = ((0,) if shared else ()) + rows  # the compacted blocks (0: no forward)
+
+    def forwards(z, need, at):
         """``at(logits, row_of)`` of the denoiser's (and the reference's) raw logits.
 
         ``logits`` is a block of rows and ``row_of[b]`` row ``b``'s place in it (``None``:
-        the whole batch in order); rows not in ``need`` may get any row's place.
+        the whole batch in order); rows not in ``need`` (``None``: all needed) may get any
+        row's place. The forward runs on the smallest block of ``sizes`` that holds the
+        needed rows not served by the first row's output (more: on every row).
         """
-        if not shared:
-            return per_row(z, need, at)
-
-        def one(z, need):  # every row's input is row 0's: its output serves the batch
-            outs = fwd(*jax.tree.map(lambda a: a[:1], (z, pos_attn)))
-            return at(outs, jnp.zeros_like(n0, jnp.int32))
-
-        # step 0 of a batch whose rows all start alike (unconditional sampling)
-        return jax.lax.cond((k == 0) & same, one, lambda z, n: per_row(z, n, at), z, need)
-
-    def per_row(z, need, at):
-        if not rows:
+        need = jnp.ones_like(n0, bool) if need is None else need
+        reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
+        fresh = need & ~reuse
+        if not sizes:
             return at(fwd(z, pos_attn), None)
+        branches = [functools.partial(block, size, at) for size in sizes]
+        branches.append(lambda z, fresh, reuse: at(fwd(z, pos_attn), None))
+        i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
+        return jax.lax.switch(i, branches, z, fresh, reuse)
 
-        def compact(z, need):
-            idx = jnp.nonzero(need, size=rows, fill_value=0)[0]  # the needed rows first
+    def block(size, at, z, fresh, reuse):
+        """The forward on the first ``size`` rows of ``fresh``; ``reuse`` rows read row 0's."""
+        place = _places(fresh, size) if size else jnp.zeros_like(fresh, jnp.int32)
+        if size:
+            idx = jnp.nonzero(fresh, size=size, fill_value=0)[0]
             outs = fwd(*jax.tree.map(lambda a: a[idx], (z, pos_attn)))
-            return at(outs, _places(need, rows))
-
-        def every(z, need):
-            return at(fwd(z, pos_attn), None)
-
-        return jax.lax.cond(jnp.sum(need) <= rows, compact, every, z, need)
-
-    if shared:  # off under explicit meshes (a row slice of a sharded batch)
-        same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
+        if not shared:
+            return at(outs, place)
+        if size:
+            outs = jax.tree.map(lambda f, o: jnp.concatenate([f, o]), first_out, outs)
+            place = place + 1
+        return at(first_out if not size else outs, jnp.where(reuse, 0, place))
 
     def draw(logits, key):
         """A token per slot from SUBS ``log p [..., V]`` of ``logits``; its ``log p``, ``log q``."""
@@ -253,11 +311,11 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         )
         return d, lp, lq
 
-    def draw_new(z, new, k, key):
+    def draw_new(z, new, key):
         """Tokens at the slots of ``new`` (elsewhere unused) and their ``log p``, ``log q``."""
         need = jnp.any(new, axis=-1)
         if not slots:
-            d, lp, lq = draw(forwards(z, need, k, _rows_at), key)
+            d, lp, lq = draw(forwards(z, need, _rows_at), key)
             return d.token, lp, lq
         flat = new.reshape(-1)
 
@@ -269,7 +327,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
                 r = b_i if row_of is None else row_of[b_i]
                 return jax.tree.map(lambda o: o[r, l_i], logits)
 
-            d, lp, lq = draw(forwards(z, need, k, at), key)
+            d, lp, lq = draw(forwards(z, need, at), key)
             outs = jax.tree.map(lambda o: o[_places(flat, slots)], (d.token, lp, lq))
             return jax.tree.map(lambda o: o.reshape(new.shape), outs)
 
@@ -286,9 +344,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         masked = valid & (z == mask_id)
         if order == "ancestral":  # the unmasked slots first: only they need a token
             new = ancestral_unmask(schedule, k, num_steps, masked, k_u, acc)
-            tok, lp_tok, lq_tok = draw_new(z, new, k, k_tok)
+            tok, lp_tok, lq_tok = draw_new(z, new, k_tok)
         else:
-            d, lp_tok, lq_tok = draw(forwards(z, None, k, _rows_at), k_tok)
+            d, lp_tok, lq_tok = draw(forwards(z, None, _rows_at), k_tok)
             tok = d.token
             _, s = _grid(k, num_steps, acc)
             a1 = schedule.alpha(jnp.asarray(1.0, acc))
@@ -350,12 +408,13 @@ def _rank(score):
 
 
 def _shared(tokens) -> bool:
-    """Whether step 0 may run one row when every row starts from the same input.
+    """Whether one row's forward may serve the rows still at their common input.
 
-    Unconditional sampling starts every row from the same all-``[MASK]`` input, so one
-    row's step-0 output serves the batch (the denoiser is a function of its input; a
-    one-row forward may round differently from the batched one in the last bit). Off
-    under explicit meshes and for one row.
+    Unconditional sampling starts every row from the same all-``[MASK]`` input, so the
+    first row's output serves every row at step 0 and each row with nothing unmasked yet
+    later (the denoiser is a function of its input; a one-row forward may round
+    differently from the batched one in the last bit). Off under explicit meshes and for
+    one row.
     """
     return tokens.shape[0] > 1 and jax.typeof(tokens).sharding.mesh.empty
 

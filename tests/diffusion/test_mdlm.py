@@ -102,7 +102,7 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
     n = 20000
     z = jnp.full((n, 3), 2, jnp.int32)
     rows, slots = _compact_sizes(sched, order, steps, z)
-    assert (rows > 0) == (slots > 0) == (steps == 4)
+    assert bool(rows) == (slots > 0) == (steps == 4)
     tr = diffusion.sample(
         apply_fn,
         params,
@@ -124,9 +124,9 @@ def test_sampler_distribution_matches_exact_chain(order, steps):
 
 @pytest.mark.parametrize("kind", ["linear", "cosine", "loglinear"])
 def test_max_unmask_probability_matches_numpy(kind):
-    # The compacted sizes' per-step unmasking probability, cached on the host (no eager
-    # schedule evaluation per `sample` call), against an independent NumPy formula.
-    from jaxkit.diffusion._sample import _max_unmask_probability
+    # The compacted sizes' per-step masked fractions and unmasking probability, cached on
+    # the host (no eager schedule evaluation per `sample` call), against NumPy formulas.
+    from jaxkit.diffusion._sample import _max_unmask_probability, _still_masked
 
     steps = 7
     t = 1.0 - np.arange(steps + 1) / steps
@@ -139,9 +139,11 @@ def test_max_unmask_probability_matches_numpy(kind):
     sched = diffusion.MaskingSchedule(kind)
     got = _max_unmask_probability(sched, steps)
     assert abs(got - np.clip(q, 0.0, 1.0).max()) < 1e-6
-    hits = _max_unmask_probability.cache_info().hits
+    m = (1.0 - a[:-1]) / (1.0 - a[0])  # still masked at the start of step k; none after
+    np.testing.assert_allclose(_still_masked(sched, steps), [*m, 0.0], atol=1e-6)
+    hits = _still_masked.cache_info().hits
     assert _max_unmask_probability(diffusion.MaskingSchedule(kind), steps) == got
-    assert _max_unmask_probability.cache_info().hits == hits + 1
+    assert _still_masked.cache_info().hits == hits + 1
 
 
 def test_trajectory_invariants():
@@ -283,13 +285,18 @@ def test_sampler_raises_on_nan_logits():
     assert "NaN" in str(err.value), str(err.value)[-2000:]
 
 
+_BLOCKS = (6, 40)  # compacted forward sizes of the two tests below (one compiled program)
+
+
 @pytest.mark.parametrize("first", [0, 5])
 def test_compacted_forward_equals_every_row(first):
     # The ancestral sampler runs the denoiser only on rows that unmask a slot at the step
-    # (gathered, at most `rows` of them; more: every row). Same trajectory as running every
-    # row each step: tokens, steps, log-probabilities and log-ratios (a reference model).
-    # Rows first..first+9 generate, the others are given (row 0 generating or not: the
-    # gather's fill index); rows = 16 always fits, rows = 4 mostly falls back. Tokens are
+    # (gathered into the smallest block of `rows` that holds them; more: every row). Same
+    # trajectory as running every row each step: tokens, steps, log-probabilities and
+    # log-ratios (a reference model). Rows first..first+9 generate, the others are given
+    # (row 0 generating or not: the gather's fill index); blocks of 6 and 40 rows (4-8 rows
+    # needed: steps take either block; every row: the shared test below, whose program this
+    # is: rows that differ never read row 0's output). Tokens are
     # drawn at the unmasked slots only (at most 12 of them, ~10 expected; more: at every
     # slot), the same draws whichever rows the forward ran on.
     from jaxkit.diffusion import _sample as S
@@ -304,30 +311,43 @@ def test_compacted_forward_equals_every_row(first):
     valid = jnp.ones_like(z, dtype=bool)
     temp = jnp.asarray(1.0)
     sched = diffusion.MaskingSchedule("linear")
-    outs = {}
-    for rows in (0, 16, 4):
-        opts = S._Opts(V, steps, sched, "ancestral", V + 1, rows, slots=12)
-        outs[rows] = S._sample(f, params, ref, z, valid, jax.random.key(2), temp, opts)
-    assert np.all(np.asarray(outs[0].tokens)[first : first + 10] < V)
-    for rows in (16, 4):
-        np.testing.assert_array_equal(outs[rows].tokens, outs[0].tokens)
-        np.testing.assert_array_equal(outs[rows].unmask_step, outs[0].unmask_step)
-        np.testing.assert_allclose(outs[rows].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(outs[rows].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
-    assert np.abs(np.asarray(outs[0].log_ratio)).max() > 1e-3  # the reference is another model
+    every, comp = (
+        S._sample(
+            f,
+            params,
+            ref,
+            z,
+            valid,
+            jax.random.key(2),
+            temp,
+            S._Opts(V, steps, sched, "ancestral", V + 1, rows, bool(rows), 12),
+        )
+        for rows in ((), _BLOCKS)
+    )
+    assert np.all(np.asarray(every.tokens)[first : first + 10] < V)
+    np.testing.assert_array_equal(comp.tokens, every.tokens)
+    np.testing.assert_array_equal(comp.unmask_step, every.unmask_step)
+    np.testing.assert_allclose(comp.log_prob, every.log_prob, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(comp.log_ratio, every.log_ratio, rtol=1e-5, atol=1e-5)
+    assert np.abs(np.asarray(every.log_ratio)).max() > 1e-3  # the reference is another model
     # the path's log-probabilities are those of the drawn tokens at the unmasked slots
     lp = diffusion.trajectory_log_prob(
-        f, params, outs[0].tokens, outs[0].unmask_step, mask_id=V, num_steps=steps
+        f, params, every.tokens, every.unmask_step, mask_id=V, num_steps=steps
     )
-    np.testing.assert_allclose(lp, outs[0].log_prob, rtol=1e-5, atol=1e-5)
-    counts = np.bincount(np.asarray(outs[0].unmask_step).ravel() + 1, minlength=steps + 1)
+    np.testing.assert_allclose(lp, every.log_prob, rtol=1e-5, atol=1e-5)
+    # 4-8 rows needed per step: both blocks ran
+    need = np.stack([(np.asarray(every.unmask_step) == k).any(-1) for k in range(steps)])
+    assert {0, 1} <= set(np.searchsorted(_BLOCKS, need.sum(-1)))
+    counts = np.bincount(np.asarray(every.unmask_step).ravel() + 1, minlength=steps + 1)
     assert counts[1:].max() > 12  # a step unmasking more than 12 slots drew at every slot
 
 
 @pytest.mark.parametrize("order", ["ancestral", "confidence"])
 def test_shared_first_step_matches_every_row(order):
-    # When every row starts from the same input (unconditional sampling), step 0 runs the
-    # denoiser on row 0 alone and hands its output to every row. The one-row forward is
+    # When every row starts from the same input (unconditional sampling), the denoiser runs
+    # on row 0 alone and its output serves every row with nothing unmasked yet (all rows at
+    # step 0; ancestral: blocks of 6 and 40 rows, of which the 40 holds steps 1-3's other
+    # rows, 33-39 here, later steps fall back to every row). The one-row forward is
     # the batched one up to rounding (tight tolerance, not bit equality); on this seed the
     # trajectories are those of running every row: tokens, steps, log-probabilities and
     # log-ratios. Absolute positions: a RoPE-only denoiser gives every slot of a blank row
@@ -362,14 +382,18 @@ def test_shared_first_step_matches_every_row(order):
                 jax.random.key(4),
                 jnp.asarray(1.0),
                 # ancestral, not shared: the every-row program of the compacted test above
-                S._Opts(V, steps, sched, order, V + 1, 0, shared, 12 * (order == "ancestral")),
+                S._Opts(V, steps, sched, order, V + 1, rows, shared, 12 * (order == "ancestral")),
             )
-            for shared in (False, True)
+            for shared, rows in ((False, ()), (True, _BLOCKS * (order == "ancestral")))
         ]
         np.testing.assert_array_equal(outs[1].tokens, outs[0].tokens)
         np.testing.assert_array_equal(outs[1].unmask_step, outs[0].unmask_step)
         np.testing.assert_allclose(outs[1].log_prob, outs[0].log_prob, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(outs[1].log_ratio, outs[0].log_ratio, rtol=1e-5, atol=1e-5)
+        us = np.asarray(outs[0].unmask_step)
+        if order == "ancestral" and z is blank:  # rows needing a forward of their own
+            fresh = [((us == k).any(-1) & (us < k).any(-1)).sum() for k in range(steps)]
+            assert fresh[0] == 0 and {1, 2} <= set(np.searchsorted(_BLOCKS, fresh)), fresh
     assert np.unique(np.asarray(outs[0].tokens), axis=0).shape[0] > 4  # rows still differ
 
 
