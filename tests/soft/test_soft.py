@@ -112,16 +112,20 @@ def test_elementwise_hard_limit(mode):
 
 
 def test_blondel_closed_forms():
-    rho = jnp.arange(1.0, 4.0)
-    x = jnp.array([5.0, 1, 2])
-    P = _pav.project_permutahedron
+    # inputs scaled in NumPy (eager jax.numpy glue compiles a program per op)
+    rho = np.arange(1.0, 4.0, dtype=np.float32)
+    x = np.array([5.0, 1, 2], np.float32)
+
+    def P(z, w, **kw):
+        return _pav.project_permutahedron(jnp.asarray(z), jnp.asarray(w), **kw)
+
     np.testing.assert_allclose(P(rho / 1.0, x), [5 / 3, 8 / 3, 11 / 3], rtol=1e-5)
     np.testing.assert_allclose(P(rho / 0.1, x), [1, 2, 5], rtol=1e-6)
     np.testing.assert_allclose(P(x / 2.0, rho), [3, 1.25, 1.75], rtol=1e-6)
     np.testing.assert_allclose(P(x / 1.0, rho), [3, 1, 2], rtol=1e-6)
     np.testing.assert_allclose(P(x / 1.0, rho, reg="kl"), [3, 1, 2], rtol=1e-5)
     x9 = jnp.array([8.0, 0, 5, 3, 2, 1, 6, 7, 9])
-    r9 = jnp.arange(1.0, 10.0)
+    r9 = jnp.asarray(np.arange(1.0, 10.0, dtype=np.float32))
     np.testing.assert_allclose(P(x9, r9), [8, 1, 5, 4, 3, 2, 6, 7, 9], rtol=1e-6)
     np.testing.assert_allclose(P(r9, x9), np.arange(9) + 5 / 9, rtol=1e-5)
     g = jax.grad(lambda v: P(r9, v)[0])(x9)
