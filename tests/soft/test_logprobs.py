@@ -102,12 +102,13 @@ def test_smooth_log_softmax_finite_for_huge_gaps():
     # log(softmax) underflows: the reason for computing log_softmax directly
     with np.errstate(divide="ignore"):
         assert np.isneginf(np.log(np.asarray(S.argmax(x, **kw)))).any()
-    lp = S.argmax(x, **kw, return_log_probs=True)
-    assert bool(jnp.all(jnp.isfinite(lp)))
-    np.testing.assert_allclose(lp, jax.nn.log_softmax(x / 0.01), rtol=1e-6)
+    lp = np.asarray(S.argmax(x, **kw, return_log_probs=True))
+    assert np.isfinite(lp).all()
+    z = np.array([0.0, 50.0, 100.0]) / 0.01  # the reference in NumPy (float64)
+    np.testing.assert_allclose(lp, z - z.max() - np.log(np.exp(z - z.max()).sum()), rtol=1e-6)
     P = S.argsort(x, softness=0.01, standardize=False, method="softsort", return_log_probs=True)
-    assert bool(jnp.all(jnp.isfinite(P)))
-    np.testing.assert_array_equal(jnp.argmax(P, -1), jnp.arange(3))
+    assert np.isfinite(np.asarray(P)).all()
+    np.testing.assert_array_equal(np.argmax(np.asarray(P), -1), np.arange(3))
     # a floor in log space keeps the huge-gap entries at log(eps) after renormalisation
     le = S.argmax(x, **kw, return_log_probs=True, log_prob_eps=1e-3)
     np.testing.assert_allclose(le[:2], np.log(1e-3 / (1 + 2e-3)), rtol=1e-5)
@@ -161,14 +162,19 @@ def test_eps_log_probs_gradient_finite_in_sparse_mode():
 
 def test_smooth_exact_log_probs_gradient_equals_grad_of_log():
     x = jnp.array([0.3, -1.2, 0.9, 0.1])
-    g1 = jax.grad(lambda v: S.argmax(v, return_log_probs=True)[2])(x)
-    g2 = jax.grad(lambda v: jnp.log(S.argmax(v)[2]))(x)
+    # both gradients in one program (eagerly: one program per op of each backward pass)
+    g1, g2 = jax.jit(
+        lambda x: (
+            jax.grad(lambda v: S.argmax(v, return_log_probs=True)[2])(x),
+            jax.grad(lambda v: jnp.log(S.argmax(v)[2]))(x),
+        )
+    )(x)
     np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-6)
 
 
 def test_top_k_returns_hard_indices_for_every_method():
     # one output structure for every static option, as lax.top_k: (values, int indices)
-    want = jax.lax.top_k(X, 2)[1]
+    want = np.argsort(-np.asarray(X), axis=-1, kind="stable")[:, :2]  # lax.top_k's order
     for method in ("pav", "softsort", "network"):
         v, idx = S.top_k(X, 2, method=method, softness=0.5)
         assert v.shape == idx.shape == (2, 2) and idx.dtype == jnp.int32

@@ -121,7 +121,9 @@ def test_block_values_vs_bisection(reg):
         s[4:7] = s[4]  # ties
         w = rng.normal(size=12)
         bid = np.array([0, 0, 0, 1, 2, 2, 2, 2, 3, 4, 4, 4], np.int32)
-        got = np.asarray(PN.block_values(jnp.asarray(s), jnp.asarray(w), jnp.asarray(bid), reg))
+        # jitted: one program instead of one per op of the eager block solver
+        bv = jax.jit(PN.block_values, static_argnums=3)
+        got = np.asarray(bv(jnp.asarray(s), jnp.asarray(w), jnp.asarray(bid), reg))
         for b in range(5):
             m = bid == b
             np.testing.assert_allclose(
@@ -344,13 +346,15 @@ def test_smooth_sort_penta_solver():
         r = jnp.asarray(rng.normal(size=9))
         L = 2 * np.eye(9) - np.eye(9, k=1) - np.eye(9, k=-1)
         H = L @ np.diag(sa) @ L + np.diag(db)
-        x = SM._penta_solve(SM._penta_factor(*SM._penta(sa, db)), r)
+        x = jax.jit(lambda sa, db, r: SM._penta_solve(SM._penta_factor(*SM._penta(sa, db)), r))(
+            sa, db, r
+        )  # one program (eagerly: one per op of the factor and the solve)
         np.testing.assert_allclose(H @ np.asarray(x), r, atol=1e-10)
 
 
 def test_smooth_sort_esp_bounds_hard_limit():
     w = jnp.array([0.3, -1.0, 2.0, 0.7])
-    b, bn = SM.esp_bounds(w, jnp.asarray(1e-3))
+    b, bn = jax.jit(SM.esp_bounds)(w, jnp.asarray(1e-3))
     np.testing.assert_allclose(b, np.cumsum(np.sort(np.asarray(w))[::-1])[:-1], atol=1e-2)
     np.testing.assert_allclose(bn, w.sum(), rtol=1e-6)
 

@@ -24,7 +24,8 @@ def test_depressed_cubic_root(dtype):
     p, r = _cases(rng, 2000)
     with jax.enable_x64(dtype == "float64"):
         pd, rd = jnp.asarray(p.astype(dtype)), jnp.asarray(r.astype(dtype))
-        d = np.asarray(PN._depressed_cubic_root(pd, rd), np.float64)
+        # jitted: one program per dtype instead of one per op of the eager solver
+        d = np.asarray(jax.jit(PN._depressed_cubic_root)(pd, rd), np.float64)
         # exact root of the rounded coefficients (float64 bisection on D^3 + pD = |r|)
         pp, rr = np.asarray(pd, np.float64), np.asarray(rd, np.float64)
     ar = np.abs(rr)

@@ -293,9 +293,15 @@ def test_straight_through():
     lg = jnp.log(P4)  # shape (N,): the compiled "_hard" and smooth samplers are shared
     v = R.categorical_st(KEY, lg, shape=(N,), softness=0.5)
     np.testing.assert_array_equal(v, R.categorical(KEY, lg, shape=(N,), mode="_hard"))
-    w = jnp.arange(4.0)[None]
-    g_st = jax.grad(lambda l: jnp.sum(R.categorical_st(KEY, l, shape=(N,), softness=0.5) * w))(lg)
-    g_soft = jax.grad(lambda l: jnp.sum(R.categorical(KEY, l, shape=(N,), softness=0.5) * w))(lg)
+    w = jnp.asarray(np.arange(4.0, dtype=np.float32)[None])
+
+    @jax.jit  # both gradients in one program (eagerly: one program per op of each pass)
+    def grads(lg):
+        st = jax.grad(lambda l: jnp.sum(R.categorical_st(KEY, l, shape=(N,), softness=0.5) * w))
+        soft = jax.grad(lambda l: jnp.sum(R.categorical(KEY, l, shape=(N,), softness=0.5) * w))
+        return st(lg), soft(lg)
+
+    g_st, g_soft = grads(lg)
     np.testing.assert_allclose(g_st, g_soft, rtol=1e-6)
     p = jnp.array([0.3, 0.7])
     np.testing.assert_array_equal(R.bernoulli_st(KEY, p), R.bernoulli(KEY, p, mode="_hard"))

@@ -42,7 +42,10 @@ def _check(mesh, fn, method, mode):
     assert g.sharding.spec[0] == "data"
     if mode != "hard":
         assert float(jnp.max(jnp.abs(g))) > 1e-3  # a soft mode has a real gradient
-    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(loss)(x)), rtol=rtol, atol=rtol)
+    # the unsharded reference as one program too (called eagerly, jax.grad compiles every op
+    # of the solver's backward pass on its own: 16 programs instead of 2)
+    want = jax.jit(jax.grad(loss))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize(("fn", "method", "mode"), FAST)

@@ -14,11 +14,17 @@ from jaxkit.soft import _pav
 
 VALUE_METHODS = ["pav", "softsort", "neuralsort", "ot", "network"]
 INDEX_METHODS = ["softsort", "neuralsort", "ot", "network"]
-X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4, 1.5], [1.0, 0.2, -0.7, -2.0, 0.6, 0.1]])
+XN = np.array([[0.3, -1.2, 2.0, 0.9, -0.4, 1.5], [1.0, 0.2, -0.7, -2.0, 0.6, 0.1]], np.float32)
+X = jnp.asarray(XN)
+# References and glue are NumPy: called eagerly, every jax.numpy op compiles a program of its own.
 
 
 def hard_rank(x):
-    return (jnp.argsort(jnp.argsort(x, axis=-1), axis=-1) + 1).astype(x.dtype)
+    return (np.argsort(np.argsort(x, axis=-1), axis=-1) + 1).astype(x.dtype)
+
+
+def one_hot(i, n):
+    return np.eye(n, dtype=np.float32)[np.asarray(i)]
 
 
 # ----------------------------------------------------------------------------- hard limit
@@ -59,14 +65,14 @@ def test_zero_softness_limit_values(method):
         ]
 
     hard = [
-        jnp.sort(X),
-        jnp.sort(X)[:, ::-1],
-        hard_rank(X),
-        X.max(-1),
-        X.min(-1),
-        jax.lax.top_k(X, 2)[0],
-        jnp.quantile(X, q, axis=-1),
-        jnp.median(X, axis=-1),
+        np.sort(XN),
+        np.sort(XN)[:, ::-1],
+        hard_rank(XN),
+        XN.max(-1),
+        XN.min(-1),
+        np.sort(XN)[:, ::-1][:, :2],
+        np.quantile(XN, np.asarray(q), axis=-1),
+        np.median(XN, axis=-1),
     ]
     for i, (got, want) in enumerate(zip(soft(X), hard, strict=True)):
         np.testing.assert_allclose(got, want, atol=max(tol, 1e-3) if i == 2 else tol)
@@ -76,13 +82,10 @@ def test_zero_softness_limit_values(method):
 def test_zero_softness_limit_indices(method):
     kw = dict(softness=1e-4, method=method)
     tol = 2e-2 if method == "ot" else 1e-3
-    np.testing.assert_allclose(S.argsort(X, **kw), jax.nn.one_hot(jnp.argsort(X), 6), atol=tol)
-    np.testing.assert_allclose(
-        S.argmax(X, axis=-1, **kw), jax.nn.one_hot(X.argmax(-1), 6), atol=tol
-    )
-    np.testing.assert_allclose(
-        S.argtop_k(X, 3, **kw), jax.nn.one_hot(jax.lax.top_k(X, 3)[1], 6), atol=tol
-    )
+    np.testing.assert_allclose(S.argsort(X, **kw), one_hot(np.argsort(XN), 6), atol=tol)
+    np.testing.assert_allclose(S.argmax(X, axis=-1, **kw), one_hot(XN.argmax(-1), 6), atol=tol)
+    top3 = np.argsort(-XN, axis=-1, kind="stable")[:, :3]
+    np.testing.assert_allclose(S.argtop_k(X, 3, **kw), one_hot(top3, 6), atol=tol)
 
 
 def test_pav_exact_at_finite_softness():
@@ -93,30 +96,36 @@ def test_pav_exact_at_finite_softness():
 
 @pytest.mark.parametrize("mode", ["smooth", "c0", "c1", "c2"])
 def test_elementwise_hard_limit(mode):
-    x = jnp.array([-2.0, -0.5, 0.3, 1.7])
-    s = 1e-4
-    np.testing.assert_allclose(S.heaviside(x, s, mode), (x > 0).astype(x.dtype), atol=1e-6)
-    np.testing.assert_allclose(S.relu(x, s, mode), jax.nn.relu(x), atol=1e-3)
-    np.testing.assert_allclose(S.abs(x, s, mode), jnp.abs(x), atol=1e-3)
-    np.testing.assert_allclose(S.clip(x, -1.0, 1.0, s, mode), jnp.clip(x, -1, 1), atol=1e-3)
-    np.testing.assert_allclose(S.round(x + 0.1, s, mode), jnp.round(x + 0.1), atol=1e-3)
-    np.testing.assert_allclose(S.greater(x, 0.0, s, mode), (x > 0).astype(x.dtype), atol=1e-6)
+    xn = np.array([-2.0, -0.5, 0.3, 1.7], np.float32)
+    x, s = jnp.asarray(xn), 1e-4
+    np.testing.assert_allclose(S.heaviside(x, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
+    np.testing.assert_allclose(S.relu(x, s, mode), np.maximum(xn, 0), atol=1e-3)
+    np.testing.assert_allclose(S.abs(x, s, mode), np.abs(xn), atol=1e-3)
+    np.testing.assert_allclose(S.clip(x, -1.0, 1.0, s, mode), np.clip(xn, -1, 1), atol=1e-3)
+    np.testing.assert_allclose(
+        S.round(jnp.asarray(xn + 0.1), s, mode), np.round(xn + 0.1), atol=1e-3
+    )
+    np.testing.assert_allclose(S.greater(x, 0.0, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- PAV
 
 
 def test_blondel_closed_forms():
-    rho = jnp.arange(1.0, 4.0)
-    x = jnp.array([5.0, 1, 2])
-    P = _pav.project_permutahedron
+    # inputs scaled in NumPy (eager jax.numpy glue compiles a program per op)
+    rho = np.arange(1.0, 4.0, dtype=np.float32)
+    x = np.array([5.0, 1, 2], np.float32)
+
+    def P(z, w, **kw):
+        return _pav.project_permutahedron(jnp.asarray(z), jnp.asarray(w), **kw)
+
     np.testing.assert_allclose(P(rho / 1.0, x), [5 / 3, 8 / 3, 11 / 3], rtol=1e-5)
     np.testing.assert_allclose(P(rho / 0.1, x), [1, 2, 5], rtol=1e-6)
     np.testing.assert_allclose(P(x / 2.0, rho), [3, 1.25, 1.75], rtol=1e-6)
     np.testing.assert_allclose(P(x / 1.0, rho), [3, 1, 2], rtol=1e-6)
     np.testing.assert_allclose(P(x / 1.0, rho, reg="kl"), [3, 1, 2], rtol=1e-5)
     x9 = jnp.array([8.0, 0, 5, 3, 2, 1, 6, 7, 9])
-    r9 = jnp.arange(1.0, 10.0)
+    r9 = jnp.asarray(np.arange(1.0, 10.0, dtype=np.float32))
     np.testing.assert_allclose(P(x9, r9), [8, 1, 5, 4, 3, 2, 6, 7, 9], rtol=1e-6)
     np.testing.assert_allclose(P(r9, x9), np.arange(9) + 5 / 9, rtol=1e-5)
     g = jax.grad(lambda v: P(r9, v)[0])(x9)
@@ -140,11 +149,12 @@ def _pav_np(y):
 )
 def test_pav_solvers_match_reference(solver):
     rng = np.random.default_rng(0)
+    # one length for the four rows: one compiled program serves every unbatched call
     cases = [
-        rng.normal(size=23),
-        np.round(rng.normal(size=23)),  # ties
+        rng.normal(size=31),
+        np.round(rng.normal(size=31)),  # ties
         np.r_[np.arange(30.0), 1e3],  # adversarial: n rounds for the parallel PAV
-        np.arange(12.0)[::-1],
+        np.arange(31.0)[::-1],
     ]
     for y in cases:
         got = S.isotonic(jnp.asarray(y, jnp.float32), solver=solver)
@@ -177,9 +187,9 @@ def test_pav_hybrid_mixed_batch_stack_phase_per_row():
     # decreasing, then a large last value: the rounds pool one more block per round
     cascade = np.r_[-np.arange(n - 1.0), 1e4]
     rows = np.stack([cascade, -np.sort(rng.normal(size=n)), rng.normal(size=n), cascade[::-1]])
-    _, done = jax.vmap(lambda r: _pav._rounds(r, jnp.zeros_like(r), "l2", _pav.hybrid_rounds(n)))(
-        jnp.asarray(rows, jnp.float32)
-    )
+    _, done = jax.jit(
+        jax.vmap(lambda r: _pav._rounds(r, jnp.zeros_like(r), "l2", _pav.hybrid_rounds(n)))
+    )(jnp.asarray(rows, jnp.float32))
     assert not done[0] and bool(done[1]) and bool(done[3])  # a mixed batch
     got = S.isotonic(jnp.asarray(rows, jnp.float32), solver="hybrid")
     want = np.stack([_pav_np(r) for r in rows])
@@ -226,9 +236,15 @@ def test_pav_custom_jvp_equals_unrolled_reference(reg):
 def test_pav_jacobian_structure():
     with jax.enable_x64(True):
         x = jnp.array([0.3, -1.2, 2.0, 0.9, -0.4, 1.5, 0.25])
-        J = jax.jacfwd(lambda v: S.sort(v, softness=1.0, mode="c0", standardize=False))(x)
+        # both Jacobians in one program (eagerly, the jacobians' glue compiled ~20 programs)
+        J, Jr = jax.jit(
+            lambda x: (
+                jax.jacfwd(lambda v: S.sort(v, softness=1.0, mode="c0", standardize=False))(x),
+                jax.jacrev(lambda v: S.rank(v, softness=2.0, mode="c0", standardize=False))(x),
+            )
+        )(x)
+        J, Jr = np.asarray(J), np.asarray(Jr)
         np.testing.assert_allclose(J.sum(1), 1.0, atol=1e-12)  # rows sum to 1
-        Jr = jax.jacrev(lambda v: S.rank(v, softness=2.0, mode="c0", standardize=False))(x)
         np.testing.assert_allclose(Jr.sum(1), 0.0, atol=1e-12)  # shift invariance
         np.testing.assert_allclose(Jr, Jr.T, atol=1e-12)
 
@@ -242,14 +258,16 @@ def test_pav_jacobian_structure():
 def test_permutation_invariance_and_equivariance(method):
     # (soft sorting networks are not permutation invariant at finite softness)
     rng = np.random.default_rng(2)
-    x = jnp.asarray(rng.normal(size=(8,)), jnp.float32)
-    perm = jnp.asarray(rng.permutation(8))
+    xn = rng.normal(size=(8,)).astype(np.float32)
+    perm = rng.permutation(8)
+    x, xp = jnp.asarray(xn), jnp.asarray(xn[perm])
     kw = dict(softness=0.2, method=method)
-    np.testing.assert_allclose(S.sort(x[perm], **kw), S.sort(x, **kw), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(S.rank(x[perm], **kw), S.rank(x, **kw)[perm], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(S.sort(xp, **kw), S.sort(x, **kw), rtol=1e-4, atol=1e-4)
+    want = np.asarray(S.rank(x, **kw))[perm]
+    np.testing.assert_allclose(S.rank(xp, **kw), want, rtol=1e-4, atol=1e-4)
     if method == "pav":
         r = S.rank(x, softness=0.2, mode="c0")
-        np.testing.assert_allclose(jnp.sum(r), 36.0, rtol=1e-5)
+        np.testing.assert_allclose(np.sum(np.asarray(r)), 36.0, rtol=1e-5)
         s = S.sort(x, softness=0.2)
         assert np.all(np.diff(np.asarray(s)) >= 0)
 
@@ -360,15 +378,17 @@ def test_check_grads_fast():
 
 
 def test_safe_math_gradients_finite_at_boundary():
-    for f, x in (
+    fx = (
         (S.sqrt, 0.0),
         (S.log, 0.0),
         (S.arcsin, 1.0),
         (S.arccos, -1.0),
         (lambda v: S.div(1.0, v), 0.0),
         (lambda v: S.norm(jnp.stack([v, v])), 0.0),
-    ):
-        g = jax.grad(f)(jnp.float32(x))
+    )
+    # the six gradients in one program (eagerly: one program per op of each backward pass)
+    grads = jax.jit(lambda xs: [jax.grad(f)(x) for (f, _), x in zip(fx, xs, strict=True)])
+    for g in grads([jnp.float32(x) for _, x in fx]):
         assert np.isfinite(g)
     np.testing.assert_allclose(S.sqrt(jnp.array([4.0, -1.0])), [2.0, 0.0])
 
@@ -389,22 +409,17 @@ def test_logic_tnorms():
 
 
 def test_selection_with_one_hot_matches_hard():
-    x = jnp.arange(12.0).reshape(3, 4)
-    p = jax.nn.one_hot(jnp.array([2, 0, 3]), 4)
-    np.testing.assert_allclose(S.take(x, p, axis=1), x[:, jnp.array([2, 0, 3])])
-    np.testing.assert_allclose(
-        S.dynamic_index_in_dim(x, jax.nn.one_hot(1, 4), axis=1),
-        jax.lax.dynamic_index_in_dim(x, 1, axis=1),
-    )
-    for start in range(4):
-        got = S.dynamic_slice_in_dim(x, jax.nn.one_hot(start, 4), 2, axis=1)
-        np.testing.assert_allclose(got, jax.lax.dynamic_slice_in_dim(x, start, 2, axis=1))
-    got = S.dynamic_slice(x, [jax.nn.one_hot(2, 3), jax.nn.one_hot(1, 4)], [1, 2])
-    np.testing.assert_allclose(got, jax.lax.dynamic_slice(x, (2, 1), (1, 2)))
-    np.testing.assert_allclose(
-        S.choose(jax.nn.one_hot(jnp.array([1, 0, 2, 1]), 3), x),
-        jnp.choose(jnp.array([1, 0, 2, 1]), x),
-    )
+    xn = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    x = jnp.asarray(xn)
+    oh = lambda i, n: jnp.asarray(one_hot(i, n))  # noqa: E731
+    np.testing.assert_allclose(S.take(x, oh([2, 0, 3], 4), axis=1), xn[:, [2, 0, 3]])
+    np.testing.assert_allclose(S.dynamic_index_in_dim(x, oh(1, 4), axis=1), xn[:, 1:2])
+    for start in range(4):  # a start past n - 2 is clamped, as lax.dynamic_slice_in_dim
+        got = S.dynamic_slice_in_dim(x, oh(start, 4), 2, axis=1)
+        np.testing.assert_allclose(got, xn[:, min(start, 2) : min(start, 2) + 2])
+    got = S.dynamic_slice(x, [oh(2, 3), oh(1, 4)], [1, 2])
+    np.testing.assert_allclose(got, xn[2:3, 1:3])
+    np.testing.assert_allclose(S.choose(oh([1, 0, 2, 1], 3), x), np.choose([1, 0, 2, 1], xn))
 
 
 def test_straight_through():
@@ -443,8 +458,10 @@ def test_bad_inputs():
         S.rank(X, axis=3)
     with pytest.raises(ValueError, match="method"):
         S.sort(X, method="bogus")
+    xnan = XN.copy()
+    xnan[0, 0] = np.nan
     with pytest.raises(ValueError, match="x"):
-        S.sort(X.at[0, 0].set(jnp.nan))
+        S.sort(jnp.asarray(xnan))
     with pytest.raises(ValueError, match="k"):
         S.top_k(X, 7)
     with pytest.raises(Exception, match="softness"):

@@ -38,12 +38,11 @@ def test_stable_argsort_matches_numpy_with_ties(rows, n, descending):
 
 
 def test_inverse_permutation_rows():
-    perm = jax.vmap(lambda k: jax.random.permutation(k, 100))(
-        jax.random.split(jax.random.key(0), 64)
-    )
-    inv = np.asarray(inverse_permutation(perm))
+    # permutations drawn in NumPy (the eager jax.random draw compiled 9 programs of glue)
+    perm = np.argsort(np.random.default_rng(0).random((64, 100)), axis=-1).astype(np.int32)
+    inv = np.asarray(inverse_permutation(jnp.asarray(perm)))
     np.testing.assert_array_equal(
-        np.take_along_axis(np.asarray(perm), inv, -1), np.broadcast_to(np.arange(100), (64, 100))
+        np.take_along_axis(perm, inv, -1), np.broadcast_to(np.arange(100), (64, 100))
     )
 
 
@@ -87,11 +86,14 @@ def test_fast_smooth_softsort_equals_dense_definition(descending, softness):
 
     with jax.enable_x64(True):
         x = jax.random.normal(jax.random.key(3), (3, 40), dtype=jnp.float64)
-        for kind, fn in (("sort", S.sort), ("rank", S.rank)):
+
+        @jax.jit  # the two dense references in one program (eagerly: one per op)
+        def dense(x):
+            return [_dense_softsort(x, softness, descending, kind)[1] for kind in ("sort", "rank")]
+
+        for fn, want in zip((S.sort, S.rank), dense(x), strict=True):
             got = fn(x, softness=softness, method="softsort", descending=descending)
-            np.testing.assert_allclose(
-                got, _dense_softsort(x, softness, descending, kind)[1], rtol=1e-11, atol=1e-11
-            )
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.slow
@@ -113,11 +115,20 @@ def test_network_sort_values_match_scanned_sweep(kind):
     # the unrolled values path against the scanned forward sweep (values and gradients)
     from jaxkit.soft import _network as NW
 
-    x = jax.nn.sigmoid(jnp.asarray(np.random.default_rng(3).normal(size=(3, 13)), jnp.float32))
-    for mode in ("smooth", "c1"):
-        a = NW.forward(x, 0.1, mode, kind, True)[0]
-        b = NW.sort_values(x, 0.1, mode, kind, True)
+    x = np.random.default_rng(3).normal(size=(3, 13)).astype(np.float32)
+    x = jnp.asarray(1 / (1 + np.exp(-x)))
+
+    @jax.jit  # both modes' values and gradients in one program (eagerly: ~60 op programs)
+    def run(x):
+        out = []
+        for mode in ("smooth", "c1"):
+            fwd = lambda v: NW.forward(v, 0.1, mode, kind, True)[0]  # noqa: B023, E731
+            vals = lambda v: NW.sort_values(v, 0.1, mode, kind, True)  # noqa: B023, E731
+            ga = jax.grad(lambda v: jnp.sum(jnp.sin(fwd(v))))(x)  # noqa: B023
+            gb = jax.grad(lambda v: jnp.sum(jnp.sin(vals(v))))(x)  # noqa: B023
+            out.append((fwd(x), vals(x), ga, gb))
+        return out
+
+    for a, b, ga, gb in run(x):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
-        ga = jax.grad(lambda v: jnp.sum(jnp.sin(NW.forward(v, 0.1, mode, kind, True)[0])))(x)  # noqa: B023
-        gb = jax.grad(lambda v: jnp.sum(jnp.sin(NW.sort_values(v, 0.1, mode, kind, True))))(x)  # noqa: B023
         np.testing.assert_allclose(gb, ga, rtol=1e-5, atol=1e-5)
