@@ -40,6 +40,23 @@ def exact_denoiser(v: int, length: int, seed: int):
     return apply_fn
 
 
+def np_exact_log_p(v: int, length: int, seed: int):
+    """NumPy (float64) log p(x_i = . | unmasked tokens) of :func:`exact_denoiser`'s joint."""
+    seqs = all_sequences(v, length)
+    p = random_joint(v, length, seed)
+    onehot = (seqs[..., None] == np.arange(v)).astype(np.float64)  # [S, L, v]
+
+    def f(z):
+        z = np.asarray(z)
+        compat = np.all((z[:, None, :] == v) | (z[:, None, :] == seqs[None]), axis=-1)
+        w = np.where(compat, p[None], 0.0)  # [B, S]
+        marg = np.einsum("bs,slv->blv", w, onehot) / w.sum(-1)[:, None, None]
+        with np.errstate(divide="ignore"):
+            return np.concatenate([np.log(marg), np.full((*z.shape, 1), -np.inf)], axis=-1)
+
+    return f
+
+
 def tiny_transformer(v: int, seed: int = 0, sharpen: float = 3.0):
     """A random bidirectional denoiser over v letters + [MASK] (id v)."""
     cfg = nn.TransformerConfig(
@@ -168,6 +185,30 @@ def mlp_apply(params, tokens, positions, attn_mask):
     h = jax.nn.gelu(x @ params["w1"] + params["b1"][None])
     h = jax.nn.gelu(h @ params["w2"] + params["b2"][None])
     return (h @ params["w3"] + params["b3"][None]).reshape(b, length, vv)
+
+
+def np_mlp_log_p(params, mask_id: int):
+    """NumPy (float64) SUBS log-probabilities of :func:`mlp_apply`: ``z [B, L] -> [B, L, V]``.
+
+    An oracle independent of jax (tanh GELU as ``jax.nn.gelu``'s default; [MASK] at -inf).
+    """
+    w = {k: np.asarray(a, np.float64) for k, a in params.items()}
+
+    def gelu(x):
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+    def f(z):
+        z = np.asarray(z)
+        b, length = z.shape
+        vv = w["w3"].shape[1] // length
+        x = (z[..., None] == np.arange(vv)).reshape(b, length * vv).astype(np.float64)
+        h = gelu(gelu(x @ w["w1"] + w["b1"]) @ w["w2"] + w["b2"])
+        logits = (h @ w["w3"] + w["b3"]).reshape(b, length, vv)
+        logits[..., mask_id] = -np.inf
+        m = logits.max(-1, keepdims=True)
+        return logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+
+    return f
 
 
 def toy_data():

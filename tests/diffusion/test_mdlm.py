@@ -16,13 +16,9 @@ V, L = 3, 3  # letters 0..2, [MASK] = 3
 
 
 def _np_log_p(apply_fn, params, mask_id):
-    def f(z):
-        z = jnp.asarray(z, jnp.int32)
-        pos = jnp.broadcast_to(jnp.arange(z.shape[1], dtype=jnp.int32), z.shape)
-        attn = jnp.ones((*z.shape, z.shape[1]), bool)
-        return np.asarray(diffusion.subs_log_probs(apply_fn(params, z, pos, attn), mask_id))
-
-    return f
+    """The random MLP's SUBS log-probabilities in NumPy (an oracle independent of jax)."""
+    assert apply_fn is _toys.mlp_apply
+    return _toys.np_mlp_log_p(params, mask_id)
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
@@ -42,7 +38,7 @@ def test_bound_equals_exact_nll_for_true_conditionals(schedule):
     exact = np.log(p[idx])
     assert np.all(np.abs(mean - exact) <= 5 * se + 1e-3), (mean, exact, se)
     # independent enumeration of the bound (subset formula) gives log p exactly
-    lp = _np_log_p(apply_fn, None, V)
+    lp = _toys.np_exact_log_p(V, L, 0)  # the same joint, in NumPy
     for i in idx:
         assert abs(-_toys.exact_bound(lp, seqs[i], V) - np.log(p[i])) < 1e-5
 

@@ -18,13 +18,9 @@ V = 3
 
 
 def _np_log_p(apply_fn, params, mask_id):
-    def f(z):
-        z = jnp.asarray(z, jnp.int32)
-        pos = jnp.broadcast_to(jnp.arange(z.shape[1], dtype=jnp.int32), z.shape)
-        attn = jnp.ones((*z.shape, z.shape[1]), bool)
-        return np.asarray(diffusion.subs_log_probs(apply_fn(params, z, pos, attn), mask_id))
-
-    return f
+    """The random MLP's SUBS log-probabilities in NumPy (an oracle independent of jax)."""
+    assert apply_fn is _toys.mlp_apply
+    return _toys.np_mlp_log_p(params, mask_id)
 
 
 def test_gated_reward_closed_forms():
