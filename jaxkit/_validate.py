@@ -187,6 +187,14 @@ def error_if(x: Any, pred: Any, msg: str) -> Any:
     return eqx.error_if(x, pred, msg)
 
 
+# Range predicates are jitted like jax.numpy (bounds traced): eagerly, a check is one
+# program per shape and dtype instead of one per comparison, ``|`` and ``any``.
+@jax.jit
+def any_outside(x: Any, lo: Any, hi: Any) -> Any:
+    """Whether any entry of ``x`` lies outside ``[lo, hi]`` (NaN entries do not count)."""
+    return jnp.any((x < lo) | (x > hi))
+
+
 def all_finite(x: Any, *, name: str) -> Any:
     """Return ``x`` guarded so that a NaN or inf in it raises, naming ``name``."""
     x = jnp.asarray(x)

@@ -163,7 +163,7 @@ def check_generate_args(
     prompt = _validate.error_if(
         prompt, bad_tok, f"`prompt` holds token ids outside [0, vocab_size={v})."
     )
-    bad_len = jnp.any((prompt_len < 1) | (prompt_len > t))
+    bad_len = _validate.any_outside(prompt_len, 1, t)
     prompt_len = _validate.error_if(
         prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
     )

@@ -372,9 +372,9 @@ def inject(
         out.append(v.astype(jnp.int32))
     at, bank, k = out
     k = _validate.error_if(
-        k, jnp.any((k < 0) | (k > cfg.k_max)), f"`k` must lie in [0, {cfg.k_max}]."
+        k, _validate.any_outside(k, 0, cfg.k_max), f"`k` must lie in [0, {cfg.k_max}]."
     )
-    bank = _validate.error_if(bank, jnp.any((bank < 0) | (bank > 1)), "`bank` must be 0 or 1.")
+    bank = _validate.error_if(bank, _validate.any_outside(bank, 0, 1), "`bank` must be 0 or 1.")
     return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k, lm_params=lm_params, lm_cfg=lm_cfg)
 
 

@@ -448,7 +448,7 @@ def dlmr_generate(
     _validate.shape(plen, (emb.shape[0],), name="prompt_len")
     t = emb.shape[1]
     plen = _validate.error_if(
-        plen, jnp.any((plen < 1) | (plen > t)), f"`prompt_len` must lie in [1, {t}]."
+        plen, _validate.any_outside(plen, 1, t), f"`prompt_len` must lie in [1, {t}]."
     ).astype(jnp.int32)
     _validate.real_scalar(temperature, name="temperature")
     _validate.non_negative(temperature=temperature)

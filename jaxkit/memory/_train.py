@@ -240,9 +240,9 @@ def memory_forward(
         _validate.integer(v, name=name)
         _validate.shape(v, (b,), name=name)
     k = _validate.error_if(
-        k, jnp.any((k < 0) | (k > cfg.k_max)), f"`k` must lie in [0, {cfg.k_max}]."
+        k, _validate.any_outside(k, 0, cfg.k_max), f"`k` must lie in [0, {cfg.k_max}]."
     )
-    at = _validate.error_if(at, jnp.any((at < 0) | (at > t)), f"`at` must lie in [0, {t}].")
+    at = _validate.error_if(at, _validate.any_outside(at, 0, t), f"`at` must lie in [0, {t}].")
     return _memory_forward_core(
         lm_params, embeds, memory, at.astype(jnp.int32), k.astype(jnp.int32), lm_cfg=lm_cfg, cfg=cfg
     )

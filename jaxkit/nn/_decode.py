@@ -18,7 +18,6 @@ from jaxkit.nn._forward import apply_traced, embed_traced, unembed_traced
 from jaxkit.nn._intervene import Interventions
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
-    any_outside,
     check_cache,
     check_cfg,
     check_overflow,
@@ -116,7 +115,9 @@ def prefill(
     max_len = _validate.python_int(max_len, name="max_len")
     if max_len < t:
         raise ValueError(f"`max_len` must be >= the prompt length {t}, got max_len={max_len}.")
-    lengths = guard(lengths, any_outside(lengths, 1, t), f"`lengths` must lie in [1, {t}].")
+    lengths = guard(
+        lengths, _validate.any_outside(lengths, 1, t), f"`lengths` must lie in [1, {t}]."
+    )
     iv = check_iv(interventions, cfg, b, t)
     return _prefill(params, tokens, lengths, iv, cfg=cfg, max_len=max_len)
 

@@ -44,15 +44,7 @@ def check_params(params, cfg) -> None:
 OVERFLOW = ("error", "drop")
 
 
-# The range predicates are jitted like jax.numpy (bounds traced): eagerly, a check is one
-# program per shape and dtype instead of one per comparison, ``|`` and ``any``.
-@jax.jit
-def any_outside(x: Array, lo, hi) -> Array:
-    """Whether any entry of ``x`` lies outside ``[lo, hi]``."""
-    return jnp.any((x < lo) | (x > hi))
-
-
-@jax.jit
+@jax.jit  # like ``_validate.any_outside``: one program per shape eagerly
 def _any_above(x: Array, hi) -> Array:
     return jnp.any(x > hi)
 
@@ -78,7 +70,7 @@ def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Arr
     tokens = jnp.asarray(tokens)
     _validate.integer(tokens, name=name)
     v = cfg.vocab_size
-    bad = any_outside(tokens, 0, v - 1)
+    bad = _validate.any_outside(tokens, 0, v - 1)
     return guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
 
 

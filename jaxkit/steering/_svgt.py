@@ -269,7 +269,7 @@ def _check_tokens(lm_cfg, tokens, prompt_len):
     tokens, prompt_len = jnp.asarray(tokens), jnp.asarray(prompt_len)
     _validate.token_rows(tokens, prompt_len)
     t = tokens.shape[1]
-    bad = jnp.any((prompt_len < 1) | (prompt_len > t))
+    bad = _validate.any_outside(prompt_len, 1, t)
     prompt_len = _validate.error_if(prompt_len, bad, f"`prompt_len` must lie in [1, {t}].")
     bad = jnp.any((tokens < 0) | (tokens >= lm_cfg.vocab_size))
     tokens = _validate.error_if(tokens, bad, "`tokens` holds ids outside [0, vocab_size).")

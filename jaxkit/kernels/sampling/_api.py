@@ -311,7 +311,7 @@ def _rows(logits, temperature, top_k, top_p, min_p, plain=False):
         return t, k, p, mp
     p = _guard(p, ~jnp.all((p > 0) & (p <= 1)), "`top_p` must lie in (0, 1] (not NaN).")
     mp = _guard(mp, ~jnp.all((mp >= 0) & (mp <= 1)), "`min_p` must lie in [0, 1] (not NaN).")
-    k = _guard(k, jnp.any((k < 1) | (k > vocab)), f"`top_k` must lie in [1, {vocab}].")
+    k = _guard(k, _validate.any_outside(k, 1, vocab), f"`top_k` must lie in [1, {vocab}].")
     return t, k, p, mp
 
 
