@@ -16,6 +16,7 @@ them on deliberately broken functions and see them fail):
 """
 
 import dataclasses
+import functools
 import importlib
 import pathlib
 from collections.abc import Callable, Sequence
@@ -26,6 +27,29 @@ import jax.numpy as jnp
 import numpy as np
 from jax import monitoring
 from jax.test_util import check_grads
+
+BUILT: list[Callable[[], Any]] = []  # every built_once builder, for their own test
+
+
+def built_once(build: Callable[[], Any]) -> Callable[[], Any]:
+    """Cache a case's model (or table) builder: built once per worker, on first use.
+
+    The build runs concretely (``ensure_compile_time_eval``: never traced into the check that
+    first asks for it) and with JAX's 32-bit defaults (``enable_x64(False)``): the x64 grads
+    check may be the first to ask, and a model cached there in float64 would then be fed to
+    every later float32 check of that worker (a float64 state under jit is a dtype warning,
+    i.e. an error here; which check comes first depends on xdist's scheduling).
+    """
+
+    @functools.cache
+    @functools.wraps(build)
+    def once() -> Any:
+        with jax.ensure_compile_time_eval(), jax.enable_x64(False):
+            return build()
+
+    BUILT.append(once)
+    return once
+
 
 TOL = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 2e-2, jnp.dtype(jnp.float64): 1e-10}
 

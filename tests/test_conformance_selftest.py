@@ -140,3 +140,20 @@ def test_registry_has_no_duplicates():
     names = [c.name for c in conformance.registry()]
     assert len(names) == len(set(names))
     np.testing.assert_equal(sorted(names), sorted(set(names)))
+
+
+def test_built_once_builds_float32_even_first_asked_in_x64():
+    # the WBMMNet case failed CI once: its cached net was first built inside the x64 grads
+    # check, and the float64 state then reached the worker's later float32 jit check
+    calls = []
+
+    @conformance.built_once
+    def build():
+        calls.append(1)
+        return {"w": jnp.zeros(3), "b": jax.random.normal(jax.random.key(0), (2,))}
+
+    with jax.enable_x64(True):
+        first = build()
+    again = build()
+    assert again is first and len(calls) == 1
+    assert {str(v.dtype) for v in first.values()} == {"float32"}

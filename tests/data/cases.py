@@ -1,13 +1,11 @@
 """Conformance cases for jaxkit.data (see tests/conformance.py)."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxkit import data, nn
-from tests.conformance import Bad, Case
+from tests.conformance import Bad, Case, built_once
 
 N, DIM, K, B = 8, 4, 3, 2
 
@@ -151,7 +149,7 @@ def _meta_step(params, net, opt_state, feats, batch, meta, *, lr, mode="jvp"):
     )
 
 
-@functools.cache
+@built_once
 def _meta_base():  # one set of arguments shared by the bad-input cases (cheap to rerun)
     return _meta_args(jax.random.key(0), jnp.float32)
 

@@ -1,13 +1,11 @@
 """Conformance cases of the WBMM layers (block and network forward) and the BN fold."""
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from jaxkit.vision import WBMMBlock, WBMMNet, fold_bn_into_table
-from tests.conformance import Bad, Case
+from tests.conformance import Bad, Case, built_once
 
 _WINDOW = (2, 2)
 
@@ -16,32 +14,30 @@ _WINDOW = (2, 2)
 # while collecting, and an eager equinox init compiles dozens of small programs (measured:
 # about a quarter of the whole suite's collection time). Each is built by one jitted
 # program (eager, the initialisers ran op by op: 79 compiles, 3.1 s of CPU for the block).
-@functools.cache
+@built_once  # concrete and float32 even if first reached under a trace or in x64
 def _block_layer():
-    with jax.ensure_compile_time_eval():  # concrete even if first reached under a trace
-        return eqx.filter_jit(
-            lambda k: eqx.nn.make_with_state(WBMMBlock)(
-                2, "W", window=_WINDOW, layer_scale_init=0.5, ffn_ratio=2, key=k
-            )
-        )(jax.random.key(3))
+    return eqx.filter_jit(
+        lambda k: eqx.nn.make_with_state(WBMMBlock)(
+            2, "W", window=_WINDOW, layer_scale_init=0.5, ffn_ratio=2, key=k
+        )
+    )(jax.random.key(3))
 
 
-@functools.cache
+@built_once
 def _net_layer():
-    with jax.ensure_compile_time_eval():
-        return eqx.filter_jit(
-            lambda k: eqx.nn.make_with_state(WBMMNet)(
-                depths=(1, 1),
-                dims=(2, 4),
-                patterns=("W", "D"),
-                in_channels=1,
-                num_classes=3,
-                window=_WINDOW,
-                stem_strides=(1,),
-                layer_scale_init=0.5,
-                key=k,
-            )
-        )(jax.random.key(4))
+    return eqx.filter_jit(
+        lambda k: eqx.nn.make_with_state(WBMMNet)(
+            depths=(1, 1),
+            dims=(2, 4),
+            patterns=("W", "D"),
+            in_channels=1,
+            num_classes=3,
+            window=_WINDOW,
+            stem_strides=(1,),
+            layer_scale_init=0.5,
+            key=k,
+        )
+    )(jax.random.key(4))
 
 
 def _block(x):

@@ -1,29 +1,26 @@
 """Conformance cases of FeatJND (jaxkit.vision.featjnd); registered by tests/vision/cases.py."""
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from jaxkit.nn import SmallCNN
 from jaxkit.vision import featjnd as J
-from tests.conformance import Bad, Case
+from tests.conformance import Bad, Case, built_once
 
 _SHAPE = (2, 4, 4)  # one feature map [C, H, W]
 _KEY = jax.random.key(11)
 
 
 # built on first use, outside every check's trace (see tests/vision/cases.py)
-@functools.cache
+@built_once
 def _modules():
-    with jax.ensure_compile_time_eval():
-        base = J.FeatJNDEstimator(2, hidden=4, key=jax.random.key(1))
-        # the last layer is zero at init (a constant map): give it weights
-        w3 = 0.3 * jax.random.normal(jax.random.key(2), base.w3.shape)
-        est = eqx.tree_at(lambda e: e.w3, base, w3)
-        head = SmallCNN(2, 3, channels=(4,), activation="tanh", key=jax.random.key(3))
-        return est, head
+    base = J.FeatJNDEstimator(2, hidden=4, key=jax.random.key(1))
+    # the last layer is zero at init (a constant map): give it weights
+    w3 = 0.3 * jax.random.normal(jax.random.key(2), base.w3.shape)
+    est = eqx.tree_at(lambda e: e.w3, base, w3)
+    head = SmallCNN(2, 3, channels=(4,), activation="tanh", key=jax.random.key(3))
+    return est, head
 
 
 def _features(key, dtype):

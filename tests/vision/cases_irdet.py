@@ -1,12 +1,10 @@
 """Conformance cases of jaxkit.vision.irdet (registered through tests/vision/cases.py)."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from jaxkit.vision import irdet
-from tests.conformance import Bad, Case
+from tests.conformance import Bad, Case, built_once
 
 _HW = (10, 10)
 # fokker_planck and surrogate_refine run every check by default; the others keep their
@@ -87,10 +85,9 @@ def _features(logits, pseudo):
     return irdet.weight_features(logits, pseudo, sur, jnp.mean(pseudo, axis=(1, 2)))
 
 
-@functools.cache
+@built_once
 def _weighter():
-    with jax.ensure_compile_time_eval():
-        return irdet.make_weighter(key=jax.random.key(7))
+    return irdet.make_weighter(key=jax.random.key(7))
 
 
 def _weights(features, *, temperature):
