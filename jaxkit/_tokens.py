@@ -13,12 +13,25 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from jaxkit import _validate
 from jaxkit.kernels.sampling import sample_tokens
 
 
 def is_greedy(temperature: Any) -> bool:
     """The static greedy mode: a concrete (not traced) temperature equal to 0."""
     return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
+
+
+def check_sampling(temperature: Any, top_p: Any) -> bool:
+    """Checks the adapters' ``temperature`` (real, >= 0) and ``top_p`` (in (0, 1]).
+
+    The values are checked where concrete (``jaxkit._validate``); returns
+    :func:`is_greedy` of ``temperature``, the static greedy mode.
+    """
+    _validate.real_scalar(temperature, name="temperature")
+    _validate.non_negative(temperature=temperature)
+    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
+    return is_greedy(temperature)
 
 
 def choose_tokens(logits: Array, key: Any, *, greedy: bool, temperature: Any, top_p: Any) -> Array:

@@ -132,6 +132,14 @@ def floating(x: Any, *, name: str) -> None:
         raise TypeError(f"`{name}` must be a floating array, got dtype {dt}.")
 
 
+def floating_pair(a: Any, b: Any, *, names: tuple[str, str], rank: int) -> None:
+    """Check two floating arrays: ``a`` of rank >= ``rank`` and ``b`` of ``a``'s shape."""
+    floating(a, name=names[0])
+    floating(b, name=names[1])
+    min_ndim(a, rank, name=names[0])
+    same_shape(**{names[1]: b, names[0]: a})
+
+
 def integer(x: Any, *, name: str) -> None:
     """Check ``x`` has an integer dtype."""
     dt = jnp.result_type(x)

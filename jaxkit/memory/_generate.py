@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
-from jaxkit._tokens import choose_tokens, is_greedy
+from jaxkit._tokens import check_sampling, choose_tokens
 from jaxkit.memory._dlmr import (
     DLMRConfig,
     DLMRParams,
@@ -450,10 +450,7 @@ def dlmr_generate(
     plen = _validate.error_if(
         plen, _validate.any_outside(plen, 1, t), f"`prompt_len` must lie in [1, {t}]."
     ).astype(jnp.int32)
-    _validate.real_scalar(temperature, name="temperature")
-    _validate.non_negative(temperature=temperature)
-    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
-    greedy = is_greedy(temperature)
+    greedy = check_sampling(temperature, top_p)
     return _generate_core(
         lm_params,
         params,

@@ -241,8 +241,5 @@ def connectivity_metrics(
       >>> float(connectivity_metrics(j, j).r2)
       1.0
     """
-    _validate.floating(j_pred, name="j_pred")
-    _validate.floating(j_true, name="j_true")
-    _validate.min_ndim(j_pred, 2, name="j_pred")
-    _validate.same_shape(j_true=j_true, j_pred=j_pred)
+    _validate.floating_pair(j_pred, j_true, names=("j_pred", "j_true"), rank=2)
     return _conn_jit(jnp.asarray(j_pred), jnp.asarray(j_true))

@@ -366,8 +366,5 @@ def kl_std_normal(
       >>> float(kl_std_normal(jnp.zeros(3), jnp.zeros(3)))
       0.0
     """
-    _validate.floating(mu, name="mu")
-    _validate.floating(log_std, name="log_std")
-    _validate.min_ndim(mu, 1, name="mu")
-    _validate.same_shape(log_std=log_std, mu=mu)
+    _validate.floating_pair(mu, log_std, names=("mu", "log_std"), rank=1)
     return _kl_jit(jnp.asarray(mu), jnp.asarray(log_std))

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit._tokens import choose_tokens, is_greedy
+from jaxkit._tokens import check_sampling, choose_tokens, is_greedy
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -206,10 +206,7 @@ def svgt_generate(
     _validate.is_key(key)
     n = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
     prompt, prompt_len = _check_tokens(lm_cfg, prompt, prompt_len)
-    _validate.real_scalar(temperature, name="temperature")
-    _validate.non_negative(temperature=temperature)
-    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
-    greedy = is_greedy(temperature)
+    greedy = check_sampling(temperature, top_p)
     return _generate_core(
         lm_params,
         vparams,
