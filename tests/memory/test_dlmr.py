@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxkit import memory, nn
-from tests.memory._setup import AP, CFG, DELIM, MC, PLEN, PROMPT, P
+from tests.memory._setup import AP, CFG, DELIM, MC, NODELIM, PLEN, PROMPT, P
 from tests.memory._setup import CFG as LM
 
 N = 6
@@ -17,6 +17,22 @@ KW = dict(key=jax.random.key(0), max_new_tokens=N)
 
 # The router forced to the null is the base model (ar_generate), token for token: in
 # test_hf.py, on the backbone loaded from a folder (bit-identical to P, asserted there).
+
+
+def _forced_reference(toks, *, lm_cfg, m, k, bank):
+    """Greedy tokens of one row's uncached forward with the memory of its first m tokens."""
+    cfg = NODELIM
+    h_l = nn.apply(P, lm_cfg, toks[:, :m], collect=(cfg.layer,)).hidden[cfg.layer]
+    mem, _ = memory.inject(
+        AP, cfg, h_l, jnp.ones((1, m), bool), jnp.array([m]), jnp.array([bank]), jnp.array([k])
+    )
+    iv = memory.memory_interventions(cfg, mem[:, :k], jnp.array([m]))
+    logits = nn.apply(P, lm_cfg, toks, interventions=iv).logits[0]
+    return jnp.argmax(logits[m + k - 1 : m + k - 1 + N], axis=-1)
+
+
+# one program per row (eager, its glue compiled some 40 small programs)
+_forced_reference_jit = jax.jit(_forced_reference, static_argnames=("lm_cfg", "m", "k", "bank"))
 
 
 # (r, 1): a forced k below k_max narrows the chunk and the reserved slots; (v, 3): k_max;
@@ -31,7 +47,7 @@ KW = dict(key=jax.random.key(0), max_new_tokens=N)
 )
 def test_forced_injection_equals_the_uncached_forward(action, window):
     # every step eligible (no delimiter set) and n_max = 1: one injection, before token 0
-    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    cfg = NODELIM
     CFG = LM if window is None else dataclasses.replace(LM, sliding_window=window, family="qwen2")
     emb = nn.embed(P, CFG, PROMPT)
     g = memory.dlmr_generate(P, CFG, AP, cfg, emb, PLEN, force_action=action, **KW)
@@ -43,14 +59,7 @@ def test_forced_injection_equals_the_uncached_forward(action, window):
     for b in range(2):
         m = int(PLEN[b])
         toks = np.concatenate([np.asarray(PROMPT[b, :m]), np.zeros(k, np.int32), g.tokens[b]])
-        toks = jnp.asarray(toks)[None]
-        h_l = nn.apply(P, CFG, toks[:, :m], collect=(cfg.layer,)).hidden[cfg.layer]
-        mem, _ = memory.inject(
-            AP, cfg, h_l, jnp.ones((1, m), bool), jnp.array([m]), jnp.array([bank]), jnp.array([k])
-        )
-        iv = memory.memory_interventions(cfg, mem[:, :k], jnp.array([m]))
-        logits = nn.apply(P, CFG, toks, interventions=iv).logits[0]
-        want = np.argmax(np.asarray(logits[m + k - 1 : m + k - 1 + N]), axis=-1)
+        want = _forced_reference_jit(toks[None], lm_cfg=CFG, m=m, k=k, bank=bank)
         np.testing.assert_array_equal(g.tokens[b], want)
 
 
