@@ -139,9 +139,7 @@ def test_w1_no_threshold_equals_mask_predict_greedy():
     n = 8
     toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=1, entropy_threshold=None)
     for b in range(2):
-        want = R.mask_predict_greedy_row(
-            params, cfg, list(np.asarray(pr[b, : pl[b]])), mask=MASK, n_new=n
-        )
+        want = R.mask_predict_greedy_row(params, cfg, R.prompt_row(pr, pl, b), mask=MASK, n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     np.testing.assert_array_equal(lens, [n, n])
     # the prefill forward predicts the first slot, then one forward per token (the last
@@ -167,7 +165,7 @@ def test_cached_equals_uncached_reference(seed):
         want, nf = R.wedlm_reference_row(
             params,
             cfg,
-            list(np.asarray(pr[b, : pl[b]])),
+            R.prompt_row(pr, pl, b),
             mask=MASK,
             n_new=n,
             window=w,
@@ -297,7 +295,7 @@ def test_ar_generate_equals_recompute_greedy():
     n = 8
     toks, lens, st = ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
     for b in range(2):
-        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=n)
+        want = R.ar_greedy_row(params, cfg, R.prompt_row(pr, pl, b), n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     assert int(st.n_forward) == n - 1
 
