@@ -11,6 +11,11 @@ _PAD = 64
 _JIT = {}
 
 
+def prompt_row(pr, pl, b):
+    """Row ``b``'s prompt as a list (NumPy indexing: no eager jax programs)."""
+    return list(np.asarray(pr)[b, : int(np.asarray(pl)[b])])
+
+
 def _logits(params, cfg, seq, pos):
     """Causal logits of one sequence; right-padded to a fixed width (causal => exact)."""
     n = len(seq)

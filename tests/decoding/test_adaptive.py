@@ -33,7 +33,7 @@ def test_forced_fallback_gives_ar_greedy_tokens():
     got = _gen(params, cfg, pr, pl, entropy_threshold=0.4, min_accept=5.0)
     ar = ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=N)
     for b in range(2):
-        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=N)
+        want = R.ar_greedy_row(params, cfg, R.prompt_row(pr, pl, b), n_new=N)
         np.testing.assert_array_equal(got.tokens[b], want)
     np.testing.assert_array_equal(got.tokens, ar.tokens)
     assert int(got.stats.n_forward) == N - 1

@@ -56,23 +56,25 @@ def test_reordering_equals_permuted_mask_and_keeps_observed_logits():
     t_p, p_p, perm = topological_reorder(tok, pos, m, mask_token_id=MASK)
     re = _JAPPLY(params, cfg, t_p, p_p)
     # original order with attention mask P^T tril P: logical i sees j iff phys(j) <= phys(i)
-    inv = jnp.argsort(perm, axis=1)
+    # (the glue in NumPy: no eager programs of its own)
+    re, tok, m, pos = (np.asarray(a) for a in (re, tok, m, pos))
+    inv = np.argsort(np.asarray(perm), axis=1)
     amask = inv[:, None, :] <= inv[:, :, None]
-    shown = jnp.where(m, MASK, tok)
+    shown = np.where(m, MASK, tok).astype(np.int32)
     orig = _JAPPLY(params, cfg, shown, pos, amask)
-    back = jnp.take_along_axis(re, inv[:, :, None], axis=1)
+    back = np.take_along_axis(re, inv[:, :, None], axis=1)
     np.testing.assert_allclose(back, orig, atol=1e-5, rtol=1e-5)
     # observed tokens: same logits as a causal forward over the observed tokens alone
     for b in range(2):
-        obs = np.flatnonzero(~np.asarray(m[b]))
+        obs = np.flatnonzero(~m[b])
         k = len(obs)
         t_solo = np.zeros((2, L), np.int32)
         p_solo = np.zeros((2, L), np.int32)
-        t_solo[0, :k], p_solo[0, :k] = np.asarray(tok[b])[obs], obs  # right-padded, causal
-        solo = _JAPPLY(params, cfg, jnp.asarray(t_solo), jnp.asarray(p_solo))
+        t_solo[0, :k], p_solo[0, :k] = tok[b][obs], obs  # right-padded, causal
+        solo = np.asarray(_JAPPLY(params, cfg, t_solo, p_solo))
         np.testing.assert_allclose(re[b, :k], solo[0, :k], atol=1e-5, rtol=1e-5)
     # RoPE shift invariance
-    shifted = _JAPPLY(params, cfg, t_p, p_p + 7)
+    shifted = _JAPPLY(params, cfg, t_p, np.asarray(p_p) + 7)
     np.testing.assert_allclose(shifted, re, atol=1e-4, rtol=1e-4)
 
 
@@ -94,13 +96,14 @@ def test_commit_count_and_window_order():
 
 
 def test_entropy_and_selection_by_hand():
-    big = 50.0
-    onehot = jnp.full((V,), -big).at[3].set(big)
-    uniform = jnp.zeros((V,))
+    big = 50.0  # the inputs in NumPy: no eager programs of their own
+    onehot = np.full((V,), -big, np.float32)
+    onehot[3] = big
+    uniform = np.zeros((V,), np.float32)
     np.testing.assert_allclose(token_entropy(onehot), 0.0, atol=1e-6)
     np.testing.assert_allclose(token_entropy(uniform), np.log(V), rtol=1e-6)
-    logits = jnp.stack([uniform, onehot, onehot, uniform])[None]
-    sel = jnp.asarray([[True, True, True, True]])
+    logits = np.stack([uniform, onehot, onehot, uniform])[None]
+    sel = np.asarray([[True, True, True, True]])
     fill = select_by_entropy(logits, sel, threshold=0.5, pos_penalty=0.0)
     np.testing.assert_array_equal(fill, [[False, True, True, False]])
     # distance penalty counts from the leftmost selectable slot: slot 2 has d=2
@@ -108,7 +111,7 @@ def test_entropy_and_selection_by_hand():
     np.testing.assert_array_equal(fill, [[False, True, False, False]])
     # nothing below threshold -> the single argmin
     fill = select_by_entropy(
-        jnp.stack([uniform] * 4)[None] + jnp.arange(4.0)[None, :, None] * 0.0,
+        np.stack([uniform] * 4)[None] + np.arange(4.0, dtype=np.float32)[None, :, None] * 0.0,
         sel,
         threshold=0.1,
         pos_penalty=0.01,
@@ -116,10 +119,11 @@ def test_entropy_and_selection_by_hand():
     np.testing.assert_array_equal(fill, [[True, False, False, False]])
     # tau=None: exactly one slot
     fill = select_by_entropy(logits, sel, threshold=None, pos_penalty=0.0)
+    fill = np.asarray(fill)
     assert int(fill.sum()) == 1 and bool(fill[0, 1])
     # not selectable -> never filled; no selectable slot -> nothing
     fill = select_by_entropy(
-        logits, jnp.asarray([[True, False, True, False]]), threshold=0.5, pos_penalty=0.0
+        logits, np.asarray([[True, False, True, False]]), threshold=0.5, pos_penalty=0.0
     )
     np.testing.assert_array_equal(fill, [[False, False, True, False]])
     fill = select_by_entropy(logits, jnp.zeros((1, 4), bool), threshold=0.5, pos_penalty=0.0)
@@ -135,9 +139,7 @@ def test_w1_no_threshold_equals_mask_predict_greedy():
     n = 8
     toks, lens, st = _gen(params, cfg, pr, pl, max_new_tokens=n, window=1, entropy_threshold=None)
     for b in range(2):
-        want = R.mask_predict_greedy_row(
-            params, cfg, list(np.asarray(pr[b, : pl[b]])), mask=MASK, n_new=n
-        )
+        want = R.mask_predict_greedy_row(params, cfg, R.prompt_row(pr, pl, b), mask=MASK, n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     np.testing.assert_array_equal(lens, [n, n])
     # the prefill forward predicts the first slot, then one forward per token (the last
@@ -163,7 +165,7 @@ def test_cached_equals_uncached_reference(seed):
         want, nf = R.wedlm_reference_row(
             params,
             cfg,
-            list(np.asarray(pr[b, : pl[b]])),
+            R.prompt_row(pr, pl, b),
             mask=MASK,
             n_new=n,
             window=w,
@@ -203,23 +205,26 @@ def test_cache_holds_exact_ar_kv():
     # the fused prefill wrote exactly the prefill K/V of the prompts
     _, pre = _JPREFILL(params, cfg, pr, pl, max_len=5 + n)
     np.testing.assert_array_equal(s.cache.length, pl)
+    pl_np, pr_np = np.asarray(pl), np.asarray(pr)  # the glue in NumPy
+    sk, sv, pk, pv = (np.asarray(a) for a in (s.cache.k, s.cache.v, pre.k, pre.v))
     for b in range(2):
-        p = int(pl[b])
-        np.testing.assert_allclose(s.cache.k[:, b, :p], pre.k[:, b, :p], atol=1e-5)
-        np.testing.assert_allclose(s.cache.v[:, b, :p], pre.v[:, b, :p], atol=1e-5)
+        p = int(pl_np[b])
+        np.testing.assert_allclose(sk[:, b, :p], pk[:, b, :p], atol=1e-5)
+        np.testing.assert_allclose(sv[:, b, :p], pv[:, b, :p], atol=1e-5)
     step = jax.jit(lambda s, k: _wedlm._step(params, cfg, s, pl, k, o))
     for i in range(4):
         s = step(s, jax.random.key(i))
+    lens, out = np.asarray(s.cache.length), np.asarray(s.out)
+    sk, sv = np.asarray(s.cache.k), np.asarray(s.cache.v)
     for b in range(2):
-        ln = int(s.cache.length[b])
-        p = int(pl[b])
+        ln = int(lens[b])
+        p = int(pl_np[b])
         assert ln > p
-        seq = jnp.concatenate([pr[b, :p], s.out[b, : ln - p]])[None]
-        _, fresh = _JPREFILL(
-            params, cfg, jnp.pad(seq, ((0, 0), (0, 15 - ln))), jnp.asarray([ln]), max_len=15
-        )
-        np.testing.assert_allclose(s.cache.k[:, b, :ln], fresh.k[:, 0, :ln], atol=1e-5)
-        np.testing.assert_allclose(s.cache.v[:, b, :ln], fresh.v[:, 0, :ln], atol=1e-5)
+        seq = np.zeros((1, 15), np.int32)  # right-padded
+        seq[0, :ln] = np.concatenate([pr_np[b, :p], out[b, : ln - p]])
+        _, fresh = _JPREFILL(params, cfg, seq, np.asarray([ln], np.int32), max_len=15)
+        np.testing.assert_allclose(sk[:, b, :ln], np.asarray(fresh.k)[:, 0, :ln], atol=1e-5)
+        np.testing.assert_allclose(sv[:, b, :ln], np.asarray(fresh.v)[:, 0, :ln], atol=1e-5)
 
 
 def test_minimal_cache_drops_out_of_range_writes():
@@ -290,7 +295,7 @@ def test_ar_generate_equals_recompute_greedy():
     n = 8
     toks, lens, st = ar_generate(params, cfg, pr, pl, key=jax.random.key(0), max_new_tokens=n)
     for b in range(2):
-        want = R.ar_greedy_row(params, cfg, list(np.asarray(pr[b, : pl[b]])), n_new=n)
+        want = R.ar_greedy_row(params, cfg, R.prompt_row(pr, pl, b), n_new=n)
         np.testing.assert_array_equal(toks[b], want)
     assert int(st.n_forward) == n - 1
 

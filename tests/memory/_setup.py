@@ -23,6 +23,10 @@ MC = memory.DLMRConfig(
     recency=8,
     router_hidden=8,
 )
+# every step eligible (no delimiter set): with n_max = 1 a forced action injects before token 0
+# (test_dlmr's forced-injection oracle and test_hf's loaded backbone share this config, so a
+# worker compiles their forced ``dlmr_generate`` once)
+NODELIM = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
 P = nn.init_params(CFG, key=jax.random.key(0))
 AP = memory.init_dlmr(CFG, MC, key=jax.random.key(1))
 # a trained-looking adapter: non-zero injector output and router head (fresh ones give

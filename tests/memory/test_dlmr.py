@@ -2,21 +2,39 @@
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxkit import memory, nn
-from tests.memory._setup import AP, CFG, DELIM, MC, PLEN, PROMPT, P
+from tests.memory._setup import AP, CFG, DELIM, MC, NODELIM, PLEN, PROMPT, P
 from tests.memory._setup import CFG as LM
 
 N = 6
 KW = dict(key=jax.random.key(0), max_new_tokens=N)
+PROMPT_NP, PLEN_NP = np.asarray(PROMPT), np.asarray(PLEN)
 
 
 # The router forced to the null is the base model (ar_generate), token for token: in
 # test_hf.py, on the backbone loaded from a folder (bit-identical to P, asserted there).
+
+
+def _forced_reference(toks, *, lm_cfg, m, k, bank):
+    """Greedy tokens of one row's uncached forward with the memory of its first m tokens."""
+    cfg = NODELIM
+    h_l = nn.apply(P, lm_cfg, toks[:, :m], collect=(cfg.layer,)).hidden[cfg.layer]
+    mem, _ = memory.inject(
+        AP, cfg, h_l, jnp.ones((1, m), bool), jnp.array([m]), jnp.array([bank]), jnp.array([k])
+    )
+    iv = memory.memory_interventions(cfg, mem[:, :k], jnp.array([m]))
+    logits = nn.apply(P, lm_cfg, toks, interventions=iv).logits[0]
+    return jnp.argmax(logits[m + k - 1 : m + k - 1 + N], axis=-1)
+
+
+# one program per row (eager, its glue compiled some 40 small programs)
+_forced_reference_jit = jax.jit(_forced_reference, static_argnames=("lm_cfg", "m", "k", "bank"))
 
 
 # (r, 1): a forced k below k_max narrows the chunk and the reserved slots; (v, 3): k_max;
@@ -31,7 +49,7 @@ KW = dict(key=jax.random.key(0), max_new_tokens=N)
 )
 def test_forced_injection_equals_the_uncached_forward(action, window):
     # every step eligible (no delimiter set) and n_max = 1: one injection, before token 0
-    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    cfg = NODELIM
     CFG = LM if window is None else dataclasses.replace(LM, sliding_window=window, family="qwen2")
     emb = nn.embed(P, CFG, PROMPT)
     g = memory.dlmr_generate(P, CFG, AP, cfg, emb, PLEN, force_action=action, **KW)
@@ -41,27 +59,23 @@ def test_forced_injection_equals_the_uncached_forward(action, window):
     np.testing.assert_array_equal(g.actions[:, 0], action)
     np.testing.assert_array_equal(g.injected, k)
     for b in range(2):
-        m = int(PLEN[b])
-        toks = np.concatenate([np.asarray(PROMPT[b, :m]), np.zeros(k, np.int32), g.tokens[b]])
-        toks = jnp.asarray(toks)[None]
-        h_l = nn.apply(P, CFG, toks[:, :m], collect=(cfg.layer,)).hidden[cfg.layer]
-        mem, _ = memory.inject(
-            AP, cfg, h_l, jnp.ones((1, m), bool), jnp.array([m]), jnp.array([bank]), jnp.array([k])
-        )
-        iv = memory.memory_interventions(cfg, mem[:, :k], jnp.array([m]))
-        logits = nn.apply(P, CFG, toks, interventions=iv).logits[0]
-        want = np.argmax(np.asarray(logits[m + k - 1 : m + k - 1 + N]), axis=-1)
+        m = int(PLEN_NP[b])
+        toks = np.concatenate([PROMPT_NP[b, :m], np.zeros(k, np.int32), np.asarray(g.tokens)[b]])
+        want = _forced_reference_jit(toks[None], lm_cfg=CFG, m=m, k=k, bank=bank)
         np.testing.assert_array_equal(g.tokens[b], want)
 
 
 def test_injection_through_prefill_and_decode_steps_equals_the_full_forward():
     b, m, k = 2, 4, 3
-    toks = jnp.asarray(np.random.default_rng(3).integers(0, 23, (b, m + k + 3)), jnp.int32)
+    # the glue in NumPy: no eager programs of its own
+    toks = np.random.default_rng(3).integers(0, 23, (b, m + k + 3)).astype(np.int32)
     h_l = nn.apply(P, CFG, toks[:, :m], collect=(MC.layer,)).hidden[MC.layer]
-    at = jnp.full((b,), m, jnp.int32)
-    mem, _ = memory.inject(AP, MC, h_l, jnp.ones((b, m), bool), at, jnp.array([0, 1]), at * 0 + k)
-    iv = memory.memory_interventions(MC, mem[:, :k], at)
-    full = nn.apply(P, CFG, toks, interventions=iv).logits
+    at = np.full((b,), m, np.int32)
+    mem, _ = memory.inject(
+        AP, MC, h_l, np.ones((b, m), bool), at, np.array([0, 1], np.int32), at * 0 + k
+    )
+    iv = memory.memory_interventions(MC, np.asarray(mem)[:, :k], at)
+    full = np.asarray(nn.apply(P, CFG, toks, interventions=iv).logits)
     pre = nn.prefill(P, CFG, toks[:, : m + k], at + k, max_len=m + k + 3, interventions=iv)
     np.testing.assert_allclose(pre.logits, full[:, m + k - 1], atol=1e-5)
     cache = pre.cache
@@ -87,10 +101,13 @@ def test_delimiter_gating_and_n_max():
 def test_router_reads_a_normalised_state():
     # the residual stream's scale and a shift shared by its features do not move the router
     # (its input is layer-normalised, without parameters); a different state does
-    h = jax.random.normal(jax.random.key(3), (4, LM.d_model)) * 5.0
-    lg = np.asarray(AP.router(h))
-    np.testing.assert_allclose(np.asarray(AP.router(40.0 * h + 7.0)), lg, rtol=1e-4, atol=1e-4)
-    other = np.asarray(AP.router(h[::-1]))
+    h = (np.random.default_rng(3).normal(size=(4, LM.d_model)) * 5.0).astype(np.float32)
+    router = eqx.filter_jit(lambda r, x: r(x))  # one program (eager: one per op)
+    lg = np.asarray(router(AP.router, h))
+    np.testing.assert_allclose(
+        np.asarray(router(AP.router, 40.0 * h + 7.0)), lg, rtol=1e-4, atol=1e-4
+    )
+    other = np.asarray(router(AP.router, h[::-1].copy()))
     assert np.abs(other - lg).max() > 1e-2
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxkit import decoding, io, memory, nn
-from tests.memory._setup import AP, CFG, MC, PLEN, PROMPT, TX2, P, stage2_batch
+from tests.memory._setup import AP, CFG, MC, NODELIM, PLEN, PROMPT, TX2, P, stage2_batch
 
 QWEN2 = dataclasses.replace(CFG, family="qwen2", qkv_bias=True)
 
@@ -38,11 +38,14 @@ def test_dlmr_runs_on_a_backbone_loaded_from_an_hf_folder(tmp_path, lm_cfg):
     base = decoding.ar_generate(loaded, cfg, PROMPT, PLEN, **kw)
     np.testing.assert_array_equal(null.tokens, base.tokens)
     assert int(jnp.sum(null.injected)) == 0 and not bool(jnp.any(null.actions))
-    # a forced injection on the loaded backbone equals it on the in-memory one
-    forced = memory.dlmr_generate(loaded, cfg, ap, MC, emb, PLEN, force_action=2, **kw)
+    # a forced injection on the loaded backbone equals it on the in-memory one (every step
+    # eligible: action 3 injects one latent before token 0; test_dlmr's forced-injection
+    # oracle runs the same program on P)
+    forced = memory.dlmr_generate(loaded, cfg, ap, NODELIM, emb, PLEN, force_action=3, **kw)
     ref = memory.dlmr_generate(
-        params, lm_cfg, ap, MC, nn.embed(params, lm_cfg, PROMPT), PLEN, force_action=2, **kw
+        params, lm_cfg, ap, NODELIM, nn.embed(params, lm_cfg, PROMPT), PLEN, force_action=3, **kw
     )
+    assert int(jnp.min(forced.injected)) > 0
     np.testing.assert_array_equal(forced.tokens, ref.tokens)
     np.testing.assert_array_equal(forced.injected, ref.injected)
     # one stage-2 step: the adapter moves, the loaded backbone stays bit-identical

@@ -22,7 +22,8 @@ FRESH = memory.init_dlmr(CFG, LC, key=jax.random.key(3))
 L = CFG.n_layers
 _rng = np.random.default_rng(11)
 TOK = jnp.asarray(_rng.integers(0, 23, (2, 6)), jnp.int32)
-AT, BANK, K = jnp.array([4, 6], jnp.int32), jnp.array([0, 1], jnp.int32), jnp.array([3, 1])
+AT_NP, BANK_NP, K_NP = np.array([4, 6], np.int32), np.array([0, 1], np.int32), np.array([3, 1])
+AT, BANK, K = jnp.asarray(AT_NP), jnp.asarray(BANK_NP), jnp.asarray(K_NP)
 
 
 def _trained(ap):
@@ -45,6 +46,7 @@ def _with(inj, adapters):
     return eqx.tree_at(lambda i: i.adapters, inj, adapters)
 
 
+@jax.jit  # one program for both banks' adapters (eager: one per op and shape)
 def _merged(adapter, scale):
     """``W + scale (a b^T)^T`` written out here (the test's own merge)."""
     out = {**P, "layers": dict(P["layers"])}
@@ -56,9 +58,11 @@ def _merged(adapter, scale):
 
 def _replica_oracle(params, ap, b):
     """The LM (``params``) on ``[E_<at ; Z^(bank)_{1:k}]``: last-block states at the latents."""
-    m, k, s = int(AT[b]), int(K[b]), int(BANK[b])
-    seq = jnp.concatenate([nn.embed(P, CFG, TOK[b : b + 1, :m])[0], ap.banks[s][:k]])[None]
-    return nn.apply(params, CFG, inputs_embeds=seq, collect=(L - 1,)).hidden[L - 1][0, m:]
+    m, k, s = int(AT_NP[b]), int(K_NP[b]), int(BANK_NP[b])
+    # the glue in NumPy (the embedding is per token: rows of the whole batch's)
+    seq = np.concatenate([np.asarray(nn.embed(P, CFG, TOK))[b, :m], np.asarray(ap.banks[s])[:k]])
+    out = nn.apply(params, CFG, inputs_embeds=seq[None], collect=(L - 1,)).hidden[L - 1]
+    return np.asarray(out)[0, m:]
 
 
 def _inject(ap):
@@ -68,23 +72,23 @@ def _inject(ap):
 
 
 def test_zero_lora_is_the_frozen_lm_forward():
-    mem = _inject(FRESH)
+    mem = np.asarray(_inject(FRESH))
     for b in range(2):
-        np.testing.assert_allclose(mem[b, : int(K[b])], _replica_oracle(P, FRESH, b), atol=1e-5)
+        np.testing.assert_allclose(mem[b, : K_NP[b]], _replica_oracle(P, FRESH, b), atol=1e-5)
 
 
 def test_lora_is_a_merge_free_view_with_one_adapter_per_bank():
     before = jax.tree.map(np.array, P)
     ap = _trained(FRESH)
-    mem = _inject(ap)
+    mem = np.asarray(_inject(ap))
     for b in range(2):
-        ad = ap.injector.adapters[int(BANK[b])]
+        ad = ap.injector.adapters[BANK_NP[b]]
         want = _replica_oracle(_merged(ad, LC.lora_alpha / LC.lora_rank), ap, b)
-        np.testing.assert_allclose(mem[b, : int(K[b])], want, atol=1e-4)
+        np.testing.assert_allclose(mem[b, : K_NP[b]], want, atol=1e-4)
         assert not np.allclose(want, _replica_oracle(P, ap, b), atol=1e-3)  # the LoRA acts
     # the other bank's adapter gives another memory for the same row
     other = _inject(ap._replace(injector=_with(ap.injector, ap.injector.adapters[::-1])))
-    assert not np.allclose(other[0, :3], mem[0, :3], atol=1e-3)
+    assert not np.allclose(np.asarray(other)[0, :3], mem[0, :3], atol=1e-3)
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, P), before)
 
 

@@ -20,10 +20,11 @@ def test_memory_forward_equals_interventions_and_base():
     k = 3
     mem, _ = memory.inject(AP, MC, ctx, jnp.ones((B, T), bool), AT, jnp.array([0, 1]), AT * 0 + k)
     got = memory.memory_forward(P, CFG, MC, EMB, mem, AT, AT * 0 + k)
+    tok, at, mem_np = np.asarray(TOK), np.asarray(AT), np.asarray(mem)  # NumPy glue
     for b in range(B):
-        m = int(AT[b])
-        toks = jnp.concatenate([TOK[b, :m], jnp.zeros(k, jnp.int32), TOK[b, m:]])[None]
-        iv = memory.memory_interventions(MC, mem[b : b + 1, :k], jnp.array([m]))
+        m = int(at[b])
+        toks = np.concatenate([tok[b, :m], np.zeros(k, np.int32), tok[b, m:]])[None]
+        iv = memory.memory_interventions(MC, mem_np[b : b + 1, :k], np.array([m], np.int32))
         want = nn.apply(P, CFG, toks, interventions=iv).logits[0]
         np.testing.assert_allclose(got[b, : T + k], want, atol=1e-5)
     none = memory.memory_forward(P, CFG, MC, EMB, mem, AT, AT * 0)  # k = 0: the base

@@ -69,21 +69,29 @@ def test_add_and_reads_match_split_forward(p, data):
     np.testing.assert_allclose(down, g / (1 + np.exp(-g)) * (x @ lp["w_up"]), atol=1e-4)
 
 
+@jax.jit  # one program for both rows (eager, its glue compiled some 30 small programs)
+def _gapped_reference(p, tb, keep, vec_b, lat_b, order):
+    """The lower blocks on the sequence without the span at gapped positions ``keep``, the
+    latents put in (``order`` of ``[lower states ; latents]``), the upper blocks on the whole."""
+    lo = nn.run_layers(p, CFG, nn.embed(p, CFG, tb), keep, stop=1).h
+    lo = nn.run_layers(p, CFG, lo + vec_b[None, None], keep, start=1, stop=L + 1).h
+    h = jnp.concatenate([lo, lat_b], axis=1)[:, order]
+    hi = nn.run_layers(p, CFG, h, jnp.arange(T)[None], start=L + 1).h
+    return nn.unembed(p, CFG, hi)[0]
+
+
 def test_insertion_equals_gapped_split_forward(p, data):
     toks, lat, vec = data
-    out = nn.apply(p, CFG, toks, interventions=_iv(lat, vec)).logits
+    out = np.asarray(nn.apply(p, CFG, toks, interventions=_iv(lat, vec)).logits)
+    toks_np, lat_np, vec_np = np.asarray(toks), np.asarray(lat), np.asarray(vec)
     for b in range(B):
         m = int(M[b])
         keep = np.r_[0:m, m + K : T]  # the sequence without the span, gapped positions
-        tb = toks[b : b + 1, keep]
-        lo = nn.run_layers(p, CFG, nn.embed(p, CFG, tb), jnp.asarray(keep)[None], stop=1).h
-        lo = nn.run_layers(
-            p, CFG, lo + vec[b][None, None], jnp.asarray(keep)[None], start=1, stop=L + 1
-        ).h
-        h = jnp.concatenate([lo[:, :m], lat[b : b + 1], lo[:, m:]], axis=1)
-        hi = nn.run_layers(p, CFG, h, jnp.arange(T)[None], start=L + 1).h
-        want = nn.unembed(p, CFG, hi)[0]
-        np.testing.assert_allclose(out[b, keep], want[keep], atol=1e-5)
+        order = np.r_[0:m, T - K : T, m : T - K]  # [lo[:, :m], latents, lo[:, m:]]
+        want = _gapped_reference(
+            p, toks_np[b : b + 1, keep], keep[None], vec_np[b], lat_np[b : b + 1], order
+        )
+        np.testing.assert_allclose(out[b, keep], np.asarray(want)[keep], atol=1e-5)
 
 
 def test_cached_steps_equal_uncached_forward(p, data):

@@ -25,10 +25,11 @@ CFG = nn.TransformerConfig(
 @pytest.fixture(scope="module")
 def setup():
     p = nn.init_params(CFG, key=jax.random.key(0))
-    toks = jax.random.randint(jax.random.key(1), (4, 6), 0, 16)
-    lens = jnp.array([3, 6, 2, 5], jnp.int32)
+    # inputs and glue in NumPy: no eager programs of their own
+    toks = np.random.default_rng(1).integers(0, 16, (4, 6)).astype(np.int32)
+    lens = np.array([3, 6, 2, 5], np.int32)
     first = nn.prefill(p, CFG, toks, lens, max_len=8)
-    nxt = jnp.argmax(first.logits, -1).astype(jnp.int32)
+    nxt = np.argmax(np.asarray(first.logits), -1).astype(np.int32)
     return p, toks, lens, nn.apply(p, CFG, toks).logits, nn.decode_step(p, CFG, nxt, first.cache)
 
 

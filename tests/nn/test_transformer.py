@@ -154,39 +154,40 @@ def test_decode_loop_reads_the_weights_without_a_per_step_copy(p, toks):
 
 def test_chunk_on_cache_then_commit_k_rows(p, toks):
     w = 2
-    lengths = jnp.array([2, 6], jnp.int32)
+    lengths = np.array([2, 6], np.int32)  # index glue in NumPy: no eager programs
     cache = nn.prefill(p, CFG, toks[:, :T], lengths, max_len=CAP).cache
-    rows = jnp.arange(B)[:, None]
-    ref = nn.apply(p, CFG, toks).logits  # toks are the "true" continuation everywhere
-    idx = lengths[:, None] + jnp.arange(w)[None]
-    out = nn.apply(p, CFG, toks[rows, idx], cache=cache)
+    rows, tk = np.arange(B)[:, None], np.asarray(toks)
+    ref = np.asarray(nn.apply(p, CFG, toks).logits)  # toks: the "true" continuation everywhere
+    idx = lengths[:, None] + np.arange(w)[None]
+    out = nn.apply(p, CFG, tk[rows, idx], cache=cache)
     np.testing.assert_array_equal(out.cache.length, lengths)  # not advanced
     np.testing.assert_allclose(out.logits, ref[rows, idx], atol=1e-5, rtol=1e-5)
     # commit a different number of rows per sequence, then continue with another chunk
-    k = jnp.array([1, 0], jnp.int32)
+    k = np.array([1, 0], np.int32)
     cache2 = nn.commit(out.cache, k)
     np.testing.assert_array_equal(cache2.length, lengths + k)
-    idx2 = cache2.length[:, None] + jnp.arange(w)[None]
-    out2 = nn.apply(p, CFG, toks[rows, idx2], cache=cache2)
+    idx2 = np.asarray(cache2.length)[:, None] + np.arange(w)[None]
+    out2 = nn.apply(p, CFG, tk[rows, idx2], cache=cache2)
     np.testing.assert_allclose(out2.logits, ref[rows, idx2], atol=1e-5, rtol=1e-5)
     # committed K/V equal a fresh causal prefill of the same prefix
-    fresh = nn.prefill(p, CFG, toks[:, :T], jnp.full((B,), T, jnp.int32), max_len=CAP).cache
+    fresh = nn.prefill(p, CFG, toks[:, :T], np.full((B,), T, np.int32), max_len=CAP).cache
+    c2k, c2v, fk, fv = (np.asarray(a) for a in (cache2.k, cache2.v, fresh.k, fresh.v))
     for r in range(B):
         n = int(cache2.length[r])
-        np.testing.assert_allclose(cache2.k[:, r, :n], fresh.k[:, r, :n], atol=1e-5)
-        np.testing.assert_allclose(cache2.v[:, r, :n], fresh.v[:, r, :n], atol=1e-5)
+        np.testing.assert_allclose(c2k[:, r, :n], fk[:, r, :n], atol=1e-5)
+        np.testing.assert_allclose(c2v[:, r, :n], fv[:, r, :n], atol=1e-5)
 
 
 def test_logical_positions_permutation_and_shift_invariance(p, toks):
-    x = toks[:, :T]
-    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    x = np.asarray(toks[:, :T])  # the glue in NumPy: no eager programs of its own
+    pos = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
     ref = nn.apply(p, CFG, x, pos).logits
     # a permuted physical order with the matching mask gives the same logits
-    perm = jax.random.permutation(jax.random.key(3), T)
-    tril = jnp.tril(jnp.ones((T, T), bool))
-    mask = jnp.broadcast_to(tril[perm][:, perm], (B, T, T))
-    out = nn.apply(p, CFG, x[:, perm], pos[:, perm], attn_mask=mask).logits
-    np.testing.assert_allclose(out[:, jnp.argsort(perm)], ref, atol=1e-5, rtol=1e-5)
+    perm = np.random.default_rng(3).permutation(T)
+    tril = np.tril(np.ones((T, T), bool))
+    mask = np.broadcast_to(tril[perm][:, perm], (B, T, T))
+    out = np.asarray(nn.apply(p, CFG, x[:, perm], pos[:, perm], attn_mask=mask).logits)
+    np.testing.assert_allclose(out[:, np.argsort(perm)], ref, atol=1e-5, rtol=1e-5)
     # RoPE (scaled) and the window are relative: shifting every position is a no-op
     shifted = nn.apply(p, CFG, x, pos + 37).logits
     np.testing.assert_allclose(shifted, ref, atol=1e-4, rtol=1e-4)
@@ -243,8 +244,8 @@ def test_token_ids_outside_the_vocabulary_raise(p, toks):
 
 
 def test_run_layers_split_and_collect(p, toks):
-    x = toks[:, :T]
-    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    x = np.asarray(toks[:, :T])  # the glue in NumPy: no eager programs of its own
+    pos = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
     full = nn.apply(p, CFG, x, collect=(0, 1))
     h0 = nn.embed(p, CFG, x)
     first = nn.run_layers(p, CFG, h0, pos, start=0, stop=1, collect=(0,))
@@ -261,20 +262,21 @@ def test_run_layers_split_and_collect(p, toks):
     # split forward on a cache writes only the layers that ran
     assert np.any(np.asarray(c1.k[0]) != 0) and np.all(np.asarray(c1.k[1]) == 0)
     # inputs_embeds is the same forward as tokens
-    emb = nn.apply(p, CFG, inputs_embeds=p["embed"][x]).logits
+    emb = nn.apply(p, CFG, inputs_embeds=np.asarray(p["embed"])[x]).logits
     np.testing.assert_allclose(emb, full.logits, atol=1e-6)
 
 
 def test_sliding_window_limits_what_a_query_sees(p, toks):
-    x = toks[:, :T]
-    base = nn.apply(p, CFG, x).logits
-    x2 = x.at[:, 0].set((x[:, 0] + 1) % CFG.vocab_size)
+    x = np.asarray(toks[:, :T])  # the glue in NumPy: no eager programs of its own
+    base = np.asarray(nn.apply(p, CFG, x).logits)
+    x2 = x.copy()
+    x2[:, 0] = (x[:, 0] + 1) % CFG.vocab_size
     # position 0 is outside block 1's window of the last query, but block 0 attends
     # fully, so a change there still reaches the last query through the residual...
     assert not np.allclose(nn.apply(p, CFG, x2).logits[:, -1], base[:, -1])
     # ...while with the window on every block, position T-1 cannot see position 0
     every = nn.TransformerConfig(**{**CFG.__dict__, "max_window_layers": 0})
-    both = nn.apply(p, every, jnp.concatenate([x, x2])).logits[:, -1]
+    both = np.asarray(nn.apply(p, every, np.concatenate([x, x2])).logits)[:, -1]
     np.testing.assert_allclose(both[:B], both[B:], atol=1e-6)
 
 
@@ -300,12 +302,12 @@ def test_encoder_is_bidirectional(key):
 
 
 def test_bf16_runs_and_keeps_dtype(p, toks):
-    pb = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
+    pb = jax.jit(lambda p: jax.tree.map(lambda a: a.astype(jnp.bfloat16), p))(p)  # one program
     cache = nn.init_cache(CFG, batch=B, max_len=T, dtype=jnp.bfloat16)
     out = nn.apply(pb, CFG, toks[:, :T], cache=cache)
     assert out.logits.dtype == jnp.bfloat16 and out.cache.k.dtype == jnp.bfloat16
     ref = nn.apply(p, CFG, toks[:, :T]).logits
-    np.testing.assert_allclose(out.logits.astype(jnp.float32), ref, atol=0.1, rtol=0.1)
+    np.testing.assert_allclose(np.asarray(out.logits).astype(np.float32), ref, atol=0.1, rtol=0.1)
 
 
 def test_errors(p):
