@@ -97,15 +97,26 @@ def test_pav_exact_at_finite_softness():
 @pytest.mark.parametrize("mode", ["smooth", "c0", "c1", "c2"])
 def test_elementwise_hard_limit(mode):
     xn = np.array([-2.0, -0.5, 0.3, 1.7], np.float32)
-    x, s = jnp.asarray(xn), 1e-4
-    np.testing.assert_allclose(S.heaviside(x, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
-    np.testing.assert_allclose(S.relu(x, s, mode), np.maximum(xn, 0), atol=1e-3)
-    np.testing.assert_allclose(S.abs(x, s, mode), np.abs(xn), atol=1e-3)
-    np.testing.assert_allclose(S.clip(x, -1.0, 1.0, s, mode), np.clip(xn, -1, 1), atol=1e-3)
-    np.testing.assert_allclose(
-        S.round(jnp.asarray(xn + 0.1), s, mode), np.round(xn + 0.1), atol=1e-3
-    )
-    np.testing.assert_allclose(S.greater(x, 0.0, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
+    s = 1e-4
+
+    @jax.jit  # the six operators in one program (eagerly: six programs and their guards)
+    def soft(x):
+        return (
+            S.heaviside(x, s, mode),
+            S.relu(x, s, mode),
+            S.abs(x, s, mode),
+            S.clip(x, -1.0, 1.0, s, mode),
+            S.round(x + 0.1, s, mode),
+            S.greater(x, 0.0, s, mode),
+        )
+
+    step, relu, abs_, clip, round_, greater = soft(xn)
+    np.testing.assert_allclose(step, (xn > 0).astype(xn.dtype), atol=1e-6)
+    np.testing.assert_allclose(relu, np.maximum(xn, 0), atol=1e-3)
+    np.testing.assert_allclose(abs_, np.abs(xn), atol=1e-3)
+    np.testing.assert_allclose(clip, np.clip(xn, -1, 1), atol=1e-3)
+    np.testing.assert_allclose(round_, np.round(xn + 0.1), atol=1e-3)
+    np.testing.assert_allclose(greater, (xn > 0).astype(xn.dtype), atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- PAV
