@@ -636,9 +636,9 @@ def test_temperature_schedules():
     np.testing.assert_allclose(jax.jit(f)(jnp.asarray(25)), 10**-0.5, rtol=1e-5)
     lin = R.temperature_schedule(1.0, 0.5, 10, kind="linear")
     np.testing.assert_allclose([lin(0), lin(5), lin(10), lin(20)], [1.0, 0.75, 0.5, 0.5], rtol=1e-6)
-    steps = jnp.arange(0, 101, 10)
-    vals = jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps)
-    assert bool(jnp.all(jnp.diff(vals) < 0))
+    steps = np.arange(0, 101, 10, dtype=np.int32)
+    vals = np.asarray(jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps))
+    assert np.all(np.diff(vals) < 0)  # NumPy: no eager glue programs
     with pytest.raises(ValueError, match="end"):
         R.exponential_schedule(1.0, 0.0, 10)
     with pytest.raises(ValueError, match="steps"):
