@@ -31,6 +31,7 @@ if not os.environ.get("JAXKIT_TEST_XLA_DEFAULTS"):
 import hypothesis as hp  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
+from jax._src import traceback_util  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -71,6 +72,28 @@ def _count_compile(event: str, duration: float, **_) -> None:
 
 
 jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+# Every traced `eqx.error_if` (jaxkit's `_validate.error_if` guards) walks the whole Python
+# stack and asks jax's `traceback_util.include_frame` about each frame: ~35 excluded paths,
+# each an `abspath` + `commonpath` + `os.path.samefile` (two `stat` calls). Under pytest the
+# stack is ~60-100 frames deep, so each guard cost thousands of `stat` calls (cProfile of
+# tests/soft: 3.5k frames, 120k `samefile`, ~4% of the run). The answer depends only on the
+# file name and the exclusion list, so it is memoised per (name, length of the list): a path
+# registered later still counts. Same frames kept, same error messages.
+_include_filename = traceback_util.include_filename
+_INCLUDE_CACHE: dict[tuple[str, int], bool] = {}
+
+
+def _include_filename_cached(filename: str) -> bool:
+    key = (filename, len(traceback_util._exclude_paths))
+    hit = _INCLUDE_CACHE.get(key)
+    if hit is None:
+        hit = _INCLUDE_CACHE[key] = _include_filename(filename)
+    return hit
+
+
+traceback_util.include_filename = _include_filename_cached
 
 
 @pytest.fixture(autouse=True)

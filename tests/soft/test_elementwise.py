@@ -113,11 +113,17 @@ def test_pnorm_softrelu_is_integral_of_sigmoidal(mode):
         integral = np.concatenate([[0.0], np.cumsum((sig[1:] + sig[:-1]) / 2 * np.diff(xs))])
         np.testing.assert_allclose(relu, integral, atol=1e-6)
         # gradients: finite everywhere (incl. the kinks at |x| = 5 s and x = 0)
-        g = jax.vmap(jax.grad(lambda v: S.softrelu(v, s, mode)))(jnp.asarray([-1.0, 0.0, 1.0]))
+        # both derivatives in one program (eagerly: one program per op of each pass)
+        g, g2 = jax.jit(
+            lambda v, z: (
+                jax.vmap(jax.grad(lambda v: S.softrelu(v, s, mode)))(v),
+                jax.grad(lambda v: S.sigmoidal(v, s, mode))(z),
+            )
+        )(np.array([-1.0, 0.0, 1.0]), np.float64(0.0))
         np.testing.assert_allclose(g, [0.0, 0.5, 1.0], atol=1e-12)
-        g2 = jax.grad(lambda v: S.sigmoidal(v, s, mode))(0.0)
         assert np.isfinite(float(g2)) and float(g2) > 0
     # the modes pass through the step-based operators, and the hard limit holds
-    x = jnp.array([-2.0, -0.5, 0.3, 1.7])
-    np.testing.assert_allclose(S.heaviside(x, 1e-4, mode), x > 0, atol=1e-6)
-    np.testing.assert_allclose(S.relu(x, 1e-4, mode), jax.nn.relu(x), atol=1e-3)
+    xn = np.array([-2.0, -0.5, 0.3, 1.7], np.float32)
+    x = jnp.asarray(xn)
+    np.testing.assert_allclose(S.heaviside(x, 1e-4, mode), xn > 0, atol=1e-6)
+    np.testing.assert_allclose(S.relu(x, 1e-4, mode), np.maximum(xn, 0), atol=1e-3)

@@ -113,7 +113,7 @@ def test_ot_kwargs():
     full = S.rank(X, **kw)
     # one Sinkhorn iteration is far from converged: the limit reaches the solver
     short = S.rank(X, ot_kwargs={"sinkhorn_max_iter": 1}, **kw)
-    assert float(jnp.max(jnp.abs(short - full))) > 1e-3
+    assert np.max(np.abs(np.asarray(short) - np.asarray(full))) > 1e-3  # NumPy: no glue programs
 
 
 @pytest.mark.slow

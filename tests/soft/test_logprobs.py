@@ -153,11 +153,11 @@ def test_eps_log_probs_check_grads_x64(fn, mode):
 
 def test_eps_log_probs_gradient_finite_in_sparse_mode():
     # floor before the log (pitfall 13): finite although p has exact zeros
-    x = jnp.array([0.3, -1.2, 0.9, 0.1])
+    x = np.array([0.3, -1.2, 0.9, 0.1], np.float32)  # checks in NumPy: no eager glue programs
     lp = lambda v, e: S.argmax(v, softness=0.5, mode="c0", return_log_probs=True, log_prob_eps=e)
-    assert bool(jnp.any(jnp.isneginf(lp(x, None))))
-    g = jax.jit(jax.grad(lambda v: jnp.sum(lp(v, 1e-3) * jnp.arange(4.0))))(x)
-    assert bool(jnp.all(jnp.isfinite(g))) and bool(jnp.any(g != 0))
+    assert np.isneginf(lp(x, None)).any()
+    g = np.asarray(jax.jit(jax.grad(lambda v: jnp.sum(lp(v, 1e-3) * jnp.arange(4.0))))(x))
+    assert np.isfinite(g).all() and (g != 0).any()
 
 
 def test_smooth_exact_log_probs_gradient_equals_grad_of_log():

@@ -79,11 +79,12 @@ def test_parity_with_softjax_x64(c):
 
 
 def _setup(n, m, dtype, seed=0):
+    # NumPy inputs (eager jax.numpy glue compiles a program per op, shape and dtype)
     rng = np.random.default_rng(seed)
-    x = jnp.asarray(1 / (1 + np.exp(-rng.normal(size=(2, n)))), dtype)
-    a = jnp.linspace(0, 1, m, dtype=dtype)
-    mu = jnp.ones((n,), dtype) / n
-    nu = jnp.asarray(rng.dirichlet(np.ones(m)), dtype)
+    x = (1 / (1 + np.exp(-rng.normal(size=(2, n))))).astype(dtype)
+    a = np.linspace(0, 1, m).astype(dtype)
+    mu = np.full((n,), 1 / n, dtype)
+    nu = rng.dirichlet(np.ones(m)).astype(dtype)
     return x, a, mu, nu
 
 
@@ -136,9 +137,9 @@ def test_plan_marginals_and_primal_optimality(mode, dtype):
 
 
 def test_c0_plan_is_sparse():
-    x, a, mu, _ = _setup(8, 8, jnp.float32)
-    G = transport_pnorm(x, jnp.linspace(0, 1, 8), mu, mu, 0.05, "c0")
-    assert float(jnp.mean(G == 0)) > 0.5
+    x, a, mu, _ = _setup(8, 8, np.float32)
+    G = np.asarray(transport_pnorm(x, a, mu, mu, 0.05, "c0"))
+    assert np.mean(G == 0) > 0.5
 
 
 X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
@@ -146,12 +147,17 @@ X = jnp.array([[0.3, -1.2, 2.0, 0.9, -0.4], [1.0, 0.2, -0.7, -2.0, 0.6]])
 
 def test_finite_in_float32_quick():
     # c1 (the hardest power) by default; every mode and op in the slow test below
-    x = jax.random.normal(jax.random.key(0), (2, 8), jnp.float32)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
     for mode in ("c1",):
-        out, g = jax.value_and_grad(
-            lambda v, mode=mode: jnp.sum(jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot")))
+        # value and gradient in one program (eagerly: one program per op of each pass)
+        out, g = jax.jit(
+            jax.value_and_grad(
+                lambda v, mode=mode: jnp.sum(
+                    jnp.cos(S.rank(v, softness=0.01, mode=mode, method="ot"))
+                )
+            )
         )(x)
-        assert bool(jnp.isfinite(out)) and bool(jnp.all(jnp.isfinite(g))), mode
+        assert np.isfinite(out) and np.isfinite(g).all(), mode
 
 
 @pytest.mark.slow

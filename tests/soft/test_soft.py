@@ -97,15 +97,26 @@ def test_pav_exact_at_finite_softness():
 @pytest.mark.parametrize("mode", ["smooth", "c0", "c1", "c2"])
 def test_elementwise_hard_limit(mode):
     xn = np.array([-2.0, -0.5, 0.3, 1.7], np.float32)
-    x, s = jnp.asarray(xn), 1e-4
-    np.testing.assert_allclose(S.heaviside(x, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
-    np.testing.assert_allclose(S.relu(x, s, mode), np.maximum(xn, 0), atol=1e-3)
-    np.testing.assert_allclose(S.abs(x, s, mode), np.abs(xn), atol=1e-3)
-    np.testing.assert_allclose(S.clip(x, -1.0, 1.0, s, mode), np.clip(xn, -1, 1), atol=1e-3)
-    np.testing.assert_allclose(
-        S.round(jnp.asarray(xn + 0.1), s, mode), np.round(xn + 0.1), atol=1e-3
-    )
-    np.testing.assert_allclose(S.greater(x, 0.0, s, mode), (xn > 0).astype(xn.dtype), atol=1e-6)
+    s = 1e-4
+
+    @jax.jit  # the six operators in one program (eagerly: six programs and their guards)
+    def soft(x):
+        return (
+            S.heaviside(x, s, mode),
+            S.relu(x, s, mode),
+            S.abs(x, s, mode),
+            S.clip(x, -1.0, 1.0, s, mode),
+            S.round(x + 0.1, s, mode),
+            S.greater(x, 0.0, s, mode),
+        )
+
+    step, relu, abs_, clip, round_, greater = soft(xn)
+    np.testing.assert_allclose(step, (xn > 0).astype(xn.dtype), atol=1e-6)
+    np.testing.assert_allclose(relu, np.maximum(xn, 0), atol=1e-3)
+    np.testing.assert_allclose(abs_, np.abs(xn), atol=1e-3)
+    np.testing.assert_allclose(clip, np.clip(xn, -1, 1), atol=1e-3)
+    np.testing.assert_allclose(round_, np.round(xn + 0.1), atol=1e-3)
+    np.testing.assert_allclose(greater, (xn > 0).astype(xn.dtype), atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- PAV
@@ -287,10 +298,10 @@ def test_network_matrix_free_equals_dense(kind):
             S.argtop_k(x, 3, **kw),
         )
 
-    P, rank, Pd, top = run(x)
-    Pt = jnp.swapaxes(P, -1, -2)
+    P, rank, Pd, top = (np.asarray(a, np.float64) for a in run(x))
+    Pt = np.swapaxes(P, -1, -2)  # the dense reference in NumPy (eagerly: a program per op)
     Pt = Pt / Pt.sum(-1, keepdims=True)
-    dense_rank = Pt @ jnp.arange(1.0, 12.0)
+    dense_rank = Pt @ np.arange(1.0, 12.0)
     np.testing.assert_allclose(rank, dense_rank, rtol=1e-4)
     np.testing.assert_allclose(top, Pd[..., :3, :], atol=1e-5)
 
@@ -397,29 +408,48 @@ def test_safe_math_gradients_finite_at_boundary():
 
 
 def test_logic_tnorms():
-    a = jnp.array([0.2, 0.9, 1.0])
-    np.testing.assert_allclose(S.all(a), 0.18, rtol=1e-6)
-    np.testing.assert_allclose(S.all(a, tnorm="godel"), 0.2)
-    np.testing.assert_allclose(S.all(a, tnorm="lukasiewicz"), 0.1, atol=1e-6)
-    np.testing.assert_allclose(S.any(a), 1.0)
-    b = jnp.array([1.0, 0.0])
-    c = jnp.array([0.0, 0.0])
-    np.testing.assert_allclose(S.logical_xor(b, c), [1.0, 0.0])
-    np.testing.assert_allclose(S.logical_and(b, c, tnorm="lukasiewicz"), [0.0, 0.0])
+    @jax.jit  # the six calls in one program (eagerly: one program each)
+    def run(a, b, c):
+        return (
+            S.all(a),
+            S.all(a, tnorm="godel"),
+            S.all(a, tnorm="lukasiewicz"),
+            S.any(a),
+            S.logical_xor(b, c),
+            S.logical_and(b, c, tnorm="lukasiewicz"),
+        )
+
+    a, b, c = (np.array(v, np.float32) for v in ([0.2, 0.9, 1.0], [1.0, 0.0], [0.0, 0.0]))
+    prod, godel, luk, any_, xor, and_ = run(a, b, c)
+    np.testing.assert_allclose(prod, 0.18, rtol=1e-6)
+    np.testing.assert_allclose(godel, 0.2)
+    np.testing.assert_allclose(luk, 0.1, atol=1e-6)
+    np.testing.assert_allclose(any_, 1.0)
+    np.testing.assert_allclose(xor, [1.0, 0.0])
+    np.testing.assert_allclose(and_, [0.0, 0.0])
 
 
 def test_selection_with_one_hot_matches_hard():
     xn = np.arange(12.0, dtype=np.float32).reshape(3, 4)
-    x = jnp.asarray(xn)
-    oh = lambda i, n: jnp.asarray(one_hot(i, n))  # noqa: E731
-    np.testing.assert_allclose(S.take(x, oh([2, 0, 3], 4), axis=1), xn[:, [2, 0, 3]])
-    np.testing.assert_allclose(S.dynamic_index_in_dim(x, oh(1, 4), axis=1), xn[:, 1:2])
-    for start in range(4):  # a start past n - 2 is clamped, as lax.dynamic_slice_in_dim
-        got = S.dynamic_slice_in_dim(x, oh(start, 4), 2, axis=1)
+
+    @jax.jit  # every call in one program (eagerly: one program per operator and shape)
+    def run(x):
+        return (
+            S.take(x, one_hot([2, 0, 3], 4), axis=1),
+            S.dynamic_index_in_dim(x, one_hot(1, 4), axis=1),
+            # a start past n - 2 is clamped, as lax.dynamic_slice_in_dim
+            [S.dynamic_slice_in_dim(x, one_hot(start, 4), 2, axis=1) for start in range(4)],
+            S.dynamic_slice(x, [one_hot(2, 3), one_hot(1, 4)], [1, 2]),
+            S.choose(one_hot([1, 0, 2, 1], 3), x),
+        )
+
+    take, index, slices, sliced, chosen = run(xn)
+    np.testing.assert_allclose(take, xn[:, [2, 0, 3]])
+    np.testing.assert_allclose(index, xn[:, 1:2])
+    for start, got in enumerate(slices):
         np.testing.assert_allclose(got, xn[:, min(start, 2) : min(start, 2) + 2])
-    got = S.dynamic_slice(x, [oh(2, 3), oh(1, 4)], [1, 2])
-    np.testing.assert_allclose(got, xn[2:3, 1:3])
-    np.testing.assert_allclose(S.choose(oh([1, 0, 2, 1], 3), x), np.choose([1, 0, 2, 1], xn))
+    np.testing.assert_allclose(sliced, xn[2:3, 1:3])
+    np.testing.assert_allclose(chosen, np.choose([1, 0, 2, 1], xn))
 
 
 def test_straight_through():
