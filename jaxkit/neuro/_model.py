@@ -26,26 +26,6 @@ OBSERVATIONS = ("gaussian", "relu_gaussian", "poisson")
 ENCODERS = ("linear", "gru", "bigru")
 
 
-def _init_arrays(key, *, n, k, encoder, hidden, dtype):
-    ka, kb = jax.random.split(key)
-    kg = jax.random.fold_in(key, 2)
-    enc = {"gru": GRUEncoder, "bigru": BiGRUEncoder}.get(encoder)
-    return (
-        jax.random.normal(ka, (n, k), dtype) / math.sqrt(k),
-        jax.random.normal(kb, (k, n), dtype) / math.sqrt(n),
-        jnp.zeros((n,), dtype),
-        jnp.zeros((k,), dtype),
-        jnp.full((n,), -1.0, dtype),
-        jnp.zeros((k,), dtype),
-        None if enc is None else enc(n, k, hidden=hidden, key=kg, dtype=dtype),
-    )
-
-
-# One compiled program per (sizes, encoder, dtype): called eagerly, each initialiser op (the
-# draws, the scalings, the zeros, the encoder's uniform draws) compiled a program of its own.
-_init = eqx.filter_jit(_init_arrays)
-
-
 class LowRankRNN(eqx.Module):
     """A rank-``K`` RNN as a VAE over ``N`` neurons (unbatched parameters).
 
@@ -122,11 +102,18 @@ class LowRankRNN(eqx.Module):
         _validate.one_of(ENCODERS, encoder=encoder)
         hidden = _validate.python_int(hidden, name="hidden", minimum=1)
         _validate.is_key(key)
-        self.A, self.B, self.a, self.b, self.log_sigma_x, self.log_sigma_z, self.gru = _init(
-            key, n=n, k=k, encoder=encoder, hidden=hidden, dtype=jnp.dtype(dtype)
-        )
+        ka, kb = jax.random.split(key)
+        self.A = jax.random.normal(ka, (n, k), dtype) / math.sqrt(k)
+        self.B = jax.random.normal(kb, (k, n), dtype) / math.sqrt(n)
+        self.a = jnp.zeros((n,), dtype)
+        self.b = jnp.zeros((k,), dtype)
+        self.log_sigma_x = jnp.full((n,), -1.0, dtype)
+        self.log_sigma_z = jnp.zeros((k,), dtype)
         self.n_groups = g
         self.obs = obs
+        kg = jax.random.fold_in(key, 2)
+        enc = {"gru": GRUEncoder, "bigru": BiGRUEncoder}.get(encoder)
+        self.gru = None if enc is None else enc(n, k, hidden=hidden, key=kg, dtype=dtype)
 
     @property
     def encoder(self) -> str:

@@ -280,35 +280,3 @@ def test_beta_warmup_ramps_the_pc_weight_linearly():
     np.testing.assert_array_equal(const.loss, one.loss)
     with pytest.raises(ValueError, match="beta_warmup"):
         neuro.fit(m, x[:-1], x[1:], beta=6.0, beta_warmup=-1.0, **kw)
-
-
-def test_constructor_is_the_op_by_op_initialisation():
-    # LowRankRNN draws its parameters in one compiled program (op by op, every initialiser
-    # compiled a program of its own): the same draws as the former eager construction; the
-    # scalings 1/sqrt(fan_in) round within an ulp (XLA folds a constant divisor into a
-    # multiplication by its reciprocal).
-    import math
-
-    n, k, key = 5, 3, jax.random.key(4)
-    for encoder in ("linear", "gru"):
-        m = neuro.LowRankRNN(n, k, encoder=encoder, hidden=2, key=key)
-        ka, kb = jax.random.split(key)
-        gru = None
-        if encoder == "gru":
-            kg = jax.random.fold_in(key, 2)
-            gru = neuro.GRUEncoder(n, k, hidden=2, key=kg, dtype=jnp.float32)
-        want = {
-            "A": np.asarray(jax.random.normal(ka, (n, k))) / math.sqrt(k),
-            "B": np.asarray(jax.random.normal(kb, (k, n))) / math.sqrt(n),
-            "a": np.zeros(n), "b": np.zeros(k), "log_sigma_x": np.full(n, -1.0),
-            "log_sigma_z": np.zeros(k),
-        }  # fmt: skip
-        for name, w in want.items():
-            got = getattr(m, name)
-            assert got.dtype == jnp.float32 and got.shape == w.shape, name
-            np.testing.assert_allclose(got, w, rtol=2e-7, atol=0, err_msg=name)
-        for x, y in zip(jax.tree.leaves(m.gru), jax.tree.leaves(gru), strict=True):
-            np.testing.assert_array_equal(x, y)  # equinox's uniform draws, unscaled
-        assert jax.tree.structure(m.gru) == jax.tree.structure(gru)
-    bf = neuro.LowRankRNN(n, k, key=key, dtype=jnp.bfloat16)
-    assert all(v.dtype == jnp.bfloat16 for v in jax.tree.leaves(bf))
