@@ -359,10 +359,13 @@ def test_shared_first_step_matches_every_row(order):
     b, length, steps = 64, 6, 6
     blank = jnp.full((b, length), V, jnp.int32)
     valid = jnp.ones_like(blank, dtype=bool)
-    pos_attn = _common.positions_and_mask(blank, valid)
-    first = jax.tree.map(lambda a: a[:1], (blank, pos_attn))
-    one = S._forwards(f, params, ref, *first, mask_id=V)
-    every = S._forwards(f, params, ref, blank, pos_attn, mask_id=V)
+
+    @jax.jit  # one program per row count (eager, every op of the forwards compiled alone)
+    def forwards(z):
+        pos_attn = _common.positions_and_mask(z, jnp.ones_like(z, bool))
+        return S._forwards(f, params, ref, z, pos_attn, mask_id=V)
+
+    one, every = forwards(blank[:1]), forwards(blank)
     for o, e in zip(one, every, strict=True):  # raw logits of the model and the reference
         np.testing.assert_allclose(np.broadcast_to(o, e.shape), e, rtol=1e-6, atol=1e-5)
     sched = diffusion.MaskingSchedule("linear")

@@ -151,17 +151,18 @@ def test_contrastive_margin_properties():
 
 def _buffer(tokens, steps, direction, reward):
     n = tokens.shape[0]
-    return diffusion.Buffer(
+    buf = diffusion.Buffer(
         tokens=tokens,
         unmask_step=steps,
-        valid=jnp.ones_like(tokens, dtype=bool),
+        valid=np.ones(tokens.shape, bool),  # NumPy glue: no eager program per shape
         direction=direction,
         affinity=reward,
-        p_agonist=jnp.full((n,), 0.5),
+        p_agonist=np.full((n,), 0.5, np.float32),
         reward=reward,
-        log_ratio=jnp.zeros((n,)),
-        log_w=jnp.zeros((n,)),
+        log_ratio=np.zeros((n,), np.float32),
+        log_w=np.zeros((n,), np.float32),
     )
+    return jax.tree.map(jnp.asarray, buf)  # a transfer each, no compile
 
 
 def test_contrastive_uses_requested_direction_not_reward_sign():
@@ -169,17 +170,19 @@ def test_contrastive_uses_requested_direction_not_reward_sign():
     cfg, params = _toys.tiny_transformer(V, seed=1)
     apply_fn = diffusion.transformer_denoiser(cfg)
     embed_fn = diffusion.transformer_embedder(cfg)
-    x = jax.random.randint(jax.random.key(0), (8, 5), 0, V).astype(jnp.int32)
-    d = jnp.array([1, -1] * 4, jnp.int32)
-    reward = jax.random.uniform(jax.random.key(1), (8,))  # S >= 0
-    buf = _buffer(x, jnp.zeros_like(x), d, reward)
+    rng = np.random.default_rng(0)  # inputs built in NumPy (no eager program per op)
+    x = rng.integers(0, V, (8, 5)).astype(np.int32)
+    d = np.array([1, -1] * 4, np.int32)
+    reward = rng.uniform(0.05, 1.0, 8).astype(np.float32)  # S > 0
+    buf = _buffer(x, np.zeros_like(x), d, reward)
     _, m = diffusion.td3b_loss(
         apply_fn, embed_fn, params, params, buf, key=jax.random.key(2), mask_id=V
     )
-    pos = jnp.zeros_like(x) + jnp.arange(5)[None]
-    h = embed_fn(params, x, pos, jnp.ones((8, 5, 5), bool)).mean(axis=1)
+    pos = np.broadcast_to(np.arange(5, dtype=np.int32), (8, 5))
+    attn = np.ones((8, 5, 5), bool)
+    h = jax.jit(lambda p: embed_fn(p, x, pos, attn).mean(axis=1))(params)  # one program
     np.testing.assert_allclose(m["contrastive"], diffusion.contrastive_margin(h, d), rtol=1e-5)
-    buggy = diffusion.contrastive_margin(h, jnp.sign(reward).astype(jnp.int32))
+    buggy = diffusion.contrastive_margin(h, np.sign(reward).astype(np.int32))
     assert float(buggy) == 0.0 and float(m["contrastive"]) > 1e-4
     assert float(m["kl"]) == 0.0  # model == reference
 
@@ -187,9 +190,9 @@ def test_contrastive_uses_requested_direction_not_reward_sign():
 def test_merge_best_first_collection_has_no_duplicate_rows():
     # the loop's first best-of-buffer collection once merged the fresh rows with themselves,
     # so the kept rows were each there twice (half as many distinct rows, double weight)
-    x = jnp.arange(24, dtype=jnp.int32).reshape(8, 3)
-    reward = jnp.array([0.1, 0.9, 0.9, 0.3, 0.5, 0.9, 0.2, 0.5])  # ties, as discrete oracles give
-    fresh = _buffer(x, jnp.zeros_like(x), jnp.ones((8,), jnp.int32), reward)
+    x = np.arange(24, dtype=np.int32).reshape(8, 3)
+    reward = np.array([0.1, 0.9, 0.9, 0.3, 0.5, 0.9, 0.2, 0.5], np.float32)  # ties, as oracles give
+    fresh = _buffer(x, np.zeros_like(x), np.ones((8,), np.int32), reward)
     top = diffusion.merge_best(None, fresh, 4)
     rows = [tuple(r) for r in np.asarray(top.tokens)]
     assert len(set(rows)) == 4
@@ -198,16 +201,27 @@ def test_merge_best_first_collection_has_no_duplicate_rows():
     assert len({tuple(r) for r in np.asarray(old.tokens)}) < 4
 
 
+# The sampler shapes, schedule and models of test_mdlm.py::test_trajectory_invariants: the
+# two tests below reuse its compiled sampler and path-scoring programs (the same apply_fn,
+# static options and shapes) instead of compiling their own.
+_N, _LEN, _STEPS = 512, 6, 8
+
+
+def _sample_lin(apply_fn, params, z, *, key, ref_params):
+    return diffusion.sample(
+        apply_fn, params, z, key=key, mask_id=V, num_steps=_STEPS, ref_params=ref_params,
+        schedule="linear",
+    )  # fmt: skip
+
+
 def test_rescored_log_ratio_is_pre_minus_policy_not_running_sum():
-    apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
-    _, pol = _toys.random_mlp(V, 4, seed=2)
-    steps = 4
-    z = jnp.full((16, 4), V, jnp.int32)
-    tr = diffusion.sample(
-        apply_fn, pre, z, key=jax.random.key(0), mask_id=V, num_steps=steps, ref_params=pre
-    )
-    buf = _buffer(tr.tokens, tr.unmask_step, jnp.ones(16, jnp.int32), jnp.ones(16))
-    buf = buf._replace(p_agonist=jnp.full((16,), 0.9))
+    apply_fn, pre = _toys.random_mlp(V, _LEN, seed=2)
+    _, pol = _toys.random_mlp(V, _LEN, seed=3)
+    steps, n = _STEPS, _N
+    z = np.full((n, _LEN), V, np.int32)
+    tr = _sample_lin(apply_fn, pre, z, key=jax.random.key(0), ref_params=pre)
+    buf = _buffer(tr.tokens, tr.unmask_step, np.ones(n, np.int32), np.ones(n, np.float32))
+    buf = buf._replace(p_agonist=jnp.asarray(np.full((n,), 0.9, np.float32)))
     # the policy moved from pre to pol: re-score
     new = diffusion.rescore_buffer(apply_fn, pol, pre, buf, mask_id=V, num_steps=steps)
     # the same value as sampling those paths under pol with pre as reference would record
@@ -223,7 +237,7 @@ def test_rescored_log_ratio_is_pre_minus_policy_not_running_sum():
     # independent check: per step, the NumPy-evaluated log-probs of the unmasked tokens
     f_pre, f_pol = _np_log_p(apply_fn, pre, V), _np_log_p(apply_fn, pol, V)
     toks, st = np.asarray(tr.tokens), np.asarray(tr.unmask_step)
-    want = np.zeros(16)
+    want = np.zeros(n)
     for k in range(steps):
         zk = np.where(st < k, toks, V)
         a, b = f_pre(zk)[..., :V], f_pol(zk)[..., :V]
@@ -244,15 +258,13 @@ def _np_path_log_prob(log_p_fn, toks, st, steps):
 
 
 def test_proposal_window_weights_rows_against_the_window_mixture():
-    apply_fn, pre = _toys.random_mlp(V, 4, seed=1)
-    pols = [_toys.random_mlp(V, 4, seed=s)[1] for s in (2, 3, 4)]
-    steps, n = 4, 16  # the sampler shapes of the test above: its compiled program
-    z = jnp.full((n, 4), V, jnp.int32)
+    apply_fn, pre = _toys.random_mlp(V, _LEN, seed=2)
+    pols = [_toys.random_mlp(V, _LEN, seed=s)[1] for s in (3, 4, 5)]
+    steps, n = _STEPS, _N  # the sampler shapes of the tests above: their compiled programs
+    z = np.full((n, _LEN), V, np.int32)
     past, trs = [], []
     for i, pol in enumerate(pols):  # one batch per policy; a window of the last two
-        tr = diffusion.sample(
-            apply_fn, pol, z, key=jax.random.key(i), mask_id=V, num_steps=steps, ref_params=pre
-        )
+        tr = _sample_lin(apply_fn, pol, z, key=jax.random.key(i), ref_params=pre)
         trs.append(tr)
         g, f = np.full(n, i, np.float32), np.full(n, 0.1 * i, np.float32)
         rows = _collect._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps, False)
@@ -269,9 +281,7 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
     replay = lp["pre"] - lp["b"]  # the current policy's ratio on old rows: not a valid weight
     assert np.max(np.abs(np.asarray(log_ratio) - replay)) > 0.1
     # defensive: the first batch (here from pre itself) stays; the ratio is at most K = 2
-    tr0 = diffusion.sample(
-        apply_fn, pre, z, key=jax.random.key(9), mask_id=V, num_steps=steps, ref_params=pre
-    )
+    tr0 = _sample_lin(apply_fn, pre, z, key=jax.random.key(9), ref_params=pre)
     past = []
     for i, (pol, tr) in enumerate(zip([pre, *pols[1:]], [tr0, *trs[1:]], strict=True)):
         g = np.full(n, i, np.float32)
