@@ -52,6 +52,11 @@ import optax
 from jaxkit import nn, splat
 from jaxkit.splat import adlift
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 ETA, STEP = 8 / 255, 4 / 255
 FIT_LR = 2e-2  # tuned here: 5e-3 (the spec's start) fits too little in 4 rounds (0.94)
 # measured (quick): hinge 10 -> 100 and 12 rounds instead of 4 restore the protection the
@@ -78,14 +83,11 @@ def attack_loss(params, x, x_raw):
     return w_edit * edit + w_rand * jnp.mean(rand * x)
 
 
-_build_scene = jax.jit(splat.from_scale_rotation)
-
-
-def _random_scene(seed, n):
+def _random_scene(seed, n, jit=jax.jit):
     """``n`` random anisotropic Gaussians in [-1, 1]^3 (host RNG: nothing to compile)."""
     rng = np.random.default_rng(seed)
     f32 = np.float32
-    return _build_scene(
+    return _build_scene[jit](
         rng.uniform(-1.0, 1.0, (n, 3)).astype(f32),
         rng.uniform(-2.8, -1.8, (n, 3)).astype(f32),
         rng.normal(size=(n, 4)).astype(f32),
@@ -94,11 +96,11 @@ def _random_scene(seed, n):
     )
 
 
-def _train_editor(key, images, steps):
+def _train_editor(key, images, steps, jit=jax.jit):
     editor = nn.UNet(3, 3, channels=(8, 16), key=key)
     opt = optax.adam(3e-3)
 
-    @jax.jit
+    @jit
     def step(ed, st, xs):
         def loss(e):
             return jnp.mean((jax.vmap(lambda x: _apply(e, x))(xs) - _edit_target(xs)) ** 2)
@@ -132,19 +134,26 @@ def main(
     n_raw, n_safe = (100, 100) if quick else (300, 150)
     n_cams, hw = (8, (24, 24)) if quick else (16, (32, 32))
     n_outer, editor_steps = (12, 60) if quick else (12, 300)
-    raw = _random_scene(seed * 1000 + 1, n_raw)
+    # quick mode: its small programs (renders, the editor's 60 steps, the ratios and edits)
+    # compile with XLA's back-end optimisation off (examples/_common.py's fast_jit): their
+    # compile, not their run, is most of their time. Lifted PGD (the library's program: 12
+    # rounds over 4 views of 10 Adam steps through the renderer) keeps XLA's defaults: at
+    # -O0 the example took 64 instead of 34 s of CPU. Full mode keeps jax.jit.
+    jit = fast_jit if quick else jax.jit
+    edits, ratio = _edits[jit], _ratio_fn[jit]
+    raw = _random_scene(seed * 1000 + 1, n_raw, jit)
     cams = splat.orbit_cameras(n_cams, radius=4.0, height=1.0, focal=1.15 * hw[0], hw=hw)
     train = jax.tree.map(lambda a: a[0::2], cams)
-    render_all = jax.jit(jax.vmap(lambda g, c: splat.render(g, c, hw=hw), in_axes=(None, 0)))
+    render_all = jit(jax.vmap(lambda g, c: splat.render(g, c, hw=hw), in_axes=(None, 0)))
 
     # the stand-in editor: trained on renders of the asset and of other random scenes
     imgs = [render_all(raw, cams)]
     for s in range(1 if quick else 3):
-        imgs.append(render_all(_random_scene(seed * 1000 + 100 + s, n_raw), cams))
+        imgs.append(render_all(_random_scene(seed * 1000 + 100 + s, n_raw, jit), cams))
     editor, editor_mse = _train_editor(
-        jax.random.fold_in(key, 2), jnp.concatenate(imgs), editor_steps
+        jax.random.fold_in(key, 2), jnp.concatenate(imgs), editor_steps, jit
     )
-    target = _edits(editor, jnp.full((1, *hw, 3), GREY))[0]
+    target = edits(editor, jnp.full((1, *hw, 3), GREY))[0]
     rand = jnp.sign(jax.random.normal(jax.random.fold_in(key, 3), (*hw, 3)))
     adv = (editor, target, jnp.zeros((*hw, 3)), 1.0, 0.0)  # the attack
     ctl = (editor, target, rand, 0.0, 1.0)  # random directions, same pipeline
@@ -167,13 +176,13 @@ def main(
         d = x - x_raw
         linf = jnp.max(jnp.abs(d), axis=(1, 2, 3))
         psnr = -10 * jnp.log10(jnp.mean(d**2, axis=(1, 2, 3)))
-        return split(adlift.Protection(_ratio(adv, x, x_raw), linf, psnr)), split(d)
+        return split(adlift.Protection(ratio(adv, x, x_raw), linf, psnr)), split(d)
 
     l2d = None
     if not quick:  # the 2D baseline (one more compile): full mode only
         x_raw_tr = x_raw[0::2]
         x2d = _per_view_pgd(adv, x_raw_tr, 8)
-        l2d = _ratio(adv, x2d, x_raw_tr)
+        l2d = ratio(adv, x2d, x_raw_tr)
         rows.append(_row("2D per-view PGD (8 steps)", l2d, None, dx=(x2d - x_raw_tr,)))
     runs = [("AdLift bounded", prot), ("random directions", rnd)]
     if not quick:  # plain Lifted PGD, no bound handling (another compile): full mode only
@@ -195,8 +204,8 @@ def main(
     mse_a = jnp.mean((x_adl - x_raw) ** 2, axis=(1, 2, 3))
     mse_r = jnp.mean((x_rnd - x_raw) ** 2, axis=(1, 2, 3))
     x_ctl = jnp.clip(x_raw + jnp.sqrt(mse_a / mse_r)[:, None, None, None] * (x_rnd - x_raw), 0, 1)
-    ctl_ratio = split(_ratio(adv, x_ctl, x_raw))
-    _save(out_dir, x_raw[1::2], x_adl[1::2], x_ctl[1::2], editor)
+    ctl_ratio = split(ratio(adv, x_ctl, x_raw))
+    _save(out_dir, x_raw[1::2], x_adl[1::2], x_ctl[1::2], editor, edits)
     dx = split(x_ctl - x_raw)
     rows.append(_row("random, PSNR-matched", *ctl_ratio, dx=dx))
     ctrl = {"novel": ctl_ratio}
@@ -250,13 +259,8 @@ def _bound_cameras(seed, n, hw):
     )
 
 
-_ratio_fn = jax.jit(
-    jax.vmap(lambda p, x, xr: attack_loss(p, x, xr) / attack_loss(p, xr, xr), in_axes=(None, 0, 0))
-)
-
-
-def _ratio(params, x, x_raw):
-    return _ratio_fn(params, x, x_raw)
+def _ratio_core(params, x, x_raw):
+    return attack_loss(params, x, x_raw) / attack_loss(params, x_raw, x_raw)
 
 
 def _row(name, tr, nv, *, dx=()):
@@ -275,10 +279,10 @@ def _row(name, tr, nv, *, dx=()):
     }
 
 
-def _save(out_dir, x_raw, x_adl, x_ctl, editor):
+def _save(out_dir, x_raw, x_adl, x_ctl, editor, edits):
     """One PNG grid: rows = novel views; columns = raw, AdLift, control, their edits."""
     os.makedirs(out_dir, exist_ok=True)
-    cols = [x_raw, x_adl, x_ctl, _edits(editor, x_raw), _edits(editor, x_adl)]
+    cols = [x_raw, x_adl, x_ctl, edits(editor, x_raw), edits(editor, x_adl)]
     n = min(4, x_raw.shape[0])
     grid = np.concatenate(
         [np.concatenate([np.pad(np.asarray(c[i]), ((1, 1), (1, 1), (0, 0))) for c in cols], 1)
@@ -308,9 +312,14 @@ def _write_png(path, rgb):
         f.write(chunk(b"IEND", b""))
 
 
-@jax.jit
-def _edits(editor, xs):
+def _edits_core(editor, xs):
     return jax.vmap(lambda x: _apply(editor, x))(xs)
+
+
+# module-level programs, compiled with jax.jit (full mode) or fast_jit (quick mode)
+_build_scene = {j: j(splat.from_scale_rotation) for j in (jax.jit, fast_jit)}
+_ratio_fn = {j: j(jax.vmap(_ratio_core, in_axes=(None, 0, 0))) for j in (jax.jit, fast_jit)}
+_edits = {j: j(_edits_core) for j in (jax.jit, fast_jit)}
 
 
 if __name__ == "__main__":

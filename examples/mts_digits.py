@@ -56,6 +56,11 @@ import optax
 
 from jaxkit import data, nn
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 NOISE, N_VAL, N_TEST, CLS_BATCH, META_BATCH = 0.4, 300, 500, 64, 128
 
 
@@ -122,13 +127,13 @@ def meta_opt(steps, lr=META_LR):
     return optax.adamw(sched, weight_decay=1e-4, mask=_decay_mask)
 
 
-def _warmup(xtr, ytr, key, epochs):
+def _warmup(xtr, ytr, key, epochs, jit=jax.jit):
     """No-selection run: training dynamics (EL2N at the end, forgetting counts)."""
     n = len(xtr)
     nb = n // CLS_BATCH
     x, y = jnp.asarray(xtr), jnp.asarray(ytr)
 
-    @jax.jit
+    @jit
     def run(params, key):
         def epoch(carry, k):
             params, st, fs = carry
@@ -166,7 +171,9 @@ def _features(xtr, ytr, xv, yv, el2n, forget):
     return ((f - f.mean(0)) / np.where(sd > 0, sd, 1.0)).astype(np.float32)
 
 
-def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR, cls_batch=CLS_BATCH):
+def _train(
+    kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR, cls_batch=CLS_BATCH, jit=jax.jit
+):
     """``kind``: "none", "mwn" or "mts"; returns (params, meta_net).
 
     ``sel_batch``: the meta step's training batch; ``cls_batch``: the real step's batch,
@@ -182,7 +189,7 @@ def _train(kind, tr, val, feats, key, steps, sel_batch, meta_lr=META_LR, cls_bat
     net = nn.MLP(in_dim, 1, hidden=MWN_HIDDEN if kind == "mwn" else MTS_HIDDEN, key=kn)
     mopt = meta_opt(steps, meta_lr)
 
-    @jax.jit
+    @jit
     def run(params, net, key):
         def step(carry, k):
             params, st, net, mst = carry
@@ -221,7 +228,7 @@ def _acc(params, xt, yt):
     return float(np.mean(np.asarray(jnp.argmax(_logits(params, jnp.asarray(xt)), -1)) == yt))
 
 
-def _gsnr_table(params, net, tr, val, feats, key, sizes, k_draws):
+def _gsnr_table(params, net, tr, val, feats, key, sizes, k_draws, jit=jax.jit):
     x, y, f = jnp.asarray(tr[0]), jnp.asarray(tr[1]), jnp.asarray(feats)
     meta = (jnp.asarray(val[0]), jnp.asarray(val[1]))  # fixed meta batch: the clean set
 
@@ -230,7 +237,7 @@ def _gsnr_table(params, net, tr, val, feats, key, sizes, k_draws):
         h = data.mts_hypergrad(ce, params, net, f[i], (x[i], y[i]), meta, lr=PSEUDO_LR)
         return jnp.concatenate([jnp.ravel(t) for t in jax.tree.leaves(h.grad)])
 
-    draws = jax.jit(jax.vmap(draw, in_axes=(0, None)), static_argnums=1)
+    draws = jit(jax.vmap(draw, in_axes=(0, None)), static_argnums=1)
     table = {}
     for b in sizes:
         r = data.gsnr(draws(jax.random.split(jax.random.fold_in(key, b), k_draws), b))
@@ -248,12 +255,16 @@ def main(
     xtr, ytr, bad = tr
     key = jax.random.key(seed)
     steps = 400 if quick else 3000
-    params_w, el2n, forget = _warmup(xtr, ytr, jax.random.fold_in(key, 0), 6 if quick else 20)
+    # quick mode: its programs (warm-up, GSNR draws, the four 400-step runs) compile with
+    # XLA's back-end optimisation off (examples/_common.py's fast_jit): their compile, not
+    # their run, is most of its time. Full mode keeps jax.jit.
+    jit = fast_jit if quick else jax.jit
+    params_w, el2n, forget = _warmup(xtr, ytr, jax.random.fold_in(key, 0), 6 if quick else 20, jit)
     feats = _features(xtr, ytr, val[0], val[1], el2n, forget)
     net0 = nn.MLP(feats.shape[1], 1, hidden=MTS_HIDDEN, key=jax.random.key(seed + 1))
     sizes = (16, 128, 1024) if quick else (16, 64, 256, 1024)
     table = _gsnr_table(params_w, net0, (xtr, ytr), val, feats, jax.random.fold_in(key, 1),
-                        sizes, 16 if quick else 64)  # fmt: skip
+                        sizes, 16 if quick else 64, jit)  # fmt: skip
     t_gsnr = time.process_time()
     agg = np.array([table[b]["aggregate"] for b in sizes])
     slope = float(np.polyfit(np.log(sizes), np.log(agg), 1)[0])
@@ -267,7 +278,7 @@ def main(
     for name, (kind, sel, cls) in runs.items():
         t1 = time.process_time()
         params, net = _train(kind, (xtr, ytr), val, feats, jax.random.fold_in(key, 2), steps, sel,
-                             cls_batch=cls)  # fmt: skip
+                             cls_batch=cls, jit=jit)  # fmt: skip
         phase[name] = round(time.process_time() - t1, 1)
         acc[name] = _acc(params, *test)
         if kind == "mts":

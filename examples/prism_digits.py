@@ -28,6 +28,11 @@ import optax
 from jaxkit import privacy
 from jaxkit.privacy import lowrank as L
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 RANK, CLIP, DELTA = 4, 1.0, 1e-5
 
 
@@ -57,7 +62,7 @@ def _data(seed):
     return pub, (xp[:800], yp[:800]), (xp[800:], yp[800:])
 
 
-def _pretrain(key, pub, steps):
+def _pretrain(key, pub, steps, jit=jax.jit):
     ks = jax.random.split(key, 3)
     dims = [(64, 128), (128, 128), (128, 10)]
     p = {}
@@ -67,7 +72,7 @@ def _pretrain(key, pub, steps):
     opt = optax.adam(1e-2)
     x, y = map(jnp.asarray, pub)
 
-    @jax.jit
+    @jit
     def run(p):
         def body(c, _):
             p, s = c
@@ -80,7 +85,7 @@ def _pretrain(key, pub, steps):
     return run(p)
 
 
-def _make_trainer(method, base, train, steps, q, max_b):
+def _make_trainer(method, base, train, steps, q, max_b, jit=jax.jit):
     x, y = map(jnp.asarray, train)
     n = len(train[0])
     denom = q * n
@@ -100,7 +105,7 @@ def _make_trainer(method, base, train, steps, q, max_b):
             1e-2, clip_norm=CLIP, noise_multiplier=sigma, denom=denom, key=key, frozen="b"
         )
 
-    @jax.jit
+    @jit
     def run(lora, sigma, key):
         k_noise, k_data = jax.random.split(key)
         tx = tx_for(sigma, k_noise)
@@ -137,14 +142,14 @@ def _factor_list(lora):
     ]
 
 
-def _noise_fn(method, key, draws=200):
+def _noise_fn(method, key, draws=200, jit=jax.jit):
     """Jitted Monte-Carlo energy on Z of one release's noise (zero gradients, sigma C = 1)."""
     if method == "prism":
         agg = privacy.prism_privatize(clip_norm=CLIP, noise_multiplier=1.0, denom=1.0, key=key)
     else:
         agg = privacy.dp_aggregate(clip_norm=CLIP, noise_multiplier=1.0, denom=1.0, key=key)
 
-    @jax.jit
+    @jit
     def run(lora):
         zero = jax.tree.map(lambda v: jnp.zeros((1, *v.shape), v.dtype), lora)
 
@@ -168,7 +173,11 @@ def main(
     t0 = time.perf_counter()
     key = jax.random.key(seed)
     pub, train, test = _data(seed)
-    base0 = _pretrain(jax.random.fold_in(key, 1), pub, 150 if quick else 400)
+    # quick mode: its programs (pre-training, the three trainers' 30 steps, accuracy, noise
+    # draws) compile with XLA's back-end optimisation off (examples/_common.py's fast_jit):
+    # their compile, not their run, is most of its time. Full mode keeps jax.jit.
+    jit = fast_jit if quick else jax.jit
+    base0 = _pretrain(jax.random.fold_in(key, 1), pub, 150 if quick else 400, jit)
     base, lora = privacy.lora_init(
         base0, targets=r"^w[12]$", rank=RANK, key=jax.random.fold_in(key, 2), method="spectral"
     )
@@ -178,16 +187,16 @@ def main(
     n = len(train[0])
     q = 64 / n
     xt, yt = map(jnp.asarray, test)
-    acc_fn = jax.jit(
+    acc_fn = jit(
         lambda lo: jnp.mean(
             (jnp.argmax(_mlp(privacy.lora_merge(base, lo), xt), -1) == yt).astype(jnp.float32)
         )
     )
     acc0 = float(acc_fn(lora))
-    trainers = {m: _make_trainer(m, base, train, steps, q, 128) for m in ("prism", "naive")}
+    trainers = {m: _make_trainer(m, base, train, steps, q, 128, jit) for m in ("prism", "naive")}
     # FFA-LoRA starts from the original weights (a = 0, b random and frozen)
-    trainers["ffa"] = _make_trainer("ffa", base0, train, steps, q, 128)
-    acc_ffa = jax.jit(
+    trainers["ffa"] = _make_trainer("ffa", base0, train, steps, q, 128, jit)
+    acc_ffa = jit(
         lambda lo: jnp.mean(
             (jnp.argmax(_mlp(privacy.lora_merge(base0, lo), xt), -1) == yt).astype(jnp.float32)
         )
@@ -214,7 +223,7 @@ def main(
     # noise on Z against gauge conditioning (one release, zero gradients, sigma C = 1)
     cs = np.geomspace(0.05, 20.0, 5 if quick else 13)
     kz = jax.random.fold_in(key, 4)
-    nfn = {m: _noise_fn(m, kz) for m in ("prism", "naive")}
+    nfn = {m: _noise_fn(m, kz, jit=jit) for m in ("prism", "naive")}
     noise = {"prism": [], "naive": [], "naive_formula": [], "prism_formula": []}
     for c in cs:
         lc = _gauge(lora, float(c))

@@ -17,6 +17,11 @@ import optax
 
 import jaxkit.soft as S
 
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_jit
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_jit
+
 
 def _spearman(a, b):
     ra = np.argsort(np.argsort(a))
@@ -47,7 +52,8 @@ def main(
     g_hard = jax.grad(lambda w: loss(w, "hard"))(w0)
     opt = optax.adam(0.05)
 
-    @jax.jit
+    # quick mode: the step compiles with XLA's back-end optimisation off (examples/_common.py)
+    @(fast_jit if quick else jax.jit)
     def step(w, st):
         val, g = jax.value_and_grad(lambda w: loss(w, "smooth"))(w)
         upd, st = opt.update(g, st, w)
