@@ -39,7 +39,7 @@ class _Fake:
 
     def block(self, reps):
         self.log.append((self.name, "block", reps))
-        return [self.call_s] * reps
+        return [self.call_s] * reps, [self.call_s / 2] * reps
 
 
 def test_scheduler_alternates_blocks_after_both_prepares():
@@ -53,6 +53,7 @@ def test_scheduler_alternates_blocks_after_both_prepares():
     assert [b[2] for b in blocks[0::2]] == [50] * 4
     assert [b[2] for b in blocks[1::2]] == [1] * 4
     assert (pair.ours_s, pair.anchor_s, pair.note) == (1.0, 2.0, "")
+    assert (pair.ours_cpu_s, pair.anchor_cpu_s) == (0.5, 1.0)
     # no anchor: ours alone, and the line says why
     log.clear()
     pair = I.interleave(ours, None, repeats=3, note="no softjax")

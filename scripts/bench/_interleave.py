@@ -11,7 +11,9 @@ timed by :func:`interleave`:
 3. the calls are split into at most ``blocks`` blocks per side and run as ours block,
    anchor block, ours block, anchor block, ..., so a slow drift of the shared machine
    (thermal, other load) falls on both sides alike;
-4. each side's time is the median over all its timed calls (every block's).
+4. each side's time is the median over all its timed calls (every block's); the median
+   process CPU time per call (all threads) comes with it, a check that does not count the
+   time a busy machine keeps a side waiting.
 
 Before this (up to wave 19) all our cells ran in one stretch and all softjax cells in another,
 and a cell's ratio could read 0.84x where a same-process comparison read 1.3-1.4x.
@@ -50,7 +52,8 @@ class AnchorError(RuntimeError):
 class Side(Protocol):
     def prepare(self) -> float: ...  # compile + warm-up; returns one probe call's seconds
 
-    def block(self, reps: int) -> list[float]: ...  # seconds of ``reps`` timed calls
+    # wall and CPU seconds of ``reps`` timed calls
+    def block(self, reps: int) -> tuple[list[float], list[float]]: ...
 
 
 class Pair(NamedTuple):
@@ -59,6 +62,8 @@ class Pair(NamedTuple):
     note: str  # why the anchor has no time ("" when it has one)
     ours_times: list[float]
     anchor_times: list[float]
+    ours_cpu_s: float  # median process CPU seconds per call (all threads)
+    anchor_cpu_s: float | None
 
 
 def n_calls(t1: float, repeats: int, min_timed_s: float, max_repeats: int) -> int:
@@ -95,17 +100,27 @@ def interleave(
     n_a = n_calls(t_anchor, repeats, min_timed_s, max_repeats) if anchor is not None else 1
     nb = max(1, min(blocks, n_o, n_a))
     sizes_o, sizes_a = split(n_o, nb), split(n_a, nb)
-    ts_o: list[float] = []
-    ts_a: list[float] = []
+    ts_o, cs_o, ts_a, cs_a = [], [], [], []
     for b in range(nb):
-        ts_o += ours.block(sizes_o[b])
+        t, c = ours.block(sizes_o[b])
+        ts_o, cs_o = ts_o + t, cs_o + c
         if anchor is not None:
             try:
-                ts_a += anchor.block(sizes_a[b])
+                t, c = anchor.block(sizes_a[b])
+                ts_a, cs_a = ts_a + t, cs_a + c
             except AnchorError as e:
-                anchor, note, ts_a = None, str(e), []
-    a_s = statistics.median(ts_a) if (anchor is not None and ts_a) else None
-    return Pair(statistics.median(ts_o), a_s, "" if a_s is not None else note, ts_o, ts_a)
+                anchor, note, ts_a, cs_a = None, str(e), [], []
+    ok = anchor is not None and bool(ts_a)
+    med = statistics.median
+    return Pair(
+        med(ts_o),
+        med(ts_a) if ok else None,
+        "" if ok else note,
+        ts_o,
+        ts_a,
+        med(cs_o),
+        med(cs_a) if ok else None,
+    )
 
 
 class OursSide:
@@ -123,9 +138,9 @@ class OursSide:
             self.compile_s = time.perf_counter() - t0
             self.mem_mb = H._compiled_mem_mb(self.call)
         self.output = jax.block_until_ready(self.call(*self.args))
-        return time_block(lambda: self.call(*self.args), 1)[0]
+        return time_block(lambda: self.call(*self.args), 1)[0][0]
 
-    def block(self, reps: int) -> list[float]:
+    def block(self, reps: int) -> tuple[list[float], list[float]]:
         return time_block(lambda: self.call(*self.args), reps)
 
 
@@ -141,11 +156,11 @@ class ChildSide:
             raise AnchorError("softjax: " + self.info["error"])
         return self.info["t1"]
 
-    def block(self, reps: int) -> list[float]:
+    def block(self, reps: int) -> tuple[list[float], list[float]]:
         r = self.child.request({"cmd": "time", "key": self.request["key"], "reps": reps})
         if "error" in r:
             raise AnchorError("softjax: " + r["error"])
-        return r["times"]
+        return r["times"], r["cpu"]
 
 
 class AnchorChild:

@@ -13,7 +13,8 @@ Run as ``<softjax python> scripts/bench/_soft_anchor.py inputs.npz`` (softjax ne
   un-jitted call ``op(x)``. With ``val_path`` the op's values are saved there (``.npy``).
   A built cell is kept (``key``): a second build of the same key compiles nothing.
 * ``{"cmd": "time", "key", "reps"}``: time ``reps`` calls of a built cell, each ending in
-  ``block_until_ready``; answer ``{"key", "times": [seconds, ...]}``.
+  ``block_until_ready``; answer ``{"key", "times": [wall s, ...], "cpu": [CPU s, ...]}``
+  (the process's CPU time over each call, every thread).
 * ``{"cmd": "quit"}``.
 
 The parent (``scripts/bench/_interleave.py``) alternates these timing blocks with blocks of
@@ -35,15 +36,16 @@ import numpy as np
 KEEP = 16  # built cells kept (oldest dropped first); a dropped one is rebuilt on request
 
 
-def time_block(call: Callable[[], Any], reps: int) -> list[float]:
-    """Wall seconds of ``reps`` calls of ``call``, each ending in ``block_until_ready``
-    (the one timing loop of both sides of the soft benches)."""
-    ts = []
+def time_block(call: Callable[[], Any], reps: int) -> tuple[list[float], list[float]]:
+    """Wall seconds and process CPU seconds (all threads) of ``reps`` calls of ``call``, each
+    ending in ``block_until_ready`` (the one timing loop of both sides of the soft benches)."""
+    ts, cs = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         jax.block_until_ready(call())
         ts.append(time.perf_counter() - t0)
-    return ts
+        cs.append(time.process_time() - c0)
+    return ts, cs
 
 
 def _x64(on: bool):
@@ -116,7 +118,7 @@ class Driver:
         if key in self.cells:  # built already (banded cells share the dense anchor)
             call, _, info = self.cells[key]
             with _x64(x64):
-                return {**info, "t1": time_block(call, 1)[0]}
+                return {**info, "t1": time_block(call, 1)[0][0]}
         with _x64(x64):
             x = jnp.asarray(self.data[m["x_key"]])
             if x64:
@@ -146,7 +148,7 @@ class Driver:
             out = jax.block_until_ready(call())  # warm-up
             if not all(bool(jnp.all(jnp.isfinite(o))) for o in jax.tree.leaves(out)):
                 raise FloatingPointError("non-finite output or gradient")
-            (t1,) = time_block(call, 1)
+            t1 = time_block(call, 1)[0][0]
             if m.get("val_path"):
                 val = jax.jit(lambda x: self.op(m, x, s))(x)
                 np.save(m["val_path"], np.asarray(val))
@@ -159,7 +161,8 @@ class Driver:
     def time(self, m: dict) -> dict:
         call, x64, _ = self.cells[m["key"]]
         with _x64(x64):
-            return {"key": m["key"], "times": time_block(call, int(m["reps"]))}
+            ts, cs = time_block(call, int(m["reps"]))
+            return {"key": m["key"], "times": ts, "cpu": cs}
 
     def handle(self, m: dict) -> dict:
         """One request to one answer; a failing cell answers ``{"key", "error"}``."""

@@ -33,7 +33,9 @@ Timing (``scripts/bench/_interleave.py``; lines timed this way say
    at least 0.2 s (at most 200 calls), each ending in ``block_until_ready``;
 3. the calls run in at most 8 blocks a side, alternated: ours, softjax, ours, softjax, ...
    so a slow drift of the shared machine (thermal, other load) falls on both sides;
-4. each side's time is the median over all its blocks' calls.
+4. each side's time is the median over all its blocks' calls; ``ours_cpu_s`` and
+   ``anchor_cpu_s`` are the median process CPU seconds per call (all threads), which do not
+   count the time a busy machine keeps a side waiting.
 Up to wave 19 all our cells ran in one stretch and all softjax's in another child run: the
 n=100 ``top_k/softsort`` cell read 0.84x there and 1.3-1.4x in a same-process comparison.
 
@@ -209,8 +211,15 @@ def eager_lines(data, child, why):
 
 
 def _timing(pair):
-    """The line's ``timing`` field: how the two sides were timed (when both were)."""
-    return {"timing": "interleaved"} if pair.anchor_s is not None else {}
+    """How the two sides were timed (when both were), and each side's median CPU seconds
+    per call (all threads): ``timing``, ``ours_cpu_s``, ``anchor_cpu_s``."""
+    if pair.anchor_s is None:
+        return {"ours_cpu_s": pair.ours_cpu_s}
+    return {
+        "timing": "interleaved",
+        "ours_cpu_s": pair.ours_cpu_s,
+        "anchor_cpu_s": pair.anchor_cpu_s,
+    }
 
 
 def target_of(c):

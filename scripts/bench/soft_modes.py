@@ -123,7 +123,8 @@ def cell_line(c, data, child, why, repeats, d):
         note=note,
         max_diff=diff,
         finite=finite,
-        **({"timing": "interleaved"} if at else {}),
+        ours_cpu_s=pair.ours_cpu_s,
+        **({"timing": "interleaved", "anchor_cpu_s": pair.anchor_cpu_s} if at else {}),
     )
 
 
