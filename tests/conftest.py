@@ -81,7 +81,7 @@ jax.monitoring.register_event_duration_secs_listener(_count_compile)
 # tests/soft: 3.5k frames, 120k `samefile`, ~4% of the run). The answer depends only on the
 # file name and the exclusion list, so it is memoised per (name, length of the list): a path
 # registered later still counts. Same frames kept, same error messages.
-_include_filename = traceback_util.include_filename
+_include_filename = getattr(traceback_util, "include_filename", None)
 _INCLUDE_CACHE: dict[tuple[str, int], bool] = {}
 
 
@@ -93,7 +93,10 @@ def _include_filename_cached(filename: str) -> bool:
     return hit
 
 
-traceback_util.include_filename = _include_filename_cached
+# A private jax function (jax is pinned in constraints.txt): if a later jax moves it, the
+# suite runs unpatched instead of failing.
+if _include_filename is not None and hasattr(traceback_util, "_exclude_paths"):
+    traceback_util.include_filename = _include_filename_cached
 
 
 @pytest.fixture(autouse=True)
