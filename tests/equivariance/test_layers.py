@@ -12,26 +12,40 @@ import jaxkit.equivariance as E
 def test_recm_linear_theta_zero_is_equivariant_branch(key):
     g = E.cyclic_rot2d(8, mult_in=4, mult_out=3)
     layer = E.RECMLinear(g, key=key, theta_init=0.0)
-    x = jax.random.normal(jax.random.key(1), (16, g.d_in))
-    y_relaxed = layer(x)
-    y_strict = layer(x, relax=False)
-    np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
-    assert float(E.equivariance_error(layer, x, g)) <= 1e-6
-    # theta > 0: a real non-equivariant part of norm theta
     layer2 = E.RECMLinear(g, key=key, theta_init=0.3)
-    q = E.complement(layer2.effective_weight(), g)
-    np.testing.assert_allclose(float(jnp.linalg.norm(q)), 0.3, rtol=1e-5)
-    assert float(E.equivariance_error(layer2, x, g)) > 1e-2
-    assert float(E.equivariance_error(lambda v: layer2(v, relax=False), x, g)) <= 1e-6
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((16, g.d_in), np.float32))
+
+    @eqx.filter_jit  # one program (eager, the calls and the metric compiled op by op: 31)
+    def quantities(layer, layer2, x):
+        return (
+            layer(x),
+            layer(x, relax=False),
+            E.equivariance_error(layer, x, g),
+            jnp.linalg.norm(E.complement(layer2.effective_weight(), g)),
+            E.equivariance_error(layer2, x, g),
+            E.equivariance_error(lambda v: layer2(v, relax=False), x, g),
+        )
+
+    y_relaxed, y_strict, err0, q_norm, err2, err2_strict = quantities(layer, layer2, x)
+    np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
+    assert float(err0) <= 1e-6
+    # theta > 0: a real non-equivariant part of norm theta
+    np.testing.assert_allclose(float(q_norm), 0.3, rtol=1e-5)
+    assert float(err2) > 1e-2
+    assert float(err2_strict) <= 1e-6
 
 
 def test_recm_linear_bias_invariant_and_batching(key):
     g = E.c4_regular(channels_in=2, channels_out=2)
     layer = E.RECMLinear(g, key=key, use_bias=True, theta_init=0.0)
     layer = eqx.tree_at(lambda m: m.bias, layer, jnp.arange(8.0))
-    x = jax.random.normal(key, (5, g.d_in))
-    assert float(E.equivariance_error(layer, x, g)) <= 1e-6
-    np.testing.assert_allclose(jax.jit(jax.vmap(layer))(x), layer(x), rtol=1e-6, atol=1e-6)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((5, g.d_in), np.float32))
+    # one program (eager, the metric and the call compiled op by op)
+    err, y_vmap, y = eqx.filter_jit(
+        lambda m, v: (E.equivariance_error(m, v, g), jax.vmap(m)(v), m(v))
+    )(layer, x)
+    assert float(err) <= 1e-6
+    np.testing.assert_allclose(y_vmap, y, rtol=1e-6, atol=1e-6)
     grads = jax.jit(jax.grad(lambda m: jnp.sum(m(x) ** 2)))(layer)  # eager: ~40 compiles
     assert jax.tree.structure(grads) == jax.tree.structure(layer)
     with pytest.raises(TypeError, match="`x`"):
@@ -64,11 +78,16 @@ def test_c4_group_conv_equivariance(lifting, key):
     np.testing.assert_array_equal(np.asarray(y_relaxed), np.asarray(y_strict))
     relaxed = E.RECMGroupConvC4(cin, 3, 3, key=key, lifting=lifting, theta_init=0.5)
     assert float(err(relaxed, x)) > 1e-2
-    k = relaxed.effective_kernel()
-    q = k - E.c4_conv_reynolds(k, lifting=lifting)
-    np.testing.assert_allclose(float(jnp.linalg.norm(q)), 0.5, rtol=1e-5)
-    pk = E.c4_conv_reynolds(k, lifting=lifting)
-    np.testing.assert_allclose(E.c4_conv_reynolds(pk, lifting=lifting), pk, atol=1e-6)
+
+    @jax.jit  # one program (eager, each op compiled alone)
+    def kernel_parts(m):
+        k = m.effective_kernel()
+        pk = E.c4_conv_reynolds(k, lifting=lifting)
+        return jnp.linalg.norm(k - pk), pk, E.c4_conv_reynolds(pk, lifting=lifting)
+
+    q_norm, pk, ppk = kernel_parts(relaxed)
+    np.testing.assert_allclose(float(q_norm), 0.5, rtol=1e-5)
+    np.testing.assert_allclose(ppk, pk, atol=1e-6)
 
 
 @pytest.mark.parametrize("lifting", [pytest.param(True, marks=pytest.mark.slow), False])
