@@ -97,6 +97,9 @@ def test_poisson_batch(key):
     assert int(jnp.sum(pb.mask)) == size
     idx = np.asarray(pb.indices)[:size]
     assert len(set(idx.tolist())) == size
+    # exactly the examples of one Bernoulli(q) draw with the same key (one program)
+    take = jax.jit(lambda k: jax.random.bernoulli(k, jnp.float32(0.05), (1000,)))(key)
+    np.testing.assert_array_equal(idx, np.flatnonzero(np.asarray(take)))
     with pytest.raises(ValueError, match="q"):
         privacy.poisson_batch(key=key, num_examples=10, q=1.5, max_batch_size=4)
 
