@@ -183,3 +183,29 @@ def test_relaxation_levels_and_set_theta(key):
     np.testing.assert_allclose([float(levels[k][0]) for k in ("[0]", "[1]")], [0.2, 0.7])
     zero = E.set_theta(model, 0.0)
     assert all(float(m.theta) == 0.0 for m in zero)
+
+
+def test_layer_inits_are_the_documented_draws(key):
+    """The jitted initialiser draws what the constructors document: ``split(key)``, ``A``
+    scaled (``1/sqrt(d_in)``; He x2 for the conv), ``B ~ N(0, 1)``, zero bias (bitwise)."""
+    g = E.cyclic_rot2d(4, mult_in=2, mult_out=3)
+    lin = E.RECMLinear(g, key=key, use_bias=True)
+    conv = E.RECMGroupConvC4(2, 3, 3, key=key)
+
+    @jax.jit
+    def documented(key):
+        ka, kb = jax.random.split(key)
+        shape = (3, 4, 2, 4, 3, 3)
+        return (
+            float(1.0 / np.sqrt(g.d_in)) * jax.random.normal(ka, (g.d_out, g.d_in)),
+            jax.random.normal(kb, (g.d_out, g.d_in)),
+            float(2.0 * np.sqrt(2.0 / (2 * 4 * 9))) * jax.random.normal(ka, shape),
+            jax.random.normal(kb, shape),
+        )
+
+    want = documented(key)
+    got = (lin.weight_eq, lin.weight_free, conv.weight_eq, conv.weight_free)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.any(np.asarray(lin.bias)) and not np.any(np.asarray(conv.bias))
+    assert lin.weight_eq.dtype == conv.bias.dtype == jnp.float32
