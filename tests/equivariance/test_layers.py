@@ -118,7 +118,7 @@ def test_c4_kernel_transform_intertwines(lifting, key):
     assert float(gap(kern, f)) <= 1e-4
     # not an identity map: a generic kernel changes under a quarter turn
     turned = E.c4_kernel_transform(kern, 1, lifting=lifting)
-    assert float(jnp.abs(turned - kern).max()) > 0.1
+    assert np.max(np.abs(np.asarray(turned) - np.asarray(kern))) > 0.1  # NumPy: no compile
 
 
 def test_c4_conv_bad_inputs(key):
