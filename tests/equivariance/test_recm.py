@@ -1,5 +1,7 @@
 """Oracles for the RECM transform, gap estimators and baselines (spec 1.4 items 4-7)."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -14,13 +16,18 @@ LAM = 0.1
 
 def _linear_task(n=512, seed=0):
     g = E.cyclic_rot2d(8, mult_in=4, mult_out=3)
+    return (g, *_linear_task_arrays(g, n, seed))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))  # one program (eager: op by op)
+def _linear_task_arrays(g, n, seed):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     w1 = E.reynolds(jax.random.normal(k1, (g.d_out, g.d_in)) / np.sqrt(g.d_in), g)
     v = E.complement(jax.random.normal(k2, (g.d_out, g.d_in)), g)
     v = v / jnp.linalg.norm(v)
     x = jax.random.normal(k3, (n, g.d_in))
     q, _ = jnp.linalg.qr(x)  # exactly whitened: x^T x / n = I
-    return g, w1, v, q * np.sqrt(n)
+    return w1, v, q * np.sqrt(n)
 
 
 def _train_theta(g, w1, v, x, eps_values, steps):
