@@ -246,15 +246,10 @@ def test_one_vs_eight_devices_same_step(key, mesh8):
     made both programs about twice as large (its frame maths is a second ``lax.map`` body)
     without a reduction of its own, and the carry tests keep it.
     """
+    f, gs = _setup(key, jnp.float32, b=16)
+    p = {"q": f, "head": jnp.ones((3,), f.a.dtype)}
+    g = {"q": factor_grads(f, gs), "head": gs[:, 0, :3]}
     tx = privacy.prism(0.05, clip_norm=1.0, noise_multiplier=1.0, denom=16.0, key=jax.random.key(5))
-
-    @jax.jit  # the inputs and the state as one program (eager, each op compiled alone)
-    def inputs(key):
-        f, gs = _setup(key, jnp.float32, b=16)
-        p = {"q": f, "head": jnp.ones((3,), f.a.dtype)}
-        return p, {"q": factor_grads(f, gs), "head": gs[:, 0, :3]}, tx.init(p)
-
-    p, g, st = inputs(key)
     txs = privacy.prism(
         0.05,
         clip_norm=1.0,
@@ -263,6 +258,7 @@ def test_one_vs_eight_devices_same_step(key, mesh8):
         key=jax.random.key(5),
         axis_name="data",
     )
+    st = tx.init(p)
     want, _ = jax.jit(tx.update)(g, st, p)
     rep = jax.P()
     gspec = jax.tree.map(lambda x: jax.P("data", *([None] * (x.ndim - 1))), g)
