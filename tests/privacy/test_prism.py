@@ -211,13 +211,11 @@ def test_sensitivity_bounded_by_clip(key, scale):
     """Replacing one example by an adversarial huge gradient moves the pre-noise sum by <= C."""
     with jax.enable_x64(True):
         f, gs = _setup(key)
+        p, g = _no_q(_tree(f)), _no_q(_tree_grads(f, gs))
         cn = 0.5
         tx = privacy.prism_privatize(clip_norm=cn, noise_multiplier=0.0, denom=1.0, key=key)
         upd = jax.jit(tx.update)
-        # the stacked params, grads and state as one program (eager, op by op)
-        p, g, state = jax.jit(
-            lambda f, gs: (_no_q(_tree(f)), _no_q(_tree_grads(f, gs)), tx.init(_no_q(_tree(f))))
-        )(f, gs)
+        state = tx.init(p)
         d, _ = upd(g, state, p)
 
         # one compiled program per step of the loop below (eager, each op compiles alone)
