@@ -19,6 +19,7 @@ References:
   Relaxation", NeurIPS 2024 (the CR layer and schedule).
 """
 
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -31,6 +32,19 @@ from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
 from jaxkit.equivariance._project import complement, reynolds
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "scale", "bias_size", "dtype"))
+def _branch_init(key, *, shape, scale, bias_size, dtype):
+    """The branches' initial weights and the zero bias, as one program.
+
+    ``(scale N(0, 1), N(0, 1), zeros)`` from ``split(key)``; an eager constructor compiled
+    the split, both draws, the scaling and the zeros op by op.
+    """
+    ka, kb = jax.random.split(key)
+    eq = scale * jax.random.normal(ka, shape, dtype)
+    free = jax.random.normal(kb, shape, dtype)
+    return eq, free, None if bias_size is None else jnp.zeros((bias_size,), dtype)
 
 
 def _check_theta_init(theta_init: Any) -> None:
@@ -118,14 +132,17 @@ class RECMLinear(eqx.Module):
             raise TypeError(f"`group` must be a Group, got {type(group).__name__}.")
         _validate.is_key(key)
         _check_theta_init(theta_init)
-        ka, kb = jax.random.split(key)
         self.group = group
         self.eps = float(eps)
         scale = float(1.0 / np.sqrt(max(group.d_in, 1)))  # weak: no f64 promotion under x64
-        self.weight_eq = scale * jax.random.normal(ka, (group.d_out, group.d_in), dtype)
-        self.weight_free = jax.random.normal(kb, (group.d_out, group.d_in), dtype)
+        self.weight_eq, self.weight_free, self.bias = _branch_init(
+            key,
+            shape=(group.d_out, group.d_in),
+            scale=scale,
+            bias_size=group.d_out if use_bias else None,
+            dtype=jnp.dtype(dtype),
+        )
         self.theta = jnp.asarray(theta_init, dtype)
-        self.bias = jnp.zeros((group.d_out,), dtype) if use_bias else None
 
     def effective_weight(self, *, relax: bool = True) -> Float[Array, "d_out d_in"]:
         """``P(A) + theta U(B)`` (or ``P(A)`` when ``relax=False``)."""
@@ -251,14 +268,17 @@ class RECMGroupConvC4(eqx.Module):
         _check_theta_init(theta_init)
         gi = 1 if lifting else 4
         shape = (channels_out, 4, channels_in, gi, kernel_size, kernel_size)
-        ka, kb = jax.random.split(key)
         fan_in = channels_in * gi * kernel_size**2
         # x2: the projection averages 4 nearly independent copies (norm / 2), so P(A)
         # starts with He variance.
-        self.weight_eq = 2.0 * np.sqrt(2.0 / fan_in) * jax.random.normal(ka, shape, dtype)
-        self.weight_free = jax.random.normal(kb, shape, dtype)
+        self.weight_eq, self.weight_free, self.bias = _branch_init(
+            key,
+            shape=shape,
+            scale=float(2.0 * np.sqrt(2.0 / fan_in)),
+            bias_size=channels_out if use_bias else None,
+            dtype=jnp.dtype(dtype),
+        )
         self.theta = jnp.asarray(theta_init, dtype)
-        self.bias = jnp.zeros((channels_out,), dtype) if use_bias else None
         self.lifting = lifting
         self.eps = float(eps)
 

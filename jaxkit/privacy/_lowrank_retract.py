@@ -143,6 +143,14 @@ def spectral_init(
     m, n = w.shape
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    return _spectral_init(w, key, scale, rank=rank, oversample=oversample, power_iters=power_iters)
+
+
+# jitted like jax.numpy (sizes static, ``scale`` traced): an eager call compiles one
+# program instead of one per op (the range finder's QRs, the SVD and the glue)
+@functools.partial(jax.jit, static_argnames=("rank", "oversample", "power_iters"))
+def _spectral_init(w, key, scale, *, rank, oversample, power_iters):
+    m, n = w.shape
     acc = _acc(w.dtype)
     wa = w.astype(acc)
     k = min(rank + oversample, min(m, n))
@@ -179,6 +187,11 @@ def balanced_random_init(
     """
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    return _balanced_random_init(key, scale, m=m, n=n, rank=rank, dtype=dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("m", "n", "rank", "dtype"))  # as spectral_init
+def _balanced_random_init(key, scale, *, m, n, rank, dtype):
     ka, kb = jax.random.split(key)
     qa, _ = jnp.linalg.qr(jax.random.normal(ka, (m, rank), jnp.float32))
     qb, _ = jnp.linalg.qr(jax.random.normal(kb, (n, rank), jnp.float32))

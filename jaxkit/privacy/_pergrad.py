@@ -1,5 +1,6 @@
 """Per-example gradients (vmap, micro-batched) and Poisson-sampled batches."""
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -110,6 +111,13 @@ def poisson_batch(
     _validate.in_interval(low=0.0, high=1.0, q=q)
     _validate.positive(num_examples=num_examples)
     _validate.positive(max_batch_size=max_batch_size)
+    return _poisson_batch(key, q, num_examples=num_examples, max_batch_size=max_batch_size)
+
+
+# jitted like jax.numpy (sizes static, ``q`` traced): an eager call compiles one program
+# instead of one per op (the Bernoulli draw alone is about a dozen)
+@functools.partial(jax.jit, static_argnames=("num_examples", "max_batch_size"))
+def _poisson_batch(key, q, *, num_examples, max_batch_size):
     take = jax.random.bernoulli(key, jnp.asarray(q, jnp.float32), (num_examples,))
     size = jnp.sum(take.astype(jnp.int32))
     (idx,) = jnp.nonzero(take, size=max_batch_size, fill_value=0)

@@ -32,12 +32,13 @@ def test_group_caches_are_bounded():
         assert ctor.cache_info().maxsize is not None
 
 
-def test_linear_gap_ridge_zero_on_degenerate_data(key):
+def test_linear_gap_ridge_zero_on_degenerate_data():
     """ridge=0 on rank-deficient x: the minimum-norm least-squares map, not NaN."""
     g = E.cyclic_rot2d(4, mult_in=2, mult_out=1)
-    z = jax.random.normal(key, (64, 2))
-    x = jnp.concatenate([z, z], axis=1)  # x^T x has rank 2 < d_in = 4
-    t = jax.random.normal(jax.random.fold_in(key, 1), (64, g.d_out))
+    rng = np.random.default_rng(0)  # inputs in NumPy: no eager op compiles
+    z = rng.standard_normal((64, 2)).astype(np.float32)
+    x = jnp.asarray(np.concatenate([z, z], axis=1))  # x^T x has rank 2 < d_in = 4
+    t = jnp.asarray(rng.standard_normal((64, g.d_out)).astype(np.float32))
     got = E.linear_gap(x, t, g, ridge=0.0)
     w = np.linalg.lstsq(np.asarray(x, np.float64), np.asarray(t, np.float64), rcond=None)[0].T
     q = np.asarray(E.complement(jnp.asarray(w, jnp.float32), g))
@@ -45,7 +46,8 @@ def test_linear_gap_ridge_zero_on_degenerate_data(key):
     assert np.isfinite(float(got.absolute)) and np.isfinite(float(got.relative))
     np.testing.assert_allclose(float(got.absolute), want, rtol=1e-3)
     np.testing.assert_allclose(float(got.relative), want / np.linalg.norm(w), rtol=1e-3)
-    zero = E.linear_gap(jnp.zeros((8, g.d_in)), jnp.ones((8, g.d_out)), g, ridge=0.0)
+    zeros, ones = np.zeros((8, g.d_in), np.float32), np.ones((8, g.d_out), np.float32)
+    zero = E.linear_gap(jnp.asarray(zeros), jnp.asarray(ones), g, ridge=0.0)
     assert float(zero.absolute) == 0.0 and float(zero.relative) == 0.0
     with pytest.raises(Exception, match="ridge"):
         jax.block_until_ready(jax.jit(lambda r: E.linear_gap(x, t, g, ridge=r))(-1.0))

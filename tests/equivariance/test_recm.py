@@ -1,5 +1,7 @@
 """Oracles for the RECM transform, gap estimators and baselines (spec 1.4 items 4-7)."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -14,13 +16,18 @@ LAM = 0.1
 
 def _linear_task(n=512, seed=0):
     g = E.cyclic_rot2d(8, mult_in=4, mult_out=3)
+    return (g, *_linear_task_arrays(g, n, seed))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))  # one program (eager: op by op)
+def _linear_task_arrays(g, n, seed):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     w1 = E.reynolds(jax.random.normal(k1, (g.d_out, g.d_in)) / np.sqrt(g.d_in), g)
     v = E.complement(jax.random.normal(k2, (g.d_out, g.d_in)), g)
     v = v / jnp.linalg.norm(v)
     x = jax.random.normal(k3, (n, g.d_in))
     q, _ = jnp.linalg.qr(x)  # exactly whitened: x^T x / n = I
-    return g, w1, v, q * np.sqrt(n)
+    return w1, v, q * np.sqrt(n)
 
 
 def _train_theta(g, w1, v, x, eps_values, steps):
@@ -111,19 +118,30 @@ def test_cr_triangle_schedule():
     )
 
 
-def test_lie_derivative_penalty_zero_iff_equivariant(key):
-    x = jax.random.normal(key, (32, 4))
+def test_lie_derivative_penalty_zero_iff_equivariant():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
     so2 = E.so2_rot2d(mult_in=2, mult_out=2)
-    w = jax.random.normal(jax.random.key(1), (4, 4))
-    pe = E.lie_derivative_penalty(E.reynolds(w, so2), so2, x)
-    bx = jnp.linalg.norm(x @ E.reynolds(w, so2).T)
-    np.testing.assert_allclose(float(pe), float(bx), rtol=1e-4)  # only the |Bx| term left
-    assert float(E.lie_derivative_penalty(w, so2, x)) > float(jnp.linalg.norm(x @ w.T)) + 0.1
     c4 = E.cyclic_rot2d(4, mult_in=2, mult_out=2)
-    pc = E.lie_derivative_penalty(E.reynolds(w, c4), c4, x)
-    np.testing.assert_allclose(
-        float(pc), float(jnp.linalg.norm(x @ E.reynolds(w, c4).T)), rtol=1e-4
-    )
+
+    @jax.jit  # one program (eager, each op compiled alone: 21 compiles)
+    def penalties(w, x):
+        pw_so2, pw_c4 = E.reynolds(w, so2), E.reynolds(w, c4)
+        return (
+            E.lie_derivative_penalty(pw_so2, so2, x),
+            E.lie_derivative_penalty(w, so2, x),
+            E.lie_derivative_penalty(pw_c4, c4, x),
+            pw_so2,
+            pw_c4,
+        )
+
+    pe, pw, pc, pw_so2, pw_c4 = (np.asarray(a, np.float64) for a in penalties(w, x))
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    # only the |Bx| term left (norms in NumPy)
+    np.testing.assert_allclose(pe, np.linalg.norm(x @ pw_so2.T), rtol=1e-4)
+    assert pw > np.linalg.norm(x @ w.T) + 0.1
+    np.testing.assert_allclose(pc, np.linalg.norm(x @ pw_c4.T), rtol=1e-4)
 
 
 def test_rpp_penalty(key):

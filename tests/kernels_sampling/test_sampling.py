@@ -477,7 +477,7 @@ def test_grads_pallas_equal_reference(key):
     gx, gt = loss("pallas_interpret")
     np.testing.assert_allclose(gx, gx_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gt, gt_ref, rtol=1e-5, atol=1e-6)
-    assert float(jnp.max(jnp.abs(gx_ref))) > 0
+    assert np.max(np.abs(np.asarray(gx_ref))) > 0  # in NumPy: no eager op compiles
 
 
 @pytest.mark.slow
@@ -581,7 +581,7 @@ def test_pallas_inside_shard_map(key, mesh8):
                     a, key=jax.random.key(2), implementation="pallas_interpret"
                 )
             )(xs)
-    q = sampling.filtered_probabilities(x, top_p=0.9)
+    q = np.asarray(sampling.filtered_probabilities(x, top_p=0.9))  # gathered in NumPy
     np.testing.assert_allclose(prob, q[np.arange(8), np.asarray(tok)], rtol=1e-5)
 
     def local_xla(x, k):  # the reference works with the default check_vma=True

@@ -14,6 +14,7 @@ from tests.privacy._helpers import factor_grads, factors
 SIGMA, CLIP, DELTA = 2.0, 1.0, 1e-5
 
 
+@jax.jit  # one program for the inputs (eager, each op compiled alone)
 def _setup(key):
     k1, k2, k3 = jax.random.split(key, 3)
     f = L.balance(factors(k1, 8, 6, 2))

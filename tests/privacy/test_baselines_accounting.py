@@ -1,5 +1,7 @@
 """Baselines (naive DP-LoRA, FFA-LoRA, non-private), per-example grads, Poisson, accounting."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ from jaxkit.privacy import lowrank as L
 from tests.privacy._helpers import factor_grads, factors, gauge
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))  # one program (eager: op by op)
 def _per_ex(key, b=6, m=8, n=6, r=2):
     k1, k2 = jax.random.split(key)
     f = factors(k1, m, n, r)
@@ -48,29 +51,33 @@ def test_naive_dp_lora_clip_and_noise_and_gauge_dependence(key):
         assert abs(float(jnp.mean(e)) / want - 1) < 0.06
 
 
+def _step(tx, stats=lambda g: g):
+    """``tx.update(stats(g), tx.init(f), f)`` as one program (eager, init and glue compile
+    op by op)."""
+    return jax.jit(lambda g, f: tx.update(stats(g), tx.init(f), f))
+
+
 def test_ffa_freezes_and_nonprivate_is_mean_adam(key):
     f, g, gs = _per_ex(key)
     tx = privacy.ffa_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=6.0, key=key)
-    u, _ = jax.jit(tx.update)(g, tx.init(f), f)
-    assert float(jnp.max(jnp.abs(u.b))) == 0.0 and float(jnp.max(jnp.abs(u.a))) > 0
-    # jitted: one program per update instead of one per eager op (same arithmetic)
+    u, _ = _step(tx)(g, f)
+    assert np.max(np.abs(np.asarray(u.b))) == 0.0 and np.max(np.abs(np.asarray(u.a))) > 0
     tx = privacy.nonprivate_lora(0.1)
-    u, _ = jax.jit(tx.update)(g, tx.init(f), f)
+    u, _ = _step(tx)(g, f)
     ref = optax.adam(0.1)
-    mean = jax.tree.map(lambda x: x.mean(0), g)
     with jax.numpy_dtype_promotion("standard"):  # optax.adam mixes int32 and floats
-        u2, _ = jax.jit(ref.update)(mean, ref.init(f), f)
+        u2, _ = _step(ref, lambda g: jax.tree.map(lambda x: x.mean(0), g))(g, f)
     np.testing.assert_allclose(u.a, u2.a, rtol=1e-5, atol=1e-7)
     tx = privacy.naive_dp_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=6.0, key=key)
-    s = tx.init(f)
-    u, s2 = jax.jit(tx.update)(g, s, f)
-    assert jax.tree.structure(s) == jax.tree.structure(s2)
+    u, s2 = _step(tx)(g, f)
+    assert jax.tree.structure(jax.eval_shape(tx.init, f)) == jax.tree.structure(s2)
 
 
 def test_per_example_grads_microbatch_and_mask(key):
     f, _, _ = _per_ex(key)
-    x = jax.random.normal(key, (8, 6))
-    y = jax.random.normal(jax.random.fold_in(key, 1), (8, 8))
+    rng = np.random.default_rng(0)  # inputs and checks in NumPy: no eager op compiles
+    x = jnp.asarray(rng.standard_normal((8, 6)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((8, 8)), jnp.float32)
 
     def loss(p, ex):
         xi, yi = ex
@@ -82,10 +89,10 @@ def test_per_example_grads_microbatch_and_mask(key):
     g2 = pe(loss, f, (x, y), microbatch_size=4)
     np.testing.assert_allclose(g.a, g2.a, rtol=1e-5, atol=1e-5)
     one = jax.jit(jax.grad(loss))(f, (x[3], y[3]))
-    np.testing.assert_allclose(g.a[3], one.a, rtol=1e-5, atol=1e-5)
-    mask = jnp.arange(8) < 5
+    np.testing.assert_allclose(np.asarray(g.a)[3], one.a, rtol=1e-5, atol=1e-5)
+    mask = jnp.asarray(np.arange(8) < 5)
     g3 = pe(loss, f, (x, y), mask=mask)
-    assert float(jnp.max(jnp.abs(g3.a[5:]))) == 0.0
+    assert np.max(np.abs(np.asarray(g3.a)[5:])) == 0.0
     with pytest.raises(ValueError, match="microbatch_size"):
         privacy.per_example_grads(loss, f, (x, y), microbatch_size=3)
 
@@ -97,6 +104,9 @@ def test_poisson_batch(key):
     assert int(jnp.sum(pb.mask)) == size
     idx = np.asarray(pb.indices)[:size]
     assert len(set(idx.tolist())) == size
+    # exactly the examples of one Bernoulli(q) draw with the same key (one program)
+    take = jax.jit(lambda k: jax.random.bernoulli(k, jnp.float32(0.05), (1000,)))(key)
+    np.testing.assert_array_equal(idx, np.flatnonzero(np.asarray(take)))
     with pytest.raises(ValueError, match="q"):
         privacy.poisson_batch(key=key, num_examples=10, q=1.5, max_batch_size=4)
 

@@ -1,5 +1,6 @@
 """Foundation III conventions in privacy: guarded clip_norm, named results, errors, extras."""
 
+import functools
 import sys
 
 import jax
@@ -13,6 +14,7 @@ from jaxkit.privacy import lowrank as L
 from tests.privacy._helpers import factor_grads, factors
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))  # one program (eager: op by op)
 def _grads(key, b=4, m=6, n=5, r=2):
     k1, k2 = jax.random.split(key)
     f = L.balance(factors(k1, m, n, r, jnp.float32))
