@@ -5,7 +5,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from jaxkit import _validate, nn
+from jaxkit import _tokens, _validate, nn
 from jaxkit._tokens import is_greedy
 from jaxkit.kernels.sampling import sample_tokens
 
@@ -50,8 +50,7 @@ def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
     for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
         _validate.real_scalar(v, name=name)
         _validate.finite_scalar(**{name: v})
-    _validate.non_negative(temperature=temperature)
-    _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
+    _tokens.check_sampling(temperature, top_p)  # >= 0 and (0, 1], as the adapters' decoders
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     if top_k is None:
         top_k = vocab
