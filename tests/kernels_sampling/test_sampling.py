@@ -597,3 +597,22 @@ def test_pallas_inside_shard_map(key, mesh8):
     with jax.set_mesh(mesh8):
         tok2, _, _ = jax.jit(g)(xs, jax.random.key(2))
     np.testing.assert_array_equal(np.asarray(tok2), np.asarray(tok))
+
+
+def test_auto_takes_the_jnp_path_on_gpu(monkeypatch, key):
+    # The Pallas kernel does not lower with Triton (H200, jax 0.11.2; kernels/README.md):
+    # "auto" must not call it on a GPU backend, and still calls it on TPU.
+    from jaxkit.kernels.sampling import _api
+
+    def kernel_called(*args, **kwargs):
+        raise AssertionError("kernel called")
+
+    monkeypatch.setattr(_api, "_kernel_with_vjp", kernel_called)
+    x = jax.random.normal(key, (3, 37))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    got = sampling.sample_tokens(x, key=key, top_k=5)  # a shape no other test traces
+    want = sampling.sample_tokens(x, key=key, top_k=5, implementation="xla")
+    np.testing.assert_array_equal(np.asarray(got.token), np.asarray(want.token))
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(AssertionError, match="kernel called"):
+        sampling.sample_tokens(x[:, :35], key=key, top_k=5)

@@ -189,8 +189,9 @@ def sample_tokens(
         a point mass, probability 1 and entropy 0, when ``temperature == 0``).
         ``"logits"``: they describe ``softmax(logits)`` (no temperature, no
         filter), the confidence used by low-confidence remasking.
-      implementation: ``"auto"`` (Pallas on GPU/TPU, else jnp), ``"xla"``,
-        ``"pallas"`` or ``"pallas_interpret"``. The kernel holds whole rows
+      implementation: ``"auto"`` (Pallas on TPU, else jnp: on GPU the Pallas
+        kernel does not lower with Triton today, see :data:`AUTO_PALLAS_PLATFORMS`),
+        ``"xla"``, ``"pallas"`` or ``"pallas_interpret"``. The kernel holds whole rows
         (padded vocab <= 65536) and is a per-device program: beyond that size, or
         under an explicit mesh, ``"auto"`` uses the jnp path. To run it sharded,
         call this inside ``jax.shard_map`` (``check_vma=False``) with
@@ -272,6 +273,13 @@ def _check(logits, temperature, top_k, top_p, min_p):
     return logits, vocab if top_k is None else top_k
 
 
+AUTO_PALLAS_PLATFORMS = ("tpu",)
+"""Backends where ``implementation="auto"`` runs the Pallas sampler. Not GPU: on an H200
+with jax 0.11.2 the Triton lowering fails (``reduce_or``, then the bisection's
+data-dependent ``fori_loop`` bound: "'scf.for' op failed to verify that all of
+{lowerBound, upperBound, step} have same type"), and a static-trip rewrite had not
+compiled a 64 x 4096 block after 50 s. ``implementation="pallas"`` still asks for it."""
+
 _NAN_LOGITS = "`logits` must not contain NaN or +inf."
 _EMPTY_ROW = "`logits` has a row that is entirely -inf (nothing to sample)."
 
@@ -339,6 +347,7 @@ def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, plai
 
     rows = _dispatch.dispatch(
         implementation,
+        platforms=AUTO_PALLAS_PLATFORMS,
         reference=lambda: _fused.sample_block(
             x2, noise(), t, k, p, mp, stats=stats, vocab=vocab, plain=plain
         ),

@@ -44,6 +44,17 @@ def _bisect(cond, lo, hi, n_iter):
     return lo
 
 
+def _any(mask: jax.Array) -> jax.Array:
+    """``jnp.any(mask)`` as ``max(int32) > 0``.
+
+    Pallas' Triton lowering has no ``reduce_or`` (an H200 run, jax 0.11.2:
+    NotImplementedError); ``reduce_max`` lowers on every backend. The kernel still fails
+    on Triton further on (the bisection's data-dependent ``fori_loop`` bound), which is
+    why ``sample_tokens(implementation="auto")`` takes the jnp path on GPU.
+    """
+    return jnp.max(jnp.where(mask, 1, 0).astype(jnp.int32)) > 0
+
+
 def _argmax_lowest(z: jax.Array) -> jax.Array:
     """Row arg-max with ties to the lowest index (as ``jnp.argmax``)."""
     mx = jnp.max(z, axis=-1, keepdims=True)
@@ -107,7 +118,7 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int, plain: bool = Fal
     def enough(kk):
         return jnp.sum(jnp.where(key >= kk[:, None], one, zero_i), axis=-1) >= k
 
-    n_k = jnp.where(jnp.any(k < vocab), nbits, 0)  # no row filters: zero passes
+    n_k = jnp.where(_any(k < vocab), nbits, 0)  # no row filters: zero passes
     tau_k = _bisect(enough, lo0, hi0, n_k)
     keep_k = key >= tau_k[:, None]
 
@@ -119,7 +130,7 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int, plain: bool = Fal
     def heavy(kk):
         return jnp.sum(jnp.where(key >= kk[:, None], ek, zero), axis=-1) >= target
 
-    n_p = jnp.where(jnp.any(p < 1), nbits, 0)
+    n_p = jnp.where(_any(p < 1), nbits, 0)
     tau_p = _bisect(heavy, lo0, hi0, n_p)
     tau_p = jnp.where(p >= 1, lo0, tau_p)
     keep = keep_k & (key >= tau_p[:, None]) & (e >= mp.astype(cd)[:, None])
