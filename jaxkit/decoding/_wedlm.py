@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int
 
-from jaxkit import _validate, nn
+from jaxkit import _tokens, _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._adaptive import ar_run, schedule, set_slot0, use_single
 from jaxkit.decoding._common import (
@@ -26,9 +26,7 @@ from jaxkit.decoding._common import (
     Sampling,
     Static,
     check_generate_args,
-    choose_tokens,
     finalize,
-    guard_sampling,
     stop_info,
     write_at,
 )
@@ -260,7 +258,9 @@ def _wedlm_generate(
         probe_every,
         iv,
     )
-    prompt_len = guard_sampling(prompt_len, sampling)
+    prompt_len = _tokens.guard_sampling(
+        prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
+    )
     if min_accept is not None:
         prompt_len = _validate.guard_non_negative(prompt_len, min_accept, name="min_accept")
     bad = ~jnp.isfinite(jnp.asarray(pos_penalty))
@@ -366,7 +366,7 @@ def _init_state(
 
     def ar_start(filled: WeDLMState) -> WeDLMState:
         last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
-        tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
+        tok0 = _tokens.choose_tokens(last, key, greedy=o.greedy, **o.sampling._asdict())
         ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
         pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
         return filled._replace(
@@ -435,7 +435,7 @@ def _fill(
     fill = select_by_entropy(
         logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
     )
-    new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
+    new = _tokens.choose_tokens(logits, key, greedy=o.greedy, **o.sampling._asdict())
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit._tokens import check_sampling, choose_tokens, is_greedy
+from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, is_greedy
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -141,6 +141,7 @@ def _generate_core(
     lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n, mode, greedy
 ):
     lm_params = jax.lax.stop_gradient(lm_params)
+    prompt_len = guard_sampling(prompt_len, temperature, top_p)  # traced values
     t = 0.0 if greedy else temperature
     return _MODES[mode](
         lm_params, vp, prompt, prompt_len, key, t, top_p, lm_cfg=lm_cfg, cfg=cfg, n=n
@@ -199,7 +200,10 @@ def svgt_generate(
 
     Raises:
       TypeError / ValueError: bad shapes or ids, ``cfg.layer`` out of range, a bad
-        mode, ``max_new_tokens < 1``.
+        mode, ``max_new_tokens < 1``, a ``temperature`` or ``top_p`` that is not a
+        real scalar, a non-finite or negative ``temperature``, ``top_p`` outside
+        ``(0, 1]`` (NaN fails; traced values raise under ``jit``; the checks of
+        ``decoding.ar_generate``).
     """
     check_config(lm_cfg, cfg)
     _validate.one_of(("cached", "recompute"), mode=mode)
