@@ -70,7 +70,13 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         return cache, tok, out.at[:, i].set(tok)
 
     _, _, out = jax.lax.fori_loop(1, n, body, (cache, tok, out))
-    steps = zb + (n - 1)  # decode steps after the prefill
+    return _generation(out, prompt_len, n)
+
+
+def _generation(out, prompt_len, n):
+    """The :class:`decoding.Generation` of ``n`` tokens per row after a prefill (no stops)."""
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+    steps = zb + (n - 1)  # loop steps after the first token
     return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
 
@@ -120,9 +126,7 @@ def _refreshing(gen):
             return _choose(logits, k, temperature, top_p, greedy)
 
         out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
-        zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
-        steps = zb + (n - 1)  # loop steps after the first token
-        return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
+        return _generation(out, prompt_len, n)
 
     return run
 
