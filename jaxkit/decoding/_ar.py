@@ -105,9 +105,7 @@ def _ar_generate(
         prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
     )
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len, interventions=iv)
-    tok = _tokens.choose_tokens(
-        logits, jax.random.fold_in(key, 0), greedy=greedy, **sampling._asdict()
-    )
+    tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     out = C.write_at(
         zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32), zb[:, None], tok[:, None]

@@ -7,6 +7,7 @@ from jaxtyping import Array
 
 from jaxkit import _tokens, _validate, nn
 from jaxkit._tokens import is_greedy
+from jaxkit.kernels.sampling import sample_tokens
 
 
 class DecodeStats(NamedTuple):
@@ -38,7 +39,7 @@ class Generation(NamedTuple):
 class Sampling(NamedTuple):
     """Traced hyperparameters of the token sampler (``kernels.sampling.sample_tokens``).
 
-    The fields are the sampler's keyword names: ``_tokens.choose_tokens(..., **s._asdict())``.
+    The fields are the sampler's keyword names: ``sample_tokens(..., **s._asdict())``.
     """
 
     temperature: Array
@@ -63,6 +64,21 @@ def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
     else:
         _validate.in_interval(low=1, high=vocab, top_k=top_k)
     return Sampling(temperature, top_k, top_p, min_p)
+
+
+def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
+    """Tokens of ``logits [..., V]``: the fused sampler, or the arg-max in greedy mode.
+
+    The decoders' own call of the sampler with all four filters (``s``), so the fused
+    sampler is on the decode path by a direct import; the adapters' generators
+    (``steering``, ``memory``) use :func:`jaxkit._tokens.choose_tokens`, the same rule
+    with the sampler's defaults for ``top_k`` and ``min_p``. ``greedy`` (static): the
+    arg-max (ties to the lowest index), the very tokens ``sample_tokens`` gives at
+    temperature 0, without the sampler's noise and filters in the decode loop.
+    """
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return sample_tokens(logits, key=key, **s._asdict()).token
 
 
 class Static(NamedTuple):
@@ -213,7 +229,7 @@ def ar_step(params, cfg, state, key, s: Sampling, *, static, overflow, iv=None):
     n = static.max_new_tokens
     active = ~done
     logits, cache = nn.decode_step(params, cfg, tok, cache, overflow=overflow, interventions=iv)
-    nxt = _tokens.choose_tokens(logits, key, greedy=static.greedy, **s._asdict())
+    nxt = choose_tokens(logits, key, s, greedy=static.greedy)
     out = write_at(out, jnp.where(active, n_gen, n)[:, None], nxt[:, None])
     n_gen = n_gen + active.astype(jnp.int32)
     has_stop, _ = stop_info(out, n_gen, static.stop_token_ids)

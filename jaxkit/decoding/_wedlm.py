@@ -26,6 +26,7 @@ from jaxkit.decoding._common import (
     Sampling,
     Static,
     check_generate_args,
+    choose_tokens,
     finalize,
     stop_info,
     write_at,
@@ -366,7 +367,7 @@ def _init_state(
 
     def ar_start(filled: WeDLMState) -> WeDLMState:
         last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
-        tok0 = _tokens.choose_tokens(last, key, greedy=o.greedy, **o.sampling._asdict())
+        tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
         ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
         pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
         return filled._replace(
@@ -435,7 +436,7 @@ def _fill(
     fill = select_by_entropy(
         logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
     )
-    new = _tokens.choose_tokens(logits, key, greedy=o.greedy, **o.sampling._asdict())
+    new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
     # Emit every decided slot (decided slots never change); n_gen marks the prefix.
