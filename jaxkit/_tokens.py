@@ -1,5 +1,9 @@
 """Token choice shared by the generators (``decoding``, ``steering``, ``memory``): one copy.
 
+The sampling arguments' checks (:func:`check_sampling` where concrete, :func:`guard_sampling`
+where traced) and the token choice (:func:`choose_tokens`) of every generator, so that the
+same bad input raises the same error in each.
+
 A concrete ``temperature`` of 0 selects the static greedy mode, the arg-max (ties to the
 lowest index), which is bit for bit what :func:`jaxkit.kernels.sampling.sample_tokens`
 gives at temperature 0, without the sampler's noise and filters in the decode loop. A
@@ -22,23 +26,65 @@ def is_greedy(temperature: Any) -> bool:
     return not isinstance(temperature, jax.core.Tracer) and bool(np.asarray(temperature) == 0)
 
 
-def check_sampling(temperature: Any, top_p: Any) -> bool:
-    """Checks the adapters' ``temperature`` (real, >= 0) and ``top_p`` (in (0, 1]).
+def check_sampling(temperature: Any, top_p: Any, min_p: Any = None) -> bool:
+    """Python-level checks of the generators' sampling scalars; the static greedy mode.
 
-    The values are checked where concrete (``jaxkit._validate``); returns
-    :func:`is_greedy` of ``temperature``, the static greedy mode.
+    Each of ``temperature``, ``top_p`` (and ``min_p`` where given) must be a real,
+    finite scalar (``TypeError`` for a type or shape, ``ValueError`` for a concrete
+    non-finite value); then, where concrete, ``temperature >= 0``, ``top_p`` in
+    ``(0, 1]`` and ``min_p`` in ``[0, 1]`` (``ValueError``; NaN fails). Traced values
+    are checked by :func:`guard_sampling` inside the generator. Returns
+    :func:`is_greedy` of ``temperature``.
     """
-    _validate.real_scalar(temperature, name="temperature")
+    named = {"temperature": temperature, "top_p": top_p}
+    if min_p is not None:
+        named["min_p"] = min_p
+    for name, v in named.items():
+        _validate.real_scalar(v, name=name)
+        _validate.finite_scalar(**{name: v})
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
+    if min_p is not None:
+        _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     return is_greedy(temperature)
 
 
-def choose_tokens(logits: Array, key: Any, *, greedy: bool, temperature: Any, top_p: Any) -> Array:
+def guard_sampling(x: Array, temperature: Any, top_p: Any, min_p: Any = None) -> Array:
+    """``x`` guarded so that a traced bad sampling value (NaN, inf included) raises under jit.
+
+    ``temperature`` finite and >= 0, ``top_p`` in ``(0, 1]``, ``min_p`` (where given)
+    in ``[0, 1]``: the checks of :func:`check_sampling` as ``eqx.error_if``. Always
+    use the result.
+    """
+    x = _validate.guard_non_negative(x, temperature, name="temperature")
+    x = _validate.guard_interval(x, top_p, name="top_p", low=0.0, high=1.0, closed="right")
+    if min_p is None:
+        return x
+    return _validate.guard_interval(x, min_p, name="min_p", low=0.0, high=1.0)
+
+
+def choose_tokens(
+    logits: Array,
+    key: Any,
+    *,
+    greedy: bool,
+    temperature: Any,
+    top_p: Any,
+    top_k: Any = None,
+    min_p: Any = 0.0,
+) -> Array:
     """Tokens of ``logits [..., V]``: the arg-max in greedy mode (static), else the sampler.
 
-    The adapters' generators expose ``temperature`` and ``top_p`` only (no top-k, no min-p).
+    ``greedy`` (static) is the mode of a concrete ``temperature == 0``: the arg-max
+    (ties to the lowest index), the very tokens ``sample_tokens`` gives at temperature
+    0, without the sampler's noise and filters in the decode loop. Otherwise the fused
+    sampler with the given filters: the adapters' generators (``steering``, ``memory``)
+    expose ``temperature`` and ``top_p`` only (``top_k=None`` and ``min_p=0``, the
+    sampler's defaults), the decoders all four.
     """
     if greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return sample_tokens(logits, key=key, temperature=temperature, top_p=top_p).token
+    out = sample_tokens(
+        logits, key=key, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+    )
+    return out.token

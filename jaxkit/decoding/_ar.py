@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import ArrayLike, Int
 
-from jaxkit import nn
+from jaxkit import _tokens, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding import _common as C
 
@@ -101,7 +101,9 @@ def _ar_generate(
     """Jitted core of :func:`ar_generate` (its loop body is traced once per program)."""
     n, stops, greedy = static.max_new_tokens, static.stop_token_ids, static.greedy
     max_len, pad_token_id = static.max_len, static.pad_token_id
-    prompt_len = C.guard_sampling(prompt_len, sampling)
+    prompt_len = _tokens.guard_sampling(
+        prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
+    )
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len, interventions=iv)
     tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding

@@ -37,7 +37,10 @@ class Generation(NamedTuple):
 
 
 class Sampling(NamedTuple):
-    """Traced hyperparameters of the token sampler (``kernels.sampling.sample_tokens``)."""
+    """Traced hyperparameters of the token sampler (``kernels.sampling.sample_tokens``).
+
+    The fields are the sampler's keyword names: ``sample_tokens(..., **s._asdict())``.
+    """
 
     temperature: Array
     top_k: Array
@@ -46,12 +49,12 @@ class Sampling(NamedTuple):
 
 
 def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
-    """Python-level checks of the sampler's scalars (concrete values: ValueError)."""
-    for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
-        _validate.real_scalar(v, name=name)
-        _validate.finite_scalar(**{name: v})
-    _tokens.check_sampling(temperature, top_p)  # >= 0 and (0, 1], as the adapters' decoders
-    _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
+    """Python-level checks of the sampler's scalars (concrete values: ValueError).
+
+    ``temperature``, ``top_p`` and ``min_p`` through :func:`jaxkit._tokens.check_sampling`
+    (the checks of the adapters' generators too), then ``top_k`` (None: ``vocab``).
+    """
+    _tokens.check_sampling(temperature, top_p, min_p)
     if top_k is None:
         top_k = vocab
     elif isinstance(top_k, bool) or not jnp.issubdtype(jnp.result_type(top_k), jnp.integer):
@@ -63,30 +66,19 @@ def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
     return Sampling(temperature, top_k, top_p, min_p)
 
 
-def guard_sampling(x: Array, s: Sampling) -> Array:
-    """``x`` guarded so that a traced bad sampler value (NaN included) raises under jit."""
-    x = _validate.guard_non_negative(x, s.temperature, name="temperature")
-    x = _validate.guard_interval(x, s.top_p, name="top_p", low=0.0, high=1.0, closed="right")
-    return _validate.guard_interval(x, s.min_p, name="min_p", low=0.0, high=1.0)
-
-
 def choose_tokens(logits: Array, key, s: Sampling, *, greedy: bool) -> Array:
     """Tokens of ``logits [..., V]``: the fused sampler, or the arg-max in greedy mode.
 
-    The decoders' own call of the sampler, with all four filters (``s``); the adapters'
-    generators (``steering``, ``memory``) use :func:`jaxkit._tokens.choose_tokens`.
-
-    ``greedy`` (static) is the mode of a concrete ``temperature == 0``: the arg-max
-    (ties to the lowest index), the very tokens ``sample_tokens`` gives at temperature
-    0, without the sampler's noise and filters in the decode loop. A traced
-    temperature always goes through the sampler (which is the arg-max where it is 0).
+    The decoders' own call of the sampler with all four filters (``s``), so the fused
+    sampler is on the decode path by a direct import; the adapters' generators
+    (``steering``, ``memory``) use :func:`jaxkit._tokens.choose_tokens`, the same rule
+    with the sampler's defaults for ``top_k`` and ``min_p``. ``greedy`` (static): the
+    arg-max (ties to the lowest index), the very tokens ``sample_tokens`` gives at
+    temperature 0, without the sampler's noise and filters in the decode loop.
     """
     if greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    out = sample_tokens(
-        logits, key=key, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p
-    )
-    return out.token
+    return sample_tokens(logits, key=key, **s._asdict()).token
 
 
 class Static(NamedTuple):
@@ -166,10 +158,9 @@ def check_generate_args(
     prompt_len = _validate.error_if(
         prompt_len, bad_len, f"`prompt_len` must lie in [1, {t}] (the prompt width)."
     )
-    static = Static(
-        max_new_tokens, max_len, stops, token_ids["pad_token_id"], is_greedy(sampling[0])
-    )
     sampling = check_sampling(*sampling, vocab=v)
+    greedy = is_greedy(sampling.temperature)
+    static = Static(max_new_tokens, max_len, stops, token_ids["pad_token_id"], greedy)
     iv = check_interventions(interventions, cfg, prompt.shape[0])
     return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static, iv)
 

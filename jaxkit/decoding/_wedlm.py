@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int
 
-from jaxkit import _validate, nn
+from jaxkit import _tokens, _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
 from jaxkit.decoding._adaptive import ar_run, schedule, set_slot0, use_single
 from jaxkit.decoding._common import (
@@ -28,7 +28,6 @@ from jaxkit.decoding._common import (
     check_generate_args,
     choose_tokens,
     finalize,
-    guard_sampling,
     stop_info,
     write_at,
 )
@@ -260,7 +259,9 @@ def _wedlm_generate(
         probe_every,
         iv,
     )
-    prompt_len = guard_sampling(prompt_len, sampling)
+    prompt_len = _tokens.guard_sampling(
+        prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
+    )
     if min_accept is not None:
         prompt_len = _validate.guard_non_negative(prompt_len, min_accept, name="min_accept")
     bad = ~jnp.isfinite(jnp.asarray(pos_penalty))

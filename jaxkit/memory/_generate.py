@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
-from jaxkit._tokens import check_sampling, choose_tokens
+from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling
 from jaxkit.memory._dlmr import (
     DLMRConfig,
     DLMRParams,
@@ -297,6 +297,7 @@ def _generate(
     sample_router,
 ):
     lm_params = jax.lax.stop_gradient(lm_params)
+    plen = guard_sampling(plen, temperature, top_p)  # traced values
     b, t, d = embeds.shape
     L = lm_cfg.n_layers
     km = _chunk_width(cfg, force)  # 0: force_action=0, no injection, no reserved slots
@@ -426,7 +427,10 @@ def dlmr_generate(
 
     Raises:
       TypeError / ValueError: bad shapes, ``cfg.layer`` out of range, a bad router
-        mode or ``force_action``, ``max_new_tokens < 1``.
+        mode or ``force_action``, ``max_new_tokens < 1``, a ``temperature`` or
+        ``top_p`` that is not a real scalar, a non-finite or negative
+        ``temperature``, ``top_p`` outside ``(0, 1]`` (NaN fails; traced values
+        raise under ``jit``; the checks of ``decoding.ar_generate``).
     """
     check_config(lm_cfg, cfg)
     _validate.one_of(("greedy", "sample"), router=router)

@@ -19,21 +19,12 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jaxkit._typing import accumulation_dtype
 from jaxkit.nn._config import RopeScaling, TransformerConfig
-
-
-def _explicit_spec(x: Array):
-    """``x``'s PartitionSpec when it lives on an Explicit mesh axis, else None."""
-    sh = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sh, "mesh", None)
-    explicit = mesh is not None and any(
-        t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())
-    )
-    return sh.spec if explicit else None
+from jaxkit.sharding import explicit_spec
 
 
 def take_rows(table: Array, idx: Array) -> Array:
     """``table[idx]`` (clipped), with the output sharded like ``idx`` under an explicit mesh."""
-    spec = _explicit_spec(idx)
+    spec = explicit_spec(idx)
     if spec is None:
         return jnp.take(table, idx, axis=0, mode="clip")
     spec = jax.sharding.PartitionSpec(*spec, *([None] * (table.ndim - 1)))
@@ -45,7 +36,7 @@ def set_rows(buf: Array, rows: Array | tuple, slots: Array, upd: Array) -> Array
 
     ``rows`` may be a tuple of leading indices (``buf.at[*rows, slots]``).
     """
-    spec = _explicit_spec(buf)
+    spec = explicit_spec(buf)
     idx = (*rows, slots) if isinstance(rows, tuple) else (rows, slots)
     if spec is None:
         return buf.at[idx].set(upd, mode="drop")
@@ -59,10 +50,10 @@ def dense(x: Array, w: Array) -> Array:
     output-axis sharding (a sharded contraction is reduced).
     """
     acc = accumulation_dtype(x.dtype)
-    spec = _explicit_spec(x)
+    spec = explicit_spec(x)
     kw = {}
     if spec is not None:
-        w_spec = _explicit_spec(w)
+        w_spec = explicit_spec(w)
         out = w_spec[-1] if w_spec is not None and len(w_spec) == w.ndim else None
         kw["out_sharding"] = jax.sharding.PartitionSpec(*_pad(spec, x.ndim)[:-1], out)
     y = jnp.matmul(x, w.astype(x.dtype), preferred_element_type=acc, **kw)
@@ -76,7 +67,7 @@ def _pad(spec, nd: int) -> tuple:
 def split_last(x: Array, sizes: tuple[int, ...]) -> Array:
     """Reshape the last axis into ``sizes`` (its explicit sharding goes to the first)."""
     shape = (*x.shape[:-1], *sizes)
-    spec = _explicit_spec(x)
+    spec = explicit_spec(x)
     if spec is None:
         return x.reshape(shape)
     s = _pad(spec, x.ndim)
@@ -87,7 +78,7 @@ def split_last(x: Array, sizes: tuple[int, ...]) -> Array:
 def merge_last(x: Array, n: int) -> Array:
     """Merge the last ``n`` axes into one (keeping the first one's explicit sharding)."""
     shape = (*x.shape[:-n], math.prod(x.shape[-n:]))
-    spec = _explicit_spec(x)
+    spec = explicit_spec(x)
     if spec is None:
         return x.reshape(shape)
     s = _pad(spec, x.ndim)
@@ -221,7 +212,7 @@ def attend(q, k, v, mask):
     """:func:`attention` without the jit or the input conversion (for use inside a trace)."""
     b, t, h, dh = q.shape
     hkv = k.shape[2]
-    if t == 1 and hkv <= 2 and _explicit_spec(q) is None and _explicit_spec(k) is None:
+    if t == 1 and hkv <= 2 and explicit_spec(q) is None and explicit_spec(k) is None:
         return _attend_one(q, k, v, mask)
     return _attend_grouped(q, k, v, mask)
 

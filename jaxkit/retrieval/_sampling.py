@@ -87,6 +87,13 @@ def _symmetric(vec, n, dtype):
     return out + out.T
 
 
+def _estimate(value_fn, params, n, est, se):
+    """The :class:`STIIEstimate` of pair estimates ``est`` (standard errors ``se``)."""
+    single = _singles(value_fn, params, n)
+    dt = single.dtype
+    return STIIEstimate(_symmetric(est, n, dt), single, _symmetric(se, n, dt))
+
+
 def _stratified_core(value_fn, params, key, n_players, n_samples):
     n = n_players
     pi, pj = _pair_index(n)
@@ -113,9 +120,7 @@ def _stratified_core(value_fn, params, key, n_players, n_samples):
     var = sq / (m - 1)
     est = means @ jnp.asarray(p, acc)
     se = _safe_sqrt((var / m) @ jnp.asarray(p**2, acc))
-    single = _singles(value_fn, params, n)
-    dt = single.dtype
-    return STIIEstimate(_symmetric(est, n, dt), single, _symmetric(se, n, dt))
+    return _estimate(value_fn, params, n, est, se)
 
 
 _stratified = jax.jit(_stratified_core, static_argnames=("value_fn", "n_players", "n_samples"))
@@ -131,9 +136,7 @@ def _permutation_core(value_fn, params, key, n_players, n_perms):
     d, acc = _deltas(value_fn, params, base, pi[None, :], pj[None, :])  # [R, P]
     est = jnp.mean(d, axis=0)
     se = _safe_sqrt(jnp.var(d, axis=0, ddof=1) / n_perms)
-    single = _singles(value_fn, params, n)
-    dt = single.dtype
-    return STIIEstimate(_symmetric(est, n, dt), single, _symmetric(se, n, dt))
+    return _estimate(value_fn, params, n, est, se)
 
 
 _permutation = jax.jit(_permutation_core, static_argnames=("value_fn", "n_players", "n_perms"))

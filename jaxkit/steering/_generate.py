@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit._tokens import check_sampling, choose_tokens, is_greedy
+from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, is_greedy
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -70,7 +70,13 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         return cache, tok, out.at[:, i].set(tok)
 
     _, _, out = jax.lax.fori_loop(1, n, body, (cache, tok, out))
-    steps = zb + (n - 1)  # decode steps after the prefill
+    return _generation(out, prompt_len, n)
+
+
+def _generation(out, prompt_len, n):
+    """The :class:`decoding.Generation` of ``n`` tokens per row after a prefill (no stops)."""
+    zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
+    steps = zb + (n - 1)  # loop steps after the first token
     return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
 
 
@@ -120,9 +126,7 @@ def _refreshing(gen):
             return _choose(logits, k, temperature, top_p, greedy)
 
         out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
-        zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
-        steps = zb + (n - 1)  # loop steps after the first token
-        return decoding.Generation(out, zb + n, decoding.DecodeStats(jnp.int32(n - 1), steps))
+        return _generation(out, prompt_len, n)
 
     return run
 
@@ -141,6 +145,7 @@ def _generate_core(
     lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n, mode, greedy
 ):
     lm_params = jax.lax.stop_gradient(lm_params)
+    prompt_len = guard_sampling(prompt_len, temperature, top_p)  # traced values
     t = 0.0 if greedy else temperature
     return _MODES[mode](
         lm_params, vp, prompt, prompt_len, key, t, top_p, lm_cfg=lm_cfg, cfg=cfg, n=n
@@ -199,7 +204,10 @@ def svgt_generate(
 
     Raises:
       TypeError / ValueError: bad shapes or ids, ``cfg.layer`` out of range, a bad
-        mode, ``max_new_tokens < 1``.
+        mode, ``max_new_tokens < 1``, a ``temperature`` or ``top_p`` that is not a
+        real scalar, a non-finite or negative ``temperature``, ``top_p`` outside
+        ``(0, 1]`` (NaN fails; traced values raise under ``jit``; the checks of
+        ``decoding.ar_generate``).
     """
     check_config(lm_cfg, cfg)
     _validate.one_of(("cached", "recompute"), mode=mode)

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxkit import memory, nn
+from jaxkit import decoding, memory, nn
+from tests._sampling_args import assert_same_errors, assert_traced_errors
 from tests.memory._setup import AP, CFG, DELIM, MC, NODELIM, PLEN, PROMPT, P
 from tests.memory._setup import CFG as LM
 
@@ -139,6 +140,28 @@ def test_bad_input():
         memory.inject(
             AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 4), bool), PLEN, PLEN * 0, PLEN * 3
         )
+
+
+def test_sampling_arguments_raise_the_decoders_errors():
+    # jaxkit._tokens' checks: the same bad temperature / top_p, the same error as
+    # decoding.ar_generate on the same backbone (all raise before anything compiles)
+    emb = nn.embed(P, CFG, PROMPT)
+
+    def gen(**kw):
+        return memory.dlmr_generate(P, CFG, AP, MC, emb, PLEN, **KW, **kw)
+
+    assert_same_errors(gen, lambda **kw: decoding.ar_generate(P, CFG, PROMPT, PLEN, **KW, **kw))
+
+
+def test_traced_bad_sampling_arguments_raise_under_jit():
+    emb = nn.embed(P, CFG, PROMPT)
+
+    @jax.jit
+    def run(t, p):  # force_action=0, one token: the smallest sampled program
+        kw = dict(key=jax.random.key(0), max_new_tokens=1, force_action=0)
+        return memory.dlmr_generate(P, CFG, AP, MC, emb, PLEN, temperature=t, top_p=p, **kw)
+
+    assert_traced_errors(run)
 
 
 @pytest.mark.slow

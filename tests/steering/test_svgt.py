@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxkit import decoding, nn, steering
+from tests._sampling_args import assert_same_errors, assert_traced_errors
 from tests.steering._setup import CFG, PLEN, PROMPT, SC, SEQ, SEQ_LEN, VP, P
 
 K, L = SC.n_bridge, SC.layer
@@ -201,3 +202,23 @@ def test_bad_inputs():
     small = nn.init_cache(CFG, max_len=4, batch=2)  # prompt (5) + bridge do not fit
     with pytest.raises(ValueError, match="cache|capacity|max_len"):
         steering.refresh_bridge(P, CFG, small, jnp.zeros((2, K, 16)), PLEN, layer=L)
+
+
+def test_sampling_arguments_raise_the_decoders_errors():
+    # jaxkit._tokens' checks: the same bad temperature / top_p, the same error as
+    # decoding.ar_generate on the same backbone (all raise before anything compiles)
+    kw0 = dict(key=jax.random.key(0), max_new_tokens=2)
+
+    def gen(**kw):
+        return steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, **kw0, **kw)
+
+    assert_same_errors(gen, lambda **kw: decoding.ar_generate(P, CFG, PROMPT, PLEN, **kw0, **kw))
+
+
+def test_traced_bad_sampling_arguments_raise_under_jit():
+    @jax.jit
+    def run(t, p):  # one token: the smallest sampled program
+        kw = dict(key=jax.random.key(0), max_new_tokens=1, temperature=t, top_p=p)
+        return steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, **kw)
+
+    assert_traced_errors(run)
