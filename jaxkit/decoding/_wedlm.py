@@ -401,14 +401,22 @@ def _step(
     perm, inv = window_order(filled2, valid2)
     tok_phys = jnp.take_along_axis(tok2, perm, axis=1)
     pos_phys = s.cache.length[:, None] + perm
-    res = nn.apply(
-        params, cfg, tok_phys, pos_phys, cache=s.cache, overflow="drop", interventions=o.iv
+    res = nn.run_layers(
+        params,
+        cfg,
+        nn.embed(params, cfg, tok_phys),
+        pos_phys,
+        cache=s.cache,
+        overflow="drop",
+        interventions=o.iv,
     )
     cache = nn.commit(res.cache, n_lead)
     # Shift by the committed run: new slot j <- old logical slot j + n_lead.
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
     phys = jnp.take_along_axis(inv, src, axis=1)
-    logits = jnp.take_along_axis(res.logits, phys[:, :, None], axis=1)
+    # Only the W slots of the shifted window are read: gather them before the LM head
+    # (the norm and the head act per position, so these are the same logits).
+    logits = nn.unembed(params, cfg, jnp.take_along_axis(res.h, phys[:, :, None], axis=1))
     s = s._replace(
         cache=cache,
         win_tok=jnp.take_along_axis(tok2, src, axis=1),
