@@ -116,7 +116,7 @@ def _safe_norm(v: Array) -> Array:
 # select or gather it, so their derivative is one-hot and finite however the copies round.
 
 
-def _maximum(x: Array, y: Array) -> Array:
+def _maximum(x: ArrayLike, y: ArrayLike) -> Array:
     """``jnp.maximum(x, y)`` (NaN propagates) with a derivative that never tests equality."""
     return jnp.where((x >= y) | jnp.isnan(x), x, y)
 
