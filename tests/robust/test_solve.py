@@ -121,7 +121,8 @@ def test_fit_lad_small_delta_finite_vs_conic():
     zy = np.c_[z, y]  # a moment ellipsoid built in NumPy (no calibration programs to compile)
     c, chol = zy.mean(0), np.linalg.cholesky(np.cov(zy.T))
     radius = np.quantile(np.linalg.norm(np.linalg.solve(chol, (zy - c).T), axis=0), 0.8)
-    e = R.Ellipsoid(center=c, chol=chol, radius=radius)
+    with jax.enable_x64(True):
+        e = R.Ellipsoid(center=c, chol=chol, radius=radius)
     p0 = R.LinearParams(np.zeros(2), np.asarray(float(np.median(y))))
     gap, got, _ = _gap(R.lad(), (z, y), e, 0.1, p0, steps=60)
     assert np.isfinite(np.asarray(got.params.w)).all() and np.isfinite(float(got.params.b))
