@@ -115,7 +115,7 @@ def test_fit_lad_small_delta_finite_vs_conic():
     Regression: the back end at -O0 with the elemental fusion emitters (tests/conftest.py)
     rounded two copies of ``smax``'s operand differently (an FMA in one only), so
     ``jnp.max``'s derivative in the discarded exact branch was ``1 / 0`` and the fit ended
-    all-NaN, silently (here at every eps). A non-finite end now raises.
+    all-NaN, silently (this problem: at eps 0.1, 0.2 and 0.4). A non-finite end now raises.
     """
     z, y = _diabetes_like(n=30, d=2)
     zy = np.c_[z, y]  # a moment ellipsoid built in NumPy (no calibration programs to compile)
