@@ -105,9 +105,31 @@ def _safe_norm(v: Array) -> Array:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, s, jnp.ones_like(s))), jnp.zeros_like(s))
 
 
+# JAX differentiates `jnp.max` / `jnp.maximum` by testing the operand against the result
+# bitwise (`u == max(u)`) and, for `jnp.max`, dividing by the number of hits. XLA may compute
+# the operand again in each fusion that reads it, and the copies need not round alike: on x86
+# with FMA, the CPU back end at -O0 with the elemental fusion emitters (the test suite's XLA
+# flags) contracts `p + r * s` into an FMA in some copies only. Then no entry equals the
+# maximum and the derivative is 0 (silently wrong) or `1 / 0 = inf`, which a `jnp.where`
+# that discards the exact branch turns into `0 * inf = NaN` (`robust.fit` returned all-NaN
+# parameters). The two maxima below pick the maximiser once (a comparison or an argmax) and
+# select or gather it, so their derivative is one-hot and finite however the copies round.
+
+
+def _maximum(x: ArrayLike, y: ArrayLike) -> Array:
+    """``jnp.maximum(x, y)`` (NaN propagates) with a derivative that never tests equality."""
+    return jnp.where((x >= y) | jnp.isnan(x), x, y)
+
+
+def _max(u: Array, axis: int = -1) -> Array:
+    """``jnp.max(u, axis)`` whose derivative is one-hot at the first maximiser (see above)."""
+    i = jnp.argmax(u, axis=axis, keepdims=True)
+    return jnp.squeeze(jnp.take_along_axis(u, i, axis=axis), axis)
+
+
 def _support_one(bulk: Bulk, a: Array) -> Array:
     if isinstance(bulk, Interval):
-        return jnp.maximum(a * bulk.lo, a * bulk.hi)
+        return _maximum(a * bulk.lo, a * bulk.hi)
     if isinstance(bulk, Box):
         return a @ bulk.center + jnp.abs(a) @ bulk.half
     if isinstance(bulk, Ellipsoid):
@@ -116,10 +138,10 @@ def _support_one(bulk: Bulk, a: Array) -> Array:
     if isinstance(bulk, Hull):
         vals = jnp.einsum("...d,md->...m", a, bulk.points)
         neg = jnp.asarray(-jnp.inf, vals.dtype)
-        return jnp.max(jnp.where(jnp.broadcast_to(bulk.mask, vals.shape), vals, neg), axis=-1)
+        return _max(jnp.where(jnp.broadcast_to(bulk.mask, vals.shape), vals, neg), axis=-1)
     if isinstance(bulk, Union):
         per = jax.vmap(_support_one, in_axes=(0, None), out_axes=-1)(bulk.members, a)
-        return jnp.max(per, axis=-1)
+        return _max(per, axis=-1)
     raise TypeError(f"`bulk` must be a bulk set (Interval, Box, ...), got {type(bulk).__name__}.")
 
 

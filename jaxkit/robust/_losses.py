@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
-from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, center
+from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, _max, _maximum, center
 from jaxkit.robust._bulk import _safe_norm as safe_norm
 
 
@@ -53,10 +53,16 @@ def sabs(u, delta):
 
 
 def smax(u, delta, axis=-1):
-    """``max`` along ``axis`` or ``delta * logsumexp(u / delta)``."""
+    """``max`` along ``axis`` or ``delta * logsumexp(u / delta)``.
+
+    The ``jnp.where`` differentiates both branches, so the exact one must have a finite
+    derivative even where it is discarded: ``_max`` (argmax + gather), not ``jnp.max``, whose
+    derivative divides by the number of entries equal to the maximum, which is 0 when XLA
+    rounds two copies of ``u`` differently (see ``_bulk._max``).
+    """
     d = _pos_delta(delta)
     soft = d * jax.nn.logsumexp(u / d, axis=axis)
-    return jnp.where(delta > 0, soft, jnp.max(u, axis=axis))
+    return jnp.where(delta > 0, soft, _max(u, axis=axis))
 
 
 def smax2(u, v, delta):
@@ -156,7 +162,7 @@ class Squared(_Regression):
         return self._r(params, data) ** 2
 
     def sup(self, params, bulk, delta):
-        return jnp.maximum(_sup_abs_residual(params, bulk, delta), 0) ** 2
+        return _maximum(_sup_abs_residual(params, bulk, delta), 0) ** 2
 
     def growth(self, params, bulk):
         raise NotImplementedError("the squared loss has no linear growth: no tail bound.")
@@ -181,7 +187,7 @@ class Huber(_Regression):
         return huber_psi(self._r(params, data), self.delta_h)
 
     def sup(self, params, bulk, delta):
-        return huber_psi(jnp.maximum(_sup_abs_residual(params, bulk, delta), 0), self.delta_h)
+        return huber_psi(_maximum(_sup_abs_residual(params, bulk, delta), 0), self.delta_h)
 
     def growth(self, params, bulk):
         a, lip = _residual_growth(params, bulk)
@@ -256,7 +262,7 @@ class PiecewiseLinear(eqx.Module):
 
     def growth(self, theta, bulk):
         off = self.A @ center(bulk) + self.B @ theta + self.c
-        return jnp.max(jnp.abs(off)), jnp.max(safe_norm(self.A))
+        return _max(jnp.abs(off)), jnp.max(safe_norm(self.A))
 
 
 Family = Newsvendor | LAD | Squared | Huber | Hinge | Logistic | PiecewiseLinear

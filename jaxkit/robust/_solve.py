@@ -232,7 +232,18 @@ def _fit_core(family, data, bulk, eps, params0, weights, l2, eta, moment, schedu
     params, smoothed = jax.lax.scan(stage, params0, schedule)
     zero = jnp.zeros((), schedule.dtype)
     value = objective_value(family, params, data, bulk, eps, weights, l2, eta, moment, zero)
+    # never a silent NaN: a non-finite end (NaN or inf data, a diverged solve) raises
+    finite = jnp.isfinite(value)
+    for leaf in jax.tree.leaves(params):
+        finite = finite & jnp.all(jnp.isfinite(leaf))
+    params, value = _validate.error_if((params, value), ~finite, _NON_FINITE)
     return FitResult(params=params, value=value, smoothed_value=smoothed[-1])
+
+
+_NON_FINITE = (
+    "`fit` ended at a non-finite objective or parameters (NaN or inf): check that `data`, "
+    "`bulk`, `params0`, `weights` and the hyperparameters are finite and of moderate scale."
+)
 
 
 def fit(
@@ -258,6 +269,13 @@ def fit(
     traced (sweeps do not recompile); ``steps`` is static. Run in float64 for agreement
     with :func:`~jaxkit.robust.fit_conic` beyond ~1e-5.
 
+    Never a silent NaN: if the solve ends at a non-finite objective or parameters (NaN or
+    inf inputs, a diverged solve), ``fit`` raises instead of returning them, as
+    ``optimistix`` solvers do by default (``throw=True``): an ``eqx.error_if`` check, run
+    with the program eagerly and under ``jit`` (JAX raises it as a ``ValueError`` or a
+    ``JaxRuntimeError``, depending on where the program synchronises; ``EQX_ON_ERROR``
+    selects equinox's other behaviours).
+
     Args:
       family: A loss family.
       data: Reference samples in the family's layout.
@@ -273,6 +291,12 @@ def fit(
 
     Returns:
       :class:`FitResult` ``(params, value, smoothed_value)``.
+
+    Raises:
+      TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported.
+      ValueError: If ``eps``, ``eta`` or ``schedule`` is out of range, or ``l2`` is negative.
+      ValueError | JaxRuntimeError: If the objective or the parameters end non-finite
+        (the message starts with "`fit` ended at a non-finite"; see above).
     """
     _check_family(family)
     _check_bulk(bulk)

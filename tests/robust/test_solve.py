@@ -109,6 +109,31 @@ def test_fit_lad_ellipsoid_vs_conic():
     assert float(got.smoothed_value) >= float(got.value) - 1e-12
 
 
+def test_fit_lad_small_delta_finite_vs_conic():
+    """The LAD fit down to delta = 1e-4 under the suite's XLA flags vs cvxpy + Clarabel.
+
+    Regression: the back end at -O0 with the elemental fusion emitters (tests/conftest.py)
+    rounded two copies of ``smax``'s operand differently (an FMA in one only), so
+    ``jnp.max``'s derivative in the discarded exact branch was ``1 / 0`` and the fit ended
+    all-NaN, silently (this problem: at eps 0.1, 0.2 and 0.4). A non-finite end now raises.
+    """
+    z, y = _diabetes_like(n=30, d=2)
+    zy = np.c_[z, y]  # a moment ellipsoid built in NumPy (no calibration programs to compile)
+    c, chol = zy.mean(0), np.linalg.cholesky(np.cov(zy.T))
+    radius = np.quantile(np.linalg.norm(np.linalg.solve(chol, (zy - c).T), axis=0), 0.8)
+    with jax.enable_x64(True):
+        e = R.Ellipsoid(center=c, chol=chol, radius=radius)
+    p0 = R.LinearParams(np.zeros(2), np.asarray(float(np.median(y))))
+    gap, got, _ = _gap(R.lad(), (z, y), e, 0.1, p0, steps=60)
+    assert np.isfinite(np.asarray(got.params.w)).all() and np.isfinite(float(got.params.b))
+    assert abs(gap) <= 1e-4
+    y_bad = y.copy()
+    y_bad[0] = np.nan
+    with jax.enable_x64(True), pytest.raises(Exception, match="`fit` ended at a non-finite"):
+        data = (jnp.asarray(z), jnp.asarray(y_bad))
+        jax.block_until_ready(R.fit(R.lad(), data, e, 0.1, jax.tree.map(jnp.asarray, p0), steps=60))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["hinge", "logistic"])
 def test_fit_classification_vs_conic(name):
