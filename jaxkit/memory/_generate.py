@@ -83,13 +83,17 @@ def _blocks(lm_params, lm_cfg, layer) -> _Blocks:
     return _Blocks(parts[: layer + 1], parts[layer + 1 :], _compact(lm_cfg))
 
 
-def _cut_cache(cache, cut, s_lo):
-    """The prefilled cache as one cache per block; blocks ``< cut`` keep ``s_lo`` slots."""
+def _cut_cache(cache, cut, s_lo, s):
+    """The prompt's cache (``T`` slots) as one cache per block, zero-padded to its capacity.
 
-    def one(g, s):
-        return nn.KVCache(cache.k[g : g + 1, :, :s], cache.v[g : g + 1, :, :s], cache.length)
+    Blocks ``< cut`` get ``s_lo`` slots, the others ``s``.
+    """
 
-    s = cache.k.shape[2]
+    def one(g, size):
+        pad = ((0, 0), (0, 0), (0, size - cache.k.shape[2]), (0, 0), (0, 0))
+        k, v = (jnp.pad(x[g : g + 1], pad) for x in (cache.k, cache.v))
+        return nn.KVCache(k, v, cache.length)
+
     return tuple(one(g, s_lo) for g in range(cut)), tuple(
         one(g, s) for g in range(cut, cache.k.shape[0])
     )
@@ -299,20 +303,16 @@ def _generate(
     lm_params = jax.lax.stop_gradient(lm_params)
     plen = guard_sampling(plen, temperature, top_p)  # traced values
     b, t, d = embeds.shape
-    L = lm_cfg.n_layers
     km = _chunk_width(cfg, force)  # 0: force_action=0, no injection, no reserved slots
     can_inject = km > 0
     s = t + n + cfg.n_max * km
     dtype = lm_params["embed"].dtype
-    cache = nn.init_cache(lm_cfg, max_len=s, like=plen, dtype=dtype)
+    # the prompt's own T-slot cache, padded per block below: the prefill's attention reads
+    # the T prompt slots, not the whole (still empty) capacity (nn.prefill's way)
+    cache = nn.init_cache(lm_cfg, max_len=t, like=plen, dtype=dtype)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    out = nn.apply(
-        lm_params,
-        lm_cfg,
-        inputs_embeds=embeds,
-        positions=pos,
-        cache=cache,
-        collect=(cfg.layer, L - 1),
+    out = nn.run_layers(
+        lm_params, lm_cfg, embeds, pos, cache=cache, collect=(cfg.layer,), overflow="drop"
     )
     # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
     embeds_ctx = cfg.injector == "lora_replica"
@@ -326,15 +326,17 @@ def _generate(
     zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
     hv = _blocks(lm_params, lm_cfg, cfg.layer)
-    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s)
+    lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s, s)
+    # the LM head on each row's last prompt position only (nn.prefill's way)
+    h_last = jnp.take_along_axis(out.h, idx, axis=1)
     st = _State(
         lo=lo,
         hi=hi,
         ctx=ctx,
         ctx_pos=jnp.where(jt < plen[:, None], jt, s),
         mem_slot=(j < zero[:, None]),
-        logits=jnp.take_along_axis(out.logits, idx, axis=1)[:, 0].astype(jnp.float32),
-        h=jnp.take_along_axis(out.hidden[L - 1], idx, axis=1)[:, 0].astype(jnp.float32),
+        logits=nn.unembed(lm_params, lm_cfg, h_last)[:, 0].astype(jnp.float32),
+        h=h_last[:, 0].astype(jnp.float32),
         last=zero - 1,
         n_inj=zero,
         injected=zero,
