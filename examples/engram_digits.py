@@ -14,6 +14,7 @@ the 10 classes; per-class covariances of each layer's inputs on the training set
 """
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -24,6 +25,11 @@ import numpy as np
 import optax
 
 from jaxkit import editing, nn
+
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init
 
 SITES = {
     "fc0": lambda m: m.weights[0],
@@ -60,9 +66,12 @@ def _data(seed):
     return (x[:n], y[:n]), (x[n:], y[n:])
 
 
-def _train(key, train, epochs):
+def _train(key, train, epochs, quick=False):
     k_init, k_perm = jax.random.split(key)
-    mlp = nn.MLP(64, 10, hidden=(256, 128), use_bias=False, key=k_init)
+    make = functools.partial(nn.MLP, 64, 10, hidden=(256, 128), use_bias=False)
+    # quick: the initialisation's draws in one fast_init program (examples/_common.py; eager,
+    # each draw of a new shape compiles a -O3 program of its own)
+    mlp = fast_init(make, k_init) if quick else make(key=k_init)
     x, y = map(jnp.asarray, train)
     bs, steps_per = 64, len(train[0]) // 64
     opt = optax.adam(1e-3)
@@ -106,7 +115,7 @@ def main(
     del data_dir  # digits ship with scikit-learn
     t0 = time.perf_counter()
     train, test = _data(seed)
-    mlp = _train(jax.random.key(seed), train, 20 if quick else 60)
+    mlp = _train(jax.random.key(seed), train, 20 if quick else 60, quick)
     t_train = time.perf_counter() - t0
 
     t1 = time.perf_counter()
