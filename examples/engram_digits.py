@@ -14,7 +14,6 @@ the 10 classes; per-class covariances of each layer's inputs on the training set
 """
 
 import argparse
-import functools
 import json
 import os
 import time
@@ -25,11 +24,6 @@ import numpy as np
 import optax
 
 from jaxkit import editing, nn
-
-try:  # imported as examples.<name> (the tour, the tests)
-    from examples._common import fast_init
-except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
-    from _common import fast_init
 
 SITES = {
     "fc0": lambda m: m.weights[0],
@@ -66,12 +60,9 @@ def _data(seed):
     return (x[:n], y[:n]), (x[n:], y[n:])
 
 
-def _train(key, train, epochs, quick=False):
+def _train(key, train, epochs):
     k_init, k_perm = jax.random.split(key)
-    make = functools.partial(nn.MLP, 64, 10, hidden=(256, 128), use_bias=False)
-    # quick: the initialisation's draws in one fast_init program (examples/_common.py; eager,
-    # each draw of a new shape compiles a -O3 program of its own)
-    mlp = fast_init(make, k_init) if quick else make(key=k_init)
+    mlp = nn.MLP(64, 10, hidden=(256, 128), use_bias=False, key=k_init)
     x, y = map(jnp.asarray, train)
     bs, steps_per = 64, len(train[0]) // 64
     opt = optax.adam(1e-3)
@@ -115,7 +106,7 @@ def main(
     del data_dir  # digits ship with scikit-learn
     t0 = time.perf_counter()
     train, test = _data(seed)
-    mlp = _train(jax.random.key(seed), train, 20 if quick else 60, quick)
+    mlp = _train(jax.random.key(seed), train, 20 if quick else 60)
     t_train = time.perf_counter() - t0
 
     t1 = time.perf_counter()
