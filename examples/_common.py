@@ -26,6 +26,41 @@ FAST_COMPILE = {
 fast_jit = functools.partial(jax.jit, compiler_options=FAST_COMPILE)
 
 
+class _Static:
+    """The non-array leaves of a pytree and its structure, hashable (a static argument)."""
+
+    def __init__(self, tree):
+        self.leaves, self.treedef = jax.tree.flatten(tree)
+        self.key = (self.treedef, tuple(self.leaves))
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and self.key == other.key
+
+
+def fast_filter_jit(fn):
+    """``eqx.filter_jit(fn)`` compiled with :data:`FAST_COMPILE`: array leaves of the
+    arguments are traced, everything else (Python scalars included) is static; the
+    result's non-array leaves (an equinox module's functions) come back as traced."""
+    out_static = {}
+
+    @functools.partial(fast_jit, static_argnames="static")
+    def run(arrays, *, static):
+        a, k = eqx.combine(arrays, jax.tree.unflatten(static.treedef, static.leaves))
+        dynamic, out_static[static] = eqx.partition(fn(*a, **k), eqx.is_array)
+        return dynamic
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        arrays, static = eqx.partition((args, kwargs), eqx.is_array)
+        static = _Static(static)
+        return eqx.combine(run(arrays, static=static), out_static[static])
+
+    return call
+
+
 def fast_init(make, key):
     """``make(key=key)`` (equinox modules), its random draws in one :func:`fast_jit` program.
 

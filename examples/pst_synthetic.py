@@ -276,7 +276,11 @@ def main(
     enc = (M.encode_motion, M.encode_text)
     if jit is not jax.jit:
         enc = tuple(jit(f, static_argnames="cfg") for f in enc)
-    init = M.pst_init(cfg, key=kd[2])
+    # quick: the initialisation's draws in one program (eager, each draw of a new shape
+    # compiles a -O3 program of its own)
+    init = (M.pst_init if jit is jax.jit else jit(M.pst_init, static_argnames="cfg"))(
+        cfg, key=kd[2]
+    )
     arrays = (
         jnp.asarray(train.motion),
         jnp.asarray(train.tokens),

@@ -58,9 +58,9 @@ import optax
 import jaxkit.equivariance as E
 
 try:  # imported as examples.<name> (the tour, the tests)
-    from examples._common import fast_init, fast_jit
+    from examples._common import fast_filter_jit, fast_init
 except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
-    from _common import fast_init, fast_jit
+    from _common import fast_filter_jit, fast_init
 
 PIS = {"uniform": (0.25, 0.25, 0.25, 0.25), "skewed": (0.7, 0.1, 0.1, 0.1)}
 MODES = ("recm", "strict", "cr")
@@ -230,34 +230,7 @@ def _data(seed, n_train=1300):
 # more than running them. The training steps keep XLA's defaults.
 
 
-class _Static:
-    """The non-array leaves of a pytree and its structure, hashable (a static argument)."""
-
-    def __init__(self, tree):
-        self.leaves, self.treedef = jax.tree.flatten(tree)
-        self.key = (self.treedef, tuple(self.leaves))
-
-    def __hash__(self):
-        return hash(self.key)
-
-    def __eq__(self, other):
-        return isinstance(other, _Static) and self.key == other.key
-
-
-def _fast_jit(fn):
-    """``eqx.filter_jit`` for a one-shot program, compiled with ``FAST_COMPILE``."""
-
-    @functools.partial(fast_jit, static_argnames="static")
-    def run(arrays, *, static):
-        a, k = eqx.combine(arrays, jax.tree.unflatten(static.treedef, static.leaves))
-        return fn(*a, **k)
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        arrays, static = eqx.partition((args, kwargs), eqx.is_array)
-        return run(arrays, static=_Static(static))
-
-    return call
+_fast_jit = fast_filter_jit  # ``eqx.filter_jit`` for a one-shot program, ``FAST_COMPILE``
 
 
 COSINE = True  # Adam's rate decays to 0 (cosine) for every model

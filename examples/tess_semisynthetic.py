@@ -30,6 +30,7 @@ gate on wrong labels is bounded below by about 0.25 x the gate of confident extr
 """
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -40,6 +41,11 @@ import numpy as np
 import optax
 
 from jaxkit import timeseries as ts
+
+try:  # imported as examples.<name> (the tour, the tests)
+    from examples._common import fast_init
+except ModuleNotFoundError:  # run as a script: examples/ is sys.path[0]
+    from _common import fast_init
 
 # name -> (series, L, H, stride, patch, patch stride, d_model, steps quick, steps full)
 SERIES = {
@@ -85,19 +91,15 @@ def _run_series(name, key, quick):
     assert np.array_equal(clean.fut, noisy.fut)
     train, test = _split(batch, n_tr)
     ntrain, ntest = _split(nbatch, n_tr)
-    bb = ts.PatchTST(
-        L,
-        H,
-        patch_len=patch,
-        stride=pstride,
-        d_model=dm,
-        n_heads=4,
-        n_layers=1,
+    make_bb = functools.partial(
+        ts.PatchTST, L, H, patch_len=patch, stride=pstride, d_model=dm, n_heads=4, n_layers=1,
         d_ff=2 * dm,
-        key=km,
-    )
-    tess0 = ts.TESSForecaster(bb, schema, key=kt)
-    bow0 = ts.BoWForecaster(bb, train.text.shape[1], key=kt)
+    )  # fmt: skip
+    # quick: each initialisation's random draws in one fast_init program (eager, each draw
+    # of a new shape compiles a -O3 program of its own; examples/_common.py)
+    bb = fast_init(make_bb, km) if quick else make_bb(key=km)
+    make_tess = functools.partial(ts.TESSForecaster, bb, schema)
+    tess0 = fast_init(make_tess, kt) if quick else make_tess(key=kt)
     opt = optax.adamw(2e-3, weight_decay=1e-4)
     fit = dict(optimizer=opt, steps=steps, batch_size=64, key=kf, balanced_gate=True)
     # Unimodal PatchTST = TESS's backbone with the gate fixed at 0, which equals PatchTST bit
@@ -148,6 +150,7 @@ def _run_series(name, key, quick):
     if not quick:
         # the bag-of-words fusion baseline (its own compiled program: full mode only, to
         # keep the quick mode's compile time down; the bench's `bow_event_mse` line has it)
+        bow0 = ts.BoWForecaster(bb, train.text.shape[1], key=kt)
         bow, _ = ts.fit_forecaster(bow0, train, **fit)
         res["bow_text"] = mse(ts.bow_forecast(bow, test.x, test.text))
         direct, _ = ts.fit_forecaster(bb, train, **fit)
