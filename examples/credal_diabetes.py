@@ -45,8 +45,8 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         return R.calibrate_ellipsoid(zy, alpha=0.1, key=key)
 
     if quick:  # compiling, not calibrating, is most of quick mode: XLA's back end at -O0
-        # (the float64 L-BFGS solve keeps XLA's defaults: compiled with FAST_COMPILE it
-        # returned NaN here; -O0 alone or the elemental emitters alone did not)
+        # (the float64 L-BFGS solve keeps XLA's defaults; until wave 21 FAST_COMPILE made
+        # it return NaN, a library bug fixed since: `fit` now raises on a non-finite end)
         calibrate = fast_jit(calibrate)
     with jax.enable_x64(True):
         data = (jnp.asarray(ztr), jnp.asarray(ytr))
