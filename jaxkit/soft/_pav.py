@@ -5,7 +5,11 @@ Three partition algorithms give the same blocks: ``"sequential"`` (stack PAV in
 (round-parallel: every ascending run of adjacent block values is pooled at once,
 repeated until no violator is left) and ``"hybrid"`` (the default: at most
 ``max(ceil(2 log2 n), n / 16)`` parallel rounds, then the stack PAV over the compressed blocks;
-rows of length <= 128 use the rounds alone).
+rows of length <= 128 use the rounds alone). For l2 / kl the hybrid's rounds hand a row with
+at most 16 ascending runs left to a local phase (:mod:`jaxkit.soft._pav_local`: a few blocks
+grow by absorbing violating neighbours, O(16) work per step instead of an O(n) round per
+merge of a cascade; soft sort at n=10000, matched softness, batch 64: the partition went
+from 1.26 to 0.16 s of CPU).
 Block values are recomputed from the partition with segment sums; derivatives come
 from a ``custom_jvp`` whose tangent map is linear (block means for L2, block
 softmax-weighted sums for KL), so ``jvp``, ``vjp`` and higher-order products work.
@@ -28,6 +32,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _numerics as NU
 from jaxkit import _validate as V
+from jaxkit.soft import _pav_local as LO
 from jaxkit.soft import _pav_pnorm as PN
 from jaxkit.soft._common import as_float
 from jaxkit.soft._sorting import cumsum, stable_argsort
@@ -57,17 +62,47 @@ def _block_values(z, w, bid, reg):
     return _seg_lse(z, bid, n) - _seg_lse(w, bid, n)
 
 
-def _rounds(z, w, reg, max_rounds):
-    """Round-parallel PAV: returns block-start mask after at most ``max_rounds`` rounds."""
+def _block_stats(z, w, bid, reg):
+    """Mergeable per-block statistics (l2: sum of ``z - w``, count; kl: lse z, lse w)."""
+    n = z.shape[0]
+    if reg == "l2":
+        a = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
+        return a, segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
+    return _seg_lse(z, bid, n), _seg_lse(w, bid, n)
+
+
+def _rounds(z, w, reg, max_rounds, local=False):
+    """Round-parallel PAV: returns block-start mask after at most ``max_rounds`` rounds.
+
+    ``local`` (l2 / kl only): a row with at most ``_pav_local.SLOTS`` ascending runs left
+    finishes them in a local phase (slots that grow, O(slots) per step) instead of one
+    O(n) round per merge of a cascade; see :mod:`jaxkit.soft._pav_local`.
+    """
     n = z.shape[0]
     idx = jnp.arange(n)
 
     def body(state):
         _, r, start = state
         bid = cumsum(start.astype(jnp.int32)) - 1
-        val = _block_values(z, w, bid, reg)
-        viol = start & (idx > 0) & (val[jnp.maximum(bid - 1, 0)] < val[bid])
-        return jnp.any(viol), r + 1, start & ~viol
+        if not local:
+            val = _block_values(z, w, bid, reg)
+            viol = start & (idx > 0) & (val[jnp.maximum(bid - 1, 0)] < val[bid])
+            return jnp.any(viol), r + 1, start & ~viol
+        Ak, Bk = _block_stats(z, w, bid, reg)
+        val = LO.value(Ak, Bk, reg)
+        nb = bid[-1] + 1
+        k = NU.iota_like(bid)
+        vb = (k > 0) & (k < nb) & (jnp.concatenate([val[:1], val[:-1]]) < val)
+        viol = start & vb[bid]
+        use = (r >= LO.LOCAL_FROM) & (LO.runs(vb, nb) <= LO.SLOTS)
+        # loop-once instead of a cond: under vmap the local phase only runs when some
+        # row qualifies; the other rows pool every ascending run (a full round)
+        _, out = lax.while_loop(
+            lambda st: st[0],
+            lambda st: (~st[0], LO.local_round(start, bid, Ak, Bk, vb, nb, reg)),
+            (use, start & ~viol),
+        )
+        return jnp.any(viol), r + 1, out
 
     def cond(state):
         changed, r, _ = state
@@ -153,7 +188,7 @@ def partition(z, w, reg: str = "l2", solver: str = "hybrid", max_rounds: int | N
         return cumsum(start.astype(jnp.int32)) - 1
     if solver == "hybrid":
         r = hybrid_rounds(n) if max_rounds is None else max_rounds
-        start, done = _rounds(z, w, reg, r)
+        start, done = _rounds(z, w, reg, r, local=reg in ("l2", "kl"))
     else:
         start = jnp.ones_like(z, dtype=bool)
         done = jnp.zeros_like(start[0])
