@@ -52,14 +52,9 @@ def _seg_lse(x, bid, n):
 
 def _block_values(z, w, bid, reg):
     """Per-block optimal values (length n, padded) for a partition ``bid``."""
-    n = z.shape[0]
     if reg in PN.PREGS:
         return PN.block_values(z, w, bid, reg)
-    if reg == "l2":
-        s = segment_sum(z - w, bid, num_segments=n, indices_are_sorted=True)
-        c = segment_sum(jnp.ones_like(z), bid, num_segments=n, indices_are_sorted=True)
-        return s / jnp.maximum(c, 1.0)
-    return _seg_lse(z, bid, n) - _seg_lse(w, bid, n)
+    return LO.value(*_block_stats(z, w, bid, reg), reg)
 
 
 def _block_stats(z, w, bid, reg):
@@ -94,7 +89,7 @@ def _rounds(z, w, reg, max_rounds, local=False):
         k = NU.iota_like(bid)
         vb = (k > 0) & (k < nb) & (jnp.concatenate([val[:1], val[:-1]]) < val)
         viol = start & vb[bid]
-        use = (r >= LO.LOCAL_FROM) & (LO.runs(vb, nb) <= LO.SLOTS)
+        use = LO.runs(vb, nb) <= LO.SLOTS
         # loop-once instead of a cond: under vmap the local phase only runs when some
         # row qualifies; the other rows pool every ascending run (a full round)
         _, out = lax.while_loop(

@@ -27,12 +27,14 @@ from jaxkit import _numerics as NU
 from jaxkit.soft._sorting import cumsum
 
 SLOTS = 16  # growing blocks per row in the local phase
-LOCAL_FROM = 0  # rounds before the local phase may start (short rows converge by then)
 
 
 def value(a, b, reg):
-    """Block value from the mergeable statistics (l2: mean of ``z - w``; kl: lse - lse)."""
-    return a / b if reg == "l2" else a - b
+    """Block value from the mergeable statistics (l2: mean of ``z - w``; kl: lse - lse).
+
+    An empty (padding) block counts 1 (l2: value 0, not 0 / 0).
+    """
+    return a / jnp.maximum(b, 1.0) if reg == "l2" else a - b
 
 
 def merge(x, y, reg):
