@@ -114,6 +114,9 @@ def hard_op(name, x):
     return jnp.quantile(x, Q, axis=-1)
 
 
+BENCH = "soft"
+"""The lines' ``bench`` field (``soft_large.py`` sets ``soft_large``)."""
+
 METHODS = [
     "pav",
     "softsort",
@@ -197,7 +200,7 @@ def eager_lines(data, child, why):
             note=why,
         )
         H.emit(
-            bench="soft",
+            bench=BENCH,
             case=f"eager/{name}",
             sizes={"batch": 8, "n": 100},
             ours=H.Timing(pair.ours_s, None, None),
@@ -313,7 +316,7 @@ def cell_line(c, data, child, why, repeats, d):
         extra["mem_target_mb"] = 1024
         extra["mem_ok"] = bool(t.peak_mem_mb is not None and t.peak_mem_mb <= 1024)
     H.emit(
-        bench="soft",
+        bench=BENCH,
         case=f"{op}/{m}",
         sizes={"batch": 64, "n": n},
         ours=t,
@@ -325,7 +328,7 @@ def cell_line(c, data, child, why, repeats, d):
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--full", action="store_true", help="add n=10000 (pav, banded neuralsort)")
     p.add_argument("--repeats", type=int, default=3)
@@ -340,7 +343,7 @@ def main() -> None:
         action="store_true",
         help="only PAV sort/rank at n=10000, matched softness (the heavy-pooling cells)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.pav_large:
         args.methods, args.ops, args.n, args.temps = "pav", "sort,rank", "10000", "matched"
     keep, ops = set(args.methods.split(",")), set(args.ops.split(","))
