@@ -73,7 +73,8 @@ def _sort_reference(a, k):
     r, v = a.shape
     cd = jnp.float32 if a.dtype != jnp.float64 else jnp.float64
     g = jax.random.gumbel(k, (r, v), cd)
-    per_row = [jnp.full((r,), FILTERS[n], d) for n, d in zip(FILTERS, (cd, jnp.int32, cd, cd))]
+    dts = (cd, jnp.int32, cd, cd)
+    per_row = [jnp.full((r,), FILTERS[n], d) for n, d in zip(FILTERS, dts, strict=True)]
     return tuple(sampling.sample_rows_reference(a, g, *per_row))
 
 
@@ -200,9 +201,7 @@ def main() -> None:
         if args.out:
             C.write_rows(args.out, [shared_row(r) for r in rs])
 
-    got = rows(
-        interpret=args.interpret, emit=emit, deadline=C.deadline(margin_s=COMPILE_MARGIN_S)
-    )
+    got = rows(interpret=args.interpret, emit=emit, deadline=C.deadline(margin_s=COMPILE_MARGIN_S))
     for row in got:
         print(shared_row(row), flush=True)
 
