@@ -29,7 +29,7 @@ else:
 
 
 def _export_triton(monkeypatch, r, v, dtype, *, hash_noise=True, **static):
-    """Export the kernel for CUDA; return (exported MLIR text, [Triton modules])."""
+    """Export the kernel for CUDA; return (exported MLIR text or None, [Triton modules])."""
     modules = []
     lower = _triton_reg.lowering.lower_jaxpr_to_triton_module
 
@@ -47,11 +47,18 @@ def _export_triton(monkeypatch, r, v, dtype, *, hash_noise=True, **static):
     )
     rows = [jax.ShapeDtypeStruct((r,), d) for d in (jnp.float32, jnp.int32) + (jnp.float32,) * 2]
     f = functools.partial(_pallas.sample_rows_pallas, platform="cuda", **static)
-    exp = jax.export.export(
-        jax.jit(f),
-        platforms=["cuda"],
-        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
-    )(x, noise, *rows)
+    try:
+        exp = jax.export.export(
+            jax.jit(f),
+            platforms=["cuda"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")],
+        )(x, noise, *rows)
+    except RuntimeError as e:
+        # jaxlib > 0.10.2 compiles the module at lowering time through the CUDA plugin's
+        # handler; without one (a CPU-only install) the module is still there to verify
+        if "compilation handler" not in str(e) or not modules:
+            raise
+        return None, modules
     return exp.mlir_module(), modules
 
 
@@ -71,8 +78,9 @@ def test_triton_module_verifies(monkeypatch, r, v, dtype, hash_noise, static, bl
     # explicit Triton compiler params: Triton even where jax_pallas_use_mosaic_gpu is True
     with jax_config.jax_pallas_use_mosaic_gpu(True):
         text, modules = _export_triton(monkeypatch, r, v, dtype, hash_noise=hash_noise, **static)
-    assert "__gpu$xla.gpu.triton" in text
-    assert re.findall(r"num_warps = (\d+)", text) == [str(warps)]
+    if text is not None:  # jaxlib <= 0.10.2: the custom call carries the module
+        assert "__gpu$xla.gpu.triton" in text
+        assert re.findall(r"num_warps = (\d+)", text) == [str(warps)]
     assert len(modules) == 1
     module = modules[0]
     with module.context:
