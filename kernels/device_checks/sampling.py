@@ -12,14 +12,16 @@ sort-based spec ``sample_rows_reference``. Each row carries ``pallas_ms``, ``xla
 ``sort_ms`` (median of ``repeats``), the kernel's lower+compile time ``compile_s``, and the
 token agreement of the kernel and of the XLA path with the sort reference (1.0 each).
 
-Two phases, cases small to large, so that one slow Triton compile cannot eat the rows of
+Cases small to large, in phases, so that one slow Triton compile cannot eat the rows of
 the others: first the XLA path and the sort reference of every case, then the kernel's
-compile and timing, case by case. Rows are written after each step; a kernel case still
-compiling when the budget (``DEVICE_CHECK_BUDGET_S``) kills the module keeps its row with
-"pallas compile did not finish" (so a hung compile shows as such), and no kernel compile
-starts with less than ``COMPILE_MARGIN_S`` of the budget left. A vocabulary the kernel
-refuses (``NotImplementedError``: more than 65 536 padded columns) is reported as refused
-(``"auto"`` takes the XLA path there), with the XLA-path figures.
+compile and timing, case by case; then, with budget left, a few other Triton warp counts
+(``WARP_VARIANTS``, rows ``... warps=N``: tuning information). Rows are written after each
+step; a kernel case still compiling when the budget (``DEVICE_CHECK_BUDGET_S``) kills the
+module keeps its row with "pallas compile did not finish" (so a hung compile shows as
+such), and no kernel compile starts with less than ``COMPILE_MARGIN_S`` of the budget
+left. A vocabulary the kernel refuses (``NotImplementedError``: more than 65 536 padded
+columns) is reported as refused (``"auto"`` takes the XLA path there), with the XLA-path
+figures.
 """
 
 import argparse
@@ -38,6 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jaxkit.kernels import sampling  # noqa: E402
+from jaxkit.kernels.sampling import _pallas  # noqa: E402
 
 KERNEL = "sampling"
 FILTERS = dict(temperature=0.8, top_k=50, top_p=0.9, min_p=0.02)
@@ -50,6 +53,9 @@ GPU_SHAPES = [
     (4096, 32000, jnp.bfloat16),
     (64, 152064, jnp.bfloat16),  # refused by the kernel: the XLA path's figures
 ]
+# phase 3 (tuning, only with budget left): other warp counts on these cases (GPU_SHAPES
+# indices; the default is 4 warps at V = 4096, 16 at V = 32000)
+WARP_VARIANTS = [(3, 8), (3, 32), (1, 8)]
 
 
 def _time_ms(f, *args, repeats=20):
@@ -73,9 +79,13 @@ def _sort_reference(a, k):
     r, v = a.shape
     cd = jnp.float32 if a.dtype != jnp.float64 else jnp.float64
     g = jax.random.gumbel(k, (r, v), cd)
+    return tuple(sampling.sample_rows_reference(a, g, *_per_row(r, cd)))
+
+
+def _per_row(r, cd):
+    """FILTERS as the per-row (t, k, p, mp) arrays."""
     dts = (cd, jnp.int32, cd, cd)
-    per_row = [jnp.full((r,), FILTERS[n], d) for n, d in zip(FILTERS, dts, strict=True)]
-    return tuple(sampling.sample_rows_reference(a, g, *per_row))
+    return [jnp.full((r,), FILTERS[n], d) for n, d in zip(FILTERS, dts, strict=True)]
 
 
 def _agree(got, want) -> tuple[float, float]:
@@ -144,6 +154,36 @@ def rows(*, interpret: bool = False, emit=None, deadline: float = float("inf")) 
             row["status"] = "ok"
         except NotImplementedError as e:
             row["status"] = f"pallas refused ({str(e).splitlines()[0][:90]}): auto takes xla"
+        except Exception as e:  # noqa: BLE001  (report, keep going)
+            row["status"] = f"pallas FAILED {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        emit(out)
+    # phase 3: Triton's warps per program, on cases whose default compiled and agreed
+    variants = [(0, None)] if interpret else WARP_VARIANTS
+    for i, warps in variants:
+        if i >= len(out) or out[i].get("pallas_agree") != 1.0 or time.monotonic() > deadline:
+            continue
+        x, want = inputs[i]
+        row = dict(out[i], case=f"{out[i]['case']} warps={warps}")
+        for k_ in ("pallas_agree", "pallas_err", "pallas_ms", "compile_s"):
+            row.pop(k_, None)
+        row["status"] = "pallas compile did not finish (killed by the budget?)"
+        out.append(row)
+        emit(out)
+        try:
+            f = jax.jit(
+                lambda a, kd, *rows_, w=warps: tuple(
+                    _pallas.sample_rows_pallas(a, kd, *rows_, interpret=interpret, num_warps=w)
+                )
+            )
+            args_ = (x, jax.random.key_data(key), *_per_row(x.shape[0], jnp.float32))
+            t0 = time.perf_counter()
+            compiled = f.lower(*args_).compile()
+            row["compile_s"] = time.perf_counter() - t0
+            got = compiled(*args_)
+            got = (got[0], got[1].astype(x.dtype), got[2].astype(x.dtype))  # as sample_tokens
+            row["pallas_agree"], row["pallas_err"] = _agree(got, want)
+            row["pallas_ms"] = _time_ms(compiled, *args_, repeats=repeats)
+            row["status"] = "ok"
         except Exception as e:  # noqa: BLE001  (report, keep going)
             row["status"] = f"pallas FAILED {type(e).__name__}: {str(e).splitlines()[0][:120]}"
         emit(out)

@@ -68,6 +68,7 @@ def _export_triton(monkeypatch, r, v, dtype, *, hash_noise=True, **static):
     [
         # filters on, in-kernel noise: one row of 32768 per program, 16 warps, 2 bisections
         (64, 32000, jnp.bfloat16, True, {}, "1x32768", 16, 2),
+        (64, 32000, jnp.bfloat16, True, {"num_warps": 8}, "1x32768", 8, 2),  # tuning knob
         # small vocabulary: several rows per program; noise read from HBM; logits stats
         (8, 100, jnp.float32, False, {"stats": "logits"}, "8x128", 4, 2),
         # no filter (plain): one arg-max, no loop

@@ -32,14 +32,15 @@ not compiled a 16 x 4096 block after 50 s), so a program takes one row from V = 
 _GPU = ("gpu", "cuda", "rocm")
 
 
-def _triton_params(block_elements: int) -> pltriton.CompilerParams:
+def _triton_params(block_elements: int, num_warps: int | None) -> pltriton.CompilerParams:
     """Explicit Triton parameters (whatever ``jax_pallas_use_mosaic_gpu`` says).
 
-    Mosaic GPU refuses this kernel. About 64 elements of the block per thread (4 to 16
-    warps); the loops load nothing, so one stage.
+    Mosaic GPU refuses this kernel. By default about 64 elements of the block per thread
+    (4 to 16 warps); the loops load nothing, so one stage.
     """
-    warps = min(16, max(4, block_elements // (32 * 64)))
-    return pltriton.CompilerParams(num_warps=pl.next_power_of_2(warps), num_stages=1)
+    if num_warps is None:
+        num_warps = pl.next_power_of_2(min(16, max(4, block_elements // (32 * 64))))
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
 
 
 def _kernel(
@@ -93,7 +94,10 @@ def hash_noise_supported(key: jax.Array, dtype, size: int) -> bool:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("stats", "plain", "block_r", "interpret", "platform"))
+@functools.partial(
+    jax.jit,
+    static_argnames=("stats", "plain", "block_r", "interpret", "platform", "num_warps"),
+)
 def sample_rows_pallas(
     logits,
     noise,
@@ -107,6 +111,7 @@ def sample_rows_pallas(
     block_r=None,
     interpret=False,
     platform=None,
+    num_warps=None,
 ):
     """Pallas twin of :func:`sample_rows_reference` (same arguments, same outputs).
 
@@ -117,6 +122,7 @@ def sample_rows_pallas(
     backend compiled for (default ``jax.default_backend()``); on ``"gpu"`` / ``"cuda"``
     / ``"rocm"`` the kernel passes Triton compiler parameters and takes small blocks
     (:data:`GPU_ROW_ELEMENTS`). Tests set it to export the Triton lowering from a CPU.
+    ``num_warps``: Triton's warps per program (default from the block size; tuning).
     """
     r, v = logits.shape
     mesh = jax.typeof(logits).sharding.mesh
@@ -168,7 +174,7 @@ def sample_rows_pallas(
         grid=(rp // block_r,),
         in_specs=[row, g_spec, vec, vec, vec, vec],
         out_specs=(vec, vec, vec),
-        compiler_params=_triton_params(block_r * vp) if gpu else None,
+        compiler_params=_triton_params(block_r * vp, num_warps) if gpu else None,
         interpret=interpret,
     )(x, g, t, k, p, mp)
     return ref.RowStats(tok[:r], prob[:r], ent[:r])
