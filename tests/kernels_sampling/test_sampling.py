@@ -10,6 +10,8 @@
   masked vocabulary, gradients and errors.
 """
 
+import re
+
 import hypothesis as hp
 import hypothesis.strategies as st
 import jax
@@ -254,13 +256,14 @@ def test_filter_free_path_equals_filtered_path(impl, key):
             greedy = np.argmax(np.asarray(x, np.float32)[0, :3], -1)
             np.testing.assert_array_equal(np.asarray(got.token)[0, :3], greedy)
     x = jnp.zeros((2, 5))
+    loop = re.compile(r"\b(while|scan)\[")  # the bisection: a static-trip fori_loop (scan)
     plain_jaxpr = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks))(x))
-    assert "while" not in plain_jaxpr
+    assert not loop.search(plain_jaxpr)
     top_p = np.ones(2, np.float32)  # concrete and off: still the filter-free path
     jp = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks, top_p=top_p))(x))
-    assert "while" not in jp
+    assert not loop.search(jp)
     jp = str(jax.make_jaxpr(lambda x: sampling.sample_tokens(x, key=ks, top_p=0.9))(x))
-    assert "while" in jp  # the control: a filter on runs the bisection
+    assert loop.search(jp)  # the control: a filter on runs the bisection
     with pytest.raises(TypeError, match="top_p"):  # shapes are still checked
         sampling.sample_tokens(x, key=ks, top_p=np.ones(3))
 
@@ -276,10 +279,12 @@ def test_bf16_documented_difference_from_categorical(key):
     assert got.probability.dtype == jnp.bfloat16 and got.token.dtype == jnp.int32
 
 
-@pytest.mark.parametrize(("dtype", "block_r"), [(jnp.float32, 4), (jnp.bfloat16, 8)])
+@pytest.mark.parametrize(("dtype", "block_r"), [(jnp.float32, 4), (jnp.bfloat16, 1)])
 def test_pallas_interpret_equals_reference(dtype, block_r, key):
     kx, ks = jax.random.split(key)
-    r, v = 8, 40  # vocab padded to 64 inside the kernel; 2 row blocks or 1
+    # vocab padded to 64 inside the kernel; 2 row blocks, or 8 of one row (the GPU layout);
+    # the public API below takes the default block (all 8 rows in one)
+    r, v = 8, 40
     x = (2.0 * jax.random.normal(kx, (r, v))).astype(dtype)
     rng = np.random.default_rng(1)
     t = rng.uniform(0.5, 1.5, r).astype(np.float32)

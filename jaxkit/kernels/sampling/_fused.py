@@ -2,7 +2,8 @@
 
 The top-k and top-p thresholds are found exactly by bisection over the
 order-preserving integer image of the float bit patterns (32 counting passes for
-f32, 64 for f64), skipped (zero passes) when no row of the block uses the filter.
+f32, 64 for f64; a static trip count), skipped (a ``lax.switch``) when no row of the
+block uses the filter.
 Only elementwise ops, row reductions and a loop: the Pallas kernel runs
 :func:`sample_block` on its block and ``implementation="xla"`` runs it on the whole
 ``(R, V)`` array. The sort-based ``_reference.sample_rows_reference`` is the spec;
@@ -31,8 +32,12 @@ def orderable(s: jax.Array) -> jax.Array:
     return jnp.where(b < 0, b ^ flip, b)
 
 
-def _bisect(cond, lo, hi, n_iter):
-    """Largest K in [lo, hi) with cond(K), given cond(lo) and not cond(hi)."""
+def _bisect(cond, lo, hi, n_iter: int):
+    """Largest K in [lo, hi) with cond(K), given cond(lo) and not cond(hi).
+
+    ``n_iter`` is a Python int: Triton's ``scf.for`` verifier rejects a trip count
+    computed from the data ("all of {lowerBound, upperBound, step} have same type").
+    """
 
     def body(_, carry):
         lo, hi = carry
@@ -44,15 +49,19 @@ def _bisect(cond, lo, hi, n_iter):
     return lo
 
 
-def _any(mask: jax.Array) -> jax.Array:
-    """``jnp.any(mask)`` as ``max(int32) > 0``.
+def _any01(mask: jax.Array) -> jax.Array:
+    """``jnp.any(mask)`` as an int32 0 / 1 (``max``, not ``any``).
 
     Pallas' Triton lowering has no ``reduce_or`` (an H200 run, jax 0.11.2:
-    NotImplementedError); ``reduce_max`` lowers on every backend. The kernel still fails
-    on Triton further on (the bisection's data-dependent ``fori_loop`` bound), which is
-    why ``sample_tokens(implementation="auto")`` takes the jnp path on GPU.
+    NotImplementedError); ``reduce_max`` lowers on every backend. An int, not a bool:
+    it is a ``lax.switch`` index (no i1 -> i32 conversion in the Triton module).
     """
-    return jnp.max(jnp.where(mask, 1, 0).astype(jnp.int32)) > 0
+    return jnp.max(jnp.where(mask, 1, 0).astype(jnp.int32))
+
+
+def _bisect_if(used, cond, lo, hi, n_iter: int):
+    """:func:`_bisect` when ``used`` (int32 0 / 1) is 1, else ``lo`` (no pass at all)."""
+    return jax.lax.switch(used, (lambda: lo, lambda: _bisect(cond, lo, hi, n_iter)))
 
 
 def _argmax_lowest(z: jax.Array) -> jax.Array:
@@ -118,8 +127,7 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int, plain: bool = Fal
     def enough(kk):
         return jnp.sum(jnp.where(key >= kk[:, None], one, zero_i), axis=-1) >= k
 
-    n_k = jnp.where(_any(k < vocab), nbits, 0)  # no row filters: zero passes
-    tau_k = _bisect(enough, lo0, hi0, n_k)
+    tau_k = _bisect_if(_any01(k < vocab), enough, lo0, hi0, nbits)  # no top-k: no pass
     keep_k = key >= tau_k[:, None]
 
     # top-p on the top-k-renormalised mass: largest K with mass{key >= K} >= p * Z_k.
@@ -130,8 +138,7 @@ def sample_block(x, g, t, k, p, mp, *, stats: str, vocab: int, plain: bool = Fal
     def heavy(kk):
         return jnp.sum(jnp.where(key >= kk[:, None], ek, zero), axis=-1) >= target
 
-    n_p = jnp.where(_any(p < 1), nbits, 0)
-    tau_p = _bisect(heavy, lo0, hi0, n_p)
+    tau_p = _bisect_if(_any01(p < 1), heavy, lo0, hi0, nbits)
     tau_p = jnp.where(p >= 1, lo0, tau_p)
     keep = keep_k & (key >= tau_p[:, None]) & (e >= mp.astype(cd)[:, None])
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from jaxkit._typing import accumulation_dtype
 from jaxkit.kernels.sampling import _fused, _hash
@@ -24,6 +25,22 @@ from jaxkit.kernels.sampling import _reference as ref
 
 MAX_BLOCK_ELEMENTS = 1 << 16
 """Largest ``block_r * padded_vocab`` per program (else NotImplementedError)."""
+GPU_ROW_ELEMENTS = 1 << 12
+"""On GPU the default block is ``max(1, GPU_ROW_ELEMENTS // padded_vocab)`` rows: Triton
+keeps a block in registers and unrolls each op over a thread's share of it (an H200 had
+not compiled a 16 x 4096 block after 50 s), so a program takes one row from V = 4096 up."""
+_GPU = ("gpu", "cuda", "rocm")
+
+
+def _triton_params(block_elements: int, num_warps: int | None) -> pltriton.CompilerParams:
+    """Explicit Triton parameters (whatever ``jax_pallas_use_mosaic_gpu`` says).
+
+    Mosaic GPU refuses this kernel. By default about 64 elements of the block per thread
+    (4 to 16 warps); the loops load nothing, so one stage.
+    """
+    if num_warps is None:
+        num_warps = pl.next_power_of_2(min(16, max(4, block_elements // (32 * 64))))
+    return pltriton.CompilerParams(num_warps=num_warps, num_stages=1)
 
 
 def _kernel(
@@ -77,7 +94,10 @@ def hash_noise_supported(key: jax.Array, dtype, size: int) -> bool:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("stats", "plain", "block_r", "interpret"))
+@functools.partial(
+    jax.jit,
+    static_argnames=("stats", "plain", "block_r", "interpret", "platform", "num_warps"),
+)
 def sample_rows_pallas(
     logits,
     noise,
@@ -90,13 +110,19 @@ def sample_rows_pallas(
     plain=False,
     block_r=None,
     interpret=False,
+    platform=None,
+    num_warps=None,
 ):
     """Pallas twin of :func:`sample_rows_reference` (same arguments, same outputs).
 
     ``noise`` is either the ``(R, V)`` Gumbel noise, or the ``(2,)`` uint32 key data
     of a threefry key, in which case the kernel generates ``jax.random.gumbel(key,
     (R, V), f32)`` itself (bit-identical, see ``_hash``) and reads only the logits.
-    ``plain``: every filter is off (see ``_fused.sample_block``).
+    ``plain``: every filter is off (see ``_fused.sample_block``). ``platform``: the
+    backend compiled for (default ``jax.default_backend()``); on ``"gpu"`` / ``"cuda"``
+    / ``"rocm"`` the kernel passes Triton compiler parameters and takes small blocks
+    (:data:`GPU_ROW_ELEMENTS`). Tests set it to export the Triton lowering from a CPU.
+    ``num_warps``: Triton's warps per program (default from the block size; tuning).
     """
     r, v = logits.shape
     mesh = jax.typeof(logits).sharding.mesh
@@ -107,8 +133,10 @@ def sample_rows_pallas(
             "(rows are independent), or use implementation='xla'."
         )
     vp = pl.next_power_of_2(v)
+    gpu = (jax.default_backend() if platform is None else platform) in _GPU and not interpret
     if block_r is None:
-        block_r = max(1, min(pl.next_power_of_2(r), MAX_BLOCK_ELEMENTS // vp, 16))
+        cap = max(1, GPU_ROW_ELEMENTS // vp) if gpu else 16
+        block_r = max(1, min(pl.next_power_of_2(r), MAX_BLOCK_ELEMENTS // vp, cap))
     if block_r & (block_r - 1):
         raise NotImplementedError(f"`block_r` must be a power of two, got {block_r}.")
     if block_r * vp > MAX_BLOCK_ELEMENTS:
@@ -146,6 +174,7 @@ def sample_rows_pallas(
         grid=(rp // block_r,),
         in_specs=[row, g_spec, vec, vec, vec, vec],
         out_specs=(vec, vec, vec),
+        compiler_params=_triton_params(block_r * vp, num_warps) if gpu else None,
         interpret=interpret,
     )(x, g, t, k, p, mp)
     return ref.RowStats(tok[:r], prob[:r], ent[:r])
