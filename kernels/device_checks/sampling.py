@@ -52,10 +52,13 @@ GPU_SHAPES = [
     (256, 32000, jnp.bfloat16),
     (4096, 32000, jnp.bfloat16),
     (64, 152064, jnp.bfloat16),  # refused by the kernel: the XLA path's figures
+    (1, 32000, jnp.bfloat16),  # one row: a batch-1 decode step
+    (256, 32000, jnp.float32),
 ]
 # phase 3 (tuning, only with budget left): other warp counts on these cases (GPU_SHAPES
-# indices; the default is 4 warps at V = 4096, 16 at V = 32000)
-WARP_VARIANTS = [(3, 8), (3, 32), (1, 8)]
+# indices; the default is about 16 elements a thread: 8 warps at V = 4096, 32 at V = 32000;
+# the first H200 run, at 4 / 16 by default, measured 8 and 32 faster)
+WARP_VARIANTS = [(3, 16), (1, 4)]
 
 
 def _time_ms(f, *args, repeats=20):

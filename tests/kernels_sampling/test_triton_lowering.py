@@ -66,13 +66,13 @@ def _export_triton(monkeypatch, r, v, dtype, *, hash_noise=True, **static):
 @pytest.mark.parametrize(
     ("r", "v", "dtype", "hash_noise", "static", "block", "warps", "loops"),
     [
-        # filters on, in-kernel noise: one row of 32768 per program, 16 warps, 2 bisections
-        (64, 32000, jnp.bfloat16, True, {}, "1x32768", 16, 2),
+        # filters on, in-kernel noise: one row of 32768 per program, 32 warps, 2 bisections
+        (64, 32000, jnp.bfloat16, True, {}, "1x32768", 32, 2),
         (64, 32000, jnp.bfloat16, True, {"num_warps": 8}, "1x32768", 8, 2),  # tuning knob
         # small vocabulary: several rows per program; noise read from HBM; logits stats
         (8, 100, jnp.float32, False, {"stats": "logits"}, "8x128", 4, 2),
         # no filter (plain): one arg-max, no loop
-        (4, 4096, jnp.bfloat16, True, {"plain": True}, "1x4096", 4, 0),
+        (4, 4096, jnp.bfloat16, True, {"plain": True}, "1x4096", 8, 0),
     ],
 )
 def test_triton_module_verifies(monkeypatch, r, v, dtype, hash_noise, static, block, warps, loops):
