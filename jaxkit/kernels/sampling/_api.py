@@ -276,12 +276,13 @@ def _check(logits, temperature, top_k, top_p, min_p):
 AUTO_PALLAS_PLATFORMS = ("tpu", "gpu", "cuda")
 """Backends where ``implementation="auto"`` runs the Pallas sampler (where it fits: padded
 vocab <= 65536, no explicit mesh; else the jnp path). GPU since an H200 run (jax 0.11.2,
-CUDA 13; ``kernels/README.md``): the Triton build compiles in 1-4 s, draws the same tokens
-as the jnp path and the sort spec on every checked shape, and is 2.3-8x faster than the jnp
-path (bf16, V = 4096 and 32000, 64-4096 rows). Checked on CUDA only (ROCm reports ``"gpu"``
-too: unverified there). The earlier build did not lower (``reduce_or``; a data-dependent
-``fori_loop`` bound that Triton's ``scf.for`` verifier rejects): the bisections now have a
-static trip count and a GPU program takes one row (``_pallas.GPU_ROW_ELEMENTS``)."""
+CUDA 13; ``kernels/README.md``): the Triton build compiles in 1-8 s, draws the same tokens
+as the jnp path and the sort spec on every checked shape, and is 2.0-8.3x faster than the
+jnp path (bf16 and f32, V = 4096 and 32000, 1 to 4096 rows; at one row the sort spec is
+faster still). Checked on CUDA only (ROCm also reports ``"gpu"``: unverified there). The
+earlier build did not lower (``reduce_or``; a data-dependent ``fori_loop`` bound that
+Triton's ``scf.for`` verifier rejects): the bisections now have a static trip count and a
+GPU program takes one row (``_pallas.GPU_ROW_ELEMENTS``)."""
 
 _NAN_LOGITS = "`logits` must not contain NaN or +inf."
 _EMPTY_ROW = "`logits` has a row that is entirely -inf (nothing to sample)."

@@ -36,9 +36,9 @@ def _triton_params(block_elements: int, num_warps: int | None) -> pltriton.Compi
     """Explicit Triton parameters (whatever ``jax_pallas_use_mosaic_gpu`` says).
 
     Mosaic GPU refuses this kernel. By default about 16 elements of the block per thread,
-    4 to 32 warps (H200, bf16 rows: V = 4096 fastest at 8 warps, 0.120 ms vs 0.161 at 4
-    for 256 rows; V = 32000 at 32 warps, 0.431 ms vs 0.649 at 16 and 0.780 at 8); the
-    loops load nothing, so one stage.
+    4 to 32 warps (8 at V = 4096, 32 at V = 32000). On an H200 the warp count moved the time
+    less than run-to-run spread (256 x 32000: 0.43-0.60 ms at 32 warps, 0.61-0.65 at 16);
+    the loops load nothing, so one stage.
     """
     if num_warps is None:
         num_warps = pl.next_power_of_2(min(32, max(4, block_elements // (32 * 16))))
