@@ -204,7 +204,8 @@ def _run(obs, *, steps, seed, restarts=1, principal=False, post_hoc=True, jit=ja
     bin_width = BIN_WIDTH
     if obs == "poisson":
         rate = bin_width * jax.nn.softplus(2.0 * d.x)
-        y = jax.random.poisson(jax.random.key(seed + 3), rate).astype(jnp.float32)
+        # one-shot: quick mode compiles the sampler (while loops) with fast_jit
+        y = jit(jax.random.poisson)(jax.random.key(seed + 3), rate).astype(jnp.float32)
         x_in = neuro.causal_smooth(y, tau=SMOOTH_TAU)[:-1] / bin_width
         x_out, target = y[1:], rate[1:]
         u = None
