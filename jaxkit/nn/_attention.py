@@ -198,7 +198,10 @@ def _attend_one(q, k, v, mask):
         k.reshape(b, s * hkv, dh).astype(q.dtype),
         preferred_element_type=acc,
     ) / jnp.asarray(math.sqrt(dh), acc)
-    sc = jnp.sum(jnp.where(eye, sc.reshape(b, hkv, g, s, hkv), jnp.zeros((), acc)), axis=-1)
+    # column h // G of each head: slices, not a masked sum over the Hkv axis (from S Hkv >= 128
+    # XLA:CPU no longer fuses that sum: a select buffer and a separate reduction per call)
+    sc = sc.reshape(b, hkv, g, s, hkv)
+    sc = jnp.concatenate([sc[:, i : i + 1, :, :, i] for i in range(hkv)], axis=1)
     sc = jnp.where(mask[:, :1, :], sc.reshape(b, h, s), jnp.asarray(-1e30, acc))
     p = jax.nn.softmax(sc, axis=-1).reshape(b, hkv, g, s, 1)
     p = jnp.where(eye, p, jnp.zeros((), acc)).reshape(b, h, s * hkv)
