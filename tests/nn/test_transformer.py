@@ -76,6 +76,20 @@ def test_attention_matches_naive():
     np.testing.assert_allclose(got, _naive_attention(q, k, v, mask), atol=1e-5)
 
 
+@pytest.mark.parametrize("s", [5, 64])
+def test_one_row_attention_matches_naive(s):
+    # one query row, Hkv = 2: the in-place form, its kv-head column by a masked sum
+    # (S Hkv < 128) or by slices (S Hkv >= 128)
+    rng = np.random.default_rng(s)
+    q = rng.normal(size=(2, 1, 4, 8)).astype(np.float32)
+    k = rng.normal(size=(2, s, 2, 8)).astype(np.float32)
+    v = rng.normal(size=(2, s, 2, 8)).astype(np.float32)
+    mask = rng.random((2, 1, s)) < 0.6
+    mask[:, :, 0] = True
+    got = nn.attention(q, k, v, mask)
+    np.testing.assert_allclose(got, _naive_attention(q, k, v, mask), atol=1e-5)
+
+
 def test_cached_greedy_decode_equals_full_recompute(p, toks):
     prompts = toks[:, :T]
     lengths = jnp.array([3, 8], jnp.int32)
