@@ -203,12 +203,18 @@ def any_outside(x: Any, lo: Any, hi: Any) -> Any:
     return jnp.any((x < lo) | (x > hi))
 
 
+@jax.jit
+def any_nonfinite(x: Any) -> Any:
+    """Whether any entry of ``x`` is NaN or infinite (jitted as :func:`any_outside` is)."""
+    return ~jnp.all(jnp.isfinite(x))
+
+
 def all_finite(x: Any, *, name: str) -> Any:
     """Return ``x`` guarded so that a NaN or inf in it raises, naming ``name``."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
-    return error_if(x, ~jnp.all(jnp.isfinite(x)), f"`{name}` must be finite (no NaN or inf).")
+    return error_if(x, any_nonfinite(x), f"`{name}` must be finite (no NaN or inf).")
 
 
 def _show(value: Any) -> str:
