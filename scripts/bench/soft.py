@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         path = os.path.join(d, "inputs.npz")
         np.savez(path, **data)
         with I.AnchorChild(py, path) if not why else contextlib.nullcontext() as child:
-            eager_lines(data, child, why)
+            if not args.pav_large:  # the eager lines belong to the quick grid
+                eager_lines(data, child, why)
             for c in cells:
                 with jax.enable_x64(True) if c["x64"] else contextlib.nullcontext():
                     cell_line(c, data, child, why, args.repeats, d)
