@@ -20,6 +20,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from jaxkit._typing import accumulation_dtype
+from jaxkit.kernels import _dispatch
 from jaxkit.kernels.sampling import _fused, _hash
 from jaxkit.kernels.sampling import _reference as ref
 
@@ -29,7 +30,6 @@ GPU_ROW_ELEMENTS = 1 << 12
 """On GPU the default block is ``max(1, GPU_ROW_ELEMENTS // padded_vocab)`` rows: Triton
 keeps a block in registers and unrolls each op over a thread's share of it (an H200 had
 not compiled a 16 x 4096 block after 50 s), so a program takes one row from V = 4096 up."""
-_GPU = ("gpu", "cuda", "rocm")
 
 
 def _triton_params(block_elements: int, num_warps: int | None) -> pltriton.CompilerParams:
@@ -135,7 +135,8 @@ def sample_rows_pallas(
             "(rows are independent), or use implementation='xla'."
         )
     vp = pl.next_power_of_2(v)
-    gpu = (jax.default_backend() if platform is None else platform) in _GPU and not interpret
+    backend = jax.default_backend() if platform is None else platform
+    gpu = backend in _dispatch.GPU_PLATFORMS and not interpret
     if block_r is None:
         cap = max(1, GPU_ROW_ELEMENTS // vp) if gpu else 16
         block_r = max(1, min(pl.next_power_of_2(r), MAX_BLOCK_ELEMENTS // vp, cap))
