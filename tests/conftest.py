@@ -5,6 +5,7 @@ pyproject's addopts, so every annotated jaxkit function is checked at call time.
 """
 
 import gc
+import json
 import os
 import time
 
@@ -128,9 +129,38 @@ _AREA_SECONDS: dict[str, float] = {}
 _AREA_COUNTS: dict[str, int] = {}
 
 
+# Each example counts in the budget of the area whose method it shows (issue 13: a new area's
+# <= 2 min of `make test-slow` includes its examples' slow tests); `examples.<area>` lines.
+_EXAMPLE_AREAS = {
+    "adlift_toy": "splat", "credal_diabetes": "robust", "credal_groups": "robust",
+    "credal_newsvendor": "robust", "dlmr_toy_grid": "memory", "engram_digits": "editing",
+    "facrnn_lorenz_thomas": "neuro", "featjnd_digits": "vision.featjnd",
+    "gumbel_sinkhorn_sort": "soft", "hobit_synthetic": "data", "hypospace_collapse": "hypospace",
+    "irstd_synthetic": "vision.irdet", "mts_digits": "data", "nn_cached_decoding": "nn",
+    "prism_digits": "privacy", "private_parallel_lm": "privacy", "pst_synthetic": "retrieval",
+    "recm_digits_c4": "equivariance", "recm_e3nn_gravity": "equivariance",
+    "recm_gap_tracking": "equivariance", "sampling_demo": "kernels", "sharded_ridge": "core",
+    "soft_digits": "soft", "svgt_toy_safety": "steering", "td3b_toy_peptides": "diffusion",
+    "tess_semisynthetic": "timeseries", "train_pod": "nn", "wbmm_digits": "vision",
+    "wedlm_counting": "decoding",
+}  # fmt: skip
+
+
+def _example_area(path: str, rest: str) -> str:
+    """``examples.<area>`` of a test in tests/examples (test_examples.py or test_<stem>.py)."""
+    stem = path.rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
+    if stem == "examples":  # test_example[<stem>]
+        stem = rest.split("[", 1)[1].rstrip("]") if "[" in rest else ""
+    if stem not in _EXAMPLE_AREAS:
+        raise KeyError(f"tests/conftest.py: add example {stem!r} to _EXAMPLE_AREAS")
+    return f"examples.{_EXAMPLE_AREAS[stem]}"
+
+
 def _area(nodeid: str) -> str:
     path, _, rest = nodeid.partition("::")
     parts = path.split("/")
+    if parts[:2] == ["tests", "examples"] and len(parts) > 2 and "::" in nodeid:
+        return _example_area(path, rest)
     if len(parts) > 2:  # tests/<area>/test_x.py, jaxkit/<area>/x.py (doctests)
         area = {"kernels_sampling": "kernels", "pod": "nn"}.get(parts[1], parts[1])
     elif parts[-1] == "test_conformance.py" and "[" in rest:  # t[soft.x-jit]
@@ -162,17 +192,65 @@ def pytest_runtest_logreport(report):
         _AREA_COUNTS[area] = _AREA_COUNTS.get(area, 0) + 1
 
 
+def _base(area: str) -> str:
+    return area.removeprefix("examples.")  # an example's area; vision.irdet stays itself
+
+
+# `make test-slow` runs two passes (two processes): the first saves its per-area seconds in
+# a git-ignored file (pytest's cache is off), the second adds them up against the slow budgets
+# of tests/README.md.
+_SLOW_PASSES = ("slow and not xla_defaults", "slow and xla_defaults")
+_SLOW_FILE = ".test-slow-pass1.json"
+
+
+def _slow_budget_lines(both: dict[str, float]) -> list[str]:
+    """One line per budget of `make test-slow` (tests/README.md), from both passes' seconds."""
+    lines = []
+    pool = sum(v for k, v in both.items() if k.startswith("examples.") and _base(k) in _FOUNDATION)
+    lines.append(f"examples of Foundation III areas (together)  {pool:7.1f} s  budget 450")
+    areas: dict[str, float] = {}
+    for k, v in both.items():
+        if k.startswith("examples.") and _base(k) in _FOUNDATION:
+            continue  # counted in the pool above
+        name = k.removeprefix("examples.")  # a new area's examples count in its own budget
+        areas[name] = areas.get(name, 0.0) + v
+    for name, secs in sorted(areas.items(), key=lambda kv: -kv[1]):
+        budget = 900 if name == "soft" else 120
+        what = "tests" if _base(name) in _FOUNDATION else "tests + examples"
+        flag = "" if secs <= budget else "  OVER"
+        lines.append(f"{name:14s} {what:16s} {secs:7.1f} s  budget {budget}{flag}")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _AREA_SECONDS:
         return
     tr = terminalreporter
     tr.write_sep("-", "per-area test time (s, summed over workers; budgets: tests/README.md)")
     for area, secs in sorted(_AREA_SECONDS.items(), key=lambda kv: -kv[1]):
-        tr.write_line(f"{area:14s} {secs:8.1f} s  {_AREA_COUNTS.get(area, 0):5d} tests")
-    old = sum(v for k, v in _AREA_SECONDS.items() if k in _FOUNDATION)
-    new = sum(v for k, v in _AREA_SECONDS.items() if k not in _FOUNDATION)
+        tr.write_line(f"{area:22s} {secs:8.1f} s  {_AREA_COUNTS.get(area, 0):5d} tests")
+    old = sum(v for k, v in _AREA_SECONDS.items() if _base(k) in _FOUNDATION)
+    new = sum(v for k, v in _AREA_SECONDS.items() if _base(k) not in _FOUNDATION)
     wall = time.monotonic() - _T0
     tr.write_line(
         f"Foundation III areas {old:.1f} s, areas added since {new:.1f} s (summed); of this "
         f"run's {wall:.0f} s wall, the Foundation III share is {wall * old / (old + new):.0f} s"
     )
+    markexpr = tr.config.getoption("markexpr", "")
+    if markexpr not in _SLOW_PASSES:
+        return
+    saved = tr.config.rootpath / _SLOW_FILE
+    if markexpr == _SLOW_PASSES[0]:
+        saved.write_text(json.dumps({"seconds": _AREA_SECONDS, "time": time.time()}))
+        return
+    if not saved.exists():
+        tr.write_line(f"make test-slow budgets: no first pass saved ({_SLOW_FILE}), not summed")
+        return
+    first = json.loads(saved.read_text())
+    both = dict(first["seconds"])
+    for k, v in _AREA_SECONDS.items():
+        both[k] = both.get(k, 0.0) + v
+    age = (time.time() - first["time"]) / 60
+    tr.write_sep("-", f"make test-slow, both passes (first pass {age:.0f} min ago), per budget")
+    for line in _slow_budget_lines(both):
+        tr.write_line(line)

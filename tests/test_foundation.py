@@ -225,3 +225,26 @@ def test_bench_line_without_target_says_null(capsys):
     assert _harness.emit(**{**kw, "anchor_t": None}, target=1.0)["ok"] is None
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["ok"] for x in lines] == [None, True, False, None]
+
+
+def test_every_example_counts_in_an_area_budget():
+    # tests/conftest.py attributes each example's slow test to its area's budget
+    from pathlib import Path
+
+    from tests import conftest
+
+    root = Path(__file__).resolve().parents[1]
+    stems = {p.stem for p in (root / "examples").glob("*.py") if not p.name.startswith("_")}
+    assert stems == set(conftest._EXAMPLE_AREAS)
+    areas = {p.name for p in (root / "tests").iterdir() if p.is_dir()} | {"core"}
+    for stem, area in conftest._EXAMPLE_AREAS.items():
+        assert area.partition(".")[0] in areas, (stem, area)
+    node = "tests/examples/test_examples.py::test_example[irstd_synthetic]"
+    assert conftest._area(node) == "examples.vision.irdet"
+    with pytest.raises(KeyError, match="_EXAMPLE_AREAS"):
+        conftest._area("tests/examples/test_examples.py::test_example[new_demo]")
+    pool, *rows = conftest._slow_budget_lines(
+        {"examples.soft": 300.0, "examples.core": 200.0, "data": 90.0, "examples.data": 40.0}
+    )
+    assert "500.0 s  budget 450" in pool
+    assert rows == ["data           tests + examples   130.0 s  budget 120  OVER"]
