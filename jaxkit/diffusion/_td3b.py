@@ -39,6 +39,15 @@ def _check_direction(direction, like: Array) -> Array:
     return d
 
 
+def _check_scores(x, p_agonist, name: str) -> tuple[Array, Array]:
+    """``(x, p_agonist)`` as arrays; ``x`` (called ``name``) floating 1-D, same shape."""
+    x, f = jnp.asarray(x), jnp.asarray(p_agonist)
+    _validate.floating(x, name=name)
+    _validate.ndim(x, 1, name=name)
+    _validate.same_shape(**{name: x, "p_agonist": f})
+    return x, f
+
+
 def gated_reward(
     affinity: Float[ArrayLike, " B"],
     p_agonist: Float[ArrayLike, " B"],
@@ -68,10 +77,7 @@ def gated_reward(
     References:
       TD3B (ICML 2026; code chq1155/TD3B_ICML, ``td3b_scoring.py``).
     """
-    g, f = jnp.asarray(affinity), jnp.asarray(p_agonist)
-    _validate.floating(g, name="affinity")
-    _validate.ndim(g, 1, name="affinity")
-    _validate.same_shape(affinity=g, p_agonist=f)
+    g, f = _check_scores(affinity, p_agonist, "affinity")
     d = _check_direction(direction, g)
     g = _validate.all_finite(g, name="affinity")
     f = _validate.all_finite(f, name="p_agonist")
@@ -105,10 +111,7 @@ def log_importance_weight(
       ValueError: Non-finite ``reward`` or ``log_ratio`` (a clear error, never a
         silent NaN weight), ``alpha <= 0``.
     """
-    r, f = jnp.asarray(reward), jnp.asarray(p_agonist)
-    _validate.floating(r, name="reward")
-    _validate.ndim(r, 1, name="reward")
-    _validate.same_shape(reward=r, p_agonist=f)
+    r, f = _check_scores(reward, p_agonist, "reward")
     r = _validate.all_finite(r, name="reward")
     lr = _validate.all_finite(jnp.asarray(log_ratio, r.dtype), name="log_ratio")
     r = _validate.guard_positive(r, alpha, name="alpha")

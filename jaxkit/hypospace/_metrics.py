@@ -114,6 +114,14 @@ def _check_table(table, name):
     V.integer(table, name=name)
 
 
+def _check_admissible(admissible):
+    """:func:`_check_table`, and (when concrete) at least one id that is not padding."""
+    _check_table(admissible, "admissible")
+    a = V._concrete(admissible)
+    if a is not None and not (a >= 0).any():
+        raise ValueError("`admissible` holds no id (all entries are padding).")
+
+
 def uniform_space(table: Int[ArrayLike, " M"], n_queries: int, *, key) -> Int[Array, " N"]:
     """I.i.d. uniform draws over a candidate table (random guessing over ``H``).
 
@@ -134,10 +142,7 @@ def uniform_admissible(
 
     ``admissible`` is padded with ``-1`` as in :func:`metrics`; it must hold one id.
     """
-    _check_table(admissible, "admissible")
-    a = V._concrete(admissible)
-    if a is not None and not (a >= 0).any():
-        raise ValueError("`admissible` holds no id (all entries are padding).")
+    _check_admissible(admissible)
     return uniform_space(admissible, n_queries, key=key)
 
 
@@ -158,10 +163,7 @@ def enumerative(admissible: Int[ArrayLike, " K"], n_queries: int, *, key) -> Int
     With ``N = K`` it scores ``V = U = R = 1``; with ``N = mK`` it scores ``V = R = 1``,
     ``U = 1/m``. ``admissible`` is padded with ``-1`` as in :func:`metrics`.
     """
-    _check_table(admissible, "admissible")
-    a = V._concrete(admissible)
-    if a is not None and not (a >= 0).any():
-        raise ValueError("`admissible` holds no id (all entries are padding).")
+    _check_admissible(admissible)
     n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
     V.is_key(key)
     return _enumerative_jit(key, admissible, n_queries)

@@ -106,8 +106,7 @@ def prefill(
     """
     check_cfg(cfg)
     check_params(params, cfg)
-    tokens = guard_tokens(tokens, cfg)
-    _validate.ndim(tokens, 2, name="tokens")
+    tokens = guard_tokens(tokens, cfg, ndim=2)
     b, t = tokens.shape
     lengths = jnp.asarray(lengths)
     _validate.integer(lengths, name="lengths")
@@ -162,8 +161,7 @@ def decode_step(
     check_params(params, cfg)
     check_overflow(overflow)
     traced = isinstance(tokens, jax.core.Tracer)
-    tokens = guard_tokens(tokens, cfg)
-    _validate.ndim(tokens, 1, name="tokens")
+    tokens = guard_tokens(tokens, cfg, ndim=1)
     cache = check_cache(cache, cfg, tokens.shape[0], 1, overflow)
     iv = check_iv(interventions, cfg, tokens.shape[0], 1)
     return _decode_step(params, tokens, cache, iv, cfg=cfg, un=traced)

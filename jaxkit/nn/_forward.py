@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
-from jaxkit import _validate
 from jaxkit.nn._attention import dense, rms_norm, take_rows
 from jaxkit.nn._blocks import layers_core
 from jaxkit.nn._cache import KVCache
@@ -85,8 +84,7 @@ def embed(
     """
     check_cfg(cfg)
     check_params(params, cfg)
-    tokens = guard_tokens(tokens, cfg)
-    _validate.ndim(tokens, 2, name="tokens")
+    tokens = guard_tokens(tokens, cfg, ndim=2)
     return _embed_jit(params, tokens)
 
 
@@ -198,8 +196,7 @@ def apply(
         raise ValueError("give exactly one of `tokens` and `inputs_embeds`.")
     check_params(params, cfg)
     if tokens is not None:
-        tokens = guard_tokens(tokens, cfg)
-        _validate.ndim(tokens, 2, name="tokens")
+        tokens = guard_tokens(tokens, cfg, ndim=2)
         b, t = tokens.shape
         embeds = None
     else:

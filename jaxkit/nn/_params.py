@@ -62,16 +62,22 @@ def guard(x, pred, msg: str) -> Array:
     return x + _validate.error_if(jnp.zeros((), x.dtype), pred, msg)
 
 
-def guard_tokens(tokens, cfg: TransformerConfig, *, name: str = "tokens") -> Array:
+def guard_tokens(
+    tokens, cfg: TransformerConfig, *, name: str = "tokens", ndim: int | None = None
+) -> Array:
     """Integer ``tokens`` guarded so that an id outside ``[0, V)`` raises.
 
-    ValueError eagerly, an ``eqx.error_if`` error under ``jit``.
+    ValueError eagerly, an ``eqx.error_if`` error under ``jit``; then, with ``ndim``, a
+    TypeError unless ``tokens`` has that rank.
     """
     tokens = jnp.asarray(tokens)
     _validate.integer(tokens, name=name)
     v = cfg.vocab_size
     bad = _validate.any_outside(tokens, 0, v - 1)
-    return guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
+    tokens = guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
+    if ndim is not None:
+        _validate.ndim(tokens, ndim, name=name)
+    return tokens
 
 
 def check_overflow(overflow) -> None:

@@ -36,16 +36,21 @@ def _check_alpha(x, alpha):
     return _validate.guard_interval(x, alpha, name="alpha", low=0.0, high=1.0, closed="neither")
 
 
-def _sample_weights_alpha(xi, weights, alpha, *, ndim):
-    """Checked sample ``xi`` (``ndim``-D, floating), weights and ``alpha``.
+def _sample_weights(xi, weights, *, ndim):
+    """Checked sample ``xi`` (``ndim``-D, floating), its weights and the accumulation dtype.
 
-    Weights and ``alpha`` come back in the accumulation dtype; shared by the calibrators.
+    The weights come back normalised, in that dtype; shared by the calibrators and solvers.
     """
     xi = jnp.asarray(xi)
     _validate.ndim(xi, ndim, name="xi")
     _validate.floating(xi, name="xi")
     acc = accumulation_dtype(xi.dtype)
-    w = _weights(weights, xi.shape[0], acc)
+    return xi, _weights(weights, xi.shape[0], acc), acc
+
+
+def _sample_weights_alpha(xi, weights, alpha, *, ndim):
+    """:func:`_sample_weights` and ``alpha`` (in the accumulation dtype, checked)."""
+    xi, w, acc = _sample_weights(xi, weights, ndim=ndim)
     alpha = jnp.asarray(alpha, acc)
     return xi, _check_alpha(w, alpha), alpha
 

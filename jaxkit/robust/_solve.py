@@ -18,9 +18,9 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
 from jaxkit._optim import optax_update
-from jaxkit._typing import RealScalarLike, accumulation_dtype
+from jaxkit._typing import RealScalarLike
 from jaxkit.robust._bulk import Bulk, Interval, Union, _check_bulk
-from jaxkit.robust._calibrate import _weights, weighted_quantile
+from jaxkit.robust._calibrate import _sample_weights, weighted_quantile
 from jaxkit.robust._losses import Newsvendor, objective_value
 
 _FAMILIES = ("Newsvendor", "LAD", "Squared", "Huber", "Hinge", "Logistic", "PiecewiseLinear")
@@ -162,11 +162,7 @@ def newsvendor_closed_form(
     """
     if not isinstance(bulk, Interval):
         raise TypeError(f"`bulk` must be an Interval, got {type(bulk).__name__}.")
-    xi = jnp.asarray(xi)
-    _validate.ndim(xi, 1, name="xi")
-    _validate.floating(xi, name="xi")
-    acc = accumulation_dtype(xi.dtype)
-    w = _weights(weights, xi.shape[0], acc)
+    xi, w, acc = _sample_weights(xi, weights, ndim=1)
     w = _validate.guard_interval(w, eps, name="eps", low=0.0, high=1.0)
     w = _validate.guard_positive(w, h, name="h")
     w = _validate.guard_positive(w, b, name="b")

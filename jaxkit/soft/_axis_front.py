@@ -22,6 +22,7 @@ from jaxkit.soft._common import (
     MODES,
     as_float,
     check_softness,
+    flat_axis,
     guard_softness,
     scal,
     standardize_and_squash,
@@ -220,10 +221,7 @@ def prep(x, axis):
     """Move ``axis`` last in the compute dtype; returns (x_last, axis, original dtype)."""
     x = as_float(x)
     dt = x.dtype
-    if axis is None:
-        x = jnp.ravel(x)
-        axis = 0
-    ax = V.axis(axis, x.ndim)
+    x, ax = flat_axis(x, axis)
     return jnp.moveaxis(x, ax, -1).astype(accumulation_dtype(dt)), ax, dt
 
 

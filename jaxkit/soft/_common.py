@@ -58,6 +58,14 @@ def as_float(x: Any) -> jax.Array:
 compute_dtype = accumulation_dtype  # f64 for f64 inputs, f32 otherwise
 
 
+def flat_axis(x: jax.Array, axis: int | None) -> tuple[jax.Array, int]:
+    """``(x, ax)``: ``x`` flattened when ``axis`` is None (as jax.numpy), ``ax`` normalised."""
+    if axis is None:
+        x = jnp.ravel(x)
+        axis = 0
+    return x, V.axis(axis, x.ndim)
+
+
 def scal(s: Any, dtype: Any) -> jax.Array:
     return jnp.asarray(s).astype(dtype)
 

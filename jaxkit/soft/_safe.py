@@ -16,20 +16,30 @@ from jaxtyping import Array, ArrayLike
 from jaxkit.soft._common import as_float
 
 
+def _positive_only(f, x):
+    """``f(x)`` where ``x > 0``, 0 elsewhere; ``f`` never sees ``x <= 0`` (finite gradients)."""
+    x = as_float(x)
+    pos = x > 0
+    return jnp.where(pos, f(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
+
+
+def _inside_unit(f, x, outside):
+    """``f(x)`` where ``|x| < 1``, ``outside(x)`` elsewhere; ``f`` never sees ``|x| >= 1``."""
+    x = as_float(x)
+    inside = jnp.abs(x) < 1
+    return jnp.where(inside, f(jnp.where(inside, x, 0.0)), outside(x)).astype(x.dtype)
+
+
 @jax.jit
 def sqrt(x: ArrayLike) -> Array:
     """``sqrt(x)`` for ``x > 0``, 0 elsewhere; the gradient is 0 (not inf/NaN) at ``x <= 0``."""
-    x = as_float(x)
-    pos = x > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
+    return _positive_only(jnp.sqrt, x)
 
 
 @jax.jit
 def log(x: ArrayLike) -> Array:
     """``log(x)`` for ``x > 0``, 0 elsewhere, with NaN-free gradients."""
-    x = as_float(x)
-    pos = x > 0
-    return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
+    return _positive_only(jnp.log, x)
 
 
 @jax.jit
@@ -44,21 +54,13 @@ def div(x: ArrayLike, y: ArrayLike) -> Array:
 @jax.jit
 def arcsin(x: ArrayLike) -> Array:
     """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients."""
-    x = as_float(x)
-    inside = jnp.abs(x) < 1
-    return jnp.where(
-        inside, jnp.arcsin(jnp.where(inside, x, 0.0)), jnp.sign(x) * (jnp.pi / 2)
-    ).astype(x.dtype)
+    return _inside_unit(jnp.arcsin, x, lambda v: jnp.sign(v) * (jnp.pi / 2))
 
 
 @jax.jit
 def arccos(x: ArrayLike) -> Array:
     """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients."""
-    x = as_float(x)
-    inside = jnp.abs(x) < 1
-    return jnp.where(
-        inside, jnp.arccos(jnp.where(inside, x, 0.0)), jnp.where(x >= 1, 0.0, jnp.pi)
-    ).astype(x.dtype)
+    return _inside_unit(jnp.arccos, x, lambda v: jnp.where(v >= 1, 0.0, jnp.pi))
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))

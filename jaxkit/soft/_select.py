@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
-from jaxkit.soft._common import as_float
+from jaxkit.soft._common import as_float, flat_axis
 
 
 @jax.jit
@@ -35,10 +35,7 @@ def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) 
     """
     x = as_float(x)
     p = jnp.asarray(soft_index).astype(x.dtype)
-    if axis is None:
-        x = jnp.ravel(x)
-        axis = 0
-    ax = V.axis(axis, x.ndim)
+    x, ax = flat_axis(x, axis)
     if p.ndim != x.ndim + 1:
         raise TypeError(
             f"`soft_index` must have rank x.ndim + 1 = {x.ndim + 1}, got shape {p.shape}."
@@ -57,10 +54,7 @@ def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
     x = as_float(x)
     p = jnp.asarray(soft_index).astype(x.dtype)
     V.ndim(p, 2, name="soft_index")
-    if axis is None:
-        x = jnp.ravel(x)
-        axis = 0
-    ax = V.axis(axis, x.ndim)
+    x, ax = flat_axis(x, axis)
     if p.shape[-1] != x.shape[ax]:
         raise TypeError(f"`soft_index` last axis must have size {x.shape[ax]}, got {p.shape}.")
     xl = jnp.moveaxis(x, ax, -1)

@@ -56,6 +56,13 @@ def _psd_violation(cov):
     return bad | ~jnp.all(jnp.isfinite(cov), axis=(-1, -2))
 
 
+def guard_psd(cov, name):
+    """``cov``, with a runtime error (``eqx.error_if``) where one is not PSD (traced check)."""
+    return _validate.error_if(
+        cov, jnp.any(_psd_violation(cov)), f"`{name}` must be positive semi-definite."
+    )
+
+
 def _project(g: Gaussians, cam: Camera, near) -> _Projected:
     p = (g.means - cam.center[None, :]) @ cam.rotation.T
     z = p[:, 2]
@@ -209,12 +216,7 @@ def _render_core(g, cam, bg, near, *, hw, method, tile, capacity, cutoff, check_
     bg = jnp.broadcast_to(jnp.asarray(bg, dt), (3,))
     near = jnp.asarray(near, dt)
     if check_psd:  # off only for scenes whose covariances are PSD by construction
-        cov = _validate.error_if(
-            g.covariances,
-            jnp.any(_psd_violation(g.covariances)),
-            "`gaussians.covariances` must be positive semi-definite.",
-        )
-        g = g._replace(covariances=cov)
+        g = g._replace(covariances=guard_psd(g.covariances, "gaussians.covariances"))
     if g.means.shape[0] == 0:
         return jnp.broadcast_to(bg, (*hw, 3))
     pr = _project(g, cam, near)

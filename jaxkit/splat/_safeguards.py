@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from jaxkit import _validate
 from jaxkit.splat import _certify
-from jaxkit.splat._raster import _concrete_psd_check, _psd_violation, check_camera, check_scene
+from jaxkit.splat._raster import _concrete_psd_check, check_camera, check_scene, guard_psd
 from jaxkit.splat._types import Camera, Gaussians, _hw, covariance_from_scale_rotation
 
 
@@ -112,12 +112,7 @@ def _checked(raw, theta, cameras, adv_loss, hw):
 def _check_psd(raw: Gaussians) -> Gaussians:
     """``raw`` with its covariances checked PSD: at once when concrete, else at run time."""
     if isinstance(raw.covariances, jax.core.Tracer):
-        cov = _validate.error_if(
-            raw.covariances,
-            jnp.any(_psd_violation(raw.covariances)),
-            "`raw.covariances` must be positive semi-definite.",
-        )
-        return raw._replace(covariances=cov)
+        return raw._replace(covariances=guard_psd(raw.covariances, "raw.covariances"))
     _concrete_psd_check(raw.covariances)
     return raw
 

@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, Float
 from jaxkit import _validate as V
 from jaxkit._typing import accumulation_dtype
 from jaxkit.sharding import gather_sharded
-from jaxkit.vision.featjnd._estimator import _check_pair
+from jaxkit.vision.featjnd._estimator import _check_features, _check_pair
 
 _MODES = ("featjnd", "uniform", "permute")
 
@@ -36,10 +36,7 @@ def _like(x):
 
 
 def _check_map(s, name="s"):
-    s = jnp.asarray(s)
-    V.floating(s, name=name)
-    V.min_ndim(s, 2, name=name)
-    s = V.all_finite(s, name=name)
+    s = _check_features(s, name=name)
     return V.error_if(s, ~jnp.all(s >= 0), f"`{name}` must be >= 0 (a tolerance map).")
 
 
@@ -91,10 +88,7 @@ def matched_gaussian(delta: Float[ArrayLike, "b ..."], *, key: jax.Array) -> Flo
     ``delta_G[b] = g[b] * ||delta[b]|| / ||g[b]||`` with ``g ~ N(0, I)``: the same
     energy (and feature SNR) per sample, not merely per batch. Jitted.
     """
-    delta = jnp.asarray(delta)
-    V.floating(delta, name="delta")
-    V.min_ndim(delta, 2, name="delta")
-    delta = V.all_finite(delta, name="delta")
+    delta = _check_features(delta, name="delta")
     V.is_key(key)
     return _matched_jit(delta, key)
 

@@ -169,6 +169,17 @@ def surrogate_refine(
     return z if logits else jax.nn.sigmoid(z)
 
 
+def _image_pair(image, other, name: str, other_name: str) -> tuple[Array, Array]:
+    """``image`` checked (:func:`_check_image`) and ``other`` cast to its dtype, same shape."""
+    image = _check_image(image, name)
+    other = jnp.asarray(other).astype(image.dtype)
+    if other.shape != image.shape:
+        raise TypeError(
+            f"`{other_name}` must have the shape of `{name}` {image.shape}, got {other.shape}."
+        )
+    return image, other
+
+
 def _bce_logits(z, y):
     return jnp.mean(jax.nn.softplus(z) - y * z, axis=(-2, -1))
 
@@ -191,13 +202,7 @@ def phi_loss(
     Raises:
       TypeError: Shapes of ``prob_val`` and ``pseudo_val`` differ.
     """
-    prob_val = _check_image(prob_val, "prob_val")
-    pseudo_val = jnp.asarray(pseudo_val).astype(prob_val.dtype)
-    if pseudo_val.shape != prob_val.shape:
-        raise TypeError(
-            f"`pseudo_val` must have the shape of `prob_val` {prob_val.shape}, got "
-            f"{pseudo_val.shape}."
-        )
+    prob_val, pseudo_val = _image_pair(prob_val, pseudo_val, "prob_val", "pseudo_val")
     ph = phi_from_u(jnp.asarray(u).astype(prob_val.dtype))
     z = _refine_core(prob_val, ph.d0, ph.beta, ph.rho, ph.alpha, steps=3)
     loss = _bce_logits(z, pseudo_val) + pred_weight * _bce_logits(z, prob_val)
@@ -214,12 +219,7 @@ def soft_iou_loss(
     Raises:
       TypeError: Shapes differ or rank < 2.
     """
-    logits = _check_image(logits, "logits")
-    target = jnp.asarray(target).astype(logits.dtype)
-    if target.shape != logits.shape:
-        raise TypeError(
-            f"`target` must have the shape of `logits` {logits.shape}, got {target.shape}."
-        )
+    logits, target = _image_pair(logits, target, "logits", "target")
     return _soft_iou_jit(logits, target)
 
 
