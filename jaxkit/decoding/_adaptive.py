@@ -9,7 +9,7 @@ state is :class:`jaxkit.decoding.WeDLMState`; its settings are the decoder's opt
 import jax
 import jax.numpy as jnp
 
-from jaxkit.decoding._common import ar_step, stop_info, write_at
+from jaxkit.decoding._common import ar_step, step_key, stop_info, write_at
 from jaxkit.decoding._reorder import commit_count
 
 
@@ -49,7 +49,7 @@ def ar_run(params, cfg, s, prompt_len, key, o):
 
     def body(c):
         rows, i, k = c[5:]
-        ki = jax.random.fold_in(key, i)
+        ki = step_key(key, i)
         state, act = ar_step(params, cfg, c[:5], ki, o.sampling, static=o, overflow="drop", iv=o.iv)
         return (*state, rows + act.astype(jnp.int32), i + 1, k + 1)
 

@@ -105,7 +105,7 @@ def _ar_generate(
         prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
     )
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len, interventions=iv)
-    tok = C.choose_tokens(logits, jax.random.fold_in(key, 0), sampling, greedy=greedy)
+    tok = C.choose_tokens(logits, C.step_key(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     out = C.write_at(
         zb[:, None] + jnp.full((1, n), pad_token_id, jnp.int32), zb[:, None], tok[:, None]
@@ -120,7 +120,7 @@ def _ar_generate(
 
     def body(c):
         rows, i = c[5], c[6]
-        k = jax.random.fold_in(key, i + 1)
+        k = C.step_key(key, i + 1)
         # overflow cannot happen: check_generate_args guarantees P + N <= max_len and a row
         # writes at most prompt_len + N - 1 rows, so the per-step run-time guard is skipped
         state, active = C.ar_step(

@@ -6,8 +6,18 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from jaxkit import _tokens, _validate, nn
+from jaxkit._threefry import fold_in
 from jaxkit._tokens import is_greedy
 from jaxkit.kernels.sampling import sample_tokens
+
+
+def step_key(key, i):
+    """Step ``i``'s key: ``jax.random.fold_in(key, i)`` bit for bit.
+
+    For threefry keys through :func:`jaxkit._threefry.fold_in` (one fused elementwise
+    program; ``jax.random``'s threefry is a rolled loop of small kernels on CPU).
+    """
+    return fold_in(key, i)
 
 
 class DecodeStats(NamedTuple):

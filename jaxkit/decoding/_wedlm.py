@@ -28,6 +28,7 @@ from jaxkit.decoding._common import (
     check_generate_args,
     choose_tokens,
     finalize,
+    step_key,
     stop_info,
     write_at,
 )
@@ -279,7 +280,7 @@ def _wedlm_generate(
         cfg,
         prompt,
         prompt_len,
-        jax.random.fold_in(key, cap),
+        step_key(key, cap),
         o,
         max_len=static.max_len,
         pad_token_id=static.pad_token_id,
@@ -289,7 +290,7 @@ def _wedlm_generate(
         return jnp.any(~s.done) & (s.n_forward < cap)
 
     def body(s: WeDLMState) -> WeDLMState:
-        k = jax.random.fold_in(key, s.n_forward)
+        k = step_key(key, s.n_forward)
         if o.min_accept is None:
             return _step(params, cfg, s, prompt_len, k, o)
         return jax.lax.cond(

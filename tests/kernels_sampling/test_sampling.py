@@ -22,7 +22,7 @@ from jax.test_util import check_grads
 from scipy import stats as sps
 
 from jaxkit.kernels import sampling
-from jaxkit.kernels.sampling import _hash, _pallas
+from jaxkit.kernels.sampling import _fused, _hash, _pallas
 
 IMPLS = ["xla", "pallas_interpret"] + (["pallas"] if jax.default_backend() != "cpu" else [])
 
@@ -357,6 +357,41 @@ def test_counter_hash_is_jax_random_gumbel_bit_for_bit(key):
         np.asarray(jax.random.gumbel(key, (2, 3, 50))).reshape(shape),
         np.asarray(jax.random.gumbel(key, shape)),
     )
+
+
+def test_threefry_fold_in_is_jax_random_fold_in_bit_for_bit(key):
+    # the decoders' step keys (jaxkit._threefry.fold_in), eager and traced
+    from jaxkit._threefry import fold_in
+
+    data = np.array([0, 1, 69, 2**31 - 1], np.int32)
+    want = np.stack(
+        [np.asarray(jax.random.key_data(jax.random.fold_in(key, int(d)))) for d in data]
+    )
+    got = jax.jit(jax.vmap(lambda d: jax.random.key_data(fold_in(key, d))))(data)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    rbg = jax.random.key(3, impl="rbg")  # other PRNGs: jax.random itself
+    np.testing.assert_array_equal(
+        np.asarray(jax.random.key_data(fold_in(rbg, 5))),
+        np.asarray(jax.random.key_data(jax.random.fold_in(rbg, 5))),
+    )
+
+
+def test_xla_path_noise_is_jax_random_gumbel(key):
+    # the XLA path hashes its noise (threefry keys): the same tokens as explicit
+    # jax.random.gumbel noise through the fused block, batch axes flattened row-major
+    x = jax.random.normal(jax.random.key(5), (2, 3, 40), jnp.float32)
+    got = jax.jit(lambda x, k: sampling.sample_tokens(x, key=k, temperature=0.7, top_p=0.9).token)(
+        x, key
+    )
+    g = jax.random.gumbel(key, x.shape, jnp.float32).reshape(6, 40)
+    t, p = np.full(6, 0.7, np.float32), np.full(6, 0.9, np.float32)
+    k, mp = np.full(6, 40, np.int32), np.zeros(6, np.float32)
+    want = jax.jit(
+        lambda x, g, t, k, p, mp: (
+            _fused.sample_block(x, g, t, k, p, mp, stats="sampled", vocab=40).token
+        )
+    )(x.reshape(6, 40), g, t, k, p, mp)
+    np.testing.assert_array_equal(np.asarray(got).reshape(-1), np.asarray(want))
 
 
 def test_greedy_under_jit_without_retrace(key):

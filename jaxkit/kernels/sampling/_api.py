@@ -11,7 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, Integer, Real
 from jaxkit import _validate
 from jaxkit._typing import Implementation, KeyArray, accumulation_dtype
 from jaxkit.kernels import _dispatch
-from jaxkit.kernels.sampling import _fused, _pallas
+from jaxkit.kernels.sampling import _fused, _hash, _pallas
 from jaxkit.kernels.sampling import _reference as ref
 
 Stats = Literal["sampled", "logits"]
@@ -337,6 +337,15 @@ def _sample_tokens(logits, key, temperature, top_k, top_p, min_p, *, stats, plai
     x2 = logits.reshape(-1, vocab)
 
     def noise():  # flat (R, V) noise equals gumbel over logits.shape (partitionable)
+        # threefry keys: the counter hash of ``_hash`` (bit for bit the same noise) is one
+        # fused elementwise program, where jax.random's threefry is a rolled loop of small
+        # kernels on CPU (wave 23: 64 x 32000 rows 62 -> 33 ms, see docs/areas/decoding.md)
+        if _pallas.hash_noise_supported(key, logits.dtype, logits.size):
+            kd = jax.random.key_data(key)
+            sh = jax.typeof(x2).sharding
+            r = jax.lax.broadcasted_iota(jnp.uint32, x2.shape, 0, out_sharding=sh)
+            c = jax.lax.broadcasted_iota(jnp.uint32, x2.shape, 1, out_sharding=sh)
+            return _hash.gumbel_f32(kd[0], kd[1], r * np.uint32(vocab) + c)
         g = jax.random.gumbel(key, logits.shape, cd, out_sharding=jax.typeof(logits).sharding)
         return g.reshape(-1, vocab)
 

@@ -12,30 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
+from jaxkit._threefry import threefry2x32 as threefry2x32
 
 
 def _u32(v: int) -> np.uint32:
     return np.uint32(v)
-
-
-def _rotl(x: jax.Array, d: int) -> jax.Array:
-    return jax.lax.shift_left(x, _u32(d)) | jax.lax.shift_right_logical(x, _u32(32 - d))
-
-
-def threefry2x32(k1, k2, x1, x2):
-    """Threefry-2x32, 20 rounds (as ``jax._src.random.threefry2x32``)."""
-    ks = (k1, k2, k1 ^ k2 ^ _u32(0x1BD11BDA))
-    x1 = x1 + ks[0]
-    x2 = x2 + ks[1]
-    for i in range(5):
-        for r in _ROT[i % 2]:
-            x1 = x1 + x2
-            x2 = _rotl(x2, r)
-            x2 = x1 ^ x2
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + _u32(i + 1)
-    return x1, x2
 
 
 def gumbel_f32(k1, k2, index: jax.Array) -> jax.Array:
