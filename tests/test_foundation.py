@@ -245,6 +245,10 @@ def test_every_example_counts_in_an_area_budget():
         conftest._area("tests/examples/test_examples.py::test_example[new_demo]")
     pool, *rows = conftest._slow_budget_lines(
         {"examples.soft": 300.0, "examples.core": 200.0, "data": 90.0, "examples.data": 40.0}
+        | {"soft": 100.0}
     )
     assert "500.0 s  budget 450" in pool
-    assert rows == ["data           tests + examples   130.0 s  budget 120  OVER"]
+    assert rows == [
+        "data           tests + examples   130.0 s  budget 120  OVER",
+        "soft           tests              100.0 s  budget 900",
+    ]
