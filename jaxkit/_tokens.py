@@ -8,6 +8,10 @@ A concrete ``temperature`` of 0 selects the static greedy mode, the arg-max (tie
 lowest index), which is bit for bit what :func:`jaxkit.kernels.sampling.sample_tokens`
 gives at temperature 0, without the sampler's noise and filters in the decode loop. A
 traced temperature always goes through the sampler (the arg-max where it is 0).
+
+Step ``i`` of a generator draws with ``step_key(key, i)``: ``jax.random.fold_in`` bit for bit,
+as one fused program (:func:`jaxkit._threefry.fold_in`; jax.random's threefry is a rolled
+loop of small kernels on CPU).
 """
 
 from typing import Any
@@ -18,6 +22,7 @@ import numpy as np
 from jaxtyping import Array
 
 from jaxkit import _validate
+from jaxkit._threefry import fold_in as step_key  # noqa: F401  (re-exported)
 from jaxkit.kernels.sampling import sample_tokens
 
 

@@ -6,18 +6,8 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from jaxkit import _tokens, _validate, nn
-from jaxkit._threefry import fold_in
-from jaxkit._tokens import is_greedy
+from jaxkit._tokens import is_greedy, step_key  # noqa: F401  (step_key re-exported)
 from jaxkit.kernels.sampling import sample_tokens
-
-
-def step_key(key, i):
-    """Step ``i``'s key: ``jax.random.fold_in(key, i)`` bit for bit.
-
-    For threefry keys through :func:`jaxkit._threefry.fold_in` (one fused elementwise
-    program; ``jax.random``'s threefry is a rolled loop of small kernels on CPU).
-    """
-    return fold_in(key, i)
 
 
 class DecodeStats(NamedTuple):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
-from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling
+from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, step_key
 from jaxkit.memory._dlmr import (
     DLMRConfig,
     DLMRParams,
@@ -351,7 +351,7 @@ def _generate(
         if force is not None:
             act = jnp.where(elig, jnp.int32(force), 0)
         elif sample_router:
-            act = jax.random.categorical(jax.random.fold_in(key, 2 * i + 1), lg).astype(jnp.int32)
+            act = jax.random.categorical(step_key(key, 2 * i + 1), lg).astype(jnp.int32)
         else:
             act = jnp.argmax(lg, axis=-1).astype(jnp.int32)
         act = jnp.where(elig, act, 0)
@@ -360,7 +360,7 @@ def _generate(
             st = _inject(hv, p, st, act, cfg=cfg, width=km, lm=(lm_params, lm_cfg))
         tok = choose_tokens(
             st.logits,
-            jax.random.fold_in(key, 2 * i),
+            step_key(key, 2 * i),
             greedy=greedy,
             temperature=temperature,
             top_p=top_p,

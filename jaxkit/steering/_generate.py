@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, is_greedy
+from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, is_greedy, step_key
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -58,7 +58,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     last = jnp.take_along_axis(up.h, (prompt_len + k - 1)[:, None, None], axis=1)
     logits = nn.unembed(lm_params, lm_cfg, last)[:, 0]
     cache = up.cache._replace(length=prompt_len + k)
-    tok = _choose(logits, jax.random.fold_in(key, 0), temperature, top_p, greedy)
+    tok = _choose(logits, step_key(key, 0), temperature, top_p, greedy)
     out = (zb[:, None] + jnp.zeros((1, n), jnp.int32)).at[:, 0].set(tok)
 
     def body(i, c):
@@ -66,7 +66,7 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
         logits, cache = nn.decode_step(
             lm_params, lm_cfg, tok, cache, overflow="drop", interventions=hide
         )
-        tok = _choose(logits, jax.random.fold_in(key, i), temperature, top_p, greedy)
+        tok = _choose(logits, step_key(key, i), temperature, top_p, greedy)
         return cache, tok, out.at[:, i].set(tok)
 
     _, _, out = jax.lax.fori_loop(1, n, body, (cache, tok, out))
@@ -95,7 +95,7 @@ def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm
         buf, out = c
         f = _forward(lm_params, vp, buf, prompt_len, None, lm_cfg=lm_cfg, cfg=cfg)
         logits = f.logits[rows, prompt_len + k - 1 + i]
-        tok = _choose(logits, jax.random.fold_in(key, i), temperature, top_p, greedy)
+        tok = _choose(logits, step_key(key, i), temperature, top_p, greedy)
         return buf.at[rows, prompt_len + i].set(tok), out.at[:, i].set(tok)
 
     _, out = jax.lax.fori_loop(0, n, body, (buf, jnp.zeros((b, n), jnp.int32)))

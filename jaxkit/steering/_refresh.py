@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn
+from jaxkit._tokens import step_key
 from jaxkit.steering._svgt import _insert, gapped_positions, lower_pass, make_bridge
 
 
@@ -59,7 +60,7 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
     def body(s, c):
         buf, out, bridge, lg = c
         logits, bridge = logits_at(buf, bridge, s)
-        tok = choose(logits, jax.random.fold_in(key, s))
+        tok = choose(logits, step_key(key, s))
         lg = lg.at[:, s].set(logits.astype(jnp.float32))
         buf = jnp.where(cols == (prompt_len + s)[:, None], tok[:, None], buf)
         return buf, out.at[:, s].set(tok), bridge, lg
@@ -91,7 +92,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
     # block-l hidden of every committed slot (prompt, then generated tokens); the
     # reserved slots are never read (the value encoder's mask leaves them out)
     hbuf = jnp.pad(h_p, ((0, 0), (0, s_cap - p), (0, 0)))  # keeps the batch sharding
-    tok0 = choose(logits, jax.random.fold_in(key, 0))
+    tok0 = choose(logits, step_key(key, 0))
     chunk = k + n - 1  # slots M .. M+K+N-2: the bridge and every generated token
     slot = jnp.arange(s_cap, dtype=jnp.int32)[None, :]
     cj = jnp.arange(chunk, dtype=jnp.int32)[None, :]
@@ -142,7 +143,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         logits, cache, bridge = jax.lax.cond(
             s % r == 0, refresh, plain, (low.cache, hbuf, bridge, at)
         )
-        tok = choose(logits, jax.random.fold_in(key, s))
+        tok = choose(logits, step_key(key, s))
         out, lg = out.at[:, s].set(tok), lg.at[:, s].set(logits.astype(jnp.float32))
         return nn.commit(cache, jnp.ones_like(at)), hbuf, bridge, tok, out, lg
 

@@ -12,11 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit._threefry import threefry2x32 as threefry2x32
-
-
-def _u32(v: int) -> np.uint32:
-    return np.uint32(v)
+from jaxkit._threefry import _u32, threefry2x32
 
 
 def gumbel_f32(k1, k2, index: jax.Array) -> jax.Array:
