@@ -286,6 +286,11 @@ def _wedlm_generate(
         pad_token_id=static.pad_token_id,
     )
 
+    if o.min_accept is not None:
+        # The first run of one-token steps (hard text: the whole generation) runs outside
+        # the main loop, as ar_generate's loop does; zero trips unless every row is in AR mode.
+        state = ar_run(params, cfg, state, prompt_len, key, o, go=use_single(state, o))
+
     def cond(s: WeDLMState):
         return jnp.any(~s.done) & (s.n_forward < cap)
 
@@ -358,29 +363,40 @@ def _init_state(
         gap=jnp.full((), o.probe_every, jnp.int32),
         since=jnp.zeros((), jnp.int32),
     )
-    filled = _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
+    active = zb >= 0
     if o.min_accept is None:
-        return filled
-    # Adaptive: rows whose first window decides < min_accept tokens start like AR. The
-    # AR start (a draw from the prompt's next-token logits) runs only if some row needs it.
-    accept = jnp.sum(filled.filled, axis=1).astype(jnp.float32)
+        return _fill(state, res.logits[:, p:], prompt_len, key, o, active=active)
+    # Adaptive: rows whose first window decides < min_accept tokens start like AR (their
+    # first token drawn from the prompt's next-token logits). The selection alone tells
+    # which rows those are, so when every row starts like AR (hard text) the window's
+    # draw and output writes, whose results would all be replaced, are skipped.
+    fill = _selection(state, res.logits[:, p:], prompt_len, o, active=active)
+    accept = jnp.sum(fill, axis=1).astype(jnp.float32)
     like_ar = accept < o.min_accept
+    state = state._replace(accept=accept)
 
-    def ar_start(filled: WeDLMState) -> WeDLMState:
+    def ar_start(s: WeDLMState) -> WeDLMState:
         last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
         tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
-        ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
-        pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
-        return filled._replace(
-            win_tok=pick(ar.win_tok, filled.win_tok),
-            filled=pick(ar.filled, filled.filled),
-            out=pick(ar.out, filled.out),
-            n_gen=pick(ar.n_gen, filled.n_gen),
-            done=pick(ar.done, filled.done),
-        )
+        return set_slot0(s, tok0, active, prompt_len, o, active=active)
 
-    filled = filled._replace(accept=accept)
-    return jax.lax.cond(jnp.any(like_ar), ar_start, lambda f: f, filled)
+    def window_start(s: WeDLMState) -> WeDLMState:
+        filled = _fill(s, res.logits[:, p:], prompt_len, key, o, active=active, fill=fill)
+
+        def mixed(filled: WeDLMState) -> WeDLMState:  # some rows (not all) start like AR
+            ar = ar_start(s)
+            pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+            return filled._replace(
+                win_tok=pick(ar.win_tok, filled.win_tok),
+                filled=pick(ar.filled, filled.filled),
+                out=pick(ar.out, filled.out),
+                n_gen=pick(ar.n_gen, filled.n_gen),
+                done=pick(ar.done, filled.done),
+            )
+
+        return jax.lax.cond(jnp.any(like_ar), mixed, lambda f: f, filled)
+
+    return jax.lax.cond(jnp.all(like_ar), ar_start, window_start, state)
 
 
 def _step(
@@ -436,15 +452,13 @@ def _fill(
     o: _Options,
     *,
     active,
+    fill=None,
 ) -> WeDLMState:
-    """Select and fill open slots from the window logits (logical order), emit, stop."""
-    b, w = s.win_tok.shape
+    """Select (unless ``fill`` is given) and fill open slots from the window logits, emit, stop."""
     n = o.max_new_tokens
-    gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
-    selectable = ~s.filled & (gen_idx < n) & active[:, None]
-    fill = select_by_entropy(
-        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
-    )
+    gen_idx = _gen_idx(s, prompt_len)
+    if fill is None:
+        fill = _selection(s, logits, prompt_len, o, active=active)
     new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
@@ -456,6 +470,20 @@ def _fill(
     has_stop, _ = stop_info(out, n_gen, o.stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
+
+
+def _gen_idx(s: WeDLMState, prompt_len):
+    """``int32[B, W]``: the generation index of each window slot."""
+    w = s.win_tok.shape[1]
+    return (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
+
+
+def _selection(s: WeDLMState, logits, prompt_len, o: _Options, *, active):
+    """``bool[B, W]``: the open slots to fill from the window logits (entropy rule)."""
+    selectable = ~s.filled & (_gen_idx(s, prompt_len) < o.max_new_tokens) & active[:, None]
+    return select_by_entropy(
+        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
+    )
 
 
 def _tracked_step(params, cfg, s: WeDLMState, prompt_len, key, o: _Options) -> WeDLMState:
