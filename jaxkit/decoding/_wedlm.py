@@ -287,8 +287,11 @@ def _wedlm_generate(
     )
 
     if o.min_accept is not None:
-        # The first run of one-token steps (hard text: the whole generation) runs outside
-        # the main loop, as ar_generate's loop does; zero trips unless every row is in AR mode.
+        # The first stretch of one-token steps (on hard text the whole generation) runs in
+        # a loop of its own at the top level, as ar_generate's does: no main-loop trip and
+        # branch around it, and XLA compiles it as AR's loop (the same body; in the main
+        # loop's branch the sampler keeps a top-k test XLA cannot fold there). Zero trips
+        # unless every row starts in AR mode (wave 24, docs/areas/decoding.md).
         state = ar_run(params, cfg, state, prompt_len, key, o, go=use_single(state, o))
 
     def cond(s: WeDLMState):
@@ -363,40 +366,29 @@ def _init_state(
         gap=jnp.full((), o.probe_every, jnp.int32),
         since=jnp.zeros((), jnp.int32),
     )
-    active = zb >= 0
+    filled = _fill(state, res.logits[:, p:], prompt_len, key, o, active=zb >= 0)
     if o.min_accept is None:
-        return _fill(state, res.logits[:, p:], prompt_len, key, o, active=active)
-    # Adaptive: rows whose first window decides < min_accept tokens start like AR (their
-    # first token drawn from the prompt's next-token logits). The selection alone tells
-    # which rows those are, so when every row starts like AR (hard text) the window's
-    # draw and output writes, whose results would all be replaced, are skipped.
-    fill = _selection(state, res.logits[:, p:], prompt_len, o, active=active)
-    accept = jnp.sum(fill, axis=1).astype(jnp.float32)
+        return filled
+    # Adaptive: rows whose first window decides < min_accept tokens start like AR. The
+    # AR start (a draw from the prompt's next-token logits) runs only if some row needs it.
+    accept = jnp.sum(filled.filled, axis=1).astype(jnp.float32)
     like_ar = accept < o.min_accept
-    state = state._replace(accept=accept)
 
-    def ar_start(s: WeDLMState) -> WeDLMState:
+    def ar_start(filled: WeDLMState) -> WeDLMState:
         last = jnp.take_along_axis(res.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]
         tok0 = choose_tokens(last, key, o.sampling, greedy=o.greedy)
-        return set_slot0(s, tok0, active, prompt_len, o, active=active)
+        ar = set_slot0(state, tok0, zb >= 0, prompt_len, o, active=zb >= 0)
+        pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+        return filled._replace(
+            win_tok=pick(ar.win_tok, filled.win_tok),
+            filled=pick(ar.filled, filled.filled),
+            out=pick(ar.out, filled.out),
+            n_gen=pick(ar.n_gen, filled.n_gen),
+            done=pick(ar.done, filled.done),
+        )
 
-    def window_start(s: WeDLMState) -> WeDLMState:
-        filled = _fill(s, res.logits[:, p:], prompt_len, key, o, active=active, fill=fill)
-
-        def mixed(filled: WeDLMState) -> WeDLMState:  # some rows (not all) start like AR
-            ar = ar_start(s)
-            pick = lambda a, b: jnp.where(like_ar.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
-            return filled._replace(
-                win_tok=pick(ar.win_tok, filled.win_tok),
-                filled=pick(ar.filled, filled.filled),
-                out=pick(ar.out, filled.out),
-                n_gen=pick(ar.n_gen, filled.n_gen),
-                done=pick(ar.done, filled.done),
-            )
-
-        return jax.lax.cond(jnp.any(like_ar), mixed, lambda f: f, filled)
-
-    return jax.lax.cond(jnp.all(like_ar), ar_start, window_start, state)
+    filled = filled._replace(accept=accept)
+    return jax.lax.cond(jnp.any(like_ar), ar_start, lambda f: f, filled)
 
 
 def _step(
@@ -452,13 +444,15 @@ def _fill(
     o: _Options,
     *,
     active,
-    fill=None,
 ) -> WeDLMState:
-    """Select (unless ``fill`` is given) and fill open slots from the window logits, emit, stop."""
+    """Select and fill open slots from the window logits (logical order), emit, stop."""
+    b, w = s.win_tok.shape
     n = o.max_new_tokens
-    gen_idx = _gen_idx(s, prompt_len)
-    if fill is None:
-        fill = _selection(s, logits, prompt_len, o, active=active)
+    gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
+    selectable = ~s.filled & (gen_idx < n) & active[:, None]
+    fill = select_by_entropy(
+        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
+    )
     new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill
@@ -470,20 +464,6 @@ def _fill(
     has_stop, _ = stop_info(out, n_gen, o.stop_token_ids)
     done = s.done | (n_gen >= n) | has_stop
     return s._replace(win_tok=tok, filled=filled, out=out, n_gen=n_gen, done=done)
-
-
-def _gen_idx(s: WeDLMState, prompt_len):
-    """``int32[B, W]``: the generation index of each window slot."""
-    w = s.win_tok.shape[1]
-    return (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
-
-
-def _selection(s: WeDLMState, logits, prompt_len, o: _Options, *, active):
-    """``bool[B, W]``: the open slots to fill from the window logits (entropy rule)."""
-    selectable = ~s.filled & (_gen_idx(s, prompt_len) < o.max_new_tokens) & active[:, None]
-    return select_by_entropy(
-        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
-    )
 
 
 def _tracked_step(params, cfg, s: WeDLMState, prompt_len, key, o: _Options) -> WeDLMState:

@@ -8,6 +8,8 @@ import pytest
 from jaxkit import io
 from jaxkit.decoding import _adaptive, ar_generate, wedlm_generate
 from jaxkit.decoding import _counting as C
+from jaxkit.decoding import _wedlm as W
+from jaxkit.decoding._common import Sampling
 from tests.decoding import _reference as R
 from tests.decoding._models import MASK, prompts, tiny
 
@@ -52,6 +54,36 @@ def test_zero_min_accept_is_plain_wedlm():
         assert int(got.stats.n_forward) == int(want.stats.n_forward)
         np.testing.assert_array_equal(got.tokens, want.tokens)
         np.testing.assert_array_equal(got.stats.row_forwards, want.stats.row_forwards)
+
+
+def test_first_fallback_run_outside_the_loop():
+    # wedlm_generate runs the first stretch of one-token steps before its main loop, as
+    # ar_run(go=use_single): go=False must leave the state exactly as it was, go=True must
+    # be the main loop's ar_run (the same steps, tokens and counters).
+    params, cfg = tiny(3)
+    pr, pl = prompts(3, 2, 5, [5, 2])
+    key = jax.random.key(0)
+    z = jnp.float32(0.0)
+    samp = Sampling(z, jnp.int32(cfg.vocab_size), z + 1, z)
+
+    @jax.jit
+    def run(min_accept):
+        o = W._Options(MASK, N, 4, (), z + 1.5, z + 0.02, samp, True, min_accept, 3)
+        s = W._init_state(params, cfg, pr, pl, key, o, max_len=5 + N, pad_token_id=0)
+        args = (params, cfg, s, pl, key, o)
+        runs = [_adaptive.ar_run(*args, go=jnp.asarray(g)) for g in (False, True)]
+        return s, runs, _adaptive.ar_run(*args)
+
+    s, (off, _), _ = run(jnp.float32(0.0))  # no row starts like AR: a window is decided
+    assert int(np.sum(s.filled)) > 2
+    for a, b in zip(jax.tree.leaves(off), jax.tree.leaves(s), strict=True):
+        np.testing.assert_array_equal(a, b)
+    s, (off, on), plain = run(jnp.float32(5.0))  # every row starts like AR
+    assert int(plain.n_forward) == 3  # probe_every one-token steps ran
+    for a, b in zip(jax.tree.leaves(off), jax.tree.leaves(s), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(on), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_schedule_by_hand():
