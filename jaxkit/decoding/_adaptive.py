@@ -34,18 +34,20 @@ def use_single(s, o):
     return jnp.all(low | s.done) & (s.since < s.gap)
 
 
-def ar_run(params, cfg, s, prompt_len, key, o):
+def ar_run(params, cfg, s, prompt_len, key, o, go=None):
     """The fallback: up to ``s.gap`` AR steps (the body of ``ar_generate``'s loop).
 
     Slot 0's decided token is fed alone (one ``nn.decode_step``), committed, and the
     next token drawn from the next-token head; other decided slots are dropped.
+    ``go``: optional traced bool; when False no step runs and ``s`` is returned as is.
     """
     n, cap = o.max_new_tokens, 2 * (o.max_new_tokens + o.window + 1)
     active = ~s.done
     n_gen = jnp.where(active, jnp.minimum(s.cache.length - prompt_len + 1, n), s.n_gen)
 
     def cond(c):
-        return jnp.any(~c[4]) & (c[7] < s.gap) & (c[6] < cap)
+        more = jnp.any(~c[4]) & (c[7] < s.gap) & (c[6] < cap)
+        return more if go is None else more & go
 
     def body(c):
         rows, i, k = c[5:]
@@ -56,16 +58,21 @@ def ar_run(params, cfg, s, prompt_len, key, o):
     carry = (s.cache, s.win_tok[:, 0], s.out, n_gen, s.done, s.row_forwards, s.n_forward, 0)
     cache, tok, out, n_gen, done, rows, i, _ = jax.lax.while_loop(cond, body, carry)
     first = jnp.arange(s.win_tok.shape[1])[None, :] == 0
+    win_tok = jnp.where(first, tok[:, None], jnp.full_like(s.win_tok, o.mask_token_id))
+    filled, since = first | jnp.zeros_like(s.filled), s.gap
+    if go is not None:  # zero trips leave cache, out, done and the counters as they were
+        win_tok, filled = jnp.where(go, win_tok, s.win_tok), jnp.where(go, filled, s.filled)
+        n_gen, since = jnp.where(go, n_gen, s.n_gen), jnp.where(go, since, s.since)
     return s._replace(
         cache=cache,
-        win_tok=jnp.where(first, tok[:, None], jnp.full_like(s.win_tok, o.mask_token_id)),
-        filled=first | jnp.zeros_like(s.filled),
+        win_tok=win_tok,
+        filled=filled,
         out=out,
         n_gen=n_gen,
         done=done,
         row_forwards=rows,
         n_forward=i,
-        since=s.gap,
+        since=since,
     )
 
 

@@ -286,19 +286,31 @@ def _wedlm_generate(
         pad_token_id=static.pad_token_id,
     )
 
+    if o.min_accept is not None:
+        # The first run of one-token steps (on hard text the whole generation) goes before
+        # the main loop, in a top-level loop compiled as ar_generate's (measured faster than
+        # the same loop in the main loop's body). Zero trips unless every row starts in AR
+        # mode (wave 24, docs/areas/decoding.md).
+        state = ar_run(params, cfg, state, prompt_len, key, o, go=use_single(state, o))
+
     def cond(s: WeDLMState):
         return jnp.any(~s.done) & (s.n_forward < cap)
 
-    def body(s: WeDLMState) -> WeDLMState:
-        k = step_key(key, s.n_forward)
-        if o.min_accept is None:
-            return _step(params, cfg, s, prompt_len, k, o)
-        return jax.lax.cond(
-            use_single(s, o),
-            lambda s: ar_run(params, cfg, s, prompt_len, key, o),
-            lambda s: _tracked_step(params, cfg, s, prompt_len, k, o),
+    def window_steps(s: WeDLMState) -> WeDLMState:  # until every row is in AR mode
+        return jax.lax.while_loop(
+            lambda s: cond(s) & ~use_single(s, o),
+            lambda s: _tracked_step(params, cfg, s, prompt_len, step_key(key, s.n_forward), o),
             s,
         )
+
+    def body(s: WeDLMState) -> WeDLMState:
+        if o.min_accept is None:
+            return _step(params, cfg, s, prompt_len, step_key(key, s.n_forward), o)
+        # Adaptive: a run of window steps (inside a cond branch, whose thunks XLA:CPU runs
+        # in sequence), then a run of one-token steps in a loop of its own, not in a branch
+        # (compiled as ar_generate's loop; wave 24, docs/areas/decoding.md).
+        s = jax.lax.cond(use_single(s, o), lambda s: s, window_steps, s)
+        return ar_run(params, cfg, s, prompt_len, key, o, go=use_single(s, o) & cond(s))
 
     state = jax.lax.while_loop(cond, body, state)
     tokens, lengths = finalize(state.out, state.n_gen, stop_token_ids, static.pad_token_id)

@@ -8,6 +8,8 @@ import pytest
 from jaxkit import io
 from jaxkit.decoding import _adaptive, ar_generate, wedlm_generate
 from jaxkit.decoding import _counting as C
+from jaxkit.decoding import _wedlm as W
+from jaxkit.decoding._common import Sampling, finalize, step_key
 from tests.decoding import _reference as R
 from tests.decoding._models import MASK, prompts, tiny
 
@@ -52,6 +54,77 @@ def test_zero_min_accept_is_plain_wedlm():
         assert int(got.stats.n_forward) == int(want.stats.n_forward)
         np.testing.assert_array_equal(got.tokens, want.tokens)
         np.testing.assert_array_equal(got.stats.row_forwards, want.stats.row_forwards)
+
+
+def test_first_fallback_run_outside_the_loop():
+    # wedlm_generate runs the first stretch of one-token steps before its main loop, as
+    # ar_run(go=use_single): go=False must leave the state exactly as it was, go=True must
+    # be the main loop's ar_run (the same steps, tokens and counters).
+    params, cfg = tiny(3)
+    pr, pl = prompts(3, 2, 5, [5, 2])
+    key = jax.random.key(0)
+    z = jnp.float32(0.0)
+    samp = Sampling(z, jnp.int32(cfg.vocab_size), z + 1, z)
+
+    @jax.jit
+    def run(min_accept):
+        o = W._Options(MASK, N, 4, (), z + 1.5, z + 0.02, samp, True, min_accept, 3)
+        s = W._init_state(params, cfg, pr, pl, key, o, max_len=5 + N, pad_token_id=0)
+        args = (params, cfg, s, pl, key, o)
+        runs = [_adaptive.ar_run(*args, go=jnp.asarray(g)) for g in (False, True)]
+        return s, runs, _adaptive.ar_run(*args)
+
+    s, (off, _), _ = run(jnp.float32(0.0))  # no row starts like AR: a window is decided
+    assert int(np.sum(s.filled)) > 2
+    for a, b in zip(jax.tree.leaves(off), jax.tree.leaves(s), strict=True):
+        np.testing.assert_array_equal(a, b)
+    s, (off, on), plain = run(jnp.float32(5.0))  # every row starts like AR
+    assert int(plain.n_forward) == 3  # probe_every one-token steps ran
+    for a, b in zip(jax.tree.leaves(off), jax.tree.leaves(s), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(on), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_loops_follow_the_step_rule():
+    # The decoder runs its window steps and one-token runs as separate loops; the rule is
+    # one choice per step: ar_run while use_single, else one tracked window step. A batch
+    # whose rows switch modes several times (probe_every=2) decodes as that rule does.
+    params, cfg = tiny(5)
+    pr, pl = prompts(5, 3, 5, [5, 3, 4])
+    key = jax.random.key(1)
+    kw = dict(entropy_threshold=0.4, min_accept=2.0, probe_every=2, temperature=0.7, key=key)
+    got = _gen(params, cfg, pr, pl, **kw)
+    z = jnp.float32(0.0)
+    samp = Sampling(z + 0.7, jnp.int32(cfg.vocab_size), z + 1, z)
+    cap = 2 * (N + 4 + 1)
+
+    @jax.jit
+    def rule():
+        o = W._Options(MASK, N, 4, (), z + 0.4, z + 0.02, samp, False, z + 2.0, 2)
+        s = W._init_state(params, cfg, pr, pl, step_key(key, cap), o, max_len=5 + N, pad_token_id=0)
+
+        def body(c):
+            s, n_ar, n_win = c
+            single = _adaptive.use_single(s, o)
+            s = jax.lax.cond(
+                single,
+                lambda s: _adaptive.ar_run(params, cfg, s, pl, key, o),
+                lambda s: W._tracked_step(params, cfg, s, pl, step_key(key, s.n_forward), o),
+                s,
+            )
+            return s, n_ar + single.astype(jnp.int32), n_win + (~single).astype(jnp.int32)
+
+        more = lambda c: jnp.any(~c[0].done) & (c[0].n_forward < cap)  # noqa: E731
+        s, n_ar, n_win = jax.lax.while_loop(more, body, (s, jnp.int32(0), jnp.int32(0)))
+        return finalize(s.out, s.n_gen, (), 0), s.n_forward, s.row_forwards, n_ar, n_win
+
+    (tokens, lengths), n_forward, rows, n_ar, n_win = rule()
+    assert int(n_ar) >= 2 and int(n_win) >= 2  # the rows did switch modes
+    np.testing.assert_array_equal(got.tokens, tokens)
+    np.testing.assert_array_equal(got.lengths, lengths)
+    assert int(got.stats.n_forward) == int(n_forward)
+    np.testing.assert_array_equal(got.stats.row_forwards, rows)
 
 
 def test_schedule_by_hand():
