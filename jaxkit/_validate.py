@@ -218,6 +218,8 @@ def all_finite(x: Any, *, name: str) -> Any:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return "(traced)"
     v = _concrete(value)
     if v is None:
         return repr(value)
@@ -261,6 +263,16 @@ def guard_positive(x: Any, value: Any, *, name: str) -> Any:
     v = jnp.asarray(value)
     bad = ~jnp.all((v > 0) & jnp.isfinite(v))
     return error_if(x, bad, f"`{name}` must be finite and > 0, got {name}={_show(value)}.")
+
+
+def guard_finite(x: Any, value: Any, *, name: str) -> Any:
+    """Return ``x`` guarded so that ``value`` (a scalar or array) must be finite (no NaN/inf).
+
+    Eagerly a ``ValueError``; traced, an ``eqx.error_if`` under ``jit``. Always use the result.
+    """
+    real_scalar(value, name=name)
+    bad = any_nonfinite(jnp.asarray(value))
+    return error_if(x, bad, f"`{name}` must be finite, got {name}={_show(value)}.")
 
 
 def guard_non_negative(x: Any, value: Any, *, name: str, allow_inf: bool = False) -> Any:
