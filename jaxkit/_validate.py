@@ -140,6 +140,13 @@ def floating_pair(a: Any, b: Any, *, names: tuple[str, str], rank: int) -> None:
     same_shape(**{names[1]: b, names[0]: a})
 
 
+def boolean(x: Any, *, name: str) -> None:
+    """Check ``x`` has a bool dtype (a mask)."""
+    dt = jnp.result_type(x)
+    if dt != jnp.bool_:
+        raise TypeError(f"`{name}` must be a bool array, got dtype {dt}.")
+
+
 def integer(x: Any, *, name: str) -> None:
     """Check ``x`` has an integer dtype."""
     dt = jnp.result_type(x)
