@@ -320,3 +320,20 @@ def test_pseudo_mask_scale_does_not_depend_on_the_frame():
             np.testing.assert_array_equal(np.asarray(full.mask)[8:40, 8:40], part.mask)
         else:
             assert gap > 0.02  # the per-image min-max moves D and the drift
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN or wrong value
+    nan = float("nan")
+    v, w = np.linspace(0, 1, 10, dtype=np.float32), np.ones(10, np.float32)
+    for bad, name in (
+        (lambda: irdet.otsu_threshold(v, -w), "weights"),
+        (lambda: irdet.otsu_threshold(v * nan, w), "values"),
+        (lambda: irdet.phi_loss(np.zeros(4), np.full((4, 4), 0.5), np.full((4, 4), 0.5),
+                                pred_weight=nan), "pred_weight"),
+        (lambda: irdet.make_dataset(jax.random.key(0), 1, clutter_beta=nan), "clutter_beta"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            bad()
+    with pytest.raises(TypeError, match="valid"):
+        irdet.disk_mask(np.zeros((2, 2), np.float32), np.ones(2, np.float32), hw=(8, 8))

@@ -299,6 +299,7 @@ def make_dataset(
     _validate.in_interval(low=0.0, high=1.0, closed="neither", mask_level=mask_level)
     _validate.real_scalar(min_separation, name="min_separation")
     _validate.non_negative(min_separation=min_separation)
+    _validate.finite_scalar(clutter_beta=clutter_beta)
     field_hw = hw if clutter_hw is None else _clutter_hw(clutter_hw, hw)
     return _dataset_core(
         key,
