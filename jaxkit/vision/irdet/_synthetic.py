@@ -226,9 +226,9 @@ def _pair(v, name, *, integer=False):
 
 
 def make_dataset(
-    key: KeyArray,
     n: int,
     *,
+    key: KeyArray,
     hw: tuple[int, int] = (128, 128),
     n_targets: tuple[int, int] = (1, 4),
     scr: tuple[float, float] = (2.0, 8.0),
@@ -327,6 +327,6 @@ def _clutter_hw(clutter_hw, hw):
     return out
 
 
-def make_scene(key: KeyArray, **kw) -> Scene:
+def make_scene(*, key: KeyArray, **kw) -> Scene:
     """One synthetic scene (:func:`make_dataset` with ``n = 1``, leading axis removed)."""
-    return jax.tree.map(lambda a: a[0], make_dataset(key, 1, **kw))
+    return jax.tree.map(lambda a: a[0], make_dataset(1, key=key, **kw))
