@@ -299,7 +299,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
     n_va = 16
     # one generator call for all splits, one pseudo-label program for train + val scenes
     allsc = irdet.make_dataset(
-        k_tr, n_tr + n_va + n_te, hw=hw, min_separation=SEP, clutter_hw=FRAME
+        n_tr + n_va + n_te, key=k_tr, hw=hw, min_separation=SEP, clutter_hw=FRAME
     )
     # host copies: NumPy slices below (eager jax slices compile one program per shape)
     allsc = jax.tree.map(np.asarray, allsc)
@@ -314,7 +314,7 @@ def main(*, quick=False, seed=0, out_dir="out", data_dir=None):
         fused_mask = pl_all[:n_tr]
     else:
         n_pl, pl_hw = 40, (128, 128)
-        sc = irdet.make_dataset(k_pl, n_pl, hw=pl_hw, min_separation=SEP, clutter_hw=FRAME)
+        sc = irdet.make_dataset(n_pl, key=k_pl, hw=pl_hw, min_separation=SEP, clutter_hw=FRAME)
         fused_mask = irdet.pseudo_mask(sc.image, sc.points, sc.valid).mask
     gt = np.asarray(sc.mask)
     disk = {

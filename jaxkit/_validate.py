@@ -140,6 +140,13 @@ def floating_pair(a: Any, b: Any, *, names: tuple[str, str], rank: int) -> None:
     same_shape(**{names[1]: b, names[0]: a})
 
 
+def boolean(x: Any, *, name: str) -> None:
+    """Check ``x`` has a bool dtype (a mask)."""
+    dt = jnp.result_type(x)
+    if dt != jnp.bool_:
+        raise TypeError(f"`{name}` must be a bool array, got dtype {dt}.")
+
+
 def integer(x: Any, *, name: str) -> None:
     """Check ``x`` has an integer dtype."""
     dt = jnp.result_type(x)
@@ -218,6 +225,8 @@ def all_finite(x: Any, *, name: str) -> Any:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return "(traced)"
     v = _concrete(value)
     if v is None:
         return repr(value)
@@ -261,6 +270,16 @@ def guard_positive(x: Any, value: Any, *, name: str) -> Any:
     v = jnp.asarray(value)
     bad = ~jnp.all((v > 0) & jnp.isfinite(v))
     return error_if(x, bad, f"`{name}` must be finite and > 0, got {name}={_show(value)}.")
+
+
+def guard_finite(x: Any, value: Any, *, name: str) -> Any:
+    """Return ``x`` guarded so that ``value`` (a scalar or array) must be finite (no NaN/inf).
+
+    Eagerly a ``ValueError``; traced, an ``eqx.error_if`` under ``jit``. Always use the result.
+    """
+    real_scalar(value, name=name)
+    bad = any_nonfinite(jnp.asarray(value))
+    return error_if(x, bad, f"`{name}` must be finite, got {name}={_show(value)}.")
 
 
 def guard_non_negative(x: Any, value: Any, *, name: str, allow_inf: bool = False) -> Any:

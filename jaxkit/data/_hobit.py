@@ -207,13 +207,22 @@ def hobit_objective(
     ``S = batch`` (distinct indices), ``V = pool`` (all ``n`` queries when ``None``),
     ``w`` from the sparse graph ``g`` (absent pairs weigh 0), ``phi`` = ``log1p``
     (``objective='log'``, default) or ``sqrt``. Monotone submodular in ``S``. Jitted.
+
+    Raises:
+      TypeError: ``batch`` / ``pool`` not 1-D integer arrays.
+      ValueError: an index outside ``[0, n)`` (traced: under ``jit``).
     """
     V.one_of(_OBJECTIVES, objective=objective)
+    n = g.nbr.shape[0]
+    batch = jnp.asarray(batch)
     V.ndim(batch, 1, name="batch")
     V.integer(batch, name="batch")
+    batch = V.error_if(batch, V.any_outside(batch, 0, n - 1), f"`batch` must lie in [0, {n}).")
     if pool is not None:
+        pool = jnp.asarray(pool)
         V.ndim(pool, 1, name="pool")
         V.integer(pool, name="pool")
+        pool = V.error_if(pool, V.any_outside(pool, 0, n - 1), f"`pool` must lie in [0, {n}).")
     return _objective_jit(batch, g.nbr, g.w, pool, objective=objective)
 
 

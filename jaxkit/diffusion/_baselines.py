@@ -79,16 +79,25 @@ def reverse_step(
     Returns:
       ``(z_next, x_hat)``: the next noisy state and ``z_next`` with its masks filled
       by the model's arg-max (what SMC scores with the oracle).
+
+    Raises:
+      TypeError: bad tokens; a non-integer ``step``.
+      ValueError: ``step`` outside ``[0, num_steps)`` (traced: under ``jit``).
     """
     _validate.is_key(key)
     z, valid = _common.check_tokens(z, None, name="z", allow_mask=True, mask_id=mask_id)
     num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
+    step = jnp.asarray(step)
+    _validate.integer(step, name="step")
+    _validate.ndim(step, 0, name="step")
+    bad = _validate.any_outside(step, 0, num_steps - 1)
+    step = _validate.error_if(step, bad, f"`step` must lie in [0, num_steps={num_steps}).")
     return _reverse_step(
         apply_fn,
         params,
         z,
         valid,
-        jnp.asarray(step, jnp.int32),
+        step.astype(jnp.int32),
         key,
         mask_id=mask_id,
         num_steps=num_steps,

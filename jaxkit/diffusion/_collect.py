@@ -170,9 +170,20 @@ def temper_alpha(log_ratio, reward, log_kappa, *, alpha: float, prev: float, ess
     tilt than before, ``inf`` = none) when even ``prev`` falls short. Adaptive
     tempering as in SMC samplers (Jasra et al. 2011); a jaxkit addition to TD3B
     (which uses ``alpha`` from the first iteration).
+
+    Raises:
+      ValueError: ``alpha`` not finite and > 0, ``prev`` not > 0 (``inf`` allowed),
+        ``ess_target`` outside ``(0, 1]``, non-finite inputs or lengths that disagree.
     """
     lr, r, lk = (np.asarray(x, np.float64) for x in (log_ratio, reward, log_kappa))
     n = lr.shape[0]
+    _validate.finite_scalar(alpha=alpha)
+    _validate.positive(alpha=alpha)
+    _validate.positive(prev=prev)  # NaN fails; inf (no tilt yet) passes
+    _validate.in_interval(low=0, high=1, closed="right", ess_target=ess_target)
+    for name, x in (("log_ratio", lr), ("reward", r), ("log_kappa", lk)):
+        if x.shape != (n,) or not np.all(np.isfinite(x)):
+            raise ValueError(f"`{name}` must be {n} finite numbers, got shape {x.shape}.")
 
     def ess(beta):
         lw = lr + beta * r + lk

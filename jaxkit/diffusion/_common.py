@@ -93,7 +93,18 @@ def positions_and_mask(tokens: Array, valid: Array) -> tuple[Array, Array]:
 
 
 def subs_log_probs(logits: Array, mask_id: int) -> Array:
-    """Log-probabilities over the vocabulary with the ``[MASK]`` entry at ``-inf`` (SUBS)."""
+    """Log-probabilities over the vocabulary with the ``[MASK]`` entry at ``-inf`` (SUBS).
+
+    Raises:
+      TypeError: non-float ``logits``; a ``mask_id`` that is not an int.
+      ValueError: ``mask_id`` outside ``[0, V)``.
+    """
+    logits = jnp.asarray(logits)
+    _validate.floating(logits, name="logits")
+    _validate.min_ndim(logits, 1, name="logits")
+    _validate.python_int(mask_id, name="mask_id", minimum=0)
+    if mask_id >= logits.shape[-1]:
+        raise ValueError(f"`mask_id` must lie in [0, V={logits.shape[-1]}), got {mask_id}.")
     acc = accumulation_dtype(logits.dtype)
     x = logits.astype(acc)
     x = x.at[..., mask_id].set(-jnp.inf)
@@ -194,7 +205,25 @@ def check_tokens(
             "(length mismatch)."
         )
     _validate.python_int(mask_id, name="mask_id", minimum=0)
+    if 0 in tokens.shape:
+        raise ValueError(
+            f"`{name}` must hold at least one token per row, got shape {tokens.shape}."
+        )
     return (tokens if tokens.dtype == jnp.int32 else tokens.astype(jnp.int32)), valid
+
+
+def check_unmask_step(unmask_step, tokens: Array, num_steps: int) -> Array:
+    """``int[B, L]`` unmasking steps of ``tokens`` in ``[-1, num_steps)`` (traced: error_if)."""
+    unmask_step = jnp.asarray(unmask_step)
+    _validate.integer(unmask_step, name="unmask_step")
+    if unmask_step.shape != tokens.shape:
+        raise TypeError(
+            f"`unmask_step` must have the shape of `tokens` {tokens.shape}, got "
+            f"{unmask_step.shape} (length mismatch)."
+        )
+    bad = _validate.any_outside(unmask_step, -1, num_steps - 1)
+    msg = f"`unmask_step` must lie in [-1, num_steps={num_steps})."
+    return _validate.error_if(unmask_step.astype(jnp.int32), bad, msg)
 
 
 def check_alphabet(tokens: Array, vocab: int, *, name: str, allow_mask: bool, mask_id: int):

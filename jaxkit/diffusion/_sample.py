@@ -460,14 +460,8 @@ def trajectory_log_prob(
     tokens, valid = _common.check_tokens(
         tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
     )
-    unmask_step = jnp.asarray(unmask_step)
-    _validate.integer(unmask_step, name="unmask_step")
-    if unmask_step.shape != tokens.shape:
-        raise TypeError(
-            f"`unmask_step` must have the shape of `tokens` {tokens.shape}, got "
-            f"{unmask_step.shape} (length mismatch)."
-        )
     num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
+    unmask_step = _common.check_unmask_step(unmask_step, tokens, num_steps)
     _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
     )
@@ -475,7 +469,7 @@ def trajectory_log_prob(
         apply_fn,
         params,
         tokens,
-        unmask_step.astype(jnp.int32),
+        unmask_step,
         valid,
         mask_id=mask_id,
         num_steps=num_steps,

@@ -83,6 +83,8 @@ def gated_reward(
     f = _validate.all_finite(f, name="p_agonist")
     f = _validate.error_if(f, ~jnp.all((f >= 0) & (f <= 1)), "`p_agonist` must lie in [0, 1].")
     g = _validate.guard_positive(g, tau_s, name="tau_s")
+    g = _validate.guard_finite(g, a_min, name="a_min")
+    g = _validate.guard_finite(g, low_factor, name="low_factor")
     return _gated(g, f, d, tau_s, a_min, low_factor)
 
 
@@ -128,11 +130,21 @@ def _log_w(r, f, lr, alpha, kappa_min):
 
 
 def effective_sample_size(log_w: Float[ArrayLike, " N"]) -> Float[Array, ""]:
-    """ESS ``1 / sum(wbar^2)`` of ``wbar = softmax(log_w)`` (in [1, N]; 1 = collapse)."""
+    """ESS ``1 / sum(wbar^2)`` of ``wbar = softmax(log_w)`` (in [1, N]; 1 = collapse).
+
+    Raises:
+      TypeError: ``log_w`` not a float vector.
+      ValueError: an empty ``log_w``; a NaN or ``+inf`` entry, or every entry ``-inf``
+        (traced: under ``jit``).
+    """
     lw = jnp.asarray(log_w)
     _validate.floating(lw, name="log_w")
     _validate.ndim(lw, 1, name="log_w")
-    return _ess(lw)
+    if lw.shape[0] == 0:
+        raise ValueError("`log_w` must hold at least one weight, got shape (0,).")
+    bad = jnp.any(jnp.isnan(lw) | (lw == jnp.inf)) | ~jnp.any(lw > -jnp.inf)
+    msg = "`log_w` must have no NaN or +inf entry and at least one finite entry."
+    return _ess(_validate.error_if(lw, bad, msg))
 
 
 @jax.jit

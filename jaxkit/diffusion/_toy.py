@@ -11,6 +11,8 @@ import pathlib
 
 import numpy as np
 
+from jaxkit import _validate
+
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 """The 20 amino-acid letters of the toy peptide vocabulary (token ``i`` is letter ``i``)."""
 TOY_MASK_ID = 20
@@ -30,6 +32,8 @@ def toy_nature(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def toy_nature_sample(n: int, *, seed: int, length: int = TOY_LENGTH) -> np.ndarray:
     """``int32[n, length]`` sequences from :func:`toy_nature` (chain seed 0, draws ``seed``)."""
+    n = _validate.python_int(n, name="n", minimum=0)
+    length = _validate.python_int(length, name="length", minimum=1)
     init, trans = toy_nature(0)
     rng = np.random.default_rng(seed)
     out = np.empty((n, length), np.int32)
@@ -48,6 +52,10 @@ def toy_oracle(tokens) -> dict:
     ``p_agonist = sigmoid(2 (#{K,R} - #{D,E}) at positions 0..3)``.
     """
     t = np.asarray(tokens)
+    if t.ndim != 2 or t.shape[1] < 9 or not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"`tokens` must be int[B, L >= 9], got {t.dtype} {t.shape}.")
+    if np.any((t < 0) | (t >= 20)):
+        raise ValueError("`tokens` must hold amino-acid ids in [0, 20).")
     hyd = _HYDROPHOBIC[t[:, 3:9]].sum(axis=1)
     charge = _POSITIVE[t[:, :4]].sum(axis=1).astype(np.int64) - _NEGATIVE[t[:, :4]].sum(axis=1)
     return {

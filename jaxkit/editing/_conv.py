@@ -68,6 +68,8 @@ def linear_to_conv_weight(m: Float[ArrayLike, "ckk O"], shape: tuple[int, ...]) 
     """Inverse of :func:`conv_weight_to_linear` for an OIHW ``shape``."""
     m = jnp.asarray(m)
     _validate.ndim(m, 2, name="m")
+    if not isinstance(shape, tuple | list) or len(shape) != 4:
+        raise TypeError(f"`shape` must be an OIHW 4-tuple, got {shape!r}.")
     o, c, kh, kw = shape
     _validate.shape(m, (c * kh * kw, o), name="m")
     return m.T.reshape(o, c, kh, kw)

@@ -61,7 +61,8 @@ class Engrams(NamedTuple):
 
 
 def default_rcond(d: int) -> float:
-    """The authors' cut-off ``D * eps`` of float32 for a ``D x D`` covariance."""
+    """The authors' cut-off ``D * eps`` of float32 for a ``D x D`` covariance (``D >= 1``)."""
+    d = _validate.python_int(d, name="d", minimum=1)
     return float(d * jnp.finfo(jnp.float32).eps)
 
 
@@ -283,7 +284,7 @@ def _check_layer_scale(layer_scale, layers):
     for s in layer_scale:
         if s not in layers:
             raise ValueError(f"`layer_scale` names site {s!r}, which is not in `layers`.")
-    return {s: jnp.asarray(v) for s, v in layer_scale.items()}
+    return {s: _validate.all_finite(v, name=f"layer_scale[{s!r}]") for s, v in layer_scale.items()}
 
 
 def compose(
@@ -309,6 +310,10 @@ def compose(
 
     Returns:
       site -> :class:`Linear`, in the layers' dtypes.
+
+    Raises:
+      ValueError: a NaN or infinite ``coefficients``, ``base`` or ``layer_scale`` (traced:
+        under ``jit``).
     """
     layers = _check_layers(layers)
     k = _check_engrams(layers, engrams)
@@ -318,6 +323,7 @@ def compose(
     _validate.real_scalar(base, name="base")
     ls = _check_layer_scale(layer_scale, layers)
     coefficients = _validate.all_finite(coefficients, name="coefficients")
+    coefficients = _validate.guard_finite(coefficients, base, name="base")
     return _compose_jit(layers, engrams, coefficients, base, ls)
 
 
@@ -459,6 +465,8 @@ def get_layers(params: PyTree, sites: Mapping[str, Site]) -> dict[str, Linear]:
 def set_layers(params: PyTree, sites: Mapping[str, Site], layers: Mapping[str, Linear]) -> PyTree:
     """Write edited sites back into ``params`` (``eqx.tree_at``; host-side helper)."""
     for name, get in sites.items():
+        if name not in layers:
+            raise KeyError(f"`layers` has no site {name!r} (one per entry of `sites`).")
         lin = layers[name]
         replace = lin.w if lin.b is None else (lin.w, lin.b)
         params = eqx.tree_at(get, params, replace=replace)

@@ -260,7 +260,10 @@ def from_canonical_id(ids: Int[ArrayLike, "..."], *, n: int) -> Int[Array, "... 
     if n * (n - 1) > 31:
         raise ValueError(f"`n` must be <= 6 for int32 ids, got n={n}.")
     V.integer(ids, name="ids")
-    return _decode_jit(jnp.asarray(ids, jnp.int32), n)
+    ids = jnp.asarray(ids, jnp.int32)
+    top = 2 ** (n * (n - 1)) - 1
+    msg = f"`ids` must be < 2**(n(n-1)) = {top + 1} (negative: a failed query)."
+    return _decode_jit(V.error_if(ids, jnp.any(ids > top), msg), n)
 
 
 def enumerate_dags(n: int, max_edges: int | None = None) -> Int[Array, "M n n"]:
@@ -331,6 +334,11 @@ def format_observation(perturbed: int, effects, names: str | None = None) -> str
     """Upstream string form, e.g. ``Perturb(B) -> A:0 B:0 C:1`` (host-side)."""
     e = [int(v) for v in np.asarray(effects)]
     names = names or "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[: len(e)]
+    perturbed = V.python_int(perturbed, name="perturbed", minimum=0)
+    if perturbed >= len(e) or len(names) < len(e):
+        raise ValueError(
+            f"`perturbed`={perturbed} must index the {len(e)} effects, with a name for each."
+        )
     return f"Perturb({names[perturbed]}) -> " + " ".join(f"{names[j]}:{v}" for j, v in enumerate(e))
 
 

@@ -142,6 +142,8 @@ _tasks_jit = jax.jit(
 def task_masks(admissible_ids: list, table_ids) -> np.ndarray:
     """``bool[T, M]``: row ``t`` marks the table entries listed in ``admissible_ids[t]``."""
     table_ids = np.asarray(table_ids)
+    if len(admissible_ids) == 0:
+        raise ValueError("`admissible_ids` must list at least one task.")
     return np.stack([np.isin(table_ids, np.asarray(a)) for a in admissible_ids])
 
 

@@ -129,6 +129,9 @@ def uniform_space(table: Int[ArrayLike, " M"], n_queries: int, *, key) -> Int[Ar
     entries < 0 are padding and never drawn. Returns ``int32[n_queries]`` ids.
     """
     _check_table(table, "table")
+    t = V._concrete(table)
+    if t is not None and not (t >= 0).any():
+        raise ValueError("`table` holds no id (empty, or all entries are padding).")
     n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
     V.is_key(key)
     idx = _sample_jit(key, jnp.asarray(table) >= 0, n_queries)
@@ -211,6 +214,10 @@ def expected_metrics(
     n_arr = jnp.asarray(n_queries, jnp.int32)
     n_arr = V.error_if(n_arr, n_arr < 1, "`n_queries` must be >= 1.")
     pv = V._concrete(p)
-    if pv is not None and (pv.min() < 0 or abs(float(pv.sum()) - 1.0) > 1e-3):
+    if pv is not None and not (pv.min() >= 0 and abs(float(pv.sum()) - 1.0) <= 1e-3):
         raise ValueError(f"`p` must be a probability vector (>= 0, sum 1), sum={pv.sum()}.")
+    if pv is None:  # traced: the same check at run time (NaN fails it)
+        p = jnp.asarray(p)
+        ok = jnp.all(p >= 0) & (jnp.abs(jnp.sum(p) - 1.0) <= 1e-3)
+        p = V.error_if(p, ~ok, "`p` must be a probability vector (>= 0, sum 1, no NaN).")
     return _expected_jit(p, jnp.asarray(admissible, bool), n_arr)

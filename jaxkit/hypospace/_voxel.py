@@ -129,6 +129,11 @@ def voxel_id(heights: Int[ArrayLike, "... g g"], *, max_height: int) -> Int[Arra
     V.min_ndim(heights, 2, name="heights")
     V.integer(heights, name="heights")
     g, max_height = _check_ids(jnp.shape(heights)[-1], max_height)
+    heights = V.error_if(
+        jnp.asarray(heights),
+        V.any_outside(heights, 0, max_height),
+        f"`heights` must lie in [0, max_height={max_height}].",
+    )
     return _id_jit(heights, max_height + 1)
 
 

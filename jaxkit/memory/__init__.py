@@ -26,13 +26,13 @@ from jaxkit.memory._lora import LoraInjector as LoraInjector
 from jaxkit.memory._lora import lora_apply as lora_apply
 from jaxkit.memory._modules import Injector as Injector
 from jaxkit.memory._modules import Router as Router
+from jaxkit.memory._reward import dlmr_reward as dlmr_reward
+from jaxkit.memory._reward import group_advantages as group_advantages
 from jaxkit.memory._train import Stage1Aux as Stage1Aux
 from jaxkit.memory._train import Stage3Aux as Stage3Aux
 from jaxkit.memory._train import context_states as context_states
 from jaxkit.memory._train import dlmr_optimizer as dlmr_optimizer
-from jaxkit.memory._train import dlmr_reward as dlmr_reward
 from jaxkit.memory._train import dlmr_step as dlmr_step
-from jaxkit.memory._train import group_advantages as group_advantages
 from jaxkit.memory._train import memory_forward as memory_forward
 from jaxkit.memory._train import stage1_loss as stage1_loss
 from jaxkit.memory._train import stage2_loss as stage2_loss

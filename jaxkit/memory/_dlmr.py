@@ -102,8 +102,11 @@ class DLMRConfig:
         _validate.python_int(self.n_max, name="n_max", minimum=1)
         _validate.one_of(("tiny", "lora_replica"), injector=self.injector)
         _validate.python_int(self.lora_rank, name="lora_rank", minimum=1)
-        if not isinstance(self.lora_alpha, int | float) or not self.lora_alpha > 0:
-            raise ValueError(f"`lora_alpha` must be a positive number, got {self.lora_alpha!r}.")
+        ok = isinstance(self.lora_alpha, int | float) and 0 < self.lora_alpha < float("inf")
+        if not ok:
+            raise ValueError(
+                f"`lora_alpha` must be a finite positive number, got {self.lora_alpha!r}."
+            )
         if not isinstance(self.lora_targets, tuple | list) or not self.lora_targets:
             raise TypeError("`lora_targets` must be a non-empty tuple of names.")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
@@ -350,13 +353,22 @@ def inject(
 
     Raises:
       TypeError: shapes or dtypes that disagree; no ``lm_params`` for the LoRA replica.
-      ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}.
+      ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}, a negative ``at``
+        (traced: under ``jit``).
     """
     check_lm_for_injector(cfg, lm_params, lm_cfg, "`inject`")
+    ctx, ctx_valid, at, bank, k = check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k)
+    return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k, lm_params=lm_params, lm_cfg=lm_cfg)
+
+
+def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
+    """:func:`inject`'s checks (TypeError; ValueError or ``error_if`` for the values)."""
     ctx = jnp.asarray(ctx)
     _validate.floating(ctx, name="ctx")
     _validate.ndim(ctx, 3, name="ctx")
     b = ctx.shape[0]
+    if b == 0 or ctx.shape[1] == 0:
+        raise ValueError(f"`ctx` must hold at least one row and slot, got shape {ctx.shape}.")
     ctx_valid = jnp.asarray(ctx_valid)
     if ctx_valid.dtype != jnp.bool_:
         raise TypeError(f"`ctx_valid` must be a bool array, got dtype {ctx_valid.dtype}.")
@@ -375,7 +387,8 @@ def inject(
         k, _validate.any_outside(k, 0, cfg.k_max), f"`k` must lie in [0, {cfg.k_max}]."
     )
     bank = _validate.error_if(bank, _validate.any_outside(bank, 0, 1), "`bank` must be 0 or 1.")
-    return _inject_core(p, cfg, ctx, ctx_valid, at, bank, k, lm_params=lm_params, lm_cfg=lm_cfg)
+    at = _validate.error_if(at, jnp.any(at < 0), "`at` must be >= 0.")
+    return ctx, ctx_valid, at, bank, k
 
 
 def memory_interventions(

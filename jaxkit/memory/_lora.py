@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxkit import nn, privacy
+from jaxkit import _validate, nn, privacy
 
 # spec target names -> jaxkit.nn weight names
 TARGETS = {
@@ -71,7 +71,9 @@ def lora_apply(lm_params: dict, adapter, scale) -> dict:
     """The adapted weights ``W + scale (a b^T)^T`` as a new tree (``lm_params`` untouched).
 
     Differentiable in ``adapter``; the frozen parameters enter under ``stop_gradient``.
+    A NaN or infinite ``scale`` raises ValueError (traced: under ``jit``).
     """
+    scale = _validate.guard_finite(jnp.asarray(scale), scale, name="scale")
     return privacy.lora_merge(jax.lax.stop_gradient(lm_params), adapter, scale=scale)
 
 

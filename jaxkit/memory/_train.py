@@ -19,6 +19,7 @@ from jaxtyping import Array
 
 from jaxkit import _validate, nn
 from jaxkit._optim import optax_update
+from jaxkit.memory._checks import check_stage2, check_stage3
 from jaxkit.memory._dlmr import (
     REASONING,
     VISUAL,
@@ -27,11 +28,13 @@ from jaxkit.memory._dlmr import (
     action_mask,
     action_table,
     check_config,
+    check_inject_args,
     check_lm_for_injector,
     inject_reads,
     inject_traced,
     lookup,
 )
+from jaxkit.memory._reward import group_advantages
 
 
 def _ctx(lm_params, x, *, lm_cfg, layer, embeds):
@@ -128,7 +131,12 @@ def stage1_loss(
     """
     if evidence is not None and cfg.injector != "tiny":
         raise TypeError("`evidence`: the read term needs the tiny injector.")
-    b = ctx.shape[0]
+    ctx, ctx_valid, at, _, k = check_inject_args(p, cfg, ctx, ctx_valid, at, 0 * jnp.asarray(at), k)
+    b, d = ctx.shape[0], p.banks[0].shape[1]
+    _validate.shape(targets, (b, 2, d), name="targets")
+    _validate.shape(target_valid, (b, 2), name="target_valid")
+    k = _validate.guard_positive(k, temperature, name="temperature")
+    k = _validate.guard_finite(k, margin, name="margin")
     mems, reads = [], []
     lm = (jax.lax.stop_gradient(lm_params), lm_cfg) if lm_params is not None else (None, lm_cfg)
     for s in (VISUAL, REASONING):
@@ -260,6 +268,9 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
     slot after the injection point), as in generation. For the LoRA replica ``ctx`` is
     the embeddings (:func:`context_states`).
     """
+    labels, at, action = check_stage2(
+        labels, at, action, t=ctx.shape[1], vocab_size=lm_cfg.vocab_size, n_actions=cfg.n_actions
+    )
     lm_params = jax.lax.stop_gradient(lm_params)
     bank_t, k_t = action_table(cfg)
     bank, k = lookup(bank_t, action), lookup(k_t, action)
@@ -287,13 +298,6 @@ class Stage3Aux(NamedTuple):
     advantage_std: Array
 
 
-def group_advantages(rewards, group: int):
-    """``(R - mean_G R) / (std_G R + 1e-6)`` over consecutive groups of ``group`` rollouts."""
-    r = rewards.astype(jnp.float32).reshape(-1, group)
-    a = (r - jnp.mean(r, 1, keepdims=True)) / (jnp.std(r, 1, keepdims=True) + 1e-6)
-    return a.reshape(-1)
-
-
 def _log_policy(router, cfg, h, eligible):
     lg = router(h)
     mask = action_mask(cfg, eligible)
@@ -315,7 +319,16 @@ def stage3_loss(router, ref_router, router_h, actions, eligible, rewards, *, cfg
     the loss is ``-mean_b sum_a pi(a | h_b) R_ba + kl_beta KL`` (no sampling noise;
     ``group`` and the advantage std, reported 0, are unused). [R] a jaxkit addition.
     Jitted at module level (``cfg``, ``group`` static; ``kl_beta`` traced).
+
+    Raises:
+      TypeError: shapes or dtypes that disagree.
+      ValueError: ``actions`` outside ``[0, n_actions)``, rollouts not a multiple of
+        ``group``, non-finite ``rewards``, a NaN or negative ``kl_beta`` (traced values:
+        under ``jit``).
     """
+    actions, eligible, rewards = check_stage3(
+        router_h, actions, eligible, rewards, kl_beta, n_actions=cfg.n_actions, group=group
+    )
     return _stage3_core(
         router, ref_router, router_h, actions, eligible, rewards, kl_beta, cfg=cfg, group=group
     )
@@ -353,19 +366,6 @@ def _with_kl(policy, logp, mask, w, ref_router, cfg, router_h, eligible, kl_beta
     kl_i = jnp.sum(jnp.where(mask, pr * (logp - ref_logp), 0.0), -1)
     kl = jnp.sum(kl_i * w) / jnp.maximum(jnp.sum(w), 1.0)
     return policy + kl_beta * kl, Stage3Aux(policy, kl, adv_std)
-
-
-def dlmr_reward(correct, injected, generated, *, budget, lambda_eff):
-    """``R = R_task + lambda_eff R_task R_eff``, ``R_eff = -(injected + generated) / budget``.
-
-    [R] (the paper's R_eff is not recovered); gated by correctness so that the
-    efficiency term cannot teach "always null" on wrong answers. ``correct``: 1/0, or
-    the probability of a correct answer (the expected ``R_task`` of a sampled answer,
-    e.g. the softmax of the right token when every route is scored).
-    """
-    c = jnp.asarray(correct, jnp.float32)
-    cost = (jnp.asarray(injected, jnp.float32) + jnp.asarray(generated, jnp.float32)) / budget
-    return c - lambda_eff * c * cost
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -478,7 +478,7 @@ def dlmr_step(
         else _validate.guard_non_negative(
             jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta"
         ),
-        jnp.asarray(margin, jnp.float32),
+        _validate.guard_finite(jnp.asarray(margin, jnp.float32), margin, name="margin"),
     )
     return _step(
         p,

@@ -76,8 +76,8 @@ def lorenz_thomas(
 
     Raises:
       TypeError: If a size is not a Python int.
-      ValueError: If ``n_steps < 2``, ``substeps < 1``, ``burn_in < 0`` or ``dt`` is not
-        finite and > 0.
+      ValueError: If ``n_steps < 2``, ``substeps < 1``, ``burn_in < 0``, ``dt`` is not
+        finite and > 0 or ``thomas_b`` not finite and >= 0 (traced: under ``jit``).
 
     Example:
       >>> z = lorenz_thomas(50, substeps=2, burn_in=0)
@@ -89,6 +89,7 @@ def lorenz_thomas(
     burn_in = _validate.python_int(burn_in, name="burn_in", minimum=0)
     _validate.real_scalar(thomas_b, name="thomas_b")
     dt_a = _validate.guard_positive(jnp.asarray(dt, jnp.float32), dt, name="dt")
+    dt_a = _validate.guard_non_negative(dt_a, thomas_b, name="thomas_b")
     tb = jnp.asarray(thomas_b, jnp.float32)
     return _lt_jit(dt_a, tb, n_steps=n_steps, substeps=substeps, burn_in=burn_in)
 

@@ -312,8 +312,11 @@ def observation_log_lik(
     if u is not None:
         _validate.shape(u, (mb, model.n_neurons), name="u")
     z = _validate.guard_positive(jnp.asarray(z), bin_width, name="bin_width")
+    x = jnp.asarray(x)
+    if model.obs == "poisson":  # counts: a negative one is a NaN log-likelihood
+        x = _validate.error_if(x, jnp.any(x < 0), "`x` must be >= 0 (Poisson counts).")
     u = None if u is None else jnp.asarray(u)
-    return _ll_jit(model, z, jnp.asarray(x), u, bin_width)
+    return _ll_jit(model, z, x, u, bin_width)
 
 
 def offblock_penalty(model: LowRankRNN) -> Float[Array, ""]:

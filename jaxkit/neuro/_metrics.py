@@ -96,7 +96,8 @@ def group_aligned_r2(
 
     Raises:
       TypeError: If the inputs are not floating matrices with the same number of rows.
-      ValueError: If a group count does not divide its width or an input is not finite.
+      ValueError: If a group count does not divide its width, an input is not finite or
+        ``z_true`` has a constant coordinate.
 
     Example:
       >>> import numpy as np
@@ -111,6 +112,8 @@ def group_aligned_r2(
             f"`z_pred` and `z_true` must have the same number of rows, got {zp.shape} and "
             f"{zt.shape}."
         )
+    if np.any(np.ptp(zt, axis=0) == 0):
+        raise ValueError("`z_true` has a constant coordinate: its R^2 is undefined.")
     gp = _groups(zp.shape[1], n_groups, "n_groups")
     gt = _groups(zt.shape[1], gp if n_groups_true is None else n_groups_true, "n_groups_true")
     dp, dt = zp.shape[1] // gp, zt.shape[1] // gt

@@ -171,6 +171,9 @@ def posterior_log_std(n_total: RealScalarLike, rank: int) -> Array:
     Returns:
       A scalar (f32, or f64 for an f64 ``n_total``).
 
+    Raises:
+      ValueError: ``n_total`` not finite and > 0 (traced: under ``jit``).
+
     Example:
       >>> round(float(posterior_log_std(1000, 6)), 4)
       -0.6908
@@ -179,7 +182,7 @@ def posterior_log_std(n_total: RealScalarLike, rank: int) -> Array:
     rank = _validate.python_int(rank, name="rank", minimum=1)
     nt = jnp.asarray(n_total)
     nt = nt.astype(accumulation_dtype(nt.dtype))
-    return -jnp.log(nt) / (rank + 4)
+    return _validate.guard_positive(-jnp.log(nt) / (rank + 4), n_total, name="n_total")
 
 
 def _j(A, B):

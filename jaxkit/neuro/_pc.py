@@ -295,8 +295,11 @@ def _group_tc(cov, n_groups):
     k = c.shape[-1]
     d = k // n_groups
     blocks = jnp.stack([c[g * d : (g + 1) * d, g * d : (g + 1) * d] for g in range(n_groups)])
-    logdet_blocks = jnp.sum(jnp.linalg.slogdet(blocks)[1])
-    return (0.5 * (logdet_blocks - jnp.linalg.slogdet(c)[1])).astype(cov.dtype)
+    sign_b, logdet_b = jnp.linalg.slogdet(blocks)
+    sign, logdet = jnp.linalg.slogdet(c)
+    out = (0.5 * (jnp.sum(logdet_b) - logdet)).astype(cov.dtype)
+    bad = (sign <= 0) | jnp.any(sign_b <= 0)  # not positive definite: a meaningless value
+    return _validate.error_if(out, bad, "`cov` must be positive definite.")
 
 
 _group_tc_jit = jax.jit(_group_tc, static_argnames=("n_groups",))

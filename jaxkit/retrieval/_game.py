@@ -90,9 +90,8 @@ def wti_value(
     batch = jnp.shape(sim)[:-2]
     _validate.shape(mask_a, (*batch, na), name="mask_a")
     _validate.shape(mask_b, (*batch, nb), name="mask_b")
-    for name, m in (("mask_a", mask_a), ("mask_b", mask_b)):
-        if jnp.result_type(m) != jnp.bool_:
-            raise TypeError(f"`{name}` must be a bool array, got dtype {jnp.result_type(m)}.")
+    _validate.boolean(mask_a, name="mask_a")
+    _validate.boolean(mask_b, name="mask_b")
     return _wti_jit(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b), mask_a, mask_b)
 
 
@@ -117,6 +116,7 @@ def cross_modal_value(params, mask: Bool[Array, " n"]) -> Float[Array, ""]:
       1.0
     """
     sim, w_a, w_b = params
+    _validate.boolean(mask, name="mask")
     na = sim.shape[-2]
     return _wti(sim, w_a, w_b, mask[:na], mask[na:])
 
@@ -188,4 +188,6 @@ def cross_modal_stii(
     valid_b = jnp.ones_like(w_b, dtype=bool) if valid_b is None else valid_b
     _validate.shape(valid_a, (*lead, na), name="valid_a")
     _validate.shape(valid_b, (*lead, nb), name="valid_b")
+    _validate.boolean(valid_a, name="valid_a")
+    _validate.boolean(valid_b, name="valid_b")
     return _cross_modal_stii(jnp.asarray(sim), jnp.asarray(w_a), jnp.asarray(w_b), valid_a, valid_b)

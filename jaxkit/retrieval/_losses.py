@@ -80,10 +80,13 @@ def info_nce(
     shp = jnp.shape(scores)
     if shp[-1] != shp[-2]:
         raise TypeError(f"`scores` must be square in its last two axes, got shape {shp}.")
+    if shp[-1] == 0:
+        raise ValueError(f"`scores` must hold at least one pair, got shape {shp}.")
     if neg_mask is None:
         neg_mask = jnp.zeros(shp, bool)
     else:
         _validate.shape(neg_mask, shp, name="neg_mask")
+        _validate.boolean(neg_mask, name="neg_mask")
     tau = _validate.guard_positive(jnp.asarray(tau), tau, name="tau")
     return _info_nce_jit(jnp.asarray(scores), jnp.asarray(neg_mask, bool), tau)
 
@@ -198,6 +201,8 @@ def token_scores(
     _validate.shape(motion_mask, (bm, na), name="motion_mask")
     _validate.shape(text_weights, (bt, nb), name="text_weights")
     _validate.shape(text_mask, (bt, nb), name="text_mask")
+    _validate.boolean(motion_mask, name="motion_mask")
+    _validate.boolean(text_mask, name="text_mask")
     return _token_scores_jit(
         motion_tokens, motion_weights, motion_mask, text_tokens, text_weights, text_mask
     )
@@ -267,6 +272,8 @@ def stii_alignment_loss(
     _validate.shape(phi, shp, name="phi")
     _validate.shape(mask_a, shp[:-1], name="mask_a")
     _validate.shape(mask_b, (*shp[:-2], shp[-1]), name="mask_b")
+    _validate.boolean(mask_a, name="mask_a")
+    _validate.boolean(mask_b, name="mask_b")
     sim = _validate.guard_positive(jnp.asarray(sim), tau_s, name="tau_s")
     sim = _validate.guard_positive(sim, tau_phi, name="tau_phi")
     return _alignment_jit(sim, jnp.asarray(phi), mask_a, mask_b, tau_s, tau_phi)

@@ -209,6 +209,8 @@ def synthetic_motion_text(
     length = _validate.python_int(length, name="length", minimum=4 * max_segments)
     max_words = _validate.python_int(max_words, name="max_words", minimum=22)
     _validate.one_of(("random", "compositional_train", "compositional_test"), split=split)
+    _validate.finite_scalar(noise=noise)
+    _validate.non_negative(noise=noise)
     seed = np.asarray(
         jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     )

@@ -90,10 +90,13 @@ Bulk = Interval | Box | Ellipsoid | Hull | Union
 
 
 def ball(center: Float[ArrayLike, " d"], radius: Float[ArrayLike, ""]) -> Ellipsoid:
-    """The Euclidean ball of ``radius`` around ``center`` (an :class:`Ellipsoid` with L = I)."""
+    """The Euclidean ball of ``radius`` around ``center`` (an :class:`Ellipsoid` with L = I).
+
+    ``radius`` must be finite and >= 0 (ValueError; traced: under ``jit``).
+    """
     center = jnp.asarray(center)
     _validate.ndim(center, 1, name="center")
-    radius = jnp.asarray(radius, center.dtype)
+    radius = _validate.guard_non_negative(jnp.asarray(radius, center.dtype), radius, name="radius")
     eye = jnp.eye(center.shape[0], dtype=center.dtype)
     return Ellipsoid(center=center, chol=eye, radius=radius)
 
@@ -152,6 +155,36 @@ def _check_bulk(bulk: object) -> None:
         )
 
 
+_BULK_MSG = {
+    Interval: "`bulk` must have finite `lo` <= `hi`.",
+    Box: "`bulk` must have a finite center and finite `half` >= 0.",
+    Ellipsoid: "`bulk` must have a finite center and `chol`, and a finite `radius` >= 0.",
+    Hull: "`bulk` must have finite points and retain at least one (`mask`).",
+}
+
+
+@jax.jit  # one program per bulk type and shape (eagerly: not one per comparison)
+def _bad_bulk(bulk: Bulk) -> Array:
+    """Whether ``bulk``'s parameters are invalid (NaN compares False: written to fail)."""
+    inner = bulk.members if isinstance(bulk, Union) else bulk
+    fin = _validate.any_nonfinite
+    if isinstance(inner, Interval):
+        lo, hi = jnp.asarray(inner.lo), jnp.asarray(inner.hi)
+        return fin(lo) | fin(hi) | jnp.any(lo > hi)
+    if isinstance(inner, Box):
+        return fin(inner.center) | fin(inner.half) | jnp.any(inner.half < 0)
+    if isinstance(inner, Ellipsoid):
+        r = jnp.asarray(inner.radius)
+        return fin(inner.center) | fin(inner.chol) | fin(r) | jnp.any(r < 0)
+    return fin(inner.points) | ~jnp.all(jnp.any(inner.mask, axis=-1))
+
+
+def _guard_bulk(x: Array, bulk: Bulk) -> Array:
+    """``x`` guarded by the bulk's parameter checks (eagerly ValueError; traced error_if)."""
+    inner = bulk.members if isinstance(bulk, Union) else bulk
+    return _validate.error_if(x, _bad_bulk(bulk), _BULK_MSG[type(inner)])
+
+
 def dim(bulk: Bulk) -> int | None:
     """Dimension ``d`` of the outcomes a bulk lives in (``None`` for an Interval)."""
     if isinstance(bulk, Union):
@@ -187,13 +220,15 @@ def support(bulk: Bulk, a: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
 
     Raises:
       TypeError: If ``bulk`` is not a bulk set or ``a``'s last axis does not match it.
+      ValueError: A bulk with NaN/inf parameters, a negative radius or half-width, ``lo >
+        hi`` or no retained hull point (traced: under ``jit``).
     """
     _check_bulk(bulk)
     a = jnp.asarray(a)
     d = dim(bulk)
     if d is not None and (jnp.ndim(a) < 1 or a.shape[-1] != d):
         raise TypeError(f"`a` must have a last axis of size {d}, got shape {jnp.shape(a)}.")
-    return _support_core(bulk, a)
+    return _support_core(bulk, _guard_bulk(a, bulk))
 
 
 def _contains_one(bulk: Bulk, x: Array, tol: Array) -> Array:
@@ -241,6 +276,8 @@ def contains(bulk: Bulk, x: Float[ArrayLike, "..."], *, tol: float = 0.0) -> Boo
 
     Raises:
       NotImplementedError: For a Hull (membership needs an LP per point).
+      ValueError: A bulk with bad parameters (as :func:`support`); ``tol`` not finite and
+        >= 0 (traced: under ``jit``).
     """
     _check_bulk(bulk)
     if isinstance(bulk, Hull) or (isinstance(bulk, Union) and isinstance(bulk.members, Hull)):
@@ -249,6 +286,7 @@ def contains(bulk: Bulk, x: Float[ArrayLike, "..."], *, tol: float = 0.0) -> Boo
     d = dim(bulk)
     if d is not None and (jnp.ndim(x) < 1 or x.shape[-1] != d):
         raise TypeError(f"`x` must have a last axis of size {d}, got shape {jnp.shape(x)}.")
+    x = _validate.guard_non_negative(_guard_bulk(x, bulk), tol, name="tol")
     return _contains_core(bulk, x, jnp.asarray(tol, x.dtype))
 
 

@@ -44,6 +44,7 @@ def _sample_weights(xi, weights, *, ndim):
     xi = jnp.asarray(xi)
     _validate.ndim(xi, ndim, name="xi")
     _validate.floating(xi, name="xi")
+    xi = _validate.all_finite(xi, name="xi")
     acc = accumulation_dtype(xi.dtype)
     return xi, _weights(weights, xi.shape[0], acc), acc
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxkit import _validate
 from jaxkit._extras import require
 from jaxkit.robust._bulk import Box, Ellipsoid, Hull, Interval, Union
 from jaxkit.robust._losses import (
@@ -193,6 +194,12 @@ def build_conic(
     Same objective as :func:`~jaxkit.robust.credal_objective`:
     ``(1-eps) sum_i w_i loss_i + eps sup_B loss + l2 ||w||^2 [+ eps eta (a + L moment)]``.
     """
+    for name, v in (("l2", l2), ("eta", eta)) + (
+        (("moment", moment),) if moment is not None else ()
+    ):
+        _validate.finite_scalar(**{name: v})
+        _validate.non_negative(**{name: v})
+    _validate.in_interval(low=0, high=1, eta=eta)
     cp = _cp()
     params, loss, sup, growth = _loss_and_sup(cp, family, data, bulk)
     n = loss.shape[0]

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
+from jaxkit import _validate
 from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, _max, _maximum, center
 from jaxkit.robust._bulk import _safe_norm as safe_norm
 
@@ -269,8 +270,9 @@ Family = Newsvendor | LAD | Squared | Huber | Hinge | Logistic | PiecewiseLinear
 
 
 def newsvendor(h=1.0, b=1.0) -> Newsvendor:
-    """Newsvendor family with holding cost ``h`` and backorder cost ``b`` (traced)."""
-    return Newsvendor(h=jnp.asarray(h), b=jnp.asarray(b))
+    """Newsvendor family with holding cost ``h`` and backorder cost ``b`` (traced, > 0)."""
+    h_ = _validate.guard_positive(jnp.asarray(h), h, name="h")
+    return Newsvendor(h=_validate.guard_positive(h_, b, name="b"), b=jnp.asarray(b))
 
 
 def lad() -> LAD:
@@ -284,8 +286,8 @@ def squared() -> Squared:
 
 
 def huber(delta=1.0) -> Huber:
-    """Huber regression family with threshold ``delta`` (traced)."""
-    return Huber(delta_h=jnp.asarray(delta))
+    """Huber regression family with threshold ``delta`` (traced, finite and > 0)."""
+    return Huber(delta_h=_validate.guard_positive(jnp.asarray(delta), delta, name="delta"))
 
 
 def hinge() -> Hinge:
@@ -299,8 +301,15 @@ def logistic() -> Logistic:
 
 
 def piecewise_linear(A, B, c) -> PiecewiseLinear:
-    """Convex piecewise-linear family ``max_k (A_k xi + B_k theta + c_k)``."""
-    return PiecewiseLinear(A=jnp.asarray(A), B=jnp.asarray(B), c=jnp.asarray(c))
+    """Convex piecewise-linear family ``max_k (A_k xi + B_k theta + c_k)``.
+
+    ``A [K, d]``, ``B [K, p]``, ``c [K]`` (TypeError for other shapes).
+    """
+    A, B, c = jnp.asarray(A), jnp.asarray(B), jnp.asarray(c)
+    _validate.ndim(A, 2, name="A")
+    _validate.shape(B, (A.shape[0], None), name="B")
+    _validate.shape(c, (A.shape[0],), name="c")
+    return PiecewiseLinear(A=A, B=B, c=c)
 
 
 def _penalised(params, l2):

@@ -31,6 +31,16 @@ def _mean(values: Array, weights) -> Array:
 
 
 @jax.jit
+def _bad_weights(w):
+    return ~jnp.all((w >= 0) & jnp.isfinite(w)) | ~jnp.all(jnp.sum(w, axis=-1) > 0)
+
+
+@jax.jit
+def _bad_sup(s):
+    return jnp.any(jnp.isnan(s) | (s == -jnp.inf))
+
+
+@jax.jit
 def _upper_core(values, sup_value, eps, weights):
     m = _mean(values, weights)
     s = jnp.asarray(sup_value).astype(m.dtype)
@@ -58,13 +68,22 @@ def upper_expectation(
       The upper expectation, shape ``batch``, dtype of ``values``.
 
     Raises:
-      ValueError: If ``eps`` is outside [0, 1].
+      ValueError: If ``eps`` is outside [0, 1], ``values`` is empty, ``sup_value`` is NaN
+        or ``-inf``, or ``weights`` are negative, non-finite or sum to 0 (traced: under
+        ``jit``).
     """
     values = jnp.asarray(values)
     _validate.min_ndim(values, 1, name="values")
     _validate.floating(values, name="values")
+    if values.shape[-1] == 0:
+        raise ValueError(f"`values` must hold at least one sample, got shape {values.shape}.")
     if weights is not None:
-        _validate.same_shape(weights=jnp.asarray(weights), values=values)
+        w = jnp.asarray(weights)
+        _validate.same_shape(weights=w, values=values)
+        msg = "`weights` must be finite and >= 0 with a positive sum."
+        values = _validate.error_if(values, _bad_weights(w), msg)
+    bad = _bad_sup(jnp.asarray(sup_value))
+    values = _validate.error_if(values, bad, "`sup_value` must not be NaN or -inf.")
     values = _check_eps(values, eps)
     return _upper_core(values, sup_value, eps, weights)
 
@@ -115,6 +134,7 @@ def credal_risk(
     :func:`tail_bound`; default 0, the pure mean + sup of the paper's abstract).
     """
     up = upper_expectation(per_sample_loss, sup_loss, eps, weights=weights)
+    up = _validate.guard_non_negative(up, tail, name="tail", allow_inf=True)
     return up + jnp.asarray(tail).astype(up.dtype)
 
 
@@ -150,6 +170,8 @@ def tail_bound(
     a = jnp.asarray(growth_a)
     _validate.floating(a, name="growth_a")
     a = _check_eps(a, eps)
+    a = _validate.guard_non_negative(a, a, name="growth_a")
+    a = _validate.guard_non_negative(a, growth_L, name="growth_L")
     a = _validate.guard_interval(a, eta, name="eta", low=0.0, high=1.0)
     a = _validate.guard_non_negative(a, moment, name="moment")
     dt = a.dtype

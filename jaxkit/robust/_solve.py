@@ -299,6 +299,8 @@ def fit(
     steps = _validate.python_int(steps, name="steps", minimum=1)
     schedule = jnp.asarray(schedule)
     _validate.ndim(schedule, 1, name="schedule")
+    if schedule.shape[0] == 0:
+        raise ValueError("`schedule` must hold at least one smoothing width.")
     l2, eta = jnp.asarray(l2), jnp.asarray(eta)
     eps = jnp.asarray(eps)
     eps = _guards(eps, eps, l2, eta, moment)

@@ -177,7 +177,10 @@ def tile_counts(
     tile = _validate.python_int(tile, name="tile", minimum=1)
     check_scene(gaussians)
     check_camera(camera, dtype=gaussians.means.dtype)
+    _validate.finite_scalar(cutoff=cutoff)
+    _validate.positive(cutoff=cutoff)
     near = _validate.guard_positive(jnp.asarray(near), near, name="near")
+    near = guard_camera(near, camera)
     return _counts_jit(gaussians, camera, near, hw=hw, tile=tile, cutoff=float(cutoff))
 
 
@@ -292,6 +295,7 @@ def render(
             f"`background` must be a scalar or shape (3,), got {jnp.shape(background)}."
         )
     near = _validate.guard_positive(jnp.asarray(near), near, name="near")
+    near = _validate.guard_finite(guard_camera(near, camera), background, name="background")
     _concrete_psd_check(gaussians.covariances)
     return _render_jit(
         gaussians,
@@ -357,15 +361,32 @@ def check_camera(cam, *, dtype) -> None:
             )
 
 
-def _concrete_psd_check(cov) -> None:
+@jax.jit
+def _bad_camera(cam: Camera) -> jax.Array:
+    bad = [_validate.any_nonfinite(a) for a in cam]
+    return bad[0] | bad[1] | bad[2] | bad[3] | jnp.any(cam.focal <= 0)
+
+
+def guard_camera(x, cam: Camera):
+    """``x`` guarded so that the camera is finite with ``focal > 0`` (eager or traced)."""
+    msg = "`camera` must have finite fields and `focal` > 0."
+    return _validate.error_if(x, _bad_camera(cam), msg)
+
+
+def _concrete_psd_check(cov) -> bool:
+    """Raise now for concrete non-PSD covariances; False when it cannot tell (traced)."""
     if isinstance(cov, jax.core.Tracer):
-        return  # checked at run time inside the jitted core
-    bad = np.asarray(_psd_jit(cov))
+        return False  # checked at run time inside the jitted core
+    bad = _psd_jit(cov)
+    if isinstance(bad, jax.core.Tracer):  # a constant scene inside the caller's jit: was
+        return False  # a TracerArrayConversionError (wave-24 audit); run-time check instead
+    bad = np.asarray(bad)
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
             f"`gaussians.covariances` must be positive semi-definite; covariance {i} is not."
         )
+    return True
 
 
 _psd_jit = jax.jit(_psd_violation)

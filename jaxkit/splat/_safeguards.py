@@ -4,6 +4,7 @@ Their parameters, constructors, and the view-independent certificate of their im
 change (:func:`certified_linf`).
 """
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -61,6 +62,10 @@ def init_safeguards(
     """
     n = _validate.python_int(n, name="n", minimum=1)
     _validate.is_key(key)
+    _validate.finite_scalar(opacity_logit=opacity_logit)
+    lo, hi = log_scale_range
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(f"`log_scale_range` must be finite with low <= high, got {(lo, hi)}.")
     check_scene(raw)
     dt = raw.means.dtype
     lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
@@ -88,7 +93,8 @@ def certified_linf(raw: Gaussians, theta: Safeguards, *, background=0.0) -> jax.
     check_scene(raw)
     _check_safeguards(theta, raw.means.dtype)
     _validate.real_scalar(background, name="background")
-    return _cert_jit(theta.opacity_logits, theta.color_logits, raw.colors, background)
+    out = _cert_jit(theta.opacity_logits, theta.color_logits, raw.colors, background)
+    return _validate.guard_finite(out, background, name="background")
 
 
 _cert_jit = jax.jit(_certify.certified_linf)
@@ -111,10 +117,9 @@ def _checked(raw, theta, cameras, adv_loss, hw):
 
 def _check_psd(raw: Gaussians) -> Gaussians:
     """``raw`` with its covariances checked PSD: at once when concrete, else at run time."""
-    if isinstance(raw.covariances, jax.core.Tracer):
-        return raw._replace(covariances=guard_psd(raw.covariances, "raw.covariances"))
-    _concrete_psd_check(raw.covariances)
-    return raw
+    if _concrete_psd_check(raw.covariances):
+        return raw
+    return raw._replace(covariances=guard_psd(raw.covariances, "raw.covariances"))
 
 
 def _check_safeguards(theta, dtype) -> None:

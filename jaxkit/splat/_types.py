@@ -61,7 +61,9 @@ def quaternion_to_rotation(q: Float[ArrayLike, "*n 4"]) -> Float[Array, "*n 3 3"
     _validate.floating(q, name="q")
     if q.ndim < 1 or q.shape[-1] != 4:
         raise TypeError(f"`q` must have a last axis of size 4 (w, x, y, z), got shape {q.shape}.")
-    q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+    norm = jnp.linalg.norm(q, axis=-1, keepdims=True)
+    q = _validate.error_if(q, jnp.any(norm == 0), "`q` must not be the zero quaternion.")
+    q = q / norm
     w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
     rows = [
         [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
@@ -99,8 +101,18 @@ def from_scale_rotation(
       >>> g.covariances.shape
       (2, 3, 3)
     """
+    means = jnp.asarray(means)
+    _validate.ndim(means, 2, name="means")
+    n = means.shape[0]
+    for name, a, tail in (
+        ("log_scales", log_scales, (3,)),
+        ("quaternions", quaternions, (4,)),
+        ("opacity_logits", opacity_logits, ()),
+        ("colors", colors, (3,)),
+    ):
+        _validate.shape(a, (n, *tail), name=name)
     return Gaussians(
-        jnp.asarray(means),
+        means,
         covariance_from_scale_rotation(log_scales, quaternions),
         jnp.asarray(opacity_logits),
         jnp.asarray(colors),
@@ -121,7 +133,12 @@ def look_at(
     ``focal`` is in pixels for both axes; the principal point is ``(W / 2, H / 2)``.
     """
     h, w = _hw(hw)
+    _validate.finite_scalar(focal=focal)
+    _validate.positive(focal=focal)
     eye_, tgt, up_ = (np.asarray(v, np.float64) for v in (eye, target, up))
+    for name, v in (("eye", eye_), ("target", tgt), ("up", up_)):
+        if v.shape != (3,) or not np.all(np.isfinite(v)):
+            raise ValueError(f"`{name}` must be a finite 3-vector, got {v.tolist()}.")
     fwd = tgt - eye_
     if np.linalg.norm(fwd) == 0:
         raise ValueError("`eye` and `target` must differ.")
@@ -156,6 +173,8 @@ def orbit_cameras(
     of size ``n`` (``jax.vmap`` over it renders every view).
     """
     n = _validate.python_int(n, name="n", minimum=1)
+    _validate.finite_scalar(radius=radius)
+    _validate.finite_scalar(height=height)
     cams = []
     for k in range(n):
         a = 2 * np.pi * k / n

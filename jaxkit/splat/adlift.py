@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from jaxkit import _validate
 from jaxkit.splat import _certify
-from jaxkit.splat._raster import _render_core, render_options
+from jaxkit.splat._raster import _render_core, guard_camera, render_options
 from jaxkit.splat._safeguards import Safeguards as Safeguards
 from jaxkit.splat._safeguards import _check_cameras, _checked
 from jaxkit.splat._safeguards import certified_linf as certified_linf
@@ -354,6 +354,7 @@ def lifted_pgd(
     m = _validate.guard_non_negative(m, hinge, name="hinge")
     m = _validate.guard_interval(m, margin, name="margin", low=0.0, high=1.0, closed="left")
     m = _validate.guard_positive(m, near, name="near")
+    m = _validate.guard_finite(guard_camera(m, cameras), background, name="background")
     return _lifted_jit(
         raw._replace(means=m), theta0, cameras, bound_cameras, loss_params, eta, step, fit_lr,
         hinge, margin, background, near, adv_loss=adv_loss, hw=hw, n_outer=n_outer,
@@ -396,4 +397,7 @@ def evaluate_protection(
     ratio's denominator). Evaluate novel views that were never used in fitting.
     """
     hw, raw = _checked(raw, theta, cameras, adv_loss, hw)
+    m = _validate.guard_positive(raw.means, near, name="near")
+    m = _validate.guard_finite(guard_camera(m, cameras), background, name="background")
+    raw = raw._replace(means=m)
     return _eval_jit(raw, theta, cameras, loss_params, background, near, adv_loss=adv_loss, hw=hw)

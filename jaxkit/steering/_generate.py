@@ -262,13 +262,17 @@ def caa_vector(
     Activation Addition", 2024). Apply it with :func:`steer_add`.
 
     Raises:
-      ValueError: ``layer`` outside ``[0, n_layers)``; lengths outside ``[1, T]``.
+      ValueError: ``layer`` outside ``[0, n_layers)``; lengths outside ``[1, T]``; an
+        empty ``positive`` or ``negative`` batch.
     """
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
     pos, pos_len = _check_tokens(lm_cfg, positive, positive_len)
     neg, neg_len = _check_tokens(lm_cfg, negative, negative_len)
+    for name, x in (("positive", pos), ("negative", neg)):
+        if x.shape[0] == 0:
+            raise ValueError(f"`{name}` must hold at least one sequence, got shape {x.shape}.")
     return _caa(lm_params, pos, pos_len, neg, neg_len, lm_cfg=lm_cfg, layer=layer)
 
 
@@ -279,12 +283,16 @@ def steer_add(
 
     ``scale`` is traced: a sweep over scales reuses one compiled generator. Pass the
     result as ``interventions=`` to ``nn.apply`` / ``decoding.ar_generate`` / ... .
+
+    Raises:
+      TypeError: ``vector`` not a float ``[D]`` array; ``layer`` not an int.
+      ValueError: a negative ``layer``; a NaN or infinite ``scale`` (traced: under ``jit``).
     """
     v = jnp.asarray(vector)
     _validate.floating(v, name="vector")
     _validate.ndim(v, 1, name="vector")
-    _validate.real_scalar(scale, name="scale")
-    return nn.Interventions({_validate.python_int(layer, name="layer"): scale * v})
+    layer = _validate.python_int(layer, name="layer", minimum=0)
+    return nn.Interventions({layer: _validate.guard_finite(scale * v, scale, name="scale")})
 
 
 @jax.jit
@@ -300,11 +308,19 @@ def prefix_prompts(
     """Prepend a fixed token pattern (e.g. a refusal system prompt) to every prompt.
 
     Returns ``(prompts [B, K+P], prompt_len + K)`` (right padding kept).
+
+    Raises:
+      TypeError: non-integer or misshapen ``prompt``, ``prompt_len``, ``prefix``.
+      ValueError: a ``prompt_len`` outside ``[0, P]`` (traced: under ``jit``).
     """
     prompt, prompt_len, prefix = (jnp.asarray(x) for x in (prompt, prompt_len, prefix))
     _validate.integer(prompt, name="prompt")
     _validate.ndim(prompt, 2, name="prompt")
     _validate.integer(prefix, name="prefix")
     _validate.ndim(prefix, 1, name="prefix")
+    _validate.integer(prompt_len, name="prompt_len")
     _validate.shape(prompt_len, (prompt.shape[0],), name="prompt_len")
+    p = prompt.shape[1]
+    bad = _validate.any_outside(prompt_len, 0, p)
+    prompt_len = _validate.error_if(prompt_len, bad, f"`prompt_len` must lie in [0, {p}].")
     return _prefix(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), prefix.astype(jnp.int32))

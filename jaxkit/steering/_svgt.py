@@ -88,6 +88,9 @@ def check_config(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, upper: bool =
         raise ValueError(f"`cfg.layer` must lie in [0, {hi}), got {layer}.")
     _validate.python_int(cfg.n_bridge, name="cfg.n_bridge", minimum=1)
     dv = _validate.python_int(cfg.value_dim, name="cfg.value_dim", minimum=2)
+    _validate.python_int(cfg.n_heads, name="cfg.n_heads", minimum=1)
+    _validate.python_int(cfg.vlp_heads, name="cfg.vlp_heads", minimum=1)
+    _validate.finite_scalar(**{"cfg.grad_step": cfg.grad_step})
     if dv % 2 or dv % cfg.n_heads:
         raise ValueError(f"`cfg.value_dim`={dv} must be even and divisible by n_heads.")
     if lm_cfg.d_model % cfg.vlp_heads:
@@ -143,11 +146,13 @@ def value_correction(
 
     Raises:
       TypeError: ``z`` not a float ``[B, d_v]`` array.
+      ValueError: a NaN or infinite ``step`` (traced: under ``jit``).
     """
     z = jnp.asarray(z)
     _validate.floating(z, name="z")
     _validate.ndim(z, 2, name="z")
     _validate.real_scalar(step, name="step")
+    z = _validate.guard_finite(z, step, name="step")
     return value_correction_core(disc, z, step)
 
 
@@ -179,12 +184,16 @@ def insert_bridge(
 
     Raises:
       TypeError: shapes that disagree.
+      ValueError: a ``prompt_len`` outside ``[0, T]`` (traced: under ``jit``).
     """
     h, bridge, prompt_len = jnp.asarray(h), jnp.asarray(bridge), jnp.asarray(prompt_len)
     _validate.ndim(h, 3, name="h")
     _validate.shape(bridge, (h.shape[0], None, h.shape[2]), name="bridge")
     _validate.integer(prompt_len, name="prompt_len")
     _validate.shape(prompt_len, (h.shape[0],), name="prompt_len")
+    t = h.shape[1]
+    bad = _validate.any_outside(prompt_len, 0, t)
+    prompt_len = _validate.error_if(prompt_len, bad, f"`prompt_len` must lie in [0, {t}].")
     return insert_bridge_core(h, bridge, prompt_len)
 
 
@@ -368,7 +377,9 @@ def refresh_bridge(
       ValueError: ``layer`` out of range; a prompt plus bridge longer than the cache.
       TypeError: a bridge of the wrong shape.
     """
-    bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len).astype(jnp.int32)
+    bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len)
+    _validate.integer(prompt_len, name="prompt_len")
+    prompt_len = prompt_len.astype(jnp.int32)
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")

@@ -47,8 +47,31 @@ def _bce(logit, label):
     return jnp.mean(optax.sigmoid_binary_cross_entropy(logit, label))
 
 
+def _check_batch(h, masks: dict, labels, key):
+    """Stages 1-2: float ``h [B,T,D]``, bool masks ``[B,T]``, labels ``[B]`` in ``[0, 1]``."""
+    _validate.floating(h, name="h")
+    _validate.ndim(h, 3, name="h")
+    for name, m in masks.items():
+        if jnp.result_type(m) != jnp.bool_:
+            raise TypeError(f"`{name}` must be a bool array, got dtype {jnp.result_type(m)}.")
+        _validate.shape(m, h.shape[:2], name=name)
+    _validate.shape(labels, (h.shape[0],), name="labels")
+    if key is not None:
+        _validate.is_key(key)
+    labels = jnp.asarray(labels)
+    bad = _validate.any_outside(labels, 0, 1) | _validate.any_nonfinite(labels)
+    return _validate.error_if(labels, bad, "`labels` must lie in [0, 1] (no NaN).")
+
+
 def stage1_loss(vp: SVGTParams, h, mask, labels, *, key=None):
-    """Stage 1: ``BCE(s(E_uncond(h)), label)`` on prompts (``h [B,T,D]``, ``mask [B,T]``)."""
+    """Stage 1: ``BCE(s(E_uncond(h)), label)`` on prompts (``h [B,T,D]``, ``mask [B,T]``).
+
+    Raises:
+      TypeError: a non-float ``h`` of rank != 3, a non-bool ``mask`` not ``[B, T]``,
+        ``labels`` not ``[B]``, a ``key`` that is not a key.
+      ValueError: ``labels`` outside ``[0, 1]`` or NaN (traced: under ``jit``).
+    """
+    labels = _check_batch(h, {"mask": mask}, labels, key)
     return _bce(vp.disc(vp.encoder.unconditional(h, mask, key=key)), labels)
 
 
@@ -56,9 +79,25 @@ def stage2_loss(vp: SVGTParams, h, prompt_mask, response_mask, labels, *, key=No
     """Stage 2: ``BCE(s(E_cond(h_p, h_r)), label)`` on (prompt, response) pairs.
 
     ``h``: block-``l`` outputs of ``[prompt ; response]``; the masks select each part.
+
+    Raises:
+      TypeError / ValueError: as :func:`stage1_loss` (for both masks).
     """
+    masks = {"prompt_mask": prompt_mask, "response_mask": response_mask}
+    labels = _check_batch(h, masks, labels, key)
     z = vp.encoder.conditional(h, prompt_mask, h, response_mask, key=key)
     return _bce(vp.disc(z), labels)
+
+
+def _check_length(length, tokens, prompt_len):
+    """``length int[B]`` with ``prompt_len <= length <= T`` (traced: an ``error_if``)."""
+    length = jnp.asarray(length)
+    _validate.integer(length, name="length")
+    _validate.shape(length, (tokens.shape[0],), name="length")
+    t = tokens.shape[1]
+    bad = jnp.any((length < prompt_len) | (length > t))
+    msg = f"`length` must lie in [prompt_len, {t}] in every row."
+    return _validate.error_if(length.astype(jnp.int32), bad, msg)
 
 
 class Stage3Aux(NamedTuple):
@@ -93,7 +132,20 @@ def stage3_loss(
 
     Returns:
       ``(loss, Stage3Aux)``.
+
+    Raises:
+      TypeError / ValueError: the checks of :func:`svgt_forward`; ``length`` not an
+        ``int[B]`` in ``[prompt_len, T]``; ``weights`` not three finite numbers (traced
+        values: under ``jit``).
     """
+    check_config(lm_cfg, cfg)
+    tokens, prompt_len = _check_tokens(lm_cfg, tokens, prompt_len)
+    length = _check_length(length, tokens, prompt_len)
+    if len(weights) != 3:
+        raise TypeError(f"`weights` must hold 3 numbers (ce, safe, reg), got {weights!r}.")
+    length = _validate.guard_finite(
+        length, jnp.stack([jnp.asarray(w) for w in weights]), name="weights"
+    )
     frozen = jax.lax.stop_gradient((vp.encoder, vp.disc))
     vp = vp._replace(encoder=frozen[0], disc=frozen[1])
     k = cfg.n_bridge
@@ -151,7 +203,11 @@ def svgt_optimizer(
     stage = _validate.python_int(stage, name="stage")
     _validate.one_of((1, 2, 3), stage=stage)
     lr = {1: 1e-4, 2: 5e-4, 3: 5e-4}[stage] if lr is None else lr
+    for name, v in (("lr", lr), ("old_lr", old_lr), ("weight_decay", weight_decay)):
+        _validate.finite_scalar(**{name: v})
     _validate.positive(lr=lr)
+    _validate.positive(old_lr=old_lr)
+    _validate.non_negative(weight_decay=weight_decay)
     train = optax.adamw(lr, weight_decay=weight_decay)
     groups = {"train": train, "frozen": optax.set_to_zero()}
     if stage == 2:
@@ -205,5 +261,7 @@ def svgt_step(
     if stage == 3:
         check_config(lm_cfg, cfg, upper=True)
         tok, pl = _check_tokens(lm_cfg, batch[0], batch[1])
-        batch = (tok, pl, jnp.asarray(batch[2], jnp.int32))
+        batch = (tok, pl, _check_length(batch[2], tok, pl))
+    if key is not None:
+        _validate.is_key(key)
     return _step(vp, opt_state, batch, key, lm_params, stage=stage, tx=tx, lm_cfg=lm_cfg, cfg=cfg)

@@ -279,7 +279,8 @@ def oracle_labels(
 
     Raises:
       TypeError: wrong ranks, dtypes, window counts or threshold shapes.
-      ValueError: a window shorter than 2 steps; NaN/inf in the windows or thresholds.
+      ValueError: a window shorter than 2 steps; NaN/inf in the windows or thresholds;
+        decreasing thresholds.
     """
     schema = check_schema(schema)
     _check_kinds(schema)
@@ -292,6 +293,8 @@ def oracle_labels(
     _validate.shape(v, (2,), name="thresholds.volatility")
     s = _validate.all_finite(s, name="thresholds.shift")
     v = _validate.all_finite(v, name="thresholds.volatility")
+    s = _validate.error_if(s, s[0] > s[1], "`thresholds.shift` must be increasing.")
+    v = _validate.error_if(v, v[0] > v[1], "`thresholds.volatility` must be increasing.")
     return _labels_jit(hist, fut, s, v, schema=schema)
 
 

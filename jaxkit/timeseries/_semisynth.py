@@ -255,6 +255,11 @@ def render_text(
     schema = check_schema(schema)
     phrases = PHRASES_V2 if phrases is None else phrases
     labels = np.asarray(labels)
+    if labels.shape != (len(schema.primitives),) or not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(
+            f"`labels` must be int[{len(schema.primitives)}] (one per primitive), got "
+            f"{labels.dtype} {labels.shape}."
+        )
     n_distractors = _validate.python_int(n_distractors, name="n_distractors", minimum=0)
     sents = []
     for k, p in enumerate(schema.primitives):

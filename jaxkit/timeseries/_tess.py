@@ -257,6 +257,8 @@ def _check_batch(model, batch, lambda_gate, gate):
     ids, conf, gate = _check_side(model, x, batch.label_ids, batch.conf, gate)
     tg = jnp.asarray(batch.gate_target)
     _validate.shape(tg, ids.shape, name="batch.gate_target")
+    bad = _validate.any_outside(tg, 0, 1) | _validate.any_nonfinite(tg)
+    tg = _validate.error_if(tg, bad, "`batch.gate_target` must lie in [0, 1] (0/1 targets).")
     return (TESSBatch(x, y, ids, conf, tg, batch.text), *_fixed(gate, ids, x.dtype))
 
 

@@ -40,7 +40,7 @@ def _numpy_fp(u0, d, v, time, substeps):
 
 
 def _problem(b, k, hw):
-    sc = irdet.make_dataset(jax.random.key(0), b, hw=hw, n_targets=(k, k))
+    sc = irdet.make_dataset(b, key=jax.random.key(0), hw=hw, n_targets=(k, k))
     img = sc.image - sc.image.min(axis=(1, 2), keepdims=True)
     img = img / img.max(axis=(1, 2), keepdims=True)
     d = irdet.diffusivity(img)

@@ -95,6 +95,15 @@ def _bad_infonce_tau(key):
     return _emb(key, jnp.float32), {"tau": jnp.nan}
 
 
+def _bad_infonce_empty(key):
+    return (jnp.zeros((0, DIM)), jnp.zeros((0, DIM))), {"tau": 0.05}
+
+
+def _bad_objective_batch(key):
+    _, nbr, w = _objective_args(key, jnp.float32)
+    return (jnp.array([1, 4, N], jnp.int32), nbr, w), {}
+
+
 def _raw_args(key, dtype):
     return (jax.random.uniform(key, (N,), jnp.float32, 0.1, 1.0).astype(dtype),)
 
@@ -216,6 +225,7 @@ CASES = [
         grad_argnums=(2,),
         shard_argnums=(),
         rtol=1e-5,
+        bad=(Bad("batch index past n", _bad_objective_batch, ValueError, "batch"),),
     ),
     Case(
         "data.greedy_select",
@@ -246,7 +256,10 @@ CASES = [
         grad_argnums=(0, 1),
         shard_argnums=(),  # multi-device through axis_name (tests/data/test_infonce.py)
         rtol=1e-4,
-        bad=(Bad("NaN tau", _bad_infonce_tau, ValueError, "tau"),),
+        bad=(
+            Bad("NaN tau", _bad_infonce_tau, ValueError, "tau"),
+            Bad("empty batch", _bad_infonce_empty, ValueError, "q"),
+        ),
         slow_checks=("dtypes", "eval_shape", "traced_once"),
     ),
     Case(

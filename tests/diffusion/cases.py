@@ -92,6 +92,12 @@ CASES = [
                 "x0",
             ),
             Bad("float tokens", lambda key: ((_P32, jnp.zeros((8, 4))), {}), TypeError, "x0"),
+            Bad(
+                "empty batch",
+                lambda key: ((_P32, jnp.zeros((0, 4), jnp.int32)), {}),
+                ValueError,
+                "x0",
+            ),
         ),
     ),
     Case(
@@ -154,13 +160,19 @@ CASES = [
                 TypeError,
                 "unmask_step",
             ),
+            Bad(
+                "unmask_step past num_steps",
+                lambda key: ((_x0(key), jnp.full((8, 4), 3, jnp.int32), _P32), {}),
+                ValueError,
+                "unmask_step",
+            ),
         ),
     ),
 ]
 
 
-def _reward(affinity, p_agonist, *, tau_s):
-    return diffusion.gated_reward(affinity, p_agonist, direction=-1, tau_s=tau_s)
+def _reward(affinity, p_agonist, *, tau_s, a_min=0.0):
+    return diffusion.gated_reward(affinity, p_agonist, direction=-1, tau_s=tau_s, a_min=a_min)
 
 
 def _reward_args(key, dtype):
@@ -266,6 +278,12 @@ CASES += [
                 lambda key: (_reward_args(key, jnp.float32), {"tau_s": 0.0}),
                 ValueError,
                 "tau_s",
+            ),
+            Bad(
+                "NaN a_min (a traced hyperparameter)",
+                lambda key: (_reward_args(key, jnp.float32), {"a_min": jnp.nan}),
+                ValueError,
+                "a_min",
             ),
         ),
     ),

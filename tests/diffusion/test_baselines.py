@@ -132,3 +132,16 @@ def test_binder_csv_loader(tmp_path):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="Target_Sequence"):
         diffusion.load_binder_csv(tmp_path / "bad.csv")
+
+
+def test_audit_reverse_step_outside_the_schedule_raises():
+    # wave-24 audit: a step outside [0, num_steps) was a silent wrong unmasking (the check
+    # is an error_if: concrete here, before anything compiles; traced under jit)
+    from tests.diffusion.cases import _P32, APPLY, MASK
+
+    z = jnp.full((2, 4), MASK, jnp.int32)
+    for step in (3, -1):
+        with pytest.raises(ValueError, match="step"):
+            diffusion.reverse_step(
+                APPLY, _P32, z, step, key=jax.random.key(0), mask_id=MASK, num_steps=3
+            )

@@ -449,3 +449,25 @@ def test_exact_target_toy():
     tv1 = _toys.tv(q, pstar)
     assert tv1 <= 0.15 and tv1 <= 0.25 * tv0, (tv0, tv1)
     assert abs(float(q @ s) - float(pstar @ s)) <= 0.05
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN, a silent wrong result or an opaque error
+    nan, lw = float("nan"), np.zeros(4)
+    for bad, err, name in (
+        (lambda: diffusion.effective_sample_size(np.array([nan, 0.0])), ValueError, "log_w"),
+        (lambda: diffusion.effective_sample_size(np.full(3, -np.inf)), ValueError, "log_w"),
+        (lambda: diffusion.effective_sample_size(np.zeros(0)), ValueError, "log_w"),
+        (lambda: diffusion.subs_log_probs(jnp.zeros((2, 5)), 5), ValueError, "mask_id"),
+        (lambda: diffusion.subs_log_probs(jnp.zeros((2, 5), jnp.int32), 4), TypeError, "logits"),
+        (lambda: diffusion.temper_alpha(lw, lw, lw, alpha=0.0, prev=1.0, ess_target=0.5),
+         ValueError, "alpha"),
+        (lambda: diffusion.temper_alpha(lw, lw, lw, alpha=0.1, prev=1.0, ess_target=nan),
+         ValueError, "ess_target"),
+        (lambda: diffusion.toy_nature_sample(-1, seed=0), ValueError, "n"),
+        (lambda: diffusion.toy_oracle(np.full((2, 12), 99)), ValueError, "tokens"),
+        (lambda: diffusion.gated_reward(lw + 1, lw, direction=1, low_factor=nan), ValueError,
+         "low_factor"),
+    ):  # fmt: skip
+        with pytest.raises(err, match=name):
+            bad()

@@ -245,6 +245,14 @@ CASES = [
         grad_argnums=(0, 1, 2),
         shard_argnums=(),
         slow_checks=_ALL_BUT,
+        bad=(
+            Bad(
+                "NaN base (traced)",
+                lambda key: (_compose_args(key, jnp.float32), {"base": jnp.nan}),
+                ValueError,
+                "`base`",
+            ),
+        ),
     ),
     Case(
         "editing.engram_projection",

@@ -267,3 +267,13 @@ def test_engram_bad_input():
         editing.extract({"a": lin}, nob)
     with pytest.raises(TypeError, match="no site"):
         editing.extract({"zz": lin}, st)
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: were an opaque unpack error, a silent cut-off and a bare KeyError
+    with pytest.raises(TypeError, match="shape"):
+        editing.linear_to_conv_weight(np.ones((27, 5), np.float32), (5, 27))
+    with pytest.raises(ValueError, match="`d`"):
+        editing.default_rcond(0)
+    with pytest.raises(KeyError, match="layers"):
+        editing.set_layers({"w": np.ones(2)}, {"a": lambda p: p["w"]}, {})

@@ -243,7 +243,10 @@ CASES = [
         _ids_args,
         grad_modes=(),
         dtypes=(jnp.float32,),
-        bad=(Bad("float ids", lambda k: ((jnp.zeros(8),), {}), TypeError, "ids"),),
+        bad=(
+            Bad("float ids", lambda k: ((jnp.zeros(8),), {}), TypeError, "ids"),
+            Bad("id past the edge set", lambda k: ((jnp.full(8, 2**30),), {}), ValueError, "ids"),
+        ),
         slow_checks=_HELPER_SLOW,
     ),
     Case(

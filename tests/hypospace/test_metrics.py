@@ -173,3 +173,17 @@ def test_bad_inputs():
         H.expected_metrics(jnp.array([0.5, 0.5]), np.array([True, False]), 0)
     with pytest.raises(TypeError, match="admissible"):
         H.expected_metrics(jnp.array([0.5, 0.5]), np.array([True, False, True]), 2)
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN / wrong result or an opaque NumPy error
+    adm, p = np.array([True, False, True, True]), np.full(4, np.nan, np.float32)
+    for bad, name in (
+        (lambda: H.expected_metrics(p, adm, 3), "`p`"),
+        (lambda: H.uniform_space(np.zeros(0, np.int32), 3, key=jax.random.key(0)), "table"),
+        (lambda: H.voxel_id(np.full((3, 3), 9), max_height=3), "heights"),
+        (lambda: H.task_masks([], np.arange(3)), "admissible_ids"),
+        (lambda: H.format_observation(5, [0, 1]), "perturbed"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            bad()

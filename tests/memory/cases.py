@@ -119,6 +119,15 @@ CASES = [
         bad=(
             _BAD_K,
             Bad(
+                "negative at",
+                lambda key: (
+                    (jnp.ones((8, _S, 16)), -jnp.ones(8, jnp.int32), jnp.ones(8, jnp.int32)),
+                    {},
+                ),
+                ValueError,
+                "at",
+            ),
+            Bad(
                 "ctx of the wrong width",
                 lambda key: (
                     (jnp.ones((8, _S, 7)), jnp.ones(8, jnp.int32), jnp.ones(8, jnp.int32)),
@@ -195,6 +204,19 @@ CASES = [
         dtypes=(jnp.float32,),
         shard_argnums=(),
         vmap=False,  # groups span rows
-        bad=(),
+        bad=(
+            Bad(
+                "NaN kl_beta",
+                lambda key: ((jnp.ones((8, 4, CFG.d_model)), jnp.ones(8)), {"kl_beta": jnp.nan}),
+                ValueError,
+                "kl_beta",
+            ),
+            Bad(
+                "rewards of the wrong length",
+                lambda key: ((jnp.ones((8, 4, CFG.d_model)), jnp.ones(6)), {}),
+                TypeError,
+                "rewards",
+            ),
+        ),
     ),
 ]

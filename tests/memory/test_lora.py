@@ -155,3 +155,13 @@ def test_bad_input():
         memory.DLMRConfig(layer=0, injector="lora_replica", lora_targets=("q", "x"))
     with pytest.raises(ValueError, match="injector"):
         memory.DLMRConfig(layer=0, injector="big")
+
+
+def test_audit_lora_apply_nan_scale_raises():
+    # wave-24 audit: a NaN scale was a NaN backbone
+    lc = memory.DLMRConfig(
+        layer=1, bank_sizes=(4, 4), budgets=(1, 3), injector="lora_replica", lora_rank=2
+    )
+    ad = memory.init_dlmr(CFG, lc, key=jax.random.key(3)).injector.adapters[0]
+    with pytest.raises(ValueError, match="scale"):
+        memory.lora_apply(P, ad, float("nan"))

@@ -232,3 +232,41 @@ def test_optimizer_takes_a_schedule():
     assert all(np.all(np.asarray(u) == 0) for u in jax.tree.leaves(outs[0]))
     jax.tree.map(np.testing.assert_allclose, outs[1], outs[2])
     assert all(np.all(np.asarray(u) != 0) for u in jax.tree.leaves(outs[1].l1))
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN, a silently clipped value or an opaque error
+    nan = float("nan")
+    s = 6
+    ctx, valid = jnp.ones((2, s, CFG.d_model)), jnp.ones((2, s), bool)
+    b1 = (ctx, valid, jnp.array([2, 3]), jnp.array([1, 3]), jnp.ones((2, 2, 16)), valid[:, :2])
+    b2 = stage2_batch(P, CFG, [1, 2])
+    rw = jnp.array([1.0, 0.0, 1.0, 0.0])
+    for bad, err, name in (
+        (lambda: memory.stage1_loss(AP, *b1, cfg=MC, temperature=0.0), ValueError, "temperature"),
+        (lambda: memory.stage1_loss(AP, *b1, cfg=MC, margin=nan), ValueError, "margin"),
+        (lambda: memory.stage1_loss(AP, *b1[:4], b1[4][:, :1], b1[5], cfg=MC), TypeError,
+         "targets"),
+        (lambda: memory.stage2_loss(AP, P, b2[0], b2[1].at[0, 0].set(99), *b2[2:], lm_cfg=CFG,
+                                    cfg=MC), ValueError, "labels"),
+        (lambda: memory.stage2_loss(AP, P, *b2[:4], jnp.array([9, 1]), lm_cfg=CFG, cfg=MC),
+         ValueError, "action"),
+        (lambda: memory.group_advantages(rw, 3), ValueError, "group"),
+        (lambda: memory.dlmr_reward(rw, 1, 1, budget=0.0, lambda_eff=0.1), ValueError, "budget"),
+        (lambda: memory.dlmr_reward(rw, 1, 1, budget=1.0, lambda_eff=nan), ValueError,
+         "lambda_eff"),
+        (lambda: memory.dlmr_reward(2 * rw, 1, 1, budget=1.0, lambda_eff=0.1), ValueError,
+         "correct"),
+        (lambda: memory.inject(AP, MC, ctx[:0], valid[:0], *[jnp.zeros(0, jnp.int32)] * 3),
+         ValueError, "ctx"),
+        (lambda: memory.DLMRConfig(layer=1, lora_alpha=float("inf")), ValueError, "lora_alpha"),
+    ):  # fmt: skip
+        with pytest.raises(err, match=name):
+            bad()
+
+
+def test_audit_traced_bad_values_raise_under_jit():
+    rw = jnp.array([1.0, 0.0])
+    f = jax.jit(lambda b, lam: memory.dlmr_reward(rw, 1, 1, budget=b, lambda_eff=lam))
+    with pytest.raises(Exception, match="budget"):
+        jax.block_until_ready(f(jnp.nan, 0.1))

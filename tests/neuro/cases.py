@@ -242,7 +242,15 @@ CASES = [
         make_args=lambda key, dtype: (_cov(key, dtype),),
         rtol=1e-4,
         grad_rtol=1e-3,
-        bad=(Bad("not square", lambda key: ((jnp.eye(8)[:6],), {}), TypeError, "cov"),),
+        bad=(
+            Bad("not square", lambda key: ((jnp.eye(8)[:6],), {}), TypeError, "cov"),
+            Bad(
+                "not positive definite",
+                lambda key: ((jnp.eye(8).at[0, 0].set(-1.0),), {}),
+                Exception,
+                "cov",
+            ),
+        ),
         slow_checks=("eval_shape", "vmap", "traced_once", "grads", "sharding"),
     ),
     Case(
@@ -341,6 +349,12 @@ CASES = [
                 lambda key: (_poisson_args(key, jnp.float32), {"bin_width": 0.0}),
                 ValueError,
                 "bin_width",
+            ),
+            Bad(
+                "negative counts",
+                lambda key: ((jnp.zeros((8, 2)), -jnp.ones((8, 4))), {"bin_width": 1.0}),
+                ValueError,
+                "x",
             ),
         ),
         slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "grads", "sharding"),

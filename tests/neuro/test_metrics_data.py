@@ -131,3 +131,14 @@ def test_fitted_teacher_fits_the_latent_dynamics():
     assert abs(noise.std() - 0.1) < 0.02 and abs(noise.mean()) < 0.02
     with pytest.raises(ValueError, match="teacher_lr"):
         neuro.synthetic_lowrank(z, key=jax.random.key(0), teacher_steps=5, teacher_lr=0.0)
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN or an opaque SciPy error
+    with pytest.raises(ValueError, match="n_total"):
+        neuro.posterior_log_std(0.0, 2)
+    with pytest.raises(ValueError, match="thomas_b"):
+        neuro.lorenz_thomas(5, thomas_b=float("nan"))
+    z = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.raises(ValueError, match="z_true"):
+        neuro.component_aligned_r2(z, np.ones((6, 2)))

@@ -208,6 +208,7 @@ CASES = [
                 "tau = 0", lambda key: (_scores(key, jnp.float32), {"tau": 0.0}), ValueError, "tau"
             ),
             Bad("not square", lambda key: ((jnp.zeros((8, 3, 4)),), {}), TypeError, "scores"),
+            Bad("empty batch", lambda key: ((jnp.zeros((8, 0, 0)),), {}), ValueError, "scores"),
         ),
     ),
     Case(
@@ -248,6 +249,15 @@ CASES = [
                 lambda key: (_align_args(key, jnp.float32), {"tau_phi": -1.0}),
                 ValueError,
                 "tau_phi",
+            ),
+            Bad(
+                "float mask",
+                lambda key: (
+                    (*_align_args(key, jnp.float32)[:2], jnp.ones((8, 3)), jnp.ones((8, 2), bool)),
+                    {},
+                ),
+                TypeError,
+                "mask_a",
             ),
         ),
         slow_checks=("grads", "dtypes", "vmap", "eval_shape"),

@@ -74,3 +74,17 @@ def test_loader(tmp_path):
     assert got[1].caption == "he kicks" and got[0].tokens[1] == "man/NOUN"
     with pytest.raises(ValueError, match="split"):
         retrieval.load_motion_text(str(tmp_path), "dev")
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: a NaN noise was a NaN dataset, a negative one NumPy's "scale < 0"; a
+    # float mask was an opaque jnp error
+    key = jax.random.key(0)
+    for noise, match in ((float("nan"), "noise"), (-1.0, "noise")):
+        with pytest.raises(ValueError, match=match):
+            retrieval.synthetic_motion_text(4, key=key, noise=noise)
+    sim, w = np.zeros((2, 3)), np.zeros(2)
+    with pytest.raises(TypeError, match="valid_a"):
+        retrieval.cross_modal_stii(sim, w, np.zeros(3), valid_a=np.ones(2))
+    with pytest.raises(TypeError, match="mask"):
+        retrieval.cross_modal_value((sim, w, np.zeros(3)), np.ones(5))

@@ -153,6 +153,14 @@ CASES = [
         grad_argnums=(0, 1, 2),
         rtol=1e-5,
         slow_checks=(),
+        bad=(
+            Bad(
+                "negative radius (a traced bulk field)",
+                lambda key: (_dirs(key, jnp.float32), {"radius": -1.0}),
+                ValueError,
+                "radius",
+            ),
+        ),
     ),
     Case(
         "robust.support/box",
@@ -229,7 +237,15 @@ CASES = [
         _values,
         hparams={"eps": (0.1, 0.3)},
         grad_argnums=(0, 1),
-        bad=(Bad("eps below 0", _bad_eps, ValueError, "`eps`"),),
+        bad=(
+            Bad("eps below 0", _bad_eps, ValueError, "`eps`"),
+            Bad(
+                "NaN sup_value",
+                lambda key: ((_values(key, jnp.float32)[0], jnp.full(8, jnp.nan)), {"eps": 0.1}),
+                ValueError,
+                "sup_value",
+            ),
+        ),
         slow_checks=_GRADS,
     ),
     Case(

@@ -201,3 +201,31 @@ def test_bad_inputs():
         R.calibrate_box(x, weights=-np.ones(20))
     with pytest.raises(TypeError, match="`a`"):
         R.support(R.ball(np.zeros(2), 1.0), np.ones(3))
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN, a silent wrong value or an opaque error
+    nan, a = float("nan"), np.ones((3, 2), np.float32)
+    for bad, err, name in (
+        (lambda: R.ball(np.zeros(2), -1.0), ValueError, "radius"),
+        (lambda: R.support(R.Box(center=np.zeros(2), half=-np.ones(2)), a), ValueError, "half"),
+        (lambda: R.support(R.Interval(lo=np.float32(2), hi=np.float32(1)), a[:, 0]),
+         ValueError, "lo"),
+        (lambda: R.support(R.Hull(points=np.eye(2), mask=np.zeros(2, bool)), a), ValueError,
+         "mask"),
+        (lambda: R.contains(R.ball(np.zeros(2), 1.0), a, tol=-1.0), ValueError, "tol"),
+        (lambda: R.huber(0.0), ValueError, "delta"),
+        (lambda: R.newsvendor(h=-1.0), ValueError, "h"),
+        (lambda: R.piecewise_linear(np.ones((2, 3)), np.ones(3), np.ones(2)), TypeError, "B"),
+        (lambda: R.empirical(np.full((3, 2), nan)), ValueError, "xi"),
+        (lambda: R.calibrate_interval(np.full(10, nan)), ValueError, "xi"),
+        (lambda: R.upper_expectation(a[:, :0], 1.0, 0.1), ValueError, "values"),
+        (lambda: R.upper_expectation(a, np.ones(3), 0.1, weights=-a), ValueError, "weights"),
+        (lambda: R.credal_risk(a, np.ones(3), 0.1, tail=nan), ValueError, "tail"),
+        (lambda: R.tail_bound(1.0, -1.0, 0.1, 0.2, 1.0), ValueError, "growth_L"),
+        (lambda: R.fit(R.lad(), (a, a[:, 0]), R.ball(np.zeros(3), 1.0), 0.1,
+                       R.LinearParams(np.zeros(2), np.zeros(())), schedule=()),
+         ValueError, "schedule"),
+    ):  # fmt: skip
+        with pytest.raises(err, match=name):
+            bad()

@@ -40,11 +40,17 @@ def _bad_camera(key):
     return (g, cam._replace(rotation=cam.rotation[0])), {}
 
 
+def _zero_focal(key):
+    g, cam = _args(key, jnp.float32)
+    return (g, cam._replace(focal=cam.focal * 0)), {}
+
+
 _BAD = (
     Bad("non-PSD covariance", _not_psd, ValueError, "covariances"),
     Bad("means of rank 3", _bad_rank, TypeError, "gaussians.means"),
     Bad("near <= 0", _bad_near, ValueError, "near"),
     Bad("rotation of rank 1", _bad_camera, TypeError, "camera.rotation"),
+    Bad("focal 0", _zero_focal, ValueError, "focal"),
 )
 
 CASES = [

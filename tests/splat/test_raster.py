@@ -186,3 +186,24 @@ def test_tile_counts_size_the_capacity(key):
     assert np.all(counts >= need)  # the box contains every touched pixel
     tiled = splat.render(g, cam, hw=(12, 10), method="tiled", tile=4, capacity=int(counts.max()))
     np.testing.assert_allclose(tiled, dense, atol=1e-6)
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN / wrong value or an opaque error
+    g, cam, nan = scene(jax.random.key(0), 3), camera(), float("nan")
+    # a constant scene under the caller's jit was a TracerArrayConversionError
+    out = jax.jit(lambda b: splat.render(g, cam, hw=HW, background=b))(0.25)
+    np.testing.assert_allclose(out, splat.render(g, cam, hw=HW, background=0.25), atol=1e-6)
+    for bad, err, name in (
+        (lambda: splat.render(g, cam, hw=HW, background=nan), ValueError, "background"),
+        (lambda: splat.tile_counts(g, cam, hw=HW, cutoff=nan), ValueError, "cutoff"),
+        (lambda: splat.look_at((0, -3, 0), (0, 0, 0), focal=-1.0, hw=HW), ValueError, "focal"),
+        (lambda: splat.orbit_cameras(2, radius=nan, height=0.5, focal=7.0, hw=HW), ValueError,
+         "radius"),
+        (lambda: splat.quaternion_to_rotation(np.zeros(4, np.float32)), ValueError, "q"),
+        (lambda: splat.from_scale_rotation(np.zeros((2, 3)), np.zeros((3, 3)), np.ones((2, 4)),
+                                           np.zeros(2), np.zeros((2, 3))), TypeError,
+         "log_scales"),
+    ):  # fmt: skip
+        with pytest.raises(err, match=name):
+            bad()

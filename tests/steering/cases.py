@@ -136,7 +136,15 @@ CASES = [
         hparams={"step": (1.0, 0.5)},
         grad_modes=(),  # detached by definition (stop_gradient)
         dtypes=(jnp.float32,),
-        bad=(Bad("1-D z", lambda key: ((jnp.ones(SC.value_dim),), {"step": 1.0}), TypeError, "z"),),
+        bad=(
+            Bad("1-D z", lambda key: ((jnp.ones(SC.value_dim),), {"step": 1.0}), TypeError, "z"),
+            Bad(
+                "NaN step",
+                lambda key: ((jnp.ones((8, SC.value_dim)),), {"step": float("nan")}),
+                ValueError,
+                "step",
+            ),
+        ),
     ),
     Case(
         name="steering.steer_add/apply",
@@ -158,6 +166,15 @@ CASES = [
                 lambda key: ((jnp.ones((8, 4, CFG.d_model)), jnp.ones((8, 3))), {"scale": 1.0}),
                 TypeError,
                 "add",
+            ),
+            Bad(
+                "infinite scale",
+                lambda key: (
+                    (jnp.ones((8, 4, CFG.d_model)), jnp.ones((8, CFG.d_model))),
+                    {"scale": float("inf")},
+                ),
+                ValueError,
+                "scale",
             ),
         ),
     ),

@@ -204,6 +204,43 @@ def test_bad_inputs():
         steering.refresh_bridge(P, CFG, small, jnp.zeros((2, K, 16)), PLEN, layer=L)
 
 
+def test_audit_bad_inputs():
+    # each raises before anything runs (wave-24 audit: were silent NaN / wrong results)
+    nan = float("nan")
+    h, m, lab = jnp.zeros((2, 9, 16)), jnp.ones((2, 9), bool), jnp.array([0, 1])
+    for bad, err, name in (
+        (lambda: steering.init_svgt(CFG, SC._replace(grad_step=nan), key=jax.random.key(0)),
+         ValueError, "cfg.grad_step"),
+        (lambda: steering.init_svgt(CFG, SC._replace(n_heads=0), key=jax.random.key(0)),
+         ValueError, "cfg.n_heads"),
+        (lambda: steering.insert_bridge(h, jnp.zeros((2, K, 16)), jnp.array([3, 10])),
+         ValueError, "prompt_len"),
+        (lambda: steering.refresh_bridge(
+            P, CFG, nn.init_cache(CFG, max_len=12, batch=2), jnp.zeros((2, K, 16)),
+            jnp.array([3.0, 5.0]), layer=L), TypeError, "prompt_len"),
+        (lambda: steering.caa_vector(P, CFG, SEQ[:0], SEQ_LEN[:0], PROMPT, PLEN, layer=L),
+         ValueError, "positive"),
+        (lambda: steering.prefix_prompts(PROMPT, jnp.array([1.5, 2.0]), jnp.array([7])),
+         TypeError, "prompt_len"),
+        (lambda: steering.prefix_prompts(PROMPT, jnp.array([-1, 2]), jnp.array([7])),
+         ValueError, "prompt_len"),
+        (lambda: steering.steer_add(jnp.ones(16), 1.0, layer=-1), ValueError, "layer"),
+        (lambda: steering.stage1_loss(VP, h, m, jnp.array([2.0, nan])), ValueError, "labels"),
+        (lambda: steering.stage1_loss(VP, h, m.astype(jnp.float32), lab), TypeError, "mask"),
+        (lambda: steering.stage2_loss(VP, h, m, m[:, :3], lab), TypeError, "response_mask"),
+        (lambda: steering.stage3_loss(VP, P, SEQ, PLEN, jnp.array([2, 99]), lm_cfg=CFG, cfg=SC),
+         ValueError, "length"),
+        (lambda: steering.stage3_loss(
+            VP, P, SEQ, PLEN, SEQ_LEN, lm_cfg=CFG, cfg=SC, weights=(nan, 1.0, 1.0)),
+         ValueError, "weights"),
+        (lambda: steering.svgt_optimizer(2, old_lr=nan), ValueError, "old_lr"),
+        (lambda: steering.svgt_optimizer(1, weight_decay=-1.0), ValueError, "weight_decay"),
+        (lambda: steering.svgt_step(1, VP, None, (h, m, lab), tx=None, key=3), TypeError, "key"),
+    ):  # fmt: skip
+        with pytest.raises(err, match=name.replace(".", r"\.")):
+            bad()
+
+
 def test_sampling_arguments_raise_the_decoders_errors():
     # jaxkit._tokens' checks: the same bad temperature / top_p, the same error as
     # decoding.ar_generate on the same backbone (all raise before anything compiles)

@@ -71,6 +71,18 @@ CASES = [
                 ValueError,
                 "fut",
             ),
+            Bad(
+                "decreasing shift thresholds",
+                lambda key: (
+                    (
+                        *_windows(key, jnp.float32),
+                        ts.Thresholds(jnp.asarray([1.0, 0.3]), jnp.asarray([-0.2, 0.4])),
+                    ),
+                    {},
+                ),
+                ValueError,
+                "thresholds.shift",
+            ),
         ),
         slow_checks=("vmap", "dtypes", "traced_once", "sharding"),
     ),
@@ -146,8 +158,8 @@ def _loss_args(key, dtype):
     return tess, x, y, ids, conf
 
 
-def _loss(tess, x, y, ids, conf, *, lambda_gate):
-    batch = ts.TESSBatch(x, y, ids, conf, (ids % 2).astype(jnp.int32))
+def _loss(tess, x, y, ids, conf, *, lambda_gate, gate_offset=0):
+    batch = ts.TESSBatch(x, y, ids, conf, (ids % 2 + gate_offset).astype(jnp.int32))
     return ts.tess_loss(tess, batch, lambda_gate=lambda_gate)
 
 
@@ -209,6 +221,14 @@ CASES += [
         rtol=1e-4,
         grad_modes=("rev",),
         slow_checks=_SLOW,
+        bad=(
+            Bad(
+                "gate target 2",
+                lambda key: (_loss_args(key, jnp.float32), {"gate_offset": 2}),
+                ValueError,
+                "gate_target",
+            ),
+        ),
     ),
 ]
 

@@ -67,3 +67,9 @@ def test_no_leak_model_inputs_ignore_the_future():
     np.testing.assert_array_equal(ca, cb)
     assert not np.array_equal(a.fut[-1], b.fut[-1])
     assert a.event.dtype == bool and a.labels.shape == (len(a.hist), 4)
+
+
+def test_audit_render_text_labels_of_the_wrong_length():
+    # wave-24 audit: was an IndexError from inside the loop
+    with pytest.raises(TypeError, match="labels"):
+        ts.render_text(np.zeros(2, np.int64), rng=np.random.default_rng(0))

@@ -117,7 +117,12 @@ CASES = [
             ),
             Bad("d shape", _bad_fp(lambda u, d, v: ((u, d[:, :3], v), {})), TypeError, "`d`"),
             Bad("time < 0", _bad_fp(lambda u, d, v: ((u, d, v), {"time": -1.0})), ValueError),
-            Bad("time NaN", _bad_fp(lambda u, d, v: ((u, d, v), {"time": jnp.nan})), ValueError),
+            Bad(
+                "time NaN",
+                _bad_fp(lambda u, d, v: ((u, d, v), {"time": jnp.nan})),
+                ValueError,
+                "`time`",  # named (was the CFL check's `substeps` message)
+            ),
             Bad(
                 "velocity",
                 _bad_fp(lambda u, d, v: ((u, d, v[:, :1]), {})),
@@ -218,6 +223,12 @@ CASES = [
                 ValueError,
                 "`radius`",
             ),
+            Bad(
+                "NaN point",
+                lambda key: ((jnp.full((2, 2), jnp.nan),), {"radius": 1.0}),
+                ValueError,
+                "`points`",
+            ),
         ),
     ),
     Case(
@@ -256,6 +267,12 @@ CASES = [
                 "target shape",
                 lambda key: ((jnp.ones((2, 4, 4)), jnp.ones((2, 4))), {}),
                 TypeError,
+                "`target`",
+            ),
+            Bad(
+                "target above 1",
+                lambda key: ((jnp.ones((2, 4, 4)), jnp.full((2, 4, 4), 2.0)), {}),
+                ValueError,
                 "`target`",
             ),
         ),

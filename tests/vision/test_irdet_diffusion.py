@@ -138,7 +138,9 @@ def test_unstable_substeps_raise():
 
 
 def test_synthetic_scene_ground_truth():
-    sc = irdet.make_dataset(jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1))
+    sc = irdet.make_dataset(
+        6, key=jax.random.key(0), hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1)
+    )
     assert sc.image.shape == (6, 32, 32) and sc.points.shape == (6, 3, 2)
     n_valid = np.asarray(sc.valid).sum(1)
     assert n_valid.min() >= 1 and n_valid.max() <= 3
@@ -151,25 +153,25 @@ def test_synthetic_scene_ground_truth():
                 assert sc.image[b, pts[b, k, 0], pts[b, k, 1]] > np.median(np.asarray(sc.image[b]))
     assert np.all((np.asarray(sc.types) >= 0) == valid)
     again = irdet.make_dataset(
-        jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1)
+        6, key=jax.random.key(0), hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1)
     )
     np.testing.assert_array_equal(np.asarray(again.image), np.asarray(sc.image))
     # the mask level (traced: no recompile) moves only the masks' edges, nested
     half = irdet.make_dataset(
-        jax.random.key(0), 6, hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1), mask_level=0.5
+        6, key=jax.random.key(0), hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1), mask_level=0.5
     )
     np.testing.assert_array_equal(np.asarray(half.image), np.asarray(sc.image))
     assert np.all(mask | ~np.asarray(half.mask)) and mask.sum() > np.asarray(half.mask).sum()
     with pytest.raises(ValueError, match="`mask_level`"):
-        irdet.make_dataset(jax.random.key(0), 2, mask_level=1.0)
+        irdet.make_dataset(2, key=jax.random.key(0), mask_level=1.0)
     with pytest.raises(ValueError, match="`min_separation`"):
-        irdet.make_dataset(jax.random.key(0), 2, min_separation=-1.0)
+        irdet.make_dataset(2, key=jax.random.key(0), min_separation=-1.0)
 
 
 def test_synthetic_min_separation_spreads_targets_and_keeps_the_rest():
     kw = dict(hw=(32, 32), n_targets=(1, 3), hot_clutter=(0, 1))  # the test above's program
-    free = irdet.make_dataset(jax.random.key(0), 6, **kw)
-    sep = irdet.make_dataset(jax.random.key(0), 6, min_separation=10.0, **kw)
+    free = irdet.make_dataset(6, key=jax.random.key(0), **kw)
+    sep = irdet.make_dataset(6, key=jax.random.key(0), min_separation=10.0, **kw)
 
     def closest(sc):  # least distance between valid centres (rounded: within sqrt(2) px)
         c, v = np.asarray(sc.points, np.float64), np.asarray(sc.valid)
@@ -191,15 +193,15 @@ def test_synthetic_clutter_hw_windows_a_larger_frame():
     # clutter only (no targets, blobs or noise): the scene is the top-left window of the
     # clutter of a clutter_hw frame drawn from the same key
     kw = dict(n_targets=(1, 1), scr=(0.0, 0.0), hot_clutter=(0, 0), noise_std=0.0)
-    big = irdet.make_dataset(jax.random.key(3), 4, hw=(64, 64), **kw)
-    win = irdet.make_dataset(jax.random.key(3), 4, hw=(32, 32), clutter_hw=(64, 64), **kw)
+    big = irdet.make_dataset(4, key=jax.random.key(3), hw=(64, 64), **kw)
+    win = irdet.make_dataset(4, key=jax.random.key(3), hw=(32, 32), clutter_hw=(64, 64), **kw)
     np.testing.assert_allclose(
         np.asarray(win.image), np.asarray(big.image)[:, :32, :32], rtol=0, atol=1e-6
     )
     with pytest.raises(ValueError, match="`clutter_hw`"):
-        irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=(16, 64))
+        irdet.make_dataset(2, key=jax.random.key(0), hw=(32, 32), clutter_hw=(16, 64))
     with pytest.raises(TypeError, match="clutter_hw"):
-        irdet.make_dataset(jax.random.key(0), 2, hw=(32, 32), clutter_hw=64)
+        irdet.make_dataset(2, key=jax.random.key(0), hw=(32, 32), clutter_hw=64)
 
 
 def _otsu_brute(values, weights, bins=64):
@@ -232,7 +234,7 @@ def test_otsu_matches_brute_force_and_falls_back():
 
 @pytest.mark.slow  # compiles the scene generator and pseudo_mask afresh (~7 s)
 def test_pseudo_mask_properties_and_no_mask_input():
-    sc = irdet.make_dataset(jax.random.key(2), 4, hw=(32, 32), n_targets=(1, 2))
+    sc = irdet.make_dataset(4, key=jax.random.key(2), hw=(32, 32), n_targets=(1, 2))
     out = irdet.pseudo_mask(sc.image, sc.points, sc.valid)
     assert out.mask.shape == (4, 32, 32) and out.threshold.shape == (4,)
     score = np.asarray(out.score)
@@ -320,3 +322,20 @@ def test_pseudo_mask_scale_does_not_depend_on_the_frame():
             np.testing.assert_array_equal(np.asarray(full.mask)[8:40, 8:40], part.mask)
         else:
             assert gap > 0.02  # the per-image min-max moves D and the drift
+
+
+def test_audit_bad_inputs():
+    # wave-24 audit: each was a silent NaN or wrong value
+    nan = float("nan")
+    v, w = np.linspace(0, 1, 10, dtype=np.float32), np.ones(10, np.float32)
+    for bad, name in (
+        (lambda: irdet.otsu_threshold(v, -w), "weights"),
+        (lambda: irdet.otsu_threshold(v * nan, w), "values"),
+        (lambda: irdet.phi_loss(np.zeros(4), np.full((4, 4), 0.5), np.full((4, 4), 0.5),
+                                pred_weight=nan), "pred_weight"),
+        (lambda: irdet.make_dataset(1, key=jax.random.key(0), clutter_beta=nan), "clutter_beta"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            bad()
+    with pytest.raises(TypeError, match="valid"):
+        irdet.disk_mask(np.zeros((2, 2), np.float32), np.ones(2, np.float32), hw=(8, 8))

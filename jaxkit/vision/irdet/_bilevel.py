@@ -258,8 +258,12 @@ def weighter_loss(
     temperature: Real[ArrayLike, ""] = 0.25,
     scale: Real[ArrayLike, ""] = 0.25,
 ) -> Float[Array, ""]:
-    """The outer objective ``-scale * mean_i a_i s_i`` (minimise with AdamW, lr 1e-3)."""
+    """The outer objective ``-scale * mean_i a_i s_i`` (minimise with AdamW, lr 1e-3).
+
+    Raises ValueError (traced: under ``jit``) for a NaN or infinite ``scale``.
+    """
     a = sample_weights(weighter, features, temperature=temperature)
+    a = _validate.guard_finite(a, scale, name="scale")
     scores = jnp.asarray(scores).astype(a.dtype)
     if scores.shape != a.shape:
         raise TypeError(f"`scores` must have shape {a.shape}, got {scores.shape}.")

@@ -235,9 +235,9 @@ def fokker_planck(
     substeps = _validate.python_int(substeps, name="substeps", minimum=1)
     dt = u0.dtype
     t = jnp.asarray(time, dt)
+    u0 = _validate.guard_non_negative(u0, time, name="time")  # before the CFL check: NaN
     _check_cfl_now(d, velocity, time, substeps)
     out = _fp_jit(u0, d.astype(dt), velocity.astype(dt), t, substeps=substeps)
-    out = _validate.guard_non_negative(out, time, name="time")
     return _validate.error_if(
         out, ~jnp.all((d >= 0) & jnp.isfinite(d)), "`d` must be finite and >= 0 everywhere."
     )

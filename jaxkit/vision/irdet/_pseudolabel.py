@@ -86,7 +86,8 @@ def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> 
 
     Raises:
       TypeError: Non-floating ``values`` or ``weights`` of another shape.
-      ValueError: ``bins < 2``.
+      ValueError: ``bins < 2``; NaN/inf values or weights, negative weights (traced:
+        under ``jit``).
     """
     values = jnp.asarray(values)
     _validate.floating(values, name="values")
@@ -96,7 +97,11 @@ def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> 
             f"`weights` must have the shape of `values` {values.shape}, got {weights.shape}."
         )
     bins = _validate.python_int(bins, name="bins", minimum=2)
-    return _otsu_jit(values, weights.astype(values.dtype), bins=bins)
+    weights = weights.astype(values.dtype)
+    bad = _validate.any_nonfinite(values) | _validate.any_nonfinite(weights)
+    bad = bad | jnp.any(weights < 0)
+    weights = _validate.error_if(weights, bad, "`values` / `weights` must be finite, weights >= 0.")
+    return _otsu_jit(values, weights, bins=bins)
 
 
 def _pseudo_single(
@@ -343,6 +348,8 @@ def disk_mask(
             f"and {valid.shape}."
         )
     hw = tuple(_validate.python_int(s, name="hw", minimum=1) for s in hw)
+    _validate.boolean(valid, name="valid")
+    points = _validate.all_finite(points, name="points")
     out = _disk_core(points, valid, jnp.asarray(radius, points.dtype), hw=hw)
     return _validate.guard_non_negative(out, radius, name="radius")
 

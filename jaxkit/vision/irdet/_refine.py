@@ -201,8 +201,10 @@ def phi_loss(
 
     Raises:
       TypeError: Shapes of ``prob_val`` and ``pseudo_val`` differ.
+      ValueError: ``pred_weight`` not finite and >= 0 (traced: under ``jit``).
     """
     prob_val, pseudo_val = _image_pair(prob_val, pseudo_val, "prob_val", "pseudo_val")
+    prob_val = _validate.guard_non_negative(prob_val, pred_weight, name="pred_weight")
     ph = phi_from_u(jnp.asarray(u).astype(prob_val.dtype))
     z = _refine_core(prob_val, ph.d0, ph.beta, ph.rho, ph.alpha, steps=3)
     loss = _bce_logits(z, pseudo_val) + pred_weight * _bce_logits(z, prob_val)
@@ -218,8 +220,11 @@ def soft_iou_loss(
 
     Raises:
       TypeError: Shapes differ or rank < 2.
+      ValueError: ``target`` outside ``[0, 1]`` or NaN (traced: under ``jit``).
     """
     logits, target = _image_pair(logits, target, "logits", "target")
+    bad = _validate.any_outside(target, 0, 1) | _validate.any_nonfinite(target)
+    target = _validate.error_if(target, bad, "`target` must lie in [0, 1] (no NaN).")
     return _soft_iou_jit(logits, target)
 
 

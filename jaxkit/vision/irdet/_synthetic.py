@@ -226,9 +226,9 @@ def _pair(v, name, *, integer=False):
 
 
 def make_dataset(
-    key: KeyArray,
     n: int,
     *,
+    key: KeyArray,
     hw: tuple[int, int] = (128, 128),
     n_targets: tuple[int, int] = (1, 4),
     scr: tuple[float, float] = (2.0, 8.0),
@@ -299,6 +299,7 @@ def make_dataset(
     _validate.in_interval(low=0.0, high=1.0, closed="neither", mask_level=mask_level)
     _validate.real_scalar(min_separation, name="min_separation")
     _validate.non_negative(min_separation=min_separation)
+    _validate.finite_scalar(clutter_beta=clutter_beta)
     field_hw = hw if clutter_hw is None else _clutter_hw(clutter_hw, hw)
     return _dataset_core(
         key,
@@ -326,6 +327,6 @@ def _clutter_hw(clutter_hw, hw):
     return out
 
 
-def make_scene(key: KeyArray, **kw) -> Scene:
+def make_scene(*, key: KeyArray, **kw) -> Scene:
     """One synthetic scene (:func:`make_dataset` with ``n = 1``, leading axis removed)."""
-    return jax.tree.map(lambda a: a[0], make_dataset(key, 1, **kw))
+    return jax.tree.map(lambda a: a[0], make_dataset(1, key=key, **kw))

@@ -1,0 +1,76 @@
+"""Argument checks of DLMR's training losses and reward (TypeError / ValueError / error_if).
+
+Each check raises eagerly on concrete values and through ``eqx.error_if`` under ``jit``
+(NaN fails: every predicate is written so that a NaN is out of range).
+"""
+
+import jax.numpy as jnp
+
+from jaxkit import _validate
+
+
+def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int):
+    """Stage 2: ``labels`` in ``[-1, V)``, ``at`` in ``[0, T]``, ``action`` in ``[0, A)``."""
+    labels, at, action = (jnp.asarray(x) for x in (labels, at, action))
+    _validate.integer(labels, name="labels")
+    _validate.ndim(labels, 2, name="labels")
+    b = labels.shape[0]
+    for name, v in (("at", at), ("action", action)):
+        _validate.integer(v, name=name)
+        _validate.shape(v, (b,), name=name)
+    labels = _validate.error_if(
+        labels,
+        _validate.any_outside(labels, -1, vocab_size - 1),
+        f"`labels` must lie in [-1, {vocab_size}) (-1: not scored).",
+    )
+    at = _validate.error_if(at, _validate.any_outside(at, 0, t), f"`at` must lie in [0, {t}].")
+    action = _validate.error_if(
+        action,
+        _validate.any_outside(action, 0, n_actions - 1),
+        f"`action` must lie in [0, {n_actions}).",
+    )
+    return labels, at, action
+
+
+def check_group(n: int, group) -> int:
+    """``group`` a Python int >= 1 that divides the ``n`` rollouts."""
+    group = _validate.python_int(group, name="group", minimum=1)
+    if n % group:
+        raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
+    return group
+
+
+def check_stage3(router_h, actions, eligible, rewards, kl_beta, *, n_actions: int, group):
+    """Shapes and values of :func:`stage3_loss`'s batch; returns the guarded arrays."""
+    router_h, eligible, rewards = (jnp.asarray(x) for x in (router_h, eligible, rewards))
+    _validate.floating(router_h, name="router_h")
+    _validate.ndim(router_h, 3, name="router_h")
+    b, n = router_h.shape[:2]
+    if eligible.dtype != jnp.bool_:
+        raise TypeError(f"`eligible` must be a bool array, got dtype {eligible.dtype}.")
+    _validate.shape(eligible, (b, n), name="eligible")
+    if actions is None:
+        _validate.shape(rewards, (b, n_actions), name="rewards")
+    else:
+        actions = jnp.asarray(actions)
+        _validate.integer(actions, name="actions")
+        _validate.shape(actions, (b, n), name="actions")
+        _validate.shape(rewards, (b,), name="rewards")
+        check_group(b, group)
+        actions = _validate.error_if(
+            actions,
+            _validate.any_outside(actions, 0, n_actions - 1),
+            f"`actions` must lie in [0, {n_actions}).",
+        )
+    rewards = _validate.all_finite(rewards, name="rewards")
+    rewards = _validate.guard_non_negative(rewards, kl_beta, name="kl_beta")
+    return actions, eligible, rewards
+
+
+def check_reward(correct, budget, lambda_eff):
+    """``correct`` in ``[0, 1]``, ``budget`` finite and > 0, ``lambda_eff`` finite."""
+    c = jnp.asarray(correct, jnp.float32)
+    bad = _validate.any_outside(c, 0.0, 1.0) | _validate.any_nonfinite(c)
+    c = _validate.error_if(c, bad, "`correct` must lie in [0, 1] (no NaN).")
+    c = _validate.guard_positive(c, budget, name="budget")
+    return _validate.guard_finite(c, lambda_eff, name="lambda_eff")
