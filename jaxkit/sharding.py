@@ -37,6 +37,8 @@ def make_mesh(
     """
     devices = list(jax.devices() if devices is None else devices)
     n = len(devices)
+    if n == 0:
+        raise ValueError("`devices` must hold at least one device.")
     if not isinstance(model, int) or model < 1 or n % model:
         raise ValueError(
             f"`model` must be a positive divisor of the device count {n}, got model={model!r}."
@@ -50,8 +52,14 @@ def make_mesh(
     )
 
 
+def _check_mesh(mesh: Any) -> None:
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+
+
 def batch_spec(ndim: int) -> jax.sharding.PartitionSpec:
     """Partition spec that shards the leading axis over ``data``."""
+    _validate.python_int(ndim, name="ndim", minimum=1)
     return jax.P("data", *([None] * (ndim - 1)))
 
 
@@ -61,6 +69,7 @@ def shard_batch(batch: Any, mesh: jax.sharding.Mesh) -> Any:
     Raises:
       ValueError: if a leading axis is not divisible by the ``data`` axis size.
     """
+    _check_mesh(mesh)
     n_data = mesh.shape["data"]
 
     def place(x):
@@ -79,6 +88,7 @@ def shard_batch(batch: Any, mesh: jax.sharding.Mesh) -> Any:
 
 def replicate(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """Place every leaf of ``tree`` replicated over ``mesh``."""
+    _check_mesh(mesh)
     return jax.tree.map(lambda x: jax.device_put(x, jax.NamedSharding(mesh, jax.P())), tree)
 
 
@@ -95,6 +105,9 @@ def rowwise(
     independent. Use it for per-example functions (soft sorts over a batch,
     sampling, per-example gradients) to keep them device-local.
     """
+    if not callable(fn):
+        raise TypeError(f"`fn` must be callable, got {type(fn).__name__}.")
+    _check_mesh(mesh)
     _validate.one_of(mesh.axis_names, axis=axis)
 
     def wrapped(*args):

@@ -150,6 +150,15 @@ def test_mesh_and_shard_batch():
         sharding.shard_batch(np.ones((6, 2)), mesh)
     with pytest.raises(ValueError, match="`model` must be a positive divisor"):
         sharding.make_mesh(model=3)
+    # were an IndexError, an AttributeError, a silent spec and a late error
+    with pytest.raises(ValueError, match="`devices`"):
+        sharding.make_mesh(devices=[])
+    with pytest.raises(TypeError, match="mesh"):
+        sharding.replicate({"x": x}, "mesh")
+    with pytest.raises(ValueError, match="`ndim`"):
+        sharding.batch_spec(0)
+    with pytest.raises(TypeError, match="fn"):
+        sharding.rowwise(3, mesh)
 
 
 def test_rowwise_matches_global(mesh8):

@@ -128,6 +128,8 @@ def check_generate_args(
     prompt = jnp.asarray(prompt)
     prompt_len = jnp.asarray(prompt_len)
     _validate.token_rows(prompt, prompt_len, name="prompt")
+    if 0 in prompt.shape:
+        raise TypeError(f"`prompt` must have at least one row and one column, got {prompt.shape}.")
     max_new_tokens = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
     window = _validate.python_int(window, name="window", minimum=1)
     t = prompt.shape[1]

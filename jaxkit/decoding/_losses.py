@@ -139,6 +139,8 @@ def dual_stream_batch(
     _validate.same_shape(tokens=tokens, loss_mask=loss_mask)
     if loss_mask.dtype != jnp.bool_:
         raise TypeError(f"`loss_mask` must be a boolean array, got dtype {loss_mask.dtype}.")
+    if tokens.shape[1] == 0:
+        raise TypeError(f"`tokens` must hold at least one token per row, got shape {tokens.shape}.")
     block_size = _validate.python_int(block_size, name="block_size", minimum=1)
     mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
     if not isinstance(per_block, bool):
@@ -253,6 +255,12 @@ def wedlm_loss(
       Eq. 8-10 and ``finetune/src/loss.py``.
     """
     _validate.one_of(("weighted", "uniform"), weighting=weighting)
+    if not isinstance(batch, DualStreamBatch):
+        raise TypeError(
+            "`batch` must be a DualStreamBatch (from dual_stream_batch), got "
+            f"{type(batch).__name__}."
+        )
+    _validate.real_scalar(ar_weight, name="ar_weight")
     _validate.finite_scalar(ar_weight=ar_weight)
     _validate.non_negative(ar_weight=ar_weight)
     b, two_l = batch.input_ids.shape
@@ -269,6 +277,8 @@ def wedlm_loss(
     )
     wa = jnp.asarray(ar_weight, acc)
     loss = (l_mlm + wa * l_ar) / (1.0 + wa)
+    if isinstance(ar_weight, jax.core.Tracer):  # concrete values are checked above
+        loss = _validate.guard_non_negative(loss, ar_weight, name="ar_weight")
     w = jnp.where(batch.mlm_mask, batch.mlm_weights, 0.0).astype(acc)
     ess = jnp.sum(w) ** 2 / jnp.maximum(jnp.sum(w * w), jnp.asarray(1e-12, acc))
     dt = logits.dtype
@@ -324,6 +334,8 @@ def reorder_mlm_loss(
     )
     _validate.ndim(tokens, 2, name="tokens")
     _validate.same_shape(tokens=tokens, is_masked=is_masked, loss_mask=loss_mask)
+    if loss_mask.dtype != jnp.bool_:
+        raise TypeError(f"`loss_mask` must be a boolean array, got dtype {loss_mask.dtype}.")
     b, length = tokens.shape
     is_masked = is_masked & loss_mask
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))

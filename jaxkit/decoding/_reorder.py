@@ -135,6 +135,10 @@ def window_order(filled: Bool[ArrayLike, "*b W"], valid: Bool[ArrayLike, "*b W"]
       WeDLM (ICML 2026), Algorithm 1 step 1 (``perm = stable_argsort(~filled)``).
     """
     filled, valid = jnp.asarray(filled), jnp.asarray(valid)
+    for name, a in (("filled", filled), ("valid", valid)):
+        if a.dtype != jnp.bool_:
+            raise TypeError(f"`{name}` must be a boolean array, got dtype {a.dtype}.")
+    _validate.min_ndim(filled, 1, name="filled")
     _validate.same_shape(filled=filled, valid=valid)
     return _window_order(filled, valid)
 

@@ -15,8 +15,25 @@ def token_entropy(logits: Float[ArrayLike, "*b V"]) -> Array:
     """Entropy in nats of ``softmax(logits)`` along the last axis, in float32.
 
     Jitted like jax.numpy (module level).
+
+    Raises:
+      TypeError: non-floating ``logits``, or no vocabulary axis (rank 0 or ``V = 0``).
     """
-    return _token_entropy(jnp.asarray(logits))
+    logits = jnp.asarray(logits)
+    _check_logits(logits, rank=None)
+    return _token_entropy(logits)
+
+
+def _check_logits(logits: Array, *, rank: int | None) -> None:
+    _validate.floating(logits, name="logits")
+    if rank is None:
+        _validate.min_ndim(logits, 1, name="logits")
+    else:
+        _validate.ndim(logits, rank, name="logits")
+    if logits.shape[-1] == 0:
+        raise TypeError(
+            f"`logits` must have a non-empty last (vocabulary) axis, got shape {logits.shape}."
+        )
 
 
 @jax.jit
@@ -51,18 +68,39 @@ def select_by_entropy(
       ``bool[B, W]``, a subset of ``selectable``; empty only for rows without
       selectable slots.
 
+    Raises:
+      TypeError: non-floating or rank-not-3 ``logits`` (or ``V = 0``), a non-boolean
+        ``selectable`` or one of another shape than ``logits[..., 0]``.
+      ValueError: a NaN or infinite ``threshold``, ``pos_penalty`` or entry of
+        ``logits`` (a runtime error under ``jit`` when traced).
+
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
       Algorithm 1 and ``wedlm/engine/sampler.py``.
     """
     logits, selectable = jnp.asarray(logits), jnp.asarray(selectable)
-    _validate.ndim(logits, 3, name="logits")
+    _check_logits(logits, rank=3)
     _validate.shape(selectable, logits.shape[:2], name="selectable")
+    if selectable.dtype != jnp.bool_:
+        raise TypeError(f"`selectable` must be a boolean array, got dtype {selectable.dtype}.")
+    _validate.real_scalar(pos_penalty, name="pos_penalty")
     _validate.finite_scalar(pos_penalty=pos_penalty)
+    logits = _validate.all_finite(logits, name="logits")  # NaN logits: no silent choice
+    logits = _guard_finite(logits, pos_penalty, name="pos_penalty")
     if threshold is not None:
+        _validate.real_scalar(threshold, name="threshold")
         _validate.finite_scalar(threshold=threshold)
+        logits = _guard_finite(logits, threshold, name="threshold")
+    # the decoder calls _select_by_entropy itself (its values are checked once, up front)
     return _select_by_entropy(logits, selectable, threshold, pos_penalty)
+
+
+def _guard_finite(x: Array, value, *, name: str) -> Array:
+    """``x`` guarded so that a traced NaN or infinite ``value`` raises under jit."""
+    if not isinstance(value, jax.core.Tracer):
+        return x  # concrete: checked by finite_scalar
+    return _validate.error_if(x, ~jnp.isfinite(value), f"`{name}` must be finite (no NaN or inf).")
 
 
 @jax.jit

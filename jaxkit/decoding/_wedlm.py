@@ -33,7 +33,7 @@ from jaxkit.decoding._common import (
     write_at,
 )
 from jaxkit.decoding._reorder import commit_count, window_order
-from jaxkit.decoding._select import select_by_entropy
+from jaxkit.decoding._select import _select_by_entropy
 
 
 class WeDLMState(NamedTuple):
@@ -454,9 +454,7 @@ def _fill(
     n = o.max_new_tokens
     gen_idx = (s.cache.length - prompt_len)[:, None] + jnp.arange(w, dtype=jnp.int32)[None, :]
     selectable = ~s.filled & (gen_idx < n) & active[:, None]
-    fill = select_by_entropy(
-        logits, selectable, threshold=o.entropy_threshold, pos_penalty=o.pos_penalty
-    )
+    fill = _select_by_entropy(logits, selectable, o.entropy_threshold, o.pos_penalty)
     new = choose_tokens(logits, key, o.sampling, greedy=o.greedy)
     tok = jnp.where(fill, new, s.win_tok)
     filled = s.filled | fill

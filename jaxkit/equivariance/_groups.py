@@ -360,4 +360,6 @@ def haar_sample(
       TypeError: If ``key`` is not a PRNG key or ``n`` not a Python int.
       ValueError: If ``n < 1``.
     """
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}.")
     return group.sample(n, dtype, key=key)

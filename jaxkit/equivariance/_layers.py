@@ -52,10 +52,21 @@ def _check_theta_init(theta_init: Any) -> None:
     _validate.non_negative(theta_init=theta_init)
 
 
+def _check_eps(eps) -> float:
+    """A layer's ``eps``: a finite real > 0 (NaN / negative gave NaN or blown-up weights)."""
+    _validate.real_scalar(eps, name="eps")
+    _validate.finite_scalar(eps=eps)
+    _validate.positive(eps=eps)
+    return float(eps)
+
+
 def normalized_complement(
     b: Float[ArrayLike, "d_out d_in"], group: Group, *, eps: float = 1e-8
 ) -> Float[Array, "d_out d_in"]:
     """``U(B) = Q(B) / (|Q(B)|_F + eps)``: the unit-norm non-equivariant direction."""
+    _validate.real_scalar(eps, name="eps")
+    _validate.finite_scalar(eps=eps)  # NaN / negative: a NaN or blown-up direction
+    _validate.positive(eps=eps)
     q = complement(b, group)
     acc = acc_dtype(q.dtype)
     qa = q.astype(acc)
@@ -133,7 +144,7 @@ class RECMLinear(eqx.Module):
         _validate.is_key(key)
         _check_theta_init(theta_init)
         self.group = group
-        self.eps = float(eps)
+        self.eps = _check_eps(eps)
         scale = float(1.0 / np.sqrt(max(group.d_in, 1)))  # weak: no f64 promotion under x64
         self.weight_eq, self.weight_free, self.bias = _branch_init(
             key,
@@ -198,6 +209,9 @@ def c4_conv_reynolds(
     """Project a p4 (or lifting) kernel onto the C_4-equivariant kernels."""
     kernel = jnp.asarray(kernel)
     _validate.ndim(kernel, 6, name="kernel")
+    _validate.floating(kernel, name="kernel")
+    if kernel.shape[1] != 4 or kernel.shape[-1] != kernel.shape[-2]:
+        raise TypeError(f"`kernel` must have shape (co, 4, ci, gi, k, k), got {kernel.shape}.")
     acc = acc_dtype(kernel.dtype)
     ka = kernel.astype(acc)
     out = sum(c4_kernel_transform(ka, r, lifting=lifting) for r in range(4)) / 4.0
@@ -209,6 +223,7 @@ def c4_image_act(x: Array, r: int, *, regular: bool) -> Array:
 
     Regular features (``[..., C, 4, H, W]``) also shift the group axis by ``r``.
     """
+    r = _validate.python_int(r, name="r")
     y = jnp.rot90(x, r, axes=(-2, -1))
     return jnp.roll(y, r, axis=-3) if regular else y
 
@@ -280,7 +295,7 @@ class RECMGroupConvC4(eqx.Module):
         )
         self.theta = jnp.asarray(theta_init, dtype)
         self.lifting = lifting
-        self.eps = float(eps)
+        self.eps = _check_eps(eps)
 
     def effective_kernel(self, *, relax: bool = True) -> Array:
         """The fused kernel ``P(A) + theta U(B)``, ``[C_out, 4, C_in, G_in, k, k]``."""
@@ -383,7 +398,7 @@ class RECMe3nnLinear(eqx.Module):
         self.group = o3_irreps(str(ir_in), str(ir_out), parity=parity)
         self.weight_free = jax.random.normal(kb, (ir_out.dim, ir_in.dim), dtype)
         self.theta = jnp.asarray(theta_init, dtype)
-        self.eps = float(eps)
+        self.eps = _check_eps(eps)
 
     def equivariant_matrix(self) -> Array:
         """The e3nn layer's map as a ``d_out x d_in`` matrix (``y = W x``)."""

@@ -133,6 +133,7 @@ def reynolds_mc(
     n_samples: int = 256,
 ) -> Float[Array, "*batch d_out d_in"]:
     """Monte-Carlo Reynolds average over ``n_samples`` Haar samples (fallback)."""
+    _validate.python_int(n_samples, name="n_samples", minimum=1)
     w = _check_weight(w, group)
     _validate.is_key(key)
     acc = acc_dtype(w.dtype)
@@ -234,6 +235,7 @@ def equivariance_error(
     """
     x = jnp.asarray(x)
     _validate.floating(x, name="x")
+    _validate.python_int(n_samples, name="n_samples", minimum=1)
     if isinstance(group, Group):
         _validate.shape(x, (None, group.d_in), name="x")
         rin, rout = group.representatives(key, n_samples, acc_dtype(x.dtype))

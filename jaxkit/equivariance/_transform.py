@@ -116,14 +116,23 @@ def recm_modulation(
                 "(the recurrence needs the current theta)."
             )
 
+        lr_ = learning_rate  # traced values: guarded here (concrete ones were checked above)
+        if isinstance(lr_, jax.core.Tracer):
+            lr_ = _validate.guard_positive(lr_, lr_, name="learning_rate")
+        decay_, tmax_ = decay, theta_max
+        if isinstance(decay_, jax.core.Tracer):
+            decay_ = _validate.guard_non_negative(decay_, decay_, name="decay")
+        if isinstance(tmax_, jax.core.Tracer):
+            tmax_ = _validate.guard_positive(tmax_, tmax_, name="theta_max")
+
         def one(g, th):
             dt = th.dtype
             new = rule(
                 th,
                 g.astype(dt),
-                jnp.asarray(learning_rate, dt),
-                jnp.asarray(decay, dt),
-                jnp.asarray(theta_max, dt),
+                jnp.asarray(lr_, dt),
+                jnp.asarray(decay_, dt),
+                jnp.asarray(tmax_, dt),
             )
             return (new - th).astype(dt)
 
@@ -193,6 +202,10 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
     from jaxkit.equivariance._layers import RECMe3nnLinear, RECMGroupConvC4, RECMLinear
 
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
+    _validate.real_scalar(value, name="value")
+    _validate.finite_scalar(value=value)  # a NaN theta makes every forward NaN
+    if isinstance(value, jax.core.Tracer):
+        value = _validate.error_if(value, ~jnp.isfinite(value), "`value` must be finite.")
 
     def fix(node: Any) -> Any:
         if isinstance(node, kinds):
@@ -262,8 +275,16 @@ def rpp_penalty(
     """
     from jaxkit.equivariance._layers import RECMe3nnLinear, RECMGroupConvC4, RECMLinear
 
-    _validate.non_negative(eq_weight=eq_weight)
-    _validate.non_negative(free_weight=free_weight)
+    for name, v in (("eq_weight", eq_weight), ("free_weight", free_weight)):
+        _validate.real_scalar(v, name=name)
+        _validate.finite_scalar(**{name: v})
+        _validate.non_negative(**{name: v})
+        if isinstance(v, jax.core.Tracer):  # NaN gave a NaN penalty
+            v = _validate.guard_non_negative(v, v, name=name)
+        if name == "eq_weight":
+            eq_weight = v
+        else:
+            free_weight = v
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
     total = jnp.zeros([], jnp.float32)
     nodes = jax.tree.leaves(model, is_leaf=lambda n: isinstance(n, kinds))

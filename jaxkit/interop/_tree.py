@@ -102,6 +102,8 @@ def plan(layer: Any, *, key: Any, abstract: bool) -> tuple[Plan, Callable[[], di
     Raises:
       TypeError: if ``layer`` is neither form, or a pair comes without a PRNG key.
     """
+    if key is not None:  # a wrong key is an error even where the layer needs none
+        _validate.is_key(key)
     if isinstance(layer, eqx.Module):
         arrays, static = eqx.partition(layer, eqx.is_array)
         apply = None

@@ -127,6 +127,9 @@ def _rope_to_hf(rs: RopeScaling) -> dict:
     return out
 
 
+_HF_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
 def config_to_hf(cfg: TransformerConfig, *, dtype: str = "float32") -> dict:
     """The HF ``config.json`` dict written by :func:`save_safetensors`.
 
@@ -135,6 +138,10 @@ def config_to_hf(cfg: TransformerConfig, *, dtype: str = "float32") -> dict:
     """
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    if dtype not in _HF_DTYPES:  # an unknown name wrote a config.json HF cannot read
+        raise ValueError(
+            f"`dtype` must be one of {', '.join(map(repr, _HF_DTYPES))}; got {dtype!r}."
+        )
     if cfg.family == "llama":
         mt, arch = "llama", "LlamaForCausalLM"
     elif cfg.qk_norm and not cfg.qkv_bias:

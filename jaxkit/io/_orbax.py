@@ -40,4 +40,15 @@ def restore_checkpoint(path, like: Any) -> Any:
         raise FileNotFoundError(f"`path` has no checkpoint: {path}.")
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), like)
     with _ocp().StandardCheckpointer() as ck:
-        return ck.restore(path, abstract)
+        try:
+            out = ck.restore(path, abstract)
+        except ValueError as e:  # orbax's message does not name our argument
+            raise ValueError(f"`like` does not match the checkpoint at {path}: {e}") from e
+    # NumPy leaves come back in their stored shape whatever `like` asks for: check
+    for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(abstract), strict=True):
+        if tuple(got.shape) != tuple(want.shape):
+            raise ValueError(
+                f"`like` does not match the checkpoint at {path}: a leaf is stored with shape "
+                f"{tuple(got.shape)}, `like` asks for {tuple(want.shape)}."
+            )
+    return out

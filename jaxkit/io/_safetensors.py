@@ -279,6 +279,16 @@ def save_tensors(tensors: dict, path, *, metadata: dict | None = None) -> pathli
     st = _safe()
     if not isinstance(tensors, dict) or not tensors:
         raise ValueError("`tensors` must be a non-empty dict of named arrays.")
+    for name, v in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"`tensors` keys must be str names, got {name!r}.")
+        dt = np.result_type(jax.device_get(v)) if not isinstance(v, str) else np.dtype("U1")
+        if not (np.issubdtype(dt, np.number) or np.issubdtype(dt, np.bool_)):
+            raise TypeError(f"`tensors[{name!r}]` must be a numeric array, got dtype {dt}.")
+    if metadata is not None and not all(
+        isinstance(a, str) and isinstance(b, str) for a, b in metadata.items()
+    ):
+        raise TypeError("`metadata` must map str to str.")
     out = pathlib.Path(os.fspath(path))
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.ascontiguousarray(jax.device_get(v)) for k, v in tensors.items()}

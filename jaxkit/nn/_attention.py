@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
 from jaxkit.nn._config import RopeScaling, TransformerConfig
 from jaxkit.sharding import explicit_spec
@@ -263,6 +264,23 @@ def attention(
 
     Returns:
       ``[B, T, H, Dh]`` in the dtype of ``q``.
+
+    Raises:
+      TypeError: non-floating ``q``/``k``/``v``, a non-boolean ``mask``, or shapes that
+        do not fit together (ranks, ``B``, ``S``, ``Dh``, ``H % Hkv``, ``mask [B, T, S]``).
     """
     q, k, v, mask = (jnp.asarray(a) for a in (q, k, v, mask))
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        _validate.floating(a, name=name)
+        _validate.ndim(a, 4, name=name)
+    b, t, h, dh = q.shape
+    _validate.shape(k, (b, None, None, dh), name="k")
+    _validate.same_shape(v=v, k=k)
+    if k.shape[2] == 0 or h % k.shape[2]:
+        raise TypeError(
+            f"`k` must have a number of heads dividing the {h} query heads, got shape {k.shape}."
+        )
+    if mask.dtype != jnp.bool_:
+        raise TypeError(f"`mask` must be a boolean array, got dtype {mask.dtype}.")
+    _validate.shape(mask, (b, t, k.shape[1]), name="mask")
     return _attention_jit(q, k, v, mask)

@@ -75,6 +75,10 @@ class RopeScaling:
                 "`high_freq_factor` must be > `low_freq_factor` > 0, got "
                 f"{self.high_freq_factor} and {self.low_freq_factor}."
             )
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            raise ValueError(
+                f"`attention_factor` must be > 0, got attention_factor={self.attention_factor}."
+            )
         if self.rope_type == "yarn" and not self.beta_fast > self.beta_slow > 0:
             raise ValueError(
                 f"`beta_fast` must be > `beta_slow` > 0, got {self.beta_fast} and {self.beta_slow}."
@@ -151,10 +155,15 @@ class TransformerConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"`head_dim` must be even (RoPE), got head_dim={self.head_dim}.")
+        for name in ("rope_theta", "norm_eps"):  # finite reals (inf: no rotation / zero norm)
+            _real(getattr(self, name), name)
         if not self.rope_theta > 0:
             raise ValueError(f"`rope_theta` must be > 0, got rope_theta={self.rope_theta}.")
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got norm_eps={self.norm_eps}.")
+        for name in ("qk_norm", "qkv_bias", "tie_embeddings", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}.")
         if self.family not in ("llama", "qwen2"):
             raise ValueError(f"`family` must be one of 'llama', 'qwen2'; got {self.family!r}.")
         rs = self.rope_scaling

@@ -68,13 +68,15 @@ def _check_init(key, activations: dict, sizes: dict, channels=None, unit: str = 
     Sizes > 0, known activations, a typed key and (``channels`` given) at least one
     ``unit`` in ``channels``.
     """
-    for name, value in sizes.items():
-        _validate.positive(**{name: value})
+    for name, value in sizes.items():  # ints: a float size is not truncated silently
+        _validate.python_int(value, name=name, minimum=1)
     for name, value in activations.items():
         _check_act(name, value)
     _validate.is_key(key)
     if channels is not None and len(channels) == 0:
         raise ValueError(f"`channels` must name at least one {unit}.")
+    for c in () if channels is None else channels:
+        _validate.python_int(c, name="channels", minimum=1)
 
 
 # The forwards are jitted like jax.numpy (module level; a module's static fields are part of
@@ -123,9 +125,9 @@ class MLP(eqx.Module):
         """
         acts = {"activation": activation, "final_activation": final_activation}
         _check_init(key, acts, {"in_size": in_size, "out_size": out_size})
+        for h in hidden:
+            _validate.python_int(h, name="hidden", minimum=1)
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]
-        for h in sizes:
-            _validate.positive(hidden=h)
         ws, bs = init_pieces(
             key,
             specs=tuple(((a, b), a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)),
@@ -325,6 +327,9 @@ class UNet(eqx.Module):
         f = 2 ** (len(self.down) - 1)
         if x.shape[1] % f or x.shape[2] % f:
             raise TypeError(f"`x` spatial size must be divisible by {f}, got shape {x.shape}.")
+        if t is not None:
+            _validate.real_scalar(t, name="t")
+            _validate.ndim(t, 0, name="t")
         return _unet_forward(self, x, None if t is None else jnp.asarray(t))
 
 

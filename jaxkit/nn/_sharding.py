@@ -23,6 +23,7 @@ def param_specs(cfg: TransformerConfig, *, model_axis: str = "model") -> dict:
     """
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    _check_axis(model_axis, "model_axis")
     m = model_axis
     col, row = P(None, None, m), P(None, m, None)
     layers = {
@@ -52,5 +53,16 @@ def cache_specs(
     """PartitionSpecs for a :class:`KVCache`: batch on ``data``, kv-heads on ``model``."""
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    _check_axis(data_axis, "data_axis")
+    _check_axis(model_axis, "model_axis")
     kv = P(None, data_axis, None, model_axis, None)
     return KVCache(k=kv, v=kv, length=P(data_axis))
+
+
+def _check_axis(axis, name: str) -> None:
+    """TypeError unless ``axis`` is a mesh axis name, a tuple of them, or None."""
+    names = axis if isinstance(axis, tuple) else (axis,)
+    if axis is not None and not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"`{name}` must be a mesh axis name (str), a tuple of names or None, got {axis!r}."
+        )

@@ -104,6 +104,8 @@ def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
     0.2.8, checked), and keeps ``nu`` in the parameter dtype (bf16) where we
     accumulate both moments in f32.
     """
+    hps = dict(learning_rate=learning_rate, b1=b1, b2=b2, eps=eps)
+    C.check_opt_hparams(**hps)  # NaN, inf and out-of-range values raise (traced: in update)
 
     def init(params):
         z = jax.tree.map(lambda p: jnp.zeros_like(p, dtype=C.acc_dtype(p)), params)
@@ -113,6 +115,7 @@ def _adam(learning_rate, b1, b2, eps) -> optax.GradientTransformation:
         del params
         count = state.count + jnp.ones_like(state.count)
         lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        lr = C.guard_opt_hparams(jnp.asarray(lr), **hps)
 
         def one(g, m, v):
             u, m, v = C.adam_direction(g, m, v, count, b1, b2, eps)

@@ -238,3 +238,58 @@ def adam_direction(g: jax.Array, m: jax.Array, v: jax.Array, t: jax.Array, b1, b
     m = b1_ * m + (1 - b1_) * g
     v = b2_ * v + (1 - b2_) * g * g
     return (m / (1 - b1_**t)) / (jnp.sqrt(v / (1 - b2_**t)) + jnp.asarray(eps, acc)), m, v
+
+
+# name -> (low, high, closed) of the optimizers' continuous hyperparameters; NaN fails each
+OPT_RANGES = {
+    "b1": (0.0, 1.0, "left"),
+    "b2": (0.0, 1.0, "left"),
+    "eps": (0.0, math.inf, "neither"),
+    "floor_factor": (0.0, math.inf, "left"),
+    "cond_max": (0.0, math.inf, "right"),  # inf: no clamp
+    "weight_decay": (0.0, math.inf, "left"),
+    "noise_std": (0.0, math.inf, "left"),
+    "learning_rate": (-math.inf, math.inf, "neither"),
+}
+
+
+def check_opt_hparams(**values: Any) -> None:
+    """Concrete checks of optimizer hyperparameters (``OPT_RANGES``; at construction).
+
+    A schedule (a callable ``learning_rate``) is skipped; traced values are guarded in
+    ``update`` by :func:`guard_opt_hparams`.
+    """
+    for name, v in values.items():
+        if name == "learning_rate" and callable(v):
+            continue
+        _validate.real_scalar(v, name=name)
+        if jnp.ndim(v) != 0:
+            raise TypeError(f"`{name}` must be a scalar, got shape {jnp.shape(v)}.")
+        low, high, closed = OPT_RANGES[name]
+        _validate.in_interval(low=low, high=high, closed=closed, **{name: v})
+
+
+def guard_opt_hparams(x: Any, **values: Any) -> Any:
+    """``x`` guarded so that a traced hyperparameter outside ``OPT_RANGES`` raises under jit.
+
+    Concrete values (checked at construction) add nothing to the program.
+    """
+    for name, v in values.items():
+        if isinstance(v, jax.core.Tracer):
+            low, high, closed = OPT_RANGES[name]
+            x = _validate.guard_interval(x, v, name=name, low=low, high=high, closed=closed)
+    return x
+
+
+def check_flags(**flags: Any) -> None:
+    """TypeError unless every static flag is a Python bool."""
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise TypeError(f"`{name}` must be a bool, got {v!r}.")
+
+
+def check_rcond(rcond: Any) -> None:
+    """ValueError unless the pseudo-inverse cut-off is a finite value >= 0 (when concrete)."""
+    _validate.real_scalar(rcond, name="rcond")
+    _validate.finite_scalar(rcond=rcond)
+    _validate.non_negative(rcond=rcond)

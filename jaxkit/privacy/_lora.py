@@ -81,6 +81,11 @@ def lora_init(
     """
     _validate.one_of(_METHODS, method=method)
     rank = _validate.python_int(rank, name="rank", minimum=1)
+    _validate.is_key(key)
+    for name, v in (("scale", scale), ("init_scale", init_scale)):
+        _validate.real_scalar(v, name=name)
+        _validate.finite_scalar(**{name: v})
+    _validate.non_negative(init_scale=init_scale)
     pat = re.compile(targets)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     new_params, lora, hit = [], [], 0
@@ -124,14 +129,34 @@ def lora_init(
     return LoraInit(treedef.unflatten(new_params), treedef.unflatten(lora))
 
 
+def _checked_scale(scale):
+    """``scale`` as given, checked finite (concrete: ValueError; traced: a guard)."""
+    _validate.real_scalar(scale, name="scale")
+    _validate.finite_scalar(scale=scale)
+    if isinstance(scale, jax.core.Tracer):
+        return _validate.error_if(scale, ~jnp.isfinite(scale), "`scale` must be finite.")
+    return scale
+
+
 def _delta(f: LoraFactors, scale) -> jax.Array:
     return jnp.einsum("...nr,...mr->...nm", f.b, f.a) * jnp.asarray(scale).astype(f.a.dtype)
 
 
+def _delta_like(f: LoraFactors, scale, w) -> jax.Array:
+    want = (*f.a.shape[:-2], f.b.shape[-2], f.a.shape[-2])
+    if tuple(jnp.shape(w)) != want:
+        raise TypeError(
+            f"`lora` factors of shapes {f.a.shape}, {f.b.shape} do not fit a weight of shape "
+            f"{jnp.shape(w)} (they give a delta of shape {want})."
+        )
+    return _delta(f, scale).astype(w.dtype)
+
+
 def lora_merge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0) -> PyTree:
     """``W + scale * (a b^T)^T`` at every LoRA leaf (differentiable in ``lora``)."""
+    scale = _checked_scale(scale)
     return jax.tree.map(
-        lambda f, w: w if f is None else w + _delta(f, scale).astype(w.dtype),
+        lambda f, w: w if f is None else w + _delta_like(f, scale, w),
         lora,
         params,
         is_leaf=lambda x: x is None or C.is_lora(x),
@@ -140,8 +165,9 @@ def lora_merge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0
 
 def lora_unmerge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0) -> PyTree:
     """Inverse of :func:`lora_merge`."""
+    scale = _checked_scale(scale)
     return jax.tree.map(
-        lambda f, w: w if f is None else w - _delta(f, scale).astype(w.dtype),
+        lambda f, w: w if f is None else w - _delta_like(f, scale, w),
         lora,
         params,
         is_leaf=lambda x: x is None or C.is_lora(x),
@@ -169,6 +195,12 @@ def export_adapter(
       The tensor names written.
     """
     from safetensors.numpy import save_file
+
+    _validate.real_scalar(alpha, name="alpha")
+    _validate.finite_scalar(alpha=alpha)
+    _validate.positive(alpha=alpha)
+    if not np.issubdtype(np.dtype(dtype), np.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {np.dtype(dtype)}.")
 
     tensors: dict[str, np.ndarray] = {}
     rank = None

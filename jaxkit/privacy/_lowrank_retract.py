@@ -23,7 +23,6 @@ def _polar(c: Array) -> Array:
     return uu @ vt
 
 
-@functools.partial(jax.jit, static_argnames=("align",))
 def retract(
     f: LoraFactors,
     d: LoraFactors,
@@ -49,6 +48,16 @@ def retract(
     Returns:
       New factors in the dtype of ``f.a``.
     """
+    _validate.real_scalar(eta, name="eta")
+    _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
+    if isinstance(eta, jax.core.Tracer):
+        eta = _validate.error_if(eta, ~jnp.isfinite(eta), "`eta` must be finite.")
+    return _retract(f, d, eta=eta, align=align)
+
+
+@functools.partial(jax.jit, static_argnames=("align",))
+def _retract(f, d, *, eta, align):
+    """Jitted core of :func:`retract` (module level, like jax.numpy)."""
     f = check_factors(f)
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))

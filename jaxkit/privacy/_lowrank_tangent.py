@@ -115,6 +115,10 @@ def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
       Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944 (Sec. 3).
     """
     f = check_factors(f)
+    if not isinstance(rcond, jax.core.Tracer):  # a static cut-off: finite and >= 0
+        _validate.real_scalar(rcond, name="rcond")
+        _validate.finite_scalar(rcond=rcond)
+        _validate.non_negative(rcond=rcond)
     acc = _acc(f.a.dtype)
     a, b = f.a.astype(acc), f.b.astype(acc)
     qa, ra = jnp.linalg.qr(a)
@@ -271,6 +275,8 @@ def sample_tangent_coords(
     energy ``std^2 r (m + n - r)``. The frame is gauge-invariant, so the same key
     gives the same noise on ``Z`` for every gauge.
     """
+    if not isinstance(std, jax.core.Tracer):  # traced: guarded by the public callers
+        _check_std(std, "std")
     acc = cache.u.dtype
     dtype = acc if dtype is None else dtype
     ku, kv = jax.random.split(key)
@@ -285,35 +291,66 @@ def sample_tangent_coords(
     )
 
 
-@jax.jit
+def _check_std(std, name: str) -> None:
+    """Concrete checks of a noise scale: a finite real >= 0 (traced: :func:`_guard_std`)."""
+    _validate.real_scalar(std, name=name)
+    _validate.finite_scalar(**{name: std})
+    _validate.non_negative(**{name: std})
+
+
+def _guard_std(x, std, name: str):
+    """``x`` guarded so that a traced NaN, infinite or negative noise scale raises."""
+    if not isinstance(std, jax.core.Tracer):
+        return x
+    return _validate.guard_non_negative(x, std, name=name)
+
+
 def sample_tangent_noise(
     f: LoraFactors, cache: GramCache, *, std: Real[ArrayLike, ""], key: PRNGKeyArray
 ) -> LoraFactors:
     """Factor form ``(xi_a, xi_b)`` of :func:`sample_tangent_coords` noise.
 
     ``xi_a b^T + a xi_b^T ~ N(0, std^2 P_T)``; the energy on ``Z`` is
-    ``std^2 r (m + n - r)`` in expectation.
+    ``std^2 r (m + n - r)`` in expectation. ``std`` must be finite and >= 0 (a
+    traced bad value raises under ``jit``). Jitted like jax.numpy (module level).
     """
+    _validate.is_key(key)
+    _check_std(std, "std")
+    return _sample_tangent_noise(f, cache, _guard_std(std, std, "std"), key)
+
+
+@jax.jit
+def _sample_tangent_noise(f, cache, std, key) -> LoraFactors:
     c = sample_tangent_coords(cache, std=std, key=key, dtype=f.a.dtype)
     return from_coords(f, c, cache)
 
 
-@jax.jit
 def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
     """First-order noise energy on ``Z`` of naive factor DP-SGD.
 
-    ``tau^2 (m ||b||^2 + n ||a||^2)``.
+    ``tau^2 (m ||b||^2 + n ||a||^2)`` (``tau`` finite, >= 0).
     """
-    acc = _acc(f.a.dtype)
-    a, b = f.a.astype(acc), f.b.astype(acc)
-    m, n = a.shape[-2], b.shape[-2]
-    tau = jnp.asarray(tau).astype(acc)
-    return tau**2 * (m * jnp.sum(b * b) + n * jnp.sum(a * a))
+    _check_std(tau, "tau")
+    return _naive_noise_energy(f, _guard_std(jnp.asarray(tau), tau, "tau"))
 
 
 @jax.jit
+def _naive_noise_energy(f: LoraFactors, tau) -> Array:
+    acc = _acc(f.a.dtype)
+    a, b = f.a.astype(acc), f.b.astype(acc)
+    m, n = a.shape[-2], b.shape[-2]
+    tau = tau.astype(acc)
+    return tau**2 * (m * jnp.sum(b * b) + n * jnp.sum(a * a))
+
+
 def prism_noise_energy(f: LoraFactors, *, std: Real[ArrayLike, ""]) -> Array:
-    """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)``."""
+    """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)`` (``std`` finite, >= 0)."""
+    _check_std(std, "std")
+    return _prism_noise_energy(f, _guard_std(jnp.asarray(std), std, "std"))
+
+
+@jax.jit
+def _prism_noise_energy(f: LoraFactors, std) -> Array:
     m, r = f.a.shape[-2:]
     n = f.b.shape[-2]
     return jnp.asarray(std, jnp.float32) ** 2 * float(r * (m + n - r))

@@ -62,6 +62,8 @@ def per_example_grads(
     if mask is not None:
         mask = jnp.asarray(mask)
         _validate.shape(mask, (b,), name="mask")
+        if mask.dtype != jnp.bool_:
+            raise TypeError(f"`mask` must be a boolean array, got dtype {mask.dtype}.")
         grads = jax.tree.map(
             lambda g: g * mask.reshape((b,) + (1,) * (g.ndim - 1)).astype(g.dtype), grads
         )
@@ -108,9 +110,13 @@ def poisson_batch(
     Raises:
       ValueError: If ``q`` is outside ``[0, 1]`` or sizes are not positive.
     """
+    _validate.is_key(key)
+    _validate.real_scalar(q, name="q")
     _validate.in_interval(low=0.0, high=1.0, q=q)
-    _validate.positive(num_examples=num_examples)
-    _validate.positive(max_batch_size=max_batch_size)
+    num_examples = _validate.python_int(num_examples, name="num_examples", minimum=1)
+    max_batch_size = _validate.python_int(max_batch_size, name="max_batch_size", minimum=1)
+    if isinstance(q, jax.core.Tracer):  # a traced NaN or out-of-range rate samples garbage
+        q = _validate.guard_interval(q, q, name="q", low=0.0, high=1.0)
     return _poisson_batch(key, q, num_examples=num_examples, max_batch_size=max_batch_size)
 
 

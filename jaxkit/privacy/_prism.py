@@ -285,6 +285,8 @@ def prism_privatize(
       Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
     """
     C.check_dp_hparams(clip_norm=clip_norm, noise_multiplier=noise_multiplier, denom=denom)
+    C.check_rcond(rcond)
+    _validate.is_key(key)
 
     def update(updates, state, params=None):
         _check_update_args(updates, params)
@@ -405,11 +407,15 @@ def prism(
         del extra_args
         _check_update_args(updates, params)
         lr = _lr(learning_rate, state[1].count)
+        lr = C.guard_opt_hparams(lr, learning_rate=learning_rate, **dict(zip(_HP, hp, strict=True)))
         return _prism_update(
             updates, state, params, dp, lr, std, hp, axis_name=axis_name, opts=opts
         )
 
     return optax.GradientTransformationExtraArgs(init, update)
+
+
+_HP = ("b1", "b2", "eps", "floor_factor", "cond_max", "weight_decay")
 
 
 @functools.partial(jax.jit, static_argnames=("axis_name", "opts"))

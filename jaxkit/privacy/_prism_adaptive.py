@@ -263,11 +263,19 @@ def prism_adaptive(
       Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944.
     """
     _validate.one_of(("scalar", "geometry"), floor_mode=floor_mode)
-    _validate.non_negative(noise_std=noise_std)
-    _validate.in_interval(low=0.0, high=1.0, closed="left", b1=b1)
-    _validate.in_interval(low=0.0, high=1.0, closed="left", b2=b2)
-    _validate.positive(cond_max=cond_max)
-    _validate.non_negative(floor_factor=floor_factor)
+    hps = dict(
+        learning_rate=learning_rate,
+        noise_std=noise_std,
+        b1=b1,
+        b2=b2,
+        eps=eps,
+        floor_factor=floor_factor,
+        cond_max=cond_max,
+        weight_decay=weight_decay,
+    )
+    C.check_opt_hparams(**hps)  # NaN, inf and out-of-range values raise (traced: in update)
+    C.check_flags(debias=debias, horizontal=horizontal, adaptive=adaptive)
+    C.check_rcond(rcond)
 
     def init(params):
         def one(p):
@@ -298,7 +306,7 @@ def prism_adaptive(
             updates,
             state,
             params,
-            _lr(learning_rate, state.count),
+            C.guard_opt_hparams(_lr(learning_rate, state.count), **hps),
             noise_std,
             (b1, b2, eps, floor_factor, cond_max, weight_decay),
             opts=opts,

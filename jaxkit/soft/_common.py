@@ -83,3 +83,13 @@ def unsquash(y: jax.Array, mean: jax.Array, std: jax.Array, eps: float = 1e-10) 
     safe = max(eps, 10 * float(jnp.finfo(y.dtype).eps))
     y = jnp.clip(y, safe, 1.0 - safe)
     return jnp.log(y / (1.0 - y)) * std + mean
+
+
+def broadcastable(**arrays: Any) -> None:
+    """TypeError naming the arguments unless their shapes broadcast together."""
+    shapes = {n: jnp.shape(a) for n, a in arrays.items()}
+    try:
+        jnp.broadcast_shapes(*shapes.values())
+    except ValueError:
+        got = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
+        raise TypeError(f"The shapes must broadcast together, got {got}.") from None

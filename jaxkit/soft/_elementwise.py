@@ -23,7 +23,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
-from jaxkit.soft._common import as_float, check_softness, scal
+from jaxkit.soft._common import as_float, broadcastable, check_softness, scal
 
 RELU_MODES = ("smooth", "c0", "c1", "_c1_pnorm", "c2", "_c2_pnorm")
 SIGMOID_MODES = (*RELU_MODES, "cauchy", "reciprocal")
@@ -340,6 +340,7 @@ def round(  # noqa: A001
 
 
 def _compare(x, y, softness, mode, epsilon, op, rtol=1e-5, atol=1e-8):
+    broadcastable(x=x, y=y)
     _check(softness, mode, STEP_MODES)
     _real(epsilon=epsilon, rtol=rtol, atol=atol)
     return _compare_jit(as_float(x), y, softness, epsilon, rtol, atol, op=op, mode=mode)

@@ -15,12 +15,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
-from jaxkit.soft._common import as_float, flat_axis
+from jaxkit.soft._common import as_float, broadcastable, flat_axis
 
 
 @jax.jit
 def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
     """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``."""
+    broadcastable(condition=condition, x=x, y=y)
     x = as_float(x)
     c = jnp.asarray(condition).astype(x.dtype)
     y = jnp.asarray(y).astype(x.dtype)

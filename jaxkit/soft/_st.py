@@ -27,6 +27,11 @@ def _combine(hard: Any, soft: Any) -> Any:
     return jax.tree.map(one, hard, soft, is_leaf=lambda v: v is None)
 
 
+def _check_callable(fn: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"`fn` must be a callable (a soft operator), got {type(fn).__name__}.")
+
+
 def st(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Straight-through version of a soft operator with a ``mode`` argument.
 
@@ -36,6 +41,7 @@ def st(fn: Callable[..., Any]) -> Callable[..., Any]:
     References:
       Bengio et al. 2013 <https://arxiv.org/abs/1308.3432>.
     """
+    _check_callable(fn)
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -51,6 +57,7 @@ def st(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def grad_replace(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Swap forward and backward: ``fn(..., forward=True)`` value, ``forward=False`` gradient."""
+    _check_callable(fn)
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:

@@ -213,6 +213,27 @@ CASES = [
                 TypeError,
                 "logits",
             ),
+            Bad(
+                "integer selectable",
+                lambda key: ((jnp.zeros((8, 5, V)), jnp.ones((8, 5), jnp.int32)), {}),
+                TypeError,
+                "selectable",
+            ),
+            Bad(
+                "NaN logits",
+                lambda key: ((jnp.full((8, 5, V), jnp.nan), jnp.ones((8, 5), bool)), {}),
+                ValueError,
+                "logits",
+            ),
+            Bad(
+                "infinite threshold",
+                lambda key: (
+                    (jnp.zeros((8, 5, V)), jnp.ones((8, 5), bool)),
+                    {"threshold": float("inf")},
+                ),
+                ValueError,
+                "threshold",
+            ),
         ),
     ),
 ]

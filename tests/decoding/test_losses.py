@@ -210,4 +210,20 @@ def test_loss_bad_inputs():
     )
     with pytest.raises(ValueError, match="`weighting`"):
         wedlm_loss(_apply_fn(cfg), params, bt, weighting="nope")
+    with pytest.raises(TypeError, match="batch"):
+        wedlm_loss(_apply_fn(cfg), params, tuple(bt))
+    with pytest.raises(TypeError, match="tokens"):
+        dual_stream_batch(
+            tok[:, :0], jnp.ones((2, 0), bool), key=jax.random.key(0), block_size=4, mask_token_id=0
+        )
+    with pytest.raises(TypeError, match="loss_mask"):
+        reorder_mlm_loss(
+            _apply_fn(cfg), params, tok, tok > 0, jnp.ones((2, 8), jnp.int32), mask_token_id=MASK
+        )
+    # a traced negative or NaN ar_weight raises under jit (it gave a NaN or negative loss)
+    f = jax.jit(lambda w: wedlm_loss(_apply_fn(cfg), params, bt, ar_weight=w)[0])
+    assert np.isfinite(f(1.0))
+    for w in (-1.0, np.nan):
+        with pytest.raises(Exception, match="`ar_weight`"):
+            jax.block_until_ready(f(w))
     assert V > MASK

@@ -330,6 +330,32 @@ def test_bad_inputs_raise_clear_errors():
     # under jit the token-id check is a runtime error naming the argument
     with pytest.raises(Exception, match="`prompt`"):
         jax.block_until_ready(_gen(params, cfg, pr.at[1, 0].set(V + 3), pl, entropy_threshold=0.4))
+    with pytest.raises(TypeError, match="`prompt`"):  # no column: not a window error
+        _eager(params, cfg, pr[:, :0], pl, max_new_tokens=4, window=2)
+
+
+def test_select_window_entropy_bad_inputs():
+    logits = np.zeros((2, 3, V), np.float32)
+    sel = np.ones((2, 3), bool)
+    with pytest.raises(TypeError, match="selectable"):
+        select_by_entropy(logits, sel.astype(np.int32), threshold=0.5, pos_penalty=0.1)
+    with pytest.raises(TypeError, match="logits"):
+        select_by_entropy(logits[..., :0], sel, threshold=0.5, pos_penalty=0.1)
+    with pytest.raises(TypeError, match="logits"):
+        token_entropy(np.float32(1.0))
+    with pytest.raises(TypeError, match="logits"):
+        token_entropy(np.ones((2, V), np.int32))
+    with pytest.raises(TypeError, match="filled"):
+        window_order(sel.astype(np.int32), sel)
+    with pytest.raises(TypeError, match="filled"):
+        window_order(np.bool_(True), np.bool_(True))
+    # a traced NaN / inf hyperparameter raises under jit (it would silently pick slots)
+    f = jax.jit(lambda t, p: select_by_entropy(logits, sel, threshold=t, pos_penalty=p))
+    assert f(0.5, 0.1).shape == (2, 3)
+    with pytest.raises(Exception, match="`threshold`"):
+        jax.block_until_ready(f(np.nan, 0.1))
+    with pytest.raises(Exception, match="`pos_penalty`"):
+        jax.block_until_ready(f(0.5, np.inf))
 
 
 @pytest.mark.slow  # the default conformance run already checks wedlm_generate's sharding

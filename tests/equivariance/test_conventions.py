@@ -27,6 +27,36 @@ def test_haar_sample_named_and_type_errors(key):
         E.RECMGroupConvC4(1, 1, 3.0, key=key)
 
 
+def test_hostile_values_raise(key):
+    """NaN / zero / negative scales, int dtypes and misnamed sizes (wave-24 audit)."""
+    g = E.cyclic_rot2d(4)
+    w = np.eye(2, dtype=np.float32)
+    with pytest.raises(ValueError, match="eps"):  # NaN direction before
+        E.normalized_complement(w, g, eps=np.nan)
+    with pytest.raises(ValueError, match="eps"):
+        E.RECMLinear(g, key=key, eps=-1.0)
+    with pytest.raises(ValueError, match="n_samples"):  # named `n` before
+        E.reynolds_mc(w, g, key=key, n_samples=0)
+    with pytest.raises(ValueError, match="n_samples"):  # ran with no sample before
+        E.equivariance_error(lambda z: z, np.ones((4, 2), np.float32), g, key=key, n_samples=0)
+    with pytest.raises(TypeError, match="dtype"):
+        E.haar_sample(g, 3, key=key, dtype=jnp.int32)
+    with pytest.raises(TypeError, match="kernel"):
+        E.c4_conv_reynolds(np.ones((2, 3, 1, 1, 3, 3), np.float32), lifting=True)
+    m = E.RECMLinear(g, key=key)
+    with pytest.raises(ValueError, match="value"):
+        E.set_theta(m, np.nan)
+    with pytest.raises(ValueError, match="eq_weight"):
+        E.rpp_penalty(m, eq_weight=np.nan)
+    # traced: runtime errors naming the argument (were NaN statistics / penalties)
+    x = np.ones((8, 2), np.float32)
+    mmd = jax.jit(lambda b: E.mmd_gap(x, x, g, key=key, n_permutations=2, bandwidth=b).mmd2)
+    with pytest.raises(Exception, match="bandwidth"):
+        jax.block_until_ready(mmd(np.float32(0.0)))
+    with pytest.raises(Exception, match="eq_weight"):
+        jax.block_until_ready(jax.jit(lambda v: E.rpp_penalty(m, eq_weight=v))(np.nan))
+
+
 def test_group_caches_are_bounded():
     for ctor in (E.cyclic_rot2d, E.so2_rot2d, E.c4_regular, E.o3_irreps):
         assert ctor.cache_info().maxsize is not None
@@ -67,3 +97,20 @@ def test_import_touches_no_optional_dependency():
         "assert 'e3nn_jax' not in sys.modules, 'e3nn_jax imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_recm_optimizer_traced_bad_values_raise(key):
+    import equinox as eqx
+    import optax
+
+    params = eqx.filter(E.RECMLinear(E.cyclic_rot2d(4), key=key), eqx.is_inexact_array)
+    grads = jax.tree.map(jnp.ones_like, params)
+
+    @jax.jit
+    def step(decay):
+        tx = E.recm_optimizer(optax.sgd(0.1), learning_rate=0.1, decay=decay)
+        return tx.update(grads, tx.init(params), params)[0]
+
+    jax.block_until_ready(step(0.1))
+    with pytest.raises(Exception, match="decay"):  # a NaN theta update before
+        jax.block_until_ready(step(np.nan))

@@ -160,6 +160,8 @@ def test_errors(key):
         to_nnx(_mlp(key), key=key, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="batch_axis"):
         to_nnx(_mlp(key), batch_axis="0")
+    with pytest.raises(TypeError, match="key"):  # ignored silently before
+        to_nnx(_mlp(key), key=0)
     assert isinstance(to_nnx(_mlp(key)), NNXAdapter)
 
 

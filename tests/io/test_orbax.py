@@ -26,3 +26,12 @@ def test_round_trip_keeps_values_structure_and_dtypes(tmp_path):
 def test_missing_checkpoint_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="`path`"):
         io.restore_checkpoint(tmp_path / "none", {"w": jnp.zeros(2)})
+
+
+def test_mismatched_like_names_the_argument(tmp_path):
+    io.save_checkpoint(tmp_path / "ck", {"w": jnp.zeros(2)})
+    with pytest.raises(ValueError, match="`like`"):  # orbax's message alone before
+        io.restore_checkpoint(tmp_path / "ck", {"w": jnp.zeros(3)})
+    io.save_checkpoint(tmp_path / "np", {"w": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="`like`"):  # came back silently as shape (2,)
+        io.restore_checkpoint(tmp_path / "np", {"w": jnp.zeros(3)})

@@ -162,6 +162,8 @@ def test_config_from_hf_qwen2_defaults():
     c = io.config_from_hf({**hf, "rope_scaling": rs})
     assert c.rope_scaling == nn.RopeScaling("yarn", 4.0, 32)
     assert io.config_from_hf(io.config_to_hf(c)) == c
+    with pytest.raises(ValueError, match="`dtype`"):  # wrote an unreadable config before
+        io.config_to_hf(c, dtype="float7")
 
 
 def test_load_safetensors_given_a_config_json_names_path(setup, tmp_path):
@@ -233,3 +235,10 @@ def test_raw_tensors_roundtrip_and_errors(tmp_path):
         io.load_tensors(tmp_path / "junk.safetensors")
     with pytest.raises(ValueError, match="tensors"):
         io.save_tensors({}, tmp_path / "empty.safetensors")
+    # were safetensors' own errors without the argument name
+    with pytest.raises(TypeError, match="tensors"):
+        io.save_tensors({"a": np.array(["x"])}, tmp_path / "s.safetensors")
+    with pytest.raises(TypeError, match="tensors"):
+        io.save_tensors({1: np.ones(2)}, tmp_path / "k.safetensors")
+    with pytest.raises(TypeError, match="metadata"):
+        io.save_tensors({"a": np.ones(2)}, tmp_path / "m.safetensors", metadata={"k": 1})

@@ -43,6 +43,12 @@ _BAD = (
         TypeError,
         "pad_to_window",
     ),
+    Bad(
+        "pad_to_window not a bool",
+        _bad(lambda x, t: ((x, t), {"pad_to_window": "no"})),
+        TypeError,
+        "pad_to_window",
+    ),
 )
 
 CASES = [

@@ -558,6 +558,7 @@ def test_errors_name_the_argument(key):
         (dict(temperature=float("nan")), "temperature"),
         (dict(top_p=float("nan")), "top_p"),
         (dict(min_p=float("nan")), "min_p"),
+        (dict(temperature=float("inf")), "temperature"),  # was a silent uniform draw
     ]:
         with pytest.raises(ValueError, match=name):
             sampling.sample_tokens(x, key=k, **kw)
@@ -581,6 +582,7 @@ def test_traced_bad_values_raise_at_runtime(key):
     for args, name in [
         ((-1.0, 0.9, 0.1), "temperature"),
         ((nan, 0.9, 0.1), "temperature"),
+        ((float("inf"), 0.9, 0.1), "temperature"),
         ((1.0, 0.0, 0.1), "top_p"),
         ((1.0, nan, 0.1), "top_p"),
         ((1.0, 0.9, 1.5), "min_p"),

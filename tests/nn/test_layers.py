@@ -125,3 +125,12 @@ def test_layer_errors(key):
         cnn(jnp.ones((2, 8, 8)))
     with pytest.raises(TypeError, match="divisible"):
         unet(jnp.ones((1, 5, 5)))
+    with pytest.raises(TypeError, match="t"):
+        unet(jnp.ones((1, 4, 4)), np.ones(3, np.float32))
+    # a float size is not truncated, a zero channel count not accepted
+    with pytest.raises(TypeError, match="hidden"):
+        nn.MLP(2, 2, hidden=(2.5,), key=key)
+    with pytest.raises(TypeError, match="in_size"):
+        nn.MLP(2.0, 2, key=key)
+    with pytest.raises(ValueError, match="channels"):
+        nn.SmallCNN(1, 2, channels=(0,), key=key)

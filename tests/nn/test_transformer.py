@@ -353,3 +353,27 @@ def test_errors(p):
         nn.run_layers(p, CFG, jnp.zeros((2, 3, 16)), jnp.zeros((2, 3), int), start=0.5)
     with pytest.raises(TypeError, match="batch"):
         nn.init_cache(CFG, max_len=4)
+    # a non-finite or non-real theta / eps, a non-bool flag (inf gave no rotation / h = 0)
+    for bad, err in (
+        ({"rope_theta": float("inf")}, ValueError),
+        ({"norm_eps": float("inf")}, ValueError),
+        ({"rope_theta": "1e4"}, TypeError),
+        ({"causal": 1}, TypeError),
+    ):
+        with pytest.raises(err, match=next(iter(bad))):
+            nn.TransformerConfig(**small, mlp_dim=4, **bad)
+    with pytest.raises(ValueError, match="attention_factor"):
+        nn.RopeScaling("yarn", 2.0, original_max_position_embeddings=8, attention_factor=-1.0)
+    with pytest.raises(TypeError, match="model_axis"):
+        nn.param_specs(CFG, model_axis=3)
+    # nn.attention checks its arguments (it reshaped or broadcast them opaquely)
+    q, kv = np.ones((2, 3, 2, 4), np.float32), np.ones((2, 5, 1, 4), np.float32)
+    m = np.ones((2, 3, 5), bool)
+    with pytest.raises(TypeError, match="k"):
+        nn.attention(np.ones((2, 3, 3, 4), np.float32), np.ones((2, 5, 2, 4), np.float32), kv, m)
+    with pytest.raises(TypeError, match="mask"):
+        nn.attention(q, kv, kv, m[..., :4])
+    with pytest.raises(TypeError, match="mask"):
+        nn.attention(q, kv, kv, m.astype(np.int32))
+    with pytest.raises(TypeError, match="q"):
+        nn.attention(q[0], kv, kv, m)

@@ -109,6 +109,12 @@ def test_poisson_batch(key):
     np.testing.assert_array_equal(idx, np.flatnonzero(np.asarray(take)))
     with pytest.raises(ValueError, match="q"):
         privacy.poisson_batch(key=key, num_examples=10, q=1.5, max_batch_size=4)
+    with pytest.raises(TypeError, match="num_examples"):  # was an opaque shape error
+        privacy.poisson_batch(key=key, num_examples=10.0, q=0.5, max_batch_size=4)
+    pb = jax.jit(lambda q: privacy.poisson_batch(key=key, num_examples=10, q=q, max_batch_size=4))
+    for q in (np.nan, 1.5):  # traced: was a silently empty / full batch
+        with pytest.raises(Exception, match="`q`"):
+            jax.block_until_ready(pb(q))
 
 
 def test_accounting_numbers():

@@ -69,3 +69,14 @@ def test_lora_bad_inputs(key):
         privacy.lora_init(params, targets="w", rank=4, key=key)
     with pytest.raises(ValueError, match="method"):
         privacy.lora_init(params, targets="w", rank=1, key=key, method="x")
+    with pytest.raises(ValueError, match="init_scale"):  # NaN factors before
+        privacy.lora_init(params, targets="w", rank=1, key=key, init_scale=np.nan)
+    lo = privacy.lora_init(params, targets="w", rank=1, key=key).lora
+    with pytest.raises(ValueError, match="scale"):
+        privacy.lora_merge(params, lo, scale=np.nan)
+    with pytest.raises(Exception, match="scale"):  # traced: a runtime error
+        jax.block_until_ready(jax.jit(lambda s: privacy.lora_unmerge(params, lo, scale=s))(np.inf))
+    with pytest.raises(TypeError, match="lora"):  # was an opaque broadcasting error
+        privacy.lora_merge({"w": jnp.ones((5, 3))}, lo)
+    with pytest.raises(ValueError, match="alpha"):
+        privacy.export_adapter(lo, "/nonexistent-dir", alpha=0.0)

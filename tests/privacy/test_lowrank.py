@@ -211,6 +211,25 @@ def test_bad_inputs(key):
         L.gram_cache(L.LoraFactors(jnp.ones((5, 2)), jnp.ones((4, 3))))
     with pytest.raises(ValueError, match="rank"):
         L.gram_cache(L.LoraFactors(jnp.ones((5, 4)), jnp.ones((3, 4))))
+    f = L.LoraFactors(np.eye(5, 2, dtype=np.float32), np.eye(4, 2, dtype=np.float32))
+    with pytest.raises(ValueError, match="rcond"):
+        L.gram_cache(f, rcond=np.nan)
+    with pytest.raises(ValueError, match="eta"):  # NaN factors before
+        L.retract(f, f, eta=np.nan)
+    with pytest.raises(ValueError, match="std"):
+        L.prism_noise_energy(f, std=-1.0)
+    with pytest.raises(ValueError, match="tau"):
+        L.naive_noise_energy(f, tau=np.inf)
+    c = L.gram_cache(f)
+    with pytest.raises(ValueError, match="std"):
+        L.sample_tangent_noise(f, c, std=np.nan, key=key)
+    # traced: runtime errors naming the argument
+    with pytest.raises(Exception, match="eta"):
+        jax.block_until_ready(jax.jit(lambda e: L.retract(f, f, eta=e))(np.inf))
+    with pytest.raises(Exception, match="std"):
+        jax.block_until_ready(
+            jax.jit(lambda s: L.sample_tangent_noise(f, c, std=s, key=key))(np.float32(-1.0))
+        )
 
 
 def test_jit_vmap_dtype(key):

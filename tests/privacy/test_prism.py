@@ -345,6 +345,37 @@ def test_bad_inputs(key):
         privacy.prism(0.1, clip_norm=1.0, noise_multiplier=-1.0, denom=1.0, key=key)
     with pytest.raises(ValueError, match="floor_mode"):
         privacy.prism_adaptive(0.1, floor_mode="bogus")
+    # NaN / out-of-range optimizer values gave NaN updates or silently wrong moments
+    for kw in (
+        {"eps": -1.0},
+        {"eps": np.nan},
+        {"b2": 1.0},
+        {"weight_decay": np.nan},
+        {"learning_rate": np.nan},
+        {"cond_max": np.nan},
+    ):
+        lr = kw.pop("learning_rate", 0.1)
+        with pytest.raises(ValueError, match=next(iter(kw), "learning_rate")):
+            privacy.prism_adaptive(lr, **kw)
+    with pytest.raises(ValueError, match="b1"):
+        privacy.naive_dp_lora(0.1, clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key, b1=1.5)
+    with pytest.raises(ValueError, match="eps"):
+        privacy.nonprivate_lora(0.1, eps=-1.0)
+    with pytest.raises(TypeError, match="debias"):
+        privacy.prism_adaptive(0.1, debias=1)
+    with pytest.raises(ValueError, match="rcond"):
+        privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key, rcond=-1.0)
+    # traced: a runtime error naming the argument (one compiled program, values traced)
+    step = jax.jit(
+        lambda eps, b1, g: (lambda tx: tx.update(g, tx.init(f), f)[0])(
+            privacy.prism_adaptive(0.1, eps=eps, b1=b1)
+        )
+    )
+    g0 = jax.tree.map(lambda x: x[0], factor_grads(f, gs))
+    jax.block_until_ready(step(1e-8, 0.9, g0))
+    for eps, b1, name in ((np.nan, 0.9, "eps"), (1e-8, 1.5, "b1")):
+        with pytest.raises(Exception, match=name):
+            jax.block_until_ready(step(eps, b1, g0))
     tx = privacy.prism_privatize(clip_norm=1.0, noise_multiplier=1.0, denom=1.0, key=key)
     g = factor_grads(f, gs)
     with pytest.raises(TypeError, match="updates"):

@@ -154,3 +154,15 @@ def test_eager_calls_leave_no_compiled_code_behind():
     for _ in range(30):
         jax.block_until_ready(S.sort(X))
     assert _maps() - before < 30
+
+
+def test_shapes_that_do_not_broadcast_name_the_arguments():
+    # were JAX's "sub got incompatible shapes" without the argument names
+    x, y = np.ones((2, 3), np.float32), np.ones((2, 4), np.float32)
+    for op in (S.greater, S.less_equal, S.equal, S.isclose):
+        with pytest.raises(TypeError, match="`y`"):
+            op(x, y)
+    with pytest.raises(TypeError, match="`condition`"):
+        S.where(np.ones((2, 4), np.float32), x, x)
+    with pytest.raises(TypeError, match="fn"):
+        S.st(3)

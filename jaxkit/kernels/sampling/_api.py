@@ -177,7 +177,7 @@ def sample_tokens(
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
         ``-inf`` entries are masked tokens; NaN or ``+inf`` raise.
       key: A typed PRNG key from ``jax.random.key``.
-      temperature: >= 0; a scalar or one value per row (traced, no recompile).
+      temperature: >= 0 and finite; a scalar or one value per row (traced, no recompile).
       top_k: Keep the ``top_k`` most likely tokens (1 <= top_k <= vocab), or
         ``None`` for no top-k. A Python int, a traced int scalar or one per row:
         the threshold is found by an exact bisection (sorting in the spec), so
@@ -208,7 +208,7 @@ def sample_tokens(
     Raises:
       TypeError: If ``logits`` is not floating or has rank 0, a hyperparameter's
         shape does not fit the batch shape, or ``top_k`` is not an integer.
-      ValueError: For a concrete ``temperature < 0``, ``top_p`` outside (0, 1],
+      ValueError: For a concrete ``temperature < 0`` or infinite, ``top_p`` outside (0, 1],
         ``min_p`` outside [0, 1] (NaN fails each of these), ``top_k`` outside
         [1, vocab], an unknown ``stats`` or ``implementation``, or concrete
         NaN/``+inf`` logits (under ``jit`` these value checks become runtime
@@ -260,6 +260,9 @@ def _check(logits, temperature, top_k, top_p, min_p):
     _validate.real_scalar(top_p, name="top_p")
     _validate.real_scalar(min_p, name="min_p")
     _validate.non_negative(temperature=temperature)
+    t = _validate._concrete(temperature)
+    if t is not None and not np.all(np.isfinite(t)):  # inf: s = 0, a uniform draw
+        raise ValueError(f"`temperature` must be finite, got temperature={t.tolist()}.")
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)
     _validate.in_interval(low=0, high=1, closed="both", min_p=min_p)
     _check_top_k(top_k, vocab)
@@ -318,7 +321,7 @@ def _rows(logits, temperature, top_k, top_p, min_p, plain=False):
     t = _guard(t, nan_or_inf, _NAN_LOGITS)
     t = _guard(t, empty_row, _EMPTY_ROW)
     # ~(ok) forms: a NaN hyperparameter compares False and must fail the check.
-    t = _guard(t, ~jnp.all(t >= 0), "`temperature` must be >= 0 (not NaN).")
+    t = _guard(t, ~jnp.all((t >= 0) & (t < jnp.inf)), "`temperature` must be >= 0 and finite.")
     if plain:
         return t, k, p, mp
     p = _guard(p, ~jnp.all((p > 0) & (p <= 1)), "`top_p` must lie in (0, 1] (not NaN).")
@@ -390,7 +393,7 @@ def filtered_probabilities(
 
     Args:
       logits: Unnormalised log-probabilities; the last axis is the vocabulary.
-      temperature: >= 0, scalar or per row.
+      temperature: >= 0 and finite, scalar or per row.
       top_k: In [1, vocab] or None.
       top_p: In (0, 1].
       min_p: In [0, 1].

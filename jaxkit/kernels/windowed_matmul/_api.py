@@ -42,6 +42,8 @@ def _window(window: WindowLike) -> tuple[int, int]:
 def _check_x(x: jax.Array, window: tuple[int, int], pad_to_window: bool) -> None:
     _validate.ndim(x, 4, name="x")
     _validate.floating(x, name="x")
+    if not isinstance(pad_to_window, bool):
+        raise TypeError(f"`pad_to_window` must be a bool, got {pad_to_window!r}.")
     h, w = x.shape[1], x.shape[2]
     if not pad_to_window and (h % window[0] or w % window[1]):
         raise TypeError(
