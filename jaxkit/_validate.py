@@ -276,10 +276,17 @@ def guard_finite(x: Any, value: Any, *, name: str) -> Any:
     """Return ``x`` guarded so that ``value`` (a scalar or array) must be finite (no NaN/inf).
 
     Eagerly a ``ValueError``; traced, an ``eqx.error_if`` under ``jit``. Always use the result.
+    A concrete ``value`` is checked on the host and adds nothing to a traced program (``x``
+    may then be a Python number, e.g. under ``eval_shape``).
     """
     real_scalar(value, name=name)
-    bad = any_nonfinite(jnp.asarray(value))
-    return error_if(x, bad, f"`{name}` must be finite, got {name}={_show(value)}.")
+    msg = f"`{name}` must be finite, got {name}={_show(value)}."
+    v = _concrete(value)
+    if v is not None:
+        if not np.all(np.isfinite(v)):
+            raise ValueError(msg)
+        return x
+    return error_if(x, any_nonfinite(value), msg)
 
 
 def guard_non_negative(x: Any, value: Any, *, name: str, allow_inf: bool = False) -> Any:

@@ -87,20 +87,13 @@ def select_by_entropy(
     _validate.real_scalar(pos_penalty, name="pos_penalty")
     _validate.finite_scalar(pos_penalty=pos_penalty)
     logits = _validate.all_finite(logits, name="logits")  # NaN logits: no silent choice
-    logits = _guard_finite(logits, pos_penalty, name="pos_penalty")
+    logits = _validate.guard_finite(logits, pos_penalty, name="pos_penalty")
     if threshold is not None:
         _validate.real_scalar(threshold, name="threshold")
         _validate.finite_scalar(threshold=threshold)
-        logits = _guard_finite(logits, threshold, name="threshold")
+        logits = _validate.guard_finite(logits, threshold, name="threshold")
     # the decoder calls _select_by_entropy itself (its values are checked once, up front)
     return _select_by_entropy(logits, selectable, threshold, pos_penalty)
-
-
-def _guard_finite(x: Array, value, *, name: str) -> Array:
-    """``x`` guarded so that a traced NaN or infinite ``value`` raises under jit."""
-    if not isinstance(value, jax.core.Tracer):
-        return x  # concrete: checked by finite_scalar
-    return _validate.error_if(x, ~jnp.isfinite(value), f"`{name}` must be finite (no NaN or inf).")
 
 
 @jax.jit

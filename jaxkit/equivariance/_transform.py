@@ -204,8 +204,7 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
     _validate.real_scalar(value, name="value")
     _validate.finite_scalar(value=value)  # a NaN theta makes every forward NaN
-    if isinstance(value, jax.core.Tracer):
-        value = _validate.error_if(value, ~jnp.isfinite(value), "`value` must be finite.")
+    value = _validate.guard_finite(value, value, name="value")
 
     def fix(node: Any) -> Any:
         if isinstance(node, kinds):

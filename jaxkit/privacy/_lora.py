@@ -133,9 +133,7 @@ def _checked_scale(scale):
     """``scale`` as given, checked finite (concrete: ValueError; traced: a guard)."""
     _validate.real_scalar(scale, name="scale")
     _validate.finite_scalar(scale=scale)
-    if isinstance(scale, jax.core.Tracer):
-        return _validate.error_if(scale, ~jnp.isfinite(scale), "`scale` must be finite.")
-    return scale
+    return _validate.guard_finite(scale, scale, name="scale")
 
 
 def _delta(f: LoraFactors, scale) -> jax.Array:

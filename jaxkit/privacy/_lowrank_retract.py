@@ -50,8 +50,7 @@ def retract(
     """
     _validate.real_scalar(eta, name="eta")
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
-    if isinstance(eta, jax.core.Tracer):
-        eta = _validate.error_if(eta, ~jnp.isfinite(eta), "`eta` must be finite.")
+    eta = _validate.guard_finite(eta, eta, name="eta")
     return _retract(f, d, eta=eta, align=align)
 
 
