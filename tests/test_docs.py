@@ -121,6 +121,46 @@ def test_the_checks_catch_a_missing_page_name_and_docstring(tmp_path):
     assert _undocumented(fake, "fake", tmp_path) == ["jaxkit.fake.f (jaxkit/fake/_impl.py:1)"]
 
 
+def _slugs(heading: str) -> tuple[str, str]:
+    """The id of a heading on the site (Python-Markdown's toc) and on GitHub."""
+    import unicodedata
+
+    site = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+    site = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", site).strip().lower())
+    github = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+    return site, github
+
+
+def test_readme_links_into_the_docs_resolve():
+    """The README's links into docs/ (a row's `[history](docs/areas/<area>.md#...)`) name a
+    page that exists and a heading of it whose id is the same on the site and on GitHub."""
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(docs/([^)#\s]+)(?:#([^)\s]*))?\)", text)
+    bad = []
+    for path, anchor in links:
+        page = ROOT / "docs" / path
+        if not page.is_file():
+            bad.append(f"docs/{path}: no such page")
+            continue
+        heads = re.findall(r"^#{1,6} (.+?)\s*$", page.read_text(), re.M)
+        if anchor and not any(_slugs(h) == (anchor, anchor) for h in heads):
+            bad.append(f"docs/{path}#{anchor}: no heading with that id on both")
+    assert not bad, bad
+
+
+def test_readme_links_are_made_relative_to_the_page():
+    md = "see [history](docs/areas/data.md#mts-history) and [x](docs/index.md)"
+    assert (
+        D.readme_links(md, "areas/data.md")
+        == "see [history](data.md#mts-history) and [x](../index.md)"
+    )
+    assert (
+        D.readme_links(md, "index.md")
+        == "see [history](areas/data.md#mts-history) and [x](index.md)"
+    )
+    assert _slugs("MDLM and TD3B history") == ("mdlm-and-td3b-history",) * 2
+
+
 # ----------------------------------------------------------------------------- slow: the site
 
 
