@@ -121,6 +121,25 @@ def test_the_checks_catch_a_missing_page_name_and_docstring(tmp_path):
     assert _undocumented(fake, "fake", tmp_path) == ["jaxkit.fake.f (jaxkit/fake/_impl.py:1)"]
 
 
+def _readme_table_lines() -> tuple[list[str], list[str]]:
+    body = D.readme_sections().get("Methods", "").splitlines()
+    start = next(i for i, ln in enumerate(body) if ln.startswith("|"))
+    end = next((i for i in range(start, len(body)) if not body[i].startswith("|")), len(body))
+    return body[start], body[start + 2 : end]
+
+
+def test_readme_method_rows_have_every_cell():
+    """Every method row splits into the header's cells, for the docs pages and on GitHub,
+    where a `|` inside a code span still ends the cell (write it out or escape it, `\\|`)."""
+    header, rows = D.readme_method_table()
+    assert header[0] == "method" and len(rows) > 10
+    assert not [r[0] for r in rows if len(r) != len(header)], "rows the docs pages would drop"
+    head, lines = _readme_table_lines()
+    bars = len(re.findall(r"(?<!\\)\|", head))
+    github = [ln[:60] for ln in lines if len(re.findall(r"(?<!\\)\|", ln)) != bars]
+    assert not github, f"rows GitHub splits into the wrong number of cells: {github}"
+
+
 def _slugs(heading: str) -> tuple[str, str]:
     """The id of a heading on the site (Python-Markdown's toc) and on GitHub."""
     import unicodedata
