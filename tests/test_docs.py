@@ -121,6 +121,65 @@ def test_the_checks_catch_a_missing_page_name_and_docstring(tmp_path):
     assert _undocumented(fake, "fake", tmp_path) == ["jaxkit.fake.f (jaxkit/fake/_impl.py:1)"]
 
 
+def _readme_table_lines() -> tuple[list[str], list[str]]:
+    body = D.readme_sections().get("Methods", "").splitlines()
+    start = next(i for i, ln in enumerate(body) if ln.startswith("|"))
+    end = next((i for i in range(start, len(body)) if not body[i].startswith("|")), len(body))
+    return body[start], body[start + 2 : end]
+
+
+def test_readme_method_rows_have_every_cell():
+    """Every method row splits into the header's cells, for the docs pages and on GitHub,
+    where a `|` inside a code span still ends the cell (write it out or escape it, `\\|`)."""
+    header, rows = D.readme_method_table()
+    assert header[0] == "method" and len(rows) > 10
+    assert not [r[0] for r in rows if len(r) != len(header)], "rows the docs pages would drop"
+    head, lines = _readme_table_lines()
+    bars = len(re.findall(r"(?<!\\)\|", head))
+    github = [ln[:60] for ln in lines if len(re.findall(r"(?<!\\)\|", ln)) != bars]
+    assert not github, f"rows GitHub splits into the wrong number of cells: {github}"
+
+
+def _slugs(heading: str) -> tuple[str, str]:
+    """The id of a heading on the site (Python-Markdown's toc) and on GitHub."""
+    import unicodedata
+
+    site = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+    site = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", site).strip().lower())
+    github = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+    return site, github
+
+
+def test_readme_links_into_the_docs_resolve():
+    """The README's links into docs/ (a row's `[history](docs/areas/<area>.md#...)`) name a
+    page that exists and a heading of it whose id is the same on the site and on GitHub."""
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(docs/([^)#\s]+)(?:#([^)\s]*))?\)", text)
+    bad = []
+    for path, anchor in links:
+        page = ROOT / "docs" / path
+        if not page.is_file():
+            bad.append(f"docs/{path}: no such page")
+            continue
+        heads = re.findall(r"^#{1,6} (.+?)\s*$", page.read_text(), re.M)
+        if anchor and not any(_slugs(h) == (anchor, anchor) for h in heads):
+            bad.append(f"docs/{path}#{anchor}: no heading with that id on both")
+    assert not bad, bad
+
+
+def test_readme_links_are_made_relative_to_the_page():
+    md = "see [history](docs/areas/data.md#mts-history) and [x](docs/index.md)"
+    assert (
+        D.readme_links(md, "areas/data.md")
+        == "see [history](data.md#mts-history) and [x](../index.md)"
+    )
+    assert (
+        D.readme_links(md, "index.md")
+        == "see [history](areas/data.md#mts-history) and [x](index.md)"
+    )
+    assert _slugs("MDLM and TD3B history") == ("mdlm-and-td3b-history",) * 2
+
+
 # ----------------------------------------------------------------------------- slow: the site
 
 

@@ -129,7 +129,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 return note or "No saved bench runs for this area."
             return text + ("\n\n" + note if note else "")
         if name == "methods":
-            return D.methods_markdown(area, meta.get("readme_rows", []))
+            return D.readme_links(D.methods_markdown(area, meta.get("readme_rows", [])), src)
         if name == "figures":
             return _figures(meta, pathlib.Path(str(page_dir)))
         if name == "readme":
@@ -140,7 +140,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
                 (v for k, v in sections.items() if k.startswith(title)), None
             )
             if found is not None:
-                return found
+                return D.readme_links(found, src)
             if optional:
                 return _note(
                     "note",

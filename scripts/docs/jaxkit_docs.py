@@ -26,6 +26,7 @@ import ast
 import dataclasses
 import functools
 import pathlib
+import posixpath
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -263,32 +264,46 @@ def readme_sections(text: str | None = None) -> dict[str, str]:
     return out
 
 
-_OUTSIDE_CODE_BAR = re.compile(r"\|(?=(?:[^`]*`[^`]*`)*[^`]*$)")
+# a cell separator: a `|` outside code spans and not escaped (`\|` belongs to its cell)
+_OUTSIDE_CODE_BAR = re.compile(r"(?<!\\)\|(?=(?:[^`]*`[^`]*`)*[^`]*$)")
 
 
 def _escape_cell(text: str) -> str:
     """Escape the ``|`` of a table cell that are outside code spans."""
     parts = text.split("`")
-    return "`".join(p.replace("|", "\\|") if i % 2 == 0 else p for i, p in enumerate(parts))
+    return "`".join(
+        re.sub(r"(?<!\\)\|", r"\\|", p) if i % 2 == 0 else p for i, p in enumerate(parts)
+    )
 
 
 _MARKER = re.compile(r"<!-- /?bench(-pending)?(:[^>]*)? -->")
 
 
+def readme_method_table(text: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the README's method table, the first table of its "Methods" section;
+    a row is its cells, split at the ``|`` outside code spans that are not escaped (``\\|``)."""
+    body = readme_sections(text).get("Methods", "").splitlines()
+    start = next((i for i, ln in enumerate(body) if ln.startswith("|")), len(body))
+    end = next((i for i in range(start, len(body)) if not body[i].startswith("|")), len(body))
+    lines = body[start:end]
+    if len(lines) < 2:
+        return [], []
+    header = [c.strip() for c in lines[0].strip().strip("|").split("|")]
+    rows = []
+    for ln in lines[2:]:
+        # a bare `|x|` (a set's size) belongs to its cell; so does a `|` inside backticks
+        ln = re.sub(r"(?<=\s)\|(\w)\|(?=\s)", "\x00\\1\x00", ln.strip())
+        rows.append([c.strip().replace("\x00", "|") for c in _OUTSIDE_CODE_BAR.split(ln)[1:-1]])
+    return header, rows
+
+
 def readme_method_rows(area: str, extra: list[str] = (), text: str | None = None) -> list[dict]:
     """Rows of the README's method table whose public-function cell names ``jaxkit.<area>``
     (or whose method cell starts with one of ``extra``), bench markers removed."""
-    body = readme_sections(text).get("Methods", "")
-    rows = [ln for ln in body.splitlines() if ln.startswith("|")]
-    if len(rows) < 2:
-        return []
-    header = [c.strip() for c in rows[0].strip().strip("|").split("|")]
+    header, rows = readme_method_table(text)
     pat = re.compile(rf"\bjaxkit\.{re.escape(area)}\b")
     out = []
-    for ln in rows[2:]:
-        # a bare `|x|` (a set's size) belongs to its cell; so does a `|` inside backticks
-        ln = re.sub(r"(?<=\s)\|(\w)\|(?=\s)", "\x00\\1\x00", ln.strip())
-        cells = [c.strip().replace("\x00", "|") for c in _OUTSIDE_CODE_BAR.split(ln)[1:-1]]
+    for cells in rows:
         if len(cells) != len(header):
             continue
         row = {h: _MARKER.sub("", c) for h, c in zip(header, cells, strict=True)}
@@ -296,6 +311,20 @@ def readme_method_rows(area: str, extra: list[str] = (), text: str | None = None
         if pat.search(row.get("public function", "")) or any(method.startswith(e) for e in extra):
             out.append(row)
     return out
+
+
+_README_DOCS_LINK = re.compile(r"\]\(docs/([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def readme_links(text: str, page: str) -> str:
+    """README text for the page ``page`` (its path under docs/): a README link into docs/
+    (``[history](docs/areas/x.md#y)``) made relative to that page, as mkdocs resolves it."""
+
+    def rel(m: re.Match) -> str:
+        target = posixpath.relpath(m.group(1), posixpath.dirname(page) or ".")
+        return f"]({target}{m.group(2) or ''})"
+
+    return _README_DOCS_LINK.sub(rel, text)
 
 
 def methods_markdown(area: str, extra: list[str] = ()) -> str:
