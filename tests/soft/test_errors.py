@@ -194,3 +194,14 @@ def test_logic_and_comparison_offsets():
     for e, r, name in ((np.nan, 1e-5, "epsilon"), (1e-10, -1.0, "rtol")):
         with pytest.raises(Exception, match=f"`{name}`"):
             jax.block_until_ready(cmp(np.float32(e), np.float32(r)))
+
+
+def test_project_permutahedron_nonfinite_w():
+    """A NaN in the generating vector gave NaN, -inf (kl) or a silent 0 (p3) (wave 25)."""
+    z = np.array([0.3, 1.0, -0.5], np.float32)
+    w = np.array([np.nan, 1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match="`w`"):
+        S.project_permutahedron(z, w, reg="p3")
+    f = jax.jit(lambda w: S.project_permutahedron(z, w))
+    with pytest.raises(Exception, match="`w`"):
+        jax.block_until_ready(f(w))
