@@ -22,6 +22,15 @@ from jaxkit.soft._common import as_float
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
 
+def _check_static(tnorm: str, use_geometric_mean: bool) -> None:
+    V.one_of(TNORMS, tnorm=tnorm)
+    if not isinstance(use_geometric_mean, bool):  # "no" or 0.0 would pick a t-norm silently
+        raise TypeError(
+            "`use_geometric_mean` must be a Python bool, got "
+            f"{type(use_geometric_mean).__name__} {use_geometric_mean!r}."
+        )
+
+
 @jax.jit
 def logical_not(x: ArrayLike) -> Array:
     """Soft NOT ``1 - x``."""
@@ -51,7 +60,7 @@ def all(
       van Krieken et al., Analyzing differentiable fuzzy logic operators
       <https://arxiv.org/abs/2002.06100>, 2022.
     """
-    V.one_of(TNORMS, tnorm=tnorm)
+    _check_static(tnorm, use_geometric_mean)
     V.real_scalar(epsilon, name="epsilon")
     V.finite_scalar(epsilon=epsilon)  # a concrete one on the host: ValueError now
     V.positive(epsilon=epsilon)
@@ -81,7 +90,7 @@ def any(
     tnorm: str = "product",
 ) -> Array:
     """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm)."""
-    V.one_of(TNORMS, tnorm=tnorm)
+    _check_static(tnorm, use_geometric_mean)
     return logical_not(_all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
 
 
@@ -102,7 +111,7 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
 
 def _binary(x, y, tnorm, geo, *, dual=False):
     """The t-norm of the pair, or with ``dual`` its t-conorm ``1 - T(1 - x, 1 - y)``."""
-    V.one_of(TNORMS, tnorm=tnorm)
+    _check_static(tnorm, geo)
     x, y = _pair(x, y)
     if dual:
         return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, geo)

@@ -194,6 +194,11 @@ def test_logic_and_comparison_offsets():
     for e, r, name in ((np.nan, 1e-5, "epsilon"), (1e-10, -1.0, "rtol")):
         with pytest.raises(Exception, match=f"`{name}`"):
             jax.block_until_ready(cmp(np.float32(e), np.float32(r)))
+    for f in (S.all, S.any):  # a non-bool flag chose a t-norm by truthiness
+        with pytest.raises(TypeError, match="[`']use_geometric_mean[`']"):
+            f(a, use_geometric_mean="no")
+    with pytest.raises(TypeError, match="[`']use_geometric_mean[`']"):
+        S.logical_and(a, a, use_geometric_mean=1)
 
 
 def test_project_permutahedron_nonfinite_w():
