@@ -84,8 +84,9 @@ def center_cosine(
 
     The centre of class ``c`` is the mean of the L2-normalised ``ref_emb`` rows with
     ``ref_labels == c`` (``SD_real_center`` / ``CLS_center_cos`` with real data as
-    reference). A label whose class has no reference row raises. Jitted
-    (``num_classes`` static).
+    reference). A label whose class has no reference row raises, and so does a
+    ``ref_labels`` entry outside ``[0, num_classes)`` (it was silently left out of every
+    centre). Jitted (``num_classes`` static).
     """
     emb, ref = _check_emb(emb, ref_emb)
     num_classes = V.python_int(num_classes, name="num_classes", minimum=1)
@@ -96,6 +97,8 @@ def center_cosine(
         present[jnp.clip(labels, 0, num_classes - 1)]
     )
     labels = V.error_if(labels, bad, "`labels` out of range or with no `ref_labels` row.")
+    ref_bad = jnp.any((ref_labels < 0) | (ref_labels >= num_classes))  # one_hot drops them
+    ref_labels = V.error_if(ref_labels, ref_bad, f"`ref_labels` must lie in [0, {num_classes}).")
     return _center_cosine_jit(emb, labels, ref, ref_labels, num_classes=num_classes)
 
 

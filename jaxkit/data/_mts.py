@@ -46,8 +46,8 @@ def normalize_weights(
     ``shard_map``, batch split over that mesh axis) the sum and the count are
     ``psum``-ed, as the authors' code all-reduces them (normalising per device would
     change the meta-gradient, spec 2.7). Invariant to scaling ``raw`` by a constant.
-    ``raw`` must be > 0 (a meta-network's sigmoid output); a non-positive or NaN entry
-    raises. Jitted (``axis_name`` static).
+    ``raw`` must be > 0 (a meta-network's sigmoid output); a non-positive, NaN or
+    infinite entry raises (so does one of ``class_w``). Jitted (``axis_name`` static).
     """
     raw = jnp.asarray(raw)
     V.ndim(raw, 1, name="raw")
@@ -58,8 +58,10 @@ def normalize_weights(
         V.floating(class_w, name="class_w")
         if class_w.shape != raw.shape:
             raise TypeError(f"`class_w` must have shape {raw.shape}, got {class_w.shape}.")
-        class_w = V.error_if(class_w, ~jnp.all(class_w > 0), "`class_w` must be > 0.")
-    raw = V.error_if(raw, ~jnp.all(raw > 0), "`raw` must be > 0 (and not NaN).")
+        ok = jnp.all((class_w > 0) & jnp.isfinite(class_w))
+        class_w = V.error_if(class_w, ~ok, "`class_w` must be finite and > 0.")
+    ok = jnp.all((raw > 0) & jnp.isfinite(raw))  # an inf entry made every weight NaN
+    raw = V.error_if(raw, ~ok, "`raw` must be finite and > 0 (and not NaN).")
     return _normalize_jit(raw, class_w, axis_name=axis_name)
 
 

@@ -142,7 +142,8 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
         class_w = jnp.asarray(class_w)
         V.shape(class_w, (features.shape[0],), name="class_w")
         V.floating(class_w, name="class_w")
-        class_w = V.error_if(class_w, ~jnp.all(class_w > 0), "`class_w` must be > 0.")
+        ok = jnp.all((class_w > 0) & jnp.isfinite(class_w))  # inf: NaN weights
+        class_w = V.error_if(class_w, ~ok, "`class_w` must be finite and > 0.")
     features = V.guard_positive(features, lr, name="lr")
     features = V.guard_positive(features, fd_eps, name="fd_eps")
     return features, class_w
@@ -189,7 +190,7 @@ def mts_hypergrad(
         ``eps = fd_eps / ||gamma||`` (two extra forward passes); error O(fd_eps^2).
 
     ``lr`` and ``fd_eps`` are traced (finite, > 0; NaN raises). ``class_w`` (``[B]``,
-    > 0) multiplies the raw scores before normalisation.
+    finite, > 0) multiplies the raw scores before normalisation.
 
     Multi-device (``axis_name``, static): call it inside ``jax.shard_map`` with the
     train rows (``features``, ``batch``, ``class_w``) and the meta batch split over

@@ -111,10 +111,12 @@ def log_importance_weight(
 
     Raises:
       ValueError: Non-finite ``reward`` or ``log_ratio`` (a clear error, never a
-        silent NaN weight), ``alpha <= 0``.
+        silent NaN weight), ``p_agonist`` NaN or outside [0, 1], ``alpha <= 0``.
     """
     r, f = _check_scores(reward, p_agonist, "reward")
     r = _validate.all_finite(r, name="reward")
+    f = _validate.all_finite(f, name="p_agonist")  # a NaN gave a NaN weight, 1.5 a wrong one
+    f = _validate.error_if(f, ~jnp.all((f >= 0) & (f <= 1)), "`p_agonist` must lie in [0, 1].")
     lr = _validate.all_finite(jnp.asarray(log_ratio, r.dtype), name="log_ratio")
     r = _validate.guard_positive(r, alpha, name="alpha")
     r = _validate.guard_interval(r, kappa_min, name="kappa_min", low=0.0, high=1.0, closed="right")

@@ -218,12 +218,20 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
 
 
 def cr_triangle_schedule(step: Real[ArrayLike, ""], total: Real[ArrayLike, ""]) -> Float[Array, ""]:
-    """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total``."""
+    """CR's triangle schedule: 0 at start, 1 at ``total/2``, 0 at ``total``.
+
+    Both arguments may be Python numbers or traced scalars (a training step's counter).
+    A ``step`` past ``total`` gives 0 (the schedule has ended).
+
+    Raises:
+      ValueError: If ``step`` is negative or not finite, or ``total`` is not finite and
+        > 0 (eagerly; under ``jit`` the same checks raise at run time).
+    """
     s = jnp.asarray(step, jnp.float32)
     t = jnp.asarray(total, jnp.float32)
-    _validate.positive(total=total)
     v = jnp.where(s <= t / 2, 2 * s / t, 1.0 - 2 * (s - t / 2) / t)
-    return jnp.clip(v, 0.0, 1.0)
+    v = _validate.guard_positive(jnp.clip(v, 0.0, 1.0), total, name="total")
+    return _validate.guard_non_negative(v, step, name="step")
 
 
 def lie_derivative_penalty(

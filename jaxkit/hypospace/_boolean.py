@@ -196,7 +196,12 @@ def validate_boolean(truth: Shaped[ArrayLike, "..."], obs: BooleanObs) -> Bool[A
     m = V._concrete(obs.mask)
     if m is not None and np.any((m < 1) | (m > 0xF)):
         raise ValueError(f"`obs.mask` must be a non-empty 4-bit row mask, got {m.tolist()}.")
-    return _validate_jit(truth, obs.mask, obs.out)
+    mask = obs.mask
+    if m is None:  # traced: an empty mask matched every table, high bits were dropped
+        mask = jnp.asarray(mask)
+        msg = "`obs.mask` must be a non-empty 4-bit row mask (traced)."
+        mask = V.error_if(mask, jnp.any((mask < 1) | (mask > 0xF)), msg)
+    return _validate_jit(truth, mask, obs.out)
 
 
 def format_boolean_observation(row: int, value: int) -> str:

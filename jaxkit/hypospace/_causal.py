@@ -178,6 +178,16 @@ def _check_obs(obs: CausalObs, n: int) -> None:
         raise ValueError(f"`obs.perturbed` must lie in [0, {n}), got {p.tolist()}.")
 
 
+def _guard_obs(obs: CausalObs, n: int) -> CausalObs:
+    """``obs`` with a run-time range check of a traced ``perturbed`` (it was clipped)."""
+    if V._concrete(obs.perturbed) is not None and V._concrete(obs.mask) is not None:
+        return obs  # checked on the host by _check_obs
+    p = jnp.asarray(obs.perturbed)
+    bad = jnp.any(jnp.asarray(obs.mask) & ((p < 0) | (p >= n)))
+    p = V.error_if(p, bad, f"`obs.perturbed` must lie in [0, {n}) where `obs.mask`.")
+    return obs._replace(perturbed=p)
+
+
 def validate(adj: Shaped[ArrayLike, "..."], obs: CausalObs) -> Bool[Array, "..."]:
     """Score hypotheses against an observation set: DAG and every effect row matches.
 
@@ -193,6 +203,7 @@ def validate(adj: Shaped[ArrayLike, "..."], obs: CausalObs) -> Bool[Array, "..."
     """
     n = _check_adj(adj)
     _check_obs(obs, n)
+    obs = _guard_obs(obs, n)
     return _validate_jit(adj, obs.perturbed, obs.effects, obs.mask)
 
 

@@ -59,9 +59,17 @@ def _check_candidates(admissible, score):
     V.shape(score, jnp.shape(admissible), name="score")
 
 
-def _float_score(score):
+def _float_score(score, admissible):
+    """``score`` as floats, finite where ``admissible`` (a NaN made every probability NaN)."""
     score = jnp.asarray(score)
-    return score if jnp.issubdtype(score.dtype, jnp.floating) else score.astype(jnp.float32)
+    score = score if jnp.issubdtype(score.dtype, jnp.floating) else score.astype(jnp.float32)
+    bad = _bad_score(score, jnp.asarray(admissible))
+    return V.error_if(score, bad, "`score` must be finite where `admissible`.")
+
+
+@jax.jit
+def _bad_score(score, admissible):
+    return jnp.any(~jnp.isfinite(score) & admissible)
 
 
 def _guard_law(x, lam, zeta, temperature, p_invalid):
@@ -92,7 +100,7 @@ def collapsed_probs(
     """
     _check_candidates(admissible, score)
     V.is_key(key)
-    s = _guard_law(_float_score(score), lam, zeta, temperature, p_invalid)
+    s = _guard_law(_float_score(score, admissible), lam, zeta, temperature, p_invalid)
     return _collapsed_probs_jit(key, admissible, s, lam, zeta, temperature, p_invalid)
 
 
@@ -191,7 +199,7 @@ def collapsed(
     _check_candidates(admissible, score)
     n_queries = V.python_int(n_queries, name="n_queries", minimum=1)
     V.is_key(key)
-    s = _guard_law(_float_score(score), lam, zeta, temperature, p_invalid)
+    s = _guard_law(_float_score(score, admissible), lam, zeta, temperature, p_invalid)
     s = V.guard_interval(s, kappa, name="kappa", low=0.0, high=1.0)
     return _collapsed_jit(
         key, table, admissible, s, lam, zeta, temperature, p_invalid, kappa, n_queries

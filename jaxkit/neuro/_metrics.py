@@ -214,11 +214,19 @@ def _conn(j, jt):
     bc = b - jnp.mean(b, -1, keepdims=True)
     ac = a - jnp.mean(a, -1, keepdims=True)
     r2 = 1 - jnp.sum(d * d, -1) / jnp.sum(bc * bc, -1)
-    pearson = jnp.sum(ac * bc, -1) / jnp.sqrt(jnp.sum(ac * ac, -1) * jnp.sum(bc * bc, -1))
-    return ConnectivityMetrics(*(v.astype(j.dtype) for v in (mae, rmse, r2, pearson)))
+    # A constant j_pred (e.g. a zero-initialised model) has no correlation: r = 0, defined
+    # (double where: a finite gradient). Constancy is max == min, not a zero centred sum,
+    # which rounding leaves slightly positive.
+    flat = jnp.max(a, -1) == jnp.min(a, -1)
+    den = jnp.sqrt(jnp.sum(ac * ac, -1) * jnp.sum(bc * bc, -1))
+    pearson = jnp.where(flat, 0.0, jnp.sum(ac * bc, -1) / jnp.where(flat, 1.0, den))
+    out = ConnectivityMetrics(*(v.astype(j.dtype) for v in (mae, rmse, r2, pearson)))
+    const = jnp.any(jnp.max(b, -1) == jnp.min(b, -1))
+    return _validate.error_if(out, const, _CONSTANT_TRUTH)
 
 
 _conn_jit = jax.jit(_conn)
+_CONSTANT_TRUTH = "`j_true` is constant (in some batch entry): its R^2 and Pearson r are undefined."
 
 
 def connectivity_metrics(
@@ -227,6 +235,11 @@ def connectivity_metrics(
     """MAE, RMSE, R^2 and Pearson r of a connectivity's entries against the truth.
 
     R^2 is ``1 - SS_res/SS_tot`` (no refit); batched over leading axes. Jitted.
+
+    A constant ``j_true`` leaves R^2 and Pearson r undefined (``SS_tot = 0``): it raises
+    (``ValueError`` for a concrete one, a run-time error under ``jit``) instead of returning
+    NaN. A constant ``j_pred`` (e.g. a zero-initialised model) is defined: Pearson r is 0
+    (no linear association) and R^2 follows the formula.
 
     Args:
       j_pred: Fitted connectivity, e.g. :func:`connectivity` ``[..., N, N]``.
@@ -237,6 +250,7 @@ def connectivity_metrics(
 
     Raises:
       TypeError: If the inputs are not floating matrices of the same shape.
+      ValueError: If ``j_true`` is constant (in any batch entry).
 
     Example:
       >>> import jax.numpy as jnp
@@ -245,4 +259,7 @@ def connectivity_metrics(
       1.0
     """
     _validate.floating_pair(j_pred, j_true, names=("j_pred", "j_true"), rank=2)
+    jt = _validate._concrete(j_true)  # concrete: checked on the host, ValueError now
+    if jt is not None and jt.size and np.any(np.ptp(jt.reshape(*jt.shape[:-2], -1), -1) == 0):
+        raise ValueError(_CONSTANT_TRUTH)
     return _conn_jit(jnp.asarray(j_pred), jnp.asarray(j_true))

@@ -147,7 +147,7 @@ def dense_release(g, alpha, std, den, key, axis_name) -> tuple[jax.Array, jax.Ar
     s = weighted_sum(alpha.astype(acc), g.astype(acc))
     if axis_name is not None:
         s = jax.lax.psum(s, axis_name)
-    s = guard_finite(s)
+    s = guard_finite_sum(s)
     z = std.astype(acc) * jax.random.normal(key, s.shape, acc)
     return (s + z) / den.astype(acc), jnp.sum(jnp.square(z)).astype(jnp.float32)
 
@@ -190,7 +190,7 @@ def cast_like(x: jax.Array, like: jax.Array) -> jax.Array:
     return x.astype(jnp.result_type(like))
 
 
-def guard_finite(total: jax.Array) -> jax.Array:
+def guard_finite_sum(total: jax.Array) -> jax.Array:
     """Runtime error naming ``updates`` if a (reduced) clipped sum is not finite.
 
     Applied after the cross-device reduction (the value is then the same on every

@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype as _acc
-from jaxkit.privacy._lowrank_tangent import LoraFactors, check_factors, gram_cache
+from jaxkit.privacy._lowrank_tangent import LoraFactors, check_factors, check_tangent, gram_cache
 
 
 def _polar(c: Array) -> Array:
@@ -58,6 +58,7 @@ def retract(
 def _retract(f, d, *, eta, align):
     """Jitted core of :func:`retract` (module level, like jax.numpy)."""
     f = check_factors(f)
+    d = check_tangent(f, d, name="d")
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
     qu, ru = jnp.linalg.qr(jnp.concatenate([a, da], axis=1))

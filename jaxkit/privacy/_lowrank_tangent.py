@@ -77,6 +77,32 @@ def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
     return LoraFactors(a, b)
 
 
+def check_tangent(f: LoraFactors, d: LoraFactors, *, name: str) -> LoraFactors:
+    """Validate a factor-shaped pair ``d`` (gradients, a tangent) against checked factors ``f``."""
+    if not isinstance(d, tuple) or len(d) != 2:
+        raise TypeError(f"`{name}` must be a LoraFactors(a, b) pair, got {type(d).__name__}.")
+    da, db = jnp.asarray(d[0]), jnp.asarray(d[1])
+    _validate.floating(da, name=f"{name}.a")
+    _validate.floating(db, name=f"{name}.b")
+    if da.shape != f.a.shape or db.shape != f.b.shape:
+        raise TypeError(
+            f"`{name}` must have the factors' shapes a {f.a.shape}, b {f.b.shape}; got "
+            f"a {da.shape}, b {db.shape}."
+        )
+    return LoraFactors(da, db)
+
+
+def _check_unbatched(f: LoraFactors, name: str = "f") -> LoraFactors:
+    """:func:`check_factors` for one pair (``a: [m, r]``, ``b: [n, r]``)."""
+    f = check_factors(f, name=name)
+    if f.a.ndim != 2:
+        raise TypeError(
+            f"`{name}` must be one pair a: [m, r], b: [n, r] (use jax.vmap for a stack), got "
+            f"shapes {f.a.shape}, {f.b.shape}."
+        )
+    return f
+
+
 def _sign_fix(u: Array) -> Array:
     """Signs making the largest-|.| entry of each column of ``u`` positive."""
     idx = jnp.argmax(jnp.abs(u), axis=0)
@@ -148,6 +174,7 @@ def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentC
     Returns:
       :class:`TangentCoords` in the dtype of ``g``.
     """
+    g = check_tangent(check_factors(f, name="f"), g, name="g")
     acc = cache.u.dtype
     ga, gb = g.a.astype(acc), g.b.astype(acc)
     gv, gu = ga @ cache.tb, gb @ cache.ta
@@ -207,6 +234,8 @@ def tangent_norm_sq(f: LoraFactors, d: LoraFactors) -> Array:
 
     ``<dA^T dA, N> + <dB^T dB, M> + 2 tr(a^T dA b^T dB)``, cost ``O((m + n) r^2)``.
     """
+    f = _check_unbatched(f)
+    d = check_tangent(f, d, name="d")
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))
     mg, ng = a.T @ a, b.T @ b
@@ -218,20 +247,33 @@ def tangent_norm_sq(f: LoraFactors, d: LoraFactors) -> Array:
 
 @jax.jit
 def to_dense(f: LoraFactors) -> Array:
-    """``a @ b.T`` (for tests and small sizes)."""
-    return f.a @ f.b.T
+    """``a @ b.T`` (for tests and small sizes; stacked factors give ``[*stack, m, n]``)."""
+    f = check_factors(f, name="f")
+    return f.a @ jnp.swapaxes(f.b, -1, -2)
 
 
 @jax.jit
 def tangent_dense(f: LoraFactors, d: LoraFactors) -> Array:
     """Dense tangent vector ``dA b^T + a dB^T`` (test oracle)."""
+    f = _check_unbatched(f)
+    d = check_tangent(f, d, name="d")
     return d.a @ f.b.T + f.a @ d.b.T
 
 
 @jax.jit
 def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
-    """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle)."""
+    """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle).
+
+    Raises:
+      TypeError: If ``f`` is not one pair of floating factors or ``g`` is not a floating
+        ``[m, n]`` matrix of the factors' dtype.
+    """
+    f = _check_unbatched(f)
     g = jnp.asarray(g)
+    _validate.floating(g, name="g")
+    _validate.shape(g, (f.a.shape[0], f.b.shape[0]), name="g")
+    if g.dtype != f.a.dtype:
+        raise TypeError(f"`g` must have the factors' dtype {f.a.dtype}, got dtype {g.dtype}.")
     qa, _ = jnp.linalg.qr(f.a)
     qb, _ = jnp.linalg.qr(f.b)
     pu_g = qa @ (qa.T @ g)
@@ -246,6 +288,8 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
     ``N`` and returns ``(dA + a Om, dB - b Om^T)``, which is orthogonal to the
     vertical space ``{(a W, -b W^T)}`` and leaves ``dA b^T + a dB^T`` unchanged.
     """
+    f = _check_unbatched(f)
+    d = check_tangent(f, d, name="d")
     return _horizontal(f, d, jnp.linalg.eigh(cache.m_gram), jnp.linalg.eigh(cache.n_gram))
 
 

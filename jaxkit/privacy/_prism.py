@@ -186,7 +186,7 @@ def _privatize_body(updates, state, params, dp, *, axis_name, rcond, frames=None
             sb = C.weighted_sum(al, g.b.astype(acc))
             if axis_name is not None:
                 sa, sb = jax.lax.psum((sa, sb), axis_name)
-            sa, sb = C.guard_finite(sa), C.guard_finite(sb)
+            sa, sb = C.guard_finite_sum(sa), C.guard_finite_sum(sb)
             ns = C.n_stack(p)
             coords = C.stackmap(tangent_coords, ns)(
                 LoraFactors(p.a.astype(acc), p.b.astype(acc)), LoraFactors(sa, sb), cache

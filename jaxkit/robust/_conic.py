@@ -203,7 +203,14 @@ def build_conic(
     cp = _cp()
     params, loss, sup, growth = _loss_and_sup(cp, family, data, bulk)
     n = loss.shape[0]
-    w = np.full(n, 1.0 / n) if weights is None else _np(weights) / np.sum(_np(weights))
+    if weights is None:
+        w = np.full(n, 1.0 / n)
+    else:
+        w = _np(weights)
+        _validate.shape(w, (n,), name="weights")
+        if not (np.all(np.isfinite(w)) and np.all(w >= 0) and np.sum(w) > 0):
+            raise ValueError("`weights` must be finite and >= 0 with a positive sum.")
+        w = w / np.sum(w)
     eps = cp.Parameter(nonneg=True, value=0.0)
     ome = cp.Parameter(nonneg=True, value=1.0)
     obj = ome * (w @ loss) + eps * sup

@@ -22,6 +22,7 @@ from jaxkit._typing import RealScalarLike
 from jaxkit.robust._bulk import Bulk, Interval, Union, _check_bulk
 from jaxkit.robust._calibrate import _sample_weights, weighted_quantile
 from jaxkit.robust._losses import Newsvendor, objective_value
+from jaxkit.robust._objective import _bad_weights
 
 _FAMILIES = ("Newsvendor", "LAD", "Squared", "Huber", "Hinge", "Logistic", "PiecewiseLinear")
 
@@ -41,6 +42,21 @@ def _guards(x, eps, l2, eta, moment):
     if moment is not None:
         x = _validate.guard_non_negative(x, moment, name="moment")
     return x
+
+
+def _guard_weights(x, weights, data):
+    """``x`` guarded so that ``weights`` are one finite, >= 0 weight per sample, positive sum.
+
+    A negative weight gave a finite but meaningless objective, a NaN one a NaN objective
+    (``fit``: its end-of-solve error, not naming ``weights``), a length-1 vector broadcast.
+    """
+    if weights is None:
+        return x
+    w = jnp.asarray(weights)
+    leaves = jax.tree.leaves(data)
+    _validate.shape(w, (jnp.shape(leaves[0])[0] if leaves else None,), name="weights")
+    msg = "`weights` must be finite and >= 0 with a positive sum."
+    return _validate.error_if(x, _bad_weights(w), msg)
 
 
 @jax.jit
@@ -74,7 +90,8 @@ def credal_objective(
       data: The reference samples in the family's layout.
       bulk: The calibrated bulk.
       eps: Contamination share in [0, 1] (traced).
-      weights: Sample weights of the reference (normalised); uniform if omitted.
+      weights: Sample weights of the reference (normalised; one per sample, finite, >= 0,
+        with a positive sum, also checked when traced); uniform if omitted.
       l2: Ridge on linear weights (>= 0).
       eta: Leak fraction outside the bulk in [0, 1] (tail term).
       moment: First moment of ``||xi - c||`` of the leaked mass (enables the tail term).
@@ -88,6 +105,7 @@ def credal_objective(
     l2, eta = jnp.asarray(l2), jnp.asarray(eta)
     eps = _guards(jnp.asarray(eps), eps, l2, eta, moment)
     eps = _validate.guard_non_negative(eps, smoothing, name="smoothing")
+    eps = _guard_weights(eps, weights, data)
     return _objective_core(family, params, data, bulk, eps, weights, l2, eta, moment, smoothing)
 
 
@@ -290,7 +308,8 @@ def fit(
 
     Raises:
       TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported.
-      ValueError: If ``eps``, ``eta`` or ``schedule`` is out of range, or ``l2`` is negative.
+      ValueError: If ``eps``, ``eta`` or ``schedule`` is out of range, ``l2`` is negative or
+        ``weights`` are negative, not finite or sum to 0.
       ValueError | JaxRuntimeError: If the objective or the parameters end non-finite
         (the message starts with "`fit` ended at a non-finite"; see above).
     """
@@ -305,6 +324,7 @@ def fit(
     eps = jnp.asarray(eps)
     eps = _guards(eps, eps, l2, eta, moment)
     eps = _validate.guard_positive(eps, schedule, name="schedule")
+    eps = _guard_weights(eps, weights, data)
     dt = jnp.result_type(*jax.tree.leaves(params0))
     if not jnp.issubdtype(dt, jnp.floating):
         raise TypeError(f"`params0` must be floating, got dtype {dt}.")

@@ -4,7 +4,8 @@ Every public function is jitted like jax.numpy (module level, static choices sta
 hyperparameters traced): ``mode``, ``gated`` and ``neighbor_radius`` are static,
 ``softness``, ``epsilon``, ``rtol``, ``atol`` and the clip bounds are traced. A concrete
 ``softness`` that is not finite and > 0 raises ``ValueError`` at once; a traced one is
-checked at run time (``eqx.error_if``).
+checked at run time (``eqx.error_if``). The comparisons' ``epsilon`` and ``isclose``'s
+``rtol``/``atol`` must be finite and >= 0, checked the same way where they are used.
 
 References:
   Paulus et al., SoftJAX & SoftTorch: differentiable relaxations of hard operators
@@ -23,7 +24,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
-from jaxkit.soft._common import as_float, broadcastable, check_softness, scal
+from jaxkit.soft._common import as_float, broadcastable, check_softness, scal, tied_check
 
 RELU_MODES = ("smooth", "c0", "c1", "_c1_pnorm", "c2", "_c2_pnorm")
 SIGMOID_MODES = (*RELU_MODES, "cauchy", "reciprocal")
@@ -179,6 +180,9 @@ def _clip_core(x, a, b, softness, *, mode, gated):
 
 
 def _compare_core(x, y, softness, epsilon, rtol, atol, *, op, mode):
+    used = _tolerances(epsilon, rtol, atol, op, mode)
+    if used:  # one scalar carries the checks (tied_check), not a copy of x
+        x = tied_check(x, lambda z: _guard_tolerances(z, used))
     y = jnp.asarray(y).astype(x.dtype)
     if mode == "hard":
         if op == "isclose":
@@ -227,6 +231,26 @@ def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False)
 def _real(**kwargs: Any) -> None:
     for name, value in kwargs.items():
         V.real_scalar(value, name=name)
+
+
+def _tolerances(epsilon: Any, rtol: Any, atol: Any, op: str, mode: str) -> dict[str, Any]:
+    """The comparison's offsets that ``op`` in ``mode`` uses, by name."""
+    used = {} if mode == "hard" else {"epsilon": epsilon}
+    if op == "isclose":
+        used |= {"rtol": rtol, "atol": atol}
+    return used
+
+
+def _guard_tolerances(z: Any, used: dict[str, Any]) -> Any:
+    """``z`` guarded so that each of ``used`` is finite and >= 0.
+
+    A NaN one made a comparison NaN (``isclose``: False), a negative ``epsilon`` turns
+    ``greater`` into ``greater_equal``. The jitted core's traced check (``eqx.error_if``);
+    :func:`_compare` checks concrete values on the host first.
+    """
+    for name, value in used.items():
+        z = V.guard_non_negative(z, value, name=name)
+    return z
 
 
 # ----------------------------------------------------------------------------- public
@@ -343,6 +367,9 @@ def _compare(x, y, softness, mode, epsilon, op, rtol=1e-5, atol=1e-8):
     broadcastable(x=x, y=y)
     _check(softness, mode, STEP_MODES)
     _real(epsilon=epsilon, rtol=rtol, atol=atol)
+    for name, value in _tolerances(epsilon, rtol, atol, op, mode).items():
+        V.finite_scalar(**{name: value})  # concrete ones on the host: ValueError now
+        V.non_negative(**{name: value})
     return _compare_jit(as_float(x), y, softness, epsilon, rtol, atol, op=op, mode=mode)
 
 

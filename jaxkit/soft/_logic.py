@@ -16,9 +16,19 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
+from jaxkit._typing import RealScalarLike
 from jaxkit.soft._common import as_float
 
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
+
+
+def _check_static(tnorm: str, use_geometric_mean: bool) -> None:
+    V.one_of(TNORMS, tnorm=tnorm)
+    if not isinstance(use_geometric_mean, bool):  # "no" or 0.0 would pick a t-norm silently
+        raise TypeError(
+            "`use_geometric_mean` must be a Python bool, got "
+            f"{type(use_geometric_mean).__name__} {use_geometric_mean!r}."
+        )
 
 
 @jax.jit
@@ -27,11 +37,10 @@ def logical_not(x: ArrayLike) -> Array:
     return 1.0 - as_float(x)
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
 def all(
     x: ArrayLike,
     axis: int | None = -1,
-    epsilon: float = 1e-10,  # noqa: A001
+    epsilon: RealScalarLike = 1e-10,  # noqa: A001
     use_geometric_mean: bool = False,
     *,
     tnorm: str = "product",
@@ -40,16 +49,30 @@ def all(
 
     ``tnorm``: ``"product"`` (softjax default), ``"geometric"`` (geometric mean, as
     softjax's ``use_geometric_mean=True``), ``"lukasiewicz"`` (max(0, sum - (n-1))),
-    ``"godel"`` (min).
+    ``"godel"`` (min). ``epsilon`` (finite, > 0; a Python number or a traced scalar) is
+    the floor of the entries whose logs the geometric mean takes.
+
+    Raises:
+      ValueError: If ``epsilon`` is NaN, infinite or <= 0 (eagerly; a traced one, where
+        the geometric mean uses it, raises at run time under ``jit``).
 
     References:
       van Krieken et al., Analyzing differentiable fuzzy logic operators
       <https://arxiv.org/abs/2002.06100>, 2022.
     """
-    V.one_of(TNORMS, tnorm=tnorm)
+    _check_static(tnorm, use_geometric_mean)
+    V.real_scalar(epsilon, name="epsilon")
+    V.finite_scalar(epsilon=epsilon)  # a concrete one on the host: ValueError now
+    V.positive(epsilon=epsilon)
+    return _all(x, axis, epsilon, use_geometric_mean, tnorm=tnorm)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
+def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
     x = as_float(x)
     if use_geometric_mean or tnorm == "geometric":
-        return jnp.exp(jnp.mean(jnp.log(jnp.clip(x, min=epsilon)), axis=axis))
+        eps = V.guard_positive(jnp.asarray(epsilon, x.dtype), epsilon, name="epsilon")
+        return jnp.exp(jnp.mean(jnp.log(jnp.clip(x, min=eps)), axis=axis))
     if tnorm == "product":
         return jnp.prod(x, axis=axis)
     if tnorm == "godel":
@@ -67,9 +90,8 @@ def any(
     tnorm: str = "product",
 ) -> Array:
     """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm)."""
-    return logical_not(
-        all(logical_not(x), axis=axis, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
-    )
+    _check_static(tnorm, use_geometric_mean)
+    return logical_not(_all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
 
 
 def _pair(x, y):
@@ -89,7 +111,7 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
 
 def _binary(x, y, tnorm, geo, *, dual=False):
     """The t-norm of the pair, or with ``dual`` its t-conorm ``1 - T(1 - x, 1 - y)``."""
-    V.one_of(TNORMS, tnorm=tnorm)
+    _check_static(tnorm, geo)
     x, y = _pair(x, y)
     if dual:
         return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, geo)

@@ -306,6 +306,9 @@ def project_permutahedron(
 
     Returns:
       The projection, shape ``broadcast(z, w)``.
+
+    Raises:
+      ValueError: If ``w`` holds a NaN or inf (eagerly; traced, at run time under ``jit``).
     """
     V.one_of(REGS, reg=reg)
     V.one_of(SOLVERS, solver=solver)
@@ -314,6 +317,7 @@ def project_permutahedron(
     z, w = as_float(z), as_float(w)
     if z.ndim < 1 or w.ndim < 1 or z.shape[-1] != w.shape[-1]:
         raise TypeError(f"`z` and `w` must share a last axis, got {z.shape} and {w.shape}.")
+    w = V.all_finite(w, name="w")  # a NaN entry gave NaN, -inf or (p3) a silent 0
     return _project_jit(z, w, reg=reg, solver=solver, z_order=z_order, w_order=w_order)
 
 

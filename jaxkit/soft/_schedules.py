@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
@@ -27,7 +28,9 @@ def _schedule(step, start, end, steps, *, kind):
     dt = jnp.result_type(float)
     s0 = V.guard_positive(jnp.asarray(start).astype(dt), start, name="start")
     s1 = V.guard_positive(jnp.asarray(end).astype(dt), end, name="end")
-    t = jnp.clip(jnp.asarray(step).astype(dt) / jnp.asarray(steps, dt), 0.0, 1.0)
+    u = jnp.asarray(step).astype(dt)
+    u = V.error_if(u, jnp.any(jnp.isnan(u)), "`step` must not be NaN.")  # was a NaN softness
+    t = jnp.clip(u / jnp.asarray(steps, dt), 0.0, 1.0)
     if kind == "linear":
         return s0 + t * (s1 - s0)
     return s0 * jnp.exp(t * (jnp.log(s1) - jnp.log(s0)))
@@ -39,7 +42,15 @@ def _make(start, end, steps, kind):
         V.finite_scalar(**{name: v})
         V.positive(**{name: v})
     steps = V.python_int(steps, name="steps", minimum=1)
-    return functools.partial(_schedule, start=start, end=end, steps=steps, kind=kind)
+    run = functools.partial(_schedule, start=start, end=end, steps=steps, kind=kind)
+
+    def schedule(step: ArrayLike) -> Array:
+        v = V._concrete(step)  # a concrete NaN step: ValueError now (traced: in _schedule)
+        if v is not None and np.any(np.isnan(v)):
+            raise ValueError("`step` must not be NaN.")
+        return run(step)
+
+    return schedule
 
 
 def exponential_schedule(
@@ -47,7 +58,8 @@ def exponential_schedule(
 ) -> Callable[[ArrayLike], Array]:
     """Geometric temperature annealing: ``step -> start * (end / start) ** (step / steps)``.
 
-    The step is clipped to ``[0, steps]`` (constant ``end`` afterwards). The returned
+    The step is clipped to ``[0, steps]`` (constant ``end`` afterwards; a NaN step raises,
+    at run time under ``jit``). The returned
     callable is pure and jittable (``step`` may be traced), like an optax schedule, e.g.
     ``softness = sched(step)`` inside a training step with Gumbel-Sinkhorn or Gumbel-softmax.
 

@@ -286,11 +286,13 @@ def steer_add(
 
     Raises:
       TypeError: ``vector`` not a float ``[D]`` array; ``layer`` not an int.
-      ValueError: a negative ``layer``; a NaN or infinite ``scale`` (traced: under ``jit``).
+      ValueError: a negative ``layer``; a NaN or infinite ``scale`` or ``vector`` entry
+        (traced: under ``jit``).
     """
     v = jnp.asarray(vector)
     _validate.floating(v, name="vector")
     _validate.ndim(v, 1, name="vector")
+    v = _validate.all_finite(v, name="vector")  # checked once here, not in the decode loop
     layer = _validate.python_int(layer, name="layer", minimum=0)
     return nn.Interventions({layer: _validate.guard_finite(scale * v, scale, name="scale")})
 

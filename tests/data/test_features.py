@@ -52,6 +52,9 @@ def test_features_bad_inputs():
         data.el2n(jnp.ones((4, 2)), jnp.array([0, 1, 2, 0]))
     with pytest.raises(ValueError, match="ref_labels"):
         data.center_cosine(e, jnp.array([0, 1, 2, 0]), e, y, num_classes=3)
+    for bad in ([0, 1, 0, 5], [0, 1, -1, 1]):  # were left out of every centre (wave 25)
+        with pytest.raises(ValueError, match="`ref_labels`"):
+            data.center_cosine(e, y, e, np.array(bad), num_classes=2)
     with pytest.raises(ValueError, match="`k`"):
         data.nearest_cosines(e, e, k=4, exclude_self=True)
     with pytest.raises(TypeError, match="ref_emb"):

@@ -143,6 +143,9 @@ def test_mts_step_bad_inputs():
         data.mts_hypergrad(ce_loss, params, net, feats[0], batch, meta, lr=0.1)
     with pytest.raises(TypeError, match="class_w"):
         data.mts_hypergrad(ce_loss, params, net, feats, batch, meta, lr=0.1, class_w=jnp.ones(3))
+    inf_w = np.where(np.arange(feats.shape[0]) == 0, np.inf, 1.0).astype(np.float32)
+    with pytest.raises(ValueError, match="`class_w`"):  # NaN weights before (wave 25)
+        data.mts_hypergrad(ce_loss, params, net, feats, batch, meta, lr=0.1, class_w=inf_w)
     with pytest.raises(TypeError, match="optimizer"):
         data.mts_meta_step(ce_loss, "adam", params, net, None, feats, batch, meta, lr=0.1)
 

@@ -45,6 +45,9 @@ def test_reward_and_weight_errors():
         diffusion.gated_reward(g, g * 0.5, direction=0)
     with pytest.raises(ValueError, match="reward"):
         diffusion.log_importance_weight(g.at[0].set(jnp.inf), g * 0.5)
+    for f in ([0.5, np.nan, 0.5], [0.5, 1.5, 0.5]):  # a NaN / too large weight (wave 25)
+        with pytest.raises(ValueError, match="`p_agonist`"):
+            diffusion.log_importance_weight(np.ones(3, np.float32), np.array(f, np.float32))
     with pytest.raises(TypeError, match="p_agonist"):
         diffusion.gated_reward(g, jnp.ones(4), direction=1)
 

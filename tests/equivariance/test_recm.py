@@ -116,6 +116,15 @@ def test_cr_triangle_schedule():
         [0.0, 0.5, 1.0, 0.5, 0.0],
         atol=1e-7,
     )
+    assert float(E.cr_triangle_schedule(150, 100)) == 0.0  # past the end: documented 0
+    bad = {"total": [(0, 0.0), (0, -5.0), (0, np.nan)], "step": [(-1.0, 100), (np.nan, 100)]}
+    sched = jax.jit(E.cr_triangle_schedule)
+    for name, pairs in bad.items():
+        for s, t in pairs:  # before: step unchecked, traced total unchecked (0 or NaN out)
+            with pytest.raises(ValueError, match=f"`{name}`"):
+                E.cr_triangle_schedule(s, t)
+            with pytest.raises(Exception, match=f"`{name}`"):  # traced (a training counter)
+                jax.block_until_ready(sched(np.float32(s), np.float32(t)))
 
 
 def test_lie_derivative_penalty_zero_iff_equivariant():

@@ -114,6 +114,10 @@ def test_boolean_errors():
         H.enumerate_expressions("basic", -1)
     with pytest.raises(ValueError, match="`obs.mask`"):
         H.validate_boolean(np.arange(4), H.BooleanObs(np.int32(0), np.int32(0)))
+    traced = jax.jit(lambda m: H.validate_boolean(np.arange(4), H.BooleanObs(m, np.int32(0))))
+    for m in (0, 0x1F):  # an empty mask matched every table, high bits were dropped (wave 25)
+        with pytest.raises(Exception, match="`obs.mask`"):
+            jax.block_until_ready(traced(np.int32(m)))
     with pytest.raises(TypeError, match="`truth`"):
         H.validate_boolean(np.zeros(4, np.float32), H.BooleanObs(np.int32(1), np.int32(0)))
     assert H.format_boolean_observation(1, 1) == "(x=0, y=1) -> 1"

@@ -225,6 +225,9 @@ def test_bad_inputs():
         H.validate(H.enumerate_dags(4), obs)
     with pytest.raises(ValueError, match="`obs.perturbed`"):
         H.validate(dags, obs._replace(perturbed=np.array([3], np.int32)))
+    traced = jax.jit(lambda p: H.validate(dags, obs._replace(perturbed=p)))
+    with pytest.raises(Exception, match="`obs.perturbed`"):  # was clipped to node 2 (wave 25)
+        jax.block_until_ready(traced(np.array([3], np.int32)))
     with pytest.raises(TypeError, match="obs"):  # the jaxtyping hook or our check
         H.validate(dags, (obs.perturbed, obs.effects, obs.mask))
     with pytest.raises(ValueError, match="`n`"):

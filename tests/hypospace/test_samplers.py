@@ -112,6 +112,13 @@ def test_sampler_errors():
         H.collapsed_probs(ADM, SCORE, p_invalid=1.0, key=key)
     with pytest.raises(ValueError, match="`lam`"):
         H.collapsed_probs(ADM, SCORE, lam=float("nan"), key=key)
+    nan_adm = np.where(np.arange(12) == 0, np.nan, SCORE).astype(np.float32)  # ADM[0] True
+    with pytest.raises(ValueError, match="`score`"):  # every probability was NaN (wave 25)
+        H.collapsed_probs(ADM, nan_adm, key=key)
+    with pytest.raises(ValueError, match="`score`"):
+        H.collapsed(TABLE, ADM, nan_adm, 3, key=key)
+    inf_inadm = np.where(np.arange(12) == 2, np.inf, SCORE).astype(np.float32)  # ADM[2] False
+    assert np.all(np.isfinite(np.asarray(H.collapsed_probs(ADM, inf_inadm, key=key))))
     with pytest.raises(ValueError, match="`kappa`"):
         H.collapsed(TABLE, ADM, SCORE, 3, kappa=1.5, key=key)
     with pytest.raises(TypeError, match="`admissible`"):

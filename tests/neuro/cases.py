@@ -373,6 +373,12 @@ CASES = [
                 TypeError,
                 "j_true",
             ),
+            Bad(
+                "constant truth (R^2, Pearson r undefined)",
+                lambda key: ((jnp.zeros((8, 3, 3)), jnp.ones((8, 3, 3))), {}),
+                ValueError,
+                "j_true",
+            ),
         ),
         slow_checks=_SLOW_ALL,
     ),

@@ -66,6 +66,28 @@ def test_connectivity_metrics_against_numpy():
     np.testing.assert_allclose(got.pearson, np.corrcoef(jp.ravel(), jt.ravel())[0, 1], rtol=1e-5)
 
 
+def test_connectivity_metrics_constant_inputs():
+    """A constant truth raises naming `j_true`; a constant prediction has Pearson r 0.
+
+    Before wave 25: a constant truth gave R^2 -inf and Pearson NaN, or, where its mean
+    rounds (0.1 over 9 entries), R^2 -3e16 and Pearson -1e-8; a constant prediction NaN.
+    """
+    jt = np.random.default_rng(6).normal(size=(3, 3)).astype(np.float32)
+    flat = np.full((3, 3), 0.1, np.float32)
+    got = neuro.connectivity_metrics(np.zeros((3, 3), np.float32), jt)  # a zero-init model
+    assert float(got.pearson) == 0.0
+    sst = float(((jt - jt.mean()) ** 2).sum())
+    np.testing.assert_allclose(got.r2, 1 - float((jt**2).sum()) / sst, rtol=1e-5)
+    g = jax.grad(lambda p: neuro.connectivity_metrics(p, jt).pearson)(flat)
+    assert np.all(np.isfinite(g))
+    with pytest.raises(ValueError, match="`j_true`"):
+        neuro.connectivity_metrics(jt, flat)
+    with pytest.raises(ValueError, match="`j_true`"):  # one constant entry of a batch
+        neuro.connectivity_metrics(np.stack([jt, jt]), np.stack([jt, flat]))
+    with pytest.raises(Exception, match="`j_true`"):  # traced
+        jax.block_until_ready(jax.jit(neuro.connectivity_metrics)(jt, flat))
+
+
 def test_sub_connectivity_r2_matches_groups_up_to_within_group_maps():
     rng = np.random.default_rng(5)
     a, b = rng.normal(size=(8, 4)), rng.normal(size=(4, 8))

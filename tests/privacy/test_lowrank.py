@@ -232,6 +232,38 @@ def test_bad_inputs(key):
         )
 
 
+def test_dense_oracles_and_tangent_pairs_check_shapes():
+    """to_dense / project_tangent_dense and the tangent functions name a bad argument.
+
+    Before wave 25: a stack gave a wrong to_dense (``b.T`` reversed every axis), a
+    transposed ``g`` or one of another dtype reached matmul's anonymous error (or, square,
+    a silent wrong projection), a gradient pair of the wrong shape the same.
+    """
+    f = L.LoraFactors(np.eye(5, 2, dtype=np.float32), np.eye(4, 2, dtype=np.float32))
+    stack = L.LoraFactors(np.stack([f.a, 2 * f.a, 3 * f.a]), np.stack([f.b, f.b, f.b]))
+    np.testing.assert_allclose(L.to_dense(stack), np.stack([k * f.a @ f.b.T for k in (1, 2, 3)]))
+    with pytest.raises(TypeError, match="`f`"):
+        L.to_dense(L.LoraFactors(f.a, f.b[:, :1]))
+    with pytest.raises(TypeError, match="f.a"):
+        L.to_dense(L.LoraFactors(np.ones((5, 2), np.int32), f.b))
+    with pytest.raises(TypeError, match="`g`"):
+        L.project_tangent_dense(f, np.ones((4, 5), np.float32))  # transposed
+    with pytest.raises(TypeError, match="[`']g[`']"):  # (the test hook's jaxtyping: 'g')
+        L.project_tangent_dense(f, np.ones((5, 4), np.int32))
+    with pytest.raises(TypeError, match="`g`"):
+        L.project_tangent_dense(f, np.ones((5, 4), jnp.bfloat16))  # not the factors dtype
+    with pytest.raises(TypeError, match="`f`"):
+        L.project_tangent_dense(stack, np.ones((5, 4), np.float32))
+    bad = L.LoraFactors(f.a, f.a)  # b of a's shape [5, 2], not [4, 2]
+    with pytest.raises(TypeError, match="`g`"):
+        L.tangent_lift(f, bad, L.gram_cache(f))
+    for fn in (L.tangent_dense, L.tangent_norm_sq):
+        with pytest.raises(TypeError, match="`d`"):
+            fn(f, bad)
+    with pytest.raises(TypeError, match="`d`"):
+        L.retract(f, bad, eta=0.1)
+
+
 def test_jit_vmap_dtype(key):
     f = factors(key, 8, 6, 2, jnp.bfloat16)
     gs = jax.random.normal(key, (5, 8, 6), jnp.bfloat16)

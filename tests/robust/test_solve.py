@@ -201,3 +201,27 @@ def test_conic_tail_and_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "cvxpy", None)  # as if the robust extra were missing
     with pytest.raises(ImportError, match=r"pip install 'jaxkit\[robust\]'"):
         R.fit_conic(fam, xi, iv, 0.2)
+
+
+def test_objective_and_fit_check_weights():
+    """Sample weights of credal_objective / fit / fit_conic (wave 25): before, a negative
+    weight gave a finite meaningless objective (fit_conic: cvxpy's DCP error), a NaN one a
+    NaN objective, a length-1 vector broadcast over the samples."""
+    xi = _demand(20)
+    iv = R.calibrate_interval(xi, alpha=0.1)
+    fam, x0 = R.newsvendor(H, B), jnp.asarray(50.0)
+    good = np.ones(20, np.float32)
+    obj = jax.jit(lambda w: R.credal_objective(fam, x0, xi, iv, 0.1, weights=w))
+    np.testing.assert_allclose(obj(good), R.credal_objective(fam, x0, xi, iv, 0.1), rtol=1e-6)
+    for bad in (np.where(np.arange(20) == 3, -1.0, 1.0), np.full(20, np.nan), np.zeros(20)):
+        bad = bad.astype(np.float32)
+        with pytest.raises(ValueError, match="`weights`"):
+            R.credal_objective(fam, x0, xi, iv, 0.1, weights=bad)
+        with pytest.raises(Exception, match="`weights`"):  # traced
+            jax.block_until_ready(obj(bad))
+        with pytest.raises(ValueError, match="`weights`"):
+            R.fit(fam, jnp.asarray(xi), iv, 0.1, x0, weights=bad, steps=1)
+        with pytest.raises(ValueError, match="`weights`"):
+            R.fit_conic(fam, xi, iv, 0.1, weights=bad)
+    with pytest.raises(TypeError, match="`weights`"):
+        R.credal_objective(fam, x0, xi, iv, 0.1, weights=np.ones(1, np.float32))

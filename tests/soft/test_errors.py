@@ -166,3 +166,47 @@ def test_shapes_that_do_not_broadcast_name_the_arguments():
         S.where(np.ones((2, 4), np.float32), x, x)
     with pytest.raises(TypeError, match="fn"):
         S.st(3)
+
+
+def test_logic_and_comparison_offsets():
+    """``all``'s ``epsilon``, the comparisons' ``epsilon`` and isclose's ``rtol``/``atol``.
+
+    Before wave 25 a NaN one gave a silent NaN (isclose in hard mode: False) and a traced
+    one was not checked at all.
+    """
+    a = np.array([0.2, 0.9, 1.0], np.float32)
+    for e in (0.0, -1e-3, float("nan")):
+        with pytest.raises(ValueError, match="`epsilon`"):
+            S.all(a, epsilon=e, tnorm="geometric")
+    geo = jax.jit(lambda x, e: S.all(x, epsilon=e, use_geometric_mean=True))
+    np.testing.assert_allclose(geo(a, 1e-10), np.prod(a) ** (1 / 3), rtol=1e-6)
+    with pytest.raises(Exception, match="`epsilon`"):
+        jax.block_until_ready(geo(a, np.float32(np.nan)))
+    x, y = X[0], X[1]
+    for e in (-1e-3, float("nan")):
+        with pytest.raises(ValueError, match="`epsilon`"):
+            S.greater(x, y, epsilon=e)
+    for name in ("rtol", "atol"):
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            S.isclose(x, y, mode="hard", **{name: float("nan")})
+    cmp = jax.jit(lambda e, r: (S.less_equal(x, y, epsilon=e), S.isclose(x, y, rtol=r)))
+    jax.block_until_ready(cmp(1e-10, 1e-5))  # good values run
+    for e, r, name in ((np.nan, 1e-5, "epsilon"), (1e-10, -1.0, "rtol")):
+        with pytest.raises(Exception, match=f"`{name}`"):
+            jax.block_until_ready(cmp(np.float32(e), np.float32(r)))
+    for f in (S.all, S.any):  # a non-bool flag chose a t-norm by truthiness
+        with pytest.raises(TypeError, match="[`']use_geometric_mean[`']"):
+            f(a, use_geometric_mean="no")
+    with pytest.raises(TypeError, match="[`']use_geometric_mean[`']"):
+        S.logical_and(a, a, use_geometric_mean=1)
+
+
+def test_project_permutahedron_nonfinite_w():
+    """A NaN in the generating vector gave NaN, -inf (kl) or a silent 0 (p3) (wave 25)."""
+    z = np.array([0.3, 1.0, -0.5], np.float32)
+    w = np.array([np.nan, 1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match="`w`"):
+        S.project_permutahedron(z, w, reg="p3")
+    f = jax.jit(lambda w: S.project_permutahedron(z, w))
+    with pytest.raises(Exception, match="`w`"):
+        jax.block_until_ready(f(w))

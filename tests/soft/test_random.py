@@ -639,6 +639,10 @@ def test_temperature_schedules():
     steps = np.arange(0, 101, 10, dtype=np.int32)
     vals = np.asarray(jax.vmap(R.temperature_schedule(2.0, 0.1, 100))(steps))
     assert np.all(np.diff(vals) < 0)  # NumPy: no eager glue programs
+    with pytest.raises(ValueError, match="`step`"):  # a NaN softness before (wave 25)
+        f(np.float32(np.nan))
+    with pytest.raises(Exception, match="`step`"):
+        jax.block_until_ready(jax.jit(lin)(np.float32(np.nan)))
     with pytest.raises(ValueError, match="end"):
         R.exponential_schedule(1.0, 0.0, 10)
     with pytest.raises(ValueError, match="steps"):

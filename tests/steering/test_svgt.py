@@ -225,6 +225,8 @@ def test_audit_bad_inputs():
         (lambda: steering.prefix_prompts(PROMPT, jnp.array([-1, 2]), jnp.array([7])),
          ValueError, "prompt_len"),
         (lambda: steering.steer_add(jnp.ones(16), 1.0, layer=-1), ValueError, "layer"),
+        (lambda: steering.steer_add(np.full(16, nan, np.float32), 1.0, layer=1), ValueError,
+         "vector"),  # NaN activations before (wave 25)
         (lambda: steering.stage1_loss(VP, h, m, jnp.array([2.0, nan])), ValueError, "labels"),
         (lambda: steering.stage1_loss(VP, h, m.astype(jnp.float32), lab), TypeError, "mask"),
         (lambda: steering.stage2_loss(VP, h, m, m[:, :3], lab), TypeError, "response_mask"),

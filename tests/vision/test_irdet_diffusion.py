@@ -339,3 +339,19 @@ def test_audit_bad_inputs():
             bad()
     with pytest.raises(TypeError, match="valid"):
         irdet.disk_mask(np.zeros((2, 2), np.float32), np.ones(2, np.float32), hw=(8, 8))
+
+
+def test_nan_points_raise():
+    """A NaN valid point was placed silently on a clipped border pixel (wave 25); an invalid
+    slot may hold anything."""
+    img = np.zeros((16, 16), np.float32)
+    pts = np.array([[8.0, 8.0], [np.nan, 3.0]], np.float32)
+    with pytest.raises(ValueError, match="`points`"):
+        irdet.pseudo_mask(img, pts, np.array([True, True]))
+    irdet.pseudo_mask(img, pts, np.array([True, False]))  # the NaN slot is not valid
+    with pytest.raises(ValueError, match="`points`"):
+        irdet.point_priors(img, pts)
+    with pytest.raises(ValueError, match="`points`"):
+        irdet.point_sources(pts, (16, 16))
+    with pytest.raises(ValueError, match="`points`"):
+        irdet.particle_diffuse(img, None, pts, key=jax.random.key(0), time=1.0, steps=1)

@@ -341,7 +341,7 @@ def particle_diffuse(
 
     Raises:
       TypeError: Wrong ranks or shapes, non-int sizes.
-      ValueError: Sizes < 1, ``time < 0``, negative ``d``.
+      ValueError: Sizes < 1, ``time < 0``, negative ``d``, a NaN/inf point.
     """
     _validate.is_key(key)
     d = _check_image(d, "d")
@@ -356,6 +356,7 @@ def particle_diffuse(
     points = jnp.asarray(points)
     if points.ndim != len(lead) + 2 or points.shape[-1] != 2 or points.shape[:-2] != lead:
         raise TypeError(f"`points` must have shape [*{lead}, K, 2], got {points.shape}.")
+    points = _validate.all_finite(points, name="points")  # NaN: particles from a border pixel
     n_particles = _validate.python_int(n_particles, name="n_particles", minimum=1)
     steps = _validate.python_int(steps, name="steps", minimum=1)
     t = jnp.asarray(time, d.dtype)
@@ -377,8 +378,20 @@ def particle_diffuse(
 
 
 def point_sources(points: Real[ArrayLike, "..."], hw: tuple[int, int], dtype=jnp.float32) -> Array:
-    """Unit masses at the rounded, clipped points: ``[K, H, W]`` (jittable helper)."""
+    """Unit masses at the rounded, clipped points: ``[K, H, W]`` (jittable helper).
+
+    Raises:
+      TypeError: If ``points`` is not ``[K, 2]``.
+      ValueError: If a point is NaN or infinite (it landed on a clipped border pixel).
+    """
     points = jnp.asarray(points)
+    if points.ndim != 2 or points.shape[-1] != 2:
+        raise TypeError(f"`points` must have shape [K, 2], got {points.shape}.")
+    return _point_sources(_validate.all_finite(points, name="points"), hw, dtype)
+
+
+def _point_sources(points, hw, dtype):
+    """:func:`point_sources` without checks (callers inside a jitted core)."""
     h, w = hw
     iy = jnp.clip(jnp.round(points[:, 0]).astype(jnp.int32), 0, h - 1)
     ix = jnp.clip(jnp.round(points[:, 1]).astype(jnp.int32), 0, w - 1)

@@ -113,7 +113,7 @@ def _pseudo_single(
     d = dif._diffusivity_core(img, d0, beta, alpha)
     gy, gx = dif._gradient(img)
     v = drift * jnp.stack([gy, gx])
-    u0 = dif.point_sources(points, (hh, ww), img.dtype)
+    u0 = dif._point_sources(points, (hh, ww), img.dtype)
     heat, cfl = jax.vmap(lambda u: dif._fp_single(u, d, v, time, substeps))(u0)
     heat = heat / jnp.maximum(jnp.max(heat, axis=(1, 2), keepdims=True), 1e-12)
     inbox = _boxes(points, hh, ww, box // 2) & valid[:, None, None]
@@ -168,7 +168,15 @@ def _check_points(image, points, valid):
             f"`valid` must be a bool array of shape {points.shape[:-1]}, got "
             f"{valid.dtype} {valid.shape}."
         )
+    if jnp.issubdtype(points.dtype, jnp.inexact):  # a NaN valid point: silently a border pixel
+        bad = _bad_points(points, valid)
+        points = _validate.error_if(points, bad, "`points` must be finite where `valid`.")
     return points.astype(image.dtype), valid
+
+
+@jax.jit
+def _bad_points(points, valid):
+    return jnp.any(~jnp.isfinite(points) & valid[..., None])
 
 
 def pseudo_mask(
@@ -271,7 +279,8 @@ def pseudo_mask(
     Raises:
       TypeError: Non-floating image, rank < 2, mismatched ``points``/``valid``.
       ValueError: Out-of-range parameters, even or small ``box``, a bad
-        ``value_range``, ``substeps`` too small for the stability bound.
+        ``value_range``, ``substeps`` too small for the stability bound, a NaN/inf
+        valid point.
     """
     image = dif._check_image(image)
     lo, hi = _value_range(value_range)
@@ -412,7 +421,7 @@ def point_priors(
 
     Raises:
       TypeError: Non-floating image or mismatched points.
-      ValueError: ``box`` even or < 3.
+      ValueError: ``box`` even or < 3, a NaN/inf point.
     """
     image = dif._check_image(image)
     points, _ = _check_points(image, points, jnp.ones(jnp.shape(points)[:-1], bool))
