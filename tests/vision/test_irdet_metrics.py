@@ -190,3 +190,36 @@ def test_point_priors_read_the_image_not_a_mask():
     pri = irdet.point_priors(img, np.array([[[8.0, 8.0], [22.0, 22.0]]], np.float32), box=13)
     assert pri.area.tolist() == [[1.0, 64.0]]
     assert pri.kind.tolist() == [[irdet.POINT, irdet.SPOT]]
+
+
+def _priors_numpy(img, pts, box):
+    """Per-target box statistics by explicit NumPy loops (the pixels within box // 2)."""
+    hh, ww = img.shape
+    r = box // 2
+    out = []
+    for p in pts:
+        iy, ix = (int(np.clip(np.round(v), 0, n - 1)) for v, n in zip(p, (hh, ww), strict=True))
+        vals = img[max(iy - r, 0) : iy + r + 1, max(ix - r, 0) : ix + r + 1].ravel()
+        med = np.median(vals)
+        mad = np.median(np.abs(vals - med))
+        peak = img[iy, ix]
+        area = np.sum(vals >= 0.5 * (peak + med))
+        out.append((area, (peak - med) / max(1.4826 * mad, 1e-12)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("box", [3, 13])
+def test_point_priors_equal_per_target_numpy_boxes_at_borders(box):
+    # The boxes are read as NaN-padded crops: targets at and past the frame's edges must see
+    # exactly the in-frame pixels of their box (a tied image too: medians of repeated values).
+    rng = np.random.default_rng(3)
+    img = np.round(rng.random((2, 20, 27)) * 8).astype(np.float32) / 8
+    pts = np.array(
+        [[[0, 0], [19, 26], [-4.0, 30.0], [10.4, 13.6]], [[2, 25], [18, 1], [7, 7], [25, -3]]],
+        np.float32,
+    )
+    pri = irdet.point_priors(img, pts, box=box)
+    for b in range(2):
+        want = _priors_numpy(img[b], pts[b], box)
+        np.testing.assert_array_equal(np.asarray(pri.area[b]), want[:, 0])
+        np.testing.assert_allclose(np.asarray(pri.contrast[b]), want[:, 1], rtol=1e-6)
