@@ -216,6 +216,12 @@ def any_nonfinite(x: Any) -> Any:
     return ~jnp.all(jnp.isfinite(x))
 
 
+@jax.jit
+def any_nonfinite_where(x: Any, where: Any) -> Any:
+    """Whether any entry of ``x`` where ``where`` (broadcast) is NaN or infinite."""
+    return jnp.any(~jnp.isfinite(x) & where)
+
+
 def all_finite(x: Any, *, name: str) -> Any:
     """Return ``x`` guarded so that a NaN or inf in it raises, naming ``name``."""
     x = jnp.asarray(x)

@@ -63,13 +63,8 @@ def _float_score(score, admissible):
     """``score`` as floats, finite where ``admissible`` (a NaN made every probability NaN)."""
     score = jnp.asarray(score)
     score = score if jnp.issubdtype(score.dtype, jnp.floating) else score.astype(jnp.float32)
-    bad = _bad_score(score, jnp.asarray(admissible))
+    bad = V.any_nonfinite_where(score, jnp.asarray(admissible))
     return V.error_if(score, bad, "`score` must be finite where `admissible`.")
-
-
-@jax.jit
-def _bad_score(score, admissible):
-    return jnp.any(~jnp.isfinite(score) & admissible)
 
 
 def _guard_law(x, lam, zeta, temperature, p_invalid):

@@ -169,14 +169,9 @@ def _check_points(image, points, valid):
             f"{valid.dtype} {valid.shape}."
         )
     if jnp.issubdtype(points.dtype, jnp.inexact):  # a NaN valid point: silently a border pixel
-        bad = _bad_points(points, valid)
+        bad = _validate.any_nonfinite_where(points, valid[..., None])
         points = _validate.error_if(points, bad, "`points` must be finite where `valid`.")
     return points.astype(image.dtype), valid
-
-
-@jax.jit
-def _bad_points(points, valid):
-    return jnp.any(~jnp.isfinite(points) & valid[..., None])
 
 
 def pseudo_mask(
