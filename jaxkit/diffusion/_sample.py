@@ -256,6 +256,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
     fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
+    logits_at = _common.slot_form(apply_fn) if slots else None
+    if logits_at is not None:
+        fwd_at = functools.partial(_forwards_at, logits_at, params, ref_params)
     length = tokens.shape[1]
 
     if shared:  # off under explicit meshes (a row slice of a sharded batch)
@@ -302,6 +305,35 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             place = place + 1
         return at(first_out if not size else outs, jnp.where(reuse, 0, place))
 
+    def forwards_at(z, need, b_i, l_i):
+        """:func:`forwards` through the denoiser's slot form: raw logits at ``(b_i, l_i)``.
+
+        The same blocks and row choice; the forward's last block runs only at the slots
+        (``[N, V]``), a slot of a row served by the first row reads that row's output.
+        """
+        reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
+        fresh = need & ~reuse
+        if not sizes:
+            return fwd_at(z, pos_attn, b_i, l_i)
+        branches = [functools.partial(block_at, size, b_i, l_i) for size in sizes]
+        branches.append(lambda z, fresh, reuse: fwd_at(z, pos_attn, b_i, l_i))
+        i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
+        return jax.lax.switch(i, branches, z, fresh, reuse)
+
+    def block_at(size, b_i, l_i, z, fresh, reuse):
+        """:func:`block` at the slots: the block's rows' logits at ``(b_i, l_i)`` only."""
+        if size:
+            place = _places(fresh, size)
+            idx = jnp.nonzero(fresh, size=size, fill_value=0)[0]
+            outs = fwd_at(*jax.tree.map(lambda a: a[idx], (z, pos_attn)), place[b_i], l_i)
+        if not shared:
+            return outs
+        first = jax.tree.map(lambda f: f[0, l_i], first_out)
+        if not size:
+            return first
+        pick = reuse[b_i][:, None]
+        return jax.tree.map(lambda f, o: jnp.where(pick, f, o), first, outs)
+
     def draw(logits, key):
         """A token per slot from SUBS ``log p [..., V]`` of ``logits``; its ``log p``, ``log q``."""
         log_p, log_q = (None if x is None else _common.subs_log_probs(x, mask_id) for x in logits)
@@ -327,7 +359,11 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
                 r = b_i if row_of is None else row_of[b_i]
                 return jax.tree.map(lambda o: o[r, l_i], logits)
 
-            d, lp, lq = draw(forwards(z, need, at), key)
+            if logits_at is None:
+                logits = forwards(z, need, at)
+            else:  # the denoiser's last block runs at the drawn slots only
+                logits = forwards_at(z, need, b_i, l_i)
+            d, lp, lq = draw(logits, key)
             outs = jax.tree.map(lambda o: o[_places(flat, slots)], (d.token, lp, lq))
             return jax.tree.map(lambda o: o.reshape(new.shape), outs)
 
@@ -422,6 +458,21 @@ def _shared(tokens) -> bool:
 def _forwards(apply_fn, params, ref_params, z, pos_attn, *, mask_id):
     """Raw (checked) logits of the denoiser and, if given, of the reference."""
     f = functools.partial(_common.denoise_logits, apply_fn, z=z, pos_attn=pos_attn, mask_id=mask_id)
+    return f(params), (None if ref_params is None else f(ref_params))
+
+
+def _forwards_at(logits_at, params, ref_params, z, pos_attn, rows, cols):
+    """Raw logits ``[N, V]`` at ``(rows, cols)``: the slot form (and the reference's)."""
+
+    def f(p):
+        out = logits_at(p, z, *pos_attn, rows, cols)
+        if out.ndim != 2 or out.shape[0] != rows.shape[0]:
+            raise TypeError(
+                f"`apply_fn.logits_at` must return logits of shape {(rows.shape[0], '*')}, "
+                f"got {out.shape}."
+            )
+        return out
+
     return f(params), (None if ref_params is None else f(ref_params))
 
 

@@ -145,8 +145,20 @@ def rope_frequencies(dh: int, theta: float, scaling: RopeScaling | None):
     return inv_f, (_yarn_mscale(f) if att is None else att)
 
 
-def rope(x: Array, positions: Array, cfg: TransformerConfig) -> Array:
-    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32)."""
+def _trig(ang: Array) -> tuple[Array, Array]:
+    return jnp.cos(ang), jnp.sin(ang)
+
+
+def rope(x: Array, positions: Array, cfg: TransformerConfig, *, fence: bool = False) -> Array:
+    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32).
+
+    ``fence``: the cos/sin tables are computed once, inside a conditional whose two
+    branches are the same (so the same values): outside a loop XLA:CPU otherwise fuses
+    them into the consumers of the rotated array (a transpose for the attention, a
+    gather) and evaluates cos and sin once per element of ``x`` (``2 h`` times too often;
+    ``optimization_barrier`` is dropped before fusion on CPU). A layer scan hoists the
+    tables out of its loop anyway, so only the slot forward (``apply(outputs_at=)``) sets it.
+    """
     dh = x.shape[-1]
     ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
     if cfg.rope_scaling is None:
@@ -156,8 +168,11 @@ def rope(x: Array, positions: Array, cfg: TransformerConfig) -> Array:
         inv_np, att = rope_frequencies(dh, cfg.rope_theta, cfg.rope_scaling)
         inv_freq = jnp.asarray(inv_np, ang_dt)
     ang = positions.astype(ang_dt)[..., None] * inv_freq[None, None, :]  # [B,T,Dh/2]
-    cos = jnp.cos(ang)[:, :, None, :]
-    sin = jnp.sin(ang)[:, :, None, :]
+    if fence:  # any traced predicate: both branches compute the same tables
+        cos, sin = jax.lax.cond(jnp.all(ang >= 0) | jnp.all(ang < 0), _trig, _trig, ang)
+    else:
+        cos, sin = _trig(ang)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     if att != 1.0:
         cos, sin = cos * att, sin * att
     xf = x.astype(ang_dt)
