@@ -15,6 +15,22 @@ from jaxkit import _validate
 from jaxkit.nn._attention import attend, dense, lead, merge_last, rms_norm, rope, split_last
 from jaxkit.nn._kv_rows import kv_rows, scatter_kv
 from jaxkit.nn._params import guard
+from jaxkit.sharding import explicit_spec, gather_sharded
+
+
+def take_at(x, rows, cols=None):
+    """``x[rows, cols]`` (``x[rows]`` without ``cols``) for the slot gathers.
+
+    Under an explicit mesh the source is replicated first (a slot may read any batch
+    shard's row) and the output is sharded like ``rows``.
+    """
+    idx = (rows,) if cols is None else (rows, cols)
+    spec = explicit_spec(rows)
+    if spec is None and explicit_spec(x) is None:
+        return x[idx]
+    lead = spec[0] if spec else None
+    out = jax.P(lead, *([None] * (x.ndim - len(idx))))
+    return gather_sharded(x).at[idx].get(out_sharding=out)
 
 
 def last_block_at(cfg, lp, h, positions, mask, win, kv, slots, rows, cols, *, layer):
@@ -32,18 +48,18 @@ def last_block_at(cfg, lp, h, positions, mask, win, kv, slots, rows, cols, *, la
     if kv is not None:
         kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
         k, v, new = kb[layer], vb[layer], (kb, vb)
-    q = dense(x[rows, cols], lp["wq"])  # [N, H * Dh]
+    q = dense(take_at(x, rows, cols), lp["wq"])  # [N, H * Dh]
     if cfg.qkv_bias:
         q = q + lead(lp["bq"].astype(q.dtype), 2)
     q = split_last(q, (cfg.n_heads, cfg.head_dim))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-    q = rope(q[:, None], positions[rows, cols][:, None], cfg, fence=True)  # [N, 1, H, Dh]
-    m = mask[rows, cols][:, None, :]  # [N, 1, S]
+    q = rope(q[:, None], take_at(positions, rows, cols)[:, None], cfg, fence=True)  # [N,1,H,Dh]
+    m = take_at(mask, rows, cols)[:, None, :]  # [N, 1, S]
     if win is not None and cfg.window_layers[layer]:
-        m = m & win[rows, cols][:, None, :]
-    o = attend(q, k[rows], v[rows], m)[:, 0]
-    hs = h[rows, cols] + dense(merge_last(o, 2), lp["wo"])
+        m = m & take_at(win, rows, cols)[:, None, :]
+    o = attend(q, take_at(k, rows), take_at(v, rows), m)[:, 0]
+    hs = take_at(h, rows, cols) + dense(merge_last(o, 2), lp["wo"])
     y = rms_norm(hs, lp["mlp_norm"], cfg.norm_eps)
     a = jax.nn.silu(dense(y, lp["w_gate"])) * dense(y, lp["w_up"])
     return hs + dense(a, lp["w_down"]), new
