@@ -58,6 +58,13 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     position ``i`` its own marginal (the toy peptides' direction depends on the
     first four slots). The authors' RoFormer reads SMILES framed by special tokens,
     which anchor positions; this is the anchor for unframed sequences.
+
+    The returned function carries its slot form as the attribute ``logits_at``:
+    ``apply_fn.logits_at(params, tokens, positions, attn_mask, rows, cols) -> [N, V]``,
+    the logits at the slots ``(rows[i], cols[i])`` only (``jaxkit.nn.apply(outputs_at=)``:
+    the last block runs at the slots; equal to ``apply_fn(...)[rows, cols]`` up to float
+    rounding). The ancestral :func:`sample` uses it to compute only the logits it draws
+    from; any ``apply_fn`` may offer one.
     """
     _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:

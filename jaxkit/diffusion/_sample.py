@@ -93,7 +93,9 @@ def sample(
     traced).
 
     Args:
-      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits [B, L, V]``.
+      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits [B, L, V]``;
+        with a slot form ``apply_fn.logits_at`` (as :func:`transformer_denoiser`'s) the
+        ancestral order computes logits only at the slots it draws.
       params: Denoiser parameters.
       tokens: ``int[B, L]`` template, ``mask_id`` at the slots to generate.
       key: PRNG key.

@@ -5,7 +5,9 @@ tokens at the slots a step unmasks, a prefill reading the prompt's last position
 every position's hidden state up to the last block, and in the last block every
 position's keys and values, but its queries, attention output, output projection, MLP,
 final norm and LM head only at those ``N`` slots. :func:`last_block_at` is that block;
-:func:`jaxkit.nn.apply` runs it for ``outputs_at=(rows, cols)``.
+:func:`jaxkit.nn.apply` runs it for ``outputs_at=(rows, cols)``, with RoPE's cos/sin tables
+computed once per block (``rope(fence=True)``: see there; without it XLA:CPU evaluated them
+once per gathered key element, as costly as the slots saved).
 """
 
 import jax

@@ -156,7 +156,7 @@ def _bench(sz, repeats):
         note=f"samples/s ours={b / ours.median_s:.0f}, python_loop={b / ref.median_s:.1f}; "
         "anchor: per-step Python loop, op by op (jax.disable_jit), every row every step; "
         "ours: forward only on rows that unmask a slot (rows still all-[MASK]: one shared "
-        "row, computed once); both draw "
+        "row, computed once), the last block only at the drawn slots; both draw "
         "tokens only at the unmasked slots",
         samples_per_s=b / ours.median_s,
     )
