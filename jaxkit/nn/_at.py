@@ -6,8 +6,8 @@ every position's hidden state up to the last block, and in the last block every
 position's keys and values, but its queries, attention output, output projection, MLP,
 final norm and LM head only at those ``N`` slots. :func:`last_block_at` is that block;
 :func:`jaxkit.nn.apply` runs it for ``outputs_at=(rows, cols)``, with RoPE's cos/sin tables
-computed once per block (``rope(fence=True)``: see there; without it XLA:CPU evaluated them
-once per gathered key element, as costly as the slots saved).
+computed once for the whole forward behind a fence (``rope_tables(fence=True)``: without it
+XLA:CPU evaluated them once per gathered key element, as costly as the slots saved).
 """
 
 import jax
@@ -35,17 +35,18 @@ def take_at(x, rows, cols=None):
     return gather_sharded(x).at[idx].get(out_sharding=out)
 
 
-def last_block_at(cfg, lp, h, positions, mask, win, kv, slots, rows, cols, *, layer):
+def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, cols, *, layer):
     """Block ``layer`` (the last) with its outputs at the slots ``(rows[i], cols[i])`` only.
 
-    ``h [B, T, D]`` enters the block; K/V are computed at every position (and, with a
+    ``h [B, T, D]`` enters the block; ``tables`` are the RoPE tables of ``positions``
+    (``rope_tables``); K/V are computed at every position (and, with a
     cache ``kv = (k_buf, v_buf)`` stacked over layers, scattered at ``slots`` as the full
     block does). Slot ``i`` attends over row ``rows[i]``'s keys under
     ``mask[rows[i], cols[i]]`` (and the sliding window, where the block has one). Returns
     ``(h_out [N, D], new (k_buf, v_buf) or None)``.
     """
     b = h.shape[0]
-    x, k, v = kv_rows(cfg, lp, h, positions, fence=True)
+    x, k, v = kv_rows(cfg, lp, h, positions, tables)
     new = None
     if kv is not None:
         kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
@@ -56,7 +57,8 @@ def last_block_at(cfg, lp, h, positions, mask, win, kv, slots, rows, cols, *, la
     q = split_last(q, (cfg.n_heads, cfg.head_dim))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-    q = rope(q[:, None], take_at(positions, rows, cols)[:, None], cfg, fence=True)  # [N,1,H,Dh]
+    at = tuple(take_at(a, rows, cols)[:, None] for a in tables)  # [N, 1, 1, Dh/2]
+    q = rope(q[:, None], None, cfg, tables=at)  # [N, 1, H, Dh]
     m = take_at(mask, rows, cols)[:, None, :]  # [N, 1, S]
     if win is not None and cfg.window_layers[layer]:
         m = m & take_at(win, rows, cols)[:, None, :]

@@ -149,18 +149,21 @@ def _trig(ang: Array) -> tuple[Array, Array]:
     return jnp.cos(ang), jnp.sin(ang)
 
 
-def rope(x: Array, positions: Array, cfg: TransformerConfig, *, fence: bool = False) -> Array:
-    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32).
+def rope_tables(positions: Array, cfg: TransformerConfig, dtype, *, fence=False, dh=None):
+    """RoPE's ``(cos, sin)`` tables ``[B, T, 1, Dh/2]`` at ``positions`` (attention factor in).
 
-    ``fence``: the cos/sin tables are computed once, inside a conditional whose two
-    branches are the same (so the same values): outside a loop XLA:CPU otherwise fuses
-    them into the consumers of the rotated array (a transpose for the attention, a
-    gather) and evaluates cos and sin once per element of ``x`` (``2 h`` times too often;
-    ``optimization_barrier`` is dropped before fusion on CPU). A layer scan hoists the
-    tables out of its loop anyway, so only the slot forward (``apply(outputs_at=)``) sets it.
+    ``dtype``: the rotated arrays' dtype (the angles are f64 for f64, else f32); ``dh``:
+    their last axis (default ``cfg.head_dim``).
+    ``fence``: computed inside a conditional whose two branches are the same (so the same
+    values), which XLA cannot fuse into the consumers: outside a ``while`` loop XLA:CPU
+    otherwise fuses cos and sin into the consumers of the rotated arrays (the attention's
+    transposes, a gather) and evaluates them once per element (``2 h`` times too often per
+    call, and again in every block; ``optimization_barrier`` is dropped before fusion on
+    CPU). A layer scan hoists the tables out of its loop anyway; the slot forward
+    (``apply(outputs_at=)``) computes them once so and hands them to every block.
     """
-    dh = x.shape[-1]
-    ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    dh = cfg.head_dim if dh is None else dh
+    ang_dt = jnp.float64 if dtype == jnp.float64 else jnp.float32
     if cfg.rope_scaling is None:
         inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=ang_dt) / dh))
         att = 1.0
@@ -175,6 +178,18 @@ def rope(x: Array, positions: Array, cfg: TransformerConfig, *, fence: bool = Fa
     cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     if att != 1.0:
         cos, sin = cos * att, sin * att
+    return cos, sin
+
+
+def rope(x: Array, positions: Array | None, cfg: TransformerConfig, *, tables=None) -> Array:
+    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32).
+
+    ``tables``: precomputed :func:`rope_tables` of ``positions`` (then ``positions`` is
+    not read); the same values.
+    """
+    dh = x.shape[-1]
+    ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    cos, sin = rope_tables(positions, cfg, x.dtype, dh=dh) if tables is None else tables
     xf = x.astype(ang_dt)
     x1, x2 = xf[..., : dh // 2], xf[..., dh // 2 :]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

@@ -67,20 +67,20 @@ class LayersOutput(NamedTuple):
 _UNROLL_LAYERS, _UNROLL_T = 32, 1
 
 
-def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, fence=False):
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, tables=None):
     """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
     # With `layer` (a traced int), `kv` is the whole stacked cache [L, B, S, ...]: only the
     # T new rows of block `layer` are scattered into it (in place under a scan carry).
-    # `fence`: the RoPE tables are computed once (see `rope`).
+    # `tables`: precomputed RoPE tables of `positions` (see `rope_tables`).
     b = h.shape[0]
-    x, k, v = kv_rows(cfg, lp, h, positions, fence)
+    x, k, v = kv_rows(cfg, lp, h, positions, tables)
     q = dense(x, lp["wq"])
     if cfg.qkv_bias:
         q = q + lead(lp["bq"].astype(q.dtype), 3)
     q = split_last(q, (cfg.n_heads, cfg.head_dim))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-    q = rope(q, positions, cfg, fence=fence)
+    q = rope(q, positions, cfg, tables=tables)
     if kv is not None:
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
@@ -174,14 +174,14 @@ def layers_core(
     emit_kv,
     iv=None,
     un=True,
-    fence=False,
+    tables=None,
 ):
     """The traced body of :func:`run_layers` (inputs already checked).
 
     With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
     ``iv``: checked :class:`Interventions` or None (then the plain forward).
     ``un``: unroll a one-token cached layer scan (``_UNROLL_LAYERS``); values unchanged.
-    ``fence``: RoPE tables computed once per block (see ``rope``); values unchanged.
+    ``tables``: precomputed RoPE tables of ``positions`` (``rope_tables``); same values.
     """
     b, t, _ = h.shape
     h = h.astype(params["embed"].dtype)
@@ -209,7 +209,7 @@ def layers_core(
     def step(x, kv, layer, lp, flag, read=False):
         lay = None if kv is None else layer
         m = layer_mask(layer, flag)
-        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay, fence=fence)
+        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay, tables=tables)
         x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from jaxkit.nn._at import check_outputs_at, last_block_at
-from jaxkit.nn._attention import dense, rms_norm, take_rows
+from jaxkit.nn._attention import dense, rms_norm, rope_tables, take_rows
 from jaxkit.nn._blocks import block_masks, layers_core
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
@@ -121,6 +121,9 @@ def apply_traced(
             else cache.length[:, None].astype(jnp.int32) + base
         )
     last = cfg.n_layers - (at is not None)  # with `at`, the last block runs at its slots
+    # one block runs alone there: RoPE tables once, fenced (see `rope_tables`)
+    dt = params["embed"].dtype
+    tables = None if at is None else rope_tables(positions, cfg, dt, fence=True)
     out = layers_core(
         params,
         cfg,
@@ -134,7 +137,7 @@ def apply_traced(
         emit_kv=False,
         iv=iv,
         un=un,
-        fence=at is not None,  # one block runs alone: RoPE tables once (see `rope`)
+        tables=tables,
     )
     if at is None:
         return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
@@ -144,8 +147,9 @@ def apply_traced(
     hs, kv = last_block_at(
         cfg,
         lp,
-        out.h.astype(params["embed"].dtype),
+        out.h.astype(dt),
         positions,
+        tables,
         mask,
         win,
         kv,
