@@ -311,14 +311,18 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         """:func:`forwards` through the denoiser's slot form: raw logits at ``(b_i, l_i)``.
 
         The same blocks and row choice; the forward's last block runs only at the slots
-        (``[N, V]``), a slot of a row served by the first row reads that row's output.
+        (``[N, V]``), a slot of a row served by the first row reads that row's output. More
+        rows than the largest block (rare) take the full forward's logits at the slots.
         """
         reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
         fresh = need & ~reuse
         if not sizes:
             return fwd_at(z, pos_attn, b_i, l_i)
         branches = [functools.partial(block_at, size, b_i, l_i) for size in sizes]
-        branches.append(lambda z, fresh, reuse: fwd_at(z, pos_attn, b_i, l_i))
+        # more rows than the largest block (rare): the full forward, a smaller compile
+        branches.append(
+            lambda z, fresh, reuse: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, pos_attn))
+        )
         i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
         return jax.lax.switch(i, branches, z, fresh, reuse)
 
