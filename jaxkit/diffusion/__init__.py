@@ -25,9 +25,9 @@ from jaxkit.diffusion._common import transformer_denoiser as transformer_denoise
 from jaxkit.diffusion._common import transformer_embedder as transformer_embedder
 from jaxkit.diffusion._loss import log_likelihood_bound as log_likelihood_bound
 from jaxkit.diffusion._loss import mdlm_loss as mdlm_loss
+from jaxkit.diffusion._rescore import trajectory_log_prob as trajectory_log_prob
 from jaxkit.diffusion._sample import Trajectory as Trajectory
 from jaxkit.diffusion._sample import sample as sample
-from jaxkit.diffusion._sample import trajectory_log_prob as trajectory_log_prob
 from jaxkit.diffusion._schedule import MaskingSchedule as MaskingSchedule
 from jaxkit.diffusion._step import Buffer as Buffer
 from jaxkit.diffusion._step import td3b_loss as td3b_loss

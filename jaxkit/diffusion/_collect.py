@@ -16,7 +16,8 @@ import optax
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, PyTree
 from jaxkit.diffusion._common import ApplyFn
-from jaxkit.diffusion._sample import sample, trajectory_log_prob
+from jaxkit.diffusion._rescore import trajectory_log_prob
+from jaxkit.diffusion._sample import sample
 from jaxkit.diffusion._schedule import MaskingSchedule
 from jaxkit.diffusion._step import Buffer, td3b_train_step
 from jaxkit.diffusion._td3b import (

@@ -58,6 +58,13 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     position ``i`` its own marginal (the toy peptides' direction depends on the
     first four slots). The authors' RoFormer reads SMILES framed by special tokens,
     which anchor positions; this is the anchor for unframed sequences.
+
+    The returned function carries its slot form as the attribute ``logits_at``:
+    ``apply_fn.logits_at(params, tokens, positions, attn_mask, rows, cols) -> [N, V]``,
+    the logits at the slots ``(rows[i], cols[i])`` only (``jaxkit.nn.apply(outputs_at=)``:
+    the last block runs at the slots; equal to ``apply_fn(...)[rows, cols]`` up to float
+    rounding). The ancestral :func:`sample` uses it to compute only the logits it draws
+    from; any ``apply_fn`` may offer one.
     """
     _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
@@ -74,7 +81,29 @@ def _denoiser(cfg, absolute_positions: bool) -> ApplyFn:
         out = nn.apply(params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask)
         return out.logits
 
+    def logits_at(params, tokens, positions, attn_mask, rows, cols):
+        toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
+        at = (rows, cols)
+        out = nn.apply(
+            params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask, outputs_at=at
+        )
+        return out.logits
+
+    apply_fn.logits_at = logits_at  # the slot form (see `slot_form`)
     return apply_fn
+
+
+def slot_form(apply_fn):
+    """The denoiser's slot form ``logits_at(params, tokens, positions, attn_mask, rows, cols)``.
+
+    It returns ``apply_fn(params, tokens, positions, attn_mask)[rows, cols]`` (``[N, V]``,
+    up to float rounding) computing only what those slots need; the denoisers of
+    :func:`transformer_denoiser` carry it as the attribute ``logits_at`` (their last block
+    runs at the slots: ``jaxkit.nn.apply(outputs_at=)``). ``None`` for an ``apply_fn``
+    without one (then the samplers take the full logits).
+    """
+    fn = getattr(apply_fn, "logits_at", None)
+    return fn if callable(fn) else None
 
 
 def check_apply_fn(apply_fn) -> None:

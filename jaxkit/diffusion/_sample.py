@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Int
 
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
@@ -93,7 +93,9 @@ def sample(
     traced).
 
     Args:
-      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits [B, L, V]``.
+      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits [B, L, V]``;
+        with a slot form ``apply_fn.logits_at`` (as :func:`transformer_denoiser`'s) the
+        ancestral order computes logits only at the slots it draws.
       params: Denoiser parameters.
       tokens: ``int[B, L]`` template, ``mask_id`` at the slots to generate.
       key: PRNG key.
@@ -256,6 +258,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
     fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
+    logits_at = _common.slot_form(apply_fn) if slots else None
+    if logits_at is not None:
+        fwd_at = functools.partial(_forwards_at, logits_at, params, ref_params)
     length = tokens.shape[1]
 
     if shared:  # off under explicit meshes (a row slice of a sharded batch)
@@ -302,6 +307,39 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             place = place + 1
         return at(first_out if not size else outs, jnp.where(reuse, 0, place))
 
+    def forwards_at(z, need, b_i, l_i):
+        """:func:`forwards` through the denoiser's slot form: raw logits at ``(b_i, l_i)``.
+
+        The same blocks and row choice; the forward's last block runs only at the slots
+        (``[N, V]``), a slot of a row served by the first row reads that row's output. More
+        rows than the largest block (rare) take the full forward's logits at the slots.
+        """
+        reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
+        fresh = need & ~reuse
+        if not sizes:
+            return fwd_at(z, pos_attn, b_i, l_i)
+        branches = [functools.partial(block_at, size, b_i, l_i) for size in sizes]
+        # more rows than the largest block (rare): the full forward, a smaller compile
+        branches.append(
+            lambda z, fresh, reuse: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, pos_attn))
+        )
+        i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
+        return jax.lax.switch(i, branches, z, fresh, reuse)
+
+    def block_at(size, b_i, l_i, z, fresh, reuse):
+        """:func:`block` at the slots: the block's rows' logits at ``(b_i, l_i)`` only."""
+        if size:
+            place = _places(fresh, size)
+            idx = jnp.nonzero(fresh, size=size, fill_value=0)[0]
+            outs = fwd_at(*jax.tree.map(lambda a: a[idx], (z, pos_attn)), place[b_i], l_i)
+        if not shared:
+            return outs
+        first = jax.tree.map(lambda f: f[0, l_i], first_out)
+        if not size:
+            return first
+        pick = reuse[b_i][:, None]
+        return jax.tree.map(lambda f, o: jnp.where(pick, f, o), first, outs)
+
     def draw(logits, key):
         """A token per slot from SUBS ``log p [..., V]`` of ``logits``; its ``log p``, ``log q``."""
         log_p, log_q = (None if x is None else _common.subs_log_probs(x, mask_id) for x in logits)
@@ -327,7 +365,11 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
                 r = b_i if row_of is None else row_of[b_i]
                 return jax.tree.map(lambda o: o[r, l_i], logits)
 
-            d, lp, lq = draw(forwards(z, need, at), key)
+            if logits_at is None:
+                logits = forwards(z, need, at)
+            else:  # the denoiser's last block runs at the drawn slots only
+                logits = forwards_at(z, need, b_i, l_i)
+            d, lp, lq = draw(logits, key)
             outs = jax.tree.map(lambda o: o[_places(flat, slots)], (d.token, lp, lq))
             return jax.tree.map(lambda o: o.reshape(new.shape), outs)
 
@@ -425,70 +467,16 @@ def _forwards(apply_fn, params, ref_params, z, pos_attn, *, mask_id):
     return f(params), (None if ref_params is None else f(ref_params))
 
 
-def trajectory_log_prob(
-    apply_fn: ApplyFn,
-    params: PyTree,
-    tokens: Int[ArrayLike, "B L"],
-    unmask_step: Int[ArrayLike, "B L"],
-    *,
-    mask_id: int,
-    num_steps: int,
-    valid: Bool[ArrayLike, "B L"] | None = None,
-) -> Float[Array, " B"]:
-    """Re-score a stored trajectory under ``params``: ``sum_k sum_{i at k} log p(x_i | z_k)``.
+def _forwards_at(logits_at, params, ref_params, z, pos_attn, rows, cols):
+    """Raw logits ``[N, V]`` at ``(rows, cols)``: the slot form (and the reference's)."""
 
-    ``z_k`` holds the tokens with ``unmask_step < k`` (``-1``: always present) and
-    ``[MASK]`` elsewhere, exactly the states the sampler visited. The log-ratio of
-    a buffer entry after the policy changed is
-    ``trajectory_log_prob(ref) - trajectory_log_prob(policy)``, i.e.
-    ``sum (log p_pre - log p_theta)`` over the path (never a running sum of policy
-    log-probabilities alone, the upstream tree bug).
+    def f(p):
+        out = logits_at(p, z, *pos_attn, rows, cols)
+        if out.ndim != 2 or out.shape[0] != rows.shape[0]:
+            raise TypeError(
+                f"`apply_fn.logits_at` must return logits of shape {(rows.shape[0], '*')}, "
+                f"got {out.shape}."
+            )
+        return out
 
-    Args:
-      apply_fn: ``apply_fn(params, tokens, positions, attn_mask) -> logits``.
-      params: Parameters to score under.
-      tokens: ``int[B, L]`` final tokens of the trajectories.
-      unmask_step: ``int[B, L]`` from :class:`Trajectory` (in ``[-1, num_steps)``).
-      mask_id: Id of ``[MASK]``.
-      num_steps: T of the sampler that made the trajectories (static).
-      valid: ``bool[B, L]`` non-padding positions.
-
-    Returns:
-      ``float[B]`` in the parameters' dtype.
-    """
-    _common.check_apply_fn(apply_fn)
-    tokens, valid = _common.check_tokens(
-        tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
-    )
-    num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
-    unmask_step = _common.check_unmask_step(unmask_step, tokens, num_steps)
-    _common.checked_vocab(
-        apply_fn, params, tokens, valid, name="tokens", allow_mask=False, mask_id=mask_id
-    )
-    return _traj_lp(
-        apply_fn,
-        params,
-        tokens,
-        unmask_step,
-        valid,
-        mask_id=mask_id,
-        num_steps=num_steps,
-    )
-
-
-@functools.partial(jax.jit, static_argnames=("apply_fn", "mask_id", "num_steps"))
-def _traj_lp(apply_fn, params, tokens, unmask_step, valid, *, mask_id, num_steps):
-    out_dt = _logits_dtype(params)
-    acc = jnp.float64 if out_dt == jnp.float64 else jnp.float32
-    pos_attn = _common.positions_and_mask(tokens, valid)
-
-    def body(total, k):
-        z = jnp.where(unmask_step < k, tokens, jnp.int32(mask_id))
-        log_p = _common.denoise(apply_fn, params, z, valid, mask_id, pos_attn)
-        here = valid & (unmask_step == k)
-        lp = jnp.where(here, _common.gather_log_prob(log_p, tokens), 0.0)
-        return total + jnp.sum(lp, axis=-1).astype(acc), None
-
-    total0 = jnp.zeros_like(tokens[:, 0], dtype=acc)
-    total, _ = jax.lax.scan(body, total0, jnp.arange(num_steps, dtype=jnp.int32))
-    return total.astype(out_dt)
+    return f(params), (None if ref_params is None else f(ref_params))

@@ -145,10 +145,25 @@ def rope_frequencies(dh: int, theta: float, scaling: RopeScaling | None):
     return inv_f, (_yarn_mscale(f) if att is None else att)
 
 
-def rope(x: Array, positions: Array, cfg: TransformerConfig) -> Array:
-    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32)."""
-    dh = x.shape[-1]
-    ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+def _trig(ang: Array) -> tuple[Array, Array]:
+    return jnp.cos(ang), jnp.sin(ang)
+
+
+def rope_tables(positions: Array, cfg: TransformerConfig, dtype, *, fence=False, dh=None):
+    """RoPE's ``(cos, sin)`` tables ``[B, T, 1, Dh/2]`` at ``positions`` (attention factor in).
+
+    ``dtype``: the rotated arrays' dtype (the angles are f64 for f64, else f32); ``dh``:
+    their last axis (default ``cfg.head_dim``).
+    ``fence``: computed inside a conditional whose two branches are the same (so the same
+    values), which XLA cannot fuse into the consumers: outside a ``while`` loop XLA:CPU
+    otherwise fuses cos and sin into the consumers of the rotated arrays (the attention's
+    transposes, a gather) and evaluates them once per element (``2 h`` times too often per
+    call, and again in every block; ``optimization_barrier`` is dropped before fusion on
+    CPU). A layer scan hoists the tables out of its loop anyway; the slot forward
+    (``apply(outputs_at=)``) computes them once so and hands them to every block.
+    """
+    dh = cfg.head_dim if dh is None else dh
+    ang_dt = jnp.float64 if dtype == jnp.float64 else jnp.float32
     if cfg.rope_scaling is None:
         inv_freq = 1.0 / (cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=ang_dt) / dh))
         att = 1.0
@@ -156,10 +171,25 @@ def rope(x: Array, positions: Array, cfg: TransformerConfig) -> Array:
         inv_np, att = rope_frequencies(dh, cfg.rope_theta, cfg.rope_scaling)
         inv_freq = jnp.asarray(inv_np, ang_dt)
     ang = positions.astype(ang_dt)[..., None] * inv_freq[None, None, :]  # [B,T,Dh/2]
-    cos = jnp.cos(ang)[:, :, None, :]
-    sin = jnp.sin(ang)[:, :, None, :]
+    if fence:  # any traced predicate: both branches compute the same tables
+        cos, sin = jax.lax.cond(jnp.all(ang >= 0) | jnp.all(ang < 0), _trig, _trig, ang)
+    else:
+        cos, sin = _trig(ang)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     if att != 1.0:
         cos, sin = cos * att, sin * att
+    return cos, sin
+
+
+def rope(x: Array, positions: Array | None, cfg: TransformerConfig, *, tables=None) -> Array:
+    """Rotate-half RoPE on ``x [B,T,h,Dh]`` at logical ``positions [B,T]`` (angles f32).
+
+    ``tables``: precomputed :func:`rope_tables` of ``positions`` (then ``positions`` is
+    not read); the same values.
+    """
+    dh = x.shape[-1]
+    ang_dt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    cos, sin = rope_tables(positions, cfg, x.dtype, dh=dh) if tables is None else tables
     xf = x.astype(ang_dt)
     x1, x2 = xf[..., : dh // 2], xf[..., dh // 2 :]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

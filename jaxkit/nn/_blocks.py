@@ -67,19 +67,20 @@ class LayersOutput(NamedTuple):
 _UNROLL_LAYERS, _UNROLL_T = 32, 1
 
 
-def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None):
+def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, tables=None):
     """One pre-norm block; returns (h, (k_buf, v_buf) or (k_new, v_new)[, MLPRead])."""
     # With `layer` (a traced int), `kv` is the whole stacked cache [L, B, S, ...]: only the
     # T new rows of block `layer` are scattered into it (in place under a scan carry).
+    # `tables`: precomputed RoPE tables of `positions` (see `rope_tables`).
     b = h.shape[0]
-    x, k, v = kv_rows(cfg, lp, h, positions)
+    x, k, v = kv_rows(cfg, lp, h, positions, tables)
     q = dense(x, lp["wq"])
     if cfg.qkv_bias:
         q = q + lead(lp["bq"].astype(q.dtype), 3)
     q = split_last(q, (cfg.n_heads, cfg.head_dim))
     if cfg.qk_norm:
         q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-    q = rope(q, positions, cfg)
+    q = rope(q, positions, cfg, tables=tables)
     if kv is not None:
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
@@ -142,21 +143,10 @@ def default_mask(
     return _default_mask_jit(cfg, batch, t, cache)
 
 
-def layers_core(
-    params, cfg, h, positions, cache, attn_mask, *, start, stop, collect, emit_kv, iv=None, un=True
-):
-    """The traced body of :func:`run_layers` (inputs already checked).
-
-    With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
-    ``iv``: checked :class:`Interventions` or None (then the plain forward).
-    ``un``: unroll a one-token cached layer scan (``_UNROLL_LAYERS``); values unchanged.
-    """
-    b, t, _ = h.shape
-    h = h.astype(params["embed"].dtype)
+def block_masks(cfg, b, t, positions, cache, attn_mask):
+    """``(mask [B,T,S], window mask or None, cache slots [B,T] or None)`` of a forward."""
     mask = _default_mask(cfg, b, t, cache) if attn_mask is None else attn_mask
     slots = None if cache is None else (cache.length[:, None] + jnp.arange(t)[None, :])
-    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
-    flags = jnp.asarray(cfg.window_layers, bool)
     if cfg.sliding_window is None:
         win = None
     elif cache is None:
@@ -167,6 +157,37 @@ def layers_core(
         k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
         k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
         win = window_mask(positions, k_pos, cfg.sliding_window)
+    return mask, win, slots
+
+
+def layers_core(
+    params,
+    cfg,
+    h,
+    positions,
+    cache,
+    attn_mask,
+    *,
+    start,
+    stop,
+    collect,
+    emit_kv,
+    iv=None,
+    un=True,
+    tables=None,
+):
+    """The traced body of :func:`run_layers` (inputs already checked).
+
+    With ``emit_kv`` (no cache) the second output is the stacked new ``(K, V)``.
+    ``iv``: checked :class:`Interventions` or None (then the plain forward).
+    ``un``: unroll a one-token cached layer scan (``_UNROLL_LAYERS``); values unchanged.
+    ``tables``: precomputed RoPE tables of ``positions`` (``rope_tables``); same values.
+    """
+    b, t, _ = h.shape
+    h = h.astype(params["embed"].dtype)
+    mask, win, slots = block_masks(cfg, b, t, positions, cache, attn_mask)
+    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
+    flags = jnp.asarray(cfg.window_layers, bool)
     low = None  # blocks <= insert_layer: the inserted span is hidden
     if iv is not None and iv.insert_layer is not None:
         low = hide_span(iv, mask, base)
@@ -188,7 +209,7 @@ def layers_core(
     def step(x, kv, layer, lp, flag, read=False):
         lay = None if kv is None else layer
         m = layer_mask(layer, flag)
-        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay)
+        out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay, tables=tables)
         x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 

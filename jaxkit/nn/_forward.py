@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
-from jaxkit.nn._attention import dense, rms_norm, take_rows
-from jaxkit.nn._blocks import layers_core
+from jaxkit.nn._at import check_outputs_at, last_block_at
+from jaxkit.nn._attention import dense, rms_norm, rope_tables, take_rows
+from jaxkit.nn._blocks import block_masks, layers_core
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._intervene import Interventions, MLPRead
@@ -38,7 +39,7 @@ class LMOutput(NamedTuple):
     """Output of :func:`apply`.
 
     Attributes:
-      logits: ``[B, T, V]`` in the parameters' dtype.
+      logits: ``[B, T, V]`` in the parameters' dtype (``[N, V]`` for ``outputs_at``).
       cache: The cache with the T new K/V rows written (``length`` NOT advanced),
         or ``None`` when no cache was given.
       hidden: Hidden states ``[B, T, D]`` after each layer listed in ``collect``
@@ -108,7 +109,7 @@ def unembed(
 
 
 def apply_traced(
-    params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None, un=True
+    params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None, un=True, at=None
 ):
     h = embed_traced(params, tokens) if tokens is not None else embeds
     b, t = h.shape[:2]
@@ -119,6 +120,10 @@ def apply_traced(
             if cache is None
             else cache.length[:, None].astype(jnp.int32) + base
         )
+    last = cfg.n_layers - (at is not None)  # with `at`, the last block runs at its slots
+    # one block runs alone there: RoPE tables once, fenced (see `rope_tables`)
+    dt = params["embed"].dtype
+    tables = None if at is None else rope_tables(positions, cfg, dt, fence=True)
     out = layers_core(
         params,
         cfg,
@@ -127,18 +132,38 @@ def apply_traced(
         cache,
         attn_mask,
         start=0,
-        stop=cfg.n_layers,
+        stop=last,
         collect=collect,
         emit_kv=False,
         iv=iv,
         un=un,
+        tables=tables,
     )
-    return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
+    if at is None:
+        return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
+    mask, win, slots = block_masks(cfg, b, t, positions, cache, attn_mask)
+    lp = jax.tree.map(lambda a: a[last], params["layers"])
+    kv = None if cache is None else (out.cache.k, out.cache.v)
+    hs, kv = last_block_at(
+        cfg,
+        lp,
+        out.h.astype(dt),
+        positions,
+        tables,
+        mask,
+        win,
+        kv,
+        slots,
+        *at,
+        layer=last,
+    )
+    cache = None if cache is None else out.cache._replace(k=kv[0], v=kv[1])
+    return LMOutput(unembed_traced(params, cfg, hs), cache, out.hidden, out.reads)
 
 
-def _apply_core(params, tokens, embeds, positions, cache, attn_mask, iv, *, cfg, collect):
+def _apply_core(params, tokens, embeds, positions, cache, attn_mask, iv, at, *, cfg, collect):
     return apply_traced(
-        params, tokens, embeds, positions, cache, attn_mask, cfg=cfg, collect=collect, iv=iv
+        params, tokens, embeds, positions, cache, attn_mask, cfg=cfg, collect=collect, iv=iv, at=at
     )
 
 
@@ -157,10 +182,20 @@ def apply(
     collect: tuple[int, ...] | list[int] = (),
     overflow: str = "error",
     interventions: Interventions | None = None,
+    outputs_at: tuple[Int[ArrayLike, " N"], Int[ArrayLike, " N"]] | None = None,
 ) -> LMOutput:
     """Full forward: embed (or ``inputs_embeds``), all blocks, final norm, LM head.
 
     Jitted like jax.numpy (module level, ``cfg``/``collect`` static, arrays traced).
+
+    With ``outputs_at=(rows, cols)`` the logits are computed only at the ``N`` slots
+    ``(rows[i], cols[i])``: blocks ``0 .. n_layers-2`` run as usual, the last block
+    computes keys and values at every position (and writes them all to the cache) but
+    its queries, attention, output projection, MLP, final norm and LM head only at the
+    slots, each attending over its own row's keys under its own row of the mask. The
+    result equals ``apply(...).logits[rows, cols]`` up to float rounding (other matrix
+    shapes: the last bits may differ); at ``d_model`` 64, 2 blocks, it skips about a third
+    of a forward's multiply-adds when ``N`` is a small part of ``B T``.
 
     Args:
       params: Model parameters (:func:`init_params` layout).
@@ -179,16 +214,24 @@ def apply(
         ``"drop"`` drops them.
       interventions: Optional :class:`~jaxkit.nn.Interventions` (additive edits,
         inserted latents, MLP read sites); None gives the plain forward bit for bit.
+      outputs_at: Optional ``(rows, cols)``, two ``int[N]`` arrays with ``rows`` in
+        ``[0, B)`` and ``cols`` in ``[0, T)`` (others raise): the logits are returned
+        only at those slots, ``[N, V]``. ``collect`` may then not hold the last block,
+        and ``interventions`` are not supported with it.
 
     Returns:
-      :class:`LMOutput` ``(logits [B,T,V], cache, hidden, reads)``.
+      :class:`LMOutput` ``(logits [B,T,V], cache, hidden, reads)`` (``logits [N, V]``
+      with ``outputs_at``).
 
     Raises:
-      TypeError: wrong types or shapes (an intervention of the wrong shape).
+      TypeError: wrong types or shapes (an intervention of the wrong shape, ``outputs_at``
+        not a pair of integer ``[N]`` arrays of one shape).
       ValueError: If both or neither of ``tokens`` and ``inputs_embeds`` are given,
         a token id is outside ``[0, V)``, an intervention layer is outside
-        ``[0, n_layers)``, or (``overflow="error"``) the new rows do not fit in the
-        cache.
+        ``[0, n_layers)``, an ``outputs_at`` index is out of range, ``collect`` holds
+        the last block with ``outputs_at``, or (``overflow="error"``) the new rows do not
+        fit in the cache.
+      NotImplementedError: ``interventions`` together with ``outputs_at``.
     """
     check_cfg(cfg)
     check_overflow(overflow)
@@ -205,4 +248,15 @@ def apply(
     positions, cache, mask = check_inputs(cfg, b, t, positions, cache, attn_mask, overflow)
     _, collect = check_range(0, None, collect, cfg)
     iv = check_iv(interventions, cfg, b, t)
-    return apply_core(params, tokens, embeds, positions, cache, mask, iv, cfg=cfg, collect=collect)
+    at = None
+    if outputs_at is not None:
+        if iv is not None:
+            raise NotImplementedError("`interventions` are not supported with `outputs_at`.")
+        if cfg.n_layers - 1 in collect:
+            raise ValueError(
+                f"`collect` may not hold the last block ({cfg.n_layers - 1}) with `outputs_at`."
+            )
+        at = check_outputs_at(outputs_at, b, t)
+    return apply_core(
+        params, tokens, embeds, positions, cache, mask, iv, at, cfg=cfg, collect=collect
+    )

@@ -19,11 +19,13 @@ from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._params import check_cfg, check_h, check_inputs, check_overflow, check_params
 
 
-def kv_rows(cfg, lp, h, positions):
+def kv_rows(cfg, lp, h, positions, tables=None):
     """A block's input norm and new K/V rows: ``(x, k, v)``, the K/V ``[B, T, Hkv, Dh]``.
 
     ``x`` is the normed input (the block's queries are projected from it); ``k`` has its
-    bias, K norm and RoPE at ``positions``, ``v`` its bias. Shared by the block itself
+    bias, K norm and RoPE at ``positions`` (``tables``: precomputed, see ``rope_tables``),
+    ``v`` its bias.
+    Shared by the block itself
     (:func:`jaxkit.nn.run_layers`) and :func:`write_kv`, so both write the same rows.
     """
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -35,7 +37,7 @@ def kv_rows(cfg, lp, h, positions):
     v = split_last(v, (cfg.n_kv_heads, cfg.head_dim))
     if cfg.qk_norm:
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
-    return x, rope(k, positions, cfg), v
+    return x, rope(k, positions, cfg, tables=tables), v
 
 
 def scatter_kv(kb, vb, rows, slots, k, v):

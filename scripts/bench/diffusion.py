@@ -4,7 +4,8 @@ Sampler: T reverse steps of a 2-layer bidirectional jaxkit.nn transformer (one
 ``lax.scan``, ``diffusion.sample``), reported as samples/s. Ours runs the denoiser only
 on the rows that unmask a slot at the step and have unmasked one before (rows still
 all-[MASK] read one shared row's output; blocks of 64 / 84 / 94 of 128 rows here, the
-smallest that holds the step's rows); the anchor, like the authors' ancestral loop,
+smallest that holds the step's rows), its last block only at the slots the step draws
+(``nn.apply(outputs_at=)``); the anchor, like the authors' ancestral loop,
 runs every row at every step. Both draw tokens only at the slots a step unmasks.
 Fine-tuning step: one ``diffusion.td3b_train_step`` (WDCE with R replicates + KL
 anchor + contrastive term, AdamW). Anchor ``python_loop``: the same computations
@@ -156,7 +157,7 @@ def _bench(sz, repeats):
         note=f"samples/s ours={b / ours.median_s:.0f}, python_loop={b / ref.median_s:.1f}; "
         "anchor: per-step Python loop, op by op (jax.disable_jit), every row every step; "
         "ours: forward only on rows that unmask a slot (rows still all-[MASK]: one shared "
-        "row, computed once); both draw "
+        "row, computed once), the last block only at the drawn slots; both draw "
         "tokens only at the unmasked slots",
         samples_per_s=b / ours.median_s,
     )

@@ -1,5 +1,6 @@
 """MDLM core: ELBO vs exact NLL, sampler distributions vs exact chains, errors."""
 
+import functools
 import math
 
 import equinox as eqx
@@ -284,6 +285,16 @@ def test_sampler_raises_on_nan_logits():
 _BLOCKS = (6, 40)  # compacted forward sizes of the two tests below (one compiled program)
 
 
+@functools.cache
+def _full_logits_only(f):
+    """``f`` without its slot form (``logits_at``): the sampler then reads full logits."""
+
+    def apply_fn(params, tokens, positions, attn_mask):
+        return f(params, tokens, positions, attn_mask)
+
+    return apply_fn
+
+
 @pytest.mark.parametrize("first", [0, 5])
 def test_compacted_forward_equals_every_row(first):
     # The ancestral sampler runs the denoiser only on rows that unmask a slot at the step
@@ -294,7 +305,10 @@ def test_compacted_forward_equals_every_row(first):
     # needed: steps take either block; every row: the shared test below, whose program this
     # is: rows that differ never read row 0's output). Tokens are
     # drawn at the unmasked slots only (at most 12 of them, ~10 expected; more: at every
-    # slot), the same draws whichever rows the forward ran on.
+    # slot), the same draws whichever rows the forward ran on. The compacted run reads the
+    # denoiser's slot form (its last block only at the drawn slots, `nn.apply(outputs_at=)`),
+    # the every-row run the full logits: the same tokens (logits equal to rounding).
+    from jaxkit.diffusion import _common
     from jaxkit.diffusion import _sample as S
 
     cfg, params = _toys.tiny_transformer(V, seed=5)
@@ -307,9 +321,10 @@ def test_compacted_forward_equals_every_row(first):
     valid = jnp.ones_like(z, dtype=bool)
     temp = jnp.asarray(1.0)
     sched = diffusion.MaskingSchedule("linear")
+    assert _common.slot_form(f) is not None and _common.slot_form(_full_logits_only(f)) is None
     every, comp = (
         S._sample(
-            f,
+            _full_logits_only(f) if not rows else f,
             params,
             ref,
             z,
@@ -373,7 +388,7 @@ def test_shared_first_step_matches_every_row(order):
     for z in (blank, blank.at[3, 0].set(1)):
         outs = [
             S._sample(
-                f,
+                _full_logits_only(f) if not shared else f,  # every row: the full logits
                 params,
                 ref,
                 z,

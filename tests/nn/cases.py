@@ -59,6 +59,21 @@ def _iv_args(key, dtype):
     )
 
 
+def _logits_at(inputs_embeds, rows, cols, params):
+    """The logits at 8 (row, position) slots of a causal forward (last block at the slots)."""
+    return nn.apply(params, CFG, inputs_embeds=inputs_embeds, outputs_at=(rows, cols)).logits
+
+
+def _logits_at_args(key, dtype):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return (
+        jax.random.normal(k1, (8, 4, CFG.d_model), dtype),
+        jax.random.randint(k2, (8,), 0, 8),
+        jax.random.randint(k3, (8,), 0, 4),
+        _params(dtype),
+    )
+
+
 def _write_kv(h, lengths, params, *, layer=1):
     """Block ``layer``'s K/V rows of ``h`` written at each row's length (3 committed slots)."""
     cache = nn.init_cache(CFG, max_len=6, like=lengths, dtype=h.dtype)._replace(length=lengths)
@@ -141,6 +156,33 @@ CASES = [
                 ),
                 TypeError,
                 "latents",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.apply/outputs_at",
+        slow_checks=("dtypes", "vmap", "eval_shape"),
+        fn=_logits_at,
+        make_args=_logits_at_args,
+        grad_modes=("fwd", "rev"),
+        grad_argnums=(0, 3),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "row out of range",
+                lambda key: (
+                    (jnp.ones((8, 4, 8)), jnp.full((8,), 8), jnp.zeros((8,), int), _P32),
+                    {},
+                ),
+                ValueError,
+                "outputs_at",
+            ),
+            Bad(
+                "float cols",
+                lambda key: ((jnp.ones((8, 4, 8)), jnp.zeros((8,), int), jnp.zeros(8), _P32), {}),
+                TypeError,
+                "outputs_at",
             ),
         ),
     ),

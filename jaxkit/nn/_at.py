@@ -1,0 +1,95 @@
+"""The last block at a few (row, position) slots: logits only where they are read.
+
+A forward whose logits are read at ``N`` of its ``B x T`` positions (a sampler drawing
+tokens at the slots a step unmasks, a prefill reading the prompt's last position) needs
+every position's hidden state up to the last block, and in the last block every
+position's keys and values, but its queries, attention output, output projection, MLP,
+final norm and LM head only at those ``N`` slots. :func:`last_block_at` is that block;
+:func:`jaxkit.nn.apply` runs it for ``outputs_at=(rows, cols)``, with RoPE's cos/sin tables
+computed once for the whole forward behind a fence (``rope_tables(fence=True)``: without it
+XLA:CPU evaluated them once per gathered key element, as costly as the slots saved).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from jaxkit import _validate
+from jaxkit.nn._attention import attend, dense, lead, merge_last, rms_norm, rope, split_last
+from jaxkit.nn._kv_rows import kv_rows, scatter_kv
+from jaxkit.nn._params import guard
+from jaxkit.sharding import explicit_spec, gather_sharded
+
+
+def take_at(x, rows, cols=None):
+    """``x[rows, cols]`` (``x[rows]`` without ``cols``) for the slot gathers.
+
+    Under an explicit mesh the source is replicated first (a slot may read any batch
+    shard's row) and the output is sharded like ``rows``.
+    """
+    idx = (rows,) if cols is None else (rows, cols)
+    spec = explicit_spec(rows)
+    if spec is None and explicit_spec(x) is None:
+        return x[idx]
+    lead = spec[0] if spec else None
+    out = jax.P(lead, *([None] * (x.ndim - len(idx))))
+    return gather_sharded(x).at[idx].get(out_sharding=out)
+
+
+def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, cols, *, layer):
+    """Block ``layer`` (the last) with its outputs at the slots ``(rows[i], cols[i])`` only.
+
+    ``h [B, T, D]`` enters the block; ``tables`` are the RoPE tables of ``positions``
+    (``rope_tables``); K/V are computed at every position (and, with a
+    cache ``kv = (k_buf, v_buf)`` stacked over layers, scattered at ``slots`` as the full
+    block does). Slot ``i`` attends over row ``rows[i]``'s keys under
+    ``mask[rows[i], cols[i]]`` (and the sliding window, where the block has one). Returns
+    ``(h_out [N, D], new (k_buf, v_buf) or None)``.
+    """
+    b = h.shape[0]
+    x, k, v = kv_rows(cfg, lp, h, positions, tables)
+    new = None
+    if kv is not None:
+        kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
+        k, v, new = kb[layer], vb[layer], (kb, vb)
+    q = dense(take_at(x, rows, cols), lp["wq"])  # [N, H * Dh]
+    if cfg.qkv_bias:
+        q = q + lead(lp["bq"].astype(q.dtype), 2)
+    q = split_last(q, (cfg.n_heads, cfg.head_dim))
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+    at = tuple(take_at(a, rows, cols)[:, None] for a in tables)  # [N, 1, 1, Dh/2]
+    q = rope(q[:, None], None, cfg, tables=at)  # [N, 1, H, Dh]
+    m = take_at(mask, rows, cols)[:, None, :]  # [N, 1, S]
+    if win is not None and cfg.window_layers[layer]:
+        m = m & take_at(win, rows, cols)[:, None, :]
+    o = attend(q, take_at(k, rows), take_at(v, rows), m)[:, 0]
+    hs = take_at(h, rows, cols) + dense(merge_last(o, 2), lp["wo"])
+    y = rms_norm(hs, lp["mlp_norm"], cfg.norm_eps)
+    a = jax.nn.silu(dense(y, lp["w_gate"])) * dense(y, lp["w_up"])
+    return hs + dense(a, lp["w_down"]), new
+
+
+def check_outputs_at(outputs_at, b: int, t: int):
+    """``(rows, cols)`` as int32 ``[N]`` arrays guarded to ``[0, B)`` / ``[0, T)``.
+
+    TypeError for anything but a pair of integer arrays of one rank-1 shape; ValueError
+    (eagerly; an ``eqx.error_if`` error under ``jit``) for an index out of range.
+    """
+    if not isinstance(outputs_at, tuple | list) or len(outputs_at) != 2:
+        raise TypeError(
+            "`outputs_at` must be a pair (rows, cols) of int[N] arrays, got "
+            f"{type(outputs_at).__name__}."
+        )
+    out = []
+    for name, x, n in (("rows", outputs_at[0], b), ("cols", outputs_at[1], t)):
+        x = jnp.asarray(x)
+        _validate.integer(x, name=f"outputs_at {name}")
+        _validate.ndim(x, 1, name=f"outputs_at {name}")
+        bad = _validate.any_outside(x, 0, n - 1)
+        out.append(guard(x, bad, f"`outputs_at` {name} must lie in [0, {n}).").astype(jnp.int32))
+    if out[0].shape != out[1].shape:
+        raise TypeError(
+            "`outputs_at` rows and cols must have one shape [N], got "
+            f"{out[0].shape} and {out[1].shape}."
+        )
+    return tuple(out)
