@@ -160,7 +160,9 @@ def rope_tables(positions: Array, cfg: TransformerConfig, dtype, *, fence=False,
     transposes, a gather) and evaluates them once per element (``2 h`` times too often per
     call, and again in every block; ``optimization_barrier`` is dropped before fusion on
     CPU). A layer scan hoists the tables out of its loop anyway; the slot forward
-    (``apply(outputs_at=)``) computes them once so and hands them to every block.
+    (``apply(outputs_at=)``) and a forward with a block that runs alone (a one-block
+    model, a segment cut by ``collect`` or a read site) compute them once so
+    (:func:`forward_tables`: on CPU only) and hand them to every block.
     """
     dh = cfg.head_dim if dh is None else dh
     ang_dt = jnp.float64 if dtype == jnp.float64 else jnp.float32
@@ -179,6 +181,23 @@ def rope_tables(positions: Array, cfg: TransformerConfig, dtype, *, fence=False,
     if att != 1.0:
         cos, sin = cos * att, sin * att
     return cos, sin
+
+
+def forward_tables(positions: Array, cfg: TransformerConfig, dtype, *, dh=None):
+    """:func:`rope_tables` once per forward: fenced on CPU, plain on other platforms.
+
+    ``jax.lax.platform_dependent``: lowered for CPU it is ``rope_tables(fence=True)``,
+    for any other platform the plain tables (there the fence would only add a
+    conditional). The same values either way.
+    """
+
+    def fenced(p):
+        return rope_tables(p, cfg, dtype, fence=True, dh=dh)
+
+    def plain(p):
+        return rope_tables(p, cfg, dtype, dh=dh)
+
+    return jax.lax.platform_dependent(positions, cpu=fenced, default=plain)
 
 
 def rope(x: Array, positions: Array | None, cfg: TransformerConfig, *, tables=None) -> Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from jaxkit.nn._at import check_outputs_at, last_block_at
-from jaxkit.nn._attention import dense, rms_norm, rope_tables, take_rows
+from jaxkit.nn._attention import dense, forward_tables, rms_norm, take_rows
 from jaxkit.nn._blocks import block_masks, layers_core
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
@@ -121,9 +121,10 @@ def apply_traced(
             else cache.length[:, None].astype(jnp.int32) + base
         )
     last = cfg.n_layers - (at is not None)  # with `at`, the last block runs at its slots
-    # one block runs alone there: RoPE tables once, fenced (see `rope_tables`)
+    # with `at`, RoPE tables once per forward, fenced on CPU (see `forward_tables`);
+    # without, `layers_core` computes them so where a block runs alone
     dt = params["embed"].dtype
-    tables = None if at is None else rope_tables(positions, cfg, dt, fence=True)
+    tables = None if at is None else forward_tables(positions, cfg, dt)
     out = layers_core(
         params,
         cfg,
