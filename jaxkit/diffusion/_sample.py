@@ -276,25 +276,37 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         )
     sizes = ((0,) if shared else ()) + rows  # the compacted blocks (0: no forward)
 
-    def forwards(z, need, at):
-        """``at(logits, row_of)`` of the denoiser's (and the reference's) raw logits.
+    def by_block(z, need, block_of, whole, every):
+        """The forward on the smallest block of ``sizes`` that holds the rows it must run.
 
-        ``logits`` is a block of rows and ``row_of[b]`` row ``b``'s place in it (``None``:
-        the whole batch in order); rows not in ``need`` (``None``: all needed) may get any
-        row's place. The forward runs on the smallest block of ``sizes`` that holds the
-        needed rows not served by the first row's output (more: on every row).
+        Those are the rows of ``need`` (``None``: all) not served by the first row's output;
+        ``block_of(size, z, fresh, reuse)`` runs a block, ``whole(z)`` the forward when there
+        are no blocks, ``every(z)`` the one on every row (more rows than the largest block).
         """
         need = jnp.ones_like(n0, bool) if need is None else need
         reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
         fresh = need & ~reuse
         if not sizes:
-            return at(fwd(z, pos_attn), None)
-        branches = [functools.partial(block, size, at) for size in sizes]
-        branches.append(lambda z, fresh, reuse: at(fwd(z, pos_attn), None))
+            return whole(z)
+        branches = [functools.partial(block_of, size) for size in sizes]
+        branches.append(lambda z, fresh, reuse: every(z))
         i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
         return jax.lax.switch(i, branches, z, fresh, reuse)
 
-    def block(size, at, z, fresh, reuse):
+    def forwards(z, need, at):
+        """``at(logits, row_of)`` of the denoiser's (and the reference's) raw logits.
+
+        ``logits`` is a block of rows and ``row_of[b]`` row ``b``'s place in it (``None``:
+        the whole batch in order); rows not in ``need`` (``None``: all needed) may get any
+        row's place. The forward runs on the block :func:`by_block` picks.
+        """
+
+        def full(z):
+            return at(fwd(z, pos_attn), None)
+
+        return by_block(z, need, functools.partial(block, at), full, full)
+
+    def block(at, size, z, fresh, reuse):
         """The forward on the first ``size`` rows of ``fresh``; ``reuse`` rows read row 0's."""
         place = _places(fresh, size) if size else jnp.zeros_like(fresh, jnp.int32)
         if size:
@@ -314,19 +326,16 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         (``[N, V]``), a slot of a row served by the first row reads that row's output. More
         rows than the largest block (rare) take the full forward's logits at the slots.
         """
-        reuse = same & jnp.all(z == tokens, axis=-1) if shared else jnp.zeros_like(need)
-        fresh = need & ~reuse
-        if not sizes:
-            return fwd_at(z, pos_attn, b_i, l_i)
-        branches = [functools.partial(block_at, size, b_i, l_i) for size in sizes]
-        # more rows than the largest block (rare): the full forward, a smaller compile
-        branches.append(
-            lambda z, fresh, reuse: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, pos_attn))
+        return by_block(
+            z,
+            need,
+            functools.partial(block_at, b_i, l_i),
+            lambda z: fwd_at(z, pos_attn, b_i, l_i),
+            # more rows than the largest block (rare): the full forward, a smaller compile
+            lambda z: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, pos_attn)),
         )
-        i = jnp.sum(jnp.sum(fresh) > jnp.asarray(sizes, jnp.int32))
-        return jax.lax.switch(i, branches, z, fresh, reuse)
 
-    def block_at(size, b_i, l_i, z, fresh, reuse):
+    def block_at(b_i, l_i, size, z, fresh, reuse):
         """:func:`block` at the slots: the block's rows' logits at ``(b_i, l_i)`` only."""
         if size:
             place = _places(fresh, size)

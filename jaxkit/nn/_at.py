@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import _validate
-from jaxkit.nn._attention import attend, dense, lead, merge_last, rms_norm, rope, split_last
-from jaxkit.nn._kv_rows import kv_rows, scatter_kv
+from jaxkit.nn._attention import attend, rope
+from jaxkit.nn._kv_rows import block_tail, kv_rows, queries, scatter_kv
 from jaxkit.nn._params import guard
 from jaxkit.sharding import explicit_spec, gather_sharded
 
@@ -51,22 +51,14 @@ def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, col
     if kv is not None:
         kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
         k, v, new = kb[layer], vb[layer], (kb, vb)
-    q = dense(take_at(x, rows, cols), lp["wq"])  # [N, H * Dh]
-    if cfg.qkv_bias:
-        q = q + lead(lp["bq"].astype(q.dtype), 2)
-    q = split_last(q, (cfg.n_heads, cfg.head_dim))
-    if cfg.qk_norm:
-        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+    q = queries(cfg, lp, take_at(x, rows, cols))  # [N, H, Dh]
     at = tuple(take_at(a, rows, cols)[:, None] for a in tables)  # [N, 1, 1, Dh/2]
     q = rope(q[:, None], None, cfg, tables=at)  # [N, 1, H, Dh]
     m = take_at(mask, rows, cols)[:, None, :]  # [N, 1, S]
     if win is not None and cfg.window_layers[layer]:
         m = m & take_at(win, rows, cols)[:, None, :]
     o = attend(q, take_at(k, rows), take_at(v, rows), m)[:, 0]
-    hs = take_at(h, rows, cols) + dense(merge_last(o, 2), lp["wo"])
-    y = rms_norm(hs, lp["mlp_norm"], cfg.norm_eps)
-    a = jax.nn.silu(dense(y, lp["w_gate"])) * dense(y, lp["w_up"])
-    return hs + dense(a, lp["w_down"]), new
+    return block_tail(cfg, lp, take_at(h, rows, cols), o)[0], new
 
 
 def check_outputs_at(outputs_at, b: int, t: int):

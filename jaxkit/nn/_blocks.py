@@ -22,21 +22,16 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 from jaxkit import _validate
 from jaxkit.nn._attention import (
     attend,
-    dense,
     forward_tables,
-    lead,
-    merge_last,
-    rms_norm,
     rope,
     set_rows,
-    split_last,
     window_mask,
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
-from jaxkit.nn._kv_rows import kv_rows, scatter_kv
+from jaxkit.nn._kv_rows import block_tail, kv_rows, queries, scatter_kv
 from jaxkit.nn._params import (
     check_cfg,
     check_h,
@@ -76,13 +71,7 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, table
     # `tables`: precomputed RoPE tables of `positions` (see `rope_tables`).
     b = h.shape[0]
     x, k, v = kv_rows(cfg, lp, h, positions, tables)
-    q = dense(x, lp["wq"])
-    if cfg.qkv_bias:
-        q = q + lead(lp["bq"].astype(q.dtype), 3)
-    q = split_last(q, (cfg.n_heads, cfg.head_dim))
-    if cfg.qk_norm:
-        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
-    q = rope(q, positions, cfg, tables=tables)
+    q = rope(queries(cfg, lp, x), positions, cfg, tables=tables)
     if kv is not None:
         rows = jnp.arange(b)[:, None]
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
@@ -97,10 +86,7 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, table
     else:
         o = attend(q, k, v, mask)
         new = (k, v)
-    h = h + dense(merge_last(o, 2), lp["wo"])
-    x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
-    a = jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"])
-    h = h + dense(a, lp["w_down"])
+    h, x, a = block_tail(cfg, lp, h, o)
     return (h, new, MLPRead(x, a)) if read else (h, new)
 
 

@@ -13,7 +13,15 @@ import jax.numpy as jnp
 from jaxtyping import ArrayLike, Float, Int, PyTree
 
 from jaxkit import _validate
-from jaxkit.nn._attention import dense, lead, rms_norm, rope, set_rows, split_last
+from jaxkit.nn._attention import (
+    dense,
+    lead,
+    merge_last,
+    rms_norm,
+    rope,
+    set_rows,
+    split_last,
+)
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._params import check_cfg, check_h, check_inputs, check_overflow, check_params
@@ -24,8 +32,7 @@ def kv_rows(cfg, lp, h, positions, tables=None):
 
     ``x`` is the normed input (the block's queries are projected from it); ``k`` has its
     bias, K norm and RoPE at ``positions`` (``tables``: precomputed, see ``rope_tables``),
-    ``v`` its bias.
-    Shared by the block itself
+    ``v`` its bias. Shared by the block itself
     (:func:`jaxkit.nn.run_layers`) and :func:`write_kv`, so both write the same rows.
     """
     x = rms_norm(h, lp["attn_norm"], cfg.norm_eps)
@@ -38,6 +45,32 @@ def kv_rows(cfg, lp, h, positions, tables=None):
     if cfg.qk_norm:
         k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
     return x, rope(k, positions, cfg, tables=tables), v
+
+
+def queries(cfg, lp, x):
+    """A block's queries ``[..., H, Dh]`` from its normed input ``x [..., D]``, before RoPE.
+
+    Shared by the block (``_blocks``) and its slot form (``_at``): the bias and the Q norm.
+    """
+    q = dense(x, lp["wq"])
+    if cfg.qkv_bias:
+        q = q + lead(lp["bq"].astype(q.dtype), q.ndim)
+    q = split_last(q, (cfg.n_heads, cfg.head_dim))
+    if cfg.qk_norm:
+        q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+    return q
+
+
+def block_tail(cfg, lp, h, o):
+    """A block's residual after attention ``o [..., H, Dh]``: ``(h_out, mlp_in, mlp_act)``.
+
+    The output projection, the MLP's norm and its SiLU-gated MLP; the MLP's normed input
+    and activation are returned for the read sites. Shared by the block and its slot form.
+    """
+    h = h + dense(merge_last(o, 2), lp["wo"])
+    x = rms_norm(h, lp["mlp_norm"], cfg.norm_eps)
+    a = jax.nn.silu(dense(x, lp["w_gate"])) * dense(x, lp["w_up"])
+    return h + dense(a, lp["w_down"]), x, a
 
 
 def scatter_kv(kb, vb, rows, slots, k, v):
