@@ -414,22 +414,33 @@ def _step(
     perm, inv = window_order(filled2, valid2)
     tok_phys = jnp.take_along_axis(tok2, perm, axis=1)
     pos_phys = s.cache.length[:, None] + perm
-    res = nn.run_layers(
-        params,
-        cfg,
-        nn.embed(params, cfg, tok_phys),
-        pos_phys,
-        cache=s.cache,
-        overflow="drop",
-        interventions=o.iv,
-    )
-    cache = nn.commit(res.cache, n_lead)
     # Shift by the committed run: new slot j <- old logical slot j + n_lead.
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
     phys = jnp.take_along_axis(inv, src, axis=1)
-    # Only the W slots of the shifted window are read: gather them before the LM head
-    # (the norm and the head act per position, so these are the same logits).
-    logits = nn.unembed(params, cfg, jnp.take_along_axis(res.h, phys[:, :, None], axis=1))
+    if o.iv is None:
+        # Only the W slots of the shifted window are read: the last block's query, attention,
+        # MLP, norm and head run there alone (`outputs_at`; its K/V at all 2W). Same logits
+        # to rounding (same tokens on every bench input), ~11 % less CPU on clean text.
+        b = tok2.shape[0]
+        rows = jnp.arange(b, dtype=jnp.int32)[:, None] + jnp.zeros_like(phys)  # phys's sharding
+        at = (rows.reshape(-1), phys.reshape(-1))
+        res = nn.apply(
+            params, cfg, tok_phys, pos_phys, cache=s.cache, outputs_at=at, overflow="drop"
+        )
+        logits = res.logits.reshape(b, w, -1)
+    else:  # `outputs_at` takes no interventions: the whole window, then the W slots read
+        res = nn.run_layers(
+            params,
+            cfg,
+            nn.embed(params, cfg, tok_phys),
+            pos_phys,
+            cache=s.cache,
+            overflow="drop",
+            interventions=o.iv,
+        )
+        # the norm and the head act per position: gather the W slots before them
+        logits = nn.unembed(params, cfg, jnp.take_along_axis(res.h, phys[:, :, None], axis=1))
+    cache = nn.commit(res.cache, n_lead)
     s = s._replace(
         cache=cache,
         win_tok=jnp.take_along_axis(tok2, src, axis=1),

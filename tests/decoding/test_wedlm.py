@@ -185,6 +185,22 @@ def test_some_step_fills_several_slots():
     assert int(st.n_forward) < 8
 
 
+def test_window_step_slot_form_equals_whole_window():
+    # Without interventions a window step runs the last block only at the W slots it reads
+    # (nn.apply's outputs_at); a zero additive edit takes the whole-window forward instead.
+    # Both must decode the same tokens in the same number of forwards.
+    params, cfg = tiny(10)
+    pr, pl = prompts(0, 2, 5, [5, 3])
+    kw = dict(max_new_tokens=10, window=4, entropy_threshold=1.0, pos_penalty=0.02)
+    toks, lens, st = _gen(params, cfg, pr, pl, **kw)
+    zero = nn.Interventions({cfg.n_layers - 1: jnp.zeros((cfg.d_model,), jnp.float32)})
+    toks0, lens0, st0 = _gen(params, cfg, pr, pl, interventions=zero, **kw)
+    assert int(st.n_forward) > 1  # window steps ran (not only the prefill's window)
+    np.testing.assert_array_equal(np.asarray(lens), np.asarray(lens0))
+    np.testing.assert_array_equal(np.asarray(toks), np.asarray(toks0))
+    np.testing.assert_array_equal(np.asarray(st.row_forwards), np.asarray(st0.row_forwards))
+
+
 def test_cache_holds_exact_ar_kv():
     params, cfg = tiny(3)
     pr, pl = prompts(3, 2, 5, [5, 2])
