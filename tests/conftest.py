@@ -143,6 +143,20 @@ def _leave_now() -> None:
     os._exit(0)
 
 
+# At the end of a worker's session pytest's unraisable-exception plugin runs a full
+# `gc.collect()` twice (its unconfigure hook and its clean-up; to report exceptions raised in
+# `__del__` of garbage cycles). By then a worker's heap holds every program traced and compiled
+# since collection (millions of objects), and the two collections took ~1.5 and ~1.8 s in
+# which the controller waited for the worker (wave 27: `faulthandler` stacks and hook
+# timestamps of a full run). A worker freezes what it holds once its fixtures are torn down
+# (the run's periodic full collections have examined all but the newest garbage), so those
+# collections scan only what is created after.
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        gc.freeze()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
