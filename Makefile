@@ -22,8 +22,15 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/run_examples.py --quick --out out
 
+# Tests write bytecode caches (`__pycache__/`, git-ignored) even where the environment sets
+# PYTHONDONTWRITEBYTECODE (this machine's does): without them every worker re-compiles each
+# module it imports and pytest re-rewrites every test module's asserts, on every run. A
+# worker's collection: 12.4-12.9 s without caches, 9.2-9.8 s with (the first run writes them;
+# `.ci/run`'s `make test-slow` passes then find them).
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+
 test: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q --durations=15
+	$(PYTEST) -n $(PYTEST_WORKERS) -q --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -35,9 +42,9 @@ lint: $(STAMP)
 # XLA's default back end, the numerics users get.
 SLOW_OK = rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi
 test-slow: $(STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "slow and not xla_defaults" --durations=15; \
+	$(PYTEST) -n $(PYTEST_WORKERS) -q -m "slow and not xla_defaults" --durations=15; \
 	$(SLOW_OK); r1=$$rc; \
-	JAXKIT_TEST_XLA_DEFAULTS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) -q -m "slow and xla_defaults" \
+	JAXKIT_TEST_XLA_DEFAULTS=1 $(PYTEST) -n $(PYTEST_WORKERS) -q -m "slow and xla_defaults" \
 	  --durations=15; $(SLOW_OK); echo "test-slow: pass 1 exit $$r1, pass 2 (XLA defaults) exit $$rc"; \
 	[ $$r1 -eq 0 ] && [ $$rc -eq 0 ]
 
