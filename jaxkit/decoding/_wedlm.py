@@ -34,7 +34,7 @@ from jaxkit.decoding._common import (
 )
 from jaxkit.decoding._reorder import commit_count, window_order
 from jaxkit.decoding._select import _select_by_entropy
-from jaxkit.decoding._window import window_forward
+from jaxkit.decoding._window import forward_at
 
 
 class WeDLMState(NamedTuple):
@@ -354,19 +354,11 @@ def _init_state(
     j = jnp.arange(max_len, dtype=jnp.int32)[None, None, :]
     sees = (j <= i) & ((i < p) | (j >= p) | (j < prompt_len[:, None, None]))
     cache = nn.init_cache(cfg, max_len=max_len, dtype=params["embed"].dtype, like=zb)
-    # logits at the W mask slots and the last prompt slot only (the last block's query,
-    # attention, MLP and head there alone: `outputs_at`, which takes no interventions)
+    # logits at the W mask slots and the last prompt slot only (see `forward_at`)
     cols = jnp.concatenate([zb[:, None] + p + slot, (prompt_len - 1)[:, None]], axis=1)
-    rows = jnp.arange(b, dtype=jnp.int32)[:, None] + jnp.zeros_like(cols)
-    at = (rows.reshape(-1), cols.reshape(-1))
-    kw = dict(outputs_at=at) if o.iv is None else dict(interventions=o.iv)
-    res = nn.apply(params, cfg, tokens, pos, cache=cache, attn_mask=sees, overflow="drop", **kw)
-    if o.iv is None:
-        logits = res.logits.reshape(b, w + 1, -1)
-    else:
-        logits = jnp.take_along_axis(res.logits, cols[:, :, None], axis=1)
+    cache, logits = forward_at(params, cfg, tokens, pos, cache, cols, o.iv, attn_mask=sees)
     win_logits, last = logits[:, :w], logits[:, w]
-    cache = nn.commit(res.cache, prompt_len)
+    cache = nn.commit(cache, prompt_len)
     state = WeDLMState(
         cache=cache,
         win_tok=zb[:, None] + jnp.full((1, w), mask_token_id, jnp.int32),
@@ -426,7 +418,7 @@ def _step(
     # Shift by the committed run: new slot j <- old logical slot j + n_lead.
     src = jnp.arange(w, dtype=jnp.int32)[None, :] + n_lead[:, None]
     phys = jnp.take_along_axis(inv, src, axis=1)
-    new_cache, logits = window_forward(params, cfg, tok_phys, pos_phys, s.cache, phys, o.iv)
+    new_cache, logits = forward_at(params, cfg, tok_phys, pos_phys, s.cache, phys, o.iv)
     cache = nn.commit(new_cache, n_lead)
     s = s._replace(
         cache=cache,
