@@ -61,6 +61,28 @@ def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, col
     return block_tail(cfg, lp, take_at(h, rows, cols), o)[0], new
 
 
+def edit_at_slots(iv, layer: int, hs, rows, cols, base):
+    """``interventions``' edit after block ``layer`` applied to its outputs at the slots.
+
+    ``hs [N, D]``: the block's outputs at ``(rows[i], cols[i])``; ``base int[B]``: the
+    physical slot of each row's query 0. The same values as the whole-sequence edit
+    (``_intervene.edit``) read at the slots: an inserted latent where a slot lies in its
+    row's span, then the additive edit (``[D]``, ``[B, D]`` or ``[B, T, D]``) of that slot.
+    """
+    if iv.insert_layer == layer and iv.latents is not None:
+        idx = cols + take_at(base - iv.insert_at, rows)  # index in the span
+        hit = (idx >= 0) & (idx < iv.n_insert)
+        lat = take_at(iv.latents.astype(hs.dtype), rows, jnp.clip(idx, 0, iv.n_insert - 1))
+        hs = jnp.where(hit[:, None], lat, hs)
+    vec = iv.add.get(layer)
+    if vec is not None:
+        vec = vec.astype(hs.dtype)
+        hs = hs + (
+            vec[None] if vec.ndim == 1 else take_at(vec, rows, cols if vec.ndim == 3 else None)
+        )
+    return hs
+
+
 def check_outputs_at(outputs_at, b: int, t: int):
     """``(rows, cols)`` as int32 ``[N]`` arrays guarded to ``[0, B)`` / ``[0, T)``.
 

@@ -191,6 +191,7 @@ def layers_core(
     # are collected or a read site's block must run alone.
     reads = () if iv is None else iv.read_mlp
     sites = () if iv is None else tuple(sorted(set(iv.add) | {iv.insert_layer} - {None}))
+    sites = tuple(s for s in sites if start <= s < stop)  # the others never fire here
     cuts = set(collect) | set(reads) | {r - 1 for r in reads if r > 0}
     bounds = [start] + [c + 1 for c in sorted(cuts) if start <= c and c + 1 < stop] + [stop]
     if (

@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
-from jaxkit.nn._at import check_outputs_at, last_block_at
+from jaxkit.nn._at import check_outputs_at, edit_at_slots, last_block_at
 from jaxkit.nn._attention import dense, forward_tables, rms_norm, take_rows
 from jaxkit.nn._blocks import block_masks, layers_core
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._intervene import Interventions, MLPRead
+from jaxkit.nn._intervene import Interventions, MLPRead, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cfg,
@@ -143,6 +143,9 @@ def apply_traced(
     if at is None:
         return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
     mask, win, slots = block_masks(cfg, b, t, positions, cache, attn_mask)
+    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
+    if iv is not None and iv.insert_layer == last:  # the span is hidden up to its block
+        mask = hide_span(iv, mask, base)
     lp = jax.tree.map(lambda a: a[last], params["layers"])
     kv = None if cache is None else (out.cache.k, out.cache.v)
     hs, kv = last_block_at(
@@ -158,6 +161,8 @@ def apply_traced(
         *at,
         layer=last,
     )
+    if iv is not None:
+        hs = edit_at_slots(iv, last, hs, *at, base)
     cache = None if cache is None else out.cache._replace(k=kv[0], v=kv[1])
     return LMOutput(unembed_traced(params, cfg, hs), cache, out.hidden, out.reads)
 
@@ -217,8 +222,10 @@ def apply(
         inserted latents, MLP read sites); None gives the plain forward bit for bit.
       outputs_at: Optional ``(rows, cols)``, two ``int[N]`` arrays with ``rows`` in
         ``[0, B)`` and ``cols`` in ``[0, T)`` (others raise): the logits are returned
-        only at those slots, ``[N, V]``. ``collect`` may then not hold the last block,
-        and ``interventions`` are not supported with it.
+        only at those slots, ``[N, V]``. ``collect`` and ``interventions.read_mlp`` may
+        then not hold the last block (its outputs and MLP inputs exist at the slots
+        only); the last block's edits (an additive vector, inserted latents) are applied
+        at the slots, with the same values as the whole forward's edit read there.
 
     Returns:
       :class:`LMOutput` ``(logits [B,T,V], cache, hidden, reads)`` (``logits [N, V]``
@@ -229,10 +236,9 @@ def apply(
         not a pair of integer ``[N]`` arrays of one shape).
       ValueError: If both or neither of ``tokens`` and ``inputs_embeds`` are given,
         a token id is outside ``[0, V)``, an intervention layer is outside
-        ``[0, n_layers)``, an ``outputs_at`` index is out of range, ``collect`` holds
-        the last block with ``outputs_at``, or (``overflow="error"``) the new rows do not
-        fit in the cache.
-      NotImplementedError: ``interventions`` together with ``outputs_at``.
+        ``[0, n_layers)``, an ``outputs_at`` index is out of range, ``collect`` or
+        ``interventions.read_mlp`` holds the last block with ``outputs_at``, or
+        (``overflow="error"``) the new rows do not fit in the cache.
     """
     check_cfg(cfg)
     check_overflow(overflow)
@@ -251,12 +257,12 @@ def apply(
     iv = check_iv(interventions, cfg, b, t)
     at = None
     if outputs_at is not None:
-        if iv is not None:
-            raise NotImplementedError("`interventions` are not supported with `outputs_at`.")
-        if cfg.n_layers - 1 in collect:
-            raise ValueError(
-                f"`collect` may not hold the last block ({cfg.n_layers - 1}) with `outputs_at`."
-            )
+        reads = () if iv is None else iv.read_mlp
+        for what, blocks in (("collect", collect), ("interventions.read_mlp", reads)):
+            if cfg.n_layers - 1 in blocks:
+                raise ValueError(
+                    f"`{what}` may not hold the last block ({cfg.n_layers - 1}) with `outputs_at`."
+                )
         at = check_outputs_at(outputs_at, b, t)
     return apply_core(
         params, tokens, embeds, positions, cache, mask, iv, at, cfg=cfg, collect=collect

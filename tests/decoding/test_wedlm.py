@@ -6,6 +6,7 @@ import pytest
 from jaxkit import nn
 from jaxkit.decoding import (
     _wedlm,
+    _window,
     ar_generate,
     commit_count,
     select_by_entropy,
@@ -185,20 +186,50 @@ def test_some_step_fills_several_slots():
     assert int(st.n_forward) < 8
 
 
-def test_window_step_slot_form_equals_whole_window():
-    # Without interventions a window step runs the last block only at the W slots it reads
-    # (nn.apply's outputs_at); a zero additive edit takes the whole-window forward instead.
-    # Both must decode the same tokens in the same number of forwards.
+@pytest.mark.parametrize("edits", ["plain", "interventions"])
+def test_window_forward_forms_equal_the_full_forward(edits):
+    # A window step's / prefill's forward (`_window.forward_at`): on CPU the last block runs
+    # at the read slots alone (slot_form), elsewhere on every row (whole_form). Oracle: the
+    # full `nn.apply` forward's logits read at the slots and the cache it writes, without
+    # and with interventions (additive edits at the first and last block, an inserted span
+    # hidden from the blocks up to its layer), with the default and with a given mask.
     params, cfg = tiny(10)
-    pr, pl = prompts(0, 2, 5, [5, 3])
-    kw = dict(max_new_tokens=10, window=4, entropy_threshold=1.0, pos_penalty=0.02)
-    toks, lens, st = _gen(params, cfg, pr, pl, **kw)
-    zero = nn.Interventions({cfg.n_layers - 1: jnp.zeros((cfg.d_model,), jnp.float32)})
-    toks0, lens0, st0 = _gen(params, cfg, pr, pl, interventions=zero, **kw)
-    assert int(st.n_forward) > 1  # window steps ran (not only the prefill's window)
-    np.testing.assert_array_equal(np.asarray(lens), np.asarray(lens0))
-    np.testing.assert_array_equal(np.asarray(toks), np.asarray(toks0))
-    np.testing.assert_array_equal(np.asarray(st.row_forwards), np.asarray(st0.row_forwards))
+    b, t, w, cap = 2, 8, 4, 20
+    rng = np.random.default_rng(0)
+    cache = nn.init_cache(cfg, max_len=cap, batch=b)
+    length = jnp.array([3, 9], jnp.int32)
+    cache = cache._replace(
+        k=jnp.asarray(rng.normal(size=cache.k.shape), jnp.float32),
+        v=jnp.asarray(rng.normal(size=cache.v.shape), jnp.float32),
+        length=length,
+    )
+    toks = jnp.asarray(rng.integers(0, V, (b, t)), jnp.int32)
+    pos = length[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    slots = jnp.asarray(np.stack([rng.permutation(t)[:w] for _ in range(b)]), jnp.int32)
+    iv = None
+    if edits == "interventions":
+        d, last = cfg.d_model, cfg.n_layers - 1
+        add = {0: jnp.asarray(rng.normal(size=(d,)), jnp.float32)}
+        add[last] = jnp.asarray(rng.normal(size=(b, d)), jnp.float32)
+        iv = nn.Interventions(add, insert_layer=0, insert_at=jnp.array([1, 4]), n_insert=2)
+    sees = jnp.asarray(rng.random((b, t, cap)) < 0.6) | (
+        jnp.arange(cap)[None, None, :] == pos[:, :, None]
+    )
+    for mask in (None, sees):
+        full = nn.apply(
+            params, cfg, toks, pos, cache=cache, attn_mask=mask, interventions=iv, overflow="drop"
+        )
+        want = jnp.take_along_axis(full.logits, slots[:, :, None], axis=1)
+        args = (params, cfg, toks, pos, slots, iv, mask, cache)
+        for got_cache, got in (
+            _window.slot_form(*args),
+            _window.whole_form(*args),
+            _window.forward_at(params, cfg, toks, pos, cache, slots, iv, attn_mask=mask),
+        ):
+            assert got.shape == (b, w, V)
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+            np.testing.assert_array_equal(got_cache.k, full.cache.k)
+            np.testing.assert_array_equal(got_cache.v, full.cache.v)
 
 
 def test_cache_holds_exact_ar_kv():

@@ -93,6 +93,68 @@ def test_outputs_at_with_a_cache_writes_every_row(cfg):
     np.testing.assert_array_equal(got.cache.length, cache.length)
 
 
+def _ragged_cache(cfg, seed=4):
+    rng = np.random.default_rng(seed)
+    cache = nn.init_cache(cfg, max_len=CAP, batch=B)
+    return cache._replace(
+        k=jnp.asarray(rng.normal(size=cache.k.shape), jnp.float32),
+        v=jnp.asarray(rng.normal(size=cache.v.shape), jnp.float32),
+        length=jnp.array([0, 3, 5], jnp.int32),
+    )
+
+
+def _iv_cases():
+    names = {"causal": CAUSAL, "bidir": BIDIR, "one_block": ONE}
+    default = {("causal", "last", True), ("bidir", "first", False), ("one_block", "last", True)}
+    for name, cfg in names.items():
+        for site in ("first", "last") if cfg.n_layers > 1 else ("last",):
+            for cached in (False, True):
+                marks = () if (name, site, cached) in default else (pytest.mark.slow,)
+                case = f"{name}-{site}-{'cached' if cached else 'uncached'}"
+                yield pytest.param(cfg, site, cached, id=case, marks=marks)
+
+
+@pytest.mark.parametrize(("cfg", "site", "cached"), list(_iv_cases()))
+def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached):
+    """Additive edits of every shape and inserted latents, at block 0 or the last block.
+
+    The last block's edit is applied at the slots alone; an edit at a slot outside its
+    row's inserted span, and the span hidden from other queries up to its block, are read
+    from the whole forward's logits (oracle) at the same slots.
+    """
+    p, toks = _params(cfg), _tokens(cfg)
+    rng = np.random.default_rng(7)
+    d, last = cfg.d_model, cfg.n_layers - 1
+    layer = 0 if site == "first" else last
+    cache = _ragged_cache(cfg) if cached else None
+    base = np.zeros(B, np.int32) if cache is None else np.asarray(cache.length)
+    lat = jnp.asarray(rng.normal(size=(B, 2, d)), jnp.float32)
+    span = jnp.asarray(base + np.array([1, 3, 0]), jnp.int32)  # ROWS/COLS meet every span
+    for add in (
+        jnp.asarray(rng.normal(size=(d,)), jnp.float32),
+        jnp.asarray(rng.normal(size=(B, d)), jnp.float32),
+        jnp.asarray(rng.normal(size=(B, T, d)), jnp.float32),
+    ):
+        iv = nn.Interventions(
+            {layer: add, last: 0.5 * add}, insert_layer=layer, insert_at=span, latents=lat
+        )
+        full = nn.apply(p, cfg, toks, cache=cache, interventions=iv)
+        got = nn.apply(p, cfg, toks, cache=cache, interventions=iv, outputs_at=(ROWS, COLS))
+        np.testing.assert_allclose(got.logits, full.logits[ROWS, COLS], rtol=2e-5, atol=2e-5)
+        plain = nn.apply(p, cfg, toks, cache=cache).logits[ROWS, COLS]
+        assert np.max(np.abs(got.logits - plain)) > 1e-2  # the edits reach the slots
+        if cached:
+            np.testing.assert_array_equal(got.cache.k, full.cache.k)
+            np.testing.assert_array_equal(got.cache.v, full.cache.v)
+    if cfg.n_layers > 1:  # a read site before the last block
+        iv = nn.Interventions({last: add}, read_mlp=(0,))
+        full = nn.apply(p, cfg, toks, cache=cache, interventions=iv)
+        got = nn.apply(p, cfg, toks, cache=cache, interventions=iv, outputs_at=(ROWS, COLS))
+        np.testing.assert_allclose(got.logits, full.logits[ROWS, COLS], rtol=2e-5, atol=2e-5)
+        for a, b in zip(got.reads[0], full.reads[0], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_outputs_at_x64_values_and_grads():
     cfg = CAUSAL
     with jax.enable_x64(True):
@@ -137,8 +199,8 @@ def test_outputs_at_bad_input():
         nn.apply(p, cfg, toks, outputs_at=(rows, np.where(cols == 0, -1, cols)))
     with pytest.raises(ValueError, match="collect"):
         nn.apply(p, cfg, toks, collect=(1,), outputs_at=(rows, cols))
-    iv = nn.Interventions({0: jnp.ones((cfg.d_model,))})
-    with pytest.raises(NotImplementedError, match="interventions"):
+    iv = nn.Interventions({0: jnp.ones((cfg.d_model,))}, read_mlp=(1,))
+    with pytest.raises(ValueError, match="read_mlp"):
         nn.apply(p, cfg, toks, interventions=iv, outputs_at=(rows, cols))
 
     @jax.jit
