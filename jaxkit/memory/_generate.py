@@ -311,8 +311,19 @@ def _generate(
     # the T prompt slots, not the whole (still empty) capacity (nn.prefill's way)
     cache = nn.init_cache(lm_cfg, max_len=t, like=plen, dtype=dtype)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    out = nn.run_layers(
-        lm_params, lm_cfg, embeds, pos, cache=cache, collect=(cfg.layer,), overflow="drop"
+    zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
+    # the last block, the norm and the LM head at each row's last prompt position only
+    # (nn.prefill's way: `outputs_at`); block l's states everywhere (the context)
+    top = lm_cfg.n_layers - 1
+    out = nn.apply(
+        lm_params,
+        lm_cfg,
+        inputs_embeds=embeds,
+        positions=pos,
+        cache=cache,
+        collect=(cfg.layer, top),
+        overflow="drop",
+        outputs_at=(zero + jnp.arange(b, dtype=jnp.int32), plen - 1),
     )
     # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
     embeds_ctx = cfg.injector == "lora_replica"
@@ -322,21 +333,18 @@ def _generate(
     ctx = jnp.pad(ctx0.astype(jnp.float32), ((0, 0), (0, n), (0, 0)))
     jt = jnp.arange(t + n, dtype=jnp.int32)[None, :]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
-    idx = (plen - 1)[:, None, None]
-    zero = jnp.zeros_like(plen)  # batch-shaped arrays follow the prompts' sharding
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
     hv = _blocks(lm_params, lm_cfg, cfg.layer)
     lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s, s)
-    # the LM head on each row's last prompt position only (nn.prefill's way)
-    h_last = jnp.take_along_axis(out.h, idx, axis=1)
+    h_last = out.hidden[top]  # [B, D]: the residual stream the router reads
     st = _State(
         lo=lo,
         hi=hi,
         ctx=ctx,
         ctx_pos=jnp.where(jt < plen[:, None], jt, s),
         mem_slot=(j < zero[:, None]),
-        logits=nn.unembed(lm_params, lm_cfg, h_last)[:, 0].astype(jnp.float32),
-        h=h_last[:, 0].astype(jnp.float32),
+        logits=out.logits.astype(jnp.float32),
+        h=h_last.astype(jnp.float32),
         last=zero - 1,
         n_inj=zero,
         injected=zero,

@@ -43,11 +43,12 @@ def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, col
     cache ``kv = (k_buf, v_buf)`` stacked over layers, scattered at ``slots`` as the full
     block does). Slot ``i`` attends over row ``rows[i]``'s keys under
     ``mask[rows[i], cols[i]]`` (and the sliding window, where the block has one). Returns
-    ``(h_out [N, D], new (k_buf, v_buf) or None)``.
+    ``(h_out [N, D], new)``: ``new`` the updated ``(k_buf, v_buf)`` with a cache, else the
+    block's own ``(K, V)`` of every position (``[B, T, Hkv, Dh]``, as a prefill stacks them).
     """
     b = h.shape[0]
     x, k, v = kv_rows(cfg, lp, h, positions, tables)
-    new = None
+    new = (k, v)
     if kv is not None:
         kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
         k, v, new = kb[layer], vb[layer], (kb, vb)

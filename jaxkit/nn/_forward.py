@@ -43,7 +43,8 @@ class LMOutput(NamedTuple):
       cache: The cache with the T new K/V rows written (``length`` NOT advanced),
         or ``None`` when no cache was given.
       hidden: Hidden states ``[B, T, D]`` after each layer listed in ``collect``
-        (key ``l`` = output of block ``l``, 0-based, after its interventions).
+        (key ``l`` = output of block ``l``, 0-based, after its interventions; the last
+        block's ``[N, D]`` at the slots with ``outputs_at``)
       reads: ``{l: MLPRead}`` for the read sites ``interventions.read_mlp``.
     """
 
@@ -164,7 +165,8 @@ def apply_traced(
     if iv is not None:
         hs = edit_at_slots(iv, last, hs, *at, base)
     cache = None if cache is None else out.cache._replace(k=kv[0], v=kv[1])
-    return LMOutput(unembed_traced(params, cfg, hs), cache, out.hidden, out.reads)
+    hidden = {**out.hidden, last: hs} if last in collect else out.hidden  # [N, D] at slots
+    return LMOutput(unembed_traced(params, cfg, hs), cache, hidden, out.reads)
 
 
 def _apply_core(params, tokens, embeds, positions, cache, attn_mask, iv, at, *, cfg, collect):
@@ -222,10 +224,12 @@ def apply(
         inserted latents, MLP read sites); None gives the plain forward bit for bit.
       outputs_at: Optional ``(rows, cols)``, two ``int[N]`` arrays with ``rows`` in
         ``[0, B)`` and ``cols`` in ``[0, T)`` (others raise): the logits are returned
-        only at those slots, ``[N, V]``. ``collect`` and ``interventions.read_mlp`` may
-        then not hold the last block (its outputs and MLP inputs exist at the slots
-        only); the last block's edits (an additive vector, inserted latents) are applied
-        at the slots, with the same values as the whole forward's edit read there.
+        only at those slots, ``[N, V]``, and the last block's output in ``hidden`` (if
+        ``collect`` holds it) is ``[N, D]`` at the slots too (the residual stream before
+        the final norm: what a router or value head reads). ``interventions.read_mlp``
+        may then not hold the last block (its MLP inputs exist at the slots only); the
+        last block's edits (an additive vector, inserted latents) are applied at the
+        slots, with the same values as the whole forward's edit read there.
 
     Returns:
       :class:`LMOutput` ``(logits [B,T,V], cache, hidden, reads)`` (``logits [N, V]``
@@ -236,7 +240,7 @@ def apply(
         not a pair of integer ``[N]`` arrays of one shape).
       ValueError: If both or neither of ``tokens`` and ``inputs_embeds`` are given,
         a token id is outside ``[0, V)``, an intervention layer is outside
-        ``[0, n_layers)``, an ``outputs_at`` index is out of range, ``collect`` or
+        ``[0, n_layers)``, an ``outputs_at`` index is out of range,
         ``interventions.read_mlp`` holds the last block with ``outputs_at``, or
         (``overflow="error"``) the new rows do not fit in the cache.
     """
@@ -257,12 +261,11 @@ def apply(
     iv = check_iv(interventions, cfg, b, t)
     at = None
     if outputs_at is not None:
-        reads = () if iv is None else iv.read_mlp
-        for what, blocks in (("collect", collect), ("interventions.read_mlp", reads)):
-            if cfg.n_layers - 1 in blocks:
-                raise ValueError(
-                    f"`{what}` may not hold the last block ({cfg.n_layers - 1}) with `outputs_at`."
-                )
+        if iv is not None and cfg.n_layers - 1 in iv.read_mlp:
+            raise ValueError(
+                f"`interventions.read_mlp` may not hold the last block ({cfg.n_layers - 1}) "
+                "with `outputs_at`."
+            )
         at = check_outputs_at(outputs_at, b, t)
     return apply_core(
         params, tokens, embeds, positions, cache, mask, iv, at, cfg=cfg, collect=collect

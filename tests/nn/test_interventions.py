@@ -107,6 +107,23 @@ def test_cached_steps_equal_uncached_forward(p, data):
         np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
 
 
+@pytest.mark.parametrize("extra", [0, 1], ids=["prompt_ends_in_span", "after_span"])
+def test_cached_steps_equal_uncached_forward_at_the_last_block(p, data, extra):
+    # edits at the last block: the prefill runs that block at each row's last prompt
+    # position only (its edit applied there: a latent when that position lies in the span)
+    toks, lat, vec = data
+    last = CFG.n_layers - 1
+    iv = nn.Interventions({last: vec, 0: vec}, insert_layer=last, insert_at=M, latents=lat)
+    full = nn.apply(p, CFG, toks, interventions=iv).logits
+    plen = M + K + extra
+    lg, cache = nn.prefill(p, CFG, toks, plen, max_len=T, interventions=iv)
+    np.testing.assert_allclose(lg, full[np.arange(B), plen - 1], atol=1e-5)
+    for s in range(2):
+        nxt = toks[np.arange(B), plen + s]
+        lg, cache = nn.decode_step(p, CFG, nxt, cache, interventions=iv)
+        np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
+
+
 def test_edit_at_every_layer_matches_per_layer_forward(p, data):
     # One edit per block, of every accepted shape: the layer scan must add block l's
     # vector after block l only (each block picks its own edit by its traced index).

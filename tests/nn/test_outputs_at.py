@@ -60,13 +60,15 @@ def test_outputs_at_equals_the_full_logits_at_the_slots(cfg):
     p, toks = _params(cfg), _tokens(cfg)
     pos = jnp.asarray(np.array([[0, 1, 2, 3, 4, 5], [4, 5, 6, 7, 8, 9], [2, 2, 3, 3, 4, 4]]))
     mask = jnp.asarray((np.random.default_rng(3).random((B, T, T)) < 0.7) | np.eye(T, dtype=bool))
-    collect = (0,) if cfg.n_layers > 1 else ()
+    collect = tuple(range(cfg.n_layers))
     full = nn.apply(p, cfg, toks, pos, attn_mask=mask, collect=collect)
     got = nn.apply(p, cfg, toks, pos, attn_mask=mask, collect=collect, outputs_at=(ROWS, COLS))
     assert got.logits.shape == (len(ROWS), cfg.vocab_size)
     np.testing.assert_allclose(got.logits, full.logits[ROWS, COLS], rtol=2e-5, atol=2e-5)
-    for layer in collect:  # blocks before the last are the full forward's
+    for layer in collect[:-1]:  # blocks before the last are the full forward's
         np.testing.assert_allclose(got.hidden[layer], full.hidden[layer], rtol=1e-6, atol=1e-6)
+    last = full.hidden[cfg.n_layers - 1][ROWS, COLS]  # the last block's output at the slots
+    np.testing.assert_allclose(got.hidden[cfg.n_layers - 1], last, rtol=2e-5, atol=2e-5)
     # inputs_embeds and the default positions / mask
     h = nn.embed(p, cfg, toks)
     full = nn.apply(p, cfg, inputs_embeds=h).logits
@@ -138,9 +140,12 @@ def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached
         iv = nn.Interventions(
             {layer: add, last: 0.5 * add}, insert_layer=layer, insert_at=span, latents=lat
         )
-        full = nn.apply(p, cfg, toks, cache=cache, interventions=iv)
-        got = nn.apply(p, cfg, toks, cache=cache, interventions=iv, outputs_at=(ROWS, COLS))
+        kw = dict(cache=cache, interventions=iv, collect=(last,))
+        full = nn.apply(p, cfg, toks, **kw)
+        got = nn.apply(p, cfg, toks, outputs_at=(ROWS, COLS), **kw)
         np.testing.assert_allclose(got.logits, full.logits[ROWS, COLS], rtol=2e-5, atol=2e-5)
+        want = full.hidden[last][ROWS, COLS]  # after the last block's edit
+        np.testing.assert_allclose(got.hidden[last], want, rtol=2e-5, atol=2e-5)
         plain = nn.apply(p, cfg, toks, cache=cache).logits[ROWS, COLS]
         assert np.max(np.abs(got.logits - plain)) > 1e-2  # the edits reach the slots
         if cached:
@@ -197,8 +202,6 @@ def test_outputs_at_bad_input():
         nn.apply(p, cfg, toks, outputs_at=(np.where(rows == 1, B, rows), cols))
     with pytest.raises(ValueError, match="outputs_at. cols"):
         nn.apply(p, cfg, toks, outputs_at=(rows, np.where(cols == 0, -1, cols)))
-    with pytest.raises(ValueError, match="collect"):
-        nn.apply(p, cfg, toks, collect=(1,), outputs_at=(rows, cols))
     iv = nn.Interventions({0: jnp.ones((cfg.d_model,))}, read_mlp=(1,))
     with pytest.raises(ValueError, match="read_mlp"):
         nn.apply(p, cfg, toks, interventions=iv, outputs_at=(rows, cols))
