@@ -94,17 +94,20 @@ def test_insertion_equals_gapped_split_forward(p, data):
         np.testing.assert_allclose(out[b, keep], np.asarray(want)[keep], atol=1e-5)
 
 
-def test_cached_steps_equal_uncached_forward(p, data):
-    toks, lat, vec = data
-    iv = _iv(lat, vec)
+def _cached_equals_uncached(p, toks, iv, plen):
+    """Prefill + two decode steps under ``iv`` equal the uncached forward's logits."""
     full = nn.apply(p, CFG, toks, interventions=iv).logits
-    plen = M + K + 1  # prompt = words, span, one more word
     lg, cache = nn.prefill(p, CFG, toks, plen, max_len=T, interventions=iv)
     np.testing.assert_allclose(lg, full[np.arange(B), plen - 1], atol=1e-5)
     for s in range(2):
         nxt = toks[np.arange(B), plen + s]
         lg, cache = nn.decode_step(p, CFG, nxt, cache, interventions=iv)
         np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
+
+
+def test_cached_steps_equal_uncached_forward(p, data):
+    toks, lat, vec = data
+    _cached_equals_uncached(p, toks, _iv(lat, vec), M + K + 1)  # words, span, one more word
 
 
 @pytest.mark.parametrize("extra", [0, 1], ids=["prompt_ends_in_span", "after_span"])
@@ -114,14 +117,7 @@ def test_cached_steps_equal_uncached_forward_at_the_last_block(p, data, extra):
     toks, lat, vec = data
     last = CFG.n_layers - 1
     iv = nn.Interventions({last: vec, 0: vec}, insert_layer=last, insert_at=M, latents=lat)
-    full = nn.apply(p, CFG, toks, interventions=iv).logits
-    plen = M + K + extra
-    lg, cache = nn.prefill(p, CFG, toks, plen, max_len=T, interventions=iv)
-    np.testing.assert_allclose(lg, full[np.arange(B), plen - 1], atol=1e-5)
-    for s in range(2):
-        nxt = toks[np.arange(B), plen + s]
-        lg, cache = nn.decode_step(p, CFG, nxt, cache, interventions=iv)
-        np.testing.assert_allclose(lg, full[np.arange(B), plen + s], atol=1e-5)
+    _cached_equals_uncached(p, toks, iv, M + K + extra)
 
 
 def test_edit_at_every_layer_matches_per_layer_forward(p, data):
