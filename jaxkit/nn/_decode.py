@@ -166,6 +166,11 @@ def decode_step(
     Returns:
       :class:`StepOutput` ``(logits [B, V] for the following token, cache with
       length + 1)``.
+
+    Decode in a compiled loop (``decoding.ar_generate``, or a ``lax.scan`` of this step)
+    rather than one jitted step called from Python: the parameters are stacked per layer,
+    and a program holding a single step copies every layer's weight slice on each call
+    (inside a loop XLA hoists the copies out; docs: ``nn``, "A decode step jitted alone").
     """
     check_cfg(cfg)
     check_params(params, cfg)
