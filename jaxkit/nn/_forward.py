@@ -44,7 +44,7 @@ class LMOutput(NamedTuple):
         or ``None`` when no cache was given.
       hidden: Hidden states ``[B, T, D]`` after each layer listed in ``collect``
         (key ``l`` = output of block ``l``, 0-based, after its interventions; the last
-        block's ``[N, D]`` at the slots with ``outputs_at``)
+        block's ``[N, D]`` at the slots with ``outputs_at``).
       reads: ``{l: MLPRead}`` for the read sites ``interventions.read_mlp``.
     """
 
