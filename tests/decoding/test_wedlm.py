@@ -186,7 +186,9 @@ def test_some_step_fills_several_slots():
     assert int(st.n_forward) < 8
 
 
-@pytest.mark.parametrize("edits", ["plain", "interventions"])
+@pytest.mark.parametrize(
+    "edits", [pytest.param("plain", marks=pytest.mark.slow), "interventions"]
+)  # every other WeDLM test runs the plain slot form on CPU
 def test_window_forward_forms_equal_the_full_forward(edits):
     # A window step's / prefill's forward (`_window.forward_at`): on CPU the last block runs
     # at the read slots alone (slot_form), elsewhere on every row (whole_form). Oracle: the
