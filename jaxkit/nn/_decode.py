@@ -11,13 +11,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Int, PyTree
 
 from jaxkit import _validate
-from jaxkit.nn._at import edit_at_slots, last_block_at
 from jaxkit.nn._attention import forward_tables
-from jaxkit.nn._blocks import block_masks, layers_core
+from jaxkit.nn._blocks import layers_core
 from jaxkit.nn._cache import KVCache, commit
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._forward import apply_traced, embed_traced, unembed_traced
-from jaxkit.nn._intervene import Interventions, hide_span
+from jaxkit.nn._forward import apply_traced, embed_traced, last_block_traced, unembed_traced
+from jaxkit.nn._intervene import Interventions
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._params import (
     check_cache,
@@ -48,7 +47,7 @@ def _prefill(params, tokens, lengths, iv, *, cfg, max_len):
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None, :], (b, t))
     last = cfg.n_layers - 1
     # Only row lengths-1 of each prompt is read: the last block runs its query, attention,
-    # MLP, final norm and head there alone (`last_block_at`, as `apply(outputs_at=)`), its
+    # MLP, final norm and head there alone (`last_block_traced`, as `apply(outputs_at=)`), its
     # K/V at every position; RoPE tables once per forward (`forward_tables`).
     tables = forward_tables(pos, cfg, dtype)
     h = embed_traced(params, tokens).astype(dtype)
@@ -60,15 +59,9 @@ def _prefill(params, tokens, lengths, iv, *, cfg, max_len):
         )  # fmt: skip
         h = out.h.astype(dtype)
         ks, vs = [out.cache[0]], [out.cache[1]]
-    mask, win, _ = block_masks(cfg, b, t, pos, None, None)
     zero = jnp.zeros_like(tokens[:, 0], jnp.int32)  # follows the prompts' batch sharding
-    if iv is not None and iv.insert_layer == last:  # the span is hidden up to its block
-        mask = hide_span(iv, mask, zero)
     at = (zero + jnp.arange(b, dtype=jnp.int32), zero + lengths.astype(jnp.int32) - 1)
-    lp = jax.tree.map(lambda a: a[last], params["layers"])
-    hs, (k, v) = last_block_at(cfg, lp, h, pos, tables, mask, win, None, None, *at, layer=last)
-    if iv is not None:
-        hs = edit_at_slots(iv, last, hs, *at, zero)
+    hs, (k, v) = last_block_traced(params, cfg, h, pos, tables, None, None, None, at, iv)
     logits = unembed_traced(params, cfg, hs)
     k = jnp.concatenate([*ks, k[None]], axis=0)
     v = jnp.concatenate([*vs, v[None]], axis=0)

@@ -109,6 +109,27 @@ def unembed(
     return _unembed_jit(params, cfg, h)
 
 
+def last_block_traced(params, cfg, h, positions, tables, cache, attn_mask, kv, at, iv):
+    """The last block at the slots ``at = (rows, cols)`` with its edits: ``(hs [N, D], kv)``.
+
+    Shared by :func:`apply` (``outputs_at``) and :func:`~jaxkit.nn.prefill`: the block's
+    mask (the inserted span hidden when it enters at this block), ``last_block_at`` (``kv``:
+    the stacked cache buffers, or None: the block's own K/V are returned), then the
+    block's interventions applied at the slots.
+    """
+    b, t = h.shape[:2]
+    last = cfg.n_layers - 1
+    mask, win, slots = block_masks(cfg, b, t, positions, cache, attn_mask)
+    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
+    if iv is not None and iv.insert_layer == last:  # the span is hidden up to its block
+        mask = hide_span(iv, mask, base)
+    lp = jax.tree.map(lambda a: a[last], params["layers"])
+    hs, kv = last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, *at, layer=last)
+    if iv is not None:
+        hs = edit_at_slots(iv, last, hs, *at, base)
+    return hs, kv
+
+
 def apply_traced(
     params, tokens, embeds, positions, cache, attn_mask, *, cfg, collect, iv=None, un=True, at=None
 ):
@@ -143,27 +164,10 @@ def apply_traced(
     )
     if at is None:
         return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
-    mask, win, slots = block_masks(cfg, b, t, positions, cache, attn_mask)
-    base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
-    if iv is not None and iv.insert_layer == last:  # the span is hidden up to its block
-        mask = hide_span(iv, mask, base)
-    lp = jax.tree.map(lambda a: a[last], params["layers"])
     kv = None if cache is None else (out.cache.k, out.cache.v)
-    hs, kv = last_block_at(
-        cfg,
-        lp,
-        out.h.astype(dt),
-        positions,
-        tables,
-        mask,
-        win,
-        kv,
-        slots,
-        *at,
-        layer=last,
+    hs, kv = last_block_traced(
+        params, cfg, out.h.astype(dt), positions, tables, cache, attn_mask, kv, at, iv
     )
-    if iv is not None:
-        hs = edit_at_slots(iv, last, hs, *at, base)
     cache = None if cache is None else out.cache._replace(k=kv[0], v=kv[1])
     hidden = {**out.hidden, last: hs} if last in collect else out.hidden  # [N, D] at slots
     return LMOutput(unembed_traced(params, cfg, hs), cache, hidden, out.reads)
