@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxkit._extras import require
 from jaxkit.io._hf_config import config_to_hf
-from jaxkit.nn import TransformerConfig, param_shapes, param_specs
+from jaxkit.nn import TransformerConfig, param_shapes, param_specs, stack_layers
 
 _SINGLE = "model.safetensors"
 _INDEX = "model.safetensors.index.json"
@@ -316,9 +316,14 @@ def load_tensors(path) -> dict[str, np.ndarray]:
 
 
 def to_hf_tensors(params: dict, cfg: TransformerConfig) -> dict[str, np.ndarray]:
-    """The HF-named NumPy tensors (``[out, in]`` linear weights) of ``params``."""
+    """The HF-named NumPy tensors (``[out, in]`` linear weights) of ``params``.
+
+    ``params`` in either layout (stacked, or per-layer from ``nn.unstack_layers``).
+    """
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
+    if isinstance(params, dict) and isinstance(params.get("layers"), (tuple, list)):
+        params = stack_layers(params)
     out: dict[str, np.ndarray] = {}
     shapes = _shapes(cfg)
     for key, (name, tr) in _TOP_NAMES.items():

@@ -73,8 +73,12 @@ class _Blocks(NamedTuple):
 
 
 def _blocks(lm_params, lm_cfg, layer) -> _Blocks:
+    per_layer = isinstance(lm_params["layers"], (tuple, list))  # `nn.unstack_layers`
+
     def part(g):
-        p = {**lm_params, "layers": jax.tree.map(lambda x: x[g : g + 1], lm_params["layers"])}
+        layers = lm_params["layers"]
+        one = layers[g : g + 1] if per_layer else jax.tree.map(lambda x: x[g : g + 1], layers)
+        p = {**lm_params, "layers": one}
         # Qwen2's window rule `block >= max_window_layers`, in the one-block numbering
         mw = 0 if g >= lm_cfg.max_window_layers else 1
         return p, dataclasses.replace(lm_cfg, n_layers=1, max_window_layers=mw)

@@ -32,6 +32,8 @@ from jaxkit.nn._layers import SmallCNN as SmallCNN
 from jaxkit.nn._layers import UNet as UNet
 from jaxkit.nn._params import init_params as init_params
 from jaxkit.nn._params import param_shapes as param_shapes
+from jaxkit.nn._params import stack_layers as stack_layers
+from jaxkit.nn._params import unstack_layers as unstack_layers
 from jaxkit.nn._sharding import cache_specs as cache_specs
 from jaxkit.nn._sharding import param_specs as param_specs
 from jaxkit.nn._tiny import NOISY_COUNTING as NOISY_COUNTING

@@ -39,6 +39,7 @@ from jaxkit.nn._params import (
     check_overflow,
     check_params,
     check_range,
+    layer_params,
 )
 
 
@@ -211,6 +212,7 @@ def layers_core(
         x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 
+    per_layer = isinstance(params["layers"], (tuple, list))  # see `unstack_layers`
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
@@ -218,14 +220,20 @@ def layers_core(
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
-        if lo in reads:  # a read site: the block runs alone and returns its MLP inputs
-            lp = jax.tree.map(lambda a, lo=lo: a[lo], params["layers"])
-            h, kv, mlp[lo] = step(h, kc, jnp.int32(lo), lp, flags[lo], read=True)
-            if cache is not None:
-                kc = kv
-            elif emit_kv:
-                ks.append(kv[0][None])
-                vs.append(kv[1][None])
+        if lo in reads or per_layer:
+            # a read site (a one-block segment returning its MLP inputs), or per-layer
+            # storage: each block inlined on its own weights, no weight slices to copy
+            for layer in range(lo, hi):
+                lp, read = layer_params(params, layer), layer in reads
+                out = step(h, kc, jnp.int32(layer), lp, flags[layer], read=read)
+                h = out[0]
+                if read:
+                    mlp[layer] = out[2]
+                if cache is not None:
+                    kc = out[1]
+                elif emit_kv:
+                    ks.append(out[1][0][None])
+                    vs.append(out[1][1][None])
         elif cache is None:
             seg = jax.tree.map(lambda a, lo=lo, hi=hi: a[lo:hi], params["layers"])
             xs = (seg, flags[lo:hi])

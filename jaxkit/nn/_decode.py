@@ -161,9 +161,9 @@ def decode_step(
       length + 1)``.
 
     Decode in a compiled loop (``decoding.ar_generate``, or a ``lax.scan`` of this step)
-    rather than one jitted step called from Python: the parameters are stacked per layer,
-    and a program holding a single step copies every layer's weight slice on each call
-    (inside a loop XLA hoists the copies out; docs: ``nn``, "A decode step jitted alone").
+    or pass :func:`unstack_layers` parameters to a jitted step called from Python: with the
+    stacked layout a program holding a single step copies every layer's weight slice on
+    each call (inside a loop XLA hoists the copies out; docs: ``nn``, "Per-layer storage").
     """
     check_cfg(cfg)
     check_params(params, cfg)

@@ -32,6 +32,7 @@ from jaxkit.nn._params import (
     check_params,
     check_range,
     guard_tokens,
+    layer_params,
 )
 
 
@@ -123,7 +124,7 @@ def last_block_traced(params, cfg, h, positions, tables, cache, attn_mask, kv, a
     base = jnp.zeros((b,), jnp.int32) if cache is None else cache.length.astype(jnp.int32)
     if iv is not None and iv.insert_layer == last:  # the span is hidden up to its block
         mask = hide_span(iv, mask, base)
-    lp = jax.tree.map(lambda a: a[last], params["layers"])
+    lp = layer_params(params, last)
     hs, kv = last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, *at, layer=last)
     if iv is not None:
         hs = edit_at_slots(iv, last, hs, *at, base)
@@ -210,7 +211,8 @@ def apply(
     of a forward's multiply-adds when ``N`` is a small part of ``B T``.
 
     Args:
-      params: Model parameters (:func:`init_params` layout).
+      params: Model parameters (:func:`init_params` layout, or per-layer from
+        :func:`unstack_layers`).
       cfg: Model configuration.
       tokens: ``int[B, T]`` token ids in ``[0, V)`` (others raise); give exactly one
         of ``tokens`` and ``inputs_embeds``.

@@ -24,7 +24,14 @@ from jaxkit.nn._attention import (
 )
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
-from jaxkit.nn._params import check_cfg, check_h, check_inputs, check_overflow, check_params
+from jaxkit.nn._params import (
+    check_cfg,
+    check_h,
+    check_inputs,
+    check_overflow,
+    check_params,
+    layer_params,
+)
 
 
 def kv_rows(cfg, lp, h, positions, tables=None):
@@ -85,7 +92,7 @@ def scatter_kv(kb, vb, rows, slots, k, v):
 def write_kv_traced(params, cfg, h, positions, cache, *, layer):
     """The traced body of :func:`write_kv` (inputs already checked)."""
     b, t, _ = h.shape
-    lp = jax.tree.map(lambda a: a[layer], params["layers"])
+    lp = layer_params(params, layer)
     _, k, v = kv_rows(cfg, lp, h.astype(params["embed"].dtype), positions)
     slots = cache.length[:, None] + jnp.arange(t)[None, :]
     rows = (jnp.int32(layer), jnp.arange(b)[:, None])

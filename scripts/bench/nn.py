@@ -9,6 +9,11 @@ Cases per prompt length L (batch B, random f32 weights):
   generate_16  — 16 greedy tokens after the prompt: a `lax.scan` of decode steps vs a
                  `lax.scan` of full causal recomputes over a fixed buffer (anchor
                  `no_cache`); tokens compared; target 1.
+  decode_token_per_layer — the same jitted step on `nn.unstack_layers(params)` vs on the
+                 stacked parameters (anchor `stacked_layers`): a program holding one step
+                 copies each block's weight slice per call on XLA:CPU; per-layer storage
+                 has none to copy (same logits). Informational; also at d_model 512,
+                 8 blocks, B 1, L 64 (101 MB of weights), where the copies dominate.
   eager_decode — (smallest L only) `nn.decode_step` called eagerly, as from a Python
                  loop, vs the anchor `no_cache` (`nn.apply` of L+1 tokens) called
                  eagerly; both are jitted at module level, so an eager call costs one
@@ -38,6 +43,45 @@ def _cfg():
         qkv_bias=True,
         family="qwen2",
     )
+
+
+def _per_layer_step(cfg, params, nxt, cache, sizes, stacked, repeats):
+    """Emit ``decode_token_per_layer``: one jitted step, per-layer vs stacked storage."""
+    ours = H.time_jax(
+        lambda p, t, c: nn.decode_step(p, cfg, t, c),
+        nn.unstack_layers(params),
+        nxt,
+        cache,
+        repeats=repeats,
+    )
+    H.emit(
+        bench="nn",
+        case="decode_token_per_layer",
+        sizes=sizes,
+        ours=ours,
+        anchor="stacked_layers",
+        anchor_t=stacked,
+        target=None,
+        note="one jitted step: nn.unstack_layers(params) vs the stacked layout",
+        ours_err=float(jnp.max(jnp.abs(ours.output.logits - stacked.output.logits))),
+    )
+
+
+def _wide_per_layer(repeats):
+    """``decode_token_per_layer`` at d_model 512, 8 blocks, B 1, L 64 (101 MB of weights)."""
+    cfg = nn.TransformerConfig(
+        vocab_size=4096, d_model=512, n_layers=8, n_heads=8, n_kv_heads=8, head_dim=64,
+        mlp_dim=2048,
+    )  # fmt: skip
+    params = nn.init_params(cfg, key=jax.random.key(1))
+    toks = jax.random.randint(jax.random.key(2), (1, 64), 0, cfg.vocab_size)
+    cache = nn.prefill(params, cfg, toks, jnp.array([64]), max_len=64 + N_NEW).cache
+    nxt = jnp.zeros((1,), jnp.int32)
+    stacked = H.time_jax(
+        lambda p, t, c: nn.decode_step(p, cfg, t, c), params, nxt, cache, repeats=repeats
+    )
+    sizes = {"B": 1, "L": 64, "D": cfg.d_model, "layers": cfg.n_layers}
+    _per_layer_step(cfg, params, nxt, cache, sizes, stacked, repeats)
 
 
 def main() -> None:
@@ -98,6 +142,8 @@ def main() -> None:
             note="one token given L cached vs recompute L+1",
             ours_err=err,
         )
+
+        _per_layer_step(cfg, params, nxt, cache, sizes, ours, args.repeats)
 
         if L == lengths[0]:
             ours = H.time_jax(
@@ -160,6 +206,7 @@ def main() -> None:
             note="greedy tokens, cached scan vs full recompute scan",
             token_agreement=same,
         )
+    _wide_per_layer(args.repeats)
 
 
 if __name__ == "__main__":
