@@ -105,6 +105,9 @@ def _ar_generate(
         prompt_len, sampling.temperature, sampling.top_p, sampling.min_p
     )
     logits, cache = nn.prefill(params, cfg, prompt, prompt_len, max_len=max_len, interventions=iv)
+    # the loop on per-layer weights and cache: a step reads each block's K/V without
+    # copying its slice of the stacked buffers (docs: nn, "Per-layer storage"); same tokens
+    params, cache = nn.unstack_layers(params), nn.unstack_layers(cache)
     tok = C.choose_tokens(logits, C.step_key(key, 0), sampling, greedy=greedy)
     zb = jnp.zeros_like(prompt_len)  # batch-shaped arrays keep the prompts' sharding
     out = C.write_at(

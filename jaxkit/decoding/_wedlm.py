@@ -286,6 +286,13 @@ def _wedlm_generate(
         max_len=static.max_len,
         pad_token_id=static.pad_token_id,
     )
+    if o.min_accept is None:
+        # the plain loop on per-layer weights and cache: a forward reads each block's K/V
+        # without copying its slice of the stacked buffers (docs: nn, "Per-layer storage";
+        # decoding, wave 29); same tokens. The adaptive loops keep the stacked layout:
+        # unpinned on 2 cores they measured slower per-layer (thread overhead), pinned faster.
+        params = nn.unstack_layers(params)
+        state = state._replace(cache=nn.unstack_layers(state.cache))
 
     if o.min_accept is not None:
         # The first run of one-token steps (on hard text the whole generation) goes before

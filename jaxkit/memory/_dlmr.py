@@ -418,7 +418,7 @@ def split_forward(lm_params, lm_cfg, layer, x, positions, cache, mem_slot, iv=No
     (cache NOT committed).
     """
     b, t, _ = x.shape
-    s = cache.k.shape[2]
+    s = cache.capacity
     j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
     i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
     full = j < cache.length[:, None, None] + i + 1

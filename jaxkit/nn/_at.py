@@ -40,16 +40,20 @@ def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, col
 
     ``h [B, T, D]`` enters the block; ``tables`` are the RoPE tables of ``positions``
     (``rope_tables``); K/V are computed at every position (and, with a
-    cache ``kv = (k_buf, v_buf)`` stacked over layers, scattered at ``slots`` as the full
-    block does). Slot ``i`` attends over row ``rows[i]``'s keys under
-    ``mask[rows[i], cols[i]]`` (and the sliding window, where the block has one). Returns
-    ``(h_out [N, D], new)``: ``new`` the updated ``(k_buf, v_buf)`` with a cache, else the
-    block's own ``(K, V)`` of every position (``[B, T, Hkv, Dh]``, as a prefill stacks them).
+    cache ``kv = (k_buf, v_buf)``, stacked over layers or the block's own buffers of a
+    per-layer cache, scattered at ``slots`` as the full block does). Slot ``i`` attends
+    over row ``rows[i]``'s keys under ``mask[rows[i], cols[i]]`` (and the sliding window,
+    where the block has one). Returns ``(h_out [N, D], new)``: ``new`` the updated
+    ``(k_buf, v_buf)`` with a cache, else the block's own ``(K, V)`` of every position
+    (``[B, T, Hkv, Dh]``, as a prefill stacks them).
     """
     b = h.shape[0]
     x, k, v = kv_rows(cfg, lp, h, positions, tables)
     new = (k, v)
-    if kv is not None:
+    if kv is not None and kv[0].ndim == 4:  # the block's own buffers (a per-layer cache)
+        k, v = scatter_kv(*kv, jnp.arange(b)[:, None], slots, k, v)
+        new = (k, v)
+    elif kv is not None:
         kb, vb = scatter_kv(*kv, (jnp.int32(layer), jnp.arange(b)[:, None]), slots, k, v)
         k, v, new = kb[layer], vb[layer], (kb, vb)
     q = queries(cfg, lp, take_at(x, rows, cols))  # [N, H, Dh]

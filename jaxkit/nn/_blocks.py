@@ -27,7 +27,7 @@ from jaxkit.nn._attention import (
     set_rows,
     window_mask,
 )
-from jaxkit.nn._cache import KVCache
+from jaxkit.nn._cache import KVCache, capacity, per_layer
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
@@ -97,7 +97,7 @@ def _default_mask(cfg, batch, t, cache):
         j = jnp.arange(t)[None, :]
         m = (j <= i) if cfg.causal else jnp.ones((t, t), bool)
         return jnp.broadcast_to(m, (batch, t, t))
-    s = cache.k.shape[2]
+    s = capacity(cache)
     j = jnp.arange(s)[None, None, :]
     lim = cache.length[:, None, None] + (i[None] + 1 if cfg.causal else t)
     return j < lim
@@ -142,7 +142,7 @@ def block_masks(cfg, b, t, positions, cache, attn_mask):
         win = window_mask(positions, positions, cfg.sliding_window)
     else:
         # Committed slot j holds logical position j; the new rows hold `positions`.
-        s = cache.k.shape[2]
+        s = capacity(cache)
         k_pos = jnp.zeros((b, 1), positions.dtype) + jnp.arange(s, dtype=positions.dtype)[None, :]
         k_pos = set_rows(k_pos, jnp.arange(b)[:, None], slots, positions)
         win = window_mask(positions, k_pos, cfg.sliding_window)
@@ -205,14 +205,17 @@ def layers_core(
         # forwards (DLMR's one-block decode steps and chunks) measured no gain: unchanged
         tables = forward_tables(positions, cfg, h.dtype)
 
+    per_cache = cache is not None and per_layer(cache)
+
     def step(x, kv, layer, lp, flag, read=False):
-        lay = None if kv is None else layer
+        # `layer` given: `kv` is the stacked cache; a per-layer cache passes the block's own
+        lay = None if kv is None or per_cache else layer
         m = layer_mask(layer, flag)
         out = _block(cfg, lp, x, positions, m, kv, slots, read=read, layer=lay, tables=tables)
         x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 
-    per_layer = isinstance(params["layers"], (tuple, list))  # see `unstack_layers`
+    per_block = isinstance(params["layers"], (tuple, list))  # see `unstack_layers`
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []
@@ -220,16 +223,21 @@ def layers_core(
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         if hi <= lo:
             continue
-        if lo in reads or per_layer:
+        if lo in reads or per_block or per_cache:
             # a read site (a one-block segment returning its MLP inputs), or per-layer
-            # storage: each block inlined on its own weights, no weight slices to copy
+            # storage: each block inlined on its own weights / K-V buffers, no slices to copy
             for layer in range(lo, hi):
                 lp, read = layer_params(params, layer), layer in reads
-                out = step(h, kc, jnp.int32(layer), lp, flags[layer], read=read)
+                kv = (kc[0][layer], kc[1][layer]) if per_cache else kc
+                out = step(h, kv, jnp.int32(layer), lp, flags[layer], read=read)
                 h = out[0]
                 if read:
                     mlp[layer] = out[2]
-                if cache is not None:
+                if per_cache:  # the block's new buffers replace its entries
+                    kc = tuple(
+                        (*c[:layer], n, *c[layer + 1 :]) for c, n in zip(kc, out[1], strict=True)
+                    )
+                elif cache is not None:
                     kc = out[1]
                 elif emit_kv:
                     ks.append(out[1][0][None])

@@ -18,17 +18,34 @@ from jaxkit.nn._config import TransformerConfig
 
 
 class KVCache(NamedTuple):
-    """Per-layer stacked key/value buffers.
+    """Key/value buffers of every block, stacked or per layer.
 
     Attributes:
-      k: Keys, ``[n_layers, B, S, n_kv_heads, head_dim]`` (RoPE already applied).
-      v: Values, same shape as ``k``.
+      k: Keys, ``[n_layers, B, S, n_kv_heads, head_dim]`` (RoPE already applied), or per
+        layer (:func:`init_cache` with ``per_layer=True``, :func:`unstack_layers`): a tuple
+        of ``n_layers`` arrays ``[B, S, n_kv_heads, head_dim]``.
+      v: Values, the same layout and shapes as ``k``.
       length: ``int32[B]``, the number of valid, committed slots of each row.
     """
 
-    k: Array
-    v: Array
+    k: Array | tuple[Array, ...]
+    v: Array | tuple[Array, ...]
     length: Array
+
+    @property
+    def capacity(self) -> int:
+        """The slots per row S (either layout)."""
+        return capacity(self)
+
+
+def per_layer(cache) -> bool:
+    """Whether ``cache`` holds one K/V buffer per block (else stacked)."""
+    return isinstance(cache.k, (tuple, list))
+
+
+def capacity(cache) -> int:
+    """The slots per row S of a stacked or per-layer cache."""
+    return cache.k[0].shape[1] if per_layer(cache) else cache.k.shape[2]
 
 
 def init_cache(
@@ -38,6 +55,7 @@ def init_cache(
     batch: int | None = None,
     dtype=jnp.float32,
     like: ArrayLike | None = None,
+    per_layer: bool = False,
 ) -> KVCache:
     """An empty cache (all lengths 0) for ``batch`` rows of ``max_len`` slots.
 
@@ -49,6 +67,9 @@ def init_cache(
       like: Optional ``[B]`` array whose batch sharding the buffers follow (built as
         ``zeros_like(like)`` broadcast, so a batch-sharded ``like`` gives a
         batch-sharded cache, also under ``jit`` and an explicit mesh).
+      per_layer: One buffer per block (tuples of ``[B, S, Hkv, Dh]``) instead of one
+        stacked buffer: a decode loop then reads each block's K/V without copying its
+        slice (docs: ``nn``, "Per-layer storage").
 
     Returns:
       A :class:`KVCache` of zeros with ``length = zeros(int32[B])``.
@@ -64,14 +85,37 @@ def init_cache(
         batch = _validate.python_int(batch, name="batch", minimum=1)
         shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
         z = jnp.zeros(shape, dtype)
-        return KVCache(k=z, v=z, length=jnp.zeros((batch,), jnp.int32))
+        return _layout(KVCache(k=z, v=z, length=jnp.zeros((batch,), jnp.int32)), per_layer)
     like = jnp.asarray(like)
     _validate.ndim(like, 1, name="like")
     if batch is not None and _validate.python_int(batch, name="batch") != like.shape[0]:
         raise ValueError(f"`batch`={batch} disagrees with `like` of shape {like.shape}.")
     shape = (cfg.n_layers, 1, max_len, cfg.n_kv_heads, cfg.head_dim)
     z = jnp.zeros_like(like, dtype=dtype)[None, :, None, None, None] + jnp.zeros(shape, dtype)
-    return KVCache(k=z, v=z, length=jnp.zeros_like(like, dtype=jnp.int32))
+    return _layout(KVCache(k=z, v=z, length=jnp.zeros_like(like, dtype=jnp.int32)), per_layer)
+
+
+def _layout(cache: KVCache, per: bool) -> KVCache:
+    if not isinstance(per, bool):
+        raise TypeError(f"`per_layer` must be a bool, got {type(per).__name__}.")
+    return unstack_kv(cache) if per else cache
+
+
+def unstack_kv(cache: KVCache) -> KVCache:
+    """A stacked cache as one K/V buffer per block (per-layer caches unchanged)."""
+    if per_layer(cache):
+        return cache._replace(k=tuple(cache.k), v=tuple(cache.v))
+    n = cache.k.shape[0]
+    return cache._replace(
+        k=tuple(cache.k[i] for i in range(n)), v=tuple(cache.v[i] for i in range(n))
+    )
+
+
+def stack_kv(cache: KVCache) -> KVCache:
+    """A per-layer cache stacked on a leading layer axis (stacked caches unchanged)."""
+    if not per_layer(cache):
+        return cache
+    return cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
 
 
 def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
@@ -97,6 +141,6 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
         raise TypeError(
             f"`n` must be a scalar or have shape ({cache.length.shape[0]},), got shape {n.shape}."
         )
-    max_len = cache.k.shape[2]
+    max_len = capacity(cache)
     length = jnp.clip(cache.length + n.astype(jnp.int32), 0, max_len)
     return cache._replace(length=length.astype(jnp.int32))

@@ -58,22 +58,22 @@ def _prefill(params, tokens, lengths, iv, *, cfg, max_len):
             iv=iv, tables=tables,
         )  # fmt: skip
         h = out.h.astype(dtype)
-        ks, vs = [out.cache[0]], [out.cache[1]]
+        ks, vs = [out.cache[0]], [out.cache[1]]  # [n_layers - 1, B, T, Hkv, Dh]
     zero = jnp.zeros_like(tokens[:, 0], jnp.int32)  # follows the prompts' batch sharding
     at = (zero + jnp.arange(b, dtype=jnp.int32), zero + lengths.astype(jnp.int32) - 1)
     hs, (k, v) = last_block_traced(params, cfg, h, pos, tables, None, None, None, at, iv)
     logits = unembed_traced(params, cfg, hs)
-    k = jnp.concatenate([*ks, k[None]], axis=0)
-    v = jnp.concatenate([*vs, v[None]], axis=0)
     # A fresh cache: the T rows go to the static slots 0..T-1 (T <= max_len checked);
-    # zero padding keeps the batch sharding of the prompts.
-    pad = ((0, 0), (0, 0), (0, max_len - t), (0, 0), (0, 0))
-    cache = KVCache(
-        k=jnp.pad(k.astype(dtype), pad),
-        v=jnp.pad(v.astype(dtype), pad),
-        length=lengths.astype(jnp.int32),
-    )
-    return StepOutput(logits, cache)
+    # zero padding keeps the batch sharding of the prompts. Per-layer parameters give a
+    # per-layer cache (one buffer per block), stacked ones a stacked cache.
+    pad = ((0, 0), (0, max_len - t), (0, 0), (0, 0))
+    if isinstance(params["layers"], (tuple, list)):
+        k = tuple(jnp.pad(a.astype(dtype), pad) for a in (*(x for s in ks for x in s), k))
+        v = tuple(jnp.pad(a.astype(dtype), pad) for a in (*(x for s in vs for x in s), v))
+    else:
+        k = jnp.pad(jnp.concatenate([*ks, k[None]], axis=0).astype(dtype), ((0, 0), *pad))
+        v = jnp.pad(jnp.concatenate([*vs, v[None]], axis=0).astype(dtype), ((0, 0), *pad))
+    return StepOutput(logits, KVCache(k=k, v=v, length=lengths.astype(jnp.int32)))
 
 
 def prefill(

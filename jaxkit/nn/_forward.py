@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 from jaxkit.nn._at import check_outputs_at, edit_at_slots, last_block_at
 from jaxkit.nn._attention import dense, forward_tables, rms_norm, take_rows
 from jaxkit.nn._blocks import block_masks, layers_core
-from jaxkit.nn._cache import KVCache
+from jaxkit.nn._cache import KVCache, per_layer
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._intervene import Interventions, MLPRead, hide_span
 from jaxkit.nn._intervene import check as check_iv
@@ -166,9 +166,14 @@ def apply_traced(
     if at is None:
         return LMOutput(unembed_traced(params, cfg, out.h), out.cache, out.hidden, out.reads)
     kv = None if cache is None else (out.cache.k, out.cache.v)
+    per = cache is not None and per_layer(cache)
+    if per:  # the last block's own buffers
+        kv = (kv[0][last], kv[1][last])
     hs, kv = last_block_traced(
         params, cfg, out.h.astype(dt), positions, tables, cache, attn_mask, kv, at, iv
     )
+    if per:
+        kv = ((*out.cache.k[:last], kv[0]), (*out.cache.v[:last], kv[1]))
     cache = None if cache is None else out.cache._replace(k=kv[0], v=kv[1])
     hidden = {**out.hidden, last: hs} if last in collect else out.hidden  # [N, D] at slots
     return LMOutput(unembed_traced(params, cfg, hs), cache, hidden, out.reads)

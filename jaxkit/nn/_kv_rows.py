@@ -22,7 +22,7 @@ from jaxkit.nn._attention import (
     set_rows,
     split_last,
 )
-from jaxkit.nn._cache import KVCache
+from jaxkit.nn._cache import KVCache, per_layer
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._params import (
     check_cfg,
@@ -95,6 +95,10 @@ def write_kv_traced(params, cfg, h, positions, cache, *, layer):
     lp = layer_params(params, layer)
     _, k, v = kv_rows(cfg, lp, h.astype(params["embed"].dtype), positions)
     slots = cache.length[:, None] + jnp.arange(t)[None, :]
+    if per_layer(cache):  # the block's own buffers
+        kb, vb = scatter_kv(cache.k[layer], cache.v[layer], jnp.arange(b)[:, None], slots, k, v)
+        put = lambda bufs, new: (*bufs[:layer], new, *bufs[layer + 1 :])  # noqa: E731
+        return cache._replace(k=put(cache.k, kb), v=put(cache.v, vb))
     rows = (jnp.int32(layer), jnp.arange(b)[:, None])
     kb, vb = scatter_kv(cache.k, cache.v, rows, slots, k, v)
     return cache._replace(k=kb, v=vb)

@@ -384,7 +384,7 @@ def refresh_bridge(
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
     _validate.shape(bridge, (cache.length.shape[0], None, lm_cfg.d_model), name="bridge")
-    cap = cache.k.shape[2]
+    cap = cache.capacity
     bad = jnp.any(prompt_len + bridge.shape[1] > cap)
     prompt_len = _validate.error_if(
         prompt_len, bad, f"`cache` is too small: prompt + bridge exceed its capacity {cap}."

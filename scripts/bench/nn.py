@@ -9,11 +9,17 @@ Cases per prompt length L (batch B, random f32 weights):
   generate_16  — 16 greedy tokens after the prompt: a `lax.scan` of decode steps vs a
                  `lax.scan` of full causal recomputes over a fixed buffer (anchor
                  `no_cache`); tokens compared; target 1.
-  decode_token_per_layer — the same jitted step on `nn.unstack_layers(params)` vs on the
-                 stacked parameters (anchor `stacked_layers`): a program holding one step
-                 copies each block's weight slice per call on XLA:CPU; per-layer storage
-                 has none to copy (same logits). Informational; also at d_model 512,
-                 8 blocks, B 1, L 64 (101 MB of weights), where the copies dominate.
+  decode_token_per_layer — the same jitted step on per-layer parameters and cache
+                 (`nn.unstack_layers`) vs on the stacked ones (anchor `stacked_layers`): a
+                 program holding one step copies each block's weight slice and K/V slice
+                 per call on XLA:CPU; per-layer storage has none to copy (same logits).
+                 Informational; also at d_model 512, 8 blocks, B 1, L 64 (101 MB of
+                 weights), where the copies dominate.
+  decode_16_per_layer — 16 greedy decode steps in a `lax.scan` from the prefilled cache,
+                 on per-layer parameters and cache vs on the stacked ones (anchor
+                 `stacked_layers`): in a loop the weight slices are hoisted, but each step
+                 copies every block's K/V slice of a stacked cache. Same tokens.
+                 Informational.
   eager_decode — (smallest L only) `nn.decode_step` called eagerly, as from a Python
                  loop, vs the anchor `no_cache` (`nn.apply` of L+1 tokens) called
                  eagerly; both are jitted at module level, so an eager call costs one
@@ -51,7 +57,7 @@ def _per_layer_step(cfg, params, nxt, cache, sizes, stacked, repeats):
         lambda p, t, c: nn.decode_step(p, cfg, t, c),
         nn.unstack_layers(params),
         nxt,
-        cache,
+        nn.unstack_layers(cache),
         repeats=repeats,
     )
     H.emit(
@@ -62,8 +68,38 @@ def _per_layer_step(cfg, params, nxt, cache, sizes, stacked, repeats):
         anchor="stacked_layers",
         anchor_t=stacked,
         target=None,
-        note="one jitted step: nn.unstack_layers(params) vs the stacked layout",
+        note="one jitted step: per-layer params and cache (nn.unstack_layers) vs stacked",
         ours_err=float(jnp.max(jnp.abs(ours.output.logits - stacked.output.logits))),
+    )
+
+
+def _per_layer_loop(cfg, params, nxt, cache, sizes, repeats):
+    """Emit ``decode_16_per_layer``: a scan of 16 steps, per-layer vs stacked storage."""
+
+    def loop(p, t, c):
+        def body(carry, _):
+            tok, c = carry
+            lg, c = nn.decode_step(p, cfg, tok, c)
+            tok = jnp.argmax(lg, -1).astype(jnp.int32)
+            return (tok, c), tok
+
+        return jax.lax.scan(body, (t, c), None, length=N_NEW)[1]
+
+    anc = H.time_jax(loop, params, nxt, cache, repeats=repeats)
+    ours = H.time_jax(
+        loop, nn.unstack_layers(params), nxt, nn.unstack_layers(cache), repeats=repeats
+    )
+    same = float(np.mean(np.asarray(ours.output) == np.asarray(anc.output)))
+    H.emit(
+        bench="nn",
+        case=f"decode_{N_NEW}_per_layer",
+        sizes=sizes,
+        ours=ours,
+        anchor="stacked_layers",
+        anchor_t=anc,
+        target=None,
+        note="scan of decode steps: per-layer params and cache vs stacked",
+        token_agreement=same,
     )
 
 
@@ -144,6 +180,7 @@ def main() -> None:
         )
 
         _per_layer_step(cfg, params, nxt, cache, sizes, ours, args.repeats)
+        _per_layer_loop(cfg, params, nxt, cache, sizes, args.repeats)
 
         if L == lengths[0]:
             ours = H.time_jax(

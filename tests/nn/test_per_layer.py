@@ -99,7 +99,7 @@ def test_prefill_and_decode_steps_eager_and_jitted():
             tok = jnp.argmax(seq[-1], -1)
             o = nn.decode_step(params, CFG, tok, cache) if i == 0 else step(params, tok, cache)
             cache, seq = o.cache, [*seq, o.logits]
-        outs[name] = (seq, cache)
+        outs[name] = (seq, nn.stack_layers(cache))  # per-layer params: per-layer cache
     _same(outs["per_layer"], outs["stacked"], "prefill + decode")
 
 
@@ -134,16 +134,25 @@ def test_sharding_is_kept():
     specs = nn.param_specs(CFG)
     sharded = jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), P, specs)
     tok = jnp.concatenate([TOK, TOK[::-1]])
+    lens = jnp.array([T, 3, 4, T])
+    data = NamedSharding(mesh, PartitionSpec("data"))
     with jax.set_mesh(mesh):
         u = nn.unstack_layers(sharded)
-        got = nn.apply(
-            u, CFG, jax.device_put(tok, NamedSharding(mesh, PartitionSpec("data")))
-        ).logits
-    for k, s in specs["layers"].items():
-        a = u["layers"][1][k]
-        assert a.sharding.is_equivalent_to(NamedSharding(mesh, PartitionSpec(*s[1:])), a.ndim), k
+        got = nn.apply(u, CFG, jax.device_put(tok, data)).logits
+        first = nn.prefill(u, CFG, jax.device_put(tok, data), jax.device_put(lens, data), max_len=8)
+        step = nn.decode_step(u, CFG, jnp.argmax(first.logits, -1).astype(jnp.int32), first.cache)
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    want = nn.param_specs(CFG, per_layer=True)
+    for a, s in zip(jax.tree.leaves(u), jax.tree.leaves(want, is_leaf=is_spec), strict=True):
+        assert a.sharding.is_equivalent_to(NamedSharding(mesh, s), a.ndim), s
+    cs = nn.cache_specs(CFG, per_layer=True)
+    for a, s in zip(jax.tree.leaves(step.cache), jax.tree.leaves(cs, is_leaf=is_spec), strict=True):
+        assert a.sharding.is_equivalent_to(NamedSharding(mesh, s), a.ndim), s
     assert got.sharding.spec == PartitionSpec("data", None, "model")
     _same(got, nn.apply(P, CFG, tok).logits, "sharded")
+    ref = nn.prefill(P, CFG, tok, lens, max_len=8)
+    ref = nn.decode_step(P, CFG, jnp.argmax(ref.logits, -1).astype(jnp.int32), ref.cache)
+    _same((step.logits, nn.stack_layers(step.cache)), ref, "sharded decode")
 
 
 def test_bad_layouts_raise_type_errors():
@@ -162,3 +171,40 @@ def test_bad_layouts_raise_type_errors():
     small = dataclasses.replace(CFG, n_layers=2)
     with pytest.raises(TypeError, match="must hold 2"):
         nn.prefill(U, small, TOK, jnp.array([T, 3]), max_len=9)
+
+
+def test_per_layer_cache_everywhere():
+    """A per-layer cache gives the stacked cache's values (unstacked) in every cached call."""
+    lengths = jnp.array([T, 3])
+    ref = nn.prefill(P, CFG, TOK, lengths, max_len=9)
+    got = nn.prefill(U, CFG, TOK, lengths, max_len=9)  # per-layer params: per-layer cache
+    assert isinstance(got.cache.k, tuple) and got.cache.k[0].shape == ref.cache.k.shape[1:]
+    _same(got, (ref.logits, nn.unstack_layers(ref.cache)), "prefill")
+    _same(nn.stack_layers(got.cache), ref.cache, "stack_layers")
+    pc = nn.unstack_layers(ref.cache)
+    tok = jnp.argmax(ref.logits, -1)
+    want = nn.decode_step(P, CFG, tok, ref.cache)
+    for params in (P, U):  # either parameter layout with the per-layer cache
+        o = jax.jit(lambda p, t, c: nn.decode_step(p, CFG, t, c))(params, tok, pc)
+        _same((o.logits, nn.stack_layers(o.cache)), want, "decode_step")
+    h = nn.embed(P, CFG, TOK[:, :2])
+    pos = ref.cache.length[:, None] + jnp.arange(2)[None]
+    a = nn.run_layers(U, CFG, h, pos, cache=pc, stop=2, collect=(1,))
+    b = nn.run_layers(P, CFG, h, pos, cache=ref.cache, stop=2, collect=(1,))
+    _same((a.h, a.hidden, nn.stack_layers(a.cache)), (b.h, b.hidden, b.cache), "run_layers")
+    at = (jnp.array([0, 1]), jnp.array([1, 0]))
+    a = nn.apply(P, CFG, TOK[:, :2], cache=pc, outputs_at=at)
+    b = nn.apply(P, CFG, TOK[:, :2], cache=ref.cache, outputs_at=at)
+    _same((a.logits, nn.stack_layers(a.cache)), (b.logits, b.cache), "outputs_at")
+    a = nn.write_kv(P, CFG, h, pos, cache=pc, layer=2)
+    b = nn.write_kv(P, CFG, h, pos, cache=ref.cache, layer=2)
+    _same(nn.stack_layers(a), b, "write_kv")
+    np.testing.assert_array_equal(nn.commit(pc, 2).length, nn.commit(ref.cache, 2).length)
+    empty = nn.init_cache(CFG, batch=B, max_len=9, per_layer=True)
+    _same(empty, nn.unstack_layers(nn.init_cache(CFG, batch=B, max_len=9)), "init_cache")
+    with pytest.raises(TypeError, match="3 K and V buffers"):
+        nn.decode_step(P, CFG, tok, pc._replace(k=pc.k[:2]))
+    with pytest.raises(TypeError, match=r"cache.v\[1\]"):
+        nn.decode_step(P, CFG, tok, pc._replace(v=(pc.v[0], pc.v[1][:, :4], pc.v[2])))
+    with pytest.raises(TypeError, match="per_layer"):
+        nn.init_cache(CFG, batch=B, max_len=9, per_layer=1)
