@@ -59,12 +59,13 @@ class _State(NamedTuple):
 class _Blocks(NamedTuple):
     """The frozen backbone cut into stand-alone one-block models, each with its own cache.
 
-    Each block is an ``nn`` parameter dict (a one-block ``layers`` stack) with its own
-    config, and its own ``KVCache`` (``[1, B, S, ...]``), so a decode step runs one
-    whole-model ``run_layers`` per block. No per-step slicing of the weights or the
-    cache: ``start``/``stop`` on one stack copy the weights and the cache per step, and
-    a stacked cache costs a copy of each block's K/V slice per step inside the layer
-    scan (with one-block caches the decode loop is ~30 % cheaper on CPU).
+    Each block is an ``nn`` parameter dict in per-layer storage (``layers`` a one-block
+    tuple, ``nn.unstack_layers``) with its own config and its own per-layer ``KVCache``
+    (``k``, ``v`` one-buffer tuples), so a decode step runs one whole-model ``run_layers``
+    per block. No per-step slicing of the weights or the cache: ``start``/``stop`` on one
+    stack copy the weights and the cache per step, and a stacked cache costs a copy of
+    each block's K/V slice per step (with one-block caches the decode loop was ~30 %
+    cheaper on CPU; per-layer one-block caches, wave 29, another ~3-4 % pinned).
     """
 
     lo: tuple  # ((params, cfg), ...) blocks <= l
@@ -77,8 +78,8 @@ def _blocks(lm_params, lm_cfg, layer) -> _Blocks:
 
     def part(g):
         layers = lm_params["layers"]
-        one = layers[g : g + 1] if per_layer else jax.tree.map(lambda x: x[g : g + 1], layers)
-        p = {**lm_params, "layers": one}
+        one = layers[g] if per_layer else jax.tree.map(lambda x: x[g], layers)
+        p = {**lm_params, "layers": (one,)}  # per-layer storage: no slice of a stack
         # Qwen2's window rule `block >= max_window_layers`, in the one-block numbering
         mw = 0 if g >= lm_cfg.max_window_layers else 1
         return p, dataclasses.replace(lm_cfg, n_layers=1, max_window_layers=mw)
@@ -93,13 +94,15 @@ def _cut_cache(cache, cut, s_lo, s):
     Blocks ``< cut`` get ``s_lo`` slots, the others ``s``.
     """
 
+    cache = nn.unstack_layers(cache)
+
     def one(g, size):
-        pad = ((0, 0), (0, 0), (0, size - cache.k.shape[2]), (0, 0), (0, 0))
-        k, v = (jnp.pad(x[g : g + 1], pad) for x in (cache.k, cache.v))
-        return nn.KVCache(k, v, cache.length)
+        pad = ((0, 0), (0, size - cache.capacity), (0, 0), (0, 0))
+        k, v = (jnp.pad(x[g], pad) for x in (cache.k, cache.v))
+        return nn.KVCache((k,), (v,), cache.length)  # a per-layer one-block cache
 
     return tuple(one(g, s_lo) for g in range(cut)), tuple(
-        one(g, s) for g in range(cut, cache.k.shape[0])
+        one(g, s) for g in range(cut, len(cache.k))
     )
 
 
@@ -138,11 +141,11 @@ def _forward(hv, x, pos, st):
     t = x.shape[1]
     i = jnp.arange(t, dtype=jnp.int32)[None, :, None]
     hi0 = st.hi[0]
-    j = jnp.arange(hi0.k.shape[2], dtype=jnp.int32)[None, None, :]
+    j = jnp.arange(hi0.capacity, dtype=jnp.int32)[None, None, :]
     full = j < hi0.length[:, None, None] + i + 1
     if hv.compact:
         lo0 = st.lo[0]
-        j_lo = jnp.arange(lo0.k.shape[2], dtype=jnp.int32)[None, None, :]
+        j_lo = jnp.arange(lo0.capacity, dtype=jnp.int32)[None, None, :]
         low = j_lo < lo0.length[:, None, None] + i + 1
     else:
         low = full & ~st.mem_slot[:, None, :]
@@ -209,7 +212,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     mem = _memory(p, st, at, bank, k, cfg=cfg, width=width, lm=lm)
     km = mem.shape[1]
     pos = at[:, None] + jnp.arange(km, dtype=jnp.int32)[None, :]
-    s = st.hi[0].k.shape[2]
+    s = st.hi[0].capacity
     j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
     full = j < pos[:, :, None] + 1
     h, caches = _run(hv.hi[:-1], st.hi[:-1], mem.astype(hv.hi[0][0]["embed"].dtype), pos, full)

@@ -60,6 +60,8 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     cache = up.cache._replace(length=prompt_len + k)
     tok = _choose(logits, step_key(key, 0), temperature, top_p, greedy)
     out = (zb[:, None] + jnp.zeros((1, n), jnp.int32)).at[:, 0].set(tok)
+    # the loop on per-layer weights and cache, as `ar_generate`'s (no K/V slice copies)
+    lm_params, cache = nn.unstack_layers(lm_params), nn.unstack_layers(cache)
 
     def body(i, c):
         cache, tok, out = c
