@@ -93,7 +93,6 @@ def _cut_cache(cache, cut, s_lo, s):
 
     Blocks ``< cut`` get ``s_lo`` slots, the others ``s``.
     """
-
     cache = nn.unstack_layers(cache)
 
     def one(g, size):
