@@ -105,10 +105,9 @@ def _per_layer_loop(cfg, params, nxt, cache, sizes, repeats):
 
 def _wide_per_layer(repeats):
     """``decode_token_per_layer`` at d_model 512, 8 blocks, B 1, L 64 (101 MB of weights)."""
-    cfg = nn.TransformerConfig(
-        vocab_size=4096, d_model=512, n_layers=8, n_heads=8, n_kv_heads=8, head_dim=64,
-        mlp_dim=2048,
-    )  # fmt: skip
+    cfg = H.transformer_config(
+        512, 8, vocab_size=4096, n_heads=8, n_kv_heads=8, head_dim=64, mlp_dim=2048
+    )
     params = nn.init_params(cfg, key=jax.random.key(1))
     toks = jax.random.randint(jax.random.key(2), (1, 64), 0, cfg.vocab_size)
     cache = nn.prefill(params, cfg, toks, jnp.array([64]), max_len=64 + N_NEW).cache
