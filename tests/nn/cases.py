@@ -40,6 +40,15 @@ def _prefill_then_step(tokens, prompt):
     return nn.decode_step(_P32, CFG, tokens, cache)
 
 
+_U32 = nn.unstack_layers(_P32)
+
+
+def _per_layer_step(tokens, prompt):
+    """Per-layer weights: the prefill gives a per-layer cache, the step keeps it."""
+    cache = nn.prefill(_U32, CFG, prompt, jnp.full_like(prompt[:, 0], 3), max_len=6).cache
+    return nn.decode_step(_U32, CFG, tokens, cache)
+
+
 def _intervened(inputs_embeds, vec, latents, params):
     """Additive edit after block 0, one latent inserted after block 0 at slot 1."""
     b = inputs_embeds.shape[0]
@@ -210,6 +219,26 @@ CASES = [
         name="nn.decode_step",
         slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
         fn=_prefill_then_step,
+        make_args=lambda key, dtype: (
+            _tokens(key, (8,)),
+            _tokens(jax.random.fold_in(key, 1), (8, 3)),
+        ),
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "negative token id",
+                lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
+                ValueError,
+                "tokens",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.decode_step/per_layer",
+        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape", "sharding"),
+        fn=_per_layer_step,
         make_args=lambda key, dtype: (
             _tokens(key, (8,)),
             _tokens(jax.random.fold_in(key, 1), (8, 3)),
