@@ -3,7 +3,8 @@
 :func:`run_layers` runs blocks ``start .. stop-1`` on hidden states (a split forward);
 :func:`layers_core`, its traced body, serves :func:`jaxkit.nn.apply` and the cached
 decode step too. Layers run under ``lax.scan`` (unrolled for one-token cached steps under
-``jit``); ``cfg.causal=False`` gives the bidirectional encoder. The new K/V rows are
+``jit``), or one inlined block at a time with per-layer weights or caches
+(``unstack_layers``); ``cfg.causal=False`` gives the bidirectional encoder. The new K/V rows are
 scattered into the cache at ``length + arange(T)`` with ``mode="drop"``, so a window
 written past the end (WeDLM's, ``overflow="drop"``) loses only its overflowing rows.
 
