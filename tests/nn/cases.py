@@ -49,6 +49,15 @@ def _per_layer_step(tokens, prompt):
     return nn.decode_step(_U32, CFG, tokens, cache)
 
 
+def _unstack(wq, w_up, embed):
+    """Stacked ``[L, ...]`` weights (leading axis a batch of 8 in the checks) per layer."""
+    return nn.unstack_layers({"embed": embed, "layers": {"wq": wq, "w_up": w_up}})
+
+
+def _stack(a, b, c):
+    return nn.stack_layers({"layers": ({"wq": a}, {"wq": b}, {"wq": c})})
+
+
 def _intervened(inputs_embeds, vec, latents, params):
     """Additive edit after block 0, one latent inserted after block 0 at slot 1."""
     b = inputs_embeds.shape[0]
@@ -254,6 +263,27 @@ CASES = [
                 "tokens",
             ),
         ),
+    ),
+    Case(
+        name="nn.unstack_layers",
+        fn=_unstack,
+        make_args=lambda key, dtype: tuple(
+            jax.random.normal(jax.random.fold_in(key, i), shape, dtype)
+            for i, shape in enumerate(((8, 3, 4, 6), (8, 3, 4, 5), (8, 7)))
+        ),
+        grad_argnums=(0, 1),
+        slow_checks=("grads",),
+        shard_argnums=(),  # the leading axis is the layer axis: see test_per_layer.py
+    ),
+    Case(
+        name="nn.stack_layers",
+        fn=_stack,
+        make_args=lambda key, dtype: tuple(
+            jax.random.normal(jax.random.fold_in(key, i), (8, 4, 6), dtype) for i in range(3)
+        ),
+        grad_argnums=(0, 2),
+        slow_checks=("grads",),
+        shard_argnums=(),  # the output's leading axis is the layer axis: test_per_layer.py
     ),
     Case(
         name="nn.write_kv",

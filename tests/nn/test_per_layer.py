@@ -141,9 +141,12 @@ def test_sharding_is_kept():
         got = nn.apply(u, CFG, jax.device_put(tok, data)).logits
         first = nn.prefill(u, CFG, jax.device_put(tok, data), jax.device_put(lens, data), max_len=8)
         step = nn.decode_step(u, CFG, jnp.argmax(first.logits, -1).astype(jnp.int32), first.cache)
+        back = nn.stack_layers(u)
     is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
     want = nn.param_specs(CFG, per_layer=True)
     for a, s in zip(jax.tree.leaves(u), jax.tree.leaves(want, is_leaf=is_spec), strict=True):
+        assert a.sharding.is_equivalent_to(NamedSharding(mesh, s), a.ndim), s
+    for a, s in zip(jax.tree.leaves(back), jax.tree.leaves(specs, is_leaf=is_spec), strict=True):
         assert a.sharding.is_equivalent_to(NamedSharding(mesh, s), a.ndim), s
     cs = nn.cache_specs(CFG, per_layer=True)
     for a, s in zip(jax.tree.leaves(step.cache), jax.tree.leaves(cs, is_leaf=is_spec), strict=True):
