@@ -286,13 +286,11 @@ def _wedlm_generate(
         max_len=static.max_len,
         pad_token_id=static.pad_token_id,
     )
-    if o.min_accept is None:
-        # the plain loop on per-layer weights and cache: a forward reads each block's K/V
-        # without copying its slice of the stacked buffers (docs: nn, "Per-layer storage";
-        # decoding, wave 29); same tokens. The adaptive loops keep the stacked layout:
-        # unpinned on 2 cores they measured slower per-layer (thread overhead), pinned faster.
-        params = nn.unstack_layers(params)
-        state = state._replace(cache=nn.unstack_layers(state.cache))
+    # the loops on per-layer weights and cache: a forward reads each block's K/V without
+    # copying its slice of the stacked buffers (docs: nn, "Per-layer storage"; decoding,
+    # wave 29); same tokens
+    params = nn.unstack_layers(params)
+    state = state._replace(cache=nn.unstack_layers(state.cache))
 
     if o.min_accept is not None:
         # The first run of one-token steps (on hard text the whole generation) goes before
@@ -314,10 +312,11 @@ def _wedlm_generate(
     def body(s: WeDLMState) -> WeDLMState:
         if o.min_accept is None:
             return _step(params, cfg, s, prompt_len, step_key(key, s.n_forward), o)
-        # Adaptive: a run of window steps (inside a cond branch, whose thunks XLA:CPU runs
-        # in sequence), then a run of one-token steps in a loop of its own, not in a branch
-        # (compiled as ar_generate's loop; wave 24, docs/areas/decoding.md).
-        s = jax.lax.cond(use_single(s, o), lambda s: s, window_steps, s)
+        # Adaptive: a run of window steps (zero trips when every row is in AR mode), then a
+        # run of one-token steps in a loop of its own (compiled as ar_generate's loop; wave
+        # 24). With per-layer storage the window run measured faster outside a `lax.cond`
+        # branch, which the stacked layout needed (wave 29, docs/areas/decoding.md).
+        s = window_steps(s)
         return ar_run(params, cfg, s, prompt_len, key, o, go=use_single(s, o) & cond(s))
 
     state = jax.lax.while_loop(cond, body, state)
