@@ -135,9 +135,9 @@ def wedlm_generate(
     next-token head, exactly as :func:`ar_generate` does. After ``probe_every``
     one-token steps a window step probes the acceptance again; a failed probe
     doubles the wait, a successful one returns to window steps. The choice is
-    made inside the jitted loop (``lax.cond``). If the prefill's first window
-    decides fewer than ``min_accept`` tokens, the row starts like AR (its first
-    token from the prompt's next-token logits). With ``min_accept`` above
+    made inside the jitted loop (the conditions of its inner loops). If the
+    prefill's first window decides fewer than ``min_accept`` tokens, the row starts
+    like AR (its first token from the prompt's next-token logits). With ``min_accept`` above
     ``window`` and ``probe_every >= max_new_tokens`` the tokens are AR's.
 
     Args:
