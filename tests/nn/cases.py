@@ -1,5 +1,7 @@
 """Conformance cases for jaxkit.nn (see tests/conformance.py)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -117,6 +119,28 @@ def _cnn_fwd(x, model):
     return jax.vmap(model)(x)
 
 
+_STEP = Case(
+    name="nn.decode_step",
+    slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
+    fn=_prefill_then_step,
+    make_args=lambda key, dtype: (
+        _tokens(key, (8,)),
+        _tokens(jax.random.fold_in(key, 1), (8, 3)),
+    ),
+    grad_modes=(),
+    dtypes=(jnp.float32,),
+    shard_argnums=(0, 1),
+    bad=(
+        Bad(
+            "negative token id",
+            lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
+            ValueError,
+            "tokens",
+        ),
+    ),
+)
+
+
 CASES = [
     Case(
         name="nn.apply/tokens",
@@ -224,45 +248,12 @@ CASES = [
             ),
         ),
     ),
-    Case(
-        name="nn.decode_step",
-        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
-        fn=_prefill_then_step,
-        make_args=lambda key, dtype: (
-            _tokens(key, (8,)),
-            _tokens(jax.random.fold_in(key, 1), (8, 3)),
-        ),
-        grad_modes=(),
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1),
-        bad=(
-            Bad(
-                "negative token id",
-                lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
-                ValueError,
-                "tokens",
-            ),
-        ),
-    ),
-    Case(
+    _STEP,
+    dataclasses.replace(  # the same checks with per-layer weights and cache (sharding too)
+        _STEP,
         name="nn.decode_step/per_layer",
-        slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape", "sharding"),
         fn=_per_layer_step,
-        make_args=lambda key, dtype: (
-            _tokens(key, (8,)),
-            _tokens(jax.random.fold_in(key, 1), (8, 3)),
-        ),
-        grad_modes=(),
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1),
-        bad=(
-            Bad(
-                "negative token id",
-                lambda key: ((jnp.full((8,), -1), jnp.zeros((8, 3), int)), {}),
-                ValueError,
-                "tokens",
-            ),
-        ),
+        slow_checks=(*_STEP.slow_checks, "sharding"),
     ),
     Case(
         name="nn.unstack_layers",
