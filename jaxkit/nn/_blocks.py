@@ -41,6 +41,7 @@ from jaxkit.nn._params import (
     check_params,
     check_range,
     layer_params,
+    per_layer_params,
 )
 
 
@@ -216,7 +217,7 @@ def layers_core(
         x = out[0] if not sites else edit_at(iv, sites, layer, out[0], base, cfg.n_layers)
         return (x, *out[1:])
 
-    per_block = isinstance(params["layers"], (tuple, list))  # see `unstack_layers`
+    per_block = per_layer_params(params)  # see `unstack_layers`
     hidden: dict[int, Array] = {}
     mlp: dict[int, MLPRead] = {}
     ks, vs = [], []

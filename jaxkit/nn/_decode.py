@@ -25,6 +25,7 @@ from jaxkit.nn._params import (
     check_params,
     guard,
     guard_tokens,
+    per_layer_params,
 )
 
 
@@ -67,7 +68,7 @@ def _prefill(params, tokens, lengths, iv, *, cfg, max_len):
     # zero padding keeps the batch sharding of the prompts. Per-layer parameters give a
     # per-layer cache (one buffer per block), stacked ones a stacked cache.
     pad = ((0, 0), (0, max_len - t), (0, 0), (0, 0))
-    if isinstance(params["layers"], (tuple, list)):
+    if per_layer_params(params):
         k = tuple(jnp.pad(a.astype(dtype), pad) for a in (*(x for s in ks for x in s), k))
         v = tuple(jnp.pad(a.astype(dtype), pad) for a in (*(x for s in vs for x in s), v))
     else:

@@ -60,12 +60,16 @@ def check_params(params, cfg) -> None:
         raise TypeError(f"`params['layers']` must stack {cfg.n_layers} layers, got {nl}.")
 
 
+def per_layer_params(params) -> bool:
+    """Whether ``params["layers"]`` is per-layer storage (a tuple of block dicts)."""
+    return isinstance(params["layers"], (tuple, list))
+
+
 def layer_params(params, layer: int) -> dict:
     """Block ``layer``'s weights: a slice of the stacked layout, or its own dict."""
-    layers = params["layers"]
-    if isinstance(layers, (tuple, list)):
-        return layers[layer]
-    return jax.tree.map(lambda a: a[layer], layers)
+    if per_layer_params(params):
+        return params["layers"][layer]
+    return jax.tree.map(lambda a: a[layer], params["layers"])
 
 
 def _checked_layers(params, name: str):
