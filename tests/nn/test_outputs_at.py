@@ -107,7 +107,7 @@ def _ragged_cache(cfg, seed=4):
 
 def _iv_cases():
     names = {"causal": CAUSAL, "bidir": BIDIR, "one_block": ONE}
-    default = {("causal", "last", True), ("bidir", "first", False)}
+    default = {("causal", "last", True)}
     for name, cfg in names.items():
         for site in ("first", "last") if cfg.n_layers > 1 else ("last",):
             for cached in (False, True):

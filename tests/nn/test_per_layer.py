@@ -176,6 +176,7 @@ def test_bad_layouts_raise_type_errors():
         nn.prefill(U, small, TOK, jnp.array([T, 3]), max_len=9)
 
 
+@pytest.mark.slow  # the default run keeps per-layer caches through prefill + decode_step
 def test_per_layer_cache_everywhere():
     """A per-layer cache gives the stacked cache's values (unstacked) in every cached call."""
     lengths = jnp.array([T, 3])
