@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import _validate
-from jaxkit.nn._attention import attend, rope
+from jaxkit.nn._attention import attend, attend_cached, rope
 from jaxkit.nn._kv_rows import block_tail, kv_rows, queries, scatter_kv
 from jaxkit.nn._params import guard
 from jaxkit.sharding import explicit_spec, gather_sharded
@@ -62,7 +62,8 @@ def last_block_at(cfg, lp, h, positions, tables, mask, win, kv, slots, rows, col
     m = take_at(mask, rows, cols)[:, None, :]  # [N, 1, S]
     if win is not None and cfg.window_layers[layer]:
         m = m & take_at(win, rows, cols)[:, None, :]
-    o = attend(q, take_at(k, rows), take_at(v, rows), m)[:, 0]
+    att = attend if kv is None else attend_cached  # a cache: read the prefix the mask sees
+    o = att(q, take_at(k, rows), take_at(v, rows), m)[:, 0]
     return block_tail(cfg, lp, take_at(h, rows, cols), o)[0], new
 
 

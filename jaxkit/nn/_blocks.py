@@ -23,6 +23,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 from jaxkit import _validate
 from jaxkit.nn._attention import (
     attend,
+    attend_cached,
     forward_tables,
     rope,
     set_rows,
@@ -80,11 +81,11 @@ def _block(cfg, lp, h, positions, mask, kv, slots, read=False, layer=None, table
         # Scatter with mode="drop": rows whose slot is past the buffer end vanish.
         if layer is None:
             kb, vb = scatter_kv(*kv, rows, slots, k, v)
-            o = attend(q, kb, vb, mask)
+            o = attend_cached(q, kb, vb, mask)
         else:
             kb, vb = scatter_kv(*kv, (layer, rows), slots, k, v)
             at = functools.partial(jax.lax.dynamic_index_in_dim, index=layer, keepdims=False)
-            o = attend(q, at(kb), at(vb), mask)
+            o = attend_cached(q, at(kb), at(vb), mask)
         new = (kb, vb)
     else:
         o = attend(q, k, v, mask)

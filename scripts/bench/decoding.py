@@ -12,8 +12,9 @@ window is slower than AR on noisy text by construction. The ``best_rho0`` line i
 best (W, tau) of the noise-free task within 1 point of AR's exact match.
 The ``wedlm_adaptive_vs_ar/.../paired5`` lines are the headline: the adaptive window
 (``min_accept=2.5``: one-token AR steps while the average of tokens decided per window
-forward is < 2.5) at W=4, tau=1.2 on rho = 0, 0.05, 0.2, greedy and sampled; ratio = median of five paired
-runs (each the median per-round ratio of 7 round-robin rounds); targets 2.5 on
+forward is < 2.5) at W=4, tau=1.2 on rho = 0, 0.05, 0.2, greedy and sampled; ratio =
+median of five paired runs (each the median per-round ratio of 7 round-robin rounds);
+targets 2.5 on
 rho=0 and 0.95 on the noisy levels.
 Both decoders draw through the fused sampler (``kernels.sampling.sample_tokens``);
 ``sampler=greedy`` lines decode at temperature 0, ``sampler=sampled`` lines at

@@ -20,6 +20,12 @@ Cases per prompt length L (batch B, random f32 weights):
                  `stacked_layers`): in a loop the weight slices are hoisted, but each step
                  copies every block's K/V slice of a stacked cache. Same tokens.
                  Informational.
+  decode_long_cache — 16 greedy decode steps (`lax.scan`) after a 64-token prompt in a
+                 cache of capacity 1024 (a generous `max_len`), 4 and 2 KV heads: cached
+                 attention reads only the prefix its mask sees (CPU, `nn` page "Cached
+                 attention reads the visible prefix") vs the same program compiled with
+                 that choice off (`jaxkit.nn._attention._PREFIX_MIN` raised, anchor
+                 `whole_buffer`, same process). Same tokens. Informational.
   eager_decode — (smallest L only) `nn.decode_step` called eagerly, as from a Python
                  loop, vs the anchor `no_cache` (`nn.apply` of L+1 tokens) called
                  eagerly; both are jitted at module level, so an eager call costs one
@@ -117,6 +123,51 @@ def _wide_per_layer(repeats):
     )
     sizes = {"B": 1, "L": 64, "D": cfg.d_model, "layers": cfg.n_layers}
     _per_layer_step(cfg, params, nxt, cache, sizes, stacked, repeats)
+
+
+def _long_cache(repeats):
+    """``decode_long_cache``: 16 steps on a 1024-slot cache holding 64 tokens, prefix vs whole."""
+    from jaxkit.nn import _attention  # the bench's anchor: the choice off (a private switch)
+
+    for kv in (4, 2):
+        cfg = H.transformer_config(128, 4, n_heads=8, n_kv_heads=kv, head_dim=16)
+        params = nn.unstack_layers(nn.init_params(cfg, key=jax.random.key(3)))
+        toks = jax.random.randint(jax.random.key(4), (4, 64), 0, cfg.vocab_size)
+        lens = jnp.full((4,), 64, jnp.int32)
+
+        def gen(p, t, cfg=cfg, lens=lens):
+            logits, c = nn.prefill(p, cfg, t, lens, max_len=1024)
+
+            def body(carry, _):
+                lg, c = carry
+                tok = jnp.argmax(lg, -1).astype(jnp.int32)
+                lg, c = nn.decode_step(p, cfg, tok, c)
+                return (lg, c), tok
+
+            return jax.lax.scan(body, (logits, c), None, length=N_NEW)[1].T
+
+        old = _attention._PREFIX_MIN
+        _attention._PREFIX_MIN = 1 << 30
+        jax.clear_caches()  # the module-level jits would reuse the other program's trace
+        try:
+            anc = H.time_jax(gen, params, toks, repeats=repeats)
+        finally:
+            _attention._PREFIX_MIN = old
+            jax.clear_caches()
+        ours = H.time_jax(gen, params, toks, repeats=repeats)
+        same = float(np.mean(np.asarray(ours.output) == np.asarray(anc.output)))
+        H.emit(
+            bench="nn",
+            case="decode_long_cache",
+            sizes={"B": 4, "L": 64, "capacity": 1024, "new": N_NEW, "kv_heads": kv},
+            ours=ours,
+            anchor="whole_buffer",
+            anchor_t=anc,
+            target=None,
+            note="16 greedy steps after a 64-token prompt, capacity 1024: attention over "
+            "the visible cache prefix vs the whole buffer (same program, choice off)",
+            token_agreement=same,
+        )
 
 
 def main() -> None:
@@ -243,6 +294,7 @@ def main() -> None:
             token_agreement=same,
         )
     _wide_per_layer(args.repeats)
+    _long_cache(args.repeats)
 
 
 if __name__ == "__main__":
