@@ -275,7 +275,7 @@ def attend(q, k, v, mask):
     return _attend_grouped(q, k, v, mask)
 
 
-_PREFIX_MIN = 64
+_PREFIX_MIN = 256
 
 
 def prefix_widths(s: int) -> tuple[int, ...]:
@@ -299,17 +299,18 @@ def attend_cached(q, k, v, mask):
     A cached forward's mask hides every slot past the rows written so far, but attention
     over the whole ``[B, S, Hkv, Dh]`` buffer costs in ``S``: on XLA:CPU a few query rows'
     attention is mostly per-slot work (8 rows of the WeDLM fixture: 14 us at S = 72 against
-    4.5 us at 24). On CPU, from ``S >= 64``, this reads the narrowest of
+    4.5 us at 24). On CPU, from ``S >= 256``, this reads the narrowest of
     :func:`prefix_widths` that holds the last slot any query sees (``lax.switch``): the
     hidden slots past it add exact zeros to the softmax, so the result is :func:`attend`'s
     up to the summation order. A query row that sees no slot reads the whole buffer (its
     uniform average is over all ``S`` slots, as :func:`attend` defines it). Measured
     (``ar_generate``, d_model 128, 4 blocks, batch 4, 16 + 32 tokens, one core):
-    ``max_len`` 1024 82 -> 21 ms with 4 KV heads, 30 -> 14 ms with 2; ``max_len`` 128
-    13.0 -> 10.1 ms; below 64 slots the choice costs about what it saves (the counting
-    fixture's 32-slot loop read ~8 % slower with it), so it is not taken there. Other
-    platforms and explicit meshes keep the whole buffer (not measured on a GPU, where a
-    conditional's predicate may cost a device sync). [decision, wave 30]
+    ``max_len`` 1024 82 -> 21 ms with 4 KV heads, 30 -> 14 ms with 2. The choice costs
+    ~0-12 % of a step when the whole buffer is needed anyway, and on two threads a
+    conditional in a short loop costs more than it saves at small ``S`` (DLMR's 80-slot
+    loop: 16.3 -> 20.1 ms CPU), so smaller caches keep the whole buffer. Other platforms
+    and explicit meshes keep it too (a conditional's predicate may cost a device sync on
+    a GPU; not measured). [decision, wave 30]
     """
     s = k.shape[1]
     if s < _PREFIX_MIN or explicit_spec(q) is not None or explicit_spec(k) is not None:

@@ -1,9 +1,9 @@
-"""Cached attention reads only the cache prefix its mask can see (CPU, from 64 slots).
+"""Cached attention reads only the cache prefix its mask can see (CPU, from 256 slots).
 
 Oracles: a NumPy float64 masked softmax attention (a fully masked query row averages every
 slot, as ``nn.attention`` defines it) for each prefix width the choice can take, eagerly and
 under ``jit`` with a traced mask; gradients equal those of the whole-buffer attention; whole
-models: a forward over a 128-slot cache equals the same forward over a 16-slot cache holding
+models: a forward over a 256-slot cache equals the same forward over a 16-slot cache holding
 the same rows, and greedy ``ar_generate`` gives the same tokens with ``max_len`` 48 and 256;
 lowered for GPU / TPU, only the whole buffer's products.
 """
@@ -33,30 +33,31 @@ def _np_attention(q, k, v, mask):
 
 
 def test_prefix_widths():
-    for s in (64, 72, 80, 100, 128, 1024, 4096):
+    for s in (256, 272, 300, 1024, 4096):
         w = prefix_widths(s)
         assert w[-1] == s and list(w) == sorted(set(w)) and 1 <= len(w) <= 4, (s, w)
         assert all(x % 8 == 0 and x >= 16 for x in w[:-1]), (s, w)
-    assert prefix_widths(128) == (16, 32, 64, 128)
+    assert prefix_widths(256) == (32, 64, 128, 256)
+    assert prefix_widths(272) == (40, 72, 136, 272)
 
 
 @pytest.mark.parametrize(("t", "hkv"), [(1, 2), (4, 4)], ids=["one_row", "grouped"])
 def test_attend_cached_equals_numpy_at_every_width(t, hkv):
-    b, h, dh, s = 3, 4, 8, 80  # widths 16, 24, 40, 80
+    b, h, dh, s = 3, 4, 8, 256  # widths 32, 64, 128, 256
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(b, t, h, dh)), jnp.float32)
     k = jnp.asarray(rng.normal(size=(b, s, hkv, dh)), jnp.float32)
     v = jnp.asarray(rng.normal(size=(b, s, hkv, dh)), jnp.float32)
     j = np.arange(s)
     jitted = jax.jit(attend_cached)
-    for last in (5, 16, 17, 24, 33, 40, 41, 79, 80):  # every width, and its edges
+    for last in (5, 32, 33, 64, 65, 128, 129, 255, 256):  # every width, and its edges
         lim = np.array([last, max(1, last - 3), max(1, last // 2)])[:, None, None]
         mask = (j[None, None, :] < lim - np.arange(t)[None, :, None]) | (j == 0)
         mask[1, :, 2] = False  # a hole inside the prefix
-        if last == 33:
+        if last == 65:
             mask[2, -1, :] = False  # a row that sees no slot: the whole buffer's average
         want = _np_attention(q, k, v, mask)
-        fns = (attend_cached, jitted) if last == 33 else (jitted,)  # one eager call: slow
+        fns = (attend_cached, jitted) if last == 65 else (jitted,)  # one eager call: slow
         for fn in fns:
             got = fn(q, k, v, jnp.asarray(mask))
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=str(last))
@@ -66,10 +67,10 @@ def test_attend_cached_equals_numpy_at_every_width(t, hkv):
 def test_attend_cached_gradients_equal_the_whole_buffer():
     rng = np.random.default_rng(1)
     q = jnp.asarray(rng.normal(size=(2, 3, 4, 8)), jnp.float32)
-    k = jnp.asarray(rng.normal(size=(2, 96, 2, 8)), jnp.float32)
-    v = jnp.asarray(rng.normal(size=(2, 96, 2, 8)), jnp.float32)
-    mask = jnp.arange(96)[None, None, :] < jnp.array([20, 30])[:, None, None]
-    mask = jnp.broadcast_to(mask, (2, 3, 96))
+    k = jnp.asarray(rng.normal(size=(2, 256, 2, 8)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(2, 256, 2, 8)), jnp.float32)
+    mask = jnp.arange(256)[None, None, :] < jnp.array([20, 30])[:, None, None]
+    mask = jnp.broadcast_to(mask, (2, 3, 256))
 
     def loss(f):
         return lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v, mask)))
@@ -86,13 +87,12 @@ CFG = nn.TransformerConfig(
 )
 
 
-@pytest.mark.slow
 def test_long_cache_forward_equals_short_cache_forward():
     params = nn.init_params(CFG, key=jax.random.key(0))
     toks = jax.random.randint(jax.random.key(1), (2, 6), 0, 29)
     lengths = jnp.array([6, 4])
     short = nn.prefill(params, CFG, toks, lengths, max_len=16)
-    long = nn.prefill(params, CFG, toks, lengths, max_len=128)
+    long = nn.prefill(params, CFG, toks, lengths, max_len=256)
     np.testing.assert_allclose(long.logits, short.logits, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(long.cache.k[:, :, :16], short.cache.k)
     new = jax.random.randint(jax.random.key(2), (2, 3), 0, 29)
@@ -117,8 +117,8 @@ def test_prefix_choice_only_on_cpu():
     # lowered for CPU: the four widths' products (2 each); for GPU / TPU: the whole
     # buffer's two products only (the platform's constant index selects them)
     q = jnp.zeros((1, 2, 4, 8))
-    k = jnp.zeros((1, 80, 2, 8))
-    mask = jnp.ones((1, 2, 80), bool)
+    k = jnp.zeros((1, 256, 2, 8))
+    mask = jnp.ones((1, 2, 256), bool)
     traced = jax.jit(attend_cached).trace(q, k, k, mask)
     for plat, n in (("cpu", 8), ("cuda", 2), ("tpu", 2)):
         txt = traced.lower(lowering_platforms=(plat,)).as_text()
