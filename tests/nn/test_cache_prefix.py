@@ -4,7 +4,8 @@ Oracles: a NumPy float64 masked softmax attention (a fully masked query row aver
 slot, as ``nn.attention`` defines it) for each prefix width the choice can take, eagerly and
 under ``jit`` with a traced mask; gradients equal those of the whole-buffer attention; whole
 models: a forward over a 256-slot cache equals the same forward over a 16-slot cache holding
-the same rows, and greedy ``ar_generate`` gives the same tokens with ``max_len`` 48 and 256;
+the same rows, and greedy ``ar_generate`` gives the same tokens with ``max_len`` 20 and 256;
+``vmap`` equals a loop; a batch-sharded step keeps its sharding and values (Auto, Explicit);
 lowered for GPU / TPU, only the whole buffer's products.
 """
 
@@ -87,6 +88,7 @@ CFG = nn.TransformerConfig(
 )
 
 
+@pytest.mark.slow
 def test_long_cache_forward_equals_short_cache_forward():
     params = nn.init_params(CFG, key=jax.random.key(0))
     toks = jax.random.randint(jax.random.key(1), (2, 6), 0, 29)
@@ -123,3 +125,42 @@ def test_prefix_choice_only_on_cpu():
     for plat, n in (("cpu", 8), ("cuda", 2), ("tpu", 2)):
         txt = traced.lower(lowering_platforms=(plat,)).as_text()
         assert txt.count("stablehlo.dot_general") == n, plat
+
+
+def test_vmap_equals_a_loop():
+    rng = np.random.default_rng(2)
+    q = jnp.asarray(rng.normal(size=(3, 1, 2, 4, 8)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(3, 1, 256, 4, 8)), jnp.float32)
+    lim = jnp.array([10, 100, 256])  # a different width per mapped element
+    mask = jnp.arange(256)[None, None, None, :] < lim[:, None, None, None]
+    mask = jnp.broadcast_to(mask, (3, 1, 2, 256))
+    got = jax.jit(jax.vmap(attend_cached))(q, k, k, mask)
+    for i in range(3):
+        want = _np_attention(q[i], k[i], k[i], mask[i])
+        np.testing.assert_allclose(got[i], want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("axis_type", ["auto", "explicit"])
+def test_batch_sharding_is_kept(axis_type):
+    # an Auto mesh takes the prefix choice with sharded operands; an Explicit one keeps the
+    # whole buffer (the documented rule); values and the batch sharding as unsharded
+    kind = {"auto": jax.sharding.AxisType.Auto, "explicit": jax.sharding.AxisType.Explicit}
+    mesh8 = jax.make_mesh((8,), ("data",), axis_types=(kind[axis_type],))
+    params = nn.init_params(CFG, key=jax.random.key(6))
+    toks = jax.random.randint(jax.random.key(7), (8, 5), 0, 29)
+    out = nn.prefill(params, CFG, toks, jnp.full((8,), 5), max_len=256)
+    nxt = jnp.zeros((8,), jnp.int32)
+    want = nn.decode_step(params, CFG, nxt, out.cache)
+    data = jax.NamedSharding(mesh8, jax.P("data"))
+    cache = jax.tree.map(lambda a: a, out.cache)
+    cache = cache._replace(
+        k=jax.device_put(cache.k, jax.NamedSharding(mesh8, jax.P(None, "data"))),
+        v=jax.device_put(cache.v, jax.NamedSharding(mesh8, jax.P(None, "data"))),
+        length=jax.device_put(cache.length, data),
+    )
+    with jax.set_mesh(mesh8):
+        got = jax.jit(lambda t, c: nn.decode_step(params, CFG, t, c))(
+            jax.device_put(nxt, data), cache
+        )
+    assert got.logits.sharding.spec[0] in ("data", ("data",)), got.logits.sharding.spec
+    np.testing.assert_allclose(got.logits, want.logits, rtol=1e-5, atol=1e-5)

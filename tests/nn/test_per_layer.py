@@ -56,6 +56,7 @@ def test_unstack_and_stack_round_trip():
     np.testing.assert_array_equal(jitted["layers"][0]["wk"], P["layers"]["wk"][0])
 
 
+@pytest.mark.slow  # the default run keeps the split run_layers, prefill and decode forms
 def test_apply_with_reads_collect_interventions_and_outputs_at():
     iv = nn.Interventions(
         {0: jnp.ones((CFG.d_model,)), 2: 0.5 * jnp.ones((B, CFG.d_model))},
