@@ -160,6 +160,7 @@ def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # the default run keeps outputs_at's check_grads (conformance)
 def test_outputs_at_x64_values_and_grads():
     cfg = CAUSAL
     with jax.enable_x64(True):
