@@ -14,8 +14,7 @@ The ``wedlm_adaptive_vs_ar/.../paired5`` lines are the headline: the adaptive wi
 (``min_accept=2.5``: one-token AR steps while the average of tokens decided per window
 forward is < 2.5) at W=4, tau=1.2 on rho = 0, 0.05, 0.2, greedy and sampled; ratio =
 median of five paired runs (each the median per-round ratio of 7 round-robin rounds);
-targets 2.5 on
-rho=0 and 0.95 on the noisy levels.
+targets 2.5 on rho=0 and 0.95 on the noisy levels.
 Both decoders draw through the fused sampler (``kernels.sampling.sample_tokens``);
 ``sampler=greedy`` lines decode at temperature 0, ``sampler=sampled`` lines at
 temperature 0.7 with top-p 0.9 (the same compiled programs: the sampler's
