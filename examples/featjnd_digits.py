@@ -147,9 +147,60 @@ def _evaluate(head, est, f, y, alphas, budgets, key):
     return curve, *_quant_table(head, f, y, s, budgets, jax.random.fold_in(key, 20))
 
 
+# `matched_mse=True`: token-wise and per-feature FeatJND steps, and the per-feature steps
+# shuffled, each at the true MSE of the uniform steps (not at their nominal budget)
+_MATCHED = {
+    "featjnd": ("featjnd", (2, 3)),
+    "featjnd_feature": ("featjnd", (1, 2, 3)),
+    "permute_feature": ("permute", (1, 2, 3)),
+}
+
+
+@jax.jit
+def _matched_mse(head, est, f, y, budgets, key):
+    """Per uniform budget (multiples of the feature RMS): uniform's accuracy and true MSE,
+    and each of ``_MATCHED`` at that true MSE (accuracy, and the nominal budget it took,
+    found by 40 geometric bisection steps over [0.01, 200] times uniform's budget)."""
+    s = J.tolerance_map(est, f)
+    rms = jnp.sqrt(jnp.mean(f**2))
+    k = jax.random.fold_in(key, 30)
+
+    def run(mode, axes, b):
+        q = J.quantize(f, J.token_steps(s, budget_rms=b, mode=mode, key=k, token_axes=axes))
+        return _accuracy(head, q, y), jnp.mean((q - f) ** 2)
+
+    def one(c):
+        acc_u, mse_u = run("uniform", (2, 3), c * rms)
+        out = {"acc_uniform": acc_u, "mse": mse_u}
+        for name, (mode, axes) in _MATCHED.items():
+
+            def halve(_, lohi, mode=mode, axes=axes):
+                lo, hi = lohi
+                mid = jnp.sqrt(lo * hi)
+                below = run(mode, axes, mid)[1] < mse_u
+                return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+            lo, _ = jax.lax.fori_loop(0, 40, halve, (0.01 * c * rms, 200.0 * c * rms))
+            out[f"acc_{name}"] = run(mode, axes, lo)[0]
+            out[f"nominal_{name}"] = lo / rms
+        return out
+
+    return jax.lax.map(one, budgets)
+
+
 def main(
-    *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    out_dir: str = "out",
+    data_dir: str | None = None,
+    matched_mse: bool = False,
 ) -> dict:
+    """Train, fit the estimator, evaluate. ``matched_mse=True`` adds ``res["matched_mse"]``:
+    per budget of the uniform steps, the accuracy of token-wise and per-feature FeatJND
+    steps and of the per-feature steps shuffled, each at uniform's true MSE (the per-feature
+    steps spend their nominal budget on features that are zero and quantise for free; docs:
+    vision, "FeatJND")."""
     del data_dir  # digits ship with scikit-learn
     t0 = time.perf_counter()
     key = jax.random.key(seed)
@@ -203,6 +254,14 @@ def main(
         "estimator_final_loss": float(fit.losses[-1]),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    if matched_mse:
+        mm = jax.tree.map(np.asarray, _matched_mse(
+            head, fit.estimator, f_te, y_te, jnp.asarray((1.0, 2.0, 3.0, 4.0)), key
+        ))  # fmt: skip
+        res["matched_mse"] = [
+            {"uniform_budget_x_feature_rms": c, **{k: float(v[i]) for k, v in mm.items()}}
+            for i, c in enumerate((1.0, 2.0, 3.0, 4.0))
+        ]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "featjnd_digits.json"), "w") as fh:
         json.dump(res, fh, indent=1)
@@ -230,6 +289,21 @@ def summarize(runs):
          **{k: stat([r["quantization"][i][k] for r in runs]) for k in modes}}
         for i, row in enumerate(runs[0]["quantization"])
     ]  # fmt: skip
+    matched = {}
+    if "matched_mse" in runs[0]:
+        pairs = (("featjnd", "uniform"), ("featjnd_feature", "uniform"),
+                 ("featjnd_feature", "permute_feature"))  # fmt: skip
+        matched = {"matched_mse": [
+            {"uniform_budget_x_feature_rms": row["uniform_budget_x_feature_rms"],
+             **{f"{a}-{b}": {**stat([r["matched_mse"][i][f"acc_{a}"]
+                                      - r["matched_mse"][i][f"acc_{b}"] for r in runs]),
+                             "above": sum(r["matched_mse"][i][f"acc_{a}"]
+                                          > r["matched_mse"][i][f"acc_{b}"] for r in runs)}
+                for a, b in pairs},
+             "nominal_featjnd_feature": stat([r["matched_mse"][i]["nominal_featjnd_feature"]
+                                              for r in runs])}
+            for i, row in enumerate(runs[0]["matched_mse"])
+        ]}  # fmt: skip
     return {
         "seeds": len(runs),
         "gain_over_gaussian": stat([r["value"] for r in runs]),
@@ -237,6 +311,7 @@ def summarize(runs):
         "ok_in_seeds": sum(r["ok"] for r in runs),
         "distortion": dist,
         "quantization": quant,
+        **matched,
     }
 
 
@@ -246,8 +321,12 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+n-1, summarize")
     p.add_argument("--out", default="out")
+    p.add_argument("--matched-mse", action="store_true", help="add the equal-true-MSE table")
     a = p.parse_args()
-    runs = [main(quick=a.quick, seed=s, out_dir=a.out) for s in range(a.seed, a.seed + a.seeds)]
+    runs = [
+        main(quick=a.quick, seed=s, out_dir=a.out, matched_mse=a.matched_mse)
+        for s in range(a.seed, a.seed + a.seeds)
+    ]
     if a.seeds > 1:
         print(json.dumps(summarize(runs), indent=1))
     r = runs[0]
@@ -265,4 +344,12 @@ if __name__ == "__main__":
             f"{row['acc_uniform']:7.3f}  {row['acc_permute']:7.3f}   {row['mse_featjnd']:.4f} / "
             f"{row['mse_uniform']:.4f} / {row['mse_permute']:.4f}"
         )
+    if "matched_mse" in r:
+        print("at uniform's true MSE: budget  uniform  FeatJND  per-feature  shuffled (nominal)")
+        for row in r["matched_mse"]:
+            print(
+                f"{row['uniform_budget_x_feature_rms']:22.1f}  {row['acc_uniform']:7.3f}  "
+                f"{row['acc_featjnd']:7.3f}  {row['acc_featjnd_feature']:11.3f}  "
+                f"{row['acc_permute_feature']:8.3f} (x{row['nominal_featjnd_feature']:.1f})"
+            )
     print(json.dumps({k: r[k] for k in ("method", "metric", "value", "baseline", "ok", "seconds")}))

@@ -149,7 +149,10 @@ def token_steps(
         tokens of each sample; needs ``key``) or ``"uniform"`` (``Delta_t = budget_rms``).
       key: Typed key (``"permute"`` only; ignored otherwise).
       token_axes: Static axes of ``s`` (not 0) that index tokens; the default is the
-        spatial positions of ``[B, C, H, W]`` features.
+        spatial positions of ``[B, C, H, W]`` features. ``(1, 2, 3)`` gives every
+        feature its own step; the nominal budget then mostly buys large steps on
+        features that are (near) zero, which quantise for free, so compare such steps
+        with others at equal true MSE, not at equal ``budget_rms`` (docs: vision).
 
     Returns:
       Steps of the rank of ``s`` with size 1 on the non-token axes (they broadcast
