@@ -51,8 +51,12 @@ ablations on top of token-wise + prior: + STII 153.0, + that pyramid 141.0;
 ``docs/areas/retrieval.md``). Earlier single seed
 ablations (wave 11, before the prior): token-wise + pyramid alone 54.0, token-wise + STII
 alone 57.5 (normal; token-wise 65.0); equal STII/score temperatures (the spec's) 49.5.
-The spec's full size (1500 steps, batch 64, d 64; 0.66-0.70 s CPU a step, about 51 min
-CPU for the three variants) was not run. ``split="random"`` runs the random split. The
+The spec's full size (the default: 1500 steps, batch 64, d 64; wave 31, about 8 min of CPU a
+variant on one core), seeds 0 / 1 / 2: global-only 183.2 / 181.4 / 183.4, token-wise 149.4 /
+160.2 / 160.2, token-wise + prior 174.8 / 179.2 / 178.2, PST 169.4 / 175.0 / 177.2: at that
+size the global encoder learns the order itself and the token losses cost the shared global
+stage more than the local stages add, so PST > token-wise holds and > global-only does not
+(``docs/areas/retrieval.md``). ``split="random"`` runs the random split. The
 quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke run. Not
 implemented: the DPC-KNN token compressor (phrases are the mean of their words), full
 forward kinematics, HumanML3D runs.
