@@ -154,6 +154,8 @@ _MATCHED = {
     "featjnd_feature": ("featjnd", (1, 2, 3)),
     "permute_feature": ("permute", (1, 2, 3)),
 }
+# the uniform steps' budgets (multiples of the feature RMS) that `matched_mse=True` matches
+_MATCHED_BUDGETS = (1.0, 2.0, 3.0, 4.0)
 
 
 @jax.jit
@@ -256,11 +258,11 @@ def main(
     }
     if matched_mse:
         mm = jax.tree.map(np.asarray, _matched_mse(
-            head, fit.estimator, f_te, y_te, jnp.asarray((1.0, 2.0, 3.0, 4.0)), key
+            head, fit.estimator, f_te, y_te, jnp.asarray(_MATCHED_BUDGETS), key
         ))  # fmt: skip
         res["matched_mse"] = [
             {"uniform_budget_x_feature_rms": c, **{k: float(v[i]) for k, v in mm.items()}}
-            for i, c in enumerate((1.0, 2.0, 3.0, 4.0))
+            for i, c in enumerate(_MATCHED_BUDGETS)
         ]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "featjnd_digits.json"), "w") as fh:
