@@ -16,6 +16,19 @@ def test_unknown_split_is_refused_before_any_work(tmp_path):
         _example().main(quick=True, split="compositional_test", out_dir=str(tmp_path))
     with pytest.raises(ValueError, match="size"):
         _example().main(size="huge", out_dir=str(tmp_path))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="local_weight"):
+            _example().main(quick=True, local_weight=bad, out_dir=str(tmp_path))
+    for bad in ("0.1", True, None):
+        with pytest.raises(TypeError, match="local_weight"):
+            _example().main(quick=True, local_weight=bad, out_dir=str(tmp_path))
+
+
+def test_local_weight_scales_the_token_stages_only():
+    ex = _example()
+    assert ex._scaled((1.0, 1.0, 0.5, 0.5), 0.1) == pytest.approx((0.1, 0.1, 0.05, 0.5))
+    assert ex._scaled((0.0, 0.0, 0.0, 0.0), 0.1) == (0.0, 0.0, 0.0, 0.0)  # global-only
+    assert ex._scaled(ex.VARIANTS["pst"], 1.0) == ex.VARIANTS["pst"]  # the spec's weights
 
 
 def test_threshold_protocol_counts_synonym_twins():
@@ -43,3 +56,22 @@ def test_stage_recall_reads_each_stage_alone():
     assert out["stage_joint/R01_sum"] == 200.0
     assert out["stage_segment/R01_sum"] == 0.0
     assert out["normal/t2m/MedR"] == (n + 1) / 2  # combined: 0.5 (right - right), all ties
+
+
+def test_gamma_sweep_scores_each_test_weight():
+    # global ranks every pair wrong, the joint stage every pair right: the combined score
+    # global + g (segment + joint) is wrong below g = 1, all ties at 1, right above (the
+    # order of the right and wrong sweeps rules out a sweep that ignores g)
+    ex = _example()
+    n = 40
+    right = np.eye(n, dtype=np.float32)
+    selfsim = ex._canonical_selfsim(np.array([f"caption {i}" for i in range(n)]))
+    scores = np.stack([right, np.zeros_like(right), -right])
+    out = ex._evaluate(scores, (1.0, 0.0, 0.0), jax.random.key(0), selfsim)["threshold_r1_by_gamma"]
+    assert set(out) == set(ex.GAMMAS)
+    assert out[0.0] == out[0.5] == 0.0 and out[2.0] == 200.0
+    assert out[1.0] == 0.0  # an n-way tie: the averaged rank (n + 1) / 2 is no hit
+    # a global-only model has no token stages: no sweep
+    assert "threshold_r1_by_gamma" not in ex._evaluate(
+        scores, (0.0, 0, 0), jax.random.key(0), selfsim
+    )
