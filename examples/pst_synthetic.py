@@ -210,10 +210,10 @@ def _canonical_selfsim(canonical):
     return (c[:, None] == c[None, :]).astype(np.float32)
 
 
-def _combined(scores, weights):
-    """Test-time score: ``global + gamma (segment + joint)``, gamma 0.5 with token stages."""
+def _combined(scores, weights, gamma=0.5):
+    """Test-time score: ``global + gamma (segment + joint)``, gamma 0 without token stages."""
     scores = np.asarray(scores)
-    gamma = 0.5 if weights[0] > 0 else 0.0
+    gamma = gamma if weights[0] > 0 else 0.0
     return scores[2] + gamma * (scores[1] + scores[0])
 
 
@@ -242,8 +242,7 @@ def _evaluate(scores, weights, key, text_selfsim=None):
         out[f"stage_{stage}/R01_sum"] = round(m["t2m/R01"] + m["m2t/R01"], 2)
     if text_selfsim is not None and weights[0] > 0:  # the test-time weight of the token stages
         out["threshold_r1_by_gamma"] = {
-            g: round(sum(_r1_pair(scores[2] + g * (scores[1] + scores[0]), text_selfsim)), 2)
-            for g in GAMMAS
+            g: round(sum(_r1_pair(_combined(scores, weights, g), text_selfsim)), 2) for g in GAMMAS
         }
     protos = ("normal", "guo") + (() if text_selfsim is None else ("threshold",))
     for proto in protos:
