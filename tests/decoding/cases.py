@@ -242,7 +242,8 @@ CASES = [
 # The heaviest checks of the decoder and loss (whole-model grads, vmap of the while loop,
 # bf16 of the loss) run in `make test-slow`; the default run keeps the rest.
 _SLOW = {
-    "decoding.wedlm_generate": ("vmap",),
+    # the batch-sharded generation loop: slow tier (make test: wedlm_loss's sharding check)
+    "decoding.wedlm_generate": ("vmap", "sharding"),
     # the adaptive loop (a lax.cond over the AR loop) keeps its cheap checks by default
     "decoding.wedlm_generate_adaptive": ("vmap", "dtypes", "sharding", "jit"),
     # one decoder per family in the default run: wedlm_generate carries the full set,

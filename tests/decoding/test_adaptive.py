@@ -86,6 +86,7 @@ def test_first_fallback_run_outside_the_loop():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # ~5 s; make test keeps the forced-fallback and min_accept=0 equalities
 def test_loops_follow_the_step_rule():
     # The decoder runs its window steps and one-token runs as separate loops; the rule is
     # one choice per step: ar_run while use_single, else one tracked window step. A batch

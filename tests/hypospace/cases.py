@@ -181,6 +181,7 @@ CASES = [
         _validate_args,
         grad_modes=(),
         dtypes=(jnp.float32,),  # integer hypotheses, boolean output
+        slow_checks=("sharding",),  # make test: the metrics cases' sharding checks
         bad=(
             Bad("float adjacency", _bad_float, TypeError, "`adj`"),
             Bad("perturbed node out of range", _bad_node, ValueError, "`obs.perturbed`"),

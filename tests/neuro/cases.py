@@ -278,6 +278,8 @@ CASES = [
         shard_argnums=(0, 1),
         rtol=1e-4,
         grad_rtol=1e-3,
+        # make test keeps the area's derivative and sharding checks on partial_correlation
+        slow_checks=("grads", "sharding"),
         bad=(
             Bad(
                 "negative beta",

@@ -153,7 +153,9 @@ CASES = [
     ),
     Case(
         name="nn.apply/inputs_embeds",
-        slow_checks=("dtypes", "vmap"),  # bf16: test_transformer.py
+        # bf16: test_transformer.py; make test keeps outputs_at's grads and the token
+        # forward's sharding check
+        slow_checks=("dtypes", "vmap", "grads", "sharding"),
         fn=_logits_from_embeds,
         make_args=lambda key, dtype: (
             jax.random.normal(key, (8, 4, CFG.d_model), dtype),

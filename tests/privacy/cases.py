@@ -74,6 +74,7 @@ CASES = [
         grad_rtol=1e-3,
         grad_atol=1e-3,
         grad_modes=("rev",),
+        slow_checks=("grads",),  # make test: tangent_lift's check_grads
         bad=(
             Bad("mismatched factor shapes", _bad_shape, TypeError),
             Bad("non-finite gradients", _bad_nan, Exception, "finite"),

@@ -56,6 +56,7 @@ def _fit_grad(raw, th, cam, target):
     return jax.grad(lambda t: jnp.mean((_render_prot(raw, t, cam) - target) ** 2))(th)
 
 
+@pytest.mark.slow  # ~8 s: make test keeps lifted_pgd's conformance (bad inputs, eager cache)
 def test_lifted_pgd_is_pgd_target_then_fit(key):
     """Per view: render, truncated image gradient, projected sign step, then n_fit Adam
     steps of the MSE to that constant target (Adam state carried across views)."""
@@ -133,6 +134,7 @@ def test_non_psd_raw_asset_is_rejected(key):
         adlift.lifted_pgd(bad, theta, cams, grey_loss, p, **KW)
 
 
+@pytest.mark.slow  # ~5 s: make test keeps test_certificate_bounds_every_view_and_is_attained
 def test_projection_phase_bounds_training_and_bound_views(key):
     """The projection phase stops only once every training view and every bound view is
     within eta (1 - margin): checked on independent NumPy renders (tests/splat/_scenes)."""
