@@ -121,7 +121,9 @@ def _cnn_fwd(x, model):
 
 _STEP = Case(
     name="nn.decode_step",
-    slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape"),
+    # sharding: make test keeps nn.prefill's and tests/nn/test_cache_prefix.py's batch-sharded
+    # decode step (Auto and Explicit meshes)
+    slow_checks=("dtypes", "vmap", "traced_once", "jit", "eval_shape", "sharding"),
     fn=_prefill_then_step,
     make_args=lambda key, dtype: (
         _tokens(key, (8,)),
@@ -251,11 +253,8 @@ CASES = [
         ),
     ),
     _STEP,
-    dataclasses.replace(  # the same checks with per-layer weights and cache (sharding too)
-        _STEP,
-        name="nn.decode_step/per_layer",
-        fn=_per_layer_step,
-        slow_checks=(*_STEP.slow_checks, "sharding"),
+    dataclasses.replace(  # the same checks with per-layer weights and cache
+        _STEP, name="nn.decode_step/per_layer", fn=_per_layer_step
     ),
     Case(
         name="nn.unstack_layers",
