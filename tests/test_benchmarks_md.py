@@ -6,6 +6,7 @@ range). After new saved runs, ``make report`` regenerates both files.
 """
 
 import pathlib
+import re
 
 import pytest
 
@@ -36,6 +37,31 @@ def test_readme_marked_figures_equal_benchmarks_md():
     assert not wrong, "README figures differ from BENCHMARKS.md (run `make report`):\n" + "\n".join(
         wrong
     )
+
+
+# "(target ≥ 0.77: met" / "(#14: ≥ 0.77: **not met**" written just after a marked figure
+_CLAIM = re.compile(
+    r"[^(<|]{0,60}\((?:#\d+: )?(?:target )?≥ ?[\d.]+[^:()<]*: (?:\*\*)?(not met|met)\b"
+)
+
+
+def test_readme_met_claims_agree_with_benchmarks_md():
+    # the words beside a figure are hand-written: a re-save that turns a cell must turn them too
+    table = _table()
+    readme = (ROOT / "README.md").read_text()
+    checked, wrong = 0, []
+    for m in R.MARK.finditer(readme):
+        claim = _CLAIM.match(readme, m.end())
+        keys, _ = R.parse_spec(m.group("spec"))
+        if claim is None or any(k not in table for k in keys):
+            continue
+        oks = [table[k]["ok"] for k in keys]
+        met = all(ok == "yes" for ok in oks)
+        checked += 1
+        if (claim.group(1) == "met") != met:
+            wrong.append(f"{m.group('spec')}: README says {claim.group(1)!r}, ok column {oks}")
+    assert checked >= 10, f"only {checked} README claims found: has the wording changed?"
+    assert not wrong, "README met / not met claims differ from BENCHMARKS.md:\n" + "\n".join(wrong)
 
 
 def test_pending_figures_wait_for_missing_keys():
