@@ -11,6 +11,12 @@ Set-up (spec training.md §4.5): a bias-free MLP 64-256-128-10 (``jaxkit.nn.MLP`
 trained with Adam 1e-3, batch 64, on 70% of scikit-learn's digits; memories are
 the 10 classes; per-class covariances of each layer's inputs on the training set
 (one jitted scan for all classes); criteria measured on the held-out 30%.
+
+The same edit on a language model (``lm_*`` fields, informational): the ``tiny_lm``
+fixture (a 2-block ``jaxkit.nn`` transformer that counts ``s, s+d, s+2d, ...`` mod
+16 with steps d in {1, 2, 3}) with one memory per step, engrams at both blocks' MLPs
+(``editing.transformer_taps`` reads their inputs through ``nn``'s read sites);
+next-token accuracy per step after erasing each step, or keeping only it.
 """
 
 import argparse
@@ -23,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxkit import editing, nn
+from jaxkit import editing, io, nn
 
 SITES = {
     "fc0": lambda m: m.weights[0],
@@ -100,6 +106,39 @@ def _batches(x, y, bs=128):
     return jnp.asarray(xp.reshape(nb, bs, -1)), jnp.asarray(ip.reshape(nb, bs))
 
 
+def _lm_memories(seed):
+    """Erase / keep-only each counting step of the ``tiny_lm`` fixture: accuracy per step."""
+    params, cfg, _ = io.load_fixture("tiny_lm")
+
+    def sequences(s, batch):
+        tok = np.asarray(
+            nn.tiny_task("counting", key=jax.random.key(s), batch=batch, length=24).tokens
+        )
+        return tok, (tok[:, 1] - tok[:, 0]) % cfg.vocab_size - 1  # memory = step - 1
+
+    train = [sequences(1000 * seed + i, 128) for i in range(4)]
+    tokens = jnp.asarray(np.stack([tok for tok, _ in train]))
+    ids = jnp.asarray(np.stack([mem for _, mem in train]), jnp.int32)
+    stats = editing.collect_stats(
+        editing.transformer_taps(cfg), params, tokens, ids, num_memories=3
+    )
+    layers = editing.transformer_layers(params)
+    engrams = editing.extract(layers, stats)
+    tok, mem = sequences(1000 * seed + 999, 600)
+
+    def step_acc(p):  # next-token accuracy after the 2-token prompt, per step
+        pred = jnp.argmax(nn.apply(p, cfg, jnp.asarray(tok)).logits[:, :-1], axis=-1)
+        ok = np.asarray(pred == tok[:, 1:])[:, 2:]
+        return [round(float(ok[mem == k].mean()), 3) for k in range(3)]
+
+    def edited(edit):
+        return [step_acc(editing.set_transformer_layers(params, edit(k))) for k in range(3)]
+
+    erase = edited(lambda k: editing.erase(layers, engrams, k))
+    keep = edited(lambda k: editing.keep_only(layers, engrams, k))
+    return step_acc(params), erase, keep
+
+
 def main(
     *, quick: bool = False, seed: int = 0, out_dir: str = "out", data_dir: str | None = None
 ) -> dict:
@@ -138,6 +177,7 @@ def main(
             lay = {**layers, **one}
             single.append(float(class_acc(lay)[0]))
 
+    lm_base, lm_erase, lm_keep = _lm_memories(seed)
     necessity = float(np.mean(crit.necessity))
     specificity = float(np.mean(crit.specificity))
     sufficiency = float(np.mean(crit.sufficiency))
@@ -163,6 +203,11 @@ def main(
         "erase_3_8_others_min": float(np.min(np.delete(pair, [3, 8]))),
         "erase_7_via_set_layers": acc7,
         "single_layer_erase_class0": single,
+        "lm_base_step_acc": lm_base,
+        "lm_erase_step_acc": lm_erase,  # row: erased step 1, 2, 3; column: evaluated step
+        "lm_keep_only_step_acc": lm_keep,
+        "lm_erased_step_acc": float(np.mean(np.diag(lm_erase))),
+        "lm_other_steps_min": float(np.min(np.asarray(lm_erase)[~np.eye(3, dtype=bool)])),
         "train_s": round(t_train, 1),
         "stats_and_extract_s": round(t_extract, 2),
         "seconds": round(time.perf_counter() - t0, 1),

@@ -5,6 +5,8 @@ data), the engram ``E_k = (n_k / N) C^+ C_k [w; b]`` is found in closed form fro
 forward statistics only (:func:`collect_stats` -> :func:`extract`); :func:`erase`
 removes memories, :func:`keep_only` keeps only them, :func:`compose` mixes them.
 :func:`criteria` measures necessity, specificity, sufficiency and reactivation.
+On a :mod:`jaxkit.nn` language model, :func:`transformer_taps`,
+:func:`transformer_layers` and :func:`set_transformer_layers` give the MLP sites.
 
 References:
   J. Kwon, D.-K. Kim, J. Kim, Y. Kim, W. Kook, M. Cha, "AI Engram: In Search of
@@ -32,3 +34,6 @@ from jaxkit.editing._equivalence import natural_gradient_erase as natural_gradie
 from jaxkit.editing._stats import CovStats as CovStats
 from jaxkit.editing._stats import collect_stats as collect_stats
 from jaxkit.editing._stats import merge_stats as merge_stats
+from jaxkit.editing._transformer import set_transformer_layers as set_transformer_layers
+from jaxkit.editing._transformer import transformer_layers as transformer_layers
+from jaxkit.editing._transformer import transformer_taps as transformer_taps

@@ -1,0 +1,146 @@
+"""Engram sites of a :mod:`jaxkit.nn` transformer: its MLP weights and their inputs.
+
+A language model's memories (a task, a fact set, a user's text) are edited where
+the AI-engram paper edits a classifier: in the linear layers, here the SwiGLU MLP
+of every block, stacked over the ``L`` blocks. Two sites:
+
+- ``"mlp_in"``: ``w_gate`` and ``w_up`` side by side (``w [L, D, 2F]``), whose
+  input is the block's RMS-normalised residual (``nn`` read site ``mlp_in``);
+- ``"down_in"``: ``w_down`` (``w [L, F, D]``), whose input is
+  ``silu(x w_gate) * (x w_up)`` (read site ``down_in``).
+
+``w_gate`` and ``w_up`` read the same input, so they are one site with one
+covariance (an engram ``C^+ C_k w`` is linear in the columns of ``w``: the edit is
+the one of editing the two apart, at half the statistics). The inputs come from
+:class:`jaxkit.nn.Interventions` ``(read_mlp=...)`` in one forward per batch; the
+attention weights and embeddings are left as they are (our choice: the paper edits
+the linear layers of an MLP classifier, and a transformer's MLPs are its linear
+maps of that kind).
+
+Example (a memory per counting step of the ``tiny_lm`` fixture; ``tokens
+[nb, B, T]``, ``ids [nb, B]`` the step of each sequence)::
+
+    taps = editing.transformer_taps(cfg)
+    stats = editing.collect_stats(taps, params, tokens, ids, num_memories=3)
+    layers = editing.transformer_layers(params)
+    edited = editing.erase(layers, editing.extract(layers, stats), 2)
+    params_without_step_3 = editing.set_transformer_layers(params, edited)
+"""
+
+import functools
+from collections.abc import Callable, Mapping
+
+import jax.numpy as jnp
+from jaxtyping import Array, Int, PyTree
+
+from jaxkit import _validate, nn
+from jaxkit.editing._engram import Linear
+
+_MLP = ("w_gate", "w_up", "w_down")
+
+
+def transformer_taps(cfg: nn.TransformerConfig) -> Callable[[PyTree, Array], dict[str, Array]]:
+    """``taps_fn`` for :func:`collect_stats`: the MLP inputs of every block of ``cfg``'s model.
+
+    The returned function (one object per ``cfg``, so :func:`collect_stats`
+    compiles once) maps ``(params, tokens [B, T])`` to ``{"mlp_in": [L, B*T, D],
+    "down_in": [L, B*T, F]}``, rows example-major (``ids [nb, B]`` gives every
+    position its sequence's memory; ``ids [nb, B, T]`` one per token, ``-1`` for
+    positions to leave out, e.g. padding or a prompt). Positions are ``0..T-1``
+    under the model's default mask (causal, or full for an encoder).
+
+    Args:
+      cfg: The model's :class:`jaxkit.nn.TransformerConfig`.
+
+    Raises:
+      TypeError: ``cfg`` is not a ``TransformerConfig``.
+    """
+    if not isinstance(cfg, nn.TransformerConfig):
+        raise TypeError(f"`cfg` must be a jaxkit.nn.TransformerConfig, got {type(cfg).__name__}.")
+    return _taps(cfg)
+
+
+@functools.cache
+def _taps(cfg: nn.TransformerConfig) -> Callable[[PyTree, Array], dict[str, Array]]:
+    reads = nn.Interventions(read_mlp=tuple(range(cfg.n_layers)))
+
+    def taps(params: PyTree, tokens: Int[Array, "B T"]) -> dict[str, Array]:
+        out = nn.apply(params, cfg, tokens, interventions=reads)
+        mlp_in = jnp.stack([out.reads[i].mlp_in for i in range(cfg.n_layers)])
+        down_in = jnp.stack([out.reads[i].down_in for i in range(cfg.n_layers)])
+        return {
+            "mlp_in": mlp_in.reshape(cfg.n_layers, -1, cfg.d_model),
+            "down_in": down_in.reshape(cfg.n_layers, -1, cfg.mlp_dim),
+        }
+
+    return taps
+
+
+def _mlp_weights(params: PyTree, name: str = "params") -> dict[str, Array]:
+    layers = params.get("layers") if isinstance(params, Mapping) else None
+    if not isinstance(layers, Mapping) or any(k not in layers for k in _MLP):
+        raise TypeError(
+            f"`{name}` must be jaxkit.nn transformer parameters in the stacked layout "
+            "(params['layers'] holding w_gate, w_up, w_down of shape [L, ...]; per-layer "
+            "parameters: nn.stack_layers first)."
+        )
+    w = {k: jnp.asarray(layers[k]) for k in _MLP}
+    if w["w_gate"].ndim != 3 or w["w_up"].shape != w["w_gate"].shape:
+        raise TypeError(
+            f"`{name}`: w_gate and w_up must be stacked [L, D, F] of one shape, got "
+            f"{w['w_gate'].shape} and {w['w_up'].shape}."
+        )
+    return w
+
+
+def transformer_layers(params: PyTree) -> dict[str, Linear]:
+    """The two engram sites of a stacked ``jaxkit.nn`` transformer (host-side helper).
+
+    Returns:
+      ``{"mlp_in": Linear(concat([w_gate, w_up], -1)), "down_in": Linear(w_down)}``,
+      the sites :func:`transformer_taps` reads the inputs of.
+
+    Raises:
+      TypeError: ``params`` are not stacked transformer parameters.
+    """
+    w = _mlp_weights(params)
+    return {
+        "mlp_in": Linear(jnp.concatenate([w["w_gate"], w["w_up"]], axis=-1)),
+        "down_in": Linear(w["w_down"]),
+    }
+
+
+def set_transformer_layers(params: PyTree, layers: Mapping[str, Linear]) -> PyTree:
+    """Write edited sites (from :func:`erase`, :func:`keep_only`, :func:`compose`) back.
+
+    Returns a new parameter dict: ``w_gate``, ``w_up`` and ``w_down`` replaced (in
+    the parameters' dtype), every other leaf the same object.
+
+    Raises:
+      TypeError: ``params`` are not stacked transformer parameters, or ``layers``
+        lacks a site, has a bias, or does not match the parameters' shapes.
+    """
+    w = _mlp_weights(params)
+    if not isinstance(layers, Mapping) or set(layers) != {"mlp_in", "down_in"}:
+        raise TypeError(
+            "`layers` must be the sites {'mlp_in', 'down_in'} of transformer_layers, got "
+            f"{sorted(layers) if isinstance(layers, Mapping) else type(layers).__name__}."
+        )
+    f = w["w_gate"].shape[-1]
+    want = {"mlp_in": (*w["w_gate"].shape[:-1], 2 * f), "down_in": w["w_down"].shape}
+    for site, shape in want.items():
+        lin = layers[site]
+        if not isinstance(lin, Linear) or lin.b is not None or jnp.shape(lin.w) != shape:
+            raise TypeError(
+                f"`layers[{site!r}]` must be a Linear without bias of shape {shape} (the "
+                f"model's), got {lin!r:.80}."
+            )
+    _validate.floating(layers["mlp_in"].w, name="layers['mlp_in'].w")
+    _validate.floating(layers["down_in"].w, name="layers['down_in'].w")
+    gu = jnp.asarray(layers["mlp_in"].w)
+    new = {
+        "w_gate": gu[..., :f].astype(w["w_gate"].dtype),
+        "w_up": gu[..., f:].astype(w["w_up"].dtype),
+        "w_down": jnp.asarray(layers["down_in"].w).astype(w["w_down"].dtype),
+    }
+    return {**params, "layers": {**params["layers"], **new}}
