@@ -77,14 +77,22 @@ def test_sites_round_trip_and_keep_all_is_the_model_on_its_data():
     assert not np.array_equal(kept["layers"]["w_up"], params["layers"]["w_up"])
 
 
-def test_erasing_a_step_removes_it_and_keeps_the_others():
+def _per_erased_step(measure):
+    """``measure(params, cfg)`` [3] of the fixture, then with each step's engram erased."""
     params, cfg, _, layers, engrams = _setup()
-    np.testing.assert_array_equal(_accuracy_by_step(params, cfg), 1.0)
+    edits = [editing.erase(layers, engrams, k) for k in range(3)]
+    return measure(params, cfg), [
+        measure(editing.set_transformer_layers(params, e), cfg) for e in edits
+    ]
+
+
+def test_erasing_a_step_removes_it_and_keeps_the_others():
+    base, erased = _per_erased_step(_accuracy_by_step)
+    np.testing.assert_array_equal(base, 1.0)
+    for k, acc in enumerate(erased):
+        assert acc[k] < 0.5 and np.all(np.delete(acc, k) >= 0.95), (k, acc)
+    params, cfg, _, layers, engrams = _setup()
     for k in range(3):
-        edited = editing.set_transformer_layers(params, editing.erase(layers, engrams, k))
-        acc = _accuracy_by_step(edited, cfg)
-        others = np.delete(acc, k)
-        assert acc[k] < 0.5 and np.all(others >= 0.95), (k, acc)
         only = editing.set_transformer_layers(params, editing.keep_only(layers, engrams, k))
         acc = _accuracy_by_step(only, cfg)
         assert acc[k] >= 0.85 and np.all(acc[k] >= np.delete(acc, k) + 0.3), (k, acc)
@@ -92,11 +100,9 @@ def test_erasing_a_step_removes_it_and_keeps_the_others():
 
 @pytest.mark.slow
 def test_erased_lm_decodes_without_the_step():
-    params, cfg, _, layers, engrams = _setup()
-    np.testing.assert_array_equal(_generation_by_step(params, cfg), 1.0)
-    for k in range(3):
-        edited = editing.set_transformer_layers(params, editing.erase(layers, engrams, k))
-        gen = _generation_by_step(edited, cfg)
+    base, erased = _per_erased_step(_generation_by_step)
+    np.testing.assert_array_equal(base, 1.0)
+    for k, gen in enumerate(erased):
         assert gen[k] <= 0.1 and np.all(np.delete(gen, k) >= 0.5), (k, gen)
 
 
