@@ -25,15 +25,22 @@ def _sequences(seed, batch):
 
 
 @functools.cache
-def _setup():
+def _data():
+    """The fixture, 4 batches of 128 sequences ``[nb, B, T]`` and their memories ``[nb, B]``."""
     fx = io.load_fixture("tiny_lm")
     data = [_sequences(100 + i, 128) for i in range(4)]
-    tokens = jnp.asarray(np.stack([t for t, _ in data]))  # [nb, B, T]
-    ids = jnp.asarray(np.stack([d - 1 for _, d in data]), jnp.int32)  # [nb, B]
+    tokens = jnp.asarray(np.stack([t for t, _ in data]))
+    ids = jnp.asarray(np.stack([d - 1 for _, d in data]), jnp.int32)
+    return fx, tokens, ids
+
+
+@functools.cache
+def _setup():
+    fx, tokens, ids = _data()
     taps = editing.transformer_taps(fx.cfg)
     stats = editing.collect_stats(taps, fx.params, tokens, ids, num_memories=3)
     layers = editing.transformer_layers(fx.params)
-    return fx.params, fx.cfg, tokens, layers, editing.extract(layers, stats)
+    return fx.params, fx.cfg, tokens, layers, editing.extract(layers, stats), stats
 
 
 def _accuracy_by_step(params, cfg):
@@ -63,7 +70,7 @@ def _generation_by_step(params, cfg):
 
 
 def test_sites_round_trip_and_keep_all_is_the_model_on_its_data():
-    params, cfg, tokens, layers, engrams = _setup()
+    params, cfg, tokens, layers, engrams, _ = _setup()
     same = editing.set_transformer_layers(params, layers)
     for name in ("w_gate", "w_up", "w_down"):
         np.testing.assert_array_equal(same["layers"][name], params["layers"][name])
@@ -79,7 +86,7 @@ def test_sites_round_trip_and_keep_all_is_the_model_on_its_data():
 
 def _per_erased_step(measure):
     """``measure(params, cfg)`` [3] of the fixture, then with each step's engram erased."""
-    params, cfg, _, layers, engrams = _setup()
+    params, cfg, _, layers, engrams, _ = _setup()
     edits = [editing.erase(layers, engrams, k) for k in range(3)]
     return measure(params, cfg), [
         measure(editing.set_transformer_layers(params, e), cfg) for e in edits
@@ -91,11 +98,31 @@ def test_erasing_a_step_removes_it_and_keeps_the_others():
     np.testing.assert_array_equal(base, 1.0)
     for k, acc in enumerate(erased):
         assert acc[k] < 0.5 and np.all(np.delete(acc, k) >= 0.95), (k, acc)
-    params, cfg, _, layers, engrams = _setup()
+    params, cfg, _, layers, engrams, _ = _setup()
     for k in range(3):
         only = editing.set_transformer_layers(params, editing.keep_only(layers, engrams, k))
         acc = _accuracy_by_step(only, cfg)
         assert acc[k] >= 0.85 and np.all(acc[k] >= np.delete(acc, k) + 0.3), (k, acc)
+
+
+def test_one_site_reads_and_writes_only_its_weights():
+    # w_down alone (the F x F statistics of the full pair are what a large model cannot hold)
+    params, cfg, tokens, layers, _, both = _setup()
+    ids = _data()[2]
+    taps = editing.transformer_taps(cfg, sites=("down_in",))
+    assert taps is editing.transformer_taps(cfg, sites=("down_in",))  # compiled once
+    stats = editing.collect_stats(taps, params, tokens, ids, num_memories=3)
+    assert set(stats.cov) == {"down_in"}
+    np.testing.assert_allclose(stats.cov["down_in"], both.cov["down_in"], rtol=1e-6)
+    down = editing.transformer_layers(params, sites=("down_in",))
+    np.testing.assert_array_equal(down["down_in"].w, layers["down_in"].w)
+    out = editing.set_transformer_layers(
+        params, editing.erase(down, editing.extract(down, stats), 2)
+    )
+    assert out["layers"]["w_up"] is params["layers"]["w_up"]
+    assert out["layers"]["w_gate"] is params["layers"]["w_gate"]
+    acc = _accuracy_by_step(out, cfg)
+    assert acc[2] < 0.7 and np.all(acc[:2] >= 0.95), acc
 
 
 @pytest.mark.slow
@@ -107,13 +134,19 @@ def test_erased_lm_decodes_without_the_step():
 
 
 def test_transformer_sites_bad_input():
-    params, cfg, _, layers, _ = _setup()
+    params, cfg, _, layers, _, _ = _setup()
     with pytest.raises(TypeError, match="cfg"):
         editing.transformer_taps({"d_model": 32})
     with pytest.raises(TypeError, match="params.*stack_layers"):
         editing.transformer_layers(nn.unstack_layers(params))
-    with pytest.raises(TypeError, match="layers"):
-        editing.set_transformer_layers(params, {"mlp_in": layers["mlp_in"]})
+    for bad in ({}, {"attn": layers["mlp_in"]}, [layers["mlp_in"]]):
+        with pytest.raises(TypeError, match="layers"):
+            editing.set_transformer_layers(params, bad)
+    with pytest.raises(TypeError, match="sites"):
+        editing.transformer_taps(cfg, sites="mlp_in")
+    for bad in ((), ("mlp_in", "mlp_in"), ("w_up",)):
+        with pytest.raises(ValueError, match="sites"):
+            editing.transformer_layers(params, sites=bad)
     short = layers | {"down_in": editing.Linear(layers["down_in"].w[:, 1:])}
     with pytest.raises(TypeError, match="down_in"):
         editing.set_transformer_layers(params, short)
