@@ -8,14 +8,29 @@ collecting that memory's and the total covariance, then one ``jnp.linalg.pinv``
 per layer. Target: >= 3x. Both give the same projections (checked, max rel err
 reported as ``ours_err``). The authors' torch package itself is not run: torch
 stays out of our dependencies and no separate engram environment exists.
+
+Second case, a language model: the bench's ``jaxkit.nn`` transformer (D 128, 2
+blocks, MLP 256), its two MLP sites read by ``editing.transformer_taps`` (one
+forward per batch), 10 memories (one per sequence, drawn at random); the anchor
+runs that forward once per memory, as a per-memory pass must.
 """
 
-import _harness as H  # noqa: I001
+import functools
+import os
+
+# jax 0.10.x on CPU can hang a program with two LAPACK decompositions and products after
+# them (README, "Known issue"): without this flag one of four runs of this bench hung
+# (the separate LAPACK programs of both sides); with it, see docs/areas/editing.md
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+).strip()
+
+import _harness as H  # noqa: E402, I001
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit import editing
+from jaxkit import editing, nn
 
 K = 10
 
@@ -75,6 +90,98 @@ def _loop(ws, xb, ib):
     return [_one_memory(ws, xb, ib, jnp.int32(k)) for k in range(K)]
 
 
+def _lm_ours(params, tokens, ids, *, cfg):
+    st = editing.collect_stats(
+        editing.transformer_taps(cfg), params, tokens, ids, num_memories=K, absorb_bias=False
+    )
+    layers = editing.transformer_layers(params)
+    return editing.extract(layers, st).projection
+
+
+def _lm_pass(params, tokens, ids, k, cfg):
+    """One pass over all sequences for memory k (a forward per batch): its and the total
+    covariance at each site, as means."""
+    taps = editing.transformer_taps(cfg)
+
+    def body(carry, inp):
+        tok, idb = inp
+        m = jnp.repeat((idb == k).astype(jnp.float32), tok.shape[1])  # per row (position)
+        new = {}
+        for name, h in taps(params, tok).items():  # h: [L, R, D]
+            ck, ct, nk = carry[name]
+            new[name] = (ck + jnp.einsum("lrd,r,lre->lde", h, m, h), ct + h.mT @ h, nk + m.sum())
+        return new, None
+
+    width = {"mlp_in": cfg.d_model, "down_in": cfg.mlp_dim}
+    init = {
+        s: (jnp.zeros((cfg.n_layers, d, d)), jnp.zeros((cfg.n_layers, d, d)), 0.0)
+        for s, d in width.items()
+    }
+    final, _ = jax.lax.scan(body, init, (tokens, ids))
+    rows = tokens.shape[0] * tokens.shape[1] * tokens.shape[2]
+    return {s: (ck / nk, ct / rows) for s, (ck, ct, nk) in final.items()}
+
+
+_lm_pass_jit = jax.jit(_lm_pass, static_argnames="cfg")
+
+
+@jax.jit
+def _lm_pinv(ck, ct, w):
+    d = ct.shape[-1]
+    return jnp.linalg.pinv(ct, rtol=d * jnp.finfo(jnp.float32).eps) @ ck @ w
+
+
+def _lm_one_memory(params, tokens, ids, k, cfg):
+    """The anchor for memory k: its pass, then one pinv program per site (two LAPACK
+    decompositions in one program can hang on jax 0.10 CPU: README, "Known issue")."""
+    ws = {s: lin.w for s, lin in editing.transformer_layers(params).items()}
+    covs = _lm_pass_jit(params, tokens, ids, k, cfg)
+    return {s: _lm_pinv(*covs[s], ws[s]) for s in ws}
+
+
+def _lm_case(args) -> None:
+    cfg = H.transformer_config(128, 2)
+    key = jax.random.key(0)
+    params = nn.init_params(cfg, key=key)
+    nb, b, t = 8, 16, 64
+    tokens = jax.random.randint(jax.random.fold_in(key, 1), (nb, b, t), 0, cfg.vocab_size)
+    ids = jax.random.randint(jax.random.fold_in(key, 2), (nb, b), 0, K)
+    # called as a user calls it (collect_stats and extract are each jitted): one jit around
+    # both hangs on jax 0.10 CPU at this size (README, "Known issue"); the separate programs
+    # do not
+    ours = H.time_jax(
+        functools.partial(_lm_ours, cfg=cfg), params, tokens, ids, repeats=args.repeats, jit=False
+    )
+
+    def loop():
+        return [_lm_one_memory(params, tokens, ids, jnp.int32(k), cfg) for k in range(K)]
+
+    jax.block_until_ready(loop())  # compile the anchor's pass once
+    anchor = H.time_python(lambda: jax.block_until_ready(loop()), repeats=args.repeats)
+    err = max(
+        float(
+            jnp.max(jnp.abs(ours.output[n].w[k] - anchor.output[k][n]))
+            / jnp.maximum(jnp.max(jnp.abs(anchor.output[k][n])), 1e-12)
+        )
+        for k in range(K)
+        for n in anchor.output[0]
+    )
+    H.emit(
+        bench="editing",
+        case="engram_extract_10_memories_lm",
+        sizes=dict(d_model=128, n_layers=2, mlp=256, batches=nb, batch=b, seq=t, memories=K),
+        ours=ours,
+        anchor="per_memory_loop",
+        anchor_t=anchor,
+        target=3.0,
+        note="CPU; jaxkit.nn transformer, sites mlp_in (w_gate|w_up) and down_in (w_down), "
+        "one memory per sequence; ours = collect_stats(transformer_taps) + extract (one "
+        "scan, one forward per batch); anchor = one jitted pass (forward + masked "
+        "covariances) + pinv per memory",
+        ours_err=err,
+    )
+
+
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     grid = [
@@ -118,6 +225,7 @@ def main() -> None:
             "ai_engram (torch) not run: no torch environment",
             ours_err=err,
         )
+    _lm_case(args)
 
 
 if __name__ == "__main__":
