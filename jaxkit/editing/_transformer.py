@@ -94,18 +94,18 @@ def _taps(cfg: nn.TransformerConfig, sites: tuple[str, ...]) -> Callable:
     return taps
 
 
-def _mlp_weights(params: PyTree, name: str = "params") -> dict[str, Array]:
+def _mlp_weights(params: PyTree) -> dict[str, Array]:
     layers = params.get("layers") if isinstance(params, Mapping) else None
     if not isinstance(layers, Mapping) or any(k not in layers for k in _MLP):
         raise TypeError(
-            f"`{name}` must be jaxkit.nn transformer parameters in the stacked layout "
+            "`params` must be jaxkit.nn transformer parameters in the stacked layout "
             "(params['layers'] holding w_gate, w_up, w_down of shape [L, ...]; per-layer "
             "parameters: nn.stack_layers first)."
         )
     w = {k: jnp.asarray(layers[k]) for k in _MLP}
     if w["w_gate"].ndim != 3 or w["w_up"].shape != w["w_gate"].shape:
         raise TypeError(
-            f"`{name}`: w_gate and w_up must be stacked [L, D, F] of one shape, got "
+            "`params`: w_gate and w_up must be stacked [L, D, F] of one shape, got "
             f"{w['w_gate'].shape} and {w['w_up'].shape}."
         )
     return w

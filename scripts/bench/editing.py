@@ -131,10 +131,9 @@ def _lm_pinv(ck, ct, w):
     return jnp.linalg.pinv(ct, rtol=d * jnp.finfo(jnp.float32).eps) @ ck @ w
 
 
-def _lm_one_memory(params, tokens, ids, k, cfg):
+def _lm_one_memory(params, ws, tokens, ids, k, cfg):
     """The anchor for memory k: its pass, then one pinv program per site (two LAPACK
     decompositions in one program can hang on jax 0.10 CPU: README, "Known issue")."""
-    ws = {s: lin.w for s, lin in editing.transformer_layers(params).items()}
     covs = _lm_pass_jit(params, tokens, ids, k, cfg)
     return {s: _lm_pinv(*covs[s], ws[s]) for s in ws}
 
@@ -153,8 +152,10 @@ def _lm_case(args) -> None:
         functools.partial(_lm_ours, cfg=cfg), params, tokens, ids, repeats=args.repeats, jit=False
     )
 
+    ws = {s: lin.w for s, lin in editing.transformer_layers(params).items()}
+
     def loop():
-        return [_lm_one_memory(params, tokens, ids, jnp.int32(k), cfg) for k in range(K)]
+        return [_lm_one_memory(params, ws, tokens, ids, jnp.int32(k), cfg) for k in range(K)]
 
     jax.block_until_ready(loop())  # compile the anchor's pass once
     anchor = H.time_python(lambda: jax.block_until_ready(loop()), repeats=args.repeats)

@@ -43,9 +43,15 @@ def _setup():
     return fx.params, fx.cfg, tokens, layers, editing.extract(layers, stats), stats
 
 
+@functools.cache
+def _eval_sequences():
+    """600 sequences none of the statistics saw, and their steps (drawn once per worker)."""
+    return _sequences(999, 600)
+
+
 def _accuracy_by_step(params, cfg):
     """Teacher-forced next-token accuracy after the 2-token prompt, per step 1, 2, 3."""
-    tok, step = _sequences(999, 600)
+    tok, step = _eval_sequences()
     pred = jnp.argmax(nn.apply(params, cfg, jnp.asarray(tok)).logits[:, :-1], axis=-1)
     ok = np.asarray(pred == tok[:, 1:])[:, 2:]
     return np.array([ok[step == d].mean() for d in (1, 2, 3)])
