@@ -60,8 +60,11 @@ stage more than the local stages add, so PST > token-wise holds and > global-onl
 (``--local-weight 0.03``, wave 32; chosen on seed 0's test set): PST 180.2 / 184.0 / 184.4,
 token-wise + prior 179.8 / 184.8 / 184.4, token-wise 165.8 / 172.8 / 175.2: PST ties
 global-only and token-wise stays below it. ``split="random"`` runs the random split. The
-quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke run. Not
-implemented: the DPC-KNN token compressor (phrases are the mean of their words), full
+quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke run.
+``--compress`` (wave 35) forms segments and phrases with the spec's DPC-KNN compressor
+instead of fixed windows and chunker phrases; medium, seeds 0 / 1 / 2: PST 145.5 / 164.5 /
+156.5, token-wise + prior 141.0 / 154.5 / 155.0, token-wise 124.5 / 138.0 / 117.5,
+global-only 115.5 / 121.5 / 117.5 (``docs/areas/retrieval.md``). Not implemented: full
 forward kinematics, HumanML3D runs.
 """
 
@@ -265,6 +268,7 @@ def main(
     size=None,
     ablations=False,
     local_weight=1.0,
+    compress=False,
 ):
     """Train the three variants and compare retrieval and STII alignment.
 
@@ -275,6 +279,10 @@ def main(
     ``local_weight`` scales the loss weights of the token stages (token-wise NCE, STII
     alignment, pyramid) in every variant; the global NCE keeps weight 1 and the order
     prior its strength (1: the spec's weights; global-only is unchanged).
+    ``compress=True`` forms the segment and phrase tokens with the spec's DPC-KNN
+    compressor (``PSTConfig.compress``) instead of fixed windows and chunker phrases; its
+    slots are clusters, so the window/phrase ground truth of the STII alignment accuracy
+    does not apply: it is reported as None and ``claim_met`` is the retrieval order alone.
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
@@ -283,6 +291,8 @@ def main(
         raise TypeError(f"`local_weight` must be a float, got {type(local_weight).__name__}.")
     if not 0 < local_weight < float("inf"):  # NaN fails here too
         raise ValueError(f"`local_weight` must be a finite float > 0, got {local_weight!r}.")
+    if not isinstance(compress, bool):
+        raise TypeError(f"`compress` must be a bool, got {type(compress).__name__}.")
     variants = {
         k: _scaled(w, local_weight)
         for k, w in (VARIANTS | (ABLATIONS if ablations else {})).items()
@@ -302,7 +312,7 @@ def main(
     test = S.synthetic_motion_text(n_test, key=kd[1], split=test_split)
     canon = {c: i for i, c in enumerate(sorted(set(train.canonical)))}
     canon_ids = jnp.asarray([canon[c] for c in train.canonical], jnp.int32)
-    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim, n_layers=layers)
+    cfg = M.PSTConfig(vocab_size=len(S.WORDS), dim=dim, n_layers=layers, compress=compress)
     # quick mode: its programs (training step, test scores, the game's encoders) compile
     # with XLA's back-end optimisation off (examples/_common.py's fast_jit): their compile,
     # not their 40 steps, is most of its time. Full and medium sizes keep jax.jit.
@@ -339,7 +349,7 @@ def main(
         game = _stii_game(params, cfg, test_arrays, w[3], enc)
         res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
         acc, chance, prior_acc = _alignment_accuracy(game, cfg, test)
-        res["stii_alignment_acc"] = round(acc, 3)
+        res["stii_alignment_acc"] = None if compress else round(acc, 3)
         res["order_errors_t2m"] = _order_errors(scores, w, test.canonical)
         cpu[name] = round(time.process_time() - c0, 1)
         res["final_loss"] = round(float(losses[-1]), 4)
@@ -359,7 +369,7 @@ def main(
     # like for like: PST against token-wise with the same order prior (same budget)
     margin = thr["pst"] - thr["token_wise_order"]
     acc = results["pst"]["stii_alignment_acc"]
-    claim = bool(order_ok and acc >= 0.70)
+    claim = bool(order_ok and (compress or acc >= 0.70))
     # `ok`: the pipeline learns (every variant's R@1 in both directions at least 3x chance,
     # 100/n_test, and PST's STII alignment above chance). The spec's claim (PST >
     # token-wise > global-only and alignment >= 70%) is reported in `claim_met`.
@@ -367,7 +377,7 @@ def main(
     learned = all(
         v[f"normal/{d}/R01"] >= 3 * chance_r1 for v in results.values() for d in ("t2m", "m2t")
     )
-    ok = bool(learned and acc > chance)
+    ok = bool(learned and (compress or acc > chance))
     ceiling = retrieval.protocol_metrics(selfsim, "normal")
     os.makedirs(out_dir, exist_ok=True)
     return {
@@ -394,6 +404,7 @@ def main(
         "order_pst_gt_token_gt_global": bool(order_ok),
         "order_normal": bool(order_normal),
         "local_weight": float(local_weight),
+        "compress": compress,
         "loss_weights": {k: list(w) for k, w in variants.items()},
         "variants": results,
         "quick": quick,
@@ -411,5 +422,6 @@ if __name__ == "__main__":
     p.add_argument("--split", default="compositional", choices=("compositional", "random"))
     p.add_argument("--size", default=None, choices=tuple(SIZES))
     p.add_argument("--local-weight", type=float, default=1.0)
+    p.add_argument("--compress", action="store_true")
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     print(json.dumps(res, indent=1))

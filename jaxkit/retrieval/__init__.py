@@ -7,6 +7,11 @@ predecessors HBI (Jin et al., CVPR 2023: token interaction games) and TMR (Petro
 al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
 """
 
+from jaxkit.retrieval._compress import Clusters as Clusters
+from jaxkit.retrieval._compress import dpc_knn as dpc_knn
+from jaxkit.retrieval._compress import merge_tokens as merge_tokens
+from jaxkit.retrieval._compressor import Compressed as Compressed
+from jaxkit.retrieval._compressor import TokenCompressor as TokenCompressor
 from jaxkit.retrieval._game import cross_modal_stii as cross_modal_stii
 from jaxkit.retrieval._game import cross_modal_value as cross_modal_value
 from jaxkit.retrieval._game import wti_value as wti_value

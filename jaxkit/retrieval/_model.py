@@ -5,8 +5,10 @@ embeddings, pooled into body parts, time stride 2, then a bidirectional ``jaxkit
 transformer over (time, part) tokens. Stages: joint stage = part x time-window tokens,
 segment stage = time-window tokens, global = mean. Text: a ``jaxkit.nn`` transformer with
 ``TransformerConfig(causal=False)``; words, phrases (mean of the words of each phrase,
-given as word -> phrase ids, e.g. from a chunker; a stand-in for the spec's DPC-KNN
-compressor, which is not implemented), global.
+given as word -> phrase ids, e.g. from a chunker), global. With ``PSTConfig.compress``
+the segment and phrase tokens come from the spec's compressor instead: DPC-KNN clusters
+of the motion's time steps (``n_windows`` slots) and of the words (``n_phrases`` slots),
+merged with learned importance weights (:func:`dpc_knn`, :func:`merge_tokens`).
 The segment stage may be order-aware (``order > 0`` in :func:`pst_scores` /
 :func:`pst_loss`): its token similarities get a soft monotone (diagonal) prior that
 favours phrase ``k`` of ``n`` for the windows inside ``[k/n, (k+1)/n)`` of the clip, so
@@ -24,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn
-from jaxkit.retrieval import _game, _losses
+from jaxkit.retrieval import _compress, _game, _losses
 from jaxkit.retrieval._synthetic import PART_JOINTS
 
 
@@ -51,6 +53,15 @@ class PSTConfig:
         through the time embedding and the free words. False: full attention, where every
         token may carry the whole clip or caption and the token alignment is not
         identifiable.
+      compress: Segment and phrase tokens by the spec's DPC-KNN compressor (k = 3):
+        the motion's time steps (parts pooled) cluster into ``n_windows`` slots and the
+        words into ``n_phrases``, each slot the importance-weighted mean of its cluster
+        (weights ``exp(x . v)`` with learned ``v``: ``params["merge_motion"]``,
+        ``params["merge_text"]``), slots in the order of their centres. False: fixed
+        time windows and the given phrase ids. The joint stage and the locality masks
+        (``local``) keep the windows and phrase ids either way. [R]: a linear importance
+        score (the lineage uses an MLP) and no convolution or attention block around
+        the clustering (:class:`TokenCompressor` has both).
     """
 
     vocab_size: int
@@ -64,6 +75,7 @@ class PSTConfig:
     n_joints: int = 22
     order_smooth: float = 0.1
     local: bool = True
+    compress: bool = False
 
     def transformer(self, vocab: int) -> nn.TransformerConfig:
         """The bidirectional ``jaxkit.nn`` encoder config of one modality."""
@@ -96,7 +108,14 @@ def pst_init(cfg: PSTConfig, *, key) -> dict:
         "w_motion": n(k[7], (d,)) / jnp.sqrt(1.0 * d),
         "w_text": n(k[8], (d,)) / jnp.sqrt(1.0 * d),
         "proj": n(k[9], (2, d, d)) / jnp.sqrt(1.0 * d),
-    }
+    } | (
+        {
+            "merge_motion": n(jax.random.fold_in(k[6], 0), (d,)) / jnp.sqrt(1.0 * d),
+            "merge_text": n(jax.random.fold_in(k[6], 1), (d,)) / jnp.sqrt(1.0 * d),
+        }
+        if cfg.compress
+        else {}
+    )
 
 
 def _part_matrix(cfg):
@@ -134,10 +153,23 @@ def _motion_tokens(params, cfg: PSTConfig, motion):
         win = jnp.arange(t2 * n_p) // (n_p * (t2 // cfg.n_windows))
         attn = jnp.broadcast_to(win[:, None] == win[None, :], (b, t2 * n_p, t2 * n_p))
     h = nn.run_layers(params["motion"], cfg.transformer(2), seq, pos, attn_mask=attn).h
-    h = h.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
+    steps = h.reshape(b, t2, n_p, cfg.dim)
+    h = steps.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
     joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
-    segment = h.mean(axis=2)
+    if cfg.compress:
+        steps = steps.mean(axis=2)  # [B, t2, D]
+        segment = _compressed(
+            steps, jnp.ones(steps.shape[:2], bool), params["merge_motion"], cfg.n_windows
+        )[0]
+    else:
+        segment = h.mean(axis=2)
     return joint, segment, h.mean(axis=(1, 2))
+
+
+def _compressed(x, mask, v, n_slots):
+    """DPC-KNN slots of ``x [B, N, D]`` (k = 3) merged with weights ``exp(x . v)``."""
+    cl = _compress._dpc_knn(x, mask, n_slots, 3)
+    return _compress._merge(x, cl.assign, x @ v, n_slots), cl.valid
 
 
 def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
@@ -161,10 +193,14 @@ def _text_tokens(params, cfg: PSTConfig, tokens, mask, phrase_ids):
         free = phrase_ids[:, :, None] < 0
         attn = attn & (free | (phrase_ids[:, :, None] == phrase_ids[:, None, :]))
     h = nn.run_layers(params["text"], tcfg, h, pos, attn_mask=attn).h
-    assign = (phrase_ids[:, None, :] == jnp.arange(cfg.n_phrases)[None, :, None]) & mask[:, None]
-    a = assign.astype(h.dtype)
-    phrase = jnp.einsum("bkt,btd->bkd", a, h) / jnp.maximum(a.sum(-1, keepdims=True), 1.0)
-    phrase_mask = jnp.any(assign, axis=-1)
+    if cfg.compress:
+        phrase, phrase_mask = _compressed(h, mask, params["merge_text"], cfg.n_phrases)
+    else:
+        ids = jnp.arange(cfg.n_phrases)[None, :, None]
+        assign = (phrase_ids[:, None, :] == ids) & mask[:, None]
+        a = assign.astype(h.dtype)
+        phrase = jnp.einsum("bkt,btd->bkd", a, h) / jnp.maximum(a.sum(-1, keepdims=True), 1.0)
+        phrase_mask = jnp.any(assign, axis=-1)
     m = mask[..., None].astype(h.dtype)
     pooled = jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
     return h, phrase, phrase_mask, pooled

@@ -7,6 +7,12 @@ one Gram product for all pairs); the anchor is ``shapiq.ExactComputer(game,
 n).__call__("STII", order=2)`` on a vectorised NumPy transcription of the same game (a
 fresh computer per call, so its value cache does not hide the work). Both in float64;
 ``ours_err`` is the max |difference| over all pairs. Target >= 10x at n = 12.
+
+DPC-KNN token clustering (PST's compressor, ``retrieval.dpc_knn``, float32, ratio 0.5,
+k = 3) on batches of Gaussian-blob token sequences (segment stage: 64 x 196 tokens;
+joint stage: 16 x 1024), against a vectorised NumPy float32 transcription of the same
+rule (anchor ``numpy``: what a user without JAX would write; HBI's own code needs
+torch); ``ours_err`` is the share of tokens assigned differently. Target >= 1.
 """
 
 import time
@@ -55,6 +61,58 @@ def _shapiq_pairs(game, n, na):
     return np.array([[iv[(a, na + b)] for b in range(n - na)] for a in range(na)])
 
 
+def _np_dpc_knn(x, n_centers, k):
+    """Vectorised NumPy DPC-KNN of ``x [B, N, D]`` (no padding; ties by position)."""
+    b, n, d = x.shape
+    sq = np.einsum("bnd,bnd->bn", x, x)
+    d2 = np.maximum(sq[:, :, None] + sq[:, None, :] - 2 * x @ x.transpose(0, 2, 1), 0) / d
+    d2[:, np.arange(n), np.arange(n)] = 0
+    rho = np.exp(-np.mean(np.partition(d2, k - 1, axis=-1)[..., :k], axis=-1))
+    dist = np.sqrt(d2)
+    pos = np.arange(n)
+    denser = (rho[:, None, :] > rho[:, :, None]) | (
+        (rho[:, None, :] == rho[:, :, None]) & (pos[None, None, :] < pos[None, :, None])
+    )
+    delta = np.where(denser, dist, np.inf).min(-1)
+    far = dist.max(axis=(1, 2))
+    delta = np.where(np.isfinite(delta), delta, far[:, None])
+    score = rho * delta
+    top = np.sort(np.argsort(-score, axis=-1, kind="stable")[:, :n_centers], axis=-1)
+    to_c = np.take_along_axis(d2, top[:, None, :], axis=-1)
+    assign = to_c.argmin(-1)
+    rows = np.arange(b)[:, None]
+    assign[rows, top] = np.arange(n_centers)[None, :]
+    return assign
+
+
+def _dpc_bench(args) -> None:
+    for batch, n in ((64, 196), (16, 1024)):
+        rng = np.random.default_rng(n)
+        d, c = 256, n // 2
+        centres = rng.normal(size=(batch, n // 8, d)).astype(np.float32) * 3
+        lab = rng.integers(0, n // 8, size=(batch, n))
+        x = np.take_along_axis(centres, lab[..., None], axis=1)
+        x = (x + rng.normal(size=x.shape)).astype(np.float32)
+        ours = H.time_jax(
+            lambda v, c=c: retrieval.dpc_knn(v, n_centers=c).assign,
+            jnp.asarray(x),
+            repeats=args.repeats,
+        )
+        anchor = H.time_python(lambda x=x, c=c: _np_dpc_knn(x, c, 3), repeats=args.repeats)
+        err = float(np.mean(np.asarray(ours.output) != anchor.output))
+        H.emit(
+            bench="retrieval",
+            case="dpc_knn_vs_numpy",
+            sizes={"batch": batch, "tokens": n, "dim": d, "centers": c, "k": 3},
+            ours=ours,
+            anchor="numpy",
+            anchor_t=anchor,
+            target=1.0,
+            note="float32 both; ours_err = share of tokens assigned differently",
+            ours_err=err,
+        )
+
+
 def main() -> None:
     args = H.parse_args(__doc__.splitlines()[0])
     ns = [8, 10, 12, 14] + ([16] if args.full else [])
@@ -89,6 +147,7 @@ def main() -> None:
             note=note,
             ours_err=err,
         )
+    _dpc_bench(args)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ def test_unknown_split_is_refused_before_any_work(tmp_path):
     for bad in ("0.1", True, None):
         with pytest.raises(TypeError, match="local_weight"):
             _example().main(quick=True, local_weight=bad, out_dir=str(tmp_path))
+    with pytest.raises(TypeError, match="compress"):
+        _example().main(quick=True, compress="yes", out_dir=str(tmp_path))
 
 
 def test_local_weight_scales_the_token_stages_only():

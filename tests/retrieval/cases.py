@@ -98,6 +98,29 @@ def _pyr(local, glob, *, tau):
     return retrieval.pyramid_consistency(local, glob, tau=tau)
 
 
+def _tokens_mask(key, dtype):
+    k = jax.random.split(key)
+    x = jax.random.normal(k[0], (8, 6, 3)).astype(dtype)
+    return (x, jax.random.bernoulli(k[1], 0.8, (8, 6)).at[:, 0].set(True))
+
+
+def _dpc(x, mask):
+    return retrieval.dpc_knn(x, mask, n_centers=3, k=2)
+
+
+def _merge_args(key, dtype):
+    k = jax.random.split(key, 3)
+    return (
+        jax.random.normal(k[0], (8, 6, 3)).astype(dtype),
+        jax.random.randint(k[1], (8, 6), -1, 3),
+        jax.random.normal(k[2], (8, 6)).astype(dtype),
+    )
+
+
+def _merge(x, assign, log_weight):
+    return retrieval.merge_tokens(x, assign, log_weight, n_centers=3)
+
+
 _BAD_VALUES = (
     Bad("one player", lambda key: ((jnp.zeros((8, 2)),), {}), ValueError, "values"),
     Bad("not a power of two", lambda key: ((jnp.zeros((8, 6)),), {}), TypeError, "values"),
@@ -279,5 +302,44 @@ CASES = [
             ),
         ),
         slow_checks=("grads", "dtypes", "vmap", "eval_shape", "jit", "traced_once"),
+    ),
+    Case(
+        name="retrieval.dpc_knn",
+        fn=_dpc,
+        make_args=_tokens_mask,
+        grad_modes=(),  # a discrete assignment
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "more centres than tokens",
+                lambda key: ((jnp.zeros((2, 3)), jnp.ones(2, bool)), {}),
+                ValueError,
+                "n_centers",
+            ),
+            Bad(
+                "float mask",
+                lambda key: ((jnp.zeros((6, 3)), jnp.ones(6)), {}),
+                TypeError,
+                "mask",
+            ),
+        ),
+        slow_checks=("eval_shape", "dtypes", "traced_once", "sharding", "eager_cache", "vmap"),
+    ),
+    Case(
+        name="retrieval.merge_tokens",
+        fn=_merge,
+        make_args=_merge_args,
+        grad_argnums=(0, 2),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "float assign",
+                lambda key: ((jnp.zeros((6, 3)), jnp.zeros(6), jnp.zeros(6)), {}),
+                TypeError,
+                "assign",
+            ),
+        ),
+        slow_checks=("eval_shape", "dtypes", "traced_once", "sharding", "vmap", "eager_cache"),
     ),
 ]

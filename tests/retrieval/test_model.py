@@ -130,3 +130,45 @@ def test_order_strength_is_guarded():
         with pytest.raises(Exception, match="order"):
             jax.block_until_ready(loss(p, cfg, *args, jnp.zeros((2, 2), bool), w)[0])
     assert bool(jnp.all(jnp.isfinite(M.pst_scores(p, cfg, *args, 0.5))))
+
+
+@pytest.mark.slow  # one small model's loss and gradient compile (~3 s)
+def test_compress_option_forms_segments_by_dpc_knn():
+    """``PSTConfig(compress=True)``: phrase slots are importance-weighted means of DPC-KNN
+    clusters of the words (recomputed here from the words with ``dpc_knn``), the segment
+    slots cluster the time steps, and the loss has finite gradients for the merge weights."""
+    d = retrieval.synthetic_motion_text(4, key=jax.random.key(0), length=16, max_segments=2)
+    cfg = M.PSTConfig(
+        vocab_size=len(S.WORDS),
+        length=16,
+        n_windows=2,
+        n_phrases=3,
+        dim=8,
+        n_layers=1,
+        n_heads=2,
+        compress=True,
+    )
+    p = M.pst_init(cfg, key=jax.random.key(1))
+    assert {"merge_motion", "merge_text"} <= set(p)
+    assert not {"merge_motion", "merge_text"} & set(
+        M.pst_init(M.PSTConfig(vocab_size=len(S.WORDS)), key=jax.random.key(1))
+    )
+    tok, mask, ph = (jnp.asarray(a) for a in (d.tokens, d.token_mask, d.word_segment))
+    words, phrase, pmask, _ = M.encode_text(p, cfg, tok, mask, ph)
+    cl = retrieval.dpc_knn(words, mask, n_centers=3)
+    w = np.exp(np.asarray(words @ p["merge_text"], np.float64))
+    for b in range(4):
+        for c in range(3):
+            sel = np.asarray(cl.assign[b]) == c
+            assert bool(pmask[b, c]) == bool(sel.any())
+            if sel.any():
+                want = (w[b, sel, None] * np.asarray(words[b, sel])).sum(0) / w[b, sel].sum()
+                np.testing.assert_allclose(np.asarray(phrase[b, c]), want, rtol=1e-4, atol=1e-5)
+    args = (jnp.asarray(d.motion), tok, mask, ph, jnp.zeros((4, 4), bool))
+    full = jnp.array([1.0, 1.0, 0.5, 0.5])
+    (loss, _), g = jax.jit(
+        jax.value_and_grad(lambda r: M.pst_loss(r, cfg, *args, full), has_aux=True)
+    )(p)
+    assert np.isfinite(float(loss))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+    assert float(jnp.abs(g["merge_text"]).sum()) > 0 and float(jnp.abs(g["merge_motion"]).sum()) > 0
