@@ -7,6 +7,10 @@ predecessors HBI (Jin et al., CVPR 2023: token interaction games) and TMR (Petro
 al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
 """
 
+from jaxkit.retrieval._banzhaf import Banzhaf as Banzhaf
+from jaxkit.retrieval._banzhaf import BanzhafEstimate as BanzhafEstimate
+from jaxkit.retrieval._banzhaf import banzhaf_exact as banzhaf_exact
+from jaxkit.retrieval._banzhaf import banzhaf_mc as banzhaf_mc
 from jaxkit.retrieval._compress import Clusters as Clusters
 from jaxkit.retrieval._compress import dpc_knn as dpc_knn
 from jaxkit.retrieval._compress import merge_tokens as merge_tokens

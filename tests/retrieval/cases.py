@@ -136,6 +136,15 @@ CASES = [
         rtol=1e-4,
     ),
     Case(
+        name="retrieval.banzhaf_exact",
+        fn=retrieval.banzhaf_exact,
+        make_args=_values,
+        bad=_BAD_VALUES,
+        rtol=1e-4,
+        # the default run keeps jit, grads and bad inputs (stii_exact shares the rest)
+        slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "sharding", "eager_cache"),
+    ),
+    Case(
         name="retrieval.moebius_transform",
         fn=retrieval.moebius_transform,
         make_args=_values,
