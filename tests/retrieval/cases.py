@@ -141,8 +141,17 @@ CASES = [
         make_args=_values,
         bad=_BAD_VALUES,
         rtol=1e-4,
-        # the default run keeps jit, grads and bad inputs (stii_exact shares the rest)
-        slow_checks=("eval_shape", "vmap", "dtypes", "traced_once", "sharding", "eager_cache"),
+        # the default run keeps grads and bad inputs (the core is jitted at module level, so
+        # eager is jit; stii_exact shares the rest)
+        slow_checks=(
+            "jit",
+            "eval_shape",
+            "vmap",
+            "dtypes",
+            "traced_once",
+            "sharding",
+            "eager_cache",
+        ),
     ),
     Case(
         name="retrieval.moebius_transform",
@@ -332,7 +341,16 @@ CASES = [
                 "mask",
             ),
         ),
-        slow_checks=("eval_shape", "dtypes", "traced_once", "sharding", "eager_cache", "vmap"),
+        # default: bad inputs (the oracles in test_compress.py run the jitted core)
+        slow_checks=(
+            "jit",
+            "eval_shape",
+            "dtypes",
+            "traced_once",
+            "sharding",
+            "eager_cache",
+            "vmap",
+        ),
     ),
     Case(
         name="retrieval.merge_tokens",
@@ -349,6 +367,15 @@ CASES = [
                 "assign",
             ),
         ),
-        slow_checks=("eval_shape", "dtypes", "traced_once", "sharding", "vmap", "eager_cache"),
+        # default: grads and bad inputs (the core is jitted at module level)
+        slow_checks=(
+            "jit",
+            "eval_shape",
+            "dtypes",
+            "traced_once",
+            "sharding",
+            "vmap",
+            "eager_cache",
+        ),
     ),
 ]
