@@ -13,7 +13,9 @@ order-aware game, and pyramid consistency. Trained on the compositional train sp
 MedR in both directions (``normal``, ``guo``, ``threshold``), the STII alignment accuracy
 (the top-STII phrase of each motion window is the phrase of the segment holding the
 window's centre; chance = 1 / #segments; ``alignment_prior_only``: the order prior's own
-top phrase, no model) and ``order_errors_t2m`` (text-to-motion top-1 hits on a clip of the
+top phrase, no model; ``banzhaf_alignment_acc``: the same with HBI's Banzhaf interaction of
+the same game in place of the STII, informational) and ``order_errors_t2m``
+(text-to-motion top-1 hits on a clip of the
 same actions in another order). Phrase spans come from the words (``chunk_phrases``, a
 rule chunker); the generator's word/segment alignment is used only by the metrics.
 Captions with the same canonical form are filtered as negatives (TMR). Token stages are
@@ -64,7 +66,9 @@ quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke 
 ``--compress`` (wave 35) forms segments and phrases with the spec's DPC-KNN compressor
 instead of fixed windows and chunker phrases; medium, seeds 0 / 1 / 2: PST 145.5 / 164.5 /
 156.5, token-wise + prior 141.0 / 154.5 / 155.0, token-wise 124.5 / 138.0 / 117.5,
-global-only 115.5 / 121.5 / 117.5 (``docs/areas/retrieval.md``). Not implemented: full
+global-only 115.5 / 121.5 / 117.5 (``docs/areas/retrieval.md``). ``banzhaf_alignment_acc``
+(wave 35, medium, seeds 0 / 1 / 2, PST): 0.809 / 0.811 / 0.814 against the STII's 0.828 /
+0.819 / 0.838. Not implemented: full
 forward kinematics, HumanML3D runs.
 """
 
@@ -200,7 +204,33 @@ def _alignment_accuracy(game, cfg, data):
     prior = np.asarray(M.order_prior(cfg.n_windows, jnp.asarray(pmask), cfg.order_smooth))
     n_seg = np.mean(np.sum(data.seg_part >= 0, axis=1))
     acc = _top_phrase_accuracy(phi, pmask, truth)
-    return acc, 1.0 / n_seg, _top_phrase_accuracy(prior, pmask, truth)
+    banzhaf = np.asarray(_banzhaf_pairs(sim, wa, wb, pmask))
+    return (
+        acc,
+        1.0 / n_seg,
+        _top_phrase_accuracy(prior, pmask, truth),
+        _top_phrase_accuracy(banzhaf, pmask, truth),
+    )
+
+
+def _masked_value(params, mask):
+    """The cross-modal game with padded phrases as dummies (they never join a coalition)."""
+    *game, valid = params
+    return retrieval.cross_modal_value(tuple(game), mask & valid)
+
+
+@jax.jit
+def _banzhaf_pairs(sim, wa, wb, pmask):
+    """HBI's index on the same games: exact Banzhaf interactions ``[N, W, K]`` (dummies
+    for padded phrases: the Banzhaf index of the other pairs does not see them)."""
+    w, k = sim.shape[-2:]
+    valid = jnp.concatenate([jnp.ones(wa.shape, bool), pmask], axis=-1)
+
+    def one(*p):
+        v = retrieval.game_values(_masked_value, p, n_players=w + k)
+        return retrieval.banzhaf_exact(v).pairs[:w, w:]
+
+    return jax.vmap(one)(sim, wa, wb, valid)
 
 
 def _canonical_selfsim(canonical):
@@ -348,8 +378,9 @@ def main(
         scores = scores_fn(params, cfg, *test_arrays, order=w[3])
         game = _stii_game(params, cfg, test_arrays, w[3], enc)
         res = _evaluate(scores, w, jax.random.fold_in(key, 7), selfsim)
-        acc, chance, prior_acc = _alignment_accuracy(game, cfg, test)
+        acc, chance, prior_acc, banzhaf_acc = _alignment_accuracy(game, cfg, test)
         res["stii_alignment_acc"] = None if compress else round(acc, 3)
+        res["banzhaf_alignment_acc"] = None if compress else round(banzhaf_acc, 3)
         res["order_errors_t2m"] = _order_errors(scores, w, test.canonical)
         cpu[name] = round(time.process_time() - c0, 1)
         res["final_loss"] = round(float(losses[-1]), 4)
@@ -400,6 +431,8 @@ def main(
         "stii_alignment_acc": acc,
         "alignment_chance": round(chance, 3),
         "alignment_prior_only": round(prior_acc, 3),
+        # informational: HBI's Banzhaf interaction on the same game as PST's STII
+        "banzhaf_alignment_acc": results["pst"]["banzhaf_alignment_acc"],
         "cpu_seconds": cpu,
         "order_pst_gt_token_gt_global": bool(order_ok),
         "order_normal": bool(order_normal),

@@ -4,7 +4,10 @@ PST (pyramidal Shapley-Taylor learning, ICML 2026) aligns motion tokens (joints,
 with text tokens (words, phrases) using the order-2 Shapley-Taylor interaction index of a
 cross-modal game. The paper's code is not public: this area is reconstructed from its
 predecessors HBI (Jin et al., CVPR 2023: token interaction games) and TMR (Petrovich et
-al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols).
+al., ICCV 2023: InfoNCE with negative filtering, the four retrieval protocols). The
+spec's token compressor (:func:`dpc_knn`, :func:`merge_tokens`, :class:`TokenCompressor`)
+forms segment and phrase tokens; HBI's Banzhaf interaction (:func:`banzhaf_exact`,
+:func:`banzhaf_mc`) is the comparison index.
 """
 
 from jaxkit.retrieval._banzhaf import Banzhaf as Banzhaf
