@@ -64,8 +64,8 @@ token-wise + prior 179.8 / 184.8 / 184.4, token-wise 165.8 / 172.8 / 175.2: PST 
 global-only and token-wise stays below it. ``split="random"`` runs the random split. The
 quick mode (40 steps, one encoder layer, compiled with ``fast_jit``) is a smoke run.
 ``--compress`` (wave 35) forms segments and phrases with the spec's DPC-KNN compressor
-instead of fixed windows and chunker phrases; medium, seeds 0 / 1 / 2: PST 145.5 / 164.5 /
-156.5, token-wise + prior 141.0 / 154.5 / 155.0, token-wise 124.5 / 138.0 / 117.5,
+instead of fixed windows and chunker phrases; medium, seeds 0 / 1 / 2: PST 147.0 / 161.5 /
+157.5, token-wise + prior 140.0 / 158.0 / 154.0, token-wise 127.0 / 139.0 / 118.0,
 global-only 115.5 / 121.5 / 117.5 (``docs/areas/retrieval.md``). ``banzhaf_alignment_acc``
 (wave 35, medium, seeds 0 / 1 / 2, PST): 0.809 / 0.811 / 0.814 against the STII's 0.828 /
 0.819 / 0.838. Not implemented: full

@@ -8,7 +8,8 @@ importance weights. For tokens ``x_i`` of width ``D``:
 - distance ``d_ij = ||x_i - x_j|| / sqrt(D)``;
 - density ``rho_i = exp(-mean_{j in kNN(i)} d_ij^2)``, the k nearest *including* ``i``
   itself (as the authors' lineage computes it: ``topk`` over the row of the distance
-  matrix);
+  matrix); compared and ranked in log space (``log rho_i + log delta_i``), the same order
+  without the float underflow that gives every token of far-apart data a zero density;
 - ``delta_i = min_{j denser than i} d_ij``, and for the densest token the largest distance
   between two tokens of the sequence;
 - centres: the ``n_centers`` largest scores ``rho_i * delta_i``; each token joins its
@@ -25,8 +26,10 @@ Decisions of ours (the spec and the lineage leave them open), marked [R]:
   cluster (``assign = -1``); a sequence with fewer valid tokens than ``n_centers`` leaves
   the last slots empty (``Clusters.valid`` False, merged token 0).
 
-The assignment is discrete (computed without gradients); gradients reach the tokens and
-the importance weights through :func:`merge_tokens`.
+The rule is not scale-invariant (the density is ``exp`` of a squared distance): feed
+normalised tokens (after a LayerNorm, as the lineage's are); at large scales the density
+term dominates the score. The assignment is discrete (computed without gradients);
+gradients reach the tokens and the importance weights through :func:`merge_tokens`.
 
 References:
   W. Zeng et al., "Not All Tokens Are Equal: Human-centric Visual Analysis via Token
@@ -94,19 +97,25 @@ def _dpc_knn_one(x, mask, n_centers, k):
     near = -jax.lax.top_k(-jnp.where(both, d2, jnp.inf), min(k, n))[0]
     got = jnp.isfinite(near)
     cnt = jnp.maximum(jnp.sum(got, -1), 1).astype(x.dtype)
-    rho = jnp.exp(-jnp.sum(jnp.where(got, near, 0.0), -1) / cnt)
+    # log density: exp(-mean) would underflow to 0 for every token of far-apart data
+    # (mean d^2 above ~100 in f32) and leave the centres to the tie-break alone
+    log_rho = -jnp.sum(jnp.where(got, near, 0.0), -1) / cnt
     # delta: distance to the nearest denser token (ties: the earlier position is denser)
     dist = jnp.sqrt(d2)
-    denser = (rho[None, :] > rho[:, None]) | (
-        (rho[None, :] == rho[:, None]) & (pos[None, :] < pos[:, None])
+    denser = (log_rho[None, :] > log_rho[:, None]) | (
+        (log_rho[None, :] == log_rho[:, None]) & (pos[None, :] < pos[:, None])
     )
     denser = denser & both
     far = jnp.max(jnp.where(both, dist, 0.0))
     delta = jnp.min(jnp.where(denser, dist, jnp.inf), axis=-1)
     delta = jnp.where(jnp.isfinite(delta), delta, far)
-    score = jnp.where(mask, rho * delta, -jnp.inf)
+    # rank by log(rho * delta); a valid token with delta = 0 (a duplicate) ranks below every
+    # other valid token but above padding
+    log_score = log_rho + jnp.log(jnp.where(delta > 0, delta, 1.0))
+    lowest = jnp.finfo(x.dtype).min
+    score = jnp.where(mask, jnp.where(delta > 0, log_score, lowest), -jnp.inf)
     top_score, top = jax.lax.top_k(score, n_centers)
-    centers = jnp.sort(jnp.where(jnp.isfinite(top_score), top, n + top))  # valid first
+    centers = jnp.sort(jnp.where(top_score > -jnp.inf, top, n + top))  # valid first
     valid = centers < n
     centers = jnp.where(valid, centers, -1).astype(jnp.int32)
     to_c = jnp.where(valid[None, :], d2[:, jnp.maximum(centers, 0)], jnp.inf)  # [N, C]

@@ -99,6 +99,10 @@ def test_dpc_knn_few_tokens_ties_and_padding():
     # identical tokens: the earlier one is denser, so one centre per distinct value
     dup = jnp.array([[1.0], [1.0], [1.0], [9.0], [9.0]])
     assert retrieval.dpc_knn(dup, n_centers=2, k=2).assign.tolist() == [0, 0, 0, 1, 1]
+    # far-apart tokens: every density exp(-200) underflows in float32, the rule's order
+    # (computed in log space) still finds one centre per group (it found two in the first)
+    far = jnp.array([[0.0], [20.0], [40.0], [1e4], [1e4 + 20], [1e4 + 40]])
+    assert retrieval.dpc_knn(far, n_centers=2, k=2).assign.tolist() == [0, 0, 0, 1, 1, 1]
     # padding may hold anything (NaN included): the result equals the truncated input
     rng = np.random.default_rng(2)
     x, _ = _blobs(rng, 3, 12, 4)
