@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
-from jaxkit._typing import KeyArray, accumulation_dtype
+from jaxkit._typing import KeyArray
 from jaxkit.retrieval import _sampling, _stii
 
 
@@ -45,12 +45,8 @@ class BanzhafEstimate(NamedTuple):
 
 @jax.jit
 def _banzhaf_core(values):
-    n = values.shape[-1].bit_length() - 1
-    acc = accumulation_dtype(values.dtype)
-    a = _stii._moebius(values.astype(acc), n)
-    bits = (jnp.arange(2**n, dtype=jnp.int32)[:, None] >> jnp.arange(n, dtype=jnp.int32)[None]) & 1
-    b = bits.astype(acc)
-    size = jnp.sum(bits, axis=-1)
+    a, b, size = _stii._moebius_bits(values)
+    n, acc = b.shape[-1], b.dtype
     lead = (1,) * (a.ndim - 1)
     half = jnp.exp2(-jnp.maximum(size - 1, 0).astype(acc)).reshape(*lead, 2**n)
     pair_w = jnp.where(size >= 2, 2.0, 0.0).astype(acc).reshape(*lead, 2**n)

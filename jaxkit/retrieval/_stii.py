@@ -137,14 +137,19 @@ def moebius_transform(values: Float[ArrayLike, "*batch masks"]) -> Float[Array, 
     return _moebius_core(jnp.asarray(values))
 
 
-@jax.jit
-def _stii_core(values):
+def _moebius_bits(values):
+    """Moebius coefficients, the 0/1 mask matrix (accumulation dtype) and coalition sizes."""
     n = values.shape[-1].bit_length() - 1
     acc = accumulation_dtype(values.dtype)
     a = _moebius(values.astype(acc), n)
     bits = (jnp.arange(2**n, dtype=jnp.int32)[:, None] >> jnp.arange(n, dtype=jnp.int32)[None]) & 1
-    b = bits.astype(acc)
-    size = jnp.sum(bits, axis=-1)
+    return a, bits.astype(acc), jnp.sum(bits, axis=-1)
+
+
+@jax.jit
+def _stii_core(values):
+    a, b, size = _moebius_bits(values)
+    n, acc = b.shape[-1], b.dtype
     npairs = jnp.maximum(size * (size - 1), 1).astype(acc)
     inv_pairs = jnp.where(size >= 2, 2.0 / npairs, 0.0)
     lead = (1,) * (a.ndim - 1)
