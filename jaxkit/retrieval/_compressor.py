@@ -112,11 +112,26 @@ class TokenCompressor(eqx.Module):
         """Slots for ``n`` input tokens: ``max(1, ceil(ratio * n))``."""
         return max(1, math.ceil(self.ratio * n))
 
-    def __call__(self, x: Float[Array, "n d"], mask: Bool[Array, " n"] | None = None) -> Compressed:
+    def __call__(
+        self,
+        x: Float[Array, "n d"],
+        mask: Bool[Array, " n"] | None = None,
+        *,
+        n_centers: int | None = None,
+    ) -> Compressed:
         """Compress one sequence (``jax.vmap`` over a batch); padding is never merged.
 
+        Args:
+          x: ``[N, dim]`` tokens.
+          mask: ``bool [N]`` valid tokens (default all).
+          n_centers: Slots ``C`` in ``[1, N]`` (static); default
+            :meth:`n_centers` of ``N`` (``ceil(ratio * N)``). A fixed count, as a model
+            with a set number of segment or phrase tokens needs, without a float ratio.
+
         Raises:
-          TypeError: ``x`` not a floating ``[N, dim]`` array or a bad ``mask``.
+          TypeError: ``x`` not a floating ``[N, dim]`` array, a bad ``mask`` or a
+            non-int ``n_centers``.
+          ValueError: ``n_centers`` outside ``[1, N]``.
         """
         _validate.floating(x, name="x")
         _validate.ndim(x, 2, name="x")
@@ -127,7 +142,12 @@ class TokenCompressor(eqx.Module):
             mask = jnp.ones(x.shape[:1], bool)
         _validate.boolean(mask, name="mask")
         _validate.shape(mask, x.shape[:1], name="mask")
-        c = self.n_centers(x.shape[0])
+        if n_centers is None:
+            c = self.n_centers(x.shape[0])
+        else:
+            c = _validate.python_int(n_centers, name="n_centers", minimum=1)
+            if c > x.shape[0]:
+                raise ValueError(f"`n_centers` must be <= N = {x.shape[0]}, got {c}.")
         x = jnp.where(mask[:, None], x, 0)
         h = x + self.conv(x.T).T
         h = jnp.where(mask[:, None], h, 0)

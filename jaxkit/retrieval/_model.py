@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from jaxkit import nn
 from jaxkit.retrieval import _compress, _game, _losses
+from jaxkit.retrieval._compressor import Compressed, TokenCompressor
 from jaxkit.retrieval._synthetic import PART_JOINTS
 
 
@@ -59,9 +60,14 @@ class PSTConfig:
         (weights ``exp(x . v)`` with learned ``v``: ``params["merge_motion"]``,
         ``params["merge_text"]``), slots in the order of their centres. False: fixed
         time windows and the given phrase ids. The joint stage and the locality masks
-        (``local``) keep the windows and phrase ids either way. [R]: a linear importance
-        score (the lineage uses an MLP) and no convolution or attention block around
-        the clustering (:class:`TokenCompressor` has both).
+        (``local``) keep the windows and phrase ids either way.
+      compressor: Which compressor ``compress`` uses. ``"dpc"``: the bare clustering
+        with a linear importance score (the lineage uses an MLP), no convolution or
+        attention around it. ``"layer"``: the spec's whole segment stage, one
+        :class:`TokenCompressor` per modality (depth-wise conv, DPC-KNN, merge, one
+        attention block; ``params["compress_motion"]``, ``params["compress_text"]``: its
+        arrays, the rest rebuilt from ``cfg``). [R]: both are our readings of the spec's
+        summary-level description.
     """
 
     vocab_size: int
@@ -76,6 +82,13 @@ class PSTConfig:
     order_smooth: float = 0.1
     local: bool = True
     compress: bool = False
+    compressor: str = "dpc"
+
+    def __post_init__(self):
+        if self.compressor not in ("dpc", "layer"):
+            raise ValueError(f"`compressor` must be 'dpc' or 'layer', got {self.compressor!r}.")
+        if self.compressor == "layer" and not self.compress:
+            raise ValueError("`compressor='layer'` needs `compress=True`.")
 
     def transformer(self, vocab: int) -> nn.TransformerConfig:
         """The bidirectional ``jaxkit.nn`` encoder config of one modality."""
@@ -108,14 +121,32 @@ def pst_init(cfg: PSTConfig, *, key) -> dict:
         "w_motion": n(k[7], (d,)) / jnp.sqrt(1.0 * d),
         "w_text": n(k[8], (d,)) / jnp.sqrt(1.0 * d),
         "proj": n(k[9], (2, d, d)) / jnp.sqrt(1.0 * d),
-    } | (
-        {
-            "merge_motion": n(jax.random.fold_in(k[6], 0), (d,)) / jnp.sqrt(1.0 * d),
-            "merge_text": n(jax.random.fold_in(k[6], 1), (d,)) / jnp.sqrt(1.0 * d),
-        }
-        if cfg.compress
-        else {}
-    )
+    } | _compress_init(cfg, k[6])
+
+
+def _compress_init(cfg: PSTConfig, key) -> dict:
+    """The compressor's parameters (none without ``cfg.compress``)."""
+    km, kt = jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+    if not cfg.compress:
+        return {}
+    if cfg.compressor == "layer":
+        layer = lambda k: eqx.filter(_compressor_layer(cfg, k), eqx.is_array)  # noqa: E731
+        return {"compress_motion": layer(km), "compress_text": layer(kt)}
+    d = cfg.dim
+    return {
+        "merge_motion": jax.random.normal(km, (d,)) / jnp.sqrt(1.0 * d),
+        "merge_text": jax.random.normal(kt, (d,)) / jnp.sqrt(1.0 * d),
+    }
+
+
+def _compressor_layer(cfg: PSTConfig, key) -> TokenCompressor:
+    return TokenCompressor(cfg.dim, n_heads=cfg.n_heads, key=key)
+
+
+def _layer(cfg: PSTConfig, arrays) -> TokenCompressor:
+    """A :class:`TokenCompressor` from its arrays (the params) and ``cfg`` (the rest)."""
+    skeleton = eqx.filter_eval_shape(_compressor_layer, cfg, jax.random.key(0))
+    return eqx.combine(arrays, skeleton)
 
 
 def _part_matrix(cfg):
@@ -136,6 +167,22 @@ def _encode_motion(params, cfg: PSTConfig, motion):
 
 def _motion_tokens(params, cfg: PSTConfig, motion):
     """The motion encoder below the global head: (joint, segment, pooled ``[B, D]``)."""
+    b = motion.shape[0]
+    steps = _motion_steps(params, cfg, motion)  # [B, t2, P, D]
+    t2, n_p = steps.shape[1:3]
+    h = steps.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
+    joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
+    if cfg.compress:
+        steps = steps.mean(axis=2)  # [B, t2, D]
+        ones = jnp.ones(steps.shape[:2], bool)
+        segment = _compressed(params, cfg, "motion", steps, ones, cfg.n_windows).tokens
+    else:
+        segment = h.mean(axis=2)
+    return joint, segment, h.mean(axis=(1, 2))
+
+
+def _motion_steps(params, cfg: PSTConfig, motion):
+    """The motion transformer's output ``[B, L/2, P, D]`` (time steps x body parts)."""
     b, length = motion.shape[:2]
     rel = motion - motion[:, :, :1]  # root-relative
     vel = jnp.concatenate([jnp.zeros_like(motion[:, :1]), jnp.diff(motion, axis=1)], axis=1)
@@ -153,23 +200,18 @@ def _motion_tokens(params, cfg: PSTConfig, motion):
         win = jnp.arange(t2 * n_p) // (n_p * (t2 // cfg.n_windows))
         attn = jnp.broadcast_to(win[:, None] == win[None, :], (b, t2 * n_p, t2 * n_p))
     h = nn.run_layers(params["motion"], cfg.transformer(2), seq, pos, attn_mask=attn).h
-    steps = h.reshape(b, t2, n_p, cfg.dim)
-    h = steps.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
-    joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
-    if cfg.compress:
-        steps = steps.mean(axis=2)  # [B, t2, D]
-        segment = _compressed(
-            steps, jnp.ones(steps.shape[:2], bool), params["merge_motion"], cfg.n_windows
-        )[0]
-    else:
-        segment = h.mean(axis=2)
-    return joint, segment, h.mean(axis=(1, 2))
+    return h.reshape(b, t2, n_p, cfg.dim)
 
 
-def _compressed(x, mask, v, n_slots):
-    """DPC-KNN slots of ``x [B, N, D]`` (k = 3) merged with weights ``exp(x . v)``."""
+def _compressed(params, cfg: PSTConfig, side: str, x, mask, n_slots) -> Compressed:
+    """``n_slots`` compressed tokens of ``x [B, N, D]`` by ``cfg.compressor`` (batched)."""
+    if cfg.compressor == "layer":
+        layer = _layer(cfg, params[f"compress_{side}"])
+        return jax.vmap(lambda a, m: layer(a, m, n_centers=n_slots))(x, mask)
+    # DPC-KNN (k = 3) and the importance-weighted mean, weights exp(x . v)
     cl = _compress._dpc_knn(x, mask, n_slots, 3)
-    return _compress._merge(x, cl.assign, x @ v, n_slots), cl.valid
+    merged = _compress._merge(x, cl.assign, x @ params[f"merge_{side}"], n_slots)
+    return Compressed(merged, cl.valid, cl.assign)
 
 
 def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
@@ -184,17 +226,9 @@ def _encode_text(params, cfg: PSTConfig, tokens, mask, phrase_ids):
 
 def _text_tokens(params, cfg: PSTConfig, tokens, mask, phrase_ids):
     """The text encoder below the global head: (words, phrases, phrase mask, pooled)."""
-    b, t = tokens.shape
-    tcfg = cfg.transformer(cfg.vocab_size)
-    h = nn.embed(params["text"], tcfg, tokens)
-    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    attn = jnp.broadcast_to(mask[:, None, :], (b, t, t))
-    if cfg.local:
-        free = phrase_ids[:, :, None] < 0
-        attn = attn & (free | (phrase_ids[:, :, None] == phrase_ids[:, None, :]))
-    h = nn.run_layers(params["text"], tcfg, h, pos, attn_mask=attn).h
+    h = _text_words(params, cfg, tokens, mask, phrase_ids)
     if cfg.compress:
-        phrase, phrase_mask = _compressed(h, mask, params["merge_text"], cfg.n_phrases)
+        phrase, phrase_mask, _ = _compressed(params, cfg, "text", h, mask, cfg.n_phrases)
     else:
         ids = jnp.arange(cfg.n_phrases)[None, :, None]
         assign = (phrase_ids[:, None, :] == ids) & mask[:, None]
@@ -204,6 +238,41 @@ def _text_tokens(params, cfg: PSTConfig, tokens, mask, phrase_ids):
     m = mask[..., None].astype(h.dtype)
     pooled = jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
     return h, phrase, phrase_mask, pooled
+
+
+def _text_words(params, cfg: PSTConfig, tokens, mask, phrase_ids):
+    """The text transformer's output ``[B, T, D]``."""
+    b, t = tokens.shape
+    tcfg = cfg.transformer(cfg.vocab_size)
+    h = nn.embed(params["text"], tcfg, tokens)
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    attn = jnp.broadcast_to(mask[:, None, :], (b, t, t))
+    if cfg.local:
+        free = phrase_ids[:, :, None] < 0
+        attn = attn & (free | (phrase_ids[:, :, None] == phrase_ids[:, None, :]))
+    return nn.run_layers(params["text"], tcfg, h, pos, attn_mask=attn).h
+
+
+def _slots(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids):
+    """Slot of each motion time step ``int32 [B, L/2]`` and word ``int32 [B, T]`` (-1 none).
+
+    The segment and phrase token each step or word went into: the compressor's clusters
+    with ``cfg.compress``, else the fixed time windows and the given phrase ids (padding
+    -1). For metrics (which ground-truth segment a slot holds). Public to the example as
+    ``slots``, jitted at module level (``cfg`` static).
+    """
+    t2 = motion.shape[1] // 2
+    if not cfg.compress:
+        win = jnp.arange(t2, dtype=jnp.int32) // (t2 // cfg.n_windows)
+        steps = jnp.broadcast_to(win, (motion.shape[0], t2))
+        return steps, jnp.where(mask, phrase_ids, -1).astype(jnp.int32)
+    steps = _motion_steps(params, cfg, motion).mean(axis=2)
+    ones = jnp.ones(steps.shape[:2], bool)
+    words = _text_words(params, cfg, tokens, mask, phrase_ids)
+    return (
+        _compressed(params, cfg, "motion", steps, ones, cfg.n_windows).assign,
+        _compressed(params, cfg, "text", words, mask, cfg.n_phrases).assign,
+    )
 
 
 def _cos_matrix(a, b):
@@ -276,6 +345,7 @@ def _pst_scores(params, cfg: PSTConfig, motion, tokens, mask, phrase_ids, order=
 encode_motion = jax.jit(_encode_motion, static_argnames=("cfg",))
 encode_text = jax.jit(_encode_text, static_argnames=("cfg",))
 pst_scores = jax.jit(_pst_scores, static_argnames=("cfg",))
+slots = jax.jit(_slots, static_argnames=("cfg",))
 
 
 def pst_loss(

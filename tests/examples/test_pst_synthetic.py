@@ -77,3 +77,42 @@ def test_gamma_sweep_scores_each_test_weight():
     assert "threshold_r1_by_gamma" not in ex._evaluate(
         scores, (0.0, 0, 0), jax.random.key(0), selfsim
     )
+
+
+def test_slot_truth_and_alignment_of_compressed_slots():
+    # one clip of 8 time steps (frames 0-15) with segments [0, 6) and [6, 16); two motion
+    # slots: steps 0-2 (frames 0, 2, 4 -> segment 0) and steps 3-7 (6..14 -> segment 1),
+    # except step 4 moved to slot 0, which stays majority segment 0; words: subject (-1),
+    # three words of segment 0, "then" (-1), two of segment 1; phrase slots: {subject,
+    # w1, w2} -> 0, {w3, then, w5} -> 1 by majority (w3 is segment 0, w5 segment 1: tie
+    # -> the lower segment), {w6} -> 1
+    ex = _example()
+
+    class Data:
+        seg_frames = np.array([[[0, 6], [6, 16]]])
+        seg_part = np.array([[0, 1]])
+        word_segment = np.array([[-1, 0, 0, 0, -1, 1, 1]])
+
+    class Cfg:
+        n_windows, n_phrases, order_smooth = 2, 3, 0.1
+
+    steps = np.array([[0, 0, 0, 1, 0, 1, 1, 1]])
+    words = np.array([[0, 0, 0, 1, 1, 1, 2]])
+    truth, phrase_truth = ex._slot_truth(Cfg, Data, steps, words)
+    assert truth.tolist() == [[0, 1]] and phrase_truth.tolist() == [[0, 0, 1]]
+    pmask = np.ones((1, 3), bool)
+    scores = np.array([[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])  # slot 0 -> phrase slot 1 (seg 0)
+    assert ex._top_phrase_accuracy(scores, pmask, truth, phrase_truth) == 1.0
+    scores = np.array([[[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]])  # both wrong
+    assert ex._top_phrase_accuracy(scores, pmask, truth, phrase_truth) == 0.0
+    # a padded phrase slot is never the top one, whatever its score
+    scores = np.array([[[0.0, 0.0, 9.0], [0.0, 0.0, 1.0]]])
+    acc = ex._top_phrase_accuracy(scores, np.array([[True, True, False]]), truth, phrase_truth)
+    assert acc == 0.5  # slot 0 -> phrase slot 0 (right), slot 1 -> slot 0 (wrong)
+    # no member with a segment: truth -1, not counted
+    assert ex._majority(np.array([[0, 0]]), np.array([[-1, -1]]), 2).tolist() == [[-1, -1]]
+
+
+def test_bad_compressor_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="compressor"):
+        _example().main(quick=True, compress=True, compressor="mlp", out_dir=str(tmp_path))

@@ -201,3 +201,11 @@ def test_token_compressor_masks_batches_and_grads():
         retrieval.TokenCompressor(6, n_heads=4, key=key)
     with pytest.raises(TypeError, match="x"):
         tc(jnp.zeros((4, 6)))
+    # a fixed slot count (a model's set number of segment tokens): exactly that many
+    fixed = tc(x[0], n_centers=4)
+    assert fixed.tokens.shape == (4, 8) and bool(fixed.mask.all())
+    assert set(np.asarray(fixed.assign).tolist()) == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="n_centers"):
+        tc(x[0], n_centers=11)
+    with pytest.raises(TypeError, match="n_centers"):
+        tc(x[0], n_centers=2.0)

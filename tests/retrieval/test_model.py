@@ -1,5 +1,6 @@
 """The small PST model: stage scores, loss composition, finite gradients with padding."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -172,3 +173,50 @@ def test_compress_option_forms_segments_by_dpc_knn():
     assert np.isfinite(float(loss))
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
     assert float(jnp.abs(g["merge_text"]).sum()) > 0 and float(jnp.abs(g["merge_motion"]).sum()) > 0
+
+
+@pytest.mark.slow  # one small model's loss and gradient compile (~4 s)
+def test_layer_compressor_option_is_the_token_compressor_stage():
+    """``compressor="layer"``: phrase slots are a :class:`TokenCompressor` (rebuilt here from
+    the params' arrays) applied to the words with ``n_centers = n_phrases``, ``slots``
+    gives its clusters, the params hold arrays only (optax-ready), and the loss reaches
+    the compressor's importance score; without compression ``slots`` is the fixed windows
+    and the phrase ids."""
+    d = retrieval.synthetic_motion_text(4, key=jax.random.key(0), length=16, max_segments=2)
+    sizes = dict(length=16, n_windows=2, n_phrases=3, dim=8, n_layers=1, n_heads=2)
+    cfg = M.PSTConfig(len(S.WORDS), **sizes, compress=True, compressor="layer")
+    p = M.pst_init(cfg, key=jax.random.key(1))
+    assert not {"merge_motion", "merge_text"} & set(p)
+    assert all(isinstance(a, jax.Array) for a in jax.tree.leaves(p))
+    tok, mask, ph = (jnp.asarray(a) for a in (d.tokens, d.token_mask, d.word_segment))
+    motion = jnp.asarray(d.motion)
+    words, phrase, pmask, _ = M.encode_text(p, cfg, tok, mask, ph)
+    fresh = retrieval.TokenCompressor(8, n_heads=2, key=jax.random.key(9))
+    layer = eqx.combine(p["compress_text"], eqx.filter(fresh, eqx.is_array, inverse=True))
+    want = jax.vmap(lambda w, m: layer(w, m, n_centers=3))(words, mask)
+    np.testing.assert_allclose(np.asarray(phrase), np.asarray(want.tokens), atol=1e-5)
+    assert np.array_equal(np.asarray(pmask), np.asarray(want.mask))
+    step_slot, word_slot = M.slots(p, cfg, motion, tok, mask, ph)
+    assert np.array_equal(np.asarray(word_slot), np.asarray(want.assign))
+    assert step_slot.shape == (4, 8) and set(np.unique(step_slot)) == {0, 1}
+    args = (motion, tok, mask, ph, jnp.zeros((4, 4), bool))
+    full = jnp.array([1.0, 1.0, 0.5, 0.5])
+    (loss, _), g = jax.jit(
+        jax.value_and_grad(lambda r: M.pst_loss(r, cfg, *args, full), has_aux=True)
+    )(p)
+    assert np.isfinite(float(loss))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+    for side in ("compress_motion", "compress_text"):
+        assert float(jnp.abs(g[side].score.weight).sum()) > 0
+        assert float(jnp.abs(g[side].attn.query_proj.weight).sum()) > 0
+    plain = M.PSTConfig(len(S.WORDS), **sizes)
+    step_slot, word_slot = M.slots(M.pst_init(plain, key=jax.random.key(1)), plain, *args[:4])
+    assert step_slot.tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]] * 4
+    assert np.array_equal(np.asarray(word_slot), np.where(d.token_mask, d.word_segment, -1))
+
+
+def test_compressor_config_errors():
+    with pytest.raises(ValueError, match="compressor"):
+        M.PSTConfig(vocab_size=10, compress=True, compressor="mlp")
+    with pytest.raises(ValueError, match="compress=True"):
+        M.PSTConfig(vocab_size=10, compressor="layer")
