@@ -45,11 +45,8 @@ the prior alone 0.70-0.71).
 **Like for like, PST ties.** Against ``token_wise_order`` (token-wise with the same prior,
 same budget; ``baseline["token_wise_order"]``, ``margin_vs_token_wise_order``) the
 margins are +1.0 / -1.0 / +2.5 (``normal``: 74.0 vs 78.5, 73.5 vs 74.5, 81.0 vs
-88.0): within run-to-run noise, no gain. Wave 16's pyramid trains only the global
-projection heads (``pst_loss``: stop-gradient pooled features and local targets, one
-InfoNCE's scale); wave 15's pyramid, whose gradient went through the shared encoders,
-lowered every stage (PST 135.0 / 158.5 / 150.0, margins -21.5 / -7.0 / -11.0; seed 0
-ablations on top of token-wise + prior: + STII 153.0, + that pyramid 141.0; docs page).
+88.0): within run-to-run noise, no gain. The pyramid trains only the global projection
+heads (``pst_loss``); through the shared encoders it lowered every stage (wave 15, docs page).
 The spec's full size (the default: 1500 steps, batch 64, d 64; wave 31, about 8 min of CPU
 a variant on one core), seeds 0 / 1 / 2: global-only 183.2 / 181.4 / 183.4, token-wise
 149.4 / 160.2 / 160.2, token-wise + prior 174.8 / 179.2 / 178.2, PST 169.4 / 175.0 / 177.2: at that
@@ -325,6 +322,7 @@ def main(
     local_weight=1.0,
     compress=False,
     compressor="dpc",
+    pool="mean",
 ):
     """Train the three variants and compare retrieval and STII alignment.
 
@@ -341,6 +339,7 @@ def main(
     stage (conv, DPC-KNN, merge, attention); its slots are clusters, so the alignment
     accuracy reads each slot's ground-truth segment from its members (majority of its
     time steps / words; :func:`_slot_truth`) and its chance level from the slots.
+    ``pool="attention"``: the spec's attention pooling for the global stage (``PSTConfig``).
     """
     del data_dir  # synthetic data only (load_motion_text reads HumanML3D/KIT-ML folders)
     if split not in ("compositional", "random"):
@@ -351,8 +350,6 @@ def main(
         raise ValueError(f"`local_weight` must be a finite float > 0, got {local_weight!r}.")
     if not isinstance(compress, bool):
         raise TypeError(f"`compress` must be a bool, got {type(compress).__name__}.")
-    if compressor not in ("dpc", "layer"):
-        raise ValueError(f"`compressor` must be 'dpc' or 'layer', got {compressor!r}.")
     variants = {
         k: _scaled(w, local_weight)
         for k, w in (VARIANTS | (ABLATIONS if ablations else {})).items()
@@ -362,6 +359,14 @@ def main(
         raise ValueError(f"`size` must be one of {sorted(SIZES)} or None, got {size!r}.")
     size = size or ("quick" if quick else "full")
     n_train, n_test, steps, batch, dim, layers = SIZES[size]
+    cfg = M.PSTConfig(  # raises for a bad compressor or pool before any work
+        vocab_size=len(S.WORDS),
+        dim=dim,
+        n_layers=layers,
+        compress=compress,
+        compressor=compressor,
+        pool=pool,
+    )
     key = jax.random.key(seed)
     kd = jax.random.split(key, 4)
     comp = split == "compositional"
@@ -372,13 +377,6 @@ def main(
     test = S.synthetic_motion_text(n_test, key=kd[1], split=test_split)
     canon = {c: i for i, c in enumerate(sorted(set(train.canonical)))}
     canon_ids = jnp.asarray([canon[c] for c in train.canonical], jnp.int32)
-    cfg = M.PSTConfig(
-        vocab_size=len(S.WORDS),
-        dim=dim,
-        n_layers=layers,
-        compress=compress,
-        compressor=compressor if compress else "dpc",
-    )
     # quick mode: its programs (training step, test scores, the game's encoders) compile
     # with XLA's back-end optimisation off (examples/_common.py's fast_jit): their compile,
     # not their 40 steps, is most of its time. Full and medium sizes keep jax.jit.
@@ -477,6 +475,7 @@ def main(
         "local_weight": float(local_weight),
         "compress": compress,
         "compressor": cfg.compressor if compress else None,
+        "pool": pool,
         "loss_weights": {k: list(w) for k, w in variants.items()},
         "variants": results,
         "quick": quick,
@@ -496,5 +495,6 @@ if __name__ == "__main__":
     p.add_argument("--local-weight", type=float, default=1.0)
     p.add_argument("--compress", action="store_true")
     p.add_argument("--compressor", default="dpc", choices=("dpc", "layer"))
+    p.add_argument("--pool", default="mean", choices=("mean", "attention"))
     res = main(**{k.replace("-", "_"): v for k, v in vars(p.parse_args()).items()})
     print(json.dumps(res, indent=1))

@@ -68,6 +68,12 @@ class PSTConfig:
         attention block; ``params["compress_motion"]``, ``params["compress_text"]``: its
         arrays, the rest rebuilt from ``cfg``). [R]: both are our readings of the spec's
         summary-level description.
+      pool: How the global stage pools a modality's tokens (the motion's time step x
+        part tokens, the valid words). ``"mean"``: their mean. ``"attention"``: the
+        spec's attention pooling, weights ``softmax(x . q / sqrt(dim))`` over the tokens
+        with one learned query per modality (``params["pool_motion"]``,
+        ``params["pool_text"]``), initialised at 0, where it equals the mean. [R]: one
+        query and one head (the spec names attention pooling only).
     """
 
     vocab_size: int
@@ -83,8 +89,11 @@ class PSTConfig:
     local: bool = True
     compress: bool = False
     compressor: str = "dpc"
+    pool: str = "mean"
 
     def __post_init__(self):
+        if self.pool not in ("mean", "attention"):
+            raise ValueError(f"`pool` must be 'mean' or 'attention', got {self.pool!r}.")
         if self.compressor not in ("dpc", "layer"):
             raise ValueError(f"`compressor` must be 'dpc' or 'layer', got {self.compressor!r}.")
         if self.compressor == "layer" and not self.compress:
@@ -111,17 +120,44 @@ def pst_init(cfg: PSTConfig, *, key) -> dict:
     k = jax.random.split(key, 10)
     d = cfg.dim
     n = jax.random.normal
-    return {
-        "text": nn.init_params(cfg.transformer(cfg.vocab_size), key=k[0]),
-        "motion": nn.init_params(cfg.transformer(2), key=k[1]),
-        "in1": n(k[2], (6, d)) / jnp.sqrt(6.0),
-        "in2": n(k[3], (d, d)) / jnp.sqrt(1.0 * d),
-        "joint_emb": 0.1 * n(k[4], (cfg.n_joints, d)),
-        "time_emb": 0.1 * n(k[5], (cfg.length // 2, d)),
-        "w_motion": n(k[7], (d,)) / jnp.sqrt(1.0 * d),
-        "w_text": n(k[8], (d,)) / jnp.sqrt(1.0 * d),
-        "proj": n(k[9], (2, d, d)) / jnp.sqrt(1.0 * d),
-    } | _compress_init(cfg, k[6])
+    return (
+        {
+            "text": nn.init_params(cfg.transformer(cfg.vocab_size), key=k[0]),
+            "motion": nn.init_params(cfg.transformer(2), key=k[1]),
+            "in1": n(k[2], (6, d)) / jnp.sqrt(6.0),
+            "in2": n(k[3], (d, d)) / jnp.sqrt(1.0 * d),
+            "joint_emb": 0.1 * n(k[4], (cfg.n_joints, d)),
+            "time_emb": 0.1 * n(k[5], (cfg.length // 2, d)),
+            "w_motion": n(k[7], (d,)) / jnp.sqrt(1.0 * d),
+            "w_text": n(k[8], (d,)) / jnp.sqrt(1.0 * d),
+            "proj": n(k[9], (2, d, d)) / jnp.sqrt(1.0 * d),
+        }
+        | _compress_init(cfg, k[6])
+        | _pool_init(cfg)
+    )
+
+
+def _pool_init(cfg: PSTConfig) -> dict:
+    """The attention pooling's queries, 0 (the mean) at the start; none for the mean."""
+    if cfg.pool == "mean":
+        return {}
+    return {"pool_motion": jnp.zeros((cfg.dim,)), "pool_text": jnp.zeros((cfg.dim,))}
+
+
+def _pool(params, cfg: PSTConfig, side: str, x, mask):
+    """``x [B, N, D]`` pooled over its valid tokens (``mask [B, N]``) by ``cfg.pool``.
+
+    A row with no valid token pools to 0 either way (no NaN).
+    """
+    if cfg.pool == "mean":
+        w = mask.astype(x.dtype)
+        return jnp.sum(x * w[..., None], axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1.0)[:, None]
+    logits = (x @ params[f"pool_{side}"]) / jnp.sqrt(1.0 * cfg.dim)
+    top = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=1, keepdims=True)
+    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+    e = jnp.where(mask, jnp.exp(jnp.where(mask, logits - top, 0.0)), 0.0)
+    w = e / jnp.maximum(jnp.sum(e, axis=1, keepdims=True), jnp.finfo(x.dtype).tiny)
+    return jnp.einsum("bn,bnd->bd", w, x)
 
 
 def _compress_init(cfg: PSTConfig, key) -> dict:
@@ -173,12 +209,16 @@ def _motion_tokens(params, cfg: PSTConfig, motion):
     h = steps.reshape(b, cfg.n_windows, t2 // cfg.n_windows, n_p, cfg.dim).mean(axis=2)
     joint = h.reshape(b, cfg.n_windows * n_p, cfg.dim)  # window-major
     if cfg.compress:
-        steps = steps.mean(axis=2)  # [B, t2, D]
-        ones = jnp.ones(steps.shape[:2], bool)
-        segment = _compressed(params, cfg, "motion", steps, ones, cfg.n_windows).tokens
+        pooled_parts = steps.mean(axis=2)  # [B, t2, D]
+        ones = jnp.ones(pooled_parts.shape[:2], bool)
+        segment = _compressed(params, cfg, "motion", pooled_parts, ones, cfg.n_windows).tokens
     else:
         segment = h.mean(axis=2)
-    return joint, segment, h.mean(axis=(1, 2))
+    if cfg.pool == "mean":
+        return joint, segment, h.mean(axis=(1, 2))  # the mean of the step x part tokens
+    tokens = steps.reshape(b, t2 * n_p, cfg.dim)
+    pooled = _pool(params, cfg, "motion", tokens, jnp.ones(tokens.shape[:2], bool))
+    return joint, segment, pooled
 
 
 def _motion_steps(params, cfg: PSTConfig, motion):
@@ -235,9 +275,7 @@ def _text_tokens(params, cfg: PSTConfig, tokens, mask, phrase_ids):
         a = assign.astype(h.dtype)
         phrase = jnp.einsum("bkt,btd->bkd", a, h) / jnp.maximum(a.sum(-1, keepdims=True), 1.0)
         phrase_mask = jnp.any(assign, axis=-1)
-    m = mask[..., None].astype(h.dtype)
-    pooled = jnp.sum(h * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-    return h, phrase, phrase_mask, pooled
+    return h, phrase, phrase_mask, _pool(params, cfg, "text", h, mask)
 
 
 def _text_words(params, cfg: PSTConfig, tokens, mask, phrase_ids):

@@ -113,6 +113,10 @@ def test_slot_truth_and_alignment_of_compressed_slots():
     assert ex._majority(np.array([[0, 0]]), np.array([[-1, -1]]), 2).tolist() == [[-1, -1]]
 
 
-def test_bad_compressor_is_refused(tmp_path):
+def test_bad_compressor_or_pool_is_refused(tmp_path):
     with pytest.raises(ValueError, match="compressor"):
         _example().main(quick=True, compress=True, compressor="mlp", out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="compress=True"):
+        _example().main(quick=True, compressor="layer", out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="pool"):
+        _example().main(quick=True, pool="max", out_dir=str(tmp_path))

@@ -220,3 +220,45 @@ def test_compressor_config_errors():
         M.PSTConfig(vocab_size=10, compress=True, compressor="mlp")
     with pytest.raises(ValueError, match="compress=True"):
         M.PSTConfig(vocab_size=10, compressor="layer")
+
+
+def test_attention_pool_is_a_masked_softmax_mean():
+    """``PSTConfig(pool="attention")``'s pooling against a float64 NumPy softmax over the
+    valid tokens; query 0 is the mean; a row with no valid token pools to 0, not NaN."""
+    cfg = M.PSTConfig(vocab_size=10, dim=4, pool="attention")
+    x = jax.random.normal(jax.random.key(0), (3, 5, 4))
+    mask = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool)
+    q = jnp.array([3.0, -1.0, 0.5, 2.0])
+    got = np.asarray(M._pool({"pool_text": q}, cfg, "text", x.at[0, 3:].set(1e4), mask))
+    xs, m = np.asarray(x, np.float64), np.asarray(mask)
+    for b in range(2):
+        logit = xs[b, m[b]] @ np.asarray(q, np.float64) / 2.0
+        w = np.exp(logit - logit.max())
+        np.testing.assert_allclose(got[b], (w / w.sum()) @ xs[b, m[b]], rtol=1e-5, atol=1e-6)
+    assert np.all(got[2] == 0.0)
+    zero = np.asarray(M._pool({"pool_text": jnp.zeros(4)}, cfg, "text", x, mask))
+    np.testing.assert_allclose(zero[:2], [xs[b, m[b]].mean(0) for b in range(2)], rtol=1e-5)
+    with pytest.raises(ValueError, match="pool"):
+        M.PSTConfig(vocab_size=10, pool="max")
+
+
+@pytest.mark.slow  # two small models' encoders and one loss gradient compile (~6 s)
+def test_attention_pool_option_starts_at_the_mean_and_learns():
+    d = retrieval.synthetic_motion_text(4, key=jax.random.key(0), length=16, max_segments=2)
+    sizes = dict(length=16, n_windows=2, n_phrases=2, dim=8, n_layers=1, n_heads=2)
+    att = M.PSTConfig(len(S.WORDS), **sizes, pool="attention")
+    p = M.pst_init(att, key=jax.random.key(1))
+    mean = M.PSTConfig(len(S.WORDS), **sizes)
+    p_mean = {k: v for k, v in p.items() if not k.startswith("pool_")}
+    assert p_mean.keys() == M.pst_init(mean, key=jax.random.key(1)).keys()
+    motion, tok, mask, ph = (
+        jnp.asarray(a) for a in (d.motion, d.tokens, d.token_mask, d.word_segment)
+    )
+    for enc, args in ((M.encode_motion, (motion,)), (M.encode_text, (tok, mask, ph))):
+        np.testing.assert_allclose(  # query 0 at the start: the mean
+            np.asarray(enc(p, att, *args)[-1]), np.asarray(enc(p_mean, mean, *args)[-1]), atol=1e-5
+        )
+    args = (motion, tok, mask, ph, jnp.zeros((4, 4), bool))
+    full = jnp.array([1.0, 1.0, 0.5, 0.5])
+    g = jax.jit(jax.grad(lambda r: M.pst_loss(r, att, *args, full)[0]))(p)
+    assert float(jnp.abs(g["pool_motion"]).sum()) > 0 and float(jnp.abs(g["pool_text"]).sum()) > 0
