@@ -133,6 +133,17 @@ def test_order_strength_is_guarded():
     assert bool(jnp.all(jnp.isfinite(M.pst_scores(p, cfg, *args, 0.5))))
 
 
+def _finite_full_loss_grads(params, cfg, batch):
+    """Full PST's loss gradient on ``batch`` (no negatives filtered); asserts it is finite."""
+    args = (*batch, jnp.zeros((batch[0].shape[0],) * 2, bool))
+    full = jnp.array([1.0, 1.0, 0.5, 0.5])
+    loss_fn = lambda r: M.pst_loss(r, cfg, *args, full)  # noqa: E731
+    (loss, _), g = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params)
+    assert np.isfinite(float(loss))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+    return g
+
+
 @pytest.mark.slow  # one small model's loss and gradient compile (~3 s)
 def test_compress_option_forms_segments_by_dpc_knn():
     """``PSTConfig(compress=True)``: phrase slots are importance-weighted means of DPC-KNN
@@ -165,13 +176,7 @@ def test_compress_option_forms_segments_by_dpc_knn():
             if sel.any():
                 want = (w[b, sel, None] * np.asarray(words[b, sel])).sum(0) / w[b, sel].sum()
                 np.testing.assert_allclose(np.asarray(phrase[b, c]), want, rtol=1e-4, atol=1e-5)
-    args = (jnp.asarray(d.motion), tok, mask, ph, jnp.zeros((4, 4), bool))
-    full = jnp.array([1.0, 1.0, 0.5, 0.5])
-    (loss, _), g = jax.jit(
-        jax.value_and_grad(lambda r: M.pst_loss(r, cfg, *args, full), has_aux=True)
-    )(p)
-    assert np.isfinite(float(loss))
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+    g = _finite_full_loss_grads(p, cfg, (jnp.asarray(d.motion), tok, mask, ph))
     assert float(jnp.abs(g["merge_text"]).sum()) > 0 and float(jnp.abs(g["merge_motion"]).sum()) > 0
 
 
@@ -199,18 +204,13 @@ def test_layer_compressor_option_is_the_token_compressor_stage():
     step_slot, word_slot = M.slots(p, cfg, motion, tok, mask, ph)
     assert np.array_equal(np.asarray(word_slot), np.asarray(want.assign))
     assert step_slot.shape == (4, 8) and set(np.unique(step_slot)) == {0, 1}
-    args = (motion, tok, mask, ph, jnp.zeros((4, 4), bool))
-    full = jnp.array([1.0, 1.0, 0.5, 0.5])
-    (loss, _), g = jax.jit(
-        jax.value_and_grad(lambda r: M.pst_loss(r, cfg, *args, full), has_aux=True)
-    )(p)
-    assert np.isfinite(float(loss))
-    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))
+    args = (motion, tok, mask, ph)
+    g = _finite_full_loss_grads(p, cfg, args)
     for side in ("compress_motion", "compress_text"):
         assert float(jnp.abs(g[side].score.weight).sum()) > 0
         assert float(jnp.abs(g[side].attn.query_proj.weight).sum()) > 0
     plain = M.PSTConfig(len(S.WORDS), **sizes)
-    step_slot, word_slot = M.slots(M.pst_init(plain, key=jax.random.key(1)), plain, *args[:4])
+    step_slot, word_slot = M.slots(M.pst_init(plain, key=jax.random.key(1)), plain, *args)
     assert step_slot.tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]] * 4
     assert np.array_equal(np.asarray(word_slot), np.where(d.token_mask, d.word_segment, -1))
 
@@ -258,7 +258,5 @@ def test_attention_pool_option_starts_at_the_mean_and_learns():
         np.testing.assert_allclose(  # query 0 at the start: the mean
             np.asarray(enc(p, att, *args)[-1]), np.asarray(enc(p_mean, mean, *args)[-1]), atol=1e-5
         )
-    args = (motion, tok, mask, ph, jnp.zeros((4, 4), bool))
-    full = jnp.array([1.0, 1.0, 0.5, 0.5])
-    g = jax.jit(jax.grad(lambda r: M.pst_loss(r, att, *args, full)[0]))(p)
+    g = _finite_full_loss_grads(p, att, (motion, tok, mask, ph))
     assert float(jnp.abs(g["pool_motion"]).sum()) > 0 and float(jnp.abs(g["pool_text"]).sum()) > 0
