@@ -8,7 +8,9 @@ segment stage = time-window tokens, global = mean. Text: a ``jaxkit.nn`` transfo
 given as word -> phrase ids, e.g. from a chunker), global. With ``PSTConfig.compress``
 the segment and phrase tokens come from the spec's compressor instead: DPC-KNN clusters
 of the motion's time steps (``n_windows`` slots) and of the words (``n_phrases`` slots),
-merged with learned importance weights (:func:`dpc_knn`, :func:`merge_tokens`).
+merged with learned importance weights (:func:`dpc_knn`, :func:`merge_tokens`), or with
+``compressor="layer"`` by the whole :class:`TokenCompressor` stage; ``pool="attention"``
+pools the global stage by attention (the spec's) instead of the mean.
 The segment stage may be order-aware (``order > 0`` in :func:`pst_scores` /
 :func:`pst_loss`): its token similarities get a soft monotone (diagonal) prior that
 favours phrase ``k`` of ``n`` for the windows inside ``[k/n, (k+1)/n)`` of the clip, so
