@@ -14,14 +14,13 @@ MedR in both directions (``normal``, ``guo``, ``threshold``), the STII alignment
 (the top-STII phrase of each motion window is the phrase of the segment holding the
 window's centre; chance = 1 / #segments; ``alignment_prior_only``: the order prior's own
 top phrase, no model; ``banzhaf_alignment_acc``: the same with HBI's Banzhaf interaction of
-the same game in place of the STII, informational) and ``order_errors_t2m``
-(text-to-motion top-1 hits on a clip of the
-same actions in another order). Phrase spans come from the words (``chunk_phrases``, a
-rule chunker); the generator's word/segment alignment is used only by the metrics.
-Captions with the same canonical form are filtered as negatives (TMR). Token stages are
-local (``PSTConfig.local``): with full attention the alignment is not identifiable
-(accuracy 0.44). The STII target temperature is ``tau / 3`` (``pst_loss``), and the
-pyramid's local stages are stop-gradient targets.
+the same game in place of the STII, informational) and ``order_errors_t2m`` (text-to-motion
+top-1 hits on a clip of the same actions in another order). Phrase spans come from the
+words (``chunk_phrases``, a rule chunker); the generator's word/segment alignment is used
+only by the metrics. Captions with the same canonical form are filtered as negatives
+(TMR). Token stages are local (``PSTConfig.local``): with full attention the alignment is
+not identifiable (accuracy 0.44). The STII target temperature is ``tau / 3``
+(``pst_loss``), and the pyramid's local stages are stop-gradient targets.
 
 Why the order prior: max-matching is permutation invariant and phrase tokens see only
 their own words (relative positions), so no token stage can tell "raise then kick" from
@@ -166,14 +165,18 @@ def _stii_game(params, cfg, arrays, order, enc=(M.encode_motion, M.encode_text))
     return sim, windows @ np.asarray(params["w_motion"]), tp @ np.asarray(params["w_text"]), pmask
 
 
+def _segment_at(data, frames):
+    """Ground truth (metrics only): the segment holding each of ``frames``, -1 none; [N, F]."""
+    f = data.seg_frames[:, None]  # [N, 1, S, 2]
+    c = np.asarray(frames)[None, :, None]
+    inside = (f[..., 0] <= c) & (c < f[..., 1]) & (data.seg_part[:, None] >= 0)
+    return np.where(inside.any(-1), inside.argmax(-1), -1)
+
+
 def _window_truth(cfg, data):
     """Ground truth (metrics only): the segment of each window's centre frame, -1 none."""
     win = cfg.length // cfg.n_windows
-    centre = np.arange(cfg.n_windows) * win + win // 2  # [W]
-    f = data.seg_frames[:, None]  # [N, 1, S, 2]
-    c = centre[None, :, None]
-    inside = (f[..., 0] <= c) & (c < f[..., 1]) & (data.seg_part[:, None] >= 0)
-    return np.where(inside.any(-1), inside.argmax(-1), -1)  # [N, W]
+    return _segment_at(data, np.arange(cfg.n_windows) * win + win // 2)  # [N, W]
 
 
 def _majority(slot_of, label, n_slots):
@@ -188,10 +191,7 @@ def _slot_truth(cfg, data, step_slot, word_slot):
     """Ground truth of compressed slots (metrics only): per motion slot the segment holding
     most of its time steps (step ``i``: frame ``2 i``), per phrase slot the segment most of
     its words describe (the generator's ``word_segment``); -1 where none."""
-    frame = 2 * np.arange(step_slot.shape[1])[None, :, None]  # [1, t2, 1]
-    f = data.seg_frames[:, None]  # [N, 1, S, 2]
-    inside = (f[..., 0] <= frame) & (frame < f[..., 1]) & (data.seg_part[:, None] >= 0)
-    step_seg = np.where(inside.any(-1), inside.argmax(-1), -1)  # [N, t2]
+    step_seg = _segment_at(data, 2 * np.arange(step_slot.shape[1]))  # [N, t2]
     return (
         _majority(np.asarray(step_slot), step_seg, cfg.n_windows),
         _majority(np.asarray(word_slot), np.asarray(data.word_segment), cfg.n_phrases),

@@ -154,12 +154,11 @@ def _pool(params, cfg: PSTConfig, side: str, x, mask):
     if cfg.pool == "mean":
         w = mask.astype(x.dtype)
         return jnp.sum(x * w[..., None], axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1.0)[:, None]
+    # the valid tokens as one cluster, merged with weights softmax(logits): merge_tokens'
+    # core (stable softmax, padding never leaks, an empty cluster merges to 0)
     logits = (x @ params[f"pool_{side}"]) / jnp.sqrt(1.0 * cfg.dim)
-    top = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=1, keepdims=True)
-    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-    e = jnp.where(mask, jnp.exp(jnp.where(mask, logits - top, 0.0)), 0.0)
-    w = e / jnp.maximum(jnp.sum(e, axis=1, keepdims=True), jnp.finfo(x.dtype).tiny)
-    return jnp.einsum("bn,bnd->bd", w, x)
+    one_cluster = jnp.where(mask, 0, -1).astype(jnp.int32)
+    return _compress._merge(x, one_cluster, logits, 1)[:, 0]
 
 
 def _compress_init(cfg: PSTConfig, key) -> dict:
