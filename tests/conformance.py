@@ -7,7 +7,8 @@ them on deliberately broken functions and see them fail):
 
 1. jit equals eager;            2. ``eval_shape`` agrees with the real output;
 3. vmap equals a Python loop;   4. f32 and bf16 are preserved;
-5. traced once across two values of every continuous hyperparameter;
+5. traced once across two values of every continuous hyperparameter, and a NaN value of
+   each raises an error naming it (under ``jit``: ``eqx.error_if``, as NaN compares False);
 6. ``check_grads`` in x64 in the supported modes;
 7. output sharding preserved on an 8-device mesh (leading axis on ``data``);
 8. bad inputs raise the declared error type whose message names the argument;
@@ -87,6 +88,10 @@ class Case:
       grad_eps, grad_atol, grad_rtol: ``check_grads`` settings.
       slow_checks: names of checks (keys of :data:`CHECKS`, or ``"sharding"``) that run
         only in ``make test-slow`` for this case (the default run keeps the rest).
+      nan_names: per hyperparameter, the name its NaN error must give where that is not the
+        hyperparameter's own (a case's wrapper feeding a library argument of another name),
+        or ``None`` for an entry of ``hparams`` that is a model parameter, not a
+        hyperparameter (NaN in, NaN out, as in any layer): exempt from the NaN check.
     """
 
     name: str
@@ -106,6 +111,7 @@ class Case:
     grad_atol: float | None = None
     grad_rtol: float | None = None
     slow_checks: tuple[str, ...] = ()
+    nan_names: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
     def call(self, args: Sequence[Any], hp: dict[str, Any] | None = None) -> Any:
         hp = {k: v[0] for k, v in self.hparams.items()} if hp is None else hp
@@ -175,8 +181,9 @@ def check_dtypes(case: Case, key: jax.Array) -> None:
 
 
 def check_jit(case: Case, key: jax.Array) -> None:
-    """Under ``jit`` the result equals the eager call's, and two calls with different
-    hyperparameter values trace (and compile) once: one compiled program serves both checks."""
+    """Under ``jit`` the result equals the eager call's, two calls with different
+    hyperparameter values trace (and compile) once, and a NaN value of each hyperparameter
+    raises an error naming it: one compiled program serves the three checks."""
     traces: list[None] = []
 
     def f(a, h):
@@ -184,8 +191,9 @@ def check_jit(case: Case, key: jax.Array) -> None:
         return case.call(a, h)
 
     jf = jax.jit(f)
+    first = case.make_args(jax.random.fold_in(key, 0), jnp.float32)
     for i in range(2):
-        args = case.make_args(jax.random.fold_in(key, i), jnp.float32)
+        args = case.make_args(jax.random.fold_in(key, i), jnp.float32) if i else first
         hp = {k: jnp.asarray(v[i], jnp.float32) for k, v in case.hparams.items()}
         # eager first: a case may build (and cache) its module lazily on the first call
         eager = case.call(args, {k: v[0] for k, v in case.hparams.items()}) if i == 0 else None
@@ -193,6 +201,29 @@ def check_jit(case: Case, key: jax.Array) -> None:
         if i == 0:
             _close(out, eager, case.rtol, f"{case.name}: jit != eager")
     assert len(traces) == 1, f"{case.name}: traced {len(traces)} times for 2 calls"
+    for name in case.hparams:
+        _check_nan_raises(case, jf, first, name)
+
+
+def _check_nan_raises(case: Case, jf: Callable[..., Any], args: Any, name: str) -> None:
+    """``jf(args, hp)`` with ``hp[name]`` NaN raises an error naming it (``case.nan_names``)."""
+    want = case.nan_names.get(name, name)
+    if want is None:
+        return
+    hp = {k: jnp.asarray(v[0], jnp.float32) for k, v in case.hparams.items()}
+    hp[name] = jnp.asarray(jnp.nan, jnp.float32)
+    try:
+        jax.block_until_ready(jf(args, hp))
+    except Exception as e:  # noqa: BLE001 (under jit an eqx.error_if is a runtime error)
+        assert f"`{want}`" in str(e), (
+            f"{case.name}: {name}=NaN under jit raised {type(e).__name__} without naming "
+            f"`{want}`: {str(e)[:300]}"
+        )
+    else:
+        raise AssertionError(
+            f"{case.name}: {name}=NaN under jit raised nothing; guard the traced value "
+            "(`jaxkit._validate.guard_*` / `eqx.error_if`; NaN compares False)"
+        )
 
 
 def check_grads_x64(case: Case, key: jax.Array) -> None:

@@ -15,7 +15,7 @@ def good(x, *, scale):
     """A correct function: softplus(scale * x) along rows, with validation."""
     x = jnp.asarray(x)
     _validate.floating(x, name="x")
-    _validate.positive(scale=scale)
+    x = _validate.guard_positive(x, scale, name="scale")  # eagerly and under jit
     return jax.nn.softplus(scale * x)
 
 
@@ -28,6 +28,13 @@ BAD = (
     Bad("scale <= 0", lambda k: ((jnp.ones((8, 5)),), {"scale": 0.0}), ValueError, "`scale`"),
 )
 GOOD = Case("selftest.good", good, make, hparams={"scale": (0.5, 2.0)}, bad=BAD)
+
+
+def eager_only_guard(x, *, scale):  # validates a concrete scale only: NaN passes under jit
+    x = jnp.asarray(x)
+    _validate.floating(x, name="x")
+    _validate.positive(scale=scale)
+    return jax.nn.softplus(scale * x)
 
 
 def retraces(x, *, scale):  # branches in Python on a hyperparameter: retraces per value
@@ -89,6 +96,7 @@ def test_good_function_passes_every_check(key, mesh8):
         (wrong_grad, "grads"),
         (unchecked, "bad_inputs"),
         (jit_differs, "jit"),
+        (eager_only_guard, "jit"),
         (compiles_per_call, "eager_cache"),
     ],
 )

@@ -56,6 +56,7 @@ CASES = [
         fn=_layer_apply,
         make_args=lambda k, dt: (jax.random.normal(k, (8, _C8.d_in), dt),),
         hparams={"theta": (0.3, 0.6)},
+        nan_names={"theta": None},  # the layer's relaxation parameter, not a hyperparameter
         bad=(Bad("wrong d_in", lambda k: ((jnp.zeros((8, 3)),), {}), TypeError, "`x`"),),
     ),
     Case(

@@ -167,6 +167,7 @@ CASES = [
         _support_box,
         _dirs,
         hparams={"scale": (1.0, 2.0)},
+        nan_names={"scale": "half"},  # scales the box's half-widths
         grad_argnums=(1, 2),
         slow_checks=_SLOW,
     ),
