@@ -149,10 +149,52 @@ def _support_one(bulk: Bulk, a: Array) -> Array:
 
 
 def _check_bulk(bulk: object) -> None:
+    """A bulk set whose fields have the documented shapes (a TypeError naming the field)."""
     if not isinstance(bulk, Interval | Box | Ellipsoid | Hull | Union):
         raise TypeError(
             f"`bulk` must be an Interval, Box, Ellipsoid, Hull or Union, got {type(bulk).__name__}."
         )
+    inner, what = (bulk.members, "bulk.members") if isinstance(bulk, Union) else (bulk, "bulk")
+    if not isinstance(inner, Interval | Box | Ellipsoid | Hull):
+        raise TypeError(
+            f"`bulk.members` must be an Interval, Box, Ellipsoid or Hull, got "
+            f"{type(inner).__name__}."
+        )
+    lead = 1 if isinstance(bulk, Union) else 0  # a Union stacks its members on axis 0
+    first, *_ = _SHAPES[type(inner)]
+    ref = jnp.shape(getattr(inner, first[0]))
+    if len(ref) != lead + first[1]:
+        raise TypeError(f"`{what}.{first[0]}` must be {lead + first[1]}-D, got shape {ref}.")
+    lead_shape, d = ref[:lead], ref[-1] if first[1] else None
+    for field, want in _expected(type(inner), ref[lead:], d):
+        got = jnp.shape(getattr(inner, field))
+        if got != lead_shape + want:
+            raise TypeError(f"`{what}.{field}` must have shape {lead_shape + want}, got {got}.")
+    if isinstance(bulk, Union) and jnp.shape(bulk.labels) != lead_shape:
+        raise TypeError(
+            f"`bulk.labels` must have shape {lead_shape} (one per member), got "
+            f"{jnp.shape(bulk.labels)}."
+        )
+
+
+# each kind's first field and its number of axes (one member); the rest follow from it
+_SHAPES = {
+    Interval: (("lo", 0),),
+    Box: (("center", 1),),
+    Ellipsoid: (("center", 1),),
+    Hull: (("points", 2),),
+}
+
+
+def _expected(kind: type, ref: tuple[int, ...], d: int | None) -> tuple:
+    """The shapes of one member's other fields, given its first field's shape ``ref``."""
+    if kind is Interval:
+        return (("hi", ()),)
+    if kind is Box:
+        return (("half", (d,)),)
+    if kind is Ellipsoid:
+        return (("chol", (d, d)), ("radius", ()))
+    return (("mask", ref[:1]),)
 
 
 _BULK_MSG = {

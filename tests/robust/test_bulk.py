@@ -1,6 +1,7 @@
 """Bulk sets and calibration: support functions vs brute force, coverage, invariance, errors."""
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -201,6 +202,37 @@ def test_bad_inputs():
         R.calibrate_box(x, weights=-np.ones(20))
     with pytest.raises(TypeError, match="`a`"):
         R.support(R.ball(np.zeros(2), 1.0), np.ones(3))
+
+
+@pytest.mark.parametrize(
+    "bulk, field",
+    [
+        (R.Box(center=np.zeros(()), half=np.ones(2)), "`bulk.center` must be 1-D"),
+        (R.Box(center=np.zeros(2), half=np.ones(3)), "`bulk.half` must have shape (2,)"),
+        (R.Interval(lo=0.0, hi=np.ones(2)), "`bulk.hi` must have shape ()"),
+        (R.Ellipsoid(center=np.zeros(2), chol=np.ones(2), radius=1.0), "`bulk.chol`"),
+        (R.Ellipsoid(center=np.zeros(2), chol=np.eye(2), radius=np.ones(2)), "`bulk.radius`"),
+        (
+            R.Hull(points=np.zeros((4, 2)), mask=np.ones(3, bool)),
+            "`bulk.mask` must have shape (4,)",
+        ),
+        (
+            R.Union(members=R.ball(np.zeros(2), 1.0), labels=np.ones(1)),
+            "`bulk.members.center` must be 2-D",
+        ),
+        (
+            R.Union(
+                members=R.Box(center=np.zeros((3, 2)), half=np.ones((3, 2))), labels=np.ones(2)
+            ),
+            "`bulk.labels` must have shape (3,)",
+        ),
+    ],
+)
+def test_bulk_fields_of_the_wrong_shape_are_named(bulk, field):
+    # before: an IndexError from inside the support, or a message blaming `a`
+    for fn in (R.support, R.contains):
+        with pytest.raises(TypeError, match=re.escape(field)):
+            fn(bulk, np.ones((5, 2)))
 
 
 def test_audit_bad_inputs():
