@@ -195,6 +195,16 @@ def _objective(batch, nbr, w, pool, *, objective):
 _objective_jit = jax.jit(_objective, static_argnames=("objective",))
 
 
+def _check_graph(g: SparseHardness) -> None:
+    """``g`` a :class:`SparseHardness`: ``nbr [n, k]`` integer, ``w`` of its shape, floating."""
+    if not isinstance(g, SparseHardness):
+        raise TypeError(f"`g` must be a SparseHardness graph, got {type(g).__name__}.")
+    V.ndim(g.nbr, 2, name="g.nbr")
+    V.integer(g.nbr, name="g.nbr")
+    V.shape(g.w, jnp.shape(g.nbr), name="g.w")
+    V.floating(g.w, name="g.w")
+
+
 def hobit_objective(
     batch: Int[Array, " b"],
     g: SparseHardness,
@@ -209,10 +219,12 @@ def hobit_objective(
     (``objective='log'``, default) or ``sqrt``. Monotone submodular in ``S``. Jitted.
 
     Raises:
-      TypeError: ``batch`` / ``pool`` not 1-D integer arrays.
+      TypeError: ``batch`` / ``pool`` not 1-D integer arrays, or ``g`` not a graph
+        (``nbr [n, k]`` integer, ``w`` of its shape, floating).
       ValueError: an index outside ``[0, n)`` (traced: under ``jit``).
     """
     V.one_of(_OBJECTIVES, objective=objective)
+    _check_graph(g)
     n = g.nbr.shape[0]
     batch = jnp.asarray(batch)
     V.ndim(batch, 1, name="batch")

@@ -35,6 +35,7 @@ from jaxkit.data._hobit import (
     SparseHardness,
     _check_dup,
     _check_emb,
+    _check_graph,
     _phi,
     knn_graph,
 )
@@ -383,8 +384,8 @@ def hobit_batches(
     """
     _check_emb(q, d)
     n = q.shape[0]
-    V.ndim(g.nbr, 2, name="g.nbr")
-    if g.nbr.shape[0] != n or g.w.shape != g.nbr.shape:
+    _check_graph(g)
+    if g.nbr.shape[0] != n:
         raise TypeError(f"`g` must be a graph over n={n} items, got nbr {g.nbr.shape}.")
     V.is_key(key)
     bsz = check_batch_size(n, batch_size)

@@ -196,8 +196,12 @@ def extract(
             raise TypeError(f"`stats` has no site {site!r} (it has {sorted(stats.cov)}).")
         cov = stats.cov[site]
         d = lin.w.shape[-2] + (lin.b is not None)
+        _validate.min_ndim(cov, 3, name=f"stats.cov[{site!r}]")  # [*stack, K, D, D]
         want = (*lin.w.shape[:-2], cov.shape[-3], None, None)
         _validate.shape(cov, want, name=f"stats.cov[{site!r}]")
+        if site not in stats.count:
+            raise TypeError(f"`stats.count` has no site {site!r} (it has {sorted(stats.count)}).")
+        _validate.shape(stats.count[site], (cov.shape[-3],), name=f"stats.count[{site!r}]")
         if cov.shape[-1] < d:
             raise TypeError(
                 f"`stats.cov[{site!r}]` is {cov.shape[-1]} wide but the layer needs {d}"

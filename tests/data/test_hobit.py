@@ -297,6 +297,17 @@ def test_bad_inputs():
         data.greedy_select(jnp.ones((3, 4)), 5)
     with pytest.raises(ValueError, match="`ground`"):
         data.hobit_batches(g, qj, dj, key=jax.random.key(0), batch_size=4, ground="all")
+    # a graph of the wrong shape or kind (before: an IndexError from inside the objective)
+    batch = jnp.array([1, 4, 6])
+    with pytest.raises(TypeError, match=r"`g.w` must have shape \(12, 3\)"):
+        data.hobit_objective(batch, data.SparseHardness(g.nbr, g.w[:, 0]))
+    with pytest.raises(TypeError, match="`g.nbr`"):
+        data.hobit_objective(batch, data.SparseHardness(g.nbr.astype(jnp.float32), g.w))
+    # (under the tests' jaxtyping hook its own check names `g` first)
+    with pytest.raises(TypeError, match="`g` must be a SparseHardness|parameter 'g'"):
+        data.hobit_objective(batch, (g.nbr, g.w))
+    with pytest.raises(TypeError, match="`g.w`"):
+        data.hobit_batches(g._replace(w=g.w[:, :2]), qj, dj, key=jax.random.key(0), batch_size=4)
 
 
 def test_baselines_valid_and_behave():

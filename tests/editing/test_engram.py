@@ -267,6 +267,13 @@ def test_engram_bad_input():
         editing.extract({"a": lin}, nob)
     with pytest.raises(TypeError, match="no site"):
         editing.extract({"zz": lin}, st)
+    # statistics of the wrong rank or counts of the wrong length (before: IndexError / none)
+    with pytest.raises(TypeError, match=r"`stats.cov\['a'\]` must have at least 3"):
+        editing.extract({"a": lin}, editing.CovStats({"a": st.cov["a"][0]}, st.count))
+    with pytest.raises(TypeError, match=r"`stats.count\['a'\]` must have shape \(2\)"):
+        editing.extract({"a": lin}, editing.CovStats(st.cov, {"a": st.count["a"][:1]}))
+    with pytest.raises(TypeError, match="`stats.count` has no site"):
+        editing.extract({"a": lin}, editing.CovStats(st.cov, {}))
 
 
 def test_audit_bad_inputs():
