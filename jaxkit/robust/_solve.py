@@ -325,9 +325,10 @@ def fit(
     eps = _guards(eps, eps, l2, eta, moment)
     eps = _validate.guard_positive(eps, schedule, name="schedule")
     eps = _guard_weights(eps, weights, data)
+    for leaf in jax.tree.leaves(params0):  # each leaf: the result keeps params0's dtypes
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise TypeError(f"`params0` must be floating, got dtype {jnp.result_type(leaf)}.")
     dt = jnp.result_type(*jax.tree.leaves(params0))
-    if not jnp.issubdtype(dt, jnp.floating):
-        raise TypeError(f"`params0` must be floating, got dtype {dt}.")
     cast = functools.partial(jnp.asarray, dtype=dt)
     return _fit_core(
         family,

@@ -187,6 +187,11 @@ def test_conic_tail_and_errors(monkeypatch):
             R.fit(fam, jnp.asarray(xi), iv, bad, jnp.asarray(50.0))
     with pytest.raises(ValueError, match="`h`"):
         R.newsvendor_closed_form(xi, 0.1, iv, h=-1.0, b=B)
+    # one integer leaf among floating ones (before: an OverflowError from optax's init)
+    z = jnp.ones((8, 2))
+    p0 = R.LinearParams(jnp.zeros(2, jnp.int32), jnp.zeros(()))
+    with pytest.raises(TypeError, match="`params0` must be floating, got dtype int32"):
+        R.fit(R.lad(), (z, z[:, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1, p0, steps=2)
     with pytest.raises(TypeError, match="`bulk`"):
         R.newsvendor_closed_form(xi, 0.1, R.ball(jnp.zeros(1), 1.0), h=H, b=B)
     with pytest.raises(NotImplementedError):
