@@ -70,6 +70,7 @@ def in_interval(
 def finite_scalar(**kwargs: Any) -> None:
     """Check a concrete hyperparameter is a finite scalar."""
     name, value = _one(kwargs)
+    real_scalar(value, name=name)
     if jnp.ndim(value) != 0:
         raise TypeError(f"`{name}` must be a scalar, got shape {jnp.shape(value)}.")
     v = _concrete(value)
@@ -260,9 +261,25 @@ def real_scalar(value: Any, *, name: str) -> None:
         raise TypeError(
             f"`{name}` must be a real number or array, got {type(value).__name__} {value!r}."
         )
-    dt = jnp.result_type(value)
+    try:
+        dt = jnp.result_type(value)
+    except TypeError:  # a list, a dict, an object: JAX's message would not name it
+        raise TypeError(
+            f"`{name}` must be a real number or array, got {type(value).__name__} {value!r}."
+        ) from None
     if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer)):
         raise TypeError(f"`{name}` must be a real number or array, got dtype {dt}.")
+
+
+def real_array(value: Any, *, name: str, dtype: Any = None) -> Any:
+    """``jnp.asarray(value, dtype)`` after :func:`real_scalar`, so a bad type names ``name``.
+
+    JAX's own error for a string, ``None`` or a list would not name the argument. The usual
+    first argument of the ``guard_*`` helpers below:
+    ``guard_positive(real_array(tau, name="tau"), tau, name="tau")``.
+    """
+    real_scalar(value, name=name)
+    return jnp.asarray(value, dtype)
 
 
 def guard_positive(x: Any, value: Any, *, name: str) -> Any:

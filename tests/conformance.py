@@ -11,20 +11,23 @@ them on deliberately broken functions and see them fail):
    each raises an error naming it (under ``jit``: ``eqx.error_if``, as NaN compares False);
 6. ``check_grads`` in x64 in the supported modes;
 7. output sharding preserved on an 8-device mesh (leading axis on ``data``);
-8. bad inputs raise the declared error type whose message names the argument;
+8. bad inputs raise the declared error type whose message names the argument, and a
+   string for any hyperparameter raises a ``TypeError`` naming it;
 9. eager calls hit the compile cache: 30 eager calls with the same inputs compile
    nothing after the first (counted with ``jax.monitoring``'s backend-compile event).
 """
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 from jax import monitoring
 from jax.test_util import check_grads
@@ -92,6 +95,9 @@ class Case:
         hyperparameter's own (a case's wrapper feeding a library argument of another name),
         or ``None`` for an entry of ``hparams`` that is a model parameter, not a
         hyperparameter (NaN in, NaN out, as in any layer): exempt from the NaN check.
+      converted: hyperparameters the case's wrapper converts before the library sees them
+        (``jnp.asarray(v, dtype)`` parses a string): exempt from the string check of
+        ``bad_inputs``.
     """
 
     name: str
@@ -112,6 +118,7 @@ class Case:
     grad_rtol: float | None = None
     slow_checks: tuple[str, ...] = ()
     nan_names: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    converted: tuple[str, ...] = ()
 
     def call(self, args: Sequence[Any], hp: dict[str, Any] | None = None) -> Any:
         hp = {k: v[0] for k, v in self.hparams.items()} if hp is None else hp
@@ -274,6 +281,9 @@ def check_sharding(case: Case, key: jax.Array, mesh: jax.sharding.Mesh) -> None:
 
 
 def check_bad_inputs(case: Case, key: jax.Array) -> None:
+    """Each of ``case.bad`` raises its error naming the argument, and so does a string passed
+    for any hyperparameter (``softness="0.1"``: a ``TypeError`` naming it, not JAX's)."""
+    _check_str_hparams(case, key)
     for bad in case.bad:
         args, kwargs = bad.make(key)
         kw = {**{k: v[0] for k, v in case.hparams.items()}, **case.static, **kwargs}
@@ -292,6 +302,43 @@ def check_bad_inputs(case: Case, key: jax.Array) -> None:
             ) from e
         else:
             raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
+
+
+@contextlib.contextmanager
+def _without_jaxtyping() -> Iterator[None]:
+    """The tests' jaxtyping hook off for a call (users run without it; it would name the
+    argument first and hide whether the library does)."""
+    old = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", old)
+
+
+def _check_str_hparams(case: Case, key: jax.Array) -> None:
+    args = None
+    for name in case.hparams:
+        want = case.nan_names.get(name, name)
+        if want is None or name in case.converted:
+            continue
+        args = case.make_args(key, jnp.float32) if args is None else args
+        hp = {k: v[0] for k, v in case.hparams.items()}
+        hp[name] = "0.1"
+        try:
+            with _without_jaxtyping():  # the library's own check, as a user meets it
+                jax.block_until_ready(case.call(args, hp))
+        except TypeError as e:
+            assert f"`{want}`" in str(e), (
+                f"{case.name}: {name}='0.1' raised a TypeError without naming `{want}`: {e}"
+            )
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(
+                f"{case.name}: {name}='0.1' raised {type(e).__name__}, expected a TypeError "
+                f"naming `{want}`: {e}"
+            ) from e
+        else:
+            raise AssertionError(f"{case.name}: {name}='0.1' (a string) raised nothing")
 
 
 _COMPILES = [0]

@@ -37,6 +37,13 @@ def eager_only_guard(x, *, scale):  # validates a concrete scale only: NaN passe
     return jax.nn.softplus(scale * x)
 
 
+def converts_first(x, *, scale):  # jnp.asarray before the check: a string gets JAX's error
+    x = jnp.asarray(x)
+    _validate.floating(x, name="x")
+    s = jnp.asarray(scale)
+    return jax.nn.softplus(s * _validate.guard_positive(x, s, name="scale"))
+
+
 def retraces(x, *, scale):  # branches in Python on a hyperparameter: retraces per value
     return jax.nn.softplus(float(scale) * jnp.asarray(x))
 
@@ -95,6 +102,7 @@ def test_good_function_passes_every_check(key, mesh8):
         (upcasts, "dtypes"),
         (wrong_grad, "grads"),
         (unchecked, "bad_inputs"),
+        (converts_first, "bad_inputs"),
         (jit_differs, "jit"),
         (eager_only_guard, "jit"),
         (compiles_per_call, "eager_cache"),

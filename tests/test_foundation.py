@@ -51,9 +51,14 @@ def test_python_int_and_real_scalar():
             _validate.python_int(bad, name="n")
     with pytest.raises(ValueError, match="`n` must be >= 1, got n=0"):
         _validate.python_int(0, name="n", minimum=1)
-    for bad in ("0.1", None, True):
+    for bad in ("0.1", None, True, [0.1, "a"], {"a": 1}):
         with pytest.raises(TypeError, match="`softness` must be a real number"):
             _validate.real_scalar(bad, name="softness")
+        with pytest.raises(TypeError, match="`softness` must be a real number"):
+            _validate.real_array(bad, name="softness")
+        with pytest.raises(TypeError, match="`softness` must be a real number"):
+            _validate.finite_scalar(softness=bad)
+    assert _validate.real_array(2, name="n", dtype=jnp.float32).dtype == jnp.float32
 
 
 def test_numerics_helpers():

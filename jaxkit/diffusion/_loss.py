@@ -90,7 +90,12 @@ def mdlm_loss(
     _validate.is_key(key)
     x0, valid, schedule, vocab = _check(apply_fn, params, x0, valid, mask_id, schedule)
     t_min = _validate.guard_interval(
-        jnp.asarray(t_min), t_min, name="t_min", low=0.0, high=1.0, closed="left"
+        _validate.real_array(t_min, name="t_min"),
+        t_min,
+        name="t_min",
+        low=0.0,
+        high=1.0,
+        closed="left",
     )
     return _mdlm_loss(apply_fn, params, x0, valid, key, t_min, mask_id, schedule, vocab)
 

@@ -130,7 +130,7 @@ def sample(
     _validate.one_of(ORDERS, order=order)
     num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
     temperature = _validate.guard_non_negative(
-        jnp.asarray(temperature), temperature, name="temperature"
+        _validate.real_array(temperature, name="temperature"), temperature, name="temperature"
     )
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id

@@ -99,7 +99,9 @@ def validate_voxel(
     if not isinstance(strict, bool):
         raise TypeError(f"`strict` must be a bool, got {strict!r}.")
     V.integer(max_height, name="max_height")
-    mh = V.guard_positive(jnp.asarray(max_height, jnp.int32), max_height, name="max_height")
+    mh = V.guard_positive(
+        V.real_array(max_height, name="max_height", dtype=jnp.int32), max_height, name="max_height"
+    )
     return _validate_jit(layers, top, mh, strict)
 
 

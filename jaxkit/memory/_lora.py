@@ -73,7 +73,7 @@ def lora_apply(lm_params: dict, adapter, scale) -> dict:
     Differentiable in ``adapter``; the frozen parameters enter under ``stop_gradient``.
     A NaN or infinite ``scale`` raises ValueError (traced: under ``jit``).
     """
-    scale = _validate.guard_finite(jnp.asarray(scale), scale, name="scale")
+    scale = _validate.guard_finite(_validate.real_array(scale, name="scale"), scale, name="scale")
     return privacy.lora_merge(jax.lax.stop_gradient(lm_params), adapter, scale=scale)
 
 

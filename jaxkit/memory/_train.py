@@ -472,13 +472,19 @@ def dlmr_step(
         _validate.real_scalar(v, name=name)
     hp = (
         _validate.guard_positive(
-            jnp.asarray(temperature, jnp.float32), temperature, name="temperature"
+            _validate.real_array(temperature, name="temperature", dtype=jnp.float32),
+            temperature,
+            name="temperature",
         )
         if stage == 1
         else _validate.guard_non_negative(
-            jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta"
+            _validate.real_array(kl_beta, name="kl_beta", dtype=jnp.float32),
+            kl_beta,
+            name="kl_beta",
         ),
-        _validate.guard_finite(jnp.asarray(margin, jnp.float32), margin, name="margin"),
+        _validate.guard_finite(
+            _validate.real_array(margin, name="margin", dtype=jnp.float32), margin, name="margin"
+        ),
     )
     return _step(
         p,

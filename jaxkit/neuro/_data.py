@@ -88,7 +88,9 @@ def lorenz_thomas(
     substeps = _validate.python_int(substeps, name="substeps", minimum=1)
     burn_in = _validate.python_int(burn_in, name="burn_in", minimum=0)
     _validate.real_scalar(thomas_b, name="thomas_b")
-    dt_a = _validate.guard_positive(jnp.asarray(dt, jnp.float32), dt, name="dt")
+    dt_a = _validate.guard_positive(
+        _validate.real_array(dt, name="dt", dtype=jnp.float32), dt, name="dt"
+    )
     dt_a = _validate.guard_non_negative(dt_a, thomas_b, name="thomas_b")
     tb = jnp.asarray(thomas_b, jnp.float32)
     return _lt_jit(dt_a, tb, n_steps=n_steps, substeps=substeps, burn_in=burn_in)

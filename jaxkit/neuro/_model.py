@@ -296,5 +296,5 @@ def causal_smooth(
     c = jnp.asarray(counts)
     if not jnp.issubdtype(c.dtype, jnp.floating):
         c = c.astype(jnp.float32)
-    tau = _validate.guard_positive(jnp.asarray(tau), tau, name="tau")
+    tau = _validate.guard_positive(_validate.real_array(tau, name="tau"), tau, name="tau")
     return _smooth_jit(c, jnp.exp(-1 / tau.astype(accumulation_dtype(c.dtype))))

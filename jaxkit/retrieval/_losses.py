@@ -87,7 +87,7 @@ def info_nce(
     else:
         _validate.shape(neg_mask, shp, name="neg_mask")
         _validate.boolean(neg_mask, name="neg_mask")
-    tau = _validate.guard_positive(jnp.asarray(tau), tau, name="tau")
+    tau = _validate.guard_positive(_validate.real_array(tau, name="tau"), tau, name="tau")
     return _info_nce_jit(jnp.asarray(scores), jnp.asarray(neg_mask, bool), tau)
 
 
@@ -126,7 +126,11 @@ def negative_filter(
     _validate.floating(sent_emb, name="sent_emb")
     _validate.ndim(sent_emb, 2, name="sent_emb")
     t = _validate.guard_interval(
-        jnp.asarray(threshold), threshold, name="threshold", low=0.0, high=1.0
+        _validate.real_array(threshold, name="threshold"),
+        threshold,
+        name="threshold",
+        low=0.0,
+        high=1.0,
     )
     return _negative_filter(jnp.asarray(sent_emb), t.astype(jnp.result_type(sent_emb)))
 

@@ -96,7 +96,9 @@ def ball(center: Float[ArrayLike, " d"], radius: Float[ArrayLike, ""]) -> Ellips
     """
     center = jnp.asarray(center)
     _validate.ndim(center, 1, name="center")
-    radius = _validate.guard_non_negative(jnp.asarray(radius, center.dtype), radius, name="radius")
+    radius = _validate.guard_non_negative(
+        _validate.real_array(radius, name="radius", dtype=center.dtype), radius, name="radius"
+    )
     eye = jnp.eye(center.shape[0], dtype=center.dtype)
     return Ellipsoid(center=center, chol=eye, radius=radius)
 

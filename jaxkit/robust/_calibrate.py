@@ -52,7 +52,7 @@ def _sample_weights(xi, weights, *, ndim):
 def _sample_weights_alpha(xi, weights, alpha, *, ndim):
     """:func:`_sample_weights` and ``alpha`` (in the accumulation dtype, checked)."""
     xi, w, acc = _sample_weights(xi, weights, ndim=ndim)
-    alpha = jnp.asarray(alpha, acc)
+    alpha = _validate.real_array(alpha, name="alpha", dtype=acc)
     return xi, _check_alpha(w, alpha), alpha
 
 
@@ -293,7 +293,7 @@ def calibrate_ellipsoid(
     n = xi.shape[0]
     acc = accumulation_dtype(xi.dtype)
     w = _weights(weights, n, acc)
-    alpha = jnp.asarray(alpha, acc)
+    alpha = _validate.real_array(alpha, name="alpha", dtype=acc)
     w = _check_alpha(w, alpha)
     n_fit = n
     if conformal:

@@ -271,7 +271,7 @@ Family = Newsvendor | LAD | Squared | Huber | Hinge | Logistic | PiecewiseLinear
 
 def newsvendor(h=1.0, b=1.0) -> Newsvendor:
     """Newsvendor family with holding cost ``h`` and backorder cost ``b`` (traced, > 0)."""
-    h_ = _validate.guard_positive(jnp.asarray(h), h, name="h")
+    h_ = _validate.guard_positive(_validate.real_array(h, name="h"), h, name="h")
     return Newsvendor(h=_validate.guard_positive(h_, b, name="b"), b=jnp.asarray(b))
 
 
@@ -287,7 +287,11 @@ def squared() -> Squared:
 
 def huber(delta=1.0) -> Huber:
     """Huber regression family with threshold ``delta`` (traced, finite and > 0)."""
-    return Huber(delta_h=_validate.guard_positive(jnp.asarray(delta), delta, name="delta"))
+    return Huber(
+        delta_h=_validate.guard_positive(
+            _validate.real_array(delta, name="delta"), delta, name="delta"
+        )
+    )
 
 
 def hinge() -> Hinge:

@@ -103,7 +103,7 @@ def credal_objective(
     _check_family(family)
     _check_bulk(bulk)
     l2, eta = jnp.asarray(l2), jnp.asarray(eta)
-    eps = _guards(jnp.asarray(eps), eps, l2, eta, moment)
+    eps = _guards(_validate.real_array(eps, name="eps"), eps, l2, eta, moment)
     eps = _validate.guard_non_negative(eps, smoothing, name="smoothing")
     eps = _guard_weights(eps, weights, data)
     return _objective_core(family, params, data, bulk, eps, weights, l2, eta, moment, smoothing)
@@ -321,7 +321,7 @@ def fit(
     if schedule.shape[0] == 0:
         raise ValueError("`schedule` must hold at least one smoothing width.")
     l2, eta = jnp.asarray(l2), jnp.asarray(eta)
-    eps = jnp.asarray(eps)
+    eps = _validate.real_array(eps, name="eps")
     eps = _guards(eps, eps, l2, eta, moment)
     eps = _validate.guard_positive(eps, schedule, name="schedule")
     eps = _guard_weights(eps, weights, data)

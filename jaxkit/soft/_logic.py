@@ -71,7 +71,9 @@ def all(
 def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
     x = as_float(x)
     if use_geometric_mean or tnorm == "geometric":
-        eps = V.guard_positive(jnp.asarray(epsilon, x.dtype), epsilon, name="epsilon")
+        eps = V.guard_positive(
+            V.real_array(epsilon, name="epsilon", dtype=x.dtype), epsilon, name="epsilon"
+        )
         return jnp.exp(jnp.mean(jnp.log(jnp.clip(x, min=eps)), axis=axis))
     if tnorm == "product":
         return jnp.prod(x, axis=axis)

@@ -26,8 +26,8 @@ KINDS = ("exponential", "linear")
 @functools.partial(jax.jit, static_argnames=("kind",))
 def _schedule(step, start, end, steps, *, kind):
     dt = jnp.result_type(float)
-    s0 = V.guard_positive(jnp.asarray(start).astype(dt), start, name="start")
-    s1 = V.guard_positive(jnp.asarray(end).astype(dt), end, name="end")
+    s0 = V.guard_positive(V.real_array(start, name="start").astype(dt), start, name="start")
+    s1 = V.guard_positive(V.real_array(end, name="end").astype(dt), end, name="end")
     u = jnp.asarray(step).astype(dt)
     u = V.error_if(u, jnp.any(jnp.isnan(u)), "`step` must not be NaN.")  # was a NaN softness
     t = jnp.clip(u / jnp.asarray(steps, dt), 0.0, 1.0)

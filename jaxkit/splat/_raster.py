@@ -179,7 +179,7 @@ def tile_counts(
     check_camera(camera, dtype=gaussians.means.dtype)
     _validate.finite_scalar(cutoff=cutoff)
     _validate.positive(cutoff=cutoff)
-    near = _validate.guard_positive(jnp.asarray(near), near, name="near")
+    near = _validate.guard_positive(_validate.real_array(near, name="near"), near, name="near")
     near = guard_camera(near, camera)
     return _counts_jit(gaussians, camera, near, hw=hw, tile=tile, cutoff=float(cutoff))
 
@@ -294,7 +294,7 @@ def render(
         raise TypeError(
             f"`background` must be a scalar or shape (3,), got {jnp.shape(background)}."
         )
-    near = _validate.guard_positive(jnp.asarray(near), near, name="near")
+    near = _validate.guard_positive(_validate.real_array(near, name="near"), near, name="near")
     near = _validate.guard_finite(guard_camera(near, camera), background, name="background")
     _concrete_psd_check(gaussians.covariances)
     return _render_jit(

@@ -150,6 +150,7 @@ CASES = [
         _support_ellipsoid,
         _dirs,
         hparams={"radius": (1.0, 2.0)},
+        converted=("radius",),  # jnp.asarray(radius, c.dtype) in the wrapper
         grad_argnums=(0, 1, 2),
         rtol=1e-5,
         slow_checks=(),
@@ -168,6 +169,7 @@ CASES = [
         _dirs,
         hparams={"scale": (1.0, 2.0)},
         nan_names={"scale": "half"},  # scales the box's half-widths
+        converted=("scale",),
         grad_argnums=(1, 2),
         slow_checks=_SLOW,
     ),
@@ -177,6 +179,7 @@ CASES = [
         _contains,
         _dirs,
         hparams={"radius": (1.0, 2.0)},
+        converted=("radius",),  # jnp.asarray(radius, c.dtype) in the wrapper
         grad_modes=(),
         dtypes=(jnp.float32,),
         slow_checks=_SLOW,

@@ -246,7 +246,9 @@ def grad_dot_scores(
     """
     _validate.real_scalar(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
-    lr_ = _validate.guard_positive(jnp.asarray(lr, dt), lr, name="lr")  # fails before compiling
+    lr_ = _validate.guard_positive(
+        _validate.real_array(lr, name="lr", dtype=dt), lr, name="lr"
+    )  # fails before compiling
     return _grad_dot_core(params, train_batch, val_batch, lr_, loss_fn=loss_fn)
 
 
