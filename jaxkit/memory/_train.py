@@ -468,23 +468,17 @@ def dlmr_step(
         n = jnp.shape(batch[3])[0]
         if batch[1] is not None and n % group:
             raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
-    for name, v in (("temperature", temperature), ("kl_beta", kl_beta)):
+    for name, v in (("temperature", temperature), ("kl_beta", kl_beta), ("margin", margin)):
         _validate.real_scalar(v, name=name)
     hp = (
         _validate.guard_positive(
-            _validate.real_array(temperature, name="temperature", dtype=jnp.float32),
-            temperature,
-            name="temperature",
+            jnp.asarray(temperature, jnp.float32), temperature, name="temperature"
         )
         if stage == 1
         else _validate.guard_non_negative(
-            _validate.real_array(kl_beta, name="kl_beta", dtype=jnp.float32),
-            kl_beta,
-            name="kl_beta",
+            jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta"
         ),
-        _validate.guard_finite(
-            _validate.real_array(margin, name="margin", dtype=jnp.float32), margin, name="margin"
-        ),
+        _validate.guard_finite(jnp.asarray(margin, jnp.float32), margin, name="margin"),
     )
     return _step(
         p,
