@@ -282,63 +282,60 @@ def check_sharding(case: Case, key: jax.Array, mesh: jax.sharding.Mesh) -> None:
 
 def check_bad_inputs(case: Case, key: jax.Array) -> None:
     """Each of ``case.bad`` raises its error naming the argument, and so does a string passed
-    for any hyperparameter (``softness="0.1"``: a ``TypeError`` naming it, not JAX's)."""
-    _check_str_hparams(case, key)
+    for any hyperparameter (``softness="0.1"``: a ``TypeError`` naming it, not JAX's; the
+    tests' jaxtyping hook off, as users run without it: it would name the argument first
+    and hide whether the library does)."""
     for bad in case.bad:
-        args, kwargs = bad.make(key)
-        kw = {**{k: v[0] for k, v in case.hparams.items()}, **case.static, **kwargs}
-        try:
-            jax.block_until_ready(case.fn(*args, **kw))
-        except bad.error as e:
-            if bad.match is not None:
-                assert bad.match in str(e), (
-                    f"{case.name}: bad input '{bad.what}' raised {type(e).__name__} "
-                    f"without naming `{bad.match}`: {e}"
-                )
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(
-                f"{case.name}: bad input '{bad.what}' raised {type(e).__name__}, expected "
-                f"{bad.error.__name__}: {e}"
-            ) from e
-        else:
-            raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
+        _expect_error(case, bad, key)
+    with _without_jaxtyping():
+        for bad in _string_hparams(case):
+            _expect_error(case, bad, key)
+
+
+def _expect_error(case: Case, bad: Bad, key: jax.Array) -> None:
+    args, kwargs = bad.make(key)
+    kw = {**{k: v[0] for k, v in case.hparams.items()}, **case.static, **kwargs}
+    try:
+        jax.block_until_ready(case.fn(*args, **kw))
+    except bad.error as e:
+        if bad.match is not None:
+            assert bad.match in str(e), (
+                f"{case.name}: bad input '{bad.what}' raised {type(e).__name__} "
+                f"without naming `{bad.match}`: {e}"
+            )
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(
+            f"{case.name}: bad input '{bad.what}' raised {type(e).__name__}, expected "
+            f"{bad.error.__name__}: {e}"
+        ) from e
+    else:
+        raise AssertionError(f"{case.name}: bad input '{bad.what}' raised nothing")
+
+
+def _string_hparams(case: Case) -> list[Bad]:
+    """A string ``"0.1"`` for each hyperparameter the library sees as passed (not one a
+    case's wrapper converts first, nor a model parameter): a ``TypeError`` naming it."""
+    return [
+        Bad(
+            f"{name}='0.1'",
+            lambda k, name=name: (case.make_args(k, jnp.float32), {name: "0.1"}),
+            TypeError,
+            f"`{case.nan_names.get(name, name)}`",
+        )
+        for name in case.hparams
+        if case.nan_names.get(name, name) is not None and name not in case.converted
+    ]
 
 
 @contextlib.contextmanager
 def _without_jaxtyping() -> Iterator[None]:
-    """The tests' jaxtyping hook off for a call (users run without it; it would name the
-    argument first and hide whether the library does)."""
+    """The tests' jaxtyping hook off inside (``jaxtyping.config``, read at each call)."""
     old = jaxtyping.config.jaxtyping_disable
     jaxtyping.config.update("jaxtyping_disable", True)
     try:
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", old)
-
-
-def _check_str_hparams(case: Case, key: jax.Array) -> None:
-    args = None
-    for name in case.hparams:
-        want = case.nan_names.get(name, name)
-        if want is None or name in case.converted:
-            continue
-        args = case.make_args(key, jnp.float32) if args is None else args
-        hp = {k: v[0] for k, v in case.hparams.items()}
-        hp[name] = "0.1"
-        try:
-            with _without_jaxtyping():  # the library's own check, as a user meets it
-                jax.block_until_ready(case.call(args, hp))
-        except TypeError as e:
-            assert f"`{want}`" in str(e), (
-                f"{case.name}: {name}='0.1' raised a TypeError without naming `{want}`: {e}"
-            )
-        except Exception as e:  # noqa: BLE001
-            raise AssertionError(
-                f"{case.name}: {name}='0.1' raised {type(e).__name__}, expected a TypeError "
-                f"naming `{want}`: {e}"
-            ) from e
-        else:
-            raise AssertionError(f"{case.name}: {name}='0.1' (a string) raised nothing")
 
 
 _COMPILES = [0]

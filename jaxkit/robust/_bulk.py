@@ -163,11 +163,11 @@ def _check_bulk(bulk: object) -> None:
             f"{type(inner).__name__}."
         )
     lead = 1 if isinstance(bulk, Union) else 0  # a Union stacks its members on axis 0
-    first, *_ = _SHAPES[type(inner)]
-    ref = jnp.shape(getattr(inner, first[0]))
-    if len(ref) != lead + first[1]:
-        raise TypeError(f"`{what}.{first[0]}` must be {lead + first[1]}-D, got shape {ref}.")
-    lead_shape, d = ref[:lead], ref[-1] if first[1] else None
+    field, rank = _FIRST[type(inner)]
+    ref = jnp.shape(getattr(inner, field))
+    if len(ref) != lead + rank:
+        raise TypeError(f"`{what}.{field}` must be {lead + rank}-D, got shape {ref}.")
+    lead_shape, d = ref[:lead], ref[-1] if rank else None
     for field, want in _expected(type(inner), ref[lead:], d):
         got = jnp.shape(getattr(inner, field))
         if got != lead_shape + want:
@@ -180,12 +180,7 @@ def _check_bulk(bulk: object) -> None:
 
 
 # each kind's first field and its number of axes (one member); the rest follow from it
-_SHAPES = {
-    Interval: (("lo", 0),),
-    Box: (("center", 1),),
-    Ellipsoid: (("center", 1),),
-    Hull: (("points", 2),),
-}
+_FIRST = {Interval: ("lo", 0), Box: ("center", 1), Ellipsoid: ("center", 1), Hull: ("points", 2)}
 
 
 def _expected(kind: type, ref: tuple[int, ...], d: int | None) -> tuple:
