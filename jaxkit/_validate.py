@@ -35,10 +35,24 @@ def _one(kwargs: dict[str, Any]) -> tuple[str, Any]:
     return next(iter(kwargs.items()))
 
 
+def _real(name: str, value: Any) -> np.ndarray | None:
+    """:func:`_concrete` of a real (integer or floating) value; other dtypes name ``name``.
+
+    NumPy compares a string such as ``"0.1"`` with a number by a ufunc error that names no
+    argument, and a bool passes ``> 0``; both are a ``TypeError`` here.
+    """
+    v = _concrete(value)
+    if v is not None and v.dtype.kind not in "iuf":
+        raise TypeError(
+            f"`{name}` must be a real number or array, got {type(value).__name__} {value!r:.80}."
+        )
+    return v
+
+
 def positive(**kwargs: Any) -> None:
     """Check ``name=value`` is > 0 when concrete (e.g. ``positive(softness=s)``)."""
     name, value = _one(kwargs)
-    v = _concrete(value)
+    v = _real(name, value)
     if v is not None and (v.size == 0 or not np.all(v > 0)):
         raise ValueError(f"`{name}` must be > 0, got {name}={_show(value)}.")
 
@@ -46,7 +60,7 @@ def positive(**kwargs: Any) -> None:
 def non_negative(**kwargs: Any) -> None:
     """Check ``name=value`` is >= 0 when concrete."""
     name, value = _one(kwargs)
-    v = _concrete(value)
+    v = _real(name, value)
     if v is not None and (v.size == 0 or not np.all(v >= 0)):
         raise ValueError(f"`{name}` must be >= 0, got {name}={_show(value)}.")
 
@@ -56,7 +70,7 @@ def in_interval(
 ) -> None:
     """Check ``low <= value <= high`` (``closed`` in 'both', 'left', 'right', 'neither')."""
     name, value = _one(kwargs)
-    v = _concrete(value)
+    v = _real(name, value)
     if v is None:
         return
     lo_ok = v >= low if closed in ("both", "left") else v > low
@@ -114,6 +128,14 @@ def shape(x: Any, expected: Sequence[int | None], *, name: str) -> None:
         raise TypeError(f"`{name}` must have shape {want}, got shape {got}.")
 
 
+def nonempty(x: Any, *, name: str) -> None:
+    """Check ``x`` holds at least one row (a mean over an empty batch is NaN): a shape error."""
+    if jnp.ndim(x) == 0 or jnp.shape(x)[0] == 0:
+        raise TypeError(
+            f"`{name}` must hold at least one sample on its leading axis, got shape {jnp.shape(x)}."
+        )
+
+
 def same_shape(**kwargs: Any) -> None:
     """Check every ``name=array`` has the same shape."""
     items = list(kwargs.items())
@@ -126,9 +148,25 @@ def same_shape(**kwargs: Any) -> None:
             )
 
 
+def _dtype(x: Any, *, name: str, what: str) -> Any:
+    """``x``'s dtype, or a ``TypeError`` naming ``name`` for what JAX cannot type.
+
+    ``jnp.result_type`` parses ``"0.1"`` as a dtype name (its error names no argument), takes
+    ``"float32"`` for a dtype and ``None`` for float32; a list or an object gives JAX's own
+    message, which names no argument either.
+    """
+    bad = TypeError(f"`{name}` must be {what}, got {type(x).__name__} {x!r:.80}.")
+    if x is None or isinstance(x, str | bytes):
+        raise bad
+    try:
+        return jnp.result_type(x)
+    except TypeError:
+        raise bad from None
+
+
 def floating(x: Any, *, name: str) -> None:
     """Check ``x`` has a floating dtype."""
-    dt = jnp.result_type(x)
+    dt = _dtype(x, name=name, what="a floating array")
     if not jnp.issubdtype(dt, jnp.floating):
         raise TypeError(f"`{name}` must be a floating array, got dtype {dt}.")
 
@@ -143,14 +181,14 @@ def floating_pair(a: Any, b: Any, *, names: tuple[str, str], rank: int) -> None:
 
 def boolean(x: Any, *, name: str) -> None:
     """Check ``x`` has a bool dtype (a mask)."""
-    dt = jnp.result_type(x)
+    dt = _dtype(x, name=name, what="a bool array")
     if dt != jnp.bool_:
         raise TypeError(f"`{name}` must be a bool array, got dtype {dt}.")
 
 
 def integer(x: Any, *, name: str) -> None:
     """Check ``x`` has an integer dtype."""
-    dt = jnp.result_type(x)
+    dt = _dtype(x, name=name, what="an integer array")
     if not jnp.issubdtype(dt, jnp.integer):
         raise TypeError(f"`{name}` must be an integer array, got dtype {dt}.")
 

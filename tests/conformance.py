@@ -287,7 +287,7 @@ def check_bad_inputs(case: Case, key: jax.Array) -> None:
     and hide whether the library does)."""
     for bad in case.bad:
         _expect_error(case, bad, key)
-    with _without_jaxtyping():
+    with without_jaxtyping():
         for bad in _string_hparams(case):
             _expect_error(case, bad, key)
 
@@ -328,7 +328,7 @@ def _string_hparams(case: Case) -> list[Bad]:
 
 
 @contextlib.contextmanager
-def _without_jaxtyping() -> Iterator[None]:
+def without_jaxtyping() -> Iterator[None]:
     """The tests' jaxtyping hook off inside (``jaxtyping.config``, read at each call)."""
     old = jaxtyping.config.jaxtyping_disable
     jaxtyping.config.update("jaxtyping_disable", True)

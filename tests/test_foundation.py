@@ -105,6 +105,35 @@ def test_shape_dtype_rank_errors_are_type_errors():
     with pytest.raises(ValueError, match="`axis`=2 is out of range"):
         _validate.axis(2, 2)
     assert _validate.axis(-1, 3) == 2
+    # the dtype checks name the argument for what JAX cannot type: jnp.result_type parses
+    # "0.1" as a dtype name (its message names no argument), takes "float32" for a dtype and
+    # None for float32; a list or an object gives JAX's own unnamed message
+    checks = {
+        _validate.floating: "a floating array",
+        _validate.integer: "an integer array",
+        _validate.boolean: "a bool array",
+    }
+    for check, what in checks.items():
+        for bad in ("0.1", "float32", None, [1, "a"], object()):
+            with pytest.raises(TypeError, match=f"`x` must be {what}, got {type(bad).__name__}"):
+                check(bad, name="x")
+    _validate.floating(jnp.ones(2), name="x")
+    _validate.integer(3, name="x")
+    _validate.boolean(True, name="x")
+    # the concrete range checks: NumPy's comparison of "0.1" with a number was a ufunc error
+    # naming nothing, and a bool passed `> 0`
+    for bad in ("0.1", True, None):
+        for check in (_validate.positive, _validate.non_negative):
+            with pytest.raises(TypeError, match="`x` must be a real number or array"):
+                check(x=bad)
+        with pytest.raises(TypeError, match="`x` must be a real number or array"):
+            _validate.in_interval(low=0, high=1, x=bad)
+    _validate.in_interval(low=0, high=1, x=np.float32(0.5))
+    with pytest.raises(TypeError, match=r"`x` must hold at least one sample.*\(0, 3\)"):
+        _validate.nonempty(jnp.ones((0, 3)), name="x")
+    with pytest.raises(TypeError, match="`x` must hold at least one sample"):
+        _validate.nonempty(jnp.float32(1.0), name="x")
+    _validate.nonempty(jnp.ones((1, 0)), name="x")
 
 
 def test_error_if_concrete_and_traced():

@@ -52,6 +52,7 @@ def normalize_weights(
     raw = jnp.asarray(raw)
     V.ndim(raw, 1, name="raw")
     V.floating(raw, name="raw")
+    V.nonempty(raw, name="raw")  # weights of mean 1 over no example
     if class_w is not None:
         class_w = jnp.asarray(class_w)
         V.ndim(class_w, 1, name="class_w")

@@ -117,7 +117,9 @@ def log_importance_weight(
     r = _validate.all_finite(r, name="reward")
     f = _validate.all_finite(f, name="p_agonist")  # a NaN gave a NaN weight, 1.5 a wrong one
     f = _validate.error_if(f, ~jnp.all((f >= 0) & (f <= 1)), "`p_agonist` must lie in [0, 1].")
-    lr = _validate.all_finite(jnp.asarray(log_ratio, r.dtype), name="log_ratio")
+    lr = _validate.all_finite(
+        _validate.real_array(log_ratio, name="log_ratio", dtype=r.dtype), name="log_ratio"
+    )
     r = _validate.guard_positive(r, alpha, name="alpha")
     r = _validate.guard_interval(r, kappa_min, name="kappa_min", low=0.0, high=1.0, closed="right")
     return _log_w(r, f, lr, alpha, kappa_min)

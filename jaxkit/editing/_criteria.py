@@ -126,7 +126,8 @@ def criteria(
 
     Raises:
       TypeError: ``labels``/``ids`` not 1-D integer arrays of the same length.
-      ValueError: K < 2, an id outside ``[0, K)`` or a memory without examples.
+      ValueError: K < 2, an id outside ``[0, K)``, a memory without examples or a
+        non-finite ``alpha``.
     """
     layers = _check_layers(layers)
     k = _check_engrams(layers, engrams)
@@ -138,7 +139,7 @@ def criteria(
         _validate.ndim(a, 1, name=name)
     _validate.same_shape(ids=ids, labels=labels)
     labels, ids = labels.astype(jnp.int32), ids.astype(jnp.int32)
-    _validate.real_scalar(alpha, name="alpha")
+    ids = _validate.guard_finite(ids, alpha, name="alpha")  # erase's own guard
     present = jnp.zeros((k,), jnp.int32).at[jnp.clip(ids, 0, k - 1)].add(1)
     ids = _validate.error_if(
         ids,

@@ -461,6 +461,7 @@ def dlmr_generate(
     emb = jnp.asarray(prompt_embeds)
     _validate.floating(emb, name="prompt_embeds")
     _validate.ndim(emb, 3, name="prompt_embeds")
+    _validate.nonempty(emb, name="prompt_embeds")  # the longest prefix of no row
     if emb.shape[2] != lm_cfg.d_model:
         raise TypeError(f"`prompt_embeds` must have last axis {lm_cfg.d_model}, got {emb.shape}.")
     plen = jnp.asarray(prompt_len)

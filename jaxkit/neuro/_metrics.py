@@ -206,8 +206,9 @@ class ConnectivityMetrics(NamedTuple):
 
 def _conn(j, jt):
     acc = accumulation_dtype(j.dtype)
-    a = j.reshape(*j.shape[:-2], -1).astype(acc)
-    b = jt.reshape(*jt.shape[:-2], -1).astype(acc)
+    n = j.shape[-2] * j.shape[-1]  # not -1: an empty batch has no size to infer it from
+    a = j.reshape(*j.shape[:-2], n).astype(acc)
+    b = jt.reshape(*jt.shape[:-2], n).astype(acc)
     d = a - b
     mae = jnp.mean(jnp.abs(d), -1)
     rmse = jnp.sqrt(jnp.mean(d * d, -1))

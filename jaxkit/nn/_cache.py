@@ -86,6 +86,8 @@ def init_cache(
         shape = (cfg.n_layers, batch, max_len, cfg.n_kv_heads, cfg.head_dim)
         z = jnp.zeros(shape, dtype)
         return _layout(KVCache(k=z, v=z, length=jnp.zeros((batch,), jnp.int32)), per_layer)
+    if isinstance(like, str | bytes):  # jnp.asarray's message would not name it
+        raise TypeError(f"`like` must be a [B] array, got {type(like).__name__} {like!r}.")
     like = jnp.asarray(like)
     _validate.ndim(like, 1, name="like")
     if batch is not None and _validate.python_int(batch, name="batch") != like.shape[0]:

@@ -177,6 +177,8 @@ def check_per_example(grads: Any, params: Any) -> int:
                 f"[batch, *param.shape]; got {jnp.shape(g)} for a parameter of shape "
                 f"{jnp.shape(p)}."
             )
+    if b == 0:  # the per-example norms' reshapes and the clipped mean need one
+        raise TypeError("`updates` must hold at least one example, got a batch of 0.")
     return int(b)
 
 

@@ -44,6 +44,12 @@ def _guards(x, eps, l2, eta, moment):
     return x
 
 
+def _check_samples(data):
+    """``data`` holds at least one sample (the objective's mean over none was NaN)."""
+    for leaf in jax.tree.leaves(data):
+        _validate.nonempty(leaf, name="data")
+
+
 def _guard_weights(x, weights, data):
     """``x`` guarded so that ``weights`` are one finite, >= 0 weight per sample, positive sum.
 
@@ -99,12 +105,17 @@ def credal_objective(
 
     Returns:
       Scalar ``J``.
+
+    Raises:
+      TypeError: ``data`` without a sample (a leaf of leading axis 0).
+      ValueError: A hyperparameter or ``weights`` out of range.
     """
     _check_family(family)
     _check_bulk(bulk)
-    l2, eta = jnp.asarray(l2), jnp.asarray(eta)
+    l2, eta = _validate.real_array(l2, name="l2"), _validate.real_array(eta, name="eta")
     eps = _guards(_validate.real_array(eps, name="eps"), eps, l2, eta, moment)
     eps = _validate.guard_non_negative(eps, smoothing, name="smoothing")
+    _check_samples(data)
     eps = _guard_weights(eps, weights, data)
     return _objective_core(family, params, data, bulk, eps, weights, l2, eta, moment, smoothing)
 
@@ -307,7 +318,8 @@ def fit(
       :class:`FitResult` ``(params, value, smoothed_value)``.
 
     Raises:
-      TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported.
+      TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported, or
+        ``data`` holds no sample.
       ValueError: If ``eps``, ``eta`` or ``schedule`` is out of range, ``l2`` is negative or
         ``weights`` are negative, not finite or sum to 0.
       ValueError | JaxRuntimeError: If the objective or the parameters end non-finite
@@ -320,14 +332,14 @@ def fit(
     _validate.ndim(schedule, 1, name="schedule")
     if schedule.shape[0] == 0:
         raise ValueError("`schedule` must hold at least one smoothing width.")
-    l2, eta = jnp.asarray(l2), jnp.asarray(eta)
+    l2, eta = _validate.real_array(l2, name="l2"), _validate.real_array(eta, name="eta")
     eps = _validate.real_array(eps, name="eps")
     eps = _guards(eps, eps, l2, eta, moment)
     eps = _validate.guard_positive(eps, schedule, name="schedule")
+    _check_samples(data)
     eps = _guard_weights(eps, weights, data)
     for leaf in jax.tree.leaves(params0):  # each leaf: the result keeps params0's dtypes
-        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-            raise TypeError(f"`params0` must be floating, got dtype {jnp.result_type(leaf)}.")
+        _validate.floating(leaf, name="params0")
     dt = jnp.result_type(*jax.tree.leaves(params0))
     cast = functools.partial(jnp.asarray, dtype=dt)
     return _fit_core(

@@ -241,6 +241,7 @@ def _check_batch(model, batch, lambda_gate, gate):
         raise TypeError(f"`batch` must be a TESSBatch, got {type(batch).__name__}.")
     _check_model(model, PatchTST | TESSForecaster | BoWForecaster)
     x = _check_x(model, batch.x, "batch.x")
+    _validate.nonempty(x, name="batch.x")  # the mean losses of no window were NaN
     bb = model if isinstance(model, PatchTST) else model.backbone
     y = jnp.asarray(batch.y)
     _validate.floating(y, name="batch.y")
@@ -289,8 +290,8 @@ def tess_loss(
       ``(loss, {"mse", "bce", "gate_mean"})``.
 
     Raises:
-      TypeError: wrong types or shapes; ``balanced_gate`` not a bool; ``batch.text``
-        missing for a :class:`BoWForecaster`.
+      TypeError: wrong types or shapes (an empty batch too); ``balanced_gate`` not a bool;
+        ``batch.text`` missing for a :class:`BoWForecaster`.
       ValueError: NaN/inf data, ``lambda_gate < 0``, an unknown label id, a gate outside
         ``[0, 1]``.
     """

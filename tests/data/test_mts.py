@@ -21,6 +21,8 @@ def test_normalize_weights_mean_one_scale_invariant():
     np.testing.assert_allclose(wc, 64 * s * cw / (s * cw).sum(), rtol=1e-6)
     same = np.asarray(data.normalize_weights(jnp.full(8, 0.3)))  # identical scores: all 1
     np.testing.assert_array_equal(same, np.ones(8, np.float32))
+    with pytest.raises(TypeError, match="`raw` must hold at least one sample"):
+        data.normalize_weights(jnp.zeros(0))  # was a "zero-size array" error naming nothing
     inf = np.array([1.0, np.inf, 2.0], np.float32)  # every weight was NaN (wave 25)
     with pytest.raises(ValueError, match="`raw`"):
         data.normalize_weights(inf)

@@ -12,6 +12,7 @@ import pytest
 
 from jaxkit import diffusion
 from jaxkit.diffusion import _collect
+from tests.conformance import without_jaxtyping
 from tests.diffusion import _toys
 
 V = 3
@@ -50,6 +51,8 @@ def test_reward_and_weight_errors():
             diffusion.log_importance_weight(np.ones(3, np.float32), np.array(f, np.float32))
     with pytest.raises(TypeError, match="p_agonist"):
         diffusion.gated_reward(g, jnp.ones(4), direction=1)
+    with without_jaxtyping(), pytest.raises(TypeError, match="`log_ratio` must be a real"):
+        diffusion.log_importance_weight(g, g * 0.5, log_ratio="0.1")  # was parsed
 
     def nan_oracle(tokens):
         return {"affinity": np.full(len(tokens), np.nan), "p_agonist": np.zeros(len(tokens))}

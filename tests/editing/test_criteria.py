@@ -40,3 +40,6 @@ def test_criteria_exact_on_orthogonal_memories():
     np.testing.assert_allclose(c.keep_accuracy, np.eye(K))
     with pytest.raises(ValueError, match="`ids`"):
         editing.criteria(_apply, lin, en, xs, rid, jnp.full_like(rid, 3))
+    # a NaN strength: erase's own guard (before, NaN accuracies came back without an error)
+    with pytest.raises(ValueError, match="`alpha` must be finite"):
+        editing.criteria(_apply, lin, en, xs, rid, rid, alpha=float("nan"))

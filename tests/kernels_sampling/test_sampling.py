@@ -568,6 +568,8 @@ def test_errors_name_the_argument(key):
         sampling.sample_tokens(x, key=k, temperature=jnp.ones(3))
     with pytest.raises(TypeError):
         sampling.sample_tokens(x, key=k, top_k=2.5)
+    with pytest.raises(TypeError, match="`logits` must hold at least one row"):
+        sampling.sample_tokens(x[:0], key=k)  # was NumPy's "zero-size array" error
 
 
 def test_traced_bad_values_raise_at_runtime(key):

@@ -132,6 +132,8 @@ def test_bad_input():
         )
     with pytest.raises(TypeError, match="prompt_embeds"):
         memory.dlmr_generate(P, CFG, AP, MC, jnp.ones((2, 5, 7)), PLEN, **KW)
+    with pytest.raises(TypeError, match="`prompt_embeds` must hold at least one sample"):
+        memory.dlmr_generate(P, CFG, AP, MC, nn.embed(P, CFG, PROMPT)[:0], PLEN[:0], **KW)
     with pytest.raises(TypeError, match="ctx_valid"):
         memory.inject(AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 3), bool), PLEN, PLEN, PLEN)
     with pytest.raises(ValueError, match="force_action"):

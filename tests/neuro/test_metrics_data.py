@@ -112,6 +112,11 @@ def test_metric_bad_inputs():
         neuro.group_aligned_r2(bad, z, n_groups=2)
     with pytest.raises(TypeError, match="j_pred"):
         neuro.sub_connectivity_r2(np.zeros((2, 3, 4)), np.zeros((2, 3, 4)))
+    # an empty batch of matrices: empty metrics (a ZeroDivisionError in a reshape before)
+    out = neuro.connectivity_metrics(
+        np.zeros((0, 3, 3), np.float32), np.zeros((0, 3, 3), np.float32)
+    )
+    assert np.shape(out.r2) == (0,)
 
 
 def test_lorenz_thomas_is_converged_and_standardised():

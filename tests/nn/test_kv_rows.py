@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxkit import nn
+from tests.conformance import without_jaxtyping
 from tests.nn import cases
 
 # the conformance config (biases on), with a K norm and a third block
@@ -70,3 +71,5 @@ def test_write_kv_overflow_and_bad_input():
         nn.write_kv(p, CFG, h[..., :4], pos, cache=cache, layer=0)
     with pytest.raises(TypeError, match="cache"):
         nn.write_kv(p, CFG, h, pos, cache=None, layer=0)
+    with without_jaxtyping(), pytest.raises(TypeError, match="`like` must be a"):  # was JAX's
+        nn.init_cache(CFG, max_len=CAP, like="0.1")

@@ -380,6 +380,8 @@ def test_bad_inputs(key):
     g = factor_grads(f, gs)
     with pytest.raises(TypeError, match="updates"):
         tx.update(jax.tree.map(lambda x: x[0], g), tx.init(f), f)  # no batch axis
+    with pytest.raises(TypeError, match="`updates` must hold at least one example"):
+        tx.update(jax.tree.map(lambda x: x[:0], g), tx.init(f), f)  # was a ZeroDivisionError
     bad = L.LoraFactors(f.a, f.b[:, :2])
     with pytest.raises(TypeError, match="params"):
         tx.update(L.LoraFactors(g.a, g.b[..., :2]), tx.init(bad), bad)

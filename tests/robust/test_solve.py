@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxkit import robust as R
+from tests.conformance import without_jaxtyping
 
 H, B = 1.0, 4.0
 
@@ -190,10 +191,23 @@ def test_conic_tail_and_errors(monkeypatch):
     # one integer leaf among floating ones (before: an OverflowError from optax's init)
     z = jnp.ones((8, 2))
     p0 = R.LinearParams(jnp.zeros(2, jnp.int32), jnp.zeros(()))
-    with pytest.raises(TypeError, match="`params0` must be floating, got dtype int32"):
+    with pytest.raises(TypeError, match="`params0` must be a floating array, got dtype int32"):
         R.fit(R.lad(), (z, z[:, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1, p0, steps=2)
     with pytest.raises(TypeError, match="`bulk`"):
         R.newsvendor_closed_form(xi, 0.1, R.ball(jnp.zeros(1), 1.0), h=H, b=B)
+    p0 = R.LinearParams(jnp.zeros(2), jnp.zeros(()))
+    # no sample: the objective's mean over none was NaN
+    with pytest.raises(TypeError, match="`data` must hold at least one sample"):
+        R.credal_objective(R.lad(), p0, (z[:0], z[:0, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1)
+    with pytest.raises(TypeError, match="`data` must hold at least one sample"):
+        R.fit(R.lad(), (z[:0], z[:0, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1, p0, steps=2)
+    for name in ("l2", "eta"):  # a string (a YAML "1e-3"): JAX's own message named neither
+        with without_jaxtyping(), pytest.raises(TypeError, match=f"`{name}` must be a real"):
+            R.fit(R.lad(), (z, z[:, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1, p0, **{name: "0.1"})
+        with without_jaxtyping(), pytest.raises(TypeError, match=f"`{name}` must be a real"):
+            R.credal_objective(
+                R.lad(), p0, (z, z[:, 0]), R.Interval(lo=-1.0, hi=1.0), 0.1, **{name: "0.1"}
+            )
     with pytest.raises(NotImplementedError):
         R.fit_conic(
             R.squared(),

@@ -76,6 +76,8 @@ def test_bow_forecast_reads_the_bag_not_the_order():
         ts.bow_forecast(bb, x, bow)
     with pytest.raises(TypeError, match="batch.text"):
         ts.tess_loss(m, ts.TESSBatch(x, x[:, :H], None, None, None))
+    with pytest.raises(TypeError, match="`batch.x` must hold at least one sample"):  # NaN
+        ts.tess_loss(bb, ts.TESSBatch(x[:0], x[:0, :H], None, None, None))
     with pytest.raises(TypeError, match="backbone"):
         ts.BoWForecaster(m, 3, key=jax.random.key(0))
 

@@ -206,6 +206,8 @@ def test_bad_inputs(key):
     with pytest.raises(ValueError, match="`discrepancy`"):
         J.featjnd_loss(_Free(jnp.zeros(_SHAPE)), _Free(jnp.zeros(_SHAPE)), s, key=key,
                        discrepancy="l1")  # fmt: skip
+    with pytest.raises(TypeError, match="`f` must hold at least one sample"):  # was NaN
+        J.featjnd_loss(_Free(jnp.zeros(_SHAPE)), _Free(jnp.zeros(_SHAPE)), s[:0], key=key)
     with pytest.raises(TypeError, match="`noisy_logits`"):
         J.kl_discrepancy(jnp.ones((2, 3)), jnp.ones((2, 3), jnp.bfloat16))
     with pytest.raises(TypeError, match="'f'|`f`"):  # jaxtyping's check, or ours without it

@@ -73,6 +73,10 @@ def test_zero_time_is_point_mask_and_area_grows():
     np.testing.assert_array_equal(
         np.asarray(irdet.fokker_planck(u0, d, time=0.0, substeps=4)), np.asarray(u0)
     )
+    # an empty batch of images diffuses to an empty batch (the stability check's max over
+    # no pixel was a NumPy error before)
+    e = jnp.zeros((0, *hw))
+    assert irdet.fokker_planck(e, e, time=jnp.zeros(0), substeps=4).shape == (0, *hw)
     areas = []
     for t in (0.25, 0.5, 1.0, 2.0):
         u = irdet.fokker_planck(u0, d, time=t, substeps=12)

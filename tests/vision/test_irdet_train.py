@@ -92,6 +92,8 @@ def test_weight_features_against_numpy():
     np.testing.assert_allclose(f[:, 6:8], 0.0, atol=1e-6)  # zero val residual: no signal
     with pytest.raises(TypeError, match="`ema_loss`"):
         irdet.weight_features(logits, y, sur, jnp.zeros(4))
+    with pytest.raises(TypeError, match="`logits` must hold at least one sample"):  # was a
+        irdet.weight_features(logits[:0], y[:0], sur[:0], jnp.zeros(0))  # ZeroDivisionError
 
 
 def test_residual_scores_against_numpy():

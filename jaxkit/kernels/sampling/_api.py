@@ -206,7 +206,7 @@ def sample_tokens(
       backward pass is the reference's VJP, so it supports reverse mode only.
 
     Raises:
-      TypeError: If ``logits`` is not floating or has rank 0, a hyperparameter's
+      TypeError: If ``logits`` is not floating, has rank 0 or no row, a hyperparameter's
         shape does not fit the batch shape, or ``top_k`` is not an integer.
       ValueError: For a concrete ``temperature < 0`` or infinite, ``top_p`` outside (0, 1],
         ``min_p`` outside [0, 1] (NaN fails each of these), ``top_k`` outside
@@ -256,6 +256,8 @@ def _check(logits, temperature, top_k, top_p, min_p):
         raise TypeError(
             f"`logits` must have a non-empty vocabulary axis, got shape {logits.shape}."
         )
+    if logits.size == 0:  # a batch axis of 0 (the kernel's row reductions have no identity)
+        raise TypeError(f"`logits` must hold at least one row, got shape {logits.shape}.")
     _validate.real_scalar(temperature, name="temperature")
     _validate.real_scalar(top_p, name="top_p")
     _validate.real_scalar(min_p, name="min_p")

@@ -123,4 +123,5 @@ def _check_features(f, *, name):
     f = jnp.asarray(f)
     V.floating(f, name=name)
     V.min_ndim(f, 2, name=name)
+    V.nonempty(f, name=name)  # per-sample statistics (and batch means) of no sample
     return V.all_finite(f, name=name)

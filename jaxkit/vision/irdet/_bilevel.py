@@ -124,6 +124,7 @@ def weight_features(
     """
     logits = _check_image(logits, "logits")
     _validate.ndim(logits, 3, name="logits")
+    _validate.nonempty(logits, name="logits")  # batch-standardised features of no sample
     dt = logits.dtype
     pseudo = jnp.asarray(pseudo).astype(dt)
     surrogate = jnp.asarray(surrogate).astype(dt)

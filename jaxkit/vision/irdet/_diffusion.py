@@ -160,14 +160,15 @@ def _check_cfl_now(d, velocity, time, substeps) -> None:
     t = np.asarray(time, np.float64)
     if not np.all(np.isfinite(t)):
         return  # the time guard reports it
-    d_max = float(np.max(np.asarray(d, np.float64)))
+    d_max = float(np.max(np.asarray(d, np.float64))) if d.size else 0.0
     v_max = float(np.max(np.abs(np.asarray(velocity, np.float64)))) if velocity.size else 0.0
-    cfl = float(np.max(t)) / substeps * (4 * d_max + 4 * v_max)
+    t_max = float(np.max(t)) if t.size else 0.0  # an empty batch: nothing to diffuse
+    cfl = t_max / substeps * (4 * d_max + 4 * v_max)
     if cfl > STABILITY:
         raise ValueError(
             f"`substeps` = {substeps} is too small: h * (4 max D + 4 max |v|) = {cfl:.3g} > "
             f"{STABILITY}; stable_substeps gives "
-            f"{stable_substeps(float(np.max(t)), max(d_max, 0.0), v_max)}."
+            f"{stable_substeps(t_max, max(d_max, 0.0), v_max)}."
         )
 
 
