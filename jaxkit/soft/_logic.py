@@ -17,7 +17,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
-from jaxkit.soft._common import as_float
+from jaxkit.soft._common import as_float, broadcastable
 
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
@@ -97,6 +97,7 @@ def any(
 
 
 def _pair(x, y):
+    broadcastable(x=x, y=y)  # JAX's "mul got incompatible shapes" named neither
     x = as_float(x)
     return x, jnp.asarray(y).astype(x.dtype)
 

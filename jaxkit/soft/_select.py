@@ -45,6 +45,13 @@ def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) 
         raise TypeError(f"`soft_index` last axis must have size {x.shape[ax]}, got {p.shape}.")
     xl = jnp.moveaxis(x, ax, -1)
     pl = jnp.moveaxis(p, ax, -2)
+    try:  # the other axes pair up (einsum's message named neither argument)
+        jnp.broadcast_shapes(xl.shape[:-1], pl.shape[:-2])
+    except ValueError:
+        raise TypeError(
+            f"`soft_index` {p.shape} must match `x` {x.shape} on every axis but `axis` "
+            "(broadcasting)."
+        ) from None
     out = jnp.einsum("...n,...kn->...k", xl, pl)
     return jnp.moveaxis(out, -1, ax)
 

@@ -162,6 +162,11 @@ def test_shapes_that_do_not_broadcast_name_the_arguments():
     for op in (S.greater, S.less_equal, S.equal, S.isclose):
         with pytest.raises(TypeError, match="`y`"):
             op(x, y)
+    for op in (S.logical_and, S.logical_or, S.logical_xor):  # "mul got incompatible shapes"
+        with pytest.raises(TypeError, match="`y`"):
+            op(x * 0.5, y * 0.5)
+    with pytest.raises(TypeError, match="`soft_index`.*`x`"):  # einsum's "Size of label"
+        S.take_along_axis(x, np.full((5, 2, 3), 1 / 3, np.float32), axis=1)
     with pytest.raises(TypeError, match="`condition`"):
         S.where(np.ones((2, 4), np.float32), x, x)
     with pytest.raises(TypeError, match="fn"):
