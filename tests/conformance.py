@@ -371,16 +371,51 @@ def check_eager_cache(case: Case, key: jax.Array) -> None:
         )
 
 
+def check_empty_batch(case: Case, key: jax.Array) -> None:
+    """The sharded arguments cut to 0 rows: a ``TypeError``/``ValueError`` naming an argument,
+    or a result without NaN (a mean over no row is NaN; NumPy's "zero-size array" error and
+    a reshape's ``ZeroDivisionError`` name nothing). Slow tier only (new shapes compile)."""
+    args = list(case.make_args(key, jnp.float32))
+    arrays = (jax.Array, np.ndarray)
+    cut = [i for i in case.shard_argnums if isinstance(args[i], arrays) and args[i].ndim >= 1]
+    if not cut:
+        return
+    for i in cut:
+        args[i] = args[i][:0]
+    try:
+        with without_jaxtyping():
+            out = jax.block_until_ready(case.call(args))
+    except (TypeError, ValueError) as e:
+        assert "`" in str(e), f"{case.name}: an empty batch raised an unnamed error: {e}"
+        return
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(
+            f"{case.name}: an empty batch raised {type(e).__name__}: {e}; raise a TypeError "
+            "naming the argument (_validate.nonempty) or return an empty result"
+        ) from e
+    for leaf in jax.tree.leaves(out):
+        if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact):
+            assert not np.any(np.isnan(np.asarray(leaf))), (
+                f"{case.name}: an empty batch returned NaN (a mean over no row?); raise a "
+                "TypeError naming the argument (_validate.nonempty)"
+            )
+
+
+SLOW_TIER = {"empty_batch"}
+"""Checks that run only in ``make test-slow`` for every case."""
+
 ALIASES = {"traced_once": "jit"}
 """Former check names, still accepted in ``slow_checks``: ``jit`` now also checks that two
 hyperparameter values trace once (it was a separate check compiling the same function again)."""
 
 
 def is_slow(case: Case, check: str) -> bool:
-    """Whether ``check`` runs only in the slow tier for ``case``: a merged check is slow only
-    when every name it merges is listed in ``slow_checks``."""
-    return check in case.slow_checks and all(
-        old in case.slow_checks for old, new in ALIASES.items() if new == check
+    """Whether ``check`` runs only in the slow tier for ``case``: a check of
+    :data:`SLOW_TIER`, or one listed in ``slow_checks`` (a merged check only when every name
+    it merges is listed)."""
+    return check in SLOW_TIER or (
+        check in case.slow_checks
+        and all(old in case.slow_checks for old, new in ALIASES.items() if new == check)
     )
 
 
@@ -392,4 +427,5 @@ CHECKS = {
     "dtypes": check_dtypes,
     "grads": check_grads_x64,
     "bad_inputs": check_bad_inputs,
+    "empty_batch": check_empty_batch,
 }

@@ -89,6 +89,16 @@ def compiles_per_call(x, *, scale):  # a loop body closure made per call: recomp
     return jax.lax.fori_loop(0, 3, body, jax.nn.softplus(jnp.asarray(x)))
 
 
+def centres(x, *, scale):  # a mean over the batch: NaN for an empty one, silently
+    x = jnp.asarray(x)
+    return jax.nn.softplus(scale * (x - jnp.mean(x, axis=0)))
+
+
+def flattens(x, *, scale):  # reshape(b, -1): a ZeroDivisionError for an empty batch
+    x = jnp.asarray(x)
+    return jax.nn.softplus(scale * x.reshape(x.shape[0], -1)).reshape(x.shape)
+
+
 def test_good_function_passes_every_check(key, mesh8):
     for check in conformance.CHECKS.values():
         check(GOOD, key)
@@ -106,6 +116,8 @@ def test_good_function_passes_every_check(key, mesh8):
         (jit_differs, "jit"),
         (eager_only_guard, "jit"),
         (compiles_per_call, "eager_cache"),
+        (centres, "empty_batch"),
+        (flattens, "empty_batch"),
     ],
 )
 def test_suite_catches_broken_function(fn, check, key):

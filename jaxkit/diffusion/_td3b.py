@@ -137,15 +137,14 @@ def effective_sample_size(log_w: Float[ArrayLike, " N"]) -> Float[Array, ""]:
     """ESS ``1 / sum(wbar^2)`` of ``wbar = softmax(log_w)`` (in [1, N]; 1 = collapse).
 
     Raises:
-      TypeError: ``log_w`` not a float vector.
-      ValueError: an empty ``log_w``; a NaN or ``+inf`` entry, or every entry ``-inf``
-        (traced: under ``jit``).
+      TypeError: ``log_w`` not a float vector, or empty.
+      ValueError: a NaN or ``+inf`` entry, or every entry ``-inf`` (traced: under ``jit``).
     """
     lw = jnp.asarray(log_w)
     _validate.floating(lw, name="log_w")
     _validate.ndim(lw, 1, name="log_w")
     if lw.shape[0] == 0:
-        raise ValueError("`log_w` must hold at least one weight, got shape (0,).")
+        raise TypeError("`log_w` must hold at least one weight, got shape (0,).")
     bad = jnp.any(jnp.isnan(lw) | (lw == jnp.inf)) | ~jnp.any(lw > -jnp.inf)
     msg = "`log_w` must have no NaN or +inf entry and at least one finite entry."
     return _ess(_validate.error_if(lw, bad, msg))

@@ -90,7 +90,7 @@ def metrics(
     V.integer(ids, name="ids")
     V.integer(admissible, name="admissible")
     if jnp.shape(ids)[0] == 0:
-        raise ValueError("`ids` must hold at least one query, got shape (0,).")
+        raise TypeError("`ids` must hold at least one query, got shape (0,).")
     if jnp.shape(admissible)[0] == 0:
         raise ValueError("`admissible` must have K_max >= 1 entries (pad with -1).")
     for name, x in (("valid", valid), ("counted", counted)):

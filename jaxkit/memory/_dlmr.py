@@ -352,7 +352,8 @@ def inject(
       ``(mem [B, k_max, D] f32, mem_valid bool[B, k_max])``.
 
     Raises:
-      TypeError: shapes or dtypes that disagree; no ``lm_params`` for the LoRA replica.
+      TypeError: shapes or dtypes that disagree (an empty ``ctx`` too); no ``lm_params``
+        for the LoRA replica.
       ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}, a negative ``at``
         (traced: under ``jit``).
     """
@@ -368,7 +369,7 @@ def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
     _validate.ndim(ctx, 3, name="ctx")
     b = ctx.shape[0]
     if b == 0 or ctx.shape[1] == 0:
-        raise ValueError(f"`ctx` must hold at least one row and slot, got shape {ctx.shape}.")
+        raise TypeError(f"`ctx` must hold at least one row and slot, got shape {ctx.shape}.")
     ctx_valid = jnp.asarray(ctx_valid)
     if ctx_valid.dtype != jnp.bool_:
         raise TypeError(f"`ctx_valid` must be a bool array, got dtype {ctx_valid.dtype}.")

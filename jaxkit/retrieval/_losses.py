@@ -62,8 +62,8 @@ def info_nce(
       The mean loss per leading batch entry, in ``scores``' dtype.
 
     Raises:
-      TypeError: If ``scores`` is not a floating square matrix or ``neg_mask`` does not
-        match it.
+      TypeError: If ``scores`` is not a non-empty floating square matrix or ``neg_mask``
+        does not match it.
       ValueError: If ``tau`` is not finite and positive.
 
     Example:
@@ -81,7 +81,7 @@ def info_nce(
     if shp[-1] != shp[-2]:
         raise TypeError(f"`scores` must be square in its last two axes, got shape {shp}.")
     if shp[-1] == 0:
-        raise ValueError(f"`scores` must hold at least one pair, got shape {shp}.")
+        raise TypeError(f"`scores` must hold at least one pair, got shape {shp}.")
     if neg_mask is None:
         neg_mask = jnp.zeros(shp, bool)
     else:

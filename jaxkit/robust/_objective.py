@@ -68,15 +68,15 @@ def upper_expectation(
       The upper expectation, shape ``batch``, dtype of ``values``.
 
     Raises:
-      ValueError: If ``eps`` is outside [0, 1], ``values`` is empty, ``sup_value`` is NaN
-        or ``-inf``, or ``weights`` are negative, non-finite or sum to 0 (traced: under
-        ``jit``).
+      TypeError: If ``values`` holds no sample (an empty last axis).
+      ValueError: If ``eps`` is outside [0, 1], ``sup_value`` is NaN or ``-inf``, or
+        ``weights`` are negative, non-finite or sum to 0 (traced: under ``jit``).
     """
     values = jnp.asarray(values)
     _validate.min_ndim(values, 1, name="values")
     _validate.floating(values, name="values")
     if values.shape[-1] == 0:
-        raise ValueError(f"`values` must hold at least one sample, got shape {values.shape}.")
+        raise TypeError(f"`values` must hold at least one sample, got shape {values.shape}.")
     if weights is not None:
         w = jnp.asarray(weights)
         _validate.same_shape(weights=w, values=values)

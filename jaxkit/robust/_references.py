@@ -30,7 +30,7 @@ def empirical(xi: Float[ArrayLike, "n ..."]) -> Reference:
     _validate.floating(xi, name="xi")
     n = xi.shape[0]
     if n == 0:
-        raise ValueError("`xi` must hold at least one sample, got n=0.")
+        raise TypeError("`xi` must hold at least one sample, got n=0.")
     xi = _validate.all_finite(xi, name="xi")
     return Reference(xi=xi, w=jnp.full((n,), 1.0 / n, xi.dtype))
 

@@ -264,8 +264,8 @@ def caa_vector(
     Activation Addition", 2024). Apply it with :func:`steer_add`.
 
     Raises:
-      ValueError: ``layer`` outside ``[0, n_layers)``; lengths outside ``[1, T]``; an
-        empty ``positive`` or ``negative`` batch.
+      TypeError: an empty ``positive`` or ``negative`` batch.
+      ValueError: ``layer`` outside ``[0, n_layers)``; lengths outside ``[1, T]``.
     """
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
@@ -274,7 +274,7 @@ def caa_vector(
     neg, neg_len = _check_tokens(lm_cfg, negative, negative_len)
     for name, x in (("positive", pos), ("negative", neg)):
         if x.shape[0] == 0:
-            raise ValueError(f"`{name}` must hold at least one sequence, got shape {x.shape}.")
+            raise TypeError(f"`{name}` must hold at least one sequence, got shape {x.shape}.")
     return _caa(lm_params, pos, pos_len, neg, neg_len, lm_cfg=lm_cfg, layer=layer)
 
 

@@ -258,7 +258,7 @@ CASES = [
         rtol=1e-4,
         bad=(
             Bad("NaN tau", _bad_infonce_tau, ValueError, "tau"),
-            Bad("empty batch", _bad_infonce_empty, ValueError, "q"),
+            Bad("empty batch", _bad_infonce_empty, TypeError, "q"),
         ),
         slow_checks=("dtypes", "eval_shape", "traced_once"),
     ),

@@ -463,7 +463,7 @@ def test_audit_bad_inputs():
     for bad, err, name in (
         (lambda: diffusion.effective_sample_size(np.array([nan, 0.0])), ValueError, "log_w"),
         (lambda: diffusion.effective_sample_size(np.full(3, -np.inf)), ValueError, "log_w"),
-        (lambda: diffusion.effective_sample_size(np.zeros(0)), ValueError, "log_w"),
+        (lambda: diffusion.effective_sample_size(np.zeros(0)), TypeError, "log_w"),
         (lambda: diffusion.subs_log_probs(jnp.zeros((2, 5)), 5), ValueError, "mask_id"),
         (lambda: diffusion.subs_log_probs(jnp.zeros((2, 5), jnp.int32), 4), TypeError, "logits"),
         (lambda: diffusion.temper_alpha(lw, lw, lw, alpha=0.0, prev=1.0, ess_target=0.5),

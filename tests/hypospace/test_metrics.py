@@ -157,7 +157,7 @@ def test_bad_inputs():
         H.metrics(np.zeros((2, 2), np.int32), adm)
     with pytest.raises(TypeError, match="ids"):
         H.metrics(np.zeros(2, np.float32), adm)
-    with pytest.raises(ValueError, match="`ids`"):
+    with pytest.raises(TypeError, match="`ids`"):
         H.metrics(np.zeros(0, np.int32), adm)
     with pytest.raises(ValueError, match="`admissible`"):
         H.uniform_admissible(np.array([-1, -1], np.int32), 3, key=jax.random.key(0))

@@ -258,7 +258,7 @@ def test_audit_bad_inputs():
         (lambda: memory.dlmr_reward(2 * rw, 1, 1, budget=1.0, lambda_eff=0.1), ValueError,
          "correct"),
         (lambda: memory.inject(AP, MC, ctx[:0], valid[:0], *[jnp.zeros(0, jnp.int32)] * 3),
-         ValueError, "ctx"),
+         TypeError, "ctx"),
         (lambda: memory.DLMRConfig(layer=1, lora_alpha=float("inf")), ValueError, "lora_alpha"),
     ):  # fmt: skip
         with pytest.raises(err, match=name):

@@ -249,7 +249,7 @@ CASES = [
                 "tau = 0", lambda key: (_scores(key, jnp.float32), {"tau": 0.0}), ValueError, "tau"
             ),
             Bad("not square", lambda key: ((jnp.zeros((8, 3, 4)),), {}), TypeError, "scores"),
-            Bad("empty batch", lambda key: ((jnp.zeros((8, 0, 0)),), {}), ValueError, "scores"),
+            Bad("empty batch", lambda key: ((jnp.zeros((8, 0, 0)),), {}), TypeError, "scores"),
         ),
     ),
     Case(

@@ -241,6 +241,7 @@ CASES = [
         _values,
         hparams={"eps": (0.1, 0.3)},
         grad_argnums=(0, 1),
+        shard_argnums=(0, 1),  # one row of values and one sup_value per batch row
         bad=(
             Bad("eps below 0", _bad_eps, ValueError, "`eps`"),
             Bad(
@@ -258,6 +259,7 @@ CASES = [
         _tail_args,
         hparams={"eps": (0.1, 0.3), "eta": (0.2, 0.5)},
         grad_argnums=(0, 1),
+        shard_argnums=(0, 1),  # a and lip: one entry per batch row
         slow_checks=_SLOW,
     ),
     Case(

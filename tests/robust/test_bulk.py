@@ -251,7 +251,7 @@ def test_audit_bad_inputs():
         (lambda: R.piecewise_linear(np.ones((2, 3)), np.ones(3), np.ones(2)), TypeError, "B"),
         (lambda: R.empirical(np.full((3, 2), nan)), ValueError, "xi"),
         (lambda: R.calibrate_interval(np.full(10, nan)), ValueError, "xi"),
-        (lambda: R.upper_expectation(a[:, :0], 1.0, 0.1), ValueError, "values"),
+        (lambda: R.upper_expectation(a[:, :0], 1.0, 0.1), TypeError, "values"),
         (lambda: R.upper_expectation(a, np.ones(3), 0.1, weights=-a), ValueError, "weights"),
         (lambda: R.credal_risk(a, np.ones(3), 0.1, tail=nan), ValueError, "tail"),
         (lambda: R.tail_bound(1.0, -1.0, 0.1, 0.2, 1.0), ValueError, "growth_L"),

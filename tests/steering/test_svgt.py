@@ -219,7 +219,7 @@ def test_audit_bad_inputs():
             P, CFG, nn.init_cache(CFG, max_len=12, batch=2), jnp.zeros((2, K, 16)),
             jnp.array([3.0, 5.0]), layer=L), TypeError, "prompt_len"),
         (lambda: steering.caa_vector(P, CFG, SEQ[:0], SEQ_LEN[:0], PROMPT, PLEN, layer=L),
-         ValueError, "positive"),
+         TypeError, "positive"),
         (lambda: steering.prefix_prompts(PROMPT, jnp.array([1.5, 2.0]), jnp.array([7])),
          TypeError, "prompt_len"),
         (lambda: steering.prefix_prompts(PROMPT, jnp.array([-1, 2]), jnp.array([7])),
