@@ -295,16 +295,10 @@ def python_int(value: Any, *, name: str, minimum: int | None = None) -> int:
 
 def real_scalar(value: Any, *, name: str) -> None:
     """Check a continuous hyperparameter is a real number or array, not a str/None/bool."""
-    if value is None or isinstance(value, str | bytes | bool):
-        raise TypeError(
-            f"`{name}` must be a real number or array, got {type(value).__name__} {value!r}."
-        )
-    try:
-        dt = jnp.result_type(value)
-    except TypeError:  # a list, a dict, an object: JAX's message would not name it
-        raise TypeError(
-            f"`{name}` must be a real number or array, got {type(value).__name__} {value!r}."
-        ) from None
+    what = "a real number or array"
+    if isinstance(value, bool):  # jnp.result_type would take it for a bool dtype
+        raise TypeError(f"`{name}` must be {what}, got {type(value).__name__} {value!r}.")
+    dt = _dtype(value, name=name, what=what)  # str, None, a list, an object: named
     if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer)):
         raise TypeError(f"`{name}` must be a real number or array, got dtype {dt}.")
 

@@ -57,8 +57,7 @@ def infonce(
     """
     q, d = jnp.asarray(q), jnp.asarray(d)
     _check_emb(q, d)
-    if q.shape[0] == 0:
-        raise TypeError("`q` must hold at least one pair, got shape (0, dim).")
+    V.nonempty(q, name="q")
     dup_ids = _check_dup(dup_ids, q.shape[0])
     q = V.guard_positive(q, tau, name="tau")
     return _infonce_jit(q, d, dup_ids, tau, axis_name=axis_name)

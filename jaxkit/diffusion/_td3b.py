@@ -143,8 +143,7 @@ def effective_sample_size(log_w: Float[ArrayLike, " N"]) -> Float[Array, ""]:
     lw = jnp.asarray(log_w)
     _validate.floating(lw, name="log_w")
     _validate.ndim(lw, 1, name="log_w")
-    if lw.shape[0] == 0:
-        raise TypeError("`log_w` must hold at least one weight, got shape (0,).")
+    _validate.nonempty(lw, name="log_w")
     bad = jnp.any(jnp.isnan(lw) | (lw == jnp.inf)) | ~jnp.any(lw > -jnp.inf)
     msg = "`log_w` must have no NaN or +inf entry and at least one finite entry."
     return _ess(_validate.error_if(lw, bad, msg))

@@ -89,8 +89,7 @@ def metrics(
     V.ndim(admissible, 1, name="admissible")
     V.integer(ids, name="ids")
     V.integer(admissible, name="admissible")
-    if jnp.shape(ids)[0] == 0:
-        raise TypeError("`ids` must hold at least one query, got shape (0,).")
+    V.nonempty(ids, name="ids")
     if jnp.shape(admissible)[0] == 0:
         raise ValueError("`admissible` must have K_max >= 1 entries (pad with -1).")
     for name, x in (("valid", valid), ("counted", counted)):

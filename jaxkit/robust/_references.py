@@ -28,9 +28,8 @@ def empirical(xi: Float[ArrayLike, "n ..."]) -> Reference:
     xi = jnp.asarray(xi)
     _validate.min_ndim(xi, 1, name="xi")
     _validate.floating(xi, name="xi")
+    _validate.nonempty(xi, name="xi")
     n = xi.shape[0]
-    if n == 0:
-        raise TypeError("`xi` must hold at least one sample, got n=0.")
     xi = _validate.all_finite(xi, name="xi")
     return Reference(xi=xi, w=jnp.full((n,), 1.0 / n, xi.dtype))
 

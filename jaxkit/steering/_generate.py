@@ -273,8 +273,7 @@ def caa_vector(
     pos, pos_len = _check_tokens(lm_cfg, positive, positive_len)
     neg, neg_len = _check_tokens(lm_cfg, negative, negative_len)
     for name, x in (("positive", pos), ("negative", neg)):
-        if x.shape[0] == 0:
-            raise TypeError(f"`{name}` must hold at least one sequence, got shape {x.shape}.")
+        _validate.nonempty(x, name=name)
     return _caa(lm_params, pos, pos_len, neg, neg_len, lm_cfg=lm_cfg, layer=layer)
 
 
