@@ -132,6 +132,7 @@ def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached
     base = np.zeros(B, np.int32) if cache is None else np.asarray(cache.length)
     lat = jnp.asarray(rng.normal(size=(B, 2, d)), jnp.float32)
     span = jnp.asarray(base + np.array([1, 3, 0]), jnp.int32)  # ROWS/COLS meet every span
+    plain = nn.apply(p, cfg, toks, cache=cache).logits[ROWS, COLS]
     for add in (
         jnp.asarray(rng.normal(size=(d,)), jnp.float32),
         jnp.asarray(rng.normal(size=(B, d)), jnp.float32),
@@ -146,7 +147,6 @@ def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached
         np.testing.assert_allclose(got.logits, full.logits[ROWS, COLS], rtol=2e-5, atol=2e-5)
         want = full.hidden[last][ROWS, COLS]  # after the last block's edit
         np.testing.assert_allclose(got.hidden[last], want, rtol=2e-5, atol=2e-5)
-        plain = nn.apply(p, cfg, toks, cache=cache).logits[ROWS, COLS]
         assert np.max(np.abs(got.logits - plain)) > 1e-2  # the edits reach the slots
         if cached:
             np.testing.assert_array_equal(got.cache.k, full.cache.k)
