@@ -217,6 +217,8 @@ def _area(nodeid: str) -> str:
         area = {"kernels_sampling": "kernels", "pod": "nn"}.get(parts[1], parts[1])
     elif parts[-1] == "test_conformance.py" and "[" in rest:  # t[soft.x-jit]
         area = rest.split("[", 1)[1].split(".", 1)[0].split("/", 1)[0].split("-", 1)[0]
+    elif parts[-1] == "test_keywords.py" and "[jaxkit." in rest:  # t[jaxkit.soft.sort]
+        area = rest.split("[jaxkit.", 1)[1].split(".", 1)[0]
     elif parts[-1] == "test_docs.py":
         return "docs"
     else:

@@ -57,11 +57,12 @@ def check_sampling(temperature, top_k, top_p, min_p, *, vocab: int) -> Sampling:
     _tokens.check_sampling(temperature, top_p, min_p)
     if top_k is None:
         top_k = vocab
-    elif isinstance(top_k, bool) or not jnp.issubdtype(jnp.result_type(top_k), jnp.integer):
+    elif isinstance(top_k, bool):
         raise TypeError(f"`top_k` must be an integer (or None), got {top_k!r}.")
-    elif jnp.ndim(top_k) != 0:
-        raise TypeError(f"`top_k` must be a scalar, got shape {jnp.shape(top_k)}.")
     else:
+        _validate.integer(top_k, name="top_k")  # a float, a string or an object: named
+        if jnp.ndim(top_k) != 0:
+            raise TypeError(f"`top_k` must be a scalar, got shape {jnp.shape(top_k)}.")
         _validate.in_interval(low=1, high=vocab, top_k=top_k)
     return Sampling(temperature, top_k, top_p, min_p)
 

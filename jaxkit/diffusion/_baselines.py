@@ -162,6 +162,8 @@ def smc_sample(
     After each reverse step the arg-max completion of every particle is scored and
     the particles are resampled with weights ``exp((r_k - r_{k-1}) / alpha)``.
     """
+    _validate.finite_scalar(alpha=alpha)  # host-side: the weights divide by it in NumPy
+    _validate.positive(alpha=alpha)
     z = jnp.full((num_particles, length), mask_id, jnp.int32)
     r_prev = np.zeros(num_particles)
     calls = 0

@@ -380,8 +380,15 @@ def fine_tune(
     direction = _validate.python_int(direction, name="direction")
     if direction not in (1, -1):
         raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
-    if ess_target is not None and not 0.0 < float(ess_target) <= 1.0:
-        raise ValueError(f"`ess_target` must lie in (0, 1] or be None, got {ess_target}.")
+    if ess_target is not None:
+        _validate.real_scalar(ess_target, name="ess_target")  # float("0.1") parsed a string
+        if not 0.0 < float(ess_target) <= 1.0:
+            raise ValueError(f"`ess_target` must lie in (0, 1] or be None, got {ess_target}.")
+    samples_per_iter = _validate.python_int(samples_per_iter, name="samples_per_iter", minimum=1)
+    steps_per_iter = _validate.python_int(steps_per_iter, name="steps_per_iter", minimum=0)
+    buffer_size = _validate.python_int(buffer_size, name="buffer_size", minimum=1)
+    _validate.finite_scalar(ess_warn=ess_warn)  # host-side threshold of the ESSWarning
+    _validate.non_negative(ess_warn=ess_warn)
     window = _validate.python_int(proposal_window, name="proposal_window", minimum=1)
     if window > 1 and collection != "onpolicy":
         raise ValueError("`proposal_window` > 1 needs collection='onpolicy'.")

@@ -24,6 +24,7 @@ _NEGATIVE = np.array([c in "DE" for c in AMINO_ACIDS])
 
 def toy_nature(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``(initial [20], transition [20, 20])`` of the peaked random Markov chain."""
+    seed = _validate.python_int(seed, name="seed", minimum=0)
     rng = np.random.default_rng(seed)
     init = rng.dirichlet(np.full(20, 0.5))
     trans = rng.dirichlet(np.full(20, 0.15), size=20)
@@ -34,6 +35,7 @@ def toy_nature_sample(n: int, *, seed: int, length: int = TOY_LENGTH) -> np.ndar
     """``int32[n, length]`` sequences from :func:`toy_nature` (chain seed 0, draws ``seed``)."""
     n = _validate.python_int(n, name="n", minimum=0)
     length = _validate.python_int(length, name="length", minimum=1)
+    seed = _validate.python_int(seed, name="seed", minimum=0)
     init, trans = toy_nature(0)
     rng = np.random.default_rng(seed)
     out = np.empty((n, length), np.int32)

@@ -324,6 +324,7 @@ def finite_group(
       TypeError: If the arrays do not have shape ``[n, d, d]`` with equal ``n``.
       ValueError: If a representation is not orthogonal.
     """
+    generator_index = _validate.python_int(generator_index, name="generator_index", minimum=0)
     rin = np.asarray(rep_in, np.float64)
     rout = np.asarray(rep_out, np.float64)
     for nm, r in (("rep_in", rin), ("rep_out", rout)):

@@ -14,6 +14,7 @@ must be scored, not crash. Only a static shape/dtype problem raises.
 
 import itertools
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import jax
@@ -311,6 +312,8 @@ def generate_collection(
     dags = enumerate_dags(n, max_edges)
     if ks is None:
         ks = tuple(range(1, n + 1))
+    if isinstance(ks, str | bytes) or not isinstance(ks, Iterable):
+        raise TypeError(f"`ks` must be a sequence of ints (or None), got {ks!r}.")
     ks = tuple(V.python_int(k, name="ks", minimum=1) for k in ks)
     if any(k > n for k in ks):
         raise ValueError(f"`ks` must lie in [1, {n}], got {ks}.")

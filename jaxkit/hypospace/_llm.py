@@ -52,6 +52,11 @@ def openai_client(
         raise ValueError(f"`base_url` must be an http(s) URL, got {base_url!r}.")
     if not isinstance(model, str) or not model:
         raise ValueError(f"`model` must be a non-empty string, got {model!r}.")
+    V.finite_scalar(temperature=temperature)
+    V.non_negative(temperature=temperature)
+    max_tokens = V.python_int(max_tokens, name="max_tokens", minimum=1)
+    V.finite_scalar(timeout=timeout)
+    V.positive(timeout=timeout)
     url = base_url.rstrip("/") + "/chat/completions"
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -72,6 +77,11 @@ def openai_client(
     return call
 
 
+def _check_max_edges(max_edges: int | None) -> int | None:
+    """``max_edges`` as an int >= 0, or ``None`` (no cap)."""
+    return None if max_edges is None else V.python_int(max_edges, name="max_edges", minimum=0)
+
+
 def format_graph(adj) -> str:
     """``Graph: A->B, B->C`` (edges in row-major order) or ``Graph: No edges``."""
     a = np.asarray(adj)
@@ -85,6 +95,7 @@ def causal_prompt(task: CausalTask, history: list[str], *, max_edges: int | None
     Upstream's elements in order, our wording: data, effect semantics, nodes and edge
     cap, observations, prior predictions, task, diversity rule, format rules.
     """
+    max_edges = _check_max_edges(max_edges)
     n = int(np.asarray(task.obs.effects).shape[1])
     nodes = ", ".join(NAMES[:n])
     obs = "\n".join(
@@ -129,6 +140,7 @@ def parse_causal(
     proposal that :func:`validate` then scores invalid.
     """
     V.one_of(MODES, mode=mode)
+    max_edges = _check_max_edges(max_edges)
     if not isinstance(text, str):
         return None
     body = re.sub(r"```[a-zA-Z]*", "", text)
@@ -287,6 +299,7 @@ def run_causal(
     if n * (n - 1) > 31:
         raise ValueError(f"`task` has n={n} nodes; ids fit int32 only for n <= 6.")
     V.one_of(MODES, mode=mode)
+    max_edges = _check_max_edges(max_edges)
     adm = {int(a) for a in np.asarray(task.admissible)}
 
     def answer(text):

@@ -28,6 +28,7 @@ import random
 
 import numpy as np
 
+from jaxkit import _validate as V
 from jaxkit.hypospace._boolean import OPS, BooleanObs, BooleanTask, enumerate_expressions
 from jaxkit.hypospace._causal import CausalObs, CausalTask, _edge_code
 from jaxkit.hypospace._parse import boolean_key
@@ -173,4 +174,6 @@ def sample_sets(tasks, n_samples: int, *, seed: int | None = 33550336) -> list:
     n_samples = operator.index(n_samples)
     if n_samples < 1:
         raise ValueError(f"`n_samples` must be >= 1, got {n_samples}.")
+    if seed is not None:  # random.Random would hash a str, a float or a tuple silently
+        seed = V.python_int(seed, name="seed")
     return random.Random(seed).sample(tasks, min(n_samples, len(tasks)))

@@ -185,5 +185,8 @@ def voxel_collection(
 def layers_from_heights(heights, num_layers: int | None = None) -> np.ndarray:
     """``int8[L, g, g]`` stack of a height map (host-side; ``L`` = max height by default)."""
     h = np.asarray(heights)
-    num = int(h.max()) if num_layers is None else num_layers
+    if num_layers is None:
+        num = int(h.max())
+    else:
+        num = V.python_int(num_layers, name="num_layers", minimum=0)
     return (np.arange(num)[:, None, None] < h[None]).astype(np.int8)

@@ -370,8 +370,12 @@ def save_safetensors(
     """
     _safe()  # the ImportError naming the extra comes first
     if max_shard_bytes is not None and (
-        not isinstance(max_shard_bytes, int) or max_shard_bytes <= 0
+        isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int | np.integer)
     ):
+        raise TypeError(
+            f"`max_shard_bytes` must be a positive int or None, got {max_shard_bytes!r}."
+        )
+    if max_shard_bytes is not None and max_shard_bytes <= 0:
         raise ValueError(
             f"`max_shard_bytes` must be a positive int or None, got {max_shard_bytes!r}."
         )

@@ -470,14 +470,13 @@ def dlmr_step(
             raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
     for name, v in (("temperature", temperature), ("kl_beta", kl_beta), ("margin", margin)):
         _validate.real_scalar(v, name=name)
+    # both checked whatever the stage (a bad value is an error even where the stage ignores it)
+    temp = _validate.guard_positive(
+        jnp.asarray(temperature, jnp.float32), temperature, name="temperature"
+    )
+    beta = _validate.guard_non_negative(jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta")
     hp = (
-        _validate.guard_positive(
-            jnp.asarray(temperature, jnp.float32), temperature, name="temperature"
-        )
-        if stage == 1
-        else _validate.guard_non_negative(
-            jnp.asarray(kl_beta, jnp.float32), kl_beta, name="kl_beta"
-        ),
+        temp if stage == 1 else beta,
         _validate.guard_finite(jnp.asarray(margin, jnp.float32), margin, name="margin"),
     )
     return _step(

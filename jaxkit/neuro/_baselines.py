@@ -65,6 +65,7 @@ def ica_baseline(model: LowRankRNN, x_prev, *, seed: int = 0, max_iter: int = 10
     if x.shape[0] <= k:
         raise ValueError(f"`x_prev` must hold more than K = {k} rows, got {x.shape[0]}.")
     seed = _validate.python_int(seed, name="seed", minimum=0)
+    max_iter = _validate.python_int(max_iter, name="max_iter", minimum=1)
     from sklearn.decomposition import FastICA
 
     A, B = np.asarray(model.A, np.float64), np.asarray(model.B, np.float64)

@@ -93,9 +93,13 @@ def load_nwb(
         the expected layout).
       ImportError: ``h5py`` is not installed (``pip install 'jaxkit[neuro]'``).
       KeyError: The file lacks the units table or the named behaviour series.
-      ValueError: ``bin_width`` not finite and > 0; an empty window; a malformed index.
+      ValueError: ``bin_width`` not finite and > 0; ``t_start`` or ``t_stop`` not finite; an
+        empty window; a malformed index.
     """
     _validate.positive(bin_width=bin_width)
+    for name, t in (("t_start", t_start), ("t_stop", t_stop)):
+        if t is not None:
+            _validate.finite_scalar(**{name: t})
     path = _find(root)
     h5py = _extras.require("h5py", extra="neuro", what="load_nwb reads NWB files with h5py")
     with h5py.File(path, "r") as f:

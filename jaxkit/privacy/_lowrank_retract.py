@@ -152,6 +152,9 @@ def spectral_init(
     m, n = w.shape
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    _validate.python_int(oversample, name="oversample", minimum=0)
+    _validate.python_int(power_iters, name="power_iters", minimum=0)
+    scale = _validate.guard_finite(scale, scale, name="scale")
     return _spectral_init(w, key, scale, rank=rank, oversample=oversample, power_iters=power_iters)
 
 
@@ -196,6 +199,7 @@ def balanced_random_init(
     """
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
+    scale = _validate.guard_finite(scale, scale, name="scale")
     return _balanced_random_init(key, scale, m=m, n=n, rank=rank, dtype=dtype)
 
 

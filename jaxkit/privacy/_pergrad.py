@@ -48,6 +48,8 @@ def per_example_grads(
             raise TypeError(
                 f"`batch` leaves must share a leading axis, got {jnp.shape(x)} and batch size {b}."
             )
+    if microbatch_size is not None:
+        _validate.python_int(microbatch_size, name="microbatch_size")
     g1 = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))
     if microbatch_size is None or microbatch_size >= b:
         grads = g1(params, batch)

@@ -150,6 +150,9 @@ def protocol_metrics(
       (100.0, 32.0)
     """
     _validate.one_of(("normal", "threshold", "nsim", "guo"), protocol=protocol)
+    # checked whatever the protocol, so that a bad value never passes unnoticed
+    _validate.in_interval(low=0, high=1, threshold=threshold)
+    _validate.python_int(batch_size, name="batch_size", minimum=1)
     s = _as_sims(sims)
     if protocol == "normal":
         return retrieval_metrics(s)

@@ -89,6 +89,8 @@ def posterior_predictive(
 
     _validate.is_key(key)
     n = _validate.python_int(n, name="n", minimum=1)
+    num_warmup = _validate.python_int(num_warmup, name="num_warmup", minimum=0)
+    num_chains = _validate.python_int(num_chains, name="num_chains", minimum=1)
     k_inf, k_pred = jax.random.split(key)
     mcmc = MCMC(
         NUTS(model),

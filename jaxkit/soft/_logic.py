@@ -69,6 +69,8 @@ def all(
 
 @functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
 def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
+    if axis is not None:  # static: jnp.prod's error for a string names no argument
+        V.python_int(axis, name="axis")
     x = as_float(x)
     if use_geometric_mean or tnorm == "geometric":
         eps = V.guard_positive(

@@ -220,7 +220,7 @@ def choice(
     ax = V.axis(axis, arr.ndim)
     n = arr.shape[ax]
     if p is not None:
-        p = as_float(p)
+        p = as_float(V.real_array(p, name="p"))  # JAX's error for a string names no argument
         if p.shape != (n,):
             raise TypeError(f"`p` must have shape ({n},), got {p.shape}.")
         if RC.is_concrete(p):
@@ -359,7 +359,7 @@ def multinomial(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     n = V.python_int(n, name="n", minimum=0)
-    p = as_float(p)
+    p = as_float(V.real_array(p, name="p"))
     if p.ndim == 0:
         raise TypeError("`p` must have at least one dimension (categories last).")
     dt = jnp.dtype(dtype) if dtype is not None else p.dtype

@@ -6,11 +6,13 @@ call; the same guards run again inside the jitted cores, where they become run-t
 """
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxkit import _validate as V
 from jaxkit.soft import _st
@@ -59,12 +61,15 @@ def sample_shape(shape: Any, name: str = "shape") -> tuple[int, ...] | None:
     """A static shape as a tuple of ints (an int means a 1-d shape; ``None`` stays)."""
     if shape is None:
         return None
-    if isinstance(shape, int):
+    if isinstance(shape, int | np.integer):
         shape = (shape,)
+    bad = TypeError(f"`{name}` must be a tuple of ints, got {shape!r}.")
+    if isinstance(shape, str | bytes):  # int() of each character would parse "12" as (1, 2)
+        raise bad
     try:
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(operator.index(s) for s in shape)  # int() would truncate 2.5 to 2
     except TypeError as e:
-        raise TypeError(f"`{name}` must be a tuple of ints, got {shape!r}.") from e
+        raise bad from e
     return shape
 
 

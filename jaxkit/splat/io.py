@@ -12,7 +12,13 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit.splat._types import Camera, Gaussians, from_scale_rotation, quaternion_to_rotation
+from jaxkit.splat._types import (
+    Camera,
+    Gaussians,
+    _hw,
+    from_scale_rotation,
+    quaternion_to_rotation,
+)
 
 SH_C0 = 0.28209479177387814  # degree-0 real spherical harmonic
 """Degree-0 real spherical harmonic constant (3DGS colour = ``0.5 + SH_C0 * f_dc``)."""
@@ -272,8 +278,11 @@ def read_transforms_json(
     Per-frame keys override the file's. Image size: ``w``/``h`` in the file, else ``hw``.
 
     Raises:
+      TypeError: ``hw`` not a pair of ints.
       ValueError: no frames, no focal information, no image size, or a malformed matrix.
     """
+    if hw is not None:
+        hw = _hw(hw)  # a (height, width) pair of ints >= 1: checked before the file is read
     with open(path) as f:
         meta = json.load(f)
     frames = meta.get("frames") or []

@@ -261,6 +261,7 @@ def render_text(
             f"{labels.dtype} {labels.shape}."
         )
     n_distractors = _validate.python_int(n_distractors, name="n_distractors", minimum=0)
+    _validate.in_interval(low=0, high=1, conflict=conflict)
     sents = []
     for k, p in enumerate(schema.primitives):
         if p.name not in phrases:

@@ -10,6 +10,7 @@ from jax.test_util import check_grads
 from scipy import stats
 
 import jaxkit.soft as S
+from tests.conformance import without_jaxtyping
 
 R = S.random
 KEY = jax.random.key(1234)
@@ -366,6 +367,11 @@ def test_argument_types_and_traced_guards():
         R.categorical(KEY, P4, softness="0.1")
     with pytest.raises(TypeError, match="start"):
         R.exponential_schedule("1", 0.1, 10)
+    # a shape of ints only: a float was truncated (2.5 -> 2), "12" read as (1, 2)
+    for bad in ((2.5,), "12", (2, "a")):
+        with pytest.raises(TypeError, match="`shape` must be a tuple of ints"), without_jaxtyping():
+            R.bernoulli(KEY, 0.3, shape=bad)
+    assert R.bernoulli(KEY, 0.3, shape=(2, np.int64(3))).shape == (2, 3)
     # bad concrete values: ValueError at the call (NaN included)
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="softness"):

@@ -128,10 +128,8 @@ def _is_plain(top_k, top_p, min_p) -> bool:
 def _check_top_k(top_k, vocab: int) -> None:
     if top_k is None:
         return
+    _validate.integer(top_k, name="top_k")  # a string or an object: named, as a float dtype
     a = np.asarray(top_k) if not isinstance(top_k, jax.core.Tracer) else None
-    dt = jnp.result_type(top_k)
-    if not jnp.issubdtype(dt, jnp.integer):
-        raise TypeError(f"`top_k` must be an integer (or None), got dtype {dt}.")
     if a is not None and (np.any(a < 1) or np.any(a > vocab)):
         raise ValueError(
             f"`top_k` must lie in [1, vocab size {vocab}] (None disables it), got "

@@ -138,7 +138,7 @@ def weight_features(
         raise TypeError(f"`ema_loss` must have shape {logits.shape[:1]}, got {ema_loss.shape}.")
     if val_residual is None:
         val_residual = jnp.zeros(logits.shape[1:], dt)
-    val_residual = jnp.asarray(val_residual).astype(dt)
+    val_residual = _validate.real_array(val_residual, name="val_residual").astype(dt)
     if val_residual.shape != logits.shape[1:]:
         raise TypeError(
             f"`val_residual` must have shape {logits.shape[1:]}, got {val_residual.shape}."

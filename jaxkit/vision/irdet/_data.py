@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxkit import _validate
 from jaxkit._extras import require
 
 IMAGE_DIRS = ("images", "IRSTD1k_Img")
@@ -83,6 +84,8 @@ def load_irstd_folder(root: str, split: str, *, limit: int | None = None) -> IRS
       ValueError: An empty split file, or an image and mask of different sizes.
       ImportError: Pillow is not installed.
     """
+    if limit is not None:
+        limit = _validate.python_int(limit, name="limit", minimum=0)
     if not os.path.isdir(root):
         raise FileNotFoundError(
             f"dataset folder {root!r} does not exist (download SIRST / NUDT-SIRST / IRSTD-1k "
@@ -96,7 +99,7 @@ def load_irstd_folder(root: str, split: str, *, limit: int | None = None) -> IRS
     if not ids:
         raise ValueError(f"the split file for {split!r} under {root!r} lists no ids.")
     if limit is not None:
-        ids = ids[: int(limit)]
+        ids = ids[:limit]
     images, masks = [], []
     for i in ids:
         ip = _find(img_dir, i, ("",))

@@ -179,6 +179,7 @@ def stable_substeps(time: float, d_max: float, v_max: float = 0.0) -> int:
     (the repo takes 1 and is unstable).
     """
     for name, val in (("time", time), ("d_max", d_max), ("v_max", v_max)):
+        _validate.real_scalar(val, name=name)  # float() would parse a string
         if not (math.isfinite(float(val)) and float(val) >= 0):
             raise ValueError(f"`{name}` must be finite and >= 0, got {name}={val!r}.")
     return max(1, math.ceil(float(time) * (4 * float(d_max) + 4 * float(v_max)) / STABILITY))
@@ -229,7 +230,7 @@ def fokker_planck(
         raise TypeError(f"`d` must have the shape of `u0` {u0.shape}, got {d.shape}.")
     if velocity is None:
         velocity = jnp.stack([jnp.zeros_like(u0)] * 2, axis=-3)  # keeps u0's sharding
-    velocity = jnp.asarray(velocity)
+    velocity = _validate.real_array(velocity, name="velocity")
     want = (*u0.shape[:-2], 2, *u0.shape[-2:])
     if velocity.shape != want:
         raise TypeError(f"`velocity` must have shape {want}, got {velocity.shape}.")
@@ -349,7 +350,7 @@ def particle_diffuse(
     lead = d.shape[:-2]
     if velocity is None:
         velocity = jnp.stack([jnp.zeros_like(d)] * 2, axis=-3)  # keeps d's sharding
-    velocity = jnp.asarray(velocity)
+    velocity = _validate.real_array(velocity, name="velocity")
     if velocity.shape != (*lead, 2, *d.shape[-2:]):
         raise TypeError(
             f"`velocity` must have shape {(*lead, 2, *d.shape[-2:])}, got {velocity.shape}."

@@ -24,6 +24,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy import ndimage
 
+from jaxkit import _validate
+
 _EIGHT = np.ones((3, 3), dtype=bool)
 
 
@@ -177,6 +179,7 @@ def _match(gt_parts, pred_parts, n_pred, distance):
 
 
 def _check_distance(distance):
+    _validate.real_scalar(distance, name="distance")  # NumPy's error would name nothing
     if not (np.isfinite(distance) and distance > 0):
         raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
 
@@ -304,9 +307,10 @@ def points_from_masks(mask, *, max_targets: int | None = None):
     if m.ndim == 2:
         m = m[None]
     cents = [_components(x)[0] for x in m]
-    k = max([len(c) for c in cents] + [1]) if max_targets is None else int(max_targets)
-    if k < 1:
-        raise ValueError(f"`max_targets` must be >= 1, got {max_targets!r}.")
+    if max_targets is None:
+        k = max([len(c) for c in cents] + [1])
+    else:
+        k = _validate.python_int(max_targets, name="max_targets", minimum=1)
     pts = np.zeros((len(m), k, 2), np.float32)
     valid = np.zeros((len(m), k), bool)
     for i, c in enumerate(cents):

@@ -1,0 +1,67 @@
+"""Keyword-sweep recipes for data (see tests/keywords.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit import data
+from tests.data import cases as C
+
+_rng = np.random.default_rng(0)
+N, DIM = 8, 4
+Q = _rng.normal(size=(N, DIM)).astype(np.float32)
+Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+D = Q + 0.5 * _rng.normal(size=(N, DIM)).astype(np.float32)
+D /= np.linalg.norm(D, axis=1, keepdims=True)
+LABELS = np.arange(N) % 2
+NBR = np.stack([np.roll(np.arange(N), -s) for s in (1, 2, 3)], 1).astype(np.int32)
+W = _rng.uniform(size=(N, 3)).astype(np.float32)
+
+
+def _key():
+    return jax.random.key(0)
+
+
+def _j(x):
+    """A JAX array (these functions take ``jax.Array`` embeddings only)."""
+    return jnp.asarray(x)
+
+
+def _hyper(**kw):
+    params, net, feats, batch, meta = C._mts_args(_key(), np.float32)
+    return data.mts_hypergrad(C._mts_loss, params, net, feats, batch, meta, lr=0.1, **kw)
+
+
+def _meta_step(**kw):
+    params, net, opt_state, feats, batch, meta = C._meta_args(_key(), np.float32)
+    return data.mts_meta_step(
+        C._mts_loss, C._MTS_OPT, params, net, opt_state, feats, batch, meta, lr=0.1, **kw
+    )
+
+
+RECIPES = {
+    "jaxkit.data.kmeans_batches": lambda **kw: data.kmeans_batches(
+        _j(Q), key=_key(), batch_size=2, **{"iters": 2, **kw}
+    ),
+    "jaxkit.data.nn_batches": lambda **kw: data.nn_batches(
+        _j(Q), _j(D), key=_key(), batch_size=2, **{"k": 3, "pool_factor": 2, **kw}
+    ),
+    "jaxkit.data.knn_label_agreement": lambda **kw: data.knn_label_agreement(
+        Q, LABELS, D, LABELS, **{"k": 3, **kw}
+    ),
+    "jaxkit.data.nearest_cosines": lambda **kw: data.nearest_cosines(Q, D, **kw),
+    "jaxkit.data.knn_graph": lambda **kw: data.knn_graph(
+        _j(Q), _j(D), **{"k": 3, "block": 4, **kw}
+    ),
+    "jaxkit.data.infonce": lambda **kw: data.infonce(Q, D, **kw),
+    "jaxkit.data.mts_hypergrad": _hyper,
+    "jaxkit.data.mts_meta_step": _meta_step,
+    "jaxkit.data.hobit_batches": lambda **kw: data.hobit_batches(
+        data.SparseHardness(_j(NBR), _j(W)), _j(Q), _j(D), key=_key(), batch_size=2, **kw
+    ),
+    "jaxkit.data.hobit_permutation": lambda **kw: data.hobit_permutation(
+        _j(Q), _j(D), key=_key(), batch_size=2, **{"k": 3, **kw}
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

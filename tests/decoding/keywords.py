@@ -1,0 +1,50 @@
+"""Keyword-sweep recipes for decoding (see tests/keywords.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit.decoding import ar_generate, dual_stream_batch, wedlm_generate, wedlm_loss
+from tests.decoding.cases import _APPLY, _P32, CFG, MASK
+
+_rng = np.random.default_rng(0)
+PROMPT = _rng.integers(0, MASK, size=(2, 3)).astype(np.int32)
+PROMPT_LEN = np.array([3, 2], np.int32)
+TOKENS = _rng.integers(0, MASK, size=(2, 4)).astype(np.int32)
+
+
+def _ar(**kw):
+    return ar_generate(
+        _P32, CFG, PROMPT, PROMPT_LEN, key=jax.random.key(0), max_new_tokens=2, **kw
+    ).tokens
+
+
+def _wedlm(**kw):
+    kw = {"window": 2, **kw}
+    return wedlm_generate(
+        _P32,
+        CFG,
+        PROMPT,
+        PROMPT_LEN,
+        key=jax.random.key(0),
+        mask_token_id=MASK,
+        max_new_tokens=2,
+        **kw,
+    ).tokens
+
+
+def _loss(**kw):
+    tokens = jnp.asarray(TOKENS)
+    lm = jnp.arange(tokens.shape[1])[None] >= 1
+    lm = jnp.broadcast_to(lm, tokens.shape)
+    batch = dual_stream_batch(tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK)
+    return wedlm_loss(_APPLY, _P32, batch, **kw)[0]
+
+
+RECIPES = {
+    "jaxkit.decoding.ar_generate": _ar,
+    "jaxkit.decoding.wedlm_loss": _loss,
+    "jaxkit.decoding.wedlm_generate": _wedlm,
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,146 @@
+"""Keyword-sweep recipes for diffusion (see tests/keywords.py)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxkit import diffusion
+from tests.diffusion import _toys
+
+V, L, MASK = 3, 4, 3  # 3 letters + [MASK] (id 3), length 4
+_rng = np.random.default_rng(0)
+X0 = _rng.integers(0, V, size=(4, L)).astype(np.int32)
+TEMPLATE = np.full((4, L), MASK, np.int32)
+AFFINITY = _rng.uniform(0.5, 2.0, size=(4,)).astype(np.float32)
+P_AGONIST = _rng.uniform(size=(4,)).astype(np.float32)
+LOG_W = _rng.normal(size=(4,)).astype(np.float32)
+EMB = _rng.normal(size=(4, 3)).astype(np.float32)
+LABELS = np.array([1, -1, 1, -1], np.int32)
+
+
+def _model():
+    """``(apply_fn, params)``: a cheap random MLP denoiser (built once)."""
+    return _toys.random_mlp(V, L, 0)
+
+
+def _oracle(tokens):
+    t = np.asarray(tokens)
+    return {
+        "affinity": (t == 2).mean(1).astype(np.float32),
+        "p_agonist": np.where(t[:, 0] == 1, 0.9, 0.2).astype(np.float32),
+    }
+
+
+def _buffer():
+    n = X0.shape[0]
+    buf = diffusion.Buffer(
+        tokens=X0,
+        unmask_step=np.zeros_like(X0),
+        valid=np.ones(X0.shape, bool),
+        direction=np.where(np.arange(n) % 2 == 0, 1, -1).astype(np.int32),
+        affinity=AFFINITY,
+        p_agonist=P_AGONIST,
+        reward=AFFINITY,
+        log_ratio=np.zeros((n,), np.float32),
+        log_w=LOG_W,
+    )
+    return jax.tree.map(jnp.asarray, buf)
+
+
+def _best_of_n(**kw):
+    f, p = _model()
+    return diffusion.best_of_n(
+        f, p, _oracle, key=jax.random.key(0), n=4, num_out=2, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **kw,
+    )  # fmt: skip
+
+
+def _smc(**kw):
+    f, p = _model()
+    return diffusion.smc_sample(
+        f, p, _oracle, key=jax.random.key(0), num_particles=4, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **kw,
+    )  # fmt: skip
+
+
+def _collect(**kw):
+    f, p = _model()
+    return diffusion.collect_onpolicy(
+        f, p, p, _oracle, key=jax.random.key(0), num_samples=4, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **kw,
+    )  # fmt: skip
+
+
+def _fine_tune(**kw):
+    f, p = _model()
+    small = {"samples_per_iter": 4, "steps_per_iter": 1, "num_steps": 2, "buffer_size": 4}
+    small.update(replicates=1, contrastive_weight=0.0)
+    return diffusion.fine_tune(
+        f, None, p, _oracle, key=jax.random.key(0), direction=1, length=L, mask_id=MASK,
+        optimizer=optax.sgd(1e-3), iterations=1, **{**small, **kw},
+    )  # fmt: skip
+
+
+def _rescore(**kw):
+    f, p = _model()
+    return diffusion.rescore_buffer(f, p, p, _buffer(), mask_id=MASK, num_steps=2, **kw)
+
+
+def _td3b_loss(**kw):
+    f, p = _model()
+    return diffusion.td3b_loss(
+        f, None, p, p, _buffer(), key=jax.random.key(0), mask_id=MASK,
+        **{"replicates": 1, "contrastive_weight": 0.0, **kw},
+    )  # fmt: skip
+
+
+def _td3b_step(**kw):
+    f, p = _model()
+    opt = optax.sgd(1e-3)
+    return diffusion.td3b_train_step(
+        f, None, opt, p, opt.init(p), p, _buffer(), key=jax.random.key(0), mask_id=MASK,
+        **{"replicates": 1, "contrastive_weight": 0.0, **kw},
+    )  # fmt: skip
+
+
+def _keyed(fn, *args, **fixed):
+    """A recipe ``fn(apply_fn, params, *args, key=..., mask_id=MASK, **fixed, **kw)``."""
+
+    def call(**kw):
+        f, p = _model()
+        return fn(f, p, *args, key=jax.random.key(0), mask_id=MASK, **{**fixed, **kw})
+
+    return call
+
+
+RECIPES = {
+    "jaxkit.diffusion.best_of_n": _best_of_n,
+    "jaxkit.diffusion.smc_sample": _smc,
+    "jaxkit.diffusion.collect_onpolicy": _collect,
+    "jaxkit.diffusion.fine_tune": _fine_tune,
+    "jaxkit.diffusion.rescore_buffer": _rescore,
+    "jaxkit.diffusion.log_likelihood_bound": _keyed(
+        diffusion.log_likelihood_bound, X0, num_samples=2
+    ),
+    "jaxkit.diffusion.mdlm_loss": _keyed(diffusion.mdlm_loss, X0),
+    "jaxkit.diffusion.sample": _keyed(diffusion.sample, TEMPLATE, num_steps=2),
+    "jaxkit.diffusion.td3b_loss": _td3b_loss,
+    "jaxkit.diffusion.td3b_train_step": _td3b_step,
+    "jaxkit.diffusion.contrastive_margin": functools.partial(
+        diffusion.contrastive_margin, EMB, LABELS
+    ),
+    "jaxkit.diffusion.gated_reward": functools.partial(
+        diffusion.gated_reward, AFFINITY, P_AGONIST, direction=1
+    ),
+    "jaxkit.diffusion.log_importance_weight": functools.partial(
+        diffusion.log_importance_weight, AFFINITY, P_AGONIST
+    ),
+    "jaxkit.diffusion.wdce_loss": _keyed(diffusion.wdce_loss, X0, LOG_W, replicates=1),
+    "jaxkit.diffusion.toy_nature": diffusion.toy_nature,
+    "jaxkit.diffusion.toy_nature_sample": functools.partial(diffusion.toy_nature_sample, 2, seed=0),
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,65 @@
+"""Keyword-sweep recipes for editing (see tests/keywords.py)."""
+
+import functools
+
+import numpy as np
+
+from jaxkit import editing
+
+K, D, O = 3, 4, 2
+_rng = np.random.default_rng(0)
+IMAGES = _rng.normal(size=(2, 2, 5, 5)).astype(np.float32)
+W = _rng.normal(size=(D, O)).astype(np.float32)
+PW = _rng.normal(size=(K, D, O)).astype(np.float32)
+RATIO = np.asarray([0.2, 0.3, 0.5], np.float32)
+MEMORIES = np.asarray([0, 2], np.int32)
+COEF = np.asarray([1.0, -0.5, 0.25], np.float32)
+_ROWS = _rng.normal(size=(K, 10, D + 1)).astype(np.float32)
+_ROWS[..., -1] = 1.0
+COV = np.einsum("krd,kre->kde", _ROWS, _ROWS) / 10  # per-memory covariances (augmented)
+COUNT = np.asarray([10, 10, 10], np.int32)
+X = _rng.normal(size=(6, D)).astype(np.float32)
+LABELS = np.asarray([0, 1, 0, 1, 1, 0], np.int32)
+IDS = np.asarray([0, 1, 2, 0, 1, 2], np.int32)
+BATCHES = _rng.normal(size=(2, 6, D)).astype(np.float32)
+BATCH_IDS = _rng.integers(-1, K, size=(2, 6)).astype(np.int32)
+
+
+def _layers():
+    return {"a": editing.Linear(W)}
+
+
+def _engrams():
+    return editing.Engrams({"a": editing.Linear(PW)}, {"a": RATIO})
+
+
+def _apply(layers, x):
+    h = x @ layers["a"].w
+    return h, {"h": h}
+
+
+def _taps(params, batch):
+    return {"a": batch}
+
+
+RECIPES = {
+    "jaxkit.editing.conv_patches": functools.partial(editing.conv_patches, IMAGES, 3),
+    "jaxkit.editing.criteria": lambda **kw: editing.criteria(
+        _apply, _layers(), _engrams(), X, LABELS, IDS, **kw
+    ),
+    "jaxkit.editing.compose": lambda **kw: editing.compose(_layers(), _engrams(), COEF, **kw),
+    "jaxkit.editing.engram_projection": lambda **kw: editing.engram_projection(
+        W, COV[0, :D, :D], COV.mean(0)[:D, :D], **kw
+    ),
+    "jaxkit.editing.erase": lambda **kw: editing.erase(_layers(), _engrams(), MEMORIES, **kw),
+    "jaxkit.editing.extract": lambda **kw: editing.extract(
+        {"a": editing.Linear(W, np.zeros(O, np.float32))},
+        editing.CovStats({"a": COV}, {"a": COUNT}),
+        **kw,
+    ),
+    "jaxkit.editing.collect_stats": lambda **kw: editing.collect_stats(
+        _taps, None, BATCHES, BATCH_IDS, num_memories=K, **kw
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

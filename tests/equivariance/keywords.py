@@ -1,0 +1,65 @@
+"""Keyword-sweep recipes for equivariance (see tests/keywords.py)."""
+
+import functools
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import jaxkit.equivariance as E
+
+_rng = np.random.default_rng(0)
+X = _rng.normal(size=(8, 2)).astype(np.float32)
+T = _rng.normal(size=(8, 2)).astype(np.float32)
+W = _rng.normal(size=(2, 2)).astype(np.float32)
+PERMS = np.stack([np.eye(3)[list(p)] for p in itertools.permutations(range(3))])
+
+
+@functools.cache
+def _group():
+    return E.cyclic_rot2d(4)
+
+
+@functools.cache
+def _layer():
+    return E.RECMLinear(_group(), key=jax.random.key(0))
+
+
+def _key():
+    return jax.random.key(0)
+
+
+def _step(tx, params=None):
+    """One update of ``tx`` on ``params`` (default: the layer's parameters)."""
+    if params is None:
+        params = eqx.filter(_layer(), eqx.is_inexact_array)
+    grads = jax.tree.map(jnp.ones_like, params)
+    return tx.update(grads, tx.init(params), params)[0]
+
+
+RECIPES = {
+    "jaxkit.equivariance.linear_gap": lambda **kw: E.linear_gap(X, T, _group(), **kw),
+    "jaxkit.equivariance.mmd_gap": lambda **kw: E.mmd_gap(
+        X, T, _group(), key=_key(), **{"n_permutations": 4, **kw}
+    ),
+    "jaxkit.equivariance.finite_group": functools.partial(E.finite_group, PERMS, PERMS),
+    "jaxkit.equivariance.normalized_complement": lambda **kw: E.normalized_complement(
+        W, _group(), **kw
+    ),
+    "jaxkit.equivariance.equivariance_error": lambda **kw: E.equivariance_error(
+        lambda z: z, X, _group(), key=_key(), **{"n_samples": 4, **kw}
+    ),
+    "jaxkit.equivariance.equivariant_basis": lambda **kw: E.equivariant_basis(_group(), **kw),
+    "jaxkit.equivariance.recm_modulation": lambda **kw: _step(
+        E.recm_modulation(0.1, **kw), {"theta": jnp.asarray(0.5)}
+    ),
+    "jaxkit.equivariance.recm_optimizer": lambda **kw: _step(
+        E.recm_optimizer(optax.sgd(0.1), learning_rate=0.1, **kw)
+    ),
+    "jaxkit.equivariance.rpp_penalty": lambda **kw: E.rpp_penalty(_layer(), **kw),
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,86 @@
+"""Keyword-sweep recipes for hypospace (see tests/keywords.py)."""
+
+import functools
+
+import jax
+import numpy as np
+
+from jaxkit import hypospace as H
+
+ADM = np.array([1, 1, 0, 1, 0, 1, 1, 0, 0, 1, 0, 0], bool)
+SCORE = np.array([0, 1, 2, 1, 3, 2, 0, 1, 1, 3, 2, 0], np.float32)
+TABLE = np.arange(100, 112, dtype=np.int32)
+P = np.full(12, 1 / 12, np.float32)
+STRATA = np.arange(12, dtype=np.int32) % 2
+QUOTAS = np.array([2, 1], np.int32)
+HEIGHTS = np.array([[1, 0], [2, 0]], np.int8)
+LAYERS = np.array([[[1, 0], [1, 0]], [[0, 0], [1, 0]]], np.int8)  # heights 1 0 / 2 0
+TOP = (HEIGHTS > 0).astype(np.int8)
+
+
+class _Scripted:
+    """A fake LLM client (no network): answers ``text`` to every prompt."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __call__(self, prompt):
+        return self.text, {"prompt_tokens": 1, "completion_tokens": 1}
+
+
+def _causal_task():
+    return H.generate_collection(3, (1,))[0]
+
+
+def _evaluate(**kw):
+    c = H.boolean_candidates("basic", 1)
+    tasks = H.boolean_collection("basic", 1)[:2]
+    adm = H.task_masks([t.admissible for t in tasks], c.ids)
+    return H.evaluate(c, adm, H.SamplerSpec("uniform_space"), key=jax.random.key(0), **kw)
+
+
+RECIPES = {
+    "jaxkit.hypospace.enumerate_dags": functools.partial(H.enumerate_dags, 3),
+    "jaxkit.hypospace.generate_collection": functools.partial(H.generate_collection, 3),
+    "jaxkit.hypospace.evaluate": _evaluate,
+    "jaxkit.hypospace.causal_prompt": lambda **kw: H.causal_prompt(_causal_task(), [], **kw),
+    "jaxkit.hypospace.openai_client": functools.partial(
+        H.openai_client, base_url="http://127.0.0.1:9/v1", model="m", api_key="k"
+    ),
+    "jaxkit.hypospace.parse_causal": functools.partial(H.parse_causal, "Graph: A->B", 3),
+    "jaxkit.hypospace.run_causal": lambda **kw: H.run_causal(
+        _Scripted("Graph: A->B"), _causal_task(), 1, **kw
+    ),
+    "jaxkit.hypospace.run_boolean": lambda **kw: H.run_boolean(
+        _Scripted("Expression: x"),
+        H.boolean_collection("basic", 1)[0],
+        1,
+        ops="basic",
+        depth=1,
+        **kw,
+    ),
+    "jaxkit.hypospace.run_voxel": lambda **kw: H.run_voxel(
+        _Scripted("Structure:\nLayer 1:\n1 0\n0 0"),
+        H.voxel_collection(2, 2, 1)[0],
+        1,
+        max_height=2,
+        **kw,
+    ),  # fmt: skip
+    "jaxkit.hypospace.collapsed": lambda **kw: H.collapsed(
+        TABLE, ADM, SCORE, 3, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.hypospace.collapsed_probs": lambda **kw: H.collapsed_probs(
+        ADM, SCORE, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.hypospace.stratified": lambda **kw: H.stratified(
+        TABLE, P, STRATA, QUOTAS, 3, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.hypospace.sample_sets": lambda **kw: H.sample_sets(list(range(5)), 2, **kw),
+    "jaxkit.hypospace.layers_from_heights": functools.partial(H.layers_from_heights, HEIGHTS),
+    "jaxkit.hypospace.validate_voxel": functools.partial(H.validate_voxel, LAYERS, TOP),
+    "jaxkit.hypospace.voxel_collection": lambda **kw: H.voxel_collection(
+        **{"g": 2, "max_height": 2, **kw}
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,27 @@
+"""Keyword-sweep recipes for interop (see tests/keywords.py)."""
+
+import equinox as eqx
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from jaxkit.interop.flax import to_nnx
+from jaxkit.interop.haiku import to_haiku
+
+
+def _mlp():
+    return eqx.nn.MLP(4, 3, 8, 1, activation=jnp.tanh, key=jax.random.key(3))
+
+
+def _haiku(**kw):
+    mlp = _mlp()
+    f = hk.without_apply_rng(hk.transform(lambda x: to_haiku(mlp, **kw)(x)))
+    return f.init(None, jnp.zeros((4,)))  # unbatched without `batch_axis`
+
+
+RECIPES = {
+    "jaxkit.interop.flax.to_nnx": lambda **kw: to_nnx(_mlp(), **kw),
+    "jaxkit.interop.haiku.to_haiku": _haiku,
+}
+
+EXEMPT: dict[str, str] = {}

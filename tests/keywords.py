@@ -1,0 +1,161 @@
+"""The keyword sweep: every public function's numeric keywords reject a string and a NaN.
+
+The conformance suite (``tests/conformance.py``) checks the hyperparameters each case
+registers. This sweep covers the rest of every public signature: each keyword argument
+whose default is an ``int`` or ``float`` (not a ``bool``), or ``None`` with an annotation
+naming ``int`` or ``float``, is a *numeric keyword*, and
+
+* ``"0.1"`` (a string) must raise a ``TypeError`` whose message names the keyword in
+  backticks (``ValueError`` is accepted too where the annotation admits a string, e.g.
+  ``window: int | Literal["auto"]``);
+* NaN, for a keyword whose default is a ``float`` or whose annotation names ``float``, must
+  raise an error naming it (any class: an ``eqx.error_if`` guard raises a runtime error);
+* ``1.5``, for the other (integer) keywords, must raise a ``TypeError`` naming it (``int()``
+  would truncate it to 1 without a word).
+
+Each area lists, in ``tests/<area>/keywords.py``, a ``RECIPES`` dict from a public path
+(``"jaxkit.soft.sort"``; any public path of the function) to a callable that calls the
+function on small valid inputs and forwards its keyword arguments (``functools.partial(
+soft.sort, X)`` is one), and an ``EXEMPT`` dict from ``"path:keyword"`` to the reason a
+keyword is not swept (e.g. NaN is a meaningful value there). The recipe called with no
+keyword must succeed, so that an error in the sweep is the keyword's. Classes (equinox
+modules, configs) are not swept: their fields are checked where they are constructed.
+
+``tests/test_keywords.py`` (default tier, no call) checks that every public function with a
+numeric keyword has a recipe or an exemption, and that no entry is stale; each area's
+``test_keywords.py`` (slow tier) runs the sweep over its recipes with :func:`sweep`.
+"""
+
+import dataclasses
+import importlib
+import inspect
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+import jaxkit
+from scripts.docs import jaxkit_docs as D
+from tests.conformance import without_jaxtyping
+
+STRING = "0.1"
+NOT_INT = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Keyword:
+    """One numeric keyword: its name, whether NaN is swept, whether a string may be a value."""
+
+    name: str
+    floating: bool
+    admits_str: bool
+
+
+def numeric_keywords(fn: Callable[..., Any]) -> list[Keyword]:
+    """The numeric keywords of ``fn``'s signature, in order (see the module docstring)."""
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.default is inspect.Parameter.empty or isinstance(p.default, bool):
+            continue
+        ann = str(p.annotation)
+        numeric_none = p.default is None and re.search(r"\b(int|float)\b", ann)
+        if not (isinstance(p.default, int | float) or numeric_none):
+            continue
+        floating = isinstance(p.default, float) or bool(re.search(r"\bfloat\b", ann))
+        admits_str = bool(re.search(r"\bstr\b|Literal", ann))
+        out.append(Keyword(p.name, floating, admits_str))
+    return out
+
+
+def public_functions(area: str) -> dict[str, Callable[..., Any]]:
+    """Every public path of the area that names a function: path -> function."""
+    out = {}
+    for mod in D.public_modules(area):
+        runtime = importlib.import_module(mod)
+        for n in D.public_names(mod):
+            obj = getattr(runtime, n.name, None)
+            if not n.is_module and inspect.isfunction(obj):
+                out[n.path] = obj
+    return out
+
+
+def swept_functions(area: str) -> dict[Callable[..., Any], list[str]]:
+    """The area's functions with a numeric keyword -> their public paths."""
+    out: dict[Callable[..., Any], list[str]] = {}
+    for path, fn in public_functions(area).items():
+        if numeric_keywords(fn):
+            out.setdefault(fn, []).append(path)
+    return out
+
+
+def recipes_of(area: str) -> tuple[dict[str, Callable[..., Any]], dict[str, str]]:
+    """``(RECIPES, EXEMPT)`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+    try:
+        mod = importlib.import_module(f"tests.{area}.keywords")
+    except ModuleNotFoundError as e:
+        if e.name not in (f"tests.{area}", f"tests.{area}.keywords"):
+            raise
+        return {}, {}
+    return dict(mod.RECIPES), dict(getattr(mod, "EXEMPT", {}))
+
+
+def resolve(path: str) -> Callable[..., Any]:
+    """The object at a dotted public path."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _names(msg: str, kw: str) -> bool:
+    return f"`{kw}`" in msg
+
+
+def _run(call: Callable[..., Any], **kwargs: Any) -> BaseException | None:
+    """``call(**kwargs)`` to completion; the exception it raised, or None."""
+    try:
+        jax.block_until_ready(jax.tree.leaves(call(**kwargs)))
+    except Exception as e:  # noqa: BLE001 (under jit an eqx.error_if is a runtime error)
+        return e
+    return None
+
+
+def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[str]:
+    """Sweep one recipe; the failures, one line each (empty: every keyword passed).
+
+    ``exempt``: ``"path:keyword"`` -> reason, for the keywords not swept.
+    """
+    fn = resolve(path)
+    err = _run(call)
+    if err is not None:
+        return [f"{path}: the recipe itself raised {type(err).__name__}: {str(err)[:200]}"]
+    failures = []
+    for kw in numeric_keywords(fn):
+        if f"{path}:{kw.name}" in exempt:
+            continue
+        probes = [("a string", STRING), ("NaN", math.nan) if kw.floating else ("a float", NOT_INT)]
+        for what, value in probes:
+            with without_jaxtyping():  # what a user meets: jaxkit's own checks
+                e = _run(call, **{kw.name: value})
+            if e is None:
+                failures.append(f"{path}: {kw.name}={value!r} raised nothing")
+                continue
+            msg = str(e)
+            if not _names(msg, kw.name):
+                failures.append(
+                    f"{path}: {kw.name}={value!r} raised {type(e).__name__} without naming "
+                    f"`{kw.name}`: {msg[:200]}"
+                )
+            elif what != "NaN":
+                str_ok = what == "a string" and kw.admits_str
+                allowed = (TypeError, ValueError) if str_ok else (TypeError,)
+                if not isinstance(e, allowed):
+                    failures.append(
+                        f"{path}: {kw.name}={value!r} raised {type(e).__name__}, not a "
+                        f"TypeError ({what} is the wrong type): {msg[:200]}"
+                    )
+    return failures
+
+
+def all_areas() -> tuple[str, ...]:
+    return tuple(jaxkit._SUBPACKAGES)

@@ -1,0 +1,58 @@
+"""Keyword-sweep recipes for memory (see tests/keywords.py).
+
+The tiny backbone and adapter of ``tests/memory/_setup.py`` are imported on first use, not at
+import (building them is JAX work).
+"""
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from jaxkit import memory, nn
+
+_rng = np.random.default_rng(0)
+S = 6
+CTX = np.ones((2, S, 16), np.float32)
+VALID = np.ones((2, S), bool)
+AT = np.array([2, 3], np.int32)
+K = np.array([1, 3], np.int32)
+TARGETS = _rng.normal(size=(2, 2, 16)).astype(np.float32)
+BATCH1 = (CTX, VALID, AT, K, TARGETS, VALID[:, :2])
+
+
+def _setup():
+    from tests.memory import _setup as S
+
+    return S
+
+
+def _generate(**kw):
+    S = _setup()
+    emb = nn.embed(S.P, S.CFG, S.PROMPT)
+    return memory.dlmr_generate(
+        S.P, S.CFG, S.AP, S.MC, emb, S.PLEN, key=jax.random.key(0), max_new_tokens=2, **kw
+    ).tokens
+
+
+def _step(**kw):
+    S = _setup()
+    tx = memory.dlmr_optimizer(1, lr=1e-2)
+    return memory.dlmr_step(1, S.AP, tx.init(S.AP), BATCH1, tx=tx, cfg=S.MC, **kw)
+
+
+def _optimizer(**kw):
+    S = _setup()
+    tx = memory.dlmr_optimizer(1, **kw)
+    return tx.init(eqx.filter(S.AP, eqx.is_inexact_array))
+
+
+RECIPES = {
+    "jaxkit.memory.dlmr_generate": _generate,
+    "jaxkit.memory.dlmr_optimizer": _optimizer,
+    "jaxkit.memory.dlmr_step": _step,
+    "jaxkit.memory.stage1_loss": lambda **kw: memory.stage1_loss(
+        _setup().AP, *BATCH1, cfg=_setup().MC, **kw
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,74 @@
+"""Keyword-sweep recipes for neuro (see tests/keywords.py)."""
+
+import functools
+import os
+import tempfile
+
+import jax
+import numpy as np
+
+from jaxkit import neuro
+
+_rng = np.random.default_rng(0)
+X = _rng.normal(size=(8, 4)).astype(np.float32)
+Z = _rng.normal(size=(8, 2)).astype(np.float32)
+Z4 = _rng.normal(size=(8, 4)).astype(np.float32)
+LOG_STD = (-1.0 + 0.3 * _rng.normal(size=(8, 4))).astype(np.float32)
+LORENZ = _rng.normal(size=(12, 3)).astype(np.float32)
+
+
+@functools.cache
+def _model():
+    return neuro.LowRankRNN(4, 2, key=jax.random.key(1))
+
+
+@functools.cache
+def _nwb_file():
+    """A tiny NWB-layout HDF5 file (two units, a trial table), written once."""
+    import h5py
+
+    path = os.path.join(tempfile.mkdtemp(prefix="jaxkit-kw-"), "a.nwb")
+    spikes = [np.sort(_rng.uniform(0.05, 0.95, n)) for n in (5, 7)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("units/spike_times", data=np.concatenate(spikes))
+        f.create_dataset("units/spike_times_index", data=np.cumsum([len(s) for s in spikes]))
+        f.create_dataset("intervals/trials/start_time", data=np.asarray([0.0, 0.5]))
+        f.create_dataset("intervals/trials/stop_time", data=np.asarray([0.5, 1.0]))
+    return path
+
+
+def _key():
+    return jax.random.key(0)
+
+
+RECIPES = {
+    "jaxkit.neuro.ica_baseline": lambda **kw: neuro.ica_baseline(_model(), X, **kw),
+    "jaxkit.neuro.lorenz_thomas": lambda **kw: neuro.lorenz_thomas(
+        10, **{"substeps": 2, "burn_in": 5, **kw}
+    ),
+    "jaxkit.neuro.synthetic_lowrank": lambda **kw: neuro.synthetic_lowrank(
+        LORENZ, key=_key(), **{"n_neurons": 6, **kw}
+    ),
+    "jaxkit.neuro.principal_init": lambda **kw: neuro.principal_init(
+        _model(), X[:-1], X[1:], key=_key(), **kw
+    ),
+    "jaxkit.neuro.facrnn_loss": lambda **kw: neuro.facrnn_loss(
+        _model(), X[:-1], X[1:], key=_key(), n_total=100, **kw
+    ),
+    "jaxkit.neuro.observation_log_lik": lambda **kw: neuro.observation_log_lik(
+        _model(), Z, X, **kw
+    ),
+    "jaxkit.neuro.group_aligned_r2": lambda **kw: neuro.group_aligned_r2(Z4, Z4, n_groups=2, **kw),
+    "jaxkit.neuro.load_nwb": lambda **kw: neuro.load_nwb(_nwb_file(), **{"bin_width": 0.1, **kw}),
+    "jaxkit.neuro.partial_correlation_eval": lambda **kw: neuro.partial_correlation_eval(
+        Z4, LOG_STD, n_groups=2, key=_key(), **{"n_mc": 2, "chunk": 4, **kw}
+    ),
+    "jaxkit.neuro.total_correlation": lambda **kw: neuro.total_correlation(
+        Z4, LOG_STD, key=_key(), **{"n_mc": 2, "chunk": 4, **kw}
+    ),
+    "jaxkit.neuro.fit": lambda **kw: neuro.fit(
+        _model(), X[:-1], X[1:], key=_key(), steps=2, **{"batch_size": 4, **kw}
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

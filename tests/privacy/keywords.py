@@ -1,0 +1,87 @@
+"""Keyword-sweep recipes for privacy (see tests/keywords.py)."""
+
+import functools
+
+import jax
+import numpy as np
+
+from jaxkit import privacy
+from jaxkit.privacy import audit
+from jaxkit.privacy import lowrank as L
+
+_rng = np.random.default_rng(0)
+W = _rng.normal(size=(6, 5)).astype(np.float32)
+A = _rng.normal(size=(6, 2)).astype(np.float32)
+B = _rng.normal(size=(5, 2)).astype(np.float32)
+GA = _rng.normal(size=(3, 6, 2)).astype(np.float32)
+GB = _rng.normal(size=(3, 5, 2)).astype(np.float32)
+X = _rng.normal(size=(4, 3)).astype(np.float32)
+PARAMS = {"w": W}
+DP = dict(clip_norm=1.0, noise_multiplier=1.0, denom=3.0)
+
+
+def _optimizer(make, *args, per_example=True, **fixed):
+    """A recipe for an optax transformation: build it, then one update on LoRA factors."""
+
+    def call(**kw):
+        tx = make(*args, **fixed, **kw)
+        f = L.LoraFactors(A, B)
+        g = L.LoraFactors(GA, GB) if per_example else L.LoraFactors(GA[0], GB[0])
+        return tx.update(g, tx.init(f), f)[0]
+
+    return call
+
+
+def _keyed_optimizer(make, *args, **fixed):
+    return lambda **kw: _optimizer(make, *args, key=jax.random.key(0), **fixed)(**kw)
+
+
+def _lora():
+    return privacy.lora_init(PARAMS, targets="w", rank=2, key=jax.random.key(0)).lora
+
+
+def _loss(w, x):
+    return ((x @ w) ** 2).sum()
+
+
+def _canary(**kw):
+    base = L.LoraFactors(GA, GB)
+    canary = L.LoraFactors(GA[0], GB[0])
+
+    def release(g, k):
+        return jax.tree.map(lambda x: x.sum(0) + jax.random.normal(k, x.shape[1:]), g)
+
+    return audit.canary_audit(
+        release, base=base, canary=canary, key=jax.random.key(0), **{"trials": 20, **kw}
+    )
+
+
+RECIPES = {
+    "jaxkit.privacy.calibrate_sigma": functools.partial(
+        privacy.calibrate_sigma, epsilon=2.0, delta=1e-5, q=0.01, steps=10
+    ),
+    "jaxkit.privacy.ffa_lora": _keyed_optimizer(privacy.ffa_lora, 0.1, **DP),
+    "jaxkit.privacy.naive_dp_lora": _keyed_optimizer(privacy.naive_dp_lora, 0.1, **DP),
+    "jaxkit.privacy.nonprivate_lora": _optimizer(privacy.nonprivate_lora, 0.1),
+    "jaxkit.privacy.lora_init": lambda **kw: privacy.lora_init(
+        PARAMS, targets="w", rank=2, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.privacy.lora_merge": lambda **kw: privacy.lora_merge(PARAMS, _lora(), **kw),
+    "jaxkit.privacy.lora_unmerge": lambda **kw: privacy.lora_unmerge(PARAMS, _lora(), **kw),
+    "jaxkit.privacy.per_example_grads": lambda **kw: privacy.per_example_grads(
+        _loss, W[:3], X, **kw
+    ),
+    "jaxkit.privacy.prism": _keyed_optimizer(privacy.prism, 0.1, **DP),
+    "jaxkit.privacy.prism_privatize": _keyed_optimizer(privacy.prism_privatize, **DP),
+    "jaxkit.privacy.prism_adaptive": _optimizer(privacy.prism_adaptive, 0.1, per_example=False),
+    "jaxkit.privacy.audit.clopper_pearson": functools.partial(audit.clopper_pearson, 3, 10),
+    "jaxkit.privacy.audit.canary_audit": _canary,
+    "jaxkit.privacy.lowrank.balanced_random_init": lambda **kw: L.balanced_random_init(
+        key=jax.random.key(0), m=6, n=5, rank=2, **kw
+    ),
+    "jaxkit.privacy.lowrank.spectral_init": lambda **kw: L.spectral_init(
+        W, rank=2, key=jax.random.key(0), **kw
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

@@ -1,0 +1,62 @@
+"""Keyword-sweep recipes for retrieval (see tests/keywords.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkit import retrieval
+
+_rng = np.random.default_rng(0)
+TABLE = _rng.normal(size=2**3).astype(np.float32)  # a value per coalition of 3 players
+TOKENS = _rng.normal(size=(6, 3)).astype(np.float32)
+SCORES = _rng.normal(size=(4, 4)).astype(np.float32)
+LOCAL = _rng.normal(size=(2, 4, 4)).astype(np.float32)
+SIM = _rng.normal(size=(3, 2)).astype(np.float32)
+PHI = _rng.normal(size=(3, 2)).astype(np.float32)
+MASK_A = np.array([True, True, False])
+MASK_B = np.array([True, True])
+_E = _rng.normal(size=(8, 5))
+_E /= np.linalg.norm(_E, axis=1, keepdims=True)
+SELFSIM = (_E @ _E.T).astype(np.float32)
+SIMS = (np.eye(8) + 0.1 * _rng.normal(size=(8, 8))).astype(np.float32)
+
+
+def _value(t, m):
+    """A coalition's value: the table entry at the mask's binary index."""
+    return t[jnp.sum(jnp.where(m, 2 ** jnp.arange(m.shape[-1]), 0))]
+
+
+def _key():
+    return jax.random.key(0)
+
+
+RECIPES = {
+    "jaxkit.retrieval.banzhaf_mc": lambda **kw: retrieval.banzhaf_mc(
+        _value, jnp.asarray(TABLE), n_players=3, key=_key(), **{"n_samples": 4, **kw}
+    ),
+    "jaxkit.retrieval.dpc_knn": lambda **kw: retrieval.dpc_knn(
+        TOKENS, n_centers=2, **{"k": 2, **kw}
+    ),
+    "jaxkit.retrieval.info_nce": lambda **kw: retrieval.info_nce(SCORES, **kw),
+    "jaxkit.retrieval.negative_filter": lambda **kw: retrieval.negative_filter(TOKENS, **kw),
+    "jaxkit.retrieval.pyramid_consistency": lambda **kw: retrieval.pyramid_consistency(
+        LOCAL, SCORES, **kw
+    ),
+    "jaxkit.retrieval.stii_alignment_loss": lambda **kw: retrieval.stii_alignment_loss(
+        SIM, PHI, MASK_A, MASK_B, **kw
+    ),
+    "jaxkit.retrieval.dissimilar_subset": lambda **kw: retrieval.dissimilar_subset(
+        SELFSIM, size=3, **kw
+    ),
+    "jaxkit.retrieval.protocol_metrics": lambda **kw: retrieval.protocol_metrics(
+        SIMS, "guo", key=_key(), **{"batch_size": 4, **kw}
+    ),
+    "jaxkit.retrieval.retrieval_metrics": lambda **kw: retrieval.retrieval_metrics(
+        SIMS, **({"text_selfsim": SELFSIM} if "threshold" in kw else {}), **kw
+    ),
+    "jaxkit.retrieval.synthetic_motion_text": lambda **kw: retrieval.synthetic_motion_text(
+        4, key=_key(), **{"length": 12, **kw}
+    ),
+}
+
+EXEMPT: dict[str, str] = {}

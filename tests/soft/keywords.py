@@ -1,0 +1,82 @@
+"""Keyword-sweep recipes for soft (see tests/keywords.py)."""
+
+import functools
+
+import jax
+import numpy as np
+
+from jaxkit import soft
+from jaxkit.soft import random as srandom
+
+_rng = np.random.default_rng(0)
+X = _rng.normal(size=(4, 6)).astype(np.float32)
+Y = _rng.normal(size=(4, 6)).astype(np.float32)
+UNIT = _rng.uniform(size=(4, 6)).astype(np.float32)  # truth values in [0, 1] for soft.all
+LOGITS = _rng.normal(size=(3, 5)).astype(np.float32)
+PROBS = np.full((5,), 0.2, np.float32)
+
+
+def _on(fn, *args):
+    """A recipe: ``fn(*args, **kw)``."""
+    return functools.partial(fn, *args)
+
+
+def _keyed(fn, *args):
+    """A recipe for a ``soft.random`` function: a fresh key, then ``args``."""
+    return lambda **kw: fn(jax.random.key(0), *args, **kw)
+
+
+# Functions of ``x`` alone (elementwise, reductions, sorting), with their straight-through twins.
+_UNARY = [
+    "abs", "heaviside", "relu", "round", "sign",
+    "sort", "rank", "argsort", "max", "min", "argmax", "argmin", "median", "argmedian",
+]  # fmt: skip
+# Functions of ``x`` and ``y`` (comparisons).
+_BINARY = ["equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "isclose"]
+
+RECIPES = {}
+for _name in _UNARY:
+    for _suffix in ("", "_st"):
+        RECIPES[f"jaxkit.soft.{_name}{_suffix}"] = _on(getattr(soft, _name + _suffix), X)
+for _name in _BINARY:
+    for _suffix in ("", "_st"):
+        RECIPES[f"jaxkit.soft.{_name}{_suffix}"] = _on(getattr(soft, _name + _suffix), X, Y)
+for _suffix in ("", "_st"):
+    RECIPES[f"jaxkit.soft.clip{_suffix}"] = _on(getattr(soft, "clip" + _suffix), X, -0.5, 0.5)
+    for _name in ("percentile", "argpercentile"):
+        RECIPES[f"jaxkit.soft.{_name}{_suffix}"] = _on(getattr(soft, _name + _suffix), X, 30.0)
+    for _name in ("quantile", "argquantile"):
+        RECIPES[f"jaxkit.soft.{_name}{_suffix}"] = _on(getattr(soft, _name + _suffix), X, 0.3)
+    for _name in ("top_k", "argtop_k"):
+        RECIPES[f"jaxkit.soft.{_name}{_suffix}"] = _on(getattr(soft, _name + _suffix), X, 2)
+
+RECIPES["jaxkit.soft.sigmoidal"] = _on(soft.sigmoidal, X)  # no straight-through twin
+RECIPES["jaxkit.soft.softrelu"] = _on(soft.softrelu, X)
+RECIPES["jaxkit.soft.all"] = _on(soft.all, UNIT)
+RECIPES["jaxkit.soft.calibrate"] = _on(soft.calibrate, "softsort", 64)
+RECIPES["jaxkit.soft.banded_error_bound"] = lambda **kw: soft.banded_error_bound(
+    "sort", X, window=2, **kw
+)
+
+# soft.random mirrors jax.random: the key first, then the distribution's arguments.
+_RANDOM = {
+    "bernoulli": (),
+    "binomial": (5, 0.3),
+    "categorical": (LOGITS,),
+    "choice": (5,),
+    "multinomial": (5, PROBS),
+    "permutation": (X,),
+    "rademacher": (),
+}
+for _name, _args in _RANDOM.items():
+    for _suffix in ("", "_st"):
+        _fn = getattr(srandom, _name + _suffix)
+        RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_fn, *_args)
+
+# gumbel_sinkhorn's softness has no default: the recipe passes one.
+SQUARE = LOGITS[:, :3]
+for _suffix in ("", "_st"):
+    _fn = functools.partial(getattr(srandom, "gumbel_sinkhorn" + _suffix), softness=0.5)
+    RECIPES[f"jaxkit.soft.random.gumbel_sinkhorn{_suffix}"] = _keyed(_fn, SQUARE)
+
+EXEMPT: dict[str, str] = {}

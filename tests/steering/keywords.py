@@ -1,0 +1,43 @@
+"""Keyword-sweep recipes for steering (see tests/keywords.py).
+
+The tiny backbone and value model of ``tests/steering/_setup.py`` are imported on first use,
+not at import (building them is JAX work).
+"""
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from jaxkit import steering
+
+_rng = np.random.default_rng(0)
+Z = _rng.normal(size=(2, 8)).astype(np.float32)  # [B, value_dim]
+
+
+def _setup():
+    from tests.steering import _setup as S
+
+    return S
+
+
+def _generate(**kw):
+    S = _setup()
+    return steering.svgt_generate(
+        S.P, S.CFG, S.VP, S.SC, S.PROMPT, S.PLEN, key=jax.random.key(0), max_new_tokens=2, **kw
+    ).tokens
+
+
+def _optimizer(**kw):
+    tx = steering.svgt_optimizer(3, **kw)
+    return tx.init(eqx.filter(_setup().VP, eqx.is_inexact_array))
+
+
+RECIPES = {
+    "jaxkit.steering.svgt_generate": _generate,
+    "jaxkit.steering.value_correction": lambda **kw: steering.value_correction(
+        _setup().VP.disc, Z, **kw
+    ),
+    "jaxkit.steering.svgt_optimizer": _optimizer,
+}
+
+EXEMPT: dict[str, str] = {}

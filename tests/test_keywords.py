@@ -1,0 +1,111 @@
+"""The keyword sweep (``tests/keywords.py``): coverage by default, the sweep in the slow tier.
+
+Default tier, no call: every public function with a numeric keyword has a recipe or an
+exemption in its area's ``tests/<area>/keywords.py``, and no recipe or exemption is stale.
+The machinery's own test: a function that converts its keyword without a check, names the
+wrong argument or truncates a float given for an int fails the sweep; one that validates
+passes.
+
+Slow tier: one test per recipe (the id is the public path, so ``tests/conftest.py`` counts
+it in the function's area), the string and the NaN (or 1.5) of every numeric keyword.
+"""
+
+import jax.numpy as jnp
+import pytest
+
+from jaxkit import _validate
+from tests import keywords as K
+
+AREAS = K.all_areas()
+
+
+def _all_recipes():
+    out = {}
+    for area in AREAS:
+        out.update(K.recipes_of(area)[0])
+    return out
+
+
+def _exempt():
+    out = {}
+    for area in AREAS:
+        out.update(K.recipes_of(area)[1])
+    return out
+
+
+@pytest.mark.parametrize("area", AREAS)
+def test_every_numeric_keyword_has_a_recipe(area):
+    recipes, exempt = K.recipes_of(area)
+    public = K.public_functions(area)
+    missing = []
+    for fn, paths in K.swept_functions(area).items():
+        if any(p in recipes for p in paths):
+            continue
+        kws = [k.name for k in K.numeric_keywords(fn)]
+        if all(any(f"{p}:{k}" in exempt for p in paths) for k in kws):
+            continue
+        missing.append(f"{paths[0]} {kws}")
+    assert not missing, (
+        f"public functions of `{area}` with numeric keywords and no recipe in "
+        f"tests/{area}/keywords.py (see tests/keywords.py): {missing}"
+    )
+    for path in recipes:
+        assert path in public, f"tests/{area}/keywords.py: {path} is not a public function"
+    for entry, reason in exempt.items():
+        path, _, kw = entry.partition(":")
+        assert path in public, f"tests/{area}/keywords.py EXEMPT: {path} is not public"
+        names = [k.name for k in K.numeric_keywords(public[path])]
+        assert kw in names, f"tests/{area}/keywords.py EXEMPT: {entry}: no numeric keyword {kw}"
+        assert reason.strip(), f"tests/{area}/keywords.py EXEMPT: {entry} gives no reason"
+
+
+# The machinery's own test: functions it must fail and one it must pass.
+def converts(x, *, alpha: float = 0.5):
+    return x * jnp.asarray(alpha, jnp.float32)
+
+
+def wrong_name(x, *, alpha: float = 0.5):
+    _validate.real_scalar(alpha, name="beta")
+    return x * alpha
+
+
+def truncates(x, *, n: int = 2):
+    _validate.real_scalar(n, name="n")
+    return x[: int(n)]
+
+
+def good(x, *, alpha: float = 0.5, window: int | None = None):
+    _validate.real_scalar(alpha, name="alpha")
+    _validate.finite_scalar(alpha=alpha)
+    if window is not None:
+        _validate.python_int(window, name="window")
+    return x * alpha
+
+
+@pytest.mark.parametrize(
+    ("fn", "want"),
+    [
+        (converts, "alpha='0.1'"),
+        (wrong_name, "without naming `alpha`"),
+        (truncates, "n=1.5 raised nothing"),
+        (good, None),
+    ],
+)
+def test_sweep_fails_a_broken_function(monkeypatch, fn, want):
+    monkeypatch.setattr(K, "resolve", lambda path: fn)
+    failures = K.sweep("f", lambda **kw: fn(jnp.ones(3), **kw), {})
+    if want is None:
+        assert failures == []
+    else:
+        assert failures and want in failures[0], failures
+    assert K.numeric_keywords(good) == [
+        K.Keyword("alpha", floating=True, admits_str=False),
+        K.Keyword("window", floating=False, admits_str=False),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(_all_recipes()))
+def test_numeric_keywords_reject_a_string_and_nan(path):
+    failures = K.sweep(path, _all_recipes()[path], _exempt())
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,57 @@
+"""Keyword-sweep recipes for timeseries (see tests/keywords.py)."""
+
+import jax
+import numpy as np
+import optax
+
+from jaxkit import timeseries as ts
+from tests.timeseries import cases as C
+
+_rng = np.random.default_rng(0)
+HIST = _rng.normal(size=(8, 16)).astype(np.float32)
+FUT = (1.5 * _rng.normal(size=(8, 8)) + 0.5).astype(np.float32)
+LAB = np.asarray([[0, 2, 2, 5], [4, 2, 0, 5]], np.int32)
+V2_LAB = np.asarray([0, 2, 2, 5], np.int32)
+SERIES = (np.sin(np.arange(40) / 3.0) + 0.1 * _rng.normal(size=40)).astype(np.float32)
+X = _rng.normal(size=(4, 8, 1)).astype(np.float32)
+IDS = np.stack([_rng.integers(0, s, 4) for s in ts.LEGACY_V1.sizes], 1).astype(np.int32)
+CONF = _rng.uniform(size=(4, 4, 4)).astype(np.float32)
+OPT = optax.sgd(1e-2)
+
+
+def _batch():
+    return ts.TESSBatch(X, 2.0 * X[:, :4], IDS, CONF, (IDS % 2).astype(np.int32))
+
+
+def _tess():
+    return C._models("float32")[1]
+
+
+def _train_step(**kw):
+    tess = _tess()
+    return ts.tess_train_step(tess, OPT.init(tess), _batch(), optimizer=OPT, **kw)
+
+
+RECIPES = {
+    "jaxkit.timeseries.sampled_confidence": lambda **kw: ts.sampled_confidence(
+        ["Oscillate"] * 3 + ["Recover"], ts.LEGACY_V1.primitive("shape"), **kw
+    ),
+    "jaxkit.timeseries.fit_thresholds": lambda **kw: ts.fit_thresholds(
+        HIST, FUT, schema=ts.LEGACY_V1, **kw
+    ),
+    "jaxkit.timeseries.inject_event": lambda **kw: ts.inject_event(HIST[:2], FUT[:2], LAB, **kw),
+    "jaxkit.timeseries.make_semisynthetic": lambda **kw: ts.make_semisynthetic(
+        SERIES, key=jax.random.key(0), context_len=12, horizon=4, **{"stride": 4, **kw}
+    ),
+    "jaxkit.timeseries.render_text": lambda **kw: ts.render_text(
+        V2_LAB, rng=np.random.default_rng(0), noisy=np.ones(4, bool), **kw
+    ),
+    "jaxkit.timeseries.sliding_windows": lambda **kw: ts.sliding_windows(SERIES, 12, 4, **kw),
+    "jaxkit.timeseries.fit_forecaster": lambda **kw: ts.fit_forecaster(
+        _tess(), _batch(), key=jax.random.key(0), optimizer=OPT, steps=2, batch_size=2, **kw
+    ),
+    "jaxkit.timeseries.tess_loss": lambda **kw: ts.tess_loss(_tess(), _batch(), **kw),
+    "jaxkit.timeseries.tess_train_step": _train_step,
+}
+
+EXEMPT: dict[str, str] = {}

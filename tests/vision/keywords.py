@@ -1,0 +1,139 @@
+"""Keyword-sweep recipes for vision (see tests/keywords.py)."""
+
+import functools
+import os
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxkit.vision import featjnd as J
+from jaxkit.vision import irdet
+from tests.vision.cases_featjnd import _modules
+
+_rng = np.random.default_rng(0)
+F = _rng.normal(size=(2, 2, 4, 4)).astype(np.float32)  # two [C, H, W] feature maps
+S = (np.abs(F) + 0.1).astype(np.float32)  # a tolerance map
+OPT = optax.adam(1e-2)
+
+HW = (10, 10)
+IMG = (0.4 + 0.2 * _rng.uniform(size=(2, *HW))).astype(np.float32)
+PROB = _rng.uniform(size=(2, *HW)).astype(np.float32)
+LOGITS = _rng.normal(size=(2, *HW)).astype(np.float32)
+PSEUDO = (_rng.uniform(size=(2, *HW)) > 0.7).astype(np.float32)
+U0 = np.full((2, *HW), 1.0 / 100, np.float32)
+D = (0.2 + 0.5 * _rng.uniform(size=(2, *HW))).astype(np.float32)
+PTS = np.array([[[4.0, 4.0], [6.0, 7.0]], [[3.0, 5.0], [8.0, 2.0]]], np.float32)
+VALID = np.ones((2, 2), bool)
+BIG = (0.4 + 0.1 * _rng.uniform(size=(1, 32, 32))).astype(np.float32)
+BIG[0, 15:18, 15:18] = 0.9  # one bright target at the point
+BIG_PTS = np.array([[[16.0, 16.0]]], np.float32)
+GT = np.zeros((20, 20), bool)
+GT[10, 10] = True
+PRED = np.zeros((20, 20), bool)
+PRED[9:12, 9:12] = True
+MASKS = np.zeros((2, 20, 20), bool)
+MASKS[:, 4:6, 4:6] = True
+VALUES = _rng.uniform(size=(50,)).astype(np.float32)
+WEIGHTS = np.ones((50,), np.float32)
+X = _rng.normal(size=(4, 3)).astype(np.float32)
+W = _rng.normal(size=(3,)).astype(np.float32)
+
+
+def _per_sample_loss(w, x):
+    return (x @ w) ** 2
+
+
+def _features():
+    return irdet.weight_features(LOGITS, PSEUDO, jax.nn.sigmoid(LOGITS), PSEUDO.mean(axis=(1, 2)))
+
+
+def _featjnd_loss(**kw):
+    est, head = _modules()
+    return J.featjnd_loss(est, head, F, key=jax.random.key(0), **kw)[0]
+
+
+def _featjnd_step(**kw):
+    est, head = _modules()
+    return J.featjnd_step(est, head, OPT.init(est), F, key=jax.random.key(0), optimizer=OPT, **kw)
+
+
+def _fit_featjnd(**kw):
+    est, head = _modules()
+    kw = {"steps": 2, "batch_size": 2, **kw}
+    return J.fit_featjnd(est, head, F, key=jax.random.key(0), optimizer=OPT, **kw)
+
+
+def _weights(**kw):
+    return irdet.sample_weights(irdet.make_weighter(key=jax.random.key(7)), _features(), **kw)
+
+
+def _weighter_loss(**kw):
+    w = irdet.make_weighter(key=jax.random.key(7))
+    return irdet.weighter_loss(w, _features(), jnp.asarray([0.5, -0.5]), **kw)
+
+
+def _load(**kw):
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as root:
+        for sub in ("images", "masks"):
+            os.makedirs(os.path.join(root, sub))
+            arr = np.zeros((4, 5), np.uint8)
+            Image.fromarray(arr).save(os.path.join(root, sub, "a1.png"))
+        with open(os.path.join(root, "test.txt"), "w") as f:
+            f.write("a1\n")
+        return irdet.load_irstd_folder(root, "test", **kw).images
+
+
+def _particles(**kw):
+    kw = {"n_particles": 16, "steps": 2, **kw}
+    return irdet.particle_diffuse(D, None, PTS, key=jax.random.key(5), time=0.2, **kw)
+
+
+RECIPES = {
+    "jaxkit.vision.featjnd.jnd_perturbation": lambda **kw: J.jnd_perturbation(
+        S, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.vision.featjnd.featjnd_loss": _featjnd_loss,
+    "jaxkit.vision.featjnd.featjnd_step": _featjnd_step,
+    "jaxkit.vision.featjnd.fit_featjnd": _fit_featjnd,
+    "jaxkit.vision.irdet.grad_dot_scores": functools.partial(
+        irdet.grad_dot_scores, _per_sample_loss, W, X, X[:2]
+    ),
+    "jaxkit.vision.irdet.make_weighter": lambda **kw: irdet.make_weighter(
+        key=jax.random.key(0), **kw
+    ),
+    "jaxkit.vision.irdet.sample_weights": _weights,
+    "jaxkit.vision.irdet.weight_features": lambda **kw: irdet.weight_features(
+        LOGITS, PSEUDO, jax.nn.sigmoid(LOGITS), PSEUDO.mean(axis=(1, 2)), **kw
+    ),
+    "jaxkit.vision.irdet.weighter_loss": _weighter_loss,
+    "jaxkit.vision.irdet.load_irstd_folder": _load,
+    "jaxkit.vision.irdet.diffusivity": functools.partial(irdet.diffusivity, IMG),
+    "jaxkit.vision.irdet.fokker_planck": lambda **kw: irdet.fokker_planck(
+        U0, D, time=0.1, substeps=2, **kw
+    ),
+    "jaxkit.vision.irdet.particle_diffuse": _particles,
+    "jaxkit.vision.irdet.stable_substeps": functools.partial(irdet.stable_substeps, 0.2, 3.2),
+    "jaxkit.vision.irdet.pd_fa": functools.partial(irdet.pd_fa, PRED, GT),
+    "jaxkit.vision.irdet.pd_fa_curve": lambda **kw: tuple(
+        irdet.pd_fa_curve(PRED.astype(np.float32), GT, thresholds=[0.5], **kw)
+    ),
+    "jaxkit.vision.irdet.points_from_masks": functools.partial(irdet.points_from_masks, MASKS),
+    "jaxkit.vision.irdet.disk_mask": lambda **kw: irdet.disk_mask(PTS, VALID, hw=HW, **kw),
+    "jaxkit.vision.irdet.otsu_threshold": functools.partial(irdet.otsu_threshold, VALUES, WEIGHTS),
+    "jaxkit.vision.irdet.point_priors": lambda **kw: tuple(irdet.point_priors(BIG, BIG_PTS, **kw)),
+    "jaxkit.vision.irdet.pseudo_mask": lambda **kw: (
+        irdet.pseudo_mask(BIG, BIG_PTS, np.ones((1, 1), bool), **kw).score
+    ),
+    "jaxkit.vision.irdet.phi_loss": functools.partial(irdet.phi_loss, np.zeros(4), PROB, PSEUDO),
+    "jaxkit.vision.irdet.surrogate_refine": functools.partial(irdet.surrogate_refine, PROB),
+    "jaxkit.vision.irdet.make_dataset": lambda **kw: tuple(
+        irdet.make_dataset(1, key=jax.random.key(0), **{"hw": (16, 16), **kw})
+    ),
+}
+
+EXEMPT: dict[str, str] = {}
