@@ -18,8 +18,10 @@ Each area lists, in ``tests/<area>/keywords.py``, a ``RECIPES`` dict from a publ
 function on small valid inputs and forwards its keyword arguments (``functools.partial(
 soft.sort, X)`` is one), and an ``EXEMPT`` dict from ``"path:keyword"`` to the reason a
 keyword is not swept (e.g. NaN is a meaningful value there). The recipe called with no
-keyword must succeed, so that an error in the sweep is the keyword's. Classes (equinox
-modules, configs) are not swept: their fields are checked where they are constructed.
+keyword must succeed, so that an error in the sweep is the keyword's. Public classes
+(equinox modules, frozen-dataclass configs) are swept through their constructors, as
+functions are; a record the library returns rather than takes (a counter, a result) is
+exempt with that reason.
 
 ``tests/test_keywords.py`` (default tier, no call) checks that every public function with a
 numeric keyword has a recipe or an exemption, and that no entry is stale; each area's
@@ -70,13 +72,14 @@ def numeric_keywords(fn: Callable[..., Any]) -> list[Keyword]:
 
 
 def public_functions(area: str) -> dict[str, Callable[..., Any]]:
-    """Every public path of the area that names a function: path -> function."""
+    """Every public path of the area that names a function or a class: path -> object."""
     out = {}
     for mod in D.public_modules(area):
         runtime = importlib.import_module(mod)
         for n in D.public_names(mod):
             obj = getattr(runtime, n.name, None)
-            if not n.is_module and inspect.isfunction(obj):
+            cls = inspect.isclass(obj) and not issubclass(obj, BaseException)  # not a warning
+            if not n.is_module and (inspect.isfunction(obj) or cls):
                 out[n.path] = obj
     return out
 

@@ -46,7 +46,7 @@ def test_every_numeric_keyword_has_a_recipe(area):
             continue
         missing.append(f"{paths[0]} {kws}")
     assert not missing, (
-        f"public functions of `{area}` with numeric keywords and no recipe in "
+        f"public functions or classes of `{area}` with numeric keywords and no recipe in "
         f"tests/{area}/keywords.py (see tests/keywords.py): {missing}"
     )
     for path in recipes:

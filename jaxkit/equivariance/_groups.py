@@ -80,6 +80,10 @@ class Group:
     irreps_out: Any = None
     parity: bool = True
 
+    def __post_init__(self):
+        for name in ("generator_index", "mult_in", "mult_out"):
+            _validate.python_int(getattr(self, name), name=name, minimum=0)
+
     def __hash__(self) -> int:
         return hash(self.signature)
 

@@ -102,8 +102,10 @@ class DLMRConfig:
         _validate.python_int(self.n_max, name="n_max", minimum=1)
         _validate.one_of(("tiny", "lora_replica"), injector=self.injector)
         _validate.python_int(self.lora_rank, name="lora_rank", minimum=1)
-        ok = isinstance(self.lora_alpha, int | float) and 0 < self.lora_alpha < float("inf")
-        if not ok:
+        a = self.lora_alpha
+        if isinstance(a, bool) or not isinstance(a, int | float):
+            raise TypeError(f"`lora_alpha` must be a Python number, got {type(a).__name__} {a!r}.")
+        if not 0 < a < float("inf"):
             raise ValueError(
                 f"`lora_alpha` must be a finite positive number, got {self.lora_alpha!r}."
             )

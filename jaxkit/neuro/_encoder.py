@@ -42,6 +42,8 @@ class GRUEncoder(eqx.Module):
           key: PRNG key.
           dtype: Parameter dtype.
         """
+        n_neurons, rank, hidden = _sizes(n_neurons, rank, hidden)
+        _validate.is_key(key)
         kc, ko = jax.random.split(key)
         self.cell = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kc)
         self.out = eqx.nn.Linear(hidden, rank, dtype=dtype, key=ko)
@@ -71,6 +73,8 @@ class BiGRUEncoder(eqx.Module):
 
     def __init__(self, n_neurons: int, rank: int, *, hidden: int = 32, key: KeyArray, dtype):
         """Both cells and the read-out; arguments as :class:`GRUEncoder`'s, per direction."""
+        n_neurons, rank, hidden = _sizes(n_neurons, rank, hidden)
+        _validate.is_key(key)
         kf, kb, ko = jax.random.split(key, 3)
         self.fwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kf)
         self.bwd = eqx.nn.GRUCell(n_neurons, hidden, dtype=dtype, key=kb)
@@ -89,6 +93,15 @@ class BiGRUEncoder(eqx.Module):
             return jax.vmap(self.out)(jnp.concatenate(h, -1))
 
         return _map_lead(one, seqs)
+
+
+def _sizes(n_neurons, rank, hidden):
+    """The encoders' static sizes, each a Python int >= 1 (TypeError / ValueError naming it)."""
+    return (
+        _validate.python_int(n_neurons, name="n_neurons", minimum=1),
+        _validate.python_int(rank, name="rank", minimum=1),
+        _validate.python_int(hidden, name="hidden", minimum=1),
+    )
 
 
 def _states(cell, xs, *, reverse=False):

@@ -29,6 +29,7 @@ compiled program per set of sites); vectors, latents and slots are traced.
 """
 
 import functools
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import equinox as eqx
@@ -101,6 +102,10 @@ class Interventions(eqx.Module):
           TypeError: non-int layers, non-float vectors/latents, non-int slots.
           ValueError: an insertion without ``insert_at`` or without K.
         """
+        if add is not None and not isinstance(add, Mapping):
+            raise TypeError(
+                f"`add` must be a dict {{layer: vector}} or None, got {type(add).__name__}."
+            )
         out = {}
         for layer, vec in dict(add or {}).items():
             layer = _validate.python_int(layer, name="add (layer)")

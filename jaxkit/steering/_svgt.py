@@ -86,19 +86,21 @@ def check_config(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, upper: bool =
     hi = lm_cfg.n_layers - 1 if upper else lm_cfg.n_layers
     if not 0 <= layer < hi:
         raise ValueError(f"`cfg.layer` must lie in [0, {hi}), got {layer}.")
-    _validate.python_int(cfg.n_bridge, name="cfg.n_bridge", minimum=1)
-    dv = _validate.python_int(cfg.value_dim, name="cfg.value_dim", minimum=2)
-    _validate.python_int(cfg.n_heads, name="cfg.n_heads", minimum=1)
-    _validate.python_int(cfg.vlp_heads, name="cfg.vlp_heads", minimum=1)
-    _validate.finite_scalar(**{"cfg.grad_step": cfg.grad_step})
+    # the fields are named bare (`n_heads`), as the SVGTConfig(...) keywords a user wrote
+    _validate.python_int(cfg.n_bridge, name="n_bridge", minimum=1)
+    dv = _validate.python_int(cfg.value_dim, name="value_dim", minimum=2)
+    _validate.python_int(cfg.n_heads, name="n_heads", minimum=1)
+    _validate.python_int(cfg.n_value_layers, name="n_value_layers", minimum=0)
+    _validate.python_int(cfg.vlp_heads, name="vlp_heads", minimum=1)
+    _validate.finite_scalar(grad_step=cfg.grad_step)
     if dv % 2 or dv % cfg.n_heads:
-        raise ValueError(f"`cfg.value_dim`={dv} must be even and divisible by n_heads.")
+        raise ValueError(f"`value_dim`={dv} must be even and divisible by n_heads.")
     if lm_cfg.d_model % cfg.vlp_heads:
-        raise ValueError(f"`cfg.vlp_heads`={cfg.vlp_heads} must divide d_model.")
+        raise ValueError(f"`vlp_heads`={cfg.vlp_heads} must divide d_model.")
     _validate.in_interval(low=0, high=1, closed="left", dropout=cfg.dropout)
-    _validate.one_of(("last", "attention"), **{"cfg.pooling": cfg.pooling})
-    _validate.python_int(cfg.refresh_every, name="cfg.refresh_every", minimum=0)
-    _validate.in_interval(low=0, high=1, closed="both", **{"cfg.ema": cfg.ema})
+    _validate.one_of(("last", "attention"), pooling=cfg.pooling)
+    _validate.python_int(cfg.refresh_every, name="refresh_every", minimum=0)
+    _validate.in_interval(low=0, high=1, closed="both", ema=cfg.ema)
 
 
 def init_svgt(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, key) -> SVGTParams:

@@ -48,6 +48,7 @@ class TESSForecaster(eqx.Module):
         if not isinstance(backbone, PatchTST):
             raise TypeError(f"`backbone` must be a PatchTST, got {type(backbone).__name__}.")
         schema = check_schema(schema)
+        gate_width = _validate.python_int(gate_width, name="gate_width", minimum=1)
         _validate.is_key(key)
         k = jax.random.split(key, 3)
         d = backbone.pos.shape[-1]

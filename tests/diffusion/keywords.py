@@ -141,6 +141,7 @@ RECIPES = {
     "jaxkit.diffusion.wdce_loss": _keyed(diffusion.wdce_loss, X0, LOG_W, replicates=1),
     "jaxkit.diffusion.toy_nature": diffusion.toy_nature,
     "jaxkit.diffusion.toy_nature_sample": functools.partial(diffusion.toy_nature_sample, 2, seed=0),
+    "jaxkit.diffusion.MaskingSchedule": lambda **kw: diffusion.MaskingSchedule("loglinear", **kw),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -60,6 +60,14 @@ RECIPES = {
         E.recm_optimizer(optax.sgd(0.1), learning_rate=0.1, **kw)
     ),
     "jaxkit.equivariance.rpp_penalty": lambda **kw: E.rpp_penalty(_layer(), **kw),
+    "jaxkit.equivariance.Group": lambda **kw: E.Group(
+        "perm", "finite", 3, 3, ("perm",), PERMS, PERMS, **kw
+    ),
+    "jaxkit.equivariance.RECMLinear": lambda **kw: E.RECMLinear(_group(), key=_key(), **kw),
+    "jaxkit.equivariance.RECMGroupConvC4": lambda **kw: E.RECMGroupConvC4(1, 1, key=_key(), **kw),
+    "jaxkit.equivariance.RECMe3nnLinear": lambda **kw: E.RECMe3nnLinear(
+        "1x0e+1x1o", "1x1o", key=_key(), **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -81,6 +81,11 @@ RECIPES = {
     "jaxkit.hypospace.voxel_collection": lambda **kw: H.voxel_collection(
         **{"g": 2, "max_height": 2, **kw}
     ),
+    "jaxkit.hypospace.SamplerSpec": H.SamplerSpec,
 }
 
-EXEMPT: dict[str, str] = {}
+_RECORD = "a record the library returns, not an input"
+EXEMPT: dict[str, str] = {
+    f"jaxkit.hypospace.Usage:{kw}": _RECORD
+    for kw in ("calls", "errors", "parse_failures", "prompt_tokens", "completion_tokens")
+}

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit.interop.flax import to_nnx
-from jaxkit.interop.haiku import to_haiku
+from jaxkit.interop.haiku import HaikuAdapter, to_haiku
 
 
 def _mlp():
@@ -19,9 +19,16 @@ def _haiku(**kw):
     return f.init(None, jnp.zeros((4,)))  # unbatched without `batch_axis`
 
 
+def _adapter(**kw):
+    mlp = _mlp()
+    f = hk.without_apply_rng(hk.transform(lambda x: HaikuAdapter(mlp, **kw)(x)))
+    return f.init(None, jnp.zeros((4,)))
+
+
 RECIPES = {
     "jaxkit.interop.flax.to_nnx": lambda **kw: to_nnx(_mlp(), **kw),
     "jaxkit.interop.haiku.to_haiku": _haiku,
+    "jaxkit.interop.haiku.HaikuAdapter": _adapter,
 }
 
 EXEMPT: dict[str, str] = {}

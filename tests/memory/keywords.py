@@ -53,6 +53,7 @@ RECIPES = {
     "jaxkit.memory.stage1_loss": lambda **kw: memory.stage1_loss(
         _setup().AP, *BATCH1, cfg=_setup().MC, **kw
     ),
+    "jaxkit.memory.DLMRConfig": lambda **kw: memory.DLMRConfig(0, **kw),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -5,6 +5,7 @@ import os
 import tempfile
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import neuro
@@ -68,6 +69,13 @@ RECIPES = {
     ),
     "jaxkit.neuro.fit": lambda **kw: neuro.fit(
         _model(), X[:-1], X[1:], key=_key(), steps=2, **{"batch_size": 4, **kw}
+    ),
+    "jaxkit.neuro.LowRankRNN": lambda **kw: neuro.LowRankRNN(4, 2, key=_key(), **kw),
+    "jaxkit.neuro.GRUEncoder": lambda **kw: neuro.GRUEncoder(
+        4, 2, key=_key(), dtype=jnp.float32, **kw
+    ),
+    "jaxkit.neuro.BiGRUEncoder": lambda **kw: neuro.BiGRUEncoder(
+        4, 2, key=_key(), dtype=jnp.float32, **kw
     ),
 }
 

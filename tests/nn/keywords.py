@@ -1,5 +1,7 @@
 """Keyword-sweep recipes for nn (see tests/keywords.py)."""
 
+import dataclasses
+
 import jax
 import numpy as np
 
@@ -16,12 +18,29 @@ def _run_layers(**kw):
     return nn.run_layers(params, CFG, H, POS, **kw).h
 
 
+def _interventions(**kw):
+    """An insertion of K = 2 latents after block 0 (``add`` given, or a steering vector)."""
+    kw = {"add": {0: np.ones(CFG.d_model, np.float32)}, "insert_layer": 0, "n_insert": 2, **kw}
+    return nn.Interventions(insert_at=np.zeros(1, np.int32), **kw)
+
+
 RECIPES = {
     "jaxkit.nn.run_layers": _run_layers,
     "jaxkit.nn.init_cache": lambda **kw: nn.init_cache(CFG, max_len=4, **{"batch": 2, **kw}),
     "jaxkit.nn.tiny_task": lambda **kw: nn.tiny_task(
         "noisy_counting", key=jax.random.key(0), batch=2, length=6, **kw
     ),
+    "jaxkit.nn.RopeScaling": lambda **kw: nn.RopeScaling(
+        **{"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16, **kw}
+    ),
+    "jaxkit.nn.TransformerConfig": lambda **kw: nn.TransformerConfig(
+        **{**dataclasses.asdict(CFG), "sliding_window": 4, **kw}
+    ),
+    "jaxkit.nn.Interventions": _interventions,
+    "jaxkit.nn.SmallCNN": lambda **kw: nn.SmallCNN(
+        1, 2, channels=(2,), key=jax.random.key(0), **kw
+    ),
+    "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), key=jax.random.key(0), **kw),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -57,6 +57,9 @@ RECIPES = {
     "jaxkit.retrieval.synthetic_motion_text": lambda **kw: retrieval.synthetic_motion_text(
         4, key=_key(), **{"length": 12, **kw}
     ),
+    "jaxkit.retrieval.TokenCompressor": lambda **kw: retrieval.TokenCompressor(
+        4, key=_key(), **{"n_heads": 2, **kw}
+    ),
 }
 
 EXEMPT: dict[str, str] = {}

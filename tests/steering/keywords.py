@@ -32,7 +32,15 @@ def _optimizer(**kw):
     return tx.init(eqx.filter(_setup().VP, eqx.is_inexact_array))
 
 
+def _config(**kw):
+    """Build an SVGTConfig and use it (a NamedTuple is checked where it is used)."""
+    S = _setup()
+    cfg = steering.SVGTConfig(**{**S.SC._asdict(), **kw})
+    return steering.init_svgt(S.CFG, cfg, key=jax.random.key(0))
+
+
 RECIPES = {
+    "jaxkit.steering.SVGTConfig": _config,
     "jaxkit.steering.svgt_generate": _generate,
     "jaxkit.steering.value_correction": lambda **kw: steering.value_correction(
         _setup().VP.disc, Z, **kw

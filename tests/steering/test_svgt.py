@@ -210,9 +210,9 @@ def test_audit_bad_inputs():
     h, m, lab = jnp.zeros((2, 9, 16)), jnp.ones((2, 9), bool), jnp.array([0, 1])
     for bad, err, name in (
         (lambda: steering.init_svgt(CFG, SC._replace(grad_step=nan), key=jax.random.key(0)),
-         ValueError, "cfg.grad_step"),
+         ValueError, "`grad_step`"),
         (lambda: steering.init_svgt(CFG, SC._replace(n_heads=0), key=jax.random.key(0)),
-         ValueError, "cfg.n_heads"),
+         ValueError, "`n_heads`"),
         (lambda: steering.insert_bridge(h, jnp.zeros((2, K, 16)), jnp.array([3, 10])),
          ValueError, "prompt_len"),
         (lambda: steering.refresh_bridge(

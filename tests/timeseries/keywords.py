@@ -32,7 +32,25 @@ def _train_step(**kw):
     return ts.tess_train_step(tess, OPT.init(tess), _batch(), optimizer=OPT, **kw)
 
 
+def _backbone(**kw):
+    sizes = dict(patch_len=4, stride=4, d_model=4, n_heads=1, n_layers=1, d_ff=8)
+    return ts.PatchTST(8, 4, key=jax.random.key(0), **{**sizes, **kw})
+
+
 RECIPES = {
+    "jaxkit.timeseries.BoWForecaster": lambda **kw: ts.BoWForecaster(
+        _tess().backbone, 5, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.timeseries.LLMExtractor": lambda **kw: ts.LLMExtractor(lambda p, s: "", **kw),
+    "jaxkit.timeseries.RuleExtractor": lambda **kw: ts.RuleExtractor({}, **kw),
+    "jaxkit.timeseries.ConfidenceGate": lambda **kw: ts.ConfidenceGate(
+        ts.LEGACY_V1, 4, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.timeseries.PatchTST": _backbone,
+    "jaxkit.timeseries.RevIN": lambda **kw: ts.RevIN(2, **kw),
+    "jaxkit.timeseries.TESSForecaster": lambda **kw: ts.TESSForecaster(
+        _tess().backbone, ts.LEGACY_V1, key=jax.random.key(0), **kw
+    ),
     "jaxkit.timeseries.sampled_confidence": lambda **kw: ts.sampled_confidence(
         ["Oscillate"] * 3 + ["Recover"], ts.LEGACY_V1.primitive("shape"), **kw
     ),

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxkit import vision
 from jaxkit.vision import featjnd as J
 from jaxkit.vision import irdet
 from tests.vision.cases_featjnd import _modules
@@ -133,6 +134,22 @@ RECIPES = {
     "jaxkit.vision.irdet.surrogate_refine": functools.partial(irdet.surrogate_refine, PROB),
     "jaxkit.vision.irdet.make_dataset": lambda **kw: tuple(
         irdet.make_dataset(1, key=jax.random.key(0), **{"hw": (16, 16), **kw})
+    ),
+    "jaxkit.vision.WBMM": lambda **kw: vision.WBMM(4, key=jax.random.key(0), **kw),
+    "jaxkit.vision.BatchNorm": lambda **kw: vision.BatchNorm(4, **kw),
+    "jaxkit.vision.MultiKernelWBMM": lambda **kw: vision.MultiKernelWBMM(
+        4, key=jax.random.key(0), **kw
+    ),
+    "jaxkit.vision.WBMMBlock": lambda **kw: vision.WBMMBlock(4, key=jax.random.key(0), **kw),
+    "jaxkit.vision.WBMMNet": lambda **kw: vision.WBMMNet(
+        depths=(1,),
+        dims=(4,),
+        patterns=("W",),
+        key=jax.random.key(0),
+        **{"in_channels": 1, "num_classes": 2, **kw},
+    ),
+    "jaxkit.vision.featjnd.FeatJNDEstimator": lambda **kw: J.FeatJNDEstimator(
+        2, key=jax.random.key(0), **kw
     ),
 }
 

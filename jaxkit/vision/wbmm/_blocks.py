@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from jaxkit import _validate
 from jaxkit.kernels.windowed_matmul import table_size, windowed_matmul
 from jaxkit.vision.wbmm._parts import (
     GRN,
@@ -15,12 +16,29 @@ from jaxkit.vision.wbmm._parts import (
     DepthwiseConv,
     State,
     bcast,
+    check_momentum,
     linear,
     per_position,
     trunc_normal,
 )
 
 Token = Literal["W", "D"] | int
+
+
+def check_window(window) -> tuple[int, int]:
+    """``window`` (an int or a pair of ints >= 1) as a pair; TypeError / ValueError naming it."""
+    pair = (window, window) if not isinstance(window, tuple | list) else tuple(window)
+    if len(pair) != 2:
+        raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
+    return tuple(_validate.python_int(w, name="window", minimum=1) for w in pair)
+
+
+def check_block_scalars(*, layer_scale_init, bn_momentum, **drop) -> None:
+    """The continuous settings of a block (or a net): finite, drop rate in ``[0, 1)``."""
+    _validate.finite_scalar(layer_scale_init=layer_scale_init)
+    check_momentum(bn_momentum, name="bn_momentum")
+    _validate.finite_scalar(**drop)
+    _validate.in_interval(low=0, high=1, closed="left", **drop)
 
 
 class WBMM(eqx.Module):
@@ -52,7 +70,7 @@ class WBMM(eqx.Module):
         table: Array | None = None,
     ):
         """Random table from ``key``, or the given ``table`` (and ``bias`` array)."""
-        self.window = (window, window) if isinstance(window, int) else tuple(window)
+        self.window = check_window(window)
         if table is None:
             if key is None:
                 raise ValueError("`key` is required when no `table` is given.")
@@ -99,6 +117,8 @@ class MultiKernelWBMM(eqx.Module):
         implementation: str = "auto",
         key: PRNGKeyArray,
     ):
+        check_window(window)
+        check_momentum(bn_momentum, name="bn_momentum")
         k1, k2, k3 = jax.random.split(key, 3)
         self.wbmm = WBMM(channels, window=window, implementation=implementation, key=k1)
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
@@ -148,6 +168,11 @@ class WBMMBlock(eqx.Module):
         implementation: str = "auto",
         key: PRNGKeyArray,
     ):
+        check_window(window)
+        ffn_ratio = _validate.python_int(ffn_ratio, name="ffn_ratio", minimum=1)
+        check_block_scalars(
+            layer_scale_init=layer_scale_init, bn_momentum=bn_momentum, drop_path=drop_path
+        )
         km, ks, k1, k2 = jax.random.split(key, 4)
         if mixer == "W":
             self.mixer = WBMM(channels, window=window, implementation=implementation, key=km)

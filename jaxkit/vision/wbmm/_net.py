@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from jaxkit.vision.wbmm._blocks import Token, WBMMBlock
+from jaxkit import _validate
+from jaxkit.vision.wbmm._blocks import Token, WBMMBlock, check_block_scalars, check_window
 from jaxkit.vision.wbmm._parts import (
     State,
     conv2d,
@@ -71,6 +72,14 @@ class WBMMNet(eqx.Module):
         for i, (d, p) in enumerate(zip(depths, patterns, strict=True)):
             if len(p) != d:
                 raise ValueError(f"`patterns[{i}]` has {len(p)} mixers for depth {d}.")
+        in_channels = _validate.python_int(in_channels, name="in_channels", minimum=1)
+        num_classes = _validate.python_int(num_classes, name="num_classes", minimum=1)
+        check_window(window)
+        check_block_scalars(
+            layer_scale_init=layer_scale_init,
+            bn_momentum=bn_momentum,
+            drop_path_rate=drop_path_rate,
+        )
         keys = iter(jax.random.split(key, 4 + len(stem_strides) + len(dims) + sum(depths)))
         stem, c = [], in_channels
         for j, s in enumerate(stem_strides):

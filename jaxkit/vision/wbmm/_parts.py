@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, PRNGKeyArray
 
+from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
 
 State = eqx.nn.State
@@ -75,6 +76,12 @@ def conv_nhwc(conv: eqx.nn.Conv2d, x: Array) -> Array:
     return jnp.moveaxis(y, 1, -1)
 
 
+def check_momentum(value, *, name: str) -> None:
+    """A BatchNorm momentum: a finite real scalar in ``[0, 1]`` (TypeError / ValueError)."""
+    _validate.finite_scalar(**{name: value})
+    _validate.in_interval(low=0, high=1, **{name: value})
+
+
 class BatchNorm(eqx.Module):
     """Channels-last batch norm over ``(B, H, W)`` with running statistics in ``State``.
 
@@ -90,6 +97,10 @@ class BatchNorm(eqx.Module):
     momentum: float = eqx.field(static=True)
 
     def __init__(self, channels: int, *, eps: float = 1e-5, momentum: float = 0.1):
+        channels = _validate.python_int(channels, name="channels", minimum=1)
+        check_momentum(momentum, name="momentum")
+        _validate.finite_scalar(eps=eps)
+        _validate.positive(eps=eps)
         self.weight = jnp.ones((channels,))
         self.bias = jnp.zeros((channels,))
         self.state_index = eqx.nn.StateIndex((jnp.zeros((channels,)), jnp.ones((channels,))))
