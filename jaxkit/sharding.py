@@ -39,8 +39,7 @@ def make_mesh(
     n = len(devices)
     if n == 0:
         raise ValueError("`devices` must hold at least one device.")
-    if isinstance(model, bool) or not isinstance(model, int | np.integer):
-        raise TypeError(f"`model` must be a Python int, got {type(model).__name__} {model!r}.")
+    model = _validate.python_int(model, name="model")
     if model < 1 or n % model:
         raise ValueError(
             f"`model` must be a positive divisor of the device count {n}, got model={model!r}."

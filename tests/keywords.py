@@ -110,10 +110,6 @@ def resolve(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def _names(msg: str, kw: str) -> bool:
-    return f"`{kw}`" in msg
-
-
 def _run(call: Callable[..., Any], **kwargs: Any) -> BaseException | None:
     """``call(**kwargs)`` to completion; the exception it raised, or None."""
     try:
@@ -145,7 +141,7 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                 failures.append(f"{path}: {kw.name}={value!r} raised nothing")
                 continue
             msg = str(e)
-            if not _names(msg, kw.name):
+            if f"`{kw.name}`" not in msg:
                 failures.append(
                     f"{path}: {kw.name}={value!r} raised {type(e).__name__} without naming "
                     f"`{kw.name}`: {msg[:200]}"

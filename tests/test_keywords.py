@@ -10,6 +10,8 @@ Slow tier: one test per recipe (the id is the public path, so ``tests/conftest.p
 it in the function's area), the string and the NaN (or 1.5) of every numeric keyword.
 """
 
+import functools
+
 import jax.numpy as jnp
 import pytest
 
@@ -19,6 +21,7 @@ from tests import keywords as K
 AREAS = K.all_areas()
 
 
+@functools.cache
 def _all_recipes():
     out = {}
     for area in AREAS:
@@ -26,6 +29,7 @@ def _all_recipes():
     return out
 
 
+@functools.cache
 def _exempt():
     out = {}
     for area in AREAS:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkit import _validate
 from jaxkit._extras import require
 from jaxkit.io._hf_config import config_to_hf
 from jaxkit.nn import TransformerConfig, param_shapes, param_specs, stack_layers
@@ -369,16 +370,8 @@ def save_safetensors(
       The output directory.
     """
     _safe()  # the ImportError naming the extra comes first
-    if max_shard_bytes is not None and (
-        isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int | np.integer)
-    ):
-        raise TypeError(
-            f"`max_shard_bytes` must be a positive int or None, got {max_shard_bytes!r}."
-        )
-    if max_shard_bytes is not None and max_shard_bytes <= 0:
-        raise ValueError(
-            f"`max_shard_bytes` must be a positive int or None, got {max_shard_bytes!r}."
-        )
+    if max_shard_bytes is not None:
+        _validate.python_int(max_shard_bytes, name="max_shard_bytes", minimum=1)
     tensors = to_hf_tensors(params, cfg)
     out = pathlib.Path(os.fspath(out_dir))
     out.mkdir(parents=True, exist_ok=True)

@@ -82,10 +82,10 @@ def check_config(lm_cfg: nn.TransformerConfig, cfg: SVGTConfig, *, upper: bool =
         raise TypeError(f"`cfg` must be an SVGTConfig, got {type(cfg).__name__}.")
     if not isinstance(lm_cfg, nn.TransformerConfig):
         raise TypeError(f"`lm_cfg` must be an nn.TransformerConfig, got {type(lm_cfg).__name__}.")
-    layer = _validate.python_int(cfg.layer, name="cfg.layer")
+    layer = _validate.python_int(cfg.layer, name="layer")
     hi = lm_cfg.n_layers - 1 if upper else lm_cfg.n_layers
     if not 0 <= layer < hi:
-        raise ValueError(f"`cfg.layer` must lie in [0, {hi}), got {layer}.")
+        raise ValueError(f"`layer` must lie in [0, {hi}), got {layer}.")
     # the fields are named bare (`n_heads`), as the SVGTConfig(...) keywords a user wrote
     _validate.python_int(cfg.n_bridge, name="n_bridge", minimum=1)
     dv = _validate.python_int(cfg.value_dim, name="value_dim", minimum=2)

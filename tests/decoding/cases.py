@@ -27,7 +27,8 @@ def _params(dtype):
     return jax.tree.map(lambda a: a.astype(dtype), _P32)
 
 
-def _generate(prompt, prompt_len, *, entropy_threshold, pos_penalty, window=2, max_len=None):
+def _generate(prompt, prompt_len, *, max_new_tokens=4, window=2, **kw):
+    """``wedlm_generate`` on the fixture's model (key 0); ``kw``: its other keywords."""
     return wedlm_generate(
         _P32,
         CFG,
@@ -35,27 +36,15 @@ def _generate(prompt, prompt_len, *, entropy_threshold, pos_penalty, window=2, m
         prompt_len,
         key=jax.random.key(0),
         mask_token_id=MASK,
-        max_new_tokens=4,
+        max_new_tokens=max_new_tokens,
         window=window,
-        entropy_threshold=entropy_threshold,
-        pos_penalty=pos_penalty,
-        max_len=max_len,
+        **kw,
     )
 
 
 def _adaptive(prompt, prompt_len, *, min_accept, probe_every=2):
-    return wedlm_generate(
-        _P32,
-        CFG,
-        prompt,
-        prompt_len,
-        key=jax.random.key(0),
-        mask_token_id=MASK,
-        max_new_tokens=4,
-        window=2,
-        entropy_threshold=0.9,
-        min_accept=min_accept,
-        probe_every=probe_every,
+    return _generate(
+        prompt, prompt_len, entropy_threshold=0.9, min_accept=min_accept, probe_every=probe_every
     )
 
 

@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit.decoding import ar_generate, dual_stream_batch, wedlm_generate, wedlm_loss
-from tests.decoding.cases import _APPLY, _P32, CFG, MASK
+from jaxkit.decoding import ar_generate, dual_stream_batch, wedlm_loss
+from tests.decoding.cases import _APPLY, _P32, CFG, MASK, _generate
 
 _rng = np.random.default_rng(0)
 PROMPT = _rng.integers(0, MASK, size=(2, 3)).astype(np.int32)
@@ -20,17 +20,7 @@ def _ar(**kw):
 
 
 def _wedlm(**kw):
-    kw = {"window": 2, **kw}
-    return wedlm_generate(
-        _P32,
-        CFG,
-        PROMPT,
-        PROMPT_LEN,
-        key=jax.random.key(0),
-        mask_token_id=MASK,
-        max_new_tokens=2,
-        **kw,
-    ).tokens
+    return _generate(PROMPT, PROMPT_LEN, **{"max_new_tokens": 2, **kw}).tokens
 
 
 def _loss(**kw):
