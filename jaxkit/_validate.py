@@ -1,13 +1,13 @@
 """Uniform argument checks and messages.
 
 Static problems (shape, rank, dtype, concrete hyperparameter values, static
-options) raise at trace time: ``TypeError`` for shape/rank/dtype, ``ValueError``
-for values and unknown options, each message naming the argument in backticks,
-the requirement and what was received. Problems inside traced values go through
-:func:`error_if`, a thin wrapper of ``eqx.error_if`` whose result must be used.
-Checks on hyperparameters are skipped for tracers (they cannot be inspected at
-trace time); use :func:`error_if` when a traced bad value would silently give a
-wrong result.
+options) raise at trace time: ``TypeError`` for shape/rank/dtype and an option of the
+wrong type, ``ValueError`` for values and unknown options, each message naming the
+argument in backticks, the requirement and what was received. Problems inside traced
+values go through :func:`error_if`, a thin wrapper of ``eqx.error_if`` whose result must
+be used. Checks on hyperparameters are skipped for tracers (they cannot be inspected at
+trace time); use :func:`error_if` when a traced bad value would silently give a wrong
+result.
 """
 
 from collections.abc import Iterable, Sequence
@@ -92,13 +92,32 @@ def finite_scalar(**kwargs: Any) -> None:
         raise ValueError(f"`{name}` must be finite, got {name}={_show(value)}.")
 
 
+def _option_kind(value: Any) -> type:
+    """The kind :func:`one_of` compares types by: str, bool, int (NumPy's too) or the type."""
+    if isinstance(value, bool | np.bool_):
+        return bool
+    if isinstance(value, int | np.integer):
+        return int
+    return str if isinstance(value, str) else type(value)
+
+
 def one_of(options: Iterable[Any], **kwargs: Any) -> None:
-    """Check a static option is one of ``options``."""
+    """Check a static option is one of ``options``.
+
+    A value of a kind no option has (``3`` for a string option, a string for an integer
+    one, an array) raises ``TypeError``; a value of the right kind that is not listed,
+    ``ValueError``. Both name the argument and list the options.
+    """
     name, value = _one(kwargs)
     options = tuple(options)
+    listed = ", ".join(repr(o) for o in options)
+    if _option_kind(value) not in {_option_kind(o) for o in options}:
+        raise TypeError(
+            f"`{name}` must be one of {listed}; got {type(value).__name__} {value!r:.80}."
+        )
     if value not in options:
-        listed = ", ".join(repr(o) for o in options)
-        raise ValueError(f"`{name}` must be one of {listed}; got {value!r}.")
+        shown = value.item() if isinstance(value, np.generic) else value
+        raise ValueError(f"`{name}` must be one of {listed}; got {shown!r}.")
 
 
 def ndim(x: Any, expected: int | Sequence[int], *, name: str) -> None:

@@ -1,4 +1,4 @@
-"""The keyword sweep: every public function's numeric keywords reject a string and a NaN.
+"""The keyword sweep: every public function's numeric and option keywords reject bad values.
 
 The conformance suite (``tests/conformance.py``) checks the hyperparameters each case
 registers. This sweep covers the rest of every public signature: each keyword argument
@@ -13,6 +13,14 @@ naming ``int`` or ``float``, is a *numeric keyword*, and
 * ``1.5``, for the other (integer) keywords, must raise a ``TypeError`` naming it (``int()``
   would truncate it to 1 without a word).
 
+An *option keyword* is one whose default is a string or whose annotation is a ``Literal``
+(and that is not numeric, as ``window: int | Literal["auto"]`` is): a choice among named
+options (``mode="smooth"``, ``solver="hybrid"``). ``"no-such-option"`` must raise a
+``ValueError`` naming it (an unknown option never falls through to a default path), and
+``2.5`` (no option's kind; not swept where the annotation names ``float``) a ``TypeError``
+naming it. A free-text keyword (a label, a mesh
+axis name, a prompt's role) is exempt with that reason.
+
 Each area lists, in ``tests/<area>/keywords.py``, a ``RECIPES`` dict from a public path
 (``"jaxkit.soft.sort"``; any public path of the function) to a callable that calls the
 function on small valid inputs and forwards its keyword arguments (``functools.partial(
@@ -24,7 +32,7 @@ functions are; a record the library returns rather than takes (a counter, a resu
 exempt with that reason.
 
 ``tests/test_keywords.py`` (default tier, no call) checks that every public function with a
-numeric keyword has a recipe or an exemption, and that no entry is stale; each area's
+numeric or option keyword has a recipe or an exemption, and that no entry is stale; each area's
 ``test_keywords.py`` (slow tier) runs the sweep over its recipes with :func:`sweep`.
 """
 
@@ -44,6 +52,8 @@ from tests.conformance import without_jaxtyping
 
 STRING = "0.1"
 NOT_INT = 1.5
+NO_OPTION = "no-such-option"
+NOT_OPTION = 2.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +81,28 @@ def numeric_keywords(fn: Callable[..., Any]) -> list[Keyword]:
     return out
 
 
+def option_keywords(fn: Callable[..., Any]) -> list[Keyword]:
+    """The option keywords of ``fn``'s signature, in order (see the module docstring).
+
+    ``floating``: the annotation names ``float`` too (``shrinkage: str | float``), so 2.5 may
+    be a value and is not swept.
+    """
+    numeric = {k.name for k in numeric_keywords(fn)}
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.default is inspect.Parameter.empty or p.name in numeric:
+            continue
+        ann = str(p.annotation)
+        if isinstance(p.default, str) or "Literal" in ann:
+            out.append(Keyword(p.name, bool(re.search(r"\bfloat\b", ann)), admits_str=True))
+    return out
+
+
+def swept_keywords(fn: Callable[..., Any]) -> list[str]:
+    """The names of ``fn``'s numeric and option keywords."""
+    return [k.name for k in numeric_keywords(fn) + option_keywords(fn)]
+
+
 def public_functions(area: str) -> dict[str, Callable[..., Any]]:
     """Every public path of the area that names a function or a class: path -> object."""
     out = {}
@@ -85,10 +117,10 @@ def public_functions(area: str) -> dict[str, Callable[..., Any]]:
 
 
 def swept_functions(area: str) -> dict[Callable[..., Any], list[str]]:
-    """The area's functions with a numeric keyword -> their public paths."""
+    """The area's functions with a numeric or option keyword -> their public paths."""
     out: dict[Callable[..., Any], list[str]] = {}
     for path, fn in public_functions(area).items():
-        if numeric_keywords(fn):
+        if swept_keywords(fn):
             out.setdefault(fn, []).append(path)
     return out
 
@@ -154,6 +186,21 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                         f"{path}: {kw.name}={value!r} raised {type(e).__name__}, not a "
                         f"TypeError ({what} is the wrong type): {msg[:200]}"
                     )
+    for kw in option_keywords(fn):
+        name = kw.name
+        if f"{path}:{name}" in exempt:
+            continue
+        probes = [(NO_OPTION, ValueError)] + ([] if kw.floating else [(NOT_OPTION, TypeError)])
+        for value, want in probes:
+            with without_jaxtyping():
+                e = _run(call, **{name: value})
+            if e is None:
+                failures.append(f"{path}: {name}={value!r} raised nothing")
+            elif f"`{name}`" not in str(e) or not isinstance(e, want):
+                failures.append(
+                    f"{path}: {name}={value!r} raised {type(e).__name__}, not a "
+                    f"{want.__name__} naming `{name}`: {str(e)[:200]}"
+                )
     return failures
 
 

@@ -91,6 +91,17 @@ def test_interval_and_options():
         _validate.in_interval(low=0, high=1, closed="left", delta=1.0)
     with pytest.raises(ValueError, match="`method` must be one of 'a', 'b'; got 'c'"):
         _validate.one_of(("a", "b"), method="c")
+    # An option of the wrong kind is a TypeError (the rule for a wrong type).
+    with pytest.raises(TypeError, match="`method` must be one of 'a', 'b'; got int 3"):
+        _validate.one_of(("a", "b"), method=3)
+    with pytest.raises(TypeError, match="`stage` must be one of 1, 2; got str '1'"):
+        _validate.one_of((1, 2), stage="1")
+    with pytest.raises(TypeError, match="`stage` must be one of 1, 2; got bool True"):
+        _validate.one_of((1, 2), stage=True)
+    with pytest.raises(ValueError, match="`stage` must be one of 1, 2; got 3"):
+        _validate.one_of((1, 2), stage=np.int64(3))
+    _validate.one_of((1, 2), stage=np.int64(2))
+    _validate.one_of(("a", None), method=None)
 
 
 def test_shape_dtype_rank_errors_are_type_errors():

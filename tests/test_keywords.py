@@ -1,16 +1,19 @@
 """The keyword sweep (``tests/keywords.py``): coverage by default, the sweep in the slow tier.
 
-Default tier, no call: every public function with a numeric keyword has a recipe or an
-exemption in its area's ``tests/<area>/keywords.py``, and no recipe or exemption is stale.
-The machinery's own test: a function that converts its keyword without a check, names the
-wrong argument or truncates a float given for an int fails the sweep; one that validates
-passes.
+Default tier, no call: every public function with a numeric or option keyword has a recipe
+or an exemption in its area's ``tests/<area>/keywords.py``, and no recipe or exemption is
+stale. The machinery's own test: a function that converts its keyword without a check,
+names the wrong argument, truncates a float given for an int, lets an unknown option fall
+through to a default or calls an option of the wrong type a wrong value fails the sweep;
+one that validates passes.
 
 Slow tier: one test per recipe (the id is the public path, so ``tests/conftest.py`` counts
-it in the function's area), the string and the NaN (or 1.5) of every numeric keyword.
+it in the function's area): the string and the NaN (or 1.5) of every numeric keyword, an
+unknown option and a float for every option keyword.
 """
 
 import functools
+from typing import Literal
 
 import jax.numpy as jnp
 import pytest
@@ -38,28 +41,28 @@ def _exempt():
 
 
 @pytest.mark.parametrize("area", AREAS)
-def test_every_numeric_keyword_has_a_recipe(area):
+def test_every_swept_keyword_has_a_recipe(area):
     recipes, exempt = K.recipes_of(area)
     public = K.public_functions(area)
     missing = []
     for fn, paths in K.swept_functions(area).items():
         if any(p in recipes for p in paths):
             continue
-        kws = [k.name for k in K.numeric_keywords(fn)]
+        kws = K.swept_keywords(fn)
         if all(any(f"{p}:{k}" in exempt for p in paths) for k in kws):
             continue
         missing.append(f"{paths[0]} {kws}")
     assert not missing, (
-        f"public functions or classes of `{area}` with numeric keywords and no recipe in "
-        f"tests/{area}/keywords.py (see tests/keywords.py): {missing}"
+        f"public functions or classes of `{area}` with numeric or option keywords and no "
+        f"recipe in tests/{area}/keywords.py (see tests/keywords.py): {missing}"
     )
     for path in recipes:
         assert path in public, f"tests/{area}/keywords.py: {path} is not a public function"
     for entry, reason in exempt.items():
         path, _, kw = entry.partition(":")
         assert path in public, f"tests/{area}/keywords.py EXEMPT: {path} is not public"
-        names = [k.name for k in K.numeric_keywords(public[path])]
-        assert kw in names, f"tests/{area}/keywords.py EXEMPT: {entry}: no numeric keyword {kw}"
+        names = K.swept_keywords(public[path])
+        assert kw in names, f"tests/{area}/keywords.py EXEMPT: {entry}: no swept keyword {kw}"
         assert reason.strip(), f"tests/{area}/keywords.py EXEMPT: {entry} gives no reason"
 
 
@@ -78,9 +81,20 @@ def truncates(x, *, n: int = 2):
     return x[: int(n)]
 
 
-def good(x, *, alpha: float = 0.5, window: int | None = None):
+def falls_through(x, *, mode: str = "a"):
+    return x * 2 if mode == "b" else x
+
+
+def value_for_type(x, *, mode: Literal["a", "b"] = "a"):
+    if mode not in ("a", "b"):
+        raise ValueError(f"`mode` must be 'a' or 'b', got {mode!r}.")
+    return x
+
+
+def good(x, *, alpha: float = 0.5, window: int | None = None, mode: Literal["a", "b"] = "a"):
     _validate.real_scalar(alpha, name="alpha")
     _validate.finite_scalar(alpha=alpha)
+    _validate.one_of(("a", "b"), mode=mode)
     if window is not None:
         _validate.python_int(window, name="window")
     return x * alpha
@@ -92,6 +106,8 @@ def good(x, *, alpha: float = 0.5, window: int | None = None):
         (converts, "alpha='0.1'"),
         (wrong_name, "without naming `alpha`"),
         (truncates, "n=1.5 raised nothing"),
+        (falls_through, "mode='no-such-option' raised nothing"),
+        (value_for_type, "mode=2.5 raised ValueError, not a TypeError"),
         (good, None),
     ],
 )
@@ -106,10 +122,11 @@ def test_sweep_fails_a_broken_function(monkeypatch, fn, want):
         K.Keyword("alpha", floating=True, admits_str=False),
         K.Keyword("window", floating=False, admits_str=False),
     ]
+    assert K.option_keywords(good) == [K.Keyword("mode", floating=False, admits_str=True)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(_all_recipes()))
-def test_numeric_keywords_reject_a_string_and_nan(path):
+def test_keywords_reject_bad_values(path):
     failures = K.sweep(path, _all_recipes()[path], _exempt())
     assert not failures, "\n".join(failures)

@@ -18,7 +18,7 @@ from jaxkit._typing import KeyArray, PyTree
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._rescore import trajectory_log_prob
 from jaxkit.diffusion._sample import sample
-from jaxkit.diffusion._schedule import MaskingSchedule
+from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
 from jaxkit.diffusion._step import Buffer, td3b_train_step
 from jaxkit.diffusion._td3b import (
     EmbedFn,
@@ -90,8 +90,9 @@ def collect_onpolicy(
     One oracle call per sample (host).
     """
     direction = _validate.python_int(direction, name="direction")
-    if direction not in (1, -1):
-        raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
+    _validate.one_of((1, -1), direction=direction)
+    schedule = as_schedule(schedule)
+    _validate.one_of(OBJECTIVES, objective=objective)
     template = jnp.full((num_samples, length), mask_id, jnp.int32)
     tr = sample(
         apply_fn,
@@ -124,6 +125,7 @@ def make_buffer(
     ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
     no confidence term.
     """
+    _validate.one_of(OBJECTIVES, objective=objective)
     g, f = score(reward_fn, tokens)
     return _buffer(tokens, unmask_step, log_ratio, g, f, direction, alpha, kappa_min, objective)
 
@@ -378,8 +380,7 @@ def fine_tune(
     _validate.one_of(OBJECTIVES, objective=objective)
     iterations = _validate.python_int(iterations, name="iterations", minimum=0)
     direction = _validate.python_int(direction, name="direction")
-    if direction not in (1, -1):
-        raise ValueError(f"`direction` must be +1 or -1, got {direction}.")
+    _validate.one_of((1, -1), direction=direction)
     if ess_target is not None:
         _validate.real_scalar(ess_target, name="ess_target")  # float("0.1") parsed a string
         if not 0.0 < float(ess_target) <= 1.0:

@@ -78,9 +78,15 @@ class MaskingSchedule:
 
 
 def as_schedule(schedule: "MaskingSchedule | str") -> MaskingSchedule:
-    """Accept a :class:`MaskingSchedule` or one of its kind names."""
+    """Accept a :class:`MaskingSchedule` or one of its kind names.
+
+    A public function's ``schedule`` argument goes through here, so that a bad value is
+    reported under ``schedule``: ``TypeError`` for neither a schedule nor a string,
+    ``ValueError`` for an unknown kind name.
+    """
     if isinstance(schedule, str):
-        return MaskingSchedule(schedule)
+        _validate.one_of(SCHEDULES, schedule=schedule)
+        return MaskingSchedule(kind=schedule)
     if not isinstance(schedule, MaskingSchedule):
         raise TypeError(
             "`schedule` must be a MaskingSchedule or one of "

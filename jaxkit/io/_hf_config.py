@@ -8,6 +8,7 @@ window (``use_sliding_window``, ``sliding_window``, ``max_window_layers`` or
 
 import dataclasses
 
+from jaxkit import _validate
 from jaxkit.nn import RopeScaling, TransformerConfig, rope_scaling_from_hf
 
 
@@ -134,14 +135,13 @@ def config_to_hf(cfg: TransformerConfig, *, dtype: str = "float32") -> dict:
     """The HF ``config.json`` dict written by :func:`save_safetensors`.
 
     The inverse of :func:`config_from_hf`; jaxkit-only switches go under the
-    ``"jaxkit"`` key.
+    ``"jaxkit"`` key. ``dtype`` (the ``torch_dtype`` written) is one of ``"float32"``,
+    ``"float16"``, ``"bfloat16"``, ``"float64"``: another name raises ValueError, a
+    non-string TypeError.
     """
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
-    if dtype not in _HF_DTYPES:  # an unknown name wrote a config.json HF cannot read
-        raise ValueError(
-            f"`dtype` must be one of {', '.join(map(repr, _HF_DTYPES))}; got {dtype!r}."
-        )
+    _validate.one_of(_HF_DTYPES, dtype=dtype)  # another name: a config.json HF cannot read
     if cfg.family == "llama":
         mt, arch = "llama", "LlamaForCausalLM"
     elif cfg.qk_norm and not cfg.qkv_bias:

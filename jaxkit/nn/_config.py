@@ -3,6 +3,8 @@
 import dataclasses
 import math
 
+from jaxkit import _validate
+
 ROPE_TYPES = ("linear", "llama3", "yarn")
 
 
@@ -48,11 +50,7 @@ class RopeScaling:
                 "`rope_scaling` type 'dynamic' is not supported (its frequencies depend on "
                 "the current sequence length, which a KV cache does not define)."
             )
-        if self.rope_type not in ROPE_TYPES:
-            raise ValueError(
-                f"`rope_type` must be one of {', '.join(map(repr, ROPE_TYPES))}; "
-                f"got {self.rope_type!r}."
-            )
+        _validate.one_of(ROPE_TYPES, rope_type=self.rope_type)
         for name in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
             object.__setattr__(self, name, _real(getattr(self, name), name))
         if self.attention_factor is not None:
@@ -164,8 +162,7 @@ class TransformerConfig:
         for name in ("qk_norm", "qkv_bias", "tie_embeddings", "causal"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}.")
-        if self.family not in ("llama", "qwen2"):
-            raise ValueError(f"`family` must be one of 'llama', 'qwen2'; got {self.family!r}.")
+        _validate.one_of(("llama", "qwen2"), family=self.family)
         rs = self.rope_scaling
         if isinstance(rs, dict):
             object.__setattr__(self, "rope_scaling", rope_scaling_from_hf(rs))

@@ -193,9 +193,8 @@ def guard_tokens(
 
 
 def check_overflow(overflow) -> None:
-    """ValueError unless ``overflow`` is ``"error"`` or ``"drop"``."""
-    if overflow not in OVERFLOW:
-        raise ValueError(f"`overflow` must be one of 'error', 'drop'; got {overflow!r}.")
+    """ValueError unless ``overflow`` is ``"error"`` or ``"drop"`` (TypeError if not a str)."""
+    _validate.one_of(OVERFLOW, overflow=overflow)
 
 
 def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) -> KVCache:

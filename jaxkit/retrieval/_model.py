@@ -27,7 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from jaxkit import nn
+from jaxkit import _validate, nn
 from jaxkit.retrieval import _compress, _game, _losses
 from jaxkit.retrieval._compressor import Compressed, TokenCompressor
 from jaxkit.retrieval._synthetic import PART_JOINTS
@@ -94,10 +94,8 @@ class PSTConfig:
     pool: str = "mean"
 
     def __post_init__(self):
-        if self.pool not in ("mean", "attention"):
-            raise ValueError(f"`pool` must be 'mean' or 'attention', got {self.pool!r}.")
-        if self.compressor not in ("dpc", "layer"):
-            raise ValueError(f"`compressor` must be 'dpc' or 'layer', got {self.compressor!r}.")
+        _validate.one_of(("mean", "attention"), pool=self.pool)
+        _validate.one_of(("dpc", "layer"), compressor=self.compressor)
         if self.compressor == "layer" and not self.compress:
             raise ValueError("`compressor='layer'` needs `compress=True`.")
 

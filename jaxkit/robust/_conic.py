@@ -7,6 +7,7 @@ expressions of the decision (interval/box: LP; ball/ellipsoid: SOC; hull: one ep
 per retained vertex; union: max over members). These forms are our reconstruction [R].
 """
 
+import functools
 import time
 from typing import Any, NamedTuple
 
@@ -29,6 +30,30 @@ from jaxkit.robust._losses import (
 
 def _cp():
     return require("cvxpy", extra="robust", what="fit_conic needs cvxpy")
+
+
+@functools.cache
+def _installed_solvers() -> tuple[str, ...]:
+    """The installed cvxpy solvers, asked once (the call takes milliseconds: it imports each)."""
+    return tuple(_cp().installed_solvers())
+
+
+def _check_solver(solver) -> None:
+    """TypeError unless ``solver`` is a str; ValueError unless cvxpy has it installed.
+
+    Cheap after the first call (a cached list), so a timed re-solve does not pay it.
+    """
+    if not isinstance(solver, str):
+        raise TypeError(
+            "`solver` must be a cvxpy solver name (str), got "
+            f"{type(solver).__name__} {solver!r:.80}."
+        )
+    installed = _installed_solvers()
+    if solver.upper() not in installed:  # cvxpy compares upper-case names
+        raise ValueError(
+            f"`solver` must be one of the installed cvxpy solvers "
+            f"{', '.join(map(repr, installed))}; got {solver!r}."
+        )
 
 
 def _np(x):
@@ -95,6 +120,7 @@ class ConicProblem(NamedTuple):
         eps = float(eps)
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"`eps` must lie in [0, 1], got eps={eps}.")
+        _check_solver(solver)
         self.eps.value = eps
         self.one_minus_eps.value = 1.0 - eps
         t0 = time.perf_counter()
@@ -255,8 +281,11 @@ def fit_conic(
       :class:`ConicResult` ``(params, value, status, solve_time)``.
 
     Raises:
-      ValueError: If ``eps`` is outside [0, 1].
+      ValueError: If ``eps`` is outside [0, 1] or ``solver`` is not an installed cvxpy
+        solver (the message lists them).
+      TypeError: If ``solver`` is not a str.
     """
+    _check_solver(solver)
     return build_conic(family, data, bulk, weights=weights, l2=l2, eta=eta, moment=moment).solve(
         eps, solver=solver
     )

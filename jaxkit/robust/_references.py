@@ -54,6 +54,24 @@ def parametric_draws(dist: Any, *, key: KeyArray, n: int) -> Reference:
     return empirical(xi)
 
 
+def _check_site(model: Any, site: Any, key: KeyArray, args: tuple, kwargs: dict) -> None:
+    """TypeError unless ``site`` is a str; ValueError unless the model has a site of that name.
+
+    The sites are read from one traced run of ``model(*args, **kwargs)``.
+    """
+    from numpyro import handlers
+
+    if not isinstance(site, str):
+        raise TypeError(f"`site` must be a str (a sample site name), got {type(site).__name__}.")
+    trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+    sites = [k for k, v in trace.items() if v["type"] in ("sample", "deterministic")]
+    if site not in sites:
+        raise ValueError(
+            f"`site`: the model has no site named {site!r} (its sites: "
+            f"{', '.join(map(repr, sites))})."
+        )
+
+
 def posterior_predictive(
     model: Any,
     *args: Any,
@@ -84,6 +102,11 @@ def posterior_predictive(
     Returns:
       A :class:`Reference` of ``n`` predictive draws (equal weights), flattened to one
       draw per posterior sample.
+
+    Raises:
+      TypeError: If ``site`` is not a str.
+      ValueError: If the model has no sample or deterministic site ``site`` (the message
+        lists its sites); checked by one traced run of the model before inference.
     """
     from numpyro.infer import MCMC, NUTS, Predictive
 
@@ -92,6 +115,9 @@ def posterior_predictive(
     num_warmup = _validate.python_int(num_warmup, name="num_warmup", minimum=0)
     num_chains = _validate.python_int(num_chains, name="num_chains", minimum=1)
     k_inf, k_pred = jax.random.split(key)
+    # numpyro's own arithmetic mixes int32 and float32 (fails under strict promotion)
+    with jax.numpy_dtype_promotion("standard"):
+        _check_site(model, site, k_inf, args, kwargs)
     mcmc = MCMC(
         NUTS(model),
         num_warmup=num_warmup,

@@ -13,6 +13,7 @@ References:
 import jax
 import jax.numpy as jnp
 
+from jaxkit import _validate as V
 from jaxkit.soft._common import scal
 from jaxkit.soft._sorting import cumsum
 
@@ -104,7 +105,12 @@ _entmax43 = _make_entmax(3)
 
 
 def proj_simplex(s: jax.Array, softness, mode: str) -> jax.Array:
-    """``argmax_{y in simplex} <s, y> - softness R(y)`` along the last axis."""
+    """``argmax_{y in simplex} <s, y> - softness R(y)`` along the last axis.
+
+    ``mode``: ``"smooth"`` (softmax), ``"c0"`` (sparsemax), ``"c1"`` (1.5-entmax) or
+    ``"c2"`` (4/3-entmax); another value raises, naming ``mode``.
+    """
+    V.one_of(("smooth", "c0", "c1", "c2"), mode=mode)
     v = s / scal(softness, s.dtype)
     if mode == "smooth":
         return jax.nn.softmax(v, axis=-1)
@@ -112,6 +118,4 @@ def proj_simplex(s: jax.Array, softness, mode: str) -> jax.Array:
         return _sparsemax(v)
     if mode == "c1":
         return _entmax15(v)
-    if mode == "c2":
-        return _entmax43(v)
-    raise ValueError(f"`mode` must be one of 'smooth', 'c0', 'c1', 'c2'; got {mode!r}.")
+    return _entmax43(v)  # "c2"

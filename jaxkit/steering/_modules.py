@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from jaxkit import _validate
 from jaxkit._adapter_layers import LayerNorm, Linear
 
 
@@ -128,15 +129,14 @@ class ValueEncoder(eqx.Module):
     dropout: float = eqx.field(static=True)
 
     def __init__(self, d_model, value_dim, *, n_heads, n_layers, dropout, key, pooling="last"):
+        _validate.one_of(("last", "attention"), pooling=pooling)
         ks = jax.random.split(key, n_layers + 4)
         if pooling == "attention":  # its own keys: "last" keeps its initialisation
             kq, kk = jax.random.split(jax.random.fold_in(key, 1_000_003))
             self.pool_query = 0.02 * jax.random.normal(kq, (value_dim,), jnp.float32)
             self.pool_key = Linear(value_dim, value_dim, key=kk)
-        elif pooling == "last":
+        else:  # "last"
             self.pool_query, self.pool_key = None, None
-        else:
-            raise ValueError(f"`pooling` must be 'last' or 'attention', got {pooling!r}.")
         self.response_proj = Linear(d_model, value_dim, key=ks[0])
         self.prompt_proj = Linear(d_model, value_dim, key=ks[1], gain=0.1)
         self.layers = tuple(

@@ -6,6 +6,8 @@ Two schemas, with label ids identical to the authors' repository (olivia3395/TES
 
 import dataclasses
 
+from jaxkit import _validate
+
 SHIFT_LABELS = ("STRONG-RISE", "MILD-RISE", "STABLE", "MILD-DROP", "STRONG-DROP")
 
 
@@ -26,14 +28,10 @@ class Primitive:
     neutral: str
 
     def __post_init__(self):
-        if self.kind not in ("shift", "volatility", "shape", "lag"):
-            raise ValueError(
-                f"`kind` must be one of 'shift', 'volatility', 'shape', 'lag'; got {self.kind!r}."
-            )
+        _validate.one_of(("shift", "volatility", "shape", "lag"), kind=self.kind)
         if len(set(self.labels)) != len(self.labels) or len(self.labels) < 2:
             raise ValueError(f"`labels` must be >= 2 distinct names, got {self.labels!r}.")
-        if self.neutral not in self.labels:
-            raise ValueError(f"`neutral` must be one of the labels, got {self.neutral!r}.")
+        _validate.one_of(self.labels, neutral=self.neutral)
 
     def label_id(self, label: str) -> int:
         """The id of ``label`` (ValueError naming the primitive for an unknown label)."""

@@ -39,6 +39,13 @@ def _meta_step(**kw):
     )
 
 
+def _mwn(**kw):
+    params, net, opt_state, batch, meta = C._mwn_args(_key(), np.float32)
+    return data.mwn_meta_step(
+        C._mts_loss, C._MTS_OPT, params, net, opt_state, batch, meta, lr=0.1, **kw
+    )
+
+
 RECIPES = {
     "jaxkit.data.kmeans_batches": lambda **kw: data.kmeans_batches(
         _j(Q), key=_key(), batch_size=2, **{"iters": 2, **kw}
@@ -59,6 +66,11 @@ RECIPES = {
     "jaxkit.data.hobit_batches": lambda **kw: data.hobit_batches(
         data.SparseHardness(_j(NBR), _j(W)), _j(Q), _j(D), key=_key(), batch_size=2, **kw
     ),
+    "jaxkit.data.hobit_objective": lambda **kw: data.hobit_objective(
+        _j(np.array([1, 4, 6], np.int32)), data.SparseHardness(_j(NBR), _j(W)), **kw
+    ),
+    "jaxkit.data.greedy_select": lambda **kw: data.greedy_select(_j(W), 2, **kw),
+    "jaxkit.data.mwn_meta_step": _mwn,
     "jaxkit.data.hobit_permutation": lambda **kw: data.hobit_permutation(
         _j(Q), _j(D), key=_key(), batch_size=2, **{"k": 3, **kw}
     ),

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit.decoding import ar_generate, dual_stream_batch, wedlm_loss
+from jaxkit.decoding import ar_generate, dual_stream_batch, reorder_mlm_loss, wedlm_loss
 from tests.decoding.cases import _APPLY, _P32, CFG, MASK, _generate
 
 _rng = np.random.default_rng(0)
@@ -31,10 +31,18 @@ def _loss(**kw):
     return wedlm_loss(_APPLY, _P32, batch, **kw)[0]
 
 
+def _reorder(**kw):
+    tokens = jnp.asarray(TOKENS)
+    loss_mask = jnp.ones(tokens.shape, bool)
+    is_masked = jnp.asarray([[0, 1, 0, 1], [1, 0, 0, 0]], bool)
+    return reorder_mlm_loss(_APPLY, _P32, tokens, is_masked, loss_mask, mask_token_id=MASK, **kw)
+
+
 RECIPES = {
     "jaxkit.decoding.ar_generate": _ar,
     "jaxkit.decoding.wedlm_loss": _loss,
     "jaxkit.decoding.wedlm_generate": _wedlm,
+    "jaxkit.decoding.reorder_mlm_loss": _reorder,
 }
 
 EXEMPT: dict[str, str] = {}

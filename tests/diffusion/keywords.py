@@ -141,7 +141,20 @@ RECIPES = {
     "jaxkit.diffusion.wdce_loss": _keyed(diffusion.wdce_loss, X0, LOG_W, replicates=1),
     "jaxkit.diffusion.toy_nature": diffusion.toy_nature,
     "jaxkit.diffusion.toy_nature_sample": functools.partial(diffusion.toy_nature_sample, 2, seed=0),
-    "jaxkit.diffusion.MaskingSchedule": lambda **kw: diffusion.MaskingSchedule("loglinear", **kw),
+    "jaxkit.diffusion.MaskingSchedule": lambda **kw: diffusion.MaskingSchedule(
+        **{"kind": "loglinear", **kw}
+    ),
+    "jaxkit.diffusion.reverse_step": _keyed(diffusion.reverse_step, TEMPLATE, 0, num_steps=2),
+    "jaxkit.diffusion.make_buffer": lambda **kw: diffusion.make_buffer(
+        X0,
+        np.zeros_like(X0),
+        np.zeros((4,), np.float32),
+        _oracle,
+        direction=1,
+        alpha=0.1,
+        kappa_min=0.1,
+        **kw,
+    ),  # fmt: skip
 }
 
 EXEMPT: dict[str, str] = {}

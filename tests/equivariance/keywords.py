@@ -70,4 +70,6 @@ RECIPES = {
     ),
 }
 
-EXEMPT: dict[str, str] = {}
+EXEMPT: dict[str, str] = {
+    "jaxkit.equivariance.finite_group:name": "free text: the group's label, used in messages",
+}

@@ -82,10 +82,16 @@ RECIPES = {
         **{"g": 2, "max_height": 2, **kw}
     ),
     "jaxkit.hypospace.SamplerSpec": H.SamplerSpec,
+    "jaxkit.hypospace.stratum_quotas": lambda **kw: H.stratum_quotas(
+        ADM, STRATA, 3, num_strata=2, **kw
+    ),
 }
 
 _RECORD = "a record the library returns, not an input"
 EXEMPT: dict[str, str] = {
-    f"jaxkit.hypospace.Usage:{kw}": _RECORD
-    for kw in ("calls", "errors", "parse_failures", "prompt_tokens", "completion_tokens")
+    **{
+        f"jaxkit.hypospace.Usage:{kw}": _RECORD
+        for kw in ("calls", "errors", "parse_failures", "prompt_tokens", "completion_tokens")
+    },
+    "jaxkit.hypospace.LLMRun:mode": _RECORD,
 }

@@ -19,6 +19,8 @@ def _save(**kw):
 
 RECIPES = {
     "jaxkit.io.save_safetensors": _save,
+    "jaxkit.io.load_fixture": lambda **kw: io.load_fixture(**kw),
+    "jaxkit.io.config_to_hf": lambda **kw: io.config_to_hf(CFG, **kw),
 }
 
 EXEMPT: dict[str, str] = {}

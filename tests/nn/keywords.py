@@ -11,11 +11,16 @@ from tests.nn.cases import CFG
 _rng = np.random.default_rng(0)
 H = _rng.normal(size=(1, 3, CFG.d_model)).astype(np.float32)
 POS = np.arange(3, dtype=np.int32)[None]
+TOKENS = np.array([[1, 2, 3]], np.int32)
+PARAMS = nn.init_params(CFG, key=jax.random.key(0))
+
+
+def _cache():
+    return nn.init_cache(CFG, max_len=4, batch=1)
 
 
 def _run_layers(**kw):
-    params = nn.init_params(CFG, key=jax.random.key(0))
-    return nn.run_layers(params, CFG, H, POS, **kw).h
+    return nn.run_layers(PARAMS, CFG, H, POS, **kw).h
 
 
 def _interventions(**kw):
@@ -26,6 +31,14 @@ def _interventions(**kw):
 
 RECIPES = {
     "jaxkit.nn.run_layers": _run_layers,
+    "jaxkit.nn.apply": lambda **kw: nn.apply(PARAMS, CFG, TOKENS, cache=_cache(), **kw).logits,
+    "jaxkit.nn.decode_step": lambda **kw: (
+        nn.decode_step(PARAMS, CFG, TOKENS[:, 0], _cache(), **kw).logits
+    ),
+    "jaxkit.nn.write_kv": lambda **kw: (
+        nn.write_kv(PARAMS, CFG, H, POS, cache=_cache(), layer=0, **kw).k
+    ),
+    "jaxkit.nn.MLP": lambda **kw: nn.MLP(2, 1, hidden=(2,), key=jax.random.key(0), **kw),
     "jaxkit.nn.init_cache": lambda **kw: nn.init_cache(CFG, max_len=4, **{"batch": 2, **kw}),
     "jaxkit.nn.tiny_task": lambda **kw: nn.tiny_task(
         "noisy_counting", key=jax.random.key(0), batch=2, length=6, **kw
@@ -43,4 +56,8 @@ RECIPES = {
     "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), key=jax.random.key(0), **kw),
 }
 
-EXEMPT: dict[str, str] = {}
+EXEMPT: dict[str, str] = {
+    "jaxkit.nn.param_specs:model_axis": "free name: a mesh axis name put in the specs",
+    "jaxkit.nn.cache_specs:data_axis": "free name: a mesh axis name put in the specs",
+    "jaxkit.nn.cache_specs:model_axis": "free name: a mesh axis name put in the specs",
+}

@@ -60,6 +60,9 @@ RECIPES = {
     "jaxkit.privacy.calibrate_sigma": functools.partial(
         privacy.calibrate_sigma, epsilon=2.0, delta=1e-5, q=0.01, steps=10
     ),
+    "jaxkit.privacy.epsilon": functools.partial(
+        privacy.epsilon, q=0.01, noise_multiplier=1.0, steps=10, delta=1e-5
+    ),
     "jaxkit.privacy.ffa_lora": _keyed_optimizer(privacy.ffa_lora, 0.1, **DP),
     "jaxkit.privacy.naive_dp_lora": _keyed_optimizer(privacy.naive_dp_lora, 0.1, **DP),
     "jaxkit.privacy.nonprivate_lora": _optimizer(privacy.nonprivate_lora, 0.1),
@@ -84,4 +87,6 @@ RECIPES = {
     ),
 }
 
-EXEMPT: dict[str, str] = {}
+EXEMPT: dict[str, str] = {
+    "jaxkit.privacy.lowrank.check_factors:name": "free text: the label its error messages use",
+}

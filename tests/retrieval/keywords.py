@@ -1,5 +1,8 @@
 """Keyword-sweep recipes for retrieval (see tests/keywords.py)."""
 
+import pathlib
+import tempfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +33,21 @@ def _key():
     return jax.random.key(0)
 
 
+def _load(**kw):
+    """A HumanML3D-layout folder with one id (whole clip, one caption)."""
+    with tempfile.TemporaryDirectory() as d:
+        root = pathlib.Path(d)
+        for sub in ("texts", "new_joints", "new_joint_vecs"):
+            (root / sub).mkdir()
+        (root / "test.txt").write_text("000001\n")
+        np.save(root / "new_joints" / "000001.npy", np.zeros((4, 22, 3), np.float32))
+        np.save(root / "new_joint_vecs" / "000001.npy", np.zeros((4, 263), np.float32))
+        (root / "texts" / "000001.txt").write_text("a man walks#a/DET man/NOUN#0.0#0.0\n")
+        out = retrieval.load_motion_text(d, "test", **kw)
+    assert len(out) == 1
+    return out
+
+
 RECIPES = {
     "jaxkit.retrieval.banzhaf_mc": lambda **kw: retrieval.banzhaf_mc(
         _value, jnp.asarray(TABLE), n_players=3, key=_key(), **{"n_samples": 4, **kw}
@@ -49,11 +67,12 @@ RECIPES = {
         SELFSIM, size=3, **kw
     ),
     "jaxkit.retrieval.protocol_metrics": lambda **kw: retrieval.protocol_metrics(
-        SIMS, "guo", key=_key(), **{"batch_size": 4, **kw}
+        SIMS, key=_key(), **{"protocol": "guo", "batch_size": 4, **kw}
     ),
     "jaxkit.retrieval.retrieval_metrics": lambda **kw: retrieval.retrieval_metrics(
         SIMS, **({"text_selfsim": SELFSIM} if "threshold" in kw else {}), **kw
     ),
+    "jaxkit.retrieval.load_motion_text": _load,
     "jaxkit.retrieval.synthetic_motion_text": lambda **kw: retrieval.synthetic_motion_text(
         4, key=_key(), **{"length": 12, **kw}
     ),

@@ -54,6 +54,13 @@ RECIPES["jaxkit.soft.sigmoidal"] = _on(soft.sigmoidal, X)  # no straight-through
 RECIPES["jaxkit.soft.softrelu"] = _on(soft.softrelu, X)
 RECIPES["jaxkit.soft.all"] = _on(soft.all, UNIT)
 RECIPES["jaxkit.soft.calibrate"] = _on(soft.calibrate, "softsort", 64)
+RECIPES["jaxkit.soft.isotonic"] = _on(soft.isotonic, X)
+RECIPES["jaxkit.soft.project_permutahedron"] = _on(soft.project_permutahedron, X, Y)
+_STARTS = [np.full((4,), 0.25, np.float32), np.full((6,), 1 / 6, np.float32)]  # one per axis
+RECIPES["jaxkit.soft.dynamic_slice"] = _on(soft.dynamic_slice, X, _STARTS, [2, 3])
+RECIPES["jaxkit.soft.random.temperature_schedule"] = lambda **kw: srandom.temperature_schedule(
+    1.0, 0.1, 10, **kw
+)(3)
 RECIPES["jaxkit.soft.banded_error_bound"] = lambda **kw: soft.banded_error_bound(
     "sort", X, window=2, **kw
 )

@@ -46,6 +46,9 @@ RECIPES = {
         _setup().VP.disc, Z, **kw
     ),
     "jaxkit.steering.svgt_optimizer": _optimizer,
+    "jaxkit.steering.ValueEncoder": lambda **kw: steering.ValueEncoder(
+        8, 4, n_heads=1, n_layers=1, dropout=0.0, key=jax.random.key(0), **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -98,6 +98,9 @@ RECIPES = {
     "jaxkit.vision.featjnd.jnd_perturbation": lambda **kw: J.jnd_perturbation(
         S, key=jax.random.key(0), **kw
     ),
+    "jaxkit.vision.featjnd.token_steps": lambda **kw: J.token_steps(
+        S, budget_rms=0.1, key=jax.random.key(0), **kw
+    ),
     "jaxkit.vision.featjnd.featjnd_loss": _featjnd_loss,
     "jaxkit.vision.featjnd.featjnd_step": _featjnd_step,
     "jaxkit.vision.featjnd.fit_featjnd": _fit_featjnd,
@@ -119,6 +122,7 @@ RECIPES = {
     ),
     "jaxkit.vision.irdet.particle_diffuse": _particles,
     "jaxkit.vision.irdet.stable_substeps": functools.partial(irdet.stable_substeps, 0.2, 3.2),
+    "jaxkit.vision.irdet.niou": functools.partial(irdet.niou, PRED, GT),
     "jaxkit.vision.irdet.pd_fa": functools.partial(irdet.pd_fa, PRED, GT),
     "jaxkit.vision.irdet.pd_fa_curve": lambda **kw: tuple(
         irdet.pd_fa_curve(PRED.astype(np.float32), GT, thresholds=[0.5], **kw)

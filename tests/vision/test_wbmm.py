@@ -149,6 +149,12 @@ def test_variants_and_errors(key):
         assert [len(p) for p in v["patterns"]] == list(v["depths"])
     with pytest.raises(ValueError, match="mixer"):
         WBMMBlock(4, "X", key=key)
+    with pytest.raises(ValueError, match="`mixer`"):
+        WBMMBlock(4, 4, key=key)  # an even kernel size
+    with pytest.raises(TypeError, match="'mixer'|`mixer`"):  # jaxtyping's check, or ours
+        WBMMBlock(4, 3.0, key=key)
+    with pytest.raises(ValueError, match="`implementation`"):
+        WBMMBlock(4, "D", implementation="cuda", key=key)  # checked even where unused
     with pytest.raises(ValueError, match="patterns"):
         WBMMNet(depths=(2,), dims=(4,), patterns=("W",), key=key)
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
 
 
@@ -128,8 +129,9 @@ def sample_rows_reference(
     ``noise`` is standard Gumbel noise in the compute dtype (``jax.random.gumbel``).
     ``stats="sampled"``: probability/entropy of the distribution sampled from (a
     point mass at the arg-max when ``T == 0``); ``stats="logits"``: of
-    ``softmax(logits)`` (no temperature, no filter).
+    ``softmax(logits)`` (no temperature, no filter); another ``stats`` raises.
     """
+    _validate.one_of(("sampled", "logits"), stats=stats)
     s = tempered(logits, temperature)
     keep = kept_mask(s, top_k, top_p, min_p)
     neg = jnp.full_like(s, -jnp.inf)

@@ -134,8 +134,13 @@ def _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy, name="f")
     V.is_key(key)
     V.python_int(n_noise, name="n_noise", minimum=1)
     V.one_of(_MAGNITUDES, magnitude=magnitude)
-    if not (discrepancy == "kl" or callable(discrepancy)):
-        raise ValueError(f"`discrepancy` must be 'kl' or a callable, got {discrepancy!r}.")
+    if isinstance(discrepancy, str):
+        V.one_of(("kl",), discrepancy=discrepancy)
+    elif not callable(discrepancy):
+        raise TypeError(
+            "`discrepancy` must be 'kl' or a callable, got "
+            f"{type(discrepancy).__name__} {discrepancy!r:.80}."
+        )
     f = V.guard_positive(f, eps, name="eps")
     f = V.guard_positive(f, lam_t, name="lam_t")
     return V.guard_non_negative(f, lam_m, name="lam_m")

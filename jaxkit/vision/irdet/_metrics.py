@@ -75,11 +75,10 @@ def niou(pred, gt, *, empty: str = "raise") -> float:
         ``"skip"`` (left out of the mean; ValueError if every image is skipped).
 
     Raises:
-      TypeError: As :func:`iou`.
+      TypeError: As :func:`iou`, or a non-string ``empty``.
       ValueError: Unknown ``empty``, or an undefined mean as described.
     """
-    if empty not in ("raise", "one", "skip"):
-        raise ValueError(f"`empty` must be one of 'raise', 'one', 'skip', got {empty!r}.")
+    _validate.one_of(("raise", "one", "skip"), empty=empty)
     pred, gt = _as_masks(pred, gt)
     inter = np.logical_and(pred, gt).sum(axis=(1, 2))
     union = np.logical_or(pred, gt).sum(axis=(1, 2))

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit.kernels import IMPLEMENTATIONS
 from jaxkit.kernels.windowed_matmul import table_size, windowed_matmul
 from jaxkit.vision.wbmm._parts import (
     GRN,
@@ -31,6 +32,27 @@ def check_window(window) -> tuple[int, int]:
     if len(pair) != 2:
         raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
     return tuple(_validate.python_int(w, name="window", minimum=1) for w in pair)
+
+
+def check_implementation(implementation) -> None:
+    """``implementation`` is one the kernel dispatch accepts; TypeError / ValueError naming it."""
+    _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
+
+
+def check_mixer(mixer) -> None:
+    """``mixer`` is ``"W"``, ``"D"``, ``"M"`` or an odd int >= 1.
+
+    Another kind (a float, a bool) raises ``TypeError``; another string or an even or
+    non-positive int, ``ValueError``; both name ``mixer``.
+    """
+    if isinstance(mixer, str):
+        _validate.one_of(("W", "D", "M"), mixer=mixer)
+    elif isinstance(mixer, bool) or not isinstance(mixer, int):
+        raise TypeError(
+            f"`mixer` must be 'W', 'D', 'M' or an odd int, got {type(mixer).__name__} {mixer!r}."
+        )
+    elif mixer < 1 or mixer % 2 != 1:
+        raise ValueError(f"`mixer` must be 'W', 'D', 'M' or an odd int >= 1, got {mixer!r}.")
 
 
 def check_block_scalars(*, layer_scale_init, bn_momentum, **drop) -> None:
@@ -71,6 +93,7 @@ class WBMM(eqx.Module):
     ):
         """Random table from ``key``, or the given ``table`` (and ``bias`` array)."""
         self.window = check_window(window)
+        check_implementation(implementation)
         if table is None:
             if key is None:
                 raise ValueError("`key` is required when no `table` is given.")
@@ -119,6 +142,7 @@ class MultiKernelWBMM(eqx.Module):
     ):
         check_window(window)
         check_momentum(bn_momentum, name="bn_momentum")
+        check_implementation(implementation)
         k1, k2, k3 = jax.random.split(key, 3)
         self.wbmm = WBMM(channels, window=window, implementation=implementation, key=k1)
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
@@ -169,6 +193,8 @@ class WBMMBlock(eqx.Module):
         key: PRNGKeyArray,
     ):
         check_window(window)
+        check_mixer(mixer)
+        check_implementation(implementation)
         ffn_ratio = _validate.python_int(ffn_ratio, name="ffn_ratio", minimum=1)
         check_block_scalars(
             layer_scale_init=layer_scale_init, bn_momentum=bn_momentum, drop_path=drop_path
@@ -186,10 +212,8 @@ class WBMMBlock(eqx.Module):
             )
         elif mixer == "D":
             self.mixer = DepthwiseConv(channels, 3, key=km)
-        elif isinstance(mixer, int) and not isinstance(mixer, bool) and mixer % 2 == 1:
+        else:  # an odd int (check_mixer)
             self.mixer = DepthwiseConv(channels, mixer, key=km)
-        else:
-            raise ValueError(f"`mixer` must be 'W', 'D', 'M' or an odd int, got {mixer!r}.")
         hidden = ffn_ratio * channels
         self.norm = BatchNorm(channels, momentum=bn_momentum)
         self.se = SE(channels, key=ks)

@@ -8,7 +8,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
-from jaxkit.vision.wbmm._blocks import Token, WBMMBlock, check_block_scalars, check_window
+from jaxkit.vision.wbmm._blocks import (
+    Token,
+    WBMMBlock,
+    check_block_scalars,
+    check_implementation,
+    check_window,
+)
 from jaxkit.vision.wbmm._parts import (
     State,
     conv2d,
@@ -75,6 +81,7 @@ class WBMMNet(eqx.Module):
         in_channels = _validate.python_int(in_channels, name="in_channels", minimum=1)
         num_classes = _validate.python_int(num_classes, name="num_classes", minimum=1)
         check_window(window)
+        check_implementation(implementation)
         check_block_scalars(
             layer_scale_init=layer_scale_init,
             bn_momentum=bn_momentum,
