@@ -312,6 +312,16 @@ def python_int(value: Any, *, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
+def flags(**kwargs: Any) -> None:
+    """Check each static flag is a bool (Python's or NumPy's); a ``TypeError`` naming it.
+
+    A string such as ``"False"`` would otherwise read as true without a word.
+    """
+    for name, value in kwargs.items():
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(f"`{name}` must be a bool, got {type(value).__name__} {value!r:.80}.")
+
+
 def real_scalar(value: Any, *, name: str) -> None:
     """Check a continuous hyperparameter is a real number or array, not a str/None/bool."""
     what = "a real number or array"

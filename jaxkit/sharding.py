@@ -40,6 +40,7 @@ def make_mesh(
     if n == 0:
         raise ValueError("`devices` must hold at least one device.")
     model = _validate.python_int(model, name="model")
+    _validate.flags(explicit=explicit)
     if model < 1 or n % model:
         raise ValueError(
             f"`model` must be a positive divisor of the device count {n}, got model={model!r}."

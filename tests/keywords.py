@@ -1,4 +1,4 @@
-"""The keyword sweep: every public function's numeric and option keywords reject bad values.
+"""The keyword sweep: every public function's numeric, option and flag keywords reject bad values.
 
 The conformance suite (``tests/conformance.py``) checks the hyperparameters each case
 registers. This sweep covers the rest of every public signature: each keyword argument
@@ -18,8 +18,11 @@ An *option keyword* is one whose default is a string or whose annotation is a ``
 options (``mode="smooth"``, ``solver="hybrid"``). ``"no-such-option"`` must raise a
 ``ValueError`` naming it (an unknown option never falls through to a default path), and
 ``2.5`` (no option's kind; not swept where the annotation names ``float``) a ``TypeError``
-naming it. A free-text keyword (a label, a mesh
-axis name, a prompt's role) is exempt with that reason.
+naming it. A free-text keyword (a label, a mesh axis name, a prompt's role) is exempt with
+that reason.
+
+A *flag keyword* is one whose default is a ``bool``: the string ``"no"`` (which ``if flag:``
+would read as true) must raise a ``TypeError`` naming it (``jaxkit._validate.flags``).
 
 Each area lists, in ``tests/<area>/keywords.py``, a ``RECIPES`` dict from a public path
 (``"jaxkit.soft.sort"``; any public path of the function) to a callable that calls the
@@ -31,9 +34,9 @@ keyword must succeed, so that an error in the sweep is the keyword's. Public cla
 functions are; a record the library returns rather than takes (a counter, a result) is
 exempt with that reason.
 
-``tests/test_keywords.py`` (default tier, no call) checks that every public function with a
-numeric or option keyword has a recipe or an exemption, and that no entry is stale; each area's
-``test_keywords.py`` (slow tier) runs the sweep over its recipes with :func:`sweep`.
+``tests/test_keywords.py`` checks in the default tier (no call) that every public function
+with a numeric, option or flag keyword has a recipe or an exemption and that no entry is
+stale, and runs :func:`sweep` over every recipe in the slow tier.
 """
 
 import dataclasses
@@ -54,6 +57,7 @@ STRING = "0.1"
 NOT_INT = 1.5
 NO_OPTION = "no-such-option"
 NOT_OPTION = 2.5
+NOT_FLAG = "no"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,26 +102,37 @@ def option_keywords(fn: Callable[..., Any]) -> list[Keyword]:
     return out
 
 
+def flag_keywords(fn: Callable[..., Any]) -> list[str]:
+    """The flag keywords of ``fn``'s signature (a ``bool`` default), in order."""
+    params = inspect.signature(fn).parameters.values()
+    return [p.name for p in params if isinstance(p.default, bool)]
+
+
 def swept_keywords(fn: Callable[..., Any]) -> list[str]:
-    """The names of ``fn``'s numeric and option keywords."""
-    return [k.name for k in numeric_keywords(fn) + option_keywords(fn)]
+    """The names of ``fn``'s numeric, option and flag keywords."""
+    return [k.name for k in numeric_keywords(fn) + option_keywords(fn)] + flag_keywords(fn)
 
 
 def public_functions(area: str) -> dict[str, Callable[..., Any]]:
-    """Every public path of the area that names a function or a class: path -> object."""
+    """Every public path of the area that names a function or a class: path -> object.
+
+    A wrapped function (``jax.jit``, ``functools.cache``) counts: its signature is the
+    wrapped one's, and the sweep calls it through the wrapper, as a user does.
+    """
     out = {}
     for mod in D.public_modules(area):
         runtime = importlib.import_module(mod)
         for n in D.public_names(mod):
             obj = getattr(runtime, n.name, None)
             cls = inspect.isclass(obj) and not issubclass(obj, BaseException)  # not a warning
-            if not n.is_module and (inspect.isfunction(obj) or cls):
+            fn = callable(obj) and inspect.isfunction(inspect.unwrap(obj))
+            if not n.is_module and (fn or cls):
                 out[n.path] = obj
     return out
 
 
 def swept_functions(area: str) -> dict[Callable[..., Any], list[str]]:
-    """The area's functions with a numeric or option keyword -> their public paths."""
+    """The area's functions with a numeric, option or flag keyword -> their public paths."""
     out: dict[Callable[..., Any], list[str]] = {}
     for path, fn in public_functions(area).items():
         if swept_keywords(fn):
@@ -186,21 +201,23 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                         f"{path}: {kw.name}={value!r} raised {type(e).__name__}, not a "
                         f"TypeError ({what} is the wrong type): {msg[:200]}"
                     )
+    typed = [(name, NOT_FLAG, TypeError) for name in flag_keywords(fn)]  # (kw, value, error)
     for kw in option_keywords(fn):
-        name = kw.name
+        typed.append((kw.name, NO_OPTION, ValueError))
+        if not kw.floating:  # 2.5 may be a value where the annotation names float
+            typed.append((kw.name, NOT_OPTION, TypeError))
+    for name, value, want in typed:
         if f"{path}:{name}" in exempt:
             continue
-        probes = [(NO_OPTION, ValueError)] + ([] if kw.floating else [(NOT_OPTION, TypeError)])
-        for value, want in probes:
-            with without_jaxtyping():
-                e = _run(call, **{name: value})
-            if e is None:
-                failures.append(f"{path}: {name}={value!r} raised nothing")
-            elif f"`{name}`" not in str(e) or not isinstance(e, want):
-                failures.append(
-                    f"{path}: {name}={value!r} raised {type(e).__name__}, not a "
-                    f"{want.__name__} naming `{name}`: {str(e)[:200]}"
-                )
+        with without_jaxtyping():
+            e = _run(call, **{name: value})
+        if e is None:
+            failures.append(f"{path}: {name}={value!r} raised nothing")
+        elif f"`{name}`" not in str(e) or not isinstance(e, want):
+            failures.append(
+                f"{path}: {name}={value!r} raised {type(e).__name__}, not a "
+                f"{want.__name__} naming `{name}`: {str(e)[:200]}"
+            )
     return failures
 
 

@@ -102,6 +102,12 @@ def test_interval_and_options():
         _validate.one_of((1, 2), stage=np.int64(3))
     _validate.one_of((1, 2), stage=np.int64(2))
     _validate.one_of(("a", None), method=None)
+    # A static flag: a bool (Python's or NumPy's); a string would read as true.
+    with pytest.raises(TypeError, match="`hard` must be a bool, got str 'no'"):
+        _validate.flags(soft=True, hard="no")
+    with pytest.raises(TypeError, match="`hard` must be a bool, got int 1"):
+        _validate.flags(hard=1)
+    _validate.flags(hard=np.bool_(False), soft=False)
 
 
 def test_shape_dtype_rank_errors_are_type_errors():

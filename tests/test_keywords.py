@@ -1,15 +1,15 @@
 """The keyword sweep (``tests/keywords.py``): coverage by default, the sweep in the slow tier.
 
-Default tier, no call: every public function with a numeric or option keyword has a recipe
+Default tier, no call: every public function with a numeric, option or flag keyword has a recipe
 or an exemption in its area's ``tests/<area>/keywords.py``, and no recipe or exemption is
 stale. The machinery's own test: a function that converts its keyword without a check,
 names the wrong argument, truncates a float given for an int, lets an unknown option fall
-through to a default or calls an option of the wrong type a wrong value fails the sweep;
-one that validates passes.
+through to a default, calls an option of the wrong type a wrong value or reads a string
+flag as true fails the sweep; one that validates passes.
 
 Slow tier: one test per recipe (the id is the public path, so ``tests/conftest.py`` counts
 it in the function's area): the string and the NaN (or 1.5) of every numeric keyword, an
-unknown option and a float for every option keyword.
+unknown option and a float for every option keyword, a string for every flag keyword.
 """
 
 import functools
@@ -53,7 +53,7 @@ def test_every_swept_keyword_has_a_recipe(area):
             continue
         missing.append(f"{paths[0]} {kws}")
     assert not missing, (
-        f"public functions or classes of `{area}` with numeric or option keywords and no "
+        f"public functions or classes of `{area}` with numeric, option or flag keywords and no "
         f"recipe in tests/{area}/keywords.py (see tests/keywords.py): {missing}"
     )
     for path in recipes:
@@ -91,7 +91,19 @@ def value_for_type(x, *, mode: Literal["a", "b"] = "a"):
     return x
 
 
-def good(x, *, alpha: float = 0.5, window: int | None = None, mode: Literal["a", "b"] = "a"):
+def truthy_string(x, *, negate: bool = False):
+    return -x if negate else x
+
+
+def good(
+    x,
+    *,
+    alpha: float = 0.5,
+    window: int | None = None,
+    mode: Literal["a", "b"] = "a",
+    negate: bool = False,
+):
+    _validate.flags(negate=negate)
     _validate.real_scalar(alpha, name="alpha")
     _validate.finite_scalar(alpha=alpha)
     _validate.one_of(("a", "b"), mode=mode)
@@ -108,6 +120,7 @@ def good(x, *, alpha: float = 0.5, window: int | None = None, mode: Literal["a",
         (truncates, "n=1.5 raised nothing"),
         (falls_through, "mode='no-such-option' raised nothing"),
         (value_for_type, "mode=2.5 raised ValueError, not a TypeError"),
+        (truthy_string, "negate='no' raised nothing"),
         (good, None),
     ],
 )
@@ -123,6 +136,7 @@ def test_sweep_fails_a_broken_function(monkeypatch, fn, want):
         K.Keyword("window", floating=False, admits_str=False),
     ]
     assert K.option_keywords(good) == [K.Keyword("mode", floating=False, admits_str=True)]
+    assert K.flag_keywords(good) == ["negate"]
 
 
 @pytest.mark.slow

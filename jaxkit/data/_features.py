@@ -131,6 +131,7 @@ _knn_agree_jit = jax.jit(_knn_agree, static_argnames=("k", "exclude_self"))
 
 def _check_k(k, emb, ref, exclude_self):
     """``k`` checked against the reference rows (``exclude_self``: one fewer, same row count)."""
+    V.flags(exclude_self=exclude_self)
     if exclude_self and emb.shape[0] != ref.shape[0]:
         raise TypeError("`exclude_self` needs `ref_emb` with as many rows as `emb`.")
     k = V.python_int(k, name="k", minimum=1)

@@ -143,8 +143,7 @@ def dual_stream_batch(
         raise TypeError(f"`tokens` must hold at least one token per row, got shape {tokens.shape}.")
     block_size = _validate.python_int(block_size, name="block_size", minimum=1)
     mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
-    if not isinstance(per_block, bool):
-        raise TypeError(f"`per_block` must be a bool, got {per_block!r}.")
+    _validate.flags(per_block=per_block)
     return _dual_stream_batch(
         tokens,
         loss_mask,

@@ -378,6 +378,7 @@ def fine_tune(
     """
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     _validate.one_of(OBJECTIVES, objective=objective)
+    _validate.flags(defensive=defensive)
     iterations = _validate.python_int(iterations, name="iterations", minimum=0)
     direction = _validate.python_int(direction, name="direction")
     _validate.one_of((1, -1), direction=direction)

@@ -19,8 +19,7 @@ def _check_cfg(cfg, absolute_positions):
 
     if not isinstance(cfg, nn.TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
-    if not isinstance(absolute_positions, bool):
-        raise TypeError(f"`absolute_positions` must be a bool, got {absolute_positions!r}.")
+    _validate.flags(absolute_positions=absolute_positions)
 
 
 def sinusoidal_positions(positions: Array, d_model: int) -> Array:

@@ -83,6 +83,7 @@ class Group:
     def __post_init__(self):
         for name in ("generator_index", "mult_in", "mult_out"):
             _validate.python_int(getattr(self, name), name=name, minimum=0)
+        _validate.flags(parity=self.parity)
 
     def __hash__(self) -> int:
         return hash(self.signature)
@@ -194,7 +195,8 @@ def _check_orthogonal(mats: np.ndarray, *, name: str, tol: float = 1e-6) -> None
         )
 
 
-@functools.lru_cache(maxsize=64)
+# typed: a cache hit skips the checks, so 2.0 or 1 must not find 2's or True's entry.
+@functools.lru_cache(maxsize=64, typed=True)
 def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     """C_n rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -225,7 +227,7 @@ def cyclic_rot2d(n: int, *, mult_in: int = 1, mult_out: int = 1) -> Group:
     )
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)
 def so2_rot2d(*, mult_in: int = 1, mult_out: int = 1) -> Group:
     """SO(2) rotating ``mult_in`` input and ``mult_out`` output vectors of R^2.
 
@@ -248,7 +250,7 @@ def _shift(n: int, k: int) -> np.ndarray:
     return np.roll(np.eye(n), k, axis=0)  # (P x)_i = x_{i-k}
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)
 def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool = False) -> Group:
     """C_4 acting by the regular representation (cyclic shift of a group axis of 4).
 
@@ -257,6 +259,7 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool 
     ``[channels_in]`` invariant scalars (a lifting layer's fibre).
     """
     _check_mult(channels_in=channels_in, channels_out=channels_out)
+    _validate.flags(trivial_in=trivial_in)
     rin = np.stack(
         [
             np.eye(channels_in) if trivial_in else np.kron(np.eye(channels_in), _shift(4, k))
@@ -276,7 +279,7 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool 
     )
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)
 def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = True) -> Group:
     """O(3) (``parity=True``) or SO(3) acting through ``e3nn-jax`` irreps.
 

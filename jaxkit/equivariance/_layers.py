@@ -143,6 +143,7 @@ class RECMLinear(eqx.Module):
             raise TypeError(f"`group` must be a Group, got {type(group).__name__}.")
         _validate.is_key(key)
         _check_theta_init(theta_init)
+        _validate.flags(use_bias=use_bias)
         self.group = group
         self.eps = _check_eps(eps)
         scale = float(1.0 / np.sqrt(max(group.d_in, 1)))  # weak: no f64 promotion under x64
@@ -281,6 +282,7 @@ class RECMGroupConvC4(eqx.Module):
             )
         _validate.is_key(key)
         _check_theta_init(theta_init)
+        _validate.flags(lifting=lifting, use_bias=use_bias)
         gi = 1 if lifting else 4
         shape = (channels_out, 4, channels_in, gi, kernel_size, kernel_size)
         fan_in = channels_in * gi * kernel_size**2
@@ -382,6 +384,7 @@ class RECMe3nnLinear(eqx.Module):
 
         _validate.is_key(key)
         _check_theta_init(theta_init)
+        _validate.flags(parity=parity)
         try:
             ir_in = e3nn.Irreps(irreps_in).regroup()
             ir_out = e3nn.Irreps(irreps_out)

@@ -76,6 +76,7 @@ class SamplerSpec:
     def __post_init__(self):
         V.one_of(KINDS, kind=self.kind)
         V.one_of(ALLOCATIONS, allocation=self.allocation)
+        V.flags(stratified=self.stratified)
         if self.stratified and self.kind == "enumerative":
             raise ValueError("`stratified` wraps an i.i.d. base; `kind='enumerative'` has none.")
         V.non_negative(lam=self.lam)

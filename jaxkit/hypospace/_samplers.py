@@ -352,8 +352,7 @@ def expected_metrics_stratified(
     V.ndim(quotas, 1, name="quotas")
     V.integer(quotas, name="quotas")
     _check_strata(strata, p, jnp.shape(quotas)[0])
-    if not isinstance(preserve_validity, bool):
-        raise TypeError(f"`preserve_validity` must be a bool, got {preserve_validity!r}.")
+    V.flags(preserve_validity=preserve_validity)
     adm = jnp.asarray(admissible, bool)
     group = adm if preserve_validity else jnp.ones(adm.shape, bool)
     return _expected_strat_jit(p, adm, strata, quotas, group)

@@ -168,6 +168,7 @@ def voxel_collection(
     """
     g, max_height = _check_ids(g, max_height)
     max_blocks = V.python_int(max_blocks, name="max_blocks", minimum=1)
+    V.flags(fixed=fixed)
     if max_blocks > g * g:
         raise ValueError(f"`max_blocks` must be <= g*g = {g * g}, got {max_blocks}.")
     tasks = []

@@ -386,6 +386,7 @@ def dlmr_optimizer(
     _validate.one_of((1, 2, 3), stage=stage)
     if not callable(lr):
         _validate.positive(lr=lr)
+    _validate.flags(train_injector=train_injector)
     train = {1: ("banks", "injector"), 2: ("banks", "injector"), 3: ("router",)}[stage]
     if not train_injector:
         train = tuple(t for t in train if t != "injector")

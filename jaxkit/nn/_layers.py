@@ -125,6 +125,7 @@ class MLP(eqx.Module):
         """
         acts = {"activation": activation, "final_activation": final_activation}
         _check_init(key, acts, {"in_size": in_size, "out_size": out_size})
+        _validate.flags(use_bias=use_bias)
         for h in hidden:
             _validate.python_int(h, name="hidden", minimum=1)
         sizes = [int(in_size), *[int(h) for h in hidden], int(out_size)]

@@ -283,13 +283,6 @@ def guard_opt_hparams(x: Any, **values: Any) -> Any:
     return x
 
 
-def check_flags(**flags: Any) -> None:
-    """TypeError unless every static flag is a Python bool."""
-    for name, v in flags.items():
-        if not isinstance(v, bool):
-            raise TypeError(f"`{name}` must be a bool, got {v!r}.")
-
-
 def check_rcond(rcond: Any) -> None:
     """ValueError unless the pseudo-inverse cut-off is a finite value >= 0 (when concrete)."""
     _validate.real_scalar(rcond, name="rcond")

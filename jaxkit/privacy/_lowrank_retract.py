@@ -50,6 +50,7 @@ def retract(
     """
     _validate.real_scalar(eta, name="eta")
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
+    _validate.flags(align=align)
     eta = _validate.guard_finite(eta, eta, name="eta")
     return _retract(f, d, eta=eta, align=align)
 
@@ -90,6 +91,7 @@ def _retract_core(a, b, qr_u, qr_v, eta, align, dtype, frame=False):
 @functools.partial(jax.jit, static_argnames=("align", "rcond"))
 def balance(f: LoraFactors, *, align: bool = True, rcond: float = 1e-6) -> LoraFactors:
     """Balanced representative ``(u sqrt(S), v sqrt(S))`` of ``Z``, Procrustes-aligned to ``f``."""
+    _validate.flags(align=align)  # static: checked at trace time
     cache = gram_cache(f, rcond=rcond)
     return _balance_from_cache(f, cache, align=align)[0]
 

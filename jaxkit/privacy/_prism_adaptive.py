@@ -274,7 +274,7 @@ def prism_adaptive(
         weight_decay=weight_decay,
     )
     C.check_opt_hparams(**hps)  # NaN, inf and out-of-range values raise (traced: in update)
-    C.check_flags(debias=debias, horizontal=horizontal, adaptive=adaptive)
+    _validate.flags(debias=debias, horizontal=horizontal, adaptive=adaptive)
     C.check_rcond(rcond)
 
     def init(params):

@@ -171,6 +171,7 @@ def calibrate_box(
     Returns:
       The calibrated :class:`Box`.
     """
+    _validate.flags(bonferroni=bonferroni)
     xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
     return _box_core(xi, w, alpha, bool(bonferroni))
 
@@ -282,6 +283,7 @@ def calibrate_ellipsoid(
       ValueError: If ``alpha`` is outside (0, 1), or the calibration split has fewer than
         ``1/alpha - 1`` samples (the conformal radius would be infinite).
     """
+    _validate.flags(conformal=conformal)
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
     _validate.floating(xi, name="xi")

@@ -129,6 +129,7 @@ def categorical(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
+    V.flags(replace=replace)
     _check_lp(return_log_probs, log_prob_eps)
     logits = as_float(logits)
     if logits.ndim == 0:
@@ -215,6 +216,7 @@ def choice(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
+    V.flags(replace=replace)
     shape = RC.sample_shape(shape)
     arr = RC.int_or_array(a, "a", 1)
     ax = V.axis(axis, arr.ndim)
@@ -300,6 +302,7 @@ def permutation(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
+    V.flags(independent=independent)
     n_iters = V.python_int(n_iters, name="n_iters", minimum=1)
     if method == "gumbel_sinkhorn" and mode not in GS_MODES:
         raise ValueError(f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got mode={mode!r}.")

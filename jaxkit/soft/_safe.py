@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
+from jaxkit import _validate as V
 from jaxkit.soft._common import as_float
 
 
@@ -66,5 +67,8 @@ def arccos(x: ArrayLike) -> Array:
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
 def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
     """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN)."""
+    V.flags(keepdims=keepdims)
     x = as_float(x)
+    for ax in axis if isinstance(axis, tuple) else () if axis is None else (axis,):
+        V.axis(ax, x.ndim)  # static: jnp.sum's error for a string or float names no argument
     return sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))

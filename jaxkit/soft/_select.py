@@ -90,6 +90,7 @@ def dynamic_index_in_dim(
     x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
 ) -> Array:
     """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
+    V.flags(keepdims=keepdims)
     x = as_float(x)
     p = jnp.asarray(soft_index).astype(x.dtype)
     ax = V.axis(axis, x.ndim)

@@ -213,6 +213,7 @@ def svgt_generate(
     """
     check_config(lm_cfg, cfg)
     _validate.one_of(("cached", "recompute"), mode=mode)
+    _validate.flags(enabled=enabled)
     _validate.is_key(key)
     n = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
     prompt, prompt_len = _check_tokens(lm_cfg, prompt, prompt_len)

@@ -51,6 +51,7 @@ class RevIN(eqx.Module):
     def __init__(self, channels: int, *, eps: float = 1e-5, affine: bool = True, dtype=jnp.float32):
         channels = _validate.python_int(channels, name="channels", minimum=1)
         _validate.positive(eps=eps)
+        _validate.flags(affine=affine)
         self.weight = jnp.ones((channels,), dtype)
         self.bias = jnp.zeros((channels,), dtype)
         self.eps, self.affine = float(eps), bool(affine)
@@ -243,6 +244,7 @@ class PatchTST(eqx.Module):
         nh = _validate.python_int(n_heads, name="n_heads", minimum=1)
         nl = _validate.python_int(n_layers, name="n_layers", minimum=1)
         f = _validate.python_int(d_ff, name="d_ff", minimum=1)
+        _validate.flags(revin_affine=revin_affine)
         if P > L:
             raise ValueError(f"`patch_len` must be <= context_len={L}, got patch_len={P}.")
         if d % nh:

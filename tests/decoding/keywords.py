@@ -23,12 +23,17 @@ def _wedlm(**kw):
     return _generate(PROMPT, PROMPT_LEN, **{"max_new_tokens": 2, **kw}).tokens
 
 
-def _loss(**kw):
+def _batch(**kw):
     tokens = jnp.asarray(TOKENS)
     lm = jnp.arange(tokens.shape[1])[None] >= 1
     lm = jnp.broadcast_to(lm, tokens.shape)
-    batch = dual_stream_batch(tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK)
-    return wedlm_loss(_APPLY, _P32, batch, **kw)[0]
+    return dual_stream_batch(
+        tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK, **kw
+    )
+
+
+def _loss(**kw):
+    return wedlm_loss(_APPLY, _P32, _batch(), **kw)[0]
 
 
 def _reorder(**kw):
@@ -40,6 +45,7 @@ def _reorder(**kw):
 
 RECIPES = {
     "jaxkit.decoding.ar_generate": _ar,
+    "jaxkit.decoding.dual_stream_batch": _batch,
     "jaxkit.decoding.wedlm_loss": _loss,
     "jaxkit.decoding.wedlm_generate": _wedlm,
     "jaxkit.decoding.reorder_mlm_loss": _reorder,

@@ -9,6 +9,7 @@ import optax
 
 from jaxkit import diffusion
 from tests.diffusion import _toys
+from tests.diffusion.cases import CFG
 
 V, L, MASK = 3, 4, 3  # 3 letters + [MASK] (id 3), length 4
 _rng = np.random.default_rng(0)
@@ -145,6 +146,8 @@ RECIPES = {
         **{"kind": "loglinear", **kw}
     ),
     "jaxkit.diffusion.reverse_step": _keyed(diffusion.reverse_step, TEMPLATE, 0, num_steps=2),
+    "jaxkit.diffusion.transformer_denoiser": functools.partial(diffusion.transformer_denoiser, CFG),
+    "jaxkit.diffusion.transformer_embedder": functools.partial(diffusion.transformer_embedder, CFG),
     "jaxkit.diffusion.make_buffer": lambda **kw: diffusion.make_buffer(
         X0,
         np.zeros_like(X0),

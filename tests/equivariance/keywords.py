@@ -60,6 +60,13 @@ RECIPES = {
         E.recm_optimizer(optax.sgd(0.1), learning_rate=0.1, **kw)
     ),
     "jaxkit.equivariance.rpp_penalty": lambda **kw: E.rpp_penalty(_layer(), **kw),
+    "jaxkit.equivariance.c4_regular": E.c4_regular,
+    "jaxkit.equivariance.cyclic_rot2d": functools.partial(E.cyclic_rot2d, 4),
+    "jaxkit.equivariance.so2_rot2d": E.so2_rot2d,
+    "jaxkit.equivariance.o3_irreps": functools.partial(E.o3_irreps, "1x1o"),
+    "jaxkit.equivariance.reynolds_mc": lambda **kw: E.reynolds_mc(
+        W, _group(), key=_key(), **{"n_samples": 4, **kw}
+    ),
     "jaxkit.equivariance.Group": lambda **kw: E.Group(
         "perm", "finite", 3, 3, ("perm",), PERMS, PERMS, **kw
     ),

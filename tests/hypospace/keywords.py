@@ -82,6 +82,9 @@ RECIPES = {
         **{"g": 2, "max_height": 2, **kw}
     ),
     "jaxkit.hypospace.SamplerSpec": H.SamplerSpec,
+    "jaxkit.hypospace.expected_metrics_stratified": functools.partial(
+        H.expected_metrics_stratified, P, ADM, STRATA, QUOTAS
+    ),
     "jaxkit.hypospace.stratum_quotas": lambda **kw: H.stratum_quotas(
         ADM, STRATA, 3, num_strata=2, **kw
     ),

@@ -35,6 +35,9 @@ RECIPES = {
     "jaxkit.kernels.windowed_matmul.windowed_matmul": functools.partial(
         wm.windowed_matmul, FEATURES, TABLE, window=WINDOW
     ),
+    "jaxkit.kernels.windowed_matmul.windowed_matmul_reference": functools.partial(
+        wm.windowed_matmul_reference, FEATURES, TABLE, window=WINDOW
+    ),
     "jaxkit.kernels.windowed_matmul.windowed_matmul_cached": functools.partial(
         wm.windowed_matmul_cached, FEATURES, wm.window_matrix(TABLE, window=WINDOW), window=WINDOW
     ),

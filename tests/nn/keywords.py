@@ -1,6 +1,7 @@
 """Keyword-sweep recipes for nn (see tests/keywords.py)."""
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -54,6 +55,8 @@ RECIPES = {
         1, 2, channels=(2,), key=jax.random.key(0), **kw
     ),
     "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), key=jax.random.key(0), **kw),
+    "jaxkit.nn.param_specs": functools.partial(nn.param_specs, CFG),
+    "jaxkit.nn.cache_specs": functools.partial(nn.cache_specs, CFG),
 }
 
 EXEMPT: dict[str, str] = {

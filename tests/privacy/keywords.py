@@ -85,6 +85,11 @@ RECIPES = {
     "jaxkit.privacy.lowrank.spectral_init": lambda **kw: L.spectral_init(
         W, rank=2, key=jax.random.key(0), **kw
     ),
+    "jaxkit.privacy.lowrank.balance": lambda **kw: L.balance(L.LoraFactors(A, B), **kw),
+    "jaxkit.privacy.lowrank.gram_cache": lambda **kw: L.gram_cache(L.LoraFactors(A, B), **kw),
+    "jaxkit.privacy.lowrank.retract": lambda **kw: L.retract(
+        L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0]), eta=0.1, **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {

@@ -53,11 +53,22 @@ for _suffix in ("", "_st"):
 RECIPES["jaxkit.soft.sigmoidal"] = _on(soft.sigmoidal, X)  # no straight-through twin
 RECIPES["jaxkit.soft.softrelu"] = _on(soft.softrelu, X)
 RECIPES["jaxkit.soft.all"] = _on(soft.all, UNIT)
+RECIPES["jaxkit.soft.any"] = _on(soft.any, UNIT)
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    RECIPES[f"jaxkit.soft.{_name}"] = _on(getattr(soft, _name), UNIT, UNIT[::-1])
+RECIPES["jaxkit.soft.norm"] = _on(soft.norm, X)
 RECIPES["jaxkit.soft.calibrate"] = _on(soft.calibrate, "softsort", 64)
 RECIPES["jaxkit.soft.isotonic"] = _on(soft.isotonic, X)
 RECIPES["jaxkit.soft.project_permutahedron"] = _on(soft.project_permutahedron, X, Y)
 _STARTS = [np.full((4,), 0.25, np.float32), np.full((6,), 1 / 6, np.float32)]  # one per axis
 RECIPES["jaxkit.soft.dynamic_slice"] = _on(soft.dynamic_slice, X, _STARTS, [2, 3])
+RECIPES["jaxkit.soft.dynamic_index_in_dim"] = _on(soft.dynamic_index_in_dim, X, _STARTS[0])
+RECIPES["jaxkit.soft.dynamic_slice_in_dim"] = _on(soft.dynamic_slice_in_dim, X, _STARTS[0], 2)
+_SOFT_INDEX = np.full((2, 6), 1 / 6, np.float32)  # two soft positions over the last axis
+RECIPES["jaxkit.soft.take"] = lambda **kw: soft.take(X, _SOFT_INDEX, **{"axis": 1, **kw})
+RECIPES["jaxkit.soft.take_along_axis"] = _on(
+    soft.take_along_axis, X, np.broadcast_to(_SOFT_INDEX, (4, 2, 6))
+)
 RECIPES["jaxkit.soft.random.temperature_schedule"] = lambda **kw: srandom.temperature_schedule(
     1.0, 0.1, 10, **kw
 )(3)

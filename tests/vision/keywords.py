@@ -101,6 +101,7 @@ RECIPES = {
     "jaxkit.vision.featjnd.token_steps": lambda **kw: J.token_steps(
         S, budget_rms=0.1, key=jax.random.key(0), **kw
     ),
+    "jaxkit.vision.featjnd.quantize": functools.partial(J.quantize, F, S),
     "jaxkit.vision.featjnd.featjnd_loss": _featjnd_loss,
     "jaxkit.vision.featjnd.featjnd_step": _featjnd_step,
     "jaxkit.vision.featjnd.fit_featjnd": _fit_featjnd,

@@ -15,6 +15,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
+from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
 
 Window = tuple[int, int]
@@ -109,6 +110,7 @@ def windowed_matmul_reference(
     residual: bool = True,
 ) -> Float[Array, "B H W C"]:
     """WBMM from the compact table: ``M = table[:, I]`` then the cached form."""
+    _validate.flags(residual=residual)
     return windowed_matmul_cached_reference(
         x, window_matrix_reference(table, window), window=window, residual=residual
     )

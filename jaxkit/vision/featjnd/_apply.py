@@ -216,6 +216,7 @@ def quantize(
     Returns:
       The quantised features, shape and dtype of ``f``. Jitted.
     """
+    V.flags(ste=ste)
     f, steps = jnp.asarray(f), jnp.asarray(steps)
     V.floating(f, name="f")
     V.floating(steps, name="steps")

@@ -159,6 +159,7 @@ def surrogate_refine(
     """
     prob = _check_image(prob, "prob")
     steps = _validate.python_int(steps, name="steps", minimum=0)
+    _validate.flags(logits=logits)
     dt = prob.dtype
     hp = [jnp.asarray(x, dt) for x in (d0, beta, rho, alpha)]
     prob = _validate.guard_non_negative(prob, d0, name="d0")  # before the core: no compile

@@ -5,6 +5,7 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
@@ -99,9 +100,12 @@ class WBMM(eqx.Module):
                 raise ValueError("`key` is required when no `table` is given.")
             table = trunc_normal(key, (channels, table_size(self.window)))
         self.table = table
-        if isinstance(bias, bool):
+        _validate.flags(residual=residual)
+        if isinstance(bias, bool | np.bool_):
             self.bias = jnp.zeros((channels,)) if bias else None
         else:
+            if bias is not None:  # a bias array; a string such as "no" is neither
+                _validate.real_scalar(bias, name="bias")
             self.bias = bias
         self.residual, self.implementation = residual, implementation
 
