@@ -105,20 +105,37 @@ def _ragged_cache(cfg, seed=4):
     )
 
 
+ADD_SHAPES = ("d", "B d", "B T d")  # an additive edit's three shapes
+# A slow two-block case tries one shape (each is a compile of its own; three a case made
+# these cases the bulk of nn's slow tests), chosen so that every (model, shape), (site, shape) and
+# (cached, shape) pair is still met; the default case and one_block try all three.
+ONE_SHAPE = {
+    ("causal", "first", False): "d",
+    ("causal", "first", True): "B d",
+    ("causal", "last", False): "B T d",
+    ("bidir", "first", False): "B T d",
+    ("bidir", "first", True): "d",
+    ("bidir", "last", False): "B d",
+    ("bidir", "last", True): "B T d",
+}
+
+
 def _iv_cases():
     names = {"causal": CAUSAL, "bidir": BIDIR, "one_block": ONE}
-    default = {("causal", "last", True)}
+    default = ("causal", "last", True)
     for name, cfg in names.items():
         for site in ("first", "last") if cfg.n_layers > 1 else ("last",):
             for cached in (False, True):
-                marks = () if (name, site, cached) in default else (pytest.mark.slow,)
+                one = ONE_SHAPE.get((name, site, cached))
+                shapes = ADD_SHAPES if one is None else (one,)
+                marks = () if (name, site, cached) == default else (pytest.mark.slow,)
                 case = f"{name}-{site}-{'cached' if cached else 'uncached'}"
-                yield pytest.param(cfg, site, cached, id=case, marks=marks)
+                yield pytest.param(cfg, site, cached, shapes, id=case, marks=marks)
 
 
-@pytest.mark.parametrize(("cfg", "site", "cached"), list(_iv_cases()))
-def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached):
-    """Additive edits of every shape and inserted latents, at block 0 or the last block.
+@pytest.mark.parametrize(("cfg", "site", "cached", "shapes"), list(_iv_cases()))
+def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached, shapes):
+    """Additive edits (of the ``shapes`` given) and inserted latents, at block 0 or the last.
 
     The last block's edit is applied at the slots alone; an edit at a slot outside its
     row's inserted span, and the span hidden from other queries up to its block, are read
@@ -133,11 +150,8 @@ def test_outputs_at_with_interventions_equals_the_full_forward(cfg, site, cached
     lat = jnp.asarray(rng.normal(size=(B, 2, d)), jnp.float32)
     span = jnp.asarray(base + np.array([1, 3, 0]), jnp.int32)  # ROWS/COLS meet every span
     plain = nn.apply(p, cfg, toks, cache=cache).logits[ROWS, COLS]
-    for add in (
-        jnp.asarray(rng.normal(size=(d,)), jnp.float32),
-        jnp.asarray(rng.normal(size=(B, d)), jnp.float32),
-        jnp.asarray(rng.normal(size=(B, T, d)), jnp.float32),
-    ):
+    sizes = {"d": (d,), "B d": (B, d), "B T d": (B, T, d)}
+    for add in [jnp.asarray(rng.normal(size=sizes[s]), jnp.float32) for s in shapes]:
         iv = nn.Interventions(
             {layer: add, last: 0.5 * add}, insert_layer=layer, insert_at=span, latents=lat
         )
