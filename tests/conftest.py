@@ -163,6 +163,29 @@ def pytest_unconfigure(config):
         atexit.register(_leave_now)  # registered last: runs first, before jax's clean-up
 
 
+# A failure inside jax's lowering or compilation chains exceptions whose messages print whole
+# jaxprs (a cache's KeyError keyed by the program): wave 40's CI log kept the start of such a
+# report and cut the rest, the exception that failed the test with it. A failure report longer
+# than REPORT_MAX characters keeps its first REPORT_HEAD and its last REPORT_TAIL, which hold
+# the test's own lines and the last exception raised.
+REPORT_MAX, REPORT_HEAD, REPORT_TAIL = 20_000, 4_000, 12_000
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.longrepr is not None:
+        text = str(report.longrepr)
+        if len(text) > REPORT_MAX:
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+            cut = len(text) - REPORT_HEAD - REPORT_TAIL
+            report.longrepr = (  # the first line is the short summary's: the failing exception
+                f"{crash[:300]}\n{text[:REPORT_HEAD]}\n[... {cut} characters of this failure "
+                f"report cut by tests/conftest.py (REPORT_MAX) ...]\n{text[-REPORT_TAIL:]}"
+            )
+
+
 @pytest.fixture
 def key():
     return jax.random.key(0)
