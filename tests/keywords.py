@@ -1,4 +1,4 @@
-"""The keyword sweep: every public function's numeric, option and flag keywords reject bad values.
+"""The keyword sweep: every public function's numeric, option, flag and key keywords.
 
 The conformance suite (``tests/conformance.py``) checks the hyperparameters each case
 registers. This sweep covers the rest of every public signature: each keyword argument
@@ -22,7 +22,15 @@ naming it. A free-text keyword (a label, a mesh axis name, a prompt's role) is e
 that reason.
 
 A *flag keyword* is one whose default is a ``bool``: the string ``"no"`` (which ``if flag:``
-would read as true) must raise a ``TypeError`` naming it (``jaxkit._validate.flags``).
+would read as true) must raise a ``TypeError`` naming it (``jaxkit._validate.flags``), and
+NumPy's bool of the default's value (``np.bool_(False)``, what a comparison of NumPy arrays
+gives) must be accepted as the bool it is.
+
+A *key keyword* is the PRNG key ``key`` (issue 13 item 1: keyword-only, typed keys, legacy
+``uint32[2]`` keys accepted as ``jax.random`` accepts them): a legacy key,
+``jax.random.PRNGKey(0)``, must be accepted, and the integer ``0`` (a seed where a key
+belongs) must raise a ``TypeError`` naming it (``jaxkit._validate.is_key``). A recipe of such
+a function forwards ``key`` like any other keyword (``**{"key": jax.random.key(0), **kw}``).
 
 Each area lists, in ``tests/<area>/keywords.py``, a ``RECIPES`` dict from a public path
 (``"jaxkit.soft.sort"``; any public path of the function) to a callable that calls the
@@ -48,6 +56,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 import jaxkit
 from scripts.docs import jaxkit_docs as D
@@ -58,6 +67,7 @@ NOT_INT = 1.5
 NO_OPTION = "no-such-option"
 NOT_OPTION = 2.5
 NOT_FLAG = "no"
+NOT_KEY = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +118,15 @@ def flag_keywords(fn: Callable[..., Any]) -> list[str]:
     return [p.name for p in params if isinstance(p.default, bool)]
 
 
+def key_keywords(fn: Callable[..., Any]) -> list[str]:
+    """``["key"]`` where ``fn`` takes a PRNG key ``key``, else ``[]``."""
+    return ["key"] if "key" in inspect.signature(fn).parameters else []
+
+
 def swept_keywords(fn: Callable[..., Any]) -> list[str]:
-    """The names of ``fn``'s numeric, option and flag keywords."""
-    return [k.name for k in numeric_keywords(fn) + option_keywords(fn)] + flag_keywords(fn)
+    """The names of ``fn``'s numeric, option, flag and key keywords."""
+    numeric_or_option = [k.name for k in numeric_keywords(fn) + option_keywords(fn)]
+    return numeric_or_option + flag_keywords(fn) + key_keywords(fn)
 
 
 def public_functions(area: str) -> dict[str, Callable[..., Any]]:
@@ -201,6 +217,18 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                         f"{path}: {kw.name}={value!r} raised {type(e).__name__}, not a "
                         f"TypeError ({what} is the wrong type): {msg[:200]}"
                     )
+    failures += _sweep_key(path, fn, call, exempt)
+    params = inspect.signature(fn).parameters
+    for name in flag_keywords(fn):
+        if f"{path}:{name}" in exempt:
+            continue
+        value = np.bool_(params[name].default)
+        with without_jaxtyping():
+            e = _run(call, **{name: value})
+        if e is not None:
+            failures.append(
+                f"{path}: {name}={value!r} (NumPy's bool) raised {type(e).__name__}: {str(e)[:200]}"
+            )
     typed = [(name, NOT_FLAG, TypeError) for name in flag_keywords(fn)]  # (kw, value, error)
     for kw in option_keywords(fn):
         typed.append((kw.name, NO_OPTION, ValueError))
@@ -219,6 +247,30 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                 f"{want.__name__} naming `{name}`: {str(e)[:200]}"
             )
     return failures
+
+
+def _sweep_key(
+    path: str, fn: Callable[..., Any], call: Callable[..., Any], exempt: dict[str, str]
+) -> list[str]:
+    """A legacy key accepted, an integer a ``TypeError`` naming `key` (the module docstring)."""
+    if not key_keywords(fn) or f"{path}:key" in exempt:
+        return []
+    with without_jaxtyping():
+        e = _run(call, key=jax.random.PRNGKey(0))
+    if e is not None:
+        if "multiple values for keyword argument 'key'" in str(e):
+            return [f"{path}: the recipe does not forward `key` (pass it in **kw's place)"]
+        return [f"{path}: a legacy uint32[2] key raised {type(e).__name__}: {str(e)[:200]}"]
+    with without_jaxtyping():
+        e = _run(call, key=NOT_KEY)
+    if e is None:
+        return [f"{path}: key={NOT_KEY!r} raised nothing"]
+    if "`key`" not in str(e) or not isinstance(e, TypeError):
+        return [
+            f"{path}: key={NOT_KEY!r} raised {type(e).__name__}, not a TypeError naming "
+            f"`key`: {str(e)[:200]}"
+        ]
+    return []
 
 
 def all_areas() -> tuple[str, ...]:

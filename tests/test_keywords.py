@@ -4,12 +4,13 @@ Default tier, no call: every public function with a numeric, option or flag keyw
 or an exemption in its area's ``tests/<area>/keywords.py``, and no recipe or exemption is
 stale. The machinery's own test: a function that converts its keyword without a check,
 names the wrong argument, truncates a float given for an int, lets an unknown option fall
-through to a default, calls an option of the wrong type a wrong value or reads a string
-flag as true fails the sweep; one that validates passes.
+through to a default, calls an option of the wrong type a wrong value, reads a string
+flag as true or rejects NumPy's bool fails the sweep; one that validates passes.
 
 Slow tier: one test per recipe (the id is the public path, so ``tests/conftest.py`` counts
 it in the function's area): the string and the NaN (or 1.5) of every numeric keyword, an
-unknown option and a float for every option keyword, a string for every flag keyword.
+unknown option and a float for every option keyword, a string and NumPy's bool for every flag
+keyword.
 """
 
 import functools
@@ -53,8 +54,8 @@ def test_every_swept_keyword_has_a_recipe(area):
             continue
         missing.append(f"{paths[0]} {kws}")
     assert not missing, (
-        f"public functions or classes of `{area}` with numeric, option or flag keywords and no "
-        f"recipe in tests/{area}/keywords.py (see tests/keywords.py): {missing}"
+        f"public functions or classes of `{area}` with numeric, option, flag or key keywords and "
+        f"no recipe in tests/{area}/keywords.py (see tests/keywords.py): {missing}"
     )
     for path in recipes:
         assert path in public, f"tests/{area}/keywords.py: {path} is not a public function"
@@ -95,6 +96,12 @@ def truthy_string(x, *, negate: bool = False):
     return -x if negate else x
 
 
+def python_bool_only(x, *, negate: bool = False):
+    if not isinstance(negate, bool):
+        raise TypeError(f"`negate` must be a bool, got {negate!r}.")
+    return -x if negate else x
+
+
 def good(
     x,
     *,
@@ -121,6 +128,7 @@ def good(
         (falls_through, "mode='no-such-option' raised nothing"),
         (value_for_type, "mode=2.5 raised ValueError, not a TypeError"),
         (truthy_string, "negate='no' raised nothing"),
+        (python_bool_only, "negate=np.False_ (NumPy's bool) raised TypeError"),
         (good, None),
     ],
 )
@@ -144,3 +152,42 @@ def test_sweep_fails_a_broken_function(monkeypatch, fn, want):
 def test_keywords_reject_bad_values(path):
     failures = K.sweep(path, _all_recipes()[path], _exempt())
     assert not failures, "\n".join(failures)
+
+
+# Issue 13 item 1: randomness comes in as a keyword-only `key`. `jaxkit.soft.random` mirrors
+# `jax.random`, whose key is positional (its module docstring says so); a record the library
+# returns may hold a key as a field. A host-side function that takes a seed or a NumPy
+# generator instead says why here.
+POSITIONAL_KEY = {
+    "jaxkit.soft.random.": "mirrors jax.random's positional key (module docstring)",
+    "jaxkit.privacy.PrivatizeState": "a record (NamedTuple state) holding the noise key",
+}
+SEEDED = {
+    "jaxkit.diffusion.toy_nature:seed": "the toy task's Markov chain, a NumPy draw named by seed",
+    "jaxkit.diffusion.toy_nature_sample:seed": "host-side NumPy data generator of the toy task",
+    "jaxkit.hypospace.sample_sets:seed": "upstream's random.seed(33550336) stream, reproduced",
+    "jaxkit.neuro.ica_baseline:seed": "scikit-learn FastICA's random_state (host-side baseline)",
+    "jaxkit.timeseries.render_text:rng": "host-side text rendering with the caller's generator",
+}
+RANDOM_NAMES = ("key", "rng", "seed", "prng_key", "rng_key", "random_state")
+
+
+def test_randomness_is_a_keyword_only_key():
+    import inspect
+
+    bad, seen = [], set()
+    for area in AREAS:
+        for path, fn in K.public_functions(area).items():
+            for p in inspect.signature(fn).parameters.values():
+                if p.name not in RANDOM_NAMES:
+                    continue
+                if p.name != "key":
+                    seen.add(f"{path}:{p.name}")
+                    if f"{path}:{p.name}" not in SEEDED:
+                        bad.append(f"{path}: `{p.name}` (randomness is a keyword-only `key`)")
+                elif p.kind is not inspect.Parameter.KEYWORD_ONLY and not any(
+                    path.startswith(prefix) for prefix in POSITIONAL_KEY
+                ):
+                    bad.append(f"{path}: `key` is {p.kind.description}, not keyword-only")
+    assert not bad, bad
+    assert seen == set(SEEDED), f"stale SEEDED entries: {set(SEEDED) - seen}"

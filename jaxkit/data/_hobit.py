@@ -169,9 +169,8 @@ def knn_graph(
     dup_ids = _check_dup(dup_ids, n)
     q = V.guard_positive(q, tau, name="tau")
     q = V.guard_non_negative(q, margin, name="margin", allow_inf=True)
-    if not isinstance(symmetric, bool):
-        raise TypeError(f"`symmetric` must be a bool, got {type(symmetric).__name__}.")
-    return _knn_graph_jit(q, d, dup_ids, tau, margin, k=k, block=block, symmetric=symmetric)
+    V.flags(symmetric=symmetric)
+    return _knn_graph_jit(q, d, dup_ids, tau, margin, k=k, block=block, symmetric=bool(symmetric))
 
 
 # ----------------------------------------------------------------------------- objective

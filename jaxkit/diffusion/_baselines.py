@@ -42,7 +42,7 @@ def sir_resample(
     """Sampling-importance-resampling: ``num_out`` rows drawn w.p. ``softmax(S / alpha)``.
 
     Raises:
-      TypeError: ``reward`` not ``[N]`` for ``tokens [N, L]``.
+      TypeError: ``reward`` not ``[N]`` for ``tokens [N, L]``; ``key`` not a PRNG key.
       ValueError: Non-finite rewards, ``alpha <= 0``.
     """
     _validate.is_key(key)
@@ -81,7 +81,7 @@ def reverse_step(
       by the model's arg-max (what SMC scores with the oracle).
 
     Raises:
-      TypeError: bad tokens; a non-integer ``step``.
+      TypeError: bad tokens; a non-integer ``step``; ``key`` not a PRNG key.
       ValueError: ``step`` outside ``[0, num_steps)`` (traced: under ``jit``).
     """
     _validate.is_key(key)
@@ -136,6 +136,7 @@ def best_of_n(
     alpha: float = 0.1,
 ) -> Guided:
     """Draw ``n`` samples, score each (``n`` oracle calls), SIR-resample ``num_out`` (host)."""
+    _validate.is_key(key)
     k1, k2 = jax.random.split(key)
     tmpl = jnp.full((n, length), mask_id, jnp.int32)
     tr = sample(apply_fn, params, tmpl, key=k1, mask_id=mask_id, num_steps=num_steps)
@@ -162,6 +163,7 @@ def smc_sample(
     After each reverse step the arg-max completion of every particle is scored and
     the particles are resampled with weights ``exp((r_k - r_{k-1}) / alpha)``.
     """
+    _validate.is_key(key)
     _validate.finite_scalar(alpha=alpha)  # host-side: the weights divide by it in NumPy
     _validate.positive(alpha=alpha)
     z = jnp.full((num_particles, length), mask_id, jnp.int32)

@@ -376,6 +376,7 @@ def fine_tune(
     importance sampling (Hesterberg 1995), the path ratio ``p_pre / mixture`` is then at
     most ``K`` whatever the policy does, so a collapsed policy cannot blow the weights up.
     """
+    _validate.is_key(key)
     _validate.one_of(("onpolicy", "best_of_buffer"), collection=collection)
     _validate.one_of(OBJECTIVES, objective=objective)
     _validate.flags(defensive=defensive)

@@ -68,7 +68,7 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
         raise ValueError("`cfg` must be bidirectional (TransformerConfig(causal=False)).")
-    return _denoiser(cfg, absolute_positions)
+    return _denoiser(cfg, bool(absolute_positions))
 
 
 @functools.cache
@@ -304,7 +304,7 @@ def transformer_embedder(cfg, *, absolute_positions: bool = False):
     ``absolute_positions`` it takes too).
     """
     _check_cfg(cfg, absolute_positions)
-    return _embedder(cfg, absolute_positions)
+    return _embedder(cfg, bool(absolute_positions))
 
 
 @functools.cache

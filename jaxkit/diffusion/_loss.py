@@ -80,7 +80,8 @@ def mdlm_loss(
       Scalar loss (nats per sequence) in the logits' dtype.
 
     Raises:
-      TypeError: Non-integer or non-rank-2 ``x0``, ``valid`` of another shape.
+      TypeError: Non-integer or non-rank-2 ``x0``, ``valid`` of another shape, ``key``
+        not a PRNG key.
       ValueError: Token ids outside the alphabet, ``mask_id`` outside the vocabulary,
         ``t_min`` outside [0, 1) (NaN included; a runtime error under ``jit``).
 

@@ -113,7 +113,8 @@ def sample(
       A :class:`Trajectory`.
 
     Raises:
-      TypeError: Non-integer or non-rank-2 ``tokens``, ``valid`` of another shape.
+      TypeError: Non-integer or non-rank-2 ``tokens``, ``valid`` of another shape,
+        ``key`` not a PRNG key.
       ValueError: Token ids outside the alphabet, unknown ``order``, ``num_steps < 1``,
         negative or NaN ``temperature``.
 

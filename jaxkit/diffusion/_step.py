@@ -135,8 +135,7 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     )
     replicates = _validate.python_int(st.replicates, name="replicates", minimum=1)
     _validate.one_of(REDUCTIONS, reduction=st.reduction)
-    if not isinstance(st.adaptive, bool):
-        raise TypeError(f"`adaptive_margin` must be a bool, got {st.adaptive!r}.")
+    _validate.flags(adaptive_margin=st.adaptive)
     for name in ("kl_weight", "contrastive_weight"):
         _validate.real_scalar(getattr(hp, name), name=name)
     guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
@@ -146,7 +145,8 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     )
     guarded = _validate.guard_positive(guarded, hp.margin, name="margin")
     guarded = _validate.guard_positive(guarded, hp.lam_clip, name="lam_clip")
-    return buffer._replace(log_w=guarded, tokens=tokens), st._replace(replicates=replicates)
+    st = st._replace(replicates=replicates, adaptive=bool(st.adaptive))  # static: Python bool
+    return buffer._replace(log_w=guarded, tokens=tokens), st
 
 
 def td3b_loss(
@@ -183,7 +183,7 @@ def td3b_loss(
       ``ess`` (effective sample size of the normalised weights, in [1, N]).
 
     Raises:
-      TypeError: Buffer fields whose lengths do not match.
+      TypeError: Buffer fields whose lengths do not match; ``key`` not a PRNG key.
       ValueError: Token ids outside the alphabet, non-finite ``buffer.log_w``,
         negative weights, unknown ``reduction``.
 

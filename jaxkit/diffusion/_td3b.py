@@ -216,7 +216,8 @@ def wdce_loss(
     self-normalised importance-sampling target ``p* ∝ q_buffer * w``.
 
     Raises:
-      TypeError: Shapes that do not line up (``log_w`` not ``[N]``, ``valid`` not ``[N, L]``).
+      TypeError: Shapes that do not line up (``log_w`` not ``[N]``, ``valid`` not ``[N, L]``);
+        ``key`` not a PRNG key.
       ValueError: Token ids outside the alphabet, non-finite ``log_w``, unknown
         ``reduction``, ``replicates < 1``.
     """
@@ -329,10 +330,9 @@ def contrastive_margin(
     _validate.ndim(e, 2, name="emb")
     if lab.shape != e.shape[:1]:
         raise TypeError(f"`labels` must have shape {e.shape[:1]}, got {lab.shape}.")
-    if not isinstance(adaptive, bool):
-        raise TypeError(f"`adaptive` must be a bool, got {adaptive!r}.")
+    _validate.flags(adaptive=adaptive)
     e = _validate.guard_positive(e, margin, name="margin")
-    return _contrastive(e, lab, margin, adaptive=adaptive)
+    return _contrastive(e, lab, margin, adaptive=bool(adaptive))
 
 
 @functools.partial(jax.jit, static_argnames=("adaptive",))

@@ -241,8 +241,7 @@ def collect_stats(
     k = _validate.python_int(num_memories, name="num_memories", minimum=1)
     blk = None if block is None else _validate.python_int(block, name="block", minimum=1)
     _validate.one_of(_METHODS, method=method)
-    if not isinstance(absorb_bias, bool):
-        raise TypeError(f"`absorb_bias` must be a bool, got {type(absorb_bias).__name__}.")
+    _validate.flags(absorb_bias=absorb_bias)
     ids = jnp.asarray(ids)
     _validate.integer(ids, name="ids")
     _validate.ndim(ids, (2, 3), name="ids")

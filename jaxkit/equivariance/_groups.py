@@ -84,6 +84,7 @@ class Group:
         for name in ("generator_index", "mult_in", "mult_out"):
             _validate.python_int(getattr(self, name), name=name, minimum=0)
         _validate.flags(parity=self.parity)
+        object.__setattr__(self, "parity", bool(self.parity))  # NumPy's bool: a plain bool
 
     def __hash__(self) -> int:
         return hash(self.signature)
@@ -260,6 +261,7 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool 
     """
     _check_mult(channels_in=channels_in, channels_out=channels_out)
     _validate.flags(trivial_in=trivial_in)
+    trivial_in = bool(trivial_in)  # NumPy's bool: a plain bool in the signature
     rin = np.stack(
         [
             np.eye(channels_in) if trivial_in else np.kron(np.eye(channels_in), _shift(4, k))
@@ -293,8 +295,11 @@ def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = T
 
     Raises:
       ImportError: Without e3nn-jax (``pip install 'jaxkit[equivariance]'``).
+      TypeError: If ``parity`` is not a bool.
       ValueError: If the irreps strings are not valid.
     """
+    _validate.flags(parity=parity)
+    parity = bool(parity)  # NumPy's bool: a plain bool in the signature and the name
     e3nn = e3nn_jax()
 
     try:

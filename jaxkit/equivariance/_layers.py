@@ -296,7 +296,7 @@ class RECMGroupConvC4(eqx.Module):
             dtype=jnp.dtype(dtype),
         )
         self.theta = jnp.asarray(theta_init, dtype)
-        self.lifting = lifting
+        self.lifting = bool(lifting)  # NumPy's bool: a static field takes no array
         self.eps = _check_eps(eps)
 
     def effective_kernel(self, *, relax: bool = True) -> Array:

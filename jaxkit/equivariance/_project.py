@@ -233,6 +233,8 @@ def equivariance_error(
       Scalar (f32, f64 for f64 inputs): the worst relative error over the elements,
       ``|f(gx) - g f(x)|_F / (|f(x)|_F + tiny)`` over the batch.
     """
+    if key is not None:
+        _validate.is_key(key)
     x = jnp.asarray(x)
     _validate.floating(x, name="x")
     _validate.python_int(n_samples, name="n_samples", minimum=1)

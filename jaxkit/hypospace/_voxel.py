@@ -96,13 +96,12 @@ def validate_voxel(
     """
     g = _check_layers(layers)
     V.shape(top, (g, g), name="top")
-    if not isinstance(strict, bool):
-        raise TypeError(f"`strict` must be a bool, got {strict!r}.")
+    V.flags(strict=strict)
     V.integer(max_height, name="max_height")
     mh = V.guard_positive(
         V.real_array(max_height, name="max_height", dtype=jnp.int32), max_height, name="max_height"
     )
-    return _validate_jit(layers, top, mh, strict)
+    return _validate_jit(layers, top, mh, bool(strict))
 
 
 def _check_ids(g, max_height):

@@ -120,8 +120,8 @@ class DLMRConfig:
         _validate.python_int(self.router_hidden, name="router_hidden", minimum=1)
         if self.injector_dim % self.injector_heads:
             raise ValueError("`injector_heads` must divide `injector_dim`.")
-        if not isinstance(self.shared_bank, bool):
-            raise TypeError("`shared_bank` must be a bool.")
+        _validate.flags(shared_bank=self.shared_bank)
+        object.__setattr__(self, "shared_bank", bool(self.shared_bank))
         if self.fixed_k is not None:
             k = _validate.python_int(self.fixed_k, name="fixed_k", minimum=1)
             if k not in self.budgets:

@@ -50,6 +50,7 @@ class LoraInjector(eqx.Module):
     scale: float = eqx.field(static=True)
 
     def __init__(self, lm_cfg: nn.TransformerConfig, *, n_banks, rank, alpha, targets, key):
+        _validate.is_key(key)
         shapes = jax.eval_shape(functools.partial(nn.init_params, lm_cfg), key=jax.random.key(0))
         names = {TARGETS[t] for t in targets}
 

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxkit import _validate
 from jaxkit._adapter_layers import LayerNorm, Linear, normed
 
 
@@ -105,6 +106,7 @@ class Injector(eqx.Module):
     w_out: Linear
 
     def __init__(self, d_model: int, dim: int, *, heads: int, n_layers: int, recency: int, key):
+        _validate.is_key(key)
         ks = jax.random.split(key, n_layers + 4)
         self.ln_in = LayerNorm(d_model)
         self.w_ctx, self.w_lat = Linear(d_model, dim, key=ks[0]), Linear(d_model, dim, key=ks[1])
@@ -175,6 +177,7 @@ class Router(eqx.Module):
     l2: Linear
 
     def __init__(self, d_model: int, hidden: int, n_actions: int, *, key):
+        _validate.is_key(key)
         k1, k2 = jax.random.split(key)
         self.norm = eqx.nn.LayerNorm(d_model, use_weight=False, use_bias=False)
         self.mean = jnp.zeros((d_model,), jnp.float32)

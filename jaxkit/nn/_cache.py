@@ -98,8 +98,7 @@ def init_cache(
 
 
 def _layout(cache: KVCache, per: bool) -> KVCache:
-    if not isinstance(per, bool):
-        raise TypeError(f"`per_layer` must be a bool, got {type(per).__name__}.")
+    _validate.flags(per_layer=per)
     return unstack_kv(cache) if per else cache
 
 

@@ -160,8 +160,8 @@ class TransformerConfig:
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got norm_eps={self.norm_eps}.")
         for name in ("qk_norm", "qkv_bias", "tie_embeddings", "causal"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}.")
+            _validate.flags(**{name: getattr(self, name)})
+            object.__setattr__(self, name, bool(getattr(self, name)))  # NumPy's bool: JSON-able
         _validate.one_of(("llama", "qwen2"), family=self.family)
         rs = self.rope_scaling
         if isinstance(rs, dict):

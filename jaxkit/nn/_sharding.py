@@ -2,6 +2,7 @@
 
 from jax.sharding import PartitionSpec as P
 
+from jaxkit import _validate
 from jaxkit.nn._cache import KVCache
 from jaxkit.nn._config import TransformerConfig
 
@@ -78,8 +79,7 @@ def cache_specs(
 
 
 def _check_bool(per_layer) -> None:
-    if not isinstance(per_layer, bool):
-        raise TypeError(f"`per_layer` must be a bool, got {type(per_layer).__name__}.")
+    _validate.flags(per_layer=per_layer)
 
 
 def _check_axis(axis, name: str) -> None:

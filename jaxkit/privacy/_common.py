@@ -54,10 +54,14 @@ def n_stack(p: LoraFactors) -> int:
 
 
 def stack_keys(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """One key per stacked slice (a scalar key when ``shape == ()``)."""
+    """One key per stacked slice (a scalar key when ``shape == ()``).
+
+    ``[*shape]`` typed keys, or ``[*shape, 2]`` for a legacy ``uint32[2]`` key.
+    """
     if not shape:
         return key
-    return jax.random.split(key, math.prod(shape)).reshape(shape)
+    keys = jax.random.split(key, math.prod(shape))
+    return keys.reshape(shape + keys.shape[1:])
 
 
 def scalar_std(noise_multiplier: Any, clip_norm: Any, denom: Any) -> jax.Array:

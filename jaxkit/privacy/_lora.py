@@ -106,7 +106,7 @@ def lora_init(
         stack = w.shape[:-2]
         keys = C.stack_keys(jax.random.fold_in(key, i), stack)
         flat_w = w.reshape((-1, n, m))
-        flat_k = jnp.reshape(keys, (-1,)) if stack else keys[None]
+        flat_k = keys.reshape((-1, *keys.shape[len(stack) :]))  # [S] typed, [S, 2] legacy
         outs_a, outs_b, outs_w = [], [], []
         for j in range(flat_w.shape[0]):
             if method == "spectral":

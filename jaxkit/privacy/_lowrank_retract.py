@@ -52,7 +52,7 @@ def retract(
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
     _validate.flags(align=align)
     eta = _validate.guard_finite(eta, eta, name="eta")
-    return _retract(f, d, eta=eta, align=align)
+    return _retract(f, d, eta=eta, align=bool(align))
 
 
 @functools.partial(jax.jit, static_argnames=("align",))
@@ -148,6 +148,7 @@ def spectral_init(
     Raises:
       ValueError: If ``rank`` exceeds ``min(m, n)`` or is < 1.
     """
+    _validate.is_key(key)
     w = jnp.asarray(w)
     _validate.ndim(w, 2, name="w")
     _validate.floating(w, name="w")
@@ -199,6 +200,7 @@ def balanced_random_init(
     Raises:
       ValueError: If ``rank`` exceeds ``min(m, n)`` or is < 1.
     """
+    _validate.is_key(key)
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")
     scale = _validate.guard_finite(scale, scale, name="scale")

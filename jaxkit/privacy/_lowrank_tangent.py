@@ -319,6 +319,7 @@ def sample_tangent_coords(
     energy ``std^2 r (m + n - r)``. The frame is gauge-invariant, so the same key
     gives the same noise on ``Z`` for every gauge.
     """
+    _validate.is_key(key)
     if not isinstance(std, jax.core.Tracer):  # traced: guarded by the public callers
         _check_std(std, "std")
     acc = cache.u.dtype

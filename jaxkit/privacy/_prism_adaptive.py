@@ -297,7 +297,7 @@ def prism_adaptive(
             treedef.unflatten([q[1] for q in pairs]),
         )
 
-    opts = AdaptiveOpts(rcond, horizontal, adaptive, debias, floor_mode)
+    opts = AdaptiveOpts(rcond, bool(horizontal), bool(adaptive), bool(debias), floor_mode)
 
     def update(updates, state, params=None):
         if params is None:

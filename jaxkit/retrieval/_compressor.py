@@ -82,10 +82,12 @@ class TokenCompressor(eqx.Module):
           dtype: Parameter dtype.
 
         Raises:
-          TypeError: a non-int size or a non-float ``ratio``.
+          TypeError: a non-int size, a non-float ``ratio`` or a ``key`` that is not a
+            PRNG key.
           ValueError: ``ratio`` outside ``(0, 1]``, ``k``, ``dim``, ``n_heads`` or
             ``kernel`` below 1, an even ``kernel``, or ``dim % n_heads != 0``.
         """
+        _validate.is_key(key)
         dim = _validate.python_int(dim, name="dim", minimum=1)
         k = _validate.python_int(k, name="k", minimum=1)
         kernel = _validate.python_int(kernel, name="kernel", minimum=1)

@@ -280,10 +280,13 @@ def calibrate_ellipsoid(
       The calibrated :class:`Ellipsoid`.
 
     Raises:
+      TypeError: If ``key`` is not a PRNG key (or is None when ``conformal``).
       ValueError: If ``alpha`` is outside (0, 1), or the calibration split has fewer than
         ``1/alpha - 1`` samples (the conformal radius would be infinite).
     """
     _validate.flags(conformal=conformal)
+    if key is not None:
+        _validate.is_key(key)
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
     _validate.floating(xi, name="xi")
@@ -301,7 +304,6 @@ def calibrate_ellipsoid(
     if conformal:
         if key is None:
             raise TypeError("`key` is required when `conformal=True` (it draws the split).")
-        _validate.is_key(key)
         _validate.in_interval(low=0.0, high=1.0, closed="neither", split=split)
         n_fit = int(round(split * n))
         m = n - n_fit

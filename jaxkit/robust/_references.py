@@ -104,7 +104,7 @@ def posterior_predictive(
       draw per posterior sample.
 
     Raises:
-      TypeError: If ``site`` is not a str.
+      TypeError: If ``site`` is not a str or ``key`` not a PRNG key.
       ValueError: If the model has no sample or deterministic site ``site`` (the message
         lists its sites); checked by one traced run of the model before inference.
     """

@@ -85,9 +85,8 @@ def with_window(o: "Opts", n: int, op: str) -> "Opts":
 
 
 def _bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be a Python bool, got {type(value).__name__} {value!r}.")
-    return value
+    V.flags(**{name: value})
+    return bool(value)
 
 
 def ot_options(ot_kwargs: Any) -> tuple:
@@ -136,8 +135,8 @@ def options(
     if abs_mode is not None:
         V.one_of(ABS_MODES, abs_mode=abs_mode)
     V.one_of(_pav.SOLVERS, solver=solver)
-    _bool(standardize, "standardize")
-    _bool(gated_grad, "gated_grad")
+    standardize = _bool(standardize, "standardize")  # Python bools: Opts is a static argument
+    gated_grad = _bool(gated_grad, "gated_grad")
     check_softness(softness)
     if method == "smooth_sort" and mode not in ("smooth", "hard"):
         raise ValueError(f"`method='smooth_sort'` supports mode 'smooth' only; got mode={mode!r}.")
@@ -174,15 +173,14 @@ def options(
     )
 
 
-def check_lp(return_log_probs: Any, log_prob_eps: Any) -> None:
-    if not isinstance(return_log_probs, bool):
-        raise TypeError(
-            f"`return_log_probs` must be a static Python bool, got {return_log_probs!r}."
-        )
+def check_lp(return_log_probs: Any, log_prob_eps: Any) -> bool:
+    """Check the log-prob options; ``return_log_probs`` as a Python bool (a static argument)."""
+    V.flags(return_log_probs=return_log_probs)
     if log_prob_eps is not None:
         V.real_scalar(log_prob_eps, name="log_prob_eps")
         V.finite_scalar(log_prob_eps=log_prob_eps)
         V.in_interval(low=0, high=1, closed="neither", log_prob_eps=log_prob_eps)
+    return bool(return_log_probs)
 
 
 def check_axis(axis: Any, x: Any) -> None:

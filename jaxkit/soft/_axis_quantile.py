@@ -120,7 +120,7 @@ _quantile_jit = jax.jit(_quantile_core, static_argnames=(*_QSTATIC, "bound"))
 
 def _check(x, q, axis, keepdims, quantile_method, scale, qname, allowed, opts):
     V.one_of(F.QMETHODS, quantile_method=quantile_method)
-    F._bool(keepdims, "keepdims")
+    keepdims = F._bool(keepdims, "keepdims")
     V.real_scalar(q, name=qname)
     q = jnp.asarray(q)
     if q.ndim > 1:
@@ -129,15 +129,15 @@ def _check(x, q, axis, keepdims, quantile_method, scale, qname, allowed, opts):
     x, o = F.front(x, axis, allowed, opts)
     if (x.size if axis is None else x.shape[axis]) == 0:
         raise ValueError("`x` must be non-empty along `axis` for a quantile.")
-    return x, q, o
+    return x, q, o, keepdims
 
 
 def _argquantile(x, q, axis=None, keepdims=False, *, quantile_method="linear",
                  return_log_probs=False, log_prob_eps=None, scale=1.0, qname="q",
                  **opts):  # fmt: skip
-    F.check_lp(return_log_probs, log_prob_eps)
+    return_log_probs = F.check_lp(return_log_probs, log_prob_eps)
     qm = quantile_method
-    x, q, o = _check(x, q, axis, keepdims, qm, scale, qname, F.INDEX_METHODS, opts)
+    x, q, o, keepdims = _check(x, q, axis, keepdims, qm, scale, qname, F.INDEX_METHODS, opts)
     return _argquantile_jit(
         x, q, opts.get("softness", 0.1), log_prob_eps, axis=axis, keepdims=keepdims, qm=qm, o=o,
         log=return_log_probs, scale=scale, qname=qname,
@@ -147,7 +147,7 @@ def _argquantile(x, q, axis=None, keepdims=False, *, quantile_method="linear",
 def _quantile(x, q, axis=None, keepdims=False, *, quantile_method="linear", scale=1.0,
               qname="q", bound=False, **opts):  # fmt: skip
     qm = quantile_method
-    x, q, o = _check(x, q, axis, keepdims, qm, scale, qname, F.VALUE_METHODS, opts)
+    x, q, o, keepdims = _check(x, q, axis, keepdims, qm, scale, qname, F.VALUE_METHODS, opts)
     return _quantile_jit(
         x, q, opts.get("softness", 0.1), axis=axis, keepdims=keepdims, qm=qm, o=o, scale=scale,
         qname=qname, bound=bound,

@@ -76,17 +76,17 @@ _max_jit = jax.jit(_max_core, static_argnames=("axis", "keepdims", "negate", "o"
 
 def _checked(x, axis, keepdims, allowed, opts, what):
     x, o = F.front(x, axis, allowed, opts)
-    F._bool(keepdims, "keepdims")
+    keepdims = F._bool(keepdims, "keepdims")
     if (x.size if axis is None else x.shape[axis]) == 0:
         raise ValueError(f"`x` must be non-empty along `axis` for {what} (as jnp.{what}).")
-    return x, o
+    return x, o, keepdims
 
 
 def _argmax(x, axis=None, keepdims=False, *, return_log_probs=False, log_prob_eps=None,
             negate=False, **opts):  # fmt: skip
-    F.check_lp(return_log_probs, log_prob_eps)
+    return_log_probs = F.check_lp(return_log_probs, log_prob_eps)
     what = "argmin" if negate else "argmax"
-    x, o = _checked(x, axis, keepdims, F.INDEX_METHODS, opts, what)
+    x, o, keepdims = _checked(x, axis, keepdims, F.INDEX_METHODS, opts, what)
     return _argmax_jit(
         x, opts.get("softness", 0.1), log_prob_eps, axis=axis, keepdims=keepdims, negate=negate,
         o=o, log=return_log_probs,
@@ -129,7 +129,7 @@ argmin = F.mirror(
 
 
 def _max(x, axis=None, keepdims=False, *, negate=False, **opts):
-    x, o = _checked(x, axis, keepdims, F.VALUE_METHODS, opts, "min" if negate else "max")
+    x, o, keepdims = _checked(x, axis, keepdims, F.VALUE_METHODS, opts, "min" if negate else "max")
     s = opts.get("softness", 0.1)
     return _max_jit(x, s, axis=axis, keepdims=keepdims, negate=negate, o=o)
 
@@ -255,7 +255,7 @@ def argtop_k(
 
 
 def _argtop_k(x, k, axis=-1, *, return_log_probs=False, log_prob_eps=None, **opts):
-    F.check_lp(return_log_probs, log_prob_eps)
+    return_log_probs = F.check_lp(return_log_probs, log_prob_eps)
     x, o = F.front(x, V.python_int(axis, name="axis"), F.INDEX_METHODS, opts)
     k, s = _check_k(x, k, axis), opts.get("softness", 0.1)
     return _argtop_k_jit(x, s, log_prob_eps, k=k, axis=axis, o=o, log=return_log_probs)

@@ -180,7 +180,7 @@ def argsort(
 
 
 def _argsort(x, axis=-1, *, descending=False, return_log_probs=False, log_prob_eps=None, **opts):
-    F.check_lp(return_log_probs, log_prob_eps)
+    return_log_probs = F.check_lp(return_log_probs, log_prob_eps)
     x, o = F.front(x, axis, F.INDEX_METHODS, opts)
     s, d = opts.get("softness", 0.1), _descending(descending)
     return _argsort_jit(x, s, log_prob_eps, axis=axis, descending=d, o=o, log=return_log_probs)

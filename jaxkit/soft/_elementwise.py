@@ -221,8 +221,7 @@ _compare_jit = jax.jit(_compare_core, static_argnames=("op", "mode"))
 def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False) -> None:
     """Static checks at the public entry (the traced guard runs inside the jitted core)."""
     V.one_of(modes, mode=mode)
-    if not isinstance(gated, bool):
-        raise TypeError(f"`gated` must be a Python bool, got {type(gated).__name__} {gated!r}.")
+    V.flags(gated=gated)
     V.real_scalar(softness, name="softness")
     if mode != "hard":
         check_softness(softness)
@@ -300,7 +299,7 @@ def softrelu(
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
     """
     _check(softness, mode, RELU_MODES, gated)
-    return _unary(as_float(x), softness, op="softrelu", mode=mode, gated=gated)
+    return _unary(as_float(x), softness, op="softrelu", mode=mode, gated=bool(gated))
 
 
 def heaviside(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth") -> Array:
@@ -326,7 +325,7 @@ def relu(
 ) -> Array:
     """Soft ReLU (``mode="hard"``: ``jax.nn.relu``; other modes: :func:`softrelu`)."""
     _check(softness, mode, CLIP_MODES, gated)
-    return _unary(as_float(x), softness, op="relu", mode=mode, gated=gated)
+    return _unary(as_float(x), softness, op="relu", mode=mode, gated=bool(gated))
 
 
 def clip(
@@ -340,7 +339,7 @@ def clip(
     """Soft clip ``a + relu(x - a) - relu(x - b)`` (bounds traced)."""
     _check(softness, mode, CLIP_MODES, gated)
     _real(a=a, b=b)
-    return _clip(as_float(x), a, b, softness, mode=mode, gated=gated)
+    return _clip(as_float(x), a, b, softness, mode=mode, gated=bool(gated))
 
 
 def round(  # noqa: A001

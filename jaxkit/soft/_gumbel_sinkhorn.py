@@ -135,10 +135,8 @@ def gumbel_sinkhorn(
     check_softness(softness)
     RC.check_rng_mode(rng_mode)
     n_iters = V.python_int(n_iters, name="n_iters", minimum=1)
-    if not isinstance(return_log_probs, bool):
-        raise TypeError(
-            f"`return_log_probs` must be a static Python bool, got {return_log_probs!r}."
-        )
+    V.flags(return_log_probs=return_log_probs)
+    return_log_probs = bool(return_log_probs)  # a static argument
     la = as_float(log_alpha)
     if la.ndim < 2 or la.shape[-1] != la.shape[-2]:
         raise TypeError(f"`log_alpha` must have shape (..., n, n), got {la.shape}.")

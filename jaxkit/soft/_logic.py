@@ -24,11 +24,7 @@ TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
 def _check_static(tnorm: str, use_geometric_mean: bool) -> None:
     V.one_of(TNORMS, tnorm=tnorm)
-    if not isinstance(use_geometric_mean, bool):  # "no" or 0.0 would pick a t-norm silently
-        raise TypeError(
-            "`use_geometric_mean` must be a Python bool, got "
-            f"{type(use_geometric_mean).__name__} {use_geometric_mean!r}."
-        )
+    V.flags(use_geometric_mean=use_geometric_mean)  # "no" or 0.0 would pick a t-norm silently
 
 
 @jax.jit
@@ -64,7 +60,7 @@ def all(
     V.real_scalar(epsilon, name="epsilon")
     V.finite_scalar(epsilon=epsilon)  # a concrete one on the host: ValueError now
     V.positive(epsilon=epsilon)
-    return _all(x, axis, epsilon, use_geometric_mean, tnorm=tnorm)
+    return _all(x, axis, epsilon, bool(use_geometric_mean), tnorm=tnorm)
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))

@@ -347,9 +347,8 @@ def isotonic(y: ArrayLike, *, increasing: bool = False, solver: str = "hybrid") 
     References:
       Best, Chakravarti & Ubhaya, SIAM J. Optim., 2000.
     """
-    if not isinstance(increasing, bool):
-        raise TypeError(f"`increasing` must be a Python bool, got {increasing!r}.")
+    V.flags(increasing=increasing)
     V.one_of(SOLVERS, solver=solver)
     y = as_float(y)
     V.min_ndim(y, 1, name="y")
-    return _isotonic_jit(y, increasing=increasing, solver=solver)
+    return _isotonic_jit(y, increasing=bool(increasing), solver=solver)

@@ -21,6 +21,7 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _validate as V
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.soft import _random_common as RC
+from jaxkit.soft._axis_front import _bool as _flag
 from jaxkit.soft._axis_front import check_lp as _check_lp
 from jaxkit.soft._axis_front import finish as _finish
 from jaxkit.soft._axis_select import argmax as _argmax
@@ -130,7 +131,7 @@ def categorical(
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
     V.flags(replace=replace)
-    _check_lp(return_log_probs, log_prob_eps)
+    return_log_probs = _check_lp(return_log_probs, log_prob_eps)
     logits = as_float(logits)
     if logits.ndim == 0:
         raise TypeError("`logits` must have at least one dimension.")
@@ -147,6 +148,7 @@ def categorical(
         )
     if mode != "hard" and RC.is_concrete(logits):
         RC.no_nan(logits, "logits")
+    standardize = _flag(standardize, "standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
     return _categorical(
         key, logits, softness, log_prob_eps, axis=ax, shape=shape, replace=bool(replace),
@@ -227,6 +229,7 @@ def choice(
             raise TypeError(f"`p` must have shape ({n},), got {p.shape}.")
         if RC.is_concrete(p):
             RC.guard_probabilities(p)
+    standardize = _flag(standardize, "standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
     return _choice(key, arr, p, softness, shape=shape, replace=bool(replace), axis=ax, **st)
 
@@ -308,6 +311,7 @@ def permutation(
         raise ValueError(f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got mode={mode!r}.")
     arr = RC.int_or_array(x, "x", 0)
     ax = V.axis(axis, arr.ndim)
+    standardize = _flag(standardize, "standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
     return _permutation(
         key, arr, softness, axis=ax, independent=bool(independent), n_iters=n_iters, **st
@@ -371,5 +375,6 @@ def multinomial(
     RC.check_broadcast(shape, batch, "p")
     if mode != "hard" and RC.is_concrete(p):
         RC.guard_probabilities(p)
+    standardize = _flag(standardize, "standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": None}
     return _multinomial(key, p, softness, n=n, shape=shape, dtype=dt, **st)

@@ -339,8 +339,7 @@ def lifted_pgd(
     """
     _validate.one_of(MODES, mode=mode)
     method, tile, capacity, cutoff = render_options(method, tile, capacity, cutoff)
-    if not isinstance(certify, bool):
-        raise TypeError(f"`certify` must be a bool, got {certify!r}.")
+    _validate.flags(certify=certify)
     n_outer = _validate.python_int(n_outer, name="n_outer", minimum=1)
     n_fit = _validate.python_int(n_fit, name="n_fit", minimum=1)
     n_project = _validate.python_int(n_project, name="n_project", minimum=0)

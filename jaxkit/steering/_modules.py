@@ -129,6 +129,7 @@ class ValueEncoder(eqx.Module):
     dropout: float = eqx.field(static=True)
 
     def __init__(self, d_model, value_dim, *, n_heads, n_layers, dropout, key, pooling="last"):
+        _validate.is_key(key)
         _validate.one_of(("last", "attention"), pooling=pooling)
         ks = jax.random.split(key, n_layers + 4)
         if pooling == "attention":  # its own keys: "last" keeps its initialisation
@@ -186,6 +187,7 @@ class Discriminator(eqx.Module):
     l2: Linear
 
     def __init__(self, value_dim, *, key):
+        _validate.is_key(key)
         k1, k2 = jax.random.split(key)
         self.l1, self.l2 = (
             Linear(value_dim, value_dim // 2, key=k1),
@@ -211,6 +213,7 @@ class BridgeVLP(eqx.Module):
     gamma: Array
 
     def __init__(self, d_model, value_dim, n_bridge, heads, *, key):
+        _validate.is_key(key)
         ks = jax.random.split(key, 4)
         self.seeds = 0.02 * jax.random.normal(ks[0], (n_bridge, d_model), jnp.float32)
         self.w1, self.w2 = (

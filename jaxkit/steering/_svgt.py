@@ -338,7 +338,8 @@ def svgt_forward(
       predicted by ``logits[:, j + K - 1]`` (the first one by the last bridge slot).
 
     Raises:
-      TypeError / ValueError: bad shapes, ids, ``cfg.layer`` out of range.
+      TypeError / ValueError: bad shapes, ids, ``cfg.layer`` out of range; a ``key`` that
+        is not a key.
     """
     check_config(lm_cfg, cfg)
     tokens, prompt_len = _check_tokens(lm_cfg, tokens, prompt_len)

@@ -136,9 +136,11 @@ def stage3_loss(
     Raises:
       TypeError / ValueError: the checks of :func:`svgt_forward`; ``length`` not an
         ``int[B]`` in ``[prompt_len, T]``; ``weights`` not three finite numbers (traced
-        values: under ``jit``).
+        values: under ``jit``); a ``key`` that is not a key.
     """
     check_config(lm_cfg, cfg)
+    if key is not None:
+        _validate.is_key(key)
     tokens, prompt_len = _check_tokens(lm_cfg, tokens, prompt_len)
     length = _check_length(length, tokens, prompt_len)
     if len(weights) != 3:

@@ -265,8 +265,7 @@ def _check_batch(model, batch, lambda_gate, gate):
 
 
 def _check_balanced(balanced_gate):
-    if not isinstance(balanced_gate, bool):
-        raise TypeError(f"`balanced_gate` must be a bool, got {type(balanced_gate).__name__}.")
+    _validate.flags(balanced_gate=balanced_gate)
     return balanced_gate
 
 

@@ -48,10 +48,10 @@ def _mwn(**kw):
 
 RECIPES = {
     "jaxkit.data.kmeans_batches": lambda **kw: data.kmeans_batches(
-        _j(Q), key=_key(), batch_size=2, **{"iters": 2, **kw}
+        _j(Q), batch_size=2, **{"key": _key(), "iters": 2, **kw}
     ),
     "jaxkit.data.nn_batches": lambda **kw: data.nn_batches(
-        _j(Q), _j(D), key=_key(), batch_size=2, **{"k": 3, "pool_factor": 2, **kw}
+        _j(Q), _j(D), batch_size=2, **{"key": _key(), "k": 3, "pool_factor": 2, **kw}
     ),
     "jaxkit.data.knn_label_agreement": lambda **kw: data.knn_label_agreement(
         Q, LABELS, D, LABELS, **{"k": 3, **kw}
@@ -64,15 +64,18 @@ RECIPES = {
     "jaxkit.data.mts_hypergrad": _hyper,
     "jaxkit.data.mts_meta_step": _meta_step,
     "jaxkit.data.hobit_batches": lambda **kw: data.hobit_batches(
-        data.SparseHardness(_j(NBR), _j(W)), _j(Q), _j(D), key=_key(), batch_size=2, **kw
+        data.SparseHardness(_j(NBR), _j(W)), _j(Q), _j(D), batch_size=2, **{"key": _key(), **kw}
     ),
     "jaxkit.data.hobit_objective": lambda **kw: data.hobit_objective(
         _j(np.array([1, 4, 6], np.int32)), data.SparseHardness(_j(NBR), _j(W)), **kw
     ),
     "jaxkit.data.greedy_select": lambda **kw: data.greedy_select(_j(W), 2, **kw),
     "jaxkit.data.mwn_meta_step": _mwn,
+    "jaxkit.data.random_batches": lambda **kw: data.random_batches(
+        N, batch_size=2, **{"key": _key(), **kw}
+    ),
     "jaxkit.data.hobit_permutation": lambda **kw: data.hobit_permutation(
-        _j(Q), _j(D), key=_key(), batch_size=2, **{"k": 3, **kw}
+        _j(Q), _j(D), batch_size=2, **{"key": _key(), "k": 3, **kw}
     ),
 }
 

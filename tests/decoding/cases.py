@@ -34,11 +34,10 @@ def _generate(prompt, prompt_len, *, max_new_tokens=4, window=2, **kw):
         CFG,
         prompt,
         prompt_len,
-        key=jax.random.key(0),
         mask_token_id=MASK,
         max_new_tokens=max_new_tokens,
         window=window,
-        **kw,
+        **{"key": jax.random.key(0), **kw},
     )
 
 

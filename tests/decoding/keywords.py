@@ -15,7 +15,7 @@ TOKENS = _rng.integers(0, MASK, size=(2, 4)).astype(np.int32)
 
 def _ar(**kw):
     return ar_generate(
-        _P32, CFG, PROMPT, PROMPT_LEN, key=jax.random.key(0), max_new_tokens=2, **kw
+        _P32, CFG, PROMPT, PROMPT_LEN, max_new_tokens=2, **{"key": jax.random.key(0), **kw}
     ).tokens
 
 
@@ -28,7 +28,7 @@ def _batch(**kw):
     lm = jnp.arange(tokens.shape[1])[None] >= 1
     lm = jnp.broadcast_to(lm, tokens.shape)
     return dual_stream_batch(
-        tokens, lm, key=jax.random.key(3), block_size=2, mask_token_id=MASK, **kw
+        tokens, lm, block_size=2, mask_token_id=MASK, **{"key": jax.random.key(3), **kw}
     )
 
 

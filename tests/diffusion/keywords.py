@@ -54,24 +54,24 @@ def _buffer():
 def _best_of_n(**kw):
     f, p = _model()
     return diffusion.best_of_n(
-        f, p, _oracle, key=jax.random.key(0), n=4, num_out=2, length=L, direction=1,
-        mask_id=MASK, num_steps=2, **kw,
+        f, p, _oracle, n=4, num_out=2, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **{"key": jax.random.key(0), **kw},
     )  # fmt: skip
 
 
 def _smc(**kw):
     f, p = _model()
     return diffusion.smc_sample(
-        f, p, _oracle, key=jax.random.key(0), num_particles=4, length=L, direction=1,
-        mask_id=MASK, num_steps=2, **kw,
+        f, p, _oracle, num_particles=4, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **{"key": jax.random.key(0), **kw},
     )  # fmt: skip
 
 
 def _collect(**kw):
     f, p = _model()
     return diffusion.collect_onpolicy(
-        f, p, p, _oracle, key=jax.random.key(0), num_samples=4, length=L, direction=1,
-        mask_id=MASK, num_steps=2, **kw,
+        f, p, p, _oracle, num_samples=4, length=L, direction=1,
+        mask_id=MASK, num_steps=2, **{"key": jax.random.key(0), **kw},
     )  # fmt: skip
 
 
@@ -80,8 +80,8 @@ def _fine_tune(**kw):
     small = {"samples_per_iter": 4, "steps_per_iter": 1, "num_steps": 2, "buffer_size": 4}
     small.update(replicates=1, contrastive_weight=0.0)
     return diffusion.fine_tune(
-        f, None, p, _oracle, key=jax.random.key(0), direction=1, length=L, mask_id=MASK,
-        optimizer=optax.sgd(1e-3), iterations=1, **{**small, **kw},
+        f, None, p, _oracle, direction=1, length=L, mask_id=MASK,
+        optimizer=optax.sgd(1e-3), iterations=1, **{"key": jax.random.key(0), **small, **kw},
     )  # fmt: skip
 
 
@@ -93,8 +93,8 @@ def _rescore(**kw):
 def _td3b_loss(**kw):
     f, p = _model()
     return diffusion.td3b_loss(
-        f, None, p, p, _buffer(), key=jax.random.key(0), mask_id=MASK,
-        **{"replicates": 1, "contrastive_weight": 0.0, **kw},
+        f, None, p, p, _buffer(), mask_id=MASK,
+        **{"key": jax.random.key(0), "replicates": 1, "contrastive_weight": 0.0, **kw},
     )  # fmt: skip
 
 
@@ -102,9 +102,14 @@ def _td3b_step(**kw):
     f, p = _model()
     opt = optax.sgd(1e-3)
     return diffusion.td3b_train_step(
-        f, None, opt, p, opt.init(p), p, _buffer(), key=jax.random.key(0), mask_id=MASK,
-        **{"replicates": 1, "contrastive_weight": 0.0, **kw},
+        f, None, opt, p, opt.init(p), p, _buffer(), mask_id=MASK,
+        **{"key": jax.random.key(0), "replicates": 1, "contrastive_weight": 0.0, **kw},
     )  # fmt: skip
+
+
+def _kl(**kw):
+    f, p = _model()
+    return diffusion.kl_to_reference(f, p, p, X0, mask_id=MASK, **{"key": jax.random.key(0), **kw})
 
 
 def _keyed(fn, *args, **fixed):
@@ -112,7 +117,7 @@ def _keyed(fn, *args, **fixed):
 
     def call(**kw):
         f, p = _model()
-        return fn(f, p, *args, key=jax.random.key(0), mask_id=MASK, **{**fixed, **kw})
+        return fn(f, p, *args, mask_id=MASK, **{"key": jax.random.key(0), **fixed, **kw})
 
     return call
 
@@ -128,6 +133,10 @@ RECIPES = {
     ),
     "jaxkit.diffusion.mdlm_loss": _keyed(diffusion.mdlm_loss, X0),
     "jaxkit.diffusion.sample": _keyed(diffusion.sample, TEMPLATE, num_steps=2),
+    "jaxkit.diffusion.sir_resample": lambda **kw: diffusion.sir_resample(
+        X0, AFFINITY, alpha=0.1, num_out=2, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.diffusion.kl_to_reference": _kl,
     "jaxkit.diffusion.td3b_loss": _td3b_loss,
     "jaxkit.diffusion.td3b_train_step": _td3b_step,
     "jaxkit.diffusion.contrastive_margin": functools.partial(

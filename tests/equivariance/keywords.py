@@ -43,14 +43,14 @@ def _step(tx, params=None):
 RECIPES = {
     "jaxkit.equivariance.linear_gap": lambda **kw: E.linear_gap(X, T, _group(), **kw),
     "jaxkit.equivariance.mmd_gap": lambda **kw: E.mmd_gap(
-        X, T, _group(), key=_key(), **{"n_permutations": 4, **kw}
+        X, T, _group(), **{"key": _key(), "n_permutations": 4, **kw}
     ),
     "jaxkit.equivariance.finite_group": functools.partial(E.finite_group, PERMS, PERMS),
     "jaxkit.equivariance.normalized_complement": lambda **kw: E.normalized_complement(
         W, _group(), **kw
     ),
     "jaxkit.equivariance.equivariance_error": lambda **kw: E.equivariance_error(
-        lambda z: z, X, _group(), key=_key(), **{"n_samples": 4, **kw}
+        lambda z: z, X, _group(), **{"key": _key(), "n_samples": 4, **kw}
     ),
     "jaxkit.equivariance.equivariant_basis": lambda **kw: E.equivariant_basis(_group(), **kw),
     "jaxkit.equivariance.recm_modulation": lambda **kw: _step(
@@ -65,15 +65,20 @@ RECIPES = {
     "jaxkit.equivariance.so2_rot2d": E.so2_rot2d,
     "jaxkit.equivariance.o3_irreps": functools.partial(E.o3_irreps, "1x1o"),
     "jaxkit.equivariance.reynolds_mc": lambda **kw: E.reynolds_mc(
-        W, _group(), key=_key(), **{"n_samples": 4, **kw}
+        W, _group(), **{"key": _key(), "n_samples": 4, **kw}
+    ),
+    "jaxkit.equivariance.haar_sample": lambda **kw: E.haar_sample(
+        _group(), 2, **{"key": _key(), **kw}
     ),
     "jaxkit.equivariance.Group": lambda **kw: E.Group(
         "perm", "finite", 3, 3, ("perm",), PERMS, PERMS, **kw
     ),
-    "jaxkit.equivariance.RECMLinear": lambda **kw: E.RECMLinear(_group(), key=_key(), **kw),
-    "jaxkit.equivariance.RECMGroupConvC4": lambda **kw: E.RECMGroupConvC4(1, 1, key=_key(), **kw),
+    "jaxkit.equivariance.RECMLinear": lambda **kw: E.RECMLinear(_group(), **{"key": _key(), **kw}),
+    "jaxkit.equivariance.RECMGroupConvC4": lambda **kw: E.RECMGroupConvC4(
+        1, 1, **{"key": _key(), **kw}
+    ),
     "jaxkit.equivariance.RECMe3nnLinear": lambda **kw: E.RECMe3nnLinear(
-        "1x0e+1x1o", "1x1o", key=_key(), **kw
+        "1x0e+1x1o", "1x1o", **{"key": _key(), **kw}
     ),
 }
 

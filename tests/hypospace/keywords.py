@@ -16,6 +16,7 @@ QUOTAS = np.array([2, 1], np.int32)
 HEIGHTS = np.array([[1, 0], [2, 0]], np.int8)
 LAYERS = np.array([[[1, 0], [1, 0]], [[0, 0], [1, 0]]], np.int8)  # heights 1 0 / 2 0
 TOP = (HEIGHTS > 0).astype(np.int8)
+ADMISSIBLE = np.array([100, 103, -1], np.int32)  # ids, padded with -1
 
 
 class _Scripted:
@@ -36,7 +37,7 @@ def _evaluate(**kw):
     c = H.boolean_candidates("basic", 1)
     tasks = H.boolean_collection("basic", 1)[:2]
     adm = H.task_masks([t.admissible for t in tasks], c.ids)
-    return H.evaluate(c, adm, H.SamplerSpec("uniform_space"), key=jax.random.key(0), **kw)
+    return H.evaluate(c, adm, H.SamplerSpec("uniform_space"), **{"key": jax.random.key(0), **kw})
 
 
 RECIPES = {
@@ -67,13 +68,22 @@ RECIPES = {
         **kw,
     ),  # fmt: skip
     "jaxkit.hypospace.collapsed": lambda **kw: H.collapsed(
-        TABLE, ADM, SCORE, 3, key=jax.random.key(0), **kw
+        TABLE, ADM, SCORE, 3, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.hypospace.collapsed_probs": lambda **kw: H.collapsed_probs(
-        ADM, SCORE, key=jax.random.key(0), **kw
+        ADM, SCORE, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.hypospace.stratified": lambda **kw: H.stratified(
-        TABLE, P, STRATA, QUOTAS, 3, key=jax.random.key(0), **kw
+        TABLE, P, STRATA, QUOTAS, 3, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.hypospace.uniform_space": lambda **kw: H.uniform_space(
+        TABLE, 3, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.hypospace.uniform_admissible": lambda **kw: H.uniform_admissible(
+        ADMISSIBLE, 3, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.hypospace.enumerative": lambda **kw: H.enumerative(
+        ADMISSIBLE, 3, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.hypospace.sample_sets": lambda **kw: H.sample_sets(list(range(5)), 2, **kw),
     "jaxkit.hypospace.layers_from_heights": functools.partial(H.layers_from_heights, HEIGHTS),

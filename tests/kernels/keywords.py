@@ -27,7 +27,7 @@ RECIPES = {
         sampling.filtered_probabilities, LOGITS
     ),
     "jaxkit.kernels.sampling.sample_tokens": lambda **kw: sampling.sample_tokens(
-        LOGITS, key=jax.random.key(0), **kw
+        LOGITS, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.kernels.sampling.sample_rows_reference": functools.partial(
         sampling.sample_rows_reference, LOGITS, NOISE, *ROW_PARAMS

@@ -30,7 +30,7 @@ def _generate(**kw):
     S = _setup()
     emb = nn.embed(S.P, S.CFG, S.PROMPT)
     return memory.dlmr_generate(
-        S.P, S.CFG, S.AP, S.MC, emb, S.PLEN, key=jax.random.key(0), max_new_tokens=2, **kw
+        S.P, S.CFG, S.AP, S.MC, emb, S.PLEN, max_new_tokens=2, **{"key": jax.random.key(0), **kw}
     ).tokens
 
 
@@ -46,7 +46,20 @@ def _optimizer(**kw):
     return tx.init(eqx.filter(S.AP, eqx.is_inexact_array))
 
 
+def _keyed(make, *args, **fixed):
+    """A recipe for a constructor with a ``key`` (forwarded through ``kw``)."""
+    return lambda **kw: make(*args, **{"key": jax.random.key(0), **fixed, **kw})
+
+
 RECIPES = {
+    "jaxkit.memory.init_dlmr": lambda **kw: _keyed(memory.init_dlmr, _setup().CFG, _setup().MC)(
+        **kw
+    ),
+    "jaxkit.memory.LoraInjector": lambda **kw: _keyed(
+        memory.LoraInjector, _setup().CFG, n_banks=1, rank=2, alpha=4.0, targets=("q",)
+    )(**kw),
+    "jaxkit.memory.Injector": _keyed(memory.Injector, 16, 8, heads=2, n_layers=1, recency=4),
+    "jaxkit.memory.Router": _keyed(memory.Router, 16, 8, 3),
     "jaxkit.memory.dlmr_generate": _generate,
     "jaxkit.memory.dlmr_optimizer": _optimizer,
     "jaxkit.memory.dlmr_step": _step,

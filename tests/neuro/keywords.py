@@ -48,13 +48,13 @@ RECIPES = {
         10, **{"substeps": 2, "burn_in": 5, **kw}
     ),
     "jaxkit.neuro.synthetic_lowrank": lambda **kw: neuro.synthetic_lowrank(
-        LORENZ, key=_key(), **{"n_neurons": 6, **kw}
+        LORENZ, **{"key": _key(), "n_neurons": 6, **kw}
     ),
     "jaxkit.neuro.principal_init": lambda **kw: neuro.principal_init(
-        _model(), X[:-1], X[1:], key=_key(), **kw
+        _model(), X[:-1], X[1:], **{"key": _key(), **kw}
     ),
     "jaxkit.neuro.facrnn_loss": lambda **kw: neuro.facrnn_loss(
-        _model(), X[:-1], X[1:], key=_key(), n_total=100, **kw
+        _model(), X[:-1], X[1:], n_total=100, **{"key": _key(), **kw}
     ),
     "jaxkit.neuro.observation_log_lik": lambda **kw: neuro.observation_log_lik(
         _model(), Z, X, **kw
@@ -62,20 +62,20 @@ RECIPES = {
     "jaxkit.neuro.group_aligned_r2": lambda **kw: neuro.group_aligned_r2(Z4, Z4, n_groups=2, **kw),
     "jaxkit.neuro.load_nwb": lambda **kw: neuro.load_nwb(_nwb_file(), **{"bin_width": 0.1, **kw}),
     "jaxkit.neuro.partial_correlation_eval": lambda **kw: neuro.partial_correlation_eval(
-        Z4, LOG_STD, n_groups=2, key=_key(), **{"n_mc": 2, "chunk": 4, **kw}
+        Z4, LOG_STD, n_groups=2, **{"key": _key(), "n_mc": 2, "chunk": 4, **kw}
     ),
     "jaxkit.neuro.total_correlation": lambda **kw: neuro.total_correlation(
-        Z4, LOG_STD, key=_key(), **{"n_mc": 2, "chunk": 4, **kw}
+        Z4, LOG_STD, **{"key": _key(), "n_mc": 2, "chunk": 4, **kw}
     ),
     "jaxkit.neuro.fit": lambda **kw: neuro.fit(
-        _model(), X[:-1], X[1:], key=_key(), steps=2, **{"batch_size": 4, **kw}
+        _model(), X[:-1], X[1:], steps=2, **{"key": _key(), "batch_size": 4, **kw}
     ),
-    "jaxkit.neuro.LowRankRNN": lambda **kw: neuro.LowRankRNN(4, 2, key=_key(), **kw),
+    "jaxkit.neuro.LowRankRNN": lambda **kw: neuro.LowRankRNN(4, 2, **{"key": _key(), **kw}),
     "jaxkit.neuro.GRUEncoder": lambda **kw: neuro.GRUEncoder(
-        4, 2, key=_key(), dtype=jnp.float32, **kw
+        4, 2, dtype=jnp.float32, **{"key": _key(), **kw}
     ),
     "jaxkit.neuro.BiGRUEncoder": lambda **kw: neuro.BiGRUEncoder(
-        4, 2, key=_key(), dtype=jnp.float32, **kw
+        4, 2, dtype=jnp.float32, **{"key": _key(), **kw}
     ),
 }
 

@@ -39,10 +39,11 @@ RECIPES = {
     "jaxkit.nn.write_kv": lambda **kw: (
         nn.write_kv(PARAMS, CFG, H, POS, cache=_cache(), layer=0, **kw).k
     ),
-    "jaxkit.nn.MLP": lambda **kw: nn.MLP(2, 1, hidden=(2,), key=jax.random.key(0), **kw),
+    "jaxkit.nn.MLP": lambda **kw: nn.MLP(2, 1, hidden=(2,), **{"key": jax.random.key(0), **kw}),
+    "jaxkit.nn.init_params": lambda **kw: nn.init_params(CFG, **{"key": jax.random.key(0), **kw}),
     "jaxkit.nn.init_cache": lambda **kw: nn.init_cache(CFG, max_len=4, **{"batch": 2, **kw}),
     "jaxkit.nn.tiny_task": lambda **kw: nn.tiny_task(
-        "noisy_counting", key=jax.random.key(0), batch=2, length=6, **kw
+        "noisy_counting", batch=2, length=6, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.nn.RopeScaling": lambda **kw: nn.RopeScaling(
         **{"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16, **kw}
@@ -52,9 +53,9 @@ RECIPES = {
     ),
     "jaxkit.nn.Interventions": _interventions,
     "jaxkit.nn.SmallCNN": lambda **kw: nn.SmallCNN(
-        1, 2, channels=(2,), key=jax.random.key(0), **kw
+        1, 2, channels=(2,), **{"key": jax.random.key(0), **kw}
     ),
-    "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), key=jax.random.key(0), **kw),
+    "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), **{"key": jax.random.key(0), **kw}),
     "jaxkit.nn.param_specs": functools.partial(nn.param_specs, CFG),
     "jaxkit.nn.cache_specs": functools.partial(nn.cache_specs, CFG),
 }

@@ -24,7 +24,7 @@ def _optimizer(make, *args, per_example=True, **fixed):
     """A recipe for an optax transformation: build it, then one update on LoRA factors."""
 
     def call(**kw):
-        tx = make(*args, **fixed, **kw)
+        tx = make(*args, **{**fixed, **kw})  # a swept keyword replaces a fixed one (`key`)
         f = L.LoraFactors(A, B)
         g = L.LoraFactors(GA, GB) if per_example else L.LoraFactors(GA[0], GB[0])
         return tx.update(g, tx.init(f), f)[0]
@@ -33,7 +33,7 @@ def _optimizer(make, *args, per_example=True, **fixed):
 
 
 def _keyed_optimizer(make, *args, **fixed):
-    return lambda **kw: _optimizer(make, *args, key=jax.random.key(0), **fixed)(**kw)
+    return lambda **kw: _optimizer(make, *args, **{"key": jax.random.key(0), **fixed})(**kw)
 
 
 def _lora():
@@ -52,7 +52,7 @@ def _canary(**kw):
         return jax.tree.map(lambda x: x.sum(0) + jax.random.normal(k, x.shape[1:]), g)
 
     return audit.canary_audit(
-        release, base=base, canary=canary, key=jax.random.key(0), **{"trials": 20, **kw}
+        release, base=base, canary=canary, **{"key": jax.random.key(0), "trials": 20, **kw}
     )
 
 
@@ -67,7 +67,7 @@ RECIPES = {
     "jaxkit.privacy.naive_dp_lora": _keyed_optimizer(privacy.naive_dp_lora, 0.1, **DP),
     "jaxkit.privacy.nonprivate_lora": _optimizer(privacy.nonprivate_lora, 0.1),
     "jaxkit.privacy.lora_init": lambda **kw: privacy.lora_init(
-        PARAMS, targets="w", rank=2, key=jax.random.key(0), **kw
+        PARAMS, targets="w", rank=2, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.privacy.lora_merge": lambda **kw: privacy.lora_merge(PARAMS, _lora(), **kw),
     "jaxkit.privacy.lora_unmerge": lambda **kw: privacy.lora_unmerge(PARAMS, _lora(), **kw),
@@ -76,22 +76,36 @@ RECIPES = {
     ),
     "jaxkit.privacy.prism": _keyed_optimizer(privacy.prism, 0.1, **DP),
     "jaxkit.privacy.prism_privatize": _keyed_optimizer(privacy.prism_privatize, **DP),
+    "jaxkit.privacy.dp_aggregate": _keyed_optimizer(privacy.dp_aggregate, **DP),
+    "jaxkit.privacy.poisson_batch": lambda **kw: privacy.poisson_batch(
+        **{"key": jax.random.key(0), "num_examples": 8, "q": 0.5, "max_batch_size": 8, **kw}
+    ),
     "jaxkit.privacy.prism_adaptive": _optimizer(privacy.prism_adaptive, 0.1, per_example=False),
     "jaxkit.privacy.audit.clopper_pearson": functools.partial(audit.clopper_pearson, 3, 10),
     "jaxkit.privacy.audit.canary_audit": _canary,
     "jaxkit.privacy.lowrank.balanced_random_init": lambda **kw: L.balanced_random_init(
-        key=jax.random.key(0), m=6, n=5, rank=2, **kw
+        m=6, n=5, rank=2, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.privacy.lowrank.spectral_init": lambda **kw: L.spectral_init(
-        W, rank=2, key=jax.random.key(0), **kw
+        W, rank=2, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.privacy.lowrank.balance": lambda **kw: L.balance(L.LoraFactors(A, B), **kw),
     "jaxkit.privacy.lowrank.gram_cache": lambda **kw: L.gram_cache(L.LoraFactors(A, B), **kw),
+    "jaxkit.privacy.lowrank.sample_tangent_coords": lambda **kw: L.sample_tangent_coords(
+        L.gram_cache(L.LoraFactors(A, B)), std=0.1, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.privacy.lowrank.sample_tangent_noise": lambda **kw: L.sample_tangent_noise(
+        L.LoraFactors(A, B),
+        L.gram_cache(L.LoraFactors(A, B)),
+        std=0.1,
+        **{"key": jax.random.key(0), **kw},
+    ),
     "jaxkit.privacy.lowrank.retract": lambda **kw: L.retract(
         L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0]), eta=0.1, **kw
     ),
 }
 
 EXEMPT: dict[str, str] = {
+    "jaxkit.privacy.PrivatizeState:key": "a record the library returns (an aggregator's state)",
     "jaxkit.privacy.lowrank.check_factors:name": "free text: the label its error messages use",
 }

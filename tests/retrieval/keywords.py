@@ -50,7 +50,13 @@ def _load(**kw):
 
 RECIPES = {
     "jaxkit.retrieval.banzhaf_mc": lambda **kw: retrieval.banzhaf_mc(
-        _value, jnp.asarray(TABLE), n_players=3, key=_key(), **{"n_samples": 4, **kw}
+        _value, jnp.asarray(TABLE), n_players=3, **{"key": _key(), "n_samples": 4, **kw}
+    ),
+    "jaxkit.retrieval.stii_permutation": lambda **kw: retrieval.stii_permutation(
+        _value, jnp.asarray(TABLE), n_players=3, n_perms=2, **{"key": _key(), **kw}
+    ),
+    "jaxkit.retrieval.stii_stratified": lambda **kw: retrieval.stii_stratified(
+        _value, jnp.asarray(TABLE), n_players=3, n_samples=4, **{"key": _key(), **kw}
     ),
     "jaxkit.retrieval.dpc_knn": lambda **kw: retrieval.dpc_knn(
         TOKENS, n_centers=2, **{"k": 2, **kw}
@@ -67,17 +73,17 @@ RECIPES = {
         SELFSIM, size=3, **kw
     ),
     "jaxkit.retrieval.protocol_metrics": lambda **kw: retrieval.protocol_metrics(
-        SIMS, key=_key(), **{"protocol": "guo", "batch_size": 4, **kw}
+        SIMS, **{"key": _key(), "protocol": "guo", "batch_size": 4, **kw}
     ),
     "jaxkit.retrieval.retrieval_metrics": lambda **kw: retrieval.retrieval_metrics(
         SIMS, **({"text_selfsim": SELFSIM} if "threshold" in kw else {}), **kw
     ),
     "jaxkit.retrieval.load_motion_text": _load,
     "jaxkit.retrieval.synthetic_motion_text": lambda **kw: retrieval.synthetic_motion_text(
-        4, key=_key(), **{"length": 12, **kw}
+        4, **{"key": _key(), "length": 12, **kw}
     ),
     "jaxkit.retrieval.TokenCompressor": lambda **kw: retrieval.TokenCompressor(
-        4, key=_key(), **{"n_heads": 2, **kw}
+        4, **{"key": _key(), "n_heads": 2, **kw}
     ),
 }
 

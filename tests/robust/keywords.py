@@ -29,6 +29,13 @@ def _p0():
     return R.LinearParams(np.zeros(2, np.float32), np.zeros((), np.float32))
 
 
+class _Normal:
+    """A standard normal law with ``sample(key, shape)`` (what `parametric_draws` takes)."""
+
+    def sample(self, key, shape):
+        return jax.random.normal(key, shape)
+
+
 def _model(obs=None):
     import numpyro
     import numpyro.distributions as dist
@@ -40,11 +47,13 @@ def _model(obs=None):
 
 RECIPES = {
     "jaxkit.robust.contains": lambda **kw: R.contains(R.ball(np.zeros(2), 1.0), XI, **kw),
-    "jaxkit.robust.calibrate_ball": lambda **kw: R.calibrate_ball(XI, key=jax.random.key(0), **kw),
+    "jaxkit.robust.calibrate_ball": lambda **kw: R.calibrate_ball(
+        XI, **{"key": jax.random.key(0), **kw}
+    ),
     "jaxkit.robust.calibrate_box": functools.partial(R.calibrate_box, XI),
     "jaxkit.robust.calibrate_cells": functools.partial(R.calibrate_cells, XI, CELLS, n_cells=2),
     "jaxkit.robust.calibrate_ellipsoid": lambda **kw: R.calibrate_ellipsoid(
-        XI, key=jax.random.key(0), **kw
+        XI, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.robust.calibrate_hull": functools.partial(R.calibrate_hull, XI),
     "jaxkit.robust.calibrate_interval": functools.partial(R.calibrate_interval, XI1),
@@ -59,10 +68,12 @@ RECIPES = {
     "jaxkit.robust.credal_risk": lambda **kw: R.credal_risk(VALUES, np.float32(3.0), 0.1, **kw),
     "jaxkit.robust.posterior_predictive": lambda **kw: R.posterior_predictive(
         _model,
-        key=jax.random.key(0),
         n=4,
         obs=XI1[:4],
-        **{"num_warmup": 5, **kw},
+        **{"key": jax.random.key(0), "num_warmup": 5, **kw},
+    ),
+    "jaxkit.robust.parametric_draws": lambda **kw: R.parametric_draws(
+        _Normal(), **{"key": jax.random.key(0), "n": 4, **kw}
     ),
     "jaxkit.robust.credal_objective": lambda **kw: R.credal_objective(
         R.lad(), _p0(), (Z, Y), _box(), 0.1, **kw

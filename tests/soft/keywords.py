@@ -21,9 +21,13 @@ def _on(fn, *args):
     return functools.partial(fn, *args)
 
 
-def _keyed(fn, *args):
-    """A recipe for a ``soft.random`` function: a fresh key, then ``args``."""
-    return lambda **kw: fn(jax.random.key(0), *args, **kw)
+def _keyed(fn, **args):
+    """A recipe for a ``soft.random`` function: a fresh key and ``args``, all by keyword.
+
+    The key is positional first in ``soft.random`` (as in ``jax.random``) but is passed by
+    keyword here, so that the sweep's ``key=`` replaces it.
+    """
+    return lambda **kw: fn(**{"key": jax.random.key(0), **args, **kw})
 
 
 # Functions of ``x`` alone (elementwise, reductions, sorting), with their straight-through twins.
@@ -76,25 +80,22 @@ RECIPES["jaxkit.soft.banded_error_bound"] = lambda **kw: soft.banded_error_bound
     "sort", X, window=2, **kw
 )
 
-# soft.random mirrors jax.random: the key first, then the distribution's arguments.
+# soft.random mirrors jax.random: the key, then the distribution's arguments (by keyword).
+# gumbel_sinkhorn's softness has no default: the recipe passes one.
+SQUARE = LOGITS[:, :3]
 _RANDOM = {
-    "bernoulli": (),
-    "binomial": (5, 0.3),
-    "categorical": (LOGITS,),
-    "choice": (5,),
-    "multinomial": (5, PROBS),
-    "permutation": (X,),
-    "rademacher": (),
+    "bernoulli": {},
+    "binomial": {"n": 5, "p": 0.3},
+    "categorical": {"logits": LOGITS},
+    "choice": {"a": 5},
+    "multinomial": {"n": 5, "p": PROBS},
+    "permutation": {"x": X},
+    "rademacher": {},
+    "gumbel_sinkhorn": {"log_alpha": SQUARE, "softness": 0.5},
 }
 for _name, _args in _RANDOM.items():
     for _suffix in ("", "_st"):
         _fn = getattr(srandom, _name + _suffix)
-        RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_fn, *_args)
-
-# gumbel_sinkhorn's softness has no default: the recipe passes one.
-SQUARE = LOGITS[:, :3]
-for _suffix in ("", "_st"):
-    _fn = functools.partial(getattr(srandom, "gumbel_sinkhorn" + _suffix), softness=0.5)
-    RECIPES[f"jaxkit.soft.random.gumbel_sinkhorn{_suffix}"] = _keyed(_fn, SQUARE)
+        RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_fn, **_args)
 
 EXEMPT: dict[str, str] = {}

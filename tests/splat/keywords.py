@@ -45,7 +45,9 @@ def _certified(**kw):
 
 
 def _init(**kw):
-    return adlift.init_safeguards(scene(jax.random.key(0), 3), 2, key=jax.random.key(7), **kw)
+    return adlift.init_safeguards(
+        scene(jax.random.key(0), 3), 2, **{"key": jax.random.key(7), **kw}
+    )
 
 
 def _lifted(**kw):

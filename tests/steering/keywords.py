@@ -6,6 +6,7 @@ not at import (building them is JAX work).
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import steering
@@ -23,7 +24,14 @@ def _setup():
 def _generate(**kw):
     S = _setup()
     return steering.svgt_generate(
-        S.P, S.CFG, S.VP, S.SC, S.PROMPT, S.PLEN, key=jax.random.key(0), max_new_tokens=2, **kw
+        S.P,
+        S.CFG,
+        S.VP,
+        S.SC,
+        S.PROMPT,
+        S.PLEN,
+        max_new_tokens=2,
+        **{"key": jax.random.key(0), **kw},
     ).tokens
 
 
@@ -39,6 +47,32 @@ def _config(**kw):
     return steering.init_svgt(S.CFG, cfg, key=jax.random.key(0))
 
 
+def _stage_batch(stage):
+    """A stage-1 ``(h, mask, labels)`` or stage-2 ``(h, prompt_mask, response_mask, labels)``."""
+    S = _setup()
+    h = steering.hidden_at(S.P, S.CFG, S.SEQ, layer=S.SC.layer)
+    mask = jnp.arange(9)[None] < S.SEQ_LEN[:, None]
+    pm = jnp.arange(9)[None] < S.PLEN[:, None]
+    lab = jnp.array([0.0, 1.0])
+    return (h, mask, lab) if stage == 1 else (h, pm, mask & ~pm, lab)
+
+
+def _stage3(**kw):
+    S = _setup()
+    args = (S.VP, S.P, S.SEQ, S.PLEN, S.SEQ_LEN)
+    return steering.stage3_loss(*args, lm_cfg=S.CFG, cfg=S.SC, **kw)[0]
+
+
+def _step(**kw):
+    S = _setup()
+    tx = steering.svgt_optimizer(1)
+    st = tx.init(S.VP)
+    out = steering.svgt_step(
+        1, S.VP, st, _stage_batch(1), tx=tx, **{"key": jax.random.key(0), **kw}
+    )
+    return out[2]  # the loss
+
+
 RECIPES = {
     "jaxkit.steering.SVGTConfig": _config,
     "jaxkit.steering.svgt_generate": _generate,
@@ -47,8 +81,30 @@ RECIPES = {
     ),
     "jaxkit.steering.svgt_optimizer": _optimizer,
     "jaxkit.steering.ValueEncoder": lambda **kw: steering.ValueEncoder(
-        8, 4, n_heads=1, n_layers=1, dropout=0.0, key=jax.random.key(0), **kw
+        8, 4, n_heads=1, n_layers=1, dropout=0.0, **{"key": jax.random.key(0), **kw}
     ),
+    "jaxkit.steering.Discriminator": lambda **kw: steering.Discriminator(
+        8, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.steering.BridgeVLP": lambda **kw: steering.BridgeVLP(
+        16, 8, 2, 2, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.steering.init_svgt": lambda **kw: steering.init_svgt(
+        _setup().CFG, _setup().SC, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.steering.svgt_forward": lambda **kw: (
+        steering.svgt_forward(
+            _setup().P, _setup().CFG, _setup().VP, _setup().SC, _setup().SEQ, _setup().PLEN, **kw
+        ).logits
+    ),
+    "jaxkit.steering.stage1_loss": lambda **kw: steering.stage1_loss(
+        _setup().VP, *_stage_batch(1), **kw
+    ),
+    "jaxkit.steering.stage2_loss": lambda **kw: steering.stage2_loss(
+        _setup().VP, *_stage_batch(2), **kw
+    ),
+    "jaxkit.steering.stage3_loss": _stage3,
+    "jaxkit.steering.svgt_step": _step,
 }
 
 EXEMPT: dict[str, str] = {}

@@ -34,22 +34,22 @@ def _train_step(**kw):
 
 def _backbone(**kw):
     sizes = dict(patch_len=4, stride=4, d_model=4, n_heads=1, n_layers=1, d_ff=8)
-    return ts.PatchTST(8, 4, key=jax.random.key(0), **{**sizes, **kw})
+    return ts.PatchTST(8, 4, **{"key": jax.random.key(0), **sizes, **kw})
 
 
 RECIPES = {
     "jaxkit.timeseries.BoWForecaster": lambda **kw: ts.BoWForecaster(
-        _tess().backbone, 5, key=jax.random.key(0), **kw
+        _tess().backbone, 5, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.timeseries.LLMExtractor": lambda **kw: ts.LLMExtractor(lambda p, s: "", **kw),
     "jaxkit.timeseries.RuleExtractor": lambda **kw: ts.RuleExtractor({}, **kw),
     "jaxkit.timeseries.ConfidenceGate": lambda **kw: ts.ConfidenceGate(
-        ts.LEGACY_V1, 4, key=jax.random.key(0), **kw
+        ts.LEGACY_V1, 4, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.timeseries.PatchTST": _backbone,
     "jaxkit.timeseries.RevIN": lambda **kw: ts.RevIN(2, **kw),
     "jaxkit.timeseries.TESSForecaster": lambda **kw: ts.TESSForecaster(
-        _tess().backbone, ts.LEGACY_V1, key=jax.random.key(0), **kw
+        _tess().backbone, ts.LEGACY_V1, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.timeseries.sampled_confidence": lambda **kw: ts.sampled_confidence(
         ["Oscillate"] * 3 + ["Recover"], ts.LEGACY_V1.primitive("shape"), **kw
@@ -59,14 +59,14 @@ RECIPES = {
     ),
     "jaxkit.timeseries.inject_event": lambda **kw: ts.inject_event(HIST[:2], FUT[:2], LAB, **kw),
     "jaxkit.timeseries.make_semisynthetic": lambda **kw: ts.make_semisynthetic(
-        SERIES, key=jax.random.key(0), context_len=12, horizon=4, **{"stride": 4, **kw}
+        SERIES, context_len=12, horizon=4, **{"key": jax.random.key(0), "stride": 4, **kw}
     ),
     "jaxkit.timeseries.render_text": lambda **kw: ts.render_text(
         V2_LAB, rng=np.random.default_rng(0), noisy=np.ones(4, bool), **kw
     ),
     "jaxkit.timeseries.sliding_windows": lambda **kw: ts.sliding_windows(SERIES, 12, 4, **kw),
     "jaxkit.timeseries.fit_forecaster": lambda **kw: ts.fit_forecaster(
-        _tess(), _batch(), key=jax.random.key(0), optimizer=OPT, steps=2, batch_size=2, **kw
+        _tess(), _batch(), optimizer=OPT, steps=2, batch_size=2, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.timeseries.tess_loss": lambda **kw: ts.tess_loss(_tess(), _batch(), **kw),
     "jaxkit.timeseries.tess_train_step": _train_step,

@@ -43,6 +43,11 @@ X = _rng.normal(size=(4, 3)).astype(np.float32)
 W = _rng.normal(size=(3,)).astype(np.float32)
 
 
+def _logits3(x):
+    """A frozen "head" for the strength curve: three logits per sample."""
+    return x.reshape(-1)[:3]
+
+
 def _per_sample_loss(w, x):
     return (x @ w) ** 2
 
@@ -53,18 +58,20 @@ def _features():
 
 def _featjnd_loss(**kw):
     est, head = _modules()
-    return J.featjnd_loss(est, head, F, key=jax.random.key(0), **kw)[0]
+    return J.featjnd_loss(est, head, F, **{"key": jax.random.key(0), **kw})[0]
 
 
 def _featjnd_step(**kw):
     est, head = _modules()
-    return J.featjnd_step(est, head, OPT.init(est), F, key=jax.random.key(0), optimizer=OPT, **kw)
+    return J.featjnd_step(
+        est, head, OPT.init(est), F, optimizer=OPT, **{"key": jax.random.key(0), **kw}
+    )
 
 
 def _fit_featjnd(**kw):
     est, head = _modules()
     kw = {"steps": 2, "batch_size": 2, **kw}
-    return J.fit_featjnd(est, head, F, key=jax.random.key(0), optimizer=OPT, **kw)
+    return J.fit_featjnd(est, head, F, optimizer=OPT, **{"key": jax.random.key(0), **kw})
 
 
 def _weights(**kw):
@@ -91,15 +98,21 @@ def _load(**kw):
 
 def _particles(**kw):
     kw = {"n_particles": 16, "steps": 2, **kw}
-    return irdet.particle_diffuse(D, None, PTS, key=jax.random.key(5), time=0.2, **kw)
+    return irdet.particle_diffuse(D, None, PTS, time=0.2, **{"key": jax.random.key(5), **kw})
 
 
 RECIPES = {
     "jaxkit.vision.featjnd.jnd_perturbation": lambda **kw: J.jnd_perturbation(
-        S, key=jax.random.key(0), **kw
+        S, **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.vision.featjnd.token_steps": lambda **kw: J.token_steps(
-        S, budget_rms=0.1, key=jax.random.key(0), **kw
+        S, budget_rms=0.1, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.vision.featjnd.matched_gaussian": lambda **kw: J.matched_gaussian(
+        F, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.vision.featjnd.matched_strength_curve": lambda **kw: J.matched_strength_curve(
+        _logits3, F, np.array([0, 1]), S, np.ones(1, np.float32), **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.vision.featjnd.quantize": functools.partial(J.quantize, F, S),
     "jaxkit.vision.featjnd.featjnd_loss": _featjnd_loss,
@@ -109,7 +122,7 @@ RECIPES = {
         irdet.grad_dot_scores, _per_sample_loss, W, X, X[:2]
     ),
     "jaxkit.vision.irdet.make_weighter": lambda **kw: irdet.make_weighter(
-        key=jax.random.key(0), **kw
+        **{"key": jax.random.key(0), **kw}
     ),
     "jaxkit.vision.irdet.sample_weights": _weights,
     "jaxkit.vision.irdet.weight_features": lambda **kw: irdet.weight_features(
@@ -138,23 +151,28 @@ RECIPES = {
     "jaxkit.vision.irdet.phi_loss": functools.partial(irdet.phi_loss, np.zeros(4), PROB, PSEUDO),
     "jaxkit.vision.irdet.surrogate_refine": functools.partial(irdet.surrogate_refine, PROB),
     "jaxkit.vision.irdet.make_dataset": lambda **kw: tuple(
-        irdet.make_dataset(1, key=jax.random.key(0), **{"hw": (16, 16), **kw})
+        irdet.make_dataset(1, **{"key": jax.random.key(0), "hw": (16, 16), **kw})
     ),
-    "jaxkit.vision.WBMM": lambda **kw: vision.WBMM(4, key=jax.random.key(0), **kw),
+    "jaxkit.vision.irdet.make_scene": lambda **kw: tuple(
+        irdet.make_scene(**{"key": jax.random.key(0), "hw": (16, 16), **kw})
+    ),
+    "jaxkit.vision.irdet.Detector": lambda **kw: irdet.Detector(
+        channels=(2, 4), **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.vision.WBMM": lambda **kw: vision.WBMM(4, **{"key": jax.random.key(0), **kw}),
     "jaxkit.vision.BatchNorm": lambda **kw: vision.BatchNorm(4, **kw),
     "jaxkit.vision.MultiKernelWBMM": lambda **kw: vision.MultiKernelWBMM(
-        4, key=jax.random.key(0), **kw
+        4, **{"key": jax.random.key(0), **kw}
     ),
-    "jaxkit.vision.WBMMBlock": lambda **kw: vision.WBMMBlock(4, key=jax.random.key(0), **kw),
+    "jaxkit.vision.WBMMBlock": lambda **kw: vision.WBMMBlock(4, **{"key": jax.random.key(0), **kw}),
     "jaxkit.vision.WBMMNet": lambda **kw: vision.WBMMNet(
         depths=(1,),
         dims=(4,),
         patterns=("W",),
-        key=jax.random.key(0),
-        **{"in_channels": 1, "num_classes": 2, **kw},
+        **{"key": jax.random.key(0), "in_channels": 1, "num_classes": 2, **kw},
     ),
     "jaxkit.vision.featjnd.FeatJNDEstimator": lambda **kw: J.FeatJNDEstimator(
-        2, key=jax.random.key(0), **kw
+        2, **{"key": jax.random.key(0), **kw}
     ),
 }
 

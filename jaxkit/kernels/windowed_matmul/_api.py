@@ -42,8 +42,7 @@ def _window(window: WindowLike) -> tuple[int, int]:
 def _check_x(x: jax.Array, window: tuple[int, int], pad_to_window: bool) -> None:
     _validate.ndim(x, 4, name="x")
     _validate.floating(x, name="x")
-    if not isinstance(pad_to_window, bool):
-        raise TypeError(f"`pad_to_window` must be a bool, got {pad_to_window!r}.")
+    _validate.flags(pad_to_window=pad_to_window)
     h, w = x.shape[1], x.shape[2]
     if not pad_to_window and (h % window[0] or w % window[1]):
         raise TypeError(
@@ -251,8 +250,7 @@ def _checked(x, m, window, residual, bias, pad_to_window, implementation, from_t
     c = x.shape[-1]
     if m.shape[0] != c:
         raise TypeError(f"`x` has {c} channels but the table/matrix has {m.shape[0]} rows.")
-    if not isinstance(residual, bool):
-        raise TypeError(f"`residual` must be a bool, got {type(residual).__name__}.")
+    _validate.flags(residual=residual)
     _validate.one_of(_dispatch.IMPLEMENTATIONS, implementation=implementation)
     if bias is not None:
         bias = jnp.asarray(bias)

@@ -165,10 +165,11 @@ def token_steps(
                  for a in token_axes)  # fmt: skip
     if not axes or 0 in axes or len(set(axes)) != len(axes):
         raise ValueError(f"`token_axes` must be distinct non-batch axes, got {tuple(token_axes)}.")
+    if key is not None:  # checked in every mode: a seed here is a mistake in any mode
+        V.is_key(key)
     if mode == "permute":
         if key is None:
             raise ValueError("`key` is required for mode='permute'.")
-        V.is_key(key)
     else:
         key = jax.random.key(0)  # unused: one traced signature for every mode
     if mode != "uniform":
@@ -320,7 +321,7 @@ def matched_strength_curve(
 
     Raises:
       TypeError: ``s`` not the shape/dtype of ``f``, ``alphas`` not 1-D floating,
-        ``y`` without the batch size.
+        ``y`` without the batch size, ``key`` not a PRNG key.
       ValueError: negative or non-finite ``s``, ``alphas`` not > 0.
     """
     f, y, s, alphas = (jnp.asarray(a) for a in (f, y, s, alphas))

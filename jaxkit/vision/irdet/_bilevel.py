@@ -148,6 +148,7 @@ def weight_features(
 
 def make_weighter(*, key: jax.Array, n_features: int = N_FEATURES, hidden: int = 32) -> jnn.MLP:
     """The meta-classifier ``f_psi``: a ``jaxkit.nn.MLP`` ``n_features -> hidden -> 1``."""
+    _validate.is_key(key)
     n_features = _validate.python_int(n_features, name="n_features", minimum=1)
     hidden = _validate.python_int(hidden, name="hidden", minimum=1)
     return jnn.MLP(n_features, 1, hidden=(hidden,), key=key)

@@ -252,6 +252,7 @@ class Detector(eqx.Module):
 
     def __init__(self, *, key: jax.Array, channels=(8, 16, 32), dtype=jnp.float32):
         """Build the U-Net (1 input channel, 1 output logit channel)."""
+        _validate.is_key(key)
         self.unet = jnn.UNet(1, 1, channels=tuple(channels), key=key, dtype=dtype)
 
     def __call__(self, image: Float[Array, "h w"]) -> Float[Array, "h w"]:

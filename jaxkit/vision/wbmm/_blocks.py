@@ -93,6 +93,8 @@ class WBMM(eqx.Module):
         table: Array | None = None,
     ):
         """Random table from ``key``, or the given ``table`` (and ``bias`` array)."""
+        if key is not None:
+            _validate.is_key(key)
         self.window = check_window(window)
         check_implementation(implementation)
         if table is None:
@@ -107,7 +109,7 @@ class WBMM(eqx.Module):
             if bias is not None:  # a bias array; a string such as "no" is neither
                 _validate.real_scalar(bias, name="bias")
             self.bias = bias
-        self.residual, self.implementation = residual, implementation
+        self.residual, self.implementation = bool(residual), implementation
 
     def __call__(self, x: Float[ArrayLike, "B H W C"]) -> Float[Array, "B H W C"]:
         return windowed_matmul(
@@ -144,6 +146,7 @@ class MultiKernelWBMM(eqx.Module):
         implementation: str = "auto",
         key: PRNGKeyArray,
     ):
+        _validate.is_key(key)
         check_window(window)
         check_momentum(bn_momentum, name="bn_momentum")
         check_implementation(implementation)
@@ -196,6 +199,7 @@ class WBMMBlock(eqx.Module):
         implementation: str = "auto",
         key: PRNGKeyArray,
     ):
+        _validate.is_key(key)
         check_window(window)
         check_mixer(mixer)
         check_implementation(implementation)
@@ -242,6 +246,8 @@ class WBMMBlock(eqx.Module):
         (``inference=False``) when ``drop_path > 0``, ignored otherwise.
         """
         x = jnp.asarray(x)
+        if key is not None:
+            _validate.is_key(key)
         if self.drop_path > 0 and not inference and key is None:
             raise ValueError(
                 f"`key` is required in training (inference=False) with drop_path="

@@ -70,6 +70,7 @@ class WBMMNet(eqx.Module):
         implementation: str = "auto",
         key: PRNGKeyArray,
     ):
+        _validate.is_key(key)
         if not (len(depths) == len(dims) == len(patterns)):
             raise ValueError(
                 "`depths`, `dims` and `patterns` must have equal lengths, got "
@@ -124,6 +125,8 @@ class WBMMNet(eqx.Module):
         self, x: Array, state: State, *, inference: bool = False, key: PRNGKeyArray | None = None
     ) -> tuple[list[Array], State]:
         """Per-stage feature maps (for dense prediction)."""
+        if key is not None:
+            _validate.is_key(key)
         for j, (conv, ln) in enumerate(self.stem):
             x = per_position(ln, conv_nhwc(conv, x))
             if j < len(self.stem) - 1:

@@ -66,9 +66,8 @@ def fold_bn_into_table(
     for name, v in (("scale", scale), ("shift", shift), ("bias", bias)):
         if v is not None:
             _validate.shape(v, (c,), name=name)
-    if not isinstance(residual, bool):
-        raise TypeError(f"`residual` must be a bool, got {type(residual).__name__}.")
-    return _fold_table(table, bias, scale, shift, window=pair, residual=residual)
+    _validate.flags(residual=residual)
+    return _fold_table(table, bias, scale, shift, window=pair, residual=bool(residual))
 
 
 @functools.partial(jax.jit, static_argnames=("window", "residual"))
