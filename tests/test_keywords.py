@@ -172,13 +172,26 @@ SEEDED = {
 RANDOM_NAMES = ("key", "rng", "seed", "prng_key", "rng_key", "random_state")
 
 
+def _signatures(area):
+    """Public functions and classes of ``area``, and the public methods (and ``__call__``)
+    the classes define: ``(path, signature)``."""
+    import inspect
+
+    for path, fn in K.public_functions(area).items():
+        yield path, inspect.signature(fn)
+        if inspect.isclass(fn):
+            for name, m in vars(fn).items():
+                if callable(m) and (name == "__call__" or not name.startswith("_")):
+                    yield f"{path}.{name}", inspect.signature(m)
+
+
 def test_randomness_is_a_keyword_only_key():
     import inspect
 
     bad, seen = [], set()
     for area in AREAS:
-        for path, fn in K.public_functions(area).items():
-            for p in inspect.signature(fn).parameters.values():
+        for path, sig in _signatures(area):
+            for p in sig.parameters.values():
                 if p.name not in RANDOM_NAMES:
                     continue
                 if p.name != "key":
@@ -191,3 +204,30 @@ def test_randomness_is_a_keyword_only_key():
                     bad.append(f"{path}: `key` is {p.kind.description}, not keyword-only")
     assert not bad, bad
     assert seen == set(SEEDED), f"stale SEEDED entries: {set(SEEDED) - seen}"
+
+
+def test_methods_check_their_key():
+    # The sweep calls constructors; these public methods take a key of their own (optional:
+    # None means no randomness). An int given for it is a TypeError naming `key`.
+    import jax
+    import numpy as np
+
+    from jaxkit import equivariance, steering, timeseries
+
+    enc = steering.ValueEncoder(8, 4, n_heads=1, n_layers=1, dropout=0.1, key=jax.random.key(0))
+    h, mask = jnp.ones((1, 3, 8)), jnp.ones((1, 3), bool)
+    lexicon = {p.name: {} for p in timeseries.LEGACY_V1.primitives}
+    calls = {
+        "Group.representatives": lambda k: equivariance.cyclic_rot2d(4).representatives(key=k),
+        "ValueEncoder.unconditional": lambda k: enc.unconditional(h, mask, key=k),
+        "ValueEncoder.trigger": lambda k: enc.trigger(h, mask, key=k),
+        "RuleExtractor.__call__": lambda k: timeseries.RuleExtractor(lexicon)(
+            "flat", np.zeros(3), timeseries.LEGACY_V1, key=k
+        ),
+    }
+    with K.without_jaxtyping():  # what a user meets: jaxkit's own checks
+        for call in calls.values():
+            call(jax.random.key(1))  # a key, typed or legacy, is taken
+            call(jax.random.PRNGKey(1))
+            with pytest.raises(TypeError, match="`key`"):
+                call(0)

@@ -136,9 +136,14 @@ class Group:
         return GroupSample(rin.astype(dtype), rout.astype(dtype))
 
     def representatives(
-        self, key: PRNGKeyArray | None = None, n: int = 64, dtype: Any = jnp.float32
+        self, *, key: PRNGKeyArray | None = None, n: int = 64, dtype: Any = jnp.float32
     ) -> tuple[Array, Array]:
-        """All elements of a finite group, else ``n`` Haar samples drawn with ``key``."""
+        """All elements of a finite group, else ``n`` Haar samples drawn with ``key``.
+
+        ``key`` (keyword-only, as everywhere) is checked when given, for a finite group too.
+        """
+        if key is not None:
+            _validate.is_key(key)
         if self.kind == "finite":
             return self.elements(dtype)
         if key is None:

@@ -240,7 +240,7 @@ def equivariance_error(
     _validate.python_int(n_samples, name="n_samples", minimum=1)
     if isinstance(group, Group):
         _validate.shape(x, (None, group.d_in), name="x")
-        rin, rout = group.representatives(key, n_samples, acc_dtype(x.dtype))
+        rin, rout = group.representatives(key=key, n=n_samples, dtype=acc_dtype(x.dtype))
         actions = matrix_actions(rin, rout)
     else:
         actions = list(group)

@@ -53,7 +53,10 @@ def _dropout(x, rate, key):
 
 
 def _keys(key, n):
-    return [None] * n if key is None else list(jax.random.split(key, n))
+    if key is None:
+        return [None] * n
+    _validate.is_key(key)  # every method's dropout key: an int is a TypeError naming it
+    return list(jax.random.split(key, n))
 
 
 class EncoderLayer(eqx.Module):

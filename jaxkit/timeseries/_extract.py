@@ -270,6 +270,8 @@ class RuleExtractor:
     def __call__(
         self, text: str, history: np.ndarray | None, schema: Schema, *, key: jax.Array | None = None
     ) -> Extraction:
+        if key is not None:  # taken for the Extractor interface; a seed is still a mistake
+            _validate.is_key(key)
         del history, key  # deterministic, text only
         schema = check_schema(schema)
         low = text.lower()

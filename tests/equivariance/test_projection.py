@@ -37,7 +37,7 @@ def test_projector_idempotent_self_adjoint_commutes(name, key):
         w = jax.random.normal(kw, (g.d_out, g.d_in))
         v = jax.random.normal(kv, (g.d_out, g.d_in))
         p = E.reynolds(w, g)
-        rin, rout = g.representatives(kg, 64)
+        rin, rout = g.representatives(key=kg, n=64)
         return w, v, p, E.reynolds(p, g), E.reynolds(v, g), rin, rout, E.complement(w, g)
 
     # the checks' arithmetic in NumPy: no eager jax op compiles
