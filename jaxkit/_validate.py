@@ -174,7 +174,8 @@ def _dtype(x: Any, *, name: str, what: str) -> Any:
     ``"float32"`` for a dtype and ``None`` for float32; a list or an object gives JAX's own
     message, which names no argument either.
     """
-    bad = TypeError(f"`{name}` must be {what}, got {type(x).__name__} {x!r:.80}.")
+    hint = " (pass an array: jax.numpy functions take no lists)" if isinstance(x, list) else ""
+    bad = TypeError(f"`{name}` must be {what}, got {type(x).__name__} {x!r:.80}{hint}.")
     if x is None or isinstance(x, str | bytes):
         raise bad
     try:
@@ -210,6 +211,61 @@ def integer(x: Any, *, name: str) -> None:
     dt = _dtype(x, name=name, what="an integer array")
     if not jnp.issubdtype(dt, jnp.integer):
         raise TypeError(f"`{name}` must be an integer array, got dtype {dt}.")
+
+
+def numeric(**kwargs: Any) -> None:
+    """Check each ``name=value`` is a numeric or bool array (or scalar): else a ``TypeError``.
+
+    JAX's own error for a string, ``None`` or an object names no argument (under ``jit``, a
+    private function). Reads only the dtype, so tracers pass.
+    """
+    for name, x in kwargs.items():
+        dt = _dtype(x, name=name, what="a numeric array")
+        if not (jnp.issubdtype(dt, jnp.number) or jnp.issubdtype(dt, jnp.bool_)):
+            raise TypeError(f"`{name}` must be a numeric array, got dtype {dt}.")
+
+
+def host_real(x: Any, *, name: str, what: str = "a real array") -> np.ndarray:
+    """``x`` as a NumPy float64 array on the host; a ``TypeError`` naming ``name`` otherwise.
+
+    NumPy's own error for a string (``could not convert string to float``) is a ValueError
+    naming nothing. A list of numbers is taken (host data, as NumPy takes it).
+    """
+    a = np.asarray(x) if not isinstance(x, str | bytes) else None
+    if a is None or a.dtype.kind not in "biuf":
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__} {x!r:.80}.")
+    return a.astype(np.float64)
+
+
+def leaves(
+    tree: Any, *, name: str, inexact: bool = False, batch: bool = False, keys: bool = False
+) -> list:
+    """The leaves of a pytree argument, each checked; a ``TypeError`` naming ``name``.
+
+    Every leaf must be a numeric or bool array (``inexact``: floating or complex, what
+    ``jax.grad`` differentiates; ``keys``: a typed PRNG key is taken too); with ``batch``,
+    at least one leaf and every leaf of rank >= 1 with one leading (batch) size. Other axes
+    are the user's function's business. Reads only dtypes and shapes, so tracers pass.
+    """
+    out = jax.tree.leaves(tree)
+    what = "floating arrays" if inexact else "numeric arrays"
+    if batch and not out:
+        raise TypeError(f"`{name}` must hold at least one array, got {tree!r:.80}.")
+    for leaf in out:
+        dt = _dtype(leaf, name=name, what=f"a pytree of {what}")
+        ok = (
+            jnp.issubdtype(dt, jnp.inexact)
+            if inexact
+            else (jnp.issubdtype(dt, jnp.number) or jnp.issubdtype(dt, jnp.bool_))
+        )
+        if not ok and not (keys and jnp.issubdtype(dt, jax.dtypes.extended)):
+            raise TypeError(f"`{name}` leaves must be {what}, got dtype {dt}.")
+        if batch and (jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != jnp.shape(out[0])[0]):
+            raise TypeError(
+                f"`{name}` leaves must share a leading batch axis, got shapes "
+                f"{[jnp.shape(x) for x in out]}."
+            )
+    return out
 
 
 def token_rows(
@@ -312,14 +368,23 @@ def python_int(value: Any, *, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
-def flags(**kwargs: Any) -> None:
-    """Check each static flag is a bool (Python's or NumPy's); a ``TypeError`` naming it.
+def flag(value: Any, *, name: str) -> bool:
+    """A static flag as Python's ``bool``: Python's or NumPy's bool, else a ``TypeError``.
 
-    A string such as ``"False"`` would otherwise read as true without a word.
+    A string such as ``"False"`` would otherwise read as true without a word. The result is
+    Python's ``bool`` (``np.True_`` becomes ``True``), what a config that must stay JSON-able
+    or an equinox static field (which warns on an array) stores; a jit static argument
+    takes either.
     """
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool, got {type(value).__name__} {value!r:.80}.")
+    return bool(value)
+
+
+def flags(**kwargs: Any) -> None:
+    """:func:`flag` on each keyword, for flags read only by ``if`` (their value unused)."""
     for name, value in kwargs.items():
-        if not isinstance(value, bool | np.bool_):
-            raise TypeError(f"`{name}` must be a bool, got {type(value).__name__} {value!r:.80}.")
+        flag(value, name=name)
 
 
 def real_scalar(value: Any, *, name: str) -> None:

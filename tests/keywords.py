@@ -182,14 +182,17 @@ def _run(call: Callable[..., Any], **kwargs: Any) -> BaseException | None:
     return None
 
 
-def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[str]:
+def sweep(
+    path: str, call: Callable[..., Any], exempt: dict[str, str], *, ran: bool = False
+) -> list[str]:
     """Sweep one recipe; the failures, one line each (empty: every keyword passed).
 
-    ``exempt``: ``"path:keyword"`` -> reason, for the keywords not swept.
+    ``exempt``: ``"path:keyword"`` -> reason, for the keywords not swept. ``ran``: the
+    recipe's plain call already succeeded (the array sweep ran it), so it is not run again.
     """
     fn = resolve(path)
     with without_jaxtyping():  # as below; beartype samples one item of a container per call
-        err = _run(call)
+        err = None if ran else _run(call)
     if err is not None:
         return [f"{path}: the recipe itself raised {type(err).__name__}: {str(err)[:200]}"]
     failures = []
@@ -219,17 +222,10 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
                     )
     failures += _sweep_key(path, fn, call, exempt)
     params = inspect.signature(fn).parameters
+    # (keyword, value, the error it must raise naming the keyword; None: accepted)
+    typed: list[tuple[str, Any, type[Exception] | None]] = []
     for name in flag_keywords(fn):
-        if f"{path}:{name}" in exempt:
-            continue
-        value = np.bool_(params[name].default)
-        with without_jaxtyping():
-            e = _run(call, **{name: value})
-        if e is not None:
-            failures.append(
-                f"{path}: {name}={value!r} (NumPy's bool) raised {type(e).__name__}: {str(e)[:200]}"
-            )
-    typed = [(name, NOT_FLAG, TypeError) for name in flag_keywords(fn)]  # (kw, value, error)
+        typed += [(name, np.bool_(params[name].default), None), (name, NOT_FLAG, TypeError)]
     for kw in option_keywords(fn):
         typed.append((kw.name, NO_OPTION, ValueError))
         if not kw.floating:  # 2.5 may be a value where the annotation names float
@@ -239,7 +235,13 @@ def sweep(path: str, call: Callable[..., Any], exempt: dict[str, str]) -> list[s
             continue
         with without_jaxtyping():
             e = _run(call, **{name: value})
-        if e is None:
+        if want is None:
+            if e is not None:
+                failures.append(
+                    f"{path}: {name}={value!r} (NumPy's bool) raised {type(e).__name__}: "
+                    f"{str(e)[:200]}"
+                )
+        elif e is None:
             failures.append(f"{path}: {name}={value!r} raised nothing")
         elif f"`{name}`" not in str(e) or not isinstance(e, want):
             failures.append(

@@ -14,12 +14,14 @@ keyword.
 """
 
 import functools
+import inspect
 from typing import Literal
 
 import jax.numpy as jnp
 import pytest
 
 from jaxkit import _validate
+from tests import arrays as A
 from tests import keywords as K
 
 AREAS = K.all_areas()
@@ -30,6 +32,14 @@ def _all_recipes():
     out = {}
     for area in AREAS:
         out.update(K.recipes_of(area)[0])
+    return out
+
+
+@functools.cache
+def _any_rank():
+    out = {}
+    for area in AREAS:
+        out.update(A.any_rank_of(area))
     return out
 
 
@@ -147,10 +157,57 @@ def test_sweep_fails_a_broken_function(monkeypatch, fn, want):
     assert K.flag_keywords(good) == ["negate"]
 
 
+# The array sweep's own test (tests/arrays.py): functions it must fail and one it must pass.
+def array_unchecked(x, y):
+    return jnp.asarray(x) + jnp.asarray(y)  # JAX's error for a string names no argument
+
+
+def array_any_rank(x, y):
+    _validate.floating(x, name="x")
+    _validate.floating(y, name="y")
+    return x * jnp.sum(y)  # any rank: not declared in ANY_RANK
+
+
+def array_good(x, y):
+    _validate.floating(x, name="x")
+    _validate.floating(y, name="y")
+    _validate.ndim(x, 2, name="x")
+    _validate.shape(y, x.shape, name="y")
+    return x + y
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("array_unchecked", "`x` a string: not a TypeError naming it"),
+        ("array_any_rank", "`x` with one more axis ((1, 2, 3)) was accepted"),
+        ("array_good", None),
+    ],
+)
+def test_array_sweep_fails_a_broken_function(name, want):
+    x, y = jnp.ones((2, 3)), jnp.ones((2, 3))
+    recipe = functools.partial(globals()[name], x, y)
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", recipe, {})
+    if want is None:
+        assert failures == []
+    else:
+        assert failures and want in failures[0], failures
+    # declared any-rank: the rank probes are skipped, the string probe stays
+    declared = {f"tests.test_keywords.{name}:{a}": "broadcasts" for a in "xy"}
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", recipe, declared)
+    assert (failures == []) == (name != "array_unchecked"), failures
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(_all_recipes()))
 def test_keywords_reject_bad_values(path):
-    failures = K.sweep(path, _all_recipes()[path], _exempt())
+    """The array sweep (functions, not classes), then the keyword sweep of the same recipe.
+
+    The array sweep's first, plain call of the recipe is the keyword sweep's too.
+    """
+    call, function = _all_recipes()[path], not inspect.isclass(K.resolve(path))
+    failures = A.sweep_arrays(path, call, _any_rank()) if function else []
+    failures += K.sweep(path, call, _exempt(), ran=function)
     assert not failures, "\n".join(failures)
 
 
@@ -175,8 +232,6 @@ RANDOM_NAMES = ("key", "rng", "seed", "prng_key", "rng_key", "random_state")
 def _signatures(area):
     """Public functions and classes of ``area``, and the public methods (and ``__call__``)
     the classes define: ``(path, signature)``."""
-    import inspect
-
     for path, fn in K.public_functions(area).items():
         yield path, inspect.signature(fn)
         if inspect.isclass(fn):
@@ -186,8 +241,6 @@ def _signatures(area):
 
 
 def test_randomness_is_a_keyword_only_key():
-    import inspect
-
     bad, seen = [], set()
     for area in AREAS:
         for path, sig in _signatures(area):

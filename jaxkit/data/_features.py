@@ -21,19 +21,19 @@ def _unit(x):
 
 
 def _check_emb(emb, ref):
+    V.floating(emb, name="emb")  # before jnp.asarray (a string names no argument)
+    V.floating(ref, name="ref_emb")
     emb, ref = jnp.asarray(emb), jnp.asarray(ref)
     V.ndim(emb, 2, name="emb")
     V.ndim(ref, 2, name="ref_emb")
-    V.floating(emb, name="emb")
-    V.floating(ref, name="ref_emb")
     if emb.shape[1] != ref.shape[1]:
         raise TypeError(f"`ref_emb` must have {emb.shape[1]} columns, got {ref.shape[1]}.")
     return emb, ref
 
 
 def _labels(y, n, name):
-    y = jnp.asarray(y)
     V.integer(y, name=name)
+    y = jnp.asarray(y)
     V.shape(y, (n,), name=name)
     return y
 
@@ -50,9 +50,9 @@ _el2n_jit = jax.jit(_el2n)
 
 def el2n(logits: Float[ArrayLike, "n c"], labels: Int[ArrayLike, " n"]) -> Float[Array, " n"]:
     """EL2N score ``||softmax(logits_i) - onehot(y_i)||_2`` (Paul et al. 2021). Jitted."""
+    V.floating(logits, name="logits")
     logits = jnp.asarray(logits)
     V.ndim(logits, 2, name="logits")
-    V.floating(logits, name="logits")
     labels = _labels(labels, logits.shape[0], "labels")
     labels = V.error_if(
         labels, jnp.any((labels < 0) | (labels >= logits.shape[1])), "`labels` out of range."
@@ -129,16 +129,16 @@ def _knn_agree(emb, labels, ref, ref_labels, *, k, exclude_self):
 _knn_agree_jit = jax.jit(_knn_agree, static_argnames=("k", "exclude_self"))
 
 
-def _check_k(k, emb, ref, exclude_self):
-    """``k`` checked against the reference rows (``exclude_self``: one fewer, same row count)."""
-    V.flags(exclude_self=exclude_self)
+def _check_k(k, emb, ref, exclude_self) -> tuple[int, bool]:
+    """``(k, exclude_self)`` checked against the reference rows (one fewer, same row count)."""
+    exclude_self = V.flag(exclude_self, name="exclude_self")
     if exclude_self and emb.shape[0] != ref.shape[0]:
         raise TypeError("`exclude_self` needs `ref_emb` with as many rows as `emb`.")
     k = V.python_int(k, name="k", minimum=1)
     m = ref.shape[0]
-    if k > m - int(bool(exclude_self)):
+    if k > m - int(exclude_self):
         raise ValueError(f"`k` must be <= the number of reference rows available, got k={k}.")
-    return k
+    return k, exclude_self
 
 
 def nearest_cosines(
@@ -155,8 +155,8 @@ def nearest_cosines(
     Jitted.
     """
     emb, ref = _check_emb(emb, ref_emb)
-    k = _check_k(k, emb, ref, exclude_self)
-    return _nearest_jit(emb, ref, k=k, exclude_self=bool(exclude_self))
+    k, exclude_self = _check_k(k, emb, ref, exclude_self)
+    return _nearest_jit(emb, ref, k=k, exclude_self=exclude_self)
 
 
 def knn_label_agreement(
@@ -176,10 +176,10 @@ def knn_label_agreement(
     ``exclude_self`` as :func:`nearest_cosines`. Jitted (``k``, ``exclude_self`` static).
     """
     emb, ref = _check_emb(emb, ref_emb)
-    k = _check_k(k, emb, ref, exclude_self)
+    k, exclude_self = _check_k(k, emb, ref, exclude_self)
     labels = _labels(labels, emb.shape[0], "labels")
     ref_labels = _labels(ref_labels, ref.shape[0], "ref_labels")
-    return _knn_agree_jit(emb, labels, ref, ref_labels, k=k, exclude_self=bool(exclude_self))
+    return _knn_agree_jit(emb, labels, ref, ref_labels, k=k, exclude_self=exclude_self)
 
 
 __all__ = ["center_cosine", "el2n", "knn_label_agreement", "nearest_cosines"]

@@ -169,8 +169,8 @@ def knn_graph(
     dup_ids = _check_dup(dup_ids, n)
     q = V.guard_positive(q, tau, name="tau")
     q = V.guard_non_negative(q, margin, name="margin", allow_inf=True)
-    V.flags(symmetric=symmetric)
-    return _knn_graph_jit(q, d, dup_ids, tau, margin, k=k, block=block, symmetric=bool(symmetric))
+    symmetric = V.flag(symmetric, name="symmetric")
+    return _knn_graph_jit(q, d, dup_ids, tau, margin, k=k, block=block, symmetric=symmetric)
 
 
 # ----------------------------------------------------------------------------- objective
@@ -225,14 +225,14 @@ def hobit_objective(
     V.one_of(_OBJECTIVES, objective=objective)
     _check_graph(g)
     n = g.nbr.shape[0]
+    V.integer(batch, name="batch")  # before jnp.asarray (a string names no argument)
     batch = jnp.asarray(batch)
     V.ndim(batch, 1, name="batch")
-    V.integer(batch, name="batch")
     batch = V.error_if(batch, V.any_outside(batch, 0, n - 1), f"`batch` must lie in [0, {n}).")
     if pool is not None:
+        V.integer(pool, name="pool")
         pool = jnp.asarray(pool)
         V.ndim(pool, 1, name="pool")
-        V.integer(pool, name="pool")
         pool = V.error_if(pool, V.any_outside(pool, 0, n - 1), f"`pool` must lie in [0, {n}).")
     return _objective_jit(batch, g.nbr, g.w, pool, objective=objective)
 

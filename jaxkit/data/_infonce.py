@@ -55,6 +55,8 @@ def infonce(
     gradient equal the single-device loss on the whole batch. Jitted (``axis_name``
     static, ``tau`` traced).
     """
+    V.floating(q, name="q")  # before jnp.asarray: a string's error would name no argument
+    V.floating(d, name="d")
     q, d = jnp.asarray(q), jnp.asarray(d)
     _check_emb(q, d)
     V.nonempty(q, name="q")

@@ -118,11 +118,11 @@ def mwn_meta_step(
     """
     _check_fn_opt(loss_fn, optimizer)
     V.one_of(("jvp", "unrolled", "finite_diff"), mode=mode)
-    V.flags(normalize=normalize)
+    normalize = V.flag(normalize, name="normalize")
     lr = V.guard_positive(V.real_array(lr, name="lr"), lr, name="lr")
     return _meta_step_jit(
         loss_fn, optimizer, params, meta_net, opt_state, None, batch, meta_batch, None, lr,
-        1e-2, mode=mode, axis_name=None, normalize=bool(normalize),
+        1e-2, mode=mode, axis_name=None, normalize=normalize,
     )  # fmt: skip
 
 

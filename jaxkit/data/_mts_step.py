@@ -134,14 +134,14 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
     V.one_of(_MODES, mode=mode)
     if axis_name is not None and mode == "unrolled":
         raise ValueError("`mode`='unrolled' is a single-device reference: use `axis_name`=None.")
+    V.floating(features, name="features")  # before jnp.asarray (a string names no argument)
     features = jnp.asarray(features)
     V.ndim(features, 2, name="features")
-    V.floating(features, name="features")
     features = V.all_finite(features, name="features")
     if class_w is not None:
+        V.floating(class_w, name="class_w")
         class_w = jnp.asarray(class_w)
         V.shape(class_w, (features.shape[0],), name="class_w")
-        V.floating(class_w, name="class_w")
         ok = jnp.all((class_w > 0) & jnp.isfinite(class_w))  # inf: NaN weights
         class_w = V.error_if(class_w, ~ok, "`class_w` must be finite and > 0.")
     features = V.guard_positive(features, lr, name="lr")

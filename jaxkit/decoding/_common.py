@@ -126,6 +126,8 @@ def check_generate_args(
     _validate.is_key(key)
     stops = tuple(_validate.python_int(s, name="stop_token_ids") for s in stop_token_ids)
     extra_ids = [*token_ids.items(), *[("stop_token_ids", s) for s in stops]]
+    _validate.integer(prompt, name="prompt")  # before jnp.asarray: a str names the argument
+    _validate.integer(prompt_len, name="prompt_len")
     prompt = jnp.asarray(prompt)
     prompt_len = jnp.asarray(prompt_len)
     _validate.token_rows(prompt, prompt_len, name="prompt")

@@ -133,12 +133,11 @@ def dual_stream_batch(
       WeDLM (ICML 2026), Eq. 8-10; ``finetune/src/masking.py`` and ``batch.py``.
     """
     _validate.is_key(key)
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
+    _validate.boolean(loss_mask, name="loss_mask")
     tokens, loss_mask = jnp.asarray(tokens), jnp.asarray(loss_mask)
-    _validate.integer(tokens, name="tokens")
     _validate.ndim(tokens, 2, name="tokens")
     _validate.same_shape(tokens=tokens, loss_mask=loss_mask)
-    if loss_mask.dtype != jnp.bool_:
-        raise TypeError(f"`loss_mask` must be a boolean array, got dtype {loss_mask.dtype}.")
     if tokens.shape[1] == 0:
         raise TypeError(f"`tokens` must hold at least one token per row, got shape {tokens.shape}.")
     block_size = _validate.python_int(block_size, name="block_size", minimum=1)
@@ -326,6 +325,9 @@ def reorder_mlm_loss(
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 7.
     """
     _validate.one_of(("weighted", "uniform"), weighting=weighting)
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
+    _validate.boolean(is_masked, name="is_masked")
+    _validate.boolean(loss_mask, name="loss_mask")
     tokens, is_masked, loss_mask = (
         jnp.asarray(tokens),
         jnp.asarray(is_masked),
@@ -333,8 +335,6 @@ def reorder_mlm_loss(
     )
     _validate.ndim(tokens, 2, name="tokens")
     _validate.same_shape(tokens=tokens, is_masked=is_masked, loss_mask=loss_mask)
-    if loss_mask.dtype != jnp.bool_:
-        raise TypeError(f"`loss_mask` must be a boolean array, got dtype {loss_mask.dtype}.")
     b, length = tokens.shape
     is_masked = is_masked & loss_mask
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (b, length))

@@ -69,13 +69,13 @@ def topological_reorder(
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 5-7.
     """
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
+    _validate.integer(positions, name="positions")
     tokens, positions, is_masked = (
         jnp.asarray(tokens),
         jnp.asarray(positions),
         jnp.asarray(is_masked),
     )
-    _validate.integer(tokens, name="tokens")
-    _validate.integer(positions, name="positions")
     _validate.min_ndim(tokens, 1, name="tokens")
     _validate.same_shape(tokens=tokens, positions=positions, is_masked=is_masked)
     if is_masked.dtype != jnp.bool_:

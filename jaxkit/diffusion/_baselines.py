@@ -42,10 +42,13 @@ def sir_resample(
     """Sampling-importance-resampling: ``num_out`` rows drawn w.p. ``softmax(S / alpha)``.
 
     Raises:
-      TypeError: ``reward`` not ``[N]`` for ``tokens [N, L]``; ``key`` not a PRNG key.
+      TypeError: ``tokens`` not an integer ``[N, L]`` array, ``reward`` not a real ``[N]``
+        array; ``key`` not a PRNG key.
       ValueError: Non-finite rewards, ``alpha <= 0``.
     """
     _validate.is_key(key)
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
+    _validate.real_scalar(reward, name="reward")
     tokens, r = jnp.asarray(tokens), jnp.asarray(reward)
     _validate.ndim(tokens, 2, name="tokens")
     if r.shape != tokens.shape[:1]:

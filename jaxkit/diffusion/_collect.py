@@ -123,11 +123,23 @@ def make_buffer(
 
     ``objective="td3b"``: reward = :func:`gated_reward` for ``direction``;
     ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
-    no confidence term.
+    no confidence term. ``tokens``, ``unmask_step``: ``int[N, L]``; ``log_ratio``: ``[N]``
+    (another dtype or shape is a ``TypeError`` naming the argument).
     """
     _validate.one_of(OBJECTIVES, objective=objective)
+    _check_rows(tokens, unmask_step, log_ratio)
     g, f = score(reward_fn, tokens)
     return _buffer(tokens, unmask_step, log_ratio, g, f, direction, alpha, kappa_min, objective)
+
+
+def _check_rows(tokens, unmask_step, log_ratio) -> None:
+    """:func:`make_buffer`'s rows: ``int[N, L]`` tokens and unmasking steps, ``log_ratio [N]``."""
+    _validate.integer(tokens, name="tokens")
+    _validate.ndim(tokens, 2, name="tokens")
+    _validate.integer(unmask_step, name="unmask_step")
+    _validate.shape(unmask_step, jnp.shape(tokens), name="unmask_step")
+    _validate.real_scalar(log_ratio, name="log_ratio")
+    _validate.shape(log_ratio, jnp.shape(tokens)[:1], name="log_ratio")
 
 
 def _reward(g, f, direction, objective):

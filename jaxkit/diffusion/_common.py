@@ -14,12 +14,12 @@ from jaxkit._typing import PyTree, accumulation_dtype
 ApplyFn = Callable[[PyTree, Array, Array, Array], Array]
 
 
-def _check_cfg(cfg, absolute_positions):
+def _check_cfg(cfg, absolute_positions) -> bool:
     from jaxkit import nn
 
     if not isinstance(cfg, nn.TransformerConfig):
         raise TypeError(f"`cfg` must be a TransformerConfig, got {type(cfg).__name__}.")
-    _validate.flags(absolute_positions=absolute_positions)
+    return _validate.flag(absolute_positions, name="absolute_positions")
 
 
 def sinusoidal_positions(positions: Array, d_model: int) -> Array:
@@ -65,10 +65,10 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     rounding). The ancestral :func:`sample` uses it to compute only the logits it draws
     from; any ``apply_fn`` may offer one.
     """
-    _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
+    absolute = _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
         raise ValueError("`cfg` must be bidirectional (TransformerConfig(causal=False)).")
-    return _denoiser(cfg, bool(absolute_positions))
+    return _denoiser(cfg, absolute)
 
 
 @functools.cache
@@ -218,8 +218,8 @@ def check_tokens(
     mask_id: int,
 ) -> tuple[Array, Array]:
     """Check ``int[B, L]`` tokens and a matching ``bool[B, L]`` valid mask (default all)."""
+    _validate.integer(tokens, name=name)  # before jnp.asarray: a str names the argument
     tokens = jnp.asarray(tokens)
-    _validate.integer(tokens, name=name)
     _validate.ndim(tokens, 2, name=name)
     if valid is None:  # built on the host for concrete tokens (no eager program per shape)
         traced = isinstance(tokens, jax.core.Tracer)
@@ -242,8 +242,8 @@ def check_tokens(
 
 def check_unmask_step(unmask_step, tokens: Array, num_steps: int) -> Array:
     """``int[B, L]`` unmasking steps of ``tokens`` in ``[-1, num_steps)`` (traced: error_if)."""
+    _validate.integer(unmask_step, name="unmask_step")  # before jnp.asarray: a str names it
     unmask_step = jnp.asarray(unmask_step)
-    _validate.integer(unmask_step, name="unmask_step")
     if unmask_step.shape != tokens.shape:
         raise TypeError(
             f"`unmask_step` must have the shape of `tokens` {tokens.shape}, got "
@@ -303,8 +303,7 @@ def transformer_embedder(cfg, *, absolute_positions: bool = False):
     slots). Cached per config like :func:`transformer_denoiser` (whose
     ``absolute_positions`` it takes too).
     """
-    _check_cfg(cfg, absolute_positions)
-    return _embedder(cfg, bool(absolute_positions))
+    return _embedder(cfg, _check_cfg(cfg, absolute_positions))
 
 
 @functools.cache

@@ -135,7 +135,7 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     )
     replicates = _validate.python_int(st.replicates, name="replicates", minimum=1)
     _validate.one_of(REDUCTIONS, reduction=st.reduction)
-    _validate.flags(adaptive_margin=st.adaptive)
+    adaptive = _validate.flag(st.adaptive, name="adaptive_margin")  # static: Python bool
     for name in ("kl_weight", "contrastive_weight"):
         _validate.real_scalar(getattr(hp, name), name=name)
     guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
@@ -145,7 +145,7 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     )
     guarded = _validate.guard_positive(guarded, hp.margin, name="margin")
     guarded = _validate.guard_positive(guarded, hp.lam_clip, name="lam_clip")
-    st = st._replace(replicates=replicates, adaptive=bool(st.adaptive))  # static: Python bool
+    st = st._replace(replicates=replicates, adaptive=adaptive)
     return buffer._replace(log_w=guarded, tokens=tokens), st
 
 

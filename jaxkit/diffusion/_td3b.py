@@ -41,8 +41,9 @@ def _check_direction(direction, like: Array) -> Array:
 
 def _check_scores(x, p_agonist, name: str) -> tuple[Array, Array]:
     """``(x, p_agonist)`` as arrays; ``x`` (called ``name``) floating 1-D, same shape."""
+    _validate.floating(x, name=name)  # before jnp.asarray: a str names the argument
+    _validate.real_scalar(p_agonist, name="p_agonist")
     x, f = jnp.asarray(x), jnp.asarray(p_agonist)
-    _validate.floating(x, name=name)
     _validate.ndim(x, 1, name=name)
     _validate.same_shape(**{name: x, "p_agonist": f})
     return x, f
@@ -140,8 +141,8 @@ def effective_sample_size(log_w: Float[ArrayLike, " N"]) -> Float[Array, ""]:
       TypeError: ``log_w`` not a float vector, or empty.
       ValueError: a NaN or ``+inf`` entry, or every entry ``-inf`` (traced: under ``jit``).
     """
+    _validate.floating(log_w, name="log_w")  # before jnp.asarray: a str names `log_w`
     lw = jnp.asarray(log_w)
-    _validate.floating(lw, name="log_w")
     _validate.ndim(lw, 1, name="log_w")
     _validate.nonempty(lw, name="log_w")
     bad = jnp.any(jnp.isnan(lw) | (lw == jnp.inf)) | ~jnp.any(lw > -jnp.inf)
@@ -233,8 +234,8 @@ def wdce_loss(
 
 
 def _check_log_w(log_w, x0):
+    _validate.floating(log_w, name="log_w")  # before jnp.asarray: a str names `log_w`
     lw = jnp.asarray(log_w)
-    _validate.floating(lw, name="log_w")
     if lw.shape != x0.shape[:1]:
         raise TypeError(
             f"`log_w` must have shape {x0.shape[:1]} (one weight per row of `x0`), got "
@@ -324,15 +325,16 @@ def contrastive_margin(
     Raises:
       TypeError: ``emb`` not ``[N, D]`` floating or ``labels`` not ``[N]``.
     """
+    _validate.floating(emb, name="emb")  # before jnp.asarray: a str names the argument
+    _validate.real_scalar(labels, name="labels")
     e = jnp.asarray(emb)
     lab = jnp.asarray(labels)
-    _validate.floating(e, name="emb")
     _validate.ndim(e, 2, name="emb")
     if lab.shape != e.shape[:1]:
         raise TypeError(f"`labels` must have shape {e.shape[:1]}, got {lab.shape}.")
-    _validate.flags(adaptive=adaptive)
+    adaptive = _validate.flag(adaptive, name="adaptive")
     e = _validate.guard_positive(e, margin, name="margin")
-    return _contrastive(e, lab, margin, adaptive=bool(adaptive))
+    return _contrastive(e, lab, margin, adaptive=adaptive)
 
 
 @functools.partial(jax.jit, static_argnames=("adaptive",))

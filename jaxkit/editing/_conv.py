@@ -45,8 +45,8 @@ def conv_patches(
       stride: Spatial stride (static).
       padding: ``"SAME"`` or ``"VALID"`` (static), as in ``lax.conv_general_dilated``.
     """
+    _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
     x = jnp.asarray(x)
-    _validate.floating(x, name="x")
     _validate.ndim(x, 4, name="x")
     ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     if len(ks) != 2:

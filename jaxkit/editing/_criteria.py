@@ -97,6 +97,29 @@ def _criteria(apply_fn, layers, engrams, inputs, labels, ids, alpha):
 _criteria_jit = jax.jit(_criteria, static_argnames=("apply_fn",))
 
 
+def _check_inputs(inputs, b: int) -> None:
+    """Every leaf of ``inputs`` is a numeric array ``[B, ...]`` (one row per label).
+
+    Reads only dtypes and shapes (tracers pass); a wrong rank would otherwise fail deep
+    inside ``apply_fn`` with a message naming no argument.
+    """
+    for leaf in jax.tree.leaves(inputs):
+        try:
+            dt = None if isinstance(leaf, str | bytes) else jnp.result_type(leaf)
+        except TypeError:
+            dt = None
+        if dt is None or not (jnp.issubdtype(dt, jnp.number) or jnp.issubdtype(dt, jnp.bool_)):
+            raise TypeError(
+                f"`inputs` must be a pytree of numeric arrays, got a leaf "
+                f"{type(leaf).__name__} {leaf!r:.80}."
+            )
+        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != b:
+            raise TypeError(
+                f"`inputs` must be a batch: every leaf needs a leading axis of size {b} (the "
+                f"length of `labels`), got a leaf of shape {jnp.shape(leaf)}."
+            )
+
+
 def criteria(
     apply_fn: Callable[[dict[str, Linear], PyTree], tuple[Array, dict[str, Array]]],
     layers: Mapping[str, Linear],
@@ -115,7 +138,8 @@ def criteria(
         The hidden activations are what reactivation compares.
       layers: The original sites (site -> :class:`Linear`).
       engrams: From :func:`extract`.
-      inputs: Evaluation inputs (any pytree ``apply_fn`` accepts).
+      inputs: Evaluation inputs (any pytree ``apply_fn`` accepts), each leaf with the
+        leading batch axis ``[B, ...]`` of ``labels``.
       labels: Correct classes ``[B]``.
       ids: Memory of each example ``[B]`` in ``[0, K)``; every memory needs at least
         one example.
@@ -125,7 +149,8 @@ def criteria(
       :class:`Criteria`.
 
     Raises:
-      TypeError: ``labels``/``ids`` not 1-D integer arrays of the same length.
+      TypeError: ``labels``/``ids`` not 1-D integer arrays of the same length, or a leaf
+        of ``inputs`` not a numeric array with the leading batch axis ``[B, ...]``.
       ValueError: K < 2, an id outside ``[0, K)``, a memory without examples or a
         non-finite ``alpha``.
     """
@@ -133,11 +158,12 @@ def criteria(
     k = _check_engrams(layers, engrams)
     if k < 2:
         raise ValueError(f"`engrams` must hold at least 2 memories for specificity, got {k}.")
-    labels, ids = jnp.asarray(labels), jnp.asarray(ids)
     for name, a in (("labels", labels), ("ids", ids)):
-        _validate.integer(a, name=name)
+        _validate.integer(a, name=name)  # before jnp.asarray: a str names the argument
         _validate.ndim(a, 1, name=name)
+    labels, ids = jnp.asarray(labels), jnp.asarray(ids)
     _validate.same_shape(ids=ids, labels=labels)
+    _check_inputs(inputs, labels.shape[0])
     labels, ids = labels.astype(jnp.int32), ids.astype(jnp.int32)
     ids = _validate.guard_finite(ids, alpha, name="alpha")  # erase's own guard
     present = jnp.zeros((k,), jnp.int32).at[jnp.clip(ids, 0, k - 1)].add(1)

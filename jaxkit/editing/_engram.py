@@ -110,10 +110,10 @@ def engram_projection(
     Returns:
       An array like ``w`` (computed in f32, or f64 for f64).
     """
-    w, c_target, c_total = (jnp.asarray(a) for a in (w, c_target, c_total))
     for name, a in (("w", w), ("c_target", c_target), ("c_total", c_total)):
-        _validate.floating(a, name=name)
+        _validate.floating(a, name=name)  # before jnp.asarray: a str names the argument
         _validate.min_ndim(a, 2, name=name)
+    w, c_target, c_total = (jnp.asarray(a) for a in (w, c_target, c_total))
     d = w.shape[-2]
     _validate.shape(c_target, (*w.shape[:-2], d, d), name="c_target")
     _validate.shape(c_total, (*w.shape[:-2], d, d), name="c_total")
@@ -321,8 +321,8 @@ def compose(
     """
     layers = _check_layers(layers)
     k = _check_engrams(layers, engrams)
+    _validate.floating(coefficients, name="coefficients")  # before jnp.asarray: a str
     coefficients = jnp.asarray(coefficients)
-    _validate.floating(coefficients, name="coefficients")
     _validate.shape(coefficients, (k,), name="coefficients")
     _validate.real_scalar(base, name="base")
     ls = _check_layer_scale(layer_scale, layers)
@@ -332,8 +332,8 @@ def compose(
 
 
 def _selection(memories, k: int) -> Array:
+    _validate.integer(memories, name="memories")  # before jnp.asarray: a str names it
     m = jnp.asarray(memories)
-    _validate.integer(m, name="memories")
     _validate.ndim(m, (0, 1), name="memories")
     m = m.reshape(-1).astype(jnp.int32)
     m = _validate.error_if(

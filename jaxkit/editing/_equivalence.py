@@ -25,11 +25,11 @@ from jaxkit._typing import accumulation_dtype
 
 
 def _check(w, x_a, x_b, names):
+    for name, a in zip(("w", *names), (w, x_a, x_b), strict=True):
+        _validate.floating(a, name=name)  # before jnp.asarray: a str names the argument
     w, x_a, x_b = (jnp.asarray(a) for a in (w, x_a, x_b))
-    _validate.floating(w, name="w")
     _validate.ndim(w, 2, name="w")
     for name, x in zip(names, (x_a, x_b), strict=True):
-        _validate.floating(x, name=name)
         _validate.ndim(x, 2, name=name)
         _validate.shape(x, (None, w.shape[0]), name=name)
     return w, x_a, x_b

@@ -242,8 +242,8 @@ def collect_stats(
     blk = None if block is None else _validate.python_int(block, name="block", minimum=1)
     _validate.one_of(_METHODS, method=method)
     _validate.flags(absorb_bias=absorb_bias)
+    _validate.integer(ids, name="ids")  # before jnp.asarray: a str names `ids`
     ids = jnp.asarray(ids)
-    _validate.integer(ids, name="ids")
     _validate.ndim(ids, (2, 3), name="ids")
     leaves = jax.tree.leaves(batches)
     if not leaves or any(jnp.shape(leaf)[:1] != ids.shape[:1] for leaf in leaves):

@@ -50,9 +50,9 @@ class MMDGap(NamedTuple):
 def _check_xt(x, t, group: Group) -> tuple[Array, Array]:
     if not isinstance(group, Group):
         raise TypeError(f"`group` must be a Group, got {type(group).__name__}.")
-    x, t = jnp.asarray(x), jnp.asarray(t)
-    _validate.floating(x, name="x")
+    _validate.floating(x, name="x")  # before jnp.asarray: a str names the argument
     _validate.floating(t, name="t")
+    x, t = jnp.asarray(x), jnp.asarray(t)
     _validate.shape(x, (None, group.d_in), name="x")
     _validate.shape(t, (x.shape[0], group.d_out), name="t")
     return x, t

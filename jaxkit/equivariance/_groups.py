@@ -83,8 +83,8 @@ class Group:
     def __post_init__(self):
         for name in ("generator_index", "mult_in", "mult_out"):
             _validate.python_int(getattr(self, name), name=name, minimum=0)
-        _validate.flags(parity=self.parity)
-        object.__setattr__(self, "parity", bool(self.parity))  # NumPy's bool: a plain bool
+        parity = _validate.flag(self.parity, name="parity")  # NumPy's bool: a plain bool
+        object.__setattr__(self, "parity", parity)
 
     def __hash__(self) -> int:
         return hash(self.signature)
@@ -265,8 +265,7 @@ def c4_regular(*, channels_in: int = 1, channels_out: int = 1, trivial_in: bool 
     ``[channels_in]`` invariant scalars (a lifting layer's fibre).
     """
     _check_mult(channels_in=channels_in, channels_out=channels_out)
-    _validate.flags(trivial_in=trivial_in)
-    trivial_in = bool(trivial_in)  # NumPy's bool: a plain bool in the signature
+    trivial_in = _validate.flag(trivial_in, name="trivial_in")  # a plain bool in the signature
     rin = np.stack(
         [
             np.eye(channels_in) if trivial_in else np.kron(np.eye(channels_in), _shift(4, k))
@@ -303,8 +302,7 @@ def o3_irreps(irreps_in: str, irreps_out: str | None = None, *, parity: bool = T
       TypeError: If ``parity`` is not a bool.
       ValueError: If the irreps strings are not valid.
     """
-    _validate.flags(parity=parity)
-    parity = bool(parity)  # NumPy's bool: a plain bool in the signature and the name
+    parity = _validate.flag(parity, name="parity")  # a plain bool in the signature and the name
     e3nn = e3nn_jax()
 
     try:
@@ -338,12 +336,13 @@ def finite_group(
         discrete Lie-derivative penalty).
 
     Raises:
-      TypeError: If the arrays do not have shape ``[n, d, d]`` with equal ``n``.
+      TypeError: If the arrays are not real or do not have shape ``[n, d, d]`` with equal
+        ``n``.
       ValueError: If a representation is not orthogonal.
     """
     generator_index = _validate.python_int(generator_index, name="generator_index", minimum=0)
-    rin = np.asarray(rep_in, np.float64)
-    rout = np.asarray(rep_out, np.float64)
+    rin = _validate.host_real(rep_in, name="rep_in", what="a real array [n, d, d]")
+    rout = _validate.host_real(rep_out, name="rep_out", what="a real array [n, d, d]")
     for nm, r in (("rep_in", rin), ("rep_out", rout)):
         if r.ndim != 3 or r.shape[1] != r.shape[2]:
             raise TypeError(f"`{nm}` must have shape [n, d, d], got shape {r.shape}.")

@@ -31,7 +31,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
-from jaxkit.equivariance._project import complement, reynolds
+from jaxkit.equivariance._project import _check_weight, complement, reynolds
 
 
 @functools.partial(jax.jit, static_argnames=("shape", "scale", "bias_size", "dtype"))
@@ -63,10 +63,21 @@ def _check_eps(eps) -> float:
 def normalized_complement(
     b: Float[ArrayLike, "d_out d_in"], group: Group, *, eps: float = 1e-8
 ) -> Float[Array, "d_out d_in"]:
-    """``U(B) = Q(B) / (|Q(B)|_F + eps)``: the unit-norm non-equivariant direction."""
+    """``U(B) = Q(B) / (|Q(B)|_F + eps)``: the unit-norm non-equivariant direction.
+
+    ``b`` is one ``[d_out, d_in]`` matrix (the Frobenius norm runs over all of it; use
+    ``jax.vmap`` for a batch).
+
+    Raises:
+      TypeError: If ``b`` is not a floating array of shape ``(group.d_out, group.d_in)``
+        or ``group`` is not a Group.
+      ValueError: If ``eps`` is not finite and > 0.
+    """
     _validate.real_scalar(eps, name="eps")
     _validate.finite_scalar(eps=eps)  # NaN / negative: a NaN or blown-up direction
     _validate.positive(eps=eps)
+    _check_weight(b, group, name="b")  # the public name (complement's messages say `w`)
+    _validate.ndim(b, 2, name="b")  # one matrix: a batch would share one norm
     q = complement(b, group)
     acc = acc_dtype(q.dtype)
     qa = q.astype(acc)
@@ -282,7 +293,8 @@ class RECMGroupConvC4(eqx.Module):
             )
         _validate.is_key(key)
         _check_theta_init(theta_init)
-        _validate.flags(lifting=lifting, use_bias=use_bias)
+        lifting = _validate.flag(lifting, name="lifting")  # a static field takes no array
+        _validate.flags(use_bias=use_bias)
         gi = 1 if lifting else 4
         shape = (channels_out, 4, channels_in, gi, kernel_size, kernel_size)
         fan_in = channels_in * gi * kernel_size**2
@@ -296,7 +308,7 @@ class RECMGroupConvC4(eqx.Module):
             dtype=jnp.dtype(dtype),
         )
         self.theta = jnp.asarray(theta_init, dtype)
-        self.lifting = bool(lifting)  # NumPy's bool: a static field takes no array
+        self.lifting = lifting
         self.eps = _check_eps(eps)
 
     def effective_kernel(self, *, relax: bool = True) -> Array:

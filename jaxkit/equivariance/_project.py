@@ -35,9 +35,9 @@ from jaxkit.equivariance._groups import Group
 def _check_weight(w: Any, group: Group, *, name: str = "w") -> Array:
     if not isinstance(group, Group):
         raise TypeError(f"`group` must be a jaxkit.equivariance.Group, got {type(group).__name__}.")
+    _validate.floating(w, name=name)  # before jnp.asarray: a str names the argument
     _validate.min_ndim(w, 2, name=name)
     w = jnp.asarray(w)
-    _validate.floating(w, name=name)
     if w.shape[-2:] != (group.d_out, group.d_in):
         raise TypeError(
             f"`{name}` must have trailing shape (d_out, d_in) = ({group.d_out}, "
@@ -124,7 +124,6 @@ def complement(
     return (wa - reynolds(wa, group)).astype(w.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("group", "n_samples"))
 def reynolds_mc(
     w: Float[ArrayLike, "*batch d_out d_in"],
     group: Group,
@@ -132,10 +131,20 @@ def reynolds_mc(
     key: PRNGKeyArray,
     n_samples: int = 256,
 ) -> Float[Array, "*batch d_out d_in"]:
-    """Monte-Carlo Reynolds average over ``n_samples`` Haar samples (fallback)."""
+    """Monte-Carlo Reynolds average over ``n_samples`` Haar samples (fallback).
+
+    ``w`` takes leading batch axes (trailing shape ``(group.d_out, group.d_in)``). Jitted
+    like jax.numpy (``group`` and ``n_samples`` static); the checks run first, on the host.
+    """
     _validate.python_int(n_samples, name="n_samples", minimum=1)
-    w = _check_weight(w, group)
+    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
     _validate.is_key(key)
+    return _reynolds_mc(w, group, key=key, n_samples=n_samples)
+
+
+@functools.partial(jax.jit, static_argnames=("group", "n_samples"))
+def _reynolds_mc(w, group: Group, *, key: PRNGKeyArray, n_samples: int) -> Array:
+    w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     rin, rout = group.sample(n_samples, acc, key=key)
     out = jnp.einsum("gji,...jk,gkl->...il", rout, w.astype(acc), rin) / n_samples
@@ -235,8 +244,8 @@ def equivariance_error(
     """
     if key is not None:
         _validate.is_key(key)
+    _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
     x = jnp.asarray(x)
-    _validate.floating(x, name="x")
     _validate.python_int(n_samples, name="n_samples", minimum=1)
     if isinstance(group, Group):
         _validate.shape(x, (None, group.d_in), name="x")

@@ -76,8 +76,8 @@ class SamplerSpec:
     def __post_init__(self):
         V.one_of(KINDS, kind=self.kind)
         V.one_of(ALLOCATIONS, allocation=self.allocation)
-        V.flags(stratified=self.stratified)
-        object.__setattr__(self, "stratified", bool(self.stratified))  # NumPy's bool: hashable
+        stratified = V.flag(self.stratified, name="stratified")  # NumPy's bool: hashable
+        object.__setattr__(self, "stratified", stratified)
         if self.stratified and self.kind == "enumerative":
             raise ValueError("`stratified` wraps an i.i.d. base; `kind='enumerative'` has none.")
         V.non_negative(lam=self.lam)

@@ -93,15 +93,27 @@ def validate_voxel(
     Valid iff well formed, supported, top view equal to ``top`` (and, when ``strict``,
     no column above ``max_height``). Jitted; batches over leading axes; never raises on
     a malformed or unsupported candidate (scored False).
+
+    Args:
+      layers: Integer or bool stacks ``[..., L, g, g]``: any leading batch axes, one
+        score each (a single ``[L, g, g]`` stack gives a scalar).
+      top: The top view ``[g, g]``, shared by every stack.
+      max_height: Height cap (int > 0), read when ``strict``.
+      strict: Also require every column ``<= max_height``.
+
+    Raises:
+      TypeError: ``layers`` of rank < 3, not square in its last two axes or not
+        integer/bool; ``top`` not ``[g, g]``.
+      ValueError: ``max_height <= 0``.
     """
     g = _check_layers(layers)
     V.shape(top, (g, g), name="top")
-    V.flags(strict=strict)
+    strict = V.flag(strict, name="strict")
     V.integer(max_height, name="max_height")
     mh = V.guard_positive(
         V.real_array(max_height, name="max_height", dtype=jnp.int32), max_height, name="max_height"
     )
-    return _validate_jit(layers, top, mh, bool(strict))
+    return _validate_jit(layers, top, mh, strict)
 
 
 def _check_ids(g, max_height):
@@ -183,8 +195,19 @@ def voxel_collection(
 
 
 def layers_from_heights(heights, num_layers: int | None = None) -> np.ndarray:
-    """``int8[L, g, g]`` stack of a height map (host-side; ``L`` = max height by default)."""
+    """``int8[L, g, g]`` stack of a height map (host-side; ``L`` = max height by default).
+
+    One map at a time: ``heights`` is an integer ``[g, g]`` array (stack several with
+    ``np.stack``; :func:`validate_voxel` batches them).
+
+    Raises:
+      TypeError: ``heights`` not an integer ``[g, g]`` array (a string included).
+      ValueError: ``num_layers < 0``.
+    """
+    V.integer(heights, name="heights")
     h = np.asarray(heights)
+    if h.ndim != 2 or h.shape[0] != h.shape[1]:
+        raise TypeError(f"`heights` must be a [g, g] height map, got shape {h.shape}.")
     if num_layers is None:
         num = int(h.max())
     else:

@@ -11,12 +11,12 @@ from jaxkit import _validate
 
 def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int):
     """Stage 2: ``labels`` in ``[-1, V)``, ``at`` in ``[0, T]``, ``action`` in ``[0, A)``."""
+    for name, v in (("labels", labels), ("at", at), ("action", action)):
+        _validate.integer(v, name=name)  # before jnp.asarray (a string names none)
     labels, at, action = (jnp.asarray(x) for x in (labels, at, action))
-    _validate.integer(labels, name="labels")
     _validate.ndim(labels, 2, name="labels")
     b = labels.shape[0]
     for name, v in (("at", at), ("action", action)):
-        _validate.integer(v, name=name)
         _validate.shape(v, (b,), name=name)
     labels = _validate.error_if(
         labels,
@@ -42,18 +42,18 @@ def check_group(n: int, group) -> int:
 
 def check_stage3(router_h, actions, eligible, rewards, kl_beta, *, n_actions: int, group):
     """Shapes and values of :func:`stage3_loss`'s batch; returns the guarded arrays."""
+    _validate.floating(router_h, name="router_h")  # before jnp.asarray: a string names none
+    _validate.boolean(eligible, name="eligible")
+    _validate.real_scalar(rewards, name="rewards")
     router_h, eligible, rewards = (jnp.asarray(x) for x in (router_h, eligible, rewards))
-    _validate.floating(router_h, name="router_h")
     _validate.ndim(router_h, 3, name="router_h")
     b, n = router_h.shape[:2]
-    if eligible.dtype != jnp.bool_:
-        raise TypeError(f"`eligible` must be a bool array, got dtype {eligible.dtype}.")
     _validate.shape(eligible, (b, n), name="eligible")
     if actions is None:
         _validate.shape(rewards, (b, n_actions), name="rewards")
     else:
-        actions = jnp.asarray(actions)
         _validate.integer(actions, name="actions")
+        actions = jnp.asarray(actions)
         _validate.shape(actions, (b, n), name="actions")
         _validate.shape(rewards, (b,), name="rewards")
         check_group(b, group)

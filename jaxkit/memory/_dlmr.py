@@ -120,8 +120,8 @@ class DLMRConfig:
         _validate.python_int(self.router_hidden, name="router_hidden", minimum=1)
         if self.injector_dim % self.injector_heads:
             raise ValueError("`injector_heads` must divide `injector_dim`.")
-        _validate.flags(shared_bank=self.shared_bank)
-        object.__setattr__(self, "shared_bank", bool(self.shared_bank))
+        shared_bank = _validate.flag(self.shared_bank, name="shared_bank")  # NumPy's: hashable
+        object.__setattr__(self, "shared_bank", shared_bank)
         if self.fixed_k is not None:
             k = _validate.python_int(self.fixed_k, name="fixed_k", minimum=1)
             if k not in self.budgets:
@@ -366,23 +366,22 @@ def inject(
 
 def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
     """:func:`inject`'s checks (TypeError; ValueError or ``error_if`` for the values)."""
+    _validate.floating(ctx, name="ctx")  # before jnp.asarray (a string names none)
     ctx = jnp.asarray(ctx)
-    _validate.floating(ctx, name="ctx")
     _validate.ndim(ctx, 3, name="ctx")
     b = ctx.shape[0]
     if b == 0 or ctx.shape[1] == 0:
         raise TypeError(f"`ctx` must hold at least one row and slot, got shape {ctx.shape}.")
+    _validate.boolean(ctx_valid, name="ctx_valid")
     ctx_valid = jnp.asarray(ctx_valid)
-    if ctx_valid.dtype != jnp.bool_:
-        raise TypeError(f"`ctx_valid` must be a bool array, got dtype {ctx_valid.dtype}.")
     _validate.shape(ctx_valid, ctx.shape[:2], name="ctx_valid")
     d = p.banks[0].shape[1]
     if ctx.shape[2] != d:
         raise TypeError(f"`ctx` must have last axis {d} (the banks' width), got {ctx.shape}.")
     out = []
     for name, v in (("at", at), ("bank", bank), ("k", k)):
-        v = jnp.asarray(v)
         _validate.integer(v, name=name)
+        v = jnp.asarray(v)
         _validate.shape(v, (b,), name=name)
         out.append(v.astype(jnp.int32))
     at, bank, k = out

@@ -458,14 +458,14 @@ def dlmr_generate(
             raise ValueError(
                 f"`force_action` must lie in [0, {cfg.n_actions}), got {force_action}."
             )
+    _validate.floating(prompt_embeds, name="prompt_embeds")  # before jnp.asarray: a string
     emb = jnp.asarray(prompt_embeds)
-    _validate.floating(emb, name="prompt_embeds")
     _validate.ndim(emb, 3, name="prompt_embeds")
     _validate.nonempty(emb, name="prompt_embeds")  # the longest prefix of no row
     if emb.shape[2] != lm_cfg.d_model:
         raise TypeError(f"`prompt_embeds` must have last axis {lm_cfg.d_model}, got {emb.shape}.")
+    _validate.integer(prompt_len, name="prompt_len")
     plen = jnp.asarray(prompt_len)
-    _validate.integer(plen, name="prompt_len")
     _validate.shape(plen, (emb.shape[0],), name="prompt_len")
     t = emb.shape[1]
     plen = _validate.error_if(

@@ -131,6 +131,7 @@ def stage1_loss(
     """
     if evidence is not None and cfg.injector != "tiny":
         raise TypeError("`evidence`: the read term needs the tiny injector.")
+    _validate.integer(at, name="at")  # before jnp.asarray (a string names none)
     ctx, ctx_valid, at, _, k = check_inject_args(p, cfg, ctx, ctx_valid, at, 0 * jnp.asarray(at), k)
     b, d = ctx.shape[0], p.banks[0].shape[1]
     _validate.shape(targets, (b, 2, d), name="targets")

@@ -160,8 +160,8 @@ class TransformerConfig:
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got norm_eps={self.norm_eps}.")
         for name in ("qk_norm", "qkv_bias", "tie_embeddings", "causal"):
-            _validate.flags(**{name: getattr(self, name)})
-            object.__setattr__(self, name, bool(getattr(self, name)))  # NumPy's bool: JSON-able
+            value = _validate.flag(getattr(self, name), name=name)  # NumPy's bool: JSON-able
+            object.__setattr__(self, name, value)
         _validate.one_of(("llama", "qwen2"), family=self.family)
         rs = self.rope_scaling
         if isinstance(rs, dict):

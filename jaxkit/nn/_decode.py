@@ -112,8 +112,8 @@ def prefill(
     check_params(params, cfg)
     tokens = guard_tokens(tokens, cfg, ndim=2)
     b, t = tokens.shape
+    _validate.integer(lengths, name="lengths")  # before jnp.asarray (a string names none)
     lengths = jnp.asarray(lengths)
-    _validate.integer(lengths, name="lengths")
     _validate.shape(lengths, (b,), name="lengths")
     max_len = _validate.python_int(max_len, name="max_len")
     if max_len < t:

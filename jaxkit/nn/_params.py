@@ -182,8 +182,8 @@ def guard_tokens(
     ValueError eagerly, an ``eqx.error_if`` error under ``jit``; then, with ``ndim``, a
     TypeError unless ``tokens`` has that rank.
     """
+    _validate.integer(tokens, name=name)  # before jnp.asarray (a string names none)
     tokens = jnp.asarray(tokens)
-    _validate.integer(tokens, name=name)
     v = cfg.vocab_size
     bad = _validate.any_outside(tokens, 0, v - 1)
     tokens = guard(tokens, bad, f"`{name}` must hold token ids in [0, {v}).")
@@ -250,9 +250,8 @@ def check_range(start, stop, collect, cfg):
 def check_mask(attn_mask, b, t, s):
     if attn_mask is None:
         return None
+    _validate.boolean(attn_mask, name="attn_mask")
     mask = jnp.asarray(attn_mask)
-    if mask.dtype != jnp.bool_:
-        raise TypeError(f"`attn_mask` must be a bool array, got dtype {mask.dtype}.")
     _validate.shape(mask, (b, t, s), name="attn_mask")
     return mask
 
@@ -260,8 +259,8 @@ def check_mask(attn_mask, b, t, s):
 def check_inputs(cfg, b, t, positions, cache, attn_mask, overflow):
     """Check ``positions`` (or None), ``cache`` (guarding overflow) and ``attn_mask``."""
     if positions is not None:
+        _validate.integer(positions, name="positions")  # before jnp.asarray: a string
         positions = jnp.asarray(positions)
-        _validate.integer(positions, name="positions")
         _validate.shape(positions, (b, t), name="positions")
     if cache is not None:
         cache = check_cache(cache, cfg, b, t, overflow)
@@ -270,8 +269,8 @@ def check_inputs(cfg, b, t, positions, cache, attn_mask, overflow):
 
 
 def check_h(h, cfg, name):
+    _validate.floating(h, name=name)  # before jnp.asarray (a string names none)
     h = jnp.asarray(h)
-    _validate.floating(h, name=name)
     _validate.ndim(h, 3, name=name)
     if h.shape[-1] != cfg.d_model:
         raise TypeError(f"`{name}` must have last axis {cfg.d_model}, got shape {h.shape}.")

@@ -187,8 +187,8 @@ def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) 
       ``float32[B]`` accuracies.
     """
     _validate.one_of(TINY_TASKS, task=task)
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray (a string names none)
     tokens = jnp.asarray(tokens)
-    _validate.integer(tokens, name="tokens")
     _validate.ndim(tokens, 2, name="tokens")
     L = tokens.shape[1]
     if not 1 <= start < L:

@@ -50,9 +50,9 @@ def retract(
     """
     _validate.real_scalar(eta, name="eta")
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
-    _validate.flags(align=align)
+    align = _validate.flag(align, name="align")
     eta = _validate.guard_finite(eta, eta, name="eta")
-    return _retract(f, d, eta=eta, align=bool(align))
+    return _retract(f, d, eta=eta, align=align)
 
 
 @functools.partial(jax.jit, static_argnames=("align",))
@@ -146,12 +146,13 @@ def spectral_init(
       power_iters: Power iterations of the range finder.
 
     Raises:
+      TypeError: If ``w`` is not a floating ``[m, n]`` array.
       ValueError: If ``rank`` exceeds ``min(m, n)`` or is < 1.
     """
     _validate.is_key(key)
+    _validate.floating(w, name="w")
     w = jnp.asarray(w)
     _validate.ndim(w, 2, name="w")
-    _validate.floating(w, name="w")
     m, n = w.shape
     if not 1 <= rank <= min(m, n):
         raise ValueError(f"`rank` must lie in [1, min(m, n)={min(m, n)}], got rank={rank}.")

@@ -37,11 +37,16 @@ def per_example_grads(
       A pytree like ``params`` with a leading batch axis on every leaf.
 
     Raises:
+      TypeError: If a ``params`` leaf is not a floating array, a ``batch`` leaf is not a
+        numeric array with a leading axis (or the leading sizes differ), or ``mask`` is
+        not a boolean ``[batch]`` array.
       ValueError: If ``microbatch_size`` does not divide the batch size.
     """
+    _validate.leaves(params, name="params", inexact=True)  # jax.grad takes inexact leaves
     leaves = jax.tree.leaves(batch)
     if not leaves:
         raise ValueError("`batch` has no array leaves.")
+    _validate.leaves(batch, name="batch", batch=True)
     b = jnp.shape(leaves[0])[0]
     for x in leaves:
         if jnp.shape(x)[:1] != (b,):
@@ -62,6 +67,8 @@ def per_example_grads(
         grads = jax.lax.map(lambda x: g1(params, x), mb)
         grads = jax.tree.map(lambda x: jnp.reshape(x, (b, *x.shape[2:])), grads)
     if mask is not None:
+        if isinstance(mask, str | bytes):
+            raise TypeError(f"`mask` must be a boolean array, got str {mask!r:.80}.")
         mask = jnp.asarray(mask)
         _validate.shape(mask, (b,), name="mask")
         if mask.dtype != jnp.bool_:

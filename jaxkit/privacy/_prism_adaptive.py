@@ -274,7 +274,9 @@ def prism_adaptive(
         weight_decay=weight_decay,
     )
     C.check_opt_hparams(**hps)  # NaN, inf and out-of-range values raise (traced: in update)
-    _validate.flags(debias=debias, horizontal=horizontal, adaptive=adaptive)
+    debias = _validate.flag(debias, name="debias")
+    horizontal = _validate.flag(horizontal, name="horizontal")
+    adaptive = _validate.flag(adaptive, name="adaptive")
     C.check_rcond(rcond)
 
     def init(params):
@@ -297,7 +299,7 @@ def prism_adaptive(
             treedef.unflatten([q[1] for q in pairs]),
         )
 
-    opts = AdaptiveOpts(rcond, bool(horizontal), bool(adaptive), bool(debias), floor_mode)
+    opts = AdaptiveOpts(rcond, horizontal, adaptive, debias, floor_mode)
 
     def update(updates, state, params=None):
         if params is None:

@@ -137,8 +137,8 @@ def banzhaf_mc(
       A :class:`BanzhafEstimate` ``(pairs, stderr)``.
 
     Raises:
-      TypeError: If ``value_fn`` is not callable, ``key`` is not a key, or a size is not
-        a Python int.
+      TypeError: If ``value_fn`` is not callable, a leaf of ``params`` is not numeric,
+        ``key`` is not a key, or a size is not a Python int.
       ValueError: If ``n_players < 2`` or ``n_samples < 2``.
 
     Example:
@@ -148,6 +148,6 @@ def banzhaf_mc(
       >>> float(est.pairs[0, 1]), float(est.pairs[1, 2])
       (1.0, 0.0)
     """
-    n = _sampling._check_common(value_fn, key, n_players)
+    n = _sampling._check_common(value_fn, key, n_players, params)
     k = _validate.python_int(n_samples, name="n_samples", minimum=2)
     return _mc(value_fn, params, key, n_players=n, n_samples=k)

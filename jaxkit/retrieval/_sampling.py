@@ -142,9 +142,10 @@ def _permutation_core(value_fn, params, key, n_players, n_perms):
 _permutation = jax.jit(_permutation_core, static_argnames=("value_fn", "n_players", "n_perms"))
 
 
-def _check_common(value_fn, key, n_players):
+def _check_common(value_fn, key, n_players, params):
     if not callable(value_fn):
         raise TypeError(f"`value_fn` must be callable, got {type(value_fn).__name__}.")
+    _validate.leaves(params, name="params", keys=True)  # any shape: value_fn's business
     _validate.is_key(key)
     return _validate.python_int(n_players, name="n_players", minimum=2)
 
@@ -174,8 +175,8 @@ def stii_stratified(
       An :class:`STIIEstimate` ``(pairs, singles, stderr)``.
 
     Raises:
-      TypeError: If ``value_fn`` is not callable, ``key`` is not a key, or a size is not
-        a Python int.
+      TypeError: If ``value_fn`` is not callable, a leaf of ``params`` is not numeric,
+        ``key`` is not a key, or a size is not a Python int.
       ValueError: If ``n_players < 2`` or ``n_samples < 2 (n_players - 1)``.
 
     Example:
@@ -191,7 +192,7 @@ def stii_stratified(
       ICML 2020, arXiv:1902.05622. Stratification: Maleki et al., "Bounding the
       estimation error of sampling-based Shapley value approximation", 2013.
     """
-    n = _check_common(value_fn, key, n_players)
+    n = _check_common(value_fn, key, n_players, params)
     k = _validate.python_int(n_samples, name="n_samples")
     if k < 2 * (n - 1):
         raise ValueError(
@@ -222,8 +223,8 @@ def stii_permutation(
       An :class:`STIIEstimate` ``(pairs, singles, stderr)``.
 
     Raises:
-      TypeError: If ``value_fn`` is not callable, ``key`` is not a key, or a size is not
-        a Python int.
+      TypeError: If ``value_fn`` is not callable, a leaf of ``params`` is not numeric,
+        ``key`` is not a key, or a size is not a Python int.
       ValueError: If ``n_players < 2`` or ``n_perms < 2``.
 
     Example:
@@ -238,6 +239,6 @@ def stii_permutation(
       Sundararajan, Dhamdhere, Agarwal, "The Shapley Taylor Interaction Index",
       ICML 2020, arXiv:1902.05622.
     """
-    n = _check_common(value_fn, key, n_players)
+    n = _check_common(value_fn, key, n_players, params)
     r = _validate.python_int(n_perms, name="n_perms", minimum=2)
     return _permutation(value_fn, params, key, n_players=n, n_perms=r)

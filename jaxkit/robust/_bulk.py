@@ -315,10 +315,12 @@ def contains(bulk: Bulk, x: Float[ArrayLike, "..."], *, tol: float = 0.0) -> Boo
 
     Raises:
       NotImplementedError: For a Hull (membership needs an LP per point).
+      TypeError: If ``x`` is not a real array or its last axis is not the bulk's dimension.
       ValueError: A bulk with bad parameters (as :func:`support`); ``tol`` not finite and
         >= 0 (traced: under ``jit``).
     """
     _check_bulk(bulk)
+    _validate.real_scalar(x, name="x")  # a str names `x`, not JAX's error
     if isinstance(bulk, Hull) or (isinstance(bulk, Union) and isinstance(bulk.members, Hull)):
         return _contains_one(bulk, jnp.asarray(x), jnp.asarray(tol))
     x = jnp.asarray(x)

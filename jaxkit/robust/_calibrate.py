@@ -22,6 +22,7 @@ from jaxkit.robust._bulk import Box, Ellipsoid, Hull, Interval, Union
 def _weights(weights, n: int, dtype) -> Array:
     if weights is None:
         return jnp.full((n,), 1.0 / n, dtype)
+    _validate.real_scalar(weights, name="weights")  # a str names `weights`, not JAX's error
     w = jnp.asarray(weights)
     _validate.shape(w, (n,), name="weights")
     w = w.astype(dtype)
@@ -41,9 +42,9 @@ def _sample_weights(xi, weights, *, ndim):
 
     The weights come back normalised, in that dtype; shared by the calibrators and solvers.
     """
+    _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, ndim, name="xi")
-    _validate.floating(xi, name="xi")
     xi = _validate.all_finite(xi, name="xi")
     acc = accumulation_dtype(xi.dtype)
     return xi, _weights(weights, xi.shape[0], acc), acc
@@ -171,9 +172,9 @@ def calibrate_box(
     Returns:
       The calibrated :class:`Box`.
     """
-    _validate.flags(bonferroni=bonferroni)
+    bonferroni = _validate.flag(bonferroni, name="bonferroni")
     xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
-    return _box_core(xi, w, alpha, bool(bonferroni))
+    return _box_core(xi, w, alpha, bonferroni)
 
 
 # ----------------------------------------------------------------------------- ellipsoid
@@ -284,12 +285,12 @@ def calibrate_ellipsoid(
       ValueError: If ``alpha`` is outside (0, 1), or the calibration split has fewer than
         ``1/alpha - 1`` samples (the conformal radius would be infinite).
     """
-    _validate.flags(conformal=conformal)
+    conformal = _validate.flag(conformal, name="conformal")
     if key is not None:
         _validate.is_key(key)
+    _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
-    _validate.floating(xi, name="xi")
     if isinstance(shrinkage, str):
         _validate.one_of(("ledoit_wolf", "none"), shrinkage=shrinkage)
     else:
@@ -317,7 +318,7 @@ def calibrate_ellipsoid(
         )
     else:
         key = jax.random.key(0)  # unused
-    return _ellipsoid_core(xi, w, alpha, key, n_fit, shrinkage, bool(conformal))
+    return _ellipsoid_core(xi, w, alpha, key, n_fit, shrinkage, conformal)
 
 
 def calibrate_ball(
@@ -422,10 +423,11 @@ def calibrate_cells(
     """
     _validate.one_of(("hull", "box", "ellipsoid"), kind=kind)
     n_cells = _validate.python_int(n_cells, name="n_cells", minimum=1)
+    _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
-    cells = jnp.asarray(cells)
     _validate.integer(cells, name="cells")
+    cells = jnp.asarray(cells)
     _validate.shape(cells, (xi.shape[0],), name="cells")
     acc = accumulation_dtype(xi.dtype)
     w = _weights(weights, xi.shape[0], acc)

@@ -60,6 +60,31 @@ def _np(x):
     return np.asarray(x, dtype=np.float64)
 
 
+def _data(data, rank: int, *, what: str = "") -> np.ndarray:
+    """A sample array of ``data`` with rank ``rank`` (``what``: which part of ``data``)."""
+    a = _validate.host_real(data, name="data", what=f"a real array{what}")
+    if a.ndim != rank:
+        raise TypeError(f"`data`{what} must have rank {rank}, got shape {a.shape}.")
+    return a
+
+
+def _pair(data) -> tuple[np.ndarray, np.ndarray]:
+    """``data`` as ``(z [n, p], y [n])`` (the linear and classification families)."""
+    if isinstance(data, str) or not isinstance(data, tuple | list) or len(data) != 2:
+        got = np.shape(data) if hasattr(data, "shape") else repr(data)[:80]
+        raise TypeError(
+            f"`data` must be a pair (z, y) of arrays [n, p] and [n], got "
+            f"{type(data).__name__} {got}."
+        )
+    z, y = _data(data[0], 2, what=" (its z)"), _data(data[1], 1, what=" (its y)")
+    if y.shape[0] != z.shape[0]:
+        raise TypeError(
+            f"`data`: z and y must hold the same number of samples, got shapes {z.shape} "
+            f"and {y.shape}."
+        )
+    return z, y
+
+
 def _members(bulk: Union) -> list:
     c = int(np.shape(bulk.labels)[0])
     kind = type(bulk.members)
@@ -147,14 +172,14 @@ def _loss_and_sup(cp, family, data, bulk):
     """The cvxpy variables, per-sample loss vector, sup over the bulk, growth (a, L) or None."""
     if isinstance(family, Newsvendor):
         h, b = float(_np(family.h)), float(_np(family.b))
-        xi = _np(data)
+        xi = _data(data, 1)
         x = cp.Variable()
         loss = h * cp.pos(x - xi) + b * cp.pos(xi - x)
         sup = cp.maximum(cp_support(bulk, -h) + h * x, cp_support(bulk, b) - b * x)
         c = float(_bulk_center(bulk))
         return x, loss, sup, (max(h, b) * cp.abs(x - c), max(h, b))
     if isinstance(family, LAD | Squared | Huber):
-        z, y = _np(data[0]), _np(data[1])
+        z, y = _pair(data)
         w, b0 = cp.Variable(z.shape[1]), cp.Variable()
         r = y - z @ w - b0
         u = cp.hstack([-w, np.ones(1)])
@@ -168,7 +193,7 @@ def _loss_and_sup(cp, family, data, bulk):
         g = (dh * growth[0], dh * growth[1])
         return LinearParams(w, b0), 0.5 * cp.huber(r, dh), 0.5 * cp.huber(cp.pos(sup_abs), dh), g
     if isinstance(family, Hinge | Logistic):
-        z, y = _np(data[0]), _np(data[1])
+        z, y = _pair(data)
         w, b0 = cp.Variable(z.shape[1]), cp.Variable()
         margin = cp.multiply(y, z @ w + b0)
         if isinstance(bulk, Union):
@@ -189,7 +214,12 @@ def _loss_and_sup(cp, family, data, bulk):
         )
     if isinstance(family, PiecewiseLinear):
         A, B, c = _np(family.A), _np(family.B), _np(family.c)
-        xi = _np(data)
+        xi = _data(data, 2)
+        if xi.shape[1] != A.shape[1]:
+            raise TypeError(
+                f"`data` must have shape (n, {A.shape[1]}) (the family's A is {A.shape}), "
+                f"got shape {xi.shape}."
+            )
         theta = cp.Variable(B.shape[1])
         pieces = xi @ A.T + cp.reshape(B @ theta + c, (1, A.shape[0]), order="C")
         loss = cp.max(pieces, axis=1)
@@ -219,6 +249,9 @@ def build_conic(
 
     Same objective as :func:`~jaxkit.robust.credal_objective`:
     ``(1-eps) sum_i w_i loss_i + eps sup_B loss + l2 ||w||^2 [+ eps eta (a + L moment)]``.
+    ``data`` is in the family's layout: ``xi [n]`` (newsvendor), ``(z [n, p], y [n])``
+    (linear and classification families) or ``xi [n, d]`` (piecewise linear); a string, a
+    non-numeric array or another rank is a ``TypeError`` naming it.
     """
     for name, v in (("l2", l2), ("eta", eta)) + (
         (("moment", moment),) if moment is not None else ()
@@ -232,7 +265,7 @@ def build_conic(
     if weights is None:
         w = np.full(n, 1.0 / n)
     else:
-        w = _np(weights)
+        w = _validate.host_real(weights, name="weights")
         _validate.shape(w, (n,), name="weights")
         if not (np.all(np.isfinite(w)) and np.all(w >= 0) and np.sum(w) > 0):
             raise ValueError("`weights` must be finite and >= 0 with a positive sum.")
@@ -283,7 +316,8 @@ def fit_conic(
     Raises:
       ValueError: If ``eps`` is outside [0, 1] or ``solver`` is not an installed cvxpy
         solver (the message lists them).
-      TypeError: If ``solver`` is not a str.
+      TypeError: If ``solver`` is not a str, or ``data`` (or ``weights``) is not a real
+        array of the family's layout and rank.
     """
     _check_solver(solver)
     return build_conic(family, data, bulk, weights=weights, l2=l2, eta=eta, moment=moment).solve(

@@ -68,22 +68,35 @@ def upper_expectation(
       The upper expectation, shape ``batch``, dtype of ``values``.
 
     Raises:
-      TypeError: If ``values`` holds no sample (an empty last axis).
+      TypeError: If ``values`` is not a floating array of rank >= 1 or holds no sample (an
+        empty last axis), or ``sup_value`` / ``weights`` is not a real array.
       ValueError: If ``eps`` is outside [0, 1], ``sup_value`` is NaN or ``-inf``, or
         ``weights`` are negative, non-finite or sum to 0 (traced: under ``jit``).
     """
+    return _upper(values, sup_value, eps, weights, names=("values", "sup_value"))
+
+
+def _upper(values, sup_value, eps, weights, *, names: tuple[str, str]):
+    """:func:`upper_expectation`'s checks and core, naming the caller's arguments.
+
+    ``names``: the public names of ``values`` and ``sup_value`` (``per_sample_loss`` and
+    ``sup_loss`` for :func:`credal_risk`).
+    """
+    vname, sname = names
+    _validate.floating(values, name=vname)  # before jnp.asarray: a str names the argument
     values = jnp.asarray(values)
-    _validate.min_ndim(values, 1, name="values")
-    _validate.floating(values, name="values")
+    _validate.min_ndim(values, 1, name=vname)
     if values.shape[-1] == 0:
-        raise TypeError(f"`values` must hold at least one sample, got shape {values.shape}.")
+        raise TypeError(f"`{vname}` must hold at least one sample, got shape {values.shape}.")
     if weights is not None:
+        _validate.real_scalar(weights, name="weights")
         w = jnp.asarray(weights)
-        _validate.same_shape(weights=w, values=values)
+        _validate.same_shape(weights=w, **{vname: values})
         msg = "`weights` must be finite and >= 0 with a positive sum."
         values = _validate.error_if(values, _bad_weights(w), msg)
+    _validate.real_scalar(sup_value, name=sname)
     bad = _bad_sup(jnp.asarray(sup_value))
-    values = _validate.error_if(values, bad, "`sup_value` must not be NaN or -inf.")
+    values = _validate.error_if(values, bad, f"`{sname}` must not be NaN or -inf.")
     values = _check_eps(values, eps)
     return _upper_core(values, sup_value, eps, weights)
 
@@ -100,6 +113,8 @@ def lower_expectation(
     The conjugate of the upper one, ``lower(f) = -upper(-f)``; arguments as
     :func:`upper_expectation`.
     """
+    _validate.floating(values, name="values")  # before jnp.asarray: a str names it
+    _validate.real_scalar(inf_value, name="inf_value")
     values = jnp.asarray(values)
     return -upper_expectation(-values, -jnp.asarray(inf_value), eps, weights=weights)
 
@@ -117,7 +132,7 @@ def huber_upper_expectation(
     loss is unbounded there (``sup_over_support = +inf``) and ``eps > 0`` the result is
     exactly ``+inf`` (the vacuity the bulk calibration removes), never a large number.
     """
-    return upper_expectation(values, sup_over_support, eps, weights=weights)
+    return _upper(values, sup_over_support, eps, weights, names=("values", "sup_over_support"))
 
 
 def credal_risk(
@@ -132,8 +147,9 @@ def credal_risk(
 
     ``tail`` is the pluggable bound on contamination leaking outside the bulk (see
     :func:`tail_bound`; default 0, the pure mean + sup of the paper's abstract).
+    ``per_sample_loss`` takes leading batch axes (``[*batch, n]``, samples last).
     """
-    up = upper_expectation(per_sample_loss, sup_loss, eps, weights=weights)
+    up = _upper(per_sample_loss, sup_loss, eps, weights, names=("per_sample_loss", "sup_loss"))
     up = _validate.guard_non_negative(up, tail, name="tail", allow_inf=True)
     return up + jnp.asarray(tail).astype(up.dtype)
 

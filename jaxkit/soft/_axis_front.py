@@ -84,11 +84,6 @@ def with_window(o: "Opts", n: int, op: str) -> "Opts":
     return o if o.window != "auto" else o._replace(window=band_window(o, n, op))
 
 
-def _bool(value: Any, name: str) -> bool:
-    V.flags(**{name: value})
-    return bool(value)
-
-
 def ot_options(ot_kwargs: Any) -> tuple:
     """Softjax's ``ot_kwargs`` dict -> a sorted tuple of (key, value) pairs (static)."""
     if ot_kwargs is None:
@@ -135,8 +130,8 @@ def options(
     if abs_mode is not None:
         V.one_of(ABS_MODES, abs_mode=abs_mode)
     V.one_of(_pav.SOLVERS, solver=solver)
-    standardize = _bool(standardize, "standardize")  # Python bools: Opts is a static argument
-    gated_grad = _bool(gated_grad, "gated_grad")
+    standardize = V.flag(standardize, name="standardize")  # Python bools: Opts is static
+    gated_grad = V.flag(gated_grad, name="gated_grad")
     check_softness(softness)
     if method == "smooth_sort" and mode not in ("smooth", "hard"):
         raise ValueError(f"`method='smooth_sort'` supports mode 'smooth' only; got mode={mode!r}.")
@@ -175,12 +170,12 @@ def options(
 
 def check_lp(return_log_probs: Any, log_prob_eps: Any) -> bool:
     """Check the log-prob options; ``return_log_probs`` as a Python bool (a static argument)."""
-    V.flags(return_log_probs=return_log_probs)
+    return_log_probs = V.flag(return_log_probs, name="return_log_probs")
     if log_prob_eps is not None:
         V.real_scalar(log_prob_eps, name="log_prob_eps")
         V.finite_scalar(log_prob_eps=log_prob_eps)
         V.in_interval(low=0, high=1, closed="neither", log_prob_eps=log_prob_eps)
-    return bool(return_log_probs)
+    return return_log_probs
 
 
 def check_axis(axis: Any, x: Any) -> None:
@@ -208,7 +203,7 @@ def finite_input(x: Any, name: str = "x") -> jax.Array:
 
     Traced, the check rides on a scalar zero subtracted from ``x`` (:func:`tied_check`).
     """
-    x = as_float(x)
+    x = as_float(x, name=name)
     bad, msg = _nonfinite(x), f"`{name}` must be finite (no NaN or inf)."
     if not isinstance(bad, jax.core.Tracer):
         return V.error_if(x, bad, msg)  # concrete: raises now or returns x
@@ -217,7 +212,7 @@ def finite_input(x: Any, name: str = "x") -> jax.Array:
 
 def prep(x, axis):
     """Move ``axis`` last in the compute dtype; returns (x_last, axis, original dtype)."""
-    x = as_float(x)
+    x = as_float(x, name="x")
     dt = x.dtype
     x, ax = flat_axis(x, axis)
     return jnp.moveaxis(x, ax, -1).astype(accumulation_dtype(dt)), ax, dt

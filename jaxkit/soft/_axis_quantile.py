@@ -120,7 +120,7 @@ _quantile_jit = jax.jit(_quantile_core, static_argnames=(*_QSTATIC, "bound"))
 
 def _check(x, q, axis, keepdims, quantile_method, scale, qname, allowed, opts):
     V.one_of(F.QMETHODS, quantile_method=quantile_method)
-    keepdims = F._bool(keepdims, "keepdims")
+    keepdims = V.flag(keepdims, name="keepdims")
     V.real_scalar(q, name=qname)
     q = jnp.asarray(q)
     if q.ndim > 1:
@@ -271,7 +271,7 @@ def banded_error_bound(
 
     Args:
       op: ``"sort"``, ``"rank"``, ``"top_k"`` (values) or ``"quantile"``.
-      x: input array.
+      x: input array of any rank (the operator works along its ``axis``).
       *args: the operator's positional arguments after ``x`` (``k`` for top_k, ``q`` for
         quantile; ``axis`` may also be given positionally).
       window: half-width ``w`` of the band (static int >= 0), or ``"auto"`` (the

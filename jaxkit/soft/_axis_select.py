@@ -76,7 +76,7 @@ _max_jit = jax.jit(_max_core, static_argnames=("axis", "keepdims", "negate", "o"
 
 def _checked(x, axis, keepdims, allowed, opts, what):
     x, o = F.front(x, axis, allowed, opts)
-    keepdims = F._bool(keepdims, "keepdims")
+    keepdims = V.flag(keepdims, name="keepdims")
     if (x.size if axis is None else x.shape[axis]) == 0:
         raise ValueError(f"`x` must be non-empty along `axis` for {what} (as jnp.{what}).")
     return x, o, keepdims

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike
 
+from jaxkit import _validate as V
 from jaxkit._typing import RealScalarLike
 from jaxkit.soft import _axis_front as F
 from jaxkit.soft import _axis_network as NWK
@@ -120,7 +121,7 @@ _rank_jit = jax.jit(_rank_core, static_argnames=(*_STATIC, "bound"))
 
 
 def _descending(descending):
-    return F._bool(descending, "descending")
+    return V.flag(descending, name="descending")
 
 
 # ----------------------------------------------------------------------------- public
@@ -144,7 +145,7 @@ def argsort(
     """Soft argsort: a soft permutation ``(..., n, ..., [n])``; row i is the i-th smallest.
 
     Args:
-      x: input array.
+      x: input array of any rank.
       axis: axis to sort (``None`` flattens).
       descending: sort largest first.
       softness: temperature (> 0), traced.

@@ -47,8 +47,13 @@ def guard_softness(x: jax.Array, softness: Any) -> jax.Array:
     return tied_check(x, lambda z: V.guard_positive(z, softness, name="softness"))
 
 
-def as_float(x: Any) -> jax.Array:
-    """``x`` as a floating array (integers/bools become the default float)."""
+def as_float(x: Any, *, name: str) -> jax.Array:
+    """``x`` as a floating array (integers/bools become the default float).
+
+    A value that is not a numeric array (a string, ``None``) is a ``TypeError`` naming
+    ``name``, the public argument (``jaxkit._validate.numeric``).
+    """
+    V.numeric(**{name: x})
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))

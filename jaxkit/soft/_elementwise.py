@@ -218,13 +218,17 @@ _compare_jit = jax.jit(_compare_core, static_argnames=("op", "mode"))
 # ----------------------------------------------------------------------------- checks
 
 
-def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False) -> None:
-    """Static checks at the public entry (the traced guard runs inside the jitted core)."""
+def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False) -> bool:
+    """Static checks at the public entry (the traced guard runs inside the jitted core).
+
+    Returns ``gated`` as Python's bool (a static argument).
+    """
     V.one_of(modes, mode=mode)
-    V.flags(gated=gated)
+    gated = V.flag(gated, name="gated")
     V.real_scalar(softness, name="softness")
     if mode != "hard":
         check_softness(softness)
+    return gated
 
 
 def _real(**kwargs: Any) -> None:
@@ -259,7 +263,7 @@ def sigmoidal(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth"
     """Soft step ``H(x)``: a sigmoid of ``x / softness`` of the chosen smoothness.
 
     Args:
-      x: input array.
+      x: input array of any shape (elementwise).
       softness: temperature (finite, > 0); traced.
       mode: ``"smooth"`` (logistic), ``"c0"`` (ramp), ``"c1"``/``"c2"`` (cubic/quintic
         smoothsteps on ``|x| <= 5 softness``), ``"_c1_pnorm"``/``"_c2_pnorm"`` (softjax's
@@ -272,7 +276,8 @@ def sigmoidal(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth"
 
     Raises:
       ValueError: for an unknown ``mode`` or a concrete ``softness`` that is not > 0.
-      TypeError: for a ``softness`` that is not a real number.
+      TypeError: for a ``softness`` that is not a real number, or an ``x`` that is not a
+        numeric array (a string).
 
     Example:
       >>> import jax.numpy as jnp
@@ -284,7 +289,7 @@ def sigmoidal(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth"
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
     """
     _check(softness, mode, SIGMOID_MODES)
-    return _unary(as_float(x), softness, op="sigmoidal", mode=mode)
+    return _unary(as_float(x, name="x"), softness, op="sigmoidal", mode=mode)
 
 
 def softrelu(
@@ -292,40 +297,45 @@ def softrelu(
 ) -> Array:
     """Soft ReLU: ``softness * G(x / softness)`` with ``G`` the antiderivative of the sigmoid.
 
+    Elementwise: ``x`` of any shape.
+
     ``gated=True`` gives ``x * sigmoidal(x)`` (SiLU-like) instead. Modes: those of
     :func:`sigmoidal` except ``"cauchy"`` and ``"reciprocal"``.
 
     References:
       Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
     """
-    _check(softness, mode, RELU_MODES, gated)
-    return _unary(as_float(x), softness, op="softrelu", mode=mode, gated=bool(gated))
+    gated = _check(softness, mode, RELU_MODES, gated)
+    return _unary(as_float(x, name="x"), softness, op="softrelu", mode=mode, gated=gated)
 
 
 def heaviside(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth") -> Array:
-    """Soft Heaviside step (``mode="hard"``: ``H(0) = 1/2``; other modes: :func:`sigmoidal`)."""
+    """Soft Heaviside step (elementwise, any shape).
+
+    ``mode="hard"``: ``H(0) = 1/2``; other modes: :func:`sigmoidal`.
+    """
     _check(softness, mode, STEP_MODES)
-    return _unary(as_float(x), softness, op="heaviside", mode=mode)
+    return _unary(as_float(x, name="x"), softness, op="heaviside", mode=mode)
 
 
 def sign(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth") -> Array:
-    """Soft sign ``2 sigmoidal(x) - 1``."""
+    """Soft sign ``2 sigmoidal(x) - 1`` (elementwise, any shape)."""
     _check(softness, mode, STEP_MODES)
-    return _unary(as_float(x), softness, op="sign", mode=mode)
+    return _unary(as_float(x, name="x"), softness, op="sign", mode=mode)
 
 
 def abs(x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth") -> Array:  # noqa: A001
-    """Soft absolute value ``x * sign(x)``."""
+    """Soft absolute value ``x * sign(x)`` (elementwise, any shape)."""
     _check(softness, mode, STEP_MODES)
-    return _unary(as_float(x), softness, op="abs", mode=mode)
+    return _unary(as_float(x, name="x"), softness, op="abs", mode=mode)
 
 
 def relu(
     x: ArrayLike, softness: RealScalarLike = 0.1, mode: str = "smooth", gated: bool = False
 ) -> Array:
-    """Soft ReLU (``mode="hard"``: ``jax.nn.relu``; other modes: :func:`softrelu`)."""
-    _check(softness, mode, CLIP_MODES, gated)
-    return _unary(as_float(x), softness, op="relu", mode=mode, gated=bool(gated))
+    """Soft ReLU, elementwise (``mode="hard"``: ``jax.nn.relu``; other modes: :func:`softrelu`)."""
+    gated = _check(softness, mode, CLIP_MODES, gated)
+    return _unary(as_float(x, name="x"), softness, op="relu", mode=mode, gated=gated)
 
 
 def clip(
@@ -336,10 +346,10 @@ def clip(
     mode: str = "smooth",
     gated: bool = False,
 ) -> Array:
-    """Soft clip ``a + relu(x - a) - relu(x - b)`` (bounds traced)."""
-    _check(softness, mode, CLIP_MODES, gated)
+    """Soft clip ``a + relu(x - a) - relu(x - b)`` (bounds traced; elementwise, any shape)."""
+    gated = _check(softness, mode, CLIP_MODES, gated)
     _real(a=a, b=b)
-    return _clip(as_float(x), a, b, softness, mode=mode, gated=bool(gated))
+    return _clip(as_float(x, name="x"), a, b, softness, mode=mode, gated=gated)
 
 
 def round(  # noqa: A001
@@ -348,7 +358,7 @@ def round(  # noqa: A001
     mode: str = "smooth",
     neighbor_radius: int = 5,
 ) -> Array:
-    """Soft rounding: a sum of soft steps at the half-integers near ``x``.
+    """Soft rounding: a sum of soft steps at the half-integers near ``x`` (elementwise).
 
     ``neighbor_radius`` (static int >= 0) is the number of integers on each side of
     ``floor(x)`` whose steps are summed.
@@ -359,17 +369,18 @@ def round(  # noqa: A001
     """
     _check(softness, mode, STEP_MODES)
     r = V.python_int(neighbor_radius, name="neighbor_radius", minimum=0)
-    return _unary(as_float(x), softness, op="round", mode=mode, neighbor_radius=r)
+    return _unary(as_float(x, name="x"), softness, op="round", mode=mode, neighbor_radius=r)
 
 
 def _compare(x, y, softness, mode, epsilon, op, rtol=1e-5, atol=1e-8):
+    V.numeric(x=x, y=y)  # JAX's error for a string `y` named the jitted core
     broadcastable(x=x, y=y)
     _check(softness, mode, STEP_MODES)
     _real(epsilon=epsilon, rtol=rtol, atol=atol)
     for name, value in _tolerances(epsilon, rtol, atol, op, mode).items():
         V.finite_scalar(**{name: value})  # concrete ones on the host: ValueError now
         V.non_negative(**{name: value})
-    return _compare_jit(as_float(x), y, softness, epsilon, rtol, atol, op=op, mode=mode)
+    return _compare_jit(as_float(x, name="x"), y, softness, epsilon, rtol, atol, op=op, mode=mode)
 
 
 def _comparison(op: str, doc: str):
@@ -385,7 +396,10 @@ def _comparison(op: str, doc: str):
         return _compare(x, y, softness, mode, epsilon, op)
 
     compare.__name__ = compare.__qualname__ = op
-    compare.__doc__ = doc + ' ``mode="hard"``: the exact comparison, as a float.'
+    compare.__doc__ = (
+        doc + ' ``mode="hard"``: the exact comparison, as a float. Elementwise: ``x`` and '
+        "``y`` broadcast (any shapes)."
+    )
     return compare
 
 
@@ -406,5 +420,8 @@ def isclose(
     mode: str = "smooth",
     epsilon: RealScalarLike = 1e-10,
 ) -> Array:
-    """Soft ``isclose``: ``2 less_equal(|x - y|, atol + rtol |y|)`` with soft abs."""
+    """Soft ``isclose``: ``2 less_equal(|x - y|, atol + rtol |y|)`` with soft abs.
+
+    Elementwise: ``x`` and ``y`` broadcast (any shapes).
+    """
     return _compare(x, y, softness, mode, epsilon, "isclose", rtol, atol)

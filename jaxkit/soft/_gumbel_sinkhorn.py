@@ -135,9 +135,8 @@ def gumbel_sinkhorn(
     check_softness(softness)
     RC.check_rng_mode(rng_mode)
     n_iters = V.python_int(n_iters, name="n_iters", minimum=1)
-    V.flags(return_log_probs=return_log_probs)
-    return_log_probs = bool(return_log_probs)  # a static argument
-    la = as_float(log_alpha)
+    return_log_probs = V.flag(return_log_probs, name="return_log_probs")  # a static argument
+    la = as_float(log_alpha, name="log_alpha")
     if la.ndim < 2 or la.shape[-1] != la.shape[-2]:
         raise TypeError(f"`log_alpha` must have shape (..., n, n), got {la.shape}.")
     if RC.is_concrete(la):

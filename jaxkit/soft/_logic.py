@@ -22,15 +22,16 @@ from jaxkit.soft._common import as_float, broadcastable
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
 
-def _check_static(tnorm: str, use_geometric_mean: bool) -> None:
+def _check_static(tnorm: str, use_geometric_mean: bool) -> bool:
     V.one_of(TNORMS, tnorm=tnorm)
-    V.flags(use_geometric_mean=use_geometric_mean)  # "no" or 0.0 would pick a t-norm silently
+    # "no" or 0.0 would pick a t-norm silently; Python's bool (a static argument)
+    return V.flag(use_geometric_mean, name="use_geometric_mean")
 
 
 @jax.jit
 def logical_not(x: ArrayLike) -> Array:
     """Soft NOT ``1 - x``."""
-    return 1.0 - as_float(x)
+    return 1.0 - as_float(x, name="x")
 
 
 def all(
@@ -41,7 +42,7 @@ def all(
     *,
     tnorm: str = "product",
 ) -> Array:
-    """Soft ALL along ``axis``: the t-norm of the entries.
+    """Soft ALL along ``axis`` (``None``: all axes; ``x`` of any rank): the t-norm of the entries.
 
     ``tnorm``: ``"product"`` (softjax default), ``"geometric"`` (geometric mean, as
     softjax's ``use_geometric_mean=True``), ``"lukasiewicz"`` (max(0, sum - (n-1))),
@@ -49,6 +50,7 @@ def all(
     the floor of the entries whose logs the geometric mean takes.
 
     Raises:
+      TypeError: If ``x`` is not a numeric array (a string).
       ValueError: If ``epsilon`` is NaN, infinite or <= 0 (eagerly; a traced one, where
         the geometric mean uses it, raises at run time under ``jit``).
 
@@ -56,18 +58,19 @@ def all(
       van Krieken et al., Analyzing differentiable fuzzy logic operators
       <https://arxiv.org/abs/2002.06100>, 2022.
     """
-    _check_static(tnorm, use_geometric_mean)
+    V.numeric(x=x)  # JAX's error for a string named the jitted core
+    use_geometric_mean = _check_static(tnorm, use_geometric_mean)
     V.real_scalar(epsilon, name="epsilon")
     V.finite_scalar(epsilon=epsilon)  # a concrete one on the host: ValueError now
     V.positive(epsilon=epsilon)
-    return _all(x, axis, epsilon, bool(use_geometric_mean), tnorm=tnorm)
+    return _all(x, axis, epsilon, use_geometric_mean, tnorm=tnorm)
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
 def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
     if axis is not None:  # static: jnp.prod's error for a string names no argument
         V.python_int(axis, name="axis")
-    x = as_float(x)
+    x = as_float(x, name="x")
     if use_geometric_mean or tnorm == "geometric":
         eps = V.guard_positive(
             V.real_array(epsilon, name="epsilon", dtype=x.dtype), epsilon, name="epsilon"
@@ -82,6 +85,11 @@ def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
+def _any(x, axis, use_geometric_mean, *, tnorm):
+    use_geometric_mean = _check_static(tnorm, use_geometric_mean)
+    return logical_not(_all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
+
+
 def any(
     x: ArrayLike,
     axis: int | None = -1,
@@ -89,14 +97,14 @@ def any(
     *,
     tnorm: str = "product",
 ) -> Array:
-    """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm)."""
-    _check_static(tnorm, use_geometric_mean)
-    return logical_not(_all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
+    """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm) along ``axis``; any rank."""
+    V.numeric(x=x)  # on the host: JAX's error for a string named the jitted core
+    return _any(x, axis=axis, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
 
 
 def _pair(x, y):
     broadcastable(x=x, y=y)  # JAX's "mul got incompatible shapes" named neither
-    x = as_float(x)
+    x = as_float(x, name="x")
     return x, jnp.asarray(y).astype(x.dtype)
 
 
@@ -112,35 +120,53 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
 
 def _binary(x, y, tnorm, geo, *, dual=False):
     """The t-norm of the pair, or with ``dual`` its t-conorm ``1 - T(1 - x, 1 - y)``."""
-    _check_static(tnorm, geo)
+    geo = _check_static(tnorm, geo)
     x, y = _pair(x, y)
     if dual:
         return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, geo)
     return _tnorm2(x, y, tnorm, geo)
 
 
-@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
-def logical_and(
-    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
-) -> Array:
-    """Soft AND (t-norm of the pair)."""
+_STATIC = ("use_geometric_mean", "tnorm")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _and(x, y, use_geometric_mean, *, tnorm):
     return _binary(x, y, tnorm, use_geometric_mean)
 
 
-@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
-def logical_or(
-    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
-) -> Array:
-    """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``."""
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _or(x, y, use_geometric_mean, *, tnorm):
     return _binary(x, y, tnorm, use_geometric_mean, dual=True)
 
 
-@functools.partial(jax.jit, static_argnames=("use_geometric_mean", "tnorm"))
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _xor(x, y, use_geometric_mean, *, tnorm):
+    kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    a = _and(x, logical_not(y), **kw)
+    b = _and(logical_not(x), y, **kw)
+    return _or(a, b, **kw)
+
+
+def logical_and(
+    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
+) -> Array:
+    """Soft AND (t-norm of the pair); elementwise, ``x`` and ``y`` broadcast (any rank)."""
+    V.numeric(x=x, y=y)  # on the host: JAX's error for a string named the jitted core
+    return _and(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+
+
+def logical_or(
+    x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
+) -> Array:
+    """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``; elementwise, any rank."""
+    V.numeric(x=x, y=y)
+    return _or(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+
+
 def logical_xor(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
-    """Soft XOR = ``or(and(x, not y), and(not x, y))``."""
-    kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
-    a = logical_and(x, logical_not(y), **kw)
-    b = logical_and(logical_not(x), y, **kw)
-    return logical_or(a, b, **kw)
+    """Soft XOR = ``or(and(x, not y), and(not x, y))``; elementwise, any rank."""
+    V.numeric(x=x, y=y)
+    return _xor(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)

@@ -274,10 +274,33 @@ def project(z, w, *, reg: str, solver: str, z_order: str = "any", w_order: str =
     y = jnp.broadcast_to(zs, shape) - v
     if reg in PN.PREGS:
         y = PN.mirror(y, reg)
-    return jnp.flip(y, -1) if inv is None else jnp.take_along_axis(y, inv, axis=-1)
+    if inv is None:
+        return jnp.flip(y, -1)
+    if inv.shape != shape:  # a shared ``z`` (n,) under rows of ``w``
+        inv = jnp.broadcast_to(inv, shape)
+    return jnp.take_along_axis(y, inv, axis=-1)
 
 
 _project_jit = jax.jit(project, static_argnames=("reg", "solver", "z_order", "w_order"))
+
+
+def _check_rows(zs: tuple, ws: tuple) -> None:
+    """The row pairing :func:`project` supports: one side ``(n,)``, or one row per row.
+
+    Shapes equal up to leading axes of size 1 (the rows pair one to one); anything else
+    gave JAX's vmap or reshape error, which names neither argument.
+    """
+    if len(zs) == 1 or len(ws) == 1:
+        return
+    try:
+        both = jnp.broadcast_shapes(zs, ws)
+    except ValueError:
+        both = None
+    if both is None or not math.prod(zs) == math.prod(ws) == math.prod(both):
+        raise TypeError(
+            f"`z` {zs} and `w` {ws} must have the same shape (up to leading axes of size 1), "
+            "or one of them the shape (n,)."
+        )
 
 
 def project_permutahedron(
@@ -294,9 +317,11 @@ def project_permutahedron(
     Jitted like jax.numpy (module level, static choices static, arrays traced).
 
     Args:
-      z: scores ``(..., n)`` (or ``(n,)`` shared by every row of ``w``).
-      w: the permutahedron's generating vector ``(..., n)`` (or ``(n,)``, e.g. constant
-        anchors; it is then broadcast inside ``vmap``, keeping the other's sharding).
+      z: scores ``(..., n)`` (or ``(n,)`` shared by every row of ``w``); any leading
+        batch axes.
+      w: the permutahedron's generating vector ``(..., n)`` of ``z``'s shape (leading
+        axes of size 1 aside), or ``(n,)`` (e.g. constant anchors; it is then broadcast
+        inside ``vmap``, keeping the other's sharding).
       reg: regulariser ``R``: ``"l2"`` (1/2||.||^2), ``"kl"`` (entropic), ``"p3"`` /
         ``"p4"`` (p-norms with p = 3/2, 4/3).
       solver: PAV algorithm: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
@@ -308,15 +333,18 @@ def project_permutahedron(
       The projection, shape ``broadcast(z, w)``.
 
     Raises:
+      TypeError: If ``z`` or ``w`` is not a real array, or their shapes do not pair up
+        (a different last axis, or different leading axes where neither is ``(n,)``).
       ValueError: If ``w`` holds a NaN or inf (eagerly; traced, at run time under ``jit``).
     """
     V.one_of(REGS, reg=reg)
     V.one_of(SOLVERS, solver=solver)
     V.one_of(("any", "asc"), z_order=z_order)
     V.one_of(("any", "asc"), w_order=w_order)
-    z, w = as_float(z), as_float(w)
+    z, w = as_float(z, name="z"), as_float(w, name="w")
     if z.ndim < 1 or w.ndim < 1 or z.shape[-1] != w.shape[-1]:
         raise TypeError(f"`z` and `w` must share a last axis, got {z.shape} and {w.shape}.")
+    _check_rows(z.shape, w.shape)
     w = V.all_finite(w, name="w")  # a NaN entry gave NaN, -inf or (p3) a silent 0
     return _project_jit(z, w, reg=reg, solver=solver, z_order=z_order, w_order=w_order)
 
@@ -347,8 +375,8 @@ def isotonic(y: ArrayLike, *, increasing: bool = False, solver: str = "hybrid") 
     References:
       Best, Chakravarti & Ubhaya, SIAM J. Optim., 2000.
     """
-    V.flags(increasing=increasing)
+    increasing = V.flag(increasing, name="increasing")
     V.one_of(SOLVERS, solver=solver)
-    y = as_float(y)
+    y = as_float(y, name="y")
     V.min_ndim(y, 1, name="y")
-    return _isotonic_jit(y, increasing=bool(increasing), solver=solver)
+    return _isotonic_jit(y, increasing=increasing, solver=solver)

@@ -21,7 +21,6 @@ from jaxtyping import Array, ArrayLike
 from jaxkit import _validate as V
 from jaxkit._typing import KeyArray, RealScalarLike
 from jaxkit.soft import _random_common as RC
-from jaxkit.soft._axis_front import _bool as _flag
 from jaxkit.soft._axis_front import check_lp as _check_lp
 from jaxkit.soft._axis_front import finish as _finish
 from jaxkit.soft._axis_select import argmax as _argmax
@@ -103,7 +102,8 @@ def categorical(
     Args:
       key: PRNG key (typed ``jax.random.key`` or legacy).
       logits: unnormalised log-probabilities; ``softmax(logits, axis)`` are the
-        probabilities. ``-inf`` entries are floored at ``-1e30``.
+        probabilities (any rank >= 1; the other axes are batch axes). ``-inf`` entries are
+        floored at ``-1e30``.
       axis: the category axis.
       shape: sample shape, broadcast-compatible with ``logits.shape`` without ``axis``.
       replace: sample with (``True``) or without replacement.
@@ -130,9 +130,9 @@ def categorical(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
-    V.flags(replace=replace)
+    replace = V.flag(replace, name="replace")
     return_log_probs = _check_lp(return_log_probs, log_prob_eps)
-    logits = as_float(logits)
+    logits = as_float(logits, name="logits")
     if logits.ndim == 0:
         raise TypeError("`logits` must have at least one dimension.")
     ax = V.axis(axis, logits.ndim)
@@ -148,10 +148,10 @@ def categorical(
         )
     if mode != "hard" and RC.is_concrete(logits):
         RC.no_nan(logits, "logits")
-    standardize = _flag(standardize, "standardize")  # a static argument
+    standardize = V.flag(standardize, name="standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
     return _categorical(
-        key, logits, softness, log_prob_eps, axis=ax, shape=shape, replace=bool(replace),
+        key, logits, softness, log_prob_eps, axis=ax, shape=shape, replace=replace,
         return_log_probs=return_log_probs, **st,
     )  # fmt: skip
 
@@ -218,20 +218,20 @@ def choice(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
-    V.flags(replace=replace)
+    replace = V.flag(replace, name="replace")
     shape = RC.sample_shape(shape)
     arr = RC.int_or_array(a, "a", 1)
     ax = V.axis(axis, arr.ndim)
     n = arr.shape[ax]
     if p is not None:
-        p = as_float(V.real_array(p, name="p"))  # JAX's error for a string names no argument
+        p = as_float(V.real_array(p, name="p"), name="p")  # a bool `p`: TypeError
         if p.shape != (n,):
             raise TypeError(f"`p` must have shape ({n},), got {p.shape}.")
         if RC.is_concrete(p):
             RC.guard_probabilities(p)
-    standardize = _flag(standardize, "standardize")  # a static argument
+    standardize = V.flag(standardize, name="standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
-    return _choice(key, arr, p, softness, shape=shape, replace=bool(replace), axis=ax, **st)
+    return _choice(key, arr, p, softness, shape=shape, replace=replace, axis=ax, **st)
 
 
 def _permutation_core(key, arr, softness, *, axis, independent, n_iters, **st):
@@ -305,17 +305,15 @@ def permutation(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     RC.check_rng_mode(rng_mode)
-    V.flags(independent=independent)
+    independent = V.flag(independent, name="independent")
     n_iters = V.python_int(n_iters, name="n_iters", minimum=1)
     if method == "gumbel_sinkhorn" and mode not in GS_MODES:
         raise ValueError(f"`method='gumbel_sinkhorn'` supports mode {GS_MODES}; got mode={mode!r}.")
     arr = RC.int_or_array(x, "x", 0)
     ax = V.axis(axis, arr.ndim)
-    standardize = _flag(standardize, "standardize")  # a static argument
+    standardize = V.flag(standardize, name="standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": rng_mode}
-    return _permutation(
-        key, arr, softness, axis=ax, independent=bool(independent), n_iters=n_iters, **st
-    )
+    return _permutation(key, arr, softness, axis=ax, independent=independent, n_iters=n_iters, **st)
 
 
 def _multinomial_core(key, p, softness, *, n, shape, dtype, **st):
@@ -366,7 +364,7 @@ def multinomial(
     """
     RC.check_sampler(key, mode, softness, noise, ("gumbel",))
     n = V.python_int(n, name="n", minimum=0)
-    p = as_float(V.real_array(p, name="p"))
+    p = as_float(V.real_array(p, name="p"), name="p")
     if p.ndim == 0:
         raise TypeError("`p` must have at least one dimension (categories last).")
     dt = jnp.dtype(dtype) if dtype is not None else p.dtype
@@ -375,6 +373,6 @@ def multinomial(
     RC.check_broadcast(shape, batch, "p")
     if mode != "hard" and RC.is_concrete(p):
         RC.guard_probabilities(p)
-    standardize = _flag(standardize, "standardize")  # a static argument
+    standardize = V.flag(standardize, name="standardize")  # a static argument
     st = {"mode": mode, "method": method, "standardize": standardize, "rng_mode": None}
     return _multinomial(key, p, softness, n=n, shape=shape, dtype=dt, **st)

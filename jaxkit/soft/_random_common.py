@@ -51,7 +51,7 @@ def int_or_array(a: Any, name: str, low: int) -> jax.Array:
     if isinstance(a, int | bool):
         V.python_int(a, name=name, minimum=low)
         return jnp.arange(a, dtype=jnp.result_type(float))
-    arr = as_float(a)
+    arr = as_float(a, name=name)
     if arr.ndim == 0:
         raise TypeError(f"`{name}` must be an int or an array with at least one dimension.")
     return arr

@@ -58,7 +58,7 @@ def _check_bernoulli(key, p, shape, rng_mode, softness, mode, noise):
         raise ValueError(
             f"`noise='logistic'` supports mode 'hard', '_hard' and 'smooth'; got mode={mode!r}."
         )
-    p = as_float(V.real_array(p, name="p"))  # JAX's error for a string names no argument
+    p = as_float(V.real_array(p, name="p"), name="p")  # a bool `p`: TypeError
     shape = p.shape if shape is None else RC.sample_shape(shape)
     RC.check_broadcast(shape, p.shape, "p")
     if mode != "hard" and RC.is_concrete(p):

@@ -19,14 +19,14 @@ from jaxkit.soft._common import as_float
 
 def _positive_only(f, x):
     """``f(x)`` where ``x > 0``, 0 elsewhere; ``f`` never sees ``x <= 0`` (finite gradients)."""
-    x = as_float(x)
+    x = as_float(x, name="x")
     pos = x > 0
     return jnp.where(pos, f(jnp.where(pos, x, 1.0)), 0.0).astype(x.dtype)
 
 
 def _inside_unit(f, x, outside):
     """``f(x)`` where ``|x| < 1``, ``outside(x)`` elsewhere; ``f`` never sees ``|x| >= 1``."""
-    x = as_float(x)
+    x = as_float(x, name="x")
     inside = jnp.abs(x) < 1
     return jnp.where(inside, f(jnp.where(inside, x, 0.0)), outside(x)).astype(x.dtype)
 
@@ -46,7 +46,7 @@ def log(x: ArrayLike) -> Array:
 @jax.jit
 def div(x: ArrayLike, y: ArrayLike) -> Array:
     """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients."""
-    x = as_float(x)
+    x = as_float(x, name="x")
     y = jnp.asarray(y).astype(x.dtype)
     nz = y != 0
     return jnp.where(nz, x / jnp.where(nz, y, 1.0), 0.0).astype(x.dtype)
@@ -65,10 +65,18 @@ def arccos(x: ArrayLike) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
-def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
-    """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN)."""
+def _norm(x, axis, keepdims):
     V.flags(keepdims=keepdims)
-    x = as_float(x)
+    x = as_float(x, name="x")
     for ax in axis if isinstance(axis, tuple) else () if axis is None else (axis,):
         V.axis(ax, x.ndim)  # static: jnp.sum's error for a string or float names no argument
     return sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+def norm(x: ArrayLike, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
+    """Euclidean norm through :func:`sqrt` (gradient 0 at the origin, not NaN); any rank.
+
+    ``x`` of any shape; the norm is taken over all axes (``axis=None``) or the given one(s).
+    """
+    V.numeric(x=x)  # on the host: JAX's error for a string named the jitted core
+    return _norm(x, axis=axis, keepdims=keepdims)

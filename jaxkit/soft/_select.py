@@ -22,19 +22,15 @@ from jaxkit.soft._common import as_float, broadcastable, flat_axis
 def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
     """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``."""
     broadcastable(condition=condition, x=x, y=y)
-    x = as_float(x)
+    x = as_float(x, name="x")
     c = jnp.asarray(condition).astype(x.dtype)
     y = jnp.asarray(y).astype(x.dtype)
     return x * c + y * (1.0 - c)
 
 
 @functools.partial(jax.jit, static_argnames=("axis",))
-def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
-    """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
-
-    Requires ``soft_index.ndim == x.ndim + 1``.
-    """
-    x = as_float(x)
+def _take_along_axis(x, soft_index, axis):
+    x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     x, ax = flat_axis(x, axis)
     if p.ndim != x.ndim + 1:
@@ -56,10 +52,18 @@ def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) 
     return jnp.moveaxis(out, -1, ax)
 
 
+def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
+    """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
+
+    Requires ``soft_index.ndim == x.ndim + 1``.
+    """
+    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
+    return _take_along_axis(x, soft_index, axis=axis)
+
+
 @functools.partial(jax.jit, static_argnames=("axis",))
-def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
-    """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
-    x = as_float(x)
+def _take(x, soft_index, axis):
+    x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     V.ndim(p, 2, name="soft_index")
     x, ax = flat_axis(x, axis)
@@ -70,10 +74,16 @@ def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
     return jnp.moveaxis(out, -1, ax)
 
 
+def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
+    """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
+    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
+    return _take(x, soft_index, axis=axis)
+
+
 @jax.jit
 def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
     """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``."""
-    c = as_float(choices)
+    c = as_float(choices, name="choices")
     p = jnp.asarray(soft_index).astype(c.dtype)
     if p.ndim != c.ndim or p.shape[-1] != c.shape[0]:
         raise TypeError(
@@ -86,12 +96,9 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
-def dynamic_index_in_dim(
-    x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
-) -> Array:
-    """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
+def _dynamic_index_in_dim(x, soft_index, axis, keepdims):
     V.flags(keepdims=keepdims)
-    x = as_float(x)
+    x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     ax = V.axis(axis, x.ndim)
     V.shape(p, (x.shape[ax],), name="soft_index")
@@ -99,22 +106,18 @@ def dynamic_index_in_dim(
     return jnp.expand_dims(y, ax) if keepdims else y
 
 
-@functools.partial(jax.jit, static_argnames=("slice_size", "axis", "boundary"))
-def dynamic_slice_in_dim(
-    x: ArrayLike,
-    soft_start_index: ArrayLike,
-    slice_size: int,
-    axis: int = 0,
-    *,
-    boundary: str = "clamp",
+def dynamic_index_in_dim(
+    x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
 ) -> Array:
-    """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
+    """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
+    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
+    return _dynamic_index_in_dim(x, soft_index, axis=axis, keepdims=keepdims)
 
-    ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
-    or ``"wrap"`` (softjax parity: indices taken modulo ``n``).
-    """
+
+@functools.partial(jax.jit, static_argnames=("slice_size", "axis", "boundary"))
+def _dynamic_slice_in_dim(x, soft_start_index, slice_size, axis, *, boundary):
     V.one_of(("clamp", "wrap"), boundary=boundary)
-    x = as_float(x)
+    x = as_float(x, name="x")
     p = jnp.asarray(soft_start_index).astype(x.dtype)
     ax = V.axis(axis, x.ndim)
     n = x.shape[ax]
@@ -130,6 +133,25 @@ def dynamic_slice_in_dim(
     return jnp.moveaxis(y, -1, ax)
 
 
+def dynamic_slice_in_dim(
+    x: ArrayLike,
+    soft_start_index: ArrayLike,
+    slice_size: int,
+    axis: int = 0,
+    *,
+    boundary: str = "clamp",
+) -> Array:
+    """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
+
+    ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
+    or ``"wrap"`` (softjax parity: indices taken modulo ``n``).
+    """
+    V.numeric(x=x, soft_start_index=soft_start_index)  # host: JAX's named the jitted core
+    return _dynamic_slice_in_dim(
+        x, soft_start_index, slice_size=slice_size, axis=axis, boundary=boundary
+    )
+
+
 def dynamic_slice(
     x: ArrayLike,
     soft_start_indices: Sequence[ArrayLike],
@@ -138,7 +160,7 @@ def dynamic_slice(
     boundary: str = "clamp",
 ) -> Array:
     """Soft ``lax.dynamic_slice``: separable soft slices along every axis."""
-    x = as_float(x)
+    x = as_float(x, name="x")
     if not len(soft_start_indices) == len(slice_sizes) == x.ndim:
         raise TypeError(
             f"`soft_start_indices` and `slice_sizes` need one entry per axis "

@@ -216,7 +216,7 @@ def svgt_generate(
     _validate.flags(enabled=enabled)
     _validate.is_key(key)
     n = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
-    prompt, prompt_len = _check_tokens(lm_cfg, prompt, prompt_len)
+    prompt, prompt_len = _check_tokens(lm_cfg, prompt, prompt_len, name="prompt")
     greedy = check_sampling(temperature, top_p)
     return _generate_core(
         lm_params,
@@ -271,8 +271,12 @@ def caa_vector(
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
-    pos, pos_len = _check_tokens(lm_cfg, positive, positive_len)
-    neg, neg_len = _check_tokens(lm_cfg, negative, negative_len)
+    pos, pos_len = _check_tokens(
+        lm_cfg, positive, positive_len, name="positive", len_name="positive_len"
+    )
+    neg, neg_len = _check_tokens(
+        lm_cfg, negative, negative_len, name="negative", len_name="negative_len"
+    )
     for name, x in (("positive", pos), ("negative", neg)):
         _validate.nonempty(x, name=name)
     return _caa(lm_params, pos, pos_len, neg, neg_len, lm_cfg=lm_cfg, layer=layer)
@@ -291,8 +295,8 @@ def steer_add(
       ValueError: a negative ``layer``; a NaN or infinite ``scale`` or ``vector`` entry
         (traced: under ``jit``).
     """
+    _validate.floating(vector, name="vector")  # before jnp.asarray (a string names none)
     v = jnp.asarray(vector)
-    _validate.floating(v, name="vector")
     _validate.ndim(v, 1, name="vector")
     v = _validate.all_finite(v, name="vector")  # checked once here, not in the decode loop
     layer = _validate.python_int(layer, name="layer", minimum=0)
@@ -318,12 +322,12 @@ def prefix_prompts(
       TypeError: non-integer or misshapen ``prompt``, ``prompt_len``, ``prefix``.
       ValueError: a ``prompt_len`` outside ``[0, P]`` (traced: under ``jit``).
     """
-    prompt, prompt_len, prefix = (jnp.asarray(x) for x in (prompt, prompt_len, prefix))
-    _validate.integer(prompt, name="prompt")
-    _validate.ndim(prompt, 2, name="prompt")
+    _validate.integer(prompt, name="prompt")  # before jnp.asarray (a string names no argument)
     _validate.integer(prefix, name="prefix")
-    _validate.ndim(prefix, 1, name="prefix")
     _validate.integer(prompt_len, name="prompt_len")
+    prompt, prompt_len, prefix = (jnp.asarray(x) for x in (prompt, prompt_len, prefix))
+    _validate.ndim(prompt, 2, name="prompt")
+    _validate.ndim(prefix, 1, name="prefix")
     _validate.shape(prompt_len, (prompt.shape[0],), name="prompt_len")
     p = prompt.shape[1]
     bad = _validate.any_outside(prompt_len, 0, p)

@@ -52,11 +52,16 @@ def _dropout(x, rate, key):
     return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
+def _split(key, n):
+    """``n`` dropout keys from ``key`` (``None``: no dropout), a key already checked."""
+    return [None] * n if key is None else list(jax.random.split(key, n))
+
+
 def _keys(key, n):
-    if key is None:
-        return [None] * n
-    _validate.is_key(key)  # every method's dropout key: an int is a TypeError naming it
-    return list(jax.random.split(key, n))
+    """:func:`_split` of a public method's key, checked: an int is a TypeError naming it."""
+    if key is not None:
+        _validate.is_key(key)
+    return _split(key, n)
 
 
 class EncoderLayer(eqx.Module):
@@ -77,7 +82,7 @@ class EncoderLayer(eqx.Module):
         self.dropout = float(dropout)
 
     def __call__(self, x, mask, key=None):
-        k1, k2 = _keys(key, 2)
+        k1, k2 = _split(key, 2)
         att = self.attn(
             x, x, mask[:, None, :] & mask[:, :, None] | jnp.eye(x.shape[1], dtype=bool)[None]
         )
@@ -157,7 +162,7 @@ class ValueEncoder(eqx.Module):
         return _dropout(jax.nn.gelu(lin(h)), self.dropout, key)
 
     def _encode(self, u, mask, key):
-        ks = _keys(key, len(self.layers) + 1)
+        ks = _split(key, len(self.layers) + 1)  # checked by the caller
         for layer, k in zip(self.layers, ks[1:], strict=True):
             u = layer(u, mask, k)
         if self.pool_query is None:

@@ -150,8 +150,8 @@ def value_correction(
       TypeError: ``z`` not a float ``[B, d_v]`` array.
       ValueError: a NaN or infinite ``step`` (traced: under ``jit``).
     """
+    _validate.floating(z, name="z")  # before jnp.asarray (a string names no argument)
     z = jnp.asarray(z)
-    _validate.floating(z, name="z")
     _validate.ndim(z, 2, name="z")
     _validate.real_scalar(step, name="step")
     z = _validate.guard_finite(z, step, name="step")
@@ -274,16 +274,17 @@ def _forward(lm_params, vp, tokens, prompt_len, key, *, lm_cfg, cfg):
 svgt_forward_core = jax.jit(_forward, static_argnames=("lm_cfg", "cfg"))
 
 
-def _check_tokens(lm_cfg, tokens, prompt_len):
+def _check_tokens(lm_cfg, tokens, prompt_len, *, name="tokens", len_name="prompt_len"):
+    """``int[B, T]`` rows and their lengths in ``[1, T]``; messages use the public names."""
     if not isinstance(tokens, jax.core.Tracer) and not isinstance(prompt_len, jax.core.Tracer):
-        return _check_tokens_host(lm_cfg, tokens, prompt_len)
+        return _check_tokens_host(lm_cfg, tokens, prompt_len, name=name, len_name=len_name)
     tokens, prompt_len = jnp.asarray(tokens), jnp.asarray(prompt_len)
-    _validate.token_rows(tokens, prompt_len)
+    _validate.token_rows(tokens, prompt_len, name=name, lengths_name=len_name)
     t = tokens.shape[1]
     bad = _validate.any_outside(prompt_len, 1, t)
-    prompt_len = _validate.error_if(prompt_len, bad, f"`prompt_len` must lie in [1, {t}].")
+    prompt_len = _validate.error_if(prompt_len, bad, f"`{len_name}` must lie in [1, {t}].")
     bad = jnp.any((tokens < 0) | (tokens >= lm_cfg.vocab_size))
-    tokens = _validate.error_if(tokens, bad, "`tokens` holds ids outside [0, vocab_size).")
+    tokens = _validate.error_if(tokens, bad, f"`{name}` holds ids outside [0, vocab_size).")
     return tokens.astype(jnp.int32), prompt_len.astype(jnp.int32)
 
 
@@ -294,15 +295,15 @@ def _as_int32(x, host: np.ndarray) -> Array:
     return jnp.asarray(host.astype(np.int32))
 
 
-def _check_tokens_host(lm_cfg, tokens, prompt_len):
+def _check_tokens_host(lm_cfg, tokens, prompt_len, *, name, len_name):
     """:func:`_check_tokens` for concrete inputs: the same checks in NumPy on the host."""
     tok, pl = np.asarray(tokens), np.asarray(prompt_len)  # dtype checks canonicalize
-    _validate.token_rows(tok, pl)
+    _validate.token_rows(tok, pl, name=name, lengths_name=len_name)
     t = tok.shape[1]
     if np.any((pl < 1) | (pl > t)):
-        raise ValueError(f"`prompt_len` must lie in [1, {t}].")
+        raise ValueError(f"`{len_name}` must lie in [1, {t}].")
     if np.any((tok < 0) | (tok >= lm_cfg.vocab_size)):
-        raise ValueError("`tokens` holds ids outside [0, vocab_size).")
+        raise ValueError(f"`{name}` holds ids outside [0, vocab_size).")
     return _as_int32(tokens, tok), _as_int32(prompt_len, pl)
 
 

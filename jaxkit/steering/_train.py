@@ -36,8 +36,8 @@ def hidden_at(lm_params, lm_cfg: nn.TransformerConfig, tokens, *, layer: int) ->
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
+    _validate.integer(tokens, name="tokens")  # before jnp.asarray (a string names none)
     tokens = jnp.asarray(tokens)
-    _validate.integer(tokens, name="tokens")
     _validate.ndim(tokens, 2, name="tokens")
     return _hidden(lm_params, tokens.astype(jnp.int32), lm_cfg=lm_cfg, layer=layer)
 
@@ -52,8 +52,7 @@ def _check_batch(h, masks: dict, labels, key):
     _validate.floating(h, name="h")
     _validate.ndim(h, 3, name="h")
     for name, m in masks.items():
-        if jnp.result_type(m) != jnp.bool_:
-            raise TypeError(f"`{name}` must be a bool array, got dtype {jnp.result_type(m)}.")
+        _validate.boolean(m, name=name)  # a string: named (jnp.result_type reads a dtype name)
         _validate.shape(m, h.shape[:2], name=name)
     _validate.shape(labels, (h.shape[0],), name="labels")
     if key is not None:
@@ -91,8 +90,8 @@ def stage2_loss(vp: SVGTParams, h, prompt_mask, response_mask, labels, *, key=No
 
 def _check_length(length, tokens, prompt_len):
     """``length int[B]`` with ``prompt_len <= length <= T`` (traced: an ``error_if``)."""
+    _validate.integer(length, name="length")  # before jnp.asarray (a string names none)
     length = jnp.asarray(length)
-    _validate.integer(length, name="length")
     _validate.shape(length, (tokens.shape[0],), name="length")
     t = tokens.shape[1]
     bad = jnp.any((length < prompt_len) | (length > t))

@@ -19,8 +19,8 @@ from jaxkit.timeseries._schema import Schema, check_schema
 
 def check_labels(label_ids, sizes: tuple[int, ...], *, name: str = "label_ids"):
     """``label_ids [..., K]`` integer, guarded so an id outside ``[0, |C_k|)`` raises."""
+    _validate.integer(label_ids, name=name)  # before jnp.asarray (a string names none)
     label_ids = jnp.asarray(label_ids)
-    _validate.integer(label_ids, name=name)
     if label_ids.ndim < 1 or label_ids.shape[-1] != len(sizes):
         raise TypeError(f"`{name}` must have last axis {len(sizes)}, got shape {label_ids.shape}.")
     bad = jnp.any(label_ids < 0)

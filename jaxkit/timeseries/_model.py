@@ -51,10 +51,10 @@ class RevIN(eqx.Module):
     def __init__(self, channels: int, *, eps: float = 1e-5, affine: bool = True, dtype=jnp.float32):
         channels = _validate.python_int(channels, name="channels", minimum=1)
         _validate.positive(eps=eps)
-        _validate.flags(affine=affine)
+        affine = _validate.flag(affine, name="affine")
         self.weight = jnp.ones((channels,), dtype)
         self.bias = jnp.zeros((channels,), dtype)
-        self.eps, self.affine = float(eps), bool(affine)
+        self.eps, self.affine = float(eps), affine
 
     def normalize(self, x: Array) -> tuple[Array, RevINStats]:
         """``x [L, C]`` -> normalised ``[L, C]`` and the statistics to invert it."""

@@ -61,9 +61,9 @@ class Thresholds(NamedTuple):
 
 
 def _check_windows(hist, fut):
-    hist, fut = jnp.asarray(hist), jnp.asarray(fut)
-    _validate.floating(hist, name="hist")
+    _validate.floating(hist, name="hist")  # before jnp.asarray (a string names none)
     _validate.floating(fut, name="fut")
+    hist, fut = jnp.asarray(hist), jnp.asarray(fut)
     _validate.ndim(hist, 2, name="hist")
     _validate.ndim(fut, 2, name="fut")
     if hist.shape[0] != fut.shape[0]:
@@ -347,9 +347,9 @@ def fit_thresholds(
     if vol_quantiles is None:
         vol_quantiles = (0.33, 0.66) if three else (0.25, 0.75)
     w = hist.shape[0]
+    if train is not None:
+        _validate.boolean(train, name="train")
     train = jnp.ones((w,), bool) if train is None else jnp.asarray(train)
-    if train.dtype != jnp.bool_:
-        raise TypeError(f"`train` must be a bool array, got dtype {train.dtype}.")
     _validate.shape(train, (w,), name="train")
     train = _validate.error_if(train, ~jnp.any(train), "`train` must select >= 1 window.")
     qs = []

@@ -41,10 +41,11 @@ def sliding_windows(
     ``W = (T - L - H) // stride + 1``.
 
     Raises:
+      TypeError: ``series`` not a floating array of rank >= 1.
       ValueError: ``series`` shorter than ``L + H``; NaN/inf in ``series``.
     """
+    _validate.floating(series, name="series")  # before jnp.asarray (a string names none)
     series = jnp.asarray(series)
-    _validate.floating(series, name="series")
     _validate.min_ndim(series, 1, name="series")
     L = _validate.python_int(context_len, name="context_len", minimum=1)
     H = _validate.python_int(horizon, name="horizon", minimum=1)
@@ -169,8 +170,9 @@ def inject_event(
         ``strength``.
     """
     schema = check_schema(schema)
-    hist, fut = jnp.asarray(hist), jnp.asarray(fut)
+    _validate.real_scalar(hist, name="hist")  # before jnp.asarray (a string names none)
     _validate.floating(fut, name="fut")
+    hist, fut = jnp.asarray(hist), jnp.asarray(fut)
     _validate.ndim(hist, 2, name="hist")
     _validate.ndim(fut, 2, name="fut")
     labels = check_labels(labels, schema.sizes, name="labels")
@@ -251,6 +253,11 @@ def render_text(
 
     ``noisy[k]`` True describes primitive k wrongly: with probability ``conflict`` as two
     distinct wrong phrases (conflicting reports), else as one wrong phrase.
+
+    Raises:
+      TypeError: ``labels`` not ``int[K]`` or ``noisy`` not ``bool[K]`` (one per primitive).
+      ValueError: an unknown label id, a primitive missing from ``phrases``, a negative
+        ``n_distractors`` or a ``conflict`` outside ``[0, 1]``.
     """
     schema = check_schema(schema)
     phrases = PHRASES_V2 if phrases is None else phrases
@@ -260,6 +267,13 @@ def render_text(
             f"`labels` must be int[{len(schema.primitives)}] (one per primitive), got "
             f"{labels.dtype} {labels.shape}."
         )
+    if noisy is not None:
+        noisy = np.asarray(noisy)
+        if noisy.shape != labels.shape or noisy.dtype != np.bool_:
+            raise TypeError(
+                f"`noisy` must be bool[{len(schema.primitives)}] (one per primitive), got "
+                f"{noisy.dtype} {noisy.shape}."
+            )
     n_distractors = _validate.python_int(n_distractors, name="n_distractors", minimum=0)
     _validate.in_interval(low=0, high=1, conflict=conflict)
     sents = []
@@ -317,12 +331,23 @@ def make_semisynthetic(
     effect by :func:`inject_event`) and a text from :func:`render_text` (with
     ``noise_rate`` per-primitive label noise); other windows get a neutral sentence and
     the distractors. Host-side driver (the injection itself is jitted).
+
+    Raises:
+      TypeError: ``series`` not a numeric array of rank >= 1 (a ``[T, ...]`` series is
+        read by its first column); a ``key`` that is not a key.
+      ValueError: ``p_event`` or ``noise_rate`` outside ``[0, 1]``; the checks of
+        :func:`sliding_windows` and :func:`inject_event`.
     """
     schema = check_schema(schema)
     _validate.is_key(key)
     _validate.in_interval(p_event=p_event, low=0.0, high=1.0)
     _validate.in_interval(noise_rate=noise_rate, low=0.0, high=1.0)
-    s = np.asarray(series, np.float32).reshape(len(series), -1)[:, 0]
+    s = np.asarray(series)
+    if s.dtype.kind not in "biuf":
+        got = f"{type(series).__name__} {series!r:.80}"
+        raise TypeError(f"`series` must be a real array, got {got}.")
+    _validate.min_ndim(s, 1, name="series")
+    s = s.astype(np.float32).reshape(len(s), -1)[:, 0]
     hist, fut = (np.asarray(a) for a in sliding_windows(s, context_len, horizon, stride=stride))
     w = hist.shape[0]
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))

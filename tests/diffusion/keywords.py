@@ -112,11 +112,15 @@ def _kl(**kw):
     return diffusion.kl_to_reference(f, p, p, X0, mask_id=MASK, **{"key": jax.random.key(0), **kw})
 
 
-def _keyed(fn, *args, **fixed):
-    """A recipe ``fn(apply_fn, params, *args, key=..., mask_id=MASK, **fixed, **kw)``."""
+def _keyed(name, *args, **fixed):
+    """A recipe ``diffusion.<name>(apply_fn, params, *args, key=..., mask_id=MASK, **fixed, **kw)``.
+
+    The function is looked up in the module at call time (the array sweep patches it there).
+    """
 
     def call(**kw):
         f, p = _model()
+        fn = getattr(diffusion, name)
         return fn(f, p, *args, mask_id=MASK, **{"key": jax.random.key(0), **fixed, **kw})
 
     return call
@@ -128,11 +132,9 @@ RECIPES = {
     "jaxkit.diffusion.collect_onpolicy": _collect,
     "jaxkit.diffusion.fine_tune": _fine_tune,
     "jaxkit.diffusion.rescore_buffer": _rescore,
-    "jaxkit.diffusion.log_likelihood_bound": _keyed(
-        diffusion.log_likelihood_bound, X0, num_samples=2
-    ),
-    "jaxkit.diffusion.mdlm_loss": _keyed(diffusion.mdlm_loss, X0),
-    "jaxkit.diffusion.sample": _keyed(diffusion.sample, TEMPLATE, num_steps=2),
+    "jaxkit.diffusion.log_likelihood_bound": _keyed("log_likelihood_bound", X0, num_samples=2),
+    "jaxkit.diffusion.mdlm_loss": _keyed("mdlm_loss", X0),
+    "jaxkit.diffusion.sample": _keyed("sample", TEMPLATE, num_steps=2),
     "jaxkit.diffusion.sir_resample": lambda **kw: diffusion.sir_resample(
         X0, AFFINITY, alpha=0.1, num_out=2, **{"key": jax.random.key(0), **kw}
     ),
@@ -148,13 +150,15 @@ RECIPES = {
     "jaxkit.diffusion.log_importance_weight": functools.partial(
         diffusion.log_importance_weight, AFFINITY, P_AGONIST
     ),
-    "jaxkit.diffusion.wdce_loss": _keyed(diffusion.wdce_loss, X0, LOG_W, replicates=1),
-    "jaxkit.diffusion.toy_nature": diffusion.toy_nature,
+    "jaxkit.diffusion.wdce_loss": _keyed("wdce_loss", X0, LOG_W, replicates=1),
+    # a default passed explicitly: the array sweep reaches a function through a call that binds
+    # an argument
+    "jaxkit.diffusion.toy_nature": lambda **kw: diffusion.toy_nature(**{"seed": 0, **kw}),
     "jaxkit.diffusion.toy_nature_sample": functools.partial(diffusion.toy_nature_sample, 2, seed=0),
     "jaxkit.diffusion.MaskingSchedule": lambda **kw: diffusion.MaskingSchedule(
         **{"kind": "loglinear", **kw}
     ),
-    "jaxkit.diffusion.reverse_step": _keyed(diffusion.reverse_step, TEMPLATE, 0, num_steps=2),
+    "jaxkit.diffusion.reverse_step": _keyed("reverse_step", TEMPLATE, 0, num_steps=2),
     "jaxkit.diffusion.transformer_denoiser": functools.partial(diffusion.transformer_denoiser, CFG),
     "jaxkit.diffusion.transformer_embedder": functools.partial(diffusion.transformer_embedder, CFG),
     "jaxkit.diffusion.make_buffer": lambda **kw: diffusion.make_buffer(

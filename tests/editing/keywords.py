@@ -63,3 +63,7 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.editing.erase:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
+}

@@ -60,9 +60,11 @@ RECIPES = {
         E.recm_optimizer(optax.sgd(0.1), learning_rate=0.1, **kw)
     ),
     "jaxkit.equivariance.rpp_penalty": lambda **kw: E.rpp_penalty(_layer(), **kw),
-    "jaxkit.equivariance.c4_regular": E.c4_regular,
+    # a default passed explicitly: the array sweep reaches a function through a call that binds
+    # an argument
+    "jaxkit.equivariance.c4_regular": lambda **kw: E.c4_regular(**{"channels_in": 1, **kw}),
     "jaxkit.equivariance.cyclic_rot2d": functools.partial(E.cyclic_rot2d, 4),
-    "jaxkit.equivariance.so2_rot2d": E.so2_rot2d,
+    "jaxkit.equivariance.so2_rot2d": lambda **kw: E.so2_rot2d(**{"mult_in": 1, **kw}),
     "jaxkit.equivariance.o3_irreps": functools.partial(E.o3_irreps, "1x1o"),
     "jaxkit.equivariance.reynolds_mc": lambda **kw: E.reynolds_mc(
         W, _group(), **{"key": _key(), "n_samples": 4, **kw}
@@ -84,4 +86,8 @@ RECIPES = {
 
 EXEMPT: dict[str, str] = {
     "jaxkit.equivariance.finite_group:name": "free text: the group's label, used in messages",
+}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.equivariance.reynolds_mc:w": "`[*batch, d_out, d_in]`: leading batch axes",
 }

@@ -108,3 +108,9 @@ EXEMPT: dict[str, str] = {
     },
     "jaxkit.hypospace.LLMRun:mode": _RECORD,
 }
+
+ANY_RANK = {
+    "jaxkit.hypospace.validate_voxel:layers": (
+        "[..., L, g, g]: leading batch axes, one score each (documented); rank < 3 raises"
+    ),
+}

@@ -5,8 +5,9 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
-from jaxkit.interop.flax import to_nnx
-from jaxkit.interop.haiku import HaikuAdapter, to_haiku
+from jaxkit.interop import flax as jflax
+from jaxkit.interop import haiku as jhaiku
+from jaxkit.interop.haiku import HaikuAdapter
 
 
 def _mlp():
@@ -15,7 +16,7 @@ def _mlp():
 
 def _haiku(**kw):
     mlp = _mlp()
-    f = hk.without_apply_rng(hk.transform(lambda x: to_haiku(mlp, **kw)(x)))
+    f = hk.without_apply_rng(hk.transform(lambda x: jhaiku.to_haiku(mlp, **kw)(x)))
     return f.init(None, jnp.zeros((4,)))  # unbatched without `batch_axis`
 
 
@@ -26,7 +27,7 @@ def _adapter(**kw):
 
 
 RECIPES = {
-    "jaxkit.interop.flax.to_nnx": lambda **kw: to_nnx(_mlp(), **kw),
+    "jaxkit.interop.flax.to_nnx": lambda **kw: jflax.to_nnx(_mlp(), **kw),
     "jaxkit.interop.haiku.to_haiku": _haiku,
     "jaxkit.interop.haiku.HaikuAdapter": _adapter,
 }

@@ -19,7 +19,9 @@ def _save(**kw):
 
 RECIPES = {
     "jaxkit.io.save_safetensors": _save,
-    "jaxkit.io.load_fixture": lambda **kw: io.load_fixture(**kw),
+    # the default `name` given explicitly: a call with no argument binds none, and the array
+    # sweep reads an empty binding as a recipe that never reached the function
+    "jaxkit.io.load_fixture": lambda **kw: io.load_fixture(**{"name": "tiny_lm", **kw}),
     "jaxkit.io.config_to_hf": lambda **kw: io.config_to_hf(CFG, **kw),
 }
 

@@ -44,3 +44,12 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK = {
+    "jaxkit.kernels.sampling.sample_tokens:logits": (
+        "[*batch, vocab]: any leading batch axes (one row [vocab] included), one token each"
+    ),
+    "jaxkit.kernels.sampling.filtered_probabilities:logits": (
+        "[*batch, vocab]: any leading batch axes (one row [vocab] included)"
+    ),
+}

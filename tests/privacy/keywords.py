@@ -20,10 +20,15 @@ PARAMS = {"w": W}
 DP = dict(clip_norm=1.0, noise_multiplier=1.0, denom=3.0)
 
 
-def _optimizer(make, *args, per_example=True, **fixed):
-    """A recipe for an optax transformation: build it, then one update on LoRA factors."""
+def _optimizer(name, *args, per_example=True, **fixed):
+    """A recipe for an optax transformation: build it, then one update on LoRA factors.
+
+    ``name`` is the transformation's attribute of ``jaxkit.privacy``, looked up at call time
+    (the array sweep patches it there).
+    """
 
     def call(**kw):
+        make = getattr(privacy, name)
         tx = make(*args, **{**fixed, **kw})  # a swept keyword replaces a fixed one (`key`)
         f = L.LoraFactors(A, B)
         g = L.LoraFactors(GA, GB) if per_example else L.LoraFactors(GA[0], GB[0])
@@ -32,8 +37,8 @@ def _optimizer(make, *args, per_example=True, **fixed):
     return call
 
 
-def _keyed_optimizer(make, *args, **fixed):
-    return lambda **kw: _optimizer(make, *args, **{"key": jax.random.key(0), **fixed})(**kw)
+def _keyed_optimizer(name, *args, **fixed):
+    return lambda **kw: _optimizer(name, *args, **{"key": jax.random.key(0), **fixed})(**kw)
 
 
 def _lora():
@@ -63,9 +68,9 @@ RECIPES = {
     "jaxkit.privacy.epsilon": functools.partial(
         privacy.epsilon, q=0.01, noise_multiplier=1.0, steps=10, delta=1e-5
     ),
-    "jaxkit.privacy.ffa_lora": _keyed_optimizer(privacy.ffa_lora, 0.1, **DP),
-    "jaxkit.privacy.naive_dp_lora": _keyed_optimizer(privacy.naive_dp_lora, 0.1, **DP),
-    "jaxkit.privacy.nonprivate_lora": _optimizer(privacy.nonprivate_lora, 0.1),
+    "jaxkit.privacy.ffa_lora": _keyed_optimizer("ffa_lora", 0.1, **DP),
+    "jaxkit.privacy.naive_dp_lora": _keyed_optimizer("naive_dp_lora", 0.1, **DP),
+    "jaxkit.privacy.nonprivate_lora": _optimizer("nonprivate_lora", 0.1),
     "jaxkit.privacy.lora_init": lambda **kw: privacy.lora_init(
         PARAMS, targets="w", rank=2, **{"key": jax.random.key(0), **kw}
     ),
@@ -74,13 +79,13 @@ RECIPES = {
     "jaxkit.privacy.per_example_grads": lambda **kw: privacy.per_example_grads(
         _loss, W[:3], X, **kw
     ),
-    "jaxkit.privacy.prism": _keyed_optimizer(privacy.prism, 0.1, **DP),
-    "jaxkit.privacy.prism_privatize": _keyed_optimizer(privacy.prism_privatize, **DP),
-    "jaxkit.privacy.dp_aggregate": _keyed_optimizer(privacy.dp_aggregate, **DP),
+    "jaxkit.privacy.prism": _keyed_optimizer("prism", 0.1, **DP),
+    "jaxkit.privacy.prism_privatize": _keyed_optimizer("prism_privatize", **DP),
+    "jaxkit.privacy.dp_aggregate": _keyed_optimizer("dp_aggregate", **DP),
     "jaxkit.privacy.poisson_batch": lambda **kw: privacy.poisson_batch(
         **{"key": jax.random.key(0), "num_examples": 8, "q": 0.5, "max_batch_size": 8, **kw}
     ),
-    "jaxkit.privacy.prism_adaptive": _optimizer(privacy.prism_adaptive, 0.1, per_example=False),
+    "jaxkit.privacy.prism_adaptive": _optimizer("prism_adaptive", 0.1, per_example=False),
     "jaxkit.privacy.audit.clopper_pearson": functools.partial(audit.clopper_pearson, 3, 10),
     "jaxkit.privacy.audit.canary_audit": _canary,
     "jaxkit.privacy.lowrank.balanced_random_init": lambda **kw: L.balanced_random_init(
@@ -103,6 +108,13 @@ RECIPES = {
     "jaxkit.privacy.lowrank.retract": lambda **kw: L.retract(
         L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0]), eta=0.1, **kw
     ),
+}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.privacy.per_example_grads:params": "a pytree passed through to `loss_fn`: "
+    "its leaves' shapes are the user's model's",
+    "jaxkit.privacy.per_example_grads:batch": "a pytree whose leaves carry a leading batch "
+    "axis (rank 0 is a TypeError); the rest of each leaf's shape is what `loss_fn` takes",
 }
 
 EXEMPT: dict[str, str] = {

@@ -88,3 +88,14 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.retrieval.banzhaf_mc:params": "the game's parameters (any pytree), passed through "
+    "to the user's value_fn: their rank is value_fn's business",
+    "jaxkit.retrieval.stii_permutation:params": "the game's parameters (any pytree), passed "
+    "through to the user's value_fn: their rank is value_fn's business",
+    "jaxkit.retrieval.stii_stratified:params": "the game's parameters (any pytree), passed "
+    "through to the user's value_fn: their rank is value_fn's business",
+    "jaxkit.retrieval.dpc_knn:x": "`[*batch, n, d]`: batched over leading axes",
+    "jaxkit.retrieval.info_nce:scores": "`[*batch, n, n]`: one loss per leading batch entry",
+}

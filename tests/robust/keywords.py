@@ -63,8 +63,10 @@ RECIPES = {
     "jaxkit.robust.fit_conic": lambda **kw: R.fit_conic(
         R.newsvendor(1.0, 4.0), DEMAND, _bulk(), 0.2, **kw
     ),
-    "jaxkit.robust.huber": R.huber,
-    "jaxkit.robust.newsvendor": R.newsvendor,
+    # a default passed explicitly: the array sweep reaches a function through a call that binds
+    # an argument
+    "jaxkit.robust.huber": lambda **kw: R.huber(**{"delta": 1.0, **kw}),
+    "jaxkit.robust.newsvendor": lambda **kw: R.newsvendor(**{"h": 1.0, "b": 1.0, **kw}),
     "jaxkit.robust.credal_risk": lambda **kw: R.credal_risk(VALUES, np.float32(3.0), 0.1, **kw),
     "jaxkit.robust.posterior_predictive": lambda **kw: R.posterior_predictive(
         _model,
@@ -87,3 +89,10 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.robust.contains:x": "points `[*batch, d]` (`[*batch]` for an Interval): any leading "
+    "batch axes, a single point included",
+    "jaxkit.robust.credal_risk:per_sample_loss": "`[*batch, n]`: leading batch axes, samples "
+    "on the last",
+}

@@ -21,20 +21,20 @@ def _on(fn, *args):
     return functools.partial(fn, *args)
 
 
-def _keyed(fn, **args):
-    """A recipe for a ``soft.random`` function: a fresh key and ``args``, all by keyword.
+def _keyed(name, **args):
+    """A recipe for ``soft.random.<name>``: a fresh key and ``args``, all by keyword.
 
     The key is positional first in ``soft.random`` (as in ``jax.random``) but is passed by
-    keyword here, so that the sweep's ``key=`` replaces it.
+    keyword here, so that the sweep's ``key=`` replaces it. The function is looked up in
+    the module at call time (the array sweep patches it there).
     """
-    return lambda **kw: fn(**{"key": jax.random.key(0), **args, **kw})
+    return lambda **kw: getattr(srandom, name)(**{"key": jax.random.key(0), **args, **kw})
 
 
 # Functions of ``x`` alone (elementwise, reductions, sorting), with their straight-through twins.
-_UNARY = [
-    "abs", "heaviside", "relu", "round", "sign",
-    "sort", "rank", "argsort", "max", "min", "argmax", "argmin", "median", "argmedian",
-]  # fmt: skip
+_POINTWISE = ["abs", "heaviside", "relu", "round", "sign"]
+_ALONG = ["sort", "rank", "argsort", "max", "min", "argmax", "argmin", "median", "argmedian"]
+_UNARY = _POINTWISE + _ALONG
 # Functions of ``x`` and ``y`` (comparisons).
 _BINARY = ["equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "isclose"]
 
@@ -95,7 +95,44 @@ _RANDOM = {
 }
 for _name, _args in _RANDOM.items():
     for _suffix in ("", "_st"):
-        _fn = getattr(srandom, _name + _suffix)
-        RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_fn, **_args)
+        RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_name + _suffix, **_args)
 
 EXEMPT: dict[str, str] = {}
+
+# The array arguments whose rank is free by design (tests/arrays.py skips their rank probes).
+_ELEMENTWISE = "elementwise: any shape"
+_ALONG_AXIS = "along `axis`: any rank, the other axes are batch axes"
+ANY_RANK: dict[str, str] = {}
+for _name in (*_POINTWISE, "clip"):
+    for _suffix in ("", "_st"):
+        ANY_RANK[f"jaxkit.soft.{_name}{_suffix}:x"] = _ELEMENTWISE
+ANY_RANK["jaxkit.soft.sigmoidal:x"] = _ELEMENTWISE
+ANY_RANK["jaxkit.soft.softrelu:x"] = _ELEMENTWISE
+for _name in _BINARY:
+    for _suffix in ("", "_st"):
+        for _arg in ("x", "y"):
+            ANY_RANK[f"jaxkit.soft.{_name}{_suffix}:{_arg}"] = "elementwise, `x` and `y` broadcast"
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    for _arg in ("x", "y"):
+        ANY_RANK[f"jaxkit.soft.{_name}:{_arg}"] = "elementwise, `x` and `y` broadcast"
+_QUANTILES = ["percentile", "argpercentile", "quantile", "argquantile", "top_k", "argtop_k"]
+for _name in _ALONG + _QUANTILES:
+    for _suffix in ("", "_st"):
+        ANY_RANK[f"jaxkit.soft.{_name}{_suffix}:x"] = _ALONG_AXIS
+ANY_RANK["jaxkit.soft.banded_error_bound:x"] = _ALONG_AXIS + " (as the bounded operator)"
+ANY_RANK["jaxkit.soft.all:x"] = "a reduction along `axis` (or all axes): any rank"
+ANY_RANK["jaxkit.soft.any:x"] = "a reduction along `axis` (or all axes): any rank"
+ANY_RANK["jaxkit.soft.norm:x"] = "a norm over `axis` (or all axes): any rank"
+ANY_RANK["jaxkit.soft.isotonic:y"] = "(..., n): along the last axis, leading batch axes"
+for _arg in ("z", "w"):  # the pair is checked: equal shapes up to leading 1s, or one (n,)
+    ANY_RANK[f"jaxkit.soft.project_permutahedron:{_arg}"] = (
+        "(..., n): leading batch axes, or (n,) shared by every row of the other"
+    )
+for _suffix in ("", "_st"):
+    _r = f"jaxkit.soft.random.{{}}{_suffix}:{{}}"
+    ANY_RANK[_r.format("categorical", "logits")] = (
+        "categories along `axis`, the other axes are batch axes"
+    )
+    ANY_RANK[_r.format("multinomial", "p")] = "(..., k): categories last, leading batch axes"
+    ANY_RANK[_r.format("permutation", "x")] = "mixed along `axis`: any rank >= 1"
+    ANY_RANK[_r.format("gumbel_sinkhorn", "log_alpha")] = "(..., n, n): leading batch axes"

@@ -215,3 +215,14 @@ def test_project_permutahedron_nonfinite_w():
     f = jax.jit(lambda w: S.project_permutahedron(z, w))
     with pytest.raises(Exception, match="`w`"):
         jax.block_until_ready(f(w))
+
+
+def test_project_permutahedron_row_pairing():
+    """A shared ``z`` (n,) under rows of ``w`` failed in ``take_along_axis``; rows that do
+    not pair up gave JAX's vmap error, naming neither argument."""
+    z = np.array([0.3, 1.0, -0.5], np.float32)
+    w = np.array([[1.0, 2.0, 3.0], [0.0, 4.0, -1.0]], np.float32)
+    rows = [S.project_permutahedron(z, r) for r in w]
+    np.testing.assert_allclose(S.project_permutahedron(z, w), np.stack(rows), rtol=1e-6)
+    with pytest.raises(TypeError, match="`z`.*`w`"):
+        S.project_permutahedron(np.stack([z, z, z]), w)

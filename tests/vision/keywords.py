@@ -177,3 +177,26 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK = {
+    "jaxkit.vision.featjnd.jnd_perturbation:s": "[B, ...] tolerance map of any rank >= 2",
+    "jaxkit.vision.featjnd.token_steps:s": (
+        "[B, ...] tolerance map of any rank >= 2 that has the `token_axes`"
+    ),
+    "jaxkit.vision.featjnd.matched_gaussian:delta": "[B, ...] of any rank >= 2, matched per sample",
+    "jaxkit.vision.featjnd.fit_featjnd:features": (
+        "[N, ...] rows of whatever the user's estimator takes; the estimator checks its own "
+        "input (FeatJNDEstimator names its `f`)"
+    ),
+    "jaxkit.vision.irdet.grad_dot_scores:params": (
+        "a pytree passed through to the user's `loss_fn`: its shapes are the user's business "
+        "(a non-floating leaf is a TypeError naming `params`)"
+    ),
+    "jaxkit.vision.irdet.diffusivity:image": "[..., H, W]: any leading batch axes (jnp.vectorize)",
+    "jaxkit.vision.irdet.surrogate_refine:prob": (
+        "[..., H, W]: any leading batch axes (jnp.vectorize)"
+    ),
+    "jaxkit.vision.irdet.points_from_masks:mask": (
+        "one [H, W] mask or a batch [N, H, W] (documented); other ranks raise a TypeError"
+    ),
+}

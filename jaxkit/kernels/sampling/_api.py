@@ -172,7 +172,8 @@ def sample_tokens(
     hyperparameters traced): eager calls after the first compile nothing.
 
     Args:
-      logits: Unnormalised log-probabilities; the last axis is the vocabulary.
+      logits: Unnormalised log-probabilities ``[*batch, vocab]``: the last axis is the
+        vocabulary, any leading batch axes (one row ``[vocab]`` included).
         ``-inf`` entries are masked tokens; NaN or ``+inf`` raise.
       key: A typed PRNG key from ``jax.random.key``.
       temperature: >= 0 and finite; a scalar or one value per row (traced, no recompile).
@@ -392,7 +393,8 @@ def filtered_probabilities(
     jax.numpy (module level, hyperparameters traced).
 
     Args:
-      logits: Unnormalised log-probabilities; the last axis is the vocabulary.
+      logits: Unnormalised log-probabilities ``[*batch, vocab]``: the last axis is the
+        vocabulary, any leading batch axes (one row ``[vocab]`` included).
       temperature: >= 0 and finite, scalar or per row.
       top_k: In [1, vocab] or None.
       top_p: In (0, 1].

@@ -114,6 +114,20 @@ def row_stats(
     return prob, ent
 
 
+def _check_rows(logits, noise, temperature, top_k, top_p, min_p) -> None:
+    """Named dtype/shape checks of :func:`sample_rows_reference`'s flat rows (TypeError)."""
+    _validate.floating(logits, name="logits")
+    _validate.ndim(logits, 2, name="logits")
+    _validate.floating(noise, name="noise")
+    _validate.shape(noise, jnp.shape(logits), name="noise")
+    rows = (jnp.shape(logits)[0],)
+    _validate.integer(top_k, name="top_k")
+    _validate.shape(top_k, rows, name="top_k")
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
+        _validate.real_scalar(value, name=name)
+        _validate.shape(value, rows, name=name)
+
+
 def sample_rows_reference(
     logits: Float[Array, "R V"],
     noise: Float[Array, "R V"],
@@ -130,7 +144,17 @@ def sample_rows_reference(
     ``stats="sampled"``: probability/entropy of the distribution sampled from (a
     point mass at the arg-max when ``T == 0``); ``stats="logits"``: of
     ``softmax(logits)`` (no temperature, no filter); another ``stats`` raises.
+
+    The inputs are the flattened rows that :func:`~jaxkit.kernels.sampling.sample_tokens`
+    builds: ``logits`` and ``noise`` ``(R, V)`` floating, one ``temperature``, ``top_k``
+    (integer), ``top_p`` and ``min_p`` per row, each ``(R,)``.
+
+    Raises:
+      TypeError: An argument of another dtype kind (a string included), rank or shape
+        than above.
+      ValueError: An unknown ``stats``.
     """
+    _check_rows(logits, noise, temperature, top_k, top_p, min_p)
     _validate.one_of(("sampled", "logits"), stats=stats)
     s = tempered(logits, temperature)
     keep = kept_mask(s, top_k, top_p, min_p)

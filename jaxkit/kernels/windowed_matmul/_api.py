@@ -25,20 +25,6 @@ WindowLike = int | tuple[int, int]
 # ----------------------------------------------------------------------------- checks
 
 
-def _window(window: WindowLike) -> tuple[int, int]:
-    if isinstance(window, int) and not isinstance(window, bool):
-        window = (window, window)
-    if (
-        not isinstance(window, tuple | list)
-        or len(window) != 2
-        or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)
-    ):
-        raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
-    if min(window) < 1:
-        raise ValueError(f"`window` sizes must be >= 1, got window={tuple(window)}.")
-    return int(window[0]), int(window[1])
-
-
 def _check_x(x: jax.Array, window: tuple[int, int], pad_to_window: bool) -> None:
     _validate.ndim(x, 4, name="x")
     _validate.floating(x, name="x")
@@ -141,7 +127,8 @@ def window_matrix(
       Song et al., "WBMM: Windowed Batch Matrix Multiplication", ICML 2026
       (code: wansong-s/WBMM).
     """
-    window = _window(window)
+    window = ref.check_window(window)
+    _validate.floating(table, name="table")  # before jnp.asarray: a string names `table`
     table = jnp.asarray(table)
     _check_table(table, window)
     return _window_matrix(table, window=window)
@@ -196,7 +183,9 @@ def windowed_matmul(
       Song et al., "WBMM: Windowed Batch Matrix Multiplication", ICML 2026
       (code: wansong-s/WBMM).
     """
-    window = _window(window)
+    window = ref.check_window(window)
+    _validate.floating(x, name="x")  # before jnp.asarray: a string names the argument
+    _validate.floating(table, name="table")
     x, table = jnp.asarray(x), jnp.asarray(table)
     _check_table(table, window)
     return _checked(x, table, window, residual, bias, pad_to_window, implementation, True)
@@ -236,11 +225,12 @@ def windowed_matmul_cached(
     References:
       Song et al., "WBMM: Windowed Batch Matrix Multiplication", ICML 2026.
     """
-    window = _window(window)
+    window = ref.check_window(window)
+    _validate.floating(x, name="x")  # before jnp.asarray: a string names the argument
+    _validate.floating(matrix, name="matrix")
     x, matrix = jnp.asarray(x), jnp.asarray(matrix)
     d = window[0] * window[1]
     _validate.shape(matrix, (None, d, d), name="matrix")
-    _validate.floating(matrix, name="matrix")
     return _checked(x, matrix, window, residual, bias, pad_to_window, implementation, False)
 
 
@@ -327,7 +317,7 @@ def table_from_depthwise_kernel(
     References:
       Song et al., "WBMM: Windowed Batch Matrix Multiplication", ICML 2026 (Thm. 3.1).
     """
-    window = _window(window)
+    window = ref.check_window(window)
     kernel = jnp.asarray(kernel)
     _validate.ndim(kernel, (3, 4), name="kernel")
     if kernel.ndim == 4:

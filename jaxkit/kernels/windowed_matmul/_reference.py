@@ -21,6 +21,25 @@ from jaxkit._typing import accumulation_dtype
 Window = tuple[int, int]
 
 
+def check_window(window) -> Window:
+    """``window`` as a pair of Python ints >= 1 (an int means square).
+
+    A value of the wrong type is a ``TypeError`` naming ``window``; a size < 1 a
+    ``ValueError``.
+    """
+    if isinstance(window, int) and not isinstance(window, bool):
+        window = (window, window)
+    if (
+        not isinstance(window, tuple | list)
+        or len(window) != 2
+        or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)
+    ):
+        raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
+    if min(window) < 1:
+        raise ValueError(f"`window` sizes must be >= 1, got window={tuple(window)}.")
+    return int(window[0]), int(window[1])
+
+
 def table_size(window: Window) -> int:
     """``T = (2 wh - 1)(2 ww - 1)``, the number of relative offsets."""
     wh, ww = window
@@ -109,7 +128,26 @@ def windowed_matmul_reference(
     window: Window,
     residual: bool = True,
 ) -> Float[Array, "B H W C"]:
-    """WBMM from the compact table: ``M = table[:, I]`` then the cached form."""
+    """WBMM from the compact table: ``M = table[:, I]`` then the cached form.
+
+    Args:
+      x: Channels-last feature map ``(B, H, W, C)``, floating (padded to the window
+        and cropped back, as :func:`~jaxkit.kernels.windowed_matmul.windowed_matmul`).
+      table: Relative-position table ``(C, T)``, ``T = (2wh-1)(2ww-1)``, floating.
+      window: Window ``(wh, ww)``; an int means square.
+      residual: Add the identity inside the operator.
+
+    Raises:
+      TypeError: ``x`` not a floating rank-4 array, ``table`` not a floating
+        ``(C, T)`` array (a string included), ``window`` not an int or a pair of ints,
+        ``residual`` not a bool.
+      ValueError: A ``window`` size < 1.
+    """
+    window = check_window(window)
+    _validate.floating(x, name="x")
+    _validate.ndim(x, 4, name="x")
+    _validate.floating(table, name="table")
+    _validate.shape(table, (jnp.shape(x)[-1], table_size(window)), name="table")
     _validate.flags(residual=residual)
     return windowed_matmul_cached_reference(
         x, window_matrix_reference(table, window), window=window, residual=residual

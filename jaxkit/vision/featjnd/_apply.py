@@ -54,7 +54,7 @@ def jnd_perturbation(
     """FeatJND-shaped noise ``delta_J = alpha * s * z``, ``z ~ N(0, I)``.
 
     Args:
-      s: Tolerance map ``[B, ...]`` (>= 0, finite).
+      s: Tolerance map ``[B, ...]`` of any rank >= 2 (>= 0, finite).
       key: Typed key for ``z``.
       alpha: Strength, traced, >= 0.
 
@@ -86,7 +86,8 @@ def matched_gaussian(delta: Float[ArrayLike, "b ..."], *, key: jax.Array) -> Flo
     """Isotropic Gaussian noise with the l2 norm of ``delta``, sample by sample.
 
     ``delta_G[b] = g[b] * ||delta[b]|| / ||g[b]||`` with ``g ~ N(0, I)``: the same
-    energy (and feature SNR) per sample, not merely per batch. Jitted.
+    energy (and feature SNR) per sample, not merely per batch. ``delta`` is ``[B, ...]``
+    of any rank >= 2 (floating, finite). Jitted.
     """
     delta = _check_features(delta, name="delta")
     V.is_key(key)
@@ -141,8 +142,8 @@ def token_steps(
     """Quantiser step sizes per token at a fixed budget ``mean_t Delta_t^2 = budget_rms^2``.
 
     Args:
-      s: Tolerance map ``[B, ...]`` (>= 0; in ``"featjnd"``/``"permute"`` each sample
-        needs a positive mean on some token).
+      s: Tolerance map ``[B, ...]`` of any rank >= 2 that has the ``token_axes`` (>= 0;
+        in ``"featjnd"``/``"permute"`` each sample needs a positive mean on some token).
       budget_rms: RMS step ``sqrt(mean_t Delta_t^2)`` of every sample, traced, > 0.
       mode: ``"featjnd"`` (``Delta_t`` proportional to the mean of ``s`` over the
         token's other axes), ``"permute"`` (those steps randomly permuted across the
@@ -217,10 +218,10 @@ def quantize(
     Returns:
       The quantised features, shape and dtype of ``f``. Jitted.
     """
-    V.flags(ste=ste)
-    f, steps = jnp.asarray(f), jnp.asarray(steps)
-    V.floating(f, name="f")
+    ste = V.flag(ste, name="ste")
+    V.floating(f, name="f")  # before jnp.asarray: a string names the argument
     V.floating(steps, name="steps")
+    f, steps = jnp.asarray(f), jnp.asarray(steps)
     if steps.ndim != f.ndim:
         raise TypeError(f"`steps` must have rank {f.ndim} (as `f`), got shape {steps.shape}.")
     try:
@@ -240,7 +241,7 @@ def quantize(
         V.is_key(key)
     dither = key is not None
     key = jax.random.key(0) if key is None else key
-    return _quantize_jit(f, steps, key, dither=dither, ste=bool(ste))
+    return _quantize_jit(f, steps, key, dither=dither, ste=ste)
 
 
 class StrengthCurve(NamedTuple):
@@ -320,18 +321,20 @@ def matched_strength_curve(
       :class:`StrengthCurve`.
 
     Raises:
-      TypeError: ``s`` not the shape/dtype of ``f``, ``alphas`` not 1-D floating,
-        ``y`` without the batch size, ``key`` not a PRNG key.
+      TypeError: ``f`` or ``s`` not a floating array (a string included), ``s`` not the
+        shape/dtype of ``f``, ``alphas`` not 1-D floating, ``y`` not real or without
+        the batch size, ``key`` not a PRNG key.
       ValueError: negative or non-finite ``s``, ``alphas`` not > 0.
     """
-    f, y, s, alphas = (jnp.asarray(a) for a in (f, y, s, alphas))
-    V.floating(f, name="f")
+    V.floating(f, name="f")  # before jnp.asarray: a string names the argument
+    V.real_scalar(y, name="y")
+    V.floating(alphas, name="alphas")
+    f, y, alphas = (jnp.asarray(a) for a in (f, y, alphas))
     V.min_ndim(f, 2, name="f")
     s = _check_map(s)
     V.same_shape(f=f, s=s)
     if s.dtype != f.dtype:
         raise TypeError(f"`s` must have dtype {f.dtype}, got {s.dtype}.")
-    V.floating(alphas, name="alphas")
     V.ndim(alphas, 1, name="alphas")
     if y.shape[:1] != f.shape[:1]:
         raise TypeError(f"`y` must have the batch size {f.shape[0]} first, got {y.shape}.")

@@ -75,8 +75,8 @@ class FeatJNDEstimator(eqx.Module):
 
     def __call__(self, f: Float[ArrayLike, "C H W"]) -> Float[Array, "C H W"]:
         """The tolerance map of one feature map (same shape and dtype, >= 0)."""
+        V.floating(f, name="f")  # before jnp.asarray: a string names `f`
         f = jnp.asarray(f)
-        V.floating(f, name="f")
         V.ndim(f, 3, name="f")
         if f.shape[0] != self.w1.shape[1]:
             raise TypeError(f"`f` must have {self.w1.shape[1]} channels, got shape {f.shape}.")
@@ -109,9 +109,9 @@ def tolerance_map(estimator: eqx.Module, f: Float[ArrayLike, "b ..."]) -> Float[
 
 def _check_pair(a, b, *, names, min_ndim):
     """Two floating arrays of one shape and dtype (``names``: theirs, for the errors)."""
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    V.floating(a, name=names[0])
+    V.floating(a, name=names[0])  # before jnp.asarray: a string names the argument
     V.floating(b, name=names[1])
+    a, b = jnp.asarray(a), jnp.asarray(b)
     V.min_ndim(a, min_ndim, name=names[0])
     V.same_shape(**{names[0]: a, names[1]: b})
     if a.dtype != b.dtype:
@@ -120,8 +120,8 @@ def _check_pair(a, b, *, names, min_ndim):
 
 
 def _check_features(f, *, name):
+    V.floating(f, name=name)  # before jnp.asarray: a string names the argument
     f = jnp.asarray(f)
-    V.floating(f, name=name)
     V.min_ndim(f, 2, name=name)
     V.nonempty(f, name=name)  # per-sample statistics (and batch means) of no sample
     return V.all_finite(f, name=name)

@@ -293,7 +293,10 @@ def fit_featjnd(
     Each step draws ``batch_size`` rows of ``features`` uniformly with replacement and
     applies :func:`featjnd_step`; the optimizer state starts from
     ``optimizer.init(estimator)``. ``steps``, ``batch_size`` and ``optimizer`` are
-    static. Returns :class:`FeatJNDFit` (the per-step losses included). Jitted.
+    static. ``features`` is ``[N, ...]`` (floating, finite): rows of whatever the
+    estimator takes, of any rank >= 2 here (the estimator checks its own input, e.g.
+    :class:`FeatJNDEstimator` wants ``[C, H, W]`` rows and names its ``f``). Returns
+    :class:`FeatJNDFit` (the per-step losses included). Jitted.
     """
     features = _check(features, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy,
                       name="features")  # fmt: skip

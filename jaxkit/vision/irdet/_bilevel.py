@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit import nn as jnn
-from jaxkit.vision.irdet._diffusion import _check_image
+from jaxkit.vision.irdet._diffusion import _check_image, _numeric
 
 N_FEATURES = 15
 """Length of the per-sample feature vector of ``weight_features``."""
@@ -120,15 +120,16 @@ def weight_features(
       val_residual: Mean validation residual ``[H, W]`` (default zeros).
 
     Raises:
-      TypeError: Mismatched shapes or rank.
+      TypeError: Mismatched shapes or rank, non-floating ``logits`` or a non-numeric
+        input (a string included).
     """
     logits = _check_image(logits, "logits")
     _validate.ndim(logits, 3, name="logits")
     _validate.nonempty(logits, name="logits")  # batch-standardised features of no sample
     dt = logits.dtype
-    pseudo = jnp.asarray(pseudo).astype(dt)
-    surrogate = jnp.asarray(surrogate).astype(dt)
-    ema_loss = jnp.asarray(ema_loss).astype(dt)
+    pseudo = _numeric(pseudo, "pseudo").astype(dt)
+    surrogate = _numeric(surrogate, "surrogate").astype(dt)
+    ema_loss = _numeric(ema_loss, "ema_loss").astype(dt)
     for name, a in (("pseudo", pseudo), ("surrogate", surrogate)):
         if a.shape != logits.shape:
             raise TypeError(
@@ -170,10 +171,10 @@ def sample_weights(
     is exactly 1. Jitted; differentiable in the weighter's parameters.
 
     Raises:
-      TypeError: ``features`` not ``[B, F]``.
+      TypeError: ``features`` not a real ``[B, F]`` array (a string included).
       ValueError: ``temperature <= 0``.
     """
-    features = jnp.asarray(features)
+    features = _validate.real_array(features, name="features")
     _validate.ndim(features, 2, name="features")
     features = _validate.guard_positive(features, temperature, name="temperature")
     return _weights_core(weighter, features, jnp.asarray(temperature, features.dtype))
@@ -200,12 +201,13 @@ def residual_scores(
     (std + 1e-6)`` over the batch. Jitted.
 
     Raises:
-      TypeError: Train or validation pairs of different shapes, or H, W that differ.
+      TypeError: Train or validation pairs of different shapes, or H, W that differ; a
+        non-numeric input (a string included).
     """
     pt = _check_image(prob_train, "prob_train")
     pv = _check_image(prob_val, "prob_val")
-    yt = jnp.asarray(pseudo_train).astype(pt.dtype)
-    yv = jnp.asarray(pseudo_val).astype(pt.dtype)
+    yt = _numeric(pseudo_train, "pseudo_train").astype(pt.dtype)
+    yv = _numeric(pseudo_val, "pseudo_val").astype(pt.dtype)
     if yt.shape != pt.shape or yv.shape != pv.shape or pt.shape[1:] != pv.shape[1:] or pt.ndim != 3:
         raise TypeError(
             "`prob_train`/`pseudo_train` [B, H, W] and `prob_val`/`pseudo_val` [V, H, W] must "
@@ -214,14 +216,29 @@ def residual_scores(
     return _residual_core(pt, yt, pv.astype(pt.dtype), yv)
 
 
+def _per_sample(loss_fn, params, batch, name):
+    """``loss_fn(params, batch)``, checked at trace time to be ``[B]`` (``batch``'s size)."""
+    n = jax.tree.leaves(batch)[0].shape[0]
+    loss = loss_fn(params, batch)
+    if jnp.shape(loss) != (n,):
+        raise TypeError(
+            f"`loss_fn` must return one loss per sample of `{name}`, shape ({n},) (the "
+            f"leading axis of its leaves), got {jnp.shape(loss)}."
+        )
+    return loss
+
+
 @functools.partial(jax.jit, static_argnames=("loss_fn",))
 def _grad_dot_core(params, train_batch, val_batch, lr, *, loss_fn):
     n = jax.tree.leaves(train_batch)[0].shape[0]
 
     def val_after(a):
-        g = jax.grad(lambda p: jnp.mean(a * loss_fn(p, train_batch)))(params)
+        def train_loss(p):
+            return jnp.mean(a * _per_sample(loss_fn, p, train_batch, "train_batch"))
+
+        g = jax.grad(train_loss)(params)
         new = jax.tree.map(lambda p, gg: p - lr * gg, params, g)
-        return jnp.mean(loss_fn(new, val_batch))
+        return jnp.mean(_per_sample(loss_fn, new, val_batch, "val_batch"))
 
     ones = jnp.ones((n,), jax.tree.leaves(params)[0].dtype)
     return -jax.grad(val_after)(ones)
@@ -242,10 +259,20 @@ def grad_dot_scores(
     ``(lr / B) <grad l_i, grad L_val>``). ``loss_fn(params, batch)`` returns the
     per-sample losses ``[B]``; the batches are pytrees with a leading batch axis. Jitted
     with ``loss_fn`` static (pass the same function object to hit the cache).
+    ``params`` is passed through to ``loss_fn`` (any shapes: its business); its leaves
+    must be floating arrays.
 
     Raises:
+      TypeError: A leaf of ``params`` not floating or a batch leaf not a numeric array
+        (a string included); a batch leaf without a leading axis or of another batch
+        size than its siblings; ``loss_fn`` not returning shape ``[B]`` for a batch of
+        ``B`` samples.
       ValueError: ``lr <= 0``.
     """
+    if not _validate.leaves(params, name="params", inexact=True):  # differentiated
+        raise TypeError(f"`params` must hold at least one floating array, got {params!r:.80}.")
+    _validate.leaves(train_batch, name="train_batch", batch=True)
+    _validate.leaves(val_batch, name="val_batch", batch=True)
     _validate.real_scalar(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
     lr_ = _validate.guard_positive(
@@ -266,9 +293,10 @@ def weighter_loss(
 
     Raises ValueError (traced: under ``jit``) for a NaN or infinite ``scale``.
     """
+    scores = _validate.real_array(scores, name="scores")  # a string names `scores`
     a = sample_weights(weighter, features, temperature=temperature)
     a = _validate.guard_finite(a, scale, name="scale")
-    scores = jnp.asarray(scores).astype(a.dtype)
+    scores = scores.astype(a.dtype)
     if scores.shape != a.shape:
         raise TypeError(f"`scores` must have shape {a.shape}, got {scores.shape}.")
     return -scale * jnp.mean(a * scores)

@@ -60,12 +60,21 @@ _diffusivity_jit = jax.jit(jnp.vectorize(_diffusivity_core, signature="(h,w),(),
 
 
 def _check_image(image, name: str = "image") -> Array:
+    _validate.floating(image, name=name)  # before jnp.asarray: a string names `name`
     image = jnp.asarray(image)
-    _validate.floating(image, name=name)
     _validate.min_ndim(image, 2, name=name)
     if image.shape[-1] < 2 or image.shape[-2] < 2:
         raise TypeError(f"`{name}` must have H, W >= 2 in its last two axes, got {image.shape}.")
     return image
+
+
+def _numeric(x, name: str) -> Array:
+    """``jnp.asarray(x)`` of a bool, integer or floating array (a 0/1 mask, a target).
+
+    A string, ``None`` or another non-numeric value is a ``TypeError`` naming ``name``.
+    """
+    _validate.numeric(**{name: x})
+    return jnp.asarray(x)
 
 
 def diffusivity(
@@ -83,7 +92,8 @@ def diffusivity(
     min-max normalises). ``0 < D <= d0`` everywhere. Jitted like jax.numpy.
 
     Args:
-      image: Grey images ``[..., H, W]`` (floating, H, W >= 2).
+      image: Grey images ``[..., H, W]`` (floating, H, W >= 2); any leading batch axes
+        (one ``[H, W]`` image included), each image diffused on its own.
       d0: Peak diffusivity, > 0 (traced).
       beta: Edge-stopping strength, >= 0 (traced).
       alpha: Gradient vs local-texture mix in [0, 1] (traced).
@@ -92,7 +102,7 @@ def diffusivity(
       ``D`` with the shape and dtype of ``image``.
 
     Raises:
-      TypeError: ``image`` not floating, rank < 2 or H or W < 2.
+      TypeError: ``image`` not floating (a string included), rank < 2 or H or W < 2.
       ValueError: ``d0 <= 0``, ``beta < 0`` or ``alpha`` outside [0, 1] (NaN too).
     """
     image = _check_image(image)
@@ -219,13 +229,14 @@ def fokker_planck(
       The density at ``time`` (shape and dtype of ``u0``).
 
     Raises:
-      TypeError: Non-floating or mismatched shapes, ``substeps`` not an int.
+      TypeError: Non-floating ``u0`` or ``d`` (a string included), mismatched shapes,
+        ``substeps`` not an int.
       ValueError: ``substeps < 1``, ``time < 0``, negative or non-finite ``d``, or
         (at run time) ``substeps`` too small for the stability bound.
     """
     u0 = _check_image(u0, "u0")
+    _validate.floating(d, name="d")  # before jnp.asarray: a string names `d`
     d = jnp.asarray(d)
-    _validate.floating(d, name="d")
     if d.shape != u0.shape:
         raise TypeError(f"`d` must have the shape of `u0` {u0.shape}, got {d.shape}.")
     if velocity is None:
@@ -342,7 +353,8 @@ def particle_diffuse(
       ``[..., K, H, W]`` occupation fractions, dtype of ``d``.
 
     Raises:
-      TypeError: Wrong ranks or shapes, non-int sizes.
+      TypeError: Wrong ranks or shapes, non-int sizes, a non-floating ``d`` or
+        non-real ``points`` (a string included).
       ValueError: Sizes < 1, ``time < 0``, negative ``d``, a NaN/inf point.
     """
     _validate.is_key(key)
@@ -355,7 +367,7 @@ def particle_diffuse(
         raise TypeError(
             f"`velocity` must have shape {(*lead, 2, *d.shape[-2:])}, got {velocity.shape}."
         )
-    points = jnp.asarray(points)
+    points = _validate.real_array(points, name="points")
     if points.ndim != len(lead) + 2 or points.shape[-1] != 2 or points.shape[:-2] != lead:
         raise TypeError(f"`points` must have shape [*{lead}, K, 2], got {points.shape}.")
     points = _validate.all_finite(points, name="points")  # NaN: particles from a border pixel

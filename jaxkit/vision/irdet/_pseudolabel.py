@@ -85,13 +85,14 @@ def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> 
     (spec pitfall: fall back to 0.5, never a NaN). Jitted (``bins`` static).
 
     Raises:
-      TypeError: Non-floating ``values`` or ``weights`` of another shape.
+      TypeError: Non-floating ``values``, non-numeric ``weights`` (a string included) or
+        ``weights`` of another shape.
       ValueError: ``bins < 2``; NaN/inf values or weights, negative weights (traced:
         under ``jit``).
     """
+    _validate.floating(values, name="values")  # before jnp.asarray: a string names it
     values = jnp.asarray(values)
-    _validate.floating(values, name="values")
-    weights = jnp.asarray(weights)
+    weights = dif._numeric(weights, "weights")
     if weights.shape != values.shape:
         raise TypeError(
             f"`weights` must have the shape of `values` {values.shape}, got {weights.shape}."
@@ -156,7 +157,8 @@ def _pseudo_core(image, points, valid, *hp, box, substeps, per_image):
 
 
 def _check_points(image, points, valid):
-    points = jnp.asarray(points)
+    points = _validate.real_array(points, name="points")  # a string names `points`
+    _validate.boolean(valid, name="valid")
     valid = jnp.asarray(valid)
     if points.ndim < 2 or points.shape[-1] != 2 or points.shape[:-2] != image.shape[:-2]:
         raise TypeError(
@@ -272,7 +274,8 @@ def pseudo_mask(
       :class:`PseudoMask` ``(score, mask, threshold)``.
 
     Raises:
-      TypeError: Non-floating image, rank < 2, mismatched ``points``/``valid``.
+      TypeError: Non-floating image, rank < 2, non-real ``points``, non-bool ``valid``
+        (a string included), mismatched ``points``/``valid``.
       ValueError: Out-of-range parameters, even or small ``box``, a bad
         ``value_range``, ``substeps`` too small for the stability bound, a NaN/inf
         valid point.
@@ -343,16 +346,15 @@ def disk_mask(
     radius: Real[ArrayLike, "..."] = 2.0,
 ) -> Bool[Array, "..."]:
     """The disk-expansion baseline: pixels within ``radius`` of a (rounded) point."""
-    points = jnp.asarray(points)
-    _validate.floating(points, name="points")
-    valid = jnp.asarray(valid)
+    _validate.floating(points, name="points")  # before jnp.asarray: a string names it
+    _validate.boolean(valid, name="valid")
+    points, valid = jnp.asarray(points), jnp.asarray(valid)
     if points.ndim < 2 or points.shape[-1] != 2 or valid.shape != points.shape[:-1]:
         raise TypeError(
             f"`points` [..., K, 2] and `valid` [..., K] must agree, got {points.shape} "
             f"and {valid.shape}."
         )
     hw = tuple(_validate.python_int(s, name="hw", minimum=1) for s in hw)
-    _validate.boolean(valid, name="valid")
     points = _validate.all_finite(points, name="points")
     out = _disk_core(points, valid, jnp.asarray(radius, points.dtype), hw=hw)
     return _validate.guard_non_negative(out, radius, name="radius")
@@ -422,10 +424,12 @@ def point_priors(
     (<= 9 Point, <= 81 Spot, else Extended). Jitted (``box`` static).
 
     Raises:
-      TypeError: Non-floating image or mismatched points.
+      TypeError: Non-floating image, non-real points (a string included) or mismatched
+        points.
       ValueError: ``box`` even or < 3, a NaN/inf point.
     """
     image = dif._check_image(image)
+    _validate.real_scalar(points, name="points")  # before jnp.shape: a string names it
     points, _ = _check_points(image, points, jnp.ones(jnp.shape(points)[:-1], bool))
     box = _validate.python_int(box, name="box", minimum=3)
     if box % 2 == 0:

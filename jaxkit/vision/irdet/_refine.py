@@ -22,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit import nn as jnn
-from jaxkit.vision.irdet._diffusion import _box_mean, _check_image
+from jaxkit.vision.irdet._diffusion import _box_mean, _check_image, _numeric
 
 STEP = 0.15  # the repo's explicit surrogate step size
 
@@ -45,8 +45,8 @@ def phi_from_u(u: Float[ArrayLike, "..."]) -> Phi:
     Raises:
       TypeError: ``u`` not a floating array whose last axis has 4 entries.
     """
+    _validate.floating(u, name="u")  # before jnp.asarray: a string names `u`
     u = jnp.asarray(u)
-    _validate.floating(u, name="u")
     if u.ndim < 1 or u.shape[-1] != 4:
         raise TypeError(f"`u` must have a last axis of size 4, got shape {u.shape}.")
     t = jnp.tanh(u)
@@ -145,7 +145,8 @@ def surrogate_refine(
     after the steps.
 
     Args:
-      prob: Probabilities ``[..., H, W]`` in [0, 1].
+      prob: Probabilities ``[..., H, W]`` in [0, 1]; any leading batch axes (one
+        ``[H, W]`` map included), each map refined on its own.
       d0: Peak diffusivity, >= 0.
       beta: Edge-stopping strength, >= 0.
       rho: Weight of the diffused map in [0, 1].
@@ -154,7 +155,7 @@ def surrogate_refine(
       logits: Return the pre-sigmoid map (for a NaN-safe BCE) instead of ``M``.
 
     Raises:
-      TypeError: Non-floating ``prob`` or rank < 2.
+      TypeError: Non-floating ``prob`` (a string included) or rank < 2.
       ValueError: Out-of-range parameters (NaN included).
     """
     prob = _check_image(prob, "prob")
@@ -173,7 +174,7 @@ def surrogate_refine(
 def _image_pair(image, other, name: str, other_name: str) -> tuple[Array, Array]:
     """``image`` checked (:func:`_check_image`) and ``other`` cast to its dtype, same shape."""
     image = _check_image(image, name)
-    other = jnp.asarray(other).astype(image.dtype)
+    other = _numeric(other, other_name).astype(image.dtype)
     if other.shape != image.shape:
         raise TypeError(
             f"`{other_name}` must have the shape of `{name}` {image.shape}, got {other.shape}."
@@ -200,12 +201,23 @@ def phi_loss(
     the repo). Differentiate with respect to ``u`` and step it with an optax optimizer
     (the repo: AdamW, lr 1e-2). Not jitted itself (call it inside your jitted step).
 
+    Args:
+      u: The unconstrained parameters, shape ``[4]`` (:func:`phi_from_u`); one ``phi``
+        for every image.
+      prob_val: Validation probabilities ``[..., H, W]``; any leading batch axes (one
+        ``[H, W]`` map included), the loss averages over all of them.
+      pseudo_val: Validation pseudo-masks, the shape of ``prob_val``.
+      pred_weight: Weight of the BCE against ``prob_val``, >= 0.
+
     Raises:
-      TypeError: Shapes of ``prob_val`` and ``pseudo_val`` differ.
+      TypeError: ``u`` not a real array of shape ``[4]``, ``prob_val`` not floating,
+        ``pseudo_val`` not numeric (a string included), or their shapes differ.
       ValueError: ``pred_weight`` not finite and >= 0 (traced: under ``jit``).
     """
     prob_val, pseudo_val = _image_pair(prob_val, pseudo_val, "prob_val", "pseudo_val")
     prob_val = _validate.guard_non_negative(prob_val, pred_weight, name="pred_weight")
+    _validate.real_scalar(u, name="u")  # before jnp.asarray: a string names `u`
+    _validate.shape(u, (4,), name="u")  # one phi: a batch of them would broadcast silently
     ph = phi_from_u(jnp.asarray(u).astype(prob_val.dtype))
     z = _refine_core(prob_val, ph.d0, ph.beta, ph.rho, ph.alpha, steps=3)
     loss = _bce_logits(z, pseudo_val) + pred_weight * _bce_logits(z, prob_val)
@@ -220,7 +232,8 @@ def soft_iou_loss(
     ``s = sigmoid(logits)``; reduces the last two axes (H, W); the +1 keeps empty targets finite.
 
     Raises:
-      TypeError: Shapes differ or rank < 2.
+      TypeError: Shapes differ, rank < 2, non-floating ``logits`` or non-numeric
+        ``target`` (a string included).
       ValueError: ``target`` outside ``[0, 1]`` or NaN (traced: under ``jit``).
     """
     logits, target = _image_pair(logits, target, "logits", "target")

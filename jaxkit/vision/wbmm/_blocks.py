@@ -35,11 +35,6 @@ def check_window(window) -> tuple[int, int]:
     return tuple(_validate.python_int(w, name="window", minimum=1) for w in pair)
 
 
-def check_implementation(implementation) -> None:
-    """``implementation`` is one the kernel dispatch accepts; TypeError / ValueError naming it."""
-    _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
-
-
 def check_mixer(mixer) -> None:
     """``mixer`` is ``"W"``, ``"D"``, ``"M"`` or an odd int >= 1.
 
@@ -96,20 +91,20 @@ class WBMM(eqx.Module):
         if key is not None:
             _validate.is_key(key)
         self.window = check_window(window)
-        check_implementation(implementation)
+        _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
         if table is None:
             if key is None:
                 raise ValueError("`key` is required when no `table` is given.")
             table = trunc_normal(key, (channels, table_size(self.window)))
         self.table = table
-        _validate.flags(residual=residual)
+        residual = _validate.flag(residual, name="residual")
         if isinstance(bias, bool | np.bool_):
             self.bias = jnp.zeros((channels,)) if bias else None
         else:
             if bias is not None:  # a bias array; a string such as "no" is neither
                 _validate.real_scalar(bias, name="bias")
             self.bias = bias
-        self.residual, self.implementation = bool(residual), implementation
+        self.residual, self.implementation = residual, implementation
 
     def __call__(self, x: Float[ArrayLike, "B H W C"]) -> Float[Array, "B H W C"]:
         return windowed_matmul(
@@ -149,7 +144,7 @@ class MultiKernelWBMM(eqx.Module):
         _validate.is_key(key)
         check_window(window)
         check_momentum(bn_momentum, name="bn_momentum")
-        check_implementation(implementation)
+        _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
         k1, k2, k3 = jax.random.split(key, 3)
         self.wbmm = WBMM(channels, window=window, implementation=implementation, key=k1)
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
@@ -202,7 +197,7 @@ class WBMMBlock(eqx.Module):
         _validate.is_key(key)
         check_window(window)
         check_mixer(mixer)
-        check_implementation(implementation)
+        _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
         ffn_ratio = _validate.python_int(ffn_ratio, name="ffn_ratio", minimum=1)
         check_block_scalars(
             layer_scale_init=layer_scale_init, bn_momentum=bn_momentum, drop_path=drop_path

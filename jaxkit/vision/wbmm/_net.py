@@ -8,11 +8,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit.kernels import IMPLEMENTATIONS
 from jaxkit.vision.wbmm._blocks import (
     Token,
     WBMMBlock,
     check_block_scalars,
-    check_implementation,
     check_window,
 )
 from jaxkit.vision.wbmm._parts import (
@@ -82,7 +82,7 @@ class WBMMNet(eqx.Module):
         in_channels = _validate.python_int(in_channels, name="in_channels", minimum=1)
         num_classes = _validate.python_int(num_classes, name="num_classes", minimum=1)
         check_window(window)
-        check_implementation(implementation)
+        _validate.one_of(IMPLEMENTATIONS, implementation=implementation)
         check_block_scalars(
             layer_scale_init=layer_scale_init,
             bn_momentum=bn_momentum,

@@ -66,8 +66,8 @@ def fold_bn_into_table(
     for name, v in (("scale", scale), ("shift", shift), ("bias", bias)):
         if v is not None:
             _validate.shape(v, (c,), name=name)
-    _validate.flags(residual=residual)
-    return _fold_table(table, bias, scale, shift, window=pair, residual=bool(residual))
+    residual = _validate.flag(residual, name="residual")
+    return _fold_table(table, bias, scale, shift, window=pair, residual=residual)
 
 
 @functools.partial(jax.jit, static_argnames=("window", "residual"))

@@ -1,0 +1,139 @@
+"""The array sweep: every array argument a public function's recipe passes it.
+
+The keyword sweep (``tests/keywords.py``) probes keyword arguments with Python values. This
+one probes the *array arguments* (positional or keyword) of the same recipes: for every
+argument that the recipe's valid call binds to an array of rank >= 1 (a NumPy or JAX array;
+a pytree of parameters is not one),
+
+* the string ``"abc"`` in its place must raise a ``TypeError`` naming the argument in
+  backticks (JAX's own error for a string names no argument, and under ``jit`` it names a
+  private function);
+* the array with one more axis (``a[None]``) and with one fewer (``a[0]``) must raise a
+  ``TypeError`` or ``ValueError`` naming, in backticks, the argument or another argument of
+  the function (a mismatch between two arguments may name either side), or be accepted
+  where the area's ``ANY_RANK`` lists ``"path:argument"`` with the reason (leading batch
+  axes, any rank by design); a listed argument's rank probes are not run (the conformance
+  suite's ``vmap`` checks are the batch axes' test).
+
+The probe reaches the function through its recipe: a ``functools.partial`` recipe's bound
+arguments are replaced directly; any other recipe runs with the public function patched in
+its module for the call (so a recipe must call it through its module, as ``soft.sort(...)``
+does). ``tests/test_keywords.py`` runs :func:`sweep_arrays` on every recipe in the slow tier,
+after the keyword sweep (one test per recipe, so the recipe's compiled call is shared).
+"""
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from tests.conformance import without_jaxtyping
+from tests.keywords import _run
+
+STRING = "abc"
+
+
+def _is_array(v: Any) -> bool:
+    return isinstance(v, np.ndarray | jax.Array) and np.ndim(v) >= 1
+
+
+def _call_with(
+    path: str, call: Callable[..., Any], change: Callable[[dict[str, Any]], None]
+) -> tuple[BaseException | None, dict[str, Any] | None]:
+    """Run the recipe with ``change`` applied to the function's bound arguments.
+
+    Returns ``(error, arguments)``: ``arguments`` the bound arguments seen (before the
+    change), or ``None`` where the recipe never reached the function.
+    """
+    module, _, name = path.rpartition(".")
+    mod = importlib.import_module(module)
+    fn = getattr(mod, name)
+    sig = inspect.signature(fn)
+    seen: dict[str, Any] = {}
+    entered = [False]
+
+    def bound_call(target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if entered[0]:  # only the recipe's first call: not the library's calls inside it
+            return target(*args, **kwargs)
+        entered[0] = True
+        try:
+            b = sig.bind(*args, **kwargs)
+        except TypeError:  # the function's own error for a bad call
+            return target(*args, **kwargs)
+        seen.update(b.arguments)
+        change(b.arguments)
+        return target(*b.args, **b.kwargs)
+
+    if isinstance(call, functools.partial) and call.func is fn:
+        recipe = functools.partial(bound_call, fn, *call.args, **call.keywords)
+        with without_jaxtyping():
+            return _run(recipe), (dict(seen) or None)
+    setattr(mod, name, functools.partial(bound_call, fn))
+    try:
+        with without_jaxtyping():
+            err = _run(call)
+    finally:
+        setattr(mod, name, fn)
+    return err, (dict(seen) or None)
+
+
+def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
+    """The recipe's array arguments of the function (name -> value); None if unreached."""
+    err, seen = _call_with(path, call, lambda _: None)
+    if err is not None:
+        raise AssertionError(f"{path}: the recipe raised {type(err).__name__}: {err}")
+    if seen is None:
+        return None
+    return {n: v for n, v in seen.items() if _is_array(v)}
+
+
+def sweep_arrays(path: str, call: Callable[..., Any], any_rank: dict[str, str]) -> list[str]:
+    """Sweep one recipe's array arguments; the failures, one line each."""
+    arrays = array_arguments(path, call)
+    if arrays is None:
+        return [f"{path}: the recipe does not call the function through its module"]
+    fn = getattr(importlib.import_module(path.rpartition(".")[0]), path.rpartition(".")[2])
+    params = list(inspect.signature(fn).parameters)
+    failures = []
+    for name, a in arrays.items():
+        probes: list[tuple[str, Any]] = [("a string", STRING)]
+        if f"{path}:{name}" not in any_rank:
+            probes += [("one more axis", a[None]), ("one fewer axis", a[0])]
+        for what, bad in probes:
+
+            def change(args: dict[str, Any], name: str = name, bad: Any = bad) -> None:
+                args[name] = bad
+
+            e, _ = _call_with(path, call, change)
+            msg = "" if e is None else str(e)
+            if what == "a string":
+                if not isinstance(e, TypeError) or f"`{name}`" not in msg:
+                    got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
+                    failures.append(f"{path}: `{name}` {what}: not a TypeError naming it ({got})")
+                continue
+            if e is None:
+                failures.append(
+                    f"{path}: `{name}` with {what} ({np.shape(bad)}) was accepted; raise a "
+                    f"TypeError naming it, or list `{path}:{name}` in ANY_RANK with the reason"
+                )
+            elif not isinstance(e, TypeError | ValueError) or not any(
+                f"`{p}`" in msg for p in params
+            ):
+                failures.append(
+                    f"{path}: `{name}` with {what} ({np.shape(bad)}) raised "
+                    f"{type(e).__name__} naming no argument: {msg[:160]}"
+                )
+    return failures
+
+
+def any_rank_of(area: str) -> dict[str, str]:
+    """``ANY_RANK`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+    try:
+        mod = importlib.import_module(f"tests.{area}.keywords")
+    except ModuleNotFoundError:
+        return {}
+    return dict(getattr(mod, "ANY_RANK", {}))
