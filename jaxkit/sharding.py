@@ -128,7 +128,8 @@ def gather_sharded(x: jax.Array) -> jax.Array:
     batch axis, all pairs of a batch): under an ``AxisType.Explicit`` mesh jax refuses
     them on a sharded axis. Under ``Auto`` axes or outside a mesh this is the identity.
     Unlike :func:`replicate` it is traceable (``jax.sharding.reshard``), so library
-    functions may call it inside ``jit``.
+    functions may call it inside ``jit``. ``x`` may have any shape (a string: a
+    ``TypeError`` naming ``x``).
     """
     spec = explicit_spec(x)
     if spec is not None and any(a is not None for a in spec):
@@ -140,9 +141,14 @@ def explicit_spec(x: jax.Array) -> jax.sharding.PartitionSpec | None:
     """``x``'s ``PartitionSpec`` when its mesh has an ``Explicit`` axis, else ``None``.
 
     Traceable: what an ``out_sharding=`` argument (a gather or scatter under an
-    Explicit mesh) or :func:`gather_sharded` needs to know about an operand.
+    Explicit mesh) or :func:`gather_sharded` needs to know about an operand. ``x`` may
+    have any shape; what JAX cannot type (a string) is a ``TypeError`` naming ``x``.
     """
-    sh = getattr(jax.typeof(x), "sharding", None)
+    try:
+        aval = jax.typeof(x)
+    except TypeError:
+        raise TypeError(f"`x` must be an array, got {type(x).__name__} {x!r:.80}.") from None
+    sh = getattr(aval, "sharding", None)
     mesh = getattr(sh, "mesh", None)
     explicit = mesh is not None and any(
         t == jax.sharding.AxisType.Explicit for t in getattr(mesh, "axis_types", ())

@@ -19,7 +19,9 @@ The probe reaches the function through its recipe: a ``functools.partial`` recip
 arguments are replaced directly; any other recipe runs with the public function patched in
 its module for the call (so a recipe must call it through its module, as ``soft.sort(...)``
 does). ``tests/test_keywords.py`` runs :func:`sweep_arrays` on every recipe in the slow tier,
-after the keyword sweep (one test per recipe, so the recipe's compiled call is shared).
+with the keyword sweep (one test per recipe, so the recipe's plain call is shared), and
+checks in the default tier that every public function with an array parameter (an annotation
+naming ``Array``) has a recipe, or a reason in the area's ``NO_RECIPE``.
 """
 
 import functools
@@ -130,10 +132,40 @@ def sweep_arrays(path: str, call: Callable[..., Any], any_rank: dict[str, str]) 
     return failures
 
 
-def any_rank_of(area: str) -> dict[str, str]:
-    """``ANY_RANK`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+def _area_dict(area: str, name: str) -> dict[str, str]:
     try:
         mod = importlib.import_module(f"tests.{area}.keywords")
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as e:
+        if e.name not in (f"tests.{area}", f"tests.{area}.keywords"):
+            raise
         return {}
-    return dict(getattr(mod, "ANY_RANK", {}))
+    return dict(getattr(mod, name, {}))
+
+
+def any_rank_of(area: str) -> dict[str, str]:
+    """``ANY_RANK`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+    return _area_dict(area, "ANY_RANK")
+
+
+def no_recipe_of(area: str) -> dict[str, str]:
+    """``NO_RECIPE`` of ``tests/<area>/keywords.py``: public path -> why it has no recipe."""
+    return _area_dict(area, "NO_RECIPE")
+
+
+def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:
+    """The area's public functions (not classes) with an array parameter -> their paths.
+
+    An array parameter is one whose annotation names ``Array`` (``Float[Array, "n"]``,
+    ``ArrayLike``): each such function needs a recipe (or a ``NO_RECIPE`` reason), so that
+    the sweep reaches its array arguments.
+    """
+    from tests.keywords import public_functions
+
+    out: dict[Callable[..., Any], list[str]] = {}
+    for path, fn in public_functions(area).items():
+        if inspect.isclass(fn):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        if any("Array" in str(p.annotation) for p in params):
+            out.setdefault(fn, []).append(path)
+    return out

@@ -77,6 +77,31 @@ def test_every_swept_keyword_has_a_recipe(area):
         assert reason.strip(), f"tests/{area}/keywords.py EXEMPT: {entry} gives no reason"
 
 
+@pytest.mark.parametrize("area", AREAS)
+def test_every_array_function_has_a_recipe(area):
+    recipes, no_recipe = K.recipes_of(area)[0], A.no_recipe_of(area)
+    missing = [
+        paths[0]
+        for paths in A.array_functions(area).values()
+        if not any(p in recipes or p in no_recipe for p in paths)
+    ]
+    assert not missing, (
+        f"public functions of `{area}` with an array parameter and no recipe in "
+        f"tests/{area}/keywords.py (the array sweep, tests/arrays.py): {missing}"
+    )
+    public = K.public_functions(area)
+    for path, reason in no_recipe.items():
+        assert path in public, f"tests/{area}/keywords.py NO_RECIPE: {path} is not public"
+        assert reason.strip(), f"tests/{area}/keywords.py NO_RECIPE: {path} gives no reason"
+        assert path not in recipes, f"tests/{area}/keywords.py: {path} has a recipe too"
+    for entry, reason in A.any_rank_of(area).items():
+        path, _, arg = entry.partition(":")
+        assert path in recipes, f"tests/{area}/keywords.py ANY_RANK: {path} has no recipe"
+        params = inspect.signature(public[path]).parameters
+        assert arg in params, f"tests/{area}/keywords.py ANY_RANK: {entry}: no argument {arg}"
+        assert reason.strip(), f"tests/{area}/keywords.py ANY_RANK: {entry} gives no reason"
+
+
 # The machinery's own test: functions it must fail and one it must pass.
 def converts(x, *, alpha: float = 0.5):
     return x * jnp.asarray(alpha, jnp.float32)

@@ -72,6 +72,7 @@ def forgetting_update(
     if not isinstance(state, ForgettingState):
         raise TypeError(f"`state` must be a ForgettingState, got {type(state).__name__}.")
     n = state.count.shape[0]
+    V.numeric(correct=correct)  # before jnp.asarray: a str names the argument
     correct = jnp.asarray(correct)
     V.ndim(correct, 1, name="correct")
     if correct.dtype != jnp.bool_:
@@ -79,8 +80,8 @@ def forgetting_update(
     if idx is None:
         V.shape(correct, (n,), name="correct")
     else:
-        idx = jnp.asarray(idx)
         V.integer(idx, name="idx")
+        idx = jnp.asarray(idx)
         V.shape(idx, correct.shape, name="idx")
         s = jnp.sort(idx)
         bad = jnp.any((idx < 0) | (idx >= n)) | jnp.any(s[1:] == s[:-1])

@@ -49,11 +49,13 @@ def normalize_weights(
     ``raw`` must be > 0 (a meta-network's sigmoid output); a non-positive, NaN or
     infinite entry raises (so does one of ``class_w``). Jitted (``axis_name`` static).
     """
+    V.numeric(raw=raw)  # before jnp.asarray: a str names the argument
     raw = jnp.asarray(raw)
     V.ndim(raw, 1, name="raw")
     V.floating(raw, name="raw")
     V.nonempty(raw, name="raw")  # weights of mean 1 over no example
     if class_w is not None:
+        V.numeric(class_w=class_w)
         class_w = jnp.asarray(class_w)
         V.ndim(class_w, 1, name="class_w")
         V.floating(class_w, name="class_w")
@@ -97,6 +99,7 @@ def gsnr(samples: Float[ArrayLike, "k p"]) -> GSNR:
     with the batch size (the per-example GSNR is ``aggregate / B`` for a fixed
     validation batch). A zero-variance parameter gives ``inf``. Jitted; ``K >= 2``.
     """
+    V.numeric(samples=samples)  # before jnp.asarray: a str names the argument
     samples = jnp.asarray(samples)
     V.ndim(samples, 2, name="samples")
     V.floating(samples, name="samples")

@@ -71,6 +71,7 @@ def topological_reorder(
     """
     _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
     _validate.integer(positions, name="positions")
+    _validate.boolean(is_masked, name="is_masked")
     tokens, positions, is_masked = (
         jnp.asarray(tokens),
         jnp.asarray(positions),
@@ -78,8 +79,6 @@ def topological_reorder(
     )
     _validate.min_ndim(tokens, 1, name="tokens")
     _validate.same_shape(tokens=tokens, positions=positions, is_masked=is_masked)
-    if is_masked.dtype != jnp.bool_:
-        raise TypeError(f"`is_masked` must be a boolean array, got dtype {is_masked.dtype}.")
     mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
     return _topological_reorder(tokens, positions, is_masked, mask_token_id=mask_token_id)
 
@@ -107,9 +106,8 @@ def commit_count(filled: Bool[ArrayLike, "*b W"]) -> Array:
     References:
       WeDLM (ICML 2026), Algorithm 1 (commit of the leftmost filled run).
     """
+    _validate.boolean(filled, name="filled")  # before jnp.asarray: a str names the argument
     filled = jnp.asarray(filled)
-    if filled.dtype != jnp.bool_:
-        raise TypeError(f"`filled` must be a boolean array, got dtype {filled.dtype}.")
     _validate.min_ndim(filled, 1, name="filled")
     return _commit_count(filled)
 
@@ -134,10 +132,9 @@ def window_order(filled: Bool[ArrayLike, "*b W"], valid: Bool[ArrayLike, "*b W"]
     References:
       WeDLM (ICML 2026), Algorithm 1 step 1 (``perm = stable_argsort(~filled)``).
     """
+    _validate.boolean(filled, name="filled")  # before jnp.asarray: a str names the argument
+    _validate.boolean(valid, name="valid")
     filled, valid = jnp.asarray(filled), jnp.asarray(valid)
-    for name, a in (("filled", filled), ("valid", valid)):
-        if a.dtype != jnp.bool_:
-            raise TypeError(f"`{name}` must be a boolean array, got dtype {a.dtype}.")
     _validate.min_ndim(filled, 1, name="filled")
     _validate.same_shape(filled=filled, valid=valid)
     return _window_order(filled, valid)

@@ -14,11 +14,14 @@ from jaxkit._typing import RealScalarLike
 def token_entropy(logits: Float[ArrayLike, "*b V"]) -> Array:
     """Entropy in nats of ``softmax(logits)`` along the last axis, in float32.
 
+    ``logits`` is ``[..., V]``: any leading batch axes (the result has them).
+
     Jitted like jax.numpy (module level).
 
     Raises:
       TypeError: non-floating ``logits``, or no vocabulary axis (rank 0 or ``V = 0``).
     """
+    _validate.floating(logits, name="logits")  # before jnp.asarray: a str names the argument
     logits = jnp.asarray(logits)
     _check_logits(logits, rank=None)
     return _token_entropy(logits)
@@ -79,11 +82,11 @@ def select_by_entropy(
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
       Algorithm 1 and ``wedlm/engine/sampler.py``.
     """
+    _validate.floating(logits, name="logits")  # before jnp.asarray: a str names the argument
+    _validate.boolean(selectable, name="selectable")
     logits, selectable = jnp.asarray(logits), jnp.asarray(selectable)
     _check_logits(logits, rank=3)
     _validate.shape(selectable, logits.shape[:2], name="selectable")
-    if selectable.dtype != jnp.bool_:
-        raise TypeError(f"`selectable` must be a boolean array, got dtype {selectable.dtype}.")
     _validate.real_scalar(pos_penalty, name="pos_penalty")
     _validate.finite_scalar(pos_penalty=pos_penalty)
     logits = _validate.all_finite(logits, name="logits")  # NaN logits: no silent choice

@@ -123,12 +123,14 @@ def positions_and_mask(tokens: Array, valid: Array) -> tuple[Array, Array]:
 def subs_log_probs(logits: Array, mask_id: int) -> Array:
     """Log-probabilities over the vocabulary with the ``[MASK]`` entry at ``-inf`` (SUBS).
 
+    ``logits`` is ``[..., V]`` (any leading batch axes), normalised along its last axis.
+
     Raises:
-      TypeError: non-float ``logits``; a ``mask_id`` that is not an int.
+      TypeError: non-float ``logits`` (a string too); a ``mask_id`` that is not an int.
       ValueError: ``mask_id`` outside ``[0, V)``.
     """
+    _validate.floating(logits, name="logits")  # before jnp.asarray: a str names the argument
     logits = jnp.asarray(logits)
-    _validate.floating(logits, name="logits")
     _validate.min_ndim(logits, 1, name="logits")
     _validate.python_int(mask_id, name="mask_id", minimum=0)
     if mask_id >= logits.shape[-1]:

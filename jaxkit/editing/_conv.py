@@ -59,6 +59,7 @@ def conv_patches(
 
 def conv_weight_to_linear(w: Float[ArrayLike, "O C kh kw"]) -> Float[Array, "ckk O"]:
     """An OIHW kernel as the ``[C * kh * kw, O]`` matrix acting on :func:`conv_patches` rows."""
+    _validate.numeric(w=w)  # before jnp.asarray: a str names the argument
     w = jnp.asarray(w)
     _validate.ndim(w, 4, name="w")
     return w.reshape(w.shape[0], -1).T
@@ -66,6 +67,7 @@ def conv_weight_to_linear(w: Float[ArrayLike, "O C kh kw"]) -> Float[Array, "ckk
 
 def linear_to_conv_weight(m: Float[ArrayLike, "ckk O"], shape: tuple[int, ...]) -> Array:
     """Inverse of :func:`conv_weight_to_linear` for an OIHW ``shape``."""
+    _validate.numeric(m=m)  # before jnp.asarray: a str names the argument
     m = jnp.asarray(m)
     _validate.ndim(m, 2, name="m")
     if not isinstance(shape, tuple | list) or len(shape) != 4:

@@ -430,6 +430,9 @@ def keep_only(
 ) -> dict[str, Linear]:
     """The engram-only network of memories ``S``: ``sum_{k in S} E_k`` at every site.
 
+    ``memories``: an int id or a 1-D int array of ids (duplicates count once), as in
+    :func:`erase`.
+
     Raises:
       ValueError: a memory id outside ``[0, K)`` (a runtime error under ``jit``).
     """

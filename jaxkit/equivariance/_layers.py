@@ -209,6 +209,8 @@ def c4_kernel_transform(kernel: Array, r: int, *, lifting: bool) -> Array:
     for the image action :func:`c4_image_act`, so ``mean_r T_r`` is the Reynolds
     projector (a permutation average, hence orthogonal).
     """
+    _validate.numeric(kernel=kernel)
+    _validate.ndim(kernel, 6, name="kernel")
     k = jnp.roll(kernel, r, axis=1)
     if not lifting:
         k = jnp.roll(k, r, axis=3)
@@ -219,9 +221,9 @@ def c4_conv_reynolds(
     kernel: Float[ArrayLike, "co 4 ci gi k k"], *, lifting: bool
 ) -> Float[Array, "co 4 ci gi k k"]:
     """Project a p4 (or lifting) kernel onto the C_4-equivariant kernels."""
+    _validate.floating(kernel, name="kernel")  # before jnp.asarray: a str names it
     kernel = jnp.asarray(kernel)
     _validate.ndim(kernel, 6, name="kernel")
-    _validate.floating(kernel, name="kernel")
     if kernel.shape[1] != 4 or kernel.shape[-1] != kernel.shape[-2]:
         raise TypeError(f"`kernel` must have shape (co, 4, ci, gi, k, k), got {kernel.shape}.")
     acc = acc_dtype(kernel.dtype)
@@ -233,8 +235,10 @@ def c4_conv_reynolds(
 def c4_image_act(x: Array, r: int, *, regular: bool) -> Array:
     """Rotate feature maps by ``r`` quarter turns: ``[..., C, (4,) H, W]``.
 
-    Regular features (``[..., C, 4, H, W]``) also shift the group axis by ``r``.
+    Regular features (``[..., C, 4, H, W]``) also shift the group axis by ``r``. Any
+    leading axes.
     """
+    _validate.numeric(x=x)
     r = _validate.python_int(r, name="r")
     y = jnp.rot90(x, r, axes=(-2, -1))
     return jnp.roll(y, r, axis=-3) if regular else y

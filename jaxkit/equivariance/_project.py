@@ -82,14 +82,14 @@ def _reynolds_finite(w: Array, group: Group) -> Array:
     return jnp.einsum("gji,...jk,gkl->...il", rout, w, rin) / group.order
 
 
-@functools.partial(jax.jit, static_argnames=("group",))
 def reynolds(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
     """Project ``w`` onto the maps that commute with ``group``: ``P(w)``.
 
     Args:
-      w: Weight matrices, trailing shape ``(group.d_out, group.d_in)``.
+      w: Weight matrices, trailing shape ``(group.d_out, group.d_in)``, any leading
+        batch axes.
       group: The :class:`Group` (static); its kind selects the exact path.
 
     Returns:
@@ -101,6 +101,12 @@ def reynolds(
     References:
       Pertigkiozoglou et al., ICML 2026 (arXiv:2602.02853), the equivariant branch.
     """
+    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
+    return _reynolds(w, group)
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+def _reynolds(w, group: Group) -> Array:
     w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     wa = w.astype(acc)
@@ -113,15 +119,23 @@ def reynolds(
     return out.astype(w.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("group",))
 def complement(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
-    """The non-equivariant part ``Q(w) = w - P(w)`` (orthogonal complement of ``P``)."""
+    """The non-equivariant part ``Q(w) = w - P(w)`` (orthogonal complement of ``P``).
+
+    ``w`` as in :func:`reynolds` (trailing ``(d_out, d_in)``, any leading batch axes).
+    """
+    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
+    return _complement(w, group)
+
+
+@functools.partial(jax.jit, static_argnames=("group",))
+def _complement(w, group: Group) -> Array:
     w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     wa = w.astype(acc)
-    return (wa - reynolds(wa, group)).astype(w.dtype)
+    return (wa - _reynolds(wa, group)).astype(w.dtype)
 
 
 def reynolds_mc(

@@ -58,6 +58,7 @@ def recm_update_rule(
     Returns:
       The new level.
     """
+    _validate.numeric(theta=theta, grad=grad)
     new = theta - learning_rate * (grad + decay * theta)
     return jnp.clip(new, jnp.zeros_like(new), theta_max)
 
@@ -245,6 +246,8 @@ def lie_derivative_penalty(
     the discrete analogue ``rho(g) - I`` of a generating element ``g`` is used. ``x`` is
     detached (``stop_gradient``), as in the CR code.
     """
+    _validate.floating(b, name="b")  # before jnp.asarray: a str names the argument
+    _validate.floating(x, name="x")
     b = jnp.asarray(b)
     _validate.shape(b, (group.d_out, group.d_in), name="b")
     x = jax.lax.stop_gradient(jnp.asarray(x))

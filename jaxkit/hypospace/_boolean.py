@@ -186,7 +186,8 @@ _validate_jit = jax.jit(_validate_core)
 def validate_boolean(truth: Shaped[ArrayLike, "..."], obs: BooleanObs) -> Bool[Array, "..."]:
     """Valid iff the truth table matches every observed row (jitted; broadcasts).
 
-    ``truth`` is integer 4-bit codes (``ExprTable.truth``); bits above 4 are ignored.
+    ``truth`` is integer 4-bit codes (``ExprTable.truth``) of any shape (broadcast with
+    ``obs``); bits above 4 are ignored.
     """
     V.integer(truth, name="truth")
     if not isinstance(obs, BooleanObs):

@@ -137,7 +137,10 @@ _is_dag_jit = jax.jit(_is_dag_core)
 
 
 def is_dag(adj: Shaped[ArrayLike, "..."]) -> Bool[Array, "..."]:
-    """True iff ``adj`` is a well-formed (entries in {0, 1}, no self loop) acyclic graph."""
+    """True iff ``adj`` is a well-formed (entries in {0, 1}, no self loop) acyclic graph.
+
+    ``adj`` is ``[..., n, n]``: any leading batch axes, one result each.
+    """
     _check_adj(adj)
     return _is_dag_jit(adj)
 
@@ -239,6 +242,7 @@ def canonical_id(adj: Shaped[ArrayLike, "..."]) -> Int[Array, "..."]:
 
     int32, so ``n <= 6`` (30 bits); the diagonal is ignored (check validity first). Two
     hypotheses share an id iff they have the same edge set (upstream's md5 identity).
+    ``adj`` is ``[..., n, n]``: any leading batch axes, one id each.
     """
     n = _check_adj(adj)
     if n * (n - 1) > 31:
@@ -266,7 +270,7 @@ def from_canonical_id(ids: Int[ArrayLike, "..."], *, n: int) -> Int[Array, "... 
     """Inverse of :func:`canonical_id`: ``int8[..., n, n]`` adjacency (jitted).
 
     A negative id (a failed query) decodes to self loops only, which :func:`validate`
-    scores invalid.
+    scores invalid. ``ids`` has any shape (one matrix per id).
     """
     n = V.python_int(n, name="n", minimum=1)
     if n * (n - 1) > 31:

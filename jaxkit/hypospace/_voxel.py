@@ -65,6 +65,7 @@ def heights_from_layers(
 
     Returns ``(heights, ok)``: ``ok`` iff entries are in {0, 1} and every block above the
     bottom sits on a block; ``heights`` is a height map only where ``ok``. Jitted.
+    ``layers`` is ``[..., L, g, g]``: any leading batch axes.
     """
     _check_layers(layers)
     return _heights_jit(layers)
@@ -138,7 +139,10 @@ _id_jit = jax.jit(_id_core, static_argnames=("base",))
 
 
 def voxel_id(heights: Int[ArrayLike, "... g g"], *, max_height: int) -> Int[Array, "..."]:
-    """Base-``(max_height+1)`` code of height maps (int32; overflow is a ``ValueError``)."""
+    """Base-``(max_height+1)`` code of height maps (int32; overflow is a ``ValueError``).
+
+    ``heights`` is ``[..., g, g]``: any leading batch axes, one code each.
+    """
     V.min_ndim(heights, 2, name="heights")
     V.integer(heights, name="heights")
     g, max_height = _check_ids(jnp.shape(heights)[-1], max_height)

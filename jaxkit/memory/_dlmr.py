@@ -402,7 +402,15 @@ def memory_interventions(
     token sequence; pass the result to ``nn.apply`` / ``nn.prefill`` +
     ``nn.decode_step`` / ``decoding.ar_generate`` (one injection per row: what
     :func:`dlmr_generate` does for one forced route, exactly).
+
+    Raises:
+      TypeError: a ``memory`` that is not a floating ``[B, K, D]`` array, an ``at`` that is
+        not an integer ``[B]`` array.
     """
+    _validate.floating(memory, name="memory")  # before nn.Interventions (it names `latents`)
+    _validate.ndim(memory, 3, name="memory")
+    _validate.integer(at, name="at")
+    _validate.ndim(at, 1, name="at")
     return nn.Interventions(insert_layer=cfg.layer, insert_at=at, latents=memory)
 
 

@@ -277,7 +277,8 @@ def causal_smooth(
     ``h_t = d h_{t-1} + (1 - d) y_t`` with ``d = exp(-1/tau)`` and ``h_{-1} = 0``. Jitted.
 
     Args:
-      counts: Activity or spike counts with time on axis 0 (cast to float).
+      counts: Activity or spike counts with time on axis 0, any trailing axes (cast to
+        float).
       tau: Time constant in bins, ``> 0`` (traced).
 
     Returns:

@@ -372,6 +372,7 @@ def attention(
       TypeError: non-floating ``q``/``k``/``v``, a non-boolean ``mask``, or shapes that
         do not fit together (ranks, ``B``, ``S``, ``Dh``, ``H % Hkv``, ``mask [B, T, S]``).
     """
+    _validate.numeric(q=q, k=k, v=v, mask=mask)  # before jnp.asarray (a string names none)
     q, k, v, mask = (jnp.asarray(a) for a in (q, k, v, mask))
     for name, a in (("q", q), ("k", k), ("v", v)):
         _validate.floating(a, name=name)

@@ -135,8 +135,8 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
     """
     if not isinstance(cache, KVCache):
         raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    _validate.integer(n, name="n")  # before jnp.asarray (a string names none)
     n = jnp.asarray(n)
-    _validate.integer(n, name="n")
     _validate.ndim(n, (0, 1), name="n")
     if n.ndim == 1 and n.shape[0] != cache.length.shape[0]:
         raise TypeError(

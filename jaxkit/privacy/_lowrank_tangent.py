@@ -260,14 +260,19 @@ def tangent_dense(f: LoraFactors, d: LoraFactors) -> Array:
     return d.a @ f.b.T + f.a @ d.b.T
 
 
-@jax.jit
 def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
-    """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle).
+    """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle). Jitted.
 
     Raises:
       TypeError: If ``f`` is not one pair of floating factors or ``g`` is not a floating
-        ``[m, n]`` matrix of the factors' dtype.
+        ``[m, n]`` matrix of the factors' dtype (a string too).
     """
+    _validate.floating(g, name="g")  # before the jit (a string names a private function)
+    return _project_tangent_dense(f, g)
+
+
+@jax.jit
+def _project_tangent_dense(f, g):
     f = _check_unbatched(f)
     g = jnp.asarray(g)
     _validate.floating(g, name="g")

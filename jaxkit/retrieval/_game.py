@@ -117,6 +117,7 @@ def cross_modal_value(params, mask: Bool[Array, " n"]) -> Float[Array, ""]:
     """
     sim, w_a, w_b = params
     _validate.boolean(mask, name="mask")
+    _validate.shape(mask, (sim.shape[-2] + sim.shape[-1],), name="mask")
     na = sim.shape[-2]
     return _wti(sim, w_a, w_b, mask[:na], mask[na:])
 

@@ -94,6 +94,7 @@ def ball(center: Float[ArrayLike, " d"], radius: Float[ArrayLike, ""]) -> Ellips
 
     ``radius`` must be finite and >= 0 (ValueError; traced: under ``jit``).
     """
+    _validate.numeric(center=center)  # before jnp.asarray: a str names it
     center = jnp.asarray(center)
     _validate.ndim(center, 1, name="center")
     radius = _validate.guard_non_negative(
@@ -258,11 +259,13 @@ def support(bulk: Bulk, a: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
       ``sigma_B(a)`` with shape ``batch``.
 
     Raises:
-      TypeError: If ``bulk`` is not a bulk set or ``a``'s last axis does not match it.
+      TypeError: If ``bulk`` is not a bulk set, ``a`` is not a numeric array or its last
+        axis does not match the bulk.
       ValueError: A bulk with NaN/inf parameters, a negative radius or half-width, ``lo >
         hi`` or no retained hull point (traced: under ``jit``).
     """
     _check_bulk(bulk)
+    _validate.numeric(a=a)  # before jnp.asarray: a str names the argument
     a = jnp.asarray(a)
     d = dim(bulk)
     if d is not None and (jnp.ndim(a) < 1 or a.shape[-1] != d):

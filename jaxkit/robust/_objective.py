@@ -181,10 +181,10 @@ def tail_bound(
       moment: First moment ``m`` of ``||xi - c||`` under the leaked law (>= 0).
 
     Returns:
-      ``T``, broadcast over the inputs.
+      ``T``, broadcast over the inputs (any shapes that broadcast together).
     """
+    _validate.floating(growth_a, name="growth_a")  # before jnp.asarray: a str names it
     a = jnp.asarray(growth_a)
-    _validate.floating(a, name="growth_a")
     a = _check_eps(a, eps)
     a = _validate.guard_non_negative(a, a, name="growth_a")
     a = _validate.guard_non_negative(a, growth_L, name="growth_L")

@@ -24,10 +24,10 @@ class Reference(NamedTuple):
 
 
 def empirical(xi: Float[ArrayLike, "n ..."]) -> Reference:
-    """The empirical law of the samples (weights ``1/n``)."""
+    """The empirical law of the samples (weights ``1/n``): ``xi[i]`` is sample ``i``, any shape."""
+    _validate.floating(xi, name="xi")  # before jnp.asarray: a str names the argument
     xi = jnp.asarray(xi)
     _validate.min_ndim(xi, 1, name="xi")
-    _validate.floating(xi, name="xi")
     _validate.nonempty(xi, name="xi")
     n = xi.shape[0]
     xi = _validate.all_finite(xi, name="xi")

@@ -29,9 +29,14 @@ def _check_static(tnorm: str, use_geometric_mean: bool) -> bool:
 
 
 @jax.jit
-def logical_not(x: ArrayLike) -> Array:
-    """Soft NOT ``1 - x``."""
+def _not(x):
     return 1.0 - as_float(x, name="x")
+
+
+def logical_not(x: ArrayLike) -> Array:
+    """Soft NOT ``1 - x``; elementwise, any shape."""
+    V.numeric(x=x)  # on the host: JAX's error for a string named the jitted core
+    return _not(x)
 
 
 def all(

@@ -32,20 +32,17 @@ def _inside_unit(f, x, outside):
 
 
 @jax.jit
-def sqrt(x: ArrayLike) -> Array:
-    """``sqrt(x)`` for ``x > 0``, 0 elsewhere; the gradient is 0 (not inf/NaN) at ``x <= 0``."""
+def _sqrt(x):
     return _positive_only(jnp.sqrt, x)
 
 
 @jax.jit
-def log(x: ArrayLike) -> Array:
-    """``log(x)`` for ``x > 0``, 0 elsewhere, with NaN-free gradients."""
+def _log(x):
     return _positive_only(jnp.log, x)
 
 
 @jax.jit
-def div(x: ArrayLike, y: ArrayLike) -> Array:
-    """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients."""
+def _div(x, y):
     x = as_float(x, name="x")
     y = jnp.asarray(y).astype(x.dtype)
     nz = y != 0
@@ -53,15 +50,53 @@ def div(x: ArrayLike, y: ArrayLike) -> Array:
 
 
 @jax.jit
-def arcsin(x: ArrayLike) -> Array:
-    """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients."""
+def _arcsin(x):
     return _inside_unit(jnp.arcsin, x, lambda v: jnp.sign(v) * (jnp.pi / 2))
 
 
 @jax.jit
-def arccos(x: ArrayLike) -> Array:
-    """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients."""
+def _arccos(x):
     return _inside_unit(jnp.arccos, x, lambda v: jnp.where(v >= 1, 0.0, jnp.pi))
+
+
+# The public functions check their arguments on the host (JAX's error for a string named
+# the jitted core, no argument), then run the jitted cores above; elementwise, any shape.
+
+
+def sqrt(x: ArrayLike) -> Array:
+    """``sqrt(x)`` for ``x > 0``, 0 elsewhere; the gradient is 0 (not inf/NaN) at ``x <= 0``.
+
+    Elementwise: ``x`` of any shape.
+    """
+    V.numeric(x=x)
+    return _sqrt(x)
+
+
+def log(x: ArrayLike) -> Array:
+    """``log(x)`` for ``x > 0``, 0 elsewhere, with NaN-free gradients (elementwise, any shape)."""
+    V.numeric(x=x)
+    return _log(x)
+
+
+def div(x: ArrayLike, y: ArrayLike) -> Array:
+    """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients.
+
+    Elementwise: ``x`` and ``y`` broadcast (any shapes).
+    """
+    V.numeric(x=x, y=y)
+    return _div(x, y)
+
+
+def arcsin(x: ArrayLike) -> Array:
+    """``arcsin`` clamped to ``±pi/2`` outside ``(-1, 1)``, finite gradients (elementwise)."""
+    V.numeric(x=x)
+    return _arcsin(x)
+
+
+def arccos(x: ArrayLike) -> Array:
+    """``arccos`` clamped to ``0``/``pi`` outside ``(-1, 1)``, finite gradients (elementwise)."""
+    V.numeric(x=x)
+    return _arccos(x)
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))

@@ -19,13 +19,21 @@ from jaxkit.soft._common import as_float, broadcastable, flat_axis
 
 
 @jax.jit
-def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
-    """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``."""
+def _where(condition, x, y):
     broadcastable(condition=condition, x=x, y=y)
     x = as_float(x, name="x")
     c = jnp.asarray(condition).astype(x.dtype)
     y = jnp.asarray(y).astype(x.dtype)
     return x * c + y * (1.0 - c)
+
+
+def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
+    """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``.
+
+    Elementwise: ``condition``, ``x`` and ``y`` broadcast (any shapes).
+    """
+    V.numeric(condition=condition, x=x, y=y)  # on the host: JAX's error named the jitted core
+    return _where(condition, x, y)
 
 
 @functools.partial(jax.jit, static_argnames=("axis",))
@@ -81,8 +89,7 @@ def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
 
 
 @jax.jit
-def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
-    """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``."""
+def _choose(soft_index, choices):
     c = as_float(choices, name="choices")
     p = jnp.asarray(soft_index).astype(c.dtype)
     if p.ndim != c.ndim or p.shape[-1] != c.shape[0]:
@@ -93,6 +100,16 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
     tgt = jnp.broadcast_shapes(c.shape[1:], p.shape[:-1])
     cb = jnp.moveaxis(jnp.broadcast_to(c, (c.shape[0], *tgt)), 0, -1)
     return jnp.sum(cb * p, axis=-1)
+
+
+def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
+    """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``.
+
+    ``soft_index`` ``(..., [n])`` and ``choices`` ``(n, ...)`` have the same rank (the other
+    axes broadcast).
+    """
+    V.numeric(soft_index=soft_index, choices=choices)  # on the host, naming the argument
+    return _choose(soft_index, choices)
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "keepdims"))

@@ -53,12 +53,14 @@ class Camera(NamedTuple):
 def quaternion_to_rotation(q: Float[ArrayLike, "*n 4"]) -> Float[Array, "*n 3 3"]:
     """Rotation matrices of quaternions ``(w, x, y, z)`` (normalised here; 3DGS order).
 
+    ``q`` is ``[..., 4]``: any leading batch axes (one quaternion ``[4]`` included).
+
     Example:
       >>> quaternion_to_rotation(jnp.array([1.0, 0.0, 0.0, 0.0])).tolist()
       [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
+    _validate.floating(q, name="q")  # before jnp.asarray: a string names `q`
     q = jnp.asarray(q)
-    _validate.floating(q, name="q")
     if q.ndim < 1 or q.shape[-1] != 4:
         raise TypeError(f"`q` must have a last axis of size 4 (w, x, y, z), got shape {q.shape}.")
     norm = jnp.linalg.norm(q, axis=-1, keepdims=True)
@@ -76,9 +78,14 @@ def quaternion_to_rotation(q: Float[ArrayLike, "*n 4"]) -> Float[Array, "*n 3 3"
 def covariance_from_scale_rotation(
     log_scales: Float[ArrayLike, "*n 3"], quaternions: Float[ArrayLike, "*n 4"]
 ) -> Float[Array, "*n 3 3"]:
-    """``Sigma = R(q) diag(exp(2 log_s)) R(q)^T`` (always symmetric PSD)."""
+    """``Sigma = R(q) diag(exp(2 log_s)) R(q)^T`` (always symmetric PSD).
+
+    ``log_scales`` ``[..., 3]`` and ``quaternions`` ``[..., 4]``: any leading batch axes
+    (broadcast together).
+    """
+    _validate.floating(log_scales, name="log_scales")  # before jnp.asarray: names it
+    _validate.floating(quaternions, name="quaternions")
     log_scales = jnp.asarray(log_scales)
-    _validate.floating(log_scales, name="log_scales")
     if log_scales.ndim < 1 or log_scales.shape[-1] != 3:
         raise TypeError(f"`log_scales` must have a last axis of size 3, got {log_scales.shape}.")
     rot = quaternion_to_rotation(quaternions)
@@ -101,6 +108,7 @@ def from_scale_rotation(
       >>> g.covariances.shape
       (2, 3, 3)
     """
+    _validate.floating(means, name="means")  # before jnp.asarray: a string names `means`
     means = jnp.asarray(means)
     _validate.ndim(means, 2, name="means")
     n = means.shape[0]

@@ -185,13 +185,16 @@ def insert_bridge(
     ``j - K``); with the gapped convention the expanded positions are ``arange``.
 
     Raises:
-      TypeError: shapes that disagree.
+      TypeError: shapes that disagree; a non-floating ``h`` or ``bridge``, a non-integer
+        ``prompt_len``.
       ValueError: a ``prompt_len`` outside ``[0, T]`` (traced: under ``jit``).
     """
+    _validate.floating(h, name="h")  # before jnp.asarray (a string names no argument)
+    _validate.floating(bridge, name="bridge")
+    _validate.integer(prompt_len, name="prompt_len")
     h, bridge, prompt_len = jnp.asarray(h), jnp.asarray(bridge), jnp.asarray(prompt_len)
     _validate.ndim(h, 3, name="h")
     _validate.shape(bridge, (h.shape[0], None, h.shape[2]), name="bridge")
-    _validate.integer(prompt_len, name="prompt_len")
     _validate.shape(prompt_len, (h.shape[0],), name="prompt_len")
     t = h.shape[1]
     bad = _validate.any_outside(prompt_len, 0, t)
@@ -379,10 +382,13 @@ def refresh_bridge(
 
     Raises:
       ValueError: ``layer`` out of range; a prompt plus bridge longer than the cache.
-      TypeError: a bridge of the wrong shape.
+      TypeError: a non-floating ``bridge`` or one of the wrong shape; a ``prompt_len`` that
+        is not an integer ``[B]`` array.
     """
-    bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len)
+    _validate.floating(bridge, name="bridge")  # before jnp.asarray (a string names none)
     _validate.integer(prompt_len, name="prompt_len")
+    bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len)
+    _validate.shape(prompt_len, (cache.length.shape[0],), name="prompt_len")
     prompt_len = prompt_len.astype(jnp.int32)
     layer = _validate.python_int(layer, name="layer")
     if not 0 <= layer < lm_cfg.n_layers:

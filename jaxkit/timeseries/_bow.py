@@ -117,8 +117,8 @@ def _bow_jit(model, x, bow):
 
 def check_bow(model: BoWForecaster, bow, n: int, name: str = "bow") -> Array:
     """``bow [n, V]`` floating and finite for ``model``'s vocabulary."""
+    _validate.floating(bow, name=name)  # before jnp.asarray: a str names the argument
     bow = jnp.asarray(bow)
-    _validate.floating(bow, name=name)
     _validate.shape(bow, (n, model.w_text.shape[0]), name=name)
     return _validate.all_finite(bow, name=name)
 

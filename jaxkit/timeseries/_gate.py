@@ -106,8 +106,8 @@ def gate_targets(
     pred_ids: Int[ArrayLike, "N K"], oracle_ids: Int[ArrayLike, "N K"]
 ) -> Int[Array, "N K"]:
     """Gate supervision ``1[pred == oracle]`` as int32 [C]."""
-    pred_ids, oracle_ids = jnp.asarray(pred_ids), jnp.asarray(oracle_ids)
-    _validate.integer(pred_ids, name="pred_ids")
+    _validate.integer(pred_ids, name="pred_ids")  # before jnp.asarray: a str names it
     _validate.integer(oracle_ids, name="oracle_ids")
+    pred_ids, oracle_ids = jnp.asarray(pred_ids), jnp.asarray(oracle_ids)
     _validate.same_shape(pred_ids=pred_ids, oracle_ids=oracle_ids)
     return (pred_ids == oracle_ids).astype(jnp.int32)

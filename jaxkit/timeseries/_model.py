@@ -176,8 +176,8 @@ class EncoderLayer(eqx.Module):
 
 def check_x(backbone, x, name: str = "x") -> Array:
     """``x [B, L, C]`` floating, finite and shaped for ``backbone`` (a :class:`PatchTST`)."""
+    _validate.floating(x, name=name)  # before jnp.asarray: a str names the argument
     x = jnp.asarray(x)
-    _validate.floating(x, name=name)
     _validate.ndim(x, 3, name=name)
     c = backbone.revin.weight.shape[0]
     if x.shape[1] != backbone.context_len or x.shape[2] != c:

@@ -105,13 +105,13 @@ def _check_side(model, x, label_ids, conf, gate):
     b, k = x.shape[0], len(model.sizes)
     label_ids = check_labels(label_ids, model.sizes)
     _validate.shape(label_ids, (b, k), name="label_ids")
+    _validate.floating(conf, name="conf")  # before jnp.asarray: a str names the argument
     conf = jnp.asarray(conf)
-    _validate.floating(conf, name="conf")
     _validate.shape(conf, (b, k, N_CONF_FEATURES), name="conf")
     conf = _validate.all_finite(conf, name="conf")
     if gate is not None:
-        gate = jnp.asarray(gate)
         _validate.floating(gate, name="gate")
+        gate = jnp.asarray(gate)
         _validate.shape(gate, (b, k), name="gate")
         gate = _validate.error_if(
             gate, ~jnp.all((gate >= 0) & (gate <= 1)), "`gate` must lie in [0, 1]."

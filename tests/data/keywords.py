@@ -79,4 +79,22 @@ RECIPES = {
     ),
 }
 
+RECIPES.update(
+    {
+        "jaxkit.data.center_cosine": lambda **kw: data.center_cosine(
+            _j(Q), _j(LABELS), _j(D), _j(LABELS[::-1]), **{"num_classes": 2, **kw}
+        ),
+        "jaxkit.data.el2n": lambda **kw: data.el2n(_j(W), _j(LABELS), **kw),
+        "jaxkit.data.forgetting_update": lambda **kw: data.forgetting_update(
+            data.forgetting_init(2 * N),
+            _j(LABELS == 0),
+            **{"idx": _j(np.arange(N, dtype=np.int32)), **kw},
+        ),
+        "jaxkit.data.gsnr": lambda **kw: data.gsnr(_j(W.T), **kw),
+        "jaxkit.data.normalize_weights": lambda **kw: data.normalize_weights(
+            _j(W[:, 0] + 0.1), **{"class_w": _j(W[:, 1] + 0.1), **kw}
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}

@@ -60,4 +60,37 @@ RECIPES = {
     "jaxkit.decoding.reorder_mlm_loss": _reorder,
 }
 
+_FILLED = np.array([[1, 1, 0, 1], [0, 1, 1, 0]], bool)
+_LOGITS = _rng.normal(size=(2, 4, 5)).astype(np.float32)
+
+RECIPES.update(
+    {
+        "jaxkit.decoding.commit_count": lambda **kw: decoding.commit_count(
+            jnp.asarray(_FILLED), **kw
+        ),
+        "jaxkit.decoding.topological_reorder": lambda **kw: decoding.topological_reorder(
+            jnp.asarray(TOKENS),
+            jnp.broadcast_to(jnp.arange(4, dtype=jnp.int32), (2, 4)),
+            jnp.asarray(~_FILLED),
+            **{"mask_token_id": MASK, **kw},
+        ),
+        "jaxkit.decoding.window_order": lambda **kw: decoding.window_order(
+            jnp.asarray(_FILLED), jnp.ones((2, 4), bool), **kw
+        ),
+        "jaxkit.decoding.select_by_entropy": lambda **kw: decoding.select_by_entropy(
+            jnp.asarray(_LOGITS),
+            jnp.asarray(~_FILLED),
+            **{"threshold": 1.0, "pos_penalty": 0.1, **kw},
+        ),
+        "jaxkit.decoding.token_entropy": lambda **kw: decoding.token_entropy(
+            jnp.asarray(_LOGITS), **kw
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.decoding.commit_count:filled": "[..., W]: any leading batch axes, as documented",
+    "jaxkit.decoding.token_entropy:logits": "[..., V]: any leading batch axes, as documented",
+}

@@ -173,4 +173,28 @@ RECIPES = {
     ),  # fmt: skip
 }
 
+
+def _traj(**kw):
+    f, p = _model()
+    return diffusion.trajectory_log_prob(
+        f, p, X0, np.zeros_like(X0), mask_id=MASK, num_steps=2, **kw
+    )
+
+
+RECIPES.update(
+    {
+        "jaxkit.diffusion.subs_log_probs": lambda **kw: diffusion.subs_log_probs(
+            jnp.asarray(_rng.normal(size=(2, L, V + 1)).astype(np.float32)), MASK, **kw
+        ),
+        "jaxkit.diffusion.trajectory_log_prob": _traj,
+        "jaxkit.diffusion.effective_sample_size": lambda **kw: diffusion.effective_sample_size(
+            jnp.asarray(LOG_W), **kw
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.diffusion.subs_log_probs:logits": "[..., V]: any leading batch axes, as documented",
+}

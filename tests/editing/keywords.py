@@ -62,8 +62,29 @@ RECIPES = {
     ),
 }
 
+_KERNEL = _rng.normal(size=(O, 2, 3, 3)).astype(np.float32)
+
+RECIPES.update(
+    {
+        "jaxkit.editing.conv_weight_to_linear": functools.partial(
+            editing.conv_weight_to_linear, _KERNEL
+        ),
+        "jaxkit.editing.linear_to_conv_weight": functools.partial(
+            editing.linear_to_conv_weight, _KERNEL.reshape(O, -1).T, _KERNEL.shape
+        ),
+        "jaxkit.editing.keep_only": lambda **kw: editing.keep_only(
+            _layers(), _engrams(), MEMORIES, **kw
+        ),
+        "jaxkit.editing.memit_erase": functools.partial(editing.memit_erase, W, X[:2], X[2:]),
+        "jaxkit.editing.natural_gradient_erase": functools.partial(
+            editing.natural_gradient_erase, W, X[:2], X
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
 
 ANY_RANK: dict[str, str] = {
+    "jaxkit.editing.keep_only:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
     "jaxkit.editing.erase:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
 }

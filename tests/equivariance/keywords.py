@@ -16,6 +16,9 @@ X = _rng.normal(size=(8, 2)).astype(np.float32)
 T = _rng.normal(size=(8, 2)).astype(np.float32)
 W = _rng.normal(size=(2, 2)).astype(np.float32)
 PERMS = np.stack([np.eye(3)[list(p)] for p in itertools.permutations(range(3))])
+KERNEL = _rng.normal(size=(1, 4, 1, 4, 3, 3)).astype(np.float32)  # p4 kernel
+IMG = _rng.normal(size=(1, 4, 3, 3)).astype(np.float32)  # regular features [C, 4, H, W]
+THETA = np.asarray([0.2, 0.5, 0.9], np.float32)
 
 
 @functools.cache
@@ -72,6 +75,23 @@ RECIPES = {
     "jaxkit.equivariance.haar_sample": lambda **kw: E.haar_sample(
         _group(), 2, **{"key": _key(), **kw}
     ),
+    "jaxkit.equivariance.c4_conv_reynolds": functools.partial(
+        E.c4_conv_reynolds, KERNEL, lifting=False
+    ),
+    "jaxkit.equivariance.c4_image_act": functools.partial(E.c4_image_act, IMG, 1, regular=True),
+    "jaxkit.equivariance.c4_kernel_transform": functools.partial(
+        E.c4_kernel_transform, KERNEL, 1, lifting=False
+    ),
+    "jaxkit.equivariance.complement": lambda **kw: E.complement(W, _group(), **kw),
+    "jaxkit.equivariance.reynolds": lambda **kw: E.reynolds(W, _group(), **kw),
+    "jaxkit.equivariance.cr_triangle_schedule": functools.partial(E.cr_triangle_schedule, 3, 10),
+    "jaxkit.equivariance.lie_derivative_penalty": lambda **kw: E.lie_derivative_penalty(
+        W, _group(), X, **kw
+    ),
+    "jaxkit.equivariance.recm_update_rule": functools.partial(
+        E.recm_update_rule, THETA, THETA - 0.5, 0.1, 0.1, 1.0
+    ),
+    "jaxkit.equivariance.set_theta": lambda **kw: E.set_theta(_layer(), 0.5, **kw),
     "jaxkit.equivariance.Group": lambda **kw: E.Group(
         "perm", "finite", 3, 3, ("perm",), PERMS, PERMS, **kw
     ),
@@ -90,4 +110,11 @@ EXEMPT: dict[str, str] = {
 
 ANY_RANK: dict[str, str] = {
     "jaxkit.equivariance.reynolds_mc:w": "`[*batch, d_out, d_in]`: leading batch axes",
+    "jaxkit.equivariance.reynolds:w": "`[*batch, d_out, d_in]`: leading batch axes",
+    "jaxkit.equivariance.complement:w": "`[*batch, d_out, d_in]`: leading batch axes",
+    "jaxkit.equivariance.c4_image_act:x": "`[..., C, (4,) H, W]`: any leading axes",
+    "jaxkit.equivariance.recm_update_rule:theta": "elementwise: the level has any shape "
+    "(usually 0-d), as the docstring says",
+    "jaxkit.equivariance.recm_update_rule:grad": "elementwise: the gradient of `theta`, any "
+    "shape that broadcasts with it",
 }

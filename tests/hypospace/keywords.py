@@ -40,7 +40,26 @@ def _evaluate(**kw):
     return H.evaluate(c, adm, H.SamplerSpec("uniform_space"), **{"key": jax.random.key(0), **kw})
 
 
+ADJ = np.array([[[0, 1, 0], [0, 0, 1], [0, 0, 0]], [[0, 1, 0], [0, 0, 0], [1, 0, 0]]], np.int8)
+IDS = np.array([0, 5, 17], np.int32)
+_CAUSAL_OBS = H.CausalObs(np.array([0], np.int32), np.array([[0, 1, 1]], np.int8), np.array([True]))
+_BOOLEAN_OBS = H.BooleanObs(np.int32(3), np.int32(1))
+
 RECIPES = {
+    "jaxkit.hypospace.validate_boolean": functools.partial(
+        H.validate_boolean, np.arange(5, dtype=np.int32), _BOOLEAN_OBS
+    ),
+    "jaxkit.hypospace.admissible_mask": functools.partial(H.admissible_mask, ADJ, _CAUSAL_OBS),
+    "jaxkit.hypospace.canonical_id": functools.partial(H.canonical_id, ADJ),
+    "jaxkit.hypospace.from_canonical_id": functools.partial(H.from_canonical_id, IDS, n=3),
+    "jaxkit.hypospace.is_dag": functools.partial(H.is_dag, ADJ),
+    "jaxkit.hypospace.reachability": functools.partial(H.reachability, ADJ),
+    "jaxkit.hypospace.expected_metrics": functools.partial(H.expected_metrics, P, ADM, 3),
+    "jaxkit.hypospace.metrics": functools.partial(
+        H.metrics, np.array([100, 103, 7, -1], np.int32), ADMISSIBLE
+    ),
+    "jaxkit.hypospace.heights_from_layers": functools.partial(H.heights_from_layers, LAYERS),
+    "jaxkit.hypospace.voxel_id": functools.partial(H.voxel_id, HEIGHTS, max_height=2),
     "jaxkit.hypospace.enumerate_dags": functools.partial(H.enumerate_dags, 3),
     "jaxkit.hypospace.generate_collection": functools.partial(H.generate_collection, 3),
     "jaxkit.hypospace.evaluate": _evaluate,
@@ -109,7 +128,20 @@ EXEMPT: dict[str, str] = {
     "jaxkit.hypospace.LLMRun:mode": _RECORD,
 }
 
+_ADJ_BATCH = "[..., n, n]: any leading batch axes, one result each (documented)"
 ANY_RANK = {
+    "jaxkit.hypospace.validate_boolean:truth": "truth codes of any shape, broadcast with `obs`",
+    "jaxkit.hypospace.admissible_mask:adj": _ADJ_BATCH,
+    "jaxkit.hypospace.canonical_id:adj": _ADJ_BATCH,
+    "jaxkit.hypospace.is_dag:adj": _ADJ_BATCH,
+    "jaxkit.hypospace.reachability:adj": _ADJ_BATCH,
+    "jaxkit.hypospace.from_canonical_id:ids": "ids of any shape, one [n, n] matrix each",
+    "jaxkit.hypospace.heights_from_layers:layers": (
+        "[..., L, g, g]: any leading batch axes (documented); rank < 3 raises"
+    ),
+    "jaxkit.hypospace.voxel_id:heights": (
+        "[..., g, g]: any leading batch axes (documented); rank < 2 raises"
+    ),
     "jaxkit.hypospace.validate_voxel:layers": (
         "[..., L, g, g]: leading batch axes, one score each (documented); rank < 3 raises"
     ),

@@ -20,6 +20,7 @@ ROW_PARAMS = (
 )
 WINDOW = (2, 3)
 FEATURES = _rng.normal(size=(1, 2, 3, 2)).astype(np.float32)  # [B, H, W, C]
+KERNEL = _rng.normal(size=(3, 3, 2)).astype(np.float32)  # [K, L, C] depthwise
 TABLE = (0.3 * _rng.normal(size=(2, 15))).astype(np.float32)  # [C, (2wh-1)(2ww-1)]
 
 RECIPES = {
@@ -40,6 +41,12 @@ RECIPES = {
     ),
     "jaxkit.kernels.windowed_matmul.windowed_matmul_cached": functools.partial(
         wm.windowed_matmul_cached, FEATURES, wm.window_matrix(TABLE, window=WINDOW), window=WINDOW
+    ),
+    "jaxkit.kernels.windowed_matmul.window_matrix": functools.partial(
+        wm.window_matrix, TABLE, window=WINDOW
+    ),
+    "jaxkit.kernels.windowed_matmul.table_from_depthwise_kernel": functools.partial(
+        wm.table_from_depthwise_kernel, KERNEL, window=WINDOW
     ),
 }
 

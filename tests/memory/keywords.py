@@ -67,6 +67,12 @@ RECIPES = {
         _setup().AP, *BATCH1, cfg=_setup().MC, **kw
     ),
     "jaxkit.memory.DLMRConfig": lambda **kw: memory.DLMRConfig(0, **kw),
+    "jaxkit.memory.inject": lambda **kw: memory.inject(
+        _setup().AP, _setup().MC, CTX, VALID, AT, np.array([0, 1], np.int32), K, **kw
+    )[0],
+    "jaxkit.memory.memory_interventions": lambda **kw: memory.memory_interventions(
+        _setup().MC, TARGETS, AT, **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {}

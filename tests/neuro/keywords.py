@@ -16,6 +16,11 @@ Z = _rng.normal(size=(8, 2)).astype(np.float32)
 Z4 = _rng.normal(size=(8, 4)).astype(np.float32)
 LOG_STD = (-1.0 + 0.3 * _rng.normal(size=(8, 4))).astype(np.float32)
 LORENZ = _rng.normal(size=(12, 3)).astype(np.float32)
+J = _rng.normal(size=(4, 4)).astype(np.float32)
+JG = _rng.normal(size=(2, 4, 4)).astype(np.float32)
+A = _rng.normal(size=(4, 2)).astype(np.float32)
+B = _rng.normal(size=(2, 4)).astype(np.float32)
+COV = (np.eye(4) + 0.1 * (Z4.T @ Z4) / 8).astype(np.float32)
 
 
 @functools.cache
@@ -70,6 +75,21 @@ RECIPES = {
     "jaxkit.neuro.fit": lambda **kw: neuro.fit(
         _model(), X[:-1], X[1:], steps=2, **{"key": _key(), "batch_size": 4, **kw}
     ),
+    "jaxkit.neuro.lagged_windows": functools.partial(neuro.lagged_windows, X, window=2),
+    "jaxkit.neuro.component_aligned_r2": functools.partial(neuro.component_aligned_r2, Z4, Z4),
+    "jaxkit.neuro.connectivity_metrics": functools.partial(neuro.connectivity_metrics, J, J),
+    "jaxkit.neuro.sub_connectivity_r2": functools.partial(neuro.sub_connectivity_r2, JG, JG),
+    "jaxkit.neuro.causal_smooth": functools.partial(neuro.causal_smooth, X, tau=2.0),
+    "jaxkit.neuro.posterior_log_std": functools.partial(neuro.posterior_log_std, 100, 2),
+    "jaxkit.neuro.sub_connectivity": functools.partial(neuro.sub_connectivity, A, B, n_groups=2),
+    "jaxkit.neuro.gaussian_group_tc": functools.partial(neuro.gaussian_group_tc, COV, n_groups=2),
+    "jaxkit.neuro.kl_std_normal": functools.partial(neuro.kl_std_normal, Z4, LOG_STD),
+    "jaxkit.neuro.pairwise_log_q": functools.partial(
+        neuro.pairwise_log_q, Z4, Z4, LOG_STD, n_groups=2
+    ),
+    "jaxkit.neuro.partial_correlation": functools.partial(
+        neuro.partial_correlation, Z4, Z4, LOG_STD, n_groups=2, n_total=100
+    ),
     "jaxkit.neuro.LowRankRNN": lambda **kw: neuro.LowRankRNN(4, 2, **{"key": _key(), **kw}),
     "jaxkit.neuro.GRUEncoder": lambda **kw: neuro.GRUEncoder(
         4, 2, dtype=jnp.float32, **{"key": _key(), **kw}
@@ -80,3 +100,7 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.neuro.causal_smooth:counts": "`[t, ...]`: time on axis 0, any trailing axes",
+}

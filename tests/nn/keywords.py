@@ -14,6 +14,9 @@ H = _rng.normal(size=(1, 3, CFG.d_model)).astype(np.float32)
 POS = np.arange(3, dtype=np.int32)[None]
 TOKENS = np.array([[1, 2, 3]], np.int32)
 PARAMS = nn.init_params(CFG, key=jax.random.key(0))
+KV = _rng.normal(size=(1, 3, CFG.n_kv_heads, CFG.head_dim)).astype(np.float32)
+Q = _rng.normal(size=(1, 3, CFG.n_heads, CFG.head_dim)).astype(np.float32)
+CAUSAL = np.tril(np.ones((3, 3), bool))[None]
 
 
 def _cache():
@@ -57,7 +60,21 @@ RECIPES = {
     ),
     "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), **{"key": jax.random.key(0), **kw}),
     "jaxkit.nn.param_specs": functools.partial(nn.param_specs, CFG),
+    "jaxkit.nn.attention": functools.partial(nn.attention, Q, KV, KV, CAUSAL),
+    "jaxkit.nn.commit": lambda **kw: nn.commit(_cache(), np.array([1], np.int32), **kw).length,
+    "jaxkit.nn.prefill": functools.partial(
+        nn.prefill, PARAMS, CFG, TOKENS, np.array([3], np.int32), max_len=4
+    ),
+    "jaxkit.nn.embed": functools.partial(nn.embed, PARAMS, CFG, TOKENS),
+    "jaxkit.nn.unembed": functools.partial(nn.unembed, PARAMS, CFG, H),
+    "jaxkit.nn.tiny_task_accuracy": functools.partial(
+        nn.tiny_task_accuracy, "counting", np.array([[1, 2, 3, 4, 6]], np.int32), start=2
+    ),
     "jaxkit.nn.cache_specs": functools.partial(nn.cache_specs, CFG),
+}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.nn.commit:n": "a scalar (every row) or int32[B] (per row): both ranks are the design",
 }
 
 EXEMPT: dict[str, str] = {

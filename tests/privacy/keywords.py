@@ -105,6 +105,15 @@ RECIPES = {
         std=0.1,
         **{"key": jax.random.key(0), **kw},
     ),
+    "jaxkit.privacy.lowrank.naive_noise_energy": functools.partial(
+        L.naive_noise_energy, L.LoraFactors(A, B), tau=0.1
+    ),
+    "jaxkit.privacy.lowrank.prism_noise_energy": functools.partial(
+        L.prism_noise_energy, L.LoraFactors(A, B), std=0.1
+    ),
+    "jaxkit.privacy.lowrank.project_tangent_dense": functools.partial(
+        L.project_tangent_dense, L.LoraFactors(A, B), W
+    ),
     "jaxkit.privacy.lowrank.retract": lambda **kw: L.retract(
         L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0]), eta=0.1, **kw
     ),

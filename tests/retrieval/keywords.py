@@ -1,5 +1,6 @@
 """Keyword-sweep recipes for retrieval (see tests/keywords.py)."""
 
+import functools
 import pathlib
 import tempfile
 
@@ -22,6 +23,12 @@ _E = _rng.normal(size=(8, 5))
 _E /= np.linalg.norm(_E, axis=1, keepdims=True)
 SELFSIM = (_E @ _E.T).astype(np.float32)
 SIMS = (np.eye(8) + 0.1 * _rng.normal(size=(8, 8))).astype(np.float32)
+W_A = _rng.normal(size=(3,)).astype(np.float32)
+W_B = _rng.normal(size=(2,)).astype(np.float32)
+ASSIGN = np.arange(6, dtype=np.int32) % 2
+LOG_W = _rng.normal(size=(6,)).astype(np.float32)
+M_TOK = _rng.normal(size=(2, 3, 4)).astype(np.float32)  # motion tokens [bm, na, d]
+T_TOK = _rng.normal(size=(2, 2, 4)).astype(np.float32)  # text tokens [bt, nb, d]
 
 
 def _value(t, m):
@@ -82,6 +89,30 @@ RECIPES = {
     "jaxkit.retrieval.synthetic_motion_text": lambda **kw: retrieval.synthetic_motion_text(
         4, **{"key": _key(), "length": 12, **kw}
     ),
+    "jaxkit.retrieval.banzhaf_exact": functools.partial(retrieval.banzhaf_exact, TABLE),
+    "jaxkit.retrieval.moebius_transform": functools.partial(retrieval.moebius_transform, TABLE),
+    "jaxkit.retrieval.stii_exact": functools.partial(retrieval.stii_exact, TABLE),
+    "jaxkit.retrieval.merge_tokens": functools.partial(
+        retrieval.merge_tokens, TOKENS, ASSIGN, LOG_W, n_centers=2
+    ),
+    "jaxkit.retrieval.cross_modal_stii": functools.partial(
+        retrieval.cross_modal_stii, SIM, W_A, W_B, MASK_A, MASK_B
+    ),
+    "jaxkit.retrieval.cross_modal_value": functools.partial(
+        retrieval.cross_modal_value, (SIM, W_A, W_B), np.concatenate([MASK_A, MASK_B])
+    ),
+    "jaxkit.retrieval.wti_value": functools.partial(
+        retrieval.wti_value, SIM, W_A, W_B, MASK_A, MASK_B
+    ),
+    "jaxkit.retrieval.token_scores": functools.partial(
+        retrieval.token_scores,
+        M_TOK,
+        np.ones((2, 3), np.float32),
+        np.ones((2, 3), bool),
+        T_TOK,
+        np.ones((2, 2), np.float32),
+        np.ones((2, 2), bool),
+    ),
     "jaxkit.retrieval.TokenCompressor": lambda **kw: retrieval.TokenCompressor(
         4, **{"key": _key(), "n_heads": 2, **kw}
     ),
@@ -96,6 +127,10 @@ ANY_RANK: dict[str, str] = {
     "through to the user's value_fn: their rank is value_fn's business",
     "jaxkit.retrieval.stii_stratified:params": "the game's parameters (any pytree), passed "
     "through to the user's value_fn: their rank is value_fn's business",
+    "jaxkit.retrieval.banzhaf_exact:values": "`[*batch, 2**n]`: one game per leading batch entry",
+    "jaxkit.retrieval.moebius_transform:values": "`[*batch, 2**n]`: one game per leading "
+    "batch entry",
+    "jaxkit.retrieval.stii_exact:values": "`[*batch, 2**n]`: one game per leading batch entry",
     "jaxkit.retrieval.dpc_knn:x": "`[*batch, n, d]`: batched over leading axes",
     "jaxkit.retrieval.info_nce:scores": "`[*batch, n, n]`: one loss per leading batch entry",
 }

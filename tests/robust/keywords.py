@@ -15,6 +15,8 @@ DEMAND = (20 + 10 * np.abs(_rng.normal(size=(8,)))).astype(np.float32)
 Z = _rng.normal(size=(8, 2)).astype(np.float32)
 Y = (Z @ np.asarray([1.0, -1.0], np.float32)).astype(np.float32)
 VALUES = _rng.normal(size=(8,)).astype(np.float32)
+W8 = np.full((8,), 0.125, np.float32)  # sample weights
+GROWTH = np.asarray([1.0, 2.0, 0.5], np.float32)
 
 
 def _bulk():
@@ -68,6 +70,21 @@ RECIPES = {
     "jaxkit.robust.huber": lambda **kw: R.huber(**{"delta": 1.0, **kw}),
     "jaxkit.robust.newsvendor": lambda **kw: R.newsvendor(**{"h": 1.0, "b": 1.0, **kw}),
     "jaxkit.robust.credal_risk": lambda **kw: R.credal_risk(VALUES, np.float32(3.0), 0.1, **kw),
+    "jaxkit.robust.ball": functools.partial(R.ball, np.zeros(2, np.float32), 1.0),
+    "jaxkit.robust.support": lambda **kw: R.support(
+        R.ball(np.zeros(2, np.float32), 1.0), XI[:3], **kw
+    ),
+    "jaxkit.robust.upper_expectation": functools.partial(
+        R.upper_expectation, VALUES, np.float32(3.0), 0.1, weights=W8
+    ),
+    "jaxkit.robust.lower_expectation": functools.partial(
+        R.lower_expectation, VALUES, np.float32(-3.0), 0.1, weights=W8
+    ),
+    "jaxkit.robust.huber_upper_expectation": functools.partial(
+        R.huber_upper_expectation, VALUES, np.float32(3.0), 0.1, weights=W8
+    ),
+    "jaxkit.robust.tail_bound": functools.partial(R.tail_bound, GROWTH, GROWTH, 0.1, 0.5, GROWTH),
+    "jaxkit.robust.empirical": functools.partial(R.empirical, XI),
     "jaxkit.robust.posterior_predictive": lambda **kw: R.posterior_predictive(
         _model,
         n=4,
@@ -93,6 +110,12 @@ EXEMPT: dict[str, str] = {}
 ANY_RANK: dict[str, str] = {
     "jaxkit.robust.contains:x": "points `[*batch, d]` (`[*batch]` for an Interval): any leading "
     "batch axes, a single point included",
+    "jaxkit.robust.support:a": "directions `[*batch, d]` (`[*batch]` for an Interval): any "
+    "leading batch axes",
+    "jaxkit.robust.tail_bound:growth_a": "`[*batch]`: elementwise, broadcast over the inputs",
+    "jaxkit.robust.tail_bound:growth_L": "`[*batch]`: elementwise, broadcast over the inputs",
+    "jaxkit.robust.tail_bound:moment": "`[*batch]`: elementwise, broadcast over the inputs",
+    "jaxkit.robust.empirical:xi": "`[n, ...]`: samples on axis 0, any sample shape",
     "jaxkit.robust.credal_risk:per_sample_loss": "`[*batch, n]`: leading batch axes, samples "
     "on the last",
 }

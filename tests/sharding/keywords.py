@@ -1,5 +1,7 @@
 """Keyword-sweep recipes for sharding (see tests/keywords.py)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -19,6 +21,17 @@ RECIPES = {
     # sweep reads an empty binding as a recipe that never reached the function
     "jaxkit.sharding.make_mesh": lambda **kw: sharding.make_mesh(**{"model": 1, **kw}),
     "jaxkit.sharding.rowwise": _rowwise,
+    "jaxkit.sharding.gather_sharded": functools.partial(
+        sharding.gather_sharded, jnp.arange(4, dtype=jnp.float32)
+    ),
+    "jaxkit.sharding.explicit_spec": functools.partial(
+        sharding.explicit_spec, jnp.arange(4, dtype=jnp.float32)
+    ),
+}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.sharding.gather_sharded:x": "any array: its sharding is read, not its shape",
+    "jaxkit.sharding.explicit_spec:x": "any array: its sharding is read, not its shape",
 }
 
 EXEMPT: dict[str, str] = {}

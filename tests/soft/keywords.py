@@ -97,6 +97,18 @@ for _name, _args in _RANDOM.items():
     for _suffix in ("", "_st"):
         RECIPES[f"jaxkit.soft.random.{_name}{_suffix}"] = _keyed(_name + _suffix, **_args)
 
+for _name in ("logical_not", "arccos", "arcsin", "log", "sqrt"):
+    RECIPES[f"jaxkit.soft.{_name}"] = _on(getattr(soft, _name), UNIT)
+RECIPES["jaxkit.soft.div"] = _on(soft.div, X, Y)
+RECIPES["jaxkit.soft.where"] = _on(soft.where, UNIT, X, Y)
+RECIPES["jaxkit.soft.choose"] = _on(soft.choose, np.full((6, 2), 0.5, np.float32), X[:2])
+RECIPES["jaxkit.soft.random.linear_schedule"] = lambda **kw: srandom.linear_schedule(
+    1.0, 0.1, 10, **kw
+)(np.arange(3))
+RECIPES["jaxkit.soft.random.exponential_schedule"] = lambda **kw: srandom.exponential_schedule(
+    1.0, 0.1, 10, **kw
+)(np.arange(3))
+
 EXEMPT: dict[str, str] = {}
 
 # The array arguments whose rank is free by design (tests/arrays.py skips their rank probes).
@@ -136,3 +148,9 @@ for _suffix in ("", "_st"):
     ANY_RANK[_r.format("multinomial", "p")] = "(..., k): categories last, leading batch axes"
     ANY_RANK[_r.format("permutation", "x")] = "mixed along `axis`: any rank >= 1"
     ANY_RANK[_r.format("gumbel_sinkhorn", "log_alpha")] = "(..., n, n): leading batch axes"
+for _name in ("logical_not", "arccos", "arcsin", "log", "sqrt"):
+    ANY_RANK[f"jaxkit.soft.{_name}:x"] = _ELEMENTWISE
+for _arg in ("x", "y"):
+    ANY_RANK[f"jaxkit.soft.div:{_arg}"] = "elementwise, `x` and `y` broadcast"
+for _arg in ("condition", "x", "y"):
+    ANY_RANK[f"jaxkit.soft.where:{_arg}"] = "elementwise, `condition`, `x` and `y` broadcast"

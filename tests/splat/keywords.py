@@ -1,5 +1,6 @@
 """Keyword-sweep recipes for splat (see tests/keywords.py)."""
 
+import functools
 import json
 import pathlib
 import tempfile
@@ -69,7 +70,17 @@ def _read(**kw):
         return sio.read_transforms_json(path, **kw).cameras
 
 
+_N3 = _rng.normal(size=(2, 3)).astype(np.float32)
+_QUATS = _rng.normal(size=(2, 4)).astype(np.float32)
+
 RECIPES = {
+    "jaxkit.splat.quaternion_to_rotation": functools.partial(splat.quaternion_to_rotation, _QUATS),
+    "jaxkit.splat.covariance_from_scale_rotation": functools.partial(
+        splat.covariance_from_scale_rotation, _N3, _QUATS
+    ),
+    "jaxkit.splat.from_scale_rotation": functools.partial(
+        splat.from_scale_rotation, _N3, 0.1 * _N3, _QUATS, _N3[:, 0], np.abs(_N3)
+    ),
     "jaxkit.splat.render": _render,
     "jaxkit.splat.tile_counts": _tile_counts,
     "jaxkit.splat.adlift.certified_linf": _certified,
@@ -80,3 +91,13 @@ RECIPES = {
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK = {
+    "jaxkit.splat.quaternion_to_rotation:q": "[..., 4]: any leading batch axes (documented)",
+    "jaxkit.splat.covariance_from_scale_rotation:log_scales": (
+        "[..., 3]: any leading batch axes, broadcast with `quaternions` (documented)"
+    ),
+    "jaxkit.splat.covariance_from_scale_rotation:quaternions": (
+        "[..., 4]: any leading batch axes, broadcast with `log_scales` (documented)"
+    ),
+}

@@ -9,10 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkit import steering
+from jaxkit import nn, steering
 
 _rng = np.random.default_rng(0)
 Z = _rng.normal(size=(2, 8)).astype(np.float32)  # [B, value_dim]
+BRIDGE = _rng.normal(size=(2, 2, 16)).astype(np.float32)  # [B, K, d_model]
+HID = _rng.normal(size=(2, 5, 16)).astype(np.float32)  # [B, T, d_model]
 
 
 def _setup():
@@ -73,6 +75,14 @@ def _step(**kw):
     return out[2]  # the loss
 
 
+def _refresh(**kw):
+    """Refresh a K = 2 bridge over a cache of the prompts (room for the bridge)."""
+    S = _setup()
+    cache = nn.prefill(S.P, S.CFG, S.PROMPT, S.PLEN, max_len=8).cache
+    out = steering.refresh_bridge(S.P, S.CFG, cache, BRIDGE, S.PLEN, **{"layer": 1, **kw})
+    return out.k
+
+
 RECIPES = {
     "jaxkit.steering.SVGTConfig": _config,
     "jaxkit.steering.svgt_generate": _generate,
@@ -105,6 +115,23 @@ RECIPES = {
     ),
     "jaxkit.steering.stage3_loss": _stage3,
     "jaxkit.steering.svgt_step": _step,
+    "jaxkit.steering.caa_vector": lambda **kw: steering.caa_vector(
+        _setup().P,
+        _setup().CFG,
+        _setup().PROMPT,
+        _setup().PLEN,
+        _setup().SEQ,
+        _setup().SEQ_LEN,
+        **{"layer": 1, **kw},
+    ),
+    "jaxkit.steering.prefix_prompts": lambda **kw: steering.prefix_prompts(
+        _setup().PROMPT, _setup().PLEN, np.array([1, 2], np.int32), **kw
+    )[0],
+    "jaxkit.steering.steer_add": lambda **kw: steering.steer_add(Z[0], 0.5, **{"layer": 1, **kw}),
+    "jaxkit.steering.insert_bridge": lambda **kw: steering.insert_bridge(
+        HID, BRIDGE, _setup().PLEN, **kw
+    )[0],
+    "jaxkit.steering.refresh_bridge": _refresh,
 }
 
 EXEMPT: dict[str, str] = {}

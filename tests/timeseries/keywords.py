@@ -72,6 +72,28 @@ RECIPES = {
     "jaxkit.timeseries.tess_train_step": _train_step,
 }
 
+_BOW = (np.ones((4, 6)) / 6).astype(np.float32)
+_TH = ts.Thresholds(np.asarray([0.3, 1.0], np.float32), np.asarray([-0.2, 0.4], np.float32))
+
+RECIPES.update(
+    {
+        "jaxkit.timeseries.bow_forecast": lambda **kw: ts.bow_forecast(
+            C._bow_model("float32"), X, _BOW, **kw
+        ),
+        "jaxkit.timeseries.gate_targets": lambda **kw: ts.gate_targets(IDS, IDS % 2, **kw),
+        "jaxkit.timeseries.oracle_labels": lambda **kw: ts.oracle_labels(
+            HIST, FUT, _TH, **{"schema": ts.V2, **kw}
+        ),
+        "jaxkit.timeseries.primitive_scores": lambda **kw: ts.primitive_scores(HIST, FUT, **kw),
+        "jaxkit.timeseries.patchtst_forecast": lambda **kw: ts.patchtst_forecast(
+            _tess().backbone, X, **kw
+        ),
+        "jaxkit.timeseries.tess_forecast": lambda **kw: ts.tess_forecast(
+            _tess(), X, IDS, CONF, **kw
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {
     "jaxkit.timeseries.build_prompt:role": "free text: the analyst role written into the prompt",
     "jaxkit.timeseries.LLMExtractor:role": "free text: the analyst role written into the prompt",

@@ -101,7 +101,33 @@ def _particles(**kw):
     return irdet.particle_diffuse(D, None, PTS, time=0.2, **{"key": jax.random.key(5), **kw})
 
 
+def _tolerance_map(**kw):
+    est, _ = _modules()
+    return J.tolerance_map(est, F, **kw)
+
+
+_TABLE = (0.3 * _rng.normal(size=(2, 15))).astype(np.float32)  # [C, T] of a (2, 3) window
+_C = np.ones((2,), np.float32)
+
 RECIPES = {
+    "jaxkit.vision.fold_bn_into_table": lambda **kw: tuple(
+        vision.fold_bn_into_table(
+            _TABLE,
+            0.1 * _C,
+            **{"scale": _C, "shift": 0.5 * _C, "window": (2, 3), "residual": True, **kw},
+        )
+    ),
+    "jaxkit.vision.featjnd.feature_snr_db": functools.partial(J.feature_snr_db, F, 0.1 * S),
+    "jaxkit.vision.featjnd.tolerance_map": _tolerance_map,
+    "jaxkit.vision.featjnd.kl_discrepancy": functools.partial(J.kl_discrepancy, X, X[::-1]),
+    "jaxkit.vision.irdet.residual_scores": functools.partial(
+        irdet.residual_scores, PROB, PSEUDO, PROB[::-1], PSEUDO[::-1]
+    ),
+    "jaxkit.vision.irdet.point_sources": functools.partial(irdet.point_sources, PTS[0], HW),
+    "jaxkit.vision.irdet.phi_from_u": lambda **kw: tuple(
+        irdet.phi_from_u(np.full((4,), 0.1, np.float32), **kw)
+    ),
+    "jaxkit.vision.irdet.soft_iou_loss": functools.partial(irdet.soft_iou_loss, LOGITS, PSEUDO),
     "jaxkit.vision.featjnd.jnd_perturbation": lambda **kw: J.jnd_perturbation(
         S, **{"key": jax.random.key(0), **kw}
     ),
@@ -196,6 +222,7 @@ ANY_RANK = {
     "jaxkit.vision.irdet.surrogate_refine:prob": (
         "[..., H, W]: any leading batch axes (jnp.vectorize)"
     ),
+    "jaxkit.vision.irdet.phi_from_u:u": "[..., 4]: leading batch axes (documented)",
     "jaxkit.vision.irdet.points_from_masks:mask": (
         "one [H, W] mask or a batch [N, H, W] (documented); other ranks raise a TypeError"
     ),

@@ -312,12 +312,14 @@ def table_from_depthwise_kernel(
       Table ``(C, T)`` in the kernel's dtype.
 
     Raises:
-      TypeError: If ``kernel`` has the wrong rank or even spatial sizes.
+      TypeError: If ``kernel`` is not a floating array (a string included), or has the
+        wrong rank or even spatial sizes.
 
     References:
       Song et al., "WBMM: Windowed Batch Matrix Multiplication", ICML 2026 (Thm. 3.1).
     """
     window = ref.check_window(window)
+    _validate.floating(kernel, name="kernel")  # a string: JAX's error named no argument
     kernel = jnp.asarray(kernel)
     _validate.ndim(kernel, (3, 4), name="kernel")
     if kernel.ndim == 4:

@@ -395,9 +395,10 @@ def point_sources(points: Real[ArrayLike, "..."], hw: tuple[int, int], dtype=jnp
     """Unit masses at the rounded, clipped points: ``[K, H, W]`` (jittable helper).
 
     Raises:
-      TypeError: If ``points`` is not ``[K, 2]``.
+      TypeError: If ``points`` is not a real ``[K, 2]`` array (a string included).
       ValueError: If a point is NaN or infinite (it landed on a clipped border pixel).
     """
+    _validate.real_scalar(points, name="points")  # a string: JAX's error named no argument
     points = jnp.asarray(points)
     if points.ndim != 2 or points.shape[-1] != 2:
         raise TypeError(f"`points` must have shape [K, 2], got {points.shape}.")

@@ -40,7 +40,8 @@ def phi_from_u(u: Float[ArrayLike, "..."]) -> Phi:
     """The repo's bounded reparameterisation of ``u = (u1, u2, u3, u4)`` (``u = 0`` at start).
 
     ``d0 = 3.2 (1 + 0.3 tanh u1)``, ``beta = 6 (1 + 0.3 tanh u2)``,
-    ``rho = 0.84 + 0.05 tanh u3``, ``alpha = 0.6 + 0.05 tanh u4``.
+    ``rho = 0.84 + 0.05 tanh u3``, ``alpha = 0.6 + 0.05 tanh u4``. ``u`` is ``[..., 4]``:
+    leading batch axes give each field of :class:`Phi` those axes.
 
     Raises:
       TypeError: ``u`` not a floating array whose last axis has 4 entries.

@@ -47,16 +47,18 @@ def fold_bn_into_table(
       :class:`FoldedTable` ``(table, bias)`` for ``windowed_matmul(..., residual=False)``.
 
     Raises:
-      TypeError: For wrong ranks, shapes or dtypes, or a non-bool ``residual``.
+      TypeError: For wrong ranks, shapes or dtypes (a string included), or a non-bool
+        ``residual``.
       ValueError: For window sizes below 1.
     """
     pair = (window, window) if isinstance(window, int) else tuple(window)
     if len(pair) != 2:
         raise TypeError(f"`window` must be an int or a pair of ints, got {window!r}.")
     pair = tuple(_validate.python_int(w, name="window", minimum=1) for w in pair)
+    _validate.floating(table, name="table")  # a string: JAX's error named no argument
+    _validate.numeric(scale=scale, shift=shift)
     table, scale, shift = jnp.asarray(table), jnp.asarray(scale), jnp.asarray(shift)
     _validate.ndim(table, 2, name="table")
-    _validate.floating(table, name="table")
     if table.shape[1] != table_size(pair):
         raise TypeError(
             f"`table` must have {table_size(pair)} columns for window={pair}, got shape "
