@@ -46,7 +46,7 @@ def per_example_grads(
     leaves = jax.tree.leaves(batch)
     if not leaves:
         raise ValueError("`batch` has no array leaves.")
-    _validate.leaves(batch, name="batch", batch=True)
+    _validate.leaves(batch, name="batch", batch=True, keys=True)  # per-example keys too
     b = jnp.shape(leaves[0])[0]
     for x in leaves:
         if jnp.shape(x)[:1] != (b,):

@@ -95,6 +95,14 @@ def test_per_example_grads_microbatch_and_mask(key):
     assert np.max(np.abs(np.asarray(g3.a)[5:])) == 0.0
     with pytest.raises(ValueError, match="microbatch_size"):
         privacy.per_example_grads(loss, f, (x, y), microbatch_size=3)
+    # a batch may carry per-example typed keys (dropout in the README's snippet); a string
+    # leaf or one without the batch axis is a TypeError naming `batch`
+    keys = jax.random.split(key, 8)
+    g4 = pe(lambda p, ex: loss(p, ex[:2]), f, (x, y, keys))
+    np.testing.assert_allclose(g4.a, g.a, rtol=1e-6, atol=1e-6)
+    for bad in ((x, "abc"), (x, y[0, :3])):
+        with pytest.raises(TypeError, match="`batch`"):
+            privacy.per_example_grads(loss, f, bad)
 
 
 def test_poisson_batch(key):

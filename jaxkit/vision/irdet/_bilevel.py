@@ -271,8 +271,8 @@ def grad_dot_scores(
     """
     if not _validate.leaves(params, name="params", inexact=True):  # differentiated
         raise TypeError(f"`params` must hold at least one floating array, got {params!r:.80}.")
-    _validate.leaves(train_batch, name="train_batch", batch=True)
-    _validate.leaves(val_batch, name="val_batch", batch=True)
+    _validate.leaves(train_batch, name="train_batch", batch=True, keys=True)
+    _validate.leaves(val_batch, name="val_batch", batch=True, keys=True)
     _validate.real_scalar(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
     lr_ = _validate.guard_positive(
