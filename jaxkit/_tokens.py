@@ -45,7 +45,7 @@ def check_sampling(temperature: Any, top_p: Any, min_p: Any = None) -> bool:
     if min_p is not None:
         named["min_p"] = min_p
     for name, v in named.items():
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
         _validate.finite_scalar(**{name: v})
     _validate.non_negative(temperature=temperature)
     _validate.in_interval(low=0, high=1, closed="right", top_p=top_p)

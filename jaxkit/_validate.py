@@ -84,7 +84,7 @@ def in_interval(
 def finite_scalar(**kwargs: Any) -> None:
     """Check a concrete hyperparameter is a finite scalar."""
     name, value = _one(kwargs)
-    real_scalar(value, name=name)
+    real(value, name=name)
     if jnp.ndim(value) != 0:
         raise TypeError(f"`{name}` must be a scalar, got shape {jnp.shape(value)}.")
     v = _concrete(value)
@@ -387,8 +387,13 @@ def flags(**kwargs: Any) -> None:
         flag(value, name=name)
 
 
-def real_scalar(value: Any, *, name: str) -> None:
-    """Check a continuous hyperparameter is a real number or array, not a str/None/bool."""
+def real(value: Any, *, name: str) -> None:
+    """Check ``value`` is a real (integer or floating) number or array: not a str/None/bool.
+
+    A continuous hyperparameter's type check (its value: :func:`positive`,
+    :func:`finite_scalar`, the ``guard_*`` helpers) and a data array's (weights, a
+    histogram) alike; :func:`floating` where integers are not meant.
+    """
     what = "a real number or array"
     if isinstance(value, bool):  # jnp.result_type would take it for a bool dtype
         raise TypeError(f"`{name}` must be {what}, got {type(value).__name__} {value!r}.")
@@ -398,13 +403,13 @@ def real_scalar(value: Any, *, name: str) -> None:
 
 
 def real_array(value: Any, *, name: str, dtype: Any = None) -> Any:
-    """``jnp.asarray(value, dtype)`` after :func:`real_scalar`, so a bad type names ``name``.
+    """``jnp.asarray(value, dtype)`` after :func:`real`, so a bad type names ``name``.
 
     JAX's own error for a string, ``None`` or a list would not name the argument. The usual
     first argument of the ``guard_*`` helpers below:
     ``guard_positive(real_array(tau, name="tau"), tau, name="tau")``.
     """
-    real_scalar(value, name=name)
+    real(value, name=name)
     return jnp.asarray(value, dtype)
 
 
@@ -415,7 +420,7 @@ def guard_positive(x: Any, value: Any, *, name: str) -> Any:
     ``eqx.error_if`` (NaN fails too: the predicate is ``~(value > 0)``, not
     ``value <= 0``, because NaN compares False). Always use the result.
     """
-    real_scalar(value, name=name)
+    real(value, name=name)
     v = jnp.asarray(value)
     bad = ~jnp.all((v > 0) & jnp.isfinite(v))
     return error_if(x, bad, f"`{name}` must be finite and > 0, got {name}={_show(value)}.")
@@ -428,7 +433,7 @@ def guard_finite(x: Any, value: Any, *, name: str) -> Any:
     A concrete ``value`` is checked on the host and adds nothing to a traced program (``x``
     may then be a Python number, e.g. under ``eval_shape``).
     """
-    real_scalar(value, name=name)
+    real(value, name=name)
     msg = f"`{name}` must be finite, got {name}={_show(value)}."
     v = _concrete(value)
     if v is not None:
@@ -440,7 +445,7 @@ def guard_finite(x: Any, value: Any, *, name: str) -> Any:
 
 def guard_non_negative(x: Any, value: Any, *, name: str, allow_inf: bool = False) -> Any:
     """Return ``x`` guarded so that ``value`` must be >= 0 (and finite unless ``allow_inf``)."""
-    real_scalar(value, name=name)
+    real(value, name=name)
     v = jnp.asarray(value)
     ok = v >= 0
     if not allow_inf:
@@ -456,7 +461,7 @@ def guard_interval(
 
     NaN fails the check; works eagerly (``ValueError``) and under ``jit`` (``eqx.error_if``).
     """
-    real_scalar(value, name=name)
+    real(value, name=name)
     v = jnp.asarray(value)
     lo = v >= low if closed in ("both", "left") else v > low
     hi = v <= high if closed in ("both", "right") else v < high

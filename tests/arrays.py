@@ -13,7 +13,19 @@ a pytree of parameters is not one),
   the function (a mismatch between two arguments may name either side), or be accepted
   where the area's ``ANY_RANK`` lists ``"path:argument"`` with the reason (leading batch
   axes, any rank by design); a listed argument's rank probes are not run (the conformance
-  suite's ``vmap`` checks are the batch axes' test).
+  suite's ``vmap`` checks are the batch axes' test);
+* an integer array (token ids, labels, indices) given as floats off the integers
+  (``a + 0.5``), and a bool mask given as floats (``True`` as ``0.5``), must raise a
+  ``TypeError`` naming, in backticks, the argument or another argument of the function
+  (``jnp.take`` would truncate the ids, ``jnp.where`` read 0.5 as true, ``x * mask`` halve
+  the kept entries), or be accepted where the area's ``ANY_DTYPE`` lists
+  ``"path:argument"`` with the reason (a soft mask by design, an integer array that is
+  plain data). A floating argument is not probed with integers: integers promote to
+  floats, as in ``jax.numpy``.
+
+A public class's ``__call__`` is swept like a function through a recipe under the path
+``"<class path>.__call__"`` (the recipe builds the module and calls it, forwarding its
+keyword arguments): the probe patches the class's ``__call__`` for the call.
 
 The probe reaches the function through its recipe: a ``functools.partial`` recipe's bound
 arguments are replaced directly; any other recipe runs with the public function patched in
@@ -51,9 +63,8 @@ def _call_with(
     Returns ``(error, arguments)``: ``arguments`` the bound arguments seen (before the
     change), or ``None`` where the recipe never reached the function.
     """
-    module, _, name = path.rpartition(".")
-    mod = importlib.import_module(module)
-    fn = getattr(mod, name)
+    owner, name = _owner(path)
+    fn = getattr(owner, name)
     sig = inspect.signature(fn)
     seen: dict[str, Any] = {}
     entered = [False]
@@ -74,13 +85,26 @@ def _call_with(
         recipe = functools.partial(bound_call, fn, *call.args, **call.keywords)
         with without_jaxtyping():
             return _run(recipe), (dict(seen) or None)
-    setattr(mod, name, functools.partial(bound_call, fn))
+
+    def patched(*args: Any, **kwargs: Any) -> Any:  # a function: a method binds `self`
+        return bound_call(fn, *args, **kwargs)
+
+    setattr(owner, name, patched)
     try:
         with without_jaxtyping():
             err = _run(call)
     finally:
-        setattr(mod, name, fn)
+        setattr(owner, name, fn)
     return err, (dict(seen) or None)
+
+
+def _owner(path: str) -> tuple[Any, str]:
+    """``(module or class, attribute name)`` of a public path (``Class.__call__`` too)."""
+    parent, _, name = path.rpartition(".")
+    if name == "__call__":
+        module, _, cls = parent.rpartition(".")
+        return getattr(importlib.import_module(module), cls), name
+    return importlib.import_module(parent), name
 
 
 def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
@@ -93,18 +117,36 @@ def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | Non
     return {n: v for n, v in seen.items() if _is_array(v)}
 
 
-def sweep_arrays(path: str, call: Callable[..., Any], any_rank: dict[str, str]) -> list[str]:
+def _dtype_probe(a: Any) -> tuple[str, Any] | None:
+    """Floats off the integers for an integer array, 0.5 for ``True`` in a bool mask."""
+    kind = np.asarray(a).dtype.kind if isinstance(a, np.ndarray) else np.dtype(a.dtype).kind
+    if kind in "iu":
+        return "floats for integers", np.asarray(a, np.float32) + np.float32(0.5)
+    if kind == "b":
+        return "floats for a bool mask", np.where(np.asarray(a), 0.5, 0.0).astype(np.float32)
+    return None
+
+
+def sweep_arrays(
+    path: str,
+    call: Callable[..., Any],
+    any_rank: dict[str, str],
+    any_dtype: dict[str, str] | None = None,
+) -> list[str]:
     """Sweep one recipe's array arguments; the failures, one line each."""
     arrays = array_arguments(path, call)
     if arrays is None:
         return [f"{path}: the recipe does not call the function through its module"]
-    fn = getattr(importlib.import_module(path.rpartition(".")[0]), path.rpartition(".")[2])
-    params = list(inspect.signature(fn).parameters)
+    owner, attr = _owner(path)
+    params = list(inspect.signature(getattr(owner, attr)).parameters)
     failures = []
     for name, a in arrays.items():
         probes: list[tuple[str, Any]] = [("a string", STRING)]
         if f"{path}:{name}" not in any_rank:
             probes += [("one more axis", a[None]), ("one fewer axis", a[0])]
+        dtype_probe = _dtype_probe(a)
+        if dtype_probe is not None and f"{path}:{name}" not in (any_dtype or {}):
+            probes.append(dtype_probe)
         for what, bad in probes:
 
             def change(args: dict[str, Any], name: str = name, bad: Any = bad) -> None:
@@ -116,6 +158,14 @@ def sweep_arrays(path: str, call: Callable[..., Any], any_rank: dict[str, str]) 
                 if not isinstance(e, TypeError) or f"`{name}`" not in msg:
                     got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
                     failures.append(f"{path}: `{name}` {what}: not a TypeError naming it ({got})")
+                continue
+            if what.startswith("floats"):
+                if not isinstance(e, TypeError) or not any(f"`{p}`" in msg for p in params):
+                    got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
+                    failures.append(
+                        f"{path}: `{name}` given {what}: not a TypeError naming an argument "
+                        f"({got}); or list `{path}:{name}` in ANY_DTYPE with the reason"
+                    )
                 continue
             if e is None:
                 failures.append(
@@ -147,24 +197,32 @@ def any_rank_of(area: str) -> dict[str, str]:
     return _area_dict(area, "ANY_RANK")
 
 
+def any_dtype_of(area: str) -> dict[str, str]:
+    """``ANY_DTYPE`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+    return _area_dict(area, "ANY_DTYPE")
+
+
 def no_recipe_of(area: str) -> dict[str, str]:
     """``NO_RECIPE`` of ``tests/<area>/keywords.py``: public path -> why it has no recipe."""
     return _area_dict(area, "NO_RECIPE")
 
 
 def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:
-    """The area's public functions (not classes) with an array parameter -> their paths.
+    """The area's public functions and classes' ``__call__`` with an array parameter -> paths.
 
     An array parameter is one whose annotation names ``Array`` (``Float[Array, "n"]``,
     ``ArrayLike``): each such function needs a recipe (or a ``NO_RECIPE`` reason), so that
-    the sweep reaches its array arguments.
+    the sweep reaches its array arguments. A class's is the ``__call__`` it defines, under
+    ``"<class path>.__call__"``.
     """
     from tests.keywords import public_functions
 
     out: dict[Callable[..., Any], list[str]] = {}
     for path, fn in public_functions(area).items():
         if inspect.isclass(fn):
-            continue
+            if "__call__" not in vars(fn):
+                continue
+            fn, path = vars(fn)["__call__"], f"{path}.__call__"
         params = inspect.signature(fn).parameters.values()
         if any("Array" in str(p.annotation) for p in params):
             out.setdefault(fn, []).append(path)

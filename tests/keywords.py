@@ -168,8 +168,10 @@ def recipes_of(area: str) -> tuple[dict[str, Callable[..., Any]], dict[str, str]
 
 
 def resolve(path: str) -> Callable[..., Any]:
-    """The object at a dotted public path."""
+    """The object at a dotted public path (``"<class path>.__call__"``: the class's)."""
     module, _, name = path.rpartition(".")
+    if name == "__call__":
+        return getattr(resolve(module), name)
     return getattr(importlib.import_module(module), name)
 
 

@@ -44,7 +44,7 @@ def test_guard_interval_and_non_negative_catch_nan():
         jax.block_until_ready(g(x, jnp.nan))
 
 
-def test_python_int_and_real_scalar():
+def test_python_int_and_real():
     assert _validate.python_int(np.int64(3), name="n", minimum=1) == 3
     for bad in (True, 2.0, "3", None):
         with pytest.raises(TypeError, match="`n` must be a Python int"):
@@ -53,7 +53,7 @@ def test_python_int_and_real_scalar():
         _validate.python_int(0, name="n", minimum=1)
     for bad in ("0.1", None, True, [0.1, "a"], {"a": 1}):
         with pytest.raises(TypeError, match="`softness` must be a real number"):
-            _validate.real_scalar(bad, name="softness")
+            _validate.real(bad, name="softness")
         with pytest.raises(TypeError, match="`softness` must be a real number"):
             _validate.real_array(bad, name="softness")
         with pytest.raises(TypeError, match="`softness` must be a real number"):
@@ -167,6 +167,34 @@ def test_is_key():
     _validate.is_key(jax.random.PRNGKey(0))
     with pytest.raises(TypeError, match="`key` must be a PRNG key"):
         _validate.is_key(3)
+
+
+def test_checked_jit_checks_on_the_host_and_keeps_the_jitted_function():
+    import inspect
+
+    from jaxkit import soft
+    from jaxkit._jit import checked_jit
+
+    seen = []
+
+    @checked_jit(arrays=("x",), flags=("neg",), static_argnames=("neg",), check=seen.append)
+    def f(x, neg: bool = False):
+        """Doc."""
+        return -x if neg else x
+
+    assert f.__doc__ == "Doc." and list(inspect.signature(f).parameters) == ["x", "neg"]
+    np.testing.assert_array_equal(f(jnp.ones(2), np.bool_(True)), -np.ones(2))
+    assert seen[-1]["neg"] is True  # NumPy's bool became Python's (one static value)
+    f(jnp.ones(2))
+    assert seen[-1]["neg"] is False  # defaults applied before `check`
+    with pytest.raises(TypeError, match="`x` must be a numeric array"):
+        f("abc")
+    with pytest.raises(TypeError, match="`neg`"):
+        f(jnp.ones(2), neg="no")
+    # the jitted function's `lower`, with `neg` static (a branch taken at trace time)
+    assert "negate" in f.lower(jnp.ones(2), neg=True).as_text()
+    assert "negate" not in f.lower(jnp.ones(2), neg=False).as_text()
+    assert soft.sqrt.lower(jnp.ones(3)).compile()(jnp.full(3, 4.0))[0] == 2.0
 
 
 def test_dispatch_paths():

@@ -15,6 +15,7 @@ keyword.
 
 import functools
 import inspect
+import sys
 from typing import Literal
 
 import jax.numpy as jnp
@@ -44,6 +45,14 @@ def _any_rank():
 
 
 @functools.cache
+def _any_dtype():
+    out = {}
+    for area in AREAS:
+        out.update(A.any_dtype_of(area))
+    return out
+
+
+@functools.cache
 def _exempt():
     out = {}
     for area in AREAS:
@@ -68,7 +77,8 @@ def test_every_swept_keyword_has_a_recipe(area):
         f"no recipe in tests/{area}/keywords.py (see tests/keywords.py): {missing}"
     )
     for path in recipes:
-        assert path in public, f"tests/{area}/keywords.py: {path} is not a public function"
+        owner = path.removesuffix(".__call__")  # a class's __call__ (tests/arrays.py)
+        assert owner in public, f"tests/{area}/keywords.py: {path} is not a public function"
     for entry, reason in exempt.items():
         path, _, kw = entry.partition(":")
         assert path in public, f"tests/{area}/keywords.py EXEMPT: {path} is not public"
@@ -91,15 +101,18 @@ def test_every_array_function_has_a_recipe(area):
     )
     public = K.public_functions(area)
     for path, reason in no_recipe.items():
-        assert path in public, f"tests/{area}/keywords.py NO_RECIPE: {path} is not public"
+        owner = path.removesuffix(".__call__")
+        assert owner in public, f"tests/{area}/keywords.py NO_RECIPE: {path} is not public"
         assert reason.strip(), f"tests/{area}/keywords.py NO_RECIPE: {path} gives no reason"
         assert path not in recipes, f"tests/{area}/keywords.py: {path} has a recipe too"
-    for entry, reason in A.any_rank_of(area).items():
-        path, _, arg = entry.partition(":")
-        assert path in recipes, f"tests/{area}/keywords.py ANY_RANK: {path} has no recipe"
-        params = inspect.signature(public[path]).parameters
-        assert arg in params, f"tests/{area}/keywords.py ANY_RANK: {entry}: no argument {arg}"
-        assert reason.strip(), f"tests/{area}/keywords.py ANY_RANK: {entry} gives no reason"
+    for table, entries in (("ANY_RANK", A.any_rank_of(area)), ("ANY_DTYPE", A.any_dtype_of(area))):
+        for entry, reason in entries.items():
+            path, _, arg = entry.partition(":")
+            where = f"tests/{area}/keywords.py {table}: {entry}"
+            assert path in recipes, f"{where}: {path} has no recipe"
+            params = inspect.signature(K.resolve(path)).parameters
+            assert arg in params, f"{where}: no argument {arg}"
+            assert reason.strip(), f"{where} gives no reason"
 
 
 # The machinery's own test: functions it must fail and one it must pass.
@@ -108,12 +121,12 @@ def converts(x, *, alpha: float = 0.5):
 
 
 def wrong_name(x, *, alpha: float = 0.5):
-    _validate.real_scalar(alpha, name="beta")
+    _validate.real(alpha, name="beta")
     return x * alpha
 
 
 def truncates(x, *, n: int = 2):
-    _validate.real_scalar(n, name="n")
+    _validate.real(n, name="n")
     return x[: int(n)]
 
 
@@ -146,7 +159,7 @@ def good(
     negate: bool = False,
 ):
     _validate.flags(negate=negate)
-    _validate.real_scalar(alpha, name="alpha")
+    _validate.real(alpha, name="alpha")
     _validate.finite_scalar(alpha=alpha)
     _validate.one_of(("a", "b"), mode=mode)
     if window is not None:
@@ -223,6 +236,60 @@ def test_array_sweep_fails_a_broken_function(name, want):
     assert (failures == []) == (name != "array_unchecked"), failures
 
 
+def ids_unchecked(ids, mask):
+    _validate.ndim(ids, 1, name="ids")
+    _validate.shape(mask, ids.shape, name="mask")
+    kept = jnp.asarray(mask).astype(jnp.float32)  # reads 0.5 as half
+    return jnp.take(jnp.arange(5.0), jnp.asarray(ids).astype(int)) * kept  # truncates 2.5
+
+
+def ids_good(ids, mask):
+    _validate.integer(ids, name="ids")
+    _validate.boolean(mask, name="mask")
+    _validate.ndim(ids, 1, name="ids")
+    _validate.shape(mask, ids.shape, name="mask")
+    return jnp.where(mask, jnp.take(jnp.arange(5.0), ids), 0.0)
+
+
+class Scaled:
+    """A class whose ``__call__`` takes the arrays (swept as ``<path>.__call__``)."""
+
+    def __call__(self, ids, mask):
+        return ids_good(ids, mask)
+
+
+class ScaledUnchecked:
+    def __call__(self, ids, mask):
+        return ids_unchecked(ids, mask)
+
+
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [
+        ("ids_unchecked", "`ids` given floats for integers"),
+        ("ids_good", None),
+        ("Scaled.__call__", None),  # a class's __call__, patched on the class for the call
+        ("ScaledUnchecked.__call__", "`ids` given floats for integers"),
+    ],
+)
+def test_array_sweep_probes_dtypes_and_calls(path, want):
+    ids, mask = jnp.array([0, 2, 4]), jnp.array([True, False, True])
+    this, name = sys.modules[__name__], path.removesuffix(".__call__")
+    if path.endswith("__call__"):
+        call = lambda: getattr(this, name)()(ids, mask)  # noqa: E731
+    else:  # reached through this module, as a recipe reaches a public function
+        call = lambda: getattr(this, name)(ids, mask)  # noqa: E731
+    failures = A.sweep_arrays(f"tests.test_keywords.{path}", call, {})
+    if want is None:
+        assert failures == [], failures
+    else:
+        assert failures and want in failures[0], failures
+        assert any("`mask` given floats for a bool mask" in f for f in failures), failures
+    # declared: the dtype probes are skipped
+    declared = {f"tests.test_keywords.{path}:{a}": "plain data" for a in ("ids", "mask")}
+    assert A.sweep_arrays(f"tests.test_keywords.{path}", call, {}, declared) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(_all_recipes()))
 def test_keywords_reject_bad_values(path):
@@ -231,7 +298,7 @@ def test_keywords_reject_bad_values(path):
     The array sweep's first, plain call of the recipe is the keyword sweep's too.
     """
     call, function = _all_recipes()[path], not inspect.isclass(K.resolve(path))
-    failures = A.sweep_arrays(path, call, _any_rank()) if function else []
+    failures = A.sweep_arrays(path, call, _any_rank(), _any_dtype()) if function else []
     failures += K.sweep(path, call, _exempt(), ran=function)
     assert not failures, "\n".join(failures)
 

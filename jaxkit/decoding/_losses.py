@@ -258,7 +258,7 @@ def wedlm_loss(
             "`batch` must be a DualStreamBatch (from dual_stream_batch), got "
             f"{type(batch).__name__}."
         )
-    _validate.real_scalar(ar_weight, name="ar_weight")
+    _validate.real(ar_weight, name="ar_weight")
     _validate.finite_scalar(ar_weight=ar_weight)
     _validate.non_negative(ar_weight=ar_weight)
     b, two_l = batch.input_ids.shape

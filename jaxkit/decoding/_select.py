@@ -87,12 +87,12 @@ def select_by_entropy(
     logits, selectable = jnp.asarray(logits), jnp.asarray(selectable)
     _check_logits(logits, rank=3)
     _validate.shape(selectable, logits.shape[:2], name="selectable")
-    _validate.real_scalar(pos_penalty, name="pos_penalty")
+    _validate.real(pos_penalty, name="pos_penalty")
     _validate.finite_scalar(pos_penalty=pos_penalty)
     logits = _validate.all_finite(logits, name="logits")  # NaN logits: no silent choice
     logits = _validate.guard_finite(logits, pos_penalty, name="pos_penalty")
     if threshold is not None:
-        _validate.real_scalar(threshold, name="threshold")
+        _validate.real(threshold, name="threshold")
         _validate.finite_scalar(threshold=threshold)
         logits = _validate.guard_finite(logits, threshold, name="threshold")
     # the decoder calls _select_by_entropy itself (its values are checked once, up front)

@@ -204,7 +204,7 @@ def wedlm_generate(
     if entropy_threshold is not None:
         _validate.finite_scalar(entropy_threshold=entropy_threshold)
     if min_accept is not None:
-        _validate.real_scalar(min_accept, name="min_accept")
+        _validate.real(min_accept, name="min_accept")
         _validate.finite_scalar(min_accept=min_accept)
         _validate.non_negative(min_accept=min_accept)
     probe_every = _validate.python_int(probe_every, name="probe_every", minimum=1)

@@ -48,7 +48,7 @@ def sir_resample(
     """
     _validate.is_key(key)
     _validate.integer(tokens, name="tokens")  # before jnp.asarray: a str names the argument
-    _validate.real_scalar(reward, name="reward")
+    _validate.real(reward, name="reward")
     tokens, r = jnp.asarray(tokens), jnp.asarray(reward)
     _validate.ndim(tokens, 2, name="tokens")
     if r.shape != tokens.shape[:1]:

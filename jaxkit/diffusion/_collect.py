@@ -138,7 +138,7 @@ def _check_rows(tokens, unmask_step, log_ratio) -> None:
     _validate.ndim(tokens, 2, name="tokens")
     _validate.integer(unmask_step, name="unmask_step")
     _validate.shape(unmask_step, jnp.shape(tokens), name="unmask_step")
-    _validate.real_scalar(log_ratio, name="log_ratio")
+    _validate.real(log_ratio, name="log_ratio")
     _validate.shape(log_ratio, jnp.shape(tokens)[:1], name="log_ratio")
 
 
@@ -396,7 +396,7 @@ def fine_tune(
     direction = _validate.python_int(direction, name="direction")
     _validate.one_of((1, -1), direction=direction)
     if ess_target is not None:
-        _validate.real_scalar(ess_target, name="ess_target")  # float("0.1") parsed a string
+        _validate.real(ess_target, name="ess_target")  # float("0.1") parsed a string
         if not 0.0 < float(ess_target) <= 1.0:
             raise ValueError(f"`ess_target` must lie in (0, 1] or be None, got {ess_target}.")
     samples_per_iter = _validate.python_int(samples_per_iter, name="samples_per_iter", minimum=1)

@@ -137,7 +137,7 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     _validate.one_of(REDUCTIONS, reduction=st.reduction)
     adaptive = _validate.flag(st.adaptive, name="adaptive_margin")  # static: Python bool
     for name in ("kl_weight", "contrastive_weight"):
-        _validate.real_scalar(getattr(hp, name), name=name)
+        _validate.real(getattr(hp, name), name=name)
     guarded = _validate.all_finite(buffer.log_w, name="buffer.log_w")
     guarded = _validate.guard_non_negative(guarded, hp.kl_weight, name="kl_weight")
     guarded = _validate.guard_non_negative(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from jaxkit import _validate
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
@@ -27,22 +27,25 @@ REDUCTIONS = ("sum_weights", "reference")
 # ----------------------------------------------------------------------------- rewards
 
 
-def _check_direction(direction, like: Array) -> Array:
+def _check_direction(direction, like: Array, *, name: str = "direction") -> Array:
+    """``direction`` (+1 or -1, any real dtype) as an array: a scalar or one per row of ``like``.
+
+    Another value (``0.5``, ``2``) is an error under the guard, eagerly or traced.
+    """
     d = jnp.asarray(direction)
     if not jnp.issubdtype(d.dtype, jnp.integer) and not jnp.issubdtype(d.dtype, jnp.floating):
-        raise TypeError(f"`direction` must be +1 or -1 (scalar or per row), got dtype {d.dtype}.")
+        raise TypeError(f"`{name}` must be +1 or -1 (scalar or per row), got dtype {d.dtype}.")
     if d.ndim not in (0, 1) or (d.ndim == 1 and d.shape != like.shape):
         raise TypeError(
-            f"`direction` must be a scalar or have shape {like.shape}, got shape {d.shape}."
+            f"`{name}` must be a scalar or have shape {like.shape}, got shape {d.shape}."
         )
-    d = _validate.error_if(d, ~jnp.all((d == 1) | (d == -1)), "`direction` must be +1 or -1.")
-    return d
+    return _validate.error_if(d, ~jnp.all((d == 1) | (d == -1)), f"`{name}` must be +1 or -1.")
 
 
 def _check_scores(x, p_agonist, name: str) -> tuple[Array, Array]:
     """``(x, p_agonist)`` as arrays; ``x`` (called ``name``) floating 1-D, same shape."""
     _validate.floating(x, name=name)  # before jnp.asarray: a str names the argument
-    _validate.real_scalar(p_agonist, name="p_agonist")
+    _validate.real(p_agonist, name="p_agonist")
     x, f = jnp.asarray(x), jnp.asarray(p_agonist)
     _validate.ndim(x, 1, name=name)
     _validate.same_shape(**{name: x, "p_agonist": f})
@@ -53,7 +56,7 @@ def gated_reward(
     affinity: Float[ArrayLike, " B"],
     p_agonist: Float[ArrayLike, " B"],
     *,
-    direction: Int[ArrayLike, "*#B"],
+    direction: Real[ArrayLike, "*#B"],
     tau_s: RealScalarLike = 0.1,
     a_min: RealScalarLike = 0.0,
     low_factor: RealScalarLike = 0.1,
@@ -310,28 +313,29 @@ def _kl(apply_fn, params, ref_params, x0, valid, key, mask_id):
 
 def contrastive_margin(
     emb: Float[ArrayLike, "N D"],
-    labels: Int[ArrayLike, " N"],
+    labels: Real[ArrayLike, " N"],
     *,
     margin: RealScalarLike = 1.0,
     adaptive: bool = True,
 ) -> Float[Array, ""]:
     """Margin loss ``mean_{same} ||e_i - e_j||^2 + mean_{diff} max(0, m - ||e_i - e_j||)^2``.
 
-    Pairs ``i != j``; labels are the requested directions ``d*`` (+-1) of the
-    samples (never ``sign(gated reward)``, which is always +1 and switches the term
-    off). ``adaptive``: ``m = max(margin, 1.5 * mean dissimilar distance)`` with no
-    gradient through ``m``. A batch with a single label gives 0.
+    Pairs ``i != j``; labels are the requested directions ``d*`` (+1 or -1, integer or
+    floating, as ``direction`` elsewhere; another value raises) of the samples (never
+    ``sign(gated reward)``, which is always +1 and switches the term off). ``adaptive``:
+    ``m = max(margin, 1.5 * mean dissimilar distance)`` with no gradient through ``m``. A
+    batch with a single label gives 0.
 
     Raises:
       TypeError: ``emb`` not ``[N, D]`` floating or ``labels`` not ``[N]``.
+      ValueError: A label other than +1 or -1 (under ``jit``, an ``eqx.error_if`` error).
     """
     _validate.floating(emb, name="emb")  # before jnp.asarray: a str names the argument
-    _validate.real_scalar(labels, name="labels")
+    _validate.real(labels, name="labels")
     e = jnp.asarray(emb)
-    lab = jnp.asarray(labels)
     _validate.ndim(e, 2, name="emb")
-    if lab.shape != e.shape[:1]:
-        raise TypeError(f"`labels` must have shape {e.shape[:1]}, got {lab.shape}.")
+    _validate.ndim(labels, 1, name="labels")
+    lab = _check_direction(labels, e[:, 0], name="labels")
     adaptive = _validate.flag(adaptive, name="adaptive")
     e = _validate.guard_positive(e, margin, name="margin")
     return _contrastive(e, lab, margin, adaptive=adaptive)

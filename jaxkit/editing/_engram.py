@@ -324,7 +324,7 @@ def compose(
     _validate.floating(coefficients, name="coefficients")  # before jnp.asarray: a str
     coefficients = jnp.asarray(coefficients)
     _validate.shape(coefficients, (k,), name="coefficients")
-    _validate.real_scalar(base, name="base")
+    _validate.real(base, name="base")
     ls = _check_layer_scale(layer_scale, layers)
     coefficients = _validate.all_finite(coefficients, name="coefficients")
     coefficients = _validate.guard_finite(coefficients, base, name="base")
@@ -416,7 +416,7 @@ def erase(
     layers = _check_layers(layers)
     k = _check_engrams(layers, engrams)
     _validate.one_of(_SCALES, scale=scale)
-    _validate.real_scalar(alpha, name="alpha")
+    _validate.real(alpha, name="alpha")
     ids = _selection(memories, k)
     ids = _validate.error_if(
         ids, ~jnp.isfinite(jnp.asarray(alpha)), f"`alpha` must be finite, got {alpha!r}."

@@ -6,6 +6,10 @@ transform, symmetry-gap estimators and the CR / residual-pathway baselines.
 The RECM update rule and layer form are reconstructions (see each docstring).
 """
 
+from jaxkit.equivariance._c4 import c4_conv_reynolds as c4_conv_reynolds
+from jaxkit.equivariance._c4 import c4_image_act as c4_image_act
+from jaxkit.equivariance._c4 import c4_image_actions as c4_image_actions
+from jaxkit.equivariance._c4 import c4_kernel_transform as c4_kernel_transform
 from jaxkit.equivariance._data import MD17 as MD17
 from jaxkit.equivariance._data import load_geom as load_geom
 from jaxkit.equivariance._data import load_md17 as load_md17
@@ -25,10 +29,6 @@ from jaxkit.equivariance._groups import so2_rot2d as so2_rot2d
 from jaxkit.equivariance._layers import RECMe3nnLinear as RECMe3nnLinear
 from jaxkit.equivariance._layers import RECMGroupConvC4 as RECMGroupConvC4
 from jaxkit.equivariance._layers import RECMLinear as RECMLinear
-from jaxkit.equivariance._layers import c4_conv_reynolds as c4_conv_reynolds
-from jaxkit.equivariance._layers import c4_image_act as c4_image_act
-from jaxkit.equivariance._layers import c4_image_actions as c4_image_actions
-from jaxkit.equivariance._layers import c4_kernel_transform as c4_kernel_transform
 from jaxkit.equivariance._layers import normalized_complement as normalized_complement
 from jaxkit.equivariance._project import complement as complement
 from jaxkit.equivariance._project import equivariance_error as equivariance_error

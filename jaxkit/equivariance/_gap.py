@@ -148,7 +148,7 @@ def mmd_gap(
     if n < 4:
         raise ValueError(f"`x` needs at least 4 samples for the two halves, got {n}.")
     if bandwidth is not None:
-        _validate.real_scalar(bandwidth, name="bandwidth")
+        _validate.real(bandwidth, name="bandwidth")
         _validate.finite_scalar(bandwidth=bandwidth)
         _validate.positive(bandwidth=bandwidth)
         if isinstance(bandwidth, jax.core.Tracer):  # NaN / 0 gave a NaN statistic

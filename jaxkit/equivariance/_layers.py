@@ -30,6 +30,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype as acc_dtype
+from jaxkit.equivariance._c4 import c4_conv_reynolds
 from jaxkit.equivariance._groups import Group
 from jaxkit.equivariance._project import _check_weight, complement, reynolds
 
@@ -54,7 +55,7 @@ def _check_theta_init(theta_init: Any) -> None:
 
 def _check_eps(eps) -> float:
     """A layer's ``eps``: a finite real > 0 (NaN / negative gave NaN or blown-up weights)."""
-    _validate.real_scalar(eps, name="eps")
+    _validate.real(eps, name="eps")
     _validate.finite_scalar(eps=eps)
     _validate.positive(eps=eps)
     return float(eps)
@@ -73,7 +74,7 @@ def normalized_complement(
         or ``group`` is not a Group.
       ValueError: If ``eps`` is not finite and > 0.
     """
-    _validate.real_scalar(eps, name="eps")
+    _validate.real(eps, name="eps")
     _validate.finite_scalar(eps=eps)  # NaN / negative: a NaN or blown-up direction
     _validate.positive(eps=eps)
     _check_weight(b, group, name="b")  # the public name (complement's messages say `w`)
@@ -178,9 +179,17 @@ class RECMLinear(eqx.Module):
     def __call__(
         self, x: Float[ArrayLike, "*batch d_in"], *, relax: bool = True
     ) -> Float[Array, "*batch d_out"]:
-        """Apply the layer to ``x`` of shape ``[..., d_in]``; same dtype out."""
+        """Apply the layer to ``x`` of shape ``[..., d_in]``; same dtype out.
+
+        ``x`` may carry leading batch axes (one example ``[d_in]`` or a batch).
+
+        Raises:
+          TypeError: If ``x`` is not a floating array with trailing dimension ``d_in``,
+            or ``relax`` is not a bool.
+        """
+        _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
+        relax = _validate.flag(relax, name="relax")
         x = jnp.asarray(x)
-        _validate.floating(x, name="x")
         if x.ndim < 1 or x.shape[-1] != self.group.d_in:
             raise TypeError(
                 f"`x` must have trailing dimension d_in={self.group.d_in}, got shape {x.shape}."
@@ -199,60 +208,7 @@ class RECMLinear(eqx.Module):
 
 
 # ---------------------------------------------------------------- C4 convolutions
-
-
-def c4_kernel_transform(kernel: Array, r: int, *, lifting: bool) -> Array:
-    """The action of rotation ``r`` on a p4 kernel ``[C_out, 4, C_in, G_in, k, k]``.
-
-    ``T_r(K)[o, s, i, s'] = rot90(K[o, s-r, i, s'-r], r)`` (no shift of ``s'`` for a
-    lifting kernel, ``G_in = 1``). It satisfies ``conv(T_r K, g_r f) = g_r conv(K, f)``
-    for the image action :func:`c4_image_act`, so ``mean_r T_r`` is the Reynolds
-    projector (a permutation average, hence orthogonal).
-    """
-    _validate.numeric(kernel=kernel)
-    _validate.ndim(kernel, 6, name="kernel")
-    k = jnp.roll(kernel, r, axis=1)
-    if not lifting:
-        k = jnp.roll(k, r, axis=3)
-    return jnp.rot90(k, r, axes=(-2, -1))
-
-
-def c4_conv_reynolds(
-    kernel: Float[ArrayLike, "co 4 ci gi k k"], *, lifting: bool
-) -> Float[Array, "co 4 ci gi k k"]:
-    """Project a p4 (or lifting) kernel onto the C_4-equivariant kernels."""
-    _validate.floating(kernel, name="kernel")  # before jnp.asarray: a str names it
-    kernel = jnp.asarray(kernel)
-    _validate.ndim(kernel, 6, name="kernel")
-    if kernel.shape[1] != 4 or kernel.shape[-1] != kernel.shape[-2]:
-        raise TypeError(f"`kernel` must have shape (co, 4, ci, gi, k, k), got {kernel.shape}.")
-    acc = acc_dtype(kernel.dtype)
-    ka = kernel.astype(acc)
-    out = sum(c4_kernel_transform(ka, r, lifting=lifting) for r in range(4)) / 4.0
-    return out.astype(kernel.dtype)
-
-
-def c4_image_act(x: Array, r: int, *, regular: bool) -> Array:
-    """Rotate feature maps by ``r`` quarter turns: ``[..., C, (4,) H, W]``.
-
-    Regular features (``[..., C, 4, H, W]``) also shift the group axis by ``r``. Any
-    leading axes.
-    """
-    _validate.numeric(x=x)
-    r = _validate.python_int(r, name="r")
-    y = jnp.rot90(x, r, axes=(-2, -1))
-    return jnp.roll(y, r, axis=-3) if regular else y
-
-
-def c4_image_actions(*, regular_in: bool, regular_out: bool) -> list:
-    """The four ``(act_in, act_out)`` pairs of C_4 on feature maps (for metrics)."""
-    return [
-        (
-            lambda v, r=r: c4_image_act(v, r, regular=regular_in),
-            lambda v, r=r: c4_image_act(v, r, regular=regular_out),
-        )
-        for r in range(4)
-    ]
+# (the kernel and image actions and the kernel projector: jaxkit.equivariance._c4)
 
 
 class RECMGroupConvC4(eqx.Module):
@@ -327,9 +283,15 @@ class RECMGroupConvC4(eqx.Module):
         return w + self.theta.astype(w.dtype) * u.astype(w.dtype)
 
     def __call__(self, x: Float[ArrayLike, "..."], *, relax: bool = True) -> Array:
-        """Apply to one example ``[C_in, H, W]`` or ``[C_in, 4, H, W]``."""
+        """Apply to one example ``[C_in, H, W]`` or ``[C_in, 4, H, W]`` (``jax.vmap`` a batch).
+
+        Raises:
+          TypeError: If ``x`` is not a floating ``[C_in, H, W]`` (lifting) or
+            ``[C_in, 4, H, W]`` array with square ``H x W``, or ``relax`` is not a bool.
+        """
+        _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
+        relax = _validate.flag(relax, name="relax")
         x = jnp.asarray(x)
-        _validate.floating(x, name="x")
         co, _, ci, gi, k, _ = self.weight_eq.shape
         want = 3 if self.lifting else 4
         if x.ndim != want or x.shape[0] != ci or (not self.lifting and x.shape[1] != 4):

@@ -22,12 +22,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
+from jaxkit._jit import checked_jit
 from jaxkit._typing import accumulation_dtype as acc_dtype
 from jaxkit.equivariance._groups import Group
 
@@ -82,6 +82,15 @@ def _reynolds_finite(w: Array, group: Group) -> Array:
     return jnp.einsum("gji,...jk,gkl->...il", rout, w, rin) / group.order
 
 
+def _check_args(given) -> None:
+    """On the host, before the jit: a string names `w`, not a private function."""
+    _check_weight(given["w"], given["group"])
+    if "n_samples" in given:
+        _validate.python_int(given["n_samples"], name="n_samples", minimum=1)
+        _validate.is_key(given["key"])
+
+
+@checked_jit(static_argnames=("group",), check=_check_args)
 def reynolds(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
@@ -101,12 +110,6 @@ def reynolds(
     References:
       Pertigkiozoglou et al., ICML 2026 (arXiv:2602.02853), the equivariant branch.
     """
-    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
-    return _reynolds(w, group)
-
-
-@functools.partial(jax.jit, static_argnames=("group",))
-def _reynolds(w, group: Group) -> Array:
     w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     wa = w.astype(acc)
@@ -119,6 +122,7 @@ def _reynolds(w, group: Group) -> Array:
     return out.astype(w.dtype)
 
 
+@checked_jit(static_argnames=("group",), check=_check_args)
 def complement(
     w: Float[ArrayLike, "*batch d_out d_in"], group: Group
 ) -> Float[Array, "*batch d_out d_in"]:
@@ -126,18 +130,13 @@ def complement(
 
     ``w`` as in :func:`reynolds` (trailing ``(d_out, d_in)``, any leading batch axes).
     """
-    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
-    return _complement(w, group)
-
-
-@functools.partial(jax.jit, static_argnames=("group",))
-def _complement(w, group: Group) -> Array:
     w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     wa = w.astype(acc)
-    return (wa - _reynolds(wa, group)).astype(w.dtype)
+    return (wa - reynolds(wa, group)).astype(w.dtype)
 
 
+@checked_jit(static_argnames=("group", "n_samples"), check=_check_args)
 def reynolds_mc(
     w: Float[ArrayLike, "*batch d_out d_in"],
     group: Group,
@@ -150,14 +149,6 @@ def reynolds_mc(
     ``w`` takes leading batch axes (trailing shape ``(group.d_out, group.d_in)``). Jitted
     like jax.numpy (``group`` and ``n_samples`` static); the checks run first, on the host.
     """
-    _validate.python_int(n_samples, name="n_samples", minimum=1)
-    _check_weight(w, group)  # before the jit: a str names `w`, not a private function
-    _validate.is_key(key)
-    return _reynolds_mc(w, group, key=key, n_samples=n_samples)
-
-
-@functools.partial(jax.jit, static_argnames=("group", "n_samples"))
-def _reynolds_mc(w, group: Group, *, key: PRNGKeyArray, n_samples: int) -> Array:
     w = _check_weight(w, group)
     acc = acc_dtype(w.dtype)
     rin, rout = group.sample(n_samples, acc, key=key)

@@ -203,7 +203,7 @@ def set_theta(model: PyTree, value: Real[ArrayLike, ""]) -> PyTree:
     from jaxkit.equivariance._layers import RECMe3nnLinear, RECMGroupConvC4, RECMLinear
 
     kinds = (RECMLinear, RECMGroupConvC4, RECMe3nnLinear)
-    _validate.real_scalar(value, name="value")
+    _validate.real(value, name="value")
     _validate.finite_scalar(value=value)  # a NaN theta makes every forward NaN
     value = _validate.guard_finite(value, value, name="value")
 
@@ -286,7 +286,7 @@ def rpp_penalty(
     from jaxkit.equivariance._layers import RECMe3nnLinear, RECMGroupConvC4, RECMLinear
 
     for name, v in (("eq_weight", eq_weight), ("free_weight", free_weight)):
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
         _validate.finite_scalar(**{name: v})
         _validate.non_negative(**{name: v})
         if isinstance(v, jax.core.Tracer):  # NaN gave a NaN penalty

@@ -206,6 +206,7 @@ def expected_metrics(
     V.ndim(p, 1, name="p")
     V.floating(p, name="p")
     V.shape(admissible, jnp.shape(p), name="admissible")
+    V.boolean(admissible, name="admissible")  # a float 0.5 would count as admissible
     if isinstance(n_queries, bool):
         raise TypeError("`n_queries` must be an int, got bool.")
     V.ndim(n_queries, 0, name="n_queries")

@@ -54,8 +54,7 @@ def _collapsed_probs_core(key, admissible, score, lam, zeta, temperature, p_inva
 
 def _check_candidates(admissible, score):
     V.ndim(admissible, 1, name="admissible")
-    if jnp.result_type(admissible) != jnp.bool_:
-        raise TypeError(f"`admissible` must be bool, got dtype {jnp.result_type(admissible)}.")
+    V.boolean(admissible, name="admissible")  # a float 0.5 would count as admissible
     V.shape(score, jnp.shape(admissible), name="score")
 
 
@@ -168,6 +167,7 @@ def _check_table(table, admissible):
     V.ndim(table, 1, name="table")
     V.integer(table, name="table")
     V.shape(admissible, jnp.shape(table), name="admissible")
+    V.boolean(admissible, name="admissible")
 
 
 def collapsed(
@@ -244,6 +244,7 @@ def stratum_quotas(
     lower stratum. ``n_queries`` is traced. Jitted.
     """
     V.ndim(admissible, 1, name="admissible")
+    V.boolean(admissible, name="admissible")
     num_strata = V.python_int(num_strata, name="num_strata", minimum=1)
     V.one_of(ALLOCATIONS, allocation=allocation)
     _check_strata(strata, admissible, num_strata)
@@ -301,8 +302,7 @@ def _group(admissible, p):
     if admissible is None:
         return jnp.ones(jnp.shape(p), bool)
     V.shape(admissible, jnp.shape(p), name="admissible")
-    if jnp.result_type(admissible) != jnp.bool_:
-        raise TypeError(f"`admissible` must be bool, got dtype {jnp.result_type(admissible)}.")
+    V.boolean(admissible, name="admissible")  # a float 0.5 would count as admissible
     return jnp.asarray(admissible)
 
 
@@ -349,6 +349,7 @@ def expected_metrics_stratified(
     V.ndim(p, 1, name="p")
     V.floating(p, name="p")
     V.shape(admissible, jnp.shape(p), name="admissible")
+    V.boolean(admissible, name="admissible")
     V.ndim(quotas, 1, name="quotas")
     V.integer(quotas, name="quotas")
     _check_strata(strata, p, jnp.shape(quotas)[0])

@@ -42,10 +42,15 @@ def _check_layers(layers):
     s = jnp.shape(layers)
     if s[-1] != s[-2]:
         raise TypeError(f"`layers` must be [..., L, g, g], got shape {s}.")
-    dt = jnp.result_type(layers)
-    if not (jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_):
-        raise TypeError(f"`layers` must be an integer or bool array, got dtype {dt}.")
+    _int_or_bool(layers, "layers")
     return int(s[-1])
+
+
+def _int_or_bool(x, name: str) -> None:
+    """Voxels and heights are counts: floats (``1.5``) would compare as no height does."""
+    dt = jnp.result_type(x)
+    if not (jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_):
+        raise TypeError(f"`{name}` must be an integer or bool array, got dtype {dt}.")
 
 
 def _heights_core(layers):
@@ -104,11 +109,12 @@ def validate_voxel(
 
     Raises:
       TypeError: ``layers`` of rank < 3, not square in its last two axes or not
-        integer/bool; ``top`` not ``[g, g]``.
+        integer/bool; ``top`` not an integer/bool ``[g, g]``.
       ValueError: ``max_height <= 0``.
     """
     g = _check_layers(layers)
     V.shape(top, (g, g), name="top")
+    _int_or_bool(top, "top")
     strict = V.flag(strict, name="strict")
     V.integer(max_height, name="max_height")
     mh = V.guard_positive(

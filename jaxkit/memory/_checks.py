@@ -32,6 +32,19 @@ def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int)
     return labels, at, action
 
 
+def check_stage1(targets, target_valid, evidence, *, b: int, d: int, s: int) -> None:
+    """Stage 1: ``targets [B, 2, D]``, ``target_valid bool[B, 2]``, ``evidence bool[B, 2, S]``.
+
+    The masks must be bool: a float mask (``True`` as 0.5) would reweight the terms silently.
+    """
+    _validate.shape(targets, (b, 2, d), name="targets")
+    _validate.boolean(target_valid, name="target_valid")  # before the shape: a str names it
+    _validate.shape(target_valid, (b, 2), name="target_valid")
+    if evidence is not None:
+        _validate.boolean(evidence, name="evidence")
+        _validate.shape(evidence, (b, 2, s), name="evidence")
+
+
 def check_group(n: int, group) -> int:
     """``group`` a Python int >= 1 that divides the ``n`` rollouts."""
     group = _validate.python_int(group, name="group", minimum=1)
@@ -44,7 +57,7 @@ def check_stage3(router_h, actions, eligible, rewards, kl_beta, *, n_actions: in
     """Shapes and values of :func:`stage3_loss`'s batch; returns the guarded arrays."""
     _validate.floating(router_h, name="router_h")  # before jnp.asarray: a string names none
     _validate.boolean(eligible, name="eligible")
-    _validate.real_scalar(rewards, name="rewards")
+    _validate.real(rewards, name="rewards")
     router_h, eligible, rewards = (jnp.asarray(x) for x in (router_h, eligible, rewards))
     _validate.ndim(router_h, 3, name="router_h")
     b, n = router_h.shape[:2]

@@ -209,4 +209,17 @@ class Router(eqx.Module):
         return eqx.tree_at(lambda r: (r.mean, r.scale), self, (mu, jax.lax.rsqrt(var + eps)))
 
     def __call__(self, h: Float[Array, "*B D"]) -> Float[Array, "*B A"]:
+        """Action logits ``[*B, A]`` of hidden states ``h [*B, D]``.
+
+        ``h`` may carry leading batch axes (one state ``[D]`` or any batch of them).
+
+        Raises:
+          TypeError: If ``h`` is not a floating array with trailing dimension ``d_model``.
+        """
+        _validate.floating(h, name="h")  # before .astype: a str names `h`
+        d = self.mean.shape[0]
+        if jnp.ndim(h) < 1 or jnp.shape(h)[-1] != d:
+            raise TypeError(
+                f"`h` must have trailing dimension d_model={d}, got shape {jnp.shape(h)}."
+            )
         return self.l2(jax.nn.gelu(self.l1(self.features(h))))

@@ -19,7 +19,7 @@ from jaxtyping import Array
 
 from jaxkit import _validate, nn
 from jaxkit._optim import optax_update
-from jaxkit.memory._checks import check_stage2, check_stage3
+from jaxkit.memory._checks import check_stage1, check_stage2, check_stage3
 from jaxkit.memory._dlmr import (
     REASONING,
     VISUAL,
@@ -128,14 +128,18 @@ def stage1_loss(
 
     Returns:
       ``(loss, Stage1Aux)``.
+
+    Raises:
+      TypeError: A batch array of the wrong shape or dtype (``target_valid`` and
+        ``evidence`` must be bool), or ``evidence`` without the tiny injector.
+      ValueError: ``temperature`` not > 0, ``margin`` not finite, or an index out of range.
     """
     if evidence is not None and cfg.injector != "tiny":
         raise TypeError("`evidence`: the read term needs the tiny injector.")
     _validate.integer(at, name="at")  # before jnp.asarray (a string names none)
     ctx, ctx_valid, at, _, k = check_inject_args(p, cfg, ctx, ctx_valid, at, 0 * jnp.asarray(at), k)
     b, d = ctx.shape[0], p.banks[0].shape[1]
-    _validate.shape(targets, (b, 2, d), name="targets")
-    _validate.shape(target_valid, (b, 2), name="target_valid")
+    check_stage1(targets, target_valid, evidence, b=b, d=d, s=ctx.shape[1])
     k = _validate.guard_positive(k, temperature, name="temperature")
     k = _validate.guard_finite(k, margin, name="margin")
     mems, reads = [], []
@@ -471,7 +475,7 @@ def dlmr_step(
         if batch[1] is not None and n % group:
             raise ValueError(f"the {n} rollouts must be a multiple of `group`={group}.")
     for name, v in (("temperature", temperature), ("kl_beta", kl_beta), ("margin", margin)):
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
     # both checked whatever the stage (a bad value is an error even where the stage ignores it)
     temp = _validate.guard_positive(
         jnp.asarray(temperature, jnp.float32), temperature, name="temperature"

@@ -87,7 +87,7 @@ def lorenz_thomas(
     n_steps = _validate.python_int(n_steps, name="n_steps", minimum=2)
     substeps = _validate.python_int(substeps, name="substeps", minimum=1)
     burn_in = _validate.python_int(burn_in, name="burn_in", minimum=0)
-    _validate.real_scalar(thomas_b, name="thomas_b")
+    _validate.real(thomas_b, name="thomas_b")
     dt_a = _validate.guard_positive(
         _validate.real_array(dt, name="dt", dtype=jnp.float32), dt, name="dt"
     )

@@ -54,7 +54,14 @@ class GRUEncoder(eqx.Module):
         return self.cell.hidden_size
 
     def __call__(self, windows: Float[Array, "*batch w n"]) -> Float[Array, "*batch k"]:
-        """Latent means from windows ``[..., W, N]`` (oldest bin first, last = ``t - 1``)."""
+        """Latent means from windows ``[..., W, N]`` (oldest bin first, last = ``t - 1``).
+
+        ``windows`` may carry leading batch axes (mapped over).
+
+        Raises:
+          TypeError: ``windows`` not a floating array of rank >= 2 with last axis ``N``.
+        """
+        _check_seqs(windows, self.cell.input_size, name="windows", axes="[..., W, N]")
         return _map_lead(lambda xs: self.out(_states(self.cell, xs)[-1]), windows)
 
 
@@ -86,7 +93,14 @@ class BiGRUEncoder(eqx.Module):
         return self.fwd.hidden_size
 
     def __call__(self, seqs: Float[Array, "*batch t n"]) -> Float[Array, "*batch t k"]:
-        """Latent means ``[..., T, K]`` of every step of sequences ``[..., T, N]``."""
+        """Latent means ``[..., T, K]`` of every step of sequences ``[..., T, N]``.
+
+        ``seqs`` may carry leading batch axes (mapped over).
+
+        Raises:
+          TypeError: ``seqs`` not a floating array of rank >= 2 with last axis ``N``.
+        """
+        _check_seqs(seqs, self.fwd.input_size, name="seqs", axes="[..., T, N]")
 
         def one(xs):
             h = [_states(self.fwd, xs), _states(self.bwd, xs, reverse=True)]
@@ -102,6 +116,14 @@ def _sizes(n_neurons, rank, hidden):
         _validate.python_int(rank, name="rank", minimum=1),
         _validate.python_int(hidden, name="hidden", minimum=1),
     )
+
+
+def _check_seqs(x, n, *, name, axes):
+    """``x [..., T, N]`` floating with ``N = n`` (dtype and shape only: tracers pass)."""
+    _validate.floating(x, name=name)  # before any jnp op: a str names the argument
+    _validate.min_ndim(x, 2, name=name)
+    if jnp.shape(x)[-1] != n:
+        raise TypeError(f"`{name}` must have shape {axes} with N = {n}, got shape {jnp.shape(x)}.")
 
 
 def _states(cell, xs, *, reverse=False):

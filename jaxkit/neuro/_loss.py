@@ -252,7 +252,7 @@ def facrnn_loss(
         raise ValueError(f"`x_prev` must hold M >= 2 samples, got M = {m}.")
     _validate.is_key(key)
     x_prev = _hparams(jnp.asarray(x_prev), beta, alpha, bin_width)
-    _validate.real_scalar(n_total, name="n_total")
+    _validate.real(n_total, name="n_total")
     nt = jnp.asarray(n_total)
     x_prev = _validate.error_if(
         x_prev, ~((nt >= m) & jnp.isfinite(nt)), f"`n_total` must be finite and >= M = {m}."

@@ -178,7 +178,7 @@ def posterior_log_std(n_total: RealScalarLike, rank: int) -> Array:
       >>> round(float(posterior_log_std(1000, 6)), 4)
       -0.6908
     """
-    _validate.real_scalar(n_total, name="n_total")
+    _validate.real(n_total, name="n_total")
     rank = _validate.python_int(rank, name="rank", minimum=1)
     nt = jnp.asarray(n_total)
     nt = nt.astype(accumulation_dtype(nt.dtype))

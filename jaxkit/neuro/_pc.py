@@ -175,7 +175,7 @@ def partial_correlation(
     _group_size(k, n_groups)
     if m < 2:
         raise ValueError(f"`mu` must hold a minibatch of M >= 2 samples, got M = {m}.")
-    _validate.real_scalar(n_total, name="n_total")
+    _validate.real(n_total, name="n_total")
     nt = jnp.asarray(n_total)
     bad = ~((nt >= m) & jnp.isfinite(nt))
     z = _validate.error_if(

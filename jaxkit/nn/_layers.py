@@ -141,10 +141,14 @@ class MLP(eqx.Module):
         self.final_activation = final_activation
 
     def __call__(self, x: Float[ArrayLike, " in_size"]) -> Float[Array, " out_size"]:
-        """Apply the MLP to one input vector."""
-        x = jnp.asarray(x)
-        _validate.floating(x, name="x")
+        """Apply the MLP to one input vector (``jax.vmap`` for a batch).
+
+        Raises:
+          TypeError: If ``x`` is not a floating array of shape ``(in_size,)``.
+        """
+        _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
         _validate.shape(x, (self.weights[0].shape[0],), name="x")
+        x = jnp.asarray(x)
         return _mlp_forward(self, x)
 
 
@@ -206,10 +210,14 @@ class SmallCNN(eqx.Module):
         self.activation = activation
 
     def __call__(self, x: Float[ArrayLike, "C H W"]) -> Float[Array, " out"]:
-        """Apply the network to one image."""
-        x = jnp.asarray(x)
-        _validate.floating(x, name="x")
+        """Apply the network to one image (``jax.vmap`` for a batch).
+
+        Raises:
+          TypeError: If ``x`` is not a floating array of shape ``(in_channels, H, W)``.
+        """
+        _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
         _validate.ndim(x, 3, name="x")
+        x = jnp.asarray(x)
         if x.shape[0] != self.convs[0][0].shape[1]:
             raise TypeError(
                 f"`x` must have {self.convs[0][0].shape[1]} channels, got shape {x.shape}."
@@ -318,19 +326,25 @@ class UNet(eqx.Module):
     def __call__(
         self, x: Float[ArrayLike, "C H W"], t: Real[ArrayLike, ""] | None = None
     ) -> Float[Array, "C2 H W"]:
-        """Apply the U-Net to one image (and optionally a scalar time ``t``)."""
-        x = jnp.asarray(x)
-        _validate.floating(x, name="x")
+        """Apply the U-Net to one image (and optionally a scalar time ``t``).
+
+        Raises:
+          TypeError: If ``x`` is not a floating array of shape ``(in_channels, H, W)`` with
+            ``H`` and ``W`` divisible by ``2 ** (len(channels) - 1)``, or ``t`` is not a
+            real scalar.
+          ValueError: If a concrete ``t`` is not finite.
+        """
+        _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
         _validate.ndim(x, 3, name="x")
+        x = jnp.asarray(x)
         c_in = self.down[0][0].shape[1]
         if x.shape[0] != c_in:
             raise TypeError(f"`x` must have {c_in} channels, got shape {x.shape}.")
         f = 2 ** (len(self.down) - 1)
         if x.shape[1] % f or x.shape[2] % f:
             raise TypeError(f"`x` spatial size must be divisible by {f}, got shape {x.shape}.")
-        if t is not None:
-            _validate.real_scalar(t, name="t")
-            _validate.ndim(t, 0, name="t")
+        if t is not None:  # a NaN time gave a NaN image (checked when concrete)
+            _validate.finite_scalar(t=t)
         return _unet_forward(self, x, None if t is None else jnp.asarray(t))
 
 

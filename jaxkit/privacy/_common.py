@@ -87,7 +87,7 @@ def check_dp_hparams(*, clip_norm: Any, noise_multiplier: Any, denom: Any) -> No
     in ``update`` by :func:`guard_dp_hparams`.
     """
     for name, v in (("clip_norm", clip_norm), ("noise_multiplier", noise_multiplier)):
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
     _validate.positive(clip_norm=clip_norm)
     _validate.non_negative(noise_multiplier=noise_multiplier)
     _validate.finite_scalar(noise_multiplier=noise_multiplier)
@@ -268,7 +268,7 @@ def check_opt_hparams(**values: Any) -> None:
     for name, v in values.items():
         if name == "learning_rate" and callable(v):
             continue
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
         if jnp.ndim(v) != 0:
             raise TypeError(f"`{name}` must be a scalar, got shape {jnp.shape(v)}.")
         low, high, closed = OPT_RANGES[name]
@@ -289,6 +289,6 @@ def guard_opt_hparams(x: Any, **values: Any) -> Any:
 
 def check_rcond(rcond: Any) -> None:
     """ValueError unless the pseudo-inverse cut-off is a finite value >= 0 (when concrete)."""
-    _validate.real_scalar(rcond, name="rcond")
+    _validate.real(rcond, name="rcond")
     _validate.finite_scalar(rcond=rcond)
     _validate.non_negative(rcond=rcond)

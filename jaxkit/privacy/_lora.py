@@ -83,7 +83,7 @@ def lora_init(
     rank = _validate.python_int(rank, name="rank", minimum=1)
     _validate.is_key(key)
     for name, v in (("scale", scale), ("init_scale", init_scale)):
-        _validate.real_scalar(v, name=name)
+        _validate.real(v, name=name)
         _validate.finite_scalar(**{name: v})
     _validate.non_negative(init_scale=init_scale)
     pat = re.compile(targets)
@@ -131,7 +131,7 @@ def lora_init(
 
 def _checked_scale(scale):
     """``scale`` as given, checked finite (concrete: ValueError; traced: a guard)."""
-    _validate.real_scalar(scale, name="scale")
+    _validate.real(scale, name="scale")
     _validate.finite_scalar(scale=scale)
     return _validate.guard_finite(scale, scale, name="scale")
 
@@ -194,7 +194,7 @@ def export_adapter(
     """
     from safetensors.numpy import save_file
 
-    _validate.real_scalar(alpha, name="alpha")
+    _validate.real(alpha, name="alpha")
     _validate.finite_scalar(alpha=alpha)
     _validate.positive(alpha=alpha)
     if not np.issubdtype(np.dtype(dtype), np.floating):

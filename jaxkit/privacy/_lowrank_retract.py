@@ -48,7 +48,7 @@ def retract(
     Returns:
       New factors in the dtype of ``f.a``.
     """
-    _validate.real_scalar(eta, name="eta")
+    _validate.real(eta, name="eta")
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
     align = _validate.flag(align, name="align")
     eta = _validate.guard_finite(eta, eta, name="eta")

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
+from jaxkit._jit import checked_jit
 from jaxkit._typing import accumulation_dtype as _acc
 
 
@@ -142,7 +143,7 @@ def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     """
     f = check_factors(f)
     if not isinstance(rcond, jax.core.Tracer):  # a static cut-off: finite and >= 0
-        _validate.real_scalar(rcond, name="rcond")
+        _validate.real(rcond, name="rcond")
         _validate.finite_scalar(rcond=rcond)
         _validate.non_negative(rcond=rcond)
     acc = _acc(f.a.dtype)
@@ -260,6 +261,11 @@ def tangent_dense(f: LoraFactors, d: LoraFactors) -> Array:
     return d.a @ f.b.T + f.a @ d.b.T
 
 
+def _check_g(given) -> None:
+    _validate.floating(given["g"], name="g")  # before the jit (a string names a private function)
+
+
+@checked_jit(check=_check_g)
 def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
     """Dense projector ``P_U G + G P_V - P_U G P_V`` onto ``T_Z`` (test oracle). Jitted.
 
@@ -267,12 +273,6 @@ def project_tangent_dense(f: LoraFactors, g: Float[ArrayLike, "m n"]) -> Array:
       TypeError: If ``f`` is not one pair of floating factors or ``g`` is not a floating
         ``[m, n]`` matrix of the factors' dtype (a string too).
     """
-    _validate.floating(g, name="g")  # before the jit (a string names a private function)
-    return _project_tangent_dense(f, g)
-
-
-@jax.jit
-def _project_tangent_dense(f, g):
     f = _check_unbatched(f)
     g = jnp.asarray(g)
     _validate.floating(g, name="g")
@@ -343,7 +343,7 @@ def sample_tangent_coords(
 
 def _check_std(std, name: str) -> None:
     """Concrete checks of a noise scale: a finite real >= 0 (traced: :func:`_guard_std`)."""
-    _validate.real_scalar(std, name=name)
+    _validate.real(std, name=name)
     _validate.finite_scalar(**{name: std})
     _validate.non_negative(**{name: std})
 

@@ -120,7 +120,7 @@ def poisson_batch(
       ValueError: If ``q`` is outside ``[0, 1]`` or sizes are not positive.
     """
     _validate.is_key(key)
-    _validate.real_scalar(q, name="q")
+    _validate.real(q, name="q")
     _validate.in_interval(low=0.0, high=1.0, q=q)
     num_examples = _validate.python_int(num_examples, name="num_examples", minimum=1)
     max_batch_size = _validate.python_int(max_batch_size, name="max_batch_size", minimum=1)

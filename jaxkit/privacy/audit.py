@@ -83,7 +83,7 @@ def clopper_pearson(k: int, n: int, *, alpha: float = 0.05) -> Interval:
     n = _validate.python_int(n, name="n", minimum=1)
     if k > n:
         raise ValueError(f"`k` must be <= `n`, got k={k}, n={n}.")
-    _validate.real_scalar(alpha, name="alpha")
+    _validate.real(alpha, name="alpha")
     _validate.in_interval(low=0.0, high=1.0, closed="neither", alpha=alpha)
     lo = 0.0 if k == 0 else _beta_ppf(alpha / 2, k, n - k + 1)
     hi = 1.0 if k == n else _beta_ppf(1 - alpha / 2, k + 1, n - k)

@@ -323,7 +323,7 @@ def contains(bulk: Bulk, x: Float[ArrayLike, "..."], *, tol: float = 0.0) -> Boo
         >= 0 (traced: under ``jit``).
     """
     _check_bulk(bulk)
-    _validate.real_scalar(x, name="x")  # a str names `x`, not JAX's error
+    _validate.real(x, name="x")  # a str names `x`, not JAX's error
     if isinstance(bulk, Hull) or (isinstance(bulk, Union) and isinstance(bulk.members, Hull)):
         return _contains_one(bulk, jnp.asarray(x), jnp.asarray(tol))
     x = jnp.asarray(x)

@@ -22,7 +22,7 @@ from jaxkit.robust._bulk import Box, Ellipsoid, Hull, Interval, Union
 def _weights(weights, n: int, dtype) -> Array:
     if weights is None:
         return jnp.full((n,), 1.0 / n, dtype)
-    _validate.real_scalar(weights, name="weights")  # a str names `weights`, not JAX's error
+    _validate.real(weights, name="weights")  # a str names `weights`, not JAX's error
     w = jnp.asarray(weights)
     _validate.shape(w, (n,), name="weights")
     w = w.astype(dtype)

@@ -89,12 +89,12 @@ def _upper(values, sup_value, eps, weights, *, names: tuple[str, str]):
     if values.shape[-1] == 0:
         raise TypeError(f"`{vname}` must hold at least one sample, got shape {values.shape}.")
     if weights is not None:
-        _validate.real_scalar(weights, name="weights")
+        _validate.real(weights, name="weights")
         w = jnp.asarray(weights)
         _validate.same_shape(weights=w, **{vname: values})
         msg = "`weights` must be finite and >= 0 with a positive sum."
         values = _validate.error_if(values, _bad_weights(w), msg)
-    _validate.real_scalar(sup_value, name=sname)
+    _validate.real(sup_value, name=sname)
     bad = _bad_sup(jnp.asarray(sup_value))
     values = _validate.error_if(values, bad, f"`{sname}` must not be NaN or -inf.")
     values = _check_eps(values, eps)
@@ -114,7 +114,7 @@ def lower_expectation(
     :func:`upper_expectation`.
     """
     _validate.floating(values, name="values")  # before jnp.asarray: a str names it
-    _validate.real_scalar(inf_value, name="inf_value")
+    _validate.real(inf_value, name="inf_value")
     values = jnp.asarray(values)
     return -upper_expectation(-values, -jnp.asarray(inf_value), eps, weights=weights)
 

@@ -97,7 +97,7 @@ def ot_options(ot_kwargs: Any) -> tuple:
         if k.endswith("max_iter"):
             v = V.python_int(v, name=f"ot_kwargs[{k!r}]", minimum=1)
         else:
-            V.real_scalar(v, name=f"ot_kwargs[{k!r}]")
+            V.real(v, name=f"ot_kwargs[{k!r}]")
             v = float(v)
             if not v > 0:
                 raise ValueError(f"`ot_kwargs[{k!r}]` must be > 0, got {v!r}.")
@@ -172,7 +172,7 @@ def check_lp(return_log_probs: Any, log_prob_eps: Any) -> bool:
     """Check the log-prob options; ``return_log_probs`` as a Python bool (a static argument)."""
     return_log_probs = V.flag(return_log_probs, name="return_log_probs")
     if log_prob_eps is not None:
-        V.real_scalar(log_prob_eps, name="log_prob_eps")
+        V.real(log_prob_eps, name="log_prob_eps")
         V.finite_scalar(log_prob_eps=log_prob_eps)
         V.in_interval(low=0, high=1, closed="neither", log_prob_eps=log_prob_eps)
     return return_log_probs
@@ -187,7 +187,7 @@ def check_axis(axis: Any, x: Any) -> None:
 
 def check_q(q: Any, name: str = "q") -> jax.Array:
     """``q``: real scalar or 1-D in [0, 1]; a concrete value is checked at once."""
-    V.real_scalar(q, name=name)
+    V.real(q, name=name)
     q = jnp.asarray(q)
     if q.ndim > 1:
         raise TypeError(f"`{name}` must be a scalar or 1-D, got shape {q.shape}.")

@@ -121,7 +121,7 @@ _quantile_jit = jax.jit(_quantile_core, static_argnames=(*_QSTATIC, "bound"))
 def _check(x, q, axis, keepdims, quantile_method, scale, qname, allowed, opts):
     V.one_of(F.QMETHODS, quantile_method=quantile_method)
     keepdims = V.flag(keepdims, name="keepdims")
-    V.real_scalar(q, name=qname)
+    V.real(q, name=qname)
     q = jnp.asarray(q)
     if q.ndim > 1:
         raise TypeError(f"`{qname}` must be a scalar or 1-D, got shape {q.shape}.")

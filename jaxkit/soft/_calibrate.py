@@ -160,8 +160,8 @@ def calibrate(
 
     V.one_of(OPS, op=op)
     n = V.python_int(n, name="n", minimum=2)
-    V.real_scalar(target_rank_error, name="target_rank_error")
-    V.real_scalar(rtol, name="rtol")
+    V.real(target_rank_error, name="target_rank_error")
+    V.real(rtol, name="rtol")
     V.finite_scalar(target_rank_error=target_rank_error)
     V.positive(target_rank_error=target_rank_error)
     V.positive(rtol=rtol)

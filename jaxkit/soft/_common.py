@@ -17,7 +17,7 @@ def check_mode(mode: str, allowed: tuple[str, ...] = MODES) -> None:
 
 def check_softness(softness: Any) -> None:
     """``softness`` must be a real scalar (``TypeError``); a concrete one finite and > 0."""
-    V.real_scalar(softness, name="softness")
+    V.real(softness, name="softness")
     V.finite_scalar(softness=softness)
     V.positive(softness=softness)
 

@@ -225,7 +225,7 @@ def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False)
     """
     V.one_of(modes, mode=mode)
     gated = V.flag(gated, name="gated")
-    V.real_scalar(softness, name="softness")
+    V.real(softness, name="softness")
     if mode != "hard":
         check_softness(softness)
     return gated
@@ -233,7 +233,7 @@ def _check(softness: Any, mode: str, modes: tuple[str, ...], gated: Any = False)
 
 def _real(**kwargs: Any) -> None:
     for name, value in kwargs.items():
-        V.real_scalar(value, name=name)
+        V.real(value, name=name)
 
 
 def _tolerances(epsilon: Any, rtol: Any, atol: Any, op: str, mode: str) -> dict[str, Any]:

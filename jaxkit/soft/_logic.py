@@ -1,7 +1,8 @@
 """Fuzzy logic on soft Booleans with t-norm families.
 
 Every public function is jitted like jax.numpy (module level, static choices static,
-arrays and continuous hyperparameters traced).
+arrays and continuous hyperparameters traced), its arguments checked on the host first
+(:func:`jaxkit._jit.checked_jit`).
 
 References:
   Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
@@ -9,36 +10,45 @@ References:
   <https://arxiv.org/abs/2002.06100>, 2022.
 """
 
-import functools
-
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
+from jaxkit._jit import checked_jit
 from jaxkit._typing import RealScalarLike
 from jaxkit.soft._common import as_float, broadcastable
 
 TNORMS = ("product", "geometric", "lukasiewicz", "godel")
 
 
-def _check_static(tnorm: str, use_geometric_mean: bool) -> bool:
-    V.one_of(TNORMS, tnorm=tnorm)
-    # "no" or 0.0 would pick a t-norm silently; Python's bool (a static argument)
-    return V.flag(use_geometric_mean, name="use_geometric_mean")
+def _check_tnorm(given):
+    V.one_of(TNORMS, tnorm=given["tnorm"])
 
 
-@jax.jit
-def _not(x):
+def _check_all(given):
+    _check_tnorm(given)
+    V.real(given["epsilon"], name="epsilon")
+    V.finite_scalar(epsilon=given["epsilon"])  # a concrete one on the host: ValueError now
+    V.positive(epsilon=given["epsilon"])
+
+
+# "no" or 0.0 would pick a t-norm silently: `use_geometric_mean` becomes Python's bool
+_STATIC = ("use_geometric_mean", "tnorm")
+_TNORM = dict(flags=("use_geometric_mean",), check=_check_tnorm)
+
+
+@checked_jit(arrays=("x",))
+def logical_not(x: ArrayLike) -> Array:
+    """Soft NOT ``1 - x``; elementwise, any shape."""
     return 1.0 - as_float(x, name="x")
 
 
-def logical_not(x: ArrayLike) -> Array:
-    """Soft NOT ``1 - x``; elementwise, any shape."""
-    V.numeric(x=x)  # on the host: JAX's error for a string named the jitted core
-    return _not(x)
-
-
+@checked_jit(
+    arrays=("x",),
+    flags=("use_geometric_mean",),
+    static_argnames=("axis", *_STATIC),
+    check=_check_all,
+)
 def all(
     x: ArrayLike,
     axis: int | None = -1,
@@ -63,16 +73,6 @@ def all(
       van Krieken et al., Analyzing differentiable fuzzy logic operators
       <https://arxiv.org/abs/2002.06100>, 2022.
     """
-    V.numeric(x=x)  # JAX's error for a string named the jitted core
-    use_geometric_mean = _check_static(tnorm, use_geometric_mean)
-    V.real_scalar(epsilon, name="epsilon")
-    V.finite_scalar(epsilon=epsilon)  # a concrete one on the host: ValueError now
-    V.positive(epsilon=epsilon)
-    return _all(x, axis, epsilon, use_geometric_mean, tnorm=tnorm)
-
-
-@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
-def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
     if axis is not None:  # static: jnp.prod's error for a string names no argument
         V.python_int(axis, name="axis")
     x = as_float(x, name="x")
@@ -89,12 +89,7 @@ def _all(x, axis, epsilon, use_geometric_mean, *, tnorm):
     return jnp.maximum(jnp.sum(x, axis=axis) - (n - 1), 0.0).astype(x.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "use_geometric_mean", "tnorm"))
-def _any(x, axis, use_geometric_mean, *, tnorm):
-    use_geometric_mean = _check_static(tnorm, use_geometric_mean)
-    return logical_not(_all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
-
-
+@checked_jit(arrays=("x",), static_argnames=("axis", *_STATIC), **_TNORM)
 def any(
     x: ArrayLike,
     axis: int | None = -1,
@@ -103,8 +98,7 @@ def any(
     tnorm: str = "product",
 ) -> Array:
     """Soft ANY = ``1 - all(1 - x)`` (the dual t-conorm) along ``axis``; any rank."""
-    V.numeric(x=x)  # on the host: JAX's error for a string named the jitted core
-    return _any(x, axis=axis, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    return logical_not(all(logical_not(x), axis, 1e-10, use_geometric_mean, tnorm=tnorm))
 
 
 def _pair(x, y):
@@ -125,53 +119,34 @@ def _tnorm2(x, y, tnorm, geo, eps=1e-10):
 
 def _binary(x, y, tnorm, geo, *, dual=False):
     """The t-norm of the pair, or with ``dual`` its t-conorm ``1 - T(1 - x, 1 - y)``."""
-    geo = _check_static(tnorm, geo)
     x, y = _pair(x, y)
     if dual:
         return 1.0 - _tnorm2(1.0 - x, 1.0 - y, tnorm, geo)
     return _tnorm2(x, y, tnorm, geo)
 
 
-_STATIC = ("use_geometric_mean", "tnorm")
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _and(x, y, use_geometric_mean, *, tnorm):
-    return _binary(x, y, tnorm, use_geometric_mean)
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _or(x, y, use_geometric_mean, *, tnorm):
-    return _binary(x, y, tnorm, use_geometric_mean, dual=True)
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _xor(x, y, use_geometric_mean, *, tnorm):
-    kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
-    a = _and(x, logical_not(y), **kw)
-    b = _and(logical_not(x), y, **kw)
-    return _or(a, b, **kw)
-
-
+@checked_jit(arrays=("x", "y"), static_argnames=_STATIC, **_TNORM)
 def logical_and(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
     """Soft AND (t-norm of the pair); elementwise, ``x`` and ``y`` broadcast (any rank)."""
-    V.numeric(x=x, y=y)  # on the host: JAX's error for a string named the jitted core
-    return _and(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    return _binary(x, y, tnorm, use_geometric_mean)
 
 
+@checked_jit(arrays=("x", "y"), static_argnames=_STATIC, **_TNORM)
 def logical_or(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
     """Soft OR (t-conorm of the pair): ``1 - and(1 - x, 1 - y)``; elementwise, any rank."""
-    V.numeric(x=x, y=y)
-    return _or(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    return _binary(x, y, tnorm, use_geometric_mean, dual=True)
 
 
+@checked_jit(arrays=("x", "y"), static_argnames=_STATIC, **_TNORM)
 def logical_xor(
     x: ArrayLike, y: ArrayLike, use_geometric_mean: bool = False, *, tnorm: str = "product"
 ) -> Array:
     """Soft XOR = ``or(and(x, not y), and(not x, y))``; elementwise, any rank."""
-    V.numeric(x=x, y=y)
-    return _xor(x, y, use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    kw = dict(use_geometric_mean=use_geometric_mean, tnorm=tnorm)
+    a = logical_and(x, logical_not(y), **kw)
+    b = logical_and(logical_not(x), y, **kw)
+    return logical_or(a, b, **kw)

@@ -38,7 +38,7 @@ def _schedule(step, start, end, steps, *, kind):
 
 def _make(start, end, steps, kind):
     for name, v in (("start", start), ("end", end)):
-        V.real_scalar(v, name=name)
+        V.real(v, name=name)
         V.finite_scalar(**{name: v})
         V.positive(**{name: v})
     steps = V.python_int(steps, name="steps", minimum=1)

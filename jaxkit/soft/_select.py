@@ -1,25 +1,29 @@
 """Selection with soft Booleans and soft indices (distributions over positions).
 
 Every public function is jitted like jax.numpy (module level, static choices static,
-arrays and continuous hyperparameters traced).
+arrays and continuous hyperparameters traced), its arguments checked on the host first
+(:func:`jaxkit._jit.checked_jit`).
 
 References:
   Paulus et al., SoftJAX & SoftTorch <https://arxiv.org/abs/2603.08824>, 2026.
 """
 
-import functools
 from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
+from jaxkit._jit import checked_jit
 from jaxkit.soft._common import as_float, broadcastable, flat_axis
 
 
-@jax.jit
-def _where(condition, x, y):
+@checked_jit(arrays=("condition", "x", "y"))
+def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
+    """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``.
+
+    Elementwise: ``condition``, ``x`` and ``y`` broadcast (any shapes).
+    """
     broadcastable(condition=condition, x=x, y=y)
     x = as_float(x, name="x")
     c = jnp.asarray(condition).astype(x.dtype)
@@ -27,17 +31,12 @@ def _where(condition, x, y):
     return x * c + y * (1.0 - c)
 
 
-def where(condition: ArrayLike, x: ArrayLike, y: ArrayLike) -> Array:
-    """Soft ``where``: ``c x + (1 - c) y`` for a soft Boolean ``c``.
+@checked_jit(arrays=("x", "soft_index"), static_argnames=("axis",))
+def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
+    """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
 
-    Elementwise: ``condition``, ``x`` and ``y`` broadcast (any shapes).
+    Requires ``soft_index.ndim == x.ndim + 1``.
     """
-    V.numeric(condition=condition, x=x, y=y)  # on the host: JAX's error named the jitted core
-    return _where(condition, x, y)
-
-
-@functools.partial(jax.jit, static_argnames=("axis",))
-def _take_along_axis(x, soft_index, axis):
     x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     x, ax = flat_axis(x, axis)
@@ -60,17 +59,9 @@ def _take_along_axis(x, soft_index, axis):
     return jnp.moveaxis(out, -1, ax)
 
 
-def take_along_axis(x: ArrayLike, soft_index: ArrayLike, axis: int | None = -1) -> Array:
-    """Expectation of ``x`` along ``axis`` under a soft index of shape ``(..., k, ..., [n])``.
-
-    Requires ``soft_index.ndim == x.ndim + 1``.
-    """
-    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
-    return _take_along_axis(x, soft_index, axis=axis)
-
-
-@functools.partial(jax.jit, static_argnames=("axis",))
-def _take(x, soft_index, axis):
+@checked_jit(arrays=("x", "soft_index"), static_argnames=("axis",))
+def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
+    """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
     x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     V.ndim(p, 2, name="soft_index")
@@ -82,14 +73,13 @@ def _take(x, soft_index, axis):
     return jnp.moveaxis(out, -1, ax)
 
 
-def take(x: ArrayLike, soft_index: ArrayLike, axis: int | None = None) -> Array:
-    """Soft ``jnp.take`` with a soft index of shape ``(k, [n])``."""
-    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
-    return _take(x, soft_index, axis=axis)
+@checked_jit(arrays=("soft_index", "choices"))
+def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
+    """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``.
 
-
-@jax.jit
-def _choose(soft_index, choices):
+    ``soft_index`` ``(..., [n])`` and ``choices`` ``(n, ...)`` have the same rank (the other
+    axes broadcast).
+    """
     c = as_float(choices, name="choices")
     p = jnp.asarray(soft_index).astype(c.dtype)
     if p.ndim != c.ndim or p.shape[-1] != c.shape[0]:
@@ -102,19 +92,11 @@ def _choose(soft_index, choices):
     return jnp.sum(cb * p, axis=-1)
 
 
-def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
-    """Soft ``jnp.choose``: ``sum_i p[..., i] choices[i, ...]``.
-
-    ``soft_index`` ``(..., [n])`` and ``choices`` ``(n, ...)`` have the same rank (the other
-    axes broadcast).
-    """
-    V.numeric(soft_index=soft_index, choices=choices)  # on the host, naming the argument
-    return _choose(soft_index, choices)
-
-
-@functools.partial(jax.jit, static_argnames=("axis", "keepdims"))
-def _dynamic_index_in_dim(x, soft_index, axis, keepdims):
-    V.flags(keepdims=keepdims)
+@checked_jit(arrays=("x", "soft_index"), flags=("keepdims",), static_argnames=("axis", "keepdims"))
+def dynamic_index_in_dim(
+    x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
+) -> Array:
+    """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
     x = as_float(x, name="x")
     p = jnp.asarray(soft_index).astype(x.dtype)
     ax = V.axis(axis, x.ndim)
@@ -123,16 +105,20 @@ def _dynamic_index_in_dim(x, soft_index, axis, keepdims):
     return jnp.expand_dims(y, ax) if keepdims else y
 
 
-def dynamic_index_in_dim(
-    x: ArrayLike, soft_index: ArrayLike, axis: int = 0, keepdims: bool = True
+@checked_jit(arrays=("x", "soft_start_index"), static_argnames=("slice_size", "axis", "boundary"))
+def dynamic_slice_in_dim(
+    x: ArrayLike,
+    soft_start_index: ArrayLike,
+    slice_size: int,
+    axis: int = 0,
+    *,
+    boundary: str = "clamp",
 ) -> Array:
-    """Soft ``lax.dynamic_index_in_dim`` with a soft index of shape ``([n],)``."""
-    V.numeric(x=x, soft_index=soft_index)  # on the host: JAX's error named the jitted core
-    return _dynamic_index_in_dim(x, soft_index, axis=axis, keepdims=keepdims)
+    """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
 
-
-@functools.partial(jax.jit, static_argnames=("slice_size", "axis", "boundary"))
-def _dynamic_slice_in_dim(x, soft_start_index, slice_size, axis, *, boundary):
+    ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
+    or ``"wrap"`` (softjax parity: indices taken modulo ``n``).
+    """
     V.one_of(("clamp", "wrap"), boundary=boundary)
     x = as_float(x, name="x")
     p = jnp.asarray(soft_start_index).astype(x.dtype)
@@ -148,25 +134,6 @@ def _dynamic_slice_in_dim(x, soft_start_index, slice_size, axis, *, boundary):
     g = xl[..., idx]  # (..., n, slice)
     y = jnp.einsum("...it,i->...t", g, p)
     return jnp.moveaxis(y, -1, ax)
-
-
-def dynamic_slice_in_dim(
-    x: ArrayLike,
-    soft_start_index: ArrayLike,
-    slice_size: int,
-    axis: int = 0,
-    *,
-    boundary: str = "clamp",
-) -> Array:
-    """Soft ``lax.dynamic_slice_in_dim``: ``y_t = sum_i p_i x[start(i) + t]``.
-
-    ``boundary="clamp"`` (default, ``lax`` semantics: start clamped to ``n - slice_size``)
-    or ``"wrap"`` (softjax parity: indices taken modulo ``n``).
-    """
-    V.numeric(x=x, soft_start_index=soft_start_index)  # host: JAX's named the jitted core
-    return _dynamic_slice_in_dim(
-        x, soft_start_index, slice_size=slice_size, axis=axis, boundary=boundary
-    )
 
 
 def dynamic_slice(

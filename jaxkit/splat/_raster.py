@@ -289,7 +289,7 @@ def render(
     method, tile, capacity, cutoff = render_options(method, tile, capacity, cutoff)
     check_scene(gaussians)
     check_camera(camera, dtype=gaussians.means.dtype)
-    _validate.real_scalar(background, name="background")
+    _validate.real(background, name="background")
     if jnp.ndim(background) not in (0, 1) or jnp.size(background) not in (1, 3):
         raise TypeError(
             f"`background` must be a scalar or shape (3,), got {jnp.shape(background)}."

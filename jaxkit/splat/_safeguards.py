@@ -92,7 +92,7 @@ def certified_linf(raw: Gaussians, theta: Safeguards, *, background=0.0) -> jax.
     """
     check_scene(raw)
     _check_safeguards(theta, raw.means.dtype)
-    _validate.real_scalar(background, name="background")
+    _validate.real(background, name="background")
     out = _cert_jit(theta.opacity_logits, theta.color_logits, raw.colors, background)
     return _validate.guard_finite(out, background, name="background")
 

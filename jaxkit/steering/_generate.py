@@ -300,7 +300,7 @@ def steer_add(
     _validate.ndim(v, 1, name="vector")
     v = _validate.all_finite(v, name="vector")  # checked once here, not in the decode loop
     layer = _validate.python_int(layer, name="layer", minimum=0)
-    _validate.real_scalar(scale, name="scale")
+    _validate.real(scale, name="scale")
     return nn.Interventions({layer: _validate.guard_finite(scale * v, scale, name="scale")})
 
 

@@ -203,6 +203,20 @@ class Discriminator(eqx.Module):
         )
 
     def __call__(self, z: Float[Array, "*B dv"]) -> Float[Array, "*B"]:
+        """Scores ``[...]`` of value vectors ``z [..., d_v]``.
+
+        ``z`` may carry leading batch axes (one ``z [d_v]`` gives a scalar score).
+
+        Raises:
+          TypeError: ``z`` not a floating array of rank >= 1 with last axis ``d_v``.
+        """
+        _validate.floating(z, name="z")  # before any jnp op: a str names the argument
+        _validate.min_ndim(z, 1, name="z")
+        dv = self.l1.w.shape[0]
+        if jnp.shape(z)[-1] != dv:
+            raise TypeError(
+                f"`z` must have shape [..., d_v] with d_v = {dv}, got shape {jnp.shape(z)}."
+            )
         return self.l2(jax.nn.gelu(self.l1(z)))[..., 0]
 
 
@@ -233,6 +247,16 @@ class BridgeVLP(eqx.Module):
         self.gamma = jnp.asarray(-2.0, jnp.float32)
 
     def __call__(self, h_trig: Float[Array, "B 1 D"], dz: Float[Array, "B dv"]) -> Array:
+        """Bridge tokens ``[B, K, D]`` from triggers ``h_trig [B, 1, D]`` and ``dz [B, d_v]``.
+
+        Raises:
+          TypeError: ``h_trig`` not a floating ``[B, 1, D]`` array (``D`` the model width),
+            ``dz`` not a floating ``[B, d_v]`` array.
+        """
+        _validate.floating(h_trig, name="h_trig")  # before any jnp op: a str names it
+        _validate.shape(h_trig, (None, 1, self.seeds.shape[1]), name="h_trig")
+        _validate.floating(dz, name="dz")
+        _validate.shape(dz, (jnp.shape(h_trig)[0], self.w1.w.shape[0]), name="dz")
         b = h_trig.shape[0]
         h_trig = h_trig.astype(jnp.float32)
         v = self.w2(jax.nn.gelu(self.w1(dz)))[:, None, :]

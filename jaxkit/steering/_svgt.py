@@ -153,7 +153,7 @@ def value_correction(
     _validate.floating(z, name="z")  # before jnp.asarray (a string names no argument)
     z = jnp.asarray(z)
     _validate.ndim(z, 2, name="z")
-    _validate.real_scalar(step, name="step")
+    _validate.real(step, name="step")
     z = _validate.guard_finite(z, step, name="step")
     return value_correction_core(disc, z, step)
 

@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
-from jaxkit.timeseries._model import PatchTST, check_x
+from jaxkit.timeseries._model import PatchTST, check_series, check_x
 
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")
 
@@ -100,8 +100,18 @@ class BoWForecaster(eqx.Module):
         self.n_tokens = t
 
     def __call__(self, x: Array, bow: Array) -> Array:
-        """Forecast ``[H, C]`` from one history ``x [L, C]`` and its text's ``bow [V]``."""
+        """Forecast ``[H, C]`` from one history ``x [L, C]`` and its text's ``bow [V]``.
+
+        Unbatched (``jax.vmap`` it, or use :func:`bow_forecast`).
+
+        Raises:
+          TypeError: ``x`` not a floating ``[L, C]`` array for the backbone; ``bow`` not a
+            floating ``[V]`` array of the model's vocabulary size.
+        """
         bb = self.backbone
+        check_series(bb, x)
+        _validate.floating(bow, name="bow")  # before any jnp op: a str names the argument
+        _validate.shape(bow, (self.w_text.shape[0],), name="bow")
         z, stats = bb.embed(x)
         prefix = jnp.reshape(bow.astype(self.w_text.dtype) @ self.w_text, self.type_emb.shape)
         prefix = prefix + self.type_emb

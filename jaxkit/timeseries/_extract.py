@@ -192,6 +192,24 @@ def parse_answer(output: str, primitive: Primitive) -> str | None:
     return lower.get(found[-1].lower())
 
 
+def _check_call(text, history) -> np.ndarray | None:
+    """An extractor's ``text`` (a string) and ``history`` (``None`` or one window ``[L]``).
+
+    ``history`` comes back as a float64 NumPy array (a list of numbers is taken, as NumPy
+    takes it). TypeError naming the argument otherwise.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"`text` must be a string, got {type(text).__name__} {text!r:.80}.")
+    if history is None:
+        return None
+    h = _validate.host_real(history, name="history", what="a real array [L]")
+    if h.ndim != 1:
+        raise TypeError(
+            f"`history` must have rank 1 [L] (one history window), got shape {h.shape}."
+        )
+    return h
+
+
 class Extractor(Protocol):
     """``extractor(text, history, schema, *, key) -> Extraction``."""
 
@@ -232,6 +250,16 @@ class LLMExtractor:
     def __call__(
         self, text: str, history: np.ndarray, schema: Schema, *, key: jax.Array
     ) -> Extraction:
+        """Extract every primitive of ``schema`` from ``text`` and one ``history [L]``.
+
+        Raises:
+          TypeError: ``text`` not a string, ``history`` not a real ``[L]`` array, ``key``
+            not a PRNG key, a bad ``schema``.
+          ValueError: a NaN or inf in ``history``.
+        """
+        history = _check_call(text, history)
+        if history is None:
+            raise TypeError("`history` must be a real array [L], got None.")
         schema = check_schema(schema)
         _validate.is_key(key)
         k, n, r = len(schema.primitives), self.n_samples, self.max_retries + 1
@@ -270,6 +298,17 @@ class RuleExtractor:
     def __call__(
         self, text: str, history: np.ndarray | None, schema: Schema, *, key: jax.Array | None = None
     ) -> Extraction:
+        """Extract every primitive of ``schema`` from ``text`` (``history`` and ``key`` unused).
+
+        ``history`` (``None`` or one window ``[L]``) and ``key`` are taken for the
+        :class:`Extractor` interface and checked, not read.
+
+        Raises:
+          TypeError: ``text`` not a string, ``history`` neither ``None`` nor a real ``[L]``
+            array, ``key`` neither ``None`` nor a PRNG key, a bad ``schema``.
+          ValueError: a lexicon entry missing for a primitive or naming an unknown label.
+        """
+        _check_call(text, history)
         if key is not None:  # taken for the Extractor interface; a seed is still a mistake
             _validate.is_key(key)
         del history, key  # deterministic, text only

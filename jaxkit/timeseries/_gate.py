@@ -92,10 +92,25 @@ class ConfidenceGate(eqx.Module):
         conf: Float[ArrayLike, "K F"],
         context: Float[ArrayLike, " D"],
     ) -> Float[Array, " K"]:
-        """Gate logits ``[K]`` (apply ``jax.nn.sigmoid`` for the gate values)."""
+        """Gate logits ``[K]`` (apply ``jax.nn.sigmoid`` for the gate values).
+
+        Unbatched (``jax.vmap`` it over a batch).
+
+        Raises:
+          TypeError: ``label_ids`` not an integer ``[K]`` array, ``conf`` not a floating
+            ``[K, 4]`` array, ``context`` not a floating ``[D]`` array (``D`` the gate's
+            ``context_dim``).
+        """
+        k = len(self.sizes)
+        _validate.integer(label_ids, name="label_ids")  # before any jnp op: a str names it
+        _validate.shape(label_ids, (k,), name="label_ids")
+        _validate.floating(conf, name="conf")
+        _validate.shape(conf, (k, N_CONF_FEATURES), name="conf")
+        _validate.floating(context, name="context")
+        d = self.w1.shape[1] - N_CONF_FEATURES - self.label_table.shape[2]
+        _validate.shape(context, (d,), name="context")
         dt = self.w1.dtype
         emb = lookup(self.label_table, label_ids)
-        k = len(self.sizes)
         ctx = jnp.broadcast_to(jnp.asarray(context, dt)[None], (k, context.shape[-1]))
         phi = jnp.concatenate([jnp.asarray(conf, dt), emb, ctx], -1)
         h = jax.nn.gelu(jnp.einsum("kf,kfw->kw", phi, self.w1) + self.b1)

@@ -130,6 +130,22 @@ class EncoderLayer(eqx.Module):
             setattr(self, name, a)
         self.n_heads = n_heads
 
+    def _check(self, z, prefix, gate):
+        """Host-side checks of :meth:`__call__`'s arguments (dtypes and shapes only)."""
+        d = self.wo.shape[0]
+        _validate.floating(z, name="z")
+        _validate.shape(z, (None, d), name="z")
+        if (prefix is None) != (gate is None):
+            raise TypeError(
+                "`prefix` and `gate` must be given together, got "
+                f"prefix={type(prefix).__name__} and gate={type(gate).__name__}."
+            )
+        if prefix is not None:
+            _validate.floating(prefix, name="prefix")
+            _validate.shape(prefix, (None, d), name="prefix")
+            _validate.floating(gate, name="gate")
+            _validate.shape(gate, (jnp.shape(prefix)[0],), name="gate")
+
     def _qkv(self, x):
         xn = _ln(x, self.ln1[0], self.ln1[1])
         t, d = x.shape
@@ -142,7 +158,17 @@ class EncoderLayer(eqx.Module):
         return x + jax.nn.gelu(xn @ self.w1 + self.b1[None]) @ self.w2 + self.b2[None]
 
     def __call__(self, z: Array, prefix: Array | None = None, gate: Array | None = None):
-        """Patch tokens ``z [N, D]``; optional prefix tokens ``[K, D]`` with gates ``[K]``."""
+        """Patch tokens ``z [N, D]``; optional prefix tokens ``[K, D]`` with gates ``[K]``.
+
+        Unbatched (``jax.vmap`` it over a batch): returns ``(z_out [N, D], prefix_out)``,
+        ``prefix_out [K, D]`` or ``None`` without a prefix.
+
+        Raises:
+          TypeError: ``z`` or ``prefix`` not a floating ``[*, D]`` array (``D`` the layer's
+            width), ``gate`` not a floating ``[K]`` array, or only one of ``prefix`` and
+            ``gate`` given.
+        """
+        self._check(z, prefix, gate)
         n, d = z.shape
         scale = jnp.asarray((d // self.n_heads) ** -0.5, z.dtype)
         q, k, v = self._qkv(z)
@@ -186,6 +212,21 @@ def check_x(backbone, x, name: str = "x") -> Array:
             f"got {x.shape}."
         )
     return _validate.all_finite(x, name=name)
+
+
+def check_series(backbone, x, name: str = "x") -> None:
+    """One history ``x [L, C]`` floating and shaped for ``backbone`` (a :class:`PatchTST`).
+
+    The modules' unbatched ``__call__`` check (dtype and shape only, so tracers pass);
+    :func:`check_x` is the batched functions'.
+    """
+    _validate.floating(x, name=name)  # before any jnp op: a str names the argument
+    want = (backbone.context_len, backbone.revin.weight.shape[0])
+    if tuple(jnp.shape(x)) != want:
+        raise TypeError(
+            f"`{name}` must have shape (L, C) = {want} for this model (one history: "
+            f"jax.vmap the model over a batch), got shape {jnp.shape(x)}."
+        )
 
 
 class PatchTST(eqx.Module):
@@ -286,7 +327,12 @@ class PatchTST(eqx.Module):
         return z
 
     def __call__(self, x: Array) -> Array:
-        """Forecast ``[H, C]`` from one history ``x [L, C]``."""
+        """Forecast ``[H, C]`` from one history ``x [L, C]`` (unbatched: ``jax.vmap`` it).
+
+        Raises:
+          TypeError: ``x`` not a floating ``[L, C]`` array of this model's ``L`` and ``C``.
+        """
+        check_series(self, x)
         z, stats = self.embed(x)
         z = jax.vmap(self.encode)(z)
         return self.head(z, stats)

@@ -355,7 +355,7 @@ def fit_thresholds(
     qs = []
     for name, q in (("shift_quantiles", shift_quantiles), ("vol_quantiles", vol_quantiles)):
         q = q if isinstance(q, jax.Array) else np.asarray(q)
-        _validate.real_scalar(q, name=name)
+        _validate.real(q, name=name)
         q = jnp.asarray(q, jnp.float32)
         _validate.shape(q, (2,), name=name)
         q = _validate.guard_interval(q, q, name=name, low=0.0, high=1.0)

@@ -170,7 +170,7 @@ def inject_event(
         ``strength``.
     """
     schema = check_schema(schema)
-    _validate.real_scalar(hist, name="hist")  # before jnp.asarray (a string names none)
+    _validate.real(hist, name="hist")  # before jnp.asarray (a string names none)
     _validate.floating(fut, name="fut")
     hist, fut = jnp.asarray(hist), jnp.asarray(fut)
     _validate.ndim(hist, 2, name="hist")

@@ -21,7 +21,7 @@ from jaxkit import _validate
 from jaxkit.timeseries._bow import BoWForecaster, check_bow
 from jaxkit.timeseries._extract import N_CONF_FEATURES
 from jaxkit.timeseries._gate import ConfidenceGate, check_labels, lookup
-from jaxkit.timeseries._model import PatchTST, check_x
+from jaxkit.timeseries._model import PatchTST, check_series, check_x
 from jaxkit.timeseries._schema import Schema, check_schema
 
 
@@ -69,9 +69,27 @@ class TESSForecaster(eqx.Module):
     ):
         """``x [L, C]``, ``label_ids [K]``, ``conf [K, 4]`` -> (``[H, C]``, gate logits ``[K]``).
 
-        ``gate [K]`` (with ``learned`` False) replaces the learned gate values.
+        ``gate [K]`` (with ``learned`` False) replaces the learned gate values; ``learned``
+        is a bool (a traced bool scalar under :func:`tess_forecast`). Unbatched (``jax.vmap``
+        it, or use :func:`tess_forecast`).
+
+        Raises:
+          TypeError: ``x`` not a floating ``[L, C]`` array for the backbone, ``label_ids``
+            not an integer ``[K]`` array, ``conf`` not a floating ``[K, 4]`` array, ``gate``
+            not a floating ``[K]`` array, ``learned`` not a bool scalar.
         """
         bb = self.backbone
+        k = len(self.sizes)
+        check_series(bb, x)
+        _validate.integer(label_ids, name="label_ids")  # before any jnp op: a str names it
+        _validate.shape(label_ids, (k,), name="label_ids")
+        _validate.floating(conf, name="conf")
+        _validate.shape(conf, (k, N_CONF_FEATURES), name="conf")
+        if gate is not None:
+            _validate.floating(gate, name="gate")
+            _validate.shape(gate, (k,), name="gate")
+        _validate.boolean(learned, name="learned")
+        _validate.ndim(learned, 0, name="learned")
         z, stats = bb.embed(x)
         # the gate reads the pooled history embedding without shaping it (stop_gradient):
         # with the gate fixed at 0 the backbone then trains exactly as a PatchTST would
@@ -248,7 +266,7 @@ def _check_batch(model, batch, lambda_gate, gate):
     _validate.floating(y, name="batch.y")
     _validate.shape(y, (x.shape[0], bb.horizon, x.shape[2]), name="batch.y")
     y = _validate.all_finite(y, name="batch.y")
-    _validate.real_scalar(lambda_gate, name="lambda_gate")
+    _validate.real(lambda_gate, name="lambda_gate")
     x = _validate.guard_non_negative(x, lambda_gate, name="lambda_gate")
     if isinstance(model, PatchTST | BoWForecaster):
         if isinstance(model, BoWForecaster):

@@ -198,3 +198,10 @@ EXEMPT: dict[str, str] = {}
 ANY_RANK: dict[str, str] = {
     "jaxkit.diffusion.subs_log_probs:logits": "[..., V]: any leading batch axes, as documented",
 }
+
+ANY_DTYPE: dict[str, str] = {
+    "jaxkit.diffusion.contrastive_margin:labels": (
+        "directions +1/-1 of any real dtype, as `direction` elsewhere; a value other than "
+        "+1 or -1 (the probe's 1.5) is a ValueError under the guard (tests/diffusion/test_td3b.py)"
+    ),
+}

@@ -140,6 +140,10 @@ def test_contrastive_margin_properties():
     labs = jnp.array([1, 1, 1, -1, -1, -1])
     assert float(diffusion.contrastive_margin(far, labs, margin=1.0, adaptive=False)) == 0.0
     assert float(diffusion.contrastive_margin(e, jnp.ones(6, jnp.int32))) == 0.0  # one label
+    # directions of any real dtype, as `direction` elsewhere; another value is an error
+    np.testing.assert_allclose(diffusion.contrastive_margin(e, lab.astype(jnp.float32)), a)
+    with pytest.raises(ValueError, match="`labels` must be \\+1 or -1"):
+        diffusion.contrastive_margin(e, lab.astype(jnp.float32) + 0.5)
     # NumPy reference (fixed margin)
     en, ln = np.asarray(e), np.asarray(lab)
     d = np.linalg.norm(en[:, None] - en[None], axis=-1)

@@ -31,6 +31,11 @@ def _layer():
     return E.RECMLinear(_group(), key=jax.random.key(0))
 
 
+@functools.cache
+def _conv():
+    return E.RECMGroupConvC4(1, 1, key=jax.random.key(0))
+
+
 def _key():
     return jax.random.key(0)
 
@@ -102,6 +107,8 @@ RECIPES = {
     "jaxkit.equivariance.RECMe3nnLinear": lambda **kw: E.RECMe3nnLinear(
         "1x0e+1x1o", "1x1o", **{"key": _key(), **kw}
     ),
+    "jaxkit.equivariance.RECMLinear.__call__": lambda **kw: _layer()(X[0], **kw),
+    "jaxkit.equivariance.RECMGroupConvC4.__call__": lambda **kw: _conv()(IMG, **kw),
 }
 
 EXEMPT: dict[str, str] = {
@@ -112,6 +119,8 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.equivariance.reynolds_mc:w": "`[*batch, d_out, d_in]`: leading batch axes",
     "jaxkit.equivariance.reynolds:w": "`[*batch, d_out, d_in]`: leading batch axes",
     "jaxkit.equivariance.complement:w": "`[*batch, d_out, d_in]`: leading batch axes",
+    "jaxkit.equivariance.RECMLinear.__call__:x": "`[..., d_in]`: leading batch axes (one "
+    "example or a batch), as the docstring says",
     "jaxkit.equivariance.c4_image_act:x": "`[..., C, (4,) H, W]`: any leading axes",
     "jaxkit.equivariance.recm_update_rule:theta": "elementwise: the level has any shape "
     "(usually 0-d), as the docstring says",

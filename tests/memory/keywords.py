@@ -18,6 +18,7 @@ AT = np.array([2, 3], np.int32)
 K = np.array([1, 3], np.int32)
 TARGETS = _rng.normal(size=(2, 2, 16)).astype(np.float32)
 BATCH1 = (CTX, VALID, AT, K, TARGETS, VALID[:, :2])
+HIDDEN = _rng.normal(size=(2, 16)).astype(np.float32)  # router input [B, D]
 
 
 def _setup():
@@ -73,6 +74,14 @@ RECIPES = {
     "jaxkit.memory.memory_interventions": lambda **kw: memory.memory_interventions(
         _setup().MC, TARGETS, AT, **kw
     ),
+    "jaxkit.memory.Router.__call__": lambda **kw: memory.Router(16, 8, 3, key=jax.random.key(0))(
+        HIDDEN, **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.memory.Router.__call__:h": "`[*B, D]`: leading batch axes (one state or any batch "
+    "of them), as the docstring says",
+}

@@ -247,6 +247,10 @@ def test_audit_bad_inputs():
         (lambda: memory.stage1_loss(AP, *b1, cfg=MC, margin=nan), ValueError, "margin"),
         (lambda: memory.stage1_loss(AP, *b1[:4], b1[4][:, :1], b1[5], cfg=MC), TypeError,
          "targets"),
+        (lambda: memory.stage1_loss(AP, *b1[:5], jnp.where(b1[5], 0.5, 0.0), cfg=MC), TypeError,
+         "target_valid"),  # a float mask would reweight the terms silently
+        (lambda: memory.stage1_loss(AP, *b1, jnp.ones((2, 2, s)), cfg=MC), TypeError,
+         "evidence"),
         (lambda: memory.stage2_loss(AP, P, b2[0], b2[1].at[0, 0].set(99), *b2[2:], lm_cfg=CFG,
                                     cfg=MC), ValueError, "labels"),
         (lambda: memory.stage2_loss(AP, P, *b2[:4], jnp.array([9, 1]), lm_cfg=CFG, cfg=MC),

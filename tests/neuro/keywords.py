@@ -99,8 +99,28 @@ RECIPES = {
     ),
 }
 
+
+@functools.cache
+def _gru(cls):
+    return cls(4, 2, hidden=3, dtype=jnp.float32, key=_key())
+
+
+WIN = X[:6].reshape(3, 2, 4)  # causal windows [B, W, N]
+SEQ = X.reshape(2, 4, 4)  # sequences [B, T, N]
+
+RECIPES.update(
+    {
+        "jaxkit.neuro.GRUEncoder.__call__": lambda **kw: _gru(neuro.GRUEncoder)(WIN, **kw),
+        "jaxkit.neuro.BiGRUEncoder.__call__": lambda **kw: _gru(neuro.BiGRUEncoder)(SEQ, **kw),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
 
 ANY_RANK: dict[str, str] = {
     "jaxkit.neuro.causal_smooth:counts": "`[t, ...]`: time on axis 0, any trailing axes",
+    "jaxkit.neuro.GRUEncoder.__call__:windows": "`[..., W, N]`: any leading batch axes "
+    "(LowRankRNN.encode maps them)",
+    "jaxkit.neuro.BiGRUEncoder.__call__:seqs": "`[..., T, N]`: any leading batch axes "
+    "(LowRankRNN.encode maps them)",
 }

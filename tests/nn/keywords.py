@@ -17,6 +17,8 @@ PARAMS = nn.init_params(CFG, key=jax.random.key(0))
 KV = _rng.normal(size=(1, 3, CFG.n_kv_heads, CFG.head_dim)).astype(np.float32)
 Q = _rng.normal(size=(1, 3, CFG.n_heads, CFG.head_dim)).astype(np.float32)
 CAUSAL = np.tril(np.ones((3, 3), bool))[None]
+X1 = np.ones((2,), np.float32)  # one MLP input
+IMG = _rng.normal(size=(1, 4, 4)).astype(np.float32)  # one image [C, H, W]
 
 
 def _cache():
@@ -71,6 +73,15 @@ RECIPES = {
         nn.tiny_task_accuracy, "counting", np.array([[1, 2, 3, 4, 6]], np.int32), start=2
     ),
     "jaxkit.nn.cache_specs": functools.partial(nn.cache_specs, CFG),
+    "jaxkit.nn.MLP.__call__": lambda **kw: nn.MLP(2, 1, hidden=(2,), key=jax.random.key(0))(
+        X1, **kw
+    ),
+    "jaxkit.nn.SmallCNN.__call__": lambda **kw: nn.SmallCNN(
+        1, 2, channels=(2,), key=jax.random.key(0)
+    )(IMG, **kw),
+    "jaxkit.nn.UNet.__call__": lambda **kw: nn.UNet(1, 1, channels=(2,), key=jax.random.key(0))(
+        IMG, **kw
+    ),
 }
 
 ANY_RANK: dict[str, str] = {

@@ -116,6 +116,9 @@ RECIPES = {
     "jaxkit.retrieval.TokenCompressor": lambda **kw: retrieval.TokenCompressor(
         4, **{"key": _key(), "n_heads": 2, **kw}
     ),
+    "jaxkit.retrieval.TokenCompressor.__call__": lambda **kw: retrieval.TokenCompressor(
+        3, key=_key(), n_heads=1
+    )(TOKENS, np.array([True, True, True, True, False, True]), **kw),
 }
 
 EXEMPT: dict[str, str] = {}

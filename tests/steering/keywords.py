@@ -4,6 +4,8 @@ The tiny backbone and value model of ``tests/steering/_setup.py`` are imported o
 not at import (building them is JAX work).
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -134,4 +136,31 @@ RECIPES = {
     "jaxkit.steering.refresh_bridge": _refresh,
 }
 
+HTRIG = _rng.normal(size=(2, 1, 16)).astype(np.float32)  # [B, 1, d_model]
+
+
+@functools.cache
+def _disc():
+    return steering.Discriminator(8, key=jax.random.key(0))
+
+
+@functools.cache
+def _bridge():
+    return steering.BridgeVLP(16, 8, 2, 2, key=jax.random.key(0))
+
+
+RECIPES.update(
+    {
+        "jaxkit.steering.Discriminator.__call__": lambda **kw: _disc()(Z, **kw),
+        "jaxkit.steering.BridgeVLP.__call__": lambda **kw: _bridge()(HTRIG, Z, **kw),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
+
+ANY_RANK: dict[str, str] = {
+    "jaxkit.steering.Discriminator.__call__:z": "`[..., d_v]`: any leading batch axes "
+    "(value_correction differentiates one `z [d_v]`, the losses score `[B, d_v]`)",
+}
+
+ANY_DTYPE: dict[str, str] = {}

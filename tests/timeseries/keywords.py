@@ -94,6 +94,57 @@ RECIPES.update(
     }
 )
 
+# Classes' ``__call__`` (tests/arrays.py): one unbatched example each, tiny shapes.
+_LEX = {p.name: {} for p in ts.LEGACY_V1.primitives}
+_ANSWER = "Step1: Analysis: flat.\n" + "\n".join(
+    f"{ts.answer_key(p)}: {p.neutral}" for p in ts.LEGACY_V1.primitives
+)
+H1 = HIST[0, :4].astype(np.float64)  # one history window [L]
+TOK = _rng.normal(size=(3, 4)).astype(np.float32)  # patch tokens [N, D]
+PREFIX = _rng.normal(size=(4, 4)).astype(np.float32)  # prefix tokens [K, D]
+GATE = np.full((4,), 0.5, np.float32)  # [K]
+CTX = _rng.normal(size=(4,)).astype(np.float32)  # pooled history embedding [D]
+
+
+def _llm(prompt, seed):
+    """A deterministic stand-in LLM: every primitive's neutral label."""
+    del prompt, seed
+    return _ANSWER
+
+
+RECIPES.update(
+    {
+        "jaxkit.timeseries.BoWForecaster.__call__": lambda **kw: C._bow_model("float32")(
+            X[0], _BOW[0], **kw
+        ),
+        "jaxkit.timeseries.LLMExtractor.__call__": lambda **kw: ts.LLMExtractor(
+            _llm, n_samples=1, max_retries=0
+        )("Sales rose.", H1, ts.LEGACY_V1, **{"key": jax.random.key(0), **kw}),
+        "jaxkit.timeseries.RuleExtractor.__call__": lambda **kw: ts.RuleExtractor(_LEX)(
+            "flat", H1, ts.LEGACY_V1, **kw
+        ),
+        "jaxkit.timeseries.ConfidenceGate.__call__": lambda **kw: _tess().gate(
+            IDS[0], CONF[0], CTX, **kw
+        ),
+        "jaxkit.timeseries.EncoderLayer.__call__": lambda **kw: _tess().backbone.layers[0](
+            TOK, PREFIX, GATE, **kw
+        ),
+        "jaxkit.timeseries.PatchTST.__call__": lambda **kw: _tess().backbone(X[0], **kw),
+        "jaxkit.timeseries.TESSForecaster.__call__": lambda **kw: _tess()(
+            X[0], IDS[0], CONF[0], GATE, **kw
+        ),
+    }
+)
+
+NO_RECIPE: dict[str, str] = {
+    "jaxkit.timeseries.Extractor.__call__": "a Protocol's signature (no body): "
+    "LLMExtractor.__call__ and RuleExtractor.__call__ are swept",
+}
+
+ANY_RANK: dict[str, str] = {}
+
+ANY_DTYPE: dict[str, str] = {}
+
 EXEMPT: dict[str, str] = {
     "jaxkit.timeseries.build_prompt:role": "free text: the analyst role written into the prompt",
     "jaxkit.timeseries.LLMExtractor:role": "free text: the analyst role written into the prompt",

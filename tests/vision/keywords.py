@@ -4,6 +4,7 @@ import functools
 import os
 import tempfile
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ import optax
 from jaxkit import vision
 from jaxkit.vision import featjnd as J
 from jaxkit.vision import irdet
+from tests.conformance import built_once
 from tests.vision.cases_featjnd import _modules
 
 _rng = np.random.default_rng(0)
@@ -109,6 +111,42 @@ def _tolerance_map(**kw):
 _TABLE = (0.3 * _rng.normal(size=(2, 15))).astype(np.float32)  # [C, T] of a (2, 3) window
 _C = np.ones((2,), np.float32)
 
+# the classes' __call__ (tests/arrays.py): tiny modules, built once on first use
+NHWC = _rng.normal(size=(1, 2, 2, 4)).astype(np.float32)  # one 2x2 map = one (2, 2) window
+IMG1 = NHWC[..., :1]  # one-channel NHWC image for the net
+
+
+@built_once
+def _wbmm_layers():
+    k = jax.random.key(0)
+    return {
+        "wbmm": vision.WBMM(4, window=2, key=k),
+        "bn": eqx.nn.make_with_state(vision.BatchNorm)(4),
+        "mk": eqx.nn.make_with_state(vision.MultiKernelWBMM)(4, window=2, key=k),
+        "block": eqx.nn.make_with_state(vision.WBMMBlock)(4, "W", window=2, ffn_ratio=1, key=k),
+        "net": eqx.nn.make_with_state(vision.WBMMNet)(
+            depths=(1,),
+            dims=(4,),
+            patterns=("W",),
+            in_channels=1,
+            num_classes=2,
+            window=2,
+            stem_strides=(1,),
+            key=k,
+        ),
+        "est": J.FeatJNDEstimator(2, hidden=2, key=k),
+        "det": irdet.Detector(key=k, channels=(2,)),
+    }
+
+
+def _stateful(name, x, **kw):
+    """Call the stateful layer ``name`` on ``x`` with a fresh state; its array output."""
+    layer, state = _wbmm_layers()[name]
+    state = jax.tree.map(lambda a: a, state)  # a used state is spent (equinox): a copy
+    kw = {"inference": False, **kw} if name in ("bn", "mk") else kw
+    return layer(x, state, **kw)[0]
+
+
 RECIPES = {
     "jaxkit.vision.fold_bn_into_table": lambda **kw: tuple(
         vision.fold_bn_into_table(
@@ -200,6 +238,19 @@ RECIPES = {
     "jaxkit.vision.featjnd.FeatJNDEstimator": lambda **kw: J.FeatJNDEstimator(
         2, **{"key": jax.random.key(0), **kw}
     ),
+    "jaxkit.vision.WBMM.__call__": lambda **kw: _wbmm_layers()["wbmm"](NHWC, **kw),
+    "jaxkit.vision.BatchNorm.__call__": lambda **kw: _stateful("bn", NHWC, **kw),
+    "jaxkit.vision.MultiKernelWBMM.__call__": lambda **kw: _stateful("mk", NHWC, **kw),
+    "jaxkit.vision.WBMMBlock.__call__": lambda **kw: _stateful(
+        "block", NHWC, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.vision.WBMMNet.__call__": lambda **kw: _stateful(
+        "net", IMG1, **{"key": jax.random.key(0), **kw}
+    ),
+    "jaxkit.vision.featjnd.FeatJNDEstimator.__call__": lambda **kw: _wbmm_layers()["est"](
+        F[0], **kw
+    ),
+    "jaxkit.vision.irdet.Detector.__call__": lambda **kw: _wbmm_layers()["det"](IMG[0], **kw),
 }
 
 EXEMPT: dict[str, str] = {}

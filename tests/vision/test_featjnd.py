@@ -261,3 +261,9 @@ def test_matched_strength_curve_oracles():
         J.matched_strength_curve(_flatten, f, y, s, jnp.asarray([0.0, 1.0]), key=jax.random.key(0))
     with pytest.raises(TypeError, match="`y`"):
         J.matched_strength_curve(_flatten, f, y[:3], s, alphas, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="`y` must be an integer"):  # labels off the integers
+        J.matched_strength_curve(
+            _flatten, f, y.astype(f.dtype) + 0.5, s, alphas, key=jax.random.key(0)
+        )
+    with pytest.raises(TypeError, match="`y` must have shape"):  # [B, 1] would broadcast
+        J.matched_strength_curve(_flatten, f, y[:, None], s, alphas, key=jax.random.key(0))

@@ -257,9 +257,9 @@ def _check(logits, temperature, top_k, top_p, min_p):
         )
     if logits.size == 0:  # a batch axis of 0 (the kernel's row reductions have no identity)
         raise TypeError(f"`logits` must hold at least one row, got shape {logits.shape}.")
-    _validate.real_scalar(temperature, name="temperature")
-    _validate.real_scalar(top_p, name="top_p")
-    _validate.real_scalar(min_p, name="min_p")
+    _validate.real(temperature, name="temperature")
+    _validate.real(top_p, name="top_p")
+    _validate.real(min_p, name="min_p")
     _validate.non_negative(temperature=temperature)
     t = _validate._concrete(temperature)
     if t is not None and not np.all(np.isfinite(t)):  # inf: s = 0, a uniform draw

@@ -124,7 +124,7 @@ def _check_rows(logits, noise, temperature, top_k, top_p, min_p) -> None:
     _validate.integer(top_k, name="top_k")
     _validate.shape(top_k, rows, name="top_k")
     for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
-        _validate.real_scalar(value, name=name)
+        _validate.real(value, name=name)
         _validate.shape(value, rows, name=name)
 
 

@@ -310,7 +310,8 @@ def matched_strength_curve(
       head: The frozen head, applied per sample (``jax.vmap(head)(f)`` gives logits): an
         equinox module or any callable; its arrays are traced, the rest is static.
       f: Clean features ``[B, ...]``.
-      y: Labels ``[B]`` (what ``metric`` compares against).
+      y: Labels ``[B]`` (what ``metric`` compares against): integer class ids for the
+        default metric, any real array for a given ``metric``.
       s: Tolerance map, the shape and dtype of ``f`` (>= 0).
       alphas: Strengths ``[A]`` (> 0), traced.
       key: Typed key for the two draws.
@@ -322,12 +323,16 @@ def matched_strength_curve(
 
     Raises:
       TypeError: ``f`` or ``s`` not a floating array (a string included), ``s`` not the
-        shape/dtype of ``f``, ``alphas`` not 1-D floating, ``y`` not real or without
-        the batch size, ``key`` not a PRNG key.
+        shape/dtype of ``f``, ``alphas`` not 1-D floating, ``y`` not integer (default
+        metric) or not real (a given ``metric``) or without the batch size (not ``[B]``
+        for the default metric), ``key`` not a PRNG key.
       ValueError: negative or non-finite ``s``, ``alphas`` not > 0.
     """
     V.floating(f, name="f")  # before jnp.asarray: a string names the argument
-    V.real_scalar(y, name="y")
+    if metric is None:  # top-1 accuracy: 2.5 would silently never equal an argmax
+        V.integer(y, name="y")
+    else:  # whatever the user's metric compares against
+        V.real(y, name="y")
     V.floating(alphas, name="alphas")
     f, y, alphas = (jnp.asarray(a) for a in (f, y, alphas))
     V.min_ndim(f, 2, name="f")
@@ -338,6 +343,8 @@ def matched_strength_curve(
     V.ndim(alphas, 1, name="alphas")
     if y.shape[:1] != f.shape[:1]:
         raise TypeError(f"`y` must have the batch size {f.shape[0]} first, got {y.shape}.")
+    if metric is None:  # [B, 1] would broadcast against the argmax [B] to [B, B]
+        V.shape(y, f.shape[:1], name="y")
     V.is_key(key)
     if metric is not None and not callable(metric):
         raise TypeError(f"`metric` must be callable, got {type(metric).__name__}.")

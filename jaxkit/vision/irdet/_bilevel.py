@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit import nn as jnn
-from jaxkit.vision.irdet._diffusion import _check_image, _numeric
+from jaxkit.vision.irdet._diffusion import _check_image
 
 N_FEATURES = 15
 """Length of the per-sample feature vector of ``weight_features``."""
@@ -127,9 +127,8 @@ def weight_features(
     _validate.ndim(logits, 3, name="logits")
     _validate.nonempty(logits, name="logits")  # batch-standardised features of no sample
     dt = logits.dtype
-    pseudo = _numeric(pseudo, "pseudo").astype(dt)
-    surrogate = _numeric(surrogate, "surrogate").astype(dt)
-    ema_loss = _numeric(ema_loss, "ema_loss").astype(dt)
+    _validate.numeric(pseudo=pseudo, surrogate=surrogate, ema_loss=ema_loss)
+    pseudo, surrogate, ema_loss = (jnp.asarray(a).astype(dt) for a in (pseudo, surrogate, ema_loss))
     for name, a in (("pseudo", pseudo), ("surrogate", surrogate)):
         if a.shape != logits.shape:
             raise TypeError(
@@ -206,8 +205,8 @@ def residual_scores(
     """
     pt = _check_image(prob_train, "prob_train")
     pv = _check_image(prob_val, "prob_val")
-    yt = _numeric(pseudo_train, "pseudo_train").astype(pt.dtype)
-    yv = _numeric(pseudo_val, "pseudo_val").astype(pt.dtype)
+    _validate.numeric(pseudo_train=pseudo_train, pseudo_val=pseudo_val)
+    yt, yv = (jnp.asarray(a).astype(pt.dtype) for a in (pseudo_train, pseudo_val))
     if yt.shape != pt.shape or yv.shape != pv.shape or pt.shape[1:] != pv.shape[1:] or pt.ndim != 3:
         raise TypeError(
             "`prob_train`/`pseudo_train` [B, H, W] and `prob_val`/`pseudo_val` [V, H, W] must "
@@ -273,7 +272,7 @@ def grad_dot_scores(
         raise TypeError(f"`params` must hold at least one floating array, got {params!r:.80}.")
     _validate.leaves(train_batch, name="train_batch", batch=True, keys=True)
     _validate.leaves(val_batch, name="val_batch", batch=True, keys=True)
-    _validate.real_scalar(lr, name="lr")
+    _validate.real(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
     lr_ = _validate.guard_positive(
         _validate.real_array(lr, name="lr", dtype=dt), lr, name="lr"

@@ -68,15 +68,6 @@ def _check_image(image, name: str = "image") -> Array:
     return image
 
 
-def _numeric(x, name: str) -> Array:
-    """``jnp.asarray(x)`` of a bool, integer or floating array (a 0/1 mask, a target).
-
-    A string, ``None`` or another non-numeric value is a ``TypeError`` naming ``name``.
-    """
-    _validate.numeric(**{name: x})
-    return jnp.asarray(x)
-
-
 def diffusivity(
     image: Float[ArrayLike, "..."],
     *,
@@ -189,7 +180,7 @@ def stable_substeps(time: float, d_max: float, v_max: float = 0.0) -> int:
     (the repo takes 1 and is unstable).
     """
     for name, val in (("time", time), ("d_max", d_max), ("v_max", v_max)):
-        _validate.real_scalar(val, name=name)  # float() would parse a string
+        _validate.real(val, name=name)  # float() would parse a string
         if not (math.isfinite(float(val)) and float(val) >= 0):
             raise ValueError(f"`{name}` must be finite and >= 0, got {name}={val!r}.")
     return max(1, math.ceil(float(time) * (4 * float(d_max) + 4 * float(v_max)) / STABILITY))
@@ -398,7 +389,7 @@ def point_sources(points: Real[ArrayLike, "..."], hw: tuple[int, int], dtype=jnp
       TypeError: If ``points`` is not a real ``[K, 2]`` array (a string included).
       ValueError: If a point is NaN or infinite (it landed on a clipped border pixel).
     """
-    _validate.real_scalar(points, name="points")  # a string: JAX's error named no argument
+    _validate.real(points, name="points")  # a string: JAX's error named no argument
     points = jnp.asarray(points)
     if points.ndim != 2 or points.shape[-1] != 2:
         raise TypeError(f"`points` must have shape [K, 2], got {points.shape}.")

@@ -178,7 +178,7 @@ def _match(gt_parts, pred_parts, n_pred, distance):
 
 
 def _check_distance(distance):
-    _validate.real_scalar(distance, name="distance")  # NumPy's error would name nothing
+    _validate.real(distance, name="distance")  # NumPy's error would name nothing
     if not (np.isfinite(distance) and distance > 0):
         raise ValueError(f"`distance` must be finite and > 0, got distance={distance!r}.")
 

@@ -92,7 +92,8 @@ def otsu_threshold(values: ArrayLike, weights: ArrayLike, *, bins: int = 64) -> 
     """
     _validate.floating(values, name="values")  # before jnp.asarray: a string names it
     values = jnp.asarray(values)
-    weights = dif._numeric(weights, "weights")
+    _validate.numeric(weights=weights)
+    weights = jnp.asarray(weights)
     if weights.shape != values.shape:
         raise TypeError(
             f"`weights` must have the shape of `values` {values.shape}, got {weights.shape}."
@@ -319,7 +320,7 @@ def _value_range(value_range):
     if not isinstance(value_range, tuple | list) or len(value_range) != 2:
         raise TypeError(f"`value_range` must be a pair (lo, hi) or None, got {value_range!r}.")
     for v in value_range:
-        _validate.real_scalar(v, name="value_range")
+        _validate.real(v, name="value_range")
     lo, hi = (float(v) for v in value_range)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"`value_range` must be finite with lo < hi, got {value_range!r}.")
@@ -429,7 +430,7 @@ def point_priors(
       ValueError: ``box`` even or < 3, a NaN/inf point.
     """
     image = dif._check_image(image)
-    _validate.real_scalar(points, name="points")  # before jnp.shape: a string names it
+    _validate.real(points, name="points")  # before jnp.shape: a string names it
     points, _ = _check_points(image, points, jnp.ones(jnp.shape(points)[:-1], bool))
     box = _validate.python_int(box, name="box", minimum=3)
     if box % 2 == 0:

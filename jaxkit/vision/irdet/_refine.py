@@ -22,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from jaxkit import _validate
 from jaxkit import nn as jnn
-from jaxkit.vision.irdet._diffusion import _box_mean, _check_image, _numeric
+from jaxkit.vision.irdet._diffusion import _box_mean, _check_image
 
 STEP = 0.15  # the repo's explicit surrogate step size
 
@@ -175,7 +175,8 @@ def surrogate_refine(
 def _image_pair(image, other, name: str, other_name: str) -> tuple[Array, Array]:
     """``image`` checked (:func:`_check_image`) and ``other`` cast to its dtype, same shape."""
     image = _check_image(image, name)
-    other = _numeric(other, other_name).astype(image.dtype)
+    _validate.numeric(**{other_name: other})
+    other = jnp.asarray(other).astype(image.dtype)
     if other.shape != image.shape:
         raise TypeError(
             f"`{other_name}` must have the shape of `{name}` {image.shape}, got {other.shape}."
@@ -217,7 +218,7 @@ def phi_loss(
     """
     prob_val, pseudo_val = _image_pair(prob_val, pseudo_val, "prob_val", "pseudo_val")
     prob_val = _validate.guard_non_negative(prob_val, pred_weight, name="pred_weight")
-    _validate.real_scalar(u, name="u")  # before jnp.asarray: a string names `u`
+    _validate.real(u, name="u")  # before jnp.asarray: a string names `u`
     _validate.shape(u, (4,), name="u")  # one phi: a batch of them would broadcast silently
     ph = phi_from_u(jnp.asarray(u).astype(prob_val.dtype))
     z = _refine_core(prob_val, ph.d0, ph.beta, ph.rho, ph.alpha, steps=3)
@@ -269,6 +270,18 @@ class Detector(eqx.Module):
         _validate.is_key(key)
         self.unet = jnn.UNet(1, 1, channels=tuple(channels), key=key, dtype=dtype)
 
-    def __call__(self, image: Float[Array, "h w"]) -> Float[Array, "h w"]:
-        """Logits of the target class per pixel."""
-        return self.unet(image[None])[0]
+    def __call__(self, image: Float[ArrayLike, "h w"]) -> Float[Array, "h w"]:
+        """Logits of the target class per pixel of one image ``[H, W]``.
+
+        Raises:
+          TypeError: ``image`` not a floating array of rank 2 (a string included; ``vmap``
+            over a batch) or its sides not divisible by ``2 ** (len(channels) - 1)``.
+        """
+        _validate.floating(image, name="image")  # before jnp.asarray: a string names it
+        shape = tuple(jnp.shape(image))
+        if len(shape) != 2:
+            raise TypeError(f"`image` must have rank 2 (H, W), got shape {shape}.")
+        f = 2 ** (len(self.unet.down) - 1)
+        if shape[0] % f or shape[1] % f:
+            raise TypeError(f"`image` sides must be divisible by {f}, got shape {shape}.")
+        return self.unet(jnp.asarray(image)[None])[0]

@@ -19,6 +19,7 @@ from jaxkit.vision.wbmm._parts import (
     State,
     bcast,
     check_momentum,
+    check_nhwc,
     linear,
     per_position,
     trunc_normal,
@@ -102,7 +103,7 @@ class WBMM(eqx.Module):
             self.bias = jnp.zeros((channels,)) if bias else None
         else:
             if bias is not None:  # a bias array; a string such as "no" is neither
-                _validate.real_scalar(bias, name="bias")
+                _validate.real(bias, name="bias")
             self.bias = bias
         self.residual, self.implementation = residual, implementation
 
@@ -150,7 +151,19 @@ class MultiKernelWBMM(eqx.Module):
         self.dw5, self.dw3 = DepthwiseConv(channels, 5, key=k2), DepthwiseConv(channels, 3, key=k3)
         self.bn1, self.bn2, self.bn3 = (BatchNorm(channels, momentum=bn_momentum) for _ in range(3))
 
-    def __call__(self, x: Array, state: State, *, inference: bool) -> tuple[Array, State]:
+    def __call__(
+        self, x: Float[ArrayLike, "B H W C"], state: State, *, inference: bool
+    ) -> tuple[Float[Array, "B H W C"], State]:
+        """Mix a ``(B, H, W, C)`` batch whose map is exactly one window.
+
+        Raises:
+          TypeError: ``x`` not a floating array of rank 4 with this layer's channels (a
+            string included), ``inference`` not a bool.
+          ValueError: the ``(H, W)`` map of ``x`` is not the window.
+        """
+        check_nhwc(x, self.wbmm.table.shape[0])
+        inference = _validate.flag(inference, name="inference")
+        x = jnp.asarray(x)
         if tuple(x.shape[1:3]) != self.wbmm.window:
             raise ValueError(
                 f"`x` map {tuple(x.shape[1:3])} must equal the window "
@@ -239,7 +252,15 @@ class WBMMBlock(eqx.Module):
 
         ``key`` (keyword only) draws the drop-path mask: required in training
         (``inference=False``) when ``drop_path > 0``, ignored otherwise.
+
+        Raises:
+          TypeError: ``x`` not a floating array of rank 4 with the block's channels (a
+            string included), ``inference`` not a bool, ``key`` not a PRNG key.
+          ValueError: no ``key`` in training with ``drop_path > 0``; a multi-kernel
+            mixer on a map other than its window.
         """
+        check_nhwc(x, self.linear1.weight.shape[1])
+        inference = _validate.flag(inference, name="inference")
         x = jnp.asarray(x)
         if key is not None:
             _validate.is_key(key)

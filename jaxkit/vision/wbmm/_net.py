@@ -17,6 +17,7 @@ from jaxkit.vision.wbmm._blocks import (
 )
 from jaxkit.vision.wbmm._parts import (
     State,
+    check_nhwc,
     conv2d,
     conv_nhwc,
     layer_norm,
@@ -122,11 +123,31 @@ class WBMMNet(eqx.Module):
         self.head = linear(dims[-1], num_classes, key=next(keys))
 
     def features(
-        self, x: Array, state: State, *, inference: bool = False, key: PRNGKeyArray | None = None
+        self,
+        x: Float[ArrayLike, "B H W Cin"],
+        state: State,
+        *,
+        inference: bool = False,
+        key: PRNGKeyArray | None = None,
     ) -> tuple[list[Array], State]:
-        """Per-stage feature maps (for dense prediction)."""
+        """Per-stage feature maps (for dense prediction).
+
+        Raises:
+          TypeError: as :meth:`__call__`.
+          ValueError: as :meth:`__call__`.
+        """
+        inference = self._check_call(x, inference, key)
+        return self._features(jnp.asarray(x), state, inference=inference, key=key)
+
+    def _check_call(self, x, inference, key) -> bool:
+        """Host-side checks of a call's arguments (before ``jnp.asarray``); the flag."""
+        check_nhwc(x, self.stem[0][0].in_channels)
+        inference = _validate.flag(inference, name="inference")
         if key is not None:
             _validate.is_key(key)
+        return inference
+
+    def _features(self, x, state, *, inference, key):
         for j, (conv, ln) in enumerate(self.stem):
             x = per_position(ln, conv_nhwc(conv, x))
             if j < len(self.stem) - 1:
@@ -157,7 +178,14 @@ class WBMMNet(eqx.Module):
         ``key`` (keyword only) draws the drop-path masks, one per block: required in
         training (``inference=False``) when ``drop_path_rate > 0`` (a block with
         ``drop_path > 0`` raises ``ValueError`` without it), ignored in inference.
+
+        Raises:
+          TypeError: ``x`` not a floating array of rank 4 with ``in_channels`` channels (a
+            string included), ``inference`` not a bool, ``key`` not a PRNG key.
+          ValueError: no ``key`` in training with a block's ``drop_path > 0``; a
+            multi-kernel ("M") stage whose map is not one window.
         """
-        feats, state = self.features(jnp.asarray(x), state, inference=inference, key=key)
+        inference = self._check_call(x, inference, key)
+        feats, state = self._features(jnp.asarray(x), state, inference=inference, key=key)
         pooled = jnp.mean(feats[-1], axis=(1, 2))
         return per_position(self.head, per_position(self.norm, pooled)), state

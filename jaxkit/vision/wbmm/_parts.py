@@ -20,7 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
@@ -76,6 +76,20 @@ def conv_nhwc(conv: eqx.nn.Conv2d, x: Array) -> Array:
     return jnp.moveaxis(y, 1, -1)
 
 
+def check_nhwc(x, channels: int, *, name: str = "x") -> None:
+    """``x`` a floating ``(B, H, W, C)`` batch of ``channels`` channels; TypeError naming it.
+
+    Runs on the host before any ``jnp.asarray`` (a string names the argument); reads only
+    the dtype and shape, so tracers pass.
+    """
+    _validate.floating(x, name=name)
+    shape = tuple(jnp.shape(x))
+    if len(shape) != 4:
+        raise TypeError(f"`{name}` must have rank 4 (B, H, W, C), got shape {shape}.")
+    if shape[-1] != channels:
+        raise TypeError(f"`{name}` must have {channels} channels (last axis), got shape {shape}.")
+
+
 def check_momentum(value, *, name: str) -> None:
     """A BatchNorm momentum: a finite real scalar in ``[0, 1]`` (TypeError / ValueError)."""
     _validate.finite_scalar(**{name: value})
@@ -112,7 +126,18 @@ class BatchNorm(eqx.Module):
         s = self.weight / jnp.sqrt(var + self.eps)
         return s, self.bias - mean * s
 
-    def __call__(self, x: Array, state: State, *, inference: bool) -> tuple[Array, State]:
+    def __call__(
+        self, x: Float[ArrayLike, "B H W C"], state: State, *, inference: bool
+    ) -> tuple[Float[Array, "B H W C"], State]:
+        """Normalise a ``(B, H, W, C)`` batch; training also updates the running statistics.
+
+        Raises:
+          TypeError: ``x`` not a floating array of rank 4 with this layer's channels (a
+            string included), ``inference`` not a bool.
+        """
+        check_nhwc(x, self.weight.shape[0])
+        inference = _validate.flag(inference, name="inference")
+        x = jnp.asarray(x)
         if inference:
             s, t = self.affine(state)
             return x * bcast(s).astype(x.dtype) + bcast(t).astype(x.dtype), state
