@@ -23,9 +23,10 @@ a pytree of parameters is not one),
   plain data). A floating argument is not probed with integers: integers promote to
   floats, as in ``jax.numpy``.
 
-A public class's ``__call__`` is swept like a function through a recipe under the path
-``"<class path>.__call__"`` (the recipe builds the module and calls it, forwarding its
-keyword arguments): the probe patches the class's ``__call__`` for the call.
+A public class's ``__call__`` and public methods are swept like functions through recipes
+under the paths ``"<class path>.__call__"`` and ``"<class path>.<method>"`` (the recipe
+builds the object and calls it, forwarding its keyword arguments): the probe patches the
+class's method for the call.
 
 The probe reaches the function through its recipe: a ``functools.partial`` recipe's bound
 arguments are replaced directly; any other recipe runs with the public function patched in
@@ -89,22 +90,24 @@ def _call_with(
     def patched(*args: Any, **kwargs: Any) -> Any:  # a function: a method binds `self`
         return bound_call(fn, *args, **kwargs)
 
-    setattr(owner, name, patched)
+    raw = vars(owner).get(name) if inspect.isclass(owner) else None
+    setattr(owner, name, staticmethod(patched) if isinstance(raw, staticmethod) else patched)
     try:
         with without_jaxtyping():
             err = _run(call)
     finally:
-        setattr(owner, name, fn)
+        setattr(owner, name, raw if raw is not None else fn)
     return err, (dict(seen) or None)
 
 
 def _owner(path: str) -> tuple[Any, str]:
-    """``(module or class, attribute name)`` of a public path (``Class.__call__`` too)."""
+    """``(module or class, attribute name)`` of a public path (``Class.method`` too)."""
     parent, _, name = path.rpartition(".")
-    if name == "__call__":
+    try:
+        return importlib.import_module(parent), name
+    except ModuleNotFoundError:  # a class's method: "<class path>.<method>"
         module, _, cls = parent.rpartition(".")
         return getattr(importlib.import_module(module), cls), name
-    return importlib.import_module(parent), name
 
 
 def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
@@ -208,22 +211,27 @@ def no_recipe_of(area: str) -> dict[str, str]:
 
 
 def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:
-    """The area's public functions and classes' ``__call__`` with an array parameter -> paths.
+    """The area's public functions and methods with an array parameter -> their paths.
 
     An array parameter is one whose annotation names ``Array`` (``Float[Array, "n"]``,
     ``ArrayLike``): each such function needs a recipe (or a ``NO_RECIPE`` reason), so that
-    the sweep reaches its array arguments. A class's is the ``__call__`` it defines, under
-    ``"<class path>.__call__"``.
+    the sweep reaches its array arguments. A class's are the ``__call__`` and the public
+    methods it defines, under ``"<class path>.<method>"``.
     """
     from tests.keywords import public_functions
 
     out: dict[Callable[..., Any], list[str]] = {}
-    for path, fn in public_functions(area).items():
-        if inspect.isclass(fn):
-            if "__call__" not in vars(fn):
-                continue
-            fn, path = vars(fn)["__call__"], f"{path}.__call__"
-        params = inspect.signature(fn).parameters.values()
-        if any("Array" in str(p.annotation) for p in params):
-            out.setdefault(fn, []).append(path)
+    for path, obj in public_functions(area).items():
+        if inspect.isclass(obj):
+            methods = [
+                (m, f"{path}.{n}")
+                for n, m in vars(obj).items()
+                if (n == "__call__" or not n.startswith("_")) and inspect.isfunction(m)
+            ]
+        else:
+            methods = [(obj, path)]
+        for fn, p in methods:
+            params = inspect.signature(fn).parameters.values()
+            if any("Array" in str(a.annotation) for a in params):
+                out.setdefault(fn, []).append(p)
     return out

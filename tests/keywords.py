@@ -168,11 +168,12 @@ def recipes_of(area: str) -> tuple[dict[str, Callable[..., Any]], dict[str, str]
 
 
 def resolve(path: str) -> Callable[..., Any]:
-    """The object at a dotted public path (``"<class path>.__call__"``: the class's)."""
+    """The object at a dotted public path (``"<class path>.<method>"``: the class's method)."""
     module, _, name = path.rpartition(".")
-    if name == "__call__":
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError:
         return getattr(resolve(module), name)
-    return getattr(importlib.import_module(module), name)
 
 
 def _run(call: Callable[..., Any], **kwargs: Any) -> BaseException | None:

@@ -54,7 +54,14 @@ class MaskingSchedule:
         object.__setattr__(self, "eps", float(self.eps))
 
     def alpha(self, t: ArrayLike) -> Array:
-        """Probability that a token is unmasked at time ``t``."""
+        """Probability that a token is unmasked at time ``t``.
+
+        Elementwise: ``t`` may have any shape (a scalar, one time per row, ...).
+
+        Raises:
+          TypeError: If ``t`` is not a real number or array (a string, a bool).
+        """
+        _validate.real(t, name="t")  # before jnp.asarray: a string names `t`
         t = jnp.asarray(t)
         if self.kind == "linear":
             return 1.0 - t
@@ -63,7 +70,14 @@ class MaskingSchedule:
         return 1.0 - (1.0 - self.eps) * t
 
     def weight(self, t: ArrayLike) -> Array:
-        """The ELBO weight ``-alpha'(t) / (1 - alpha(t))`` (``+inf`` at ``t = 0``)."""
+        """The ELBO weight ``-alpha'(t) / (1 - alpha(t))`` (``+inf`` at ``t = 0``).
+
+        Elementwise: ``t`` may have any shape.
+
+        Raises:
+          TypeError: If ``t`` is not a real number or array (a string, a bool).
+        """
+        _validate.real(t, name="t")
         t = jnp.asarray(t)
         if self.kind == "cosine":
             h = 0.5 * math.pi * t
@@ -72,7 +86,23 @@ class MaskingSchedule:
         return 1.0 / t
 
     def unmask_probability(self, t: ArrayLike, s: ArrayLike) -> Array:
-        """Probability that a token masked at ``t`` is unmasked at ``s < t``."""
+        """Probability that a token masked at ``t`` is unmasked at ``s < t``.
+
+        Elementwise: ``t`` and ``s`` may have any shapes that broadcast together.
+
+        Raises:
+          TypeError: If ``t`` or ``s`` is not a real number or array (a string, a bool), or
+            their shapes do not broadcast together.
+        """
+        _validate.real(t, name="t")
+        _validate.real(s, name="s")
+        try:
+            jnp.broadcast_shapes(jnp.shape(t), jnp.shape(s))
+        except ValueError:
+            raise TypeError(
+                f"`s` and `t` must have shapes that broadcast together, got {jnp.shape(s)} "
+                f"and {jnp.shape(t)}."
+            ) from None
         a_t, a_s = self.alpha(t), self.alpha(s)
         return jnp.clip((a_s - a_t) / jnp.maximum(1.0 - a_t, 1e-30), 0.0, 1.0)
 

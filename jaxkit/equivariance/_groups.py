@@ -140,10 +140,16 @@ class Group:
     ) -> tuple[Array, Array]:
         """All elements of a finite group, else ``n`` Haar samples drawn with ``key``.
 
-        ``key`` (keyword-only, as everywhere) is checked when given, for a finite group too.
+        ``key`` (keyword-only, as everywhere) and ``n`` are checked when given, for a finite
+        group too.
+
+        Raises:
+          TypeError: If ``key`` is given and is not a PRNG key, or ``n`` is not a Python int.
+          ValueError: If ``n < 1``, or no ``key`` is given for a continuous group.
         """
         if key is not None:
             _validate.is_key(key)
+        n = _validate.python_int(n, name="n", minimum=1)
         if self.kind == "finite":
             return self.elements(dtype)
         if key is None:

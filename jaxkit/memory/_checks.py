@@ -87,3 +87,37 @@ def check_reward(correct, budget, lambda_eff):
     c = _validate.error_if(c, bad, "`correct` must lie in [0, 1] (no NaN).")
     c = _validate.guard_positive(c, budget, name="budget")
     return _validate.guard_finite(c, lambda_eff, name="lambda_eff")
+
+
+def check_injector(ctx, ctx_valid, dist, latents, now, latents_valid, *, d: int) -> None:
+    """Check :meth:`Injector.forward`'s batch (shapes, dtypes; ``D = d``: ``d_model``).
+
+    ``ctx [B, S, D]``, ``ctx_valid bool[B, S]``, ``dist int[B, S]``, ``latents [B, K, D]``,
+    ``now [B, D]``, ``latents_valid bool[B, K]`` (or ``None``).
+    Host-side, before any ``jnp.asarray`` (a string names its argument); reads only dtypes and
+    shapes, so tracers pass. A float mask (``True`` as 0.5) or float distances (truncated
+    by the one-hot) would be read silently: both are a ``TypeError``.
+    """
+    for name, v in (("ctx", ctx), ("latents", latents), ("now", now)):
+        _validate.floating(v, name=name)
+    _validate.boolean(ctx_valid, name="ctx_valid")
+    _validate.integer(dist, name="dist")
+    if latents_valid is not None:
+        _validate.boolean(latents_valid, name="latents_valid")
+    _validate.shape(ctx, (None, None, d), name="ctx")
+    b, s = jnp.shape(ctx)[:2]
+    _validate.shape(ctx_valid, (b, s), name="ctx_valid")
+    _validate.shape(dist, (b, s), name="dist")
+    _validate.shape(latents, (b, None, d), name="latents")
+    _validate.shape(now, (b, d), name="now")
+    if latents_valid is not None:
+        _validate.shape(latents_valid, (b, jnp.shape(latents)[1]), name="latents_valid")
+
+
+def check_router_states(h, *, d: int, rank: int | None = None) -> None:
+    """Router states: a floating ``h [*B, D]`` (``rank``: exactly that rank) with ``D = d``."""
+    _validate.floating(h, name="h")  # before .astype / jnp.asarray: a str names `h`
+    if rank is not None:
+        _validate.ndim(h, rank, name="h")
+    if jnp.ndim(h) < 1 or jnp.shape(h)[-1] != d:
+        raise TypeError(f"`h` must have trailing dimension d_model={d}, got shape {jnp.shape(h)}.")

@@ -14,6 +14,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxkit import _validate
 from jaxkit._adapter_layers import LayerNorm, Linear, normed
+from jaxkit.memory._checks import check_injector, check_router_states
 
 
 def _gelu(x):
@@ -138,7 +139,14 @@ class Injector(eqx.Module):
 
         ``reads`` is the first cross block's attention on the context slots, averaged
         over heads and latents (what stage 1's evidence term supervises).
+
+        Raises:
+          TypeError: If ``ctx``, ``latents`` or ``now`` is not a floating array, a mask not a
+            bool array or ``dist`` not an integer array (a string included), or the shapes
+            are not ``ctx [B, S, d_model]``, ``ctx_valid``/``dist [B, S]``, ``latents
+            [B, K, d_model]``, ``now [B, d_model]``, ``latents_valid [B, K]``.
         """
+        check_injector(ctx, ctx_valid, dist, latents, now, latents_valid, d=self.w_ctx.w.shape[0])
         n_r = self.recency.shape[0]
         # a one-hot product, not a gather: it keeps the batch sharding of ``dist``
         hot = jax.nn.one_hot(jnp.clip(dist, 0, n_r - 1), n_r, dtype=self.recency.dtype)
@@ -186,7 +194,14 @@ class Router(eqx.Module):
         self.l2 = Linear(hidden, n_actions, key=k2, gain=0.0)
 
     def features(self, h: Float[Array, "*B D"]) -> Float[Array, "*B D"]:
-        """The MLP's input: ``h`` layer-normalised, then standardised per feature."""
+        """The MLP's input: ``h`` layer-normalised, then standardised per feature.
+
+        ``h`` may carry leading batch axes (one state ``[D]`` or any batch of them).
+
+        Raises:
+          TypeError: If ``h`` is not a floating array with trailing dimension ``d_model``.
+        """
+        check_router_states(h, d=self.mean.shape[0])
         h = h.astype(jnp.float32)
         h = jax.vmap(self.norm)(h.reshape(-1, h.shape[-1])).reshape(h.shape)
         lead = (1,) * (h.ndim - 1)
@@ -202,7 +217,16 @@ class Router(eqx.Module):
         ``h`` (a feature constant over ``h`` keeps scale ``1 / sqrt(eps)`` at most).
         Fit before training the MLP (e.g. on the states at the delimiters of a batch
         of training streams): refitting changes what the trained layers read.
+
+        Raises:
+          TypeError: If ``h`` is not a floating array of shape ``[N, d_model]`` with
+            ``N >= 1``, or ``eps`` is not a real scalar.
+          ValueError: If ``eps`` is not finite and > 0.
         """
+        check_router_states(h, d=self.mean.shape[0], rank=2)
+        _validate.nonempty(h, name="h")
+        _validate.finite_scalar(eps=eps)
+        _validate.positive(eps=eps)
         x = jnp.asarray(h, jnp.float32)
         x = jax.vmap(self.norm)(x.reshape(-1, x.shape[-1]))
         mu, var = jnp.mean(x, 0), jnp.var(x, 0)
@@ -216,10 +240,5 @@ class Router(eqx.Module):
         Raises:
           TypeError: If ``h`` is not a floating array with trailing dimension ``d_model``.
         """
-        _validate.floating(h, name="h")  # before .astype: a str names `h`
-        d = self.mean.shape[0]
-        if jnp.ndim(h) < 1 or jnp.shape(h)[-1] != d:
-            raise TypeError(
-                f"`h` must have trailing dimension d_model={d}, got shape {jnp.shape(h)}."
-            )
+        check_router_states(h, d=self.mean.shape[0])  # before .astype: a str names `h`
         return self.l2(jax.nn.gelu(self.l1(self.features(h))))

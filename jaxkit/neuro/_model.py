@@ -138,7 +138,18 @@ class LowRankRNN(eqx.Module):
         ``x_prev`` is ``[..., N]`` (returns ``[..., K]``); with ``encoder="gru"`` it holds
         causal windows ``[..., W, N]``; with ``encoder="bigru"`` whole sequences
         ``[..., T, N]`` (returns ``[..., T, K]``: ``mu_t`` of ``q(z_t | x_{1:T})``).
+        ``x_prev`` may carry leading batch axes.
+
+        Raises:
+          TypeError: ``x_prev`` not a floating array with last axis ``N`` of rank >= 1
+            (>= 2 with a GRU encoder).
         """
+        n = self.n_neurons
+        axes = {"gru": "[..., W, N]", "bigru": "[..., T, N]"}.get(self.encoder, "[..., N]")
+        _validate.floating(x_prev, name="x_prev")  # before any jnp op: a str names it
+        shp = tuple(jnp.shape(x_prev))
+        if len(shp) < (1 if self.gru is None else 2) or shp[-1] != n:
+            raise TypeError(f"`x_prev` must have shape {axes} with N = {n}, got shape {shp}.")
         if self.gru is not None:
             return self.gru(x_prev)
         return jnp.tanh(x_prev) @ self.B.T + _lead(self.b, x_prev.ndim)
@@ -149,7 +160,20 @@ class LowRankRNN(eqx.Module):
         """Read-out ``A z + a (+ u)``: the Gaussian mean (ReLU-ed for ``relu_gaussian``).
 
         For ``poisson`` it is the pre-activation: the rate is ``bin_width softplus(.)``.
+        ``z`` may carry leading batch axes; ``u``, if given, has ``z``'s.
+
+        Raises:
+          TypeError: ``z`` not a floating ``[..., K]`` array, or ``u`` not a numeric
+            ``[..., N]`` array with ``z``'s leading axes.
         """
+        k, n = self.rank, self.n_neurons
+        _validate.floating(z, name="z")  # before any jnp op: a str names the argument
+        zs = tuple(jnp.shape(z))
+        if len(zs) < 1 or zs[-1] != k:
+            raise TypeError(f"`z` must have shape [..., K] with K = {k}, got shape {zs}.")
+        if u is not None:
+            _validate.numeric(u=u)
+            _validate.shape(u, zs[:-1] + (n,), name="u")
         h = z @ self.A.T + _lead(self.a, z.ndim)
         if u is not None:
             h = h + u

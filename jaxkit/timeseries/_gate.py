@@ -30,6 +30,18 @@ def check_labels(label_ids, sizes: tuple[int, ...], *, name: str = "label_ids"):
     return label_ids + _validate.error_if(jnp.zeros((), label_ids.dtype), bad, msg)
 
 
+def check_item(label_ids, conf, k: int) -> None:
+    """One item's ``label_ids int[K]`` and ``conf float[K, 4]`` (dtypes, shapes: tracers pass).
+
+    The modules' unbatched ``__call__`` check, before any ``jnp`` op (a string names its
+    argument); :func:`check_labels` is the batched functions'.
+    """
+    _validate.integer(label_ids, name="label_ids")
+    _validate.shape(label_ids, (k,), name="label_ids")
+    _validate.floating(conf, name="conf")
+    _validate.shape(conf, (k, N_CONF_FEATURES), name="conf")
+
+
 def lookup(table, ids):
     """``table[k, ids[k]]`` for ``table [K, C, E]`` and ``ids [K]``.
 
@@ -102,10 +114,7 @@ class ConfidenceGate(eqx.Module):
             ``context_dim``).
         """
         k = len(self.sizes)
-        _validate.integer(label_ids, name="label_ids")  # before any jnp op: a str names it
-        _validate.shape(label_ids, (k,), name="label_ids")
-        _validate.floating(conf, name="conf")
-        _validate.shape(conf, (k, N_CONF_FEATURES), name="conf")
+        check_item(label_ids, conf, k)
         _validate.floating(context, name="context")
         d = self.w1.shape[1] - N_CONF_FEATURES - self.label_table.shape[2]
         _validate.shape(context, (d,), name="context")

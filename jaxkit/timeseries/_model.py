@@ -57,7 +57,14 @@ class RevIN(eqx.Module):
         self.eps, self.affine = float(eps), affine
 
     def normalize(self, x: Array) -> tuple[Array, RevINStats]:
-        """``x [L, C]`` -> normalised ``[L, C]`` and the statistics to invert it."""
+        """``x [L, C]`` -> normalised ``[L, C]`` and the statistics to invert it.
+
+        Unbatched (``jax.vmap`` it over a batch).
+
+        Raises:
+          TypeError: ``x`` not a floating ``[L, C]`` array of this module's ``C`` channels.
+        """
+        _check_rows(x, self.weight.shape[0], name="x", axes="(L, C)")
         mean = jnp.mean(x, 0)
         std = jnp.sqrt(jnp.var(x, 0) + self.eps).astype(x.dtype)
         y = (x - mean[None]) / std[None]
@@ -66,10 +73,49 @@ class RevIN(eqx.Module):
         return y, RevINStats(mean, std)
 
     def denormalize(self, y: Array, stats: RevINStats) -> Array:
-        """Invert :meth:`normalize` on ``y [H, C]``."""
+        """Invert :meth:`normalize` on ``y [H, C]`` with its ``stats`` (unbatched).
+
+        Raises:
+          TypeError: ``y`` not a floating ``[H, C]`` array of this module's ``C`` channels,
+            or ``stats`` not a :class:`RevINStats` of floating ``[C]`` arrays.
+        """
+        c = self.weight.shape[0]
+        _check_rows(y, c, name="y", axes="(H, C)")
+        _check_stats(stats, c)
         if self.affine:
             y = (y - self.bias.astype(y.dtype)[None]) / self.weight.astype(y.dtype)[None]
         return y * stats.std[None] + stats.mean[None]
+
+
+def _check_rows(x, c, *, name, axes):
+    """``x`` floating of shape ``(rows, c)`` (dtype and shape only, so tracers pass)."""
+    _validate.floating(x, name=name)  # before any jnp op: a str names the argument
+    shp = tuple(jnp.shape(x))
+    if len(shp) != 2 or shp[1] != c:
+        raise TypeError(
+            f"`{name}` must have shape {axes} with C = {c} channels (unbatched: jax.vmap "
+            f"over a batch), got shape {shp}."
+        )
+
+
+def _check_stats(stats, c):
+    """``stats`` a :class:`RevINStats` of floating ``[c]`` arrays (dtype and shape only)."""
+    for field in ("mean", "std"):
+        a = getattr(stats, field, None)
+        try:  # jnp.result_type reads None as float32 and a str as a dtype name
+            dt = None if a is None or isinstance(a, str | bytes) else jnp.result_type(a)
+        except TypeError:
+            dt = None
+        if dt is None or not jnp.issubdtype(dt, jnp.floating) or jnp.shape(a) != (c,):
+            got = (
+                f"{type(stats).__name__} with {field} of {type(a).__name__}"
+                if dt is None
+                else f"{field} of shape {jnp.shape(a)} and dtype {dt}"
+            )
+            raise TypeError(
+                "`stats` must be the RevINStats that normalize returned (floating mean and "
+                f"std of shape ({c},)), got {got}."
+            )
 
 
 def _ln(x, w, b, eps=1e-5):
@@ -304,7 +350,14 @@ class PatchTST(eqx.Module):
         return (self.context_len - self.patch_len) // self.stride + 2
 
     def embed(self, x: Array) -> tuple[Array, RevINStats]:
-        """``x [L, C]`` -> patch embeddings ``[C, N, D]`` (RevIN, patching, + positions)."""
+        """``x [L, C]`` -> patch embeddings ``[C, N, D]`` (RevIN, patching, + positions).
+
+        Unbatched (``jax.vmap`` it over a batch); also returns the RevIN statistics.
+
+        Raises:
+          TypeError: ``x`` not a floating ``[L, C]`` array of this model's ``L`` and ``C``.
+        """
+        check_series(self, x)
         xn, stats = self.revin.normalize(x)
         series = jnp.transpose(xn)  # [C, L]
         pad = jnp.broadcast_to(series[:, -1:], (series.shape[0], self.stride))
@@ -315,14 +368,37 @@ class PatchTST(eqx.Module):
         return z, stats
 
     def head(self, z: Array, stats: RevINStats) -> Array:
-        """Encoded patch tokens ``[C, N, D]`` -> de-normalised forecast ``[H, C]``."""
+        """Encoded patch tokens ``[C, N, D]`` -> de-normalised forecast ``[H, C]``.
+
+        ``stats`` are :meth:`embed`'s RevIN statistics of the same history (unbatched).
+
+        Raises:
+          TypeError: ``z`` not a floating ``[C, N, D]`` array of this model's sizes, or
+            ``stats`` not a :class:`RevINStats` of floating ``[C]`` arrays.
+        """
+        want = (self.revin.weight.shape[0], self.n_patches, self.ln_f.shape[1])
+        _validate.floating(z, name="z")  # before any jnp op: a str names the argument
+        if tuple(jnp.shape(z)) != want:
+            raise TypeError(
+                f"`z` must have shape (C, N, D) = {want} for this model (one history's "
+                f"encoded patch tokens), got shape {jnp.shape(z)}."
+            )
+        _check_stats(stats, want[0])
         z = _ln(z, self.ln_f[0], self.ln_f[1])
         y = jnp.reshape(z, (z.shape[0], -1)) @ self.w_head + self.b_head[None]  # [C, H]
         return self.revin.denormalize(jnp.transpose(y), stats)
 
     def encode(self, z: Array, prefix: Array | None = None, gate: Array | None = None) -> Array:
-        """Run the encoder on one channel's tokens ``[N, D]`` (optional gated prefix)."""
-        for layer in self.layers:
+        """Run the encoder on one channel's tokens ``[N, D]`` (optional gated prefix).
+
+        Unbatched: ``prefix [K, D]`` and ``gate [K]`` as :class:`EncoderLayer`'s.
+
+        Raises:
+          TypeError: ``z`` or ``prefix`` not a floating ``[*, D]`` array (``D`` the model's
+            width), ``gate`` not a floating ``[K]`` array, or only one of ``prefix`` and
+            ``gate`` given.
+        """
+        for layer in self.layers:  # each checks its arguments (the first names a bad one)
             z, prefix = layer(z, prefix, gate)
         return z
 

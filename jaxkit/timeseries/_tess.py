@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from jaxkit import _validate
 from jaxkit.timeseries._bow import BoWForecaster, check_bow
 from jaxkit.timeseries._extract import N_CONF_FEATURES
-from jaxkit.timeseries._gate import ConfidenceGate, check_labels, lookup
+from jaxkit.timeseries._gate import ConfidenceGate, check_item, check_labels, lookup
 from jaxkit.timeseries._model import PatchTST, check_series, check_x
 from jaxkit.timeseries._schema import Schema, check_schema
 
@@ -81,10 +81,7 @@ class TESSForecaster(eqx.Module):
         bb = self.backbone
         k = len(self.sizes)
         check_series(bb, x)
-        _validate.integer(label_ids, name="label_ids")  # before any jnp op: a str names it
-        _validate.shape(label_ids, (k,), name="label_ids")
-        _validate.floating(conf, name="conf")
-        _validate.shape(conf, (k, N_CONF_FEATURES), name="conf")
+        check_item(label_ids, conf, k)
         if gate is not None:
             _validate.floating(gate, name="gate")
             _validate.shape(gate, (k,), name="gate")

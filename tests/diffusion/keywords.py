@@ -193,9 +193,30 @@ RECIPES.update(
     }
 )
 
+# the schedule's methods (tests/arrays.py): times in (0, 1], `s` before `t`
+SCHEDULE = diffusion.MaskingSchedule("cosine")
+TIMES = np.array([0.25, 0.5, 1.0], np.float32)
+RECIPES.update(
+    {
+        "jaxkit.diffusion.MaskingSchedule.alpha": lambda **kw: SCHEDULE.alpha(TIMES, **kw),
+        "jaxkit.diffusion.MaskingSchedule.weight": lambda **kw: SCHEDULE.weight(TIMES, **kw),
+        "jaxkit.diffusion.MaskingSchedule.unmask_probability": lambda **kw: (
+            SCHEDULE.unmask_probability(TIMES, TIMES - 0.2, **kw)
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
 
 ANY_RANK: dict[str, str] = {
+    "jaxkit.diffusion.MaskingSchedule.alpha:t": "elementwise: times of any shape (a scalar, "
+    "one per row, [B, 1]), as the docstring says",
+    "jaxkit.diffusion.MaskingSchedule.weight:t": "elementwise: times of any shape, as the "
+    "docstring says",
+    "jaxkit.diffusion.MaskingSchedule.unmask_probability:t": "elementwise: times of any shape "
+    "that broadcasts with `s` (shapes that do not: a TypeError naming both)",
+    "jaxkit.diffusion.MaskingSchedule.unmask_probability:s": "elementwise: times of any shape "
+    "that broadcasts with `t`",
     "jaxkit.diffusion.subs_log_probs:logits": "[..., V]: any leading batch axes, as documented",
 }
 

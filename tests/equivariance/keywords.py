@@ -109,6 +109,10 @@ RECIPES = {
     ),
     "jaxkit.equivariance.RECMLinear.__call__": lambda **kw: _layer()(X[0], **kw),
     "jaxkit.equivariance.RECMGroupConvC4.__call__": lambda **kw: _conv()(IMG, **kw),
+    "jaxkit.equivariance.Group.sample": lambda **kw: _group().sample(2, **{"key": _key(), **kw}),
+    "jaxkit.equivariance.Group.representatives": lambda **kw: _group().representatives(
+        **{"key": _key(), **kw}
+    ),
 }
 
 EXEMPT: dict[str, str] = {

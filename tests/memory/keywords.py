@@ -4,6 +4,8 @@ The tiny backbone and adapter of ``tests/memory/_setup.py`` are imported on firs
 import (building them is JAX work).
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import numpy as np
@@ -19,6 +21,17 @@ K = np.array([1, 3], np.int32)
 TARGETS = _rng.normal(size=(2, 2, 16)).astype(np.float32)
 BATCH1 = (CTX, VALID, AT, K, TARGETS, VALID[:, :2])
 HIDDEN = _rng.normal(size=(2, 16)).astype(np.float32)  # router input [B, D]
+DIST = np.array([[5, 4, 3, 2, 1, 0], [3, 2, 1, 0, 0, 0]], np.int32)  # [B, S] to the point
+
+
+@functools.cache
+def _modules():
+    """``(injector, router)``: the tiny modules of the method recipes, built once."""
+    k = jax.random.key(0)
+    return (
+        memory.Injector(16, 8, heads=2, n_layers=1, recency=4, key=k),
+        memory.Router(16, 8, 3, key=k),
+    )
 
 
 def _setup():
@@ -77,6 +90,11 @@ RECIPES = {
     "jaxkit.memory.Router.__call__": lambda **kw: memory.Router(16, 8, 3, key=jax.random.key(0))(
         HIDDEN, **kw
     ),
+    "jaxkit.memory.Injector.forward": lambda **kw: _modules()[0].forward(
+        CTX, VALID, DIST, TARGETS, HIDDEN, VALID[:, :2], **kw
+    )[0],
+    "jaxkit.memory.Router.features": lambda **kw: _modules()[1].features(HIDDEN, **kw),
+    "jaxkit.memory.Router.standardize": lambda **kw: _modules()[1].standardize(HIDDEN, **kw).mean,
 }
 
 EXEMPT: dict[str, str] = {}
@@ -84,4 +102,6 @@ EXEMPT: dict[str, str] = {}
 ANY_RANK: dict[str, str] = {
     "jaxkit.memory.Router.__call__:h": "`[*B, D]`: leading batch axes (one state or any batch "
     "of them), as the docstring says",
+    "jaxkit.memory.Router.features:h": "`[*B, D]`: leading batch axes, as `Router.__call__`'s "
+    "(it is the call's first step), as the docstring says",
 }

@@ -112,6 +112,8 @@ RECIPES.update(
     {
         "jaxkit.neuro.GRUEncoder.__call__": lambda **kw: _gru(neuro.GRUEncoder)(WIN, **kw),
         "jaxkit.neuro.BiGRUEncoder.__call__": lambda **kw: _gru(neuro.BiGRUEncoder)(SEQ, **kw),
+        "jaxkit.neuro.LowRankRNN.encode": lambda **kw: _model().encode(X, **kw),
+        "jaxkit.neuro.LowRankRNN.decode": lambda **kw: _model().decode(Z, X, **kw),
     }
 )
 
@@ -123,4 +125,8 @@ ANY_RANK: dict[str, str] = {
     "(LowRankRNN.encode maps them)",
     "jaxkit.neuro.BiGRUEncoder.__call__:seqs": "`[..., T, N]`: any leading batch axes "
     "(LowRankRNN.encode maps them)",
+    "jaxkit.neuro.LowRankRNN.encode:x_prev": "`[..., N]` (GRU: `[..., W, N]`, BiGRU: "
+    "`[..., T, N]`): any leading batch axes (facrnn_loss reads `[M, N]` and `[R, T, N]`)",
+    "jaxkit.neuro.LowRankRNN.decode:z": "`[..., K]`: any leading batch axes (facrnn_loss "
+    "decodes `[M, K]` and `[R, T, K]`); `u` must then have `z`'s leading axes",
 }

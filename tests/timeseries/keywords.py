@@ -136,6 +136,32 @@ RECIPES.update(
     }
 )
 
+
+def _head(**kw):
+    bb = _tess().backbone
+    return bb.head(*bb.embed(X[0]), **kw)
+
+
+def _denormalize(**kw):
+    rev = _tess().backbone.revin
+    return rev.denormalize(2.0 * X[0, :4], rev.normalize(X[0])[1], **kw)
+
+
+# Public methods (tests/arrays.py): one unbatched example each, tiny shapes.
+RECIPES.update(
+    {
+        "jaxkit.timeseries.PatchTST.embed": lambda **kw: _tess().backbone.embed(X[0], **kw),
+        "jaxkit.timeseries.PatchTST.head": _head,
+        "jaxkit.timeseries.PatchTST.encode": lambda **kw: _tess().backbone.encode(
+            TOK, PREFIX, GATE, **kw
+        ),
+        "jaxkit.timeseries.RevIN.normalize": lambda **kw: _tess().backbone.revin.normalize(
+            X[0], **kw
+        ),
+        "jaxkit.timeseries.RevIN.denormalize": _denormalize,
+    }
+)
+
 NO_RECIPE: dict[str, str] = {
     "jaxkit.timeseries.Extractor.__call__": "a Protocol's signature (no body): "
     "LLMExtractor.__call__ and RuleExtractor.__call__ are swept",

@@ -147,6 +147,13 @@ def _stateful(name, x, **kw):
     return layer(x, state, **kw)[0]
 
 
+def _net_features(**kw):
+    """The net's per-stage features on ``IMG1`` (a fresh state, as :func:`_stateful`)."""
+    net, state = _wbmm_layers()["net"]
+    state = jax.tree.map(lambda a: a, state)
+    return net.features(IMG1, state, **{"key": jax.random.key(0), **kw})[0]
+
+
 RECIPES = {
     "jaxkit.vision.fold_bn_into_table": lambda **kw: tuple(
         vision.fold_bn_into_table(
@@ -247,6 +254,7 @@ RECIPES = {
     "jaxkit.vision.WBMMNet.__call__": lambda **kw: _stateful(
         "net", IMG1, **{"key": jax.random.key(0), **kw}
     ),
+    "jaxkit.vision.WBMMNet.features": lambda **kw: _net_features(**kw),
     "jaxkit.vision.featjnd.FeatJNDEstimator.__call__": lambda **kw: _wbmm_layers()["est"](
         F[0], **kw
     ),
