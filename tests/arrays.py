@@ -21,7 +21,12 @@ a pytree of parameters is not one),
   the kept entries), or be accepted where the area's ``ANY_DTYPE`` lists
   ``"path:argument"`` with the reason (a soft mask by design, an integer array that is
   plain data). A floating argument is not probed with integers: integers promote to
-  floats, as in ``jax.numpy``.
+  floats, as in ``jax.numpy``;
+* the array with an empty leading axis (``a[:0]``) and, for rank >= 2, an empty last axis
+  (``a[..., :0]``) must raise a ``TypeError`` or ``ValueError`` naming an argument, or
+  return a result without NaN (an empty batch may give an empty result; the mean of no
+  items is NaN, never returned silently), unless the area's ``EMPTY_EXEMPT`` lists
+  ``"path:argument"`` with the reason (an array only the user's function reads).
 
 A public class's ``__call__`` and public methods are swept like functions through recipes
 under the paths ``"<class path>.__call__"`` and ``"<class path>.<method>"`` (the recipe
@@ -57,12 +62,16 @@ def _is_array(v: Any) -> bool:
 
 
 def _call_with(
-    path: str, call: Callable[..., Any], change: Callable[[dict[str, Any]], None]
+    path: str,
+    call: Callable[..., Any],
+    change: Callable[[dict[str, Any]], None],
+    out: list[Any] | None = None,
 ) -> tuple[BaseException | None, dict[str, Any] | None]:
     """Run the recipe with ``change`` applied to the function's bound arguments.
 
     Returns ``(error, arguments)``: ``arguments`` the bound arguments seen (before the
-    change), or ``None`` where the recipe never reached the function.
+    change), or ``None`` where the recipe never reached the function. ``out``: the recipe's
+    result is appended to it.
     """
     owner, name = _owner(path)
     fn = getattr(owner, name)
@@ -82,10 +91,19 @@ def _call_with(
         change(b.arguments)
         return target(*b.args, **b.kwargs)
 
+    def capture(recipe: Callable[..., Any]) -> Callable[..., Any]:
+        def run(**kwargs: Any) -> Any:
+            result = recipe(**kwargs)
+            if out is not None:
+                out.append(result)
+            return result
+
+        return run
+
     if isinstance(call, functools.partial) and call.func is fn:
         recipe = functools.partial(bound_call, fn, *call.args, **call.keywords)
         with without_jaxtyping():
-            return _run(recipe), (dict(seen) or None)
+            return _run(capture(recipe)), (dict(seen) or None)
 
     def patched(*args: Any, **kwargs: Any) -> Any:  # a function: a method binds `self`
         return bound_call(fn, *args, **kwargs)
@@ -94,7 +112,7 @@ def _call_with(
     setattr(owner, name, staticmethod(patched) if isinstance(raw, staticmethod) else patched)
     try:
         with without_jaxtyping():
-            err = _run(call)
+            err = _run(capture(call))
     finally:
         setattr(owner, name, raw if raw is not None else fn)
     return err, (dict(seen) or None)
@@ -130,11 +148,54 @@ def _dtype_probe(a: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _empty_probes(a: Any) -> list[tuple[str, Any]]:
+    """An empty leading axis and, for rank >= 2, an empty last axis (where not empty)."""
+    probes = [("an empty leading axis", a[:0])] if a.shape[0] else []
+    if a.ndim >= 2 and a.shape[-1]:
+        probes.append(("an empty last axis", a[..., :0]))
+    return probes
+
+
+def _has_nan(result: Any) -> bool:
+    arrays = np.ndarray | np.generic | jax.Array | float  # a Python float score too
+    leaves = [np.asarray(x) for x in jax.tree.leaves(result) if isinstance(x, arrays)]
+    return any(x.dtype.kind in "fc" and bool(np.isnan(x).any()) for x in leaves)
+
+
+def _sweep_empty(
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+) -> list[str]:
+    failures = []
+    for what, bad in _empty_probes(a):
+        out: list[Any] = []
+
+        def change(args: dict[str, Any], bad: Any = bad) -> None:
+            args[name] = bad
+
+        e, _ = _call_with(path, call, change, out)
+        msg = "" if e is None else str(e)
+        shape = np.shape(bad)
+        if e is None and out and _has_nan(out[-1]):
+            failures.append(
+                f"{path}: `{name}` with {what} ({shape}) gave NaN; raise a ValueError naming "
+                f"it (`jaxkit._validate.nonempty`), or list `{path}:{name}` in EMPTY_EXEMPT"
+            )
+        elif e is not None and (
+            not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
+        ):
+            failures.append(
+                f"{path}: `{name}` with {what} ({shape}) raised {type(e).__name__} naming no "
+                f"argument: {msg[:160]}"
+            )
+    return failures
+
+
 def sweep_arrays(
     path: str,
     call: Callable[..., Any],
     any_rank: dict[str, str],
     any_dtype: dict[str, str] | None = None,
+    empty_exempt: dict[str, str] | None = None,
 ) -> list[str]:
     """Sweep one recipe's array arguments; the failures, one line each."""
     arrays = array_arguments(path, call)
@@ -182,6 +243,8 @@ def sweep_arrays(
                     f"{path}: `{name}` with {what} ({np.shape(bad)}) raised "
                     f"{type(e).__name__} naming no argument: {msg[:160]}"
                 )
+        if f"{path}:{name}" not in (empty_exempt or {}):
+            failures += _sweep_empty(path, call, name, a, params)
     return failures
 
 
@@ -203,6 +266,11 @@ def any_rank_of(area: str) -> dict[str, str]:
 def any_dtype_of(area: str) -> dict[str, str]:
     """``ANY_DTYPE`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
     return _area_dict(area, "ANY_DTYPE")
+
+
+def empty_exempt_of(area: str) -> dict[str, str]:
+    """``EMPTY_EXEMPT`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
+    return _area_dict(area, "EMPTY_EXEMPT")
 
 
 def no_recipe_of(area: str) -> dict[str, str]:

@@ -53,6 +53,14 @@ def _any_dtype():
 
 
 @functools.cache
+def _empty_exempt():
+    out = {}
+    for area in AREAS:
+        out.update(A.empty_exempt_of(area))
+    return out
+
+
+@functools.cache
 def _exempt():
     out = {}
     for area in AREAS:
@@ -107,7 +115,12 @@ def test_every_array_function_has_a_recipe(area):
         assert ok, f"tests/{area}/keywords.py NO_RECIPE: {path} is not public"
         assert reason.strip(), f"tests/{area}/keywords.py NO_RECIPE: {path} gives no reason"
         assert path not in recipes, f"tests/{area}/keywords.py: {path} has a recipe too"
-    for table, entries in (("ANY_RANK", A.any_rank_of(area)), ("ANY_DTYPE", A.any_dtype_of(area))):
+    tables = {
+        "ANY_RANK": A.any_rank_of(area),
+        "ANY_DTYPE": A.any_dtype_of(area),
+        "EMPTY_EXEMPT": A.empty_exempt_of(area),
+    }
+    for table, entries in tables.items():
         for entry, reason in entries.items():
             path, _, arg = entry.partition(":")
             where = f"tests/{area}/keywords.py {table}: {entry}"
@@ -216,11 +229,20 @@ def array_good(x, y):
     return x + y
 
 
+def array_mean(x, y):
+    _validate.floating(x, name="x")
+    _validate.floating(y, name="y")
+    _validate.ndim(x, 2, name="x")
+    _validate.ndim(y, 2, name="y")
+    return jnp.mean(x, axis=0) + jnp.sum(y)  # no rows: NaN (no `nonempty` check)
+
+
 @pytest.mark.parametrize(
     ("name", "want"),
     [
         ("array_unchecked", "`x` a string: not a TypeError naming it"),
         ("array_any_rank", "`x` with one more axis ((1, 2, 3)) was accepted"),
+        ("array_mean", "`x` with an empty leading axis ((0, 3)) gave NaN"),
         ("array_good", None),
     ],
 )
@@ -232,9 +254,9 @@ def test_array_sweep_fails_a_broken_function(name, want):
         assert failures == []
     else:
         assert failures and want in failures[0], failures
-    # declared any-rank: the rank probes are skipped, the string probe stays
+    # declared any-rank (and exempt of the empty probes): only the string probe stays
     declared = {f"tests.test_keywords.{name}:{a}": "broadcasts" for a in "xy"}
-    failures = A.sweep_arrays(f"tests.test_keywords.{name}", recipe, declared)
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", recipe, declared, None, declared)
     assert (failures == []) == (name != "array_unchecked"), failures
 
 
@@ -304,7 +326,9 @@ def test_keywords_reject_bad_values(path):
     The array sweep's first, plain call of the recipe is the keyword sweep's too.
     """
     call, function = _all_recipes()[path], not inspect.isclass(K.resolve(path))
-    failures = A.sweep_arrays(path, call, _any_rank(), _any_dtype()) if function else []
+    failures = (
+        A.sweep_arrays(path, call, _any_rank(), _any_dtype(), _empty_exempt()) if function else []
+    )
     failures += K.sweep(path, call, _exempt(), ran=function)
     assert not failures, "\n".join(failures)
 

@@ -34,6 +34,14 @@ def _normalize(raw, class_w, *, axis_name):
 _normalize_jit = jax.jit(_normalize, static_argnames=("axis_name",))
 
 
+def _nonempty_last(x, *, name: str, what: str) -> None:
+    """A ``TypeError`` naming ``name`` if ``x``'s last axis is empty (no ``what``)."""
+    if jnp.shape(x)[-1] == 0:
+        raise TypeError(
+            f"`{name}` must have at least one {what} on its last axis, got shape {jnp.shape(x)}."
+        )
+
+
 def normalize_weights(
     raw: Float[ArrayLike, " b"],
     class_w: Float[ArrayLike, " b"] | None = None,
@@ -98,11 +106,17 @@ def gsnr(samples: Float[ArrayLike, "k p"]) -> GSNR:
     Draws are minibatch hypergradients at a fixed ``(theta, phi)``, so the values grow
     with the batch size (the per-example GSNR is ``aggregate / B`` for a fixed
     validation batch). A zero-variance parameter gives ``inf``. Jitted; ``K >= 2``.
+
+    Raises:
+      TypeError: ``samples`` not a floating ``[K, P]`` array, or with no parameter
+        (``P = 0``: the aggregate would be 0 / 0).
+      ValueError: fewer than 2 draws.
     """
     V.numeric(samples=samples)  # before jnp.asarray: a str names the argument
     samples = jnp.asarray(samples)
     V.ndim(samples, 2, name="samples")
     V.floating(samples, name="samples")
+    _nonempty_last(samples, name="samples", what="parameter")
     if samples.shape[0] < 2:
         raise ValueError(f"`samples` needs K >= 2 draws, got K={samples.shape[0]}.")
     return _gsnr_jit(samples)

@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from jaxkit import _validate as V
 from jaxkit._optim import check_optimizer
 from jaxkit._typing import accumulation_dtype
-from jaxkit.data._mts import _normalize
+from jaxkit.data._mts import _nonempty_last, _normalize
 
 _MODES = ("jvp", "unrolled", "finite_diff")
 
@@ -137,6 +137,8 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
     V.floating(features, name="features")  # before jnp.asarray (a string names no argument)
     features = jnp.asarray(features)
     V.ndim(features, 2, name="features")
+    V.nonempty(features, name="features")  # weights of mean 1 over no example
+    _nonempty_last(features, name="features", what="feature")
     features = V.all_finite(features, name="features")
     if class_w is not None:
         V.floating(class_w, name="class_w")
@@ -147,6 +149,21 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
     features = V.guard_positive(features, lr, name="lr")
     features = V.guard_positive(features, fd_eps, name="fd_eps")
     return features, class_w
+
+
+def _fits_meta_net(meta_net, features, err: TypeError) -> None:
+    """After ``err``: a ``TypeError`` naming ``features`` if ``meta_net`` rejects its rows.
+
+    Only run on the failure path (no cost to a valid call): ``meta_net``'s own message
+    names its parameter (``x``), not ``features``.
+    """
+    row = jax.ShapeDtypeStruct(features.shape[1:], features.dtype)
+    try:
+        jax.eval_shape(meta_net, row)
+    except TypeError as e:
+        raise TypeError(
+            f"`features` rows (shape {features.shape[1:]}) do not fit `meta_net`: {e}"
+        ) from err
 
 
 _hypergrad_jit = jax.jit(_hypergrad, static_argnames=("loss_fn", "mode", "axis_name"))
@@ -204,12 +221,23 @@ def mts_hypergrad(
 
     Returns:
       :class:`MTSHypergrad` ``(grad, weight_grad, weights, meta_loss)``.
+
+    Raises:
+      TypeError: ``features`` not a floating ``[B, F]`` array with ``B, F >= 1`` whose rows
+        ``meta_net`` accepts, or ``class_w`` not a floating ``[B]`` array.
+      ValueError: an unknown ``mode``, ``"unrolled"`` with ``axis_name``, a non-finite
+        ``features`` entry, ``lr`` or ``fd_eps`` not finite and > 0, or a ``class_w``
+        entry not finite and > 0.
     """
     features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name)
-    return _hypergrad_jit(
-        loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode=mode,
-        axis_name=axis_name,
-    )  # fmt: skip
+    try:
+        return _hypergrad_jit(
+            loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps,
+            mode=mode, axis_name=axis_name,
+        )  # fmt: skip
+    except TypeError as e:
+        _fits_meta_net(meta_net, features, e)
+        raise
 
 
 class MTSMetaStep(NamedTuple):
@@ -270,13 +298,21 @@ def mts_meta_step(
     step of the model, which stays with the caller. ``axis_name``: the multi-device
     step of :func:`mts_hypergrad` (the replicated meta-network stays in sync on every
     device; the returned weights have mean 1 over the global batch). Pure and jitted.
+
+    Raises:
+      TypeError: as :func:`mts_hypergrad`, or ``optimizer`` not an optax transformation.
+      ValueError: as :func:`mts_hypergrad`.
     """
     check_optimizer(optimizer)
     features, class_w = _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name)
-    return _meta_step_jit(
-        loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch, class_w,
-        lr, fd_eps, mode=mode, axis_name=axis_name,
-    )  # fmt: skip
+    try:
+        return _meta_step_jit(
+            loss_fn, optimizer, params, meta_net, opt_state, features, batch, meta_batch,
+            class_w, lr, fd_eps, mode=mode, axis_name=axis_name,
+        )  # fmt: skip
+    except TypeError as e:
+        _fits_meta_net(meta_net, features, e)
+        raise
 
 
 __all__ = ["MTSHypergrad", "MTSMetaStep", "mts_hypergrad", "mts_meta_step"]

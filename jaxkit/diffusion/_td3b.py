@@ -327,13 +327,17 @@ def contrastive_margin(
     batch with a single label gives 0.
 
     Raises:
-      TypeError: ``emb`` not ``[N, D]`` floating or ``labels`` not ``[N]``.
+      TypeError: ``emb`` not ``[N, D]`` floating (``D >= 1``) or ``labels`` not ``[N]``.
       ValueError: A label other than +1 or -1 (under ``jit``, an ``eqx.error_if`` error).
     """
     _validate.floating(emb, name="emb")  # before jnp.asarray: a str names the argument
     _validate.real(labels, name="labels")
     e = jnp.asarray(emb)
     _validate.ndim(e, 2, name="emb")
+    if e.shape[1] == 0:
+        raise TypeError(
+            f"`emb` must have at least one feature on its last axis, got shape {e.shape}."
+        )
     _validate.ndim(labels, 1, name="labels")
     lab = _check_direction(labels, e[:, 0], name="labels")
     adaptive = _validate.flag(adaptive, name="adaptive")

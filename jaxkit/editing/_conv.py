@@ -58,11 +58,18 @@ def conv_patches(
 
 
 def conv_weight_to_linear(w: Float[ArrayLike, "O C kh kw"]) -> Float[Array, "ckk O"]:
-    """An OIHW kernel as the ``[C * kh * kw, O]`` matrix acting on :func:`conv_patches` rows."""
+    """An OIHW kernel as the ``[C * kh * kw, O]`` matrix acting on :func:`conv_patches` rows.
+
+    An empty kernel gives the empty matrix of that shape (``O = 0``: ``[C * kh * kw, 0]``).
+
+    Raises:
+      TypeError: ``w`` not a numeric array of rank 4.
+    """
     _validate.numeric(w=w)  # before jnp.asarray: a str names the argument
     w = jnp.asarray(w)
     _validate.ndim(w, 4, name="w")
-    return w.reshape(w.shape[0], -1).T
+    o, c, kh, kw = w.shape  # explicit: reshape(0, -1) is ambiguous for O = 0
+    return w.reshape(o, c * kh * kw).T
 
 
 def linear_to_conv_weight(m: Float[ArrayLike, "ckk O"], shape: tuple[int, ...]) -> Array:

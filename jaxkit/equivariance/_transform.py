@@ -57,8 +57,20 @@ def recm_update_rule(
 
     Returns:
       The new level.
+
+    Raises:
+      TypeError: ``theta`` or ``grad`` not numeric, or shapes that do not broadcast
+        together (elementwise: an empty ``theta`` with an empty ``grad`` gives an empty
+        level).
     """
     _validate.numeric(theta=theta, grad=grad)
+    try:
+        jnp.broadcast_shapes(jnp.shape(theta), jnp.shape(grad))
+    except ValueError:
+        raise TypeError(
+            f"`grad` must have a shape that broadcasts with `theta` (elementwise), got "
+            f"{jnp.shape(grad)} and {jnp.shape(theta)}."
+        ) from None
     new = theta - learning_rate * (grad + decay * theta)
     return jnp.clip(new, jnp.zeros_like(new), theta_max)
 

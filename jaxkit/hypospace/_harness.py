@@ -184,6 +184,13 @@ def evaluate(
     ``mode`` is ``"compat"`` (upstream's scorer, the default as in the spec) or
     ``"strict"`` (see the module docstring); ``compat_valid`` (``bool[T, M]``, a superset
     of ``admissible``) is only read in compat mode.
+
+    Raises:
+      TypeError: ``candidates`` or ``spec`` of the wrong type, ``admissible`` not
+        ``bool[T, M]`` with ``T >= 1`` tasks and ``M`` the number of candidates,
+        ``compat_valid`` not a bool array of that shape, or ``key`` not a PRNG key.
+      ValueError: ``compat_valid`` missing an admissible candidate, an unknown ``mode``,
+        ``query_multiplier`` not > 0, ``chunk`` or ``n_queries`` < 1.
     """
     if not isinstance(candidates, Candidates):
         raise TypeError(f"`candidates` must be a Candidates, got {type(candidates).__name__}.")
@@ -194,6 +201,7 @@ def evaluate(
         raise TypeError(
             f"`admissible` must be bool[T, {len(candidates.ids)}], got {adm.dtype}{adm.shape}."
         )
+    V.nonempty(adm, name="admissible")  # no task: no query budget, nothing to report
     V.one_of(MODES, mode=mode)
     cv = adm if compat_valid is None else np.asarray(compat_valid)
     if cv.dtype != bool or cv.shape != adm.shape:

@@ -147,10 +147,23 @@ _id_jit = jax.jit(_id_core, static_argnames=("base",))
 def voxel_id(heights: Int[ArrayLike, "... g g"], *, max_height: int) -> Int[Array, "..."]:
     """Base-``(max_height+1)`` code of height maps (int32; overflow is a ``ValueError``).
 
-    ``heights`` is ``[..., g, g]``: any leading batch axes, one code each.
+    ``heights`` is ``[..., g, g]``: any leading batch axes, one code each (an empty batch
+    gives an empty result).
+
+    Raises:
+      TypeError: ``heights`` not an integer array ``[..., g, g]`` of square maps with
+        ``g >= 1`` (a string included).
+      ValueError: a height outside ``[0, max_height]``, ``max_height < 1`` or ids that
+        overflow int32.
     """
     V.min_ndim(heights, 2, name="heights")
     V.integer(heights, name="heights")
+    g = jnp.shape(heights)[-1]
+    if g == 0 or jnp.shape(heights)[-2] != g:
+        raise TypeError(
+            f"`heights` must be [..., g, g] square height maps with g >= 1, got shape "
+            f"{jnp.shape(heights)}."
+        )
     g, max_height = _check_ids(jnp.shape(heights)[-1], max_height)
     heights = V.error_if(
         jnp.asarray(heights),

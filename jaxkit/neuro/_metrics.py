@@ -53,6 +53,11 @@ def _match(mat: np.ndarray) -> tuple[float, np.ndarray]:
 def _as_matrix(x, name: str) -> np.ndarray:
     _validate.floating(x, name=name)
     _validate.ndim(x, 2, name=name)
+    _validate.nonempty(x, name=name)  # no sample: no R^2
+    if np.shape(x)[1] == 0:  # no latent: a mean R^2 over no coordinate (NaN)
+        raise TypeError(
+            f"`{name}` must have at least one latent on its last axis, got shape {np.shape(x)}."
+        )
     a = np.asarray(x, np.float64)
     if not np.all(np.isfinite(a)):
         raise ValueError(f"`{name}` must be finite (no NaN or inf).")
@@ -95,7 +100,8 @@ def group_aligned_r2(
       :class:`AlignedR2`.
 
     Raises:
-      TypeError: If the inputs are not floating matrices with the same number of rows.
+      TypeError: If the inputs are not floating matrices with the same number of rows, or
+        one has no row or no column.
       ValueError: If a group count does not divide its width, an input is not finite or
         ``z_true`` has a constant coordinate.
 
@@ -137,6 +143,10 @@ def component_aligned_r2(
 
     Host-side NumPy; not jitted.
 
+    Raises:
+      TypeError: as :func:`group_aligned_r2` (a matrix with no column included).
+      ValueError: as :func:`group_aligned_r2`.
+
     Example:
       >>> import numpy as np
       >>> z = np.random.default_rng(0).normal(size=(50, 3))
@@ -165,7 +175,8 @@ def sub_connectivity_r2(
       :class:`AlignedR2` (``matrix[g, h]`` is the R^2 of true ``g`` by predicted ``h``).
 
     Raises:
-      TypeError: If the inputs are not floating ``[G, N, N]`` stacks of the same ``N``.
+      TypeError: If the inputs are not floating ``[G, N, N]`` stacks of the same ``N``
+        with ``G >= 1``.
       ValueError: If an input is not finite.
 
     Example:
@@ -177,6 +188,7 @@ def sub_connectivity_r2(
     for name, v in (("j_pred", j_pred), ("j_true", j_true)):
         _validate.floating(v, name=name)
         _validate.ndim(v, 3, name=name)
+        _validate.nonempty(v, name=name)  # no sub-circuit: a mean R^2 over no pair
     jp, jt = np.asarray(j_pred, np.float64), np.asarray(j_true, np.float64)
     if jp.shape[1:] != jt.shape[1:] or jp.shape[1] != jp.shape[2]:
         raise TypeError(

@@ -161,6 +161,13 @@ def decode_step(
       :class:`StepOutput` ``(logits [B, V] for the following token, cache with
       length + 1)``.
 
+    Raises:
+      TypeError: ``tokens`` not an integer ``[B]`` array, ``cache`` not a :class:`KVCache`
+        of ``cfg``'s layout holding ``B`` rows (an empty batch against a cache of rows
+        included), or an intervention of the wrong shape.
+      ValueError: a token id outside ``[0, V)``, an unknown ``overflow``, or
+        (``overflow="error"``) a row whose cache is full.
+
     Decode in a compiled loop (``decoding.ar_generate``, or a ``lax.scan`` of this step)
     or pass :func:`unstack_layers` parameters to a jitted step called from Python: with the
     stacked layout a program holding a single step copies every layer's weight slice on

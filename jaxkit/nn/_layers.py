@@ -213,7 +213,8 @@ class SmallCNN(eqx.Module):
         """Apply the network to one image (``jax.vmap`` for a batch).
 
         Raises:
-          TypeError: If ``x`` is not a floating array of shape ``(in_channels, H, W)``.
+          TypeError: If ``x`` is not a floating array of shape ``(in_channels, H, W)`` with
+            ``H, W >= 1`` (the global average pool of an empty image is NaN).
         """
         _validate.floating(x, name="x")  # before jnp.asarray: a str names `x`
         _validate.ndim(x, 3, name="x")
@@ -222,6 +223,8 @@ class SmallCNN(eqx.Module):
             raise TypeError(
                 f"`x` must have {self.convs[0][0].shape[1]} channels, got shape {x.shape}."
             )
+        if 0 in x.shape[1:]:
+            raise TypeError(f"`x` must be an image with H, W >= 1, got shape {x.shape}.")
         return _cnn_forward(self, x)
 
 

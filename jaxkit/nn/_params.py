@@ -198,27 +198,38 @@ def check_overflow(overflow) -> None:
 
 
 def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) -> KVCache:
-    """Check the cache layout; with ``overflow="error"`` guard that the T new rows fit."""
+    """Check the cache layout; with ``overflow="error"`` guard that the T new rows fit.
+
+    A buffer of the wrong shape (e.g. a batch of ``b = 0`` rows against a cache of one)
+    is a ``TypeError`` naming ``cache`` (the public argument) and the buffer.
+    """
     if not isinstance(cache, KVCache):
         raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+
+    def fits(x, want, name):
+        try:
+            _validate.shape(x, want, name=name)
+        except TypeError as e:
+            raise TypeError(f"`cache` does not fit `cfg` and a batch of {b}: {e}") from None
+
     if per_layer(cache):
         if not isinstance(cache.v, (tuple, list)) or not (
             len(cache.k) == len(cache.v) == cfg.n_layers
         ):
             raise TypeError(
-                f"a per-layer cache must hold {cfg.n_layers} K and V buffers (tuples), got "
+                f"a per-layer `cache` must hold {cfg.n_layers} K and V buffers (tuples), got "
                 f"{len(cache.k)} and {type(cache.v).__name__}."
             )
         want = (b, None, cfg.n_kv_heads, cfg.head_dim)
-        _validate.shape(cache.k[0], want, name="cache.k[0]")
+        fits(cache.k[0], want, name="cache.k[0]")
         for i, (k, v) in enumerate(zip(cache.k, cache.v, strict=True)):
-            _validate.shape(k, tuple(cache.k[0].shape), name=f"cache.k[{i}]")
-            _validate.shape(v, tuple(cache.k[0].shape), name=f"cache.v[{i}]")
+            fits(k, tuple(cache.k[0].shape), name=f"cache.k[{i}]")
+            fits(v, tuple(cache.k[0].shape), name=f"cache.v[{i}]")
     else:
         want = (cfg.n_layers, b, None, cfg.n_kv_heads, cfg.head_dim)
-        _validate.shape(cache.k, want, name="cache.k")
-        _validate.shape(cache.v, tuple(cache.k.shape), name="cache.v")
-    _validate.shape(cache.length, (b,), name="cache.length")
+        fits(cache.k, want, name="cache.k")
+        fits(cache.v, tuple(cache.k.shape), name="cache.v")
+    fits(cache.length, (b,), name="cache.length")
     if overflow == "error":
         s = capacity(cache)
         length = guard(

@@ -41,6 +41,7 @@ References:
 """
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -79,7 +80,8 @@ def _batched(one, n_lead: int):
 
     def run(*args):
         lead = args[0].shape[: args[0].ndim - n_lead]
-        flat = [a.reshape(-1, *a.shape[len(lead) :]) for a in args]
+        size = math.prod(lead)  # not -1: a zero-size trailing shape makes -1 ambiguous
+        flat = [a.reshape(size, *a.shape[len(lead) :]) for a in args]
         out = jax.vmap(one)(*flat)
         return jax.tree.map(lambda o: o.reshape(*lead, *o.shape[1:]), out)
 
@@ -165,8 +167,8 @@ def dpc_knn(
       :class:`Clusters` (assignments, centre positions, slot validity).
 
     Raises:
-      TypeError: ``x`` not a floating array of rank >= 2 with ``N >= 1``, or ``mask`` not
-        a boolean array of shape ``x.shape[:-1]``.
+      TypeError: ``x`` not a floating array of rank >= 2 with ``N >= 1`` and ``D >= 1``, or
+        ``mask`` not a boolean array of shape ``x.shape[:-1]``.
       ValueError: ``n_centers`` outside ``[1, N]``, ``k < 1``, or a non-finite token
         (under ``jit`` a runtime error).
 
@@ -182,6 +184,10 @@ def dpc_knn(
     n = x.shape[-2]
     if n < 1:
         raise TypeError(f"`x` must hold at least one token, got shape {x.shape}.")
+    if x.shape[-1] < 1:  # distances are divided by D: no features would make them NaN
+        raise TypeError(
+            f"`x` must have at least one feature on its last axis, got shape {x.shape}."
+        )
     c = _validate.python_int(n_centers, name="n_centers", minimum=1)
     if c > n:
         raise ValueError(f"`n_centers` must be at most the {n} tokens of `x`, got {c}.")

@@ -45,6 +45,7 @@ def _sample_weights(xi, weights, *, ndim):
     _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, ndim, name="xi")
+    _validate.nonempty(xi, name="xi")  # the uniform weights are 1/n
     xi = _validate.all_finite(xi, name="xi")
     acc = accumulation_dtype(xi.dtype)
     return xi, _weights(weights, xi.shape[0], acc), acc
@@ -130,6 +131,7 @@ def calibrate_interval(
       The calibrated :class:`Interval`.
 
     Raises:
+      TypeError: If ``xi`` is not a floating array of shape ``(n,)`` with ``n >= 1``.
       ValueError: If ``alpha`` is outside (0, 1) or ``method`` is unknown.
     """
     _validate.one_of(("equal_tail", "shortest"), method=method)
@@ -171,6 +173,10 @@ def calibrate_box(
 
     Returns:
       The calibrated :class:`Box`.
+
+    Raises:
+      TypeError: If ``xi`` is not a floating array of shape ``(n, d)`` with ``n >= 1``.
+      ValueError: If ``alpha`` is outside (0, 1).
     """
     bonferroni = _validate.flag(bonferroni, name="bonferroni")
     xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
@@ -281,7 +287,8 @@ def calibrate_ellipsoid(
       The calibrated :class:`Ellipsoid`.
 
     Raises:
-      TypeError: If ``key`` is not a PRNG key (or is None when ``conformal``).
+      TypeError: If ``xi`` is not a floating array of shape ``(n, d)`` with ``n >= 1``, or
+        ``key`` is not a PRNG key (or is None when ``conformal``).
       ValueError: If ``alpha`` is outside (0, 1), or the calibration split has fewer than
         ``1/alpha - 1`` samples (the conformal radius would be infinite).
     """
@@ -291,6 +298,7 @@ def calibrate_ellipsoid(
     _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
+    _validate.nonempty(xi, name="xi")
     if isinstance(shrinkage, str):
         _validate.one_of(("ledoit_wolf", "none"), shrinkage=shrinkage)
     else:
@@ -330,7 +338,11 @@ def calibrate_ball(
     split: float = 0.5,
     conformal: bool = True,
 ) -> Ellipsoid:
-    """Ball bulk: :func:`calibrate_ellipsoid` with full shrinkage (``Sigma = tr(S)/d * I``)."""
+    """Ball bulk: :func:`calibrate_ellipsoid` with full shrinkage (``Sigma = tr(S)/d * I``).
+
+    Raises:
+      As :func:`calibrate_ellipsoid` (e.g. ``TypeError`` for an ``xi`` without samples).
+    """
     return calibrate_ellipsoid(
         xi, alpha=alpha, key=key, weights=weights, split=split, shrinkage=1.0, conformal=conformal
     )
@@ -384,6 +396,10 @@ def calibrate_hull(
 
     Returns:
       A :class:`Hull` over ``xi`` with the retained ones masked in.
+
+    Raises:
+      TypeError: If ``xi`` is not a floating array of shape ``(n, d)`` with ``n >= 1``.
+      ValueError: If ``alpha`` is outside (0, 1) or ``depth`` is unknown.
     """
     _validate.one_of(("mahalanobis", "median"), depth=depth)
     xi, w, alpha = _sample_weights_alpha(xi, weights, alpha, ndim=2)
@@ -420,12 +436,17 @@ def calibrate_cells(
 
     Returns:
       A :class:`Union` of ``n_cells`` members.
+
+    Raises:
+      TypeError: If ``xi`` is not a floating array of shape ``(n, d)`` with ``n >= 1``, or
+        ``cells`` is not an integer array of shape ``(n,)``.
     """
     _validate.one_of(("hull", "box", "ellipsoid"), kind=kind)
     n_cells = _validate.python_int(n_cells, name="n_cells", minimum=1)
     _validate.floating(xi, name="xi")  # before jnp.asarray: a str names `xi`
     xi = jnp.asarray(xi)
     _validate.ndim(xi, 2, name="xi")
+    _validate.nonempty(xi, name="xi")
     _validate.integer(cells, name="cells")
     cells = jnp.asarray(cells)
     _validate.shape(cells, (xi.shape[0],), name="cells")

@@ -65,6 +65,10 @@ def _data(data, rank: int, *, what: str = "") -> np.ndarray:
     a = _validate.host_real(data, name="data", what=f"a real array{what}")
     if a.ndim != rank:
         raise TypeError(f"`data`{what} must have rank {rank}, got shape {a.shape}.")
+    if a.shape[0] == 0:  # the uniform weights are 1/n
+        raise TypeError(
+            f"`data`{what} must hold at least one sample on its leading axis, got shape {a.shape}."
+        )
     return a
 
 
@@ -251,7 +255,7 @@ def build_conic(
     ``(1-eps) sum_i w_i loss_i + eps sup_B loss + l2 ||w||^2 [+ eps eta (a + L moment)]``.
     ``data`` is in the family's layout: ``xi [n]`` (newsvendor), ``(z [n, p], y [n])``
     (linear and classification families) or ``xi [n, d]`` (piecewise linear); a string, a
-    non-numeric array or another rank is a ``TypeError`` naming it.
+    non-numeric array, another rank or no samples (``n = 0``) is a ``TypeError`` naming it.
     """
     for name, v in (("l2", l2), ("eta", eta)) + (
         (("moment", moment),) if moment is not None else ()
@@ -317,7 +321,7 @@ def fit_conic(
       ValueError: If ``eps`` is outside [0, 1] or ``solver`` is not an installed cvxpy
         solver (the message lists them).
       TypeError: If ``solver`` is not a str, or ``data`` (or ``weights``) is not a real
-        array of the family's layout and rank.
+        array of the family's layout and rank, or ``data`` holds no samples.
     """
     _check_solver(solver)
     return build_conic(family, data, bulk, weights=weights, l2=l2, eta=eta, moment=moment).solve(

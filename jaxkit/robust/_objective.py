@@ -9,6 +9,7 @@ reconstruction [R] of the separate moment bound for mass leaking outside the bul
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
@@ -182,8 +183,22 @@ def tail_bound(
 
     Returns:
       ``T``, broadcast over the inputs (any shapes that broadcast together).
+
+    Raises:
+      TypeError: If ``growth_a`` is not floating, or ``growth_a``, ``growth_L`` and
+        ``moment`` have shapes that do not broadcast together (e.g. one of them empty).
+      ValueError: If ``eps`` or ``eta`` is outside [0, 1], or a growth term or ``moment``
+        is negative.
     """
     _validate.floating(growth_a, name="growth_a")  # before jnp.asarray: a str names it
+    shapes = [np.shape(v) for v in (growth_a, growth_L, moment)]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:  # JAX's own error would name no argument
+        raise TypeError(
+            "`growth_a`, `growth_L` and `moment` must have shapes that broadcast together, "
+            f"got {shapes[0]}, {shapes[1]} and {shapes[2]}."
+        ) from None
     a = jnp.asarray(growth_a)
     a = _check_eps(a, eps)
     a = _validate.guard_non_negative(a, a, name="growth_a")

@@ -188,6 +188,11 @@ def newsvendor_closed_form(
 
     Returns:
       :class:`NewsvendorSolution` ``(x, value)``.
+
+    Raises:
+      TypeError: If ``xi`` is not a floating array of shape ``(n,)`` with ``n >= 1``, or
+        ``bulk`` is not an :class:`Interval`.
+      ValueError: If ``eps`` is outside [0, 1] or ``h``, ``b`` are not > 0.
     """
     if not isinstance(bulk, Interval):
         raise TypeError(f"`bulk` must be an Interval, got {type(bulk).__name__}.")

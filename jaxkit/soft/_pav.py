@@ -370,7 +370,12 @@ def isotonic(y: ArrayLike, *, increasing: bool = False, solver: str = "hybrid") 
       solver: PAV algorithm: ``"hybrid"``, ``"rounds"`` or ``"sequential"`` (same result).
 
     Returns:
-      The fitted values, same shape and dtype as ``y``.
+      The fitted values, same shape and dtype as ``y`` (an empty ``y`` gives an empty
+      result).
+
+    Raises:
+      TypeError: If ``y`` is not a real array of rank >= 1 or ``increasing`` not a bool.
+      ValueError: If ``solver`` is unknown.
 
     References:
       Best, Chakravarti & Ubhaya, SIAM J. Optim., 2000.
@@ -379,4 +384,6 @@ def isotonic(y: ArrayLike, *, increasing: bool = False, solver: str = "hybrid") 
     V.one_of(SOLVERS, solver=solver)
     y = as_float(y, name="y")
     V.min_ndim(y, 1, name="y")
+    if y.size == 0:  # nothing to fit (the row reshape of an empty last axis is ambiguous)
+        return y
     return _isotonic_jit(y, increasing=increasing, solver=solver)

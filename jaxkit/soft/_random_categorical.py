@@ -359,6 +359,12 @@ def multinomial(
     result has shape ``(*shape, k)`` (``shape`` defaults to ``p.shape[:-1]``) and sums to
     ``n`` along the last axis.
 
+    Raises:
+      TypeError: If ``p`` is not a real array of rank >= 1 with at least one category
+        (``k >= 1``), or ``shape`` does not broadcast with ``p.shape[:-1]``.
+      ValueError: If ``n < 0``, an option is unknown, or (concrete, soft modes) ``p`` is
+        not a probability vector.
+
     References:
       Jang et al. 2017 <https://arxiv.org/abs/1611.01144>.
     """
@@ -367,6 +373,10 @@ def multinomial(
     p = as_float(V.real_array(p, name="p"), name="p")
     if p.ndim == 0:
         raise TypeError("`p` must have at least one dimension (categories last).")
+    if p.shape[-1] == 0:  # no category to draw (argmax over nothing)
+        raise TypeError(
+            f"`p` must have at least one category on its last axis, got shape {p.shape}."
+        )
     dt = jnp.dtype(dtype) if dtype is not None else p.dtype
     batch = p.shape[:-1]
     shape = batch if shape is None else RC.sample_shape(shape)

@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate as V
 from jaxkit._jit import checked_jit
-from jaxkit.soft._common import as_float
+from jaxkit.soft._common import as_float, broadcastable
 
 
 def _positive_only(f, x):
@@ -50,7 +50,12 @@ def div(x: ArrayLike, y: ArrayLike) -> Array:
     """``x / y`` where ``y != 0``, 0 elsewhere, with NaN-free gradients.
 
     Elementwise: ``x`` and ``y`` broadcast (any shapes).
+
+    Raises:
+      TypeError: If ``x`` or ``y`` is not a numeric array, or their shapes do not
+        broadcast together (e.g. an empty axis against a non-empty one).
     """
+    broadcastable(x=x, y=y)  # JAX's "div got incompatible shapes" named neither
     x = as_float(x, name="x")
     y = jnp.asarray(y).astype(x.dtype)
     nz = y != 0

@@ -79,6 +79,10 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
 
     ``soft_index`` ``(..., [n])`` and ``choices`` ``(n, ...)`` have the same rank (the other
     axes broadcast).
+
+    Raises:
+      TypeError: If the ranks differ, ``soft_index``'s last axis is not ``choices``' first,
+        or the other axes do not broadcast (e.g. an empty axis against a non-empty one).
     """
     c = as_float(choices, name="choices")
     p = jnp.asarray(soft_index).astype(c.dtype)
@@ -87,7 +91,13 @@ def choose(soft_index: ArrayLike, choices: ArrayLike) -> Array:
             f"`soft_index` (..., [n]) and `choices` (n, ...) are incompatible: "
             f"{p.shape} vs {c.shape}."
         )
-    tgt = jnp.broadcast_shapes(c.shape[1:], p.shape[:-1])
+    try:  # JAX's message named neither argument
+        tgt = jnp.broadcast_shapes(c.shape[1:], p.shape[:-1])
+    except ValueError:
+        raise TypeError(
+            f"`soft_index` {p.shape} and `choices` {c.shape} must broadcast on their other "
+            "axes (all but `soft_index`'s last and `choices`' first)."
+        ) from None
     cb = jnp.moveaxis(jnp.broadcast_to(c, (c.shape[0], *tgt)), 0, -1)
     return jnp.sum(cb * p, axis=-1)
 
@@ -143,13 +153,31 @@ def dynamic_slice(
     *,
     boundary: str = "clamp",
 ) -> Array:
-    """Soft ``lax.dynamic_slice``: separable soft slices along every axis."""
+    """Soft ``lax.dynamic_slice``: separable soft slices along every axis.
+
+    Raises:
+      TypeError: If ``soft_start_indices`` and ``slice_sizes`` do not hold one entry per
+        axis of ``x``, or ``soft_start_indices[a]`` is not of shape ``(x.shape[a],)``.
+      ValueError: If a slice size is outside ``[1, x.shape[a]]`` (so an empty axis of
+        ``x`` is an error: no slice fits) or ``boundary`` is unknown.
+    """
     x = as_float(x, name="x")
     if not len(soft_start_indices) == len(slice_sizes) == x.ndim:
         raise TypeError(
             f"`soft_start_indices` and `slice_sizes` need one entry per axis "
             f"({x.ndim}), got {len(soft_start_indices)} and {len(slice_sizes)}."
         )
+    for a, (p, s) in enumerate(zip(soft_start_indices, slice_sizes, strict=True)):
+        n = x.shape[a]  # the per-axis call's messages would name its own arguments
+        if jnp.shape(p) != (n,):
+            raise TypeError(
+                f"`soft_start_indices`[{a}] must have shape ({n},) (axis {a} of `x`), "
+                f"got shape {jnp.shape(p)}."
+            )
+        if not 0 < s <= n:
+            raise ValueError(
+                f"`slice_sizes`[{a}] must satisfy 0 < size <= {n} (axis {a} of `x`), got {s}."
+            )
     for a, (p, s) in enumerate(zip(soft_start_indices, slice_sizes, strict=True)):
         x = dynamic_slice_in_dim(x, p, s, axis=a, boundary=boundary)
     return x

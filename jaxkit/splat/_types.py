@@ -59,12 +59,24 @@ def quaternion_to_rotation(q: Float[ArrayLike, "*n 4"]) -> Float[Array, "*n 3 3"
       >>> quaternion_to_rotation(jnp.array([1.0, 0.0, 0.0, 0.0])).tolist()
       [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
-    _validate.floating(q, name="q")  # before jnp.asarray: a string names `q`
+    return _rotation(_check_quaternions(q, name="q"), name="q")
+
+
+def _check_quaternions(q: Any, *, name: str) -> Array:
+    """``q`` floating ``[..., 4]`` (a ``TypeError`` naming ``name``)."""
+    _validate.floating(q, name=name)  # before jnp.asarray: a string names the argument
     q = jnp.asarray(q)
     if q.ndim < 1 or q.shape[-1] != 4:
-        raise TypeError(f"`q` must have a last axis of size 4 (w, x, y, z), got shape {q.shape}.")
+        raise TypeError(
+            f"`{name}` must have a last axis of size 4 (w, x, y, z), got shape {q.shape}."
+        )
+    return q
+
+
+def _rotation(q: Array, *, name: str) -> Array:
+    """Rotation matrices of checked quaternions ``[..., 4]`` (``name``: for the errors)."""
     norm = jnp.linalg.norm(q, axis=-1, keepdims=True)
-    q = _validate.error_if(q, jnp.any(norm == 0), "`q` must not be the zero quaternion.")
+    q = _validate.error_if(q, jnp.any(norm == 0), f"`{name}` must not be the zero quaternion.")
     q = q / norm
     w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
     rows = [
@@ -81,14 +93,27 @@ def covariance_from_scale_rotation(
     """``Sigma = R(q) diag(exp(2 log_s)) R(q)^T`` (always symmetric PSD).
 
     ``log_scales`` ``[..., 3]`` and ``quaternions`` ``[..., 4]``: any leading batch axes
-    (broadcast together).
+    (broadcast together; empty batch axes give an empty result).
+
+    Raises:
+      TypeError: ``log_scales`` not floating ``[..., 3]``, ``quaternions`` not floating
+        ``[..., 4]``, or batch axes that do not broadcast together.
+      ValueError: A zero quaternion (under ``jit``, an ``eqx.error_if`` error).
     """
     _validate.floating(log_scales, name="log_scales")  # before jnp.asarray: names it
     _validate.floating(quaternions, name="quaternions")
     log_scales = jnp.asarray(log_scales)
     if log_scales.ndim < 1 or log_scales.shape[-1] != 3:
         raise TypeError(f"`log_scales` must have a last axis of size 3, got {log_scales.shape}.")
-    rot = quaternion_to_rotation(quaternions)
+    quaternions = _check_quaternions(quaternions, name="quaternions")
+    try:
+        jnp.broadcast_shapes(log_scales.shape[:-1], quaternions.shape[:-1])
+    except ValueError:
+        raise TypeError(
+            "`log_scales` and `quaternions` must have batch axes that broadcast together, got "
+            f"shapes {log_scales.shape} and {quaternions.shape}."
+        ) from None
+    rot = _rotation(quaternions, name="quaternions")
     m = rot * jnp.exp(log_scales)[..., None, :]
     return m @ jnp.swapaxes(m, -1, -2)
 

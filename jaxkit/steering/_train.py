@@ -47,10 +47,16 @@ def _bce(logit, label):
     return jnp.mean(optax.sigmoid_binary_cross_entropy(logit, label))
 
 
-def _check_batch(h, masks: dict, labels, key):
-    """Stages 1-2: float ``h [B,T,D]``, bool masks ``[B,T]``, labels ``[B]`` in ``[0, 1]``."""
+def _check_batch(vp, h, masks: dict, labels, key):
+    """Stages 1-2: float ``h [B,T,D]``, bool masks ``[B,T]``, labels ``[B]`` in ``[0, 1]``.
+
+    ``B >= 1`` (the loss is a mean over the batch) and ``D`` the encoder's input width.
+    """
     _validate.floating(h, name="h")
     _validate.ndim(h, 3, name="h")
+    _validate.nonempty(h, name="h")
+    d = vp.encoder.response_proj.w.shape[0]  # d_model: JAX's matmul error named no argument
+    _validate.shape(h, (None, None, d), name="h")
     for name, m in masks.items():
         _validate.boolean(m, name=name)  # a string: named (jnp.result_type reads a dtype name)
         _validate.shape(m, h.shape[:2], name=name)
@@ -66,11 +72,12 @@ def stage1_loss(vp: SVGTParams, h, mask, labels, *, key=None):
     """Stage 1: ``BCE(s(E_uncond(h)), label)`` on prompts (``h [B,T,D]``, ``mask [B,T]``).
 
     Raises:
-      TypeError: a non-float ``h`` of rank != 3, a non-bool ``mask`` not ``[B, T]``,
+      TypeError: a non-float ``h`` of rank != 3, with no batch row (``B = 0``) or a last
+        axis other than the encoder's ``d_model``, a non-bool ``mask`` not ``[B, T]``,
         ``labels`` not ``[B]``, a ``key`` that is not a key.
       ValueError: ``labels`` outside ``[0, 1]`` or NaN (traced: under ``jit``).
     """
-    labels = _check_batch(h, {"mask": mask}, labels, key)
+    labels = _check_batch(vp, h, {"mask": mask}, labels, key)
     return _bce(vp.disc(vp.encoder.unconditional(h, mask, key=key)), labels)
 
 
@@ -83,7 +90,7 @@ def stage2_loss(vp: SVGTParams, h, prompt_mask, response_mask, labels, *, key=No
       TypeError / ValueError: as :func:`stage1_loss` (for both masks).
     """
     masks = {"prompt_mask": prompt_mask, "response_mask": response_mask}
-    labels = _check_batch(h, masks, labels, key)
+    labels = _check_batch(vp, h, masks, labels, key)
     z = vp.encoder.conditional(h, prompt_mask, h, response_mask, key=key)
     return _bce(vp.disc(z), labels)
 

@@ -62,9 +62,11 @@ class RevIN(eqx.Module):
         Unbatched (``jax.vmap`` it over a batch).
 
         Raises:
-          TypeError: ``x`` not a floating ``[L, C]`` array of this module's ``C`` channels.
+          TypeError: ``x`` not a floating ``[L, C]`` array of this module's ``C`` channels,
+            or with no time step (``L = 0``: the statistics of no values are NaN).
         """
         _check_rows(x, self.weight.shape[0], name="x", axes="(L, C)")
+        _validate.nonempty(x, name="x")
         mean = jnp.mean(x, 0)
         std = jnp.sqrt(jnp.var(x, 0) + self.eps).astype(x.dtype)
         y = (x - mean[None]) / std[None]
@@ -181,6 +183,7 @@ class EncoderLayer(eqx.Module):
         d = self.wo.shape[0]
         _validate.floating(z, name="z")
         _validate.shape(z, (None, d), name="z")
+        _validate.nonempty(z, name="z")  # no patch key: the softmax has nothing to weigh
         if (prefix is None) != (gate is None):
             raise TypeError(
                 "`prefix` and `gate` must be given together, got "
@@ -211,8 +214,8 @@ class EncoderLayer(eqx.Module):
 
         Raises:
           TypeError: ``z`` or ``prefix`` not a floating ``[*, D]`` array (``D`` the layer's
-            width), ``gate`` not a floating ``[K]`` array, or only one of ``prefix`` and
-            ``gate`` given.
+            width), ``z`` with no token (``N = 0``), ``gate`` not a floating ``[K]`` array,
+            or only one of ``prefix`` and ``gate`` given.
         """
         self._check(z, prefix, gate)
         n, d = z.shape
@@ -395,8 +398,8 @@ class PatchTST(eqx.Module):
 
         Raises:
           TypeError: ``z`` or ``prefix`` not a floating ``[*, D]`` array (``D`` the model's
-            width), ``gate`` not a floating ``[K]`` array, or only one of ``prefix`` and
-            ``gate`` given.
+            width), ``z`` with no token (``N = 0``), ``gate`` not a floating ``[K]`` array,
+            or only one of ``prefix`` and ``gate`` given.
         """
         for layer in self.layers:  # each checks its arguments (the first names a bad one)
             z, prefix = layer(z, prefix, gate)

@@ -165,7 +165,8 @@ def inject_event(
     unchanged).
 
     Raises:
-      TypeError: wrong shapes/dtypes.
+      TypeError: wrong shapes/dtypes; ``hist`` and ``fut`` with different numbers of
+        windows, or ``hist`` with no time step (its std would be NaN).
       ValueError: an unknown label id, NaN/inf windows, a non-finite or negative
         ``strength``.
     """
@@ -175,6 +176,16 @@ def inject_event(
     hist, fut = jnp.asarray(hist), jnp.asarray(fut)
     _validate.ndim(hist, 2, name="hist")
     _validate.ndim(fut, 2, name="fut")
+    if hist.shape[0] != fut.shape[0]:
+        raise TypeError(
+            "`hist` and `fut` must hold the same number of windows W, got shapes "
+            f"{hist.shape} and {fut.shape}."
+        )
+    if hist.shape[1] == 0:
+        raise TypeError(
+            "`hist` must have at least one time step on its last axis (its std scales the "
+            f"event), got shape {hist.shape}."
+        )
     labels = check_labels(labels, schema.sizes, name="labels")
     _validate.shape(labels, (fut.shape[0], len(schema.sizes)), name="labels")
     hist = _validate.all_finite(hist, name="hist").astype(fut.dtype)
@@ -334,7 +345,7 @@ def make_semisynthetic(
 
     Raises:
       TypeError: ``series`` not a numeric array of rank >= 1 (a ``[T, ...]`` series is
-        read by its first column); a ``key`` that is not a key.
+        read by its first column), empty, or with no column; a ``key`` that is not a key.
       ValueError: ``p_event`` or ``noise_rate`` outside ``[0, 1]``; the checks of
         :func:`sliding_windows` and :func:`inject_event`.
     """
@@ -347,6 +358,9 @@ def make_semisynthetic(
         got = f"{type(series).__name__} {series!r:.80}"
         raise TypeError(f"`series` must be a real array, got {got}.")
     _validate.min_ndim(s, 1, name="series")
+    _validate.nonempty(s, name="series")
+    if s.size == 0:
+        raise TypeError(f"`series` must have at least one column, got shape {s.shape}.")
     s = s.astype(np.float32).reshape(len(s), -1)[:, 0]
     hist, fut = (np.asarray(a) for a in sliding_windows(s, context_len, horizon, stride=stride))
     w = hist.shape[0]

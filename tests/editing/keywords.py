@@ -88,3 +88,9 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.editing.keep_only:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
     "jaxkit.editing.erase:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
 }
+
+EMPTY_EXEMPT: dict[str, str] = {
+    "jaxkit.editing.criteria:inputs": "a pytree only the user's `apply_fn` reads: the library "
+    "checks each leaf's leading batch axis against `labels` (an empty one raises naming "
+    "`inputs`); the feature axes are the user's network's, so its error is the user's",
+}

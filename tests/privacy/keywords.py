@@ -130,3 +130,11 @@ EXEMPT: dict[str, str] = {
     "jaxkit.privacy.PrivatizeState:key": "a record the library returns (an aggregator's state)",
     "jaxkit.privacy.lowrank.check_factors:name": "free text: the label its error messages use",
 }
+
+EMPTY_EXEMPT: dict[str, str] = {
+    "jaxkit.privacy.per_example_grads:params": "a parameter pytree only the user's `loss_fn` "
+    "reads (differentiated, never inspected): an empty leaf's error is the user's model's",
+    "jaxkit.privacy.per_example_grads:batch": "leaves only the user's `loss_fn` reads past the "
+    "leading batch axis (an empty batch gives empty per-example gradients, no NaN); an empty "
+    "feature axis is the user's model's error",
+}

@@ -137,3 +137,13 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.retrieval.dpc_knn:x": "`[*batch, n, d]`: batched over leading axes",
     "jaxkit.retrieval.info_nce:scores": "`[*batch, n, n]`: one loss per leading batch entry",
 }
+
+_USERS_PARAMS = (
+    "the game's parameters (any pytree), only read by the user's value_fn: an empty array "
+    "is value_fn's business (its error, or its value)"
+)
+EMPTY_EXEMPT: dict[str, str] = {
+    "jaxkit.retrieval.banzhaf_mc:params": _USERS_PARAMS,
+    "jaxkit.retrieval.stii_permutation:params": _USERS_PARAMS,
+    "jaxkit.retrieval.stii_stratified:params": _USERS_PARAMS,
+}

@@ -286,3 +286,17 @@ ANY_RANK = {
         "one [H, W] mask or a batch [N, H, W] (documented); other ranks raise a TypeError"
     ),
 }
+
+EMPTY_EXEMPT: dict[str, str] = {
+    "jaxkit.vision.irdet.grad_dot_scores:params": (
+        "a pytree only the user's `loss_fn` reads: an empty parameter is the user's error"
+    ),
+    "jaxkit.vision.irdet.grad_dot_scores:train_batch": (
+        "only the user's `loss_fn` reads the batch's feature axes (an empty batch gives empty "
+        "scores; the library reads only the leading axis)"
+    ),
+    "jaxkit.vision.irdet.grad_dot_scores:val_batch": (
+        "only the user's `loss_fn` reads the batch's feature axes (an empty leading axis is "
+        "a TypeError naming `val_batch`: L_val is a mean over its samples)"
+    ),
+}

@@ -131,6 +131,10 @@ _loss_jit = jax.jit(_loss, static_argnames=_STATIC)
 
 def _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy, name="f"):
     f = _check_features(f, name=name)
+    if f.size == 0:  # M(s) is a mean over the elements of s
+        raise TypeError(
+            f"`{name}` must hold at least one feature element per sample, got shape {f.shape}."
+        )
     V.is_key(key)
     V.python_int(n_noise, name="n_noise", minimum=1)
     V.one_of(_MAGNITUDES, magnitude=magnitude)
@@ -186,6 +190,13 @@ def featjnd_loss(
 
     Returns:
       ``(loss, FeatJNDAux)``, in the dtype of ``f``. Jitted.
+
+    Raises:
+      TypeError: ``f`` not a floating array of rank >= 2, with no sample or no feature
+        element per sample (an empty axis: the means of no values are NaN); a ``key``
+        that is not a key; ``discrepancy`` not ``"kl"`` or a callable.
+      ValueError: NaN/inf in ``f``; ``eps`` or ``lam_t`` not > 0, ``lam_m`` < 0; a bad
+        ``magnitude`` or ``n_noise``.
     """
     f = _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy)
     return _loss_jit(
@@ -235,6 +246,10 @@ def featjnd_step(
     ``optimizer.init(estimator)``); the head is read through ``stop_gradient`` and
     never returned. ``optimizer`` is static: keep one object across calls. Other
     arguments as :func:`featjnd_loss`. Jitted.
+
+    Raises:
+      TypeError, ValueError: As :func:`featjnd_loss` (an ``f`` with an empty axis
+        included); an ``optimizer`` that is not an optax transformation.
     """
     f = _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy)
     check_optimizer(optimizer)
@@ -297,6 +312,11 @@ def fit_featjnd(
     estimator takes, of any rank >= 2 here (the estimator checks its own input, e.g.
     :class:`FeatJNDEstimator` wants ``[C, H, W]`` rows and names its ``f``). Returns
     :class:`FeatJNDFit` (the per-step losses included). Jitted.
+
+    Raises:
+      TypeError, ValueError: As :func:`featjnd_loss`, for ``features`` (no row, or no
+        feature element per row, included); a bad ``optimizer``, ``steps`` or
+        ``batch_size``.
     """
     features = _check(features, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy,
                       name="features")  # fmt: skip

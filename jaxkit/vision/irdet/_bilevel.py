@@ -170,11 +170,16 @@ def sample_weights(
     is exactly 1. Jitted; differentiable in the weighter's parameters.
 
     Raises:
-      TypeError: ``features`` not a real ``[B, F]`` array (a string included).
+      TypeError: ``features`` not a real ``[B, F]`` array (a string included), with no
+        sample (the batch mean of no weight is NaN), or with ``F`` not the weighter's
+        input width.
       ValueError: ``temperature <= 0``.
     """
     features = _validate.real_array(features, name="features")
     _validate.ndim(features, 2, name="features")
+    _validate.nonempty(features, name="features")
+    if isinstance(weighter, jnn.MLP):  # its own check would name its `x`, not `features`
+        _validate.shape(features, (None, weighter.weights[0].shape[0]), name="features")
     features = _validate.guard_positive(features, temperature, name="temperature")
     return _weights_core(weighter, features, jnp.asarray(temperature, features.dtype))
 
@@ -264,14 +269,15 @@ def grad_dot_scores(
     Raises:
       TypeError: A leaf of ``params`` not floating or a batch leaf not a numeric array
         (a string included); a batch leaf without a leading axis or of another batch
-        size than its siblings; ``loss_fn`` not returning shape ``[B]`` for a batch of
-        ``B`` samples.
+        size than its siblings; a ``val_batch`` of no sample; ``loss_fn`` not returning
+        shape ``[B]`` for a batch of ``B`` samples.
       ValueError: ``lr <= 0``.
     """
     if not _validate.leaves(params, name="params", inexact=True):  # differentiated
         raise TypeError(f"`params` must hold at least one floating array, got {params!r:.80}.")
     _validate.leaves(train_batch, name="train_batch", batch=True, keys=True)
-    _validate.leaves(val_batch, name="val_batch", batch=True, keys=True)
+    val = _validate.leaves(val_batch, name="val_batch", batch=True, keys=True)
+    _validate.nonempty(val[0], name="val_batch")  # L_val is a mean over its samples
     _validate.real(lr, name="lr")
     dt = jax.tree.leaves(params)[0].dtype
     lr_ = _validate.guard_positive(
@@ -290,7 +296,10 @@ def weighter_loss(
 ) -> Float[Array, ""]:
     """The outer objective ``-scale * mean_i a_i s_i`` (minimise with AdamW, lr 1e-3).
 
-    Raises ValueError (traced: under ``jit``) for a NaN or infinite ``scale``.
+    Raises:
+      TypeError: ``features`` as :func:`sample_weights` (an empty batch included);
+        ``scores`` not a real ``[B]`` array.
+      ValueError: A NaN or infinite ``scale`` (traced: under ``jit``).
     """
     scores = _validate.real_array(scores, name="scores")  # a string names `scores`
     a = sample_weights(weighter, features, temperature=temperature)
