@@ -167,6 +167,19 @@ def same_shape(**kwargs: Any) -> None:
             )
 
 
+def broadcastable(**arrays: Any) -> None:
+    """Check the ``name=array`` shapes broadcast together: else a ``TypeError`` naming each.
+
+    JAX's own error (``Incompatible shapes for broadcasting``) names no argument.
+    """
+    shapes = {n: jnp.shape(a) for n, a in arrays.items()}
+    try:
+        jnp.broadcast_shapes(*shapes.values())
+    except ValueError:
+        got = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
+        raise TypeError(f"The shapes must broadcast together, got {got}.") from None
+
+
 def _dtype(x: Any, *, name: str, what: str) -> Any:
     """``x``'s dtype, or a ``TypeError`` naming ``name`` for what JAX cannot type.
 

@@ -96,13 +96,7 @@ class MaskingSchedule:
         """
         _validate.real(t, name="t")
         _validate.real(s, name="s")
-        try:
-            jnp.broadcast_shapes(jnp.shape(t), jnp.shape(s))
-        except ValueError:
-            raise TypeError(
-                f"`s` and `t` must have shapes that broadcast together, got {jnp.shape(s)} "
-                f"and {jnp.shape(t)}."
-            ) from None
+        _validate.broadcastable(t=t, s=s)
         a_t, a_s = self.alpha(t), self.alpha(s)
         return jnp.clip((a_s - a_t) / jnp.maximum(1.0 - a_t, 1e-30), 0.0, 1.0)
 

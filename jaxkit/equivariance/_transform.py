@@ -64,13 +64,7 @@ def recm_update_rule(
         level).
     """
     _validate.numeric(theta=theta, grad=grad)
-    try:
-        jnp.broadcast_shapes(jnp.shape(theta), jnp.shape(grad))
-    except ValueError:
-        raise TypeError(
-            f"`grad` must have a shape that broadcasts with `theta` (elementwise), got "
-            f"{jnp.shape(grad)} and {jnp.shape(theta)}."
-        ) from None
+    _validate.broadcastable(theta=theta, grad=grad)
     new = theta - learning_rate * (grad + decay * theta)
     return jnp.clip(new, jnp.zeros_like(new), theta_max)
 

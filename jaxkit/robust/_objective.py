@@ -9,7 +9,6 @@ reconstruction [R] of the separate moment bound for mass leaking outside the bul
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxkit import _validate
@@ -191,14 +190,7 @@ def tail_bound(
         is negative.
     """
     _validate.floating(growth_a, name="growth_a")  # before jnp.asarray: a str names it
-    shapes = [np.shape(v) for v in (growth_a, growth_L, moment)]
-    try:
-        np.broadcast_shapes(*shapes)
-    except ValueError:  # JAX's own error would name no argument
-        raise TypeError(
-            "`growth_a`, `growth_L` and `moment` must have shapes that broadcast together, "
-            f"got {shapes[0]}, {shapes[1]} and {shapes[2]}."
-        ) from None
+    _validate.broadcastable(growth_a=growth_a, growth_L=growth_L, moment=moment)
     a = jnp.asarray(growth_a)
     a = _check_eps(a, eps)
     a = _validate.guard_non_negative(a, a, name="growth_a")

@@ -90,11 +90,4 @@ def unsquash(y: jax.Array, mean: jax.Array, std: jax.Array, eps: float = 1e-10) 
     return jnp.log(y / (1.0 - y)) * std + mean
 
 
-def broadcastable(**arrays: Any) -> None:
-    """TypeError naming the arguments unless their shapes broadcast together."""
-    shapes = {n: jnp.shape(a) for n, a in arrays.items()}
-    try:
-        jnp.broadcast_shapes(*shapes.values())
-    except ValueError:
-        got = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
-        raise TypeError(f"The shapes must broadcast together, got {got}.") from None
+broadcastable = V.broadcastable  # the soft modules' name for it
