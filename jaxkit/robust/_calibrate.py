@@ -341,7 +341,8 @@ def calibrate_ball(
     """Ball bulk: :func:`calibrate_ellipsoid` with full shrinkage (``Sigma = tr(S)/d * I``).
 
     Raises:
-      As :func:`calibrate_ellipsoid` (e.g. ``TypeError`` for an ``xi`` without samples).
+      TypeError: As :func:`calibrate_ellipsoid` (e.g. an ``xi`` without samples).
+      ValueError: As :func:`calibrate_ellipsoid`.
     """
     return calibrate_ellipsoid(
         xi, alpha=alpha, key=key, weights=weights, split=split, shrinkage=1.0, conformal=conformal
