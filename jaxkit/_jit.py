@@ -11,13 +11,11 @@ docstring checks the arguments that need a concrete Python value before the call
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 
 from jaxkit import _validate as V
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def checked_jit(
@@ -26,7 +24,7 @@ def checked_jit(
     flags: Sequence[str] = (),
     static_argnames: Sequence[str] = (),
     check: Callable[[Mapping[str, Any]], None] | None = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: ``jax.jit(fn, static_argnames=...)``, called after host checks.
 
     Before each call the wrapper binds the arguments to ``fn``'s signature (defaults
@@ -43,7 +41,7 @@ def checked_jit(
     function's ``lower``. Calls inside a trace check tracers (dtype and static values only).
     """
 
-    def decorate(fn: F) -> F:
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         jitted = jax.jit(fn, static_argnames=tuple(static_argnames))
         sig = inspect.signature(fn)
 
@@ -59,7 +57,7 @@ def checked_jit(
                 check(given)
             return jitted(*bound.args, **bound.kwargs)
 
-        public.lower = jitted.lower  # type: ignore[attr-defined]
-        return public  # type: ignore[return-value]
+        public.lower = jitted.lower
+        return public
 
     return decorate

@@ -147,11 +147,16 @@ def shape(x: Any, expected: Sequence[int | None], *, name: str) -> None:
         raise TypeError(f"`{name}` must have shape {want}, got shape {got}.")
 
 
-def nonempty(x: Any, *, name: str) -> None:
-    """Check ``x`` holds at least one row (a mean over an empty batch is NaN): a shape error."""
-    if jnp.ndim(x) == 0 or jnp.shape(x)[0] == 0:
+def nonempty(x: Any, *, name: str, axis: int = 0, what: str = "sample") -> None:
+    """Check ``x`` holds at least one ``what`` along ``axis``: a shape error naming ``name``.
+
+    A mean over an empty batch (``axis=0``) or over no feature (``axis=-1``) is NaN.
+    """
+    shape = jnp.shape(x)
+    if len(shape) == 0 or shape[axis] == 0:
+        where = {0: "leading axis", -1: "last axis"}.get(axis, f"axis {axis}")
         raise TypeError(
-            f"`{name}` must hold at least one sample on its leading axis, got shape {jnp.shape(x)}."
+            f"`{name}` must hold at least one {what} on its {where}, got shape {shape}."
         )
 
 

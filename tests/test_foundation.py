@@ -151,6 +151,9 @@ def test_shape_dtype_rank_errors_are_type_errors():
     with pytest.raises(TypeError, match="`x` must hold at least one sample"):
         _validate.nonempty(jnp.float32(1.0), name="x")
     _validate.nonempty(jnp.ones((1, 0)), name="x")
+    with pytest.raises(TypeError, match=r"`x` must hold at least one feature on its last axis"):
+        _validate.nonempty(jnp.ones((1, 0)), name="x", axis=-1, what="feature")
+    _validate.nonempty(jnp.ones((0, 1)), name="x", axis=-1)
 
 
 def test_error_if_concrete_and_traced():

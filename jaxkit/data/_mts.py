@@ -34,14 +34,6 @@ def _normalize(raw, class_w, *, axis_name):
 _normalize_jit = jax.jit(_normalize, static_argnames=("axis_name",))
 
 
-def _nonempty_last(x, *, name: str, what: str) -> None:
-    """A ``TypeError`` naming ``name`` if ``x``'s last axis is empty (no ``what``)."""
-    if jnp.shape(x)[-1] == 0:
-        raise TypeError(
-            f"`{name}` must have at least one {what} on its last axis, got shape {jnp.shape(x)}."
-        )
-
-
 def normalize_weights(
     raw: Float[ArrayLike, " b"],
     class_w: Float[ArrayLike, " b"] | None = None,
@@ -116,7 +108,7 @@ def gsnr(samples: Float[ArrayLike, "k p"]) -> GSNR:
     samples = jnp.asarray(samples)
     V.ndim(samples, 2, name="samples")
     V.floating(samples, name="samples")
-    _nonempty_last(samples, name="samples", what="parameter")
+    V.nonempty(samples, name="samples", axis=-1, what="parameter")
     if samples.shape[0] < 2:
         raise ValueError(f"`samples` needs K >= 2 draws, got K={samples.shape[0]}.")
     return _gsnr_jit(samples)

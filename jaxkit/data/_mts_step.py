@@ -20,7 +20,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 from jaxkit import _validate as V
 from jaxkit._optim import check_optimizer
 from jaxkit._typing import accumulation_dtype
-from jaxkit.data._mts import _nonempty_last, _normalize
+from jaxkit.data._mts import _normalize
 
 _MODES = ("jvp", "unrolled", "finite_diff")
 
@@ -138,7 +138,7 @@ def _check(loss_fn, features, class_w, lr, fd_eps, mode, axis_name):
     features = jnp.asarray(features)
     V.ndim(features, 2, name="features")
     V.nonempty(features, name="features")  # weights of mean 1 over no example
-    _nonempty_last(features, name="features", what="feature")
+    V.nonempty(features, name="features", axis=-1, what="feature")
     features = V.all_finite(features, name="features")
     if class_w is not None:
         V.floating(class_w, name="class_w")

@@ -334,10 +334,7 @@ def contrastive_margin(
     _validate.real(labels, name="labels")
     e = jnp.asarray(emb)
     _validate.ndim(e, 2, name="emb")
-    if e.shape[1] == 0:
-        raise TypeError(
-            f"`emb` must have at least one feature on its last axis, got shape {e.shape}."
-        )
+    _validate.nonempty(e, name="emb", axis=-1, what="feature")
     _validate.ndim(labels, 1, name="labels")
     lab = _check_direction(labels, e[:, 0], name="labels")
     adaptive = _validate.flag(adaptive, name="adaptive")

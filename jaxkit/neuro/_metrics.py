@@ -54,10 +54,7 @@ def _as_matrix(x, name: str) -> np.ndarray:
     _validate.floating(x, name=name)
     _validate.ndim(x, 2, name=name)
     _validate.nonempty(x, name=name)  # no sample: no R^2
-    if np.shape(x)[1] == 0:  # no latent: a mean R^2 over no coordinate (NaN)
-        raise TypeError(
-            f"`{name}` must have at least one latent on its last axis, got shape {np.shape(x)}."
-        )
+    _validate.nonempty(x, name=name, axis=-1, what="latent")  # a mean R^2 over no latent
     a = np.asarray(x, np.float64)
     if not np.all(np.isfinite(a)):
         raise ValueError(f"`{name}` must be finite (no NaN or inf).")

@@ -184,10 +184,8 @@ def dpc_knn(
     n = x.shape[-2]
     if n < 1:
         raise TypeError(f"`x` must hold at least one token, got shape {x.shape}.")
-    if x.shape[-1] < 1:  # distances are divided by D: no features would make them NaN
-        raise TypeError(
-            f"`x` must have at least one feature on its last axis, got shape {x.shape}."
-        )
+    # distances are divided by D: no features would make them NaN
+    _validate.nonempty(x, name="x", axis=-1, what="feature")
     c = _validate.python_int(n_centers, name="n_centers", minimum=1)
     if c > n:
         raise ValueError(f"`n_centers` must be at most the {n} tokens of `x`, got {c}.")

@@ -373,10 +373,7 @@ def multinomial(
     p = as_float(V.real_array(p, name="p"), name="p")
     if p.ndim == 0:
         raise TypeError("`p` must have at least one dimension (categories last).")
-    if p.shape[-1] == 0:  # no category to draw (argmax over nothing)
-        raise TypeError(
-            f"`p` must have at least one category on its last axis, got shape {p.shape}."
-        )
+    V.nonempty(p, name="p", axis=-1, what="category")  # no category to draw
     dt = jnp.dtype(dtype) if dtype is not None else p.dtype
     batch = p.shape[:-1]
     shape = batch if shape is None else RC.sample_shape(shape)

@@ -181,11 +181,7 @@ def inject_event(
             "`hist` and `fut` must hold the same number of windows W, got shapes "
             f"{hist.shape} and {fut.shape}."
         )
-    if hist.shape[1] == 0:
-        raise TypeError(
-            "`hist` must have at least one time step on its last axis (its std scales the "
-            f"event), got shape {hist.shape}."
-        )
+    _validate.nonempty(hist, name="hist", axis=-1, what="time step")  # its std scales the event
     labels = check_labels(labels, schema.sizes, name="labels")
     _validate.shape(labels, (fut.shape[0], len(schema.sizes)), name="labels")
     hist = _validate.all_finite(hist, name="hist").astype(fut.dtype)

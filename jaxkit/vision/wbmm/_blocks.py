@@ -18,8 +18,8 @@ from jaxkit.vision.wbmm._parts import (
     DepthwiseConv,
     State,
     bcast,
+    check_call,
     check_momentum,
-    check_nhwc,
     linear,
     per_position,
     trunc_normal,
@@ -161,9 +161,7 @@ class MultiKernelWBMM(eqx.Module):
             string included), ``inference`` not a bool.
           ValueError: the ``(H, W)`` map of ``x`` is not the window.
         """
-        check_nhwc(x, self.wbmm.table.shape[0])
-        inference = _validate.flag(inference, name="inference")
-        x = jnp.asarray(x)
+        x, inference = check_call(x, self.wbmm.table.shape[0], inference)
         if tuple(x.shape[1:3]) != self.wbmm.window:
             raise ValueError(
                 f"`x` map {tuple(x.shape[1:3])} must equal the window "
@@ -259,9 +257,7 @@ class WBMMBlock(eqx.Module):
           ValueError: no ``key`` in training with ``drop_path > 0``; a multi-kernel
             mixer on a map other than its window.
         """
-        check_nhwc(x, self.linear1.weight.shape[1])
-        inference = _validate.flag(inference, name="inference")
-        x = jnp.asarray(x)
+        x, inference = check_call(x, self.linear1.weight.shape[1], inference)
         if key is not None:
             _validate.is_key(key)
         if self.drop_path > 0 and not inference and key is None:

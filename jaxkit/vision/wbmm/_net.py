@@ -17,7 +17,7 @@ from jaxkit.vision.wbmm._blocks import (
 )
 from jaxkit.vision.wbmm._parts import (
     State,
-    check_nhwc,
+    check_call,
     conv2d,
     conv_nhwc,
     layer_norm,
@@ -136,16 +136,14 @@ class WBMMNet(eqx.Module):
           TypeError: as :meth:`__call__`.
           ValueError: as :meth:`__call__`.
         """
-        inference = self._check_call(x, inference, key)
-        return self._features(jnp.asarray(x), state, inference=inference, key=key)
+        x, inference = self._check_call(x, inference, key)
+        return self._features(x, state, inference=inference, key=key)
 
-    def _check_call(self, x, inference, key) -> bool:
-        """Host-side checks of a call's arguments (before ``jnp.asarray``); the flag."""
-        check_nhwc(x, self.stem[0][0].in_channels)
-        inference = _validate.flag(inference, name="inference")
+    def _check_call(self, x, inference, key) -> tuple[Array, bool]:
+        """Host-side checks of a call's arguments: ``(jnp.asarray(x), inference)``."""
         if key is not None:
             _validate.is_key(key)
-        return inference
+        return check_call(x, self.stem[0][0].in_channels, inference)
 
     def _features(self, x, state, *, inference, key):
         for j, (conv, ln) in enumerate(self.stem):
@@ -185,7 +183,7 @@ class WBMMNet(eqx.Module):
           ValueError: no ``key`` in training with a block's ``drop_path > 0``; a
             multi-kernel ("M") stage whose map is not one window.
         """
-        inference = self._check_call(x, inference, key)
-        feats, state = self._features(jnp.asarray(x), state, inference=inference, key=key)
+        x, inference = self._check_call(x, inference, key)
+        feats, state = self._features(x, state, inference=inference, key=key)
         pooled = jnp.mean(feats[-1], axis=(1, 2))
         return per_position(self.head, per_position(self.norm, pooled)), state

@@ -76,18 +76,21 @@ def conv_nhwc(conv: eqx.nn.Conv2d, x: Array) -> Array:
     return jnp.moveaxis(y, 1, -1)
 
 
-def check_nhwc(x, channels: int, *, name: str = "x") -> None:
-    """``x`` a floating ``(B, H, W, C)`` batch of ``channels`` channels; TypeError naming it.
+def check_call(x, channels: int, inference) -> tuple[Array, bool]:
+    """A stateful layer's call: ``(jnp.asarray(x), inference)`` after their checks.
 
-    Runs on the host before any ``jnp.asarray`` (a string names the argument); reads only
-    the dtype and shape, so tracers pass.
+    ``x`` a floating ``(B, H, W, C)`` batch of ``channels`` channels and ``inference`` a
+    bool (Python's, returned), else a ``TypeError`` naming it. The checks run before
+    ``jnp.asarray`` (a string names the argument) and read only the dtype and shape, so
+    tracers pass.
     """
-    _validate.floating(x, name=name)
+    _validate.floating(x, name="x")
     shape = tuple(jnp.shape(x))
     if len(shape) != 4:
-        raise TypeError(f"`{name}` must have rank 4 (B, H, W, C), got shape {shape}.")
+        raise TypeError(f"`x` must have rank 4 (B, H, W, C), got shape {shape}.")
     if shape[-1] != channels:
-        raise TypeError(f"`{name}` must have {channels} channels (last axis), got shape {shape}.")
+        raise TypeError(f"`x` must have {channels} channels (last axis), got shape {shape}.")
+    return jnp.asarray(x), _validate.flag(inference, name="inference")
 
 
 def check_momentum(value, *, name: str) -> None:
@@ -135,9 +138,7 @@ class BatchNorm(eqx.Module):
           TypeError: ``x`` not a floating array of rank 4 with this layer's channels (a
             string included), ``inference`` not a bool.
         """
-        check_nhwc(x, self.weight.shape[0])
-        inference = _validate.flag(inference, name="inference")
-        x = jnp.asarray(x)
+        x, inference = check_call(x, self.weight.shape[0], inference)
         if inference:
             s, t = self.affine(state)
             return x * bcast(s).astype(x.dtype) + bcast(t).astype(x.dtype), state
