@@ -8,12 +8,20 @@ a pytree of parameters is not one),
 * the string ``"abc"`` in its place must raise a ``TypeError`` naming the argument in
   backticks (JAX's own error for a string names no argument, and under ``jit`` it names a
   private function);
-* the array with one more axis (``a[None]``) and with one fewer (``a[0]``) must raise a
-  ``TypeError`` or ``ValueError`` naming, in backticks, the argument or another argument of
-  the function (a mismatch between two arguments may name either side), or be accepted
-  where the area's ``ANY_RANK`` lists ``"path:argument"`` with the reason (leading batch
-  axes, any rank by design); a listed argument's rank probes are not run (the conformance
-  suite's ``vmap`` checks are the batch axes' test);
+* the array with one more axis (``a[None]``), with a trailing unit axis (``a[..., None]``:
+  ``[B, 1]`` for ``[B]``, which broadcasts against a ``[B]`` partner to ``[B, B]``) and
+  with one fewer (``a[0]``) must raise a ``TypeError`` or ``ValueError`` naming, in
+  backticks, the argument or another argument of the function (a mismatch between two
+  arguments may name either side), or be accepted where the area's ``ANY_RANK`` lists
+  ``"path:argument"`` with the reason (leading batch axes, any rank by design); a listed
+  argument's rank probes are not run (the conformance suite's ``vmap`` checks are the
+  batch axes' test);
+* an argument of fixed rank (not in ``ANY_RANK``) whose leading size ``n > 1`` another
+  array argument's leading axis shares, given one row (``a[:1]``), must raise as above or
+  change the shape of the result: a size 1 that broadcasts silently against the partner's
+  ``n`` rows gives a result shaped as the valid call's (the area's ``BROADCAST_OK`` lists
+  ``"path:argument"`` where the sizes are equal by chance and the result is a scalar or
+  has its own size);
 * an integer array (token ids, labels, indices) given as floats off the integers
   (``a + 0.5``), and a bool mask given as floats (``True`` as ``0.5``), must raise a
   ``TypeError`` naming, in backticks, the argument or another argument of the function
@@ -130,12 +138,63 @@ def _owner(path: str) -> tuple[Any, str]:
 
 def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
     """The recipe's array arguments of the function (name -> value); None if unreached."""
-    err, seen = _call_with(path, call, lambda _: None)
+    return _plain_call(path, call)[0]
+
+
+def _plain_call(path: str, call: Callable[..., Any]) -> tuple[dict[str, Any] | None, Any]:
+    """``(array arguments or None where unreached, the recipe's result)``."""
+    out: list[Any] = []
+    err, seen = _call_with(path, call, lambda _: None, out)
     if err is not None:
         raise AssertionError(f"{path}: the recipe raised {type(err).__name__}: {err}")
     if seen is None:
-        return None
-    return {n: v for n, v in seen.items() if _is_array(v)}
+        return None, None
+    return {n: v for n, v in seen.items() if _is_array(v)}, (out[-1] if out else None)
+
+
+def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
+    """The result's tree structure and its array leaves' shapes."""
+    arrays = np.ndarray | np.generic | jax.Array | float
+    leaves, tree = jax.tree.flatten(result)
+    return tree, [np.shape(x) for x in leaves if isinstance(x, arrays)]
+
+
+def _sweep_broadcast(
+    path: str,
+    call: Callable[..., Any],
+    name: str,
+    arrays: dict[str, Any],
+    params: list[str],
+    plain: Any,
+) -> list[str]:
+    """One row of ``name`` where another array shares its leading size ``n > 1``."""
+    a = arrays[name]
+    n = a.shape[0]
+    partners = [m for m, b in arrays.items() if m != name and b.shape[0] == n]
+    if n < 2 or not partners:
+        return []
+    out: list[Any] = []
+
+    def change(args: dict[str, Any]) -> None:
+        args[name] = a[:1]
+
+    e, _ = _call_with(path, call, change, out)
+    msg = "" if e is None else str(e)
+    if e is None and out and _shapes(out[-1]) == _shapes(plain):
+        return [
+            f"{path}: `{name}` with one row ({np.shape(a[:1])}) against "
+            f"`{partners[0]}`'s {n} was accepted, giving the valid call's shapes (a silent "
+            f"broadcast); raise naming it (`jaxkit._validate.shape`), or list "
+            f"`{path}:{name}` in BROADCAST_OK with the reason"
+        ]
+    if e is not None and (
+        not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
+    ):
+        return [
+            f"{path}: `{name}` with one row ({np.shape(a[:1])}) raised "
+            f"{type(e).__name__} naming no argument: {msg[:160]}"
+        ]
+    return []
 
 
 def _dtype_probe(a: Any) -> tuple[str, Any] | None:
@@ -196,9 +255,10 @@ def sweep_arrays(
     any_rank: dict[str, str],
     any_dtype: dict[str, str] | None = None,
     empty_exempt: dict[str, str] | None = None,
+    broadcast_ok: dict[str, str] | None = None,
 ) -> list[str]:
     """Sweep one recipe's array arguments; the failures, one line each."""
-    arrays = array_arguments(path, call)
+    arrays, plain = _plain_call(path, call)
     if arrays is None:
         return [f"{path}: the recipe does not call the function through its module"]
     owner, attr = _owner(path)
@@ -207,7 +267,11 @@ def sweep_arrays(
     for name, a in arrays.items():
         probes: list[tuple[str, Any]] = [("a string", STRING)]
         if f"{path}:{name}" not in any_rank:
-            probes += [("one more axis", a[None]), ("one fewer axis", a[0])]
+            probes += [
+                ("one more axis", a[None]),
+                ("a trailing unit axis", a[..., None]),
+                ("one fewer axis", a[0]),
+            ]
         dtype_probe = _dtype_probe(a)
         if dtype_probe is not None and f"{path}:{name}" not in (any_dtype or {}):
             probes.append(dtype_probe)
@@ -245,10 +309,17 @@ def sweep_arrays(
                 )
         if f"{path}:{name}" not in (empty_exempt or {}):
             failures += _sweep_empty(path, call, name, a, params)
+        if f"{path}:{name}" not in any_rank and f"{path}:{name}" not in (broadcast_ok or {}):
+            failures += _sweep_broadcast(path, call, name, arrays, params, plain)
     return failures
 
 
-def _area_dict(area: str, name: str) -> dict[str, str]:
+# The areas' declarations (``tests/<area>/keywords.py``), in :func:`sweep_arrays`'s order.
+DECLARATIONS = ("ANY_RANK", "ANY_DTYPE", "EMPTY_EXEMPT", "BROADCAST_OK")
+
+
+def declared_of(area: str, name: str) -> dict[str, str]:
+    """The dict ``name`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
     try:
         mod = importlib.import_module(f"tests.{area}.keywords")
     except ModuleNotFoundError as e:
@@ -258,24 +329,9 @@ def _area_dict(area: str, name: str) -> dict[str, str]:
     return dict(getattr(mod, name, {}))
 
 
-def any_rank_of(area: str) -> dict[str, str]:
-    """``ANY_RANK`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
-    return _area_dict(area, "ANY_RANK")
-
-
-def any_dtype_of(area: str) -> dict[str, str]:
-    """``ANY_DTYPE`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
-    return _area_dict(area, "ANY_DTYPE")
-
-
-def empty_exempt_of(area: str) -> dict[str, str]:
-    """``EMPTY_EXEMPT`` of ``tests/<area>/keywords.py`` (empty where it has none)."""
-    return _area_dict(area, "EMPTY_EXEMPT")
-
-
 def no_recipe_of(area: str) -> dict[str, str]:
     """``NO_RECIPE`` of ``tests/<area>/keywords.py``: public path -> why it has no recipe."""
-    return _area_dict(area, "NO_RECIPE")
+    return declared_of(area, "NO_RECIPE")
 
 
 def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:

@@ -37,26 +37,11 @@ def _all_recipes():
 
 
 @functools.cache
-def _any_rank():
+def _declared(name):
+    """An array-sweep declaration (``ANY_RANK``, ...) of every area, merged."""
     out = {}
     for area in AREAS:
-        out.update(A.any_rank_of(area))
-    return out
-
-
-@functools.cache
-def _any_dtype():
-    out = {}
-    for area in AREAS:
-        out.update(A.any_dtype_of(area))
-    return out
-
-
-@functools.cache
-def _empty_exempt():
-    out = {}
-    for area in AREAS:
-        out.update(A.empty_exempt_of(area))
+        out.update(A.declared_of(area, name))
     return out
 
 
@@ -115,12 +100,8 @@ def test_every_array_function_has_a_recipe(area):
         assert ok, f"tests/{area}/keywords.py NO_RECIPE: {path} is not public"
         assert reason.strip(), f"tests/{area}/keywords.py NO_RECIPE: {path} gives no reason"
         assert path not in recipes, f"tests/{area}/keywords.py: {path} has a recipe too"
-    tables = {
-        "ANY_RANK": A.any_rank_of(area),
-        "ANY_DTYPE": A.any_dtype_of(area),
-        "EMPTY_EXEMPT": A.empty_exempt_of(area),
-    }
-    for table, entries in tables.items():
+    for table in A.DECLARATIONS:
+        entries = A.declared_of(area, table)
         for entry, reason in entries.items():
             path, _, arg = entry.partition(":")
             where = f"tests/{area}/keywords.py {table}: {entry}"
@@ -229,6 +210,27 @@ def array_good(x, y):
     return x + y
 
 
+def array_rows_only(x, y):
+    _validate.floating(x, name="x")
+    _validate.floating(y, name="y")
+    _validate.min_ndim(x, 2, name="x")
+    _validate.min_ndim(y, 2, name="y")
+    if x.shape[0] != y.shape[0] or jnp.ndim(x) > 3 or jnp.ndim(y) > 3:  # [2, 3, 1] passes
+        raise TypeError(f"`y` must have `x`'s rows, got {jnp.shape(y)} and {jnp.shape(x)}.")
+    return jnp.sum(x) + jnp.sum(y)
+
+
+def array_broadcast(x, y):
+    for name, a in (("x", x), ("y", y)):
+        _validate.floating(a, name=name)
+        _validate.ndim(a, 2, name=name)
+        _validate.nonempty(a, name=name)
+        _validate.nonempty(a, name=name, axis=-1)
+    if x.shape[1] != y.shape[1]:  # the rows are not tied: one row broadcasts silently
+        raise TypeError(f"`y` must have `x`'s columns, got {jnp.shape(y)} and {jnp.shape(x)}.")
+    return x * y
+
+
 def array_mean(x, y):
     _validate.floating(x, name="x")
     _validate.floating(y, name="y")
@@ -243,6 +245,8 @@ def array_mean(x, y):
         ("array_unchecked", "`x` a string: not a TypeError naming it"),
         ("array_any_rank", "`x` with one more axis ((1, 2, 3)) was accepted"),
         ("array_mean", "`x` with an empty leading axis ((0, 3)) gave NaN"),
+        ("array_rows_only", "`x` with a trailing unit axis ((2, 3, 1)) was accepted"),
+        ("array_broadcast", "`x` with one row ((1, 3)) against `y`'s 2 was accepted"),
         ("array_good", None),
     ],
 )
@@ -326,9 +330,7 @@ def test_keywords_reject_bad_values(path):
     The array sweep's first, plain call of the recipe is the keyword sweep's too.
     """
     call, function = _all_recipes()[path], not inspect.isclass(K.resolve(path))
-    failures = (
-        A.sweep_arrays(path, call, _any_rank(), _any_dtype(), _empty_exempt()) if function else []
-    )
+    failures = A.sweep_arrays(path, call, *map(_declared, A.DECLARATIONS)) if function else []
     failures += K.sweep(path, call, _exempt(), ran=function)
     assert not failures, "\n".join(failures)
 

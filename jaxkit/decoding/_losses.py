@@ -138,8 +138,7 @@ def dual_stream_batch(
     tokens, loss_mask = jnp.asarray(tokens), jnp.asarray(loss_mask)
     _validate.ndim(tokens, 2, name="tokens")
     _validate.same_shape(tokens=tokens, loss_mask=loss_mask)
-    if tokens.shape[1] == 0:
-        raise TypeError(f"`tokens` must hold at least one token per row, got shape {tokens.shape}.")
+    _validate.nonempty(tokens, name="tokens", axis=-1, what="token")
     block_size = _validate.python_int(block_size, name="block_size", minimum=1)
     mask_token_id = _validate.python_int(mask_token_id, name="mask_token_id")
     _validate.flags(per_block=per_block)

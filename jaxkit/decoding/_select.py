@@ -33,10 +33,7 @@ def _check_logits(logits: Array, *, rank: int | None) -> None:
         _validate.min_ndim(logits, 1, name="logits")
     else:
         _validate.ndim(logits, rank, name="logits")
-    if logits.shape[-1] == 0:
-        raise TypeError(
-            f"`logits` must have a non-empty last (vocabulary) axis, got shape {logits.shape}."
-        )
+    _validate.nonempty(logits, name="logits", axis=-1, what="vocabulary entry")
 
 
 @jax.jit

@@ -370,8 +370,8 @@ def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
     ctx = jnp.asarray(ctx)
     _validate.ndim(ctx, 3, name="ctx")
     b = ctx.shape[0]
-    if b == 0 or ctx.shape[1] == 0:
-        raise TypeError(f"`ctx` must hold at least one row and slot, got shape {ctx.shape}.")
+    _validate.nonempty(ctx, name="ctx", what="row")
+    _validate.nonempty(ctx, name="ctx", axis=1, what="slot")
     _validate.boolean(ctx_valid, name="ctx_valid")
     ctx_valid = jnp.asarray(ctx_valid)
     _validate.shape(ctx_valid, ctx.shape[:2], name="ctx_valid")

@@ -86,8 +86,7 @@ def _upper(values, sup_value, eps, weights, *, names: tuple[str, str]):
     _validate.floating(values, name=vname)  # before jnp.asarray: a str names the argument
     values = jnp.asarray(values)
     _validate.min_ndim(values, 1, name=vname)
-    if values.shape[-1] == 0:
-        raise TypeError(f"`{vname}` must hold at least one sample, got shape {values.shape}.")
+    _validate.nonempty(values, name=vname, axis=-1)
     if weights is not None:
         _validate.real(weights, name="weights")
         w = jnp.asarray(weights)

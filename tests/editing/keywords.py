@@ -85,8 +85,17 @@ RECIPES.update(
 EXEMPT: dict[str, str] = {}
 
 ANY_RANK: dict[str, str] = {
+    "jaxkit.editing.criteria:inputs": "a pytree only the user's `apply_fn` reads: the library "
+    "checks each leaf's leading batch axis against `labels`; the feature axes are the user's",
+    "jaxkit.editing.collect_stats:ids": "[nb, B] (per example) or [nb, B, P] (per row), "
+    "documented: [nb, B, 1] is the per-row form with P = 1 (the same statistics)",
     "jaxkit.editing.keep_only:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
     "jaxkit.editing.erase:memories": "an int id (rank 0) or a 1-D array of ids, as documented",
+}
+
+BROADCAST_OK: dict[str, str] = {
+    "jaxkit.editing.memit_erase:x_keep": "the m preserved keys are free rows (`w`'s leading "
+    "size equals m only in the recipe); the edited weight is `w`-shaped for any m",
 }
 
 EMPTY_EXEMPT: dict[str, str] = {

@@ -132,6 +132,12 @@ for _name in _ALONG + _QUANTILES:
     for _suffix in ("", "_st"):
         ANY_RANK[f"jaxkit.soft.{_name}{_suffix}:x"] = _ALONG_AXIS
 ANY_RANK["jaxkit.soft.banded_error_bound:x"] = _ALONG_AXIS + " (as the bounded operator)"
+for _name in ("take", "dynamic_index_in_dim", "dynamic_slice_in_dim"):
+    ANY_RANK[f"jaxkit.soft.{_name}:x"] = "indexed along `axis` (as in `jnp` / `lax`): any rank"
+BROADCAST_OK = {  # NumPy's rule for take_along_axis: the axes other than `axis` broadcast
+    f"jaxkit.soft.take_along_axis:{_arg}": "the axes but `axis` broadcast (documented, as NumPy)"
+    for _arg in ("x", "soft_index")
+}
 ANY_RANK["jaxkit.soft.all:x"] = "a reduction along `axis` (or all axes): any rank"
 ANY_RANK["jaxkit.soft.any:x"] = "a reduction along `axis` (or all axes): any rank"
 ANY_RANK["jaxkit.soft.norm:x"] = "a norm over `axis` (or all axes): any rank"

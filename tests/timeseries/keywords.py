@@ -167,7 +167,11 @@ NO_RECIPE: dict[str, str] = {
     "LLMExtractor.__call__ and RuleExtractor.__call__ are swept",
 }
 
-ANY_RANK: dict[str, str] = {}
+ANY_RANK: dict[str, str] = {
+    "jaxkit.timeseries.sliding_windows:series": "[T, ...]: any trailing axes, windowed in time",
+    "jaxkit.timeseries.make_semisynthetic:series": "[T, ...] read by its first column "
+    "(documented): [T, 1] is that series",
+}
 
 ANY_DTYPE: dict[str, str] = {}
 

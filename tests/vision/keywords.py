@@ -277,6 +277,11 @@ ANY_RANK = {
         "a pytree passed through to the user's `loss_fn`: its shapes are the user's business "
         "(a non-floating leaf is a TypeError naming `params`)"
     ),
+    **{
+        f"jaxkit.vision.irdet.grad_dot_scores:{_b}": "a pytree only the user's `loss_fn` "
+        "reads: the library checks each leaf's leading batch axis, the rest is the user's"
+        for _b in ("train_batch", "val_batch")
+    },
     "jaxkit.vision.irdet.diffusivity:image": "[..., H, W]: any leading batch axes (jnp.vectorize)",
     "jaxkit.vision.irdet.surrogate_refine:prob": (
         "[..., H, W]: any leading batch axes (jnp.vectorize)"
@@ -285,6 +290,11 @@ ANY_RANK = {
     "jaxkit.vision.irdet.points_from_masks:mask": (
         "one [H, W] mask or a batch [N, H, W] (documented); other ranks raise a TypeError"
     ),
+}
+
+BROADCAST_OK = {
+    "jaxkit.vision.featjnd.quantize:steps": "of the rank of `f`, broadcasting against it "
+    "(documented): one row of steps shared by every sample is a use",
 }
 
 EMPTY_EXEMPT: dict[str, str] = {
