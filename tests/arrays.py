@@ -17,11 +17,13 @@ a pytree of parameters is not one),
   argument's rank probes are not run (the conformance suite's ``vmap`` checks are the
   batch axes' test);
 * an argument of fixed rank (not in ``ANY_RANK``) whose leading size ``n > 1`` another
-  array argument's leading axis shares, given one row (``a[:1]``), must raise as above or
-  change the shape of the result: a size 1 that broadcasts silently against the partner's
-  ``n`` rows gives a result shaped as the valid call's (the area's ``BROADCAST_OK`` lists
-  ``"path:argument"`` where the sizes are equal by chance and the result is a scalar or
-  has its own size);
+  array argument's leading axis shares, given one row (``a[:1]``), and likewise for the
+  last axis of rank >= 2 (one column, ``a[..., :1]``, against a partner's last size: a
+  ``[K, 1]`` set of centres against ``[N, d]`` points), must raise as above or change the
+  shape of the result: a size 1 that broadcasts silently against the partner's ``n`` gives a
+  result shaped as the valid call's (the area's ``BROADCAST_OK`` lists ``"path:argument"``
+  where the sizes are equal by chance and the result is a scalar or has its own size, or
+  the broadcast is documented);
 * an integer array (token ids, labels, indices) given as floats off the integers
   (``a + 0.5``), and a bool mask given as floats (``True`` as ``0.5``), must raise a
   ``TypeError`` naming, in backticks, the argument or another argument of the function
@@ -167,34 +169,36 @@ def _sweep_broadcast(
     params: list[str],
     plain: Any,
 ) -> list[str]:
-    """One row of ``name`` where another array shares its leading size ``n > 1``."""
-    a = arrays[name]
-    n = a.shape[0]
-    partners = [m for m, b in arrays.items() if m != name and b.shape[0] == n]
-    if n < 2 or not partners:
-        return []
-    out: list[Any] = []
+    """One row (one column) of ``name`` where another array shares its leading (last) size."""
+    a, failures = arrays[name], []
+    sides = [("one row", 0, a[:1])] + ([("one column", -1, a[..., :1])] if a.ndim >= 2 else [])
+    for what, axis, bad in sides:
+        n = a.shape[axis]
+        partners = [m for m, b in arrays.items() if m != name and b.shape[axis] == n]
+        if n < 2 or not partners:
+            continue
+        out: list[Any] = []
 
-    def change(args: dict[str, Any]) -> None:
-        args[name] = a[:1]
+        def change(args: dict[str, Any], bad: Any = bad) -> None:
+            args[name] = bad
 
-    e, _ = _call_with(path, call, change, out)
-    msg = "" if e is None else str(e)
-    if e is None and out and _shapes(out[-1]) == _shapes(plain):
-        return [
-            f"{path}: `{name}` with one row ({np.shape(a[:1])}) against "
-            f"`{partners[0]}`'s {n} was accepted, giving the valid call's shapes (a silent "
-            f"broadcast); raise naming it (`jaxkit._validate.shape`), or list "
-            f"`{path}:{name}` in BROADCAST_OK with the reason"
-        ]
-    if e is not None and (
-        not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
-    ):
-        return [
-            f"{path}: `{name}` with one row ({np.shape(a[:1])}) raised "
-            f"{type(e).__name__} naming no argument: {msg[:160]}"
-        ]
-    return []
+        e, _ = _call_with(path, call, change, out)
+        msg = "" if e is None else str(e)
+        if e is None and out and _shapes(out[-1]) == _shapes(plain):
+            failures.append(
+                f"{path}: `{name}` with {what} ({np.shape(bad)}) against `{partners[0]}`'s "
+                f"{n} was accepted, giving the valid call's shapes (a silent broadcast); raise "
+                f"naming it (`jaxkit._validate.shape`), or list `{path}:{name}` in "
+                "BROADCAST_OK with the reason"
+            )
+        elif e is not None and (
+            not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
+        ):
+            failures.append(
+                f"{path}: `{name}` with {what} ({np.shape(bad)}) raised "
+                f"{type(e).__name__} naming no argument: {msg[:160]}"
+            )
+    return failures
 
 
 def _dtype_probe(a: Any) -> tuple[str, Any] | None:

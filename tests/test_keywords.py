@@ -231,6 +231,14 @@ def array_broadcast(x, y):
     return x * y
 
 
+def array_distances(x, y):
+    for name, a in (("x", x), ("y", y)):
+        _validate.floating(a, name=name)
+        _validate.ndim(a, 2, name=name)
+        _validate.nonempty(a, name=name, axis=-1, what="feature")
+    return jnp.sum((x[:, None, :] - y[None]) ** 2, axis=-1)  # features unchecked: [K, 1]
+
+
 def array_mean(x, y):
     _validate.floating(x, name="x")
     _validate.floating(y, name="y")
@@ -247,6 +255,7 @@ def array_mean(x, y):
         ("array_mean", "`x` with an empty leading axis ((0, 3)) gave NaN"),
         ("array_rows_only", "`x` with a trailing unit axis ((2, 3, 1)) was accepted"),
         ("array_broadcast", "`x` with one row ((1, 3)) against `y`'s 2 was accepted"),
+        ("array_distances", "`x` with one column ((2, 1)) against `y`'s 3 was accepted"),
         ("array_good", None),
     ],
 )

@@ -220,6 +220,11 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.diffusion.subs_log_probs:logits": "[..., V]: any leading batch axes, as documented",
 }
 
+BROADCAST_OK: dict[str, str] = {
+    "jaxkit.diffusion.wdce_loss:x0": "the sequence length L is free (it equals `log_w`'s N "
+    "only in the recipe); the loss is a scalar for any L",
+}
+
 ANY_DTYPE: dict[str, str] = {
     "jaxkit.diffusion.contrastive_margin:labels": (
         "directions +1/-1 of any real dtype, as `direction` elsewhere; a value other than "
