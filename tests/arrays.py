@@ -17,13 +17,15 @@ a pytree of parameters is not one),
   argument's rank probes are not run (the conformance suite's ``vmap`` checks are the
   batch axes' test);
 * an argument of fixed rank (not in ``ANY_RANK``) whose leading size ``n > 1`` another
-  array argument's leading axis shares, given one row (``a[:1]``), and likewise for the
-  last axis of rank >= 2 (one column, ``a[..., :1]``, against a partner's last size: a
-  ``[K, 1]`` set of centres against ``[N, d]`` points), must raise as above or change the
-  shape of the result: a size 1 that broadcasts silently against the partner's ``n`` gives a
-  result shaped as the valid call's (the area's ``BROADCAST_OK`` lists ``"path:argument"``
-  where the sizes are equal by chance and the result is a scalar or has its own size, or
-  the broadcast is documented);
+  array argument's leading axis shares, given one row (``a[:1]``) and one row fewer
+  (``a[:-1]``), and likewise for the last axis of rank >= 2 (one column, ``a[..., :1]``,
+  against a partner's last size: a ``[K, 1]`` set of centres against ``[N, d]`` points; one
+  column fewer), must raise as above or change the shape of the result: a size 1 that
+  broadcasts silently against the partner's ``n``, or a mismatch read as valid (a slice, a
+  clamped index), gives a result shaped as the valid call's; JAX's own shape error names no
+  argument (the area's ``BROADCAST_OK`` lists ``"path:argument"`` where the sizes are
+  equal by chance and the result is a scalar or has its own size, or the broadcast is
+  documented);
 * an integer array (token ids, labels, indices) given as floats off the integers
   (``a + 0.5``), and a bool mask given as floats (``True`` as ``0.5``), must raise a
   ``TypeError`` naming, in backticks, the argument or another argument of the function
@@ -169,14 +171,20 @@ def _sweep_broadcast(
     params: list[str],
     plain: Any,
 ) -> list[str]:
-    """One row (one column) of ``name`` where another array shares its leading (last) size."""
+    """One row (column), and one row (column) fewer, of ``name`` where another array shares
+    its leading (last) size."""
     a, failures = arrays[name], []
-    sides = [("one row", 0, a[:1])] + ([("one column", -1, a[..., :1])] if a.ndim >= 2 else [])
-    for what, axis, bad in sides:
+    sides = []
+    for unit, axis in [("row", 0)] + ([("column", -1)] if a.ndim >= 2 else []):
+        sides.append((f"one {unit}", axis, 1))
+        if a.shape[axis] > 2:  # for 2, one fewer is one
+            sides.append((f"one {unit} fewer", axis, a.shape[axis] - 1))
+    for what, axis, cut in sides:
         n = a.shape[axis]
         partners = [m for m, b in arrays.items() if m != name and b.shape[axis] == n]
         if n < 2 or not partners:
             continue
+        bad = a[:cut] if axis == 0 else a[..., :cut]
         out: list[Any] = []
 
         def change(args: dict[str, Any], bad: Any = bad) -> None:
@@ -187,7 +195,8 @@ def _sweep_broadcast(
         if e is None and out and _shapes(out[-1]) == _shapes(plain):
             failures.append(
                 f"{path}: `{name}` with {what} ({np.shape(bad)}) against `{partners[0]}`'s "
-                f"{n} was accepted, giving the valid call's shapes (a silent broadcast); raise "
+                f"{n} was accepted, giving the valid call's shapes (a silent broadcast or a "
+                f"mismatch read as valid); raise "
                 f"naming it (`jaxkit._validate.shape`), or list `{path}:{name}` in "
                 "BROADCAST_OK with the reason"
             )

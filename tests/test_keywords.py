@@ -239,6 +239,29 @@ def array_distances(x, y):
     return jnp.sum((x[:, None, :] - y[None]) ** 2, axis=-1)  # features unchecked: [K, 1]
 
 
+def array_truncates(x, y):
+    for name, a in (("x", x), ("y", y)):
+        _validate.floating(a, name=name)
+        _validate.ndim(a, 2, name=name)
+        _validate.nonempty(a, name=name, axis=-1, what="feature")
+    if x.shape[0] != y.shape[0]:
+        raise TypeError(f"`y` must have `x`'s rows, got {jnp.shape(y)} and {jnp.shape(x)}.")
+    k = min(x.shape[1], y.shape[1])  # a mismatch read as valid: the shorter axis wins
+    return jnp.sum(x[:, :k] * y[:, :k], axis=1)
+
+
+def test_array_sweep_fails_a_mismatch_read_as_valid():
+    recipe = functools.partial(array_truncates, jnp.ones((2, 3)), jnp.ones((2, 3)))
+    failures = A.sweep_arrays("tests.test_keywords.array_truncates", recipe, {})
+    want = "`x` with one column fewer ((2, 2)) against `y`'s 3 was accepted"
+    assert any(want in f for f in failures), failures
+    declared = {f"tests.test_keywords.array_truncates:{a}": "free sizes" for a in "xy"}
+    failures = A.sweep_arrays(
+        "tests.test_keywords.array_truncates", recipe, {}, None, None, declared
+    )
+    assert failures == [], failures
+
+
 def array_mean(x, y):
     _validate.floating(x, name="x")
     _validate.floating(y, name="y")

@@ -98,3 +98,8 @@ RECIPES.update(
 )
 
 EXEMPT: dict[str, str] = {}
+
+BROADCAST_OK: dict[str, str] = {
+    "jaxkit.data.nearest_cosines:ref_emb": "the reference rows m are free (equal to `emb`'s "
+    "n only in the recipe; `exclude_self` checks they are equal): the result is [n, k]",
+}
