@@ -34,6 +34,12 @@ a pytree of parameters is not one),
   ``"path:argument"`` with the reason (a soft mask by design, an integer array that is
   plain data). A floating argument is not probed with integers: integers promote to
   floats, as in ``jax.numpy``;
+* an integer array with its first entry far above its range (``2**20``) and, for a signed
+  dtype, far below it (``-2**20``) must raise naming an argument (``ValueError`` eagerly,
+  the ``RuntimeError`` of ``eqx.error_if`` under ``jit``), unless the area's ``ANY_INT``
+  lists ``"path:argument"`` with the reason (labels compared only for equality, logical
+  positions): ``jnp.take`` clamps or fills, ``one_hot`` gives zeros, a scatter drops the
+  write, so an id out of range is a wrong result returned silently;
 * the array with an empty leading axis (``a[:0]``) and, for rank >= 2, an empty last axis
   (``a[..., :0]``) must raise a ``TypeError`` or ``ValueError`` naming an argument, or
   return a result without NaN (an empty batch may give an empty result; the mean of no
@@ -163,6 +169,28 @@ def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
     return tree, [np.shape(x) for x in leaves if isinstance(x, arrays)]
 
 
+def _try(
+    path: str, call: Callable[..., Any], name: str, bad: Any
+) -> tuple[BaseException | None, str, list[Any]]:
+    """The recipe with ``name`` replaced by ``bad``: ``(error, its message, [result])``."""
+    out: list[Any] = []
+
+    def change(args: dict[str, Any]) -> None:
+        args[name] = bad
+
+    e, _ = _call_with(path, call, change, out)
+    return e, ("" if e is None else str(e)), out
+
+
+def _unnamed(
+    where: str, e: BaseException | None, msg: str, params: list[str], kinds: Any
+) -> list[str]:
+    """A failure line where ``e`` is not one of ``kinds`` naming an argument in backticks."""
+    if e is None or (isinstance(e, kinds) and any(f"`{p}`" in msg for p in params)):
+        return []
+    return [f"{where} raised {type(e).__name__} naming no argument: {msg[:160]}"]
+
+
 def _sweep_broadcast(
     path: str,
     call: Callable[..., Any],
@@ -185,28 +213,16 @@ def _sweep_broadcast(
         if n < 2 or not partners:
             continue
         bad = a[:cut] if axis == 0 else a[..., :cut]
-        out: list[Any] = []
-
-        def change(args: dict[str, Any], bad: Any = bad) -> None:
-            args[name] = bad
-
-        e, _ = _call_with(path, call, change, out)
-        msg = "" if e is None else str(e)
+        e, msg, out = _try(path, call, name, bad)
         if e is None and out and _shapes(out[-1]) == _shapes(plain):
             failures.append(
                 f"{path}: `{name}` with {what} ({np.shape(bad)}) against `{partners[0]}`'s "
                 f"{n} was accepted, giving the valid call's shapes (a silent broadcast or a "
-                f"mismatch read as valid); raise "
-                f"naming it (`jaxkit._validate.shape`), or list `{path}:{name}` in "
-                "BROADCAST_OK with the reason"
+                f"mismatch read as valid); raise naming it (`jaxkit._validate.shape`), or list "
+                f"`{path}:{name}` in BROADCAST_OK with the reason"
             )
-        elif e is not None and (
-            not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
-        ):
-            failures.append(
-                f"{path}: `{name}` with {what} ({np.shape(bad)}) raised "
-                f"{type(e).__name__} naming no argument: {msg[:160]}"
-            )
+        where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
+        failures += _unnamed(where, e, msg, params, TypeError | ValueError)
     return failures
 
 
@@ -218,6 +234,38 @@ def _dtype_probe(a: Any) -> tuple[str, Any] | None:
     if kind == "b":
         return "floats for a bool mask", np.where(np.asarray(a), 0.5, 0.0).astype(np.float32)
     return None
+
+
+def _range_probes(a: Any) -> list[tuple[str, Any]]:
+    """An integer array with its first entry far above (and, signed, below) any range."""
+    x = np.asarray(a)
+    if x.dtype.kind not in "iu" or x.size == 0:
+        return []
+    info, probes = np.iinfo(x.dtype), []
+    for what, v in (("an id far above its range", 2**20), ("an id far below it", -(2**20))):
+        if info.min <= v <= info.max:
+            bad = x.copy()
+            bad.flat[0] = v
+            probes.append((what, bad))
+    return probes
+
+
+def _sweep_range(
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+) -> list[str]:
+    failures = []
+    for what, bad in _range_probes(a):
+        e, msg, _ = _try(path, call, name, bad)
+        if e is None:
+            failures.append(
+                f"{path}: `{name}` with {what} ({int(bad.flat[0])}) was accepted (`jnp.take` "
+                "clamps, `one_hot` gives zeros); raise a ValueError naming it "
+                f"(`jaxkit._validate.error_if` under jit), or list `{path}:{name}` in ANY_INT "
+                "with the reason"
+            )
+        kinds = TypeError | ValueError | RuntimeError  # eqx.error_if's, under jit
+        failures += _unnamed(f"{path}: `{name}` with {what}", e, msg, params, kinds)
+    return failures
 
 
 def _empty_probes(a: Any) -> list[tuple[str, Any]]:
@@ -239,26 +287,14 @@ def _sweep_empty(
 ) -> list[str]:
     failures = []
     for what, bad in _empty_probes(a):
-        out: list[Any] = []
-
-        def change(args: dict[str, Any], bad: Any = bad) -> None:
-            args[name] = bad
-
-        e, _ = _call_with(path, call, change, out)
-        msg = "" if e is None else str(e)
-        shape = np.shape(bad)
+        e, msg, out = _try(path, call, name, bad)
+        where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
         if e is None and out and _has_nan(out[-1]):
             failures.append(
-                f"{path}: `{name}` with {what} ({shape}) gave NaN; raise a ValueError naming "
-                f"it (`jaxkit._validate.nonempty`), or list `{path}:{name}` in EMPTY_EXEMPT"
+                f"{where} gave NaN; raise a ValueError naming it "
+                f"(`jaxkit._validate.nonempty`), or list `{path}:{name}` in EMPTY_EXEMPT"
             )
-        elif e is not None and (
-            not isinstance(e, TypeError | ValueError) or not any(f"`{p}`" in msg for p in params)
-        ):
-            failures.append(
-                f"{path}: `{name}` with {what} ({shape}) raised {type(e).__name__} naming no "
-                f"argument: {msg[:160]}"
-            )
+        failures += _unnamed(where, e, msg, params, TypeError | ValueError)
     return failures
 
 
@@ -269,6 +305,7 @@ def sweep_arrays(
     any_dtype: dict[str, str] | None = None,
     empty_exempt: dict[str, str] | None = None,
     broadcast_ok: dict[str, str] | None = None,
+    any_int: dict[str, str] | None = None,
 ) -> list[str]:
     """Sweep one recipe's array arguments; the failures, one line each."""
     arrays, plain = _plain_call(path, call)
@@ -289,12 +326,7 @@ def sweep_arrays(
         if dtype_probe is not None and f"{path}:{name}" not in (any_dtype or {}):
             probes.append(dtype_probe)
         for what, bad in probes:
-
-            def change(args: dict[str, Any], name: str = name, bad: Any = bad) -> None:
-                args[name] = bad
-
-            e, _ = _call_with(path, call, change)
-            msg = "" if e is None else str(e)
+            e, msg, _ = _try(path, call, name, bad)
             if what == "a string":
                 if not isinstance(e, TypeError) or f"`{name}`" not in msg:
                     got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
@@ -308,27 +340,24 @@ def sweep_arrays(
                         f"({got}); or list `{path}:{name}` in ANY_DTYPE with the reason"
                     )
                 continue
+            where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
             if e is None:
                 failures.append(
-                    f"{path}: `{name}` with {what} ({np.shape(bad)}) was accepted; raise a "
-                    f"TypeError naming it, or list `{path}:{name}` in ANY_RANK with the reason"
+                    f"{where} was accepted; raise a TypeError naming it, or list "
+                    f"`{path}:{name}` in ANY_RANK with the reason"
                 )
-            elif not isinstance(e, TypeError | ValueError) or not any(
-                f"`{p}`" in msg for p in params
-            ):
-                failures.append(
-                    f"{path}: `{name}` with {what} ({np.shape(bad)}) raised "
-                    f"{type(e).__name__} naming no argument: {msg[:160]}"
-                )
+            failures += _unnamed(where, e, msg, params, TypeError | ValueError)
         if f"{path}:{name}" not in (empty_exempt or {}):
             failures += _sweep_empty(path, call, name, a, params)
+        if f"{path}:{name}" not in (any_int or {}):
+            failures += _sweep_range(path, call, name, a, params)
         if f"{path}:{name}" not in any_rank and f"{path}:{name}" not in (broadcast_ok or {}):
             failures += _sweep_broadcast(path, call, name, arrays, params, plain)
     return failures
 
 
 # The areas' declarations (``tests/<area>/keywords.py``), in :func:`sweep_arrays`'s order.
-DECLARATIONS = ("ANY_RANK", "ANY_DTYPE", "EMPTY_EXEMPT", "BROADCAST_OK")
+DECLARATIONS = ("ANY_RANK", "ANY_DTYPE", "EMPTY_EXEMPT", "BROADCAST_OK", "ANY_INT")
 
 
 def declared_of(area: str, name: str) -> dict[str, str]:

@@ -303,11 +303,19 @@ def ids_unchecked(ids, mask):
     return jnp.take(jnp.arange(5.0), jnp.asarray(ids).astype(int)) * kept  # truncates 2.5
 
 
+def ids_clamped(ids, mask):
+    _validate.integer(ids, name="ids")
+    _validate.ndim(ids, 1, name="ids")
+    _validate.shape(mask, ids.shape, name="mask")
+    return jnp.where(mask, jnp.take(jnp.arange(5.0), ids, mode="clip"), 0.0)  # 7 reads 4
+
+
 def ids_good(ids, mask):
     _validate.integer(ids, name="ids")
     _validate.boolean(mask, name="mask")
     _validate.ndim(ids, 1, name="ids")
     _validate.shape(mask, ids.shape, name="mask")
+    ids = _validate.error_if(ids, jnp.any((ids < 0) | (ids >= 5)), "`ids` must lie in [0, 5).")
     return jnp.where(mask, jnp.take(jnp.arange(5.0), ids), 0.0)
 
 
@@ -331,6 +339,7 @@ class ScaledUnchecked:
     [
         ("ids_unchecked", "`ids` given floats for integers"),
         ("ids_good", None),
+        ("ids_clamped", "`ids` with an id far above its range (1048576) was accepted"),
         ("Scaled.__call__", None),
         ("ScaledUnchecked.__call__", "`ids` given floats for integers"),
         ("Scaled.unchecked", "`ids` given floats for integers"),
@@ -349,9 +358,9 @@ def test_array_sweep_probes_dtypes_and_calls(path, want):
     else:
         assert failures and want in failures[0], failures
         assert any("`mask` given floats for a bool mask" in f for f in failures), failures
-    # declared: the dtype probes are skipped
+    # declared: the dtype and range probes are skipped
     declared = {f"tests.test_keywords.{path}:{a}": "plain data" for a in ("ids", "mask")}
-    assert A.sweep_arrays(f"tests.test_keywords.{path}", call, {}, declared) == []
+    assert A.sweep_arrays(f"tests.test_keywords.{path}", call, {}, declared, any_int=declared) == []
 
 
 @pytest.mark.slow

@@ -173,7 +173,9 @@ def knn_label_agreement(
     ``sum_j v_ij [y_j == y_i] / sum_j v_ij`` over the ``k`` reference rows of highest
     cosine ``s_ij``, with weights ``v_ij = (1 + s_ij) / 2`` (**[recon]**: the weighting
     keeps every weight >= 0; the authors' exact weighting is not reproduced).
-    ``exclude_self`` as :func:`nearest_cosines`. Jitted (``k``, ``exclude_self`` static).
+    ``labels`` and ``ref_labels`` are only compared for equality, so any integer ids
+    are valid. ``exclude_self`` as :func:`nearest_cosines`. Jitted (``k``,
+    ``exclude_self`` static).
     """
     emb, ref = _check_emb(emb, ref_emb)
     k, exclude_self = _check_k(k, emb, ref, exclude_self)

@@ -119,7 +119,8 @@ def dual_stream_batch(
     observed tokens move first and masked ones last (stable, ascending positions).
 
     Args:
-      tokens: ``int32[B, L]`` clean sequences.
+      tokens: ``int32[B, L]`` clean sequences (any ids: copied and permuted, never
+        looked up).
       loss_mask: ``bool[B, L]``, maskable tokens (prompt tokens are ``False``).
       key: PRNG key.
       block_size: Block size B of the prediction stream (static; paper default 32).
@@ -205,7 +206,13 @@ def _dual_stream_batch(tokens, loss_mask, key, *, block_size, mask_token_id, per
     )
 
 
-def _nll(logits: Array, labels: Array) -> Array:
+def _nll(logits: Array, labels: Array, where: Array, *, name: str) -> Array:
+    """Per-slot cross-entropy; a label the loss reads (``where``) must index the logits."""
+    v = logits.shape[-1]
+    bad = jnp.any(where & ((labels < 0) | (labels >= v)))  # take_along_axis would clamp
+    labels = _validate.error_if(
+        labels, bad, f"`{name}` must hold token ids in [0, {v}) (the logits' vocabulary)."
+    )
     logp = jax.nn.log_softmax(logits.astype(accumulation_dtype(logits.dtype)), axis=-1)
     return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
 
@@ -246,6 +253,12 @@ def wedlm_loss(
       ``(loss, metrics)``; metrics: ``mlm``, ``ar``, ``n_masked``, ``ess``
       (effective sample size of the MLM weights).
 
+    Raises:
+      TypeError: ``batch`` not a :class:`DualStreamBatch`; logits not ``[B, 2L, V]``.
+      ValueError: A label the loss reads (``mlm_labels`` where ``mlm_mask``, ``ar_labels``
+        where ``ar_mask``) outside ``[0, V)`` (a runtime error under ``jit``); a negative
+        ``ar_weight``.
+
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM),
@@ -266,12 +279,17 @@ def wedlm_loss(
     logits = apply_fn(params, batch.input_ids, batch.positions, mask)
     _validate.shape(logits, (b, two_l, None), name="apply_fn(...) logits")
     mem, pred = logits[:, :length], logits[:, length:]
-    l_mlm = _mlm_term(_nll(pred, batch.mlm_labels), batch.mlm_mask, batch.mlm_weights, weighting)
+    l_mlm = _mlm_term(
+        _nll(pred, batch.mlm_labels, batch.mlm_mask, name="batch.mlm_labels"),
+        batch.mlm_mask,
+        batch.mlm_weights,
+        weighting,
+    )
     acc = accumulation_dtype(logits.dtype)
     am = batch.ar_mask.astype(acc)
-    l_ar = jnp.sum(am * _nll(mem, batch.ar_labels)) / jnp.maximum(
-        jnp.sum(am), jnp.asarray(1.0, acc)
-    )
+    l_ar = jnp.sum(
+        am * _nll(mem, batch.ar_labels, batch.ar_mask, name="batch.ar_labels")
+    ) / jnp.maximum(jnp.sum(am), jnp.asarray(1.0, acc))
     wa = jnp.asarray(ar_weight, acc)
     loss = (l_mlm + wa * l_ar) / (1.0 + wa)
     if isinstance(ar_weight, jax.core.Tracer):  # concrete values are checked above
@@ -319,6 +337,11 @@ def reorder_mlm_loss(
     Returns:
       Scalar loss.
 
+    Raises:
+      TypeError: Arrays of the wrong dtype or shape.
+      ValueError: A masked token outside the logits' ``[0, V)`` (the model never sees it,
+        the loss reads it; a runtime error under ``jit``).
+
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
       for Fast Inference, ICML 2026 (Tencent; code github.com/Tencent/WeDLM), Eq. 7.
@@ -347,4 +370,6 @@ def reorder_mlm_loss(
     ).astype(jnp.float32)
     weights = jnp.broadcast_to((1.0 / jnp.maximum(gamma, _GAMMA_MIN))[:, None], (b, length))
     weights = weights.astype(accumulation_dtype(logits.dtype))
-    return _mlm_term(_nll(logits, labels), mmask, weights, weighting).astype(logits.dtype)
+    return _mlm_term(_nll(logits, labels, mmask, name="tokens"), mmask, weights, weighting).astype(
+        logits.dtype
+    )

@@ -56,8 +56,9 @@ def topological_reorder(
     the ``j``-th mask slot then sees every observed token and the masks before it.
 
     Args:
-      tokens: Integer tokens in logical order, ``[..., L]``.
-      positions: Logical positions of the tokens, ``[..., L]`` (usually ``arange(L)``).
+      tokens: Integer tokens in logical order, ``[..., L]`` (any ids: only permuted).
+      positions: Logical positions of the tokens, ``[..., L]`` (usually ``arange(L)``;
+        any integers: only permuted with their tokens).
       is_masked: Boolean, ``True`` where the token is hidden (the set M).
       mask_token_id: Id written into the masked slots.
 

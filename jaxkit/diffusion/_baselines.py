@@ -41,6 +41,8 @@ def sir_resample(
 ) -> Array:
     """Sampling-importance-resampling: ``num_out`` rows drawn w.p. ``softmax(S / alpha)``.
 
+    The rows of ``tokens`` are copied whole, so any integer ids are carried through.
+
     Raises:
       TypeError: ``tokens`` not an integer ``[N, L]`` array, ``reward`` not a real ``[N]``
         array; ``key`` not a PRNG key.
@@ -84,11 +86,17 @@ def reverse_step(
       by the model's arg-max (what SMC scores with the oracle).
 
     Raises:
-      TypeError: bad tokens; a non-integer ``step``; ``key`` not a PRNG key.
-      ValueError: ``step`` outside ``[0, num_steps)`` (traced: under ``jit``).
+      TypeError: bad tokens; a non-integer ``step``; ``key`` not a PRNG key; ``apply_fn``
+        not callable.
+      ValueError: ``step`` outside ``[0, num_steps)``, a token id of ``z`` outside the
+        alphabet ``[0, V)`` of ``apply_fn``'s logits (traced: under ``jit``).
     """
     _validate.is_key(key)
+    _common.check_apply_fn(apply_fn)
     z, valid = _common.check_tokens(z, None, name="z", allow_mask=True, mask_id=mask_id)
+    vocab = _common.checked_vocab(
+        apply_fn, params, z, valid, name="z", allow_mask=True, mask_id=mask_id
+    )
     num_steps = _validate.python_int(num_steps, name="num_steps", minimum=1)
     step = jnp.asarray(step)
     _validate.integer(step, name="step")
@@ -105,11 +113,15 @@ def reverse_step(
         mask_id=mask_id,
         num_steps=num_steps,
         schedule=as_schedule(schedule),
+        vocab=vocab,
     )
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "mask_id", "num_steps", "schedule"))
-def _reverse_step(apply_fn, params, z, valid, k, key, *, mask_id, num_steps, schedule):
+@functools.partial(
+    jax.jit, static_argnames=("apply_fn", "mask_id", "num_steps", "schedule", "vocab")
+)
+def _reverse_step(apply_fn, params, z, valid, k, key, *, mask_id, num_steps, schedule, vocab):
+    z = _common.guard_alphabet(z, z, vocab, name="z", allow_mask=True, mask_id=mask_id)
     k_tok, k_u = jax.random.split(key)
     log_p = _common.denoise(apply_fn, params, z, valid, mask_id)
     draw = sample_tokens(log_p, key=k_tok)

@@ -121,10 +121,10 @@ def make_buffer(
 ):
     """Score sampled trajectories and build a :class:`Buffer` (host).
 
-    ``objective="td3b"``: reward = :func:`gated_reward` for ``direction``;
-    ``"affinity"``: the affinity-only ("equilibrium") baseline, reward = affinity and
-    no confidence term. ``tokens``, ``unmask_step``: ``int[N, L]``; ``log_ratio``: ``[N]``
-    (another dtype or shape is a ``TypeError`` naming the argument).
+    ``objective="td3b"``: reward = :func:`gated_reward` for ``direction``; ``"affinity"``:
+    the affinity-only ("equilibrium") baseline, reward = affinity, no confidence term.
+    ``tokens``, ``unmask_step``: ``int[N, L]``, any values (alphabet, ``num_steps``: checked
+    where used); ``log_ratio``: ``[N]`` (another dtype or shape: a named ``TypeError``).
     """
     _validate.one_of(OBJECTIVES, objective=objective)
     _check_rows(tokens, unmask_step, log_ratio)

@@ -97,6 +97,17 @@ def _criteria(apply_fn, layers, engrams, inputs, labels, ids, alpha):
 _criteria_jit = jax.jit(_criteria, static_argnames=("apply_fn",))
 
 
+def _num_classes(apply_fn, layers, inputs, b: int) -> int:
+    """The class count ``C`` of ``apply_fn``'s logits ``[B, C]`` (abstract: nothing runs)."""
+    out = jax.eval_shape(apply_fn, layers, inputs)
+    shape = getattr(out[0], "shape", None) if isinstance(out, tuple | list) and out else None
+    if shape is None or len(shape) != 2 or shape[0] != b:
+        raise TypeError(
+            f"`apply_fn` must return (logits [{b}, classes], hidden), got logits of shape {shape}."
+        )
+    return int(shape[1])
+
+
 def _check_inputs(inputs, b: int) -> None:
     """Every leaf of ``inputs`` is a numeric array ``[B, ...]`` (one row per label).
 
@@ -140,7 +151,7 @@ def criteria(
       engrams: From :func:`extract`.
       inputs: Evaluation inputs (any pytree ``apply_fn`` accepts), each leaf with the
         leading batch axis ``[B, ...]`` of ``labels``.
-      labels: Correct classes ``[B]``.
+      labels: Correct classes ``[B]``, in ``[0, C)`` for the ``C`` classes of the logits.
       ids: Memory of each example ``[B]`` in ``[0, K)``; every memory needs at least
         one example.
       alpha: Erase strength (traced; ``count_ratio`` scaling).
@@ -149,10 +160,11 @@ def criteria(
       :class:`Criteria`.
 
     Raises:
-      TypeError: ``labels``/``ids`` not 1-D integer arrays of the same length, or a leaf
-        of ``inputs`` not a numeric array with the leading batch axis ``[B, ...]``.
-      ValueError: K < 2, an id outside ``[0, K)``, a memory without examples or a
-        non-finite ``alpha``.
+      TypeError: ``labels``/``ids`` not 1-D integer arrays of the same length, a leaf
+        of ``inputs`` not a numeric array with the leading batch axis ``[B, ...]``, or
+        ``apply_fn`` not returning logits ``[B, C]`` first.
+      ValueError: K < 2, an id outside ``[0, K)``, a label outside ``[0, C)``, a memory
+        without examples or a non-finite ``alpha``.
     """
     layers = _check_layers(layers)
     k = _check_engrams(layers, engrams)
@@ -164,6 +176,12 @@ def criteria(
     labels, ids = jnp.asarray(labels), jnp.asarray(ids)
     _validate.same_shape(ids=ids, labels=labels)
     _check_inputs(inputs, labels.shape[0])
+    c = _num_classes(apply_fn, layers, inputs, labels.shape[0])
+    labels = _validate.error_if(
+        labels,
+        _validate.any_outside(labels, 0, c - 1),
+        f"`labels` must lie in [0, {c}) (the classes of `apply_fn`'s logits).",
+    )
     labels, ids = labels.astype(jnp.int32), ids.astype(jnp.int32)
     ids = _validate.guard_finite(ids, alpha, name="alpha")  # erase's own guard
     present = jnp.zeros((k,), jnp.int32).at[jnp.clip(ids, 0, k - 1)].add(1)

@@ -186,10 +186,19 @@ _validate_jit = jax.jit(_validate_core)
 def validate_boolean(truth: Shaped[ArrayLike, "..."], obs: BooleanObs) -> Bool[Array, "..."]:
     """Valid iff the truth table matches every observed row (jitted; broadcasts).
 
-    ``truth`` is integer 4-bit codes (``ExprTable.truth``) of any shape (broadcast with
-    ``obs``); bits above 4 are ignored.
+    ``truth`` is integer 4-bit codes in ``[0, 15]`` (``ExprTable.truth``) of any shape
+    (broadcast with ``obs``).
+
+    Raises:
+      TypeError: ``truth``, ``obs.mask`` or ``obs.out`` not integers, ``obs`` not a
+        :class:`BooleanObs`.
+      ValueError: a ``truth`` code outside ``[0, 15]`` or an ``obs.mask`` outside ``[1, 15]``
+        (traced: under ``jit``).
     """
     V.integer(truth, name="truth")
+    # a code past 4 bits is no truth table: its high bits were dropped (2**20 read as 0)
+    truth = jnp.asarray(truth)
+    truth = V.error_if(truth, V.any_outside(truth, 0, 0xF), "`truth` must lie in [0, 15].")
     if not isinstance(obs, BooleanObs):
         raise TypeError(f"`obs` must be a BooleanObs, got {type(obs).__name__}.")
     V.integer(obs.mask, name="obs.mask")

@@ -74,9 +74,10 @@ def metrics(
     """Validity, uniqueness, recovery and parse rate of one run (jitted; vmap over runs).
 
     Args:
-      ids: ``int[N]`` proposed canonical ids, ``-1`` (any negative) for a failed query.
-      admissible: ``int[K_max]`` distinct admissible ids, padded with ``-1``; ``K`` is the
-        number of non-negative entries (recovery is 0 when ``K = 0``).
+      ids: ``int[N]`` proposed canonical ids, ``-1`` (any negative) for a failed query;
+        compared only for equality with ``admissible`` (any integer is an id).
+      admissible: ``int[K_max]`` distinct admissible ids, padded with ``-1`` (any negative);
+        ``K`` is the number of non-negative entries (recovery is 0 when ``K = 0``).
       valid: optional ``bool[N]`` validity of each query as a mode's validator judged it
         (default: the id is admissible, ``mode="strict"``). Upstream's scorer differs
         (``mode="compat"``, spec §1.3): a 3D answer over the height cap is valid yet never
@@ -124,8 +125,8 @@ def _check_admissible(admissible):
 def uniform_space(table: Int[ArrayLike, " M"], n_queries: int, *, key) -> Int[Array, " N"]:
     """I.i.d. uniform draws over a candidate table (random guessing over ``H``).
 
-    ``table`` is ``int[M]`` candidate ids (e.g. ``canonical_id(enumerate_dags(n))``),
-    entries < 0 are padding and never drawn. Returns ``int32[n_queries]`` ids.
+    ``table`` is ``int[M]`` candidate ids (e.g. ``canonical_id(enumerate_dags(n))``), copied
+    as they are; entries < 0 are padding and never drawn. Returns ``int32[n_queries]`` ids.
     """
     _check_table(table, "table")
     t = V._concrete(table)

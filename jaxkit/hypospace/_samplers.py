@@ -183,7 +183,7 @@ def collapsed(
     kappa: Float[ArrayLike, ""] = 0.0,
     key,
 ) -> Int[Array, " N"]:
-    """``n_queries`` draws of the collapsed stand-in (``int32`` ids from ``table``).
+    """``n_queries`` draws of the collapsed stand-in (``int32`` ids copied from ``table``).
 
     The rank order and the draws use independent halves of ``key`` (the rank half is
     ``jax.random.split(key)[0]``, so ``collapsed_probs(..., key=that)`` is this law).
@@ -274,6 +274,8 @@ def stratified(
 ) -> Int[Array, " N"]:
     """Stratified draws: ``quotas[s]`` queries from ``p`` renormalised to stratum ``s``.
 
+    The draws are ``int32`` ids copied from ``table`` (any integers).
+
     ``quotas`` (traced, e.g. from :func:`stratum_quotas`) must be >= 0 and sum to the
     static ``n_queries`` (guarded). With ``admissible`` given, the valid and invalid parts
     of ``p`` each keep their mass inside a stratum (asking a model for a stratum does not
@@ -345,6 +347,13 @@ def expected_metrics_stratified(
     ``preserve_validity``, as ``stratified(..., admissible=admissible)``: each part keeps
     its mass); ``E[R] = (1/K) sum_{h in H_O} (1 - prod_s (1 - q_s(h))^{N_s})``,
     ``E[V] = sum_s N_s q_s(H_O) / N``, ``E[U] = sum_h (1 - prod_s ...) / N``.
+
+    ``quotas`` are query counts: any ``N_s >= 0`` with ``N >= 1`` (traced: guarded).
+
+    Raises:
+      TypeError: arguments of the wrong shape or dtype.
+      ValueError: a ``strata`` entry outside ``[0, S)``, a negative ``quotas`` entry or
+        ``quotas`` summing to 0 (traced: under ``jit``).
     """
     V.ndim(p, 1, name="p")
     V.floating(p, name="p")
@@ -354,6 +363,8 @@ def expected_metrics_stratified(
     V.integer(quotas, name="quotas")
     _check_strata(strata, p, jnp.shape(quotas)[0])
     V.flags(preserve_validity=preserve_validity)
+    q = jnp.asarray(quotas)  # a negative N_s gave probabilities above 1, N = 0 a NaN
+    q = V.error_if(q, jnp.any(q < 0) | (jnp.sum(q) < 1), "`quotas` must be >= 0, sum >= 1.")
     adm = jnp.asarray(admissible, bool)
     group = adm if preserve_validity else jnp.ones(adm.shape, bool)
-    return _expected_strat_jit(p, adm, strata, quotas, group)
+    return _expected_strat_jit(p, adm, strata, q, group)

@@ -356,8 +356,8 @@ def inject(
     Raises:
       TypeError: shapes or dtypes that disagree (an empty ``ctx`` too); no ``lm_params``
         for the LoRA replica.
-      ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}, a negative ``at``
-        (traced: under ``jit``).
+      ValueError: ``k`` outside ``[0, k_max]``, ``bank`` outside {0, 1}, ``at`` outside
+        ``[0, S]`` (traced: under ``jit``).
     """
     check_lm_for_injector(cfg, lm_params, lm_cfg, "`inject`")
     ctx, ctx_valid, at, bank, k = check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k)
@@ -389,7 +389,8 @@ def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
         k, _validate.any_outside(k, 0, cfg.k_max), f"`k` must lie in [0, {cfg.k_max}]."
     )
     bank = _validate.error_if(bank, _validate.any_outside(bank, 0, 1), "`bank` must be 0 or 1.")
-    at = _validate.error_if(at, jnp.any(at < 0), "`at` must be >= 0.")
+    s = ctx.shape[1]  # past S the injector read the whole context at clipped distances
+    at = _validate.error_if(at, _validate.any_outside(at, 0, s), f"`at` must lie in [0, {s}].")
     return ctx, ctx_valid, at, bank, k
 
 
@@ -403,14 +404,20 @@ def memory_interventions(
     ``nn.decode_step`` / ``decoding.ar_generate`` (one injection per row: what
     :func:`dlmr_generate` does for one forced route, exactly).
 
+    ``at`` is any slot ``>= 0``: the sequence it indexes is not known here (the same object
+    serves every call of a generation; a chunk that does not meet the span is only masked).
+
     Raises:
       TypeError: a ``memory`` that is not a floating ``[B, K, D]`` array, an ``at`` that is
         not an integer ``[B]`` array.
+      ValueError: a negative ``at`` (traced: under ``jit``).
     """
     _validate.floating(memory, name="memory")  # before nn.Interventions (it names `latents`)
     _validate.ndim(memory, 3, name="memory")
     _validate.integer(at, name="at")
     _validate.ndim(at, 1, name="at")
+    at = jnp.asarray(at)
+    at = _validate.error_if(at, jnp.any(at < 0), "`at` must be >= 0.")
     return nn.Interventions(insert_layer=cfg.layer, insert_at=at, latents=memory)
 
 

@@ -140,6 +140,10 @@ class Injector(eqx.Module):
         ``reads`` is the first cross block's attention on the context slots, averaged
         over heads and latents (what stage 1's evidence term supervises).
 
+        ``dist`` is any integer, clipped to ``[0, recency - 1]``: far slots share the last
+        recency embedding; slots at or past the point (``dist <= 0``, as ``memory.inject`` passes
+        them) are meant to be hidden by ``ctx_valid``.
+
         Raises:
           TypeError: If ``ctx``, ``latents`` or ``now`` is not a floating array, a mask not a
             bool array or ``dist`` not an integer array (a string included), or the shapes

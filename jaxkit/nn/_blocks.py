@@ -315,7 +315,7 @@ def run_layers(
       cfg: Model configuration.
       h: Hidden states ``[B, T, D]`` entering block ``start``.
       positions: Logical RoPE positions ``int[B, T]`` (independent of the
-        physical order).
+        physical order; any integers: RoPE and the window are relative).
       start: First block to run.
       stop: One past the last block (default ``cfg.n_layers``).
       cache: Optional :class:`KVCache` (its layers ``start..stop-1`` are used).

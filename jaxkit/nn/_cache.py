@@ -128,7 +128,8 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
 
     Args:
       cache: The cache.
-      n: ``int32[B]`` or a scalar number of rows to commit per sequence.
+      n: ``int32[B]`` or a scalar number of rows to commit per sequence (any integer:
+        the clip makes a larger one commit every slot, a negative one rolls back).
 
     Returns:
       The cache with ``length = clip(length + n, 0, max_len)``.

@@ -128,7 +128,7 @@ def write_kv(
       params: Model parameters.
       cfg: Model configuration.
       h: Hidden states ``[B, T, D]`` entering block ``layer``.
-      positions: Logical RoPE positions ``int[B, T]``.
+      positions: Logical RoPE positions ``int[B, T]`` (any integers: RoPE is relative).
       cache: The :class:`KVCache` to write into.
       layer: The block (static, in ``[0, n_layers)``).
       overflow: Rows past the capacity: ``"error"`` raises, ``"drop"`` drops them.

@@ -175,7 +175,8 @@ def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) 
     """Fraction of positions ``>= start`` that follow the task's rule, per row.
 
     ``counting``/``noisy_counting``: ``x_t = x_{t-1} + d`` modulo the number of
-    symbols (d from the prompt; a non-symbol token never counts);
+    symbols (d from the prompt, whose two tokens defining it must be symbols; any other
+    token may be any id: a non-symbol token never counts);
     ``copy``: ``x_t`` equals the source symbol it copies.
 
     Args:
@@ -185,6 +186,12 @@ def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) 
 
     Returns:
       ``float32[B]`` accuracies.
+
+    Raises:
+      TypeError: ``tokens`` not an integer ``[B, L]`` array.
+      ValueError: an unknown ``task``; ``start`` outside ``[1, L)``; for the counting
+        tasks, a token defining ``d`` (positions 0, 1; 1, 2 for ``noisy_counting``) that
+        is not a symbol (traced: under ``jit``).
     """
     _validate.one_of(TINY_TASKS, task=task)
     _validate.integer(tokens, name="tokens")  # before jnp.asarray (a string names none)
@@ -193,7 +200,17 @@ def tiny_task_accuracy(task: str, tokens: Int[ArrayLike, "B L"], *, start: int) 
     L = tokens.shape[1]
     if not 1 <= start < L:
         raise ValueError(f"`start` must lie in [1, {L}), got start={start}.")
+    if task != "copy":  # a non-symbol in the prompt gives a wrong step d, scored silently
+        m, off = _counting_rule(task)
+        bad = _validate.any_outside(tokens[:, off : off + 2], 0, m - 1)
+        msg = f"`tokens` must hold symbols in [0, {m - 1}] at positions {off}, {off + 1} (d)."
+        tokens = _validate.error_if(tokens, bad, msg)
     return _accuracy(tokens, task=task, start=start)
+
+
+def _counting_rule(task: str) -> tuple[int, int]:
+    """``(number of symbols, index of the first prompt token defining d)`` of a counting task."""
+    return (16, 0) if task == "counting" else (NOISY_N, 1)
 
 
 @functools.partial(jax.jit, static_argnames=("task", "start"))
@@ -206,7 +223,7 @@ def _accuracy(tokens, *, task, start):
         ok = tokens == src
         scored = (t >= start) & (t > k) & (t <= 2 * k)
     else:
-        m, off = (16, 0) if task == "counting" else (NOISY_N, 1)
+        m, off = _counting_rule(task)
         d = (tokens[:, off + 1] - tokens[:, off]) % m
         prev = jnp.concatenate([tokens[:, :1], tokens[:, :-1]], axis=1)
         ok = ((prev + d[:, None]) % m) == tokens

@@ -441,6 +441,8 @@ def calibrate_cells(
     Raises:
       TypeError: If ``xi`` is not a floating array of shape ``(n, d)`` with ``n >= 1``, or
         ``cells`` is not an integer array of shape ``(n,)``.
+      ValueError: If a ``cells`` entry lies outside ``[0, n_cells)`` or a cell holds no
+        sample (traced: under ``jit``).
     """
     _validate.one_of(("hull", "box", "ellipsoid"), kind=kind)
     n_cells = _validate.python_int(n_cells, name="n_cells", minimum=1)
@@ -451,6 +453,12 @@ def calibrate_cells(
     _validate.integer(cells, name="cells")
     cells = jnp.asarray(cells)
     _validate.shape(cells, (xi.shape[0],), name="cells")
+    # an id outside [0, n_cells) matched no cell: its sample was dropped silently
+    cells = _validate.error_if(
+        cells,
+        _validate.any_outside(cells, 0, n_cells - 1),
+        f"`cells` must lie in [0, n_cells={n_cells}).",
+    )
     acc = accumulation_dtype(xi.dtype)
     w = _weights(weights, xi.shape[0], acc)
     onehot = (cells[None, :] == jnp.arange(n_cells, dtype=cells.dtype)[:, None]).astype(acc) * w[

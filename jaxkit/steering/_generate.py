@@ -316,7 +316,8 @@ def prefix_prompts(
 ) -> tuple[Int[Array, "B K+P"], Int[Array, " B"]]:
     """Prepend a fixed token pattern (e.g. a refusal system prompt) to every prompt.
 
-    Returns ``(prompts [B, K+P], prompt_len + K)`` (right padding kept).
+    Returns ``(prompts [B, K+P], prompt_len + K)`` (right padding kept). The token ids of
+    ``prompt`` and ``prefix`` are copied as they are (any integers: no vocabulary here).
 
     Raises:
       TypeError: non-integer or misshapen ``prompt``, ``prompt_len``, ``prefix``.

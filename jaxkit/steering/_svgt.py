@@ -381,7 +381,9 @@ def refresh_bridge(
     ``length`` are unchanged.
 
     Raises:
-      ValueError: ``layer`` out of range; a prompt plus bridge longer than the cache.
+      ValueError: ``layer`` out of range; a ``prompt_len`` outside ``[0, S - K]`` (a
+        negative one, or a prompt plus bridge longer than the cache's capacity S;
+        traced: under ``jit``).
       TypeError: a non-floating ``bridge`` or one of the wrong shape; a ``prompt_len`` that
         is not an integer ``[B]`` array.
     """
@@ -394,9 +396,11 @@ def refresh_bridge(
     if not 0 <= layer < lm_cfg.n_layers:
         raise ValueError(f"`layer` must lie in [0, {lm_cfg.n_layers}), got {layer}.")
     _validate.shape(bridge, (cache.length.shape[0], None, lm_cfg.d_model), name="bridge")
-    cap = cache.capacity
-    bad = jnp.any(prompt_len + bridge.shape[1] > cap)
-    prompt_len = _validate.error_if(
-        prompt_len, bad, f"`cache` is too small: prompt + bridge exceed its capacity {cap}."
+    cap, k = cache.capacity, bridge.shape[1]
+    bad = _validate.any_outside(prompt_len, 0, cap - k)
+    msg = (
+        f"`prompt_len` must lie in [0, {cap - k}] (the prompt plus {k} bridge rows within "
+        f"`cache`'s capacity {cap})."
     )
+    prompt_len = _validate.error_if(prompt_len, bad, msg)
     return refresh_core(lm_params, cache, bridge, prompt_len, lm_cfg=lm_cfg, layer=layer)

@@ -112,12 +112,18 @@ class ConfidenceGate(eqx.Module):
           TypeError: ``label_ids`` not an integer ``[K]`` array, ``conf`` not a floating
             ``[K, 4]`` array, ``context`` not a floating ``[D]`` array (``D`` the gate's
             ``context_dim``).
+          ValueError: a ``label_ids`` entry outside ``[0, |C_k|)`` (traced: under ``jit``).
         """
-        k = len(self.sizes)
-        check_item(label_ids, conf, k)
+        check_item(label_ids, conf, len(self.sizes))
         _validate.floating(context, name="context")
         d = self.w1.shape[1] - N_CONF_FEATURES - self.label_table.shape[2]
         _validate.shape(context, (d,), name="context")
+        label_ids = check_labels(label_ids, self.sizes)  # one_hot of a bad id gives zeros
+        return self._logits(label_ids, conf, context)
+
+    def _logits(self, label_ids, conf, context):
+        """:meth:`__call__` on checked arguments (:class:`TESSForecaster` checks its own)."""
+        k = len(self.sizes)
         dt = self.w1.dtype
         emb = lookup(self.label_table, label_ids)
         ctx = jnp.broadcast_to(jnp.asarray(context, dt)[None], (k, context.shape[-1]))
@@ -129,7 +135,10 @@ class ConfidenceGate(eqx.Module):
 def gate_targets(
     pred_ids: Int[ArrayLike, "N K"], oracle_ids: Int[ArrayLike, "N K"]
 ) -> Int[Array, "N K"]:
-    """Gate supervision ``1[pred == oracle]`` as int32 [C]."""
+    """Gate supervision ``1[pred == oracle]`` as int32 [C].
+
+    The ids are compared only for equality (any integers; no schema is read here).
+    """
     _validate.integer(pred_ids, name="pred_ids")  # before jnp.asarray: a str names it
     _validate.integer(oracle_ids, name="oracle_ids")
     pred_ids, oracle_ids = jnp.asarray(pred_ids), jnp.asarray(oracle_ids)

@@ -289,7 +289,10 @@ def render_text(
             raise ValueError(f"`phrases` has no entry for primitive `{p.name}`.")
         lab = int(labels[k])
         if not 0 <= lab < len(p.labels):
-            raise ValueError(f"unknown label id {lab} for primitive `{p.name}`.")
+            raise ValueError(
+                f"`labels` holds an unknown label id {lab} for primitive `{p.name}` (ids "
+                f"must lie in [0, {len(p.labels) - 1}])."
+            )
         chosen = [lab]
         if noisy is not None and noisy[k]:
             wrong = [i for i in range(len(p.labels)) if i != lab]

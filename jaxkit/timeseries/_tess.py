@@ -77,6 +77,7 @@ class TESSForecaster(eqx.Module):
           TypeError: ``x`` not a floating ``[L, C]`` array for the backbone, ``label_ids``
             not an integer ``[K]`` array, ``conf`` not a floating ``[K, 4]`` array, ``gate``
             not a floating ``[K]`` array, ``learned`` not a bool scalar.
+          ValueError: a ``label_ids`` entry outside ``[0, |C_k|)`` (traced: under ``jit``).
         """
         bb = self.backbone
         k = len(self.sizes)
@@ -87,10 +88,11 @@ class TESSForecaster(eqx.Module):
             _validate.shape(gate, (k,), name="gate")
         _validate.boolean(learned, name="learned")
         _validate.ndim(learned, 0, name="learned")
+        label_ids = check_labels(label_ids, self.sizes)  # one_hot of a bad id gives zeros
         z, stats = bb.embed(x)
         # the gate reads the pooled history embedding without shaping it (stop_gradient):
         # with the gate fixed at 0 the backbone then trains exactly as a PatchTST would
-        logits = self.gate(label_ids, conf, jax.lax.stop_gradient(jnp.mean(z, (0, 1))))
+        logits = self.gate._logits(label_ids, conf, jax.lax.stop_gradient(jnp.mean(z, (0, 1))))
         g = jax.nn.sigmoid(logits)
         if gate is not None:
             g = jnp.where(learned, g, gate.astype(g.dtype))

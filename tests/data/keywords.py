@@ -103,3 +103,10 @@ BROADCAST_OK: dict[str, str] = {
     "jaxkit.data.nearest_cosines:ref_emb": "the reference rows m are free (equal to `emb`'s "
     "n only in the recipe; `exclude_self` checks they are equal): the result is [n, k]",
 }
+
+ANY_INT: dict[str, str] = {
+    "jaxkit.data.knn_label_agreement:labels": "class ids compared only for equality with "
+    "`ref_labels` (`[y_j == y_i]`): never an index, so any integer is a valid label",
+    "jaxkit.data.knn_label_agreement:ref_labels": "class ids compared only for equality with "
+    "`labels` (`[y_j == y_i]`): never an index, so any integer is a valid label",
+}

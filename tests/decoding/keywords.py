@@ -94,3 +94,14 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.decoding.commit_count:filled": "[..., W]: any leading batch axes, as documented",
     "jaxkit.decoding.token_entropy:logits": "[..., V]: any leading batch axes, as documented",
 }
+
+ANY_INT: dict[str, str] = {
+    "jaxkit.decoding.dual_stream_batch:tokens": "token ids only copied, permuted and shifted "
+    "into the two streams and the labels (no vocabulary here: the model's is first known in "
+    "the loss); `mask_token_id` is written, never looked up",
+    "jaxkit.decoding.topological_reorder:tokens": "token ids only permuted (observed first, "
+    "masks last): no vocabulary is looked up, so any integer id is carried through",
+    "jaxkit.decoding.topological_reorder:positions": "logical RoPE positions, only permuted "
+    "with their tokens: any integer is a valid position (an offset or a packed sequence's "
+    "own numbering), never an index",
+}

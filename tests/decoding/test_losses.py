@@ -227,3 +227,27 @@ def test_loss_bad_inputs():
         with pytest.raises(Exception, match="`ar_weight`"):
             jax.block_until_ready(f(w))
     assert V > MASK
+
+
+def test_loss_labels_outside_the_vocabulary_raise():
+    # take_along_axis would clamp a label past the logits' vocabulary (a silent wrong loss);
+    # a DualStreamBatch built by hand, or tokens only masked (never fed to the model), reach it
+    params, cfg = tiny(0)
+    tok = jnp.ones((2, 8), jnp.int32)
+    bt = dual_stream_batch(
+        tok, jnp.ones((2, 8), bool), key=jax.random.key(0), block_size=4, mask_token_id=MASK
+    )
+    assert bool(bt.mlm_mask.any()) and bool(bt.ar_mask.any())
+    assert np.isfinite(wedlm_loss(_apply_fn(cfg), params, bt)[0])
+    for field, mask in (("mlm_labels", bt.mlm_mask), ("ar_labels", bt.ar_mask)):
+        for bad in (V, -1):
+            labels = jnp.where(mask, bad, getattr(bt, field))
+            with pytest.raises(ValueError, match=f"`batch.{field}` must hold token ids"):
+                wedlm_loss(_apply_fn(cfg), params, bt._replace(**{field: labels}))
+    f = jax.jit(lambda b: wedlm_loss(_apply_fn(cfg), params, b)[0])
+    with pytest.raises(Exception, match="`batch.mlm_labels`"):
+        jax.block_until_ready(f(bt._replace(mlm_labels=jnp.where(bt.mlm_mask, V, 0))))
+    masked = jnp.zeros((2, 8), bool).at[:, 3].set(True)
+    bad_tok = tok.at[:, 3].set(V + 5)  # masked: the model never sees it, only the loss does
+    with pytest.raises(ValueError, match="`tokens` must hold token ids"):
+        reorder_mlm_loss(_apply_fn(cfg), params, bad_tok, masked, masked, mask_token_id=MASK)

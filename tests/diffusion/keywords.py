@@ -231,3 +231,14 @@ ANY_DTYPE: dict[str, str] = {
         "+1 or -1 (the probe's 1.5) is a ValueError under the guard (tests/diffusion/test_td3b.py)"
     ),
 }
+
+ANY_INT: dict[str, str] = {
+    "jaxkit.diffusion.sir_resample:tokens": "token ids of whole rows that are only copied "
+    "(resampled): no vocabulary is looked up, so any integer id is carried through",
+    "jaxkit.diffusion.make_buffer:tokens": "stored as given and handed to the black-box "
+    "oracle: the model's alphabet is not known here; the buffer's consumers (`td3b_loss`, "
+    "`td3b_train_step`, `rescore_buffer`) check `buffer.tokens` against it",
+    "jaxkit.diffusion.make_buffer:unmask_step": "stored as given: its range [-1, num_steps) "
+    "needs `num_steps`, which make_buffer does not take; its one consumer, `rescore_buffer` "
+    "(through `trajectory_log_prob`), checks it against `num_steps`",
+}

@@ -145,3 +145,24 @@ def test_audit_reverse_step_outside_the_schedule_raises():
             diffusion.reverse_step(
                 APPLY, _P32, z, step, key=jax.random.key(0), mask_id=MASK, num_steps=3
             )
+
+
+def test_reverse_step_token_outside_the_alphabet_raises():
+    # a token id outside [0, V) was fed to the denoiser (its embedding gather clamps):
+    # a concrete ValueError naming `z`; under jit the traced guard (a runtime error)
+    from tests.diffusion.cases import _P32, APPLY, MASK
+
+    z = jnp.full((2, 4), MASK, jnp.int32)
+    for bad in (2**20, -1):
+        with pytest.raises(ValueError, match="`z`"):
+            diffusion.reverse_step(
+                APPLY, _P32, z.at[0, 0].set(bad), 0, key=jax.random.key(0), mask_id=MASK,
+                num_steps=3,
+            )  # fmt: skip
+    step = jax.jit(
+        lambda z: diffusion.reverse_step(
+            APPLY, _P32, z, 0, key=jax.random.key(0), mask_id=MASK, num_steps=3
+        )
+    )
+    with pytest.raises(RuntimeError, match="`z`"):
+        step(z.at[0, 0].set(2**20))

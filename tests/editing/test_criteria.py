@@ -40,6 +40,10 @@ def test_criteria_exact_on_orthogonal_memories():
     np.testing.assert_allclose(c.keep_accuracy, np.eye(K))
     with pytest.raises(ValueError, match="`ids`"):
         editing.criteria(_apply, lin, en, xs, rid, jnp.full_like(rid, 3))
+    # a label outside the K + 1 classes of the logits (argmax never equals it: accuracy 0)
+    for bad in (K + 1, -1):
+        with pytest.raises(ValueError, match=r"`labels` must lie in \[0, 4\)"):
+            editing.criteria(_apply, lin, en, xs, rid.at[0].set(bad), rid)
     # a NaN strength: erase's own guard (before, NaN accuracies came back without an error)
     with pytest.raises(ValueError, match="`alpha` must be finite"):
         editing.criteria(_apply, lin, en, xs, rid, rid, alpha=float("nan"))

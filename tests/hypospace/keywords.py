@@ -146,3 +146,27 @@ ANY_RANK = {
         "[..., L, g, g]: leading batch axes, one score each (documented); rank < 3 raises"
     ),
 }
+
+_COPIED = "candidate ids copied to the output, never used as an index (any int32 id is a name)"
+_PADDED = "ids copied to the output, never used as an index; negative entries are padding"
+ANY_INT: dict[str, str] = {
+    "jaxkit.hypospace.from_canonical_id:ids": (
+        "any negative id is the failed-query sentinel (documented); above 2**(n(n-1)) raises"
+    ),
+    "jaxkit.hypospace.metrics:ids": (
+        "proposed ids compared only for equality with `admissible`; any negative is a failed "
+        "query (documented)"
+    ),
+    "jaxkit.hypospace.metrics:admissible": (
+        "ids compared only for equality with `ids`; negative entries are padding (documented)"
+    ),
+    "jaxkit.hypospace.collapsed:table": _COPIED,
+    "jaxkit.hypospace.stratified:table": _COPIED,
+    "jaxkit.hypospace.uniform_space:table": _PADDED,
+    "jaxkit.hypospace.uniform_admissible:admissible": _PADDED,
+    "jaxkit.hypospace.enumerative:admissible": _PADDED,
+    "jaxkit.hypospace.expected_metrics_stratified:quotas": (
+        "query counts: any N_s >= 0 is valid (a larger one is more queries); a negative one "
+        "or a zero sum raises (tested)"
+    ),
+}

@@ -120,6 +120,9 @@ def test_boolean_errors():
             jax.block_until_ready(traced(np.int32(m)))
     with pytest.raises(TypeError, match="`truth`"):
         H.validate_boolean(np.zeros(4, np.float32), H.BooleanObs(np.int32(1), np.int32(0)))
+    for t in (16, -1):  # issue 13: high bits were dropped (2**20 read as the table 0)
+        with pytest.raises(ValueError, match="`truth` must lie in"):
+            H.validate_boolean(np.array([3, t]), H.BooleanObs(np.int32(1), np.int32(0)))
     assert H.format_boolean_observation(1, 1) == "(x=0, y=1) -> 1"
     names = [t.name for t in H.boolean_collection("basic", 1)]
     assert names[0] == "n1_inputs_00_outputs_0" and "n2_inputs_00_11_outputs_01" in names

@@ -130,6 +130,11 @@ def test_sampler_errors():
     with pytest.raises(ValueError, match="`quotas`"):
         H.stratified(TABLE, np.full(12, 1 / 12, np.float32), np.zeros(12, np.int32),
                      np.array([2], np.int32), 3, key=key)  # fmt: skip
+    # issue 13: a negative quota gave "probabilities" above 1, an all-zero one a NaN
+    p, strata = np.full(12, 1 / 12, np.float32), np.arange(12, dtype=np.int32) % 2
+    for quotas in ([-(2**20), 1], [0, 0]):
+        with pytest.raises(ValueError, match="`quotas`"):
+            H.expected_metrics_stratified(p, ADM, strata, np.array(quotas, np.int32))
     with pytest.raises(ValueError, match="`kind`"):
         H.SamplerSpec("greedy")
     with pytest.raises(ValueError, match="`stratified`"):

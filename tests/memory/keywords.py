@@ -105,3 +105,11 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.memory.Router.features:h": "`[*B, D]`: leading batch axes, as `Router.__call__`'s "
     "(it is the call's first step), as the docstring says",
 }
+
+ANY_INT: dict[str, str] = {
+    "jaxkit.memory.Injector.forward:dist": "distances to the injection point, clipped to the "
+    "recency table by design (far slots share its last entry; `inject` passes dist <= 0 for "
+    "the slots it hides), as the docstring says",
+    "jaxkit.memory.memory_interventions:at": "a cache slot of a sequence not known here (the "
+    "same object serves every call of a generation); a negative one raises (tested)",
+}

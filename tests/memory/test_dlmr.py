@@ -142,6 +142,13 @@ def test_bad_input():
         memory.inject(
             AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 4), bool), PLEN, PLEN * 0, PLEN * 3
         )
+    # issue 13: an `at` past the context read all of it at clipped distances, silently
+    with pytest.raises(ValueError, match=r"`at` must lie in \[0, 4\]"):
+        memory.inject(
+            AP, MC, jnp.ones((2, 4, 16)), jnp.ones((2, 4), bool), PLEN, PLEN * 0, PLEN * 0
+        )
+    with pytest.raises(ValueError, match="`at` must be >= 0"):
+        memory.memory_interventions(MC, jnp.ones((2, 1, 16)), -PLEN)
 
 
 def test_sampling_arguments_raise_the_decoders_errors():
@@ -250,7 +257,9 @@ def test_the_injector_on_the_filled_prefix_equals_it_on_the_whole_context():
     for filled in ((3, 7), (9, 12), (3, 17)):  # widths 8, 16, 20
         got, want, valid, at = both(jnp.array(filled, jnp.int32))
         np.testing.assert_allclose(got, want, atol=1e-5)
-    # the slots matter (row 1's distances): the default slots (entry index) differ
+    # the slots matter (row 1's distances): the default slots (entry index) differ (`at` kept
+    # within the context's 20 slots, as `inject` requires)
+    at = jnp.minimum(at, ctx.shape[1])
     assert not np.allclose(got, memory.inject(AP, MC, ctx, valid, at, bank, k)[0][:, :width])
 
 

@@ -88,6 +88,14 @@ ANY_RANK: dict[str, str] = {
     "jaxkit.nn.commit:n": "a scalar (every row) or int32[B] (per row): both ranks are the design",
 }
 
+ANY_INT: dict[str, str] = {
+    "jaxkit.nn.run_layers:positions": "logical RoPE positions: any integers (RoPE and the "
+    "sliding window read only their differences; shifting them all is a no-op, tested)",
+    "jaxkit.nn.write_kv:positions": "logical RoPE positions: any integers (RoPE is relative)",
+    "jaxkit.nn.commit:n": "a count clipped to [0, capacity] by design (documented): a larger "
+    "one commits every slot (6 + 4 of 8 gives 8, tested), a negative one rolls rows back",
+}
+
 EXEMPT: dict[str, str] = {
     "jaxkit.nn.param_specs:model_axis": "free name: a mesh axis name put in the specs",
     "jaxkit.nn.cache_specs:data_axis": "free name: a mesh axis name put in the specs",

@@ -204,6 +204,15 @@ def test_bad_inputs():
         R.support(R.ball(np.zeros(2), 1.0), np.ones(3))
 
 
+def test_cells_out_of_range_are_named():
+    # issue 13: an id outside [0, n_cells) matched no cell, its sample was dropped silently
+    x = np.random.default_rng(9).normal(size=(6, 2)).astype(np.float32)
+    for bad in (2, -1):
+        cells = np.array([0, 1, 0, 1, 0, bad], np.int32)
+        with pytest.raises(ValueError, match="`cells` must lie in"):
+            R.calibrate_cells(x, cells, n_cells=2)
+
+
 @pytest.mark.parametrize(
     "bulk, field",
     [

@@ -164,3 +164,10 @@ ANY_RANK: dict[str, str] = {
 }
 
 ANY_DTYPE: dict[str, str] = {}
+
+ANY_INT: dict[str, str] = {
+    "jaxkit.steering.prefix_prompts:prompt": "token ids copied as they are (concatenated "
+    "after the prefix); no vocabulary is known here",
+    "jaxkit.steering.prefix_prompts:prefix": "token ids copied as they are (prepended to "
+    "every prompt); no vocabulary is known here",
+}

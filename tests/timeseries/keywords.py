@@ -175,6 +175,13 @@ ANY_RANK: dict[str, str] = {
 
 ANY_DTYPE: dict[str, str] = {}
 
+ANY_INT: dict[str, str] = {
+    "jaxkit.timeseries.gate_targets:pred_ids": "label ids compared only for equality with "
+    "`oracle_ids` (no schema is read)",
+    "jaxkit.timeseries.gate_targets:oracle_ids": "label ids compared only for equality with "
+    "`pred_ids` (no schema is read)",
+}
+
 EXEMPT: dict[str, str] = {
     "jaxkit.timeseries.build_prompt:role": "free text: the analyst role written into the prompt",
     "jaxkit.timeseries.LLMExtractor:role": "free text: the analyst role written into the prompt",

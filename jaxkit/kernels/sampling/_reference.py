@@ -152,10 +152,15 @@ def sample_rows_reference(
     Raises:
       TypeError: An argument of another dtype kind (a string included), rank or shape
         than above.
-      ValueError: An unknown ``stats``.
+      ValueError: An unknown ``stats``; a ``top_k`` outside ``[1, V]`` (traced: under
+        ``jit``).
     """
     _check_rows(logits, noise, temperature, top_k, top_p, min_p)
     _validate.one_of(("sampled", "logits"), stats=stats)
+    v = jnp.shape(logits)[-1]
+    top_k = _validate.error_if(  # kept_mask clips it: an out-of-range k was silently changed
+        top_k, _validate.any_outside(top_k, 1, v), f"`top_k` must lie in [1, {v}]."
+    )
     s = tempered(logits, temperature)
     keep = kept_mask(s, top_k, top_p, min_p)
     neg = jnp.full_like(s, -jnp.inf)

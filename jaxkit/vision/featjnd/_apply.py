@@ -289,6 +289,14 @@ def _curve(head_params, f, y, s, alphas, key, *, head_static, metric):
 _curve_jit = jax.jit(_curve, static_argnames=("head_static", "metric"))
 
 
+def _logits(head_params, f, *, head_static):
+    return jax.vmap(eqx.combine(head_params, head_static))(f)
+
+
+# only its ``eval_shape`` is used (the head's K for the default metric's label check)
+_logits_jit = jax.jit(_logits, static_argnames=("head_static",))
+
+
 def matched_strength_curve(
     head: Callable[[Array], Array],
     f: Float[ArrayLike, "b ..."],
@@ -310,8 +318,9 @@ def matched_strength_curve(
       head: The frozen head, applied per sample (``jax.vmap(head)(f)`` gives logits): an
         equinox module or any callable; its arrays are traced, the rest is static.
       f: Clean features ``[B, ...]``.
-      y: Labels ``[B]`` (what ``metric`` compares against): integer class ids for the
-        default metric, any real array for a given ``metric``.
+      y: Labels ``[B]`` (what ``metric`` compares against): integer class ids in
+        ``[0, K)`` (``K`` the head's logits) for the default metric, any real array for a
+        given ``metric``.
       s: Tolerance map, the shape and dtype of ``f`` (>= 0).
       alphas: Strengths ``[A]`` (> 0), traced.
       key: Typed key for the two draws.
@@ -326,7 +335,8 @@ def matched_strength_curve(
         shape/dtype of ``f``, ``alphas`` not 1-D floating, ``y`` not integer (default
         metric) or not real (a given ``metric``) or without the batch size (not ``[B]``
         for the default metric), ``key`` not a PRNG key.
-      ValueError: negative or non-finite ``s``, ``alphas`` not > 0.
+      ValueError: negative or non-finite ``s``, ``alphas`` not > 0, a ``y`` outside
+        ``[0, K)`` for the default metric (traced: under ``jit``).
     """
     V.floating(f, name="f")  # before jnp.asarray: a string names the argument
     if metric is None:  # top-1 accuracy: 2.5 would silently never equal an argmax
@@ -354,6 +364,9 @@ def matched_strength_curve(
     if not callable(head):
         raise TypeError(f"`head` must be callable, got {type(head).__name__}.")
     params, static = eqx.partition(head, eqx.is_array)  # arrays traced, the rest static
+    if metric is None:  # top-1 accuracy: a label outside [0, K) never matches an argmax
+        k = _logits_jit.eval_shape(params, f, head_static=static).shape[-1]  # trace cached
+        y = V.error_if(y, V.any_outside(y, 0, k - 1), f"`y` must lie in [0, {k - 1}] (K = {k}).")
     return _curve_jit(
         params, f, y, s, alphas.astype(f.dtype), key, head_static=static, metric=metric
     )
