@@ -342,6 +342,11 @@ def any_outside(x: Any, lo: Any, hi: Any) -> Any:
     return jnp.any((x < lo) | (x > hi))
 
 
+def ids_in(x: Any, n: Any, *, name: str, lo: int = 0) -> Any:
+    """``x`` with a check that its integers lie in ``[lo, n)`` (:func:`error_if`; use it)."""
+    return error_if(x, any_outside(x, lo, n - 1), f"`{name}` must lie in [{lo}, {n}).")
+
+
 @jax.jit
 def any_nonfinite(x: Any) -> Any:
     """Whether any entry of ``x`` is NaN or infinite (jitted as :func:`any_outside` is)."""

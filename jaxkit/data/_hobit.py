@@ -228,12 +228,12 @@ def hobit_objective(
     V.integer(batch, name="batch")  # before jnp.asarray (a string names no argument)
     batch = jnp.asarray(batch)
     V.ndim(batch, 1, name="batch")
-    batch = V.error_if(batch, V.any_outside(batch, 0, n - 1), f"`batch` must lie in [0, {n}).")
+    batch = V.ids_in(batch, n, name="batch")
     if pool is not None:
         V.integer(pool, name="pool")
         pool = jnp.asarray(pool)
         V.ndim(pool, 1, name="pool")
-        pool = V.error_if(pool, V.any_outside(pool, 0, n - 1), f"`pool` must lie in [0, {n}).")
+        pool = V.ids_in(pool, n, name="pool")
     return _objective_jit(batch, g.nbr, g.w, pool, objective=objective)
 
 

@@ -101,8 +101,7 @@ def reverse_step(
     step = jnp.asarray(step)
     _validate.integer(step, name="step")
     _validate.ndim(step, 0, name="step")
-    bad = _validate.any_outside(step, 0, num_steps - 1)
-    step = _validate.error_if(step, bad, f"`step` must lie in [0, num_steps={num_steps}).")
+    step = _validate.ids_in(step, num_steps, name="step")
     return _reverse_step(
         apply_fn,
         params,

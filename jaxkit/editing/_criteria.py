@@ -177,11 +177,7 @@ def criteria(
     _validate.same_shape(ids=ids, labels=labels)
     _check_inputs(inputs, labels.shape[0])
     c = _num_classes(apply_fn, layers, inputs, labels.shape[0])
-    labels = _validate.error_if(
-        labels,
-        _validate.any_outside(labels, 0, c - 1),
-        f"`labels` must lie in [0, {c}) (the classes of `apply_fn`'s logits).",
-    )
+    labels = _validate.ids_in(labels, c, name="labels")  # the classes of the logits
     labels, ids = labels.astype(jnp.int32), ids.astype(jnp.int32)
     ids = _validate.guard_finite(ids, alpha, name="alpha")  # erase's own guard
     present = jnp.zeros((k,), jnp.int32).at[jnp.clip(ids, 0, k - 1)].add(1)

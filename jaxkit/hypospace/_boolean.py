@@ -198,7 +198,7 @@ def validate_boolean(truth: Shaped[ArrayLike, "..."], obs: BooleanObs) -> Bool[A
     V.integer(truth, name="truth")
     # a code past 4 bits is no truth table: its high bits were dropped (2**20 read as 0)
     truth = jnp.asarray(truth)
-    truth = V.error_if(truth, V.any_outside(truth, 0, 0xF), "`truth` must lie in [0, 15].")
+    truth = V.ids_in(truth, 16, name="truth")
     if not isinstance(obs, BooleanObs):
         raise TypeError(f"`obs` must be a BooleanObs, got {type(obs).__name__}.")
     V.integer(obs.mask, name="obs.mask")

@@ -24,11 +24,7 @@ def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int)
         f"`labels` must lie in [-1, {vocab_size}) (-1: not scored).",
     )
     at = _validate.error_if(at, _validate.any_outside(at, 0, t), f"`at` must lie in [0, {t}].")
-    action = _validate.error_if(
-        action,
-        _validate.any_outside(action, 0, n_actions - 1),
-        f"`action` must lie in [0, {n_actions}).",
-    )
+    action = _validate.ids_in(action, n_actions, name="action")
     return labels, at, action
 
 
@@ -70,11 +66,7 @@ def check_stage3(router_h, actions, eligible, rewards, kl_beta, *, n_actions: in
         _validate.shape(actions, (b, n), name="actions")
         _validate.shape(rewards, (b,), name="rewards")
         check_group(b, group)
-        actions = _validate.error_if(
-            actions,
-            _validate.any_outside(actions, 0, n_actions - 1),
-            f"`actions` must lie in [0, {n_actions}).",
-        )
+        actions = _validate.ids_in(actions, n_actions, name="actions")
     rewards = _validate.all_finite(rewards, name="rewards")
     rewards = _validate.guard_non_negative(rewards, kl_beta, name="kl_beta")
     return actions, eligible, rewards

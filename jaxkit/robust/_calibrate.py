@@ -454,11 +454,7 @@ def calibrate_cells(
     cells = jnp.asarray(cells)
     _validate.shape(cells, (xi.shape[0],), name="cells")
     # an id outside [0, n_cells) matched no cell: its sample was dropped silently
-    cells = _validate.error_if(
-        cells,
-        _validate.any_outside(cells, 0, n_cells - 1),
-        f"`cells` must lie in [0, n_cells={n_cells}).",
-    )
+    cells = _validate.ids_in(cells, n_cells, name="cells")
     acc = accumulation_dtype(xi.dtype)
     w = _weights(weights, xi.shape[0], acc)
     onehot = (cells[None, :] == jnp.arange(n_cells, dtype=cells.dtype)[:, None]).astype(acc) * w[

@@ -366,7 +366,7 @@ def matched_strength_curve(
     params, static = eqx.partition(head, eqx.is_array)  # arrays traced, the rest static
     if metric is None:  # top-1 accuracy: a label outside [0, K) never matches an argmax
         k = _logits_jit.eval_shape(params, f, head_static=static).shape[-1]  # trace cached
-        y = V.error_if(y, V.any_outside(y, 0, k - 1), f"`y` must lie in [0, {k - 1}] (K = {k}).")
+        y = V.ids_in(y, k, name="y")
     return _curve_jit(
         params, f, y, s, alphas.astype(f.dtype), key, head_static=static, metric=metric
     )
