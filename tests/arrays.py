@@ -46,6 +46,11 @@ a pytree of parameters is not one),
   items is NaN, never returned silently), unless the area's ``EMPTY_EXEMPT`` lists
   ``"path:argument"`` with the reason (an array only the user's function reads).
 
+A record argument (a NamedTuple: a batch, a cache, a state; nested ones too) is not an
+array, but its integer and bool fields are swept with the dtype and range probes above
+under the dotted name (``"batch.labels"``): the error may name the argument, the field or
+the dotted path, and the declarations list ``"path:argument.field"``.
+
 A public class's ``__call__`` and public methods are swept like functions through recipes
 under the paths ``"<class path>.__call__"`` and ``"<class path>.<method>"`` (the recipe
 builds the object and calls it, forwarding its keyword arguments): the probe patches the
@@ -146,20 +151,37 @@ def _owner(path: str) -> tuple[Any, str]:
         return getattr(importlib.import_module(module), cls), name
 
 
-def array_arguments(path: str, call: Callable[..., Any]) -> dict[str, Any] | None:
-    """The recipe's array arguments of the function (name -> value); None if unreached."""
-    return _plain_call(path, call)[0]
-
-
 def _plain_call(path: str, call: Callable[..., Any]) -> tuple[dict[str, Any] | None, Any]:
-    """``(array arguments or None where unreached, the recipe's result)``."""
+    """``(bound arguments or None where unreached, the recipe's result)``."""
     out: list[Any] = []
     err, seen = _call_with(path, call, lambda _: None, out)
     if err is not None:
         raise AssertionError(f"{path}: the recipe raised {type(err).__name__}: {err}")
-    if seen is None:
-        return None, None
-    return {n: v for n, v in seen.items() if _is_array(v)}, (out[-1] if out else None)
+    return seen, (out[-1] if out else None)
+
+
+def _is_record(v: Any) -> bool:
+    return isinstance(v, tuple) and hasattr(v, "_fields")
+
+
+def record_fields(record: Any, prefix: str) -> dict[str, Any]:
+    """The integer and bool array fields of a NamedTuple, nested ones too, by dotted name
+    (``"batch.labels"``)."""
+    out: dict[str, Any] = {}
+    for field, v in zip(record._fields, record, strict=True):
+        name = f"{prefix}.{field}"
+        if _is_record(v):
+            out.update(record_fields(v, name))
+        elif isinstance(v, np.ndarray | jax.Array) and np.dtype(v.dtype).kind in "iub":
+            out[name] = v
+    return out
+
+
+def _replaced(record: Any, dotted: str, bad: Any) -> Any:
+    """``record`` with the field at the dotted path (below the argument) set to ``bad``."""
+    field, _, rest = dotted.partition(".")
+    value = _replaced(getattr(record, field), rest, bad) if rest else bad
+    return record._replace(**{field: value})
 
 
 def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
@@ -172,21 +194,31 @@ def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
 def _try(
     path: str, call: Callable[..., Any], name: str, bad: Any
 ) -> tuple[BaseException | None, str, list[Any]]:
-    """The recipe with ``name`` replaced by ``bad``: ``(error, its message, [result])``."""
+    """The recipe with ``name`` replaced by ``bad``: ``(error, its message, [result])``.
+
+    A dotted ``name`` (``"batch.labels"``) replaces a field of a record argument.
+    """
     out: list[Any] = []
+    arg, _, field = name.partition(".")
 
     def change(args: dict[str, Any]) -> None:
-        args[name] = bad
+        args[arg] = _replaced(args[arg], field, bad) if field else bad
 
     e, _ = _call_with(path, call, change, out)
     return e, ("" if e is None else str(e)), out
+
+
+def _names_one(msg: str, params: list[str]) -> bool:
+    """Whether ``msg`` names one of ``params`` in backticks (``"`batch.labels`"`` names the
+    field ``labels`` of a record, under whatever name the function gives it)."""
+    return any(f"`{p}`" in msg or f".{p}`" in msg for p in params)
 
 
 def _unnamed(
     where: str, e: BaseException | None, msg: str, params: list[str], kinds: Any
 ) -> list[str]:
     """A failure line where ``e`` is not one of ``kinds`` naming an argument in backticks."""
-    if e is None or (isinstance(e, kinds) and any(f"`{p}`" in msg for p in params)):
+    if e is None or (isinstance(e, kinds) and _names_one(msg, params)):
         return []
     return [f"{where} raised {type(e).__name__} naming no argument: {msg[:160]}"]
 
@@ -234,6 +266,23 @@ def _dtype_probe(a: Any) -> tuple[str, Any] | None:
     if kind == "b":
         return "floats for a bool mask", np.where(np.asarray(a), 0.5, 0.0).astype(np.float32)
     return None
+
+
+def _sweep_dtype(
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+) -> list[str]:
+    probe = _dtype_probe(a)
+    if probe is None:
+        return []
+    what, bad = probe
+    e, msg, _ = _try(path, call, name, bad)
+    if isinstance(e, TypeError) and _names_one(msg, params):
+        return []
+    got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
+    return [
+        f"{path}: `{name}` given {what}: not a TypeError naming an argument "
+        f"({got}); or list `{path}:{name}` in ANY_DTYPE with the reason"
+    ]
 
 
 def _range_probes(a: Any) -> list[tuple[str, Any]]:
@@ -307,10 +356,12 @@ def sweep_arrays(
     broadcast_ok: dict[str, str] | None = None,
     any_int: dict[str, str] | None = None,
 ) -> list[str]:
-    """Sweep one recipe's array arguments; the failures, one line each."""
-    arrays, plain = _plain_call(path, call)
-    if arrays is None:
+    """Sweep one recipe's array arguments, and the integer and bool fields of its record
+    arguments (dtype and range probes); the failures, one line each."""
+    seen, plain = _plain_call(path, call)
+    if seen is None:
         return [f"{path}: the recipe does not call the function through its module"]
+    arrays = {n: v for n, v in seen.items() if _is_array(v)}
     owner, attr = _owner(path)
     params = list(inspect.signature(getattr(owner, attr)).parameters)
     failures = []
@@ -322,23 +373,12 @@ def sweep_arrays(
                 ("a trailing unit axis", a[..., None]),
                 ("one fewer axis", a[0]),
             ]
-        dtype_probe = _dtype_probe(a)
-        if dtype_probe is not None and f"{path}:{name}" not in (any_dtype or {}):
-            probes.append(dtype_probe)
         for what, bad in probes:
             e, msg, _ = _try(path, call, name, bad)
             if what == "a string":
                 if not isinstance(e, TypeError) or f"`{name}`" not in msg:
                     got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
                     failures.append(f"{path}: `{name}` {what}: not a TypeError naming it ({got})")
-                continue
-            if what.startswith("floats"):
-                if not isinstance(e, TypeError) or not any(f"`{p}`" in msg for p in params):
-                    got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
-                    failures.append(
-                        f"{path}: `{name}` given {what}: not a TypeError naming an argument "
-                        f"({got}); or list `{path}:{name}` in ANY_DTYPE with the reason"
-                    )
                 continue
             where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
             if e is None:
@@ -347,12 +387,29 @@ def sweep_arrays(
                     f"`{path}:{name}` in ANY_RANK with the reason"
                 )
             failures += _unnamed(where, e, msg, params, TypeError | ValueError)
+        if f"{path}:{name}" not in (any_dtype or {}):
+            failures += _sweep_dtype(path, call, name, a, params)
         if f"{path}:{name}" not in (empty_exempt or {}):
             failures += _sweep_empty(path, call, name, a, params)
         if f"{path}:{name}" not in (any_int or {}):
             failures += _sweep_range(path, call, name, a, params)
         if f"{path}:{name}" not in any_rank and f"{path}:{name}" not in (broadcast_ok or {}):
             failures += _sweep_broadcast(path, call, name, arrays, params, plain)
+    fields = {}
+    for name, v in seen.items():
+        fields.update(record_fields(v, name) if _is_record(v) else {})
+    for dotted, a in fields.items():
+        # the error may name the argument, the field, or the field's dotted path
+        names = [*params, dotted, dotted.rpartition(".")[2]]
+        if f"{path}:{dotted}" not in (any_dtype or {}):
+            failures += _sweep_dtype(path, call, dotted, a, names)
+        if f"{path}:{dotted}" not in (any_int or {}):
+            failures += _sweep_range(path, call, dotted, a, names)
+    for table in (any_dtype or {}), (any_int or {}):  # a declared field the call never had
+        for entry in table:
+            where, _, dotted = entry.partition(":")
+            if where == path and "." in dotted and dotted not in fields:
+                failures.append(f"{path}: declared `{dotted}` is no integer or bool field")
     return failures
 
 

@@ -16,7 +16,7 @@ keyword.
 import functools
 import inspect
 import sys
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import jax.numpy as jnp
 import pytest
@@ -107,7 +107,9 @@ def test_every_array_function_has_a_recipe(area):
             where = f"tests/{area}/keywords.py {table}: {entry}"
             assert path in recipes, f"{where}: {path} has no recipe"
             params = inspect.signature(K.resolve(path)).parameters
-            assert arg in params, f"{where}: no argument {arg}"
+            # "arg.field": a field of a record argument (not resolved: a record's type is
+            # the recipe's, checked when the sweep reads the field)
+            assert arg.partition(".")[0] in params, f"{where}: no argument {arg}"
             assert reason.strip(), f"{where} gives no reason"
 
 
@@ -361,6 +363,55 @@ def test_array_sweep_probes_dtypes_and_calls(path, want):
     # declared: the dtype and range probes are skipped
     declared = {f"tests.test_keywords.{path}:{a}": "plain data" for a in ("ids", "mask")}
     assert A.sweep_arrays(f"tests.test_keywords.{path}", call, {}, declared, any_int=declared) == []
+
+
+class Pair(NamedTuple):
+    ids: Any
+    mask: Any
+
+
+class Batch(NamedTuple):  # a record with a nested one, and a float field left unprobed
+    pair: Pair
+    weight: Any
+
+
+def record_unchecked(batch):
+    return ids_unchecked(batch.pair.ids, batch.pair.mask) * batch.weight
+
+
+def record_clamped(batch):
+    return ids_clamped(batch.pair.ids, batch.pair.mask) * batch.weight
+
+
+def record_good(batch):  # its errors name the fields
+    return ids_good(batch.pair.ids, batch.pair.mask) * batch.weight
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("record_unchecked", "`batch.pair.ids` given floats for integers"),
+        ("record_clamped", "`batch.pair.ids` with an id far above its range (1048576)"),
+        ("record_good", None),
+    ],
+)
+def test_array_sweep_probes_the_integer_fields_of_records(name, want):
+    pair = Pair(jnp.array([0, 2, 4]), jnp.array([True, False, True]))
+    batch = Batch(pair, jnp.ones(3))
+    call = lambda: getattr(sys.modules[__name__], name)(batch)  # noqa: E731
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", call, {})
+    if want is None:
+        assert failures == [], failures
+    else:
+        assert failures and want in failures[0], failures
+        assert any("`batch.pair.mask` given floats for a bool mask" in f for f in failures)
+    declared = {f"tests.test_keywords.{name}:batch.pair.{a}": "plain" for a in ("ids", "mask")}
+    assert A.sweep_arrays(f"tests.test_keywords.{name}", call, {}, declared, any_int=declared) == []
+    stale = {**declared, f"tests.test_keywords.{name}:batch.weight": "a float field"}
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", call, {}, stale, any_int=declared)
+    assert failures == [
+        f"tests.test_keywords.{name}: declared `batch.weight` is no integer or bool field"
+    ]
 
 
 @pytest.mark.slow

@@ -194,14 +194,18 @@ def _objective(batch, nbr, w, pool, *, objective):
 _objective_jit = jax.jit(_objective, static_argnames=("objective",))
 
 
-def _check_graph(g: SparseHardness) -> None:
-    """``g`` a :class:`SparseHardness`: ``nbr [n, k]`` integer, ``w`` of its shape, floating."""
+def _check_graph(g: SparseHardness) -> SparseHardness:
+    """``g`` a :class:`SparseHardness`: ``nbr [n, k]`` integer, ``w`` of its shape, floating.
+
+    Returns ``g`` with ``nbr`` guarded to ids in ``[0, n)`` (use it: a gather would clamp).
+    """
     if not isinstance(g, SparseHardness):
         raise TypeError(f"`g` must be a SparseHardness graph, got {type(g).__name__}.")
     V.ndim(g.nbr, 2, name="g.nbr")
     V.integer(g.nbr, name="g.nbr")
     V.shape(g.w, jnp.shape(g.nbr), name="g.w")
     V.floating(g.w, name="g.w")
+    return g._replace(nbr=V.ids_in(g.nbr, g.nbr.shape[0], name="g.nbr"))
 
 
 def hobit_objective(
@@ -220,10 +224,11 @@ def hobit_objective(
     Raises:
       TypeError: ``batch`` / ``pool`` not 1-D integer arrays, or ``g`` not a graph
         (``nbr [n, k]`` integer, ``w`` of its shape, floating).
-      ValueError: an index outside ``[0, n)`` (traced: under ``jit``).
+      ValueError: an index outside ``[0, n)`` (traced: under ``jit``), in ``batch``,
+        ``pool`` or ``g.nbr``.
     """
     V.one_of(_OBJECTIVES, objective=objective)
-    _check_graph(g)
+    g = _check_graph(g)
     n = g.nbr.shape[0]
     V.integer(batch, name="batch")  # before jnp.asarray (a string names no argument)
     batch = jnp.asarray(batch)

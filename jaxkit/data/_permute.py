@@ -353,7 +353,7 @@ def hobit_batches(
     0.1``), and barring them all leaves batches about as easy as random ones.
 
     Args:
-      g: graph from :func:`knn_graph` on the same embeddings.
+      g: graph from :func:`knn_graph` on the same embeddings (``g.nbr`` ids in ``[0, n)``).
       q: query embeddings ``[n, dim]``.
       d: document embeddings ``[n, dim]``.
       key: PRNG key (seeds, random fill, batch order).
@@ -384,7 +384,7 @@ def hobit_batches(
     """
     _check_emb(q, d)
     n = q.shape[0]
-    _check_graph(g)
+    g = _check_graph(g)  # its ids in [0, n) (else a ValueError naming `g.nbr`)
     if g.nbr.shape[0] != n:
         raise TypeError(f"`g` must be a graph over n={n} items, got nbr {g.nbr.shape}.")
     V.is_key(key)

@@ -207,14 +207,35 @@ def _dual_stream_batch(tokens, loss_mask, key, *, block_size, mask_token_id, per
 
 
 def _nll(logits: Array, labels: Array, where: Array, *, name: str) -> Array:
-    """Per-slot cross-entropy; a label the loss reads (``where``) must index the logits."""
+    """Per-slot cross-entropy; a label the loss reads (``where``) must index the logits.
+
+    A label it does not read is free: its gather is clipped (the default fill gave a NaN,
+    and ``0 * NaN`` made the whole loss NaN), and its slot is weighted 0.
+    """
     v = logits.shape[-1]
     bad = jnp.any(where & ((labels < 0) | (labels >= v)))  # take_along_axis would clamp
     labels = _validate.error_if(
         labels, bad, f"`{name}` must hold token ids in [0, {v}) (the logits' vocabulary)."
     )
     logp = jax.nn.log_softmax(logits.astype(accumulation_dtype(logits.dtype)), axis=-1)
-    return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+    return -jnp.take_along_axis(logp, labels[..., None], axis=-1, mode="clip")[..., 0]
+
+
+def _check_batch(batch, *, name: str = "batch") -> None:
+    """TypeError unless ``batch`` is a :class:`DualStreamBatch` of the right dtypes.
+
+    Integer ids, positions and labels, bool masks; a message names the field
+    (``batch.mlm_labels``).
+    """
+    if not isinstance(batch, DualStreamBatch):
+        raise TypeError(
+            f"`{name}` must be a DualStreamBatch (from dual_stream_batch), got "
+            f"{type(batch).__name__}."
+        )
+    for field in ("input_ids", "positions", "mlm_labels", "ar_labels"):
+        _validate.integer(getattr(batch, field), name=f"{name}.{field}")
+    for field in ("attn_mask", "mlm_mask", "ar_mask"):
+        _validate.boolean(getattr(batch, field), name=f"{name}.{field}")
 
 
 def _mlm_term(nll: Array, mask: Array, weights: Array, weighting: str) -> Array:
@@ -254,10 +275,11 @@ def wedlm_loss(
       (effective sample size of the MLM weights).
 
     Raises:
-      TypeError: ``batch`` not a :class:`DualStreamBatch`; logits not ``[B, 2L, V]``.
+      TypeError: ``batch`` not a :class:`DualStreamBatch`, or with non-integer ids,
+        positions or labels or non-bool masks; logits not ``[B, 2L, V]``.
       ValueError: A label the loss reads (``mlm_labels`` where ``mlm_mask``, ``ar_labels``
-        where ``ar_mask``) outside ``[0, V)`` (a runtime error under ``jit``); a negative
-        ``ar_weight``.
+        where ``ar_mask``) outside ``[0, V)`` (a runtime error under ``jit``; a label it
+        does not read is free); a negative ``ar_weight``.
 
     References:
       WeDLM: Reconciling Diffusion Language Models with Standard Causal Attention
@@ -265,11 +287,7 @@ def wedlm_loss(
       Eq. 8-10 and ``finetune/src/loss.py``.
     """
     _validate.one_of(("weighted", "uniform"), weighting=weighting)
-    if not isinstance(batch, DualStreamBatch):
-        raise TypeError(
-            "`batch` must be a DualStreamBatch (from dual_stream_batch), got "
-            f"{type(batch).__name__}."
-        )
+    _check_batch(batch)
     _validate.real(ar_weight, name="ar_weight")
     _validate.finite_scalar(ar_weight=ar_weight)
     _validate.non_negative(ar_weight=ar_weight)

@@ -19,7 +19,7 @@ from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._rescore import trajectory_log_prob
 from jaxkit.diffusion._sample import sample
 from jaxkit.diffusion._schedule import MaskingSchedule, as_schedule
-from jaxkit.diffusion._step import Buffer, td3b_train_step
+from jaxkit.diffusion._step import Buffer, check_buffer, td3b_train_step
 from jaxkit.diffusion._td3b import (
     EmbedFn,
     effective_sample_size,
@@ -232,17 +232,12 @@ def rescore_buffer(
     ``log_ratio = sum_path log p_pre - sum_path log p_theta`` re-evaluated along
     the stored unmasking order (the upstream tree kept a running sum of policy
     log-probabilities only, with no pretrained term: wrong after the policy moves).
+    ``buffer.direction`` (not read here) is checked as :func:`td3b_loss` does: +1 or -1.
     """
+    buffer = check_buffer(buffer)
+    kw = {"mask_id": mask_id, "num_steps": num_steps, "valid": buffer.valid}
     lq, lp = (
-        trajectory_log_prob(
-            apply_fn,
-            p,
-            buffer.tokens,
-            buffer.unmask_step,
-            mask_id=mask_id,
-            num_steps=num_steps,
-            valid=buffer.valid,
-        )
+        trajectory_log_prob(apply_fn, p, buffer.tokens, buffer.unmask_step, **kw)
         for p in (ref_params, params)
     )
     lr = (lq - lp).astype(jnp.float32)

@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array
 
@@ -14,7 +15,14 @@ from jaxkit._typing import KeyArray, PyTree, RealScalarLike, accumulation_dtype
 from jaxkit.diffusion import _common
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._loss import _logits_dtype
-from jaxkit.diffusion._td3b import REDUCTIONS, EmbedFn, _contrastive, kl_terms, wdce_terms
+from jaxkit.diffusion._td3b import (
+    REDUCTIONS,
+    EmbedFn,
+    _check_direction,
+    _contrastive,
+    kl_terms,
+    wdce_terms,
+)
 
 
 class Buffer(NamedTuple):
@@ -42,6 +50,22 @@ class Buffer(NamedTuple):
     reward: Array
     log_ratio: Array
     log_w: Array
+
+
+def check_buffer(buffer, *, name: str = "buffer") -> Buffer:
+    """``buffer`` a :class:`Buffer` with integer ``unmask_step`` and ``direction`` of +1/-1.
+
+    ``direction`` (any real dtype, one per row; another value raises under the guard, as
+    :func:`contrastive_margin`'s ``labels``) comes back guarded: use the result.
+    """
+    if not isinstance(buffer, Buffer):
+        raise TypeError(f"`{name}` must be a Buffer, got {type(buffer).__name__}.")
+    _validate.integer(buffer.unmask_step, name=f"{name}.unmask_step")
+    n, got = np.shape(buffer.tokens)[:1], np.shape(buffer.direction)
+    if got != n:  # one per row (_check_direction would take a scalar too)
+        raise TypeError(f"`{name}.direction` must have shape {n}, got {got} (length mismatch).")
+    d = _check_direction(buffer.direction, buffer.direction, name=f"{name}.direction")
+    return buffer._replace(direction=d)
 
 
 def _pool(embed_fn, params, tokens, valid):
@@ -113,17 +137,15 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     """
     _validate.is_key(key)
     _common.check_apply_fn(apply_fn)
-    if not isinstance(buffer, Buffer):
-        raise TypeError(f"`buffer` must be a Buffer, got {type(buffer).__name__}.")
+    buffer = check_buffer(buffer)
     tokens, _ = _common.check_tokens(
         buffer.tokens, buffer.valid, name="buffer.tokens", allow_mask=False, mask_id=st.mask_id
     )
-    for name in ("direction", "log_w"):
-        if jnp.shape(getattr(buffer, name)) != tokens.shape[:1]:
-            raise TypeError(
-                f"`buffer.{name}` must have shape {tokens.shape[:1]}, got "
-                f"{jnp.shape(getattr(buffer, name))} (length mismatch)."
-            )
+    if jnp.shape(buffer.log_w) != tokens.shape[:1]:
+        raise TypeError(
+            f"`buffer.log_w` must have shape {tokens.shape[:1]}, got "
+            f"{jnp.shape(buffer.log_w)} (length mismatch)."
+        )
     _common.checked_vocab(
         apply_fn,
         params,
@@ -183,9 +205,10 @@ def td3b_loss(
       ``ess`` (effective sample size of the normalised weights, in [1, N]).
 
     Raises:
-      TypeError: Buffer fields whose lengths do not match; ``key`` not a PRNG key.
-      ValueError: Token ids outside the alphabet, non-finite ``buffer.log_w``,
-        negative weights, unknown ``reduction``.
+      TypeError: Buffer fields whose lengths do not match, a non-integer
+        ``buffer.unmask_step``; ``key`` not a PRNG key.
+      ValueError: Token ids outside the alphabet, a ``buffer.direction`` not +1 or -1,
+        non-finite ``buffer.log_w``, negative weights, unknown ``reduction``.
 
     References:
       TD3B (ICML 2026; code chq1155/TD3B_ICML, ``td3b_losses.py``); TR2-D2 (WDCE).

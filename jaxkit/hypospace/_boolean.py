@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
+from jaxkit.hypospace._metrics import _check_task_ids
 from jaxkit.hypospace._parse import key_truth as _truth  # 4-bit table, row r = 2x + y
 
 OPS = {
@@ -173,6 +174,27 @@ class BooleanTask(NamedTuple):
     name: str
     obs: BooleanObs
     admissible: np.ndarray
+
+
+def _check_task(task: BooleanTask, n_ids: int, *, name: str = "task") -> None:
+    """Check a :class:`BooleanTask` of a space of ``n_ids`` expressions (host-side record).
+
+    ``obs.mask`` / ``obs.out`` integer scalars (``int(0.5)`` would drop a row), the mask a
+    non-empty 4-bit row mask, ``admissible`` expression ids in ``[0, n_ids)``.
+    """
+    if not isinstance(task, BooleanTask):
+        raise TypeError(f"`{name}` must be a BooleanTask, got {type(task).__name__}.")
+    obs = task.obs
+    if not isinstance(obs, BooleanObs):
+        raise TypeError(f"`{name}.obs` must be a BooleanObs, got {type(obs).__name__}.")
+    for field, x in (("mask", obs.mask), ("out", obs.out)):
+        V.ndim(x, 0, name=f"{name}.obs.{field}")
+        V.integer(x, name=f"{name}.obs.{field}")
+    if not 1 <= int(obs.mask) <= 0xF:
+        raise ValueError(
+            f"`{name}.obs.mask` must be a non-empty 4-bit row mask, got {int(obs.mask)}."
+        )
+    _check_task_ids(task.admissible, n_ids, name=f"{name}.admissible")
 
 
 def _validate_core(truth, mask, out):

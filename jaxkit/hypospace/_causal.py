@@ -24,6 +24,8 @@ from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
 from jaxkit.hypospace._dagenum import enumerate_dag_ids
+from jaxkit.hypospace._metrics import _check_task_ids
+from jaxkit.hypospace._voxel import _int_or_bool
 
 MAX_ENUM_NODES = 6  # int32 edge codes (30 bits at n = 6)
 
@@ -61,9 +63,7 @@ def _check_adj(adj, name: str = "adj") -> int:
     n = jnp.shape(adj)[-1]
     if jnp.shape(adj)[-2] != n:
         raise TypeError(f"`{name}` must be [..., n, n], got shape {jnp.shape(adj)}.")
-    dt = jnp.result_type(adj)
-    if not (jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_):
-        raise TypeError(f"`{name}` must be an integer or bool array, got dtype {dt}.")
+    _int_or_bool(adj, name)
     if n < 1:
         raise ValueError(f"`{name}` needs at least one node, got shape {jnp.shape(adj)}.")
     return int(n)
@@ -167,19 +167,37 @@ def _validate_core(adj, perturbed, effects, mask):
 _validate_jit = jax.jit(_validate_core)
 
 
-def _check_obs(obs: CausalObs, n: int) -> None:
+def _check_obs(obs: CausalObs, n: int, *, name: str = "obs") -> None:
+    """Static checks of a :class:`CausalObs` over ``n`` nodes (and its concrete node ids)."""
     if not isinstance(obs, CausalObs):
-        raise TypeError(f"`obs` must be a CausalObs, got {type(obs).__name__}.")
-    V.ndim(obs.perturbed, 1, name="obs.perturbed")
-    V.integer(obs.perturbed, name="obs.perturbed")
-    V.shape(obs.effects, (jnp.shape(obs.perturbed)[0], n), name="obs.effects")
-    V.shape(obs.mask, (jnp.shape(obs.perturbed)[0],), name="obs.mask")
+        raise TypeError(f"`{name}` must be a CausalObs, got {type(obs).__name__}.")
+    V.ndim(obs.perturbed, 1, name=f"{name}.perturbed")
+    V.integer(obs.perturbed, name=f"{name}.perturbed")
+    V.shape(obs.effects, (jnp.shape(obs.perturbed)[0], n), name=f"{name}.effects")
+    _int_or_bool(obs.effects, f"{name}.effects")  # a float 0.5 would read as an effect
+    V.shape(obs.mask, (jnp.shape(obs.perturbed)[0],), name=f"{name}.mask")
     if jnp.result_type(obs.mask) != jnp.bool_:
-        raise TypeError(f"`obs.mask` must be bool, got dtype {jnp.result_type(obs.mask)}.")
+        raise TypeError(f"`{name}.mask` must be bool, got dtype {jnp.result_type(obs.mask)}.")
     p = V._concrete(obs.perturbed)
     m = V._concrete(obs.mask)
     if p is not None and m is not None and np.any(m & ((p < 0) | (p >= n))):
-        raise ValueError(f"`obs.perturbed` must lie in [0, {n}), got {p.tolist()}.")
+        raise ValueError(f"`{name}.perturbed` must lie in [0, {n}), got {p.tolist()}.")
+
+
+def _check_task(task: CausalTask, *, name: str = "task") -> int:
+    """Check a :class:`CausalTask` (host-side record): its ``obs`` and ``admissible`` ids.
+
+    Returns the node count ``n``; ``admissible`` must lie in ``[0, 2**(n(n-1)))``.
+    """
+    if not isinstance(task, CausalTask):
+        raise TypeError(f"`{name}` must be a CausalTask, got {type(task).__name__}.")
+    if not isinstance(task.obs, CausalObs):
+        raise TypeError(f"`{name}.obs` must be a CausalObs, got {type(task.obs).__name__}.")
+    V.ndim(task.obs.effects, 2, name=f"{name}.obs.effects")
+    n = int(jnp.shape(task.obs.effects)[1])
+    _check_obs(task.obs, n, name=f"{name}.obs")
+    _check_task_ids(task.admissible, 2 ** (n * (n - 1)), name=f"{name}.admissible")
+    return n
 
 
 def _guard_obs(obs: CausalObs, n: int) -> CausalObs:

@@ -141,6 +141,35 @@ _tasks_jit = jax.jit(
 )
 
 
+def _check_candidates(c: Candidates, *, name: str = "candidates") -> np.ndarray:
+    """Check a :class:`Candidates` table (host-side record); returns ``in_space`` (bool[M]).
+
+    ``ids`` are names compared only for equality, but a negative one would read as padding;
+    a ``strata`` entry outside ``[0, num_strata)`` would fall in no stratum (no quota).
+    """
+    if not isinstance(c, Candidates):
+        raise TypeError(f"`{name}` must be a Candidates, got {type(c).__name__}.")
+    V.ndim(c.ids, 1, name=f"{name}.ids")
+    V.integer(c.ids, name=f"{name}.ids")
+    m = jnp.shape(c.ids)[0]
+    V.shape(c.score, (m,), name=f"{name}.score")
+    V.shape(c.strata, (m,), name=f"{name}.strata")
+    V.integer(c.strata, name=f"{name}.strata")
+    num = V.python_int(c.num_strata, name=f"{name}.num_strata", minimum=1)
+    ids, strata = np.asarray(c.ids), np.asarray(c.strata)
+    if m and int(ids.min()) < 0:
+        raise ValueError(f"`{name}.ids` must be >= 0 (a negative id is padding), got {ids.min()}.")
+    if m and (int(strata.min()) < 0 or int(strata.max()) >= num):
+        raise ValueError(
+            f"`{name}.strata` must lie in [0, {num}), got [{strata.min()}, {strata.max()}]."
+        )
+    if c.in_space is None:
+        return np.ones(m, bool)
+    V.shape(c.in_space, (m,), name=f"{name}.in_space")
+    V.boolean(c.in_space, name=f"{name}.in_space")
+    return np.asarray(c.in_space)
+
+
 def task_masks(admissible_ids: list, table_ids) -> np.ndarray:
     """``bool[T, M]``: row ``t`` marks the table entries listed in ``admissible_ids[t]``."""
     table_ids = np.asarray(table_ids)
@@ -186,14 +215,15 @@ def evaluate(
     of ``admissible``) is only read in compat mode.
 
     Raises:
-      TypeError: ``candidates`` or ``spec`` of the wrong type, ``admissible`` not
+      TypeError: ``candidates`` or ``spec`` of the wrong type (``candidates.ids`` and
+        ``.strata`` integer ``[M]``, ``.in_space`` bool ``[M]`` or None), ``admissible`` not
         ``bool[T, M]`` with ``T >= 1`` tasks and ``M`` the number of candidates,
         ``compat_valid`` not a bool array of that shape, or ``key`` not a PRNG key.
-      ValueError: ``compat_valid`` missing an admissible candidate, an unknown ``mode``,
+      ValueError: a negative ``candidates.ids``, a ``candidates.strata`` outside
+        ``[0, num_strata)``, ``compat_valid`` missing an admissible candidate, an unknown ``mode``,
         ``query_multiplier`` not > 0, ``chunk`` or ``n_queries`` < 1.
     """
-    if not isinstance(candidates, Candidates):
-        raise TypeError(f"`candidates` must be a Candidates, got {type(candidates).__name__}.")
+    in_space = _check_candidates(candidates)
     if not isinstance(spec, SamplerSpec):
         raise TypeError(f"`spec` must be a SamplerSpec, got {type(spec).__name__}.")
     adm = np.asarray(admissible)
@@ -208,9 +238,6 @@ def evaluate(
         raise TypeError(f"`compat_valid` must be bool{adm.shape}, got {cv.dtype}{cv.shape}.")
     if np.any(adm & ~cv):
         raise ValueError("`compat_valid` must include every admissible candidate.")
-    in_space = np.ones(adm.shape[1], bool)
-    if candidates.in_space is not None:
-        in_space = np.asarray(candidates.in_space, bool)
     if mode == "strict":
         valid_m, counted = adm, np.ones_like(in_space)
     else:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jaxkit import _validate as V
-from jaxkit.hypospace._causal import CausalTask, _edge_code, format_observation
+from jaxkit.hypospace._causal import CausalTask, _check_task, _edge_code, format_observation
 
 NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MODES = ("compat", "strict")
@@ -94,9 +94,20 @@ def causal_prompt(task: CausalTask, history: list[str], *, max_edges: int | None
 
     Upstream's elements in order, our wording: data, effect semantics, nodes and edge
     cap, observations, prior predictions, task, diversity rule, format rules.
+
+    Raises:
+      TypeError: ``task`` not a :class:`CausalTask` (its ``obs`` a ``CausalObs`` of an
+        integer ``perturbed``, integer or bool ``effects`` and a bool ``mask``) or its
+        ``admissible`` not an integer ``[K]`` array.
+      ValueError: a perturbed node outside ``[0, n)`` or an ``admissible`` id outside
+        ``[0, 2**(n(n-1)))``; ``max_edges < 0``.
     """
     max_edges = _check_max_edges(max_edges)
-    n = int(np.asarray(task.obs.effects).shape[1])
+    return _causal_prompt(task, history, _check_task(task), max_edges)
+
+
+def _causal_prompt(task: CausalTask, history: list[str], n: int, max_edges: int | None) -> str:
+    """:func:`causal_prompt` of a checked task (the query loop's, once per query)."""
     nodes = ", ".join(NAMES[:n])
     obs = "\n".join(
         format_observation(int(p), e)
@@ -294,8 +305,11 @@ def run_causal(
     over-``max_edges`` answer a parse failure (retried, as upstream); ``"strict"`` keeps
     it as an invalid proposal. With ``checkpoint`` (a JSON path) the state is saved after
     every query and a run with the same task name and mode resumes there.
+
+    ``task`` is checked as by :func:`causal_prompt` (a float field or an ``admissible`` id
+    off the space raises).
     """
-    n = int(np.asarray(task.obs.effects).shape[1])
+    n = _check_task(task)
     if n * (n - 1) > 31:
         raise ValueError(f"`task` has n={n} nodes; ids fit int32 only for n <= 6.")
     V.one_of(MODES, mode=mode)
@@ -311,6 +325,6 @@ def run_causal(
 
     return _run_loop(
         client, task.name, n_queries,
-        lambda hist: causal_prompt(task, hist, max_edges=max_edges), answer,
+        lambda hist: _causal_prompt(task, hist, n, max_edges), answer,
         max_retries=max_retries, checkpoint=checkpoint, mode=mode,
     )  # fmt: skip

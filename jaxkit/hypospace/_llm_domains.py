@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxkit import _validate as V
 from jaxkit.hypospace._boolean import OPS, BooleanTask, enumerate_expressions
+from jaxkit.hypospace._boolean import _check_task as _check_boolean_task
 from jaxkit.hypospace._boolean import format_boolean_observation as _fmt_obs
 from jaxkit.hypospace._llm import MODES, LLMRun, _run_loop
 from jaxkit.hypospace._parse import (
@@ -41,7 +42,8 @@ from jaxkit.hypospace._parse import (
     key_truth,
     parse_voxel,
 )
-from jaxkit.hypospace._voxel import VoxelTask, _check_ids
+from jaxkit.hypospace._voxel import VoxelTask
+from jaxkit.hypospace._voxel import _check_task as _check_voxel_task
 
 
 def _stable_id(text: str, base: int) -> int:
@@ -72,9 +74,21 @@ def boolean_prompt(task: BooleanTask, history: list[str], *, ops: str, depth: in
     observations, the equivalence rules in force, depth, no constants), output format
     with examples incl. ``NOR(x, y)``, forbidden notations. The operator list has a
     fixed order (upstream's follows Python set order, so its text varies run to run).
+
+    Raises:
+      TypeError: ``task`` not a :class:`BooleanTask` with integer scalar ``obs.mask`` /
+        ``obs.out`` and an integer ``[K]`` ``admissible``.
+      ValueError: an unknown ``ops``, ``depth < 1``, ``obs.mask`` outside ``[1, 15]`` or an
+        ``admissible`` id outside the ``(ops, depth)`` space.
     """
     V.one_of(tuple(OPS), ops=ops)
     depth = V.python_int(depth, name="depth", minimum=1)
+    _check_boolean_task(task, len(enumerate_expressions(ops, depth).keys))
+    return _boolean_prompt(task, history, ops, depth)
+
+
+def _boolean_prompt(task: BooleanTask, history: list[str], ops: str, depth: int) -> str:
+    """:func:`boolean_prompt` of a checked task (the query loop's, once per query)."""
     mask, out = int(task.obs.mask), int(task.obs.out)
     obs = "\n".join(_fmt_obs(r, (out >> r) & 1) for r in range(4) if (mask >> r) & 1)
     prior = "\n".join(f"Expression: {h}" for h in history) if history else "None"
@@ -123,12 +137,14 @@ def run_boolean(
     ``ops`` / ``depth`` name the space of ``task`` (``boolean_collection(ops, depth)``);
     ``max_retries`` defaults to 5 as upstream's Boolean runner. Scoring per ``mode`` and
     ids as in the module docstring; score with ``metrics(run.ids, admissible,
-    valid=run.valid, counted=run.counted)``.
+    valid=run.valid, counted=run.counted)``; ``task`` is checked as by
+    :func:`boolean_prompt`.
     """
     V.one_of(MODES, mode=mode)
-    if not isinstance(task, BooleanTask):
-        raise TypeError(f"`task` must be a BooleanTask, got {type(task).__name__}.")
+    V.one_of(tuple(OPS), ops=ops)
+    depth = V.python_int(depth, name="depth", minimum=1)
     table = enumerate_expressions(ops, depth)
+    _check_boolean_task(task, len(table.keys))
     index = {k: i for i, k in enumerate(table.keys)}
     mask, out = int(task.obs.mask), int(task.obs.out)
 
@@ -154,7 +170,7 @@ def run_boolean(
 
     return _run_loop(
         client, task.name, n_queries,
-        lambda hist: boolean_prompt(task, hist, ops=ops, depth=depth), answer,
+        lambda hist: _boolean_prompt(task, hist, ops, depth), answer,
         max_retries=max_retries, checkpoint=checkpoint, mode=mode, error_entry=error_entry,
     )  # fmt: skip
 
@@ -176,8 +192,19 @@ def voxel_prompt(task: VoxelTask, history: list[str], *, max_height: int) -> str
     (layer 1 is the bottom and not empty, support, no superfluous layers, the cap; with a
     history: a different structure, equal meaning the same blocks in the same places),
     the output format, a worked 3x3x2 example and wrong formats.
+
+    Raises:
+      TypeError: ``task`` not a :class:`VoxelTask` with an integer or bool ``[g, g]``
+        ``top`` and an integer ``[K]`` ``admissible``.
+      ValueError: ``max_height < 1``, ids overflowing int32 or an ``admissible`` id
+        outside ``[0, (max_height+1)**(g*g))``.
     """
-    max_height = V.python_int(max_height, name="max_height", minimum=1)
+    _, max_height = _check_voxel_task(task, max_height)
+    return _voxel_prompt(task, history, max_height)
+
+
+def _voxel_prompt(task: VoxelTask, history: list[str], max_height: int) -> str:
+    """:func:`voxel_prompt` of a checked task (the query loop's, once per query)."""
     top = np.asarray(task.top)
     g = top.shape[0]
     rows = "\n".join(" ".join(str(int(v)) for v in r) for r in top)
@@ -241,20 +268,19 @@ def run_voxel(
 
     ``max_height`` is the collection's cap (``voxel_collection(g, max_height, ...)``).
     Scoring per ``mode`` and ids as in the module docstring (``compat``: an answer over
-    the cap with the right top view is valid but never recovered).
+    the cap with the right top view is valid but never recovered); ``task`` is checked as
+    by :func:`voxel_prompt`.
     """
     V.one_of(MODES, mode=mode)
-    if not isinstance(task, VoxelTask):
-        raise TypeError(f"`task` must be a VoxelTask, got {type(task).__name__}.")
+    g, max_height = _check_voxel_task(task, max_height)
     top = np.asarray(task.top) != 0
-    g, max_height = _check_ids(top.shape[0], max_height)
     base = (max_height + 1) ** (g * g)
     w = (max_height + 1) ** np.arange(g * g - 1, -1, -1, dtype=np.int64)
     if base >= 2**31 - 2**20:
         raise ValueError(f"3D proposal ids overflow int32 for g={g}, max_height={max_height}.")
 
     def prompt(hist):  # upstream shows each distinct structure once
-        return voxel_prompt(task, list(dict.fromkeys(hist)), max_height=max_height)
+        return _voxel_prompt(task, list(dict.fromkeys(hist)), max_height)
 
     def answer(text):
         layers = parse_voxel(text)

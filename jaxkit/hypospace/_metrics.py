@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxkit import _validate as V
@@ -112,6 +113,19 @@ _sample_jit = jax.jit(_sample_masked, static_argnames=("n_queries",))
 def _check_table(table, name):
     V.ndim(table, 1, name=name)
     V.integer(table, name=name)
+
+
+def _check_task_ids(ids, top: int, *, name: str) -> None:
+    """A task record's ``admissible``: ``int[K]`` ids in ``[0, top)`` (host-side, no padding).
+
+    An id off the space can never match a proposal (recovery silently 0), and ``int(0.5)``
+    would truncate a float id to another hypothesis.
+    """
+    V.ndim(ids, 1, name=name)
+    V.integer(ids, name=name)
+    a = np.asarray(ids)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= top):
+        raise ValueError(f"`{name}` must lie in [0, {top}), got [{a.min()}, {a.max()}].")
 
 
 def _check_admissible(admissible):

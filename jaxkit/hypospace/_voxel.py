@@ -23,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Int, Shaped
 
 from jaxkit import _validate as V
+from jaxkit.hypospace._metrics import _check_task_ids
 
 
 class VoxelTask(NamedTuple):
@@ -131,6 +132,24 @@ def _check_ids(g, max_height):
             f"voxel ids overflow int32: (max_height+1)^(g*g) = {max_height + 1}^{g * g} > 2^31"
             f" (g={g}, max_height={max_height})."
         )
+    return g, max_height
+
+
+def _check_task(task: VoxelTask, max_height: int, *, name: str = "task") -> tuple[int, int]:
+    """Check a :class:`VoxelTask` under the cap ``max_height`` (host-side record).
+
+    ``top`` an integer or bool ``[g, g]`` view, ``admissible`` voxel ids in
+    ``[0, (max_height+1)**(g*g))``. Returns ``(g, max_height)`` as :func:`_check_ids`.
+    """
+    if not isinstance(task, VoxelTask):
+        raise TypeError(f"`{name}` must be a VoxelTask, got {type(task).__name__}.")
+    V.ndim(task.top, 2, name=f"{name}.top")
+    s = jnp.shape(task.top)
+    if s[0] != s[1]:
+        raise TypeError(f"`{name}.top` must be a square [g, g] view, got shape {s}.")
+    _int_or_bool(task.top, f"{name}.top")  # a float 0.5 would read as a block
+    g, max_height = _check_ids(s[0], max_height)
+    _check_task_ids(task.admissible, (max_height + 1) ** (g * g), name=f"{name}.admissible")
     return g, max_height
 
 

@@ -333,7 +333,8 @@ def run_layers(
     Raises:
       TypeError: wrong types or shapes (an intervention vector of the wrong shape).
       ValueError: bad ``start``/``stop``/``collect``, an intervention layer outside
-        ``[0, n_layers)``, an overflow with ``overflow="error"``.
+        ``[0, n_layers)``, an overflow with ``overflow="error"`` (a ``cache.length``
+        outside ``[0, S - T]``: a negative one too).
     """
     check_cfg(cfg)
     check_params(params, cfg)

@@ -127,15 +127,21 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
     commits only a prefix of its window; an AR step commits 1).
 
     Args:
-      cache: The cache.
+      cache: The cache (its integer ``length`` is not range-checked: the clip brings any
+        value into ``[0, S]``, and no runtime check runs inside the decode loops).
       n: ``int32[B]`` or a scalar number of rows to commit per sequence (any integer:
         the clip makes a larger one commit every slot, a negative one rolls back).
 
     Returns:
       The cache with ``length = clip(length + n, 0, max_len)``.
+
+    Raises:
+      TypeError: ``cache`` not a :class:`KVCache` or its ``length`` not an integer array;
+        ``n`` not an integer scalar or ``[B]`` array.
     """
     if not isinstance(cache, KVCache):
         raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    _validate.integer(cache.length, name="cache.length")
     _validate.integer(n, name="n")  # before jnp.asarray (a string names none)
     n = jnp.asarray(n)
     _validate.ndim(n, (0, 1), name="n")

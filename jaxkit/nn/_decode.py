@@ -166,7 +166,8 @@ def decode_step(
         of ``cfg``'s layout holding ``B`` rows (an empty batch against a cache of rows
         included), or an intervention of the wrong shape.
       ValueError: a token id outside ``[0, V)``, an unknown ``overflow``, or
-        (``overflow="error"``) a row whose cache is full.
+        (``overflow="error"``) a row whose cache is full (or whose ``cache.length`` is
+        negative).
 
     Decode in a compiled loop (``decoding.ar_generate``, or a ``lax.scan`` of this step)
     or pass :func:`unstack_layers` parameters to a jitted step called from Python: with the

@@ -253,7 +253,8 @@ def apply(
         a token id is outside ``[0, V)``, an intervention layer is outside
         ``[0, n_layers)``, an ``outputs_at`` index is out of range,
         ``interventions.read_mlp`` holds the last block with ``outputs_at``, or
-        (``overflow="error"``) the new rows do not fit in the cache.
+        (``overflow="error"``) the new rows do not fit in the cache (a ``cache.length``
+        outside ``[0, S - T]``: a negative one too).
     """
     check_cfg(cfg)
     check_overflow(overflow)

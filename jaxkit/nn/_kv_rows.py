@@ -138,7 +138,8 @@ def write_kv(
 
     Raises:
       TypeError: wrong types or shapes.
-      ValueError: ``layer`` out of range, an overflow with ``overflow="error"``.
+      ValueError: ``layer`` out of range, an overflow with ``overflow="error"`` (a
+        ``cache.length`` outside ``[0, S - T]``: a negative one too).
     """
     check_cfg(cfg)
     check_params(params, cfg)

@@ -156,11 +156,6 @@ def stack_layers(params: PyTree) -> PyTree:
 OVERFLOW = ("error", "drop")
 
 
-@jax.jit  # like ``_validate.any_outside``: one program per shape eagerly
-def _any_above(x: Array, hi) -> Array:
-    return jnp.any(x > hi)
-
-
 def guard(x, pred, msg: str) -> Array:
     """``x`` guarded by ``pred`` (ValueError eagerly, ``eqx.error_if`` under ``jit``).
 
@@ -201,10 +196,14 @@ def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) ->
     """Check the cache layout; with ``overflow="error"`` guard that the T new rows fit.
 
     A buffer of the wrong shape (e.g. a batch of ``b = 0`` rows against a cache of one)
-    is a ``TypeError`` naming ``cache`` (the public argument) and the buffer.
+    or a non-integer ``length`` is a ``TypeError`` naming ``cache`` (the public argument)
+    and the field. The overflow guard also rejects a negative ``length`` (``"error"``
+    only: ``"drop"``, which the decode loops use on caches they build, adds no runtime
+    check).
     """
     if not isinstance(cache, KVCache):
         raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    _validate.integer(cache.length, name="cache.length")
 
     def fits(x, want, name):
         try:
@@ -234,9 +233,10 @@ def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) ->
         s = capacity(cache)
         length = guard(
             cache.length,
-            _any_above(cache.length, s - t),
-            f"writing {t} new row(s) overflows the cache (capacity {s}): pass "
-            "`overflow='drop'` to drop the rows past the end.",
+            _validate.any_outside(cache.length, 0, s - t),
+            f"`cache.length` must lie in [0, {s - t}]: writing {t} new row(s) past it "
+            f"overflows the cache (capacity {s}); pass `overflow='drop'` to drop the rows "
+            "past the end.",
         )
         cache = cache._replace(length=length)
     return cache

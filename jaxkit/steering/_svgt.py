@@ -385,8 +385,12 @@ def refresh_bridge(
         negative one, or a prompt plus bridge longer than the cache's capacity S;
         traced: under ``jit``).
       TypeError: a non-floating ``bridge`` or one of the wrong shape; a ``prompt_len`` that
-        is not an integer ``[B]`` array.
+        is not an integer ``[B]`` array; ``cache`` not a ``KVCache`` with integer lengths.
+      ValueError: a ``cache.length`` outside ``[0, S]`` (traced: under ``jit``).
     """
+    if not isinstance(cache, nn.KVCache):
+        raise TypeError(f"`cache` must be a jaxkit.nn.KVCache, got {type(cache).__name__}.")
+    _validate.integer(cache.length, name="cache.length")
     _validate.floating(bridge, name="bridge")  # before jnp.asarray (a string names none)
     _validate.integer(prompt_len, name="prompt_len")
     bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len)
@@ -403,4 +407,7 @@ def refresh_bridge(
         f"`cache`'s capacity {cap})."
     )
     prompt_len = _validate.error_if(prompt_len, bad, msg)
+    bad = _validate.any_outside(cache.length, 0, cap)
+    msg = f"`cache.length` must lie in [0, {cap}] (the committed slots of the cache)."
+    cache = cache._replace(length=_validate.error_if(cache.length, bad, msg))
     return refresh_core(lm_params, cache, bridge, prompt_len, lm_cfg=lm_cfg, layer=layer)

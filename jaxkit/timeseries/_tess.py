@@ -202,7 +202,8 @@ class TESSBatch(NamedTuple):
     """Training data of B windows.
 
     ``x [B, L, C]``, ``y [B, H, C]``, ``label_ids [B, K]``, ``conf [B, K, 4]``,
-    ``gate_target [B, K]`` (0/1) and, optionally, ``text [B, V]`` bag-of-words vectors
+    ``gate_target [B, K]`` (0/1 of any real dtype; a float in ``[0, 1]`` is a soft BCE
+    target) and, optionally, ``text [B, V]`` bag-of-words vectors
     (only the :class:`BoWForecaster` baseline reads them).
     """
 
@@ -254,30 +255,32 @@ def _loss(model, batch, lambda_gate, gate, learned, balanced=False):
 _loss_jit = jax.jit(_loss, static_argnames=("balanced",))
 
 
-def _check_batch(model, batch, lambda_gate, gate):
+def _check_batch(model, batch, lambda_gate, gate, name="batch"):
+    """Check a :class:`TESSBatch` argument called ``name`` (errors name ``name.field``)."""
     if not isinstance(batch, TESSBatch):
-        raise TypeError(f"`batch` must be a TESSBatch, got {type(batch).__name__}.")
+        raise TypeError(f"`{name}` must be a TESSBatch, got {type(batch).__name__}.")
     _check_model(model, PatchTST | TESSForecaster | BoWForecaster)
-    x = _check_x(model, batch.x, "batch.x")
-    _validate.nonempty(x, name="batch.x")  # the mean losses of no window were NaN
+    x = _check_x(model, batch.x, f"{name}.x")
+    _validate.nonempty(x, name=f"{name}.x")  # the mean losses of no window were NaN
     bb = model if isinstance(model, PatchTST) else model.backbone
     y = jnp.asarray(batch.y)
-    _validate.floating(y, name="batch.y")
-    _validate.shape(y, (x.shape[0], bb.horizon, x.shape[2]), name="batch.y")
-    y = _validate.all_finite(y, name="batch.y")
+    _validate.floating(y, name=f"{name}.y")
+    _validate.shape(y, (x.shape[0], bb.horizon, x.shape[2]), name=f"{name}.y")
+    y = _validate.all_finite(y, name=f"{name}.y")
     _validate.real(lambda_gate, name="lambda_gate")
     x = _validate.guard_non_negative(x, lambda_gate, name="lambda_gate")
     if isinstance(model, PatchTST | BoWForecaster):
         if isinstance(model, BoWForecaster):
             if batch.text is None:
-                raise TypeError("`batch.text` (bag-of-words vectors) is required for BoW.")
-            batch = batch._replace(text=check_bow(model, batch.text, x.shape[0], "batch.text"))
+                raise TypeError(f"`{name}.text` (bag-of-words vectors) is required for BoW.")
+            batch = batch._replace(text=check_bow(model, batch.text, x.shape[0], f"{name}.text"))
         return batch._replace(x=x, y=y), jnp.zeros((x.shape[0], 1), x.dtype), jnp.asarray(True)
     ids, conf, gate = _check_side(model, x, batch.label_ids, batch.conf, gate)
     tg = jnp.asarray(batch.gate_target)
-    _validate.shape(tg, ids.shape, name="batch.gate_target")
+    _validate.shape(tg, ids.shape, name=f"{name}.gate_target")
     bad = _validate.any_outside(tg, 0, 1) | _validate.any_nonfinite(tg)
-    tg = _validate.error_if(tg, bad, "`batch.gate_target` must lie in [0, 1] (0/1 targets).")
+    msg = f"`{name}.gate_target` must lie in [0, 1] (0/1 or soft BCE targets)."
+    tg = _validate.error_if(tg, bad, msg)
     return (TESSBatch(x, y, ids, conf, tg, batch.text), *_fixed(gate, ids, x.dtype))
 
 
@@ -396,7 +399,7 @@ def fit_forecaster(
     _validate.is_key(key)
     steps = _validate.python_int(steps, name="steps", minimum=1)
     batch_size = _validate.python_int(batch_size, name="batch_size", minimum=1)
-    data, gate, learned = _check_batch(model, data, lambda_gate, gate)
+    data, gate, learned = _check_batch(model, data, lambda_gate, gate, name="data")
     if batch_size > data.x.shape[0]:
         raise ValueError(f"`batch_size` must be <= {data.x.shape[0]} windows, got {batch_size}.")
     return _fit(

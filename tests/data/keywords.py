@@ -109,4 +109,7 @@ ANY_INT: dict[str, str] = {
     "`ref_labels` (`[y_j == y_i]`): never an index, so any integer is a valid label",
     "jaxkit.data.knn_label_agreement:ref_labels": "class ids compared only for equality with "
     "`labels` (`[y_j == y_i]`): never an index, so any integer is a valid label",
+    "jaxkit.data.forgetting_update:state.count": "a running tally of forgetting events, only "
+    "incremented and returned (never an index, no upper bound): any integer is carried "
+    "through; its dtype is checked (a TypeError naming `state.count`)",
 }

@@ -40,7 +40,17 @@ def _batch(**kw):
 
 
 def _loss(**kw):
-    return decoding.wedlm_loss(_APPLY, _P32, _batch(), **kw)[0]
+    # every token maskable: key 0 masks row 0's first block, so the record sweep's probe
+    # of `batch.mlm_labels` (entry [0, 0]) reaches a label the loss reads
+    tokens = jnp.asarray(TOKENS)
+    batch = decoding.dual_stream_batch(
+        tokens,
+        jnp.ones(tokens.shape, bool),
+        key=jax.random.key(0),
+        block_size=2,
+        mask_token_id=MASK,
+    )
+    return decoding.wedlm_loss(_APPLY, _P32, batch, **kw)[0]
 
 
 def _reorder(**kw):
@@ -104,4 +114,10 @@ ANY_INT: dict[str, str] = {
     "jaxkit.decoding.topological_reorder:positions": "logical RoPE positions, only permuted "
     "with their tokens: any integer is a valid position (an offset or a packed sequence's "
     "own numbering), never an index",
+    "jaxkit.decoding.wedlm_loss:batch.input_ids": "token ids only fed to the user's "
+    "`apply_fn`, which owns the vocabulary and the embedding lookup (`jaxkit.nn.apply` "
+    "rejects an id outside [0, V) itself); the loss indexes nothing with them and sees only "
+    "the logits' vocabulary, which need not be the inputs' (the [MASK] id)",
+    "jaxkit.decoding.wedlm_loss:batch.positions": "logical RoPE positions, only passed to "
+    "`apply_fn` (0..L-1 in both streams): any integer is a position, never an index",
 }

@@ -244,6 +244,18 @@ def test_loss_labels_outside_the_vocabulary_raise():
             labels = jnp.where(mask, bad, getattr(bt, field))
             with pytest.raises(ValueError, match=f"`batch.{field}` must hold token ids"):
                 wedlm_loss(_apply_fn(cfg), params, bt._replace(**{field: labels}))
+    # a label the loss does not read is free: the same loss (its gather filled a NaN)
+    ref = wedlm_loss(_apply_fn(cfg), params, bt)[0]
+    for field, mask in (("mlm_labels", bt.mlm_mask), ("ar_labels", bt.ar_mask)):
+        for bad in (V, -100):
+            labels = jnp.where(mask, getattr(bt, field), bad)
+            got = wedlm_loss(_apply_fn(cfg), params, bt._replace(**{field: labels}))[0]
+            np.testing.assert_array_equal(got, ref)
+    # a field of the wrong dtype is a TypeError naming it (JAX's own names nothing)
+    for field in ("input_ids", "positions", "mlm_labels", "ar_labels", "mlm_mask", "ar_mask"):
+        bad = getattr(bt, field).astype(jnp.float32) + 0.5
+        with pytest.raises(TypeError, match=f"`batch.{field}` must be"):
+            wedlm_loss(_apply_fn(cfg), params, bt._replace(**{field: bad}))
     f = jax.jit(lambda b: wedlm_loss(_apply_fn(cfg), params, b)[0])
     with pytest.raises(Exception, match="`batch.mlm_labels`"):
         jax.block_until_ready(f(bt._replace(mlm_labels=jnp.where(bt.mlm_mask, V, 0))))

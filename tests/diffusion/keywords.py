@@ -225,11 +225,24 @@ BROADCAST_OK: dict[str, str] = {
     "only in the recipe); the loss is a scalar for any L",
 }
 
+_BUFFER_DIRECTION = (
+    "directions +1/-1 of any real dtype, as `contrastive_margin`'s `labels`; a value other "
+    "than +1 or -1 (the probe's 1.5) is a ValueError naming `buffer.direction`"
+)
+_UNREAD_UNMASK_STEP = (
+    "not read by the TD3B objective (WDCE and KL see the final tokens only); its range "
+    "[-1, num_steps) needs the sampler's `num_steps`, which only `rescore_buffer` takes and "
+    "checks (through `trajectory_log_prob`); its dtype is checked (a TypeError naming it)"
+)
+
 ANY_DTYPE: dict[str, str] = {
     "jaxkit.diffusion.contrastive_margin:labels": (
         "directions +1/-1 of any real dtype, as `direction` elsewhere; a value other than "
         "+1 or -1 (the probe's 1.5) is a ValueError under the guard (tests/diffusion/test_td3b.py)"
     ),
+    "jaxkit.diffusion.rescore_buffer:buffer.direction": _BUFFER_DIRECTION,
+    "jaxkit.diffusion.td3b_loss:buffer.direction": _BUFFER_DIRECTION,
+    "jaxkit.diffusion.td3b_train_step:buffer.direction": _BUFFER_DIRECTION,
 }
 
 ANY_INT: dict[str, str] = {
@@ -241,4 +254,6 @@ ANY_INT: dict[str, str] = {
     "jaxkit.diffusion.make_buffer:unmask_step": "stored as given: its range [-1, num_steps) "
     "needs `num_steps`, which make_buffer does not take; its one consumer, `rescore_buffer` "
     "(through `trajectory_log_prob`), checks it against `num_steps`",
+    "jaxkit.diffusion.td3b_loss:buffer.unmask_step": _UNREAD_UNMASK_STEP,
+    "jaxkit.diffusion.td3b_train_step:buffer.unmask_step": _UNREAD_UNMASK_STEP,
 }

@@ -165,6 +165,10 @@ ANY_INT: dict[str, str] = {
     "jaxkit.hypospace.uniform_space:table": _PADDED,
     "jaxkit.hypospace.uniform_admissible:admissible": _PADDED,
     "jaxkit.hypospace.enumerative:admissible": _PADDED,
+    "jaxkit.hypospace.evaluate:candidates.ids": (
+        "candidate ids are names, compared only for equality (any id >= 0, its space's "
+        "bound unknown to the table); a negative one, read as padding, raises (tested)"
+    ),
     "jaxkit.hypospace.expected_metrics_stratified:quotas": (
         "query counts: any N_s >= 0 is valid (a larger one is more queries); a negative one "
         "or a zero sum raises (tested)"

@@ -4,6 +4,7 @@ checkpoint / resume, and the compat / strict scores of the same answers."""
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -164,3 +165,40 @@ def test_domain_llm_errors():
         H.run_voxel(Scripted([]), H.voxel_collection()[0], 1, max_height=3, mode="x")
     with pytest.raises(ValueError, match="`ops`"):
         H.boolean_prompt(H.boolean_collection("basic", 1)[0], [], ops="xor", depth=1)
+
+
+def test_record_fields_checked():
+    """Record fields (candidates, tasks) are checked where they enter, naming the field."""
+    c = H.boolean_candidates("basic", 1)
+    adm = H.task_masks([t.admissible for t in H.boolean_collection("basic", 1)[:2]], c.ids)
+    spec, key = H.SamplerSpec("uniform_space"), jax.random.key(0)
+    bad_ids = c.ids.copy()
+    bad_ids[0] = -5
+    for bad, err, name in [
+        (c._replace(ids=bad_ids), ValueError, "`candidates.ids`"),
+        (c._replace(strata=c.strata + c.num_strata), ValueError, "`candidates.strata`"),
+        (c._replace(strata=c.strata + 0.5), TypeError, "`candidates.strata`"),
+        (c._replace(in_space=c.in_space.astype(np.float32)), TypeError, "`candidates.in_space`"),
+    ]:
+        with pytest.raises(err, match=name):
+            H.evaluate(bad, adm, spec, key=key)
+    ct = H.generate_collection(3, (1,))[0]
+    for bad, err, name in [
+        (ct._replace(admissible=ct.admissible + 64), ValueError, "`task.admissible`"),
+        (ct._replace(admissible=ct.admissible + 0.5), TypeError, "`task.admissible`"),
+        (ct._replace(obs=ct.obs._replace(effects=ct.obs.effects + 0.5)), TypeError, "effects`"),
+        (ct._replace(obs=ct.obs._replace(mask=ct.obs.mask + 0.5)), TypeError, "`task.obs.mask`"),
+    ]:
+        with pytest.raises(err, match=name):
+            H.causal_prompt(bad, [])
+        with pytest.raises(err, match=name):
+            H.run_causal(Scripted([]), bad, 1)
+    bt = H.boolean_collection("basic", 1)[0]
+    with pytest.raises(ValueError, match="`task.admissible`"):
+        H.run_boolean(Scripted([]), bt._replace(admissible=bt.admissible + 4), 1, ops="basic",
+                      depth=1)  # fmt: skip
+    vt = H.voxel_collection(2, 2, 1)[0]
+    with pytest.raises(TypeError, match="`task.top`"):
+        H.voxel_prompt(vt._replace(top=vt.top + 0.5), [], max_height=2)
+    with pytest.raises(ValueError, match="`task.admissible`"):
+        H.run_voxel(Scripted([]), vt._replace(admissible=vt.admissible - 100), 1, max_height=2)

@@ -94,6 +94,11 @@ ANY_INT: dict[str, str] = {
     "jaxkit.nn.write_kv:positions": "logical RoPE positions: any integers (RoPE is relative)",
     "jaxkit.nn.commit:n": "a count clipped to [0, capacity] by design (documented): a larger "
     "one commits every slot (6 + 4 of 8 gives 8, tested), a negative one rolls rows back",
+    "jaxkit.nn.commit:cache.length": "clipped with `n` into [0, capacity] by design "
+    "(documented: `clip(length + n, 0, S)`, indexes nothing); commit runs every step of "
+    "the decode loops (decode_step, WeDLM, SVGT, memory), where a runtime check would cost "
+    "each step; apply / run_layers / decode_step / write_kv, which read it, reject one "
+    "outside [0, S - T]",
 }
 
 EXEMPT: dict[str, str] = {

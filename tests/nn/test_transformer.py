@@ -221,6 +221,15 @@ def test_cache_overflow_is_an_explicit_choice(p, toks):
         nn.decode_step(p, CFG, toks[:, 0], full)
     with pytest.raises(ValueError, match="overflow"):
         nn.apply(p, CFG, toks[:, :T], overflow="clip")
+    # a negative or non-integer `cache.length` (a cache built by hand) is rejected too
+    neg = cache._replace(length=jnp.array([-1, 2], jnp.int32))
+    with pytest.raises(ValueError, match=r"`cache.length` must lie in \[0, 7\]"):
+        nn.decode_step(p, CFG, toks[:, 0], neg)
+    with pytest.raises(JIT_ERROR, match="`cache.length`"):
+        jax.jit(lambda c: nn.apply(p, CFG, chunk, cache=c).logits)(neg)
+    for f in (lambda c: nn.apply(p, CFG, chunk, cache=c), lambda c: nn.commit(c, 1)):
+        with pytest.raises(TypeError, match="`cache.length` must be an integer array"):
+            f(cache._replace(length=cache.length.astype(jnp.float32)))
     # "drop": row 0 writes slots 6, 7 and drops 8, 9; row 1 writes slots 2..5
     before_k = np.asarray(cache.k)
     out = nn.apply(p, CFG, chunk, cache=cache, overflow="drop")

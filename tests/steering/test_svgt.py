@@ -202,6 +202,13 @@ def test_bad_inputs():
     small = nn.init_cache(CFG, max_len=4, batch=2)  # prompt (5) + bridge do not fit
     with pytest.raises(ValueError, match="cache|capacity|max_len"):
         steering.refresh_bridge(P, CFG, small, jnp.zeros((2, K, 16)), PLEN, layer=L)
+    # the cache's own lengths: integers in [0, S] (copied to the result as they are)
+    big = nn.init_cache(CFG, max_len=12, batch=2)
+    for length, err in ((jnp.array([-1, 3]), ValueError), (jnp.full(2, 2.5), TypeError)):
+        with pytest.raises(err, match="`cache.length`"):
+            steering.refresh_bridge(
+                P, CFG, big._replace(length=length), jnp.zeros((2, K, 16)), PLEN, layer=L
+            )
 
 
 def test_audit_bad_inputs():

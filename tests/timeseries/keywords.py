@@ -173,7 +173,17 @@ ANY_RANK: dict[str, str] = {
     "(documented): [T, 1] is that series",
 }
 
-ANY_DTYPE: dict[str, str] = {}
+_SOFT_TARGET = (
+    "the gate's BCE target: 0/1 of any real dtype, and a float in [0, 1] is a soft target "
+    "by design (`softplus(g) - t * g`; tests/timeseries/test_bow.py); outside [0, 1] or "
+    "NaN (the probe's 1.5) a ValueError naming the field"
+)
+
+ANY_DTYPE: dict[str, str] = {
+    "jaxkit.timeseries.tess_loss:batch.gate_target": _SOFT_TARGET,
+    "jaxkit.timeseries.tess_train_step:batch.gate_target": _SOFT_TARGET,
+    "jaxkit.timeseries.fit_forecaster:data.gate_target": _SOFT_TARGET,
+}
 
 ANY_INT: dict[str, str] = {
     "jaxkit.timeseries.gate_targets:pred_ids": "label ids compared only for equality with "

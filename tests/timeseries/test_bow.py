@@ -133,6 +133,14 @@ def test_balanced_gate_bce_matches_numpy():
         np.testing.assert_allclose(float(aux["bce"]), _bce_np(logits, tg, bal), rtol=1e-5)
     with pytest.raises(TypeError, match="balanced_gate"):
         ts.tess_loss(tess, batch, balanced_gate=1)
+    soft = np.full((b, 4), 0.25, np.float32)  # a float target in [0, 1]: soft BCE, by design
+    _, aux = ts.tess_loss(tess, batch._replace(gate_target=soft))
+    np.testing.assert_allclose(float(aux["bce"]), _bce_np(logits, soft, False), rtol=1e-5)
+    with pytest.raises(ValueError, match="`data.gate_target` must lie in"):
+        ts.fit_forecaster(
+            tess, batch._replace(gate_target=soft + 1.0), key=jax.random.key(0),
+            optimizer=optax.sgd(0.1), steps=1, batch_size=2,
+        )  # fmt: skip
 
 
 @pytest.mark.slow
