@@ -47,9 +47,12 @@ a pytree of parameters is not one),
   ``"path:argument"`` with the reason (an array only the user's function reads).
 
 A record argument (a NamedTuple: a batch, a cache, a state; nested ones too) is not an
-array, but its integer and bool fields are swept with the dtype and range probes above
-under the dotted name (``"batch.labels"``): the error may name the argument, the field or
-the dotted path, and the declarations list ``"path:argument.field"``.
+array, but its array fields are swept under the dotted name (``"batch.labels"``): every
+field of rank >= 1 with the rank probes, an integer or bool field with the dtype and range
+probes above. The error may name the argument, the field, the dotted path or another field
+of the same argument (a mismatch between two fields may name either), and the declarations
+(``ANY_RANK``, ``ANY_DTYPE``, ``ANY_INT``) list ``"path:argument.field"``; a declared field
+the call does not have is reported as stale.
 
 A public class's ``__call__`` and public methods are swept like functions through recipes
 under the paths ``"<class path>.__call__"`` and ``"<class path>.<method>"`` (the recipe
@@ -165,14 +168,13 @@ def _is_record(v: Any) -> bool:
 
 
 def record_fields(record: Any, prefix: str) -> dict[str, Any]:
-    """The integer and bool array fields of a NamedTuple, nested ones too, by dotted name
-    (``"batch.labels"``)."""
+    """The array fields of a NamedTuple, nested ones too, by dotted name (``"batch.labels"``)."""
     out: dict[str, Any] = {}
     for field, v in zip(record._fields, record, strict=True):
         name = f"{prefix}.{field}"
         if _is_record(v):
             out.update(record_fields(v, name))
-        elif isinstance(v, np.ndarray | jax.Array) and np.dtype(v.dtype).kind in "iub":
+        elif isinstance(v, np.ndarray | jax.Array):
             out[name] = v
     return out
 
@@ -210,8 +212,9 @@ def _try(
 
 def _names_one(msg: str, params: list[str]) -> bool:
     """Whether ``msg`` names one of ``params`` in backticks (``"`batch.labels`"`` names the
-    field ``labels`` of a record, under whatever name the function gives it)."""
-    return any(f"`{p}`" in msg or f".{p}`" in msg for p in params)
+    field ``labels`` of a record, under whatever name the function gives it, and the
+    argument ``batch``: a mismatch between two fields may name either)."""
+    return any(f"`{p}`" in msg or f".{p}`" in msg or f"`{p}." in msg for p in params)
 
 
 def _unnamed(
@@ -266,6 +269,27 @@ def _dtype_probe(a: Any) -> tuple[str, Any] | None:
     if kind == "b":
         return "floats for a bool mask", np.where(np.asarray(a), 0.5, 0.0).astype(np.float32)
     return None
+
+
+def _sweep_rank(
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+) -> list[str]:
+    """One more axis, a trailing unit axis and one fewer: each raises naming an argument."""
+    failures = []
+    for what, bad in [
+        ("one more axis", a[None]),
+        ("a trailing unit axis", a[..., None]),
+        ("one fewer axis", a[0]),
+    ]:
+        e, msg, _ = _try(path, call, name, bad)
+        where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
+        if e is None:
+            failures.append(
+                f"{where} was accepted; raise a TypeError naming it, or list "
+                f"`{path}:{name}` in ANY_RANK with the reason"
+            )
+        failures += _unnamed(where, e, msg, params, TypeError | ValueError)
+    return failures
 
 
 def _sweep_dtype(
@@ -356,8 +380,9 @@ def sweep_arrays(
     broadcast_ok: dict[str, str] | None = None,
     any_int: dict[str, str] | None = None,
 ) -> list[str]:
-    """Sweep one recipe's array arguments, and the integer and bool fields of its record
-    arguments (dtype and range probes); the failures, one line each."""
+    """Sweep one recipe's array arguments, and the array fields of its record arguments
+    (rank probes; dtype and range probes of integer and bool fields); the failures, one
+    line each."""
     seen, plain = _plain_call(path, call)
     if seen is None:
         return [f"{path}: the recipe does not call the function through its module"]
@@ -366,27 +391,12 @@ def sweep_arrays(
     params = list(inspect.signature(getattr(owner, attr)).parameters)
     failures = []
     for name, a in arrays.items():
-        probes: list[tuple[str, Any]] = [("a string", STRING)]
+        e, msg, _ = _try(path, call, name, STRING)
+        if not isinstance(e, TypeError) or f"`{name}`" not in msg:
+            got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
+            failures.append(f"{path}: `{name}` a string: not a TypeError naming it ({got})")
         if f"{path}:{name}" not in any_rank:
-            probes += [
-                ("one more axis", a[None]),
-                ("a trailing unit axis", a[..., None]),
-                ("one fewer axis", a[0]),
-            ]
-        for what, bad in probes:
-            e, msg, _ = _try(path, call, name, bad)
-            if what == "a string":
-                if not isinstance(e, TypeError) or f"`{name}`" not in msg:
-                    got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
-                    failures.append(f"{path}: `{name}` {what}: not a TypeError naming it ({got})")
-                continue
-            where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
-            if e is None:
-                failures.append(
-                    f"{where} was accepted; raise a TypeError naming it, or list "
-                    f"`{path}:{name}` in ANY_RANK with the reason"
-                )
-            failures += _unnamed(where, e, msg, params, TypeError | ValueError)
+            failures += _sweep_rank(path, call, name, a, params)
         if f"{path}:{name}" not in (any_dtype or {}):
             failures += _sweep_dtype(path, call, name, a, params)
         if f"{path}:{name}" not in (empty_exempt or {}):
@@ -401,15 +411,17 @@ def sweep_arrays(
     for dotted, a in fields.items():
         # the error may name the argument, the field, or the field's dotted path
         names = [*params, dotted, dotted.rpartition(".")[2]]
+        if np.ndim(a) >= 1 and f"{path}:{dotted}" not in any_rank:
+            failures += _sweep_rank(path, call, dotted, a, names)
         if f"{path}:{dotted}" not in (any_dtype or {}):
             failures += _sweep_dtype(path, call, dotted, a, names)
         if f"{path}:{dotted}" not in (any_int or {}):
             failures += _sweep_range(path, call, dotted, a, names)
-    for table in (any_dtype or {}), (any_int or {}):  # a declared field the call never had
+    for table in any_rank, (any_dtype or {}), (any_int or {}):  # a field the call never had
         for entry in table:
             where, _, dotted = entry.partition(":")
             if where == path and "." in dotted and dotted not in fields:
-                failures.append(f"{path}: declared `{dotted}` is no integer or bool field")
+                failures.append(f"{path}: declared `{dotted}` is no array field of the call")
     return failures
 
 

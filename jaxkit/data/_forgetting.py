@@ -51,12 +51,19 @@ _update_jit = jax.jit(_update)
 
 
 def _check_state(state) -> None:
-    """``state`` a :class:`ForgettingState`: bool masks and an integer count (TypeError)."""
+    """``state`` a :class:`ForgettingState`: bool masks and an integer count, all ``[N]``.
+
+    A TypeError naming the field (static checks only: dtype and shape).
+    """
     if not isinstance(state, ForgettingState):
         raise TypeError(f"`state` must be a ForgettingState, got {type(state).__name__}.")
     V.boolean(state.prev_correct, name="state.prev_correct")
     V.integer(state.count, name="state.count")
     V.boolean(state.ever_correct, name="state.ever_correct")
+    V.ndim(state.count, 1, name="state.count")
+    n = jnp.shape(state.count)
+    V.shape(state.prev_correct, n, name="state.prev_correct")
+    V.shape(state.ever_correct, n, name="state.ever_correct")
 
 
 def forgetting_update(
@@ -74,10 +81,11 @@ def forgetting_update(
     its previous presentation and is incorrect now. A never-learned example keeps
     count 0 (the authors' feature); ``ever_correct`` tells them apart. Pure and jitted,
     callable inside a jitted training loop (``lax.scan`` carry). Out-of-range or
-    repeated ``idx`` raise (``eqx.error_if``); a ``state`` whose masks are not bool or
-    whose count is not integer raises a ``TypeError`` naming the field. The state is
-    dataset-sized and unsharded: under an ``Explicit`` mesh pass ``correct`` / ``idx``
-    replicated (jax cannot scatter rows split over a mesh axis into an unsplit array).
+    repeated ``idx`` raise (``eqx.error_if``); a ``state`` whose masks are not bool,
+    whose count is not integer or whose fields are not all ``[N]`` raises a ``TypeError``
+    naming the field. The state is dataset-sized and unsharded: under an ``Explicit``
+    mesh pass ``correct`` / ``idx`` replicated (jax cannot scatter rows split over a mesh
+    axis into an unsplit array).
     """
     _check_state(state)
     n = state.count.shape[0]

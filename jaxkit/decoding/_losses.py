@@ -222,10 +222,11 @@ def _nll(logits: Array, labels: Array, where: Array, *, name: str) -> Array:
 
 
 def _check_batch(batch, *, name: str = "batch") -> None:
-    """TypeError unless ``batch`` is a :class:`DualStreamBatch` of the right dtypes.
+    """TypeError unless ``batch`` is a :class:`DualStreamBatch` of the right dtypes and shapes.
 
-    Integer ids, positions and labels, bool masks; a message names the field
-    (``batch.mlm_labels``).
+    Integer ids, positions and labels, bool masks; shapes as :func:`dual_stream_batch`
+    builds them (``[B, 2L]`` streams, a ``[2L, 2L]`` mask, ``[B, L]`` labels, masks and
+    weights). A message names the field (``batch.mlm_labels``).
     """
     if not isinstance(batch, DualStreamBatch):
         raise TypeError(
@@ -236,6 +237,17 @@ def _check_batch(batch, *, name: str = "batch") -> None:
         _validate.integer(getattr(batch, field), name=f"{name}.{field}")
     for field in ("attn_mask", "mlm_mask", "ar_mask"):
         _validate.boolean(getattr(batch, field), name=f"{name}.{field}")
+    _validate.ndim(batch.input_ids, 2, name=f"{name}.input_ids")
+    b, two_l = jnp.shape(batch.input_ids)
+    if two_l % 2:
+        raise TypeError(
+            f"`{name}.input_ids` must have an even length 2L (memory then prediction "
+            f"stream), got shape {(b, two_l)}."
+        )
+    _validate.shape(batch.positions, (b, two_l), name=f"{name}.positions")
+    _validate.shape(batch.attn_mask, (two_l, two_l), name=f"{name}.attn_mask")
+    for field in ("mlm_labels", "mlm_mask", "mlm_weights", "ar_labels", "ar_mask"):
+        _validate.shape(getattr(batch, field), (b, two_l // 2), name=f"{name}.{field}")
 
 
 def _mlm_term(nll: Array, mask: Array, weights: Array, weighting: str) -> Array:
@@ -276,7 +288,8 @@ def wedlm_loss(
 
     Raises:
       TypeError: ``batch`` not a :class:`DualStreamBatch`, or with non-integer ids,
-        positions or labels or non-bool masks; logits not ``[B, 2L, V]``.
+        positions or labels, non-bool masks, or a field not shaped as
+        :func:`dual_stream_batch` builds it; logits not ``[B, 2L, V]``.
       ValueError: A label the loss reads (``mlm_labels`` where ``mlm_mask``, ``ar_labels``
         where ``ar_mask``) outside ``[0, V)`` (a runtime error under ``jit``; a label it
         does not read is free); a negative ``ar_weight``.

@@ -52,18 +52,30 @@ class Buffer(NamedTuple):
     log_w: Array
 
 
+_ROW_FIELDS = ("direction", "affinity", "p_agonist", "reward", "log_ratio", "log_w")
+
+
 def check_buffer(buffer, *, name: str = "buffer") -> Buffer:
     """``buffer`` a :class:`Buffer` with integer ``unmask_step`` and ``direction`` of +1/-1.
 
+    Every field's shape is checked against ``tokens``' ``[N, L]`` (static, a TypeError
+    naming the field): ``unmask_step`` and ``valid`` ``[N, L]``, the others ``[N]``, so a
+    field of another rank never broadcasts silently (checked whether or not the caller
+    reads it: the buffer is one object passed between functions).
     ``direction`` (any real dtype, one per row; another value raises under the guard, as
     :func:`contrastive_margin`'s ``labels``) comes back guarded: use the result.
     """
     if not isinstance(buffer, Buffer):
         raise TypeError(f"`{name}` must be a Buffer, got {type(buffer).__name__}.")
+    _validate.integer(buffer.tokens, name=f"{name}.tokens")
+    _validate.ndim(buffer.tokens, 2, name=f"{name}.tokens")
     _validate.integer(buffer.unmask_step, name=f"{name}.unmask_step")
-    n, got = np.shape(buffer.tokens)[:1], np.shape(buffer.direction)
-    if got != n:  # one per row (_check_direction would take a scalar too)
-        raise TypeError(f"`{name}.direction` must have shape {n}, got {got} (length mismatch).")
+    nl = np.shape(buffer.tokens)
+    for field in ("unmask_step", "valid"):
+        _validate.shape(getattr(buffer, field), nl, name=f"{name}.{field}")
+    _validate.boolean(buffer.valid, name=f"{name}.valid")
+    for field in _ROW_FIELDS:  # one per row (_check_direction would take a scalar too)
+        _validate.shape(getattr(buffer, field), nl[:1], name=f"{name}.{field}")
     d = _check_direction(buffer.direction, buffer.direction, name=f"{name}.direction")
     return buffer._replace(direction=d)
 
@@ -141,11 +153,6 @@ def _prepare(apply_fn, params, buffer, key, hp: _Weights, st: _Static):
     tokens, _ = _common.check_tokens(
         buffer.tokens, buffer.valid, name="buffer.tokens", allow_mask=False, mask_id=st.mask_id
     )
-    if jnp.shape(buffer.log_w) != tokens.shape[:1]:
-        raise TypeError(
-            f"`buffer.log_w` must have shape {tokens.shape[:1]}, got "
-            f"{jnp.shape(buffer.log_w)} (length mismatch)."
-        )
     _common.checked_vocab(
         apply_fn,
         params,
@@ -205,8 +212,9 @@ def td3b_loss(
       ``ess`` (effective sample size of the normalised weights, in [1, N]).
 
     Raises:
-      TypeError: Buffer fields whose lengths do not match, a non-integer
-        ``buffer.unmask_step``; ``key`` not a PRNG key.
+      TypeError: A buffer field not shaped as ``buffer.tokens``' ``[N, L]`` (``[N]`` per
+        row; any rank other than that too), a non-integer ``buffer.unmask_step``; ``key``
+        not a PRNG key.
       ValueError: Token ids outside the alphabet, a ``buffer.direction`` not +1 or -1,
         non-finite ``buffer.log_w``, negative weights, unknown ``reduction``.
 

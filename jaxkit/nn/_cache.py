@@ -119,6 +119,36 @@ def stack_kv(cache: KVCache) -> KVCache:
     return cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
 
 
+def check_layout(cache) -> None:
+    """Static layout check of a cache without its config (shapes only, no runtime cost).
+
+    ``k`` a stacked ``[n_layers, B, S, Hkv, Dh]`` buffer or a tuple of ``[B, S, Hkv, Dh]``
+    ones, ``v`` of the same layout and shapes, ``length`` an integer ``[B]``; a
+    ``TypeError`` naming the field (``cache.k``, ``cache.v[1]``, ``cache.length``).
+    """
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
+    _validate.integer(cache.length, name="cache.length")
+    if per_layer(cache):
+        if not isinstance(cache.v, (tuple, list)) or len(cache.v) != len(cache.k):
+            raise TypeError(
+                f"a per-layer `cache` must hold as many V buffers as K buffers (tuples), got "
+                f"{len(cache.k)} and {type(cache.v).__name__}."
+            )
+        if not cache.k:
+            raise TypeError("a per-layer `cache` must hold at least one K/V buffer.")
+        _validate.ndim(cache.k[0], 4, name="cache.k[0]")
+        want = tuple(cache.k[0].shape)
+        for i, (k, v) in enumerate(zip(cache.k, cache.v, strict=True)):
+            _validate.shape(k, want, name=f"cache.k[{i}]")
+            _validate.shape(v, want, name=f"cache.v[{i}]")
+    else:
+        _validate.ndim(cache.k, 5, name="cache.k")
+        want = tuple(cache.k.shape[1:])
+        _validate.shape(cache.v, tuple(cache.k.shape), name="cache.v")
+    _validate.shape(cache.length, want[:1], name="cache.length")
+
+
 def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
     """Advance the committed length of each row by ``n``, clipped to ``[0, S]``.
 
@@ -136,12 +166,11 @@ def commit(cache: KVCache, n: Int[ArrayLike, "*b"]) -> KVCache:
       The cache with ``length = clip(length + n, 0, max_len)``.
 
     Raises:
-      TypeError: ``cache`` not a :class:`KVCache` or its ``length`` not an integer array;
+      TypeError: ``cache`` not a :class:`KVCache`, its ``length`` not an integer ``[B]``
+        array, or ``k``/``v`` not of one cache layout and shape (static checks only);
         ``n`` not an integer scalar or ``[B]`` array.
     """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
-    _validate.integer(cache.length, name="cache.length")
+    check_layout(cache)
     _validate.integer(n, name="n")  # before jnp.asarray (a string names none)
     n = jnp.asarray(n)
     _validate.ndim(n, (0, 1), name="n")

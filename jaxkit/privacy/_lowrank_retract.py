@@ -15,7 +15,12 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype as _acc
-from jaxkit.privacy._lowrank_tangent import LoraFactors, check_factors, check_tangent, gram_cache
+from jaxkit.privacy._lowrank_tangent import (
+    LoraFactors,
+    _check_unbatched,
+    check_tangent,
+    gram_cache,
+)
 
 
 def _polar(c: Array) -> Array:
@@ -47,6 +52,10 @@ def retract(
 
     Returns:
       New factors in the dtype of ``f.a``.
+
+    Raises:
+      TypeError: If ``f`` is not one pair of floating factors (a stack: use ``jax.vmap``) or
+        ``d`` does not have its shapes.
     """
     _validate.real(eta, name="eta")
     _validate.finite_scalar(eta=eta)  # NaN / inf: the retraction is all NaN
@@ -58,7 +67,7 @@ def retract(
 @functools.partial(jax.jit, static_argnames=("align",))
 def _retract(f, d, *, eta, align):
     """Jitted core of :func:`retract` (module level, like jax.numpy)."""
-    f = check_factors(f)
+    f = _check_unbatched(f)
     d = check_tangent(f, d, name="d")
     acc = _acc(f.a.dtype)
     a, b, da, db = (x.astype(acc) for x in (*f, *d))

@@ -62,11 +62,14 @@ def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
         raise TypeError(f"`{name}` must be a LoraFactors(a, b) pair, got {type(f).__name__}.")
     a, b = jnp.asarray(f[0]), jnp.asarray(f[1])
     if a.ndim < 2 or b.ndim < 2:
-        raise TypeError(f"`{name}` factors must have rank >= 2, got shapes {a.shape}, {b.shape}.")
+        raise TypeError(
+            f"`{name}` factors must have rank >= 2, got shapes `{name}.a` {a.shape}, "
+            f"`{name}.b` {b.shape}."
+        )
     if a.shape[-1] != b.shape[-1] or a.shape[:-2] != b.shape[:-2]:
         raise TypeError(
-            f"`{name}` factors have mismatched shapes: a {a.shape} and b {b.shape} "
-            "(need a: [*stack, m, r], b: [*stack, n, r])."
+            f"`{name}` factors have mismatched shapes: `{name}.a` {a.shape} and `{name}.b` "
+            f"{b.shape} (need a: [*stack, m, r], b: [*stack, n, r])."
         )
     r = a.shape[-1]
     if r > min(a.shape[-2], b.shape[-2]):
@@ -104,6 +107,26 @@ def _check_unbatched(f: LoraFactors, name: str = "f") -> LoraFactors:
     return f
 
 
+def _check_cache(cache: GramCache, f: LoraFactors | None = None, *, name: str = "cache") -> None:
+    """Static shape checks of a :class:`GramCache` (of the checked unbatched pair ``f``, if given).
+
+    Shapes only (free under ``jit``): ``u: [m, r]``, ``v: [n, r]``, ``s: [r]``, the rest ``[r, r]``.
+    """
+    if not isinstance(cache, tuple) or len(cache) != len(GramCache._fields):
+        raise TypeError(f"`{name}` must be a GramCache (gram_cache), got {type(cache).__name__}.")
+    cache = GramCache(*cache)
+    if f is None:
+        _validate.ndim(cache.u, 2, name=f"{name}.u")
+        _validate.ndim(cache.v, 2, name=f"{name}.v")
+        (m, r), n = jnp.shape(cache.u), jnp.shape(cache.v)[0]
+    else:
+        (m, r), n = f.a.shape, f.b.shape[0]
+    sq = (r, r)
+    want = dict(m_gram=sq, n_gram=sq, m_inv=sq, n_inv=sq, ta=sq, tb=sq, u=(m, r), v=(n, r), s=(r,))
+    for field, shape in want.items():
+        _validate.shape(getattr(cache, field), shape, name=f"{name}.{field}")
+
+
 def _sign_fix(u: Array) -> Array:
     """Signs making the largest-|.| entry of each column of ``u`` positive."""
     idx = jnp.argmax(jnp.abs(u), axis=0)
@@ -138,10 +161,13 @@ def gram_cache(f: LoraFactors, *, rcond: float = 1e-6) -> GramCache:
     Returns:
       A :class:`GramCache` in the accumulation dtype (f32, or f64 for f64 input).
 
+    Raises:
+      TypeError: If ``f`` is not one pair of floating factors (a stack: use ``jax.vmap``).
+
     References:
       Wang & Zhang, PRISM, ICML 2026, arXiv:2606.00944 (Sec. 3).
     """
-    f = check_factors(f)
+    f = _check_unbatched(f)
     if not isinstance(rcond, jax.core.Tracer):  # a static cut-off: finite and >= 0
         _validate.real(rcond, name="rcond")
         _validate.finite_scalar(rcond=rcond)
@@ -175,7 +201,9 @@ def tangent_coords(f: LoraFactors, g: LoraFactors, cache: GramCache) -> TangentC
     Returns:
       :class:`TangentCoords` in the dtype of ``g``.
     """
-    g = check_tangent(check_factors(f, name="f"), g, name="g")
+    f = _check_unbatched(f)
+    g = check_tangent(f, g, name="g")
+    _check_cache(cache, f)
     acc = cache.u.dtype
     ga, gb = g.a.astype(acc), g.b.astype(acc)
     gv, gu = ga @ cache.tb, gb @ cache.ta
@@ -194,6 +222,7 @@ def from_coords(f: LoraFactors, c: TangentCoords, cache: GramCache) -> LoraFacto
     ``dA b^T + a dB^T = u core v^T + up v^T + u vp^T``. Composed with
     :func:`tangent_coords` this is the PRISM lift ``g_a N^{-1} - P_U g_a N^{-1}/2``.
     """
+    _check_cache(cache, _check_unbatched(f))
     acc = cache.u.dtype
     core, up, vp = (x.astype(acc) for x in c)
     da = (up + 0.5 * cache.u @ core) @ cache.tb.T
@@ -295,6 +324,7 @@ def horizontal_lift(f: LoraFactors, d: LoraFactors, cache: GramCache) -> LoraFac
     """
     f = _check_unbatched(f)
     d = check_tangent(f, d, name="d")
+    _check_cache(cache, f)
     return _horizontal(f, d, jnp.linalg.eigh(cache.m_gram), jnp.linalg.eigh(cache.n_gram))
 
 
@@ -327,6 +357,7 @@ def sample_tangent_coords(
     _validate.is_key(key)
     if not isinstance(std, jax.core.Tracer):  # traced: guarded by the public callers
         _check_std(std, "std")
+    _check_cache(cache)
     acc = cache.u.dtype
     dtype = acc if dtype is None else dtype
     ku, kv = jax.random.split(key)
@@ -363,6 +394,7 @@ def sample_tangent_noise(
     ``xi_a b^T + a xi_b^T ~ N(0, std^2 P_T)``; the energy on ``Z`` is
     ``std^2 r (m + n - r)`` in expectation. ``std`` must be finite and >= 0 (a
     traced bad value raises under ``jit``). Jitted like jax.numpy (module level).
+    ``f`` must be one pair and ``cache`` its :func:`gram_cache` shapes (a ``TypeError``).
     """
     _validate.is_key(key)
     _check_std(std, "std")
@@ -371,6 +403,8 @@ def sample_tangent_noise(
 
 @jax.jit
 def _sample_tangent_noise(f, cache, std, key) -> LoraFactors:
+    f = _check_unbatched(f)  # static (trace-time) checks, as the cache's
+    _check_cache(cache, f)
     c = sample_tangent_coords(cache, std=std, key=key, dtype=f.a.dtype)
     return from_coords(f, c, cache)
 
@@ -378,7 +412,7 @@ def _sample_tangent_noise(f, cache, std, key) -> LoraFactors:
 def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
     """First-order noise energy on ``Z`` of naive factor DP-SGD.
 
-    ``tau^2 (m ||b||^2 + n ||a||^2)`` (``tau`` finite, >= 0).
+    ``tau^2 (m ||b||^2 + n ||a||^2)`` (``tau`` finite, >= 0; ``f`` as :func:`check_factors`).
     """
     _check_std(tau, "tau")
     return _naive_noise_energy(f, _guard_std(jnp.asarray(tau), tau, "tau"))
@@ -386,6 +420,7 @@ def naive_noise_energy(f: LoraFactors, *, tau: Real[ArrayLike, ""]) -> Array:
 
 @jax.jit
 def _naive_noise_energy(f: LoraFactors, tau) -> Array:
+    f = check_factors(f, name="f")  # static: at trace time
     acc = _acc(f.a.dtype)
     a, b = f.a.astype(acc), f.b.astype(acc)
     m, n = a.shape[-2], b.shape[-2]
@@ -394,13 +429,17 @@ def _naive_noise_energy(f: LoraFactors, tau) -> Array:
 
 
 def prism_noise_energy(f: LoraFactors, *, std: Real[ArrayLike, ""]) -> Array:
-    """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)`` (``std`` finite, >= 0)."""
+    """Closed-form PRISM noise energy on ``Z``: ``std^2 r (m + n - r)`` (``std`` finite, >= 0).
+
+    ``f`` is checked as by :func:`check_factors` (a ``TypeError`` / ``ValueError``).
+    """
     _check_std(std, "std")
     return _prism_noise_energy(f, _guard_std(jnp.asarray(std), std, "std"))
 
 
 @jax.jit
 def _prism_noise_energy(f: LoraFactors, std) -> Array:
+    f = check_factors(f, name="f")  # static: at trace time
     m, r = f.a.shape[-2:]
     n = f.b.shape[-2]
     return jnp.asarray(std, jnp.float32) ** 2 * float(r * (m + n - r))

@@ -103,6 +103,23 @@ def _point_eps(tp: int, fp: int, n: int) -> float:
     return math.log((tp + 0.5) / (n + 1)) - math.log((fp + 0.5) / (n + 1))
 
 
+def _check_worlds(base: PyTree, canary: PyTree) -> None:
+    """Each leaf of ``base`` is the matching leaf of ``canary`` with a leading batch axis."""
+    b_leaves, b_tree = jax.tree.flatten_with_path(base)
+    c_leaves, c_tree = jax.tree.flatten_with_path(canary)
+    if b_tree != c_tree:
+        raise TypeError(
+            f"`base` and `canary` must have the same tree structure, got {b_tree} and {c_tree}."
+        )
+    for (path, b), (_, c) in zip(b_leaves, c_leaves, strict=True):
+        where = jax.tree_util.keystr(path)
+        if np.ndim(b) < 1 or np.shape(b)[1:] != np.shape(c):
+            raise TypeError(
+                f"`base{where}` must be `canary{where}` with a leading batch axis: shape "
+                f"(batch, *{np.shape(c)}), got {np.shape(b)}."
+            )
+
+
 def canary_audit(
     release: Callable[[PyTree, jax.Array], PyTree],
     *,
@@ -144,13 +161,15 @@ def canary_audit(
       :class:`AuditResult`.
 
     Raises:
-      TypeError: If ``trials`` is not a Python int.
+      TypeError: If ``trials`` is not a Python int, or a leaf of ``base`` is not the
+        matching leaf of ``canary`` with a leading batch axis.
       ValueError: For ``trials < 2`` or ``delta``/``confidence`` outside ``(0, 1)``.
     """
     trials = _validate.python_int(trials, name="trials", minimum=2)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", delta=delta)
     _validate.in_interval(low=0.0, high=1.0, closed="neither", confidence=confidence)
     _validate.is_key(key)
+    _check_worlds(base, canary)
     flat_canary = jnp.concatenate(
         [jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(canary)]
     )

@@ -21,7 +21,7 @@ from jaxkit._optim import optax_update
 from jaxkit._typing import RealScalarLike
 from jaxkit.robust._bulk import Bulk, Interval, Union, _check_bulk
 from jaxkit.robust._calibrate import _sample_weights, weighted_quantile
-from jaxkit.robust._losses import Newsvendor, objective_value
+from jaxkit.robust._losses import LAD, Hinge, Huber, Logistic, Newsvendor, Squared, objective_value
 from jaxkit.robust._objective import _bad_weights
 
 _FAMILIES = ("Newsvendor", "LAD", "Squared", "Huber", "Hinge", "Logistic", "PiecewiseLinear")
@@ -42,6 +42,28 @@ def _guards(x, eps, l2, eta, moment):
     if moment is not None:
         x = _validate.guard_non_negative(x, moment, name="moment")
     return x
+
+
+_LINEAR = (LAD, Squared, Huber, Hinge, Logistic)
+
+
+def _check_params(family, params, data, *, name: str) -> None:
+    """A linear family's parameter record against the data ``(z [n, d], y)``.
+
+    ``w`` a ``[d]`` vector (a ``[d, 1]`` one broadcast the residuals to ``[n, n]``), ``b`` a
+    scalar: a TypeError naming the field (``params.w``). Static (shapes only).
+    """
+    if not isinstance(family, _LINEAR):
+        return
+    if not (hasattr(params, "w") and hasattr(params, "b")):
+        raise TypeError(
+            f"`{name}` must be a LinearParams(w, b) for a linear family, got "
+            f"{type(params).__name__}."
+        )
+    z = data[0] if isinstance(data, (tuple, list)) and data else None
+    d = jnp.shape(z)[-1] if z is not None and jnp.ndim(z) == 2 else None
+    _validate.shape(params.w, (d,), name=f"{name}.w")
+    _validate.ndim(params.b, 0, name=f"{name}.b")
 
 
 def _check_samples(data):
@@ -107,7 +129,9 @@ def credal_objective(
       Scalar ``J``.
 
     Raises:
-      TypeError: ``data`` without a sample (a leaf of leading axis 0).
+      TypeError: ``data`` without a sample (a leaf of leading axis 0); for a linear
+        family, ``params`` not a :class:`LinearParams` with ``w`` of shape ``(d,)`` (the
+        features of ``z [n, d]``) and a scalar ``b``.
       ValueError: A hyperparameter or ``weights`` out of range.
     """
     _check_family(family)
@@ -116,6 +140,7 @@ def credal_objective(
     eps = _guards(_validate.real_array(eps, name="eps"), eps, l2, eta, moment)
     eps = _validate.guard_non_negative(eps, smoothing, name="smoothing")
     _check_samples(data)
+    _check_params(family, params, data, name="params")
     eps = _guard_weights(eps, weights, data)
     return _objective_core(family, params, data, bulk, eps, weights, l2, eta, moment, smoothing)
 
@@ -323,8 +348,9 @@ def fit(
       :class:`FitResult` ``(params, value, smoothed_value)``.
 
     Raises:
-      TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported, or
-        ``data`` holds no sample.
+      TypeError: If ``family``, ``bulk`` or ``params0``'s dtype is not supported,
+        ``data`` holds no sample, or (a linear family) ``params0`` is not a
+        :class:`LinearParams` with ``w`` of shape ``(d,)`` and a scalar ``b``.
       ValueError: If ``eps``, ``eta`` or ``schedule`` is out of range, ``l2`` is negative or
         ``weights`` are negative, not finite or sum to 0.
       ValueError | JaxRuntimeError: If the objective or the parameters end non-finite
@@ -342,6 +368,7 @@ def fit(
     eps = _guards(eps, eps, l2, eta, moment)
     eps = _validate.guard_positive(eps, schedule, name="schedule")
     _check_samples(data)
+    _check_params(family, params0, data, name="params0")
     eps = _guard_weights(eps, weights, data)
     for leaf in jax.tree.leaves(params0):  # each leaf: the result keeps params0's dtypes
         _validate.floating(leaf, name="params0")

@@ -385,12 +385,14 @@ def refresh_bridge(
         negative one, or a prompt plus bridge longer than the cache's capacity S;
         traced: under ``jit``).
       TypeError: a non-floating ``bridge`` or one of the wrong shape; a ``prompt_len`` that
-        is not an integer ``[B]`` array; ``cache`` not a ``KVCache`` with integer lengths.
+        is not an integer ``[B]`` array; ``cache`` not a ``KVCache`` with integer ``[B]``
+        lengths.
       ValueError: a ``cache.length`` outside ``[0, S]`` (traced: under ``jit``).
     """
     if not isinstance(cache, nn.KVCache):
         raise TypeError(f"`cache` must be a jaxkit.nn.KVCache, got {type(cache).__name__}.")
     _validate.integer(cache.length, name="cache.length")
+    _validate.ndim(cache.length, 1, name="cache.length")  # [B]: sizes prompt_len, bridge
     _validate.floating(bridge, name="bridge")  # before jnp.asarray (a string names none)
     _validate.integer(prompt_len, name="prompt_len")
     bridge, prompt_len = jnp.asarray(bridge), jnp.asarray(prompt_len)

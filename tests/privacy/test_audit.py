@@ -101,4 +101,6 @@ def test_audit_bad_inputs(key):
         audit.canary_audit(lambda g, k: g, base=base, canary=canary, key=key, trials=1)
     with pytest.raises(ValueError, match="delta"):
         audit.canary_audit(lambda g, k: g, base=base, canary=canary, key=key, delta=1.0)
+    with pytest.raises(TypeError, match="`base.a`"):  # no batch axis: one leaf per example
+        audit.canary_audit(lambda g, k: g, base=canary, canary=canary, key=key)
     assert np.isfinite(audit.clopper_pearson(1, 10).high)

@@ -262,6 +262,19 @@ def test_dense_oracles_and_tangent_pairs_check_shapes():
             fn(f, bad)
     with pytest.raises(TypeError, match="`d`"):
         L.retract(f, bad, eta=0.1)
+    # record fields: a stack or a one-sided axis names the field (before: JAX's error, or for
+    # a GramCache field / the noise's `f`, a silently accepted shape)
+    with pytest.raises(TypeError, match="`f.a`"):
+        L.gram_cache(L.LoraFactors(f.a[None], f.b))
+    with pytest.raises(TypeError, match="`f`"):
+        L.retract(stack, stack, eta=0.1)
+    c = L.gram_cache(f)
+    with pytest.raises(TypeError, match="`cache.s`"):
+        L.sample_tangent_coords(c._replace(s=c.s[None]), std=0.1, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="`cache.m_gram`"):
+        L.sample_tangent_noise(f, c._replace(m_gram=c.m_gram[0]), std=0.1, key=jax.random.key(0))
+    with pytest.raises(TypeError, match="`f.b`"):
+        L.prism_noise_energy(L.LoraFactors(f.a, f.b[0]), std=0.1)
 
 
 def test_jit_vmap_dtype(key):
