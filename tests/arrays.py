@@ -71,6 +71,7 @@ naming ``Array``) has a recipe, or a reason in the area's ``NO_RECIPE``.
 import functools
 import importlib
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -449,7 +450,8 @@ def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:
     """The area's public functions and methods with an array parameter -> their paths.
 
     An array parameter is one whose annotation names ``Array`` (``Float[Array, "n"]``,
-    ``ArrayLike``): each such function needs a recipe (or a ``NO_RECIPE`` reason), so that
+    ``ArrayLike``) or a NamedTuple record type (a batch, a cache: the sweep probes its
+    fields): each such function needs a recipe (or a ``NO_RECIPE`` reason), so that
     the sweep reaches its array arguments. A class's are the ``__call__`` and the public
     methods it defines, under ``"<class path>.<method>"``.
     """
@@ -467,6 +469,19 @@ def array_functions(area: str) -> dict[Callable[..., Any], list[str]]:
             methods = [(obj, path)]
         for fn, p in methods:
             params = inspect.signature(fn).parameters.values()
-            if any("Array" in str(a.annotation) for a in params):
+            if any("Array" in str(a.annotation) or _record_type(fn, a.name) for a in params):
                 out.setdefault(fn, []).append(p)
     return out
+
+
+def _record_type(fn: Callable[..., Any], name: str) -> bool:
+    """Whether parameter ``name`` of ``fn`` is annotated with a NamedTuple type (a record
+    whose fields the sweep probes), alone or in a union (``KVCache | None``)."""
+    try:
+        hint = typing.get_type_hints(fn).get(name)
+    except Exception:  # an annotation that does not resolve: not a record
+        return False
+    kinds = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+    return any(
+        isinstance(t, type) and issubclass(t, tuple) and hasattr(t, "_fields") for t in kinds
+    )

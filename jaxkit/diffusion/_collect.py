@@ -250,12 +250,14 @@ def rescore_buffer(
 def merge_best(buffer: Buffer | None, new: Buffer, size: int) -> Buffer:
     """Best-of-buffer: keep the ``size`` rows of ``buffer`` and ``new`` with the highest reward.
 
-    ``buffer=None`` (no earlier rows): the best ``size`` rows of ``new`` alone.
+    ``buffer=None`` (no earlier rows): the best ``size`` rows of ``new`` alone. Both are
+    checked as by :func:`check_buffer` (and share ``L``): a TypeError naming the field.
     """
     size = _validate.python_int(size, name="size", minimum=1)
-    if buffer is None:
-        both = new
-    else:
+    both = new = check_buffer(new, name="new")
+    if buffer is not None:
+        buffer = check_buffer(buffer)
+        _validate.shape(buffer.tokens, (None, np.shape(new.tokens)[1]), name="buffer.tokens")
         both = jax.tree.map(lambda a, b: jnp.concatenate([a, b], axis=0), buffer, new)
     order = np.argsort(-np.asarray(both.reward), kind="stable")[:size]
     return jax.tree.map(lambda a: a[order], both)

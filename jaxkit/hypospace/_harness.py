@@ -283,13 +283,46 @@ def evaluate(
     return Report(jnp.asarray(k, jnp.int32), jnp.asarray(n, jnp.int32), m, e)
 
 
+def _check_report(report: Report, *, name: str = "report") -> np.ndarray:
+    """Check a :class:`Report` (host-side record); returns ``k``.
+
+    ``k`` and ``n_queries`` integer ``[T]`` counts (``k >= 0``: a negative one would fall
+    in no bucket; ``n_queries >= 1``), every field of ``metrics`` and ``expected`` ``[T]``.
+    """
+    if not isinstance(report, Report):
+        raise TypeError(f"`{name}` must be a Report (from evaluate), got {type(report).__name__}.")
+    V.ndim(report.k, 1, name=f"{name}.k")
+    t = jnp.shape(report.k)
+    for field, low in (("k", 0), ("n_queries", 1)):
+        x = getattr(report, field)
+        V.shape(x, t, name=f"{name}.{field}")
+        V.integer(x, name=f"{name}.{field}")
+        x = np.asarray(x)
+        if x.size and int(x.min()) < low:
+            raise ValueError(f"`{name}.{field}` must be counts >= {low}, got {x.min()}.")
+    for field, kind in (("metrics", Metrics), ("expected", Expected)):
+        rec = getattr(report, field)
+        if not isinstance(rec, kind):
+            raise TypeError(
+                f"`{name}.{field}` must be a {kind.__name__}, got {type(rec).__name__}."
+            )
+        for f in kind._fields:
+            V.shape(getattr(rec, f), t, name=f"{name}.{field}.{f}")
+    return np.asarray(report.k)
+
+
 def by_k(report: Report, edges=(2, 8, 24)) -> list[dict]:
     """Mean V/U/R (sampled and expected) per K bucket (host-side).
 
     Buckets ``K <= e0``, ``e0 < K <= e1``, ..., ``K > e_last``; empty ones are left out.
     Also ``R_std``, the population (ddof = 0, as upstream) std of recovery.
+
+    Raises:
+      TypeError: ``report`` not a :class:`Report` with integer ``k`` / ``n_queries``
+        ``[T]`` and every metric ``[T]``.
+      ValueError: a negative ``report.k`` or a ``report.n_queries`` below 1.
     """
-    k = np.asarray(report.k)
+    k = _check_report(report)
     lows = (0, *edges)
     highs = (*edges, np.inf)
     rows = []

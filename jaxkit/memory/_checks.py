@@ -9,13 +9,23 @@ import jax.numpy as jnp
 from jaxkit import _validate
 
 
-def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int):
-    """Stage 2: ``labels`` in ``[-1, V)``, ``at`` in ``[0, T]``, ``action`` in ``[0, A)``."""
+def check_stage2(embeds, labels, ctx, at, action, *, lm_cfg, cfg):
+    """Stage 2's batch: shapes and dtypes (static), then the values (``error_if``).
+
+    ``embeds``, ``ctx`` floating ``[B, T, D]`` (``D``: ``lm_cfg.d_model``), ``labels [B, T]``
+    in ``[-1, V)``, ``at [B]`` in ``[0, T]``, ``action [B]`` in ``[0, A)``. Returns the five
+    as arrays (``labels``, ``at``, ``action`` guarded).
+    """
+    d, vocab_size, n_actions = lm_cfg.d_model, lm_cfg.vocab_size, cfg.n_actions
+    for name, v in (("embeds", embeds), ("ctx", ctx)):
+        _validate.floating(v, name=name)  # before .shape: a string names it
     for name, v in (("labels", labels), ("at", at), ("action", action)):
         _validate.integer(v, name=name)  # before jnp.asarray (a string names none)
-    labels, at, action = (jnp.asarray(x) for x in (labels, at, action))
-    _validate.ndim(labels, 2, name="labels")
-    b = labels.shape[0]
+    embeds, labels, ctx, at, action = (jnp.asarray(x) for x in (embeds, labels, ctx, at, action))
+    _validate.shape(embeds, (None, None, d), name="embeds")
+    b, t = embeds.shape[:2]
+    _validate.shape(ctx, (b, t, d), name="ctx")
+    _validate.shape(labels, (b, t), name="labels")
     for name, v in (("at", at), ("action", action)):
         _validate.shape(v, (b,), name=name)
     labels = _validate.error_if(
@@ -25,7 +35,7 @@ def check_stage2(labels, at, action, *, t: int, vocab_size: int, n_actions: int)
     )
     at = _validate.error_if(at, _validate.any_outside(at, 0, t), f"`at` must lie in [0, {t}].")
     action = _validate.ids_in(action, n_actions, name="action")
-    return labels, at, action
+    return embeds, labels, ctx, at, action
 
 
 def check_stage1(targets, target_valid, evidence, *, b: int, d: int, s: int) -> None:

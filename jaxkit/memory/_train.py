@@ -273,8 +273,8 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
     slot after the injection point), as in generation. For the LoRA replica ``ctx`` is
     the embeddings (:func:`context_states`).
     """
-    labels, at, action = check_stage2(
-        labels, at, action, t=ctx.shape[1], vocab_size=lm_cfg.vocab_size, n_actions=cfg.n_actions
+    embeds, labels, ctx, at, action = check_stage2(
+        embeds, labels, ctx, at, action, lm_cfg=lm_cfg, cfg=cfg
     )
     lm_params = jax.lax.stop_gradient(lm_params)
     bank_t, k_t = action_table(cfg)

@@ -35,12 +35,14 @@ from jaxkit.nn._intervene import Interventions, MLPRead, edit_at, hide_span
 from jaxkit.nn._intervene import check as check_iv
 from jaxkit.nn._kv_rows import block_tail, kv_rows, queries, scatter_kv
 from jaxkit.nn._params import (
+    check_cache,
     check_cfg,
     check_h,
     check_inputs,
     check_overflow,
     check_params,
     check_range,
+    guard,
     layer_params,
     per_layer_params,
 )
@@ -128,10 +130,21 @@ def default_mask(
 
     Returns:
       ``bool[B, T, S]``.
+
+    Raises:
+      TypeError: a ``cache`` whose layout does not fit ``cfg`` and ``batch`` rows, or a
+        non-integer ``cache.length``.
+      ValueError: a ``cache.length`` outside ``[0, S]`` (a runtime error under ``jit``).
     """
     check_cfg(cfg)
     batch = _validate.python_int(batch, name="batch", minimum=1)
     t = _validate.python_int(t, name="t", minimum=1)
+    if cache is not None:  # static layout checks; the range guard runs once, here
+        cache = check_cache(cache, cfg, batch, t, "drop")
+        s = capacity(cache)
+        bad = _validate.any_outside(cache.length, 0, s)
+        length = guard(cache.length, bad, f"`cache.length` must lie in [0, {s}].")
+        cache = cache._replace(length=length)
     return _default_mask_jit(cfg, batch, t, cache)
 
 

@@ -127,6 +127,25 @@ def _check_cache(cache: GramCache, f: LoraFactors | None = None, *, name: str = 
         _validate.shape(getattr(cache, field), shape, name=f"{name}.{field}")
 
 
+def _check_coords(c: TangentCoords, f: LoraFactors | None = None, *, name: str = "c") -> None:
+    """Static checks of :class:`TangentCoords` (of the checked unbatched pair ``f``, if given).
+
+    Floating fields of shapes ``core: [r, r]``, ``up: [m, r]``, ``vp: [n, r]`` (free under jit).
+    """
+    if not isinstance(c, tuple) or len(c) != len(TangentCoords._fields):
+        raise TypeError(f"`{name}` must be TangentCoords(core, up, vp), got {type(c).__name__}.")
+    c = TangentCoords(*c)
+    if f is None:
+        _validate.ndim(c.core, 2, name=f"{name}.core")
+        m = n = None
+        r = jnp.shape(c.core)[-1]
+    else:
+        (m, r), n = f.a.shape, f.b.shape[0]
+    for field, shape in dict(core=(r, r), up=(m, r), vp=(n, r)).items():
+        _validate.floating(getattr(c, field), name=f"{name}.{field}")
+        _validate.shape(getattr(c, field), shape, name=f"{name}.{field}")
+
+
 def _sign_fix(u: Array) -> Array:
     """Signs making the largest-|.| entry of each column of ``u`` positive."""
     idx = jnp.argmax(jnp.abs(u), axis=0)
@@ -221,8 +240,12 @@ def from_coords(f: LoraFactors, c: TangentCoords, cache: GramCache) -> LoraFacto
     ``dA = (up + u core / 2) tb^T``, ``dB = (vp + v core^T / 2) ta^T`` so that
     ``dA b^T + a dB^T = u core v^T + up v^T + u vp^T``. Composed with
     :func:`tangent_coords` this is the PRISM lift ``g_a N^{-1} - P_U g_a N^{-1}/2``.
+    ``c`` must be floating of shapes ``core: [r, r]``, ``up: [m, r]``, ``vp: [n, r]``
+    (a ``TypeError`` naming the field).
     """
-    _check_cache(cache, _check_unbatched(f))
+    f = _check_unbatched(f)
+    _check_coords(c, f)
+    _check_cache(cache, f)
     acc = cache.u.dtype
     core, up, vp = (x.astype(acc) for x in c)
     da = (up + 0.5 * cache.u @ core) @ cache.tb.T
@@ -253,7 +276,12 @@ def tangent_lift(f: LoraFactors, g: LoraFactors, cache: GramCache) -> LoraFactor
 
 @jax.jit
 def coords_norm_sq(c: TangentCoords) -> Array:
-    """Squared Euclidean norm of coordinates (= intrinsic Frobenius norm squared)."""
+    """Squared Euclidean norm of coordinates (= intrinsic Frobenius norm squared).
+
+    ``c`` must be floating of shapes ``core: [r, r]``, ``up: [m, r]``, ``vp: [n, r]``
+    (a ``TypeError`` naming the field).
+    """
+    _check_coords(c)
     acc = _acc(c.core.dtype)
     return sum(jnp.sum(jnp.square(x.astype(acc))) for x in c)
 

@@ -327,22 +327,22 @@ def render_options(method, tile, capacity, cutoff):
     return method, tile, capacity, float(cutoff)
 
 
-def check_scene(g) -> None:
-    """Static checks of a :class:`Gaussians` (TypeError naming the field)."""
+def check_scene(g, name: str = "gaussians") -> None:
+    """Static checks of a :class:`Gaussians` (TypeError naming the field, ``name.means``)."""
     if not isinstance(g, Gaussians):
-        raise TypeError(f"`gaussians` must be a jaxkit.splat.Gaussians, got {type(g).__name__}.")
-    _validate.ndim(g.means, 2, name="gaussians.means")
+        raise TypeError(f"`{name}` must be a jaxkit.splat.Gaussians, got {type(g).__name__}.")
+    _validate.ndim(g.means, 2, name=f"{name}.means")
     n = jnp.shape(g.means)[0]
-    _validate.shape(g.means, (n, 3), name="gaussians.means")
-    _validate.shape(g.covariances, (n, 3, 3), name="gaussians.covariances")
-    _validate.shape(g.opacity_logits, (n,), name="gaussians.opacity_logits")
-    _validate.shape(g.colors, (n, 3), name="gaussians.colors")
+    _validate.shape(g.means, (n, 3), name=f"{name}.means")
+    _validate.shape(g.covariances, (n, 3, 3), name=f"{name}.covariances")
+    _validate.shape(g.opacity_logits, (n,), name=f"{name}.opacity_logits")
+    _validate.shape(g.colors, (n, 3), name=f"{name}.colors")
     dt = jnp.result_type(g.means)
-    for name, a in zip(Gaussians._fields, g, strict=True):
-        _validate.floating(a, name=f"gaussians.{name}")
+    for field, a in zip(Gaussians._fields, g, strict=True):
+        _validate.floating(a, name=f"{name}.{field}")
         if jnp.result_type(a) != dt:
             raise TypeError(
-                f"`gaussians.{name}` must have the dtype of `gaussians.means` ({dt}), "
+                f"`{name}.{field}` must have the dtype of `{name}.means` ({dt}), "
                 f"got {jnp.result_type(a)}."
             )
 

@@ -32,7 +32,12 @@ class Safeguards(NamedTuple):
 
 
 def safeguard_gaussians(theta: Safeguards) -> Gaussians:
-    """The renderable :class:`Gaussians` of ``theta``."""
+    """The renderable :class:`Gaussians` of ``theta``.
+
+    Raises:
+      TypeError: ``theta``'s fields not ``[S, ...]`` of one floating dtype.
+    """
+    _check_safeguards(theta)
     return Gaussians(
         theta.means,
         covariance_from_scale_rotation(theta.log_scales, theta.quaternions),
@@ -42,7 +47,13 @@ def safeguard_gaussians(theta: Safeguards) -> Gaussians:
 
 
 def protected_scene(raw: Gaussians, theta: Safeguards) -> Gaussians:
-    """``G_raw U G_s(theta)`` (raw Gaussians first)."""
+    """``G_raw U G_s(theta)`` (raw Gaussians first).
+
+    Raises:
+      TypeError: ``raw`` or ``theta`` malformed (shapes, or ``theta`` not of ``raw``'s dtype).
+    """
+    check_scene(raw, name="raw")
+    _check_safeguards(theta, raw.means.dtype)
     sg = safeguard_gaussians(theta)
     return Gaussians(*(jnp.concatenate([a, b]) for a, b in zip(raw, sg, strict=True)))
 
@@ -66,7 +77,7 @@ def init_safeguards(
     lo, hi = log_scale_range
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         raise ValueError(f"`log_scale_range` must be finite with low <= high, got {(lo, hi)}.")
-    check_scene(raw)
+    check_scene(raw, name="raw")
     dt = raw.means.dtype
     lo, hi = jnp.min(raw.means, axis=0), jnp.max(raw.means, axis=0)
     ks = jax.random.split(key, 4)
@@ -90,7 +101,7 @@ def certified_linf(raw: Gaussians, theta: Safeguards, *, background=0.0) -> jax.
     by at most its alpha times its colour's distance to what lies behind it. Holds for any
     camera and image size, dense or tiled (``jaxkit.splat._certify`` has the argument).
     """
-    check_scene(raw)
+    check_scene(raw, name="raw")
     _check_safeguards(theta, raw.means.dtype)
     _validate.real(background, name="background")
     out = _cert_jit(theta.opacity_logits, theta.color_logits, raw.colors, background)
@@ -109,7 +120,7 @@ def _checked(raw, theta, cameras, adv_loss, hw):
     hw = _hw(hw)
     if not callable(adv_loss):
         raise TypeError(f"`adv_loss` must be callable, got {type(adv_loss).__name__}.")
-    check_scene(raw)
+    check_scene(raw, name="raw")
     _check_safeguards(theta, raw.means.dtype)
     _check_cameras(cameras, raw.means.dtype)
     return hw, _check_psd(raw)
@@ -122,9 +133,17 @@ def _check_psd(raw: Gaussians) -> Gaussians:
     return raw._replace(covariances=guard_psd(raw.covariances, "raw.covariances"))
 
 
-def _check_safeguards(theta, dtype) -> None:
+def _check_safeguards(theta, dtype=None) -> None:
+    """Static checks of ``theta`` (a ``TypeError`` naming the field, ``theta.means``).
+
+    Fields ``[S, ...]`` of the dtype ``dtype`` (the scene's; ``None``: ``theta.means``'s,
+    floating).
+    """
     if not isinstance(theta, Safeguards):
         raise TypeError(f"`theta` must be a Safeguards, got {type(theta).__name__}.")
+    if dtype is None:
+        _validate.floating(theta.means, name="theta.means")
+        dtype = jnp.result_type(theta.means)
     _validate.ndim(theta.means, 2, name="theta.means")
     s = jnp.shape(theta.means)[0]
     for name, shp in zip(Safeguards._fields, ((s, 3), (s, 3), (s, 4), (s,), (s, 3)), strict=True):

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkit import _validate
 from jaxkit.splat._types import (
     Camera,
     Gaussians,
@@ -131,8 +132,30 @@ def read_ply(path: str | os.PathLike) -> GaussianAsset:
     )
 
 
+def _check_asset(asset, name: str = "asset") -> None:
+    """Static checks of a :class:`GaussianAsset` (a ``TypeError`` naming the field).
+
+    Real fields ``[N, 3]``, ``[N, 3]``, ``[N, 4]``, ``[N]``, ``[N, 3]``, ``[N, K]``.
+    """
+    if not isinstance(asset, GaussianAsset):
+        raise TypeError(f"`{name}` must be a GaussianAsset, got {type(asset).__name__}.")
+    _validate.real(asset.means, name=f"{name}.means")
+    _validate.ndim(asset.means, 2, name=f"{name}.means")
+    n = np.shape(asset.means)[0]
+    tails = ((3,), (3,), (4,), (), (3,), (None,))
+    for field, tail in zip(GaussianAsset._fields, tails, strict=True):
+        _validate.real(getattr(asset, field), name=f"{name}.{field}")
+        _validate.shape(getattr(asset, field), (n, *tail), name=f"{name}.{field}")
+
+
 def write_ply(path: str | os.PathLike, asset: GaussianAsset) -> None:
-    """Write ``asset`` as a binary little-endian 3DGS ``.ply`` (normals written as zeros)."""
+    """Write ``asset`` as a binary little-endian 3DGS ``.ply`` (normals written as zeros).
+
+    Raises:
+      TypeError: ``asset`` not a :class:`GaussianAsset` of real arrays of the shapes its
+        attributes list (``[N, 3]``, ..., ``sh_rest [N, K]``), the field named.
+    """
+    _check_asset(asset)
     n = np.shape(asset.means)[0]
     cols = {"x": 0, "y": 1, "z": 2}
     fields = [(k, np.asarray(asset.means)[:, i]) for k, i in cols.items()]

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxkit import _validate
 from jaxkit.timeseries._schema import LEGACY_V1, Schema, check_schema
 
 
@@ -116,6 +117,44 @@ def load_cache(
     return CachedExtractions(sample_id=ids[0], probs=probs, **out)
 
 
+def _check_cache(data, schema: Schema) -> None:
+    """``data`` a :class:`CachedExtractions` of ``schema`` (host-side, before any write).
+
+    Dtypes and shapes (a ``TypeError`` naming the field, ``data.label_ids``): ``sample_id``
+    integer ``[N]``, the other fields ``[N, K]`` (integer, or real for the floats), ``probs``
+    K arrays ``[N, |C_k|]``. Values (a ``ValueError``): label ids in ``[0, |C_k|)`` (a
+    negative one would name another label), ``gate_target`` 0 or 1, ``valid_count`` in
+    ``[0, num_samples]``.
+    """
+    if not isinstance(data, CachedExtractions):
+        raise TypeError(f"`data` must be a CachedExtractions, got {type(data).__name__}.")
+    k = len(schema.primitives)
+    _validate.integer(data.sample_id, name="data.sample_id")
+    _validate.ndim(data.sample_id, 1, name="data.sample_id")
+    n = np.shape(data.sample_id)[0]
+    for name in CachedExtractions._fields[1:-1]:
+        a = getattr(data, name)
+        (_validate.real if name in _FLOATS else _validate.integer)(a, name=f"data.{name}")
+        _validate.shape(a, (n, k), name=f"data.{name}")
+    if not isinstance(data.probs, tuple | list) or len(data.probs) != k:
+        raise TypeError(f"`data.probs` must hold {k} arrays (one per primitive of `schema`).")
+    for j, (p, a) in enumerate(zip(schema.primitives, data.probs, strict=True)):
+        _validate.real(a, name=f"data.probs[{j}]")
+        _validate.shape(a, (n, len(p.labels)), name=f"data.probs[{j}]")
+    sizes = np.asarray(schema.sizes)
+    for name in ("label_ids", "gt_label_ids"):
+        a = np.asarray(getattr(data, name))
+        if np.any((a < 0) | (a >= sizes)):
+            raise ValueError(
+                f"`data.{name}` must lie in [0, |C_k|) in column k (sizes {schema.sizes})."
+            )
+    if np.any((np.asarray(data.gate_target) != 0) & (np.asarray(data.gate_target) != 1)):
+        raise ValueError("`data.gate_target` must be 0 or 1.")
+    valid, total = np.asarray(data.valid_count), np.asarray(data.num_samples)
+    if np.any((valid < 0) | (valid > total)):
+        raise ValueError("`data.valid_count` must lie in [0, `data.num_samples`].")
+
+
 def save_cache(
     root: str,
     data: CachedExtractions,
@@ -129,13 +168,14 @@ def save_cache(
 
     ``provenance`` (e.g. ``{"model": ..., "backend": ...}``) is copied into every record.
     Host-side; not jitted.
+
+    Raises:
+      TypeError: a field of ``data`` of another dtype or shape (``[N]``, ``[N, K]``).
+      ValueError: label ids outside their primitive's labels, ``gate_target`` not 0/1,
+        ``valid_count`` outside ``[0, num_samples]``.
     """
     schema = check_schema(schema)
-    if not isinstance(data, CachedExtractions):
-        raise TypeError(f"`data` must be a CachedExtractions, got {type(data).__name__}.")
-    k = len(schema.primitives)
-    if data.label_ids.ndim != 2 or data.label_ids.shape[1] != k:
-        raise TypeError(f"`data.label_ids` must have shape (N, {k}), got {data.label_ids.shape}.")
+    _check_cache(data, schema)
     paths = []
     for j, p in enumerate(schema.primitives):
         recs = []

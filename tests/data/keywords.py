@@ -46,6 +46,11 @@ def _mwn(**kw):
     )
 
 
+def _l2rw(**kw):
+    params, opt_state, batch, meta = C._l2rw_args(_key(), np.float32)
+    return data.l2rw_step(C._mts_loss, C._MTS_OPT, params, opt_state, batch, meta, **kw)
+
+
 RECIPES = {
     "jaxkit.data.kmeans_batches": lambda **kw: data.kmeans_batches(
         _j(Q), batch_size=2, **{"key": _key(), "iters": 2, **kw}
@@ -71,6 +76,7 @@ RECIPES = {
     ),
     "jaxkit.data.greedy_select": lambda **kw: data.greedy_select(_j(W), 2, **kw),
     "jaxkit.data.mwn_meta_step": _mwn,
+    "jaxkit.data.l2rw_step": _l2rw,
     "jaxkit.data.random_batches": lambda **kw: data.random_batches(
         N, batch_size=2, **{"key": _key(), **kw}
     ),

@@ -171,6 +171,7 @@ RECIPES = {
         kappa_min=0.1,
         **kw,
     ),  # fmt: skip
+    "jaxkit.diffusion.merge_best": lambda **kw: diffusion.merge_best(_buffer(), _buffer(), 3, **kw),
 }
 
 
@@ -229,6 +230,11 @@ _BUFFER_DIRECTION = (
     "directions +1/-1 of any real dtype, as `contrastive_margin`'s `labels`; a value other "
     "than +1 or -1 (the probe's 1.5) is a ValueError naming `buffer.direction`"
 )
+_MERGED = (
+    "whole rows copied (kept by reward), never looked up: merge_best takes no vocabulary and "
+    "no `num_steps`; the buffer's consumers (`td3b_loss`, `td3b_train_step`, `rescore_buffer`) "
+    "check tokens and steps against them"
+)
 _UNREAD_UNMASK_STEP = (
     "not read by the TD3B objective (WDCE and KL see the final tokens only); its range "
     "[-1, num_steps) needs the sampler's `num_steps`, which only `rescore_buffer` takes and "
@@ -243,6 +249,8 @@ ANY_DTYPE: dict[str, str] = {
     "jaxkit.diffusion.rescore_buffer:buffer.direction": _BUFFER_DIRECTION,
     "jaxkit.diffusion.td3b_loss:buffer.direction": _BUFFER_DIRECTION,
     "jaxkit.diffusion.td3b_train_step:buffer.direction": _BUFFER_DIRECTION,
+    "jaxkit.diffusion.merge_best:buffer.direction": _BUFFER_DIRECTION,
+    "jaxkit.diffusion.merge_best:new.direction": _BUFFER_DIRECTION.replace("buffer.", "new."),
 }
 
 ANY_INT: dict[str, str] = {
@@ -256,4 +264,9 @@ ANY_INT: dict[str, str] = {
     "(through `trajectory_log_prob`), checks it against `num_steps`",
     "jaxkit.diffusion.td3b_loss:buffer.unmask_step": _UNREAD_UNMASK_STEP,
     "jaxkit.diffusion.td3b_train_step:buffer.unmask_step": _UNREAD_UNMASK_STEP,
+    **{
+        f"jaxkit.diffusion.merge_best:{b}.{f}": _MERGED
+        for b in ("buffer", "new")
+        for f in ("tokens", "unmask_step")
+    },  # fmt: skip
 }

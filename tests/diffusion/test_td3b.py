@@ -209,6 +209,8 @@ def test_merge_best_first_collection_has_no_duplicate_rows():
     assert sorted(np.asarray(top.reward).tolist(), reverse=True) == pytest.approx([0.9] * 3 + [0.5])
     old = diffusion.merge_best(fresh, fresh, 4)  # the former first-collection call
     assert len({tuple(r) for r in np.asarray(old.tokens)}) < 4
+    with pytest.raises(TypeError, match="`buffer.tokens`"):  # rows of another length L
+        diffusion.merge_best(_buffer(x[:, :2], 0 * x[:, :2], fresh.direction, reward), fresh, 4)
 
 
 # The sampler shapes, schedule and models of test_mdlm.py::test_trajectory_invariants: the

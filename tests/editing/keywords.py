@@ -82,6 +82,29 @@ RECIPES.update(
     }
 )
 
+_SITES = {"a": lambda p: p["fc"]["w"]}
+_STATS = editing.CovStats({"a": COV}, {"a": COUNT})
+_L, _F = 2, 3  # a stacked jaxkit.nn MLP: w_gate, w_up [L, D, F], w_down [L, F, D]
+_MLP = {
+    "layers": {
+        "w_gate": _rng.normal(size=(_L, D, _F)).astype(np.float32),
+        "w_up": _rng.normal(size=(_L, D, _F)).astype(np.float32),
+        "w_down": _rng.normal(size=(_L, _F, D)).astype(np.float32),
+    }
+}
+
+RECIPES.update(
+    {
+        "jaxkit.editing.set_layers": lambda **kw: editing.set_layers(
+            {"fc": {"w": W}}, _SITES, editing.get_layers({"fc": {"w": 2 * W}}, _SITES), **kw
+        ),
+        "jaxkit.editing.merge_stats": lambda **kw: editing.merge_stats(_STATS, _STATS, **kw),
+        "jaxkit.editing.set_transformer_layers": lambda **kw: editing.set_transformer_layers(
+            _MLP, editing.transformer_layers(_MLP), **kw
+        ),
+    }
+)
+
 EXEMPT: dict[str, str] = {}
 
 ANY_RANK: dict[str, str] = {

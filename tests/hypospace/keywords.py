@@ -117,6 +117,13 @@ RECIPES = {
     "jaxkit.hypospace.stratum_quotas": lambda **kw: H.stratum_quotas(
         ADM, STRATA, 3, num_strata=2, **kw
     ),
+    "jaxkit.hypospace.by_k": lambda **kw: H.by_k(_evaluate(), **kw),
+    "jaxkit.hypospace.boolean_prompt": lambda **kw: H.boolean_prompt(
+        H.boolean_collection("basic", 1)[0], [], **{"ops": "basic", "depth": 1, **kw}
+    ),
+    "jaxkit.hypospace.voxel_prompt": lambda **kw: H.voxel_prompt(
+        H.voxel_collection(2, 2, 1)[0], [], **{"max_height": 2, **kw}
+    ),
 }
 
 _RECORD = "a record the library returns, not an input"
@@ -168,6 +175,13 @@ ANY_INT: dict[str, str] = {
     "jaxkit.hypospace.evaluate:candidates.ids": (
         "candidate ids are names, compared only for equality (any id >= 0, its space's "
         "bound unknown to the table); a negative one, read as padding, raises (tested)"
+    ),
+    "jaxkit.hypospace.by_k:report.k": (
+        "|H_O| per task, a count bucketed by value: any K >= 0 is valid (past the last edge: "
+        "the last bucket); a negative one, in no bucket, raises (tested)"
+    ),
+    "jaxkit.hypospace.by_k:report.n_queries": (
+        "query budgets, not read by by_k: any N >= 1 is valid; below 1 raises (tested)"
     ),
     "jaxkit.hypospace.expected_metrics_stratified:quotas": (
         "query counts: any N_s >= 0 is valid (a larger one is more queries); a negative one "

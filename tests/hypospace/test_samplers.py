@@ -165,6 +165,22 @@ def test_harness_causal_n3_exact_rows():
         H.evaluate(cands, adm[:, :3], H.SamplerSpec(), key=key)
 
 
+def test_by_k_checks_its_report():
+    """A malformed Report raises naming its field: a negative K would fall in no bucket."""
+    f = np.ones(2, np.float32)
+    rep = H.Report(np.array([1, 3], np.int32), np.array([1, 3], np.int32),
+                   H.Metrics(f, f, f, f), H.Expected(f, f, f))  # fmt: skip
+    assert [r["sets"] for r in H.by_k(rep, (2,))] == [1, 1]
+    with pytest.raises(ValueError, match="`report.k`"):
+        H.by_k(rep._replace(k=np.array([-1, 3], np.int32)))
+    with pytest.raises(ValueError, match="`report.n_queries`"):
+        H.by_k(rep._replace(n_queries=np.array([0, 3], np.int32)))
+    with pytest.raises(TypeError, match="`report.k`"):
+        H.by_k(rep._replace(k=np.array([1.0, 3.0], np.float32)))
+    with pytest.raises(TypeError, match="`report.metrics.recovery`"):
+        H.by_k(rep._replace(metrics=H.Metrics(f, f, f[:, None], f)))
+
+
 @pytest.mark.slow
 def test_stratification_table():
     """Spec §1.4.7 (causal n=4, all 847 sets, x1.0, edge-count strata, oracle quotas),

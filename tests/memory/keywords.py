@@ -5,6 +5,8 @@ import (building them is JAX work).
 """
 
 import functools
+import pathlib
+import tempfile
 
 import equinox as eqx
 import jax
@@ -60,6 +62,32 @@ def _optimizer(**kw):
     return tx.init(eqx.filter(S.AP, eqx.is_inexact_array))
 
 
+@functools.cache
+def _stage2_batch():
+    """``(embeds, labels, ctx, at, action)``: the tiny stage-2 batch (routes 1 and 2)."""
+    S = _setup()
+    return S.stage2_batch(S.P, S.CFG, [1, 2])
+
+
+def _stage2(**kw):
+    S = _setup()
+    return memory.stage2_loss(S.AP, S.P, *_stage2_batch(), lm_cfg=S.CFG, cfg=S.MC, **kw)
+
+
+def _save(**kw):
+    """Save the tiny adapter into a temporary folder (removed after the call)."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+        return memory.save_adapter(pathlib.Path(d) / "adapter", _setup().AP, **kw)
+
+
+def _restore(**kw):
+    """Save the tiny adapter into a temporary folder (removed after) and read it back."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+        path = pathlib.Path(d) / "adapter"
+        memory.save_adapter(path, _setup().AP)
+        return memory.restore_adapter(path, _setup().AP, **kw).banks
+
+
 def _keyed(make, *args, **fixed):
     """A recipe for a constructor with a ``key`` (forwarded through ``kw``)."""
     return lambda **kw: make(*args, **{"key": jax.random.key(0), **fixed, **kw})
@@ -80,6 +108,9 @@ RECIPES = {
     "jaxkit.memory.stage1_loss": lambda **kw: memory.stage1_loss(
         _setup().AP, *BATCH1, cfg=_setup().MC, **kw
     ),
+    "jaxkit.memory.stage2_loss": _stage2,
+    "jaxkit.memory.save_adapter": _save,
+    "jaxkit.memory.restore_adapter": _restore,
     "jaxkit.memory.DLMRConfig": lambda **kw: memory.DLMRConfig(0, **kw),
     "jaxkit.memory.inject": lambda **kw: memory.inject(
         _setup().AP, _setup().MC, CTX, VALID, AT, np.array([0, 1], np.int32), K, **kw

@@ -63,6 +63,9 @@ RECIPES = {
     "jaxkit.nn.UNet": lambda **kw: nn.UNet(1, 1, channels=(2,), **{"key": jax.random.key(0), **kw}),
     "jaxkit.nn.param_specs": functools.partial(nn.param_specs, CFG),
     "jaxkit.nn.attention": functools.partial(nn.attention, Q, KV, KV, CAUSAL),
+    "jaxkit.nn.default_mask": lambda **kw: nn.default_mask(
+        CFG, **{"batch": 1, "t": 2, "cache": _cache(), **kw}
+    ),
     "jaxkit.nn.commit": lambda **kw: nn.commit(_cache(), np.array([1], np.int32), **kw).length,
     "jaxkit.nn.prefill": functools.partial(
         nn.prefill, PARAMS, CFG, TOKENS, np.array([3], np.int32), max_len=4

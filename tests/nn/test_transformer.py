@@ -207,6 +207,17 @@ def test_logical_positions_permutation_and_shift_invariance(p, toks):
     np.testing.assert_allclose(shifted, ref, atol=1e-4, rtol=1e-4)
 
 
+def test_default_mask_checks_its_cache():
+    cache = nn.init_cache(CFG, batch=B, max_len=T)
+    m = np.asarray(nn.default_mask(CFG, batch=B, t=2, cache=nn.commit(cache, T)))
+    assert m.shape == (B, 2, T) and m.all()  # a full cache: every slot visible
+    with pytest.raises(TypeError, match="`cache.k`"):  # a cache of another batch
+        nn.default_mask(CFG, batch=B + 1, t=2, cache=cache)
+    bad = cache._replace(length=jnp.array([T + 1, -1], jnp.int32))  # past [0, S]: no cache's
+    with pytest.raises(ValueError, match=rf"`cache.length` must lie in \[0, {T}\]"):
+        nn.default_mask(CFG, batch=B, t=2, cache=bad)
+
+
 def test_cache_overflow_is_an_explicit_choice(p, toks):
     cache = nn.init_cache(CFG, batch=B, max_len=T)
     cache = nn.commit(nn.apply(p, CFG, toks[:, :T], cache=cache).cache, jnp.array([6, 2]))

@@ -16,6 +16,7 @@ B = _rng.normal(size=(5, 2)).astype(np.float32)
 GA = _rng.normal(size=(3, 6, 2)).astype(np.float32)
 GB = _rng.normal(size=(3, 5, 2)).astype(np.float32)
 X = _rng.normal(size=(4, 3)).astype(np.float32)
+C = L.TangentCoords(*(_rng.normal(size=s).astype(np.float32) for s in [(2, 2), (6, 2), (5, 2)]))
 PARAMS = {"w": W}
 DP = dict(clip_norm=1.0, noise_multiplier=1.0, denom=3.0)
 
@@ -47,6 +48,16 @@ def _lora():
 
 def _loss(w, x):
     return ((x @ w) ** 2).sum()
+
+
+def _with_cache(name, *args):
+    """A recipe for ``lowrank.<name>(f, *args, cache)`` at ``f = (A, B)`` and its Gram cache."""
+
+    def call(**kw):
+        f = L.LoraFactors(A, B)
+        return getattr(L, name)(f, *args, L.gram_cache(f), **kw)
+
+    return call
 
 
 def _canary(**kw):
@@ -116,6 +127,23 @@ RECIPES = {
     ),
     "jaxkit.privacy.lowrank.retract": lambda **kw: L.retract(
         L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0]), eta=0.1, **kw
+    ),
+    "jaxkit.privacy.lowrank.check_factors": functools.partial(L.check_factors, L.LoraFactors(A, B)),
+    "jaxkit.privacy.lowrank.to_dense": functools.partial(L.to_dense, L.LoraFactors(A, B)),
+    "jaxkit.privacy.lowrank.tangent_dense": functools.partial(
+        L.tangent_dense, L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0])
+    ),
+    "jaxkit.privacy.lowrank.tangent_norm_sq": functools.partial(
+        L.tangent_norm_sq, L.LoraFactors(A, B), L.LoraFactors(GA[0], GB[0])
+    ),
+    "jaxkit.privacy.lowrank.coords_norm_sq": functools.partial(L.coords_norm_sq, C),
+    "jaxkit.privacy.lowrank.tangent_coords": _with_cache(
+        "tangent_coords", L.LoraFactors(GA[0], GB[0])
+    ),
+    "jaxkit.privacy.lowrank.from_coords": _with_cache("from_coords", C),
+    "jaxkit.privacy.lowrank.tangent_lift": _with_cache("tangent_lift", L.LoraFactors(GA[0], GB[0])),
+    "jaxkit.privacy.lowrank.horizontal_lift": _with_cache(
+        "horizontal_lift", L.LoraFactors(GA[0], GB[0])
     ),
 }
 

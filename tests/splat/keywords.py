@@ -70,8 +70,23 @@ def _read(**kw):
         return sio.read_transforms_json(path, **kw).cameras
 
 
+def _write_ply(**kw):
+    """Write a 3-Gaussian asset into a temporary folder (removed after the call)."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+        return sio.write_ply(pathlib.Path(d) / "a.ply", _ASSET, **kw)
+
+
 _N3 = _rng.normal(size=(2, 3)).astype(np.float32)
 _QUATS = _rng.normal(size=(2, 4)).astype(np.float32)
+
+_ASSET = sio.GaussianAsset(
+    _rng.normal(size=(3, 3)).astype(np.float32),
+    _rng.uniform(-2, -1, size=(3, 3)).astype(np.float32),
+    _rng.normal(size=(3, 4)).astype(np.float32),
+    _rng.normal(size=3).astype(np.float32),
+    _rng.normal(size=(3, 3)).astype(np.float32),
+    _rng.normal(size=(3, 9)).astype(np.float32),
+)
 
 RECIPES = {
     "jaxkit.splat.quaternion_to_rotation": functools.partial(splat.quaternion_to_rotation, _QUATS),
@@ -88,6 +103,14 @@ RECIPES = {
     "jaxkit.splat.adlift.lifted_pgd": _lifted,
     "jaxkit.splat.adlift.evaluate_protection": _evaluate,
     "jaxkit.splat.io.read_transforms_json": _read,
+    "jaxkit.splat.io.write_ply": _write_ply,
+    "jaxkit.splat.stack_cameras": lambda **kw: splat.stack_cameras([camera(), camera()], **kw),
+    "jaxkit.splat.adlift.safeguard_gaussians": lambda **kw: adlift.safeguard_gaussians(
+        _adlift_setup()[2], **kw
+    ),
+    "jaxkit.splat.adlift.protected_scene": lambda **kw: adlift.protected_scene(
+        *_adlift_setup()[::2], **kw
+    ),
 }
 
 EXEMPT: dict[str, str] = {}

@@ -5,6 +5,8 @@ not at import (building them is JAX work).
 """
 
 import functools
+import pathlib
+import tempfile
 
 import equinox as eqx
 import jax
@@ -85,6 +87,20 @@ def _refresh(**kw):
     return out.k
 
 
+def _save(**kw):
+    """Save the tiny value side into a temporary folder (removed after the call)."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+        return steering.save_adapter(pathlib.Path(d) / "adapter", _setup().VP, **kw)
+
+
+def _restore(**kw):
+    """Save the tiny value side into a temporary folder (removed after) and read it back."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+        path = pathlib.Path(d) / "adapter"
+        steering.save_adapter(path, _setup().VP)
+        return steering.restore_adapter(path, _setup().VP, **kw).disc
+
+
 RECIPES = {
     "jaxkit.steering.SVGTConfig": _config,
     "jaxkit.steering.svgt_generate": _generate,
@@ -134,6 +150,8 @@ RECIPES = {
         HID, BRIDGE, _setup().PLEN, **kw
     )[0],
     "jaxkit.steering.refresh_bridge": _refresh,
+    "jaxkit.steering.save_adapter": _save,
+    "jaxkit.steering.restore_adapter": _restore,
 }
 
 HTRIG = _rng.normal(size=(2, 1, 16)).astype(np.float32)  # [B, 1, d_model]

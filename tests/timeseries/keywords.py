@@ -1,5 +1,7 @@
 """Keyword-sweep recipes for timeseries (see tests/keywords.py)."""
 
+import tempfile
+
 import jax
 import numpy as np
 import optax
@@ -162,6 +164,45 @@ RECIPES.update(
     }
 )
 
+
+def _extraction(ids):
+    """One window's :class:`Extraction` of ``LEGACY_V1`` with the label ids ``ids``."""
+    probs = tuple(np.full(n, 1.0 / n, np.float32) for n in ts.LEGACY_V1.sizes)
+    return ts.Extraction(np.asarray(ids, np.int32), probs, *np.ones((3, 4), np.float32))
+
+
+def _cache():
+    """Three windows' :class:`CachedExtractions` of ``LEGACY_V1`` (N = 3, K = 4)."""
+    ids = IDS[:3]
+    return ts.CachedExtractions(
+        sample_id=np.arange(3, dtype=np.int64),
+        label_ids=ids,
+        gt_label_ids=ids[::-1].copy(),
+        gate_target=(ids == ids[::-1]).astype(np.int32),
+        margin=np.ones((3, 4)),
+        self_consistency=np.ones((3, 4)),
+        parse_rate=np.ones((3, 4)),
+        valid_count=np.full((3, 4), 4, np.int32),
+        num_samples=np.full((3, 4), 4, np.int32),
+        probs=tuple(np.full((3, n), 1.0 / n) for n in ts.LEGACY_V1.sizes),
+    )
+
+
+def _save_cache(**kw):
+    """Write :func:`_cache` into a temporary folder (removed after the call)."""
+    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as root:
+        return ts.save_cache(root, _cache(), **{"dataset": "toy", "split": "train", **kw})
+
+
+RECIPES.update(
+    {
+        "jaxkit.timeseries.confidence_features": lambda **kw: ts.confidence_features(
+            [_extraction(IDS[0]), _extraction(IDS[1])], **kw
+        ),
+        "jaxkit.timeseries.save_cache": _save_cache,
+    }
+)
+
 NO_RECIPE: dict[str, str] = {
     "jaxkit.timeseries.Extractor.__call__": "a Protocol's signature (no body): "
     "LLMExtractor.__call__ and RuleExtractor.__call__ are swept",
@@ -186,6 +227,10 @@ ANY_DTYPE: dict[str, str] = {
 }
 
 ANY_INT: dict[str, str] = {
+    "jaxkit.timeseries.save_cache:data.sample_id": "window identifiers, written as they are "
+    "(any integer; `load_cache` sorts by them)",
+    "jaxkit.timeseries.save_cache:data.num_samples": "a count of sampled answers: no upper "
+    "bound; one below `data.valid_count` (a negative one too) raises",
     "jaxkit.timeseries.gate_targets:pred_ids": "label ids compared only for equality with "
     "`oracle_ids` (no schema is read)",
     "jaxkit.timeseries.gate_targets:oracle_ids": "label ids compared only for equality with "
