@@ -51,7 +51,9 @@ import dataclasses
 import importlib
 import inspect
 import math
+import pathlib
 import re
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -280,3 +282,26 @@ def _sweep_key(
 
 def all_areas() -> tuple[str, ...]:
     return tuple(jaxkit._SUBPACKAGES)
+
+
+def adapter_round_trip(
+    module: Any, params: Callable[[], Any], field: str
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Recipes for an area's ``save_adapter`` and ``restore_adapter`` (the restored
+    ``field``), in a temporary folder removed after the call; ``params()`` the adapter.
+
+    Both call through ``module`` at call time, so the sweeps' patched function is the one run.
+    """
+
+    def save(**kw: Any) -> Any:
+        with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+            return module.save_adapter(pathlib.Path(d) / "adapter", params(), **kw)
+
+    def restore(**kw: Any) -> Any:
+        with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
+            module.save_adapter(pathlib.Path(d) / "adapter", params())
+            return getattr(
+                module.restore_adapter(pathlib.Path(d) / "adapter", params(), **kw), field
+            )
+
+    return save, restore

@@ -5,14 +5,13 @@ import (building them is JAX work).
 """
 
 import functools
-import pathlib
-import tempfile
 
 import equinox as eqx
 import jax
 import numpy as np
 
 from jaxkit import memory, nn
+from tests.keywords import adapter_round_trip
 
 _rng = np.random.default_rng(0)
 S = 6
@@ -74,18 +73,7 @@ def _stage2(**kw):
     return memory.stage2_loss(S.AP, S.P, *_stage2_batch(), lm_cfg=S.CFG, cfg=S.MC, **kw)
 
 
-def _save(**kw):
-    """Save the tiny adapter into a temporary folder (removed after the call)."""
-    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
-        return memory.save_adapter(pathlib.Path(d) / "adapter", _setup().AP, **kw)
-
-
-def _restore(**kw):
-    """Save the tiny adapter into a temporary folder (removed after) and read it back."""
-    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
-        path = pathlib.Path(d) / "adapter"
-        memory.save_adapter(path, _setup().AP)
-        return memory.restore_adapter(path, _setup().AP, **kw).banks
+_save, _restore = adapter_round_trip(memory, lambda: _setup().AP, "banks")
 
 
 def _keyed(make, *args, **fixed):

@@ -5,8 +5,6 @@ not at import (building them is JAX work).
 """
 
 import functools
-import pathlib
-import tempfile
 
 import equinox as eqx
 import jax
@@ -14,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import nn, steering
+from tests.keywords import adapter_round_trip
 
 _rng = np.random.default_rng(0)
 Z = _rng.normal(size=(2, 8)).astype(np.float32)  # [B, value_dim]
@@ -87,18 +86,7 @@ def _refresh(**kw):
     return out.k
 
 
-def _save(**kw):
-    """Save the tiny value side into a temporary folder (removed after the call)."""
-    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
-        return steering.save_adapter(pathlib.Path(d) / "adapter", _setup().VP, **kw)
-
-
-def _restore(**kw):
-    """Save the tiny value side into a temporary folder (removed after) and read it back."""
-    with tempfile.TemporaryDirectory(prefix="jaxkit-kw-") as d:
-        path = pathlib.Path(d) / "adapter"
-        steering.save_adapter(path, _setup().VP)
-        return steering.restore_adapter(path, _setup().VP, **kw).disc
+_save, _restore = adapter_round_trip(steering, lambda: _setup().VP, "disc")
 
 
 RECIPES = {
