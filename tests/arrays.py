@@ -46,8 +46,11 @@ a pytree of parameters is not one),
   items is NaN, never returned silently), unless the area's ``EMPTY_EXEMPT`` lists
   ``"path:argument"`` with the reason (an array only the user's function reads).
 
-A record argument (a NamedTuple: a batch, a cache, a state; nested ones too) is not an
-array, but its array fields are swept under the dotted name (``"batch.labels"``): every
+A record argument (a NamedTuple: a batch, a cache, a state; nested ones too, and records
+inside a dict, list or tuple argument, and a record's dicts, lists and tuples of arrays) is
+not an array, but its array fields are swept under the display name (``"batch.labels"``,
+``"layers['fc'].w"``, ``"data.probs[0]"``; a dict of plain arrays with no record on the
+path, a parameter pytree, is not walked): every
 field of rank >= 1 with the rank probes, an integer or bool field with the dtype and range
 probes above. The error may name the argument, the field, the dotted path or another field
 of the same argument (a mismatch between two fields may name either), and the declarations
@@ -165,26 +168,53 @@ def _plain_call(path: str, call: Callable[..., Any]) -> tuple[dict[str, Any] | N
 
 
 def _is_record(v: Any) -> bool:
-    return isinstance(v, tuple) and hasattr(v, "_fields")
+    """A NamedTuple of jaxkit's (or the tests'): a third-party state (optax's
+    ``TraceState``) is its own library's business, not walked."""
+    owner = type(v).__module__.partition(".")[0]
+    return isinstance(v, tuple) and hasattr(v, "_fields") and owner in ("jaxkit", "tests")
 
 
-def record_fields(record: Any, prefix: str) -> dict[str, Any]:
-    """The array fields of a NamedTuple, nested ones too, by dotted name (``"batch.labels"``)."""
-    out: dict[str, Any] = {}
-    for field, v in zip(record._fields, record, strict=True):
-        name = f"{prefix}.{field}"
+Step = tuple[str, Any]  # ("attr", field) of a record, ("key", k) of a dict, ("index", i)
+
+
+def record_fields(value: Any, prefix: str) -> dict[str, tuple[tuple[Step, ...], Any]]:
+    """The array leaves below a record (a NamedTuple) in ``value``, by display name.
+
+    Records, dicts, lists and tuples are walked (a dict of records, a record's tuple of
+    arrays); an array counts where a record lies on its path: ``"batch.labels"``,
+    ``"layers['fc'].w"``, ``"data.probs[0]"``. Name -> ``(path of steps, the array)``.
+    """
+    out: dict[str, tuple[tuple[Step, ...], Any]] = {}
+
+    def walk(v: Any, name: str, steps: tuple[Step, ...], in_record: bool) -> None:
         if _is_record(v):
-            out.update(record_fields(v, name))
-        elif isinstance(v, np.ndarray | jax.Array):
-            out[name] = v
+            for field, x in zip(v._fields, v, strict=True):
+                walk(x, f"{name}.{field}", (*steps, ("attr", field)), True)
+        elif hasattr(v, "_fields"):  # a third-party record (an optax state): not walked
+            return
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{name}[{k!r}]", (*steps, ("key", k)), in_record)
+        elif isinstance(v, list | tuple):
+            for i, x in enumerate(v):
+                walk(x, f"{name}[{i}]", (*steps, ("index", i)), in_record)
+        elif in_record and isinstance(v, np.ndarray | jax.Array):
+            out[name] = (steps, v)
+
+    walk(value, prefix, (), False)
     return out
 
 
-def _replaced(record: Any, dotted: str, bad: Any) -> Any:
-    """``record`` with the field at the dotted path (below the argument) set to ``bad``."""
-    field, _, rest = dotted.partition(".")
-    value = _replaced(getattr(record, field), rest, bad) if rest else bad
-    return record._replace(**{field: value})
+def _replaced(value: Any, steps: tuple[Step, ...], bad: Any) -> Any:
+    """``value`` with the leaf at ``steps`` (:func:`record_fields`) set to ``bad``."""
+    if not steps:
+        return bad
+    (kind, k), rest = steps[0], steps[1:]
+    if kind == "attr":
+        return value._replace(**{k: _replaced(getattr(value, k), rest, bad)})
+    new = dict(value) if kind == "key" else list(value)
+    new[k] = _replaced(value[k], rest, bad)
+    return new if kind == "key" or isinstance(value, list) else type(value)(new)
 
 
 def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
@@ -195,17 +225,20 @@ def _shapes(result: Any) -> tuple[Any, list[tuple[int, ...]]]:
 
 
 def _try(
-    path: str, call: Callable[..., Any], name: str, bad: Any
+    path: str, call: Callable[..., Any], name: str, bad: Any, at: Any = None
 ) -> tuple[BaseException | None, str, list[Any]]:
-    """The recipe with ``name`` replaced by ``bad``: ``(error, its message, [result])``.
+    """The recipe with argument ``name`` replaced by ``bad``: ``(error, message, [result])``.
 
-    A dotted ``name`` (``"batch.labels"``) replaces a field of a record argument.
+    ``at = (argument, steps)`` replaces the leaf of a record argument at ``steps``
+    instead (``name`` is then its display name, ``"batch.labels"``).
     """
     out: list[Any] = []
-    arg, _, field = name.partition(".")
 
     def change(args: dict[str, Any]) -> None:
-        args[arg] = _replaced(args[arg], field, bad) if field else bad
+        if at is None:
+            args[name] = bad
+        else:
+            args[at[0]] = _replaced(args[at[0]], at[1], bad)
 
     e, _ = _call_with(path, call, change, out)
     return e, ("" if e is None else str(e)), out
@@ -214,8 +247,11 @@ def _try(
 def _names_one(msg: str, params: list[str]) -> bool:
     """Whether ``msg`` names one of ``params`` in backticks (``"`batch.labels`"`` names the
     field ``labels`` of a record, under whatever name the function gives it, and the
-    argument ``batch``: a mismatch between two fields may name either)."""
-    return any(f"`{p}`" in msg or f".{p}`" in msg or f"`{p}." in msg for p in params)
+    argument ``batch``, as ``"`layers['a'].b`"`` names ``layers``: a mismatch between two
+    fields may name either)."""
+    return any(
+        f"`{p}`" in msg or f".{p}`" in msg or f"`{p}." in msg or f"`{p}[" in msg for p in params
+    )
 
 
 def _unnamed(
@@ -273,7 +309,7 @@ def _dtype_probe(a: Any) -> tuple[str, Any] | None:
 
 
 def _sweep_rank(
-    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str], at: Any = None
 ) -> list[str]:
     """One more axis, a trailing unit axis and one fewer: each raises naming an argument."""
     failures = []
@@ -282,7 +318,7 @@ def _sweep_rank(
         ("a trailing unit axis", a[..., None]),
         ("one fewer axis", a[0]),
     ]:
-        e, msg, _ = _try(path, call, name, bad)
+        e, msg, _ = _try(path, call, name, bad, at)
         where = f"{path}: `{name}` with {what} ({np.shape(bad)})"
         if e is None:
             failures.append(
@@ -294,13 +330,13 @@ def _sweep_rank(
 
 
 def _sweep_dtype(
-    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str], at: Any = None
 ) -> list[str]:
     probe = _dtype_probe(a)
     if probe is None:
         return []
     what, bad = probe
-    e, msg, _ = _try(path, call, name, bad)
+    e, msg, _ = _try(path, call, name, bad, at)
     if isinstance(e, TypeError) and _names_one(msg, params):
         return []
     got = "nothing" if e is None else f"{type(e).__name__}: {msg[:160]}"
@@ -325,11 +361,11 @@ def _range_probes(a: Any) -> list[tuple[str, Any]]:
 
 
 def _sweep_range(
-    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str]
+    path: str, call: Callable[..., Any], name: str, a: Any, params: list[str], at: Any = None
 ) -> list[str]:
     failures = []
     for what, bad in _range_probes(a):
-        e, msg, _ = _try(path, call, name, bad)
+        e, msg, _ = _try(path, call, name, bad, at)
         if e is None:
             failures.append(
                 f"{path}: `{name}` with {what} ({int(bad.flat[0])}) was accepted (`jnp.take` "
@@ -408,16 +444,19 @@ def sweep_arrays(
             failures += _sweep_broadcast(path, call, name, arrays, params, plain)
     fields = {}
     for name, v in seen.items():
-        fields.update(record_fields(v, name) if _is_record(v) else {})
-    for dotted, a in fields.items():
-        # the error may name the argument, the field, or the field's dotted path
-        names = [*params, dotted, dotted.rpartition(".")[2]]
+        if not _is_array(v):
+            fields.update({d: (name, *sa) for d, sa in record_fields(v, name).items()})
+    for dotted, (arg, steps, a) in fields.items():
+        # the error may name the argument, the field, the display name or another field
+        field = next(k for kind, k in reversed(steps) if kind == "attr")
+        names = [*params, dotted, field]
+        at = (arg, steps)
         if np.ndim(a) >= 1 and f"{path}:{dotted}" not in any_rank:
-            failures += _sweep_rank(path, call, dotted, a, names)
+            failures += _sweep_rank(path, call, dotted, a, names, at)
         if f"{path}:{dotted}" not in (any_dtype or {}):
-            failures += _sweep_dtype(path, call, dotted, a, names)
+            failures += _sweep_dtype(path, call, dotted, a, names, at)
         if f"{path}:{dotted}" not in (any_int or {}):
-            failures += _sweep_range(path, call, dotted, a, names)
+            failures += _sweep_range(path, call, dotted, a, names, at)
     for table in any_rank, (any_dtype or {}), (any_int or {}):  # a field the call never had
         for entry in table:
             where, _, dotted = entry.partition(":")

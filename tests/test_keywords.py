@@ -15,10 +15,12 @@ keyword.
 
 import functools
 import inspect
+import re
 import sys
 from typing import Any, Literal, NamedTuple
 
 import jax.numpy as jnp
+import optax
 import pytest
 
 from jaxkit import _validate
@@ -109,7 +111,7 @@ def test_every_array_function_has_a_recipe(area):
             params = inspect.signature(K.resolve(path)).parameters
             # "arg.field": a field of a record argument (not resolved: a record's type is
             # the recipe's, checked when the sweep reads the field)
-            assert arg.partition(".")[0] in params, f"{where}: no argument {arg}"
+            assert re.split(r"[.\[]", arg)[0] in params, f"{where}: no argument {arg}"
             assert reason.strip(), f"{where} gives no reason"
 
 
@@ -416,6 +418,53 @@ def test_array_sweep_probes_the_fields_of_records(name, want):
     stale = {**rank, f"{path}:batch.pair.nope": "no such field"}
     failures = A.sweep_arrays(path, call, stale, declared, any_int=declared)
     assert f"{path}: declared `batch.pair.nope` is no array field of the call" in failures
+
+
+class Bank(NamedTuple):  # a record holding a tuple of arrays
+    rows: Any
+
+
+def in_dict_unchecked(layers):  # a dict of records: `layers['a'].ids` read unchecked
+    return ids_unchecked(layers["a"].ids, layers["a"].mask)
+
+
+def in_dict_good(layers):
+    return ids_good(layers["a"].ids, layers["a"].mask)
+
+
+def bank_unchecked(bank):
+    return bank.rows[0] + bank.rows[1]
+
+
+def bank_good(bank):
+    for i, row in enumerate(bank.rows):
+        _validate.shape(row, (3,), name=f"bank.rows[{i}]")
+    return bank.rows[0] + bank.rows[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("in_dict_unchecked", "`layers['a'].ids` given floats for integers"),
+        ("in_dict_good", None),
+        ("bank_unchecked", "`bank.rows[1]` with one more axis ((1, 3))"),
+        ("bank_good", None),
+    ],
+)
+def test_array_sweep_walks_dicts_and_tuples_around_records(name, want):
+    pair = Pair(jnp.array([0, 2, 4]), jnp.array([True, False, True]))
+    arg = {"a": pair} if name.startswith("in_dict") else Bank((jnp.ones(3), jnp.ones(3)))
+    call = lambda: getattr(sys.modules[__name__], name)(arg)  # noqa: E731
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", call, {})
+    if want is None:
+        assert failures == [], failures
+    else:
+        assert any(want in f for f in failures), failures
+    # a dict of plain arrays (no record on the path) is not walked, nor a third-party record
+    assert A.record_fields({"w": jnp.ones(3)}, "params") == {}
+    state = optax.sgd(0.1, momentum=0.9).init({"w": jnp.ones(3)})  # optax's TraceState
+    assert A.record_fields(state, "opt_state") == {}
+    assert list(A.record_fields([pair], "pairs")) == ["pairs[0].ids", "pairs[0].mask"]
 
 
 @pytest.mark.slow

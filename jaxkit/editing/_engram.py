@@ -35,7 +35,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
-from jaxkit.editing._stats import CovStats, total_covariance
+from jaxkit.editing._stats import CovStats, check_stats, total_covariance
 
 _SCALES = ("count_ratio", "weight_norm", "uniform")
 
@@ -186,22 +186,21 @@ def extract(
       :class:`Engrams`.
 
     Raises:
-      TypeError: a site missing from ``stats``, shapes that do not match, or a
-        biased layer whose statistics were collected with ``absorb_bias=False``.
-      ValueError: a site with no rows, non-finite statistics, or a bad ``rcond``.
+      TypeError: a site missing from ``stats``, shapes that do not match, counts not
+        integers, or a biased layer whose statistics were collected with
+        ``absorb_bias=False``.
+      ValueError: a site with no rows, a negative count, non-finite statistics, or a
+        bad ``rcond``.
     """
     layers = _check_layers(layers)
+    stats = check_stats(stats)  # cov [*stack, K, D, D], integer counts [K] >= 0
     for site, lin in layers.items():
         if site not in stats.cov:
             raise TypeError(f"`stats` has no site {site!r} (it has {sorted(stats.cov)}).")
         cov = stats.cov[site]
         d = lin.w.shape[-2] + (lin.b is not None)
-        _validate.min_ndim(cov, 3, name=f"stats.cov[{site!r}]")  # [*stack, K, D, D]
         want = (*lin.w.shape[:-2], cov.shape[-3], None, None)
         _validate.shape(cov, want, name=f"stats.cov[{site!r}]")
-        if site not in stats.count:
-            raise TypeError(f"`stats.count` has no site {site!r} (it has {sorted(stats.count)}).")
-        _validate.shape(stats.count[site], (cov.shape[-3],), name=f"stats.count[{site!r}]")
         if cov.shape[-1] < d:
             raise TypeError(
                 f"`stats.cov[{site!r}]` is {cov.shape[-1]} wide but the layer needs {d}"
@@ -265,16 +264,23 @@ def _check_engrams(layers, engrams):
         raise TypeError(
             f"`engrams` must be an Engrams (from extract), got {type(engrams).__name__}."
         )
+    ks = set()
     for s, lin in layers.items():
-        if s not in engrams.projection:
+        if s not in engrams.projection or s not in engrams.ratio:
             raise TypeError(f"`engrams` has no site {s!r}.")
         p = engrams.projection[s]
-        if p.w.shape[1:] != lin.w.shape or (p.b is None) != (lin.b is None):
+        if not isinstance(p, Linear):
+            raise TypeError(f"`engrams.projection[{s!r}]` must be a Linear, got {p!r:.80}.")
+        if jnp.shape(p.w)[1:] != lin.w.shape or (p.b is None) != (lin.b is None):
             raise TypeError(
-                f"`engrams` site {s!r} has shape {p.w.shape[1:]} (bias {p.b is not None}); "
+                f"`engrams` site {s!r} has shape {jnp.shape(p.w)[1:]} (bias {p.b is not None}); "
                 f"the layer has {lin.w.shape} (bias {lin.b is not None})."
             )
-    ks = {engrams.ratio[s].shape[0] for s in layers}
+        k = jnp.shape(p.w)[0]  # [K, *stack, D_in, D_out]
+        if p.b is not None:
+            _validate.shape(p.b, (k, *jnp.shape(lin.b)), name=f"engrams.projection[{s!r}].b")
+        _validate.shape(engrams.ratio[s], (k,), name=f"engrams.ratio[{s!r}]")
+        ks.add(k)
     if len(ks) != 1:
         raise TypeError(f"`engrams` sites disagree on the number of memories: {sorted(ks)}.")
     return ks.pop()
@@ -469,12 +475,25 @@ def get_layers(params: PyTree, sites: Mapping[str, Site]) -> dict[str, Linear]:
     return out
 
 
+def _check_site_shapes(lin: Linear, old: Any, site: str) -> None:
+    """``lin`` has the shapes of the site ``old`` (``w`` or ``(w, b)``) it replaces."""
+    old_w, old_b = old if isinstance(old, tuple) and len(old) == 2 else (old, None)
+    _validate.shape(lin.w, jnp.shape(old_w), name=f"layers[{site!r}].w")
+    if lin.b is not None and old_b is not None:
+        _validate.shape(lin.b, jnp.shape(old_b), name=f"layers[{site!r}].b")
+
+
 def set_layers(params: PyTree, sites: Mapping[str, Site], layers: Mapping[str, Linear]) -> PyTree:
-    """Write edited sites back into ``params`` (``eqx.tree_at``; host-side helper)."""
+    """Write edited sites back into ``params`` (``eqx.tree_at``; host-side helper).
+
+    Raises ``KeyError`` for a site of ``sites`` missing from ``layers``, ``TypeError`` for one
+    not a floating :class:`Linear` of the shapes of the weight (and bias) it replaces.
+    """
     for name, get in sites.items():
         if name not in layers:
             raise KeyError(f"`layers` has no site {name!r} (one per entry of `sites`).")
-        lin = layers[name]
+        lin = _check_layers({name: layers[name]})[name]
+        _check_site_shapes(lin, get(params), name)
         replace = lin.w if lin.b is None else (lin.w, lin.b)
         params = eqx.tree_at(get, params, replace=replace)
     return params

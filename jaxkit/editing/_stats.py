@@ -20,7 +20,7 @@ References:
   with counts, bias absorbed by appending 1).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -270,6 +270,38 @@ def collect_stats(
     )
 
 
+def check_stats(stats: Any, *, name: str = "stats") -> CovStats:
+    """One :class:`CovStats` record: ``cov[s]`` ``[*stack, K, D, D]``, ``count[s]`` integer ``[K]``.
+
+    Shapes and dtypes are static checks; the counts are guarded ``>= 0`` (a runtime error
+    under ``jit``): use the returned record. Shared by every public function taking one.
+    """
+    if not (
+        isinstance(stats, CovStats)
+        and isinstance(stats.cov, Mapping)
+        and isinstance(stats.count, Mapping)
+    ):
+        raise TypeError(
+            f"`{name}` must be a CovStats of dicts (from collect_stats), got {stats!r:.80}."
+        )
+    count = {}
+    for s, cov in stats.cov.items():
+        where = f"{name}.cov[{s!r}]"
+        _validate.min_ndim(cov, 3, name=where)  # [*stack, K, D, D]
+        k, d = jnp.shape(cov)[-3], jnp.shape(cov)[-1]
+        _validate.shape(cov, (*jnp.shape(cov)[:-3], k, d, d), name=where)
+        if s not in stats.count:
+            raise TypeError(f"`{name}.count` has no site {s!r} (it has {sorted(stats.count)}).")
+        n = stats.count[s]
+        _validate.integer(n, name=f"{name}.count[{s!r}]")
+        _validate.shape(n, (k,), name=f"{name}.count[{s!r}]")
+        n = jnp.asarray(n)
+        count[s] = _validate.error_if(
+            n, jnp.any(n < 0), f"`{name}.count[{s!r}]` must be row counts >= 0."
+        )
+    return CovStats(dict(stats.cov), count)
+
+
 def _merge(a: CovStats, b: CovStats) -> CovStats:
     cov, count = {}, {}
     for n in a.cov:
@@ -292,8 +324,11 @@ def merge_stats(a: CovStats, b: CovStats) -> CovStats:
     Equals collecting over the concatenation of both data sets.
 
     Raises:
-      TypeError: the two have different sites or shapes.
+      TypeError: the two have different sites or shapes, or a count is not an integer
+        array ``[K]`` (``K`` of the site's covariances).
+      ValueError: a negative count (a runtime error under ``jit``).
     """
+    a, b = check_stats(a, name="a"), check_stats(b, name="b")
     if set(a.cov) != set(b.cov):
         raise TypeError(f"`b` has sites {sorted(b.cov)}, `a` has {sorted(a.cov)}.")
     for n in a.cov:

@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 import jax.numpy as jnp
 from jaxtyping import Array, Int, PyTree
 
-from jaxkit import _validate, nn
-from jaxkit.editing._engram import Linear
+from jaxkit import nn
+from jaxkit.editing._engram import Linear, _check_layers
 
 _MLP = ("w_gate", "w_up", "w_down")
 SITES = ("mlp_in", "down_in")
@@ -153,16 +153,18 @@ def set_transformer_layers(params: PyTree, layers: Mapping[str, Linear]) -> PyTr
             f"`layers` must map some of the sites {SITES} (transformer_layers) to Linear, got "
             f"{sorted(layers) if isinstance(layers, Mapping) else type(layers).__name__}."
         )
+    layers = _check_layers(layers)  # floating Linear records (a bare array: no bias)
     f = w["w_gate"].shape[-1]
     want = {"mlp_in": (*w["w_gate"].shape[:-1], 2 * f), "down_in": w["w_down"].shape}
     new = {}
     for site, lin in layers.items():
-        if not isinstance(lin, Linear) or lin.b is not None or jnp.shape(lin.w) != want[site]:
+        if lin.b is not None:
+            raise TypeError(f"`layers[{site!r}].b` must be None: the model's MLP has no bias.")
+        if jnp.shape(lin.w) != want[site]:
             raise TypeError(
-                f"`layers[{site!r}]` must be a Linear without bias of shape {want[site]} (the "
-                f"model's), got {lin!r:.80}."
+                f"`layers[{site!r}].w` must have the model's shape {want[site]}, got "
+                f"{jnp.shape(lin.w)}."
             )
-        _validate.floating(lin.w, name=f"layers[{site!r}].w")
         x = jnp.asarray(lin.w)
         if site == "mlp_in":
             new["w_gate"] = x[..., :f].astype(w["w_gate"].dtype)

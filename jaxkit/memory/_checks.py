@@ -9,14 +9,16 @@ import jax.numpy as jnp
 from jaxkit import _validate
 
 
-def check_stage2(embeds, labels, ctx, at, action, *, lm_cfg, cfg):
-    """Stage 2's batch: shapes and dtypes (static), then the values (``error_if``).
+def check_stage2(p, embeds, labels, ctx, at, action, *, lm_cfg, cfg):
+    """Stage 2's adapter ``p`` and batch: shapes and dtypes (static), then the values.
 
-    ``embeds``, ``ctx`` floating ``[B, T, D]`` (``D``: ``lm_cfg.d_model``), ``labels [B, T]``
-    in ``[-1, V)``, ``at [B]`` in ``[0, T]``, ``action [B]`` in ``[0, A)``. Returns the five
-    as arrays (``labels``, ``at``, ``action`` guarded).
+    ``p`` (:func:`check_params`), ``embeds``, ``ctx`` floating ``[B, T, D]`` (``D``:
+    ``lm_cfg.d_model``), ``labels [B, T]`` in ``[-1, V)``, ``at [B]`` in ``[0, T]``,
+    ``action [B]`` in ``[0, A)``. Returns the five batch arrays (``labels``, ``at``,
+    ``action`` guarded).
     """
     d, vocab_size, n_actions = lm_cfg.d_model, lm_cfg.vocab_size, cfg.n_actions
+    check_params(p, name="p", cfg=cfg, d=d)
     for name, v in (("embeds", embeds), ("ctx", ctx)):
         _validate.floating(v, name=name)  # before .shape: a string names it
     for name, v in (("labels", labels), ("at", at), ("action", action)):
@@ -123,3 +125,29 @@ def check_router_states(h, *, d: int, rank: int | None = None) -> None:
         _validate.ndim(h, rank, name="h")
     if jnp.ndim(h) < 1 or jnp.shape(h)[-1] != d:
         raise TypeError(f"`h` must have trailing dimension d_model={d}, got shape {jnp.shape(h)}.")
+
+
+def check_params(p, *, name: str, cfg=None, d: int | None = None) -> None:
+    """A :class:`DLMRParams`'s banks, static (dtypes and shapes only: free under ``jit``).
+
+    ``p.banks``: floating ``[M, D]`` banks, one with ``cfg.shared_bank`` and two otherwise
+    (no ``cfg``: one or two), each of ``M >= cfg.k_max`` rows; ``D = d`` (default: the
+    first bank's width). A TypeError naming ``name.banks[i]``.
+    """
+    banks = getattr(p, "banks", None)
+    if not isinstance(banks, tuple | list):
+        raise TypeError(f"`{name}` must be DLMRParams, got {type(p).__name__}.")
+    want = (1, 2) if cfg is None else (1,) if cfg.shared_bank else (2,)
+    if len(banks) not in want:
+        n = " or ".join(map(str, want))
+        raise TypeError(f"`{name}.banks` must hold {n} bank(s), got {len(banks)}.")
+    m = 0 if cfg is None else cfg.k_max
+    for i, z in enumerate(banks):
+        _validate.floating(z, name=f"{name}.banks[{i}]")
+        _validate.ndim(z, 2, name=f"{name}.banks[{i}]")
+        d = jnp.shape(z)[1] if d is None else d
+        _validate.shape(z, (None, d), name=f"{name}.banks[{i}]")
+        if jnp.shape(z)[0] < m:
+            raise TypeError(
+                f"`{name}.banks[{i}]` must hold >= k_max={m} latents, got shape {jnp.shape(z)}."
+            )

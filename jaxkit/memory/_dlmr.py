@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxkit import _validate, nn
+from jaxkit.memory._checks import check_params
 from jaxkit.memory._lora import TARGETS, LoraInjector, replica_memory
 from jaxkit.memory._modules import Injector, Router
 
@@ -366,6 +367,7 @@ def inject(
 
 def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
     """:func:`inject`'s checks (TypeError; ValueError or ``error_if`` for the values)."""
+    check_params(p, name="p", cfg=cfg)
     _validate.floating(ctx, name="ctx")  # before jnp.asarray (a string names none)
     ctx = jnp.asarray(ctx)
     _validate.ndim(ctx, 3, name="ctx")
@@ -392,6 +394,18 @@ def check_inject_args(p, cfg, ctx, ctx_valid, at, bank, k):
     s = ctx.shape[1]  # past S the injector read the whole context at clipped distances
     at = _validate.error_if(at, _validate.any_outside(at, 0, s), f"`at` must lie in [0, {s}].")
     return ctx, ctx_valid, at, bank, k
+
+
+def gather_expanded(x, at, k, k_max):
+    """``(x [B, T + k_max, ...], is_mem)``: ``x`` with ``k`` (empty) memory slots at ``at``."""
+    b, t = x.shape[:2]
+    e = jnp.arange(t + k_max, dtype=jnp.int32)[None, :]
+    src = jnp.where(e < at[:, None], e, e - k[:, None])
+    is_mem = (e >= at[:, None]) & (e < (at + k)[:, None])
+    src = jnp.clip(src, 0, t - 1)
+    idx = src.reshape(src.shape + (1,) * (x.ndim - 2))
+    out = jnp.take_along_axis(x, jnp.broadcast_to(idx, (b, t + k_max) + x.shape[2:]), axis=1)
+    return out, is_mem
 
 
 def memory_interventions(

@@ -10,6 +10,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
 from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, step_key
+from jaxkit.memory._checks import check_params
 from jaxkit.memory._dlmr import (
     DLMRConfig,
     DLMRParams,
@@ -449,6 +450,7 @@ def dlmr_generate(
         raise under ``jit``; the checks of ``decoding.ar_generate``).
     """
     check_config(lm_cfg, cfg)
+    check_params(params, name="params", cfg=cfg, d=lm_cfg.d_model)
     _validate.one_of(("greedy", "sample"), router=router)
     _validate.is_key(key)
     n = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)

@@ -5,6 +5,7 @@ import pathlib
 import jax
 
 from jaxkit import _extras, io
+from jaxkit.memory._checks import check_params
 from jaxkit.memory._dlmr import DLMRParams
 
 
@@ -16,6 +17,7 @@ def save_adapter(path, params: DLMRParams) -> None:
     """
     if not isinstance(params, DLMRParams):
         raise TypeError(f"`params` must be DLMRParams, got {type(params).__name__}.")
+    check_params(params, name="params")  # a malformed adapter would restore as one
     io.save_checkpoint(path, params)
 
 

@@ -19,7 +19,7 @@ from jaxtyping import Array
 
 from jaxkit import _validate, nn
 from jaxkit._optim import optax_update
-from jaxkit.memory._checks import check_stage1, check_stage2, check_stage3
+from jaxkit.memory._checks import check_params, check_stage1, check_stage2, check_stage3
 from jaxkit.memory._dlmr import (
     REASONING,
     VISUAL,
@@ -30,6 +30,7 @@ from jaxkit.memory._dlmr import (
     check_config,
     check_inject_args,
     check_lm_for_injector,
+    gather_expanded,
     inject_reads,
     inject_traced,
     lookup,
@@ -177,17 +178,6 @@ def stage1_loss(
 # ----------------------------------------------------------------------------- stage 2
 
 
-def _gather_expanded(x, at, k, k_max):
-    b, t = x.shape[:2]
-    e = jnp.arange(t + k_max, dtype=jnp.int32)[None, :]
-    src = jnp.where(e < at[:, None], e, e - k[:, None])
-    is_mem = (e >= at[:, None]) & (e < (at + k)[:, None])
-    src = jnp.clip(src, 0, t - 1)
-    idx = src.reshape(src.shape + (1,) * (x.ndim - 2))
-    out = jnp.take_along_axis(x, jnp.broadcast_to(idx, (b, t + k_max) + x.shape[2:]), axis=1)
-    return out, is_mem
-
-
 def _memory_forward(lm_params, embeds, mem, at, k, *, lm_cfg, cfg):
     """Uncached forward with ``mem[:, :k]`` inserted at index ``at`` after block ``l``.
 
@@ -198,7 +188,7 @@ def _memory_forward(lm_params, embeds, mem, at, k, *, lm_cfg, cfg):
     """
     b, t, _ = embeds.shape
     km = cfg.k_max
-    x, is_mem = _gather_expanded(embeds, at, k, km)
+    x, is_mem = gather_expanded(embeds, at, k, km)
     x = jnp.where(is_mem[..., None], jnp.zeros_like(x), x)
     e = jnp.arange(t + km, dtype=jnp.int32)
     pos = jnp.broadcast_to(e, (b, t + km))
@@ -274,7 +264,7 @@ def stage2_loss(p: DLMRParams, lm_params, embeds, labels, ctx, at, action, *, lm
     the embeddings (:func:`context_states`).
     """
     embeds, labels, ctx, at, action = check_stage2(
-        embeds, labels, ctx, at, action, lm_cfg=lm_cfg, cfg=cfg
+        p, embeds, labels, ctx, at, action, lm_cfg=lm_cfg, cfg=cfg
     )
     lm_params = jax.lax.stop_gradient(lm_params)
     bank_t, k_t = action_table(cfg)
@@ -463,6 +453,7 @@ def dlmr_step(
     _validate.one_of((1, 2, 3), stage=stage)
     if not isinstance(cfg, DLMRConfig):
         raise TypeError(f"`cfg` must be a DLMRConfig, got {type(cfg).__name__}.")
+    check_params(p, name="p", cfg=cfg)
     group = _validate.python_int(group, name="group", minimum=1)
     if stage == 2:
         check_config(lm_cfg, cfg)

@@ -23,6 +23,7 @@ from jaxtyping import ArrayLike, PRNGKeyArray, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit.privacy import _common as C
+from jaxkit.privacy._lowrank_tangent import check_factor_shapes
 from jaxkit.privacy.lowrank import LoraFactors, balanced_random_init, spectral_init
 
 _METHODS = ("balanced", "spectral", "ffa")
@@ -140,7 +141,8 @@ def _delta(f: LoraFactors, scale) -> jax.Array:
     return jnp.einsum("...nr,...mr->...nm", f.b, f.a) * jnp.asarray(scale).astype(f.a.dtype)
 
 
-def _delta_like(f: LoraFactors, scale, w) -> jax.Array:
+def _delta_like(f: LoraFactors, scale, w, path) -> jax.Array:
+    check_factor_shapes(f.a, f.b, name=f"lora{jax.tree_util.keystr(path)}")
     want = (*f.a.shape[:-2], f.b.shape[-2], f.a.shape[-2])
     if tuple(jnp.shape(w)) != want:
         raise TypeError(
@@ -153,8 +155,8 @@ def _delta_like(f: LoraFactors, scale, w) -> jax.Array:
 def lora_merge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0) -> PyTree:
     """``W + scale * (a b^T)^T`` at every LoRA leaf (differentiable in ``lora``)."""
     scale = _checked_scale(scale)
-    return jax.tree.map(
-        lambda f, w: w if f is None else w + _delta_like(f, scale, w),
+    return jax.tree_util.tree_map_with_path(
+        lambda path, f, w: w if f is None else w + _delta_like(f, scale, w, path),
         lora,
         params,
         is_leaf=lambda x: x is None or C.is_lora(x),
@@ -164,8 +166,8 @@ def lora_merge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0
 def lora_unmerge(params: PyTree, lora: PyTree, *, scale: Real[ArrayLike, ""] = 1.0) -> PyTree:
     """Inverse of :func:`lora_merge`."""
     scale = _checked_scale(scale)
-    return jax.tree.map(
-        lambda f, w: w if f is None else w - _delta_like(f, scale, w),
+    return jax.tree_util.tree_map_with_path(
+        lambda path, f, w: w if f is None else w - _delta_like(f, scale, w, path),
         lora,
         params,
         is_leaf=lambda x: x is None or C.is_lora(x),

@@ -56,21 +56,26 @@ class TangentCoords(NamedTuple):
     vp: Array  # [n, r], columns orthogonal to col(b)
 
 
+def check_factor_shapes(a, b, *, name: str) -> None:
+    """Static: ``a [*stack, m, r]``, ``b [*stack, n, r]`` (TypeError naming ``name.a``/``.b``)."""
+    sa, sb = jnp.shape(a), jnp.shape(b)
+    if len(sa) < 2 or len(sb) < 2:
+        raise TypeError(
+            f"`{name}` factors must have rank >= 2, got shapes `{name}.a` {sa}, `{name}.b` {sb}."
+        )
+    if sa[-1] != sb[-1] or sa[:-2] != sb[:-2]:
+        raise TypeError(
+            f"`{name}` factors have mismatched shapes: `{name}.a` {sa} and `{name}.b` "
+            f"{sb} (need a: [*stack, m, r], b: [*stack, n, r])."
+        )
+
+
 def check_factors(f: LoraFactors, *, name: str = "factors") -> LoraFactors:
     """Validate a factor pair (rank, shapes, dtype); return it as arrays."""
     if not isinstance(f, tuple) or len(f) != 2:
         raise TypeError(f"`{name}` must be a LoraFactors(a, b) pair, got {type(f).__name__}.")
     a, b = jnp.asarray(f[0]), jnp.asarray(f[1])
-    if a.ndim < 2 or b.ndim < 2:
-        raise TypeError(
-            f"`{name}` factors must have rank >= 2, got shapes `{name}.a` {a.shape}, "
-            f"`{name}.b` {b.shape}."
-        )
-    if a.shape[-1] != b.shape[-1] or a.shape[:-2] != b.shape[:-2]:
-        raise TypeError(
-            f"`{name}` factors have mismatched shapes: `{name}.a` {a.shape} and `{name}.b` "
-            f"{b.shape} (need a: [*stack, m, r], b: [*stack, n, r])."
-        )
+    check_factor_shapes(a, b, name=name)
     r = a.shape[-1]
     if r > min(a.shape[-2], b.shape[-2]):
         raise ValueError(f"`{name}` rank r={r} exceeds min(m, n)={min(a.shape[-2], b.shape[-2])}.")

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import _validate
-from jaxkit.splat._types import Camera, Gaussians, _hw
+from jaxkit.splat._types import Camera, Gaussians, _hw, check_camera
 
 LOW_PASS = 0.3  # px^2 added to every 2D covariance (the 3DGS anti-aliasing low pass)
 ALPHA_MAX = 0.99
@@ -344,20 +344,6 @@ def check_scene(g, name: str = "gaussians") -> None:
             raise TypeError(
                 f"`{name}.{field}` must have the dtype of `{name}.means` ({dt}), "
                 f"got {jnp.result_type(a)}."
-            )
-
-
-def check_camera(cam, *, dtype) -> None:
-    """Static checks of one :class:`Camera` (TypeError naming the field)."""
-    if not isinstance(cam, Camera):
-        raise TypeError(f"`camera` must be a jaxkit.splat.Camera, got {type(cam).__name__}.")
-    for name, shp in zip(Camera._fields, ((3, 3), (3,), (2,), (2,)), strict=True):
-        a = getattr(cam, name)
-        _validate.shape(a, shp, name=f"camera.{name}")
-        _validate.floating(a, name=f"camera.{name}")
-        if jnp.result_type(a) != dtype:
-            raise TypeError(
-                f"`camera.{name}` must have the scene's dtype {dtype}, got {jnp.result_type(a)}."
             )
 
 

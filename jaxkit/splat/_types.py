@@ -217,10 +217,40 @@ def orbit_cameras(
 
 
 def stack_cameras(cameras: list[Camera]) -> Camera:
-    """Stack single cameras into one batched :class:`Camera` (leading axis = view)."""
+    """Stack single cameras into one batched :class:`Camera` (leading axis = view).
+
+    Raises:
+      TypeError: an item not a single :class:`Camera` (fields ``(3, 3)``, ``(3,)``,
+        ``(2,)``, ``(2,)`` of the floating dtype of ``cameras[0].rotation``), naming it
+        (``cameras[1].focal``).
+      ValueError: no camera.
+    """
     if not cameras:
         raise ValueError("`cameras` must hold at least one camera.")
+    dtype, source = None, "the dtype of `cameras[0].rotation`"
+    for i, cam in enumerate(cameras):
+        check_camera(cam, dtype=dtype, name=f"cameras[{i}]", source=source)
+        dtype, source = jnp.result_type(cam.rotation), "the dtype of `cameras[0]`"
     return jax.tree.map(lambda *xs: jnp.stack(xs), *cameras)
+
+
+def check_camera(cam, *, dtype, name: str = "camera", source: str = "the scene's dtype") -> None:
+    """Static checks of one :class:`Camera` (TypeError naming the field, ``camera.focal``).
+
+    ``dtype``: the dtype every field must have (``None``: ``cam.rotation``'s); ``source``
+    says where it comes from in the message.
+    """
+    if not isinstance(cam, Camera):
+        raise TypeError(f"`{name}` must be a jaxkit.splat.Camera, got {type(cam).__name__}.")
+    for field, shp in zip(Camera._fields, ((3, 3), (3,), (2,), (2,)), strict=True):
+        a = getattr(cam, field)
+        _validate.shape(a, shp, name=f"{name}.{field}")
+        _validate.floating(a, name=f"{name}.{field}")
+        want = jnp.result_type(cam.rotation) if dtype is None else dtype
+        if jnp.result_type(a) != want:
+            raise TypeError(
+                f"`{name}.{field}` must have {source} {want}, got {jnp.result_type(a)}."
+            )
 
 
 def _hw(hw) -> tuple[int, int]:

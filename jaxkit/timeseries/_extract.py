@@ -106,9 +106,18 @@ def confidence_features(extractions: Sequence[Extraction]) -> tuple[np.ndarray, 
 
     Returns ``label_ids int32[N, K]`` and confidence features ``float32[N, K, 4]`` =
     (margin, self-consistency, parse rate, entropy of ``probs``), the gate's inputs [R].
+
+    Raises:
+      TypeError: an item not an :class:`Extraction`, or a field of the wrong rank, length
+        or dtype (``label_ids`` integer ``[K]``, K ``probs`` ``[|C_k|]`` with the label
+        counts of ``extractions[0]``, ``[K]`` scores), naming it (``extractions[1].margin``).
+      ValueError: ``label_ids[k]`` outside ``[0, |C_k|)``; no extraction.
     """
     if len(extractions) == 0:
         raise ValueError("`extractions` must hold >= 1 Extraction.")
+    sizes = None
+    for i, e in enumerate(extractions):
+        sizes = _check_extraction(e, sizes, name=f"extractions[{i}]")
     ids = np.stack([e.label_ids for e in extractions]).astype(np.int32)
     ent = np.asarray(
         [[-float(np.sum(p * np.log(p))) for p in e.probs] for e in extractions], np.float32
@@ -123,6 +132,39 @@ def confidence_features(extractions: Sequence[Extraction]) -> tuple[np.ndarray, 
         -1,
     ).astype(np.float32)
     return ids, feats
+
+
+def _check_extraction(e, sizes: tuple[int, ...] | None, *, name: str) -> tuple[int, ...]:
+    """Host-side checks of one :class:`Extraction` named ``name``; returns its ``|C_k|``.
+
+    ``sizes``: the label counts the extraction's ``probs`` must have (``None``: any).
+    """
+    if not isinstance(e, Extraction):
+        raise TypeError(f"`{name}` must be an Extraction, got {type(e).__name__}.")
+    _validate.integer(e.label_ids, name=f"{name}.label_ids")
+    _validate.ndim(e.label_ids, 1, name=f"{name}.label_ids")
+    k = np.shape(e.label_ids)[0]
+    if not isinstance(e.probs, tuple | list) or len(e.probs) != k:
+        raise TypeError(f"`{name}.probs` must hold K = {k} arrays (one per `label_ids` entry).")
+    for j, p in enumerate(e.probs):
+        _validate.ndim(p, 1, name=f"{name}.probs[{j}]")
+    got = tuple(int(np.shape(p)[0]) for p in e.probs)
+    if sizes is not None and got != sizes:
+        raise TypeError(
+            f"`{name}.probs` must have the label counts {sizes} of `extractions[0].probs`, "
+            f"got {got}."
+        )
+    for field in ("margin", "self_consistency", "parse_rate"):
+        _validate.shape(getattr(e, field), (k,), name=f"{name}.{field}")
+    ids = np.asarray(e.label_ids)
+    bad = (ids < 0) | (ids >= np.asarray(got, np.int64))
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(
+            f"`{name}.label_ids` must lie in [0, |C_k|); entry {j} is {ids[j]} with "
+            f"{got[j]} labels."
+        )
+    return got
 
 
 def answer_key(primitive: Primitive) -> str:

@@ -126,3 +126,13 @@ EMPTY_EXEMPT: dict[str, str] = {
     "checks each leaf's leading batch axis against `labels` (an empty one raises naming "
     "`inputs`); the feature axes are the user's network's, so its error is the user's",
 }
+
+_COUNT = (
+    "row counts: any integer >= 0 (a million rows is a valid count, there is no upper "
+    "bound); a negative count raises naming it"
+)
+ANY_INT: dict[str, str] = {
+    "jaxkit.editing.extract:stats.count['a']": _COUNT,
+    "jaxkit.editing.merge_stats:a.count['a']": _COUNT,
+    "jaxkit.editing.merge_stats:b.count['a']": _COUNT,
+}

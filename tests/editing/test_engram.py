@@ -284,3 +284,28 @@ def test_audit_bad_inputs():
         editing.default_rcond(0)
     with pytest.raises(KeyError, match="layers"):
         editing.set_layers({"w": np.ones(2)}, {"a": lambda p: p["w"]}, {})
+
+
+def test_record_fields_checked():
+    # records inside dicts: counts, ratios and written-back weights were unchecked
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(1, 8, 3)).astype(np.float32)
+    st = _stats(x, np.array([[0, 1] * 4], np.int32), 2)
+    lin = editing.Linear(jnp.ones((3, 2)), jnp.zeros((2,)))
+    floats = editing.CovStats(st.cov, {"a": st.count["a"].astype(jnp.float32)})
+    with pytest.raises(TypeError, match=r"`stats.count\['a'\]` must be an integer"):
+        editing.extract({"a": lin}, floats)
+    negative = editing.CovStats(st.cov, {"a": jnp.array([-1, 9], jnp.int32)})
+    with pytest.raises(ValueError, match=r"`stats.count\['a'\]` must be row counts >= 0"):
+        editing.extract({"a": lin}, negative)
+    with pytest.raises(ValueError, match=r"`b.count\['a'\]`"):
+        editing.merge_stats(st, negative)
+    en = editing.extract({"a": lin}, st)
+    bad = en._replace(ratio={"a": en.ratio["a"][:, None]})
+    with pytest.raises(TypeError, match=r"`engrams.ratio\['a'\]` must have shape \(2\)"):
+        editing.compose({"a": lin}, bad, jnp.ones(2))
+    params = {"w": jnp.ones((3, 2))}
+    with pytest.raises(TypeError, match=r"`layers\['a'\].w` must have shape \(3, 2\)"):
+        editing.set_layers(
+            params, {"a": lambda p: p["w"]}, {"a": editing.Linear(jnp.ones((1, 3, 2)))}
+        )
