@@ -16,6 +16,7 @@ metrics are the strict ones.
 """
 
 import dataclasses
+import itertools
 import math
 from typing import NamedTuple
 
@@ -311,26 +312,40 @@ def _check_report(report: Report, *, name: str = "report") -> np.ndarray:
     return np.asarray(report.k)
 
 
+def _check_edges(edges) -> tuple[int, ...]:
+    """``by_k``'s bucket edges: a non-empty, strictly increasing sequence of ints >= 0."""
+    if not isinstance(edges, (tuple, list)) or not all(
+        isinstance(e, int) and not isinstance(e, bool) for e in edges
+    ):
+        raise TypeError(f"`edges` must be a sequence of Python ints, got {edges!r}.")
+    if not edges or edges[0] < 0 or any(a >= b for a, b in itertools.pairwise(edges)):
+        raise ValueError(f"`edges` must be non-empty, >= 0 and strictly increasing, got {edges}.")
+    return tuple(edges)
+
+
 def by_k(report: Report, edges=(2, 8, 24)) -> list[dict]:
     """Mean V/U/R (sampled and expected) per K bucket (host-side).
 
-    Buckets ``K <= e0``, ``e0 < K <= e1``, ..., ``K > e_last``; empty ones are left out.
-    Also ``R_std``, the population (ddof = 0, as upstream) std of recovery.
+    Buckets ``K <= e0`` (``K = 0`` included), ``e0 < K <= e1``, ..., ``K > e_last``; empty
+    ones are left out, so the rows' ``sets`` always sum to the number of tasks. Also
+    ``R_std``, the population (ddof = 0, as upstream) std of recovery.
 
     Raises:
       TypeError: ``report`` not a :class:`Report` with integer ``k`` / ``n_queries``
-        ``[T]`` and every metric ``[T]``.
-      ValueError: a negative ``report.k`` or a ``report.n_queries`` below 1.
+        ``[T]`` and every metric ``[T]``; ``edges`` not a sequence of Python ints.
+      ValueError: a negative ``report.k`` or a ``report.n_queries`` below 1; ``edges``
+        empty, negative or not strictly increasing.
     """
     k = _check_report(report)
-    lows = (0, *edges)
+    edges = _check_edges(edges)
+    lows = (-1, *edges)
     highs = (*edges, np.inf)
     rows = []
     for lo, hi in zip(lows, highs, strict=True):
         sel = (k > lo) & (k <= hi)
         if not sel.any():
             continue
-        label = f"K<={hi}" if lo == 0 else (f"K>{lo}" if hi == np.inf else f"{lo}<K<={hi}")
+        label = f"K<={hi}" if lo == -1 else (f"K>{lo}" if hi == np.inf else f"{lo}<K<={hi}")
         m = {
             f: float(np.mean(np.asarray(getattr(report.metrics, f))[sel])) for f in Metrics._fields
         }

@@ -171,6 +171,13 @@ def test_by_k_checks_its_report():
     rep = H.Report(np.array([1, 3], np.int32), np.array([1, 3], np.int32),
                    H.Metrics(f, f, f, f), H.Expected(f, f, f))  # fmt: skip
     assert [r["sets"] for r in H.by_k(rep, (2,))] == [1, 1]
+    # K = 0 (no hypothesis admissible) is counted in the first bucket, not dropped.
+    rows = H.by_k(rep._replace(k=np.array([0, 3], np.int32)), (2,))
+    assert [(r["bucket"], r["sets"]) for r in rows] == [("K<=2", 1), ("K>2", 1)]
+    for bad, err in (((), ValueError), ((2, 2), ValueError), ((-1,), ValueError),
+                     ((2.0,), TypeError), (2, TypeError)):  # fmt: skip
+        with pytest.raises(err, match="`edges`"):
+            H.by_k(rep, bad)
     with pytest.raises(ValueError, match="`report.k`"):
         H.by_k(rep._replace(k=np.array([-1, 3], np.int32)))
     with pytest.raises(ValueError, match="`report.n_queries`"):
