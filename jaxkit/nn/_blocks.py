@@ -42,7 +42,7 @@ from jaxkit.nn._params import (
     check_overflow,
     check_params,
     check_range,
-    guard,
+    guard_length,
     layer_params,
     per_layer_params,
 )
@@ -141,10 +141,7 @@ def default_mask(
     t = _validate.python_int(t, name="t", minimum=1)
     if cache is not None:  # static layout checks; the range guard runs once, here
         cache = check_cache(cache, cfg, batch, t, "drop")
-        s = capacity(cache)
-        bad = _validate.any_outside(cache.length, 0, s)
-        length = guard(cache.length, bad, f"`cache.length` must lie in [0, {s}].")
-        cache = cache._replace(length=length)
+        cache = guard_length(cache, capacity(cache))
     return _default_mask_jit(cfg, batch, t, cache)
 
 

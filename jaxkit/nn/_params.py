@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, PyTree
 
 from jaxkit import _validate
-from jaxkit.nn._cache import KVCache, capacity, per_layer, stack_kv, unstack_kv
+from jaxkit.nn._cache import KVCache, capacity, check_layout, per_layer, stack_kv, unstack_kv
 from jaxkit.nn._config import TransformerConfig
 from jaxkit.nn._init import normal_pieces
 
@@ -195,15 +195,22 @@ def check_overflow(overflow) -> None:
 def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) -> KVCache:
     """Check the cache layout; with ``overflow="error"`` guard that the T new rows fit.
 
-    A buffer of the wrong shape (e.g. a batch of ``b = 0`` rows against a cache of one)
-    or a non-integer ``length`` is a ``TypeError`` naming ``cache`` (the public argument)
-    and the field. The overflow guard also rejects a negative ``length`` (``"error"``
-    only: ``"drop"``, which the decode loops use on caches they build, adds no runtime
-    check).
+    The layout itself (:func:`jaxkit.nn._cache.check_layout`: a ``KVCache``, ``k`` and ``v``
+    alike, an integer ``length [B]``) first, then its fit to ``cfg`` and ``b`` rows: a buffer
+    of the wrong shape (e.g. a batch of ``b = 0`` rows against a cache of one) is a
+    ``TypeError`` naming ``cache`` (the public argument) and the field. The overflow guard
+    also rejects a negative ``length`` (``"error"`` only: ``"drop"``, which the decode loops
+    use on caches they build, adds no runtime check).
     """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"`cache` must be a KVCache, got {type(cache).__name__}.")
-    _validate.integer(cache.length, name="cache.length")
+    if isinstance(cache, KVCache) and per_layer(cache):
+        v = cache.v
+        if not isinstance(v, (tuple, list)) or not len(cache.k) == len(v) == cfg.n_layers:
+            got = len(v) if isinstance(v, (tuple, list)) else type(v).__name__
+            raise TypeError(
+                f"a per-layer `cache` must hold {cfg.n_layers} K and V buffers (tuples), got "
+                f"{len(cache.k)} and {got}."
+            )
+    check_layout(cache)
 
     def fits(x, want, name):
         try:
@@ -211,35 +218,33 @@ def check_cache(cache, cfg: TransformerConfig, b: int, t: int, overflow: str) ->
         except TypeError as e:
             raise TypeError(f"`cache` does not fit `cfg` and a batch of {b}: {e}") from None
 
-    if per_layer(cache):
-        if not isinstance(cache.v, (tuple, list)) or not (
-            len(cache.k) == len(cache.v) == cfg.n_layers
-        ):
-            raise TypeError(
-                f"a per-layer `cache` must hold {cfg.n_layers} K and V buffers (tuples), got "
-                f"{len(cache.k)} and {type(cache.v).__name__}."
-            )
-        want = (b, None, cfg.n_kv_heads, cfg.head_dim)
-        fits(cache.k[0], want, name="cache.k[0]")
-        for i, (k, v) in enumerate(zip(cache.k, cache.v, strict=True)):
-            fits(k, tuple(cache.k[0].shape), name=f"cache.k[{i}]")
-            fits(v, tuple(cache.k[0].shape), name=f"cache.v[{i}]")
-    else:
-        want = (cfg.n_layers, b, None, cfg.n_kv_heads, cfg.head_dim)
-        fits(cache.k, want, name="cache.k")
-        fits(cache.v, tuple(cache.k.shape), name="cache.v")
+    k0 = cache.k[0] if per_layer(cache) else cache.k
+    lead = () if per_layer(cache) else (cfg.n_layers,)
+    fits(
+        k0,
+        (*lead, b, None, cfg.n_kv_heads, cfg.head_dim),
+        name="cache.k[0]" if lead == () else "cache.k",
+    )
     fits(cache.length, (b,), name="cache.length")
     if overflow == "error":
         s = capacity(cache)
-        length = guard(
-            cache.length,
-            _validate.any_outside(cache.length, 0, s - t),
-            f"`cache.length` must lie in [0, {s - t}]: writing {t} new row(s) past it "
-            f"overflows the cache (capacity {s}); pass `overflow='drop'` to drop the rows "
-            "past the end.",
+        cache = guard_length(
+            cache,
+            s - t,
+            f": writing {t} new row(s) past it overflows the cache (capacity {s}); pass "
+            "`overflow='drop'` to drop the rows past the end.",
         )
-        cache = cache._replace(length=length)
     return cache
+
+
+def guard_length(cache: KVCache, hi: int, why: str = ".") -> KVCache:
+    """``cache`` with its ``length`` guarded to ``[0, hi]`` (:func:`guard`).
+
+    ``why`` ends the message "`cache.length` must lie in [0, hi]".
+    """
+    bad = _validate.any_outside(cache.length, 0, hi)
+    msg = f"`cache.length` must lie in [0, {hi}]{why}"
+    return cache._replace(length=guard(cache.length, bad, msg))
 
 
 def check_range(start, stop, collect, cfg):
