@@ -14,7 +14,7 @@ import optax
 from jaxtyping import Array, Float, PyTree
 
 from jaxkit import _validate as V
-from jaxkit._optim import check_optimizer
+from jaxkit._optim import check_opt_state, check_optimizer
 from jaxkit.data._mts_step import MTSMetaStep, _meta_step_jit
 
 
@@ -40,6 +40,7 @@ def _l2rw(loss_fn, optimizer, params, opt_state, batch, meta_batch):
     w = jnp.where(total > 0, raw * (b / jnp.where(total > 0, total, 1.0)), 0.0)
     w = jax.lax.stop_gradient(w)
     (g,) = jax.linear_transpose(lin, params)((w / b).astype(l0.dtype))
+    check_opt_state(optimizer, opt_state, params)
     updates, opt_state = optimizer.update(g, opt_state, params)
     params = optax.apply_updates(params, updates)
     loss = jnp.mean(w * l0)

@@ -18,7 +18,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from jaxkit import _validate as V
-from jaxkit._optim import check_optimizer
+from jaxkit._optim import check_opt_state, check_optimizer
 from jaxkit._typing import accumulation_dtype
 from jaxkit.data._mts import _normalize
 
@@ -260,6 +260,7 @@ def _meta_step(
         loss_fn, params, meta_net, features, batch, meta_batch, class_w, lr, fd_eps, mode,
         axis_name, normalize,
     )  # fmt: skip
+    check_opt_state(optimizer, opt_state, meta_net)
     updates, opt_state = optimizer.update(h.grad, opt_state, meta_net)
     meta_net = optax.apply_updates(meta_net, updates)
     w = jax.lax.stop_gradient(_weights(meta_net, features, class_w, axis_name, normalize))

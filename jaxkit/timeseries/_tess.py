@@ -18,6 +18,7 @@ import optax
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate
+from jaxkit._optim import check_opt_state
 from jaxkit.timeseries._bow import BoWForecaster, check_bow
 from jaxkit.timeseries._extract import N_CONF_FEATURES
 from jaxkit.timeseries._gate import ConfidenceGate, check_item, check_labels, lookup
@@ -324,6 +325,7 @@ def _step(model, opt_state, batch, lambda_gate, gate, learned, optimizer, balanc
     (loss, aux), grads = jax.value_and_grad(_loss, has_aux=True)(
         model, batch, lambda_gate, gate, learned, balanced
     )
+    check_opt_state(optimizer, opt_state, model)
     updates, opt_state = optimizer.update(grads, opt_state, model)
     return optax.apply_updates(model, updates), opt_state, loss, aux
 
