@@ -301,7 +301,8 @@ def mts_meta_step(
     device; the returned weights have mean 1 over the global batch). Pure and jitted.
 
     Raises:
-      TypeError: as :func:`mts_hypergrad`, or ``optimizer`` not an optax transformation.
+      TypeError: as :func:`mts_hypergrad`, or ``optimizer`` not an optax transformation,
+        or ``opt_state`` not ``optimizer.init(meta_net)``'s tree and shapes.
       ValueError: as :func:`mts_hypergrad`.
     """
     check_optimizer(optimizer)

@@ -261,6 +261,10 @@ def td3b_train_step(
     Returns:
       ``(params, opt_state, metrics)`` with the metrics of :func:`td3b_loss`
       (``ess`` included) evaluated at the parameters before the update.
+
+    Raises:
+      TypeError: an ``opt_state`` that is not ``optimizer.init(params)``'s tree and
+        shapes; otherwise as :func:`td3b_loss`.
     """
     hp = _Weights(kl_weight, contrastive_weight, margin, lam_clip)
     st = _Static(mask_id, replicates, reduction, adaptive_margin)

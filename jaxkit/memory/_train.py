@@ -447,6 +447,7 @@ def dlmr_step(
     Returns ``(p, opt_state, loss, aux)``. The backbone is an input, never updated.
 
     Raises:
+      TypeError: an ``opt_state`` that is not ``tx.init(p)``'s tree and shapes.
       ValueError: a bad stage, rewards not a multiple of ``group``, bad configs.
     """
     stage = _validate.python_int(stage, name="stage")

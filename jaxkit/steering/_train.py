@@ -262,7 +262,8 @@ def svgt_step(
     response_mask, labels)``; stage 3 ``(tokens, prompt_len, length)`` with
     ``lm_params``, ``lm_cfg``, ``cfg``. Returns ``(vp, opt_state, loss, aux)``
     (``aux`` a :class:`Stage3Aux` in stage 3, else None). The backbone is an input,
-    never updated.
+    never updated. An ``opt_state`` that is not ``tx.init(vp)``'s tree and shapes is a
+    ``TypeError`` naming it.
     """
     stage = _validate.python_int(stage, name="stage")
     _validate.one_of((1, 2, 3), stage=stage)

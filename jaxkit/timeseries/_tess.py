@@ -346,7 +346,8 @@ def tess_train_step(
     """One jitted optax step on :func:`tess_loss`.
 
     ``optimizer`` and ``balanced_gate`` are static, ``lambda_gate`` traced. Returns
-    ``(model, opt_state, loss, aux)``.
+    ``(model, opt_state, loss, aux)``. An ``opt_state`` that is not
+    ``optimizer.init(model)``'s tree and shapes is a ``TypeError`` naming it.
     """
     batch, gate, learned = _check_batch(model, batch, lambda_gate, gate)
     balanced = _check_balanced(balanced_gate)

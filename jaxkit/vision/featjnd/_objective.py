@@ -249,7 +249,8 @@ def featjnd_step(
 
     Raises:
       TypeError, ValueError: As :func:`featjnd_loss` (an ``f`` with an empty axis
-        included); an ``optimizer`` that is not an optax transformation.
+        included); an ``optimizer`` that is not an optax transformation; an
+        ``opt_state`` that is not ``optimizer.init(estimator)``'s tree and shapes.
     """
     f = _check(f, key, eps, lam_t, lam_m, n_noise, magnitude, discrepancy)
     check_optimizer(optimizer)
