@@ -314,13 +314,12 @@ def _check_report(report: Report, *, name: str = "report") -> np.ndarray:
 
 def _check_edges(edges) -> tuple[int, ...]:
     """``by_k``'s bucket edges: a non-empty, strictly increasing sequence of ints >= 0."""
-    if not isinstance(edges, (tuple, list)) or not all(
-        isinstance(e, int) and not isinstance(e, bool) for e in edges
-    ):
-        raise TypeError(f"`edges` must be a sequence of Python ints, got {edges!r}.")
-    if not edges or edges[0] < 0 or any(a >= b for a, b in itertools.pairwise(edges)):
-        raise ValueError(f"`edges` must be non-empty, >= 0 and strictly increasing, got {edges}.")
-    return tuple(edges)
+    if not isinstance(edges, (tuple, list)):
+        raise TypeError(f"`edges` must be a tuple or list of ints, got {edges!r}.")
+    edges = tuple(V.python_int(e, name="edges", minimum=0) for e in edges)
+    if not edges or any(a >= b for a, b in itertools.pairwise(edges)):
+        raise ValueError(f"`edges` must be non-empty and strictly increasing, got {edges}.")
+    return edges
 
 
 def by_k(report: Report, edges=(2, 8, 24)) -> list[dict]:

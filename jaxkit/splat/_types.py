@@ -242,11 +242,12 @@ def check_camera(cam, *, dtype, name: str = "camera", source: str = "the scene's
     """
     if not isinstance(cam, Camera):
         raise TypeError(f"`{name}` must be a jaxkit.splat.Camera, got {type(cam).__name__}.")
+    want = dtype
     for field, shp in zip(Camera._fields, ((3, 3), (3,), (2,), (2,)), strict=True):
         a = getattr(cam, field)
         _validate.shape(a, shp, name=f"{name}.{field}")
         _validate.floating(a, name=f"{name}.{field}")
-        want = jnp.result_type(cam.rotation) if dtype is None else dtype
+        want = jnp.result_type(a) if want is None else want  # the first field: rotation
         if jnp.result_type(a) != want:
             raise TypeError(
                 f"`{name}.{field}` must have {source} {want}, got {jnp.result_type(a)}."

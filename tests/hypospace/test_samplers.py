@@ -174,6 +174,7 @@ def test_by_k_checks_its_report():
     # K = 0 (no hypothesis admissible) is counted in the first bucket, not dropped.
     rows = H.by_k(rep._replace(k=np.array([0, 3], np.int32)), (2,))
     assert [(r["bucket"], r["sets"]) for r in rows] == [("K<=2", 1), ("K>2", 1)]
+    assert H.by_k(rep, [np.int64(2)]) == H.by_k(rep, (2,))  # NumPy ints are ints
     for bad, err in (((), ValueError), ((2, 2), ValueError), ((-1,), ValueError),
                      ((2.0,), TypeError), (2, TypeError)):  # fmt: skip
         with pytest.raises(err, match="`edges`"):
