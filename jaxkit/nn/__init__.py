@@ -26,6 +26,7 @@ from jaxkit.nn._forward import embed as embed
 from jaxkit.nn._forward import unembed as unembed
 from jaxkit.nn._intervene import Interventions as Interventions
 from jaxkit.nn._intervene import MLPRead as MLPRead
+from jaxkit.nn._intervene import combine_interventions as combine_interventions
 from jaxkit.nn._kv_rows import write_kv as write_kv
 from jaxkit.nn._layers import MLP as MLP
 from jaxkit.nn._layers import SmallCNN as SmallCNN

@@ -69,6 +69,15 @@ def _intervened(inputs_embeds, vec, latents, params):
     return nn.apply(params, CFG, inputs_embeds=inputs_embeds, interventions=iv).logits
 
 
+def _combined(inputs_embeds, vec, latents, params):
+    """:func:`_intervened`'s edits from three objects: half the edit twice, the span alone."""
+    b = inputs_embeds.shape[0]
+    span = nn.Interventions(insert_layer=0, insert_at=jnp.ones((b,), jnp.int32), latents=latents)
+    half = nn.Interventions({1: 0.5 * vec})
+    iv = nn.combine_interventions(half, span, None, half)
+    return nn.apply(params, CFG, inputs_embeds=inputs_embeds, interventions=iv).logits
+
+
 def _iv_args(key, dtype):
     k1, k2, k3 = jax.random.split(key, 3)
     return (
@@ -202,6 +211,29 @@ CASES = [
                 ),
                 TypeError,
                 "latents",
+            ),
+        ),
+    ),
+    Case(
+        name="nn.combine_interventions/apply",
+        # the default run keeps jit, eager_cache, eval_shape and the bad inputs; the forward
+        # under the combined object is nn.apply/interventions' (checked there in full)
+        slow_checks=("dtypes", "vmap", "grads", "sharding"),
+        fn=_combined,
+        make_args=_iv_args,
+        grad_modes=("rev",),
+        grad_argnums=(0, 1, 2),
+        shard_argnums=(0, 1, 2),
+        rtol=1e-4,
+        bad=(
+            Bad(
+                "edit of the wrong width",
+                lambda key: (
+                    (jnp.ones((8, 4, 8)), jnp.ones((8, 3)), jnp.ones((8, 1, 8)), _P32),
+                    {},
+                ),
+                TypeError,
+                "add",
             ),
         ),
     ),

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxkit import decoding, nn
+from jaxkit import decoding, memory, nn, steering
 from tests.decoding import _reference as R
 from tests.nn import _forward_v0
 
@@ -194,6 +194,85 @@ def test_generators_equal_uncached_host_loops(p, data, monkeypatch):
             p, CFG, prompt, mask=22, n_new=n, window=2, tau=0.4, lam=0.02
         )
         np.testing.assert_array_equal(we.tokens[b, : we.lengths[b]], want)
+
+
+def test_combined_interventions_equal_the_split_forwards(p, data):
+    # combine_interventions: edits of several objects at one block are summed (the split
+    # forward adds both), an insertion and read sites are kept; oracles as above
+    toks, lat, vec = data
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    full = jnp.asarray(np.random.default_rng(1).normal(size=(B, T, CFG.d_model)), jnp.float32)
+    iv = nn.combine_interventions(
+        nn.Interventions({1: vec[0]}), None, nn.Interventions({1: full}, read_mlp=(2,))
+    )
+    assert iv.read_mlp == (2,) and iv.insert_layer is None
+    out = nn.apply(p, CFG, toks, interventions=iv)
+    h = nn.run_layers(p, CFG, nn.embed(p, CFG, toks), pos, stop=2).h
+    h2 = nn.run_layers(p, CFG, h + vec[0][None, None] + full, pos, start=2).h
+    np.testing.assert_allclose(out.logits, nn.unembed(p, CFG, h2), atol=1e-5)
+    assert out.reads[2].mlp_in.shape == (B, T, CFG.d_model)
+    # a steering vector ([D]) and a per-row edit ([B, D]) at block 0, a memory span of
+    # jaxkit.memory after block L: the gapped split forward of the insertion test
+    halves = (steering.steer_add(vec[0], 0.5, layer=0), nn.Interventions({0: vec - 0.5 * vec[:1]}))
+    span = memory.memory_interventions(memory.DLMRConfig(layer=L), lat, M)
+    iv = nn.combine_interventions(halves[0], span, halves[1])
+    assert (iv.insert_layer, iv.n_insert) == (L, K)
+    out = np.asarray(nn.apply(p, CFG, toks, interventions=iv).logits)
+    for b in range(B):
+        m = int(M[b])
+        keep = np.r_[0:m, m + K : T]
+        order = np.r_[0:m, T - K : T, m : T - K]
+        want = _gapped_reference(
+            p, toks[b : b + 1, keep], keep[None], vec[b], lat[b : b + 1], order
+        )
+        np.testing.assert_allclose(out[b, keep], np.asarray(want)[keep], atol=1e-5)
+    # nothing to combine: the plain forward, bit for bit
+    plain = nn.apply(p, CFG, toks).logits
+    for iv in (nn.combine_interventions(), nn.combine_interventions(None, nn.Interventions())):
+        got = nn.apply(p, CFG, toks, interventions=iv).logits
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(plain))
+
+
+@pytest.mark.slow  # two generator programs; the default run keeps the forward oracles above
+def test_combined_interventions_in_a_jitted_generator(p, data):
+    # the inputs traced: the same tokens as one hand-built object with the same edits
+    toks, lat, vec = data
+    plen = jnp.asarray(M + K + 1)
+
+    @jax.jit
+    def gen(v, lat):
+        both = nn.combine_interventions(
+            steering.steer_add(v[0], 0.5, layer=0),
+            memory.memory_interventions(memory.DLMRConfig(layer=L), lat, M),
+            nn.Interventions({0: v - 0.5 * v[:1]}),
+        )
+        kw = dict(key=jax.random.key(0), max_new_tokens=2, interventions=both)
+        return decoding.ar_generate(p, CFG, toks, plen, **kw).tokens
+
+    kw = dict(key=jax.random.key(0), max_new_tokens=2, interventions=_iv(lat, vec))
+    np.testing.assert_array_equal(
+        gen(vec, lat), decoding.ar_generate(p, CFG, toks, plen, **kw).tokens
+    )
+
+
+def test_bad_combinations_name_the_entry(p, data):
+    toks, lat, vec = data
+    span = nn.Interventions(insert_layer=L, insert_at=M, latents=lat)
+    with pytest.raises(ValueError, match=r"`interventions\[0\]` and `interventions\[2\]`"):
+        nn.combine_interventions(
+            span, None, nn.Interventions(insert_layer=0, insert_at=M, n_insert=1)
+        )
+    with pytest.raises(TypeError, match=r"`interventions\[1\]` must be an Interventions"):
+        nn.combine_interventions(span, {0: vec})
+    bad = [
+        (vec, vec[:1]),  # [B, D] rows of two batch sizes
+        (vec, jnp.ones(CFG.d_model + 1)),  # two widths
+        (jnp.ones((B, T, CFG.d_model)), jnp.ones((B, T - 1, CFG.d_model))),  # two lengths
+        (vec, jnp.ones((1, T, CFG.d_model))),  # a batch of 1 the forward would not take
+    ]
+    for a, b in bad:
+        with pytest.raises(TypeError, match=r"`interventions\[1\]\.add\[0\]` has shape"):
+            nn.combine_interventions(nn.Interventions({0: a}), nn.Interventions({0: b}))
 
 
 def test_bad_interventions(p, data):
