@@ -19,8 +19,6 @@ from jaxkit.editing._conv import conv_weight_to_linear as conv_weight_to_linear
 from jaxkit.editing._conv import linear_to_conv_weight as linear_to_conv_weight
 from jaxkit.editing._criteria import Criteria as Criteria
 from jaxkit.editing._criteria import criteria as criteria
-from jaxkit.editing._engram import Engrams as Engrams
-from jaxkit.editing._engram import Linear as Linear
 from jaxkit.editing._engram import compose as compose
 from jaxkit.editing._engram import default_rcond as default_rcond
 from jaxkit.editing._engram import engram_projection as engram_projection
@@ -29,6 +27,8 @@ from jaxkit.editing._engram import extract as extract
 from jaxkit.editing._engram import get_layers as get_layers
 from jaxkit.editing._engram import keep_only as keep_only
 from jaxkit.editing._engram import set_layers as set_layers
+from jaxkit.editing._engram_checks import Engrams as Engrams
+from jaxkit.editing._engram_checks import Linear as Linear
 from jaxkit.editing._equivalence import memit_erase as memit_erase
 from jaxkit.editing._equivalence import natural_gradient_erase as natural_gradient_erase
 from jaxkit.editing._stats import CovStats as CovStats

@@ -23,13 +23,8 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 
 from jaxkit import _validate
 from jaxkit._typing import accumulation_dtype
-from jaxkit.editing._engram import (
-    Engrams,
-    Linear,
-    _check_engrams,
-    _check_layers,
-    _compose,
-)
+from jaxkit.editing._engram import _compose
+from jaxkit.editing._engram_checks import Engrams, Linear, _check_engrams, _check_layers
 
 
 class Criteria(NamedTuple):

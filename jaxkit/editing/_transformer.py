@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Int, PyTree
 
 from jaxkit import nn
-from jaxkit.editing._engram import Linear, _check_layers
+from jaxkit.editing._engram_checks import Linear, _check_layers
 
 _MLP = ("w_gate", "w_up", "w_down")
 SITES = ("mlp_in", "down_in")

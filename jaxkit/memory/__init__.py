@@ -18,6 +18,8 @@ from jaxkit.memory._dlmr import action_table as action_table
 from jaxkit.memory._dlmr import init_dlmr as init_dlmr
 from jaxkit.memory._dlmr import inject as inject
 from jaxkit.memory._dlmr import memory_interventions as memory_interventions
+from jaxkit.memory._forward import context_states as context_states
+from jaxkit.memory._forward import memory_forward as memory_forward
 from jaxkit.memory._generate import DLMRGeneration as DLMRGeneration
 from jaxkit.memory._generate import dlmr_generate as dlmr_generate
 from jaxkit.memory._io import restore_adapter as restore_adapter
@@ -30,10 +32,8 @@ from jaxkit.memory._reward import dlmr_reward as dlmr_reward
 from jaxkit.memory._reward import group_advantages as group_advantages
 from jaxkit.memory._train import Stage1Aux as Stage1Aux
 from jaxkit.memory._train import Stage3Aux as Stage3Aux
-from jaxkit.memory._train import context_states as context_states
 from jaxkit.memory._train import dlmr_optimizer as dlmr_optimizer
 from jaxkit.memory._train import dlmr_step as dlmr_step
-from jaxkit.memory._train import memory_forward as memory_forward
 from jaxkit.memory._train import stage1_loss as stage1_loss
 from jaxkit.memory._train import stage2_loss as stage2_loss
 from jaxkit.memory._train import stage3_loss as stage3_loss

@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from jaxkit import diffusion
-from jaxkit.diffusion import _collect
+from jaxkit.diffusion import _collect_rows
 from tests.conformance import without_jaxtyping
 from tests.diffusion import _toys
 
@@ -279,7 +279,7 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
         tr = _sample_lin(apply_fn, pol, z, key=jax.random.key(i), ref_params=pre)
         trs.append(tr)
         g, f = np.full(n, i, np.float32), np.full(n, 0.1 * i, np.float32)
-        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps, False)
+        rows = _collect_rows._mixture_rows(past, 2, i, pol, tr, g, f, apply_fn, V, steps, False)
     tokens, st, log_ratio, g, f = rows
     np.testing.assert_array_equal(tokens, np.concatenate([trs[1].tokens, trs[2].tokens]))
     np.testing.assert_array_equal(g, np.repeat([1.0, 2.0], n))  # the oldest batch left
@@ -297,7 +297,7 @@ def test_proposal_window_weights_rows_against_the_window_mixture():
     past = []
     for i, (pol, tr) in enumerate(zip([pre, *pols[1:]], [tr0, *trs[1:]], strict=True)):
         g = np.full(n, i, np.float32)
-        rows = _collect._mixture_rows(past, 2, i, pol, tr, g, g, apply_fn, V, steps, True)
+        rows = _collect_rows._mixture_rows(past, 2, i, pol, tr, g, g, apply_fn, V, steps, True)
     np.testing.assert_array_equal(rows[3], np.repeat([0.0, 2.0], n))
     assert np.max(rows[2]) <= np.log(2.0) + 1e-5
     bad = functools.partial(
