@@ -339,7 +339,19 @@ def center(bulk: Bulk) -> Array:
 
     Midpoint, box centre, ellipsoid centre, mean of retained hull points; for a union the
     mean of the members' centres.
+
+    Raises:
+      TypeError: If ``bulk`` is not a bulk set or a field has another shape than documented
+        (naming the field, ``bulk.half``).
+      ValueError: A bulk with bad parameters, as :func:`support` (a hull with no retained
+        point, whose mean would be NaN; traced: under ``jit``).
     """
+    _check_bulk(bulk)
+    return _guard_bulk(_center(bulk), bulk)
+
+
+def _center(bulk: Bulk) -> Array:
+    """:func:`center` without the checks (the losses' traced code, the bulk checked there)."""
     if isinstance(bulk, Interval):
         return (bulk.lo + bulk.hi) / 2
     if isinstance(bulk, Box | Ellipsoid):
@@ -348,5 +360,5 @@ def center(bulk: Bulk) -> Array:
         w = bulk.mask.astype(bulk.points.dtype)
         return jnp.sum(bulk.points * w[:, None], axis=0) / jnp.sum(w)
     if isinstance(bulk, Union):
-        return jnp.mean(jax.vmap(center)(bulk.members), axis=0)
+        return jnp.mean(jax.vmap(_center)(bulk.members), axis=0)
     raise TypeError(f"`bulk` must be a bulk set, got {type(bulk).__name__}.")

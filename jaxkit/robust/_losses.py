@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from jaxkit import _validate
-from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, _max, _maximum, center
+from jaxkit.robust._bulk import Bulk, Ellipsoid, Hull, Interval, Union, _center, _max, _maximum
 from jaxkit.robust._bulk import _safe_norm as safe_norm
 
 
@@ -115,7 +115,7 @@ class Newsvendor(eqx.Module):
 
     def growth(self, x, bulk):
         m = jnp.maximum(self.h, self.b)
-        return m * jnp.abs(x - center(bulk)), m
+        return m * jnp.abs(x - _center(bulk)), m
 
 
 def _residual_dirs(params: LinearParams):
@@ -134,7 +134,7 @@ def _sup_abs_residual(params, bulk, delta):
 
 def _residual_growth(params, bulk):
     u = _residual_dirs(params)
-    return jnp.abs(u @ center(bulk) - params.b), safe_norm(u)
+    return jnp.abs(u @ _center(bulk) - params.b), safe_norm(u)
 
 
 class _Regression(eqx.Module):
@@ -209,7 +209,7 @@ def _worst_margin_terms(params, bulk, delta):
 
 
 def _margin_growth(params, bulk, a0):
-    return a0 + jnp.abs(params.w @ center(bulk) + params.b), safe_norm(params.w)
+    return a0 + jnp.abs(params.w @ _center(bulk) + params.b), safe_norm(params.w)
 
 
 class Hinge(eqx.Module):
@@ -262,7 +262,7 @@ class PiecewiseLinear(eqx.Module):
         return smax(s + self.B @ theta + self.c, delta)
 
     def growth(self, theta, bulk):
-        off = self.A @ center(bulk) + self.B @ theta + self.c
+        off = self.A @ _center(bulk) + self.B @ theta + self.c
         return _max(jnp.abs(off)), jnp.max(safe_norm(self.A))
 
 

@@ -238,10 +238,38 @@ def test_cells_out_of_range_are_named():
     ],
 )
 def test_bulk_fields_of_the_wrong_shape_are_named(bulk, field):
-    # before: an IndexError from inside the support, or a message blaming `a`
+    # before: an IndexError from inside the support, or a message blaming `a`; `center`
+    # (wave 47) returned the bad field as it was
     for fn in (R.support, R.contains):
         with pytest.raises(TypeError, match=re.escape(field)):
             fn(bulk, np.ones((5, 2)))
+    with pytest.raises(TypeError, match=re.escape(field)):
+        R.center(bulk)
+
+
+def test_center_by_hand_and_of_a_bad_bulk():
+    pts = np.array([[0.0, 0.0], [2.0, 0.0], [9.0, 9.0], [0.0, 4.0]], np.float32)
+    hull = R.Hull(points=pts, mask=np.array([True, True, False, True]))
+    union = R.Union(
+        members=R.Box(center=np.array([[0.0, 1.0], [2.0, 3.0]]), half=np.ones((2, 2))),
+        labels=np.arange(2),
+    )
+    for bulk, want in (
+        (R.Interval(lo=-1.0, hi=3.0), 1.0),
+        (hull, [2.0 / 3.0, 4.0 / 3.0]),  # the mean of the three retained points
+        (union, [1.0, 2.0]),
+    ):
+        np.testing.assert_allclose(R.center(bulk), want, rtol=1e-6)
+    # before: no retained point gave NaN (0 / 0), a NaN centre passed through
+    empty = R.Hull(points=pts, mask=np.zeros(4, bool))
+    nan_box = R.Box(center=np.array([np.nan, 0.0]), half=np.ones(2))
+    for bad in (empty, nan_box):
+        with pytest.raises(ValueError, match="bulk"):
+            R.center(bad)
+        with pytest.raises(Exception, match="bulk"):
+            jax.block_until_ready(jax.jit(R.center)(bad))
+    with pytest.raises(TypeError, match="bulk"):  # the suite's type checker names it first
+        R.center(np.zeros(2))
 
 
 def test_audit_bad_inputs():
