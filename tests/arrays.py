@@ -20,7 +20,9 @@ a pytree of parameters is not one),
   array argument's leading axis shares, given one row (``a[:1]``) and one row fewer
   (``a[:-1]``), and likewise for the last axis of rank >= 2 (one column, ``a[..., :1]``,
   against a partner's last size: a ``[K, 1]`` set of centres against ``[N, d]`` points; one
-  column fewer), must raise as above or change the shape of the result: a size 1 that
+  column fewer; the last axis also where a weight of an equinox-module argument has an
+  axis of that size: ``[N, d - 1]`` data against a model built for ``d`` features), must
+  raise as above or change the shape of the result: a size 1 that
   broadcasts silently against the partner's ``n``, or a mismatch read as valid (a slice, a
   clamped index), gives a result shaped as the valid call's; JAX's own shape error names no
   argument (the area's ``BROADCAST_OK`` lists ``"path:argument"`` where the sizes are
@@ -78,6 +80,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -263,6 +266,18 @@ def _unnamed(
     return [f"{where} raised {type(e).__name__} naming no argument: {msg[:160]}"]
 
 
+def module_sizes(seen: dict[str, Any]) -> dict[int, str]:
+    """Axis sizes of the array leaves of the equinox-module arguments (a model, an adapter, a
+    bulk set): size -> the argument's name (the first that has it)."""
+    out: dict[int, str] = {}
+    for name, v in seen.items():
+        if isinstance(v, eqx.Module):
+            for leaf in jax.tree.leaves(eqx.filter(v, eqx.is_array)):
+                for n in np.shape(leaf):
+                    out.setdefault(int(n), name)
+    return out
+
+
 def _sweep_broadcast(
     path: str,
     call: Callable[..., Any],
@@ -270,9 +285,12 @@ def _sweep_broadcast(
     arrays: dict[str, Any],
     params: list[str],
     plain: Any,
+    modules: dict[int, str] | None = None,
 ) -> list[str]:
     """One row (column), and one row (column) fewer, of ``name`` where another array shares
-    its leading (last) size."""
+    its leading (last) size; for the last axis, also where a weight of a module argument
+    has an axis of that size (``modules``: data of ``d - 1`` features against a model built
+    for ``d``)."""
     a, failures = arrays[name], []
     sides = []
     for unit, axis in [("row", 0)] + ([("column", -1)] if a.ndim >= 2 else []):
@@ -282,6 +300,8 @@ def _sweep_broadcast(
     for what, axis, cut in sides:
         n = a.shape[axis]
         partners = [m for m, b in arrays.items() if m != name and b.shape[axis] == n]
+        if axis == -1 and n in (modules or {}) and modules[n] != name:
+            partners.append(modules[n])
         if n < 2 or not partners:
             continue
         bad = a[:cut] if axis == 0 else a[..., :cut]
@@ -424,6 +444,7 @@ def sweep_arrays(
     if seen is None:
         return [f"{path}: the recipe does not call the function through its module"]
     arrays = {n: v for n, v in seen.items() if _is_array(v)}
+    modules = module_sizes(seen)
     owner, attr = _owner(path)
     params = list(inspect.signature(getattr(owner, attr)).parameters)
     failures = []
@@ -441,7 +462,7 @@ def sweep_arrays(
         if f"{path}:{name}" not in (any_int or {}):
             failures += _sweep_range(path, call, name, a, params)
         if f"{path}:{name}" not in any_rank and f"{path}:{name}" not in (broadcast_ok or {}):
-            failures += _sweep_broadcast(path, call, name, arrays, params, plain)
+            failures += _sweep_broadcast(path, call, name, arrays, params, plain, modules)
     fields = {}
     for name, v in seen.items():
         if not _is_array(v):

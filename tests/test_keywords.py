@@ -19,6 +19,8 @@ import re
 import sys
 from typing import Any, Literal, NamedTuple
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import optax
 import pytest
@@ -264,6 +266,36 @@ def test_array_sweep_fails_a_mismatch_read_as_valid():
         "tests.test_keywords.array_truncates", recipe, {}, None, None, declared
     )
     assert failures == [], failures
+
+
+class _Linear(eqx.Module):
+    w: jax.Array
+
+
+def module_truncates(model, x):
+    _validate.floating(x, name="x")
+    _validate.ndim(x, 2, name="x")
+    _validate.nonempty(x, name="x", axis=-1, what="feature")
+    return jnp.sum(x @ model.w[: x.shape[1]])  # features not checked against the model
+
+
+def module_checked(model, x):
+    _validate.floating(x, name="x")
+    _validate.shape(x, (None, model.w.shape[0]), name="x")
+    return jnp.sum(x @ model.w)
+
+
+@pytest.mark.parametrize("name", ["module_truncates", "module_checked"])
+def test_array_sweep_checks_data_against_a_module(name):
+    # wave 47: a data array's last size shared by a weight of an equinox-module argument (a
+    # model built for d features) is probed with one column and one column fewer
+    recipe = functools.partial(globals()[name], _Linear(jnp.ones((3, 2))), jnp.ones((4, 3)))
+    failures = A.sweep_arrays(f"tests.test_keywords.{name}", recipe, {})
+    if name == "module_checked":
+        assert failures == [], failures
+    else:
+        want = "`x` with one column fewer ((4, 2)) against `model`'s 3 was accepted"
+        assert any(want in f for f in failures), failures
 
 
 def array_mean(x, y):

@@ -293,6 +293,11 @@ ANY_RANK = {
 }
 
 BROADCAST_OK = {
+    # the module partner (wave 47): `f`'s last axis is the width W of a [B, C, H, W] map, and
+    # the estimator and head are convolutional, so any W is valid; the estimator's hidden
+    # width equals the recipe's W by chance (its channels C are checked: a `TypeError`)
+    "jaxkit.vision.featjnd.featjnd_loss:f": "the width of a map read by convolutions: any W",
+    "jaxkit.vision.featjnd.featjnd_step:f": "the width of a map read by convolutions: any W",
     "jaxkit.vision.featjnd.quantize:steps": "of the rank of `f`, broadcasting against it "
     "(documented): one row of steps shared by every sample is a use",
 }
