@@ -20,8 +20,9 @@ a pytree of parameters is not one),
   array argument's leading axis shares, given one row (``a[:1]``) and one row fewer
   (``a[:-1]``), and likewise for the last axis of rank >= 2 (one column, ``a[..., :1]``,
   against a partner's last size: a ``[K, 1]`` set of centres against ``[N, d]`` points; one
-  column fewer; the last axis also where a weight of an equinox-module argument has an
-  axis of that size: ``[N, d - 1]`` data against a model built for ``d`` features), must
+  column fewer; the last axis also where a weight of an equinox-module or parameter-dict
+  argument has an axis of that size: ``[N, d - 1]`` data against a model built for ``d``
+  features), must
   raise as above or change the shape of the result: a size 1 that
   broadcasts silently against the partner's ``n``, or a mismatch read as valid (a slice, a
   clamped index), gives a result shaped as the valid call's; JAX's own shape error names no
@@ -267,11 +268,12 @@ def _unnamed(
 
 
 def module_sizes(seen: dict[str, Any]) -> dict[int, str]:
-    """Axis sizes of the array leaves of the equinox-module arguments (a model, an adapter, a
-    bulk set): size -> the argument's name (the first that has it)."""
+    """Axis sizes of the array leaves of the equinox-module and parameter-dict arguments (a
+    model, an adapter, a bulk set, ``nn`` parameters): size -> the argument's name (the
+    first that has it)."""
     out: dict[int, str] = {}
     for name, v in seen.items():
-        if isinstance(v, eqx.Module):
+        if isinstance(v, eqx.Module) or (isinstance(v, dict) and v):
             for leaf in jax.tree.leaves(eqx.filter(v, eqx.is_array)):
                 for n in np.shape(leaf):
                     out.setdefault(int(n), name)
