@@ -69,6 +69,14 @@ def _intervened(inputs_embeds, vec, latents, params):
     return nn.apply(params, CFG, inputs_embeds=inputs_embeds, interventions=iv).logits
 
 
+_WRONG_WIDTH_EDIT = Bad(
+    "edit of the wrong width",
+    lambda key: ((jnp.ones((8, 4, 8)), jnp.ones((8, 3)), jnp.ones((8, 1, 8)), _P32), {}),
+    TypeError,
+    "add",
+)
+
+
 def _combined(inputs_embeds, vec, latents, params):
     """:func:`_intervened`'s edits from three objects: half the edit twice, the span alone."""
     b = inputs_embeds.shape[0]
@@ -194,15 +202,7 @@ CASES = [
         shard_argnums=(0, 1, 2),
         rtol=1e-4,
         bad=(
-            Bad(
-                "edit of the wrong width",
-                lambda key: (
-                    (jnp.ones((8, 4, 8)), jnp.ones((8, 3)), jnp.ones((8, 1, 8)), _P32),
-                    {},
-                ),
-                TypeError,
-                "add",
-            ),
+            _WRONG_WIDTH_EDIT,
             Bad(
                 "latents of the wrong width",
                 lambda key: (
@@ -225,17 +225,7 @@ CASES = [
         grad_argnums=(0, 1, 2),
         shard_argnums=(0, 1, 2),
         rtol=1e-4,
-        bad=(
-            Bad(
-                "edit of the wrong width",
-                lambda key: (
-                    (jnp.ones((8, 4, 8)), jnp.ones((8, 3)), jnp.ones((8, 1, 8)), _P32),
-                    {},
-                ),
-                TypeError,
-                "add",
-            ),
-        ),
+        bad=(_WRONG_WIDTH_EDIT,),
     ),
     Case(
         name="nn.apply/outputs_at",
