@@ -1,5 +1,7 @@
 """Token choice shared by the generators (``decoding``, ``steering``, ``memory``): one copy.
 
+The generators' ``interventions=`` check (:func:`check_interventions`) lives here too.
+
 The sampling arguments' checks (:func:`check_sampling` where concrete, :func:`guard_sampling`
 where traced) and the token choice (:func:`choose_tokens`) of every generator, so that the
 same bad input raises the same error in each.
@@ -21,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from jaxkit import _validate
+from jaxkit import _validate, nn
 from jaxkit._threefry import fold_in as step_key  # noqa: F401  (re-exported)
 from jaxkit.kernels.sampling import sample_tokens
 
@@ -93,3 +95,35 @@ def choose_tokens(
         logits, key=key, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
     )
     return out.token
+
+
+def check_interventions(iv: Any, cfg: Any, b: int, *, span_owner: str | None = None):
+    """Python-level check of a generator's ``interventions``; returns it (None stays None).
+
+    Generation takes additive edits of shape ``[D]`` or ``[B, D]`` (one vector per row at
+    every position) at blocks in ``[0, n_layers)``; read sites have no output there. A
+    generator that inserts its own span (``span_owner``, e.g. ``"svgt_generate"``) takes no
+    user insertion: the K/V cache holds one inserted span per row.
+    """
+    if iv is None:
+        return None
+    if not isinstance(iv, nn.Interventions):
+        raise TypeError(f"`interventions` must be an nn.Interventions, got {type(iv).__name__}.")
+    for layer, vec in iv.add.items():
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(
+                f"`interventions.add` layer index must lie in [0, {cfg.n_layers}), got {layer}."
+            )
+        if tuple(vec.shape) not in ((cfg.d_model,), (b, cfg.d_model)):
+            raise TypeError(
+                f"`interventions.add[{layer}]` must have shape ({cfg.d_model},) or "
+                f"({b}, {cfg.d_model}) in generation, got {vec.shape}."
+            )
+    if iv.read_mlp:
+        raise ValueError("`interventions.read_mlp` has no output in generation; leave it empty.")
+    if span_owner is not None and iv.insert_layer is not None:
+        raise ValueError(
+            f"`interventions` inserts a span (insert_layer={iv.insert_layer}), but "
+            f"{span_owner} inserts its own: one inserted span per call. Pass edits only."
+        )
+    return iv

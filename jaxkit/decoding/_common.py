@@ -121,7 +121,7 @@ def check_generate_args(
     ``token_ids``: ``{name: id}`` of static ids that must lie in the vocabulary;
     ``sampling``: ``(temperature, top_k, top_p, min_p)`` as passed by the user;
     ``interventions``: the generator's :class:`~jaxkit.nn.Interventions` or None
-    (checked by :func:`check_interventions`, returned as ``iv``).
+    (checked by :func:`jaxkit._tokens.check_interventions`, returned as ``iv``).
     """
     _validate.is_key(key)
     stops = tuple(_validate.python_int(s, name="stop_token_ids") for s in stop_token_ids)
@@ -166,25 +166,8 @@ def check_generate_args(
     sampling = check_sampling(*sampling, vocab=v)
     greedy = is_greedy(sampling.temperature)
     static = Static(max_new_tokens, max_len, stops, token_ids["pad_token_id"], greedy)
-    iv = check_interventions(interventions, cfg, prompt.shape[0])
+    iv = _tokens.check_interventions(interventions, cfg, prompt.shape[0])
     return Checked(prompt.astype(jnp.int32), prompt_len.astype(jnp.int32), sampling, static, iv)
-
-
-def check_interventions(iv, cfg, b: int):
-    """Python-level check of a generator's ``interventions`` (edits ``[D]``/``[B, D]``)."""
-    if iv is None:
-        return None
-    if not isinstance(iv, nn.Interventions):
-        raise TypeError(f"`interventions` must be an nn.Interventions, got {type(iv).__name__}.")
-    for layer, vec in iv.add.items():
-        if tuple(vec.shape) not in ((cfg.d_model,), (b, cfg.d_model)):
-            raise TypeError(
-                f"`interventions.add[{layer}]` must have shape ({cfg.d_model},) or "
-                f"({b}, {cfg.d_model}) in generation, got {vec.shape}."
-            )
-    if iv.read_mlp:
-        raise ValueError("`interventions.read_mlp` has no output in generation; leave it empty.")
-    return iv
 
 
 def stop_info(out: Array, n_gen: Array, stop_token_ids: tuple[int, ...]):

@@ -7,7 +7,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, decoding, nn
-from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, is_greedy, step_key
+from jaxkit._tokens import (
+    check_interventions,
+    check_sampling,
+    choose_tokens,
+    guard_sampling,
+    is_greedy,
+    step_key,
+)
 from jaxkit.steering._refresh import cached_refresh, recompute_refresh
 from jaxkit.steering._svgt import (
     SVGTConfig,
@@ -15,6 +22,7 @@ from jaxkit.steering._svgt import (
     _check_tokens,
     _forward,
     check_config,
+    edited_bridge,
     lower_pass,
     make_bridge,
 )
@@ -30,7 +38,7 @@ def _reserve(tokens, prompt_len, k, fill):
     return jnp.where((j >= m) & (j < m + k), jnp.asarray(fill, tokens.dtype), out)
 
 
-def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, iv, *, lm_cfg, cfg, n):
     # One pass over the prompt: blocks <= l fill the cache (the K reserved slots hidden)
     # and give the value module its block-l hidden, the bridge replaces the reserved
     # rows, blocks > l finish the prefill. Decode steps carry only the masking
@@ -44,16 +52,26 @@ def _cached(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cf
     cache = nn.init_cache(
         lm_cfg, max_len=p + k + n, like=prompt_len, dtype=lm_params["embed"].dtype
     )
-    hide = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
+    # the user's edits (``iv``) with the span's masking: one object for every call
+    hide = nn.combine_interventions(
+        iv, nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
+    )
     low = lower_pass(lm_params, lm_cfg, reserved, pos, layer, cache=cache, interventions=hide)
     # rows < M_b <= P of `low.h` are the prompt's (the reserved rows are hidden from them)
     bridge, _ = make_bridge(vp, cfg, low.h[:, :p], prompt_len)
     j = pos - prompt_len[:, None]
     span = (j >= 0) & (j < k)
     br = jnp.take_along_axis(bridge, jnp.clip(j, 0, k - 1)[:, :, None], axis=1)
-    hx = jnp.where(span[:, :, None], br.astype(low.h.dtype), low.h)
+    hx = jnp.where(span[:, :, None], edited_bridge(br, iv, layer, low.h.dtype), low.h)
     up = nn.run_layers(
-        lm_params, lm_cfg, hx, pos, start=layer + 1, cache=low.cache, overflow="drop"
+        lm_params,
+        lm_cfg,
+        hx,
+        pos,
+        start=layer + 1,
+        cache=low.cache,
+        overflow="drop",
+        interventions=iv,
     )
     last = jnp.take_along_axis(up.h, (prompt_len + k - 1)[:, None, None], axis=1)
     logits = nn.unembed(lm_params, lm_cfg, last)[:, 0]
@@ -86,7 +104,7 @@ def _choose(logits, key, temperature, top_p, greedy):
     return choose_tokens(logits, key, greedy=greedy, temperature=temperature, top_p=top_p)
 
 
-def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, iv, *, lm_cfg, cfg, n):
     b, p = prompt.shape
     k = cfg.n_bridge
     greedy = is_greedy(temperature)
@@ -95,7 +113,7 @@ def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm
 
     def body(i, c):
         buf, out = c
-        f = _forward(lm_params, vp, buf, prompt_len, None, lm_cfg=lm_cfg, cfg=cfg)
+        f = _forward(lm_params, vp, buf, prompt_len, None, lm_cfg=lm_cfg, cfg=cfg, iv=iv)
         logits = f.logits[rows, prompt_len + k - 1 + i]
         tok = _choose(logits, step_key(key, i), temperature, top_p, greedy)
         return buf.at[rows, prompt_len + i].set(tok), out.at[:, i].set(tok)
@@ -107,7 +125,7 @@ def _recompute(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm
     )
 
 
-def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, iv, *, lm_cfg, cfg, n):
     return decoding.ar_generate(
         lm_params,
         lm_cfg,
@@ -117,17 +135,20 @@ def _off(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, 
         max_new_tokens=n,
         temperature=temperature,
         top_p=top_p,
+        interventions=iv,
     )
 
 
 def _refreshing(gen):
-    def run(lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n):
+    def run(lm_params, vp, prompt, prompt_len, key, temperature, top_p, iv, *, lm_cfg, cfg, n):
         greedy = is_greedy(temperature)
 
         def choose(logits, k):
             return _choose(logits, k, temperature, top_p, greedy)
 
-        out, _ = gen(lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n)
+        out, _ = gen(
+            lm_params, vp, prompt, prompt_len, key, choose, lm_cfg=lm_cfg, cfg=cfg, n=n, iv=iv
+        )
         return _generation(out, prompt_len, n)
 
     return run
@@ -144,13 +165,13 @@ _MODES = {
 
 @functools.partial(jax.jit, static_argnames=("lm_cfg", "cfg", "n", "mode", "greedy"))
 def _generate_core(
-    lm_params, vp, prompt, prompt_len, key, temperature, top_p, *, lm_cfg, cfg, n, mode, greedy
+    lm_params, vp, prompt, prompt_len, key, temperature, top_p, iv, *, lm_cfg, cfg, n, mode, greedy
 ):
     lm_params = jax.lax.stop_gradient(lm_params)
     prompt_len = guard_sampling(prompt_len, temperature, top_p)  # traced values
     t = 0.0 if greedy else temperature
     return _MODES[mode](
-        lm_params, vp, prompt, prompt_len, key, t, top_p, lm_cfg=lm_cfg, cfg=cfg, n=n
+        lm_params, vp, prompt, prompt_len, key, t, top_p, iv, lm_cfg=lm_cfg, cfg=cfg, n=n
     )
 
 
@@ -168,6 +189,7 @@ def svgt_generate(
     enabled: bool = True,
     temperature: float | Array = 0.0,
     top_p: float | Array = 1.0,
+    interventions: nn.Interventions | None = None,
 ) -> decoding.Generation:
     """Generate with the bridge inserted after each row's prompt at block ``cfg.layer``.
 
@@ -187,6 +209,14 @@ def svgt_generate(
     oracle of the cached path). ``enabled=False`` is ``decoding.ar_generate`` on the
     base model, exactly. Jitted at module level (configs, sizes, mode static).
 
+    ``interventions`` composes SVGT with other edits of the residual stream (a CAA
+    vector of :func:`steer_add`, several joined by ``nn.combine_interventions``): they
+    act in every forward of the generation, at every position, as
+    ``nn.Interventions`` defines them, with the bridge as the block-``l`` insertion:
+    edits at blocks ``<= l`` change what the value module reads, and an edit at block
+    ``l`` itself is added to the bridge rows too (the insertion, then the edit). Every
+    mode honours them (``enabled=False``: ``decoding.ar_generate`` with the same edits).
+
     Args:
       lm_params: The frozen backbone's parameters (``jaxkit.nn`` layout).
       lm_cfg: The backbone's config.
@@ -200,6 +230,9 @@ def svgt_generate(
       enabled: False: the base model (adapter off).
       temperature: 0 (concrete) for greedy, else sampling (traced).
       top_p: Nucleus mass in (0, 1].
+      interventions: Optional :class:`~jaxkit.nn.Interventions` of additive edits
+        (``[D]`` or ``[B, D]`` per block); no insertion (the bridge is this call's one
+        inserted span) and no read sites.
 
     Returns:
       :class:`jaxkit.decoding.Generation` (``tokens int32[B, N]``; no stop tokens).
@@ -209,7 +242,9 @@ def svgt_generate(
         mode, ``max_new_tokens < 1``, a ``temperature`` or ``top_p`` that is not a
         real scalar, a non-finite or negative ``temperature``, ``top_p`` outside
         ``(0, 1]`` (NaN fails; traced values raise under ``jit``; the checks of
-        ``decoding.ar_generate``).
+        ``decoding.ar_generate``); ``interventions`` that is not an
+        ``nn.Interventions`` or holds an edit of another shape (TypeError), an edit at a
+        block outside the model, read sites or an inserted span (ValueError).
     """
     check_config(lm_cfg, cfg)
     _validate.one_of(("cached", "recompute"), mode=mode)
@@ -218,6 +253,7 @@ def svgt_generate(
     n = _validate.python_int(max_new_tokens, name="max_new_tokens", minimum=1)
     prompt, prompt_len = _check_tokens(lm_cfg, prompt, prompt_len, name="prompt")
     greedy = check_sampling(temperature, top_p)
+    iv = check_interventions(interventions, lm_cfg, prompt.shape[0], span_owner="svgt_generate")
     return _generate_core(
         lm_params,
         vparams,
@@ -226,6 +262,7 @@ def svgt_generate(
         key,
         jnp.asarray(temperature, jnp.float32),
         jnp.asarray(top_p, jnp.float32),
+        iv,
         lm_cfg=lm_cfg,
         cfg=cfg,
         n=n,

@@ -29,15 +29,24 @@ import jax.numpy as jnp
 
 from jaxkit import nn
 from jaxkit._tokens import step_key
-from jaxkit.steering._svgt import _insert, gapped_positions, lower_pass, make_bridge
+from jaxkit.steering._svgt import (
+    _insert,
+    edited_bridge,
+    gapped_positions,
+    lower_pass,
+    make_bridge,
+)
 
 
 def _ema(b, b_new, beta):
     return beta * b + (1.0 - beta) * b_new
 
 
-def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
-    """The uncached generator with the refresh: ``(tokens [B, N], logits [B, N, V])``."""
+def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n, iv=None):
+    """The uncached generator with the refresh: ``(tokens [B, N], logits [B, N, V])``.
+
+    ``iv``: the user's edits (``nn.Interventions``, edits only), in every pass.
+    """
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
     buf = jnp.pad(prompt, ((0, 0), (0, n)))  # pads keep the prompts' (batch) sharding
@@ -45,16 +54,16 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
     pos = gapped_positions(prompt_len, p + n, k)
 
     def logits_at(buf, bridge, s):
-        h = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
+        h = lower_pass(lm_params, lm_cfg, buf, pos, layer, interventions=iv).h
         valid = prompt_len + s
         new, _ = make_bridge(vp, cfg, h, valid)
         bridge = jnp.where((s > 0) & (s % r == 0), _ema(bridge, new, cfg.ema), bridge)
-        hx, posx = _insert(h, bridge, prompt_len)
-        up = nn.run_layers(lm_params, lm_cfg, hx, posx, start=layer + 1).h
+        hx, posx = _insert(h, edited_bridge(bridge, iv, layer, h.dtype), prompt_len)
+        up = nn.run_layers(lm_params, lm_cfg, hx, posx, start=layer + 1, interventions=iv).h
         x = jnp.take_along_axis(up, (prompt_len + k - 1 + s)[:, None, None], axis=1)
         return nn.unembed(lm_params, lm_cfg, x)[:, 0], bridge
 
-    h0 = lower_pass(lm_params, lm_cfg, buf, pos, layer).h
+    h0 = lower_pass(lm_params, lm_cfg, buf, pos, layer, interventions=iv).h
     bridge0, _ = make_bridge(vp, cfg, h0, prompt_len)
 
     def body(s, c):
@@ -72,23 +81,35 @@ def recompute_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg,
     return out, lg
 
 
-def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n):
-    """The cached generator with the exact refresh: ``(tokens [B, N], logits [B, N, V])``."""
+def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cfg, n, iv=None):
+    """The cached generator with the exact refresh: ``(tokens [B, N], logits [B, N, V])``.
+
+    ``iv``: the user's edits (``nn.Interventions``, edits only), in every pass.
+    """
     b, p = prompt.shape
     k, layer, r = cfg.n_bridge, cfg.layer, cfg.refresh_every
     s_cap = p + k + n
     ar = jnp.arange(p, dtype=jnp.int32)
-    h_p = lower_pass(lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer).h
+    h_p = lower_pass(
+        lm_params, lm_cfg, prompt, jnp.broadcast_to(ar, (b, p)), layer, interventions=iv
+    ).h
     bridge, _ = make_bridge(vp, cfg, h_p, prompt_len)
     # the prompt with K reserved slots after M_b; the bridge enters after block l
     j = jnp.arange(p + k, dtype=jnp.int32)[None, :]
     src = jnp.clip(jnp.where(j < prompt_len[:, None], j, j - k), 0, p - 1)
     reserved = jnp.take_along_axis(prompt, src, axis=1)
-    iv = nn.Interventions(insert_layer=layer, insert_at=prompt_len, latents=bridge)
+    ins = nn.Interventions(insert_layer=layer, insert_at=prompt_len, latents=bridge)
     logits, cache = nn.prefill(
-        lm_params, lm_cfg, reserved, prompt_len + k, max_len=s_cap, interventions=iv
+        lm_params,
+        lm_cfg,
+        reserved,
+        prompt_len + k,
+        max_len=s_cap,
+        interventions=nn.combine_interventions(iv, ins),
     )
-    mask_iv = nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
+    mask_iv = nn.combine_interventions(
+        iv, nn.Interventions(insert_layer=layer, insert_at=prompt_len, n_insert=k)
+    )
     # block-l hidden of every committed slot (prompt, then generated tokens); the
     # reserved slots are never read (the value encoder's mask leaves them out)
     hbuf = jnp.pad(h_p, ((0, 0), (0, s_cap - p), (0, 0)))  # keeps the batch sharding
@@ -111,7 +132,8 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         new, _ = make_bridge(vp, cfg, comp, n_valid, mask=cmask)
         bridge = _ema(bridge, new, cfg.ema)
         x = jnp.take_along_axis(hbuf, jnp.clip(m + cj, 0, s_cap - 1)[:, :, None], axis=1)
-        x = jnp.where((cj < k)[:, :, None], jnp.pad(bridge, ((0, 0), (0, chunk - k), (0, 0))), x)
+        br = edited_bridge(bridge, iv, layer, x.dtype)
+        x = jnp.where((cj < k)[:, :, None], jnp.pad(br, ((0, 0), (0, chunk - k), (0, 0))), x)
         up = nn.run_layers(
             lm_params,
             lm_cfg,
@@ -120,6 +142,7 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
             start=layer + 1,
             cache=cache._replace(length=prompt_len),
             overflow="drop",
+            interventions=iv,
         )
         hx = jnp.take_along_axis(up.h, (at - prompt_len)[:, None, None], axis=1)
         logits = nn.unembed(lm_params, lm_cfg, hx)[:, 0]
@@ -129,7 +152,14 @@ def cached_refresh(lm_params, vp, prompt, prompt_len, key, choose, *, lm_cfg, cf
         cache, hbuf, bridge, at = args
         x = jnp.take_along_axis(hbuf, at[:, None, None], axis=1)
         up = nn.run_layers(
-            lm_params, lm_cfg, x, at[:, None], start=layer + 1, cache=cache, overflow="drop"
+            lm_params,
+            lm_cfg,
+            x,
+            at[:, None],
+            start=layer + 1,
+            cache=cache,
+            overflow="drop",
+            interventions=iv,
         )
         return nn.unembed(lm_params, lm_cfg, up.h)[:, 0], up.cache, bridge
 

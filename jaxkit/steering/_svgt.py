@@ -261,15 +261,31 @@ class SVGTForward(NamedTuple):
     hidden: Array
 
 
-def _forward(lm_params, vp, tokens, prompt_len, key, *, lm_cfg, cfg):
+def edited_bridge(bridge, iv, layer, dtype):
+    """The bridge as the stream after block ``layer`` holds it: ``+ iv.add[layer]``.
+
+    ``nn.Interventions``' order at a block: the insertion, then the edit, so the user's
+    edit at the bridge's block acts on the bridge rows too (``[D]`` or ``[B, D]``).
+    """
+    bridge = bridge.astype(dtype)
+    vec = None if iv is None else iv.add.get(layer)
+    if vec is None:
+        return bridge
+    return bridge + vec.astype(dtype).reshape((-1, 1, vec.shape[-1]))
+
+
+def _forward(lm_params, vp, tokens, prompt_len, key, *, lm_cfg, cfg, iv=None):
     lm_params = jax.lax.stop_gradient(lm_params)  # frozen backbone
     t = tokens.shape[1]
     k, layer = cfg.n_bridge, cfg.layer
-    h = lower_pass(lm_params, lm_cfg, tokens, gapped_positions(prompt_len, t, k), layer).h
+    pos = gapped_positions(prompt_len, t, k)
+    h = lower_pass(lm_params, lm_cfg, tokens, pos, layer, interventions=iv).h
     bridge, h_trig = make_bridge(vp, cfg, h, prompt_len, key)
-    hx, posx = _insert(h, bridge, prompt_len)
+    hx, posx = _insert(h, edited_bridge(bridge, iv, layer, h.dtype), prompt_len)
     collect = (layer + 1,) if layer + 1 < lm_cfg.n_layers else ()
-    up = nn.run_layers(lm_params, lm_cfg, hx, posx, start=layer + 1, collect=collect)
+    up = nn.run_layers(
+        lm_params, lm_cfg, hx, posx, start=layer + 1, collect=collect, interventions=iv
+    )
     hid = up.hidden.get(layer + 1, jnp.zeros_like(hx))
     return SVGTForward(nn.unembed(lm_params, lm_cfg, up.h), bridge, h_trig, hid)
 

@@ -1,0 +1,111 @@
+"""``svgt_generate(interventions=...)``: SVGT composed with other residual-stream edits.
+
+The oracle is the backbone's own forward: the bridge as an ``nn.Interventions`` insertion
+after block ``l`` joined with the user's edits (``nn.combine_interventions``), run by
+``nn.apply`` on ``[prompt ; K reserved slots ; generated]`` for every new token.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxkit import decoding, nn, steering
+from jaxkit.steering._svgt import make_bridge
+from tests.steering._setup import CFG, PLEN, PROMPT, SC, VP, P
+
+K, L = SC.n_bridge, SC.layer
+N = 4
+_rng = np.random.default_rng(7)
+# a [D] edit below the bridge, a per-row [B, D] edit at the bridge's block, one above it
+EDITS = {
+    0: jnp.asarray(_rng.normal(size=16), jnp.float32),
+    L: jnp.asarray(2.0 * _rng.normal(size=(2, 16)), jnp.float32),
+    2: jnp.asarray(_rng.normal(size=16), jnp.float32),
+}
+IV = nn.Interventions(EDITS)
+
+
+def _oracle(iv, n):
+    """Greedy tokens of ``nn.apply`` with the bridge inserted and ``iv``'s edits, no cache."""
+    b, p = PROMPT.shape
+    # the value module reads the block-l states of the prompt under the edits at blocks <= l
+    pos = jnp.broadcast_to(jnp.arange(p), (b, p))
+    h = nn.run_layers(P, CFG, nn.embed(P, CFG, PROMPT), pos, stop=L + 1, interventions=iv).h
+    bridge, _ = make_bridge(VP, SC, h, PLEN)
+    ins = nn.Interventions(insert_layer=L, insert_at=PLEN, latents=bridge)
+    both = nn.combine_interventions(iv, ins)
+    rows = [list(np.asarray(PROMPT[r, : int(PLEN[r])])) + [0] * K for r in range(b)]
+    out = []
+    for _ in range(n):
+        width = max(len(r) for r in rows)
+        seq = jnp.asarray([r + [0] * (width - len(r)) for r in rows], jnp.int32)
+        logits = nn.apply(P, CFG, seq, interventions=both).logits
+        last = jnp.asarray([len(r) - 1 for r in rows])
+        tok = np.asarray(jnp.argmax(logits[jnp.arange(b), last], -1))
+        out.append(tok)
+        rows = [r + [int(t)] for r, t in zip(rows, tok, strict=True)]
+    return np.stack(out, axis=1)
+
+
+def test_edits_act_with_the_bridge_as_the_backbones_insertion():
+    kw = dict(key=jax.random.key(0), max_new_tokens=N, interventions=IV)
+    cached = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, **kw).tokens
+    want = _oracle(IV, N)
+    np.testing.assert_array_equal(cached, want)
+    recomp = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, mode="recompute", **kw)
+    np.testing.assert_array_equal(recomp.tokens, want)
+    # the edits change the generation (else the oracle above proves nothing)
+    plain = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, key=kw["key"], max_new_tokens=N)
+    assert not np.array_equal(plain.tokens, cached)
+
+
+@pytest.mark.slow
+def test_an_edit_at_the_bridge_block_reaches_the_bridge_rows():
+    # the edit at block l alone: the oracle adds it to the bridge rows (insertion, then
+    # the edit); a generator that skipped those rows gives other logits
+    iv = nn.Interventions({L: EDITS[L]})
+    kw = dict(key=jax.random.key(0), max_new_tokens=N, interventions=iv)
+    for mode in ("cached", "recompute"):
+        got = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, mode=mode, **kw).tokens
+        np.testing.assert_array_equal(got, _oracle(iv, N))
+
+
+@pytest.mark.slow
+def test_refreshing_generators_agree_under_edits_and_adapter_off_is_ar():
+    sr = SC._replace(layer=0, refresh_every=2, ema=0.5)
+    iv = nn.Interventions({0: EDITS[L], 1: EDITS[0]})
+    kw = dict(key=jax.random.key(0), max_new_tokens=6, interventions=iv)
+    cached = steering.svgt_generate(P, CFG, VP, sr, PROMPT, PLEN, **kw).tokens
+    recomp = steering.svgt_generate(P, CFG, VP, sr, PROMPT, PLEN, mode="recompute", **kw)
+    np.testing.assert_array_equal(cached, recomp.tokens)
+    plain = steering.svgt_generate(P, CFG, VP, sr, PROMPT, PLEN, key=kw["key"], max_new_tokens=6)
+    assert not np.array_equal(plain.tokens, cached)
+    off = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, enabled=False, **kw)
+    base = decoding.ar_generate(P, CFG, PROMPT, PLEN, **kw)
+    np.testing.assert_array_equal(off.tokens, base.tokens)
+
+
+def test_bad_interventions_name_the_argument():
+    kw = dict(key=jax.random.key(0), max_new_tokens=2)
+
+    def call(iv):
+        return steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, interventions=iv, **kw)
+
+    at = jnp.array([1, 1])
+    cases = [
+        # (the suite's runtime type checker answers first here, naming the parameter)
+        ({1: jnp.ones(16)}, TypeError, "interventions"),
+        (nn.Interventions({1: jnp.ones(15)}), TypeError, r"`interventions.add\[1\]`"),
+        (nn.Interventions({1: jnp.ones((2, 5, 16))}), TypeError, r"`interventions.add\[1\]`"),
+        (nn.Interventions({3: jnp.ones(16)}), ValueError, "`interventions.add` layer index"),
+        (nn.Interventions(read_mlp=(0,)), ValueError, "`interventions.read_mlp`"),
+        (
+            nn.Interventions(insert_layer=0, insert_at=at, n_insert=1),
+            ValueError,
+            "`interventions` inserts a span",
+        ),
+    ]
+    for iv, cls, msg in cases:
+        with pytest.raises(cls, match=msg):
+            call(iv)
