@@ -401,8 +401,11 @@ def check_empty_batch(case: Case, key: jax.Array) -> None:
             )
 
 
-SLOW_TIER = {"empty_batch"}
-"""Checks that run only in ``make test-slow`` for every case."""
+SLOW_TIER = {"empty_batch", "vmap", "dtypes"}
+"""Checks that run only in ``make test-slow`` for every case: each compiles programs no other
+check shares (new shapes, a vmapped program, other dtypes), about 41 s of the default run's
+summed test time in wave 48 (``make test`` keeps jit, eval_shape, grads, sharding where a case
+runs it by default, bad inputs and the eager cache)."""
 
 ALIASES = {"traced_once": "jit"}
 """Former check names, still accepted in ``slow_checks``: ``jit`` now also checks that two
