@@ -1,6 +1,5 @@
 """DLMR inference: one jitted decode loop with adaptive, ragged memory injection."""
 
-import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -9,7 +8,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
-from jaxkit._tokens import check_sampling, choose_tokens, guard_sampling, step_key
+from jaxkit._tokens import (
+    check_interventions,
+    check_sampling,
+    choose_tokens,
+    guard_sampling,
+    step_key,
+)
+from jaxkit.memory._blocks import _blocks, _commit, _cut_cache, _edit_memory, _run
 from jaxkit.memory._checks import check_params
 from jaxkit.memory._dlmr import (
     DLMRConfig,
@@ -57,81 +63,6 @@ class _State(NamedTuple):
     injected: Array
 
 
-class _Blocks(NamedTuple):
-    """The frozen backbone cut into stand-alone one-block models, each with its own cache.
-
-    Each block is an ``nn`` parameter dict in per-layer storage (``layers`` a one-block
-    tuple, ``nn.unstack_layers``) with its own config and its own per-layer ``KVCache``
-    (``k``, ``v`` one-buffer tuples), so a decode step runs one whole-model ``run_layers``
-    per block. No per-step slicing of the weights or the cache: ``start``/``stop`` on one
-    stack copy the weights and the cache per step, and a stacked cache costs a copy of
-    each block's K/V slice per step (with one-block caches the decode loop was ~30 %
-    cheaper on CPU; per-layer one-block caches, wave 29, another ~3-4 % pinned).
-    """
-
-    lo: tuple  # ((params, cfg), ...) blocks <= l
-    hi: tuple  # ((params, cfg), ...) blocks > l
-    compact: bool  # the lower blocks' caches hold text slots only (:func:`_compact`)
-
-
-def _blocks(lm_params, lm_cfg, layer) -> _Blocks:
-    per_layer = isinstance(lm_params["layers"], (tuple, list))  # `nn.unstack_layers`
-
-    def part(g):
-        layers = lm_params["layers"]
-        one = layers[g] if per_layer else jax.tree.map(lambda x: x[g], layers)
-        p = {**lm_params, "layers": (one,)}  # per-layer storage: no slice of a stack
-        # Qwen2's window rule `block >= max_window_layers`, in the one-block numbering
-        mw = 0 if g >= lm_cfg.max_window_layers else 1
-        return p, dataclasses.replace(lm_cfg, n_layers=1, max_window_layers=mw)
-
-    parts = tuple(part(g) for g in range(lm_cfg.n_layers))
-    return _Blocks(parts[: layer + 1], parts[layer + 1 :], _compact(lm_cfg))
-
-
-def _cut_cache(cache, cut, s_lo, s):
-    """The prompt's cache (``T`` slots) as one cache per block, zero-padded to its capacity.
-
-    Blocks ``< cut`` get ``s_lo`` slots, the others ``s``.
-    """
-    cache = nn.unstack_layers(cache)
-
-    def one(g, size):
-        pad = ((0, 0), (0, size - cache.capacity), (0, 0), (0, 0))
-        k, v = (jnp.pad(x[g], pad) for x in (cache.k, cache.v))
-        return nn.KVCache((k,), (v,), cache.length)  # a per-layer one-block cache
-
-    return tuple(one(g, s_lo) for g in range(cut)), tuple(
-        one(g, s) for g in range(cut, len(cache.k))
-    )
-
-
-def _commit(caches, n):
-    return tuple(nn.commit(c, n) for c in caches)
-
-
-def _compact(lm_cfg) -> bool:
-    """Whether the lower half keeps text slots only (no slot for memory tokens).
-
-    Blocks ``<= l`` never read a memory slot, so their cache needs none, and every
-    step's attention there reads ``P + N`` slots instead of ``P + N + n_max k``. Exact
-    when no sliding window applies: keys carry their RoPE position, the mask is
-    explicit. With a window, ``nn`` reads a committed slot's index as its logical
-    position, so the lower half stays slot-aligned (memory slots hidden by the mask).
-    """
-    return lm_cfg.sliding_window is None
-
-
-def _run(parts, caches, h, pos, mask):
-    """``run_layers`` through the one-block models: ``(h, caches)`` (uncommitted)."""
-    out = []
-    for (p, c), cache in zip(parts, caches, strict=True):
-        r = nn.run_layers(p, c, h, pos, cache=cache, attn_mask=mask, overflow="drop")
-        h = r.h
-        out.append(r.cache)
-    return h, tuple(out)
-
-
 def _forward(hv, x, pos, st):
     """:func:`split_forward` on the blocks: ``(logits, h_l, h_last, lo, hi)`` (uncommitted).
 
@@ -149,8 +80,8 @@ def _forward(hv, x, pos, st):
         low = j_lo < lo0.length[:, None, None] + i + 1
     else:
         low = full & ~st.mem_slot[:, None, :]
-    h_l, lo = _run(hv.lo, st.lo, x, pos, low)
-    h, hi = _run(hv.hi, st.hi, h_l, pos, full)
+    h_l, lo = _run(hv.lo, st.lo, x, pos, low, hv.lo_iv)
+    h, hi = _run(hv.hi, st.hi, h_l, pos, full, hv.hi_iv)
     return nn.unembed(*hv.hi[-1], h), h_l, h, lo, hi
 
 
@@ -204,9 +135,11 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     <= l hide the memory slots from every other query (``mem_slot``), so what they would
     compute at those slots is never read (``nn.Interventions``' insertion, whose lower
     half only feeds the discarded reserved slots; the tests check the two agree). The
-    chunk writes ``width`` rows at every row's ``length``; only an injecting row's first
-    ``k`` are committed, the rest lie past the length, hidden, and are overwritten by
-    the next tokens (WeDLM's chunk + ragged commit).
+    memory enters with block l's user edit added (:func:`_edit_memory`, ``nn``'s order),
+    and each upper block applies its own. The chunk writes ``width`` rows at every row's
+    ``length``; only an injecting row's first ``k`` are committed, the rest lie past the
+    length, hidden, and are overwritten by the next tokens (WeDLM's chunk + ragged
+    commit).
     """
     at = st.hi[0].length
     mem = _memory(p, st, at, bank, k, cfg=cfg, width=width, lm=lm)
@@ -215,7 +148,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
     s = st.hi[0].capacity
     j = jnp.arange(s, dtype=jnp.int32)[None, None, :]
     full = j < pos[:, :, None] + 1
-    h, caches = _run(hv.hi[:-1], st.hi[:-1], mem.astype(hv.hi[0][0]["embed"].dtype), pos, full)
+    h, caches = _run(hv.hi[:-1], st.hi[:-1], _edit_memory(hv, mem), pos, full, hv.hi_iv[:-1])
     # the last block: only the memory rows' K/V are read later, and its output only at
     # row k - 1 (the next token's logits and the router input): the K/V of all rows,
     # then the whole block for that one row (its K/V rewritten alike)
@@ -231,6 +164,7 @@ def _inject_rows(hv, p, st, bank, k, *, cfg, width, lm):
         cache=c._replace(length=at + idx),
         attn_mask=j < (at + idx + 1)[:, None, None],
         overflow="drop",
+        interventions=hv.hi_iv[-1],
     )
     hh = r.h
     lg = nn.unembed(lp, lc, hh)[:, 0].astype(st.logits.dtype)
@@ -299,6 +233,7 @@ def _generate(
     key,
     temperature,
     top_p,
+    iv,
     *,
     lm_cfg,
     cfg,
@@ -330,6 +265,7 @@ def _generate(
         cache=cache,
         collect=(cfg.layer, top),
         overflow="drop",
+        interventions=iv,
         outputs_at=(zero + jnp.arange(b, dtype=jnp.int32), plen - 1),
     )
     # the injector's context: block-l states (tiny) or the input embeddings (LoRA replica)
@@ -341,7 +277,7 @@ def _generate(
     jt = jnp.arange(t + n, dtype=jnp.int32)[None, :]
     j = jnp.arange(s, dtype=jnp.int32)[None, :]
     zn = zero[:, None] + jnp.zeros((1, n), jnp.int32)
-    hv = _blocks(lm_params, lm_cfg, cfg.layer)
+    hv = _blocks(lm_params, lm_cfg, cfg.layer, iv)
     lo, hi = _cut_cache(nn.commit(out.cache, plen), cfg.layer + 1, t + n if hv.compact else s, s)
     h_last = out.hidden[top]  # [B, D]: the residual stream the router reads
     st = _State(
@@ -409,6 +345,7 @@ def dlmr_generate(
     force_action: int | None = None,
     temperature: float | Array = 0.0,
     top_p: float | Array = 1.0,
+    interventions: nn.Interventions | None = None,
 ) -> DLMRGeneration:
     """Generate with adaptive memory injection (one ``lax.fori_loop``, KV cache).
 
@@ -424,6 +361,14 @@ def dlmr_generate(
     injection the loop is plain cached greedy/sampled decoding of the frozen
     model. Jitted at module level (configs, sizes, router mode static).
 
+    Steering: ``interventions``' additive edits act in every forward of the generation
+    (the prefill, each decode step, each injection chunk) at every position of every
+    row, as ``nn.run_layers(..., interventions=...)`` applies them. At block ``l``,
+    ``nn``'s order holds: the memory latents enter, then the block-``l`` edit is added
+    (memory rows get it too); the router and the tiny injector read the steered model's
+    states (the edits at blocks ``<= l`` in the block-``l`` context). The LoRA-replica
+    injector's own forward is the adapter's and is not edited.
+
     Args:
       lm_params: The frozen backbone (``jaxkit.nn`` layout; never modified).
       lm_cfg: Its config (causal).
@@ -438,6 +383,11 @@ def dlmr_generate(
         the router (0: never inject, the base model; ``None``: the router).
       temperature: 0 (concrete) for greedy tokens, else sampling (traced).
       top_p: Nucleus mass in (0, 1].
+      interventions: Optional ``nn.Interventions`` of additive edits only
+        (``add={block: vec}``, ``vec`` ``[D]`` or ``[B, D]``, blocks in
+        ``[0, n_layers)``; e.g. a ``jaxkit.steering.steer_add`` vector). No insertion
+        (DLMR inserts its memory: one span per call), no read sites. None or an empty
+        object: the plain program, bit for bit.
 
     Returns:
       :class:`DLMRGeneration`.
@@ -448,6 +398,10 @@ def dlmr_generate(
         ``top_p`` that is not a real scalar, a non-finite or negative
         ``temperature``, ``top_p`` outside ``(0, 1]`` (NaN fails; traced values
         raise under ``jit``; the checks of ``decoding.ar_generate``).
+      TypeError: ``interventions`` not an ``nn.Interventions``, or an edit of a shape
+        other than ``[D]`` / ``[B, D]``.
+      ValueError: an ``interventions`` edit at a block outside ``[0, n_layers)``, read
+        sites, or an insertion.
     """
     check_config(lm_cfg, cfg)
     check_params(params, name="params", cfg=cfg, d=lm_cfg.d_model)
@@ -474,6 +428,7 @@ def dlmr_generate(
         plen, _validate.any_outside(plen, 1, t), f"`prompt_len` must lie in [1, {t}]."
     ).astype(jnp.int32)
     greedy = check_sampling(temperature, top_p)
+    iv = check_interventions(interventions, lm_cfg, emb.shape[0], span_owner="dlmr_generate")
     return _generate_core(
         lm_params,
         params,
@@ -482,6 +437,7 @@ def dlmr_generate(
         key,
         jnp.asarray(temperature, jnp.float32),
         jnp.asarray(top_p, jnp.float32),
+        iv if iv is not None and iv.add else None,  # an empty object: the plain program
         lm_cfg=lm_cfg,
         cfg=cfg,
         n=n,
