@@ -97,13 +97,16 @@ def choose_tokens(
     return out.token
 
 
-def check_interventions(iv: Any, cfg: Any, b: int, *, span_owner: str | None = None):
+def check_interventions(
+    iv: Any, cfg: Any, b: int, *, span_owner: str | None = None, where: str = "in generation"
+):
     """Python-level check of a generator's ``interventions``; returns it (None stays None).
 
     Generation takes additive edits of shape ``[D]`` or ``[B, D]`` (one vector per row at
     every position) at blocks in ``[0, n_layers)``; read sites have no output there. A
-    generator that inserts its own span (``span_owner``, e.g. ``"svgt_generate"``) takes no
-    user insertion: the K/V cache holds one inserted span per row.
+    function that inserts its own span (``span_owner``, e.g. ``"svgt_generate"``) takes no
+    user insertion: the K/V cache holds one inserted span per row. ``where`` ends the
+    messages (``"in generation"``; a forward of such a function says ``"here"``).
     """
     if iv is None:
         return None
@@ -117,10 +120,10 @@ def check_interventions(iv: Any, cfg: Any, b: int, *, span_owner: str | None = N
         if tuple(vec.shape) not in ((cfg.d_model,), (b, cfg.d_model)):
             raise TypeError(
                 f"`interventions.add[{layer}]` must have shape ({cfg.d_model},) or "
-                f"({b}, {cfg.d_model}) in generation, got {vec.shape}."
+                f"({b}, {cfg.d_model}) {where}, got {vec.shape}."
             )
     if iv.read_mlp:
-        raise ValueError("`interventions.read_mlp` has no output in generation; leave it empty.")
+        raise ValueError(f"`interventions.read_mlp` has no output {where}; leave it empty.")
     if span_owner is not None and iv.insert_layer is not None:
         raise ValueError(
             f"`interventions` inserts a span (insert_layer={iv.insert_layer}), but "

@@ -32,6 +32,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxkit import _validate, nn
+from jaxkit._tokens import check_interventions
 from jaxkit.steering._modules import BridgeVLP, Discriminator, ValueEncoder
 
 
@@ -335,6 +336,7 @@ def svgt_forward(
     prompt_len: Int[ArrayLike, " B"],
     *,
     key=None,
+    interventions: nn.Interventions | None = None,
 ) -> SVGTForward:
     """The training forward: blocks ``<= l`` at gapped positions, bridge, blocks ``> l``.
 
@@ -344,6 +346,11 @@ def svgt_forward(
     ``arange(T+K)``. The backbone is frozen (``stop_gradient``). Jitted at module
     level (configs static).
 
+    ``interventions`` (other residual edits, e.g. a CAA vector: teacher-forced
+    perplexity under SVGT and CAA together) act as in :func:`svgt_generate`: at every
+    position, the bridge being the block-``l`` insertion (edits at blocks ``<= l``
+    change what the value module reads; an edit at block ``l`` reaches the bridge rows).
+
     Args:
       lm_params: The frozen backbone's parameters (``jaxkit.nn`` layout).
       lm_cfg: The backbone's config.
@@ -352,6 +359,8 @@ def svgt_forward(
       tokens: ``int[B, T]``.
       prompt_len: ``int[B]`` in ``[1, T]``.
       key: Dropout key of the value module (None: no dropout).
+      interventions: Optional :class:`~jaxkit.nn.Interventions` of additive edits
+        (``[D]`` or ``[B, D]`` per block); no insertion, no read sites.
 
     Returns:
       :class:`SVGTForward`; the response token at original index ``j >= M`` is
@@ -359,13 +368,18 @@ def svgt_forward(
 
     Raises:
       TypeError / ValueError: bad shapes, ids, ``cfg.layer`` out of range; a ``key`` that
-        is not a key.
+        is not a key; ``interventions`` as in :func:`svgt_generate`.
     """
     check_config(lm_cfg, cfg)
     tokens, prompt_len = _check_tokens(lm_cfg, tokens, prompt_len)
     if key is not None:
         _validate.is_key(key)
-    return svgt_forward_core(lm_params, vparams, tokens, prompt_len, key, lm_cfg=lm_cfg, cfg=cfg)
+    iv = check_interventions(
+        interventions, lm_cfg, tokens.shape[0], span_owner="svgt_forward", where="here"
+    )
+    return svgt_forward_core(
+        lm_params, vparams, tokens, prompt_len, key, lm_cfg=lm_cfg, cfg=cfg, iv=iv
+    )
 
 
 def _refresh(lm_params, cache, bridge, prompt_len, *, lm_cfg, layer):

@@ -12,7 +12,7 @@ import pytest
 
 from jaxkit import decoding, nn, steering
 from jaxkit.steering._svgt import make_bridge
-from tests.steering._setup import CFG, PLEN, PROMPT, SC, VP, P
+from tests.steering._setup import CFG, PLEN, PROMPT, SC, SEQ, VP, P
 
 K, L = SC.n_bridge, SC.layer
 N = 4
@@ -61,6 +61,32 @@ def test_edits_act_with_the_bridge_as_the_backbones_insertion():
     # the edits change the generation (else the oracle above proves nothing)
     plain = steering.svgt_generate(P, CFG, VP, SC, PROMPT, PLEN, key=kw["key"], max_new_tokens=N)
     assert not np.array_equal(plain.tokens, cached)
+
+
+@jax.jit
+def _forward_oracle(iv):
+    """``nn.apply`` on ``SEQ`` with K reserved slots after each prompt, the bridge inserted."""
+    b, t = SEQ.shape
+    pos = jnp.broadcast_to(jnp.arange(t), (b, t))  # the value module reads rows < M only
+    h = nn.run_layers(P, CFG, nn.embed(P, CFG, SEQ), pos, stop=L + 1, interventions=iv).h
+    bridge, _ = make_bridge(VP, SC, h, PLEN)
+    expanded, _ = steering.insert_bridge(
+        SEQ[:, :, None].astype(jnp.float32), jnp.zeros((b, K, 1)), PLEN
+    )
+    ins = nn.Interventions(insert_layer=L, insert_at=PLEN, latents=bridge)
+    seq = expanded[:, :, 0].astype(jnp.int32)  # [prompt ; K zeros ; response]
+    return nn.apply(P, CFG, seq, interventions=nn.combine_interventions(iv, ins)).logits
+
+
+def test_training_forward_under_edits():
+    got = steering.svgt_forward(P, CFG, VP, SC, SEQ, PLEN, interventions=IV).logits
+    np.testing.assert_allclose(got, _forward_oracle(IV), atol=2e-5, rtol=1e-5)
+    plain = steering.svgt_forward(P, CFG, VP, SC, SEQ, PLEN).logits
+    assert np.max(np.abs(np.asarray(got - plain))) > 1e-2  # the edits moved the logits
+    with pytest.raises(ValueError, match="`interventions.read_mlp` has no output here"):
+        steering.svgt_forward(
+            P, CFG, VP, SC, SEQ, PLEN, interventions=nn.Interventions(read_mlp=(0,))
+        )
 
 
 @pytest.mark.slow
