@@ -63,6 +63,30 @@ def _generate(tokens, prompt_len, *, top_p):
     ).tokens
 
 
+def _steered(tokens, prompt_len, vec, *, top_p):
+    """``dlmr_generate`` (as :func:`_generate`) with a per-row edit at the memory's block."""
+    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
+    return memory.dlmr_generate(
+        P,
+        CFG,
+        AP,
+        cfg,
+        nn.embed(P, CFG, tokens),
+        prompt_len,
+        key=jax.random.key(0),
+        max_new_tokens=3,
+        router="sample",
+        temperature=1.0,
+        top_p=top_p,
+        interventions=nn.Interventions({MC.layer: vec}),
+    ).tokens
+
+
+def _steered_args(key, dtype):
+    """``_tok_args`` and a per-row edit ``[B, D]`` (sharded with the rows)."""
+    return (*_tok_args(key, dtype), jax.random.normal(jax.random.fold_in(key, 2), (8, 16), dtype))
+
+
 def _tok_args(key, dtype):
     k1, k2 = jax.random.split(key)
     return (
@@ -170,6 +194,37 @@ CASES = [
                 ),
                 ValueError,
                 "prompt_len",
+            ),
+        ),
+    ),
+    Case(
+        name="memory.dlmr_generate/interventions",
+        # the oracles are tests/memory/test_dlmr_interventions.py's; here jit, vmap and the
+        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
+        slow_checks=(
+            "vmap",
+            "sharding",
+            "eval_shape",
+            "jit",
+            "traced_once",
+            "dtypes",
+            "eager_cache",
+        ),
+        fn=_steered,
+        make_args=_steered_args,
+        hparams={"top_p": (0.9, 0.8)},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        bad=(
+            Bad(
+                "an edit one wider than d_model",
+                lambda key: (
+                    (jnp.ones((8, 5), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
+                    {"top_p": 1.0},
+                ),
+                TypeError,
+                "interventions.add[1]",
             ),
         ),
     ),

@@ -35,6 +35,17 @@ def _generate(tokens, prompt_len, *, top_p):
     return _svgt_tokens(SC, 3, tokens, prompt_len, top_p=top_p)
 
 
+def _steered_args(key, dtype):
+    """``_tok_args`` and a per-row edit ``[B, D]`` (sharded with the rows)."""
+    return (*_tok_args(key, dtype), jax.random.normal(jax.random.fold_in(key, 2), (8, 16), dtype))
+
+
+def _svgt_steered(tokens, prompt_len, vec, *, top_p):
+    """``svgt_generate`` with a per-row edit at the bridge's block (the bridge rows get it)."""
+    iv = nn.Interventions({SC.layer: vec})
+    return _svgt_tokens(SC, 3, tokens, prompt_len, top_p=top_p, interventions=iv)
+
+
 # l = 0 (two blocks above l) and R = 2 with 4 new tokens: the loop refreshes at step 2
 _SR = SC._replace(layer=0, refresh_every=2, ema=0.5)
 
@@ -131,6 +142,37 @@ CASES = [
     ),
     _refresh_case("cached"),
     _refresh_case("recompute"),
+    Case(
+        name="steering.svgt_generate/interventions",
+        # the oracles are tests/steering/test_interventions.py's; here jit, vmap and the
+        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
+        slow_checks=(
+            "vmap",
+            "sharding",
+            "eval_shape",
+            "jit",
+            "traced_once",
+            "dtypes",
+            "eager_cache",
+        ),
+        fn=_svgt_steered,
+        make_args=_steered_args,
+        hparams={"top_p": (0.9, 0.8)},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1, 2),
+        bad=(
+            Bad(
+                "an edit one wider than d_model",
+                lambda key: (
+                    (jnp.ones((8, 6), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
+                    {"top_p": 1.0},
+                ),
+                TypeError,
+                "interventions.add[1]",
+            ),
+        ),
+    ),
     Case(
         name="steering.value_correction",
         slow_checks=("dtypes", "sharding"),
