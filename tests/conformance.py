@@ -407,6 +407,18 @@ check shares (new shapes, a vmapped program, other dtypes), about 41 s of the de
 summed test time in wave 48 (``make test`` keeps jit, eval_shape, grads, sharding where a case
 runs it by default, bad inputs and the eager cache)."""
 
+ALL_BUT_BAD_INPUTS = (
+    "vmap",
+    "sharding",
+    "eval_shape",
+    "jit",
+    "traced_once",
+    "dtypes",
+    "eager_cache",
+)
+"""``slow_checks`` leaving ``make test`` only the bad inputs (a generator whose programs the
+area's own tests compile: the checks of its jit, vmap and sharding run in the slow tier)."""
+
 ALIASES = {"traced_once": "jit"}
 """Former check names, still accepted in ``slow_checks``: ``jit`` now also checks that two
 hyperparameter values trace once (it was a separate check compiling the same function again)."""

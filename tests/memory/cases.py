@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import memory, nn, privacy
-from tests.conformance import Bad, Case
+from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
 from tests.memory._setup import AP, CFG, MC, P
 
 _S = 6  # context slots
@@ -46,7 +46,7 @@ def _inject_lora(ctx, at, k):
     return memory.inject(_AL, _LC, ctx, valid, at, at % 2, k, lm_params=P, lm_cfg=CFG)[0]
 
 
-def _generate(tokens, prompt_len, *, top_p):
+def _generate(tokens, prompt_len, *, top_p, interventions=None):
     cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
     return memory.dlmr_generate(
         P,
@@ -60,26 +60,15 @@ def _generate(tokens, prompt_len, *, top_p):
         router="sample",
         temperature=1.0,
         top_p=top_p,
+        interventions=interventions,
     ).tokens
 
 
 def _steered(tokens, prompt_len, vec, *, top_p):
-    """``dlmr_generate`` (as :func:`_generate`) with a per-row edit at the memory's block."""
-    cfg = memory.DLMRConfig(**{**MC.__dict__, "delimiter_ids": ()})
-    return memory.dlmr_generate(
-        P,
-        CFG,
-        AP,
-        cfg,
-        nn.embed(P, CFG, tokens),
-        prompt_len,
-        key=jax.random.key(0),
-        max_new_tokens=3,
-        router="sample",
-        temperature=1.0,
-        top_p=top_p,
-        interventions=nn.Interventions({MC.layer: vec}),
-    ).tokens
+    """:func:`_generate` with a per-row edit at the memory's block."""
+    return _generate(
+        tokens, prompt_len, top_p=top_p, interventions=nn.Interventions({MC.layer: vec})
+    )
 
 
 def _steered_args(key, dtype):
@@ -170,15 +159,7 @@ CASES = [
     ),
     Case(
         name="memory.dlmr_generate",
-        slow_checks=(
-            "vmap",
-            "sharding",
-            "eval_shape",
-            "jit",
-            "traced_once",
-            "dtypes",
-            "eager_cache",
-        ),
+        slow_checks=ALL_BUT_BAD_INPUTS,
         fn=_generate,
         make_args=_tok_args,
         hparams={"top_p": (0.9, 0.8)},
@@ -201,15 +182,7 @@ CASES = [
         name="memory.dlmr_generate/interventions",
         # the oracles are tests/memory/test_dlmr_interventions.py's; here jit, vmap and the
         # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
-        slow_checks=(
-            "vmap",
-            "sharding",
-            "eval_shape",
-            "jit",
-            "traced_once",
-            "dtypes",
-            "eager_cache",
-        ),
+        slow_checks=ALL_BUT_BAD_INPUTS,
         fn=_steered,
         make_args=_steered_args,
         hparams={"top_p": (0.9, 0.8)},

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn, steering
-from tests.conformance import Bad, Case
+from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
 from tests.steering._setup import CFG, SC
 
 _P = nn.init_params(CFG, key=jax.random.key(3))
@@ -113,15 +113,7 @@ CASES = [
     ),
     Case(
         name="steering.svgt_generate",
-        slow_checks=(
-            "vmap",
-            "sharding",
-            "eval_shape",
-            "jit",
-            "traced_once",
-            "dtypes",
-            "eager_cache",
-        ),
+        slow_checks=ALL_BUT_BAD_INPUTS,
         fn=_generate,
         make_args=_tok_args,
         hparams={"top_p": (0.9, 0.8)},
@@ -146,15 +138,7 @@ CASES = [
         name="steering.svgt_generate/interventions",
         # the oracles are tests/steering/test_interventions.py's; here jit, vmap and the
         # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
-        slow_checks=(
-            "vmap",
-            "sharding",
-            "eval_shape",
-            "jit",
-            "traced_once",
-            "dtypes",
-            "eager_cache",
-        ),
+        slow_checks=ALL_BUT_BAD_INPUTS,
         fn=_svgt_steered,
         make_args=_steered_args,
         hparams={"top_p": (0.9, 0.8)},
