@@ -9,6 +9,9 @@
    (anchor ``adapter_off``, target ratio >= 0.77, i.e. overhead <= 1.3x).
    ``svgt_generate_refresh_tokens_per_s``: the same with the EMA bridge refresh
    every 5 steps (reported, no target).
+3. ``svgt_generate_steered_tokens_per_s``: two methods on one model, SVGT with a CAA
+   vector added after block l + 1 (``interventions=steer_add(...)``), against SVGT alone
+   (anchor ``svgt_alone``; reported, no target: what composing costs).
 
 Compiled functions are timed interleaved (one call of each per round, median over
 rounds), so load drift on a shared machine hits both alike.
@@ -79,8 +82,21 @@ def bench_generate(sz, repeats):
     def refresh(pa, vp, pr, pl):
         return steering.svgt_generate(pa, cfg, vp, rcfg, pr, pl, key=key, max_new_tokens=n).tokens
 
+    vec = jax.random.normal(jax.random.key(4), (sz["d_model"],))
+
+    def steered(pa, vp, pr, pl):
+        iv = steering.steer_add(vec, 0.5, layer=scfg.layer + 1)
+        return steering.svgt_generate(
+            pa, cfg, vp, scfg, pr, pl, key=key, max_new_tokens=n, interventions=iv
+        ).tokens
+
     args = (params, vparams, prompt, plen)
-    fns = {"on": (on, args), "off": (off, args), "refresh": (refresh, args)}
+    fns = {
+        "on": (on, args),
+        "off": (off, args),
+        "refresh": (refresh, args),
+        "steered": (steered, args),
+    }
     t = H.time_interleaved(fns, repeats)
     H.emit(
         bench="steering",
@@ -103,6 +119,17 @@ def bench_generate(sz, repeats):
         target=None,
         note=f"greedy; EMA bridge refresh every 5 steps (beta 0.8, exact K/V rewrite); "
         f"tokens/s {b * n / t['refresh'].median_s:.0f}",
+    )
+    H.emit(
+        bench="steering",
+        case="svgt_generate_steered_tokens_per_s",
+        sizes=sz,
+        ours=t["steered"],
+        anchor="svgt_alone",
+        anchor_t=t["on"],
+        target=None,
+        note=f"greedy; SVGT + a CAA vector after block l + 1 (interventions=) vs SVGT alone; "
+        f"tokens/s {b * n / t['steered'].median_s:.0f}",
     )
 
 
