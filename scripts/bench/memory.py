@@ -13,6 +13,9 @@
    context's embeddings and the latents). Informational (no target): the issue's
    0.77 is judged on the default injector (``"tiny"``, case 1); this row says what
    choosing the replica costs.
+4. ``dlmr_generate_steered``: two methods on one model, case 1 with a steering vector
+   added after block l + 1 (``interventions=steering.steer_add(...)``) against case 1
+   alone (anchor ``dlmr_alone``; informational: what composing costs).
 
 Compiled functions are timed interleaved (one call of each per round, median over
 rounds), so load drift on a shared machine hits both alike.
@@ -24,7 +27,7 @@ import _harness as H  # noqa: I001
 import jax
 import jax.numpy as jnp
 
-from jaxkit import decoding, memory, nn
+from jaxkit import decoding, memory, nn, steering
 
 
 def bench_generate(sz, repeats):
@@ -42,11 +45,17 @@ def bench_generate(sz, repeats):
     key = jax.random.key(3)
     inject = 2  # action (visual, k=8)
 
-    def on(pa, ad, pr, pl, force=inject, mc=mcfg):
+    def on(pa, ad, pr, pl, force=inject, mc=mcfg, iv=None):
         emb = nn.embed(pa, cfg, pr)
         return memory.dlmr_generate(
-            pa, cfg, ad, mc, emb, pl, key=key, max_new_tokens=n, force_action=force
-        ).tokens
+            pa, cfg, ad, mc, emb, pl, key=key, max_new_tokens=n, force_action=force,
+            interventions=iv,
+        ).tokens  # fmt: skip
+
+    vec = jax.random.normal(jax.random.key(4), (sz["d_model"],))
+
+    def steered(pa, ad, pr, pl):
+        return on(pa, ad, pr, pl, iv=steering.steer_add(vec, 0.5, layer=mcfg.layer + 1))
 
     def replica(pa, ad, pr, pl):
         return on(pa, ad, pr, pl, mc=rcfg)
@@ -58,7 +67,7 @@ def bench_generate(sz, repeats):
         return decoding.ar_generate(pa, cfg, pr, pl, key=key, max_new_tokens=n).tokens
 
     args = (params, ap, prompt, plen)
-    fns = {"on": (on, args), "null": (null, args), "off": (off, args)}
+    fns = {"on": (on, args), "null": (null, args), "off": (off, args), "steered": (steered, args)}
     fns["replica"] = (replica, (params, rp, prompt, plen))
     t = H.time_interleaved(fns, repeats)
     for case, name, note, target in (
@@ -82,6 +91,17 @@ def bench_generate(sz, repeats):
             note=f"greedy; {note}; tokens/s ours={b * n / t[name].median_s:.0f}, "
             f"off={b * n / t['off'].median_s:.0f}",
         )
+    H.emit(
+        bench="memory",
+        case="dlmr_generate_steered",
+        sizes=sz,
+        ours=t["steered"],
+        anchor="dlmr_alone",
+        anchor_t=t["on"],
+        target=None,
+        note="greedy; case 1 + a steering vector after block l + 1 (interventions=) vs case 1 "
+        f"alone; tokens/s {b * n / t['steered'].median_s:.0f}",
+    )
 
 
 def main() -> None:
