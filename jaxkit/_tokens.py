@@ -18,6 +18,7 @@ loop of small kernels on CPU).
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,7 +101,10 @@ def choose_tokens(
 def check_interventions(
     iv: Any, cfg: Any, b: int, *, span_owner: str | None = None, where: str = "in generation"
 ):
-    """Python-level check of a generator's ``interventions``; returns it (None stays None).
+    """Python-level check of a generator's ``interventions``: the object to use, or None.
+
+    Returns None for None or an object with nothing to do, else the object with its edits
+    guarded finite (a NaN or inf raises naming ``interventions.add[l]``, under ``jit`` too).
 
     Generation takes additive edits of shape ``[D]`` or ``[B, D]`` (one vector per row at
     every position) at blocks in ``[0, n_layers)``; read sites have no output there. A
@@ -129,4 +133,11 @@ def check_interventions(
             f"`interventions` inserts a span (insert_layer={iv.insert_layer}), but "
             f"{span_owner} inserts its own: one inserted span per call. Pass edits only."
         )
-    return iv
+    if not iv.add and iv.insert_layer is None:
+        return None  # nothing to do: the plain program (one compiled program for both)
+    # a NaN or inf edit would turn every logit NaN and the arg-max into token 0, silently
+    add = {
+        layer: _validate.all_finite(vec, name=f"interventions.add[{layer}]")
+        for layer, vec in iv.add.items()
+    }
+    return eqx.tree_at(lambda i: i.add, iv, add)

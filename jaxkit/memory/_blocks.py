@@ -71,10 +71,7 @@ def _edit_memory(hv, mem):
     """
     h = mem.astype(hv.hi[0][0]["embed"].dtype)
     iv = hv.lo_iv[-1]
-    if iv is None:
-        return h
-    vec = iv.add[0].astype(h.dtype)
-    return h + vec.reshape((-1, 1, vec.shape[-1]))  # explicit: no rank promotion
+    return h if iv is None else iv.add_to(0, h)
 
 
 def _cut_cache(cache, cut, s_lo, s):

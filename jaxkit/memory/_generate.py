@@ -437,7 +437,7 @@ def dlmr_generate(
         key,
         jnp.asarray(temperature, jnp.float32),
         jnp.asarray(top_p, jnp.float32),
-        iv if iv is not None and iv.add else None,  # an empty object: the plain program
+        iv,
         lm_cfg=lm_cfg,
         cfg=cfg,
         n=n,

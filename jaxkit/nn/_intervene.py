@@ -141,6 +141,35 @@ class Interventions(eqx.Module):
             self.n_insert = _validate.python_int(n_insert, name="n_insert", minimum=1)
         self.latents = latents
 
+    def add_to(self, layer: int, h: Array) -> Array:
+        """``h [B, T, D]`` plus the edit after block ``layer``, as the forward adds it.
+
+        The edit is cast to ``h``'s dtype; ``[D]`` and ``[B, D]`` act at every position,
+        ``[B, T, D]`` as is. No edit at ``layer``: ``h`` itself. For code that builds rows
+        of the stream outside the forward (inserted latents of its own) and must give them
+        the block's edit exactly as the forward would.
+
+        Raises:
+          TypeError: a non-int ``layer``; an ``h`` that is not a floating ``[B, T, D]``
+            array the edit fits (its width, its rows, ``[B, T, D]`` its whole shape).
+        """
+        layer = _validate.python_int(layer, name="layer")
+        _validate.floating(h, name="h")
+        h = jnp.asarray(h)
+        _validate.ndim(h, 3, name="h")
+        vec = self.add.get(layer)
+        if vec is None:
+            return h
+        fits = vec.shape[-1] == h.shape[-1] and (
+            vec.ndim == 1 or vec.shape[0] == h.shape[0] and (vec.ndim == 2 or vec.shape == h.shape)
+        )
+        if not fits:
+            raise TypeError(
+                f"`h` of shape {h.shape} does not take the edit add[{layer}] {vec.shape}."
+            )
+        vec = vec.astype(h.dtype)
+        return h + (vec if vec.ndim == 3 else vec.reshape((-1, 1, vec.shape[-1])))
+
 
 # `*interventions` is not annotated `Interventions | None`: the checks below name the entry
 # (`interventions[1]`), where the test suite's runtime type checker would name only the tuple
@@ -331,11 +360,7 @@ def edit(iv, layer: int, h: Array, base: Array) -> Array:
             iv.latents.astype(h.dtype), jnp.clip(idx, 0, iv.n_insert - 1)[:, :, None], axis=1
         )
         h = jnp.where(hit[:, :, None], lat, h)
-    vec = iv.add.get(layer)
-    if vec is not None:
-        vec = vec.astype(h.dtype)
-        h = h + (vec if vec.ndim == 3 else vec.reshape((-1, 1, vec.shape[-1])))
-    return h
+    return iv.add_to(layer, h)
 
 
 def edit_at(iv, sites: tuple[int, ...], layer: Array, h: Array, base: Array, n_layers: int):

@@ -269,10 +269,7 @@ def edited_bridge(bridge, iv, layer, dtype):
     edit at the bridge's block acts on the bridge rows too (``[D]`` or ``[B, D]``).
     """
     bridge = bridge.astype(dtype)
-    vec = None if iv is None else iv.add.get(layer)
-    if vec is None:
-        return bridge
-    return bridge + vec.astype(dtype).reshape((-1, 1, vec.shape[-1]))
+    return bridge if iv is None else iv.add_to(layer, bridge)
 
 
 def _forward(lm_params, vp, tokens, prompt_len, key, *, lm_cfg, cfg, iv=None):

@@ -41,6 +41,8 @@ def test_bad_interventions_raise_naming_them():
             gen(nn.Interventions({layer: VEC}))
     with pytest.raises(ValueError, match="`interventions.read_mlp`"):
         gen(nn.Interventions(read_mlp=(0,)))
+    with pytest.raises(Exception, match=r"`interventions.add\[0\]` must be finite"):
+        jax.block_until_ready(gen(nn.Interventions({0: np.full(CFG.d_model, np.inf, "f4")})))
     ins = nn.Interventions(insert_layer=1, insert_at=np.array([3, 5], np.int32), n_insert=1)
     with pytest.raises(ValueError, match="`interventions` inserts a span.*dlmr_generate"):
         gen(ins)

@@ -57,6 +57,9 @@ RECIPES = {
         **{**dataclasses.asdict(CFG), "sliding_window": 4, **kw}
     ),
     "jaxkit.nn.Interventions": _interventions,
+    "jaxkit.nn.Interventions.add_to": lambda **kw: nn.Interventions(
+        {0: np.ones((1, CFG.d_model), np.float32)}
+    ).add_to(0, H, **kw),
     "jaxkit.nn.SmallCNN": lambda **kw: nn.SmallCNN(
         1, 2, channels=(2,), **{"key": jax.random.key(0), **kw}
     ),

@@ -301,3 +301,16 @@ def test_bad_interventions(p, data):
             max_new_tokens=2,
             interventions=nn.Interventions({0: jnp.ones((B, T, 16))}),
         )
+    # a NaN edit would make every logit NaN and the arg-max token 0, silently: the
+    # generators' shared check raises, naming the edit, eagerly and under jit
+    nan_edit = nn.Interventions({1: jnp.full(16, jnp.nan)})
+
+    def gen(iv):
+        return decoding.ar_generate(
+            p, CFG, toks, jnp.array([4, 4]), key=jax.random.key(0), max_new_tokens=2,
+            interventions=iv,
+        ).tokens  # fmt: skip
+
+    for call in (gen, jax.jit(gen)):
+        with pytest.raises(Exception, match=r"`interventions.add\[1\]` must be finite"):
+            jax.block_until_ready(call(nan_edit))

@@ -131,6 +131,8 @@ def test_bad_interventions_name_the_argument():
         (nn.Interventions({1: jnp.ones((2, 5, 16))}), TypeError, r"`interventions.add\[1\]`"),
         (nn.Interventions({3: jnp.ones(16)}), ValueError, "`interventions.add` layer index"),
         (nn.Interventions(read_mlp=(0,)), ValueError, "`interventions.read_mlp`"),
+        # NaN: every logit NaN, the arg-max token 0, silently (the guard's runtime error)
+        (nn.Interventions({2: jnp.full(16, jnp.nan)}), Exception, r"`interventions.add\[2\]`"),
         (
             nn.Interventions(insert_layer=0, insert_at=at, n_insert=1),
             ValueError,
@@ -139,4 +141,4 @@ def test_bad_interventions_name_the_argument():
     ]
     for iv, cls, msg in cases:
         with pytest.raises(cls, match=msg):
-            call(iv)
+            jax.block_until_ready(call(iv))
