@@ -401,11 +401,17 @@ def check_empty_batch(case: Case, key: jax.Array) -> None:
             )
 
 
-SLOW_TIER = {"empty_batch", "vmap", "dtypes"}
+SLOW_TIER = {"empty_batch", "vmap", "dtypes", "grads"}
 """Checks that run only in ``make test-slow`` for every case: each compiles programs no other
-check shares (new shapes, a vmapped program, other dtypes), about 41 s of the default run's
-summed test time in wave 48 (``make test`` keeps jit, eval_shape, grads, sharding where a case
-runs it by default, bad inputs and the eager cache)."""
+check shares (new shapes, a vmapped program, other dtypes, x64 derivatives), about 41 s of the
+default run's summed test time in wave 48 and the 32 default ``grads`` checks another 31 s in
+wave 49 (``make test`` keeps jit, eval_shape, sharding where a case runs it by default, bad
+inputs and the eager cache)."""
+
+VARIANT_DEFAULT_CHECKS = {"bad_inputs"}
+"""What ``make test`` runs of a *variant* case (``family/variant``, a family's cases after its
+first in registration order): its bad inputs only; every other check of a variant runs in
+``make test-slow`` (wave 49: one case per family by default, ~24 s of summed test time)."""
 
 ALL_BUT_BAD_INPUTS = (
     "vmap",
@@ -424,13 +430,27 @@ ALIASES = {"traced_once": "jit"}
 hyperparameter values trace once (it was a separate check compiling the same function again)."""
 
 
-def is_slow(case: Case, check: str) -> bool:
+def family_leads(cases: Sequence[Case]) -> set[str]:
+    """The name of each family's first registered case (a family: the names before ``/``;
+    a function with one case leads its own family)."""
+    leads: dict[str, str] = {}
+    for case in cases:
+        leads.setdefault(case.name.split("/")[0], case.name)
+    return set(leads.values())
+
+
+def is_slow(case: Case, check: str, *, lead: bool = True) -> bool:
     """Whether ``check`` runs only in the slow tier for ``case``: a check of
-    :data:`SLOW_TIER`, or one listed in ``slow_checks`` (a merged check only when every name
-    it merges is listed)."""
-    return check in SLOW_TIER or (
-        check in case.slow_checks
-        and all(old in case.slow_checks for old, new in ALIASES.items() if new == check)
+    :data:`SLOW_TIER`, any check but :data:`VARIANT_DEFAULT_CHECKS` of a case that does not
+    lead its family (``lead=False``), or one listed in ``slow_checks`` (a merged check only
+    when every name it merges is listed)."""
+    return (
+        check in SLOW_TIER
+        or (not lead and check not in VARIANT_DEFAULT_CHECKS)
+        or (
+            check in case.slow_checks
+            and all(old in case.slow_checks for old, new in ALIASES.items() if new == check)
+        )
     )
 
 

@@ -5,6 +5,7 @@ import pytest
 from tests import conformance
 
 CASES = conformance.registry()
+LEADS = conformance.family_leads(CASES)
 
 
 PAIRS = [
@@ -12,14 +13,20 @@ PAIRS = [
         case,
         check,
         id=f"{case.name}-{check}",
-        marks=[pytest.mark.slow] if conformance.is_slow(case, check) else [],
+        marks=[pytest.mark.slow]
+        if conformance.is_slow(case, check, lead=case.name in LEADS)
+        else [],
     )
     for case in CASES
     for check in sorted(conformance.CHECKS)
 ]
 SHARDING = [
     pytest.param(
-        case, id=case.name, marks=[pytest.mark.slow] if "sharding" in case.slow_checks else []
+        case,
+        id=case.name,
+        marks=[pytest.mark.slow]
+        if conformance.is_slow(case, "sharding", lead=case.name in LEADS)
+        else [],
     )
     for case in CASES
 ]

@@ -1,6 +1,8 @@
 """The conformance suite must catch broken functions: each check fails on a function
 broken in exactly the way it guards against, and passes on a correct one."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -185,3 +187,15 @@ def test_built_once_builds_float32_even_first_asked_in_x64():
     again = build()
     assert again is first and len(calls) == 1
     assert {str(v.dtype) for v in first.values()} == {"float32"}
+
+
+def test_a_family_runs_its_first_case_by_default_and_the_others_bad_inputs():
+    first, second = (dataclasses.replace(GOOD, name=f"selftest.fam/{v}") for v in ("a", "b"))
+    alone = dataclasses.replace(GOOD, name="selftest.alone")
+    leads = conformance.family_leads([first, second, alone])
+    assert leads == {"selftest.fam/a", "selftest.alone"}
+    assert not conformance.is_slow(first, "jit", lead=True)
+    assert conformance.is_slow(second, "jit", lead=False)
+    assert conformance.is_slow(second, "sharding", lead=False)
+    assert not conformance.is_slow(second, "bad_inputs", lead=False)
+    assert conformance.is_slow(first, "grads", lead=True)  # SLOW_TIER for every case
