@@ -275,11 +275,12 @@ def is_empty(iv) -> bool:
     return iv is None or (not iv.add and iv.insert_layer is None and not iv.read_mlp)
 
 
-def check(iv, cfg, b: int, t: int, *, generation: bool = False):
+def check(iv, cfg, b: int, t: int):
     """Check ``iv`` against the model and the call's batch/chunk; None if empty.
 
     Shapes and layer indices: TypeError / ValueError. ``insert_at`` is guarded at
-    run time (``eqx.error_if``) to be ``>= 0``.
+    run time (``eqx.error_if``) to be ``>= 0``. (The generators' stricter check, edits of
+    ``[D]`` / ``[B, D]`` only, is :func:`jaxkit._tokens.check_interventions`.)
     """
     if iv is None:
         return None
@@ -293,15 +294,7 @@ def check(iv, cfg, b: int, t: int, *, generation: bool = False):
 
     for layer, vec in iv.add.items():
         in_range(layer, "interventions.add")
-        ok = (
-            [(d,), (b, d)]
-            if generation
-            else [
-                (d,),
-                (b, d),
-                (b, t, d),
-            ]
-        )
+        ok = [(d,), (b, d), (b, t, d)]
         if tuple(vec.shape) not in ok:
             raise TypeError(
                 f"`interventions.add[{layer}]` must have shape one of {ok}, got {vec.shape}."
