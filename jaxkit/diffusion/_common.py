@@ -64,6 +64,11 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
     the last block runs at the slots; equal to ``apply_fn(...)[rows, cols]`` up to float
     rounding). The ancestral :func:`sample` uses it to compute only the logits it draws
     from; any ``apply_fn`` may offer one.
+
+    Both forms take ``interventions=None`` (an ``nn.Interventions``, forwarded to
+    ``jaxkit.nn.apply``), and the function carries its config as ``apply_fn.cfg``: this is
+    how :func:`sample` steers the model (``sample(interventions=)``: it passes the edits
+    as that keyword, only when some are given, and checks their widths against ``cfg``).
     """
     absolute = _check_cfg(cfg, absolute_positions)  # before the cache (which equates 1 and True)
     if cfg.causal:
@@ -75,20 +80,36 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
 def _denoiser(cfg, absolute_positions: bool) -> ApplyFn:
     from jaxkit import nn
 
-    def apply_fn(params, tokens, positions, attn_mask):
+    def apply_fn(params, tokens, positions, attn_mask, interventions=None):
         toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
-        out = nn.apply(params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask)
+        out = nn.apply(
+            params,
+            cfg,
+            toks,
+            positions,
+            inputs_embeds=h,
+            attn_mask=attn_mask,
+            interventions=interventions,
+        )
         return out.logits
 
-    def logits_at(params, tokens, positions, attn_mask, rows, cols):
+    def logits_at(params, tokens, positions, attn_mask, rows, cols, interventions=None):
         toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
         at = (rows, cols)
         out = nn.apply(
-            params, cfg, toks, positions, inputs_embeds=h, attn_mask=attn_mask, outputs_at=at
+            params,
+            cfg,
+            toks,
+            positions,
+            inputs_embeds=h,
+            attn_mask=attn_mask,
+            outputs_at=at,
+            interventions=interventions,
         )
         return out.logits
 
     apply_fn.logits_at = logits_at  # the slot form (see `slot_form`)
+    apply_fn.cfg = cfg  # the widths of `sample(interventions=)`'s edits
     return apply_fn
 
 
@@ -154,9 +175,12 @@ def denoise(apply_fn, params, z: Array, valid: Array, mask_id: int, pos_attn=Non
     )
 
 
-def denoise_logits(apply_fn, params, *, z: Array, pos_attn, mask_id: int) -> Array:
-    """The denoiser's raw logits ``[B, L, V]`` at ``z``, shape and ``mask_id`` checked."""
-    logits = apply_fn(params, z, *pos_attn)
+def denoise_logits(apply_fn, params, *, z: Array, pos_attn, mask_id: int, **kw) -> Array:
+    """The denoiser's raw logits ``[B, L, V]`` at ``z``, shape and ``mask_id`` checked.
+
+    ``kw``: the denoiser's extra keywords (``interventions=``; none: the plain call).
+    """
+    logits = apply_fn(params, z, *pos_attn, **kw)
     if logits.ndim != 3 or logits.shape[:2] != z.shape:
         raise TypeError(
             f"`apply_fn` must return logits of shape {(*z.shape, '*')}, got {logits.shape}."

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Int
 
-from jaxkit import _validate
+from jaxkit import _validate, nn
 from jaxkit._typing import KeyArray, PyTree, RealScalarLike
-from jaxkit.diffusion import _common
+from jaxkit.diffusion import _common, _steer
 from jaxkit.diffusion._common import ApplyFn
 from jaxkit.diffusion._loss import _logits_dtype, _uniform
 from jaxkit.diffusion._sample_plan import _compact_sizes as _compact_sizes
@@ -75,6 +75,7 @@ def sample(
     temperature: RealScalarLike = 1.0,
     valid: Bool[ArrayLike, "B L"] | None = None,
     ref_params: PyTree | None = None,
+    interventions: nn.Interventions | None = None,
 ) -> Trajectory:
     """Sample from an MDLM by running the reverse process over ``T`` steps.
 
@@ -114,16 +115,29 @@ def sample(
       valid: ``bool[B, L]`` non-padding positions (default all).
       ref_params: Parameters of a reference model with the same ``apply_fn``
         (e.g. the pretrained one); when given, ``log_ratio`` accumulates
-        ``log p_ref - log p_theta`` of every unmasked token.
+        ``log p_ref - log p_theta`` of every unmasked token. The reference is another
+        model: ``interventions`` do not edit it.
+      interventions: Additive edits of the sampled model (an ``nn.Interventions`` with
+        ``add={layer: vec}`` only, ``vec`` of shape ``[D]`` or ``[B, D]``, ``B`` the rows of
+        ``tokens``), e.g. a steering vector of :func:`jaxkit.steering.steer_add`. They act
+        at every position of every denoiser forward of both orders (a ``[B, D]`` edit: row
+        ``i`` always gets its own vector, also in the ancestral order's forwards on a
+        subset of rows), passed as ``apply_fn(..., interventions=iv)`` (and to
+        ``logits_at``); the check reads the denoiser's config ``apply_fn.cfg``, which
+        :func:`transformer_denoiser`'s carries. Vectors are traced: another steering
+        vector of the same shape reuses the compiled program. None (or an empty object):
+        the unsteered sampler, ``apply_fn`` called without the keyword.
 
     Returns:
       A :class:`Trajectory`.
 
     Raises:
       TypeError: Non-integer or non-rank-2 ``tokens``, ``valid`` of another shape,
-        ``key`` not a PRNG key.
+        ``key`` not a PRNG key; an edit of another shape (naming
+        ``interventions.add[l]``); edits with an ``apply_fn`` without ``cfg``.
       ValueError: Token ids outside the alphabet, unknown ``order``, ``num_steps < 1``,
-        negative or NaN ``temperature``.
+        negative or NaN ``temperature``; ``interventions`` with an insertion or read
+        sites, or a NaN/inf edit (naming ``interventions.add[l]``).
 
     References:
       Sahoo et al., Simple and Effective Masked Diffusion Language Models, NeurIPS
@@ -140,12 +154,13 @@ def sample(
     temperature = _validate.guard_non_negative(
         _validate.real_array(temperature, name="temperature"), temperature, name="temperature"
     )
+    edits = _steer.check(interventions, apply_fn, tokens.shape[0])
     vocab = _common.checked_vocab(
         apply_fn, params, tokens, valid, name="tokens", allow_mask=True, mask_id=mask_id
     )
     rows, slots = _compact_sizes(schedule, order, num_steps, tokens)
     opts = _Opts(mask_id, num_steps, schedule, order, vocab, rows, _shared(tokens), slots)
-    return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
+    return _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts, edits)
 
 
 class _Opts(NamedTuple):
@@ -162,7 +177,7 @@ class _Opts(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("apply_fn", "opts"))
-def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts):
+def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts, edits=None):
     mask_id, num_steps, schedule, order, vocab, rows, shared, slots = opts
     tokens = _common.guard_alphabet(
         tokens, tokens, vocab, name="tokens", allow_mask=True, mask_id=mask_id
@@ -175,6 +190,8 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
     step0 = jnp.where(gen, jnp.int32(0), jnp.int32(-1))
     init = (tokens, step0, zero_row, zero_row)
     pos_attn = _common.positions_and_mask(tokens, valid)  # loop-invariant: built once
+    # the rows' loop-invariant inputs: positions and mask, the edits one vector per row
+    ctx = (pos_attn, _steer.per_row(edits or {}, tokens.shape[0]))
     fwd = functools.partial(_forwards, apply_fn, params, ref_params, mask_id=mask_id)
     logits_at = _common.slot_form(apply_fn) if slots else None
     if logits_at is not None:
@@ -185,7 +202,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         # Every row starts from the same input (unconditional sampling): the first row's
         # output serves each row that has nothing unmasked yet (all rows at step 0).
         same = jnp.all(tokens == tokens[:1]) & jnp.all(valid == valid[:1])
-        first = jax.tree.map(lambda a: a[:1], (tokens, pos_attn))
+        if edits:  # and, steered, the same edits
+            same = same & _steer.rows_alike(ctx[1])
+        first = jax.tree.map(lambda a: a[:1], (tokens, *ctx))
         shapes = jax.eval_shape(fwd, *first)
         first_out = jax.lax.cond(
             same,
@@ -220,7 +239,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         """
 
         def full(z):
-            return at(fwd(z, pos_attn), None)
+            return at(fwd(z, *ctx), None)
 
         return by_block(z, need, functools.partial(block, at), full, full)
 
@@ -229,7 +248,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         place = _places(fresh, size) if size else jnp.zeros_like(fresh, jnp.int32)
         if size:
             idx = jnp.nonzero(fresh, size=size, fill_value=0)[0]
-            outs = fwd(*jax.tree.map(lambda a: a[idx], (z, pos_attn)))
+            outs = fwd(*jax.tree.map(lambda a: a[idx], (z, *ctx)))
         if not shared:
             return at(outs, place)
         if size:
@@ -248,9 +267,9 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             z,
             need,
             functools.partial(block_at, b_i, l_i),
-            lambda z: fwd_at(z, pos_attn, b_i, l_i),
+            lambda z: fwd_at(z, *ctx, b_i, l_i),
             # more rows than the largest block (rare): the full forward, a smaller compile
-            lambda z: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, pos_attn)),
+            lambda z: jax.tree.map(lambda o: o[b_i, l_i], fwd(z, *ctx)),
         )
 
     def block_at(b_i, l_i, size, z, fresh, reuse):
@@ -258,7 +277,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
         if size:
             place = _places(fresh, size)
             idx = jnp.nonzero(fresh, size=size, fill_value=0)[0]
-            outs = fwd_at(*jax.tree.map(lambda a: a[idx], (z, pos_attn)), place[b_i], l_i)
+            outs = fwd_at(*jax.tree.map(lambda a: a[idx], (z, *ctx)), place[b_i], l_i)
         if not shared:
             return outs
         first = jax.tree.map(lambda f: f[0, l_i], first_out)
@@ -301,7 +320,7 @@ def _sample(apply_fn, params, ref_params, tokens, valid, key, temperature, opts)
             return jax.tree.map(lambda o: o.reshape(new.shape), outs)
 
         def every(z, need):  # more slots than the draw holds: every row, every slot
-            d, lp, lq = draw(fwd(z, pos_attn), key)
+            d, lp, lq = draw(fwd(z, *ctx), key)
             return d.token, lp, lq
 
         return jax.lax.cond(jnp.sum(flat) <= slots, few, every, z, need)
@@ -376,17 +395,20 @@ def _rank(score):
     return jnp.sum(ahead, axis=-1, dtype=jnp.int32)
 
 
-def _forwards(apply_fn, params, ref_params, z, pos_attn, *, mask_id):
-    """Raw (checked) logits of the denoiser and, if given, of the reference."""
+def _forwards(apply_fn, params, ref_params, z, pos_attn, edits=None, *, mask_id):
+    """Raw (checked) logits of the denoiser and, if given, of the reference.
+
+    ``edits`` (``{layer: [B, D]}``) steer the denoiser only: the reference is another model.
+    """
     f = functools.partial(_common.denoise_logits, apply_fn, z=z, pos_attn=pos_attn, mask_id=mask_id)
-    return f(params), (None if ref_params is None else f(ref_params))
+    return f(params, **_steer.keywords(edits)), (None if ref_params is None else f(ref_params))
 
 
-def _forwards_at(logits_at, params, ref_params, z, pos_attn, rows, cols):
+def _forwards_at(logits_at, params, ref_params, z, pos_attn, edits, rows, cols):
     """Raw logits ``[N, V]`` at ``(rows, cols)``: the slot form (and the reference's)."""
 
-    def f(p):
-        out = logits_at(p, z, *pos_attn, rows, cols)
+    def f(p, **kw):
+        out = logits_at(p, z, *pos_attn, rows, cols, **kw)
         if out.ndim != 2 or out.shape[0] != rows.shape[0]:
             raise TypeError(
                 f"`apply_fn.logits_at` must return logits of shape {(rows.shape[0], '*')}, "
@@ -394,4 +416,4 @@ def _forwards_at(logits_at, params, ref_params, z, pos_attn, rows, cols):
             )
         return out
 
-    return f(params), (None if ref_params is None else f(ref_params))
+    return f(params, **_steer.keywords(edits)), (None if ref_params is None else f(ref_params))

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import diffusion, nn
-from tests.conformance import Bad, Case
+from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
 
 V, MASK = 5, 4
 CFG = nn.TransformerConfig(
@@ -54,6 +54,19 @@ def _sample(tokens, *, temperature, order="ancestral"):
         order=order,
         ref_params=_P32,
     )
+
+
+def _steered(tokens, vec, *, temperature):
+    """:func:`_sample` with a per-row edit ``[B, D]`` after block 0 (the reference unedited)."""
+    return diffusion.sample(
+        APPLY, _P32, tokens, key=jax.random.key(2), mask_id=MASK, num_steps=3,
+        temperature=temperature, ref_params=_P32, interventions=nn.Interventions({0: vec}),
+    )  # fmt: skip
+
+
+def _steered_args(key, dtype):
+    """``_template`` and a per-row edit ``[B, D]`` (sharded with the rows)."""
+    return (*_template(key, dtype), jax.random.normal(jax.random.fold_in(key, 2), (8, 8), dtype))
 
 
 def _template(key, dtype):
@@ -142,6 +155,26 @@ CASES = [
                 lambda key: (_template(key, None), {"temperature": -1.0}),
                 ValueError,
                 "temperature",
+            ),
+        ),
+    ),
+    Case(
+        name="diffusion.sample/interventions",
+        # the oracles are tests/diffusion/test_interventions.py's; here jit, vmap and the
+        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
+        slow_checks=ALL_BUT_BAD_INPUTS,
+        fn=_steered,
+        make_args=_steered_args,
+        hparams={"temperature": (1.0, 0.7)},
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=(0, 1),
+        bad=(
+            Bad(
+                "an edit one wider than d_model",
+                lambda key: ((_template(key, None)[0], jnp.ones((8, 9))), {"temperature": 1.0}),
+                TypeError,
+                "interventions.add[0]",
             ),
         ),
     ),
