@@ -11,7 +11,8 @@ Fine-tuning step: one ``diffusion.td3b_train_step`` (WDCE with R replicates + KL
 anchor + contrastive term, AdamW). Anchor ``python_loop``: the same computations
 written as a plain per-step / per-replicate Python loop run op by op
 (``jax.disable_jit()``), the way a direct port of the PyTorch reference executes.
-Target: >= 10x.
+Target: >= 10x. ``mdlm_sample_steered``: the sampler with a steering vector
+(``interventions=``) against the same sampler alone, interleaved; informational.
 """
 
 import _harness as H  # noqa: I001
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxkit import diffusion, nn
+from jaxkit import diffusion, nn, steering
 
 V, MASK = 20, 20
 
@@ -160,6 +161,31 @@ def _bench(sz, repeats):
         "row, computed once), the last block only at the drawn slots; both draw "
         "tokens only at the unmasked slots",
         samples_per_s=b / ours.median_s,
+    )
+
+    # two methods on one model: a steering vector in every denoiser forward, against the
+    # same sampler alone (interleaved; informational: what composing costs)
+    vec = jax.random.normal(jax.random.key(5), (sz["d_model"],))
+    iv = steering.steer_add(vec, 0.5, layer=sz["n_layers"] // 2)
+
+    def steered(p, tmpl, key, iv):
+        return diffusion.sample(
+            apply_fn, p, tmpl, key=key, mask_id=MASK, num_steps=steps, interventions=iv
+        )
+
+    args = (params, template, jax.random.key(1))
+    t = H.time_interleaved({"steered": (steered, (*args, iv)), "alone": (run, args)}, repeats)
+    H.emit(
+        bench="diffusion",
+        case="mdlm_sample_steered",
+        sizes=sz,
+        ours=t["steered"],
+        anchor="sample_alone",
+        anchor_t=t["alone"],
+        target=None,
+        note="the sampler above with a steering vector added after the middle block "
+        "(interventions=steering.steer_add(...)) vs the same sampler alone; samples/s "
+        f"{b / t['steered'].median_s:.0f}",
     )
 
     nb = min(b, 32)
