@@ -51,7 +51,8 @@ T_STEPS, LENGTH, MASK, ALPHA = 12, 12, 20, 0.1
 CAA_LAYER, CAA_SCALES = 1, (2.0, 4.0, 6.0)
 
 
-def _evaluate(apply_fn, params, key, n, direction):
+def _draw(apply_fn, params, key, n):
+    """``n`` unconditional samples (tokens, NumPy)."""
     tr = diffusion.sample(  # ref_params: the same compiled sampler as the fine-tuning loop's
         apply_fn,
         params,
@@ -61,7 +62,11 @@ def _evaluate(apply_fn, params, key, n, direction):
         num_steps=T_STEPS,
         ref_params=params,
     )
-    return _metrics(tr.tokens, direction)
+    return np.asarray(tr.tokens)
+
+
+def _evaluate(apply_fn, params, key, n, direction):
+    return _metrics(_draw(apply_fn, params, key, n), direction)
 
 
 def _caa_vector(embed_fn, params, tokens, positive):
@@ -276,22 +281,7 @@ def main(
     # (n_eval rows, no reference model: nothing here reads the log-ratio) compile one more
     # program, shared by every scale and sign (the vector and the scale are traced)
     k_caa = jax.random.split(jax.random.fold_in(key, 49), 2 + 2 * len(CAA_SCALES))
-    ref = np.concatenate(
-        [
-            np.asarray(
-                diffusion.sample(
-                    apply_fn,
-                    params,
-                    jnp.full((n_eval, LENGTH), MASK, jnp.int32),
-                    key=kk,
-                    mask_id=MASK,
-                    num_steps=T_STEPS,
-                    ref_params=params,
-                ).tokens
-            )
-            for kk in k_caa[:2]
-        ]
-    )
+    ref = np.concatenate([_draw(apply_fn, params, kk, n_eval) for kk in k_caa[:2]])
     positive = diffusion.toy_oracle(ref)["p_agonist"] >= 0.5
     if positive.all() or not positive.any():
         raise RuntimeError("the CAA reference set holds one direction only")

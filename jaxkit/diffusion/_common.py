@@ -80,33 +80,24 @@ def transformer_denoiser(cfg, *, absolute_positions: bool = False) -> ApplyFn:
 def _denoiser(cfg, absolute_positions: bool) -> ApplyFn:
     from jaxkit import nn
 
-    def apply_fn(params, tokens, positions, attn_mask, interventions=None):
+    def forward(params, tokens, positions, attn_mask, interventions, outputs_at=None):
         toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
-        out = nn.apply(
+        return nn.apply(
             params,
             cfg,
             toks,
             positions,
             inputs_embeds=h,
             attn_mask=attn_mask,
+            outputs_at=outputs_at,
             interventions=interventions,
-        )
-        return out.logits
+        ).logits
+
+    def apply_fn(params, tokens, positions, attn_mask, interventions=None):
+        return forward(params, tokens, positions, attn_mask, interventions)
 
     def logits_at(params, tokens, positions, attn_mask, rows, cols, interventions=None):
-        toks, h = _inputs(nn, params, cfg, tokens, positions, absolute_positions)
-        at = (rows, cols)
-        out = nn.apply(
-            params,
-            cfg,
-            toks,
-            positions,
-            inputs_embeds=h,
-            attn_mask=attn_mask,
-            outputs_at=at,
-            interventions=interventions,
-        )
-        return out.logits
+        return forward(params, tokens, positions, attn_mask, interventions, (rows, cols))
 
     apply_fn.logits_at = logits_at  # the slot form (see `slot_form`)
     apply_fn.cfg = cfg  # the widths of `sample(interventions=)`'s edits
