@@ -425,6 +425,42 @@ ALL_BUT_BAD_INPUTS = (
 """``slow_checks`` leaving ``make test`` only the bad inputs (a generator whose programs the
 area's own tests compile: the checks of its jit, vmap and sharding run in the slow tier)."""
 
+
+def steered_case(
+    name: str,
+    fn: Callable[..., Any],
+    make_args: Callable[..., Any],
+    *,
+    wide_edit: Callable[[jax.Array], Any],
+    layer: int,
+    hparams: dict[str, tuple[float, float]],
+    shard_argnums: tuple[int, ...],
+) -> Case:
+    """A generator's ``interventions=`` case (``svgt_generate``, ``dlmr_generate``,
+    ``diffusion.sample``: one shape). The oracles are the area's own tests; here jit, vmap
+    and the batch-sharded ``[B, D]`` edit run in ``make test-slow``, and ``make test`` runs
+    the bad input: ``wide_edit(key) -> (args, kwargs)``, a call with an edit at ``layer``
+    one wider than ``d_model`` (a ``TypeError`` naming ``interventions.add[layer]``)."""
+    return Case(
+        name=name,
+        slow_checks=ALL_BUT_BAD_INPUTS,
+        fn=fn,
+        make_args=make_args,
+        hparams=hparams,
+        grad_modes=(),
+        dtypes=(jnp.float32,),
+        shard_argnums=shard_argnums,
+        bad=(
+            Bad(
+                "an edit one wider than d_model",
+                wide_edit,
+                TypeError,
+                f"interventions.add[{layer}]",
+            ),
+        ),
+    )
+
+
 ALIASES = {"traced_once": "jit"}
 """Former check names, still accepted in ``slow_checks``: ``jit`` now also checks that two
 hyperparameter values trace once (it was a separate check compiling the same function again)."""

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import diffusion, nn
-from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
+from tests.conformance import Bad, Case, steered_case
 
 V, MASK = 5, 4
 CFG = nn.TransformerConfig(
@@ -158,25 +158,15 @@ CASES = [
             ),
         ),
     ),
-    Case(
-        name="diffusion.sample/interventions",
-        # the oracles are tests/diffusion/test_interventions.py's; here jit, vmap and the
-        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
-        slow_checks=ALL_BUT_BAD_INPUTS,
-        fn=_steered,
-        make_args=_steered_args,
+    # the oracles: tests/diffusion/test_interventions.py
+    steered_case(
+        "diffusion.sample/interventions",
+        _steered,
+        _steered_args,
+        wide_edit=lambda key: ((_template(key, None)[0], jnp.ones((8, 9))), {"temperature": 1.0}),
+        layer=0,
         hparams={"temperature": (1.0, 0.7)},
-        grad_modes=(),
-        dtypes=(jnp.float32,),
         shard_argnums=(0, 1),
-        bad=(
-            Bad(
-                "an edit one wider than d_model",
-                lambda key: ((_template(key, None)[0], jnp.ones((8, 9))), {"temperature": 1.0}),
-                TypeError,
-                "interventions.add[0]",
-            ),
-        ),
     ),
     Case(
         name="diffusion.trajectory_log_prob",

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkit import memory, nn, privacy
-from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
+from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case, steered_case
 from tests.memory._setup import AP, CFG, MC, P
 
 _S = 6  # context slots
@@ -178,28 +178,18 @@ CASES = [
             ),
         ),
     ),
-    Case(
-        name="memory.dlmr_generate/interventions",
-        # the oracles are tests/memory/test_dlmr_interventions.py's; here jit, vmap and the
-        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
-        slow_checks=ALL_BUT_BAD_INPUTS,
-        fn=_steered,
-        make_args=_steered_args,
-        hparams={"top_p": (0.9, 0.8)},
-        grad_modes=(),
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1, 2),
-        bad=(
-            Bad(
-                "an edit one wider than d_model",
-                lambda key: (
-                    (jnp.ones((8, 5), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
-                    {"top_p": 1.0},
-                ),
-                TypeError,
-                "interventions.add[1]",
-            ),
+    # the oracles: tests/memory/test_dlmr_interventions.py
+    steered_case(
+        "memory.dlmr_generate/interventions",
+        _steered,
+        _steered_args,
+        wide_edit=lambda key: (
+            (jnp.ones((8, 5), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
+            {"top_p": 1.0},
         ),
+        layer=1,
+        hparams={"top_p": (0.9, 0.8)},
+        shard_argnums=(0, 1, 2),
     ),
     Case(
         name="memory.memory_forward",

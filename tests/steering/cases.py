@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxkit import nn, steering
-from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case
+from tests.conformance import ALL_BUT_BAD_INPUTS, Bad, Case, steered_case
 from tests.steering._setup import CFG, SC
 
 _P = nn.init_params(CFG, key=jax.random.key(3))
@@ -134,28 +134,18 @@ CASES = [
     ),
     _refresh_case("cached"),
     _refresh_case("recompute"),
-    Case(
-        name="steering.svgt_generate/interventions",
-        # the oracles are tests/steering/test_interventions.py's; here jit, vmap and the
-        # batch-sharded [B, D] edit, all in make test-slow (make test: the bad input)
-        slow_checks=ALL_BUT_BAD_INPUTS,
-        fn=_svgt_steered,
-        make_args=_steered_args,
-        hparams={"top_p": (0.9, 0.8)},
-        grad_modes=(),
-        dtypes=(jnp.float32,),
-        shard_argnums=(0, 1, 2),
-        bad=(
-            Bad(
-                "an edit one wider than d_model",
-                lambda key: (
-                    (jnp.ones((8, 6), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
-                    {"top_p": 1.0},
-                ),
-                TypeError,
-                "interventions.add[1]",
-            ),
+    # the oracles: tests/steering/test_interventions.py
+    steered_case(
+        "steering.svgt_generate/interventions",
+        _svgt_steered,
+        _steered_args,
+        wide_edit=lambda key: (
+            (jnp.ones((8, 6), jnp.int32), jnp.full(8, 3, jnp.int32), jnp.ones((8, 17))),
+            {"top_p": 1.0},
         ),
+        layer=1,
+        hparams={"top_p": (0.9, 0.8)},
+        shard_argnums=(0, 1, 2),
     ),
     Case(
         name="steering.value_correction",
