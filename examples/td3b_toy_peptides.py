@@ -51,18 +51,18 @@ T_STEPS, LENGTH, MASK, ALPHA = 12, 12, 20, 0.1
 CAA_LAYER, CAA_SCALES = 1, (2.0, 4.0, 6.0)
 
 
+def _unconditional(apply_fn, params, key, n, **kw):
+    """``n`` unconditional samples' tokens (``kw``: ``ref_params``, ``interventions``)."""
+    template = jnp.full((n, LENGTH), MASK, jnp.int32)
+    return diffusion.sample(
+        apply_fn, params, template, key=key, mask_id=MASK, num_steps=T_STEPS, **kw
+    ).tokens
+
+
 def _draw(apply_fn, params, key, n):
-    """``n`` unconditional samples (tokens, NumPy)."""
-    tr = diffusion.sample(  # ref_params: the same compiled sampler as the fine-tuning loop's
-        apply_fn,
-        params,
-        jnp.full((n, LENGTH), MASK, jnp.int32),
-        key=key,
-        mask_id=MASK,
-        num_steps=T_STEPS,
-        ref_params=params,
-    )
-    return np.asarray(tr.tokens)
+    """``n`` unconditional samples (NumPy); ``ref_params``: the same compiled sampler as the
+    fine-tuning loop's."""
+    return np.asarray(_unconditional(apply_fn, params, key, n, ref_params=params))
 
 
 def _evaluate(apply_fn, params, key, n, direction):
@@ -98,15 +98,8 @@ def _slot_states(embed_fn, params, tokens):
 @functools.partial(fast_jit, static_argnames=("apply_fn", "n"))
 def _steered(apply_fn, params, vec, scale, key, *, n):
     """``n`` samples with ``scale * vec`` added after block CAA_LAYER (scale traced)."""
-    return diffusion.sample(
-        apply_fn,
-        params,
-        jnp.full((n, LENGTH), MASK, jnp.int32),
-        key=key,
-        mask_id=MASK,
-        num_steps=T_STEPS,
-        interventions=steering.steer_add(vec, scale, layer=CAA_LAYER),
-    ).tokens
+    iv = steering.steer_add(vec, scale, layer=CAA_LAYER)
+    return _unconditional(apply_fn, params, key, n, interventions=iv)
 
 
 def _metrics(tokens, direction):

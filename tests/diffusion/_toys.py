@@ -57,12 +57,12 @@ def np_exact_log_p(v: int, length: int, seed: int):
     return f
 
 
-def tiny_transformer(v: int, seed: int = 0, sharpen: float = 3.0):
+def tiny_transformer(v: int, seed: int = 0, sharpen: float = 3.0, n_layers: int = 1):
     """A random bidirectional denoiser over v letters + [MASK] (id v)."""
     cfg = nn.TransformerConfig(
         vocab_size=v + 1,
         d_model=16,
-        n_layers=1,
+        n_layers=n_layers,
         n_heads=2,
         n_kv_heads=1,
         head_dim=8,

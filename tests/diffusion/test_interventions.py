@@ -14,19 +14,10 @@ import pytest
 from jaxkit import diffusion, nn
 from jaxkit.diffusion import _steer
 from tests import conformance
+from tests.diffusion import _toys
 
 V, MASK = 5, 5  # letters 0..4, [MASK] = 5
-CFG = nn.TransformerConfig(
-    vocab_size=V + 1,
-    d_model=16,
-    n_layers=2,
-    n_heads=2,
-    n_kv_heads=1,
-    head_dim=8,
-    mlp_dim=16,
-    causal=False,
-)
-P = nn.init_params(CFG, key=jax.random.key(0))
+CFG, P = _toys.tiny_transformer(V, seed=0, sharpen=1.0, n_layers=2)
 F = diffusion.transformer_denoiser(CFG)
 B, L, T = 8, 6, 16
 _rng = np.random.default_rng(3)
